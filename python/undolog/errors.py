@@ -1,0 +1,97 @@
+"""UndoLog's exceptions, one per SQLSTATE of the engine (README, "Errors").
+
+Every SQL function raises with a SQLSTATE of the project's class ``UL``; ``translate``
+turns the psycopg error into the matching ``UndoLogError`` subclass, keeping the
+database's message and the original exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import psycopg
+
+
+class UndoLogError(Exception):
+    """Base of every UndoLog error."""
+
+    sqlstate: ClassVar[str | None] = None
+
+
+class InvalidStateTransition(UndoLogError):
+    sqlstate = "UL001"
+
+
+class UnknownSession(UndoLogError):
+    sqlstate = "UL002"
+
+
+class UnknownEffect(UndoLogError):
+    sqlstate = "UL003"
+
+
+class MalformedSignature(UndoLogError):
+    sqlstate = "UL004"
+
+
+class SignatureMismatch(UndoLogError):
+    sqlstate = "UL005"
+
+
+class InvalidTier(UndoLogError):
+    sqlstate = "UL006"
+
+
+class InvalidCompensation(UndoLogError):
+    sqlstate = "UL007"
+
+
+class InvalidArgument(UndoLogError):
+    sqlstate = "UL008"
+
+
+class PayloadTooLarge(UndoLogError):
+    sqlstate = "UL009"
+
+
+class SessionNotActive(UndoLogError):
+    sqlstate = "UL010"
+
+
+class AppendOnlyViolation(UndoLogError):
+    sqlstate = "UL011"
+
+
+class PermissionDenied(UndoLogError):
+    """The database role may not call this function or touch this table (42501)."""
+
+    sqlstate = "42501"
+
+
+class SignatureError(UndoLogError, ValueError):
+    """Arguments that JSON cannot carry exactly; raised before anything is written."""
+
+
+BY_SQLSTATE: dict[str, type[UndoLogError]] = {
+    cls.sqlstate: cls
+    for cls in (
+        InvalidStateTransition, UnknownSession, UnknownEffect, MalformedSignature,
+        SignatureMismatch, InvalidTier, InvalidCompensation, InvalidArgument,
+        PayloadTooLarge, SessionNotActive, AppendOnlyViolation, PermissionDenied,
+    )
+    if cls.sqlstate is not None
+}
+
+
+def translate(exc: psycopg.Error) -> Exception:
+    """The UndoLogError for a database error, or the error itself if it is not ours."""
+    cls = BY_SQLSTATE.get(exc.sqlstate or "")
+    if cls is None:
+        return exc
+    diag = exc.diag
+    message = diag.message_primary or str(exc)
+    if diag.message_detail:
+        message += f" ({diag.message_detail})"
+    err = cls(message)
+    err.__cause__ = exc
+    return err

@@ -1,0 +1,19 @@
+-- undolog.session_transition_allowed: the session state machine of DESIGN.md, as data.
+-- halted -> compensating is the operator resuming a halted walk.
+CREATE OR REPLACE FUNCTION undolog.session_transition_allowed(p_from text, p_to text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT CASE p_from
+        WHEN 'active' THEN p_to IN ('completed', 'failed', 'awaiting_approval')
+        WHEN 'failed' THEN p_to = 'compensating'
+        WHEN 'awaiting_approval' THEN p_to IN ('active', 'compensating')
+        WHEN 'compensating' THEN p_to IN ('compensated', 'halted')
+        WHEN 'halted' THEN p_to = 'compensating'
+        ELSE false
+    END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.session_transition_allowed(text, text) FROM public;

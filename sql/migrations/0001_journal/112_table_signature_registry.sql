@@ -1,0 +1,32 @@
+-- The exactly-once guard. A unique index on the partitioned effect log would have to
+-- contain executed_at, so uniqueness of call_signature lives here, in a plain table that
+-- intercept inserts into with ON CONFLICT DO NOTHING. It also maps a signature or an
+-- effect id to the effect's partition key.
+CREATE TABLE undolog.undolog_signature_registry (
+    session_id uuid NOT NULL,
+    call_signature text NOT NULL,
+    effect_id uuid NOT NULL,
+    executed_at timestamptz NOT NULL,
+    PRIMARY KEY (session_id, call_signature),
+    CONSTRAINT undolog_signature_registry_signature_check
+    CHECK (call_signature ~ '^[0-9a-f]{64}$')
+);
+
+-- Unique across the whole journal, whatever the session: the signature's preimage holds
+-- the session id, so only a lying client could send one signature under two sessions.
+CREATE UNIQUE INDEX undolog_signature_registry_signature_key
+ON undolog.undolog_signature_registry (call_signature);
+
+-- commit/fail address an effect by id alone.
+CREATE UNIQUE INDEX undolog_signature_registry_effect_key
+ON undolog.undolog_signature_registry (effect_id, session_id);
+
+CREATE TRIGGER undolog_signature_registry_append_only
+BEFORE UPDATE OR DELETE ON undolog.undolog_signature_registry
+FOR EACH ROW EXECUTE FUNCTION undolog.forbid_change();
+
+CREATE TRIGGER undolog_signature_registry_no_truncate
+BEFORE TRUNCATE ON undolog.undolog_signature_registry
+FOR EACH STATEMENT EXECUTE FUNCTION undolog.forbid_change();
+
+REVOKE ALL ON undolog.undolog_signature_registry FROM public;

@@ -1,0 +1,36 @@
+-- undolog.transition_session: move a session to p_to, or raise. UL002 when the session
+-- does not exist, UL001 when the move is not in the state machine (including a move to
+-- the state it is already in, e.g. failing a session twice). Answers the new state.
+CREATE OR REPLACE FUNCTION undolog.transition_session(
+    p_session_id uuid, p_to text, p_error text DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_from text;
+BEGIN
+    SELECT s.state INTO v_from
+    FROM undolog.undolog_sessions AS s
+    WHERE s.session_id = p_session_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL002',
+            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
+    END IF;
+    IF NOT undolog.session_transition_allowed(v_from, p_to) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL001',
+            MESSAGE = pg_catalog.format('invalid session transition %s -> %s', v_from, p_to),
+            DETAIL = pg_catalog.format('session %s', p_session_id);
+    END IF;
+    UPDATE undolog.undolog_sessions AS s
+    SET state = p_to, error = coalesce(left(p_error, 8192), s.error)
+    WHERE s.session_id = p_session_id;
+    RETURN p_to;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.transition_session(uuid, text, text) FROM public;

@@ -1,0 +1,35 @@
+-- undolog.heartbeat: renew the lease of a live (active or awaiting_approval) session by
+-- its lease duration; answers the new expiry.
+CREATE OR REPLACE FUNCTION undolog.heartbeat(p_session_id uuid)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_expires timestamptz;
+    v_state text;
+BEGIN
+    UPDATE undolog.undolog_sessions AS s
+    SET lease_expires_at = now() + s.lease_duration
+    WHERE s.session_id = p_session_id AND s.state IN ('active', 'awaiting_approval')
+    RETURNING s.lease_expires_at INTO v_expires;
+    IF FOUND THEN
+        RETURN v_expires;
+    END IF;
+    SELECT s.state INTO v_state FROM undolog.undolog_sessions AS s
+    WHERE s.session_id = p_session_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL002',
+            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
+    END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'UL010',
+        MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',
+                                    p_session_id, v_state);
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.heartbeat(uuid) FROM public;
+GRANT EXECUTE ON FUNCTION undolog.heartbeat(uuid) TO undolog_agent;
