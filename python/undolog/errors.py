@@ -62,6 +62,26 @@ class AppendOnlyViolation(UndoLogError):
     sqlstate = "UL011"
 
 
+class UnknownUndoEntry(UndoLogError):
+    sqlstate = "UL012"
+
+
+class UnknownApproval(UndoLogError):
+    sqlstate = "UL013"
+
+
+class ApprovalAlreadyDecided(UndoLogError):
+    sqlstate = "UL014"
+
+
+class ApprovalExpired(UndoLogError):
+    sqlstate = "UL015"
+
+
+class PartitionInUse(UndoLogError):
+    sqlstate = "UL016"
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -77,7 +97,9 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
     for cls in (
         InvalidStateTransition, UnknownSession, UnknownEffect, MalformedSignature,
         SignatureMismatch, InvalidTier, InvalidCompensation, InvalidArgument,
-        PayloadTooLarge, SessionNotActive, AppendOnlyViolation, PermissionDenied,
+        PayloadTooLarge, SessionNotActive, AppendOnlyViolation, UnknownUndoEntry,
+        UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired, PartitionInUse,
+        PermissionDenied,
     )
     if cls.sqlstate is not None
 }

@@ -1,12 +1,14 @@
--- The undo stack: one entry per COMPENSABLE intercept, pushed in the same transaction as
--- the effect, before the body runs. The walk pops by stack_position DESC.
+-- The undo stack, pushed by intercept in the same transaction as the effect, before the
+-- body runs; the walk pops by stack_position DESC. A COMPENSABLE call pushes its
+-- compensation; an IRREVERSIBLE call pushes a barrier (compensation NULL), so that the
+-- walk knows where, among the compensations, the call that nothing can undo stands.
 CREATE TABLE undolog.undolog_undo_stack (
     undo_id uuid NOT NULL DEFAULT gen_random_uuid(),
     session_id uuid NOT NULL,
     stack_position bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
     effect_id uuid NOT NULL,
     executed_at timestamptz NOT NULL,
-    compensation jsonb NOT NULL,
+    compensation jsonb,
     max_attempts integer,
     state text NOT NULL DEFAULT 'pending',
     attempts integer NOT NULL DEFAULT 0,

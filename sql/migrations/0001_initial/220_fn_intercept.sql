@@ -7,8 +7,8 @@
 --   in_progress     the same call is being intercepted or executed right now: ask again
 --   rejected        a human rejected this call; it will never run
 -- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
--- before the body can run; a new IRREVERSIBLE call writes a pending effect and an
--- approval request and suspends the session.
+-- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
+-- the undo stack and an approval request, and suspends the session.
 CREATE OR REPLACE FUNCTION undolog.intercept(
     p_session_id uuid,
     p_step_index integer,
@@ -89,6 +89,8 @@ BEGIN
                                 NULL::jsonb, NULL::uuid;
             RETURN;
         END IF;
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
+        VALUES (p_session_id, v_effect_id, v_executed_at);
         INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
         VALUES (p_session_id, v_effect_id, v_executed_at)
         RETURNING undolog_approval_requests.approval_id INTO v_approval_id;

@@ -1,0 +1,53 @@
+# UndoLog — the two commands a newcomer needs:
+#   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set)
+#   make test   every check: lint (sqlfluff, ruff, mypy), pytest, pgTAP + plpgsql_check
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
+WITH_PG := $(PY) tools/pgcluster.py run --
+
+.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean
+
+test: lint pytest pgtap
+
+demo: deps
+	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
+	else $(WITH_PG) $(PY) -m undolog.demo; fi
+
+deps: system-deps $(STAMP)
+
+# PostgreSQL binaries, pgTAP, plpgsql_check and pg_prove from Debian's packages when missing.
+system-deps:
+	@bash tools/install-system-deps.sh
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+lint: lint-sql lint-py
+
+lint-sql: deps
+	$(VENV)/bin/sqlfluff lint sql/
+
+lint-py: deps
+	$(VENV)/bin/ruff check python tests bench tools
+	$(VENV)/bin/ruff format --check python tests bench tools
+	$(VENV)/bin/mypy
+
+pytest: deps
+	$(VENV)/bin/pytest -q
+
+# pgTAP suites (including plpgsql_check over every function) through pg_prove.
+pgtap: deps
+	$(WITH_PG) bash tools/run-pgtap.sh
+
+bench: deps
+	$(WITH_PG) $(PY) bench/bench_intercept.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
