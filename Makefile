@@ -42,9 +42,10 @@ lint-py: deps
 pytest: deps
 	$(VENV)/bin/pytest -q
 
-# pgTAP suites (including plpgsql_check over every function) through pg_prove.
+# pgTAP suites (including plpgsql_check over every function) through pg_prove;
+# PGTAP="pgtap/22_intercept.sql" runs only those files.
 pgtap: deps
-	$(WITH_PG) bash tools/run-pgtap.sh
+	$(WITH_PG) bash tools/run-pgtap.sh $(PGTAP)
 
 bench: deps
 	$(WITH_PG) $(PY) bench/bench_intercept.py
