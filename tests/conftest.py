@@ -24,11 +24,13 @@ AS_ROOT = os.geteuid() == 0
 _cluster_stack = contextlib.ExitStack()
 
 
-def load_engine(host: str, port: int, user: str, dbname: str, password: str | None,
-                **_: Any) -> None:
+def load_engine(
+    host: str, port: int, user: str, dbname: str, password: str | None, **_: Any
+) -> None:
     """pytest-postgresql loader: install the engine into the template database."""
-    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, password=password,
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        host=host, port=port, user=user, dbname=dbname, password=password, autocommit=True
+    ) as conn:
         migrate(conn)
 
 

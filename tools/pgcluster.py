@@ -85,20 +85,45 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
     try:
         subprocess.run(
             _as_cluster_owner(
-                [str(bin_ / "initdb"), "-D", str(datadir), "-A", "trust", "-U", user,
-                 "--no-sync", "-E", "UTF8", "--locale=C"]
+                [
+                    str(bin_ / "initdb"),
+                    "-D",
+                    str(datadir),
+                    "-A",
+                    "trust",
+                    "-U",
+                    user,
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ]
             ),
             check=True,
             stdout=subprocess.DEVNULL,
         )
         options = " ".join(
-            [f"-p {port}", f"-k {datadir}", "-c listen_addresses=127.0.0.1",
-             "-c max_connections=120", *(f"-c {s}" for s in settings)]
+            [
+                f"-p {port}",
+                f"-k {datadir}",
+                "-c listen_addresses=127.0.0.1",
+                "-c max_connections=120",
+                *(f"-c {s}" for s in settings),
+            ]
         )
         subprocess.run(
             _as_cluster_owner(
-                [str(bin_ / "pg_ctl"), "-D", str(datadir), "-l", str(datadir / "server.log"),
-                 "-o", options, "-w", "start"]
+                [
+                    str(bin_ / "pg_ctl"),
+                    "-D",
+                    str(datadir),
+                    "-l",
+                    str(datadir / "server.log"),
+                    "-o",
+                    options,
+                    "-w",
+                    "start",
+                ]
             ),
             check=True,
             stdout=subprocess.DEVNULL,

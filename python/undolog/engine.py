@@ -84,8 +84,15 @@ def intercept(
     with translated():
         row = conn.execute(
             "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)",
-            (session_id, step_index, tool_name, tier, Jsonb(dict(args)), signature,
-             None if compensation is None else Jsonb(dict(compensation))),
+            (
+                session_id,
+                step_index,
+                tool_name,
+                tier,
+                Jsonb(dict(args)),
+                signature,
+                None if compensation is None else Jsonb(dict(compensation)),
+            ),
         ).fetchone()
     assert row is not None
     return Interception(*row)

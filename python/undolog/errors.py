@@ -95,10 +95,22 @@ class SignatureError(UndoLogError, ValueError):
 BY_SQLSTATE: dict[str, type[UndoLogError]] = {
     cls.sqlstate: cls
     for cls in (
-        InvalidStateTransition, UnknownSession, UnknownEffect, MalformedSignature,
-        SignatureMismatch, InvalidTier, InvalidCompensation, InvalidArgument,
-        PayloadTooLarge, SessionNotActive, AppendOnlyViolation, UnknownUndoEntry,
-        UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired, PartitionInUse,
+        InvalidStateTransition,
+        UnknownSession,
+        UnknownEffect,
+        MalformedSignature,
+        SignatureMismatch,
+        InvalidTier,
+        InvalidCompensation,
+        InvalidArgument,
+        PayloadTooLarge,
+        SessionNotActive,
+        AppendOnlyViolation,
+        UnknownUndoEntry,
+        UnknownApproval,
+        ApprovalAlreadyDecided,
+        ApprovalExpired,
+        PartitionInUse,
         PermissionDenied,
     )
     if cls.sqlstate is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -51,11 +52,11 @@ def available_migrations(root: Path | None = None) -> list[Migration]:
     ]
 
 
-def _lock(conn: psycopg.Connection[object]) -> None:
+def _lock(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
 
 
-def applied_migrations(conn: psycopg.Connection[object]) -> dict[str, str]:
+def applied_migrations(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """name -> checksum of what the database has recorded (empty before install)."""
     if conn.execute("SELECT to_regclass('undolog.undolog_migrations')").fetchone() == (None,):
         return {}
@@ -63,7 +64,7 @@ def applied_migrations(conn: psycopg.Connection[object]) -> dict[str, str]:
     return {str(name): str(checksum) for name, checksum in rows}
 
 
-def migrate(conn: psycopg.Connection[object], target: str | None = None) -> list[str]:
+def migrate(conn: psycopg.Connection[Any], target: str | None = None) -> list[str]:
     """Apply every pending migration (up to ``target`` included); answer their names.
 
     ``conn`` must not be inside a transaction; each migration commits on its own.

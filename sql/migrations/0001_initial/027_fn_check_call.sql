@@ -27,7 +27,8 @@ BEGIN
             MESSAGE = pg_catalog.format('tier must be compensable or irreversible, not %s',
                                         coalesce(pg_catalog.quote_literal(p_tier), 'NULL')),
             HINT = CASE WHEN lower(p_tier) = 'safe'
-                THEN 'SAFE tools are not journaled: call them directly.' END;
+                THEN 'SAFE tools are not journaled: call them directly.'
+                ELSE 'A tool''s author declares its tier: compensable or irreversible.' END;
     END IF;
     IF p_session_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'session_id is required';
