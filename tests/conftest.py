@@ -46,10 +46,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _cluster_stack.close()
 
 
-if AS_ROOT:
-    undolog_server = factories.postgresql_noproc(load=[load_engine])
-else:
-    undolog_server = factories.postgresql_proc(load=[load_engine])
+undolog_server = (
+    factories.postgresql_noproc(load=[load_engine])
+    if AS_ROOT
+    else factories.postgresql_proc(load=[load_engine])
+)
 
 postgresql = factories.postgresql("undolog_server")
 
