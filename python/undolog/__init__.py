@@ -1,14 +1,21 @@
 """UndoLog: a PostgreSQL-backed safety net for AI agents' tool calls."""
 
+from undolog.client import AsyncUndoLog, UndoLog
+from undolog.decorator import undolog_tool
 from undolog.errors import (
     AppendOnlyViolation,
+    ApprovalRejectedError,
+    AwaitingApprovalError,
+    CallInProgress,
     InvalidArgument,
     InvalidCompensation,
     InvalidStateTransition,
     InvalidTier,
     MalformedSignature,
+    NotInSession,
     PayloadTooLarge,
     PermissionDenied,
+    ResultNotJSON,
     SessionNotActive,
     SignatureError,
     SignatureMismatch,
@@ -18,25 +25,36 @@ from undolog.errors import (
 )
 from undolog.migrations import migrate
 from undolog.signature import call_signature, canonical_json
+from undolog.tiers import CompensationDescriptor, ToolTier
 
 __all__ = [
     "AppendOnlyViolation",
+    "ApprovalRejectedError",
+    "AsyncUndoLog",
+    "AwaitingApprovalError",
+    "CallInProgress",
+    "CompensationDescriptor",
     "InvalidArgument",
     "InvalidCompensation",
     "InvalidStateTransition",
     "InvalidTier",
     "MalformedSignature",
+    "NotInSession",
     "PayloadTooLarge",
     "PermissionDenied",
+    "ResultNotJSON",
     "SessionNotActive",
     "SignatureError",
     "SignatureMismatch",
+    "ToolTier",
+    "UndoLog",
     "UndoLogError",
     "UnknownEffect",
     "UnknownSession",
     "call_signature",
     "canonical_json",
     "migrate",
+    "undolog_tool",
 ]
 
 __version__ = "0.1.0"

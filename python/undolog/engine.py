@@ -1,8 +1,9 @@
 """The engine's SQL API from Python: one function per SQL function, one round trip each.
 
-These are the low-level calls the decorator and the CLI build on; any psycopg connection
-works (autocommit, or inside a transaction the caller owns). Database errors of the
-project's class come out as ``UndoLogError`` subclasses (undolog.errors).
+These are the low-level calls the decorator, the session and the CLI build on; any
+psycopg connection works (autocommit, or inside a transaction the caller owns).
+``undolog.aengine`` has the same functions for ``psycopg.AsyncConnection``. Database
+errors of the project's class come out as ``UndoLogError`` subclasses (undolog.errors).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from undolog.errors import translate
 from undolog.signature import call_signature as sign
 
 Connection = psycopg.Connection[Any]
+Params = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,57 @@ def translated() -> Iterator[None]:
         raise err from exc
 
 
+# Each SQL function as (query, parameters), shared by this module and undolog.aengine.
+
+BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
+HEARTBEAT = "SELECT undolog.heartbeat(%s)"
+INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
+COMMIT = "SELECT undolog.commit(%s, %s)"
+FAIL = "SELECT undolog.fail(%s, %s)"
+COMPLETE_SESSION = "SELECT undolog.complete_session(%s)"
+FAIL_SESSION = "SELECT undolog.fail_session(%s, %s)"
+SESSION_STATE = "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s"
+
+
+def begin_session_params(
+    session_id: uuid.UUID | None,
+    agent: str | None,
+    metadata: Mapping[str, Any] | None,
+    lease: timedelta,
+) -> Params:
+    return (session_id, agent, Jsonb(dict(metadata or {})), lease)
+
+
+def intercept_params(
+    session_id: uuid.UUID,
+    step_index: int,
+    tool_name: str,
+    tier: str,
+    args: Mapping[str, Any],
+    compensation: Mapping[str, Any] | None = None,
+    call_signature: str | None = None,
+) -> Params:
+    """The signature is computed unless given."""
+    signature = call_signature or sign(session_id, step_index, tool_name, args)
+    return (
+        session_id,
+        step_index,
+        tool_name,
+        tier,
+        Jsonb(dict(args)),
+        signature,
+        None if compensation is None else Jsonb(dict(compensation)),
+    )
+
+
+def _one(conn: Connection, query: str, params: Params) -> tuple[Any, ...]:
+    with translated():
+        row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query}")
+    return row
+
+
 def begin_session(
     conn: Connection,
     session_id: uuid.UUID | None = None,
@@ -53,20 +106,17 @@ def begin_session(
     metadata: Mapping[str, Any] | None = None,
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
-    with translated():
-        row = conn.execute(
-            "SELECT undolog.begin_session(%s, %s, %s, %s)",
-            (session_id, agent, Jsonb(dict(metadata or {})), lease),
-        ).fetchone()
-    assert row is not None
+    row = _one(conn, BEGIN_SESSION, begin_session_params(session_id, agent, metadata, lease))
     return uuid.UUID(str(row[0]))
 
 
+def session_state(conn: Connection, session_id: uuid.UUID) -> str:
+    return str(_one(conn, SESSION_STATE, (session_id,))[0])
+
+
 def heartbeat(conn: Connection, session_id: uuid.UUID) -> datetime:
-    with translated():
-        row = conn.execute("SELECT undolog.heartbeat(%s)", (session_id,)).fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
+    expires: datetime = _one(conn, HEARTBEAT, (session_id,))[0]
+    return expires
 
 
 def intercept(
@@ -79,44 +129,24 @@ def intercept(
     compensation: Mapping[str, Any] | None = None,
     call_signature: str | None = None,
 ) -> Interception:
-    """Journal a call before its body runs. The signature is computed unless given."""
-    signature = call_signature or sign(session_id, step_index, tool_name, args)
-    with translated():
-        row = conn.execute(
-            "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)",
-            (
-                session_id,
-                step_index,
-                tool_name,
-                tier,
-                Jsonb(dict(args)),
-                signature,
-                None if compensation is None else Jsonb(dict(compensation)),
-            ),
-        ).fetchone()
-    assert row is not None
-    return Interception(*row)
+    """Journal a call before its body runs (the signature is computed unless given)."""
+    params = intercept_params(
+        session_id, step_index, tool_name, tier, args, compensation, call_signature
+    )
+    return Interception(*_one(conn, INTERCEPT, params))
 
 
 def commit(conn: Connection, effect_id: uuid.UUID, result: Any) -> None:
-    with translated():
-        conn.execute("SELECT undolog.commit(%s, %s)", (effect_id, Jsonb(result)))
+    _one(conn, COMMIT, (effect_id, Jsonb(result)))
 
 
 def fail(conn: Connection, effect_id: uuid.UUID, error: str) -> None:
-    with translated():
-        conn.execute("SELECT undolog.fail(%s, %s)", (effect_id, error))
+    _one(conn, FAIL, (effect_id, error))
 
 
 def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
-    with translated():
-        row = conn.execute("SELECT undolog.complete_session(%s)", (session_id,)).fetchone()
-    assert row is not None
-    return str(row[0])
+    return str(_one(conn, COMPLETE_SESSION, (session_id,))[0])
 
 
 def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
-    with translated():
-        row = conn.execute("SELECT undolog.fail_session(%s, %s)", (session_id, error)).fetchone()
-    assert row is not None
-    return str(row[0])
+    return str(_one(conn, FAIL_SESSION, (session_id, error))[0])

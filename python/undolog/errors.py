@@ -7,7 +7,7 @@ database's message and the original exception as ``__cause__``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -90,6 +90,44 @@ class PermissionDenied(UndoLogError):
 
 class SignatureError(UndoLogError, ValueError):
     """Arguments that JSON cannot carry exactly; raised before anything is written."""
+
+
+class NotInSession(UndoLogError):
+    """A journaled tool was called outside ``with ul.session()``."""
+
+
+class ResultNotJSON(UndoLogError, TypeError):
+    """The tool's body ran but returned something JSON cannot carry exactly.
+
+    The effect is left executing (its outcome unknown to the journal), so that the undo
+    walk compensates it if the session fails.
+    """
+
+
+class CallInProgress(UndoLogError):
+    """The same call is still executing elsewhere and did not finish in time."""
+
+
+class AwaitingApprovalError(UndoLogError):
+    """An IRREVERSIBLE call needs a human's approval before it runs.
+
+    Leaving ``with ul.session()`` with this error suspends the session (awaiting_approval)
+    and runs no compensation; once approved, making the same call again executes it.
+    """
+
+    def __init__(self, message: str, approval_id: Any, effect_id: Any) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+        self.effect_id = effect_id
+
+
+class ApprovalRejectedError(UndoLogError):
+    """A human rejected this IRREVERSIBLE call; it will never run."""
+
+    def __init__(self, message: str, approval_id: Any, effect_id: Any) -> None:
+        super().__init__(message)
+        self.approval_id = approval_id
+        self.effect_id = effect_id
 
 
 BY_SQLSTATE: dict[str, type[UndoLogError]] = {

@@ -1,0 +1,76 @@
+"""undolog.engine for ``psycopg.AsyncConnection``: the same SQL functions, awaited."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from undolog import engine
+from undolog.engine import Interception, Params, translated
+
+AsyncConnection = psycopg.AsyncConnection[Any]
+
+
+async def _one(conn: AsyncConnection, query: str, params: Params) -> tuple[Any, ...]:
+    with translated():
+        row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query}")
+    return row
+
+
+async def begin_session(
+    conn: AsyncConnection,
+    session_id: uuid.UUID | None = None,
+    agent: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    lease: timedelta = timedelta(minutes=5),
+) -> uuid.UUID:
+    params = engine.begin_session_params(session_id, agent, metadata, lease)
+    return uuid.UUID(str((await _one(conn, engine.BEGIN_SESSION, params))[0]))
+
+
+async def session_state(conn: AsyncConnection, session_id: uuid.UUID) -> str:
+    return str((await _one(conn, engine.SESSION_STATE, (session_id,)))[0])
+
+
+async def heartbeat(conn: AsyncConnection, session_id: uuid.UUID) -> datetime:
+    expires: datetime = (await _one(conn, engine.HEARTBEAT, (session_id,)))[0]
+    return expires
+
+
+async def intercept(
+    conn: AsyncConnection,
+    session_id: uuid.UUID,
+    step_index: int,
+    tool_name: str,
+    tier: str,
+    args: Mapping[str, Any],
+    compensation: Mapping[str, Any] | None = None,
+    call_signature: str | None = None,
+) -> Interception:
+    params = engine.intercept_params(
+        session_id, step_index, tool_name, tier, args, compensation, call_signature
+    )
+    return Interception(*(await _one(conn, engine.INTERCEPT, params)))
+
+
+async def commit(conn: AsyncConnection, effect_id: uuid.UUID, result: Any) -> None:
+    await _one(conn, engine.COMMIT, (effect_id, Jsonb(result)))
+
+
+async def fail(conn: AsyncConnection, effect_id: uuid.UUID, error: str) -> None:
+    await _one(conn, engine.FAIL, (effect_id, error))
+
+
+async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
+    return str((await _one(conn, engine.COMPLETE_SESSION, (session_id,)))[0])
+
+
+async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
+    return str((await _one(conn, engine.FAIL_SESSION, (session_id, error)))[0])

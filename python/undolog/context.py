@@ -1,0 +1,57 @@
+"""The session a journaled tool call belongs to, carried in a context variable.
+
+``with ul.session()`` (or ``async with``) sets it; the decorator reads it to learn the
+session id, the next step index and the connection to journal through. Step indexes
+count journaled calls in call order from 0, so an agent that restarts a session with the
+same id and makes the same calls gets the same signatures, and replays.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from undolog.errors import NotInSession
+
+
+@dataclass
+class ActiveSession:
+    session_id: uuid.UUID
+    connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+    state: str
+    _steps: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def is_async(self) -> bool:
+        return isinstance(self.connection, psycopg.AsyncConnection)
+
+    def next_step(self) -> int:
+        return next(self._steps)
+
+
+_current: contextvars.ContextVar[ActiveSession | None] = contextvars.ContextVar(
+    "undolog_session", default=None
+)
+
+
+def current_session() -> ActiveSession:
+    session = _current.get()
+    if session is None:
+        raise NotInSession(
+            "a journaled tool was called outside an UndoLog session: "
+            "wrap the agent's work in `with ul.session():` (or `async with`)"
+        )
+    return session
+
+
+def enter(session: ActiveSession) -> contextvars.Token[ActiveSession | None]:
+    return _current.set(session)
+
+
+def leave(token: contextvars.Token[ActiveSession | None]) -> None:
+    _current.reset(token)

@@ -1,0 +1,250 @@
+"""``@undolog_tool``: the tier of a tool, declared by its author.
+
+SAFE tools are returned as they are: calling one is calling the function, no database
+work at all. COMPENSABLE and IRREVERSIBLE tools are wrapped (signature and docstring
+kept): each call binds its arguments (defaults applied), takes the session and the next
+step index from the current session, computes the signature, and intercepts. The body
+runs only on 'execute'; its result is committed (it must be JSON) or its exception
+recorded with fail(); 'replay' returns the cached result without running the body;
+'await_approval' raises AwaitingApprovalError; 'rejected' raises ApprovalRejectedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, cast, overload
+
+from undolog import engine
+from undolog.context import ActiveSession, current_session
+from undolog.errors import (
+    ApprovalRejectedError,
+    AwaitingApprovalError,
+    CallInProgress,
+    ResultNotJSON,
+    UndoLogError,
+)
+from undolog.signature import call_signature
+from undolog.tiers import CompensationDescriptor, ToolTier
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# How long a call answered 'in_progress' (the same call running elsewhere) is asked again
+# before giving up, and the first pause between asks (doubling, capped at 1 s).
+IN_PROGRESS_TIMEOUT = 30.0
+IN_PROGRESS_FIRST_PAUSE = 0.01
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    tier: ToolTier
+    compensation: CompensationDescriptor | None
+    signature: inspect.Signature
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        first = next(iter(self.signature.parameters), None)
+        if first in ("self", "cls"):  # a method: the instance is not part of the call
+            arguments.pop(first)
+        return arguments
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    step_index: int
+    args: dict[str, Any]
+    signature: str
+
+
+def _prepare(
+    spec: ToolSpec, session: ActiveSession, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> PreparedCall:
+    arguments = spec.bind(args, kwargs)
+    step = session.next_step()
+    return PreparedCall(
+        step, arguments, call_signature(session.session_id, step, spec.name, arguments)
+    )
+
+
+def _intercept_params(
+    spec: ToolSpec, session: ActiveSession, call: PreparedCall
+) -> tuple[Any, ...]:
+    return (
+        session.session_id,
+        call.step_index,
+        spec.name,
+        spec.tier.value,
+        call.args,
+        spec.compensation.to_json() if spec.compensation else None,
+        call.signature,
+    )
+
+
+def _refuse_unless_executable(spec: ToolSpec, got: engine.Interception) -> None:
+    if got.action == "await_approval":
+        raise AwaitingApprovalError(
+            f"{spec.name} is IRREVERSIBLE and waits for approval {got.approval_id}",
+            got.approval_id,
+            got.effect_id,
+        )
+    if got.action == "rejected":
+        raise ApprovalRejectedError(
+            f"{spec.name} was rejected by a human (approval {got.approval_id})",
+            got.approval_id,
+            got.effect_id,
+        )
+    if got.action != "execute":
+        raise UndoLogError(f"unexpected intercept action {got.action!r}")
+
+
+def _checked_result(spec: ToolSpec, result: Any) -> Any:
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ResultNotJSON(
+            f"{spec.name} returned {type(result).__name__}, which JSON cannot carry "
+            f"exactly ({exc}); the call is left executing, so the undo walk will "
+            "compensate it if the session fails"
+        ) from exc
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _pauses() -> Iterator[float]:
+    pause, deadline = IN_PROGRESS_FIRST_PAUSE, time.monotonic() + IN_PROGRESS_TIMEOUT
+    while time.monotonic() < deadline:
+        yield pause
+        pause = min(pause * 2, 1.0)
+
+
+def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = current_session()
+        if session.is_async:
+            raise UndoLogError(
+                f"{spec.name} is a sync journaled tool inside an async session: "
+                "make the tool async, or use a sync UndoLog"
+            )
+        conn = cast(engine.Connection, session.connection)
+        call = _prepare(spec, session, args, kwargs)
+        params = _intercept_params(spec, session, call)
+        got = engine.intercept(conn, *params)
+        for pause in _pauses():
+            if got.action != "in_progress":
+                break
+            time.sleep(pause)
+            got = engine.intercept(conn, *params)
+        if got.action == "in_progress":
+            raise CallInProgress(f"{spec.name} step {call.step_index} is still executing")
+        if got.action == "replay":
+            return got.result_snapshot
+        _refuse_unless_executable(spec, got)
+        assert got.effect_id is not None
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # the tool reported failure: it never took effect
+            engine.fail(conn, got.effect_id, _describe(exc))
+            raise
+        engine.commit(conn, got.effect_id, _checked_result(spec, result))
+        return result
+
+    return wrapper
+
+
+def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
+    from undolog import aengine
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = current_session()
+        if not session.is_async:
+            raise UndoLogError(
+                f"{spec.name} is an async journaled tool inside a sync session: use AsyncUndoLog"
+            )
+        conn = cast(aengine.AsyncConnection, session.connection)
+        call = _prepare(spec, session, args, kwargs)
+        params = _intercept_params(spec, session, call)
+        got = await aengine.intercept(conn, *params)
+        for pause in _pauses():
+            if got.action != "in_progress":
+                break
+            await asyncio.sleep(pause)
+            got = await aengine.intercept(conn, *params)
+        if got.action == "in_progress":
+            raise CallInProgress(f"{spec.name} step {call.step_index} is still executing")
+        if got.action == "replay":
+            return got.result_snapshot
+        _refuse_unless_executable(spec, got)
+        assert got.effect_id is not None
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:  # the tool reported failure: it never took effect
+            await aengine.fail(conn, got.effect_id, _describe(exc))
+            raise
+        await aengine.commit(conn, got.effect_id, _checked_result(spec, result))
+        return result
+
+    return wrapper
+
+
+@overload
+def undolog_tool(
+    *,
+    tier: ToolTier,
+    compensation: CompensationDescriptor | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+@overload
+def undolog_tool(
+    fn: Callable[P, R],
+    /,
+    *,
+    tier: ToolTier = ...,
+    compensation: None = None,
+    name: str | None = None,
+) -> Callable[P, R]: ...
+def undolog_tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    tier: ToolTier = ToolTier.SAFE,
+    compensation: CompensationDescriptor | None = None,
+    name: str | None = None,
+) -> Any:
+    """Declare a tool's tier (and, for COMPENSABLE, its compensation)."""
+    if not isinstance(tier, ToolTier):
+        raise TypeError(f"tier must be a ToolTier, not {tier!r}")
+    if tier is ToolTier.COMPENSABLE and compensation is None:
+        raise ValueError("a COMPENSABLE tool needs compensation=CompensationDescriptor.new(...)")
+    if tier is not ToolTier.COMPENSABLE and compensation is not None:
+        raise ValueError(f"a {tier.name} tool cannot carry a compensation")
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        if tier is ToolTier.SAFE:
+            return func  # called directly: no wrapper, no database, no overhead
+        spec = ToolSpec(name or func.__name__, tier, compensation, inspect.signature(func))
+        wrap = _async_wrapper if inspect.iscoroutinefunction(func) else _sync_wrapper
+        wrapped = wrap(spec, func)
+        wrapped.__undolog_tool__ = spec  # type: ignore[attr-defined]
+        return cast(Callable[P, R], wrapped)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def tool_spec(fn: Callable[..., Any]) -> ToolSpec | None:
+    """The declaration behind a journaled tool (None for SAFE and plain functions)."""
+    spec: ToolSpec | None = getattr(fn, "__undolog_tool__", None)
+    return spec

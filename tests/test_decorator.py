@@ -1,0 +1,234 @@
+"""@undolog_tool and ul.session(), sync and async, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from undolog import (
+    AsyncUndoLog,
+    AwaitingApprovalError,
+    CompensationDescriptor,
+    NotInSession,
+    ResultNotJSON,
+    ToolTier,
+    UndoLog,
+    undolog_tool,
+)
+from undolog.decorator import tool_spec
+
+Conn = psycopg.Connection[Any]
+DELETE_USER = CompensationDescriptor.new("delete_user", args={"soft": True})
+calls: list[str] = []
+
+
+@undolog_tool(tier=ToolTier.SAFE)
+def search_web(query: str) -> str:
+    """Look something up."""
+    return f"results for {query}"
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=DELETE_USER)
+def create_user(email: str, name: str, admin: bool = False) -> dict[str, Any]:
+    """Create a user account."""
+    calls.append(f"create_user {email}")
+    return {"user_id": len(calls), "email": email, "admin": admin}
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("retract"))
+def send_email(to: str) -> dict[str, Any]:
+    calls.append(f"send_email {to}")
+    if to.endswith("@invalid"):
+        raise ConnectionError("no such domain")
+    return {"sent": to}
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+def process_payout(user_id: int, cents: int) -> dict[str, Any]:
+    calls.append(f"payout {user_id}")
+    return {"paid": cents}
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
+def returns_a_set() -> set[int]:
+    return {1, 2}
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=DELETE_USER)
+async def acreate_user(email: str, name: str) -> dict[str, Any]:
+    calls.append(f"acreate_user {email}")
+    await asyncio.sleep(0)
+    return {"user_id": 7, "email": email}
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+async def adelete_database(name: str) -> dict[str, Any]:
+    calls.append(f"adelete_database {name}")
+    return {"dropped": name}
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    calls.clear()
+
+
+def _effects(conn: Conn, session_id: uuid.UUID) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT step_index, tool_name, state, args, result_snapshot FROM "
+        "undolog.undolog_effect_log WHERE session_id = %s ORDER BY step_index",
+        (session_id,),
+    ).fetchall()
+
+
+def _session_state(conn: Conn, session_id: uuid.UUID) -> str:
+    row = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_safe_tool_is_the_function_itself_and_needs_no_session() -> None:
+    assert search_web("pg") == "results for pg"
+    assert tool_spec(search_web) is None
+    assert search_web.__doc__ == "Look something up."
+
+
+def test_journaled_tool_keeps_its_signature_and_docstring() -> None:
+    assert create_user.__doc__ == "Create a user account."
+    assert list(inspect.signature(create_user).parameters) == ["email", "name", "admin"]
+    spec = tool_spec(create_user)
+    assert spec is not None and spec.tier is ToolTier.COMPENSABLE
+
+
+def test_outside_a_session_a_journaled_tool_refuses() -> None:
+    with pytest.raises(NotInSession):
+        create_user("ada@example.com", "Ada")
+    assert calls == []
+
+
+def test_session_completes_and_a_restart_replays_from_cache(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn)
+    with ul.session(agent="test") as session:
+        first = create_user("ada@example.com", name="Ada")
+        sent = send_email("ada@example.com")
+    assert _session_state(conn, session.session_id) == "completed"
+    assert calls == ["create_user ada@example.com", "send_email ada@example.com"]
+    rows = _effects(conn, session.session_id)
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (0, "create_user", "committed"),
+        (1, "send_email", "committed"),
+    ]
+    assert rows[0][3] == {"email": "ada@example.com", "name": "Ada", "admin": False}
+
+    # the agent crashed and starts the same session again: nothing runs twice
+    with ul.session(session.session_id):
+        assert create_user("ada@example.com", name="Ada") == first
+        assert send_email("ada@example.com") == sent
+    assert calls == ["create_user ada@example.com", "send_email ada@example.com"]
+
+
+def test_an_exception_fails_the_call_and_the_session(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn)
+    with pytest.raises(ConnectionError), ul.session() as session:
+        create_user("ada@example.com", "Ada")
+        send_email("ada@invalid")
+    rows = _effects(conn, session.session_id)
+    assert [r[2] for r in rows] == ["committed", "pending"]
+    assert _session_state(conn, session.session_id) in ("failed", "compensating", "compensated")
+
+
+def test_irreversible_call_suspends_the_session(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn)
+    with pytest.raises(AwaitingApprovalError) as raised, ul.session() as session:
+        create_user("ada@example.com", "Ada")
+        process_payout(1, 5000)
+    assert raised.value.approval_id is not None
+    assert calls == ["create_user ada@example.com"]  # the payout body never ran
+    assert _session_state(conn, session.session_id) == "awaiting_approval"
+    assert [r[2] for r in _effects(conn, session.session_id)] == ["committed", "pending"]
+
+
+def test_a_result_json_cannot_carry_is_a_clear_error(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn)
+    with pytest.raises(ResultNotJSON), ul.session() as session:
+        returns_a_set()
+    # outcome unknown to the journal: left executing, so that the walk compensates it
+    assert [r[2] for r in _effects(conn, session.session_id)] in (
+        ["executing"],
+        ["compensating"],
+        ["compensated"],
+    )
+
+
+def test_a_pool_works_and_keeps_its_connections_settings(dsn: str, conn: Conn) -> None:
+    with ConnectionPool(dsn, min_size=1, max_size=1, open=True) as pool:
+        ul = UndoLog(pool=pool)
+        with ul.session() as session:
+            create_user("bob@example.com", "Bob")
+        with pool.connection() as c:
+            assert c.autocommit is False
+    assert _session_state(conn, session.session_id) == "completed"
+
+
+def test_heartbeat_keeps_the_lease_while_the_agent_works(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn, lease=timedelta(seconds=1))
+    with ul.session() as session:
+        time.sleep(2.5)
+        row = conn.execute(
+            "SELECT lease_expires_at > now() FROM undolog.undolog_sessions WHERE session_id = %s",
+            (session.session_id,),
+        ).fetchone()
+    assert row == (True,)
+
+
+def test_async_session_executes_replays_and_waits_for_approval(dsn: str, conn: Conn) -> None:
+    ul = AsyncUndoLog(dsn)
+
+    async def agent(session_id: uuid.UUID | None) -> uuid.UUID:
+        async with ul.session(session_id) as session:
+            await acreate_user("ada@example.com", "Ada")
+            await adelete_database("prod")
+        return session.session_id
+
+    with pytest.raises(AwaitingApprovalError):
+        asyncio.run(agent(None))
+    (sid,) = conn.execute("SELECT session_id FROM undolog.undolog_sessions").fetchone() or ()
+    assert calls == ["acreate_user ada@example.com"]
+    assert _session_state(conn, sid) == "awaiting_approval"
+    with pytest.raises(AwaitingApprovalError):  # asked again: replay, then the same request
+        asyncio.run(agent(sid))
+    assert calls == ["acreate_user ada@example.com"]
+
+
+def test_sync_tool_in_async_session_is_refused(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+
+    async def agent() -> None:
+        async with ul.session():
+            create_user("ada@example.com", "Ada")
+
+    with pytest.raises(Exception, match="sync journaled tool inside an async session"):
+        asyncio.run(agent())
+    assert calls == []
+
+
+def test_declaration_errors_are_caught_at_decoration() -> None:
+    with pytest.raises(ValueError):
+        undolog_tool(tier=ToolTier.COMPENSABLE)
+    with pytest.raises(ValueError):
+        undolog_tool(tier=ToolTier.IRREVERSIBLE, compensation=DELETE_USER)
+    with pytest.raises(TypeError):
+        undolog_tool(tier="compensable")  # type: ignore[call-overload]
+    with pytest.raises(ValueError):
+        CompensationDescriptor.new("", args={})
+    with pytest.raises(ValueError):
+        CompensationDescriptor.new("x", args={"n": float("nan")})
