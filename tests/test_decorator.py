@@ -201,7 +201,9 @@ def test_async_session_executes_replays_and_waits_for_approval(dsn: str, conn: C
 
     with pytest.raises(AwaitingApprovalError):
         asyncio.run(agent(None))
-    (sid,) = conn.execute("SELECT session_id FROM undolog.undolog_sessions").fetchone() or ()
+    row = conn.execute("SELECT session_id FROM undolog.undolog_sessions").fetchone()
+    assert row is not None
+    sid = row[0]
     assert calls == ["acreate_user ada@example.com"]
     assert _session_state(conn, sid) == "awaiting_approval"
     with pytest.raises(AwaitingApprovalError):  # asked again: replay, then the same request
