@@ -1,0 +1,106 @@
+-- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
+-- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
+BEGIN;
+SELECT plan(32);
+\ir _helpers.psql
+
+SELECT has_function('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'undolog.commit(uuid, jsonb) exists');
+SELECT function_returns('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'void', 'it returns void');
+SELECT is_definer('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'it is SECURITY DEFINER');
+
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000001'),
+          'c0000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
+CREATE TEMP TABLE fx (name text PRIMARY KEY, effect_id uuid);
+CREATE FUNCTION pg_temp.new_call(p_name text, p_step integer, p_tier text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fx
+    SELECT p_name, i.effect_id
+    FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', p_step, 'tool_' || p_name,
+                           p_tier, '{}', pg_temp.sig('commit-' || p_name),
+                           CASE p_tier WHEN 'compensable' THEN '{"name": "undo"}'::jsonb END) AS i;
+    RETURN (SELECT e.state FROM undolog.undolog_effect_log AS e
+            WHERE e.effect_id = (SELECT f.effect_id FROM fx AS f WHERE f.name = p_name));
+END
+$$;
+CREATE FUNCTION pg_temp.eid(p_name text) RETURNS uuid LANGUAGE sql
+AS $$ SELECT effect_id FROM fx WHERE name = p_name $$;
+
+SELECT is(pg_temp.new_call('a', 0, 'compensable'), 'executing', 'setup: effect a executing');
+SELECT is(pg_temp.new_call('b', 1, 'compensable'), 'executing', 'setup: effect b executing');
+SELECT is(pg_temp.new_call('c', 2, 'compensable'), 'executing', 'setup: effect c executing');
+
+-- Commit with a result.
+SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('a'), '{"user_id": 42, "tags": ["x"]}')$$,
+                'commit of an executing effect');
+SELECT results_eq(
+    $$SELECT state, result_snapshot, error, attempts FROM undolog.undolog_effect_log
+      WHERE effect_id = pg_temp.eid('a')$$,
+    $$VALUES ('committed', '{"user_id": 42, "tags": ["x"]}'::jsonb, NULL::text, 1)$$,
+    'the effect is committed with its result cached');
+SELECT results_eq(
+    $$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
+      WHERE effect_id = pg_temp.eid('a') ORDER BY history_id DESC LIMIT 1$$,
+    $$VALUES ('transition', 'executing', 'committed')$$,
+    'history records executing -> committed');
+SELECT results_eq(
+    $$SELECT state, compensation FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('a')$$,
+    $$VALUES ('pending', '{"name": "undo", "args": {}}'::jsonb)$$,
+    'its undo entry stays on the stack, due if the session fails');
+SELECT results_eq(
+    $$SELECT action, result_snapshot FROM undolog.intercept('c0000000-0000-4000-8000-000000000001',
+        0, 'tool_a', 'compensable', '{}', pg_temp.sig('commit-a'), '{"name": "undo"}')$$,
+    $$VALUES ('replay', '{"user_id": 42, "tags": ["x"]}'::jsonb)$$,
+    'the same call now replays the committed result');
+
+-- A NULL result is stored as JSON null, so that a replay can tell "no result" apart.
+SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('b'), NULL)$$, 'commit with a NULL result');
+SELECT results_eq(
+    $$SELECT state, result_snapshot FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('b')$$,
+    $$VALUES ('committed', 'null'::jsonb)$$,
+    'a NULL result is stored as JSON null');
+
+-- A scalar result is fine too.
+SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('c'), '"done"')$$, 'commit with a scalar result');
+SELECT is((SELECT result_snapshot FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c')),
+          '"done"'::jsonb, 'a scalar result is stored as given');
+
+-- Refusals: SQLSTATE, and nothing written.
+SELECT pg_temp.refused($$SELECT undolog.commit(pg_temp.eid('a'), '{"user_id": 43}')$$,
+                       'UL001', 'committing twice: UL001');
+SELECT is((SELECT result_snapshot FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('a')),
+          '{"user_id": 42, "tags": ["x"]}'::jsonb, 'the first result is kept');
+
+SELECT is(pg_temp.new_call('irr', 3, 'irreversible'), 'pending',
+          'setup: an irreversible effect, pending approval');
+SELECT pg_temp.refused($$SELECT undolog.commit(pg_temp.eid('irr'), '{}')$$,
+                       'UL001', 'commit of a pending effect (never approved, never run): UL001');
+
+SELECT pg_temp.refused($$SELECT undolog.commit('99999999-9999-4999-8999-999999999999', '{}')$$,
+                       'UL003', 'commit of an unknown effect: UL003');
+SELECT pg_temp.refused($$SELECT undolog.commit(NULL, '{}')$$,
+                       'UL003', 'commit of a NULL effect id: UL003');
+
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000002'),
+          'c0000000-0000-4000-8000-000000000002'::uuid, 'setup: a second session');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000002', 0, 'big',
+              'compensable', '{}', pg_temp.sig('commit-big'), '{"name": "undo"}')),
+          'execute', 'setup: an executing effect on it');
+SELECT pg_temp.refused(
+    $$SELECT undolog.commit(
+        (SELECT effect_id FROM undolog.undolog_signature_registry
+         WHERE call_signature = pg_temp.sig('commit-big')),
+        jsonb_build_object('blob', repeat('x', 1048576)))$$,
+    'UL009', 'a result over 1 MiB: UL009');
+SELECT is((SELECT state FROM undolog.undolog_effect_log
+           WHERE call_signature = pg_temp.sig('commit-big')),
+          'executing', 'the effect is still executing: it can be committed with a smaller result');
+SELECT lives_ok(
+    $$SELECT undolog.commit(
+        (SELECT effect_id FROM undolog.undolog_signature_registry
+         WHERE call_signature = pg_temp.sig('commit-big')),
+        jsonb_build_object('b', repeat('x', 1048576 - pg_column_size(jsonb_build_object('b', '')))))$$,
+    'a result of exactly 1 MiB is accepted');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,143 @@
+-- Append-only, enforced in the database: history tables, the signature registry, an
+-- effect's identity columns and the sessions table refuse UPDATE / DELETE / TRUNCATE
+-- (UL011), even for the owner; TRUNCATE of a month partition directly too. Dropping or
+-- detaching a whole partition (DDL) still works. No group role may write the tables.
+BEGIN;
+SELECT plan(79);
+\ir _helpers.psql
+
+-- Data to protect: a committed compensable call and a pending irreversible one.
+SELECT is(undolog.begin_session('a0000000-0000-4000-8000-000000000001'),
+          'a0000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
+SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-000000000001', 0,
+              'create_user', 'compensable', '{"name": "ada"}', pg_temp.sig('ao-c'),
+              '{"name": "delete_user"}')),
+          'execute', 'setup: a compensable call');
+SELECT lives_ok(
+    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+                             WHERE call_signature = pg_temp.sig('ao-c')), '{"id": 1}')$$,
+    'setup: it commits');
+SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-000000000001', 1,
+              'send_email', 'irreversible', '{"to": "ada"}', pg_temp.sig('ao-i'))),
+          'await_approval', 'setup: an irreversible call');
+
+CREATE TEMP TABLE month AS
+SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM') AS this_month;
+CREATE FUNCTION pg_temp.this_month(p_parent text) RETURNS text LANGUAGE sql
+AS $$ SELECT 'undolog.' || p_parent || '_' || this_month FROM month $$;
+
+SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_effect_history), '>=', 4::bigint,
+              'setup: effect history has rows');
+SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_session_history), '>=', 2::bigint,
+              'setup: session history has rows');
+SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 2::bigint,
+          'setup: the registry has 2 rows');
+
+-- Session history.
+SELECT pg_temp.refused($$UPDATE undolog.undolog_session_history SET to_state = 'completed'$$,
+                       'UL011', 'UPDATE of session history: UL011');
+SELECT pg_temp.refused($$DELETE FROM undolog.undolog_session_history$$,
+                       'UL011', 'DELETE of session history: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_session_history$$,
+                       'UL011', 'TRUNCATE of session history: UL011');
+
+-- Effect history: through the parent, and through its partitions directly.
+SELECT pg_temp.refused($$UPDATE undolog.undolog_effect_history SET detail = '{}'$$,
+                       'UL011', 'UPDATE of effect history: UL011');
+SELECT pg_temp.refused($$DELETE FROM undolog.undolog_effect_history$$,
+                       'UL011', 'DELETE of effect history: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_effect_history$$,
+                       'UL011', 'TRUNCATE of effect history: UL011');
+SELECT pg_temp.refused(format('UPDATE %s SET actor = %L', pg_temp.this_month('undolog_effect_history'), 'x'),
+                       'UL011', 'UPDATE of this month''s effect history partition directly: UL011');
+SELECT pg_temp.refused(format('DELETE FROM %s', pg_temp.this_month('undolog_effect_history')),
+                       'UL011', 'DELETE from this month''s effect history partition directly: UL011');
+SELECT pg_temp.refused(format('TRUNCATE %s', pg_temp.this_month('undolog_effect_history')),
+                       'UL011', 'TRUNCATE of this month''s effect history partition directly: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_effect_history_default$$,
+                       'UL011', 'TRUNCATE of the effect history default partition: UL011');
+
+-- Signature registry.
+SELECT pg_temp.refused($$UPDATE undolog.undolog_signature_registry SET executed_at = now() - interval '1 day'$$,
+                       'UL011', 'UPDATE of the signature registry: UL011');
+SELECT pg_temp.refused($$DELETE FROM undolog.undolog_signature_registry$$,
+                       'UL011', 'DELETE of the signature registry: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_signature_registry$$,
+                       'UL011', 'TRUNCATE of the signature registry: UL011');
+
+-- Effect log: identity columns, DELETE, TRUNCATE.
+SELECT pg_temp.refused(format('UPDATE undolog.undolog_effect_log SET %s WHERE call_signature = %L',
+                              assignment, pg_temp.sig('ao-c')),
+                       'UL011', format('UPDATE of an effect''s %s: UL011', col))
+FROM (VALUES
+    ('effect_id', 'effect_id = gen_random_uuid()'),
+    ('session_id', $q$session_id = 'a0000000-0000-4000-8000-000000000009'$q$),
+    ('executed_at', $q$executed_at = executed_at + interval '1 second'$q$),
+    ('call_signature', 'call_signature = repeat(''d'', 64)'),
+    ('step_index', 'step_index = 5'),
+    ('tool_name', 'tool_name = ''drop_db'''),
+    ('tier', 'tier = ''irreversible'''),
+    ('args', 'args = ''{"name": "eve"}''')
+) AS v (col, assignment);
+SELECT pg_temp.refused(format('UPDATE %s SET tool_name = %L', pg_temp.this_month('undolog_effect_log'), 'x'),
+                       'UL011', 'UPDATE of an identity column through this month''s partition: UL011');
+SELECT pg_temp.refused($$DELETE FROM undolog.undolog_effect_log$$,
+                       'UL011', 'DELETE of the effect log: UL011');
+SELECT pg_temp.refused(format('DELETE FROM %s', pg_temp.this_month('undolog_effect_log')),
+                       'UL011', 'DELETE from this month''s effect log partition directly: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_effect_log$$,
+                       'UL011', 'TRUNCATE of the effect log: UL011');
+SELECT pg_temp.refused(format('TRUNCATE %s', pg_temp.this_month('undolog_effect_log')),
+                       'UL011', 'TRUNCATE of this month''s effect log partition directly: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_effect_log_default$$,
+                       'UL011', 'TRUNCATE of the effect log default partition: UL011');
+
+-- Sessions: rows change state, but never vanish, and keep their identity.
+SELECT pg_temp.refused($$DELETE FROM undolog.undolog_sessions$$,
+                       'UL011', 'DELETE of a session: UL011');
+SELECT pg_temp.refused($$TRUNCATE undolog.undolog_sessions$$,
+                       'UL011', 'TRUNCATE of sessions: UL011');
+SELECT pg_temp.refused($$UPDATE undolog.undolog_sessions SET session_id = gen_random_uuid()$$,
+                       'UL011', 'UPDATE of a session''s id: UL011');
+SELECT pg_temp.refused($$UPDATE undolog.undolog_sessions SET created_at = created_at - interval '1 day'$$,
+                       'UL011', 'UPDATE of a session''s created_at: UL011');
+
+-- Partitions created later carry the same protection.
+SELECT cmp_ok((SELECT count(*) FROM undolog.ensure_partitions(3)), '>', 0::bigint,
+              'setup: ensure_partitions(3) creates months ahead');
+CREATE TEMP TABLE later AS
+SELECT to_char(date_trunc('month', now() AT TIME ZONE 'UTC') + interval '3 months', 'YYYY_MM') AS m3,
+       to_char(date_trunc('month', now() AT TIME ZONE 'UTC') + interval '2 months', 'YYYY_MM') AS m2;
+SELECT pg_temp.refused(format('TRUNCATE undolog.undolog_effect_log_%s', m3), 'UL011',
+                       'TRUNCATE of a newly created effect log month: UL011') FROM later;
+SELECT pg_temp.refused(format('TRUNCATE undolog.undolog_effect_history_%s', m3), 'UL011',
+                       'TRUNCATE of a newly created effect history month: UL011') FROM later;
+
+-- Dropping and detaching whole months is DDL and still works.
+SELECT lives_ok(format('DROP TABLE undolog.undolog_effect_log_%1$s, undolog.undolog_effect_history_%1$s', m3),
+                'dropping a month of effect log and history works') FROM later;
+SELECT lives_ok(format('ALTER TABLE undolog.undolog_effect_log DETACH PARTITION undolog.undolog_effect_log_%s', m2),
+                'detaching a month of the effect log works') FROM later;
+SELECT hasnt_table('undolog', 'undolog_effect_log_' || m3, 'the dropped month is gone') FROM later;
+
+-- Grants: PUBLIC and the group roles cannot write any undolog table directly.
+SELECT is_empty(
+    $$SELECT c.oid::regclass, r.rolname, p.priv
+      FROM pg_class AS c
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      CROSS JOIN pg_roles AS r
+      CROSS JOIN unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS p (priv)
+      WHERE n.nspname = 'undolog' AND c.relkind IN ('r', 'p')
+        AND r.rolname IN ('undolog_agent', 'undolog_approver', 'undolog_operator')
+        AND has_table_privilege(r.oid, c.oid, p.priv)$$,
+    'no group role may INSERT, UPDATE, DELETE or TRUNCATE an undolog table');
+SELECT is_empty(
+    $$SELECT c.oid::regclass, a.privilege_type
+      FROM pg_class AS c
+      JOIN pg_namespace AS n ON n.oid = c.relnamespace
+      CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+      WHERE n.nspname = 'undolog' AND c.relkind IN ('r', 'p') AND a.grantee = 0$$,
+    'PUBLIC holds no privilege on any undolog table');
+
+SELECT * FROM finish();
+ROLLBACK;
