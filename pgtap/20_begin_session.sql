@@ -57,9 +57,6 @@ SELECT results_eq(
               now() + '10 minutes'::interval)$$,
     'resuming renews the lease (now() + the new p_lease), keeps agent and metadata'
 );
-SELECT todo('engine bug: the sessions guard is BEFORE INSERT, and begin_session''s '
-            'INSERT ... ON CONFLICT fires it before the conflict, so a resume appends a '
-            'spurious NULL -> active history row', 1);
 SELECT is(
     (SELECT count(*) FROM undolog.undolog_session_history
      WHERE session_id = '33333333-3333-4333-8333-333333333333'),
@@ -77,8 +74,6 @@ SELECT results_eq(
     $$SELECT * FROM before_resume$$,
     'a completed session is left unchanged: still completed, lease not renewed'
 );
-SELECT todo('engine bug: begin_session on a completed session appends NULL -> active to '
-            'its history, though it stays completed', 1);
 SELECT results_eq(
     $$SELECT from_state, to_state FROM undolog.undolog_session_history
       WHERE session_id = '33333333-3333-4333-8333-333333333333'

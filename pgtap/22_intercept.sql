@@ -412,11 +412,6 @@ FROM (VALUES
 ) AS v (d, e, s, st, t, ti, a, g, c);
 
 SELECT is((SELECT count(*) FROM bad_calls), 37::bigint, 'setup: 37 bad calls');
--- Engine bug (027_fn_check_call.sql): the UL006 RAISE passes HINT = CASE ... END, NULL
--- for any tier but 'safe', and RAISE refuses a NULL option: 22004 instead of UL006.
-UPDATE bad_calls SET known_bug = 'engine bug: check_call raises 22004 (RAISE option '
-                               || 'HINT is NULL) instead of UL006 for a tier other than safe'
-WHERE errcode = 'UL006' AND tier <> $q$'safe'$q$;
 SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, compensation,
                    known_bug)
 FROM bad_calls ORDER BY n;

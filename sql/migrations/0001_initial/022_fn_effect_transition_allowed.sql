@@ -1,6 +1,7 @@
 -- undolog.effect_transition_allowed: the effect state machine of DESIGN.md, as data.
 -- The effect log's guard trigger consults it on every state change, so no code path
 -- (API function or the owner's own UPDATE) can take a transition that is not here.
+-- Never NULL: an unknown tier or state is simply not allowed.
 -- pending -> replayed is in the contract but the engine never takes it: a duplicate
 -- signature replays the original effect, which stays committed (DESIGN.md, choice 2).
 CREATE OR REPLACE FUNCTION undolog.effect_transition_allowed(
@@ -11,7 +12,7 @@ LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
 AS $$
-    SELECT CASE
+    SELECT p_tier IN ('compensable', 'irreversible') AND coalesce(CASE
         WHEN p_from = 'pending' AND p_to = 'executing' THEN p_tier = 'compensable'
         WHEN p_from = 'pending' AND p_to IN ('approved', 'rejected') THEN p_tier = 'irreversible'
         WHEN p_from = 'pending' AND p_to = 'replayed' THEN true
@@ -22,7 +23,7 @@ AS $$
         WHEN p_from = 'compensating' AND p_to IN ('compensated', 'compensation_failed')
             THEN p_tier = 'compensable'
         ELSE false
-    END
+    END, false)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.effect_transition_allowed(text, text, text) FROM public;

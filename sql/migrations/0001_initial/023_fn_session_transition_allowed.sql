@@ -6,14 +6,14 @@ LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
 AS $$
-    SELECT CASE p_from
+    SELECT coalesce(CASE p_from
         WHEN 'active' THEN p_to IN ('completed', 'failed', 'awaiting_approval')
         WHEN 'failed' THEN p_to = 'compensating'
         WHEN 'awaiting_approval' THEN p_to IN ('active', 'compensating')
         WHEN 'compensating' THEN p_to IN ('compensated', 'halted')
         WHEN 'halted' THEN p_to = 'compensating'
         ELSE false
-    END
+    END, false)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.session_transition_allowed(text, text) FROM public;

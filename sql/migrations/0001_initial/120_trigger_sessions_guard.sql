@@ -1,6 +1,8 @@
--- undolog.sessions_guard: BEFORE INSERT OR UPDATE on undolog_sessions.
+-- undolog.sessions_guard: AFTER INSERT and BEFORE UPDATE on undolog_sessions.
 -- Enforces the session state machine and identity columns, and appends every state
--- change to undolog_session_history, whoever makes it.
+-- change to undolog_session_history, whoever makes it. The creation is recorded AFTER
+-- INSERT: a BEFORE INSERT trigger also fires for begin_session's INSERT ... ON CONFLICT
+-- that resumes an existing session, and would record a creation that did not happen.
 CREATE OR REPLACE FUNCTION undolog.sessions_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -45,8 +47,12 @@ $$;
 
 REVOKE ALL ON FUNCTION undolog.sessions_guard() FROM public;
 
-CREATE TRIGGER undolog_sessions_guard
-BEFORE INSERT OR UPDATE ON undolog.undolog_sessions
+CREATE TRIGGER undolog_sessions_guard_insert
+AFTER INSERT ON undolog.undolog_sessions
+FOR EACH ROW EXECUTE FUNCTION undolog.sessions_guard();
+
+CREATE TRIGGER undolog_sessions_guard_update
+BEFORE UPDATE ON undolog.undolog_sessions
 FOR EACH ROW EXECUTE FUNCTION undolog.sessions_guard();
 
 CREATE TRIGGER undolog_sessions_no_delete

@@ -31,6 +31,7 @@ DECLARE
     v_executed_at timestamptz;
     v_effect undolog.undolog_effect_log;
     v_approval_id uuid;
+    v_approval_state text;
 BEGIN
     PERFORM undolog.check_call(p_session_id, p_step_index, p_tool_name, p_tier, p_args,
                                p_call_signature, p_compensation);
@@ -134,10 +135,22 @@ BEGIN
                             NULL::jsonb, undolog.approval_of(v_effect.session_id, v_effect.effect_id);
     WHEN 'pending', 'approved' THEN
         IF v_effect.state = 'pending' AND v_effect.tier = 'irreversible' THEN
-            RETURN QUERY SELECT v_effect.effect_id, 'await_approval'::text, v_effect.state,
-                                NULL::jsonb,
-                                undolog.approval_of(v_effect.session_id, v_effect.effect_id);
-            RETURN;
+            SELECT a.approval_id, a.state INTO v_approval_id, v_approval_state
+            FROM undolog.undolog_approval_requests AS a
+            WHERE a.effect_id = v_effect.effect_id AND a.session_id = v_effect.session_id;
+            IF v_approval_state IS DISTINCT FROM 'approved' THEN
+                RETURN QUERY SELECT v_effect.effect_id, 'await_approval'::text, v_effect.state,
+                                    NULL::jsonb, v_approval_id;
+                RETURN;
+            END IF;
+            -- Approved, executed, then failed (reported, so it never took effect): the
+            -- human's approval still stands for this very call; it goes back to approved.
+            IF v_session_state = 'active' THEN
+                UPDATE undolog.undolog_effect_log AS e
+                SET state = 'approved'
+                WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
+                  AND e.executed_at = v_effect.executed_at;
+            END IF;
         END IF;
         -- A retry after fail(), or the approved call made again: execute it now.
         IF v_session_state <> 'active' THEN
