@@ -1,0 +1,170 @@
+-- undolog.decide_approval: the one path by which an approval request gets its outcome;
+-- approve(), reject() and expire_approvals() call it. p_decision is 'approved',
+-- 'rejected' or 'expired' (the engine's own decision: p_decided_by is then NULL).
+-- Answers the state recorded, or NULL when an expiry found the request already decided
+-- (a human or another expirer got there first: not an error for a sweep).
+--
+--   approved  effect pending -> approved; the session goes awaiting_approval -> active,
+--             with a fresh lease, once no request of it is pending any more. The agent
+--             then makes the same call again and intercept executes it, once.
+--   rejected  effect pending -> rejected (terminal); an awaiting_approval session goes
+--   expired   to compensating, for the undo walk.
+--
+-- The deadline (expires_at) is checked before anything is written. Once it has passed the
+-- request is expired, whoever asks: approving it raises UL015 and writes nothing (a raise
+-- rolls the transaction back, so the expiry itself is recorded by expire_approvals() or
+-- by a reject); rejecting it does not raise, since "do not run it" is what the human
+-- asked for, and records the outcome truthfully as 'expired' (with who closed it).
+--
+-- Lock order is session, then approval request, then effect: the same order as intercept
+-- (session FOR SHARE, then the effect FOR UPDATE), so a decision racing an intercept of
+-- the same call waits instead of deadlocking.
+CREATE OR REPLACE FUNCTION undolog.decide_approval(
+    p_approval_id uuid, p_decision text, p_decided_by text, p_reason text
+)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_session_id uuid;
+    v_session_state text;
+    v_request undolog.undolog_approval_requests;
+    v_outcome text := p_decision;
+    v_tool_name text;
+    v_why text;
+BEGIN
+    IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('a decision is approved, rejected or expired, not %s',
+                                        coalesce(pg_catalog.quote_literal(p_decision), 'NULL'));
+    END IF;
+    IF p_approval_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'approval_id is required';
+    END IF;
+    -- Blank is any whitespace (tabs, newlines), not just spaces: btrim would let a tab pass.
+    IF p_decision <> 'expired'
+       AND (p_decided_by IS NULL OR p_decided_by !~ '\S' OR length(p_decided_by) > 200) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = 'decided_by must name who decides: non-blank text of at most 200 characters';
+    END IF;
+    IF length(p_reason) > 8192 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('reason is %s characters, over the limit of 8192',
+                                        length(p_reason));
+    END IF;
+
+    SELECT a.session_id INTO v_session_id
+    FROM undolog.undolog_approval_requests AS a
+    WHERE a.approval_id = p_approval_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL013',
+            MESSAGE = pg_catalog.format('unknown approval %s', p_approval_id);
+    END IF;
+
+    SELECT s.state INTO STRICT v_session_state
+    FROM undolog.undolog_sessions AS s
+    WHERE s.session_id = v_session_id
+    FOR UPDATE;
+
+    -- Re-read under lock: a concurrent decision may have committed since the lookup.
+    SELECT a.* INTO STRICT v_request
+    FROM undolog.undolog_approval_requests AS a
+    WHERE a.approval_id = p_approval_id AND a.session_id = v_session_id
+    FOR UPDATE;
+
+    IF v_request.state <> 'pending' THEN
+        IF p_decision = 'expired' THEN
+            RETURN NULL;
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL014',
+            MESSAGE = pg_catalog.format('approval %s was already decided: %s', p_approval_id,
+                                        v_request.state),
+            DETAIL = pg_catalog.format('%s at %s by %s', v_request.state, v_request.decided_at,
+                                       coalesce(v_request.decided_by, 'the engine (deadline)'));
+    END IF;
+
+    IF v_request.expires_at <= now() THEN
+        IF p_decision = 'approved' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL015',
+                MESSAGE = pg_catalog.format(
+                    'approval %s expired at %s: it can no longer be approved',
+                    p_approval_id, v_request.expires_at),
+                HINT = 'The call will not run. undolog.expire_approvals() or undolog.reject() '
+                       'records the expiry and starts the session''s undo walk.';
+        END IF;
+        v_outcome := 'expired';
+    ELSIF p_decision = 'expired' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('approval %s is not past its deadline (%s)',
+                                        p_approval_id,
+                                        coalesce(v_request.expires_at::text, 'none'));
+    END IF;
+
+    -- Approving is only meaningful while the session waits for it: if the session was
+    -- sent to its undo walk (another of its calls was refused), the call can never run.
+    IF v_outcome = 'approved' AND v_session_state <> 'awaiting_approval' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL010',
+            MESSAGE = pg_catalog.format('session %s is %s: its calls can no longer be approved',
+                                        v_session_id, v_session_state),
+            HINT = 'Reject the request instead.';
+    END IF;
+
+    SELECT e.tool_name INTO v_tool_name
+    FROM undolog.undolog_effect_log AS e
+    WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
+      AND e.executed_at = v_request.executed_at;
+
+    v_why := CASE v_outcome
+        WHEN 'approved' THEN NULL
+        WHEN 'rejected' THEN pg_catalog.format('rejected by %s', p_decided_by)
+        ELSE pg_catalog.format('approval expired at %s', v_request.expires_at)
+             -- || not format(): format() renders NULL as '', || keeps it NULL.
+             || coalesce(' (closed by ' || p_decided_by || ')', '')
+    END || coalesce(': ' || p_reason, '');
+
+    -- The effect's guard trigger checks pending -> approved/rejected (IRREVERSIBLE only)
+    -- and appends the transition to its history; the refusal's why becomes its error.
+    UPDATE undolog.undolog_effect_log AS e
+    SET state = CASE v_outcome WHEN 'approved' THEN 'approved' ELSE 'rejected' END,
+        error = v_why
+    WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
+      AND e.executed_at = v_request.executed_at;
+
+    UPDATE undolog.undolog_approval_requests AS a
+    SET state = v_outcome,
+        decided_at = now(),
+        decided_by = p_decided_by,
+        reason = p_reason,
+        decided_role = session_user
+    WHERE a.approval_id = v_request.approval_id AND a.session_id = v_request.session_id;
+
+    IF v_outcome = 'approved' THEN
+        IF NOT EXISTS (SELECT FROM undolog.undolog_approval_requests AS a
+                       WHERE a.session_id = v_session_id AND a.state = 'pending') THEN
+            PERFORM undolog.transition_session(v_session_id, 'active');
+            -- The human may have taken longer than the lease: without a fresh one, the
+            -- resumed session would look dead to recovery before the agent's next call.
+            UPDATE undolog.undolog_sessions AS s
+            SET lease_expires_at = now() + s.lease_duration
+            WHERE s.session_id = v_session_id;
+        END IF;
+    ELSIF v_session_state = 'awaiting_approval' THEN
+        PERFORM undolog.transition_session(
+            v_session_id, 'compensating',
+            pg_catalog.format('irreversible call %s (approval %s) %s',
+                              coalesce(v_tool_name, '?'), p_approval_id, v_why));
+    END IF;
+    RETURN v_outcome;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.decide_approval(uuid, text, text, text) FROM public;

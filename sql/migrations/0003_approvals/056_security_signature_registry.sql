@@ -1,0 +1,11 @@
+-- Read access to undolog.undolog_signature_registry: an internal index (signature ->
+-- effect), readable by approver and operator for diagnosis, not by the agent, who reads
+-- the same facts in the effect log. RLS is enabled like on every session table, so that
+-- a later grant to the agent could not expose other sessions' signatures.
+ALTER TABLE undolog.undolog_signature_registry ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY undolog_staff_reads_all ON undolog.undolog_signature_registry
+FOR SELECT TO undolog_approver, undolog_operator
+USING (true);
+
+GRANT SELECT ON undolog.undolog_signature_registry TO undolog_approver, undolog_operator;

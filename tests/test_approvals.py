@@ -1,0 +1,425 @@
+"""The approval gate end to end: decisions wake LISTENing connections, an approved call
+executes exactly once, deadlines expire in real time, and each refusal has its exception.
+
+Each actor has its own connection under its group role (SET ROLE, as the test database's
+superuser may), so every call below also proves the role holds the grant it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import approvals, engine
+from undolog.approvals import CHANNEL, ApprovalEvent
+from undolog.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    InvalidArgument,
+    PermissionDenied,
+    SessionNotActive,
+    UnknownApproval,
+)
+
+Conn = psycopg.Connection[Any]
+
+
+def _connect(dsn: str, role: str | None) -> Conn:
+    conn = psycopg.connect(dsn, autocommit=True)
+    if role is not None:
+        conn.execute(f"SET ROLE {role}")
+    return conn
+
+
+@pytest.fixture
+def agent(dsn: str) -> Iterator[Conn]:
+    with _connect(dsn, "undolog_agent") as c:
+        yield c
+
+
+@pytest.fixture
+def approver(dsn: str) -> Iterator[Conn]:
+    with _connect(dsn, "undolog_approver") as c:
+        yield c
+
+
+@pytest.fixture
+def operator(dsn: str) -> Iterator[Conn]:
+    with _connect(dsn, "undolog_operator") as c:
+        yield c
+
+
+@pytest.fixture
+def listener(dsn: str) -> Iterator[Conn]:
+    """A connection LISTENing on the approvals channel (any role may LISTEN)."""
+    with _connect(dsn, "undolog_agent") as c:
+        c.execute(f"LISTEN {CHANNEL}")
+        yield c
+
+
+def _gated_call(agent: Conn, tool: str = "drop_database") -> engine.Interception:
+    session_id = engine.begin_session(agent, agent="test")
+    answer = engine.intercept(agent, session_id, 0, tool, "irreversible", {"name": "prod"})
+    assert answer.action == "await_approval"
+    assert answer.approval_id is not None
+    return answer
+
+
+def _events(listener: Conn, count: int, timeout: float = 5.0) -> list[ApprovalEvent]:
+    return [
+        ApprovalEvent.from_payload(n.payload)
+        for n in listener.notifies(timeout=timeout, stop_after=count)
+        if n.channel == CHANNEL
+    ]
+
+
+def _session_of(conn: Conn, approval_id: uuid.UUID) -> tuple[uuid.UUID, str]:
+    row = conn.execute(
+        "SELECT s.session_id, s.state FROM undolog.undolog_approval_requests AS a "
+        "JOIN undolog.undolog_sessions AS s USING (session_id) WHERE a.approval_id = %s",
+        (approval_id,),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_a_decision_wakes_a_listening_connection(
+    agent: Conn, approver: Conn, listener: Conn
+) -> None:
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None and answer.effect_id is not None
+    [requested] = _events(listener, 1)
+    assert requested.state == "pending"  # a new request wakes approvers' dashboards
+
+    assert approvals.approve(approver, answer.approval_id, "alice", "backup checked") == (
+        "approved"
+    )
+    notices = list(listener.notifies(timeout=5.0, stop_after=1))
+    assert len(notices) == 1
+    # ids only: exactly these keys, small
+    payload = json.loads(notices[0].payload)
+    session_id, _ = _session_of(approver, answer.approval_id)
+    assert payload == {
+        "approval_id": str(answer.approval_id),
+        "session_id": str(session_id),
+        "effect_id": str(answer.effect_id),
+        "state": "approved",
+    }
+    assert len(notices[0].payload.encode()) < 8000
+
+
+def test_a_rejection_wakes_the_listener_and_sends_the_session_to_its_undo_walk(
+    agent: Conn, approver: Conn, listener: Conn
+) -> None:
+    answer = _gated_call(agent, "wire_money")
+    assert answer.approval_id is not None
+    _events(listener, 1)
+    assert approvals.reject(approver, answer.approval_id, "bob", "too much") == "rejected"
+    [event] = _events(listener, 1)
+    assert (event.approval_id, event.state, event.is_decision) == (
+        answer.approval_id,
+        "rejected",
+        True,
+    )
+    assert _session_of(approver, answer.approval_id)[1] == "compensating"
+    again = engine.intercept(
+        agent,
+        _session_of(approver, answer.approval_id)[0],
+        0,
+        "wire_money",
+        "irreversible",
+        {"name": "prod"},
+    )
+    assert (again.action, again.state) == ("rejected", "rejected")
+
+
+def test_nobody_is_woken_by_a_decision_that_rolled_back(
+    agent: Conn, dsn: str, listener: Conn
+) -> None:
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None
+    _events(listener, 1)
+    with _connect(dsn, "undolog_approver") as approver:
+        approver.autocommit = False
+        approvals.approve(approver, answer.approval_id, "alice")
+        approver.rollback()
+        assert _events(listener, 1, timeout=0.5) == []
+        approvals.approve(approver, answer.approval_id, "alice")
+        assert _events(listener, 1, timeout=0.1) == []  # not yet committed
+        approver.commit()
+    [event] = _events(listener, 1)
+    assert event.state == "approved"
+
+
+def test_approve_then_the_same_call_executes_exactly_once(agent: Conn, approver: Conn) -> None:
+    session_id = engine.begin_session(agent)
+    args = {"name": "prod"}
+    first = engine.intercept(agent, session_id, 0, "drop_database", "irreversible", args)
+    assert (first.action, first.state) == ("await_approval", "pending")
+    assert first.approval_id is not None
+
+    # Until a human decides, asking again does not run it.
+    waiting = engine.intercept(agent, session_id, 0, "drop_database", "irreversible", args)
+    assert (waiting.action, waiting.approval_id) == ("await_approval", first.approval_id)
+
+    approvals.approve(approver, first.approval_id, "alice")
+    assert approvals.approval_state(agent, first.approval_id) == "approved"
+
+    run = engine.intercept(agent, session_id, 0, "drop_database", "irreversible", args)
+    assert (run.action, run.effect_id) == ("execute", first.effect_id)
+    busy = engine.intercept(agent, session_id, 0, "drop_database", "irreversible", args)
+    assert busy.action == "in_progress"
+    assert run.effect_id is not None
+    engine.commit(agent, run.effect_id, {"dropped": True})
+    replay = engine.intercept(agent, session_id, 0, "drop_database", "irreversible", args)
+    assert (replay.action, replay.result_snapshot) == ("replay", {"dropped": True})
+
+    transitions = agent.execute(
+        "SELECT from_state, to_state FROM undolog.undolog_effect_history "
+        "WHERE effect_id = %s AND event = 'transition' ORDER BY history_id",
+        (first.effect_id,),
+    ).fetchall()
+    assert transitions == [
+        (None, "pending"),
+        ("pending", "approved"),
+        ("approved", "executing"),
+        ("executing", "committed"),
+    ]
+    assert engine.complete_session(agent, session_id) == "completed"
+
+
+def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -> None:
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+
+    def decide_later() -> None:
+        time.sleep(0.3)
+        with _connect(dsn, "undolog_approver") as approver:
+            approvals.approve(approver, approval_id, "alice")
+
+    thread = threading.Thread(target=decide_later)
+    started = time.monotonic()
+    thread.start()
+    try:
+        # poll_interval is long: only the notification can wake it this fast
+        decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=30)
+    finally:
+        thread.join()
+    assert decision == "approved"
+    assert time.monotonic() - started < 5
+    # it cleaned up after itself
+    assert list(agent.notifies(timeout=0.2)) == []
+
+
+def test_wait_for_decision_times_out_or_answers_at_once(agent: Conn, approver: Conn) -> None:
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None
+    started = time.monotonic()
+    assert (
+        approvals.wait_for_decision(agent, answer.approval_id, timeout=0.3, poll_interval=0.1)
+        is None
+    )
+    assert time.monotonic() - started < 3
+    approvals.reject(approver, answer.approval_id, "bob")
+    assert approvals.wait_for_decision(agent, answer.approval_id, timeout=5) == "rejected"
+    with pytest.raises(UnknownApproval):
+        approvals.wait_for_decision(agent, uuid.uuid4(), timeout=1)
+
+
+def test_a_deadline_expires_in_real_time(
+    agent: Conn, approver: Conn, operator: Conn, listener: Conn
+) -> None:
+    agent.execute("SET undolog.approval_timeout = '200 milliseconds'")
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None
+    _events(listener, 1)
+    time.sleep(0.4)
+
+    with pytest.raises(ApprovalExpired, match="can no longer be approved"):
+        approvals.approve(approver, answer.approval_id, "alice")
+    assert approvals.approval_state(approver, answer.approval_id) == "pending"
+    assert _events(listener, 1, timeout=0.3) == []
+
+    assert approvals.expire_approvals(operator) == [answer.approval_id]
+    assert approvals.expire_approvals(operator) == []
+    [event] = _events(listener, 1)
+    assert (event.approval_id, event.state) == (answer.approval_id, "expired")
+    assert _session_of(approver, answer.approval_id)[1] == "compensating"
+    row = approver.execute(
+        "SELECT decision, decided_by, effect_state FROM undolog.decided_approvals "
+        "WHERE approval_id = %s",
+        (answer.approval_id,),
+    ).fetchone()
+    assert row == ("expired", None, "rejected")
+
+
+def test_each_refusal_has_its_exception_and_writes_nothing(agent: Conn, approver: Conn) -> None:
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+
+    with pytest.raises(UnknownApproval):
+        approvals.approve(approver, uuid.uuid4(), "alice")
+    with pytest.raises(InvalidArgument, match="decided_by"):
+        approvals.approve(approver, approval_id, " \t\n")
+    with pytest.raises(PermissionDenied):
+        approvals.approve(agent, approval_id, "the agent itself")
+    with pytest.raises(PermissionDenied):
+        approvals.expire_approvals(approver)
+    assert approvals.approval_state(approver, approval_id) == "pending"
+
+    approvals.approve(approver, approval_id, "alice")
+    with pytest.raises(ApprovalAlreadyDecided, match="already decided"):
+        approvals.reject(approver, approval_id, "bob")
+    assert approvals.approval_state(approver, approval_id) == "approved"
+
+
+def test_approving_for_a_session_already_being_undone_is_refused(
+    agent: Conn, approver: Conn, dsn: str
+) -> None:
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None
+    # Only the engine's owner can put a second request in the same session (intercept
+    # refuses new calls while one waits); the superuser plays that here.
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        second = owner.execute(
+            "INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)"
+            " SELECT session_id, gen_random_uuid(), executed_at"
+            " FROM undolog.undolog_approval_requests WHERE approval_id = %s"
+            " RETURNING approval_id",
+            (answer.approval_id,),
+        ).fetchone()
+    assert second is not None
+    approvals.reject(approver, answer.approval_id, "bob")
+    with pytest.raises(SessionNotActive, match="compensating"):
+        approvals.approve(approver, second[0], "alice")
+
+
+def test_approval_event_parsing() -> None:
+    ids = [uuid.uuid4() for _ in range(3)]
+    payload = json.dumps(
+        {
+            "approval_id": str(ids[0]),
+            "session_id": str(ids[1]),
+            "effect_id": str(ids[2]),
+            "state": "expired",
+        }
+    )
+    event = ApprovalEvent.from_payload(payload)
+    assert event == ApprovalEvent(ids[0], ids[1], ids[2], "expired")
+    assert event.is_decision
+    for bad in ("", "[]", "{}", '{"approval_id": "x"}', "null"):
+        with pytest.raises(ValueError):
+            ApprovalEvent.from_payload(bad)
+
+
+def _wait_until_blocked(observer: Conn, pid: int, timeout: float = 5.0) -> None:
+    """Wait until backend ``pid`` waits on a lock, so the race is really a race."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+def _race(
+    dsn: str, observer: Conn, role: str, call: Any
+) -> tuple[list[object], threading.Thread, int]:
+    """Run ``call(conn)`` in a thread on a new connection under ``role``, and wait until it
+    is blocked on a lock (held by the caller's open transaction). ``observer`` watches
+    pg_stat_activity: it must be privileged (others' wait events are hidden from plain
+    roles) and in autocommit (the view is a snapshot per transaction). Answers (outcome
+    box, thread, pid)."""
+    other = _connect(dsn, role)
+    pid = other.info.backend_pid
+    outcome: list[object] = []
+
+    def run() -> None:
+        with other:
+            try:
+                outcome.append(call(other))
+            except Exception as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _wait_until_blocked(observer, pid)
+    return outcome, thread, pid
+
+
+def test_two_racing_decisions_decide_once(agent: Conn, dsn: str, conn: Conn) -> None:
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+    with _connect(dsn, "undolog_approver") as first:
+        first.autocommit = False
+        assert approvals.approve(first, approval_id, "alice") == "approved"
+        outcome, thread, _ = _race(
+            dsn, conn, "undolog_approver", lambda c: approvals.reject(c, approval_id, "bob")
+        )
+        first.commit()
+        thread.join(timeout=10)
+    [result] = outcome
+    assert isinstance(result, ApprovalAlreadyDecided)
+    assert approvals.approval_state(agent, approval_id) == "approved"
+
+
+def test_a_sweep_racing_a_rejection_skips_what_the_human_decided(
+    agent: Conn, dsn: str, conn: Conn
+) -> None:
+    agent.execute("SET undolog.approval_timeout = '100 milliseconds'")
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+    time.sleep(0.2)
+    with _connect(dsn, "undolog_approver") as human:
+        human.autocommit = False
+        assert approvals.reject(human, approval_id, "bob") == "expired"  # too late
+        outcome, thread, _ = _race(dsn, conn, "undolog_operator", approvals.expire_approvals)
+        human.commit()
+        thread.join(timeout=10)
+    assert outcome == [[]]  # the sweep waited, then found it decided: not expired twice
+    row = agent.execute(
+        "SELECT state, decided_by FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (approval_id,),
+    ).fetchone()
+    assert row == ("expired", "bob")
+
+
+def test_a_decision_racing_an_intercept_of_the_same_call_waits_instead_of_deadlocking(
+    dsn: str, conn: Conn
+) -> None:
+    with _connect(dsn, "undolog_agent") as agent:
+        answer = _gated_call(agent)
+        approval_id = answer.approval_id
+        assert approval_id is not None
+        session_id, _ = _session_of(agent, approval_id)
+        agent.autocommit = False
+        # Asking again locks the session (FOR SHARE) and the effect (FOR UPDATE).
+        again = engine.intercept(
+            agent, session_id, 0, "drop_database", "irreversible", {"name": "prod"}
+        )
+        assert again.action == "await_approval"
+        outcome, thread, _ = _race(
+            dsn, conn, "undolog_approver", lambda c: approvals.approve(c, approval_id, "alice")
+        )
+        agent.commit()
+        thread.join(timeout=10)
+        assert outcome == ["approved"]
+        agent.autocommit = True
+        run = engine.intercept(
+            agent, session_id, 0, "drop_database", "irreversible", {"name": "prod"}
+        )
+        assert run.action == "execute"
