@@ -1,0 +1,238 @@
+-- undolog.complete_compensation: an in-flight compensation succeeded.
+BEGIN;
+SELECT plan(36);
+
+-- Helpers for the saga suites (pg_temp: gone with the ROLLBACK). Approvals are simulated
+-- with the owner's direct UPDATEs, which the guard triggers still validate.
+CREATE FUNCTION pg_temp.sig(p_seed text) RETURNS text LANGUAGE sql IMMUTABLE
+AS $$ SELECT encode(sha256(convert_to(p_seed, 'UTF8')), 'hex') $$;
+
+-- Everything the engine writes, as one text: equal before and after = nothing written.
+CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql
+AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.session_id) FROM undolog.undolog_sessions AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_session_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.effect_id) FROM undolog.undolog_effect_log AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_effect_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.stack_position) FROM undolog.undolog_undo_stack AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_undo_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.action_id) FROM undolog.undolog_operator_actions AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.approval_id) FROM undolog.undolog_approval_requests AS t)
+    ))
+$$;
+
+-- Two tests: p_sql raises p_errcode, and it wrote nothing.
+CREATE FUNCTION pg_temp.refused(p_sql text, p_errcode text, p_description text)
+RETURNS SETOF text LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_before text := pg_temp.fingerprint();
+BEGIN
+    RETURN NEXT throws_ok(p_sql, p_errcode::char(5), NULL, p_description);
+    RETURN NEXT is(pg_temp.fingerprint(), v_before, p_description || ': nothing written');
+END
+$$;
+
+CREATE FUNCTION pg_temp.new_session() RETURNS uuid LANGUAGE sql
+AS $$ SELECT undolog.begin_session() $$;
+
+-- A COMPENSABLE call at step p_step, left p_outcome: committed, failed (reported: the
+-- effect is pending again) or executing (the agent died mid-call). Answers its effect id.
+CREATE FUNCTION pg_temp.call(
+    p_session uuid, p_step integer, p_outcome text DEFAULT 'committed',
+    p_compensation jsonb DEFAULT '{"name": "undo_step"}'
+) RETURNS uuid LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_effect uuid;
+BEGIN
+    SELECT i.effect_id INTO v_effect
+    FROM undolog.intercept(p_session, p_step, 'step_' || p_step, 'compensable',
+                           jsonb_build_object('step', p_step),
+                           pg_temp.sig(p_session || '/' || p_step), p_compensation) AS i;
+    IF p_outcome = 'committed' THEN
+        PERFORM undolog.commit(v_effect, jsonb_build_object('id', p_step));
+    ELSIF p_outcome = 'failed' THEN
+        PERFORM undolog.fail(v_effect, 'boom');
+    END IF;
+    RETURN v_effect;
+END
+$$;
+
+-- An IRREVERSIBLE call at step p_step, left p_outcome:
+--   pending   awaiting a decision (session awaiting_approval)
+--   rejected  a human rejected it (session awaiting_approval -> compensating)
+--   approved  approved, not yet made again (session active)
+--   executing approved and running (session active)
+--   committed approved, run, committed (session active)
+CREATE FUNCTION pg_temp.irreversible(p_session uuid, p_step integer, p_outcome text)
+RETURNS uuid LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_effect uuid;
+BEGIN
+    SELECT i.effect_id INTO v_effect
+    FROM undolog.intercept(p_session, p_step, 'irreversible_' || p_step, 'irreversible',
+                           jsonb_build_object('step', p_step),
+                           pg_temp.sig(p_session || '/' || p_step)) AS i;
+    IF p_outcome = 'pending' THEN
+        RETURN v_effect;
+    END IF;
+    UPDATE undolog.undolog_approval_requests AS a
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'rejected' ELSE 'approved' END,
+        decided_at = now(), decided_by = 'pgtap'
+    WHERE a.effect_id = v_effect;
+    UPDATE undolog.undolog_effect_log AS e
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'rejected' ELSE 'approved' END
+    WHERE e.effect_id = v_effect;
+    UPDATE undolog.undolog_sessions AS s
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'compensating' ELSE 'active' END
+    WHERE s.session_id = p_session;
+    IF p_outcome IN ('executing', 'committed') THEN
+        PERFORM undolog.intercept(p_session, p_step, 'irreversible_' || p_step, 'irreversible',
+                                  jsonb_build_object('step', p_step),
+                                  pg_temp.sig(p_session || '/' || p_step));
+    END IF;
+    IF p_outcome = 'committed' THEN
+        PERFORM undolog.commit(v_effect, '{"done": true}');
+    END IF;
+    RETURN v_effect;
+END
+$$;
+
+CREATE FUNCTION pg_temp.undo_of(p_effect uuid) RETURNS uuid LANGUAGE sql
+AS $$ SELECT u.undo_id FROM undolog.undolog_undo_stack AS u WHERE u.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.entry_state(p_effect uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT u.state FROM undolog.undolog_undo_stack AS u WHERE u.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.effect_state(p_effect uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT e.state FROM undolog.undolog_effect_log AS e WHERE e.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.session_state(p_session uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT s.state FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session $$;
+
+-- Claim and answer the claimed effect's step (NULL: no row).
+CREATE FUNCTION pg_temp.claim_step(p_session uuid) RETURNS integer LANGUAGE sql
+AS $$ SELECT (c.args ->> 'step')::integer FROM undolog.claim_compensation(p_session) AS c $$;
+
+-- The whole walk, each claim completed at once: the steps in the order they were undone.
+CREATE FUNCTION pg_temp.walk(p_session uuid) RETURNS integer[] LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_claim record;
+    v_steps integer[] := '{}';
+BEGIN
+    LOOP
+        SELECT c.* INTO v_claim FROM undolog.claim_compensation(p_session) AS c;
+        EXIT WHEN NOT FOUND;
+        PERFORM undolog.complete_compensation(v_claim.undo_id);
+        v_steps := v_steps || (v_claim.args ->> 'step')::integer;
+    END LOOP;
+    RETURN v_steps;
+END
+$$;
+
+CREATE TEMP TABLE s1 AS SELECT pg_temp.new_session() AS sid;
+CREATE TEMP TABLE e1 AS
+SELECT step, pg_temp.call((SELECT sid FROM s1), step) AS effect_id
+FROM generate_series(1, 2) AS step ORDER BY step;
+SELECT undolog.fail_session((SELECT sid FROM s1), 'x');
+CREATE TEMP TABLE c1 AS SELECT * FROM undolog.claim_compensation((SELECT sid FROM s1));
+SELECT undo_id AS u2, effect_id AS f2 FROM c1 \gset
+SELECT pg_temp.undo_of(effect_id) AS u1, effect_id AS f1 FROM e1 WHERE step = 1 \gset
+
+SELECT lives_ok(format('SELECT undolog.complete_compensation(%L)', :'u2'),
+                'completing the in-flight entry');
+SELECT is(pg_temp.entry_state(:'f2'), 'compensated', 'the entry is compensated');
+SELECT is(pg_temp.effect_state(:'f2'), 'compensated', 'the effect is compensated');
+SELECT results_eq(
+    format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
+             WHERE effect_id = %L ORDER BY history_id$$, :'f2'),
+    $$VALUES (NULL, 'pending'), ('pending', 'executing'), ('executing', 'committed'),
+             ('committed', 'compensating'), ('compensating', 'compensated')$$,
+    'the effect history holds the whole life of the call and its undoing'
+);
+SELECT results_eq(
+    format($$SELECT from_state, to_state, attempt FROM undolog.undolog_undo_history
+             WHERE undo_id = %L ORDER BY history_id$$, :'u2'),
+    $$VALUES ('pending', 'compensating', 1), ('compensating', 'compensated', 1)$$,
+    'the undo history records claim and completion'
+);
+SELECT is(pg_temp.session_state((SELECT sid FROM s1)), 'compensating',
+          'the session stays compensating: the walk goes on');
+
+-- Bad input: completing twice, completing what is not in flight, unknown ids.
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L)', :'u2'), 'UL001',
+                       'completing twice');
+SELECT throws_like(format('SELECT undolog.complete_compensation(%L)', :'u2'),
+                   'invalid undo entry transition compensated -> compensated',
+                   '... says what is wrong');
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L)', :'u1'), 'UL001',
+                       'completing an entry that was never claimed');
+SELECT pg_temp.refused('SELECT undolog.complete_compensation(gen_random_uuid())', 'UL012',
+                       'completing an unknown undo id');
+SELECT throws_like('SELECT undolog.complete_compensation(''00000000-0000-0000-0000-000000000000'')',
+                   'unknown undo entry 00000000-0000-0000-0000-000000000000',
+                   '... names it');
+SELECT pg_temp.refused('SELECT undolog.complete_compensation(NULL)', 'UL012',
+                       'completing a NULL undo id');
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L)', :'f1'), 'UL012',
+                       'completing with an effect id instead of an undo id');
+
+-- A foreign entry: another session's, not in flight.
+CREATE TEMP TABLE s2 AS SELECT pg_temp.new_session() AS sid;
+SELECT pg_temp.undo_of(pg_temp.call((SELECT sid FROM s2), 1)) AS foreign_undo \gset
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L)', :'foreign_undo'), 'UL001',
+                       'completing another (active) session''s entry');
+
+-- The last entry: the session becomes compensated at the next claim.
+SELECT is((SELECT c.undo_id FROM undolog.claim_compensation((SELECT sid FROM s1)) AS c), :'u1'::uuid,
+          'the next claim hands out step 1');
+SELECT undolog.complete_compensation(:'u1', 1);
+SELECT is(pg_temp.session_state((SELECT sid FROM s1)), 'compensating',
+          'after the last completion the session is still compensating ...');
+SELECT is_empty($$SELECT * FROM undolog.claim_compensation((SELECT sid FROM s1))$$,
+                '... the next claim finds nothing left ...');
+SELECT is(pg_temp.session_state((SELECT sid FROM s1)), 'compensated', '... and ends the walk');
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L)', :'u1'), 'UL001',
+                       'completing an entry of a compensated session');
+
+-- Stale and late walkers.
+CREATE TEMP TABLE s3 AS SELECT pg_temp.new_session() AS sid;
+CREATE TEMP TABLE e3 AS
+SELECT step, pg_temp.call((SELECT sid FROM s3), step) AS effect_id
+FROM generate_series(1, 2) AS step ORDER BY step;
+SELECT undolog.fail_session((SELECT sid FROM s3), 'x');
+SELECT c.undo_id AS u3, c.effect_id AS f3 FROM undolog.claim_compensation((SELECT sid FROM s3)) AS c \gset
+UPDATE undolog.undolog_undo_stack SET claimed_until = now() - interval '1 second' WHERE undo_id = :'u3';
+SELECT is((SELECT c.attempt FROM undolog.claim_compensation((SELECT sid FROM s3)) AS c), 2,
+          'an expired claim is handed out again as attempt 2');
+SELECT pg_temp.refused(format('SELECT undolog.complete_compensation(%L, 1)', :'u3'), 'UL001',
+                       'the walker of attempt 1 reporting late, with its attempt');
+SELECT throws_like(format('SELECT undolog.complete_compensation(%L, 1)', :'u3'),
+                   'stale claim: attempt 1 of undo entry % was superseded by attempt 2',
+                   '... is told its claim is stale');
+UPDATE undolog.undolog_undo_stack SET claimed_until = now() - interval '1 second' WHERE undo_id = :'u3';
+SELECT lives_ok(format('SELECT undolog.complete_compensation(%L, 2)', :'u3'),
+                'a completion after the claim expired (not yet re-claimed) is accepted');
+SELECT is(pg_temp.entry_state(:'f3'), 'compensated', '... the entry is compensated');
+
+-- Privileges.
+SELECT c.undo_id AS u4 FROM undolog.claim_compensation((SELECT sid FROM s3)) AS c \gset
+SET LOCAL ROLE undolog_agent;
+SELECT throws_ok(format('SELECT undolog.complete_compensation(%L)', :'u4'), '42501', NULL,
+                 'the agent role cannot complete compensations');
+RESET ROLE;
+SET LOCAL ROLE undolog_operator;
+SELECT lives_ok(format('SELECT undolog.complete_compensation(%L)', :'u4'), 'the operator role can');
+RESET ROLE;
+SELECT ok(NOT has_function_privilege('public', 'undolog.complete_compensation(uuid, integer)', 'EXECUTE'),
+          'PUBLIC cannot execute it');
+SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_temp']
+           FROM pg_proc AS p WHERE p.oid = 'undolog.complete_compensation(uuid, integer)'::regprocedure),
+          'it is SECURITY DEFINER with a pinned search_path');
+
+SELECT * FROM finish();
+ROLLBACK;

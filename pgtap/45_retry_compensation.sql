@@ -1,0 +1,235 @@
+-- undolog.retry_compensation: an operator gives a compensation that failed for good one
+-- more attempt.
+BEGIN;
+SELECT plan(36);
+
+-- Helpers for the saga suites (pg_temp: gone with the ROLLBACK). Approvals are simulated
+-- with the owner's direct UPDATEs, which the guard triggers still validate.
+CREATE FUNCTION pg_temp.sig(p_seed text) RETURNS text LANGUAGE sql IMMUTABLE
+AS $$ SELECT encode(sha256(convert_to(p_seed, 'UTF8')), 'hex') $$;
+
+-- Everything the engine writes, as one text: equal before and after = nothing written.
+CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql
+AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.session_id) FROM undolog.undolog_sessions AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_session_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.effect_id) FROM undolog.undolog_effect_log AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_effect_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.stack_position) FROM undolog.undolog_undo_stack AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.history_id) FROM undolog.undolog_undo_history AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.action_id) FROM undolog.undolog_operator_actions AS t),
+        (SELECT string_agg(to_jsonb(t)::text, ',' ORDER BY t.approval_id) FROM undolog.undolog_approval_requests AS t)
+    ))
+$$;
+
+-- Two tests: p_sql raises p_errcode, and it wrote nothing.
+CREATE FUNCTION pg_temp.refused(p_sql text, p_errcode text, p_description text)
+RETURNS SETOF text LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_before text := pg_temp.fingerprint();
+BEGIN
+    RETURN NEXT throws_ok(p_sql, p_errcode::char(5), NULL, p_description);
+    RETURN NEXT is(pg_temp.fingerprint(), v_before, p_description || ': nothing written');
+END
+$$;
+
+CREATE FUNCTION pg_temp.new_session() RETURNS uuid LANGUAGE sql
+AS $$ SELECT undolog.begin_session() $$;
+
+-- A COMPENSABLE call at step p_step, left p_outcome: committed, failed (reported: the
+-- effect is pending again) or executing (the agent died mid-call). Answers its effect id.
+CREATE FUNCTION pg_temp.call(
+    p_session uuid, p_step integer, p_outcome text DEFAULT 'committed',
+    p_compensation jsonb DEFAULT '{"name": "undo_step"}'
+) RETURNS uuid LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_effect uuid;
+BEGIN
+    SELECT i.effect_id INTO v_effect
+    FROM undolog.intercept(p_session, p_step, 'step_' || p_step, 'compensable',
+                           jsonb_build_object('step', p_step),
+                           pg_temp.sig(p_session || '/' || p_step), p_compensation) AS i;
+    IF p_outcome = 'committed' THEN
+        PERFORM undolog.commit(v_effect, jsonb_build_object('id', p_step));
+    ELSIF p_outcome = 'failed' THEN
+        PERFORM undolog.fail(v_effect, 'boom');
+    END IF;
+    RETURN v_effect;
+END
+$$;
+
+-- An IRREVERSIBLE call at step p_step, left p_outcome:
+--   pending   awaiting a decision (session awaiting_approval)
+--   rejected  a human rejected it (session awaiting_approval -> compensating)
+--   approved  approved, not yet made again (session active)
+--   executing approved and running (session active)
+--   committed approved, run, committed (session active)
+CREATE FUNCTION pg_temp.irreversible(p_session uuid, p_step integer, p_outcome text)
+RETURNS uuid LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_effect uuid;
+BEGIN
+    SELECT i.effect_id INTO v_effect
+    FROM undolog.intercept(p_session, p_step, 'irreversible_' || p_step, 'irreversible',
+                           jsonb_build_object('step', p_step),
+                           pg_temp.sig(p_session || '/' || p_step)) AS i;
+    IF p_outcome = 'pending' THEN
+        RETURN v_effect;
+    END IF;
+    UPDATE undolog.undolog_approval_requests AS a
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'rejected' ELSE 'approved' END,
+        decided_at = now(), decided_by = 'pgtap'
+    WHERE a.effect_id = v_effect;
+    UPDATE undolog.undolog_effect_log AS e
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'rejected' ELSE 'approved' END
+    WHERE e.effect_id = v_effect;
+    UPDATE undolog.undolog_sessions AS s
+    SET state = CASE p_outcome WHEN 'rejected' THEN 'compensating' ELSE 'active' END
+    WHERE s.session_id = p_session;
+    IF p_outcome IN ('executing', 'committed') THEN
+        PERFORM undolog.intercept(p_session, p_step, 'irreversible_' || p_step, 'irreversible',
+                                  jsonb_build_object('step', p_step),
+                                  pg_temp.sig(p_session || '/' || p_step));
+    END IF;
+    IF p_outcome = 'committed' THEN
+        PERFORM undolog.commit(v_effect, '{"done": true}');
+    END IF;
+    RETURN v_effect;
+END
+$$;
+
+CREATE FUNCTION pg_temp.undo_of(p_effect uuid) RETURNS uuid LANGUAGE sql
+AS $$ SELECT u.undo_id FROM undolog.undolog_undo_stack AS u WHERE u.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.entry_state(p_effect uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT u.state FROM undolog.undolog_undo_stack AS u WHERE u.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.effect_state(p_effect uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT e.state FROM undolog.undolog_effect_log AS e WHERE e.effect_id = p_effect $$;
+
+CREATE FUNCTION pg_temp.session_state(p_session uuid) RETURNS text LANGUAGE sql
+AS $$ SELECT s.state FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session $$;
+
+-- Claim and answer the claimed effect's step (NULL: no row).
+CREATE FUNCTION pg_temp.claim_step(p_session uuid) RETURNS integer LANGUAGE sql
+AS $$ SELECT (c.args ->> 'step')::integer FROM undolog.claim_compensation(p_session) AS c $$;
+
+-- The whole walk, each claim completed at once: the steps in the order they were undone.
+CREATE FUNCTION pg_temp.walk(p_session uuid) RETURNS integer[] LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_claim record;
+    v_steps integer[] := '{}';
+BEGIN
+    LOOP
+        SELECT c.* INTO v_claim FROM undolog.claim_compensation(p_session) AS c;
+        EXIT WHEN NOT FOUND;
+        PERFORM undolog.complete_compensation(v_claim.undo_id);
+        v_steps := v_steps || (v_claim.args ->> 'step')::integer;
+    END LOOP;
+    RETURN v_steps;
+END
+$$;
+
+SELECT pg_temp.new_session() AS s1 \gset
+SELECT pg_temp.call(:'s1', 1) AS f1 \gset
+SELECT pg_temp.call(:'s1', 2, 'committed', '{"name": "refund", "max_attempts": 2}') AS f2 \gset
+SELECT pg_temp.undo_of(:'f2') AS u2 \gset
+SELECT pg_temp.undo_of(:'f1') AS u1 \gset
+SELECT undolog.fail_session(:'s1', 'x');
+SELECT undolog.fail_compensation(c.undo_id, 'try 1') FROM undolog.claim_compensation(:'s1') AS c;
+UPDATE undolog.undolog_undo_stack SET next_attempt_at = now() WHERE undo_id = :'u2';
+SELECT is(undolog.fail_compensation(c.undo_id, 'try 2'), 'compensation_failed', 'two attempts failed')
+FROM undolog.claim_compensation(:'s1') AS c;
+
+-- Bad input, each writing nothing.
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', :'u2', ''), 'UL008',
+                       'an empty p_by');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, NULL)', :'u2'), 'UL008',
+                       'a NULL p_by');
+SELECT pg_temp.refused('SELECT undolog.retry_compensation(gen_random_uuid(), ''ops'')', 'UL012',
+                       'an unknown undo id');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', :'f2', 'ops'), 'UL012',
+                       'an effect id instead of an undo id');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', :'u1', 'ops'), 'UL001',
+                       'an entry that did not fail (pending)');
+SELECT throws_like(format('SELECT undolog.retry_compensation(%L, %L)', :'u1', 'ops'),
+                   '% is pending, not compensation_failed', '... says so');
+
+SELECT is(undolog.retry_compensation(:'u2', 'alice', 'refund API is back'), 'compensating',
+          'retry answers the session''s new state');
+SELECT is(pg_temp.entry_state(:'f2') || '/' || pg_temp.effect_state(:'f2'), 'pending/compensating',
+          'the entry is pending, the effect compensating');
+SELECT results_eq(
+    format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
+             WHERE effect_id = %L ORDER BY history_id OFFSET 3$$, :'f2'),
+    $$VALUES ('committed', 'compensating'), ('compensating', 'compensation_failed'),
+             ('compensation_failed', 'compensating')$$,
+    'the effect history keeps the failed attempt, then compensation_failed -> compensating'
+);
+SELECT results_eq(
+    format($$SELECT action, undo_id, performed_by, reason FROM undolog.undolog_operator_actions
+             WHERE session_id = %L$$, :'s1'),
+    format($$VALUES ('retry', %L::uuid, 'alice', 'refund API is back')$$, :'u2'),
+    'the decision is recorded'
+);
+SELECT ok((SELECT s.halt_undo_id IS NULL FROM undolog.undolog_sessions AS s WHERE s.session_id = :'s1'),
+          'the session no longer points at a halt');
+SELECT results_eq(
+    format('SELECT c.tool_name, c.attempt FROM undolog.claim_compensation(%L) AS c', :'s1'),
+    $$VALUES ('step_2', 3)$$,
+    'the next claim hands it out at once, as attempt 3'
+);
+SELECT is(undolog.fail_compensation(:'u2', 'try 3'), 'compensation_failed',
+          'a retried compensation that fails again gives up at once (one attempt per retry)');
+SELECT is(pg_temp.session_state(:'s1'), 'halted', '... and the session halts again');
+SELECT pg_temp.refused(format('SELECT undolog.resume_session(%L, NULL)', :'s1'), 'UL008',
+                       'resume still checks p_by');
+SELECT is(undolog.retry_compensation(:'u2', 'alice', 'fixed for real'), 'compensating', 'a second retry');
+SELECT undolog.complete_compensation(c.undo_id) FROM undolog.claim_compensation(:'s1') AS c;
+SELECT is(pg_temp.entry_state(:'f2') || '/' || pg_temp.effect_state(:'f2'), 'compensated/compensated',
+          'this time it succeeds');
+SELECT is(pg_temp.walk(:'s1'), ARRAY[1], 'the walk goes on below it');
+SELECT is(pg_temp.session_state(:'s1'), 'compensated', '... to the end');
+SELECT is((SELECT count(*)::int FROM undolog.undolog_operator_actions WHERE session_id = :'s1'), 2,
+          'both retries are recorded');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', :'u2', 'ops'), 'UL001',
+                       'retrying a compensated entry');
+
+-- A compensation_failed entry of a session that is not halted any more.
+SELECT pg_temp.new_session() AS s2 \gset
+SELECT pg_temp.call(:'s2', 1) AS h1 \gset
+SELECT pg_temp.call(:'s2', 2, 'committed', '{"name": "x", "max_attempts": 1}') AS h2 \gset
+SELECT undolog.fail_session(:'s2', 'x');
+SELECT undolog.fail_compensation(c.undo_id, 'no') FROM undolog.claim_compensation(:'s2') AS c;
+SELECT undolog.resume_session(:'s2', 'ops');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', pg_temp.undo_of(:'h2'), 'ops'),
+                       'UL001', 'retrying while the session is compensating (not halted)');
+SELECT pg_temp.walk(:'s2');
+SELECT pg_temp.refused(format('SELECT undolog.retry_compensation(%L, %L)', pg_temp.undo_of(:'h2'), 'ops'),
+                       'UL001', 'retrying in a compensated session');
+
+-- Privileges.
+SELECT pg_temp.new_session() AS s3 \gset
+SELECT pg_temp.call(:'s3', 1, 'committed', '{"name": "x", "max_attempts": 1}') AS k1 \gset
+SELECT undolog.fail_session(:'s3', 'x');
+SELECT undolog.fail_compensation(c.undo_id, 'no') FROM undolog.claim_compensation(:'s3') AS c;
+SELECT pg_temp.undo_of(:'k1') AS uk1 \gset
+SET LOCAL ROLE undolog_agent;
+SELECT throws_ok(format('SELECT undolog.retry_compensation(%L, %L)', :'uk1', 'eve'), '42501', NULL,
+                 'the agent role cannot retry a compensation');
+RESET ROLE;
+SET LOCAL ROLE undolog_operator;
+SELECT is(undolog.retry_compensation(:'uk1', 'carol'), 'compensating', 'the operator role can');
+RESET ROLE;
+SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_temp']
+                  AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
+           FROM pg_proc AS p WHERE p.oid = 'undolog.retry_compensation(uuid, text, text)'::regprocedure),
+          'it is SECURITY DEFINER with a pinned search_path, not executable by PUBLIC');
+
+SELECT * FROM finish();
+ROLLBACK;

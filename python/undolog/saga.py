@@ -1,0 +1,126 @@
+"""The undo walk from Python: one function per SQL function of the saga, one round trip each.
+
+A walker loops on :func:`claim_compensation` for a failed session, runs the compensation
+it is handed (passing ``undo_id`` as the idempotency key), then reports the outcome with
+:func:`complete_compensation` or :func:`fail_compensation`. ``None`` from the claim means
+nothing is due right now: the walk is over when the session is no longer
+``compensating`` (``compensated``, or ``halted`` for an operator). :func:`recover` names
+the sessions whose walk must run. The operator functions move a halted session on.
+
+These functions need the ``undolog_operator`` role. Database errors of the project's
+class come out as ``UndoLogError`` subclasses (undolog.errors).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from undolog.engine import Connection, translated
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One compensation handed to a walker by claim_compensation()."""
+
+    undo_id: uuid.UUID  # the idempotency key of this compensation
+    effect_id: uuid.UUID
+    tool_name: str
+    compensation: dict[str, Any]  # {"name": ..., "args": {...}}
+    args: dict[str, Any]  # the original call's args
+    result_snapshot: Any  # the call's result, None when its outcome is unknown
+    attempt: int  # 1 for the first attempt
+
+    @property
+    def name(self) -> str:
+        """The compensation to run."""
+        return str(self.compensation["name"])
+
+    @property
+    def compensation_args(self) -> dict[str, Any]:
+        """The arguments registered with the compensation."""
+        args = self.compensation.get("args") or {}
+        return dict(args)
+
+
+def recover(conn: Connection) -> list[uuid.UUID]:
+    """Fail the sessions whose lease expired; answer every session whose walk must run."""
+    with translated():
+        rows = conn.execute("SELECT * FROM undolog.recover()").fetchall()
+    return [uuid.UUID(str(r[0])) for r in rows]
+
+
+def claim_compensation(
+    conn: Connection, session_id: uuid.UUID, claim_timeout: timedelta | None = None
+) -> Claim | None:
+    """The session's next compensation (strictly LIFO), or None when none is due."""
+    with translated():
+        row = conn.execute(
+            "SELECT * FROM undolog.claim_compensation(%s, %s)", (session_id, claim_timeout)
+        ).fetchone()
+    if row is None:
+        return None
+    undo_id, effect_id, tool_name, compensation, args, result_snapshot, attempt = row
+    return Claim(
+        undo_id=undo_id,
+        effect_id=effect_id,
+        tool_name=str(tool_name),
+        compensation=dict(compensation),
+        args=dict(args),
+        result_snapshot=result_snapshot,
+        attempt=int(attempt),
+    )
+
+
+def complete_compensation(conn: Connection, undo_id: uuid.UUID, attempt: int | None = None) -> None:
+    """The compensation succeeded. Pass the claim's attempt to refuse a stale report."""
+    with translated():
+        conn.execute("SELECT undolog.complete_compensation(%s, %s)", (undo_id, attempt))
+
+
+def fail_compensation(
+    conn: Connection, undo_id: uuid.UUID, error: str, attempt: int | None = None
+) -> str:
+    """The compensation raised: answers 'retry' or 'compensation_failed' (session halted)."""
+    with translated():
+        row = conn.execute(
+            "SELECT undolog.fail_compensation(%s, %s, %s)", (undo_id, error, attempt)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def resume_session(
+    conn: Connection, session_id: uuid.UUID, by: str, reason: str | None = None
+) -> str:
+    """Move a halted walk on past the entry it stopped at; answers the new session state."""
+    with translated():
+        row = conn.execute(
+            "SELECT undolog.resume_session(%s, %s, %s)", (session_id, by, reason)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def retry_compensation(
+    conn: Connection, undo_id: uuid.UUID, by: str, reason: str | None = None
+) -> str:
+    """Give a compensation that failed for good one more attempt; answers the session state."""
+    with translated():
+        row = conn.execute(
+            "SELECT undolog.retry_compensation(%s, %s, %s)", (undo_id, by, reason)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
+    """Close a halted session as resolved by hand; it stays halted. Answers its state."""
+    with translated():
+        row = conn.execute(
+            "SELECT undolog.abandon_session(%s, %s, %s)", (session_id, by, reason)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])

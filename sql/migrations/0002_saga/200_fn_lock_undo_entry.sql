@@ -1,0 +1,35 @@
+-- undolog.lock_undo_entry: an undo entry by its id alone, locked, with its session row
+-- locked first. Every function of the walk locks in the same order (session, then entry,
+-- then effect), so two of them never deadlock; holding the session row also makes the
+-- session transitions they take (compensating, compensated, halted) race-free.
+-- UL012 when there is no such entry.
+CREATE OR REPLACE FUNCTION undolog.lock_undo_entry(p_undo_id uuid)
+RETURNS undolog.undolog_undo_stack
+LANGUAGE plpgsql
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_session_id uuid;
+    v_entry undolog.undolog_undo_stack;
+BEGIN
+    SELECT u.session_id INTO v_session_id
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.undo_id = p_undo_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL012',
+            MESSAGE = pg_catalog.format('unknown undo entry %s',
+                                        coalesce(p_undo_id::text, 'NULL'));
+    END IF;
+    PERFORM FROM undolog.undolog_sessions AS s
+    WHERE s.session_id = v_session_id
+    FOR UPDATE;
+    SELECT u.* INTO STRICT v_entry
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.undo_id = p_undo_id AND u.session_id = v_session_id
+    FOR UPDATE;
+    RETURN v_entry;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.lock_undo_entry(uuid) FROM public;
