@@ -37,8 +37,6 @@ CREATE FUNCTION pg_temp.eid(p_name text) RETURNS uuid LANGUAGE sql
 AS $$ SELECT effect_id FROM calls WHERE name = p_name $$;
 CREATE FUNCTION pg_temp.effect(p_name text) RETURNS undolog.undolog_effect_log LANGUAGE sql
 AS $$ SELECT * FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid(p_name) $$;
-CREATE FUNCTION pg_temp.session_state(p_session uuid) RETURNS text LANGUAGE sql
-AS $$ SELECT state FROM undolog.undolog_sessions WHERE session_id = p_session $$;
 
 -- S1 runs the main story; S2 stays active for retries and bad input; S3, S4 are for
 -- the human decisions.

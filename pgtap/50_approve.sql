@@ -474,7 +474,8 @@ SELECT lives_ok(
 SELECT throws_ok(
     $$UPDATE undolog.undolog_sessions SET owner_role = 'someone_else'
       WHERE session_id = 'f0000000-0000-4000-8000-000000000001'$$,
-    'UL011', 'a session''s owner_role cannot change', 'a session''s owner cannot change'
+    'UL011', 'a session''s identity (session_id, owner_role, created_at) cannot change',
+    'a session''s owner cannot change'
 );
 SELECT is(
     (SELECT owner_role FROM undolog.undolog_sessions

@@ -36,7 +36,10 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'recover'),
     ('undolog_operator', 'claim_compensation'),
     ('undolog_operator', 'complete_compensation'),
-    ('undolog_operator', 'fail_compensation');
+    ('undolog_operator', 'fail_compensation'),
+    ('undolog_operator', 'resume_session'),
+    ('undolog_operator', 'retry_compensation'),
+    ('undolog_operator', 'abandon_session');
 
 -- Every function of the schema, with a call that type-checks: each argument is a typed
 -- NULL behind a sub-select. A bare NULL constant would let the planner fold a STRICT

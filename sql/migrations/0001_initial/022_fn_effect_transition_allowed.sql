@@ -22,6 +22,10 @@ AS $$
         WHEN p_from = 'approved' AND p_to = 'executing' THEN p_tier = 'irreversible'
         WHEN p_from = 'compensating' AND p_to IN ('compensated', 'compensation_failed')
             THEN p_tier = 'compensable'
+        -- Not in DESIGN.md's table: an operator's retry_compensation gives a compensation
+        -- that exhausted its attempts one more (the failed attempt stays in the history).
+        WHEN p_from = 'compensation_failed' AND p_to = 'compensating'
+            THEN p_tier = 'compensable'
         ELSE false
     END, false)
 $$;

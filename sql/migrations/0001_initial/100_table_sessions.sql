@@ -4,6 +4,10 @@ CREATE TABLE undolog.undolog_sessions (
     session_id uuid PRIMARY KEY,
     agent text,
     metadata jsonb NOT NULL DEFAULT '{}',
+    -- The login that began the session (session_user: inside the SECURITY DEFINER API
+    -- current_user is the engine's owner). Only it, or an approver/operator, may act on
+    -- the session (undolog.check_session_caller), and an agent reads only its own rows.
+    owner_role text NOT NULL DEFAULT session_user,
     state text NOT NULL DEFAULT 'active',
     lease_duration interval NOT NULL,
     lease_expires_at timestamptz NOT NULL,

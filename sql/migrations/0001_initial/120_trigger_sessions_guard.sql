@@ -15,10 +15,11 @@ BEGIN
                 MESSAGE = pg_catalog.format('a session starts active, not %s', NEW.state);
         END IF;
     ELSE
-        IF NEW.session_id <> OLD.session_id OR NEW.created_at <> OLD.created_at THEN
+        IF (NEW.session_id, NEW.owner_role, NEW.created_at)
+           IS DISTINCT FROM (OLD.session_id, OLD.owner_role, OLD.created_at) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL011',
-                MESSAGE = 'a session''s identity (session_id, created_at) cannot change';
+                MESSAGE = 'a session''s identity (session_id, owner_role, created_at) cannot change';
         END IF;
         NEW.updated_at := now();
         IF NEW.state = OLD.state THEN

@@ -1,5 +1,5 @@
 -- undolog.transition_session: move a session to p_to, or raise. UL002 when the session
--- does not exist, UL001 when the move is not in the state machine (including a move to
+-- does not exist, 42501 when the caller may not act on it (check_session_caller), UL001 when the move is not in the state machine (including a move to
 -- the state it is already in, e.g. failing a session twice). Answers the new state.
 CREATE OR REPLACE FUNCTION undolog.transition_session(
     p_session_id uuid, p_to text, p_error text DEFAULT NULL
@@ -10,8 +10,9 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_from text;
+    v_owner_role text;
 BEGIN
-    SELECT s.state INTO v_from
+    SELECT s.state, s.owner_role INTO v_from, v_owner_role
     FROM undolog.undolog_sessions AS s
     WHERE s.session_id = p_session_id
     FOR UPDATE;
@@ -20,6 +21,7 @@ BEGIN
             ERRCODE = 'UL002',
             MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
     END IF;
+    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
     IF NOT undolog.session_transition_allowed(v_from, p_to) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

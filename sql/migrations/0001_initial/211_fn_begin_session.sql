@@ -1,6 +1,7 @@
 -- undolog.begin_session: start a session, or resume it. A new session is active with a
 -- lease of p_lease; an existing active one has its lease renewed; a session in any other
 -- state is answered unchanged (its committed calls still replay; new calls are refused).
+-- Another login's session is refused (42501), unless the caller is an approver/operator.
 CREATE OR REPLACE FUNCTION undolog.begin_session(
     p_session_id uuid DEFAULT NULL,
     p_agent text DEFAULT NULL,
@@ -14,6 +15,7 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_session_id uuid := coalesce(p_session_id, gen_random_uuid());
+    v_owner_role text;
 BEGIN
     IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING
@@ -35,7 +37,13 @@ BEGIN
     ON CONFLICT (session_id) DO UPDATE
     SET lease_duration = excluded.lease_duration,
         lease_expires_at = excluded.lease_expires_at
-    WHERE s.state = 'active';
+    WHERE s.state = 'active' AND s.owner_role = session_user
+    RETURNING s.owner_role INTO v_owner_role;
+    IF NOT FOUND THEN  -- an existing session, not resumed: is it even the caller's?
+        SELECT s.owner_role INTO v_owner_role FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = v_session_id;
+        PERFORM undolog.check_session_caller(v_session_id, v_owner_role);
+    END IF;
     RETURN v_session_id;
 END
 $$;

@@ -27,6 +27,7 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_session_state text;
+    v_owner_role text;
     v_effect_id uuid;
     v_executed_at timestamptz;
     v_effect undolog.undolog_effect_log;
@@ -43,7 +44,7 @@ BEGIN
     END IF;
 
     -- FOR SHARE: a concurrent fail_session waits until this call's undo entry is visible.
-    SELECT s.state INTO v_session_state
+    SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
     FROM undolog.undolog_sessions AS s
     WHERE s.session_id = p_session_id
     FOR SHARE;
@@ -53,6 +54,7 @@ BEGIN
             MESSAGE = pg_catalog.format('unknown session %s', p_session_id),
             HINT = 'Call undolog.begin_session first.';
     END IF;
+    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
 
     INSERT INTO undolog.undolog_signature_registry
         (session_id, call_signature, effect_id, executed_at)

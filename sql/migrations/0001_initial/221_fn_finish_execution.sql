@@ -13,6 +13,10 @@ DECLARE
     v_key undolog.undolog_signature_registry := undolog.locate_effect(p_effect_id);
     v_state text;
 BEGIN
+    PERFORM undolog.check_session_caller(
+        v_key.session_id,
+        (SELECT s.owner_role FROM undolog.undolog_sessions AS s
+         WHERE s.session_id = v_key.session_id));
     UPDATE undolog.undolog_effect_log AS e
     SET state = p_to,
         result_snapshot = CASE WHEN p_to = 'committed' THEN p_result END,

@@ -16,7 +16,7 @@ SELECT
     s.agent,
     s.state AS session_state,
     now() - a.requested_at AS age,
-    coalesce(a.expires_at <= now(), false) AS expired
+    coalesce(a.expires_at <= now(), FALSE) AS expired
 FROM undolog.undolog_approval_requests AS a
 INNER JOIN undolog.undolog_sessions AS s ON a.session_id = s.session_id
 -- LEFT: a request outlives its effect's month if that partition was dropped.

@@ -12,6 +12,6 @@ USING (owner_role = session_user);
 
 CREATE POLICY undolog_staff_reads_all ON undolog.undolog_sessions
 FOR SELECT TO undolog_approver, undolog_operator
-USING (true);
+USING (TRUE);
 
 GRANT SELECT ON undolog.undolog_sessions TO undolog_agent, undolog_approver, undolog_operator;

@@ -13,7 +13,7 @@ USING (EXISTS (
 
 CREATE POLICY undolog_staff_reads_all ON undolog.undolog_session_history
 FOR SELECT TO undolog_approver, undolog_operator
-USING (true);
+USING (TRUE);
 
 GRANT SELECT ON undolog.undolog_session_history
 TO undolog_agent, undolog_approver, undolog_operator;

@@ -15,6 +15,6 @@ USING (EXISTS (
 
 CREATE POLICY undolog_staff_reads_all ON undolog.undolog_effect_log
 FOR SELECT TO undolog_approver, undolog_operator
-USING (true);
+USING (TRUE);
 
 GRANT SELECT ON undolog.undolog_effect_log TO undolog_agent, undolog_approver, undolog_operator;

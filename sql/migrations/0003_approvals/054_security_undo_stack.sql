@@ -13,6 +13,6 @@ USING (EXISTS (
 
 CREATE POLICY undolog_staff_reads_all ON undolog.undolog_undo_stack
 FOR SELECT TO undolog_approver, undolog_operator
-USING (true);
+USING (TRUE);
 
 GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, undolog_operator;

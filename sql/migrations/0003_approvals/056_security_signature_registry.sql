@@ -6,6 +6,6 @@ ALTER TABLE undolog.undolog_signature_registry ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY undolog_staff_reads_all ON undolog.undolog_signature_registry
 FOR SELECT TO undolog_approver, undolog_operator
-USING (true);
+USING (TRUE);
 
 GRANT SELECT ON undolog.undolog_signature_registry TO undolog_approver, undolog_operator;
