@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import uuid
@@ -26,12 +27,13 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from undolog import aengine, context, engine
+from undolog import aengine, approvals, context, engine, walk
 from undolog.context import ActiveSession
-from undolog.errors import AwaitingApprovalError
+from undolog.errors import AwaitingApprovalError, PermissionDenied
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_LEASE = timedelta(minutes=5)
+log = logging.getLogger("undolog")
 
 
 def _default_dsn(dsn: str | None) -> str:
@@ -43,9 +45,30 @@ def _heartbeat_interval(lease: timedelta) -> float:
 
 
 class _Base:
-    def __init__(self, lease: timedelta) -> None:
+    def __init__(self, lease: timedelta, walk_wait: float) -> None:
         self.lease = lease
+        self.walk_wait = walk_wait
         self.compensations: dict[str, Callable[..., Any]] = {}
+
+    def _walk(
+        self,
+        conn: engine.Connection,
+        session_id: uuid.UUID,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> str | None:
+        """Run the failed session's undo walk here and now. A login without the operator
+        role may not: then the session stays failed and `undolog worker` walks it."""
+        try:
+            return walk.run_walk(
+                conn, session_id, self.compensations, wait=self.walk_wait, loop=loop
+            )
+        except PermissionDenied:
+            log.warning(
+                "session %s failed; this login may not run its undo walk, "
+                "`undolog worker` (operator role) will",
+                session_id,
+            )
+            return None
 
     def compensation(self, name: str) -> Callable[[F], F]:
         """Register the function that undoes calls whose descriptor names ``name``."""
@@ -73,8 +96,9 @@ class UndoLog(_Base):
         *,
         pool: ConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
+        walk_wait: float = walk.DEFAULT_WAIT,
     ) -> None:
-        super().__init__(lease)
+        super().__init__(lease, walk_wait)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -147,7 +171,40 @@ class UndoLog(_Base):
                 return
 
     def _after_failure(self, conn: engine.Connection, session_id: uuid.UUID) -> None:
-        """Hook for the undo walk after a failed session (see undolog.walk)."""
+        self._walk(conn, session_id)
+
+    def run_walk(self, session_id: uuid.UUID) -> str | None:
+        """Walk a failed session's undo stack with the registered compensations."""
+        with self.connection() as conn:
+            return self._walk(conn, session_id)
+
+    def work(self) -> dict[uuid.UUID, str]:
+        """One worker pass: recover() and walk every session it names."""
+        with self.connection() as conn:
+            return walk.work(conn, self.compensations, wait=0.0)
+
+    def approve(self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None) -> str:
+        with self.connection() as conn:
+            return approvals.approve(conn, approval_id, decided_by, reason)
+
+    def reject(self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None) -> str:
+        with self.connection() as conn:
+            return approvals.reject(conn, approval_id, decided_by, reason)
+
+    def wait_for_decision(
+        self, approval_id: uuid.UUID, timeout: float, poll_interval: float = 5.0
+    ) -> str | None:
+        """Block until a human decides (LISTEN/NOTIFY, slow poll as fallback); answers
+        'approved', 'rejected' or 'expired', or None on timeout."""
+        with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+            return approvals.wait_for_decision(conn, approval_id, timeout, poll_interval)
+
+    def _conninfo(self) -> str:
+        # a pool built with a callable conninfo cannot be read here: use our DSN
+        if self.pool is None:
+            return self.dsn
+        info = self.pool.conninfo
+        return info if isinstance(info, str) else self.dsn
 
 
 class AsyncUndoLog(_Base):
@@ -159,8 +216,9 @@ class AsyncUndoLog(_Base):
         *,
         pool: AsyncConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
+        walk_wait: float = walk.DEFAULT_WAIT,
     ) -> None:
-        super().__init__(lease)
+        super().__init__(lease, walk_wait)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -233,4 +291,31 @@ class AsyncUndoLog(_Base):
                 return
 
     async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
-        """Hook for the undo walk after a failed session (see undolog.walk)."""
+        await self.run_walk(session_id)
+
+    async def run_walk(self, session_id: uuid.UUID) -> str | None:
+        """Walk a failed session's undo stack. The walk's SQL runs on a sync connection in
+        a worker thread; async compensations run on this event loop."""
+        loop = asyncio.get_running_loop()
+
+        def in_thread() -> str | None:
+            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                return self._walk(conn, session_id, loop)
+
+        return await asyncio.to_thread(in_thread)
+
+    async def wait_for_decision(
+        self, approval_id: uuid.UUID, timeout: float, poll_interval: float = 5.0
+    ) -> str | None:
+        def in_thread() -> str | None:
+            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                return approvals.wait_for_decision(conn, approval_id, timeout, poll_interval)
+
+        return await asyncio.to_thread(in_thread)
+
+    def _conninfo(self) -> str:
+        # a pool built with a callable conninfo cannot be read here: use our DSN
+        if self.pool is None:
+            return self.dsn
+        info = self.pool.conninfo
+        return info if isinstance(info, str) else self.dsn
