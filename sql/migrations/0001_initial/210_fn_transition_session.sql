@@ -1,6 +1,7 @@
--- undolog.transition_session: move a session to p_to, or raise. UL002 when the session
--- does not exist, 42501 when the caller may not act on it (check_session_caller), UL001 when the move is not in the state machine (including a move to
--- the state it is already in, e.g. failing a session twice). Answers the new state.
+-- undolog.transition_session: move a session to p_to, or raise: UL002 when the session
+-- does not exist, 42501 when the caller may not act on it (check_session_caller), UL001
+-- when the move is not in the state machine (including a move to the state it is already
+-- in, e.g. failing a session twice). Answers the new state.
 CREATE OR REPLACE FUNCTION undolog.transition_session(
     p_session_id uuid, p_to text, p_error text DEFAULT NULL
 )
