@@ -138,12 +138,15 @@ def test_session_completes_and_a_restart_replays_from_cache(dsn: str, conn: Conn
 
 def test_an_exception_fails_the_call_and_the_session(dsn: str, conn: Conn) -> None:
     ul = UndoLog(dsn)
+    ul.compensation("delete_user")(lambda call: calls.append(f"undo {call.call_args['email']}"))
     with pytest.raises(ConnectionError), ul.session() as session:
         create_user("ada@example.com", "Ada")
         send_email("ada@invalid")
     rows = _effects(conn, session.session_id)
-    assert [r[2] for r in rows] == ["committed", "pending"]
-    assert _session_state(conn, session.session_id) in ("failed", "compensating", "compensated")
+    # the failed send never took effect (pending, skipped); the user was undone
+    assert [r[2] for r in rows] == ["compensated", "pending"]
+    assert calls[-1] == "undo ada@example.com"
+    assert _session_state(conn, session.session_id) == "compensated"
 
 
 def test_irreversible_call_suspends_the_session(dsn: str, conn: Conn) -> None:
@@ -159,14 +162,12 @@ def test_irreversible_call_suspends_the_session(dsn: str, conn: Conn) -> None:
 
 def test_a_result_json_cannot_carry_is_a_clear_error(dsn: str, conn: Conn) -> None:
     ul = UndoLog(dsn)
+    ul.compensation("noop")(lambda call: calls.append(f"undo {call.tool_name} {call.result}"))
     with pytest.raises(ResultNotJSON), ul.session() as session:
         returns_a_set()
-    # outcome unknown to the journal: left executing, so that the walk compensates it
-    assert [r[2] for r in _effects(conn, session.session_id)] in (
-        ["executing"],
-        ["compensating"],
-        ["compensated"],
-    )
+    # outcome unknown to the journal: left executing, so the walk compensated it anyway
+    assert [r[2] for r in _effects(conn, session.session_id)] == ["compensated"]
+    assert calls == ["undo returns_a_set None"]
 
 
 def test_a_pool_works_and_keeps_its_connections_settings(dsn: str, conn: Conn) -> None:

@@ -12,11 +12,10 @@ BEGIN
     v_problem := CASE
         WHEN jsonb_typeof(p_compensation) <> 'object'
             THEN 'must be a JSON object, not ' || jsonb_typeof(p_compensation)
-        WHEN EXISTS (SELECT FROM jsonb_object_keys(p_compensation) AS k
-                     WHERE k NOT IN ('name', 'args', 'max_attempts'))
+        WHEN p_compensation - ARRAY['name', 'args', 'max_attempts'] <> '{}'::jsonb
             THEN 'may only have the keys name, args, max_attempts'
         WHEN jsonb_typeof(p_compensation -> 'name') IS DISTINCT FROM 'string'
-             OR btrim(p_compensation ->> 'name') = ''
+             OR (p_compensation ->> 'name') !~ '\S'
             THEN 'needs "name", a non-empty string'
         WHEN p_compensation ? 'args' AND jsonb_typeof(p_compensation -> 'args') <> 'object'
             THEN '"args" must be a JSON object'

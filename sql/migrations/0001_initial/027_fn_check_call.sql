@@ -14,6 +14,28 @@ LANGUAGE plpgsql
 IMMUTABLE
 AS $$
 BEGIN
+    -- A well-formed call passes in one expression (each PL/pgSQL expression costs a few
+    -- microseconds even when it passes); otherwise the checks below name the problem.
+    IF coalesce(
+           p_call_signature ~ '^[0-9a-f]{64}$'
+           AND p_session_id IS NOT NULL AND p_step_index >= 0
+           AND p_tool_name ~ '\S' AND length(p_tool_name) <= 200
+           AND jsonb_typeof(p_args) = 'object'
+           AND pg_catalog.pg_column_size(p_args) <= undolog.max_payload_bytes()
+           AND CASE p_tier
+               WHEN 'irreversible' THEN p_compensation IS NULL
+               WHEN 'compensable' THEN
+                   jsonb_typeof(p_compensation) = 'object'
+                   AND p_compensation - ARRAY['name', 'args', 'max_attempts'] = '{}'::jsonb
+                   AND (p_compensation ->> 'name') ~ '\S'
+                   AND jsonb_typeof(p_compensation -> 'name') = 'string'
+                   AND coalesce(jsonb_typeof(p_compensation -> 'args'), 'object') = 'object'
+                   AND NOT p_compensation ? 'max_attempts'
+                   AND pg_catalog.pg_column_size(p_compensation) <= undolog.max_payload_bytes()
+               ELSE false
+           END, false) THEN
+        RETURN;
+    END IF;
     IF p_call_signature IS NULL OR p_call_signature !~ '^[0-9a-f]{64}$' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL004',
@@ -39,7 +61,7 @@ BEGIN
             MESSAGE = pg_catalog.format('step_index must be an integer >= 0, not %s',
                                         coalesce(p_step_index::text, 'NULL'));
     END IF;
-    IF p_tool_name IS NULL OR btrim(p_tool_name) = '' OR length(p_tool_name) > 200 THEN
+    IF p_tool_name IS NULL OR p_tool_name !~ '\S' OR length(p_tool_name) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'tool_name must be non-empty text of at most 200 characters';

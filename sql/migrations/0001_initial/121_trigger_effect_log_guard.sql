@@ -10,19 +10,27 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A new effect starts pending; intercept may insert it already executing, which
         -- is the pending -> executing transition and is recorded as such.
-        IF NEW.state NOT IN ('pending', 'executing')
-           OR (NEW.state = 'executing'
-               AND NOT undolog.effect_transition_allowed(NEW.tier, 'pending', 'executing')) THEN
+        -- The tier and the starting state are checked here, not by CHECK constraints.
+        IF NOT coalesce(NEW.tier IN ('compensable', 'irreversible')
+                        AND (NEW.state = 'pending'
+                             OR (NEW.state = 'executing' AND NEW.tier = 'compensable')),
+                        false) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state);
         END IF;
-        INSERT INTO undolog.undolog_effect_history
-            (session_id, effect_id, executed_at, event, from_state, to_state)
-        SELECT NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', s.from_state, s.to_state
-        FROM (VALUES (1, NULL, 'pending'), (2, 'pending', NEW.state)) AS s (n, from_state, to_state)
-        WHERE s.n = 1 OR NEW.state <> 'pending'
-        ORDER BY s.n;
+        IF NEW.state = 'pending' THEN
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state)
+            VALUES (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending');
+        ELSE
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state)
+            VALUES
+                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending'),
+                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', 'pending',
+                 NEW.state);
+        END IF;
         RETURN NEW;
     END IF;
 

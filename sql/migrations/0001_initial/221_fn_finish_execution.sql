@@ -8,6 +8,7 @@ CREATE OR REPLACE FUNCTION undolog.finish_execution(
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = undolog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
 AS $$
 DECLARE
     v_key undolog.undolog_signature_registry := undolog.locate_effect(p_effect_id);
