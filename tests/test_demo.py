@@ -1,4 +1,4 @@
-"""`make demo` runs the scripted session end to end on a database it is given."""
+"""`make demo` tells its four stories end to end on a database it is given."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 
-def test_demo_runs_and_shows_replay_retry_and_approval(dsn: str) -> None:
+def test_demo_tells_all_four_stories(dsn: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "undolog.demo"],
         env={**os.environ, "UNDOLOG_DSN": dsn},
@@ -16,10 +16,22 @@ def test_demo_runs_and_shows_replay_retry_and_approval(dsn: str) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert "action=replay" in out.stdout and "cached result={'user_id': 42}" in out.stdout
-    assert "executing -> pending   {'error': 'SMTP timeout'}" in out.stdout
-    assert "action=await_approval" in out.stdout
-    assert "session state: awaiting_approval" in out.stdout
+    text = out.stdout
+    # 2: rolled back last action first, the failed send skipped
+    assert text.index("compensation retract_email(to bob@example.com)") < text.index(
+        "compensation delete_user(user"
+    )
+    assert "compensated (the failed send was skipped" in text
+    # 3: the payout ran exactly once, after the CLI approved it
+    assert "AwaitingApprovalError: approval" in text
+    assert text.count("process_payout ran") == 1
+    assert text.index(": approved") < text.index("process_payout ran")
+    # 4: after the crash, create_user and send_email ran once each, then replayed
+    after_crash = text[text.index("4. The agent crashes") :]
+    assert after_crash.count("create_user ran") == 1
+    assert after_crash.count("send_email ran") == 1
+    assert "(replayed from cache)" in after_crash
+    assert "compensated" in text[text.index("What the journal says") :]
 
 
 def test_demo_without_a_database_says_so() -> None:

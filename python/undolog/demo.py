@@ -1,124 +1,238 @@
-"""``make demo``: one scripted agent session through the engine's SQL API.
+"""``make demo``: a small agent on UndoLog, told as four short stories.
 
-It installs the engine (undolog migrate) into the database named by UNDOLOG_DSN (make
-demo starts a throwaway PostgreSQL when none is given), then walks a session through
-intercept -> commit -> replay -> fail -> retry, and an irreversible call that must wait
-for a human, printing each answer and finally what the journal holds.
+The agent has four tools: a SAFE search, COMPENSABLE create_user and send_email, and an
+IRREVERSIBLE payout. It runs on the database named by UNDOLOG_DSN (make demo starts a
+throwaway PostgreSQL when none is given), installing the engine first:
+
+1. a session that completes;
+2. a session that fails, rolled back last action first;
+3. a payout that waits for a human, approved from the command line, then run once;
+4. an agent process that crashes mid-session and is restarted: what it already did comes
+   back from the journal instead of running twice.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import subprocess
 import sys
+import uuid
 from typing import Any
 
 import psycopg
 
-from undolog import engine
+from undolog import (
+    AwaitingApprovalError,
+    CompensationDescriptor,
+    ToolTier,
+    UndoLog,
+    undolog_tool,
+)
 from undolog.migrations import migrate
+from undolog.walk import CompensationCall
 
 
-def _say(text: str) -> None:
+def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _show(label: str, answer: engine.Interception) -> None:
-    extra = ""
-    if answer.result_snapshot is not None:
-        extra = f"  cached result={answer.result_snapshot}"
-    if answer.approval_id is not None:
-        extra = f"  approval_id={answer.approval_id}"
-    _say(f"  {label:<44} -> action={answer.action:<15} state={answer.state}{extra}")
+def world(text: str) -> None:
+    """Something happening in the outside world: a tool body or a compensation running."""
+    say(f"      ~ {text}")
 
 
-def run(conn: psycopg.Connection[Any]) -> None:
-    applied = migrate(conn)
-    _say(f"engine installed: {', '.join(applied) or 'already up to date'}\n")
+# --- the agent's tools, each declared with its tier by its author -----------------------
 
-    session = engine.begin_session(conn, agent="demo-agent", metadata={"task": "onboard Ada"})
-    _say(f"session {session} begun (lease 5 minutes)\n")
 
-    _say("1. create_user (COMPENSABLE): journaled with its undo entry before it runs")
-    args = {"email": "ada@example.com", "name": "Ada"}
-    undo = {"name": "delete_user", "args": {"soft": True}}
-    first = engine.intercept(conn, session, 0, "create_user", "compensable", args, undo)
-    _show("intercept(step 0, create_user)", first)
-    assert first.effect_id is not None
-    _say("  ... the tool body runs here and returns {'user_id': 42}")
-    engine.commit(conn, first.effect_id, {"user_id": 42})
-    _say("  commit -> committed, result cached\n")
+@undolog_tool(tier=ToolTier.SAFE)
+def search_web(query: str) -> list[str]:
+    world(f"search_web({query!r}) ran (SAFE: no journal)")
+    return [f"result for {query}"]
 
-    _say("2. the agent crashes and replays step 0: the body must not run twice")
-    _show(
-        "intercept(step 0, create_user) again",
-        engine.intercept(conn, session, 0, "create_user", "compensable", args, undo),
+
+@undolog_tool(
+    tier=ToolTier.COMPENSABLE,
+    compensation=CompensationDescriptor.new("delete_user", args={"soft": True}),
+)
+def create_user(email: str, name: str) -> dict[str, Any]:
+    user_id = sum(email.encode()) % 9000 + 1000
+    world(f"create_user ran: user {user_id} <{email}> created")
+    return {"user_id": user_id, "email": email}
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("retract_email"))
+def send_email(to: str, subject: str) -> dict[str, Any]:
+    if to.endswith(".invalid"):
+        world(f"send_email to {to} failed: no such domain")
+        raise ConnectionError(f"cannot deliver to {to}")
+    world(f"send_email ran: {subject!r} sent to {to}")
+    return {"message_id": f"<{abs(hash((to, subject))) % 10**6}@demo>"}
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+def process_payout(user_id: int, cents: int) -> dict[str, Any]:
+    world(f"process_payout ran: {cents / 100:.2f} EUR paid to user {user_id}")
+    return {"paid_cents": cents}
+
+
+def build_app(dsn: str) -> UndoLog:
+    ul = UndoLog(dsn)
+
+    @ul.compensation("delete_user")
+    def delete_user(call: CompensationCall) -> None:
+        world(
+            f"compensation delete_user(user {call.result['user_id']}, soft={call.args['soft']}) "
+            f"ran, idempotency key {str(call.undo_id)[:8]}"
+        )
+
+    @ul.compensation("retract_email")
+    def retract_email(call: CompensationCall) -> None:
+        world(f"compensation retract_email(to {call.call_args['to']}) ran")
+
+    return ul
+
+
+def cli(dsn: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", *args, "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    _say("")
+    return out.stdout
 
-    _say("3. send_email (COMPENSABLE) fails, then is retried")
-    mail = {"to": "ada@example.com", "subject": "Welcome"}
-    retract = {"name": "retract_email"}
-    sent = engine.intercept(conn, session, 1, "send_email", "compensable", mail, retract)
-    _show("intercept(step 1, send_email)", sent)
-    assert sent.effect_id is not None
-    engine.fail(conn, sent.effect_id, "SMTP timeout")
-    _say("  fail('SMTP timeout') -> pending: it never took effect, so it may run again")
-    retry = engine.intercept(conn, session, 1, "send_email", "compensable", mail, retract)
-    _show("intercept(step 1, send_email) retry", retry)
-    engine.commit(conn, sent.effect_id, {"message_id": "<m1@example.com>"})
-    _say("  commit -> committed\n")
 
-    _say("4. process_payout (IRREVERSIBLE): never runs before a human approves")
-    payout = engine.intercept(
-        conn, session, 2, "process_payout", "irreversible", {"user_id": 42, "amount_cents": 5000}
+def onboard(email: str, name: str) -> dict[str, Any]:
+    search_web(f"welcome template for {name}")
+    user = create_user(email, name)
+    send_email(email, f"Welcome, {name}")
+    return user
+
+
+def story_completes(ul: UndoLog) -> None:
+    say("1. A session that completes")
+    with ul.session(agent="onboarding") as session:
+        onboard("ada@example.com", "Ada")
+    say(f"   session {str(session.session_id)[:8]}: completed\n")
+
+
+def story_rolls_back(ul: UndoLog, conn: psycopg.Connection[Any]) -> None:
+    say("2. A session that fails: what it did is undone, last action first")
+    try:
+        with ul.session(agent="onboarding") as session:
+            onboard("bob@example.com", "Bob")
+            send_email("bob@mail.invalid", "Your account")  # fails: never took effect
+    except ConnectionError as exc:
+        say(f"   the agent failed: {exc}")
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session.session_id,)
+    ).fetchone()
+    say(
+        f"   session {str(session.session_id)[:8]}: {state[0] if state else '?'}"
+        " (the failed send was skipped: it never took effect)\n"
     )
-    _show("intercept(step 2, process_payout)", payout)
-    _say("  the session now waits for a human (awaiting_approval); new calls are refused\n")
-
-    _say("What the journal holds:")
-    rows = conn.execute(
-        """
-        SELECT e.step_index, e.tool_name, e.tier, e.state, e.attempts, e.replay_count,
-               e.result_snapshot, s.state
-        FROM undolog.undolog_effect_log AS e
-        JOIN undolog.undolog_sessions AS s USING (session_id)
-        WHERE e.session_id = %s ORDER BY e.step_index
-        """,
-        (session,),
-    ).fetchall()
-    _say(f"  {'step':<5}{'tool':<16}{'tier':<14}{'state':<11}{'tries':<7}{'replays':<9}result")
-    for step, tool, tier, state, attempts, replays, result, _ in rows:
-        _say(f"  {step:<5}{tool:<16}{tier:<14}{state:<11}{attempts:<7}{replays:<9}{result}")
-    _say(f"  session state: {rows[0][7]}")
-    history = conn.execute(
-        """
-        SELECT e.tool_name, h.event, coalesce(h.from_state, '-'), h.to_state, h.detail
-        FROM undolog.undolog_effect_history AS h
-        JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id, executed_at)
-        WHERE h.session_id = %s ORDER BY h.history_id
-        """,
-        (session,),
-    ).fetchall()
-    _say("\nIts immutable history:")
-    for tool, event, frm, to, detail in history:
-        _say(f"  {tool:<16}{event:<11}{frm:>10} -> {to:<10}{detail or ''}")
-    stack = conn.execute(
-        "SELECT stack_position, compensation FROM undolog.undolog_undo_stack "
-        "WHERE session_id = %s ORDER BY stack_position DESC",
-        (session,),
-    ).fetchall()
-    _say("\nIts undo stack, top first (a NULL compensation is the irreversible call's barrier):")
-    for position, compensation in stack:
-        _say(f"  {position:>4}  {compensation}")
 
 
-def main() -> int:
+def story_approval(ul: UndoLog, dsn: str) -> None:
+    say("3. An irreversible payout waits for a human")
+    session_id = uuid.uuid4()
+
+    def pay_out() -> None:
+        with ul.session(session_id, agent="payouts"):
+            user = create_user("cy@example.com", "Cy")
+            process_payout(user["user_id"], 5000)
+
+    try:
+        pay_out()
+    except AwaitingApprovalError as waiting:
+        say(
+            f"   AwaitingApprovalError: approval {waiting.approval_id} requested; "
+            "the payout body has not run"
+        )
+        say("   $ undolog approvals list")
+        for line in cli(dsn, "approvals", "list").splitlines():
+            say(f"     {line}")
+        say(f"   $ undolog approvals approve {waiting.approval_id} --by finance-lead")
+        decided = cli(
+            dsn,
+            "approvals",
+            "approve",
+            str(waiting.approval_id),
+            "--by",
+            "finance-lead",
+            "--reason",
+            "verified",
+        )
+        say(f"     {decided.strip()}")
+    say("   the agent makes the same calls again: create_user replays, the payout runs once")
+    pay_out()
+    say("")
+
+
+def crash_midway(dsn: str, session_id: uuid.UUID) -> None:
+    """Run in a child process: two steps, then the process dies without cleanup."""
+    ul = build_app(dsn)
+    with ul.session(session_id, agent="crashy"):
+        create_user("dee@example.com", "Dee")
+        send_email("dee@example.com", "Welcome, Dee")
+        say("      ! the agent process crashes here (os._exit)")
+        os._exit(1)
+
+
+def story_crash_and_replay(ul: UndoLog, dsn: str) -> None:
+    say("4. The agent crashes mid-session and is restarted with the same session id")
+    session_id = uuid.uuid4()
+    subprocess.run(
+        [sys.executable, "-m", "undolog.demo", "--crash", str(session_id)],
+        env={**os.environ, "UNDOLOG_DSN": dsn},
+        check=False,
+    )
+    say("   restarted: steps 0 and 1 come from the journal, their bodies do not run again")
+    with ul.session(session_id, agent="crashy"):
+        user = create_user("dee@example.com", "Dee")
+        say(f"      create_user -> {user} (replayed from cache)")
+        send_email("dee@example.com", "Welcome, Dee")
+        search_web("next steps for Dee")
+    say("")
+
+
+def summary(dsn: str) -> None:
+    say("What the journal says ($ undolog sessions list):")
+    for line in cli(dsn, "sessions", "list").splitlines():
+        say(f"  {line}")
+    sessions = json.loads(cli(dsn, "sessions", "list", "--json", "--state", "compensated"))
+    if sessions:
+        sid = sessions[0]["session_id"]
+        say(f"\nThe rolled-back session's timeline ($ undolog sessions show {sid[:8]}…):")
+        for line in cli(dsn, "sessions", "show", sid).splitlines()[3:]:
+            say(f"  {line}")
+
+
+def run(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        applied = migrate(conn)
+        say(f"engine installed: {', '.join(applied) or 'already up to date'}\n")
+        ul = build_app(dsn)
+        story_completes(ul)
+        story_rolls_back(ul, conn)
+        story_approval(ul, dsn)
+        story_crash_and_replay(ul, dsn)
+        summary(dsn)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="undolog.demo")
+    parser.add_argument("--crash", type=uuid.UUID, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
     dsn = os.environ.get("UNDOLOG_DSN")
     if not dsn:
         print("UNDOLOG_DSN is not set (make demo starts a throwaway PostgreSQL)", file=sys.stderr)
         return 2
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        run(conn)
+    if args.crash:
+        crash_midway(dsn, args.crash)
+    run(dsn)
     return 0
 
 
