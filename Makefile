@@ -49,6 +49,7 @@ pgtap: deps
 
 bench: deps
 	$(WITH_PG) $(PY) bench/bench_intercept.py
+	$(WITH_PG) $(PY) bench/bench_decorator.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
