@@ -17,23 +17,9 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_entry undolog.undolog_undo_stack := undolog.lock_undo_entry(p_undo_id);
+    v_entry undolog.undolog_undo_stack :=
+        undolog.lock_claimed_entry(p_undo_id, p_attempt, 'compensated');
 BEGIN
-    IF v_entry.state <> 'compensating' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL001',
-            MESSAGE = pg_catalog.format('invalid undo entry transition %s -> compensated',
-                                        v_entry.state),
-            DETAIL = pg_catalog.format('undo entry %s is %s, not in flight', p_undo_id,
-                                       v_entry.state);
-    END IF;
-    IF p_attempt IS DISTINCT FROM NULL AND p_attempt <> v_entry.attempts THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL001',
-            MESSAGE = pg_catalog.format('stale claim: attempt %s of undo entry %s was '
-                                        'superseded by attempt %s', p_attempt, p_undo_id,
-                                        v_entry.attempts);
-    END IF;
     UPDATE undolog.undolog_effect_log AS e
     SET state = 'compensated'
     WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id

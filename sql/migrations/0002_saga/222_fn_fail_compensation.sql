@@ -22,23 +22,9 @@ DECLARE
     v_base interval := undolog.setting_interval('undolog.retry_base', interval '1 second');
     v_cap interval := undolog.setting_interval('undolog.retry_cap', interval '5 minutes');
     v_max_default integer := undolog.setting_integer('undolog.default_max_attempts', 5, 1, 100);
-    v_entry undolog.undolog_undo_stack := undolog.lock_undo_entry(p_undo_id);
+    v_entry undolog.undolog_undo_stack :=
+        undolog.lock_claimed_entry(p_undo_id, p_attempt, 'pending');
 BEGIN
-    IF v_entry.state <> 'compensating' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL001',
-            MESSAGE = pg_catalog.format('invalid undo entry transition %s -> pending',
-                                        v_entry.state),
-            DETAIL = pg_catalog.format('undo entry %s is %s, not in flight', p_undo_id,
-                                       v_entry.state);
-    END IF;
-    IF p_attempt IS DISTINCT FROM NULL AND p_attempt <> v_entry.attempts THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL001',
-            MESSAGE = pg_catalog.format('stale claim: attempt %s of undo entry %s was '
-                                        'superseded by attempt %s', p_attempt, p_undo_id,
-                                        v_entry.attempts);
-    END IF;
     IF v_entry.attempts >= coalesce(v_entry.max_attempts, v_max_default) THEN
         PERFORM undolog.give_up_compensation(v_entry, v_error);
         RETURN 'compensation_failed';
