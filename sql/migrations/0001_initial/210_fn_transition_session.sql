@@ -14,14 +14,7 @@ DECLARE
     v_owner_role text;
 BEGIN
     SELECT s.state, s.owner_role INTO v_from, v_owner_role
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
-    END IF;
+    FROM undolog.lock_session(p_session_id) AS s;
     PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
     IF NOT undolog.session_transition_allowed(v_from, p_to) THEN
         RAISE EXCEPTION USING

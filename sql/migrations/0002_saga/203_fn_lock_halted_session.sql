@@ -7,17 +7,8 @@ LANGUAGE plpgsql
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_session undolog.undolog_sessions;
+    v_session undolog.undolog_sessions := undolog.lock_session(p_session_id);
 BEGIN
-    SELECT s.* INTO v_session
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
-    END IF;
     IF v_session.state <> 'halted' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

@@ -66,15 +66,7 @@ BEGIN
 
     -- The session row serialises the claims of one session and the session transitions
     -- they make; walkers of different sessions never wait for each other.
-    SELECT s.state INTO v_state
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
-    END IF;
+    v_state := (undolog.lock_session(p_session_id)).state;
     IF v_state = 'compensated' THEN
         RETURN;
     END IF;
