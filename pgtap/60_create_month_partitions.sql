@@ -1,0 +1,185 @@
+-- undolog.create_month_partitions(p_month) (0004): the effect log's and the history's
+-- partitions of the UTC month holding p_month, bounded by UTC month starts whatever the
+-- session's TimeZone or DateStyle, protected like every month (cloned row triggers, its
+-- own TRUNCATE trigger, no grant), and filled with that month's rows from the default
+-- partitions, which it empties of them.
+BEGIN;
+SELECT plan(30);
+SET LOCAL client_min_messages = error;
+
+-- Fixtures, written directly as the owner: a session in any state (through the state
+-- machine's own transitions) and an effect at a chosen executed_at with its registry row,
+-- undo entry and (irreversible) approval request, as intercept would write them.
+CREATE FUNCTION pg_temp.add_session(p_state text DEFAULT 'completed') RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_path text[] := CASE p_state
+        WHEN 'active' THEN '{}'
+        WHEN 'completed' THEN '{completed}'
+        WHEN 'failed' THEN '{failed}'
+        WHEN 'awaiting_approval' THEN '{awaiting_approval}'
+        WHEN 'compensating' THEN '{failed,compensating}'
+        WHEN 'halted' THEN '{failed,compensating,halted}'
+        WHEN 'compensated' THEN '{failed,compensating,compensated}' END;
+    v_state text;
+BEGIN
+    INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
+    VALUES (v_id, '5 minutes', now() + interval '5 minutes');
+    FOREACH v_state IN ARRAY v_path LOOP
+        UPDATE undolog.undolog_sessions SET state = v_state WHERE session_id = v_id;
+    END LOOP;
+    RETURN v_id;
+END $$;
+CREATE FUNCTION pg_temp.add_effect(
+    p_session uuid, p_at timestamptz, p_tier text DEFAULT 'compensable'
+) RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_sig text := encode(sha256(convert_to(v_id::text, 'UTF8')), 'hex');
+BEGIN
+    INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
+    VALUES (p_session, v_sig, v_id, p_at);
+    INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+    VALUES (v_id, p_session, p_at, v_sig, 0, 'tool', p_tier, '{"n": 1}',
+            CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END);
+    IF p_tier = 'compensable' THEN
+        UPDATE undolog.undolog_effect_log SET state = 'committed', result_snapshot = '{"ok": true}'
+        WHERE effect_id = v_id AND session_id = p_session AND executed_at = p_at;
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, compensation)
+        VALUES (p_session, v_id, p_at, '{"name": "undo", "args": {}}');
+    ELSE
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+    END IF;
+    RETURN v_id;
+END $$;
+
+CREATE FUNCTION pg_temp.bounds(p_table text) RETURNS text LANGUAGE sql AS $$
+    SELECT b.lower_bound AT TIME ZONE 'UTC' || ' .. ' || b.upper_bound AT TIME ZONE 'UTC'
+    FROM pg_inherits AS i,
+         LATERAL undolog.partition_bounds(i.inhparent) AS b
+    WHERE i.inhrelid = format('undolog.%I', p_table)::regclass
+      AND b.partition_oid = i.inhrelid
+$$;
+CREATE FUNCTION pg_temp.home(p_effect uuid) RETURNS text LANGUAGE sql AS $$
+    SELECT tableoid::regclass::text FROM undolog.undolog_effect_log WHERE effect_id = p_effect
+$$;
+
+SELECT has_function('undolog', 'create_month_partitions', ARRAY['date'],
+                    'undolog.create_month_partitions(date) exists');
+SELECT is_empty(
+    $$SELECT r.rolname FROM pg_roles AS r
+      WHERE r.rolname IN ('undolog_agent', 'undolog_approver', 'undolog_operator')
+        AND has_function_privilege(r.oid, 'undolog.create_month_partitions(date)', 'EXECUTE')$$,
+    'internal: no group role may call create_month_partitions');
+
+-- Effects written while February and March 2028 have no partition: the default takes them.
+CREATE TEMP TABLE fx (label text PRIMARY KEY, effect_id uuid);
+INSERT INTO fx (label, effect_id) VALUES
+    ('feb-last', pg_temp.add_effect(pg_temp.add_session(), '2028-02-29 23:59:59.999999+00')),
+    ('mar-first', pg_temp.add_effect(pg_temp.add_session(), '2028-03-01 00:00:00+00', 'irreversible')),
+    ('feb-first', pg_temp.add_effect(pg_temp.add_session(), '2028-02-01 00:00:00+00'));
+CREATE TEMP TABLE effects_before AS
+SELECT e.* FROM undolog.undolog_effect_log AS e JOIN fx USING (effect_id);
+CREATE TEMP TABLE history_before AS
+SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id);
+CREATE TEMP TABLE registry_before AS SELECT * FROM undolog.undolog_signature_registry;
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_default), 3::bigint,
+          'setup: three effects in the default partition');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 7::bigint,
+          'setup: their seven history rows in the history default');
+
+-- February 2028 (a leap month), created from a session ten hours ahead of UTC's month.
+SET LOCAL TimeZone = 'Pacific/Kiritimati';
+SET LOCAL DateStyle = 'SQL, DMY';
+SELECT results_eq(
+    $$SELECT * FROM undolog.create_month_partitions('2028-02-17')$$,
+    $$VALUES ('undolog_effect_log_2028_02'), ('undolog_effect_history_2028_02')$$,
+    'UTC+14, DateStyle SQL: February 2028 is created for both tables, names answered');
+SET LOCAL DateStyle = 'ISO';
+SELECT is(pg_temp.bounds('undolog_effect_log_2028_02'),
+          '2028-02-01 00:00:00 .. 2028-03-01 00:00:00',
+          'its effect log month is [1 Feb 00:00 UTC, 1 Mar 00:00 UTC): the leap day included');
+SELECT is(pg_temp.bounds('undolog_effect_history_2028_02'),
+          '2028-02-01 00:00:00 .. 2028-03-01 00:00:00', 'its history month has the same bounds');
+SELECT is(pg_temp.home(effect_id), 'undolog.undolog_effect_log_2028_02',
+          '23:59:59.999999 UTC on 29 Feb moved into February') FROM fx WHERE label = 'feb-last';
+SELECT is(pg_temp.home(effect_id), 'undolog.undolog_effect_log_2028_02',
+          '00:00 UTC on 1 Feb moved into February') FROM fx WHERE label = 'feb-first';
+SELECT is(pg_temp.home(effect_id), 'undolog.undolog_effect_log_default',
+          '00:00 UTC on 1 Mar stayed in the default (March has no partition yet)')
+FROM fx WHERE label = 'mar-first';
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_2028_02), 6::bigint,
+          'the two February effects'' six history rows moved with them');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 1::bigint,
+          'March''s history row is still in the default');
+
+-- March 2028 from Los Angeles, where 1 Mar 00:00 UTC is still 29 Feb.
+SET LOCAL TimeZone = 'America/Los_Angeles';
+SELECT results_eq(
+    $$SELECT * FROM undolog.create_month_partitions('2028-03-31')$$,
+    $$VALUES ('undolog_effect_log_2028_03'), ('undolog_effect_history_2028_03')$$,
+    'Los Angeles: March 2028 is created');
+SELECT is(pg_temp.bounds('undolog_effect_log_2028_03'),
+          '2028-03-01 00:00:00 .. 2028-04-01 00:00:00', 'its bounds are UTC''s March');
+SELECT is(pg_temp.home(effect_id), 'undolog.undolog_effect_log_2028_03',
+          '00:00 UTC on 1 Mar moved into March') FROM fx WHERE label = 'mar-first';
+SELECT is_empty($$SELECT * FROM undolog.undolog_effect_log_default$$,
+                'the effect log default is empty');
+SELECT is_empty($$SELECT * FROM undolog.undolog_effect_history_default$$,
+                'the history default is empty');
+
+-- Nothing was lost or changed on the way.
+SELECT set_eq(
+    $$SELECT e.* FROM undolog.undolog_effect_log AS e JOIN fx USING (effect_id)$$,
+    $$SELECT * FROM effects_before$$,
+    'the effects are unchanged, every column');
+SELECT set_eq(
+    $$SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id)$$,
+    $$SELECT * FROM history_before$$,
+    'the history rows are unchanged, ids included');
+SELECT set_eq($$SELECT * FROM undolog.undolog_signature_registry$$,
+              $$SELECT * FROM registry_before$$, 'the registry is untouched');
+SELECT is(current_setting('undolog.append_only_bypass', true), '',
+          'the append-only bypass is closed again');
+
+-- The new months are protected like any other.
+SELECT has_pk('undolog', 'undolog_effect_log_2028_02', 'February''s effect log has its primary key');
+SELECT set_eq(
+    $$SELECT t.tgname::text FROM pg_trigger AS t
+      WHERE t.tgrelid = 'undolog.undolog_effect_log_2028_02'::regclass$$,
+    ARRAY['undolog_effect_log_guard', 'undolog_effect_log_no_delete', 'undolog_effect_log_no_truncate'],
+    'February''s effect log has the guard, no-delete and no-truncate triggers');
+SELECT throws_ok($$DELETE FROM undolog.undolog_effect_log_2028_02$$, 'UL011', NULL,
+                 'DELETE from the new month is refused');
+SELECT throws_ok($$TRUNCATE undolog.undolog_effect_history_2028_03$$, 'UL011', NULL,
+                 'TRUNCATE of the new history month is refused');
+SELECT throws_ok(
+    $$UPDATE undolog.undolog_effect_log SET tool_name = 'other' WHERE executed_at = '2028-02-01 00:00+00'$$,
+    'UL011', NULL, 'an identity column of a moved effect cannot change');
+SELECT is_empty(
+    $$SELECT c.relname FROM pg_class AS c
+      WHERE c.relname LIKE 'undolog_effect%2028_0%' AND c.relkind = 'r' AND c.relacl IS NOT NULL
+        AND EXISTS (SELECT FROM aclexplode(c.relacl) AS a WHERE a.grantee <> c.relowner)$$,
+    'nobody but the owner holds a privilege on the new months');
+
+-- Idempotent; a month that exists under another name is not created twice; a name taken
+-- by a table that is not a partition (an archived month) is warned about and skipped.
+SELECT is_empty($$SELECT * FROM undolog.create_month_partitions('2028-02-01')$$,
+                'February again: nothing to create');
+CREATE TABLE undolog.custom_history_2031_01
+PARTITION OF undolog.undolog_effect_history FOR VALUES FROM ('2031-01-01 00:00+00') TO ('2031-02-01 00:00+00');
+SELECT results_eq($$SELECT * FROM undolog.create_month_partitions('2031-01-09')$$,
+                  $$VALUES ('undolog_effect_log_2031_01')$$,
+                  'a month whose history partition exists under another name: only the effect log''s');
+CREATE TABLE undolog.undolog_effect_log_2032_05 (LIKE undolog.undolog_effect_log);
+SELECT results_eq($$SELECT * FROM undolog.create_month_partitions('2032-05-01')$$,
+                  $$VALUES ('undolog_effect_history_2032_05')$$,
+                  'an effect log month whose name a plain table holds is skipped (with a warning)');
+
+SELECT * FROM finish();
+ROLLBACK;

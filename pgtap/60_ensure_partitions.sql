@@ -1,0 +1,199 @@
+-- undolog.ensure_partitions(p_months_ahead) (0004): the months from the current UTC month
+-- through p_months_ahead later, for the effect log and its history; first drains the
+-- default partitions (rows written while their month had no partition move into their
+-- month, even a past one); idempotent; serialised by the partition-maintenance advisory
+-- lock; a no-op takes no lock that could stall an intercept; operator only.
+BEGIN;
+SELECT plan(35);
+SET LOCAL client_min_messages = warning;
+
+-- Fixtures, written directly as the owner: a session in any state (through the state
+-- machine's own transitions) and an effect at a chosen executed_at with its registry row,
+-- undo entry and (irreversible) approval request, as intercept would write them.
+CREATE FUNCTION pg_temp.add_session(p_state text DEFAULT 'completed') RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_path text[] := CASE p_state
+        WHEN 'active' THEN '{}'
+        WHEN 'completed' THEN '{completed}'
+        WHEN 'failed' THEN '{failed}'
+        WHEN 'awaiting_approval' THEN '{awaiting_approval}'
+        WHEN 'compensating' THEN '{failed,compensating}'
+        WHEN 'halted' THEN '{failed,compensating,halted}'
+        WHEN 'compensated' THEN '{failed,compensating,compensated}' END;
+    v_state text;
+BEGIN
+    INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
+    VALUES (v_id, '5 minutes', now() + interval '5 minutes');
+    FOREACH v_state IN ARRAY v_path LOOP
+        UPDATE undolog.undolog_sessions SET state = v_state WHERE session_id = v_id;
+    END LOOP;
+    RETURN v_id;
+END $$;
+CREATE FUNCTION pg_temp.add_effect(
+    p_session uuid, p_at timestamptz, p_tier text DEFAULT 'compensable'
+) RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_sig text := encode(sha256(convert_to(v_id::text, 'UTF8')), 'hex');
+BEGIN
+    INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
+    VALUES (p_session, v_sig, v_id, p_at);
+    INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+    VALUES (v_id, p_session, p_at, v_sig, 0, 'tool', p_tier, '{"n": 1}',
+            CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END);
+    IF p_tier = 'compensable' THEN
+        UPDATE undolog.undolog_effect_log SET state = 'committed', result_snapshot = '{"ok": true}'
+        WHERE effect_id = v_id AND session_id = p_session AND executed_at = p_at;
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, compensation)
+        VALUES (p_session, v_id, p_at, '{"name": "undo", "args": {}}');
+    ELSE
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+    END IF;
+    RETURN v_id;
+END $$;
+
+CREATE FUNCTION pg_temp.month(k integer) RETURNS text LANGUAGE sql
+AS $$ SELECT to_char(undolog.utc_month(now(), k), 'YYYY_MM') $$;
+CREATE FUNCTION pg_temp.names(VARIADIC k integer[]) RETURNS SETOF text LANGUAGE sql
+AS $$ SELECT p || '_' || pg_temp.month(m)
+      FROM unnest(k) AS m, unnest(ARRAY['undolog_effect_log', 'undolog_effect_history']) AS p $$;
+CREATE FUNCTION pg_temp.strong_locks() RETURNS SETOF text LANGUAGE sql AS $$
+    SELECT l.relation::regclass::text || ' ' || l.mode FROM pg_locks AS l
+    WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'
+      AND l.mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')
+      AND l.relation IN (SELECT c.oid FROM pg_class AS c WHERE c.relnamespace = 'undolog'::regnamespace)
+$$;
+
+SELECT has_function('undolog', 'ensure_partitions', ARRAY['integer'],
+                    'undolog.ensure_partitions(integer) exists');
+SELECT function_returns('undolog', 'ensure_partitions', ARRAY['integer'], 'setof text',
+                        'it returns setof text');
+SELECT is_definer('undolog', 'ensure_partitions', ARRAY['integer'], 'it is SECURITY DEFINER');
+SELECT ok((SELECT 'search_path=undolog, pg_temp' = ANY (p.proconfig) FROM pg_proc AS p
+           WHERE p.oid = 'undolog.ensure_partitions(integer)'::regprocedure),
+          'its search_path is pinned to undolog, pg_temp');
+SELECT ok(has_function_privilege('undolog_operator', 'undolog.ensure_partitions(integer)', 'EXECUTE'),
+          'undolog_operator may call it');
+SELECT is_empty(
+    $$SELECT r.rolname FROM pg_roles AS r WHERE r.rolname IN ('undolog_agent', 'undolog_approver')
+        AND has_function_privilege(r.oid, 'undolog.ensure_partitions(integer)', 'EXECUTE')
+      UNION ALL
+      SELECT 'public' FROM pg_proc AS p, aclexplode(p.proacl) AS a
+      WHERE p.oid = 'undolog.ensure_partitions(integer)'::regprocedure AND a.grantee = 0$$,
+    'undolog_agent, undolog_approver and PUBLIC may not');
+
+-- Nothing to do (install made this month and the next): no partition, no strong lock.
+SELECT is_empty($$SELECT * FROM undolog.ensure_partitions(1)$$,
+                'months 0 and 1 exist: ensure_partitions(1) creates nothing');
+SELECT is_empty($$SELECT * FROM pg_temp.strong_locks()$$,
+                '... and holds no lock stronger than ROW EXCLUSIVE on any undolog table');
+SELECT ok(EXISTS (
+              SELECT FROM pg_locks AS l
+              WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+                AND ((l.classid::bigint << 32) | l.objid::bigint) = undolog.partition_lock_key()),
+          '... but it holds the partition-maintenance advisory lock until the transaction ends');
+
+-- The months are UTC's: from a zone where it is already tomorrow, or still yesterday.
+SET LOCAL TimeZone = 'Pacific/Kiritimati';
+SELECT set_eq($$SELECT * FROM undolog.ensure_partitions(2)$$, $$SELECT pg_temp.names(2)$$,
+              'UTC+14: ensure_partitions(2) creates UTC month +2 of both tables');
+SET LOCAL TimeZone = 'America/Los_Angeles';
+SELECT set_eq($$SELECT * FROM undolog.ensure_partitions(3)$$, $$SELECT pg_temp.names(3)$$,
+              'Los Angeles: ensure_partitions(3) creates UTC month +3');
+SELECT is(
+    (SELECT b.lower_bound || ' / ' || b.upper_bound
+     FROM undolog.partition_bounds('undolog.undolog_effect_log') AS b
+     WHERE b.partition_oid = ('undolog.undolog_effect_log_' || pg_temp.month(3))::regclass),
+    undolog.month_start(undolog.utc_month(now(), 3)) || ' / '
+    || undolog.month_start(undolog.utc_month(now(), 4)),
+    'month +3 is bounded by UTC month starts');
+SELECT is_empty($$SELECT * FROM undolog.ensure_partitions(3)$$, 'idempotent: again, nothing');
+SET LOCAL TimeZone = 'UTC';
+
+-- Rows in the default partitions: a month long past, a month beyond the horizon.
+CREATE TEMP TABLE fx AS
+SELECT pg_temp.add_effect(pg_temp.add_session(), '2019-05-31 23:59:59.999999+00') AS effect_id
+UNION ALL
+SELECT pg_temp.add_effect(pg_temp.add_session(), '2019-05-01 00:00:00+00', 'irreversible')
+UNION ALL
+SELECT pg_temp.add_effect(pg_temp.add_session('active'), undolog.month_start(undolog.utc_month(now(), 10)));
+CREATE TEMP TABLE effects_before AS SELECT * FROM undolog.undolog_effect_log;
+CREATE TEMP TABLE history_before AS SELECT * FROM undolog.undolog_effect_history;
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_default), 3::bigint,
+          'setup: three effects in the default partition');
+SELECT set_eq(
+    $$SELECT * FROM undolog.ensure_partitions(3)$$,
+    $$VALUES ('undolog_effect_log_2019_05'), ('undolog_effect_history_2019_05')
+      UNION ALL SELECT pg_temp.names(10)$$,
+    'ensure_partitions(3) creates May 2019 and month +10, the months of the default''s rows');
+SELECT is_empty($$SELECT * FROM undolog.undolog_effect_log_default$$,
+                'the effect log default is empty');
+SELECT is_empty($$SELECT * FROM undolog.undolog_effect_history_default$$,
+                'the history default is empty');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_2019_05), 2::bigint,
+          'both May 2019 effects are in May 2019');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_log AS e
+           WHERE e.tableoid = ('undolog.undolog_effect_log_' || pg_temp.month(10))::regclass),
+          1::bigint, 'the effect of month +10 is in month +10');
+SELECT set_eq($$SELECT * FROM undolog.undolog_effect_log$$, $$SELECT * FROM effects_before$$,
+              'every effect is still there, unchanged');
+SELECT set_eq($$SELECT * FROM undolog.undolog_effect_history$$, $$SELECT * FROM history_before$$,
+              'every history row is still there, unchanged');
+SELECT is_empty($$SELECT * FROM undolog.ensure_partitions(3)$$, 'drained: again, nothing');
+
+-- This month's partitions gone (nobody created them): a call still succeeds, into the
+-- default; ensure_partitions brings the month back with the call in it; commit works.
+SELECT lives_ok(format('DROP TABLE undolog.undolog_effect_log_%1$s, undolog.undolog_effect_history_%1$s',
+                       pg_temp.month(0)),
+                'setup: this month''s partitions dropped');
+SELECT is(undolog.begin_session('e6000000-0000-4000-8000-000000000001'),
+          'e6000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
+CREATE TEMP TABLE call AS
+SELECT * FROM undolog.intercept('e6000000-0000-4000-8000-000000000001', 0, 'create_user',
+                                'compensable', '{"name": "ada"}', repeat('e6', 32),
+                                '{"name": "delete_user"}');
+SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
+           WHERE effect_id = (SELECT effect_id FROM call)),
+          'undolog.undolog_effect_log_default', 'the call was journaled, in the default partition');
+SELECT set_eq($$SELECT * FROM undolog.ensure_partitions(0)$$, $$SELECT pg_temp.names(0)$$,
+              'ensure_partitions(0) recreates this month');
+SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
+           WHERE effect_id = (SELECT effect_id FROM call)),
+          'undolog.undolog_effect_log_' || pg_temp.month(0), '... with the call moved into it');
+SELECT lives_ok($$SELECT undolog.commit((SELECT effect_id FROM call), '{"id": 7}')$$,
+                'the moved call commits');
+SELECT results_eq(
+    $$SELECT tableoid::regclass::text, from_state, to_state FROM undolog.undolog_effect_history
+      WHERE effect_id = (SELECT effect_id FROM call) ORDER BY history_id$$,
+    $$SELECT 'undolog.undolog_effect_history_' || pg_temp.month(0), f, t
+      FROM (VALUES (1, NULL, 'pending'), (2, 'pending', 'executing'), (3, 'executing', 'committed'))
+           AS v (n, f, t) ORDER BY n$$,
+    'its whole history is in this month''s history partition, the commit included');
+
+-- Bad arguments; roles.
+SELECT throws_ok($$SELECT undolog.ensure_partitions(-1)$$, 'UL008', NULL, 'months ahead -1: UL008');
+SELECT throws_ok($$SELECT undolog.ensure_partitions(121)$$, 'UL008', NULL, 'months ahead 121: UL008');
+SELECT throws_ok($$SELECT undolog.ensure_partitions(NULL)$$, 'UL008', NULL, 'months ahead NULL: UL008');
+SELECT array_agg(n)::text AS want4 FROM pg_temp.names(4) AS n \gset
+SET LOCAL ROLE undolog_operator;
+SELECT set_eq($$SELECT * FROM undolog.ensure_partitions(4)$$, :'want4'::text[],
+              'undolog_operator: ensure_partitions(4) creates month +4');
+RESET ROLE;
+SELECT is((SELECT c.relowner FROM pg_class AS c
+           WHERE c.oid = ('undolog.undolog_effect_log_' || pg_temp.month(4))::regclass),
+          (SELECT p.proowner FROM pg_proc AS p
+           WHERE p.oid = 'undolog.ensure_partitions(integer)'::regprocedure),
+          '... owned by the engine''s owner, not by the operator');
+SET LOCAL ROLE undolog_agent;
+SELECT throws_ok($$SELECT undolog.ensure_partitions(5)$$, '42501', NULL,
+                 'undolog_agent: permission denied (42501)');
+RESET ROLE;
+
+SELECT * FROM finish();
+ROLLBACK;

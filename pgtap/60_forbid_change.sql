@@ -1,0 +1,133 @@
+-- undolog.forbid_change (0004) and undolog.set_append_only_bypass: append-only tables
+-- refuse UPDATE, DELETE and TRUNCATE, except a DELETE that partition maintenance lets
+-- through: the transaction-local setting names that very table (by oid) AND the current
+-- user owns it. Nobody else gets through, setting or not.
+BEGIN;
+SELECT plan(27);
+
+CREATE FUNCTION pg_temp.sig(p_seed text) RETURNS text LANGUAGE sql IMMUTABLE
+AS $$ SELECT encode(sha256(convert_to(p_seed, 'UTF8')), 'hex') $$;
+CREATE FUNCTION pg_temp.bypass(p_table regclass) RETURNS text LANGUAGE sql
+AS $$ SELECT set_config('undolog.append_only_bypass', coalesce(p_table::oid::text, ''), true) $$;
+
+SELECT has_function('undolog', 'set_append_only_bypass', ARRAY['regclass'],
+                    'undolog.set_append_only_bypass(regclass) exists');
+SELECT is_empty(
+    $$SELECT r.rolname FROM pg_roles AS r
+      WHERE r.rolname IN ('public', 'undolog_agent', 'undolog_approver', 'undolog_operator')
+        AND has_function_privilege(r.oid, 'undolog.set_append_only_bypass(regclass)', 'EXECUTE')$$,
+    'no group role may call set_append_only_bypass (an internal helper)');
+
+-- The registry's guard runs once per statement (0004), UPDATE and DELETE.
+SELECT is(
+    (SELECT (t.tgtype & 1) = 0 FROM pg_trigger AS t
+     WHERE t.tgrelid = 'undolog.undolog_signature_registry'::regclass
+       AND t.tgname = 'undolog_signature_registry_append_only'),
+    true, 'the registry''s append-only trigger is a statement trigger');
+
+-- Data: two registry rows, an effect in the default partition and one in this month.
+INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
+VALUES ('f0000000-0000-4000-8000-000000000001', '5 minutes', now() + interval '5 minutes');
+INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
+VALUES ('f0000000-0000-4000-8000-000000000001', pg_temp.sig('fc-1'),
+        'f1000000-0000-4000-8000-000000000001', '1999-01-15 12:00+00'),
+       ('f0000000-0000-4000-8000-000000000001', pg_temp.sig('fc-2'),
+        'f1000000-0000-4000-8000-000000000002', now());
+INSERT INTO undolog.undolog_effect_log
+    (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+VALUES ('f1000000-0000-4000-8000-000000000001', 'f0000000-0000-4000-8000-000000000001',
+        '1999-01-15 12:00+00', pg_temp.sig('fc-1'), 0, 't', 'compensable', '{}', 'executing'),
+       ('f1000000-0000-4000-8000-000000000002', 'f0000000-0000-4000-8000-000000000001',
+        now(), pg_temp.sig('fc-2'), 1, 't', 'compensable', '{}', 'executing');
+SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
+           WHERE effect_id = 'f1000000-0000-4000-8000-000000000001'),
+          'undolog.undolog_effect_log_default', 'setup: a 1999 effect sits in the default partition');
+
+-- Without the setting, even the owner is refused.
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'owner, no bypass: DELETE of the registry refused (UL011)');
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry WHERE false$$, 'UL011', NULL,
+                 'a DELETE matching no row is refused too (statement trigger)');
+SELECT throws_ok($$DELETE FROM undolog.undolog_effect_log_default$$, 'UL011', NULL,
+                 'owner, no bypass: DELETE from the default partition refused');
+
+-- The setting must name this very table.
+SELECT FROM pg_temp.bypass('undolog.undolog_undo_stack');
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'bypass naming another table: the registry still refuses DELETE');
+SELECT FROM set_config('undolog.append_only_bypass', 'undolog.undolog_signature_registry', true);
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'bypass naming the table by name instead of oid: refused');
+SELECT FROM pg_temp.bypass('undolog.undolog_effect_log_default');
+SELECT throws_ok(
+    format('DELETE FROM undolog.undolog_effect_log_%s',
+           to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM')),
+    'UL011', NULL, 'bypass naming the default partition: this month''s partition still refuses');
+
+-- Only DELETE is ever let through.
+SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
+SELECT throws_ok($$UPDATE undolog.undolog_signature_registry SET executed_at = now()$$,
+                 'UL011', NULL, 'bypass on: UPDATE of the registry still refused');
+SELECT throws_ok($$TRUNCATE undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'bypass on: TRUNCATE of the registry still refused');
+SELECT FROM pg_temp.bypass('undolog.undolog_effect_history_default');
+SELECT throws_ok($$UPDATE undolog.undolog_effect_history_default SET detail = '{}'$$,
+                 'UL011', NULL, 'bypass on: UPDATE of effect history still refused');
+
+-- A role that somebody wrongly granted DELETE, with the setting: refused, not the owner.
+CREATE ROLE undolog_test_misgranted NOLOGIN;
+GRANT USAGE ON SCHEMA undolog TO undolog_test_misgranted;
+GRANT SELECT, DELETE ON undolog.undolog_signature_registry TO undolog_test_misgranted;
+SET LOCAL ROLE undolog_test_misgranted;
+SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'a non-owner granted DELETE, bypass set: still refused (UL011)');
+RESET ROLE;
+
+-- The group roles have no DELETE privilege at all.
+SET LOCAL ROLE undolog_operator;
+SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, '42501', NULL,
+                 'undolog_operator, bypass set: DELETE refused by privileges (42501)');
+RESET ROLE;
+SET LOCAL ROLE undolog_agent;
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, '42501', NULL,
+                 'undolog_agent: DELETE refused by privileges (42501)');
+RESET ROLE;
+
+-- The owner with the setting naming the table: the DELETE goes through.
+SELECT lives_ok(
+    $$SELECT undolog.set_append_only_bypass('undolog.undolog_signature_registry')$$,
+    'set_append_only_bypass opens the registry');
+SELECT is(current_setting('undolog.append_only_bypass'),
+          'undolog.undolog_signature_registry'::regclass::oid::text,
+          '... as a transaction-local setting holding its oid');
+SELECT lives_ok(
+    $$DELETE FROM undolog.undolog_signature_registry WHERE executed_at < '2000-01-01'$$,
+    'owner, bypass on the registry: DELETE works');
+SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 1::bigint,
+          '... it deleted the one row it matched');
+SELECT lives_ok($$SELECT undolog.set_append_only_bypass(NULL)$$, 'set_append_only_bypass(NULL)');
+SELECT is(current_setting('undolog.append_only_bypass'), '', '... closes it');
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'closed again: DELETE refused');
+
+-- Row triggers (a partition's cloned guard) honour it the same way.
+SELECT FROM undolog.set_append_only_bypass('undolog.undolog_effect_log_default');
+SELECT lives_ok($$DELETE FROM undolog.undolog_effect_log_default$$,
+                'owner, bypass on the default partition: DELETE of its rows works');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_log), 1::bigint,
+          '... only the default''s row went');
+SELECT FROM undolog.set_append_only_bypass(NULL);
+
+-- Transaction-local: a rolled-back subtransaction takes the setting with it.
+SAVEPOINT before_bypass;
+SELECT FROM undolog.set_append_only_bypass('undolog.undolog_signature_registry');
+ROLLBACK TO SAVEPOINT before_bypass;
+SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+                 'a bypass set in a rolled-back savepoint is gone');
+SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 1::bigint,
+          'the registry kept its row through every refused DELETE');
+
+SELECT * FROM finish();
+ROLLBACK;

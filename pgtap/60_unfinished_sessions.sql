@@ -1,0 +1,101 @@
+-- undolog.unfinished_sessions(p_from, p_to): the sessions that hold the effects of
+-- [p_from, p_to) against retention: every state but completed and compensated.
+BEGIN;
+SELECT plan(8);
+
+-- Fixtures, written directly as the owner: a session in any state (through the state
+-- machine's own transitions) and an effect at a chosen executed_at with its registry row,
+-- undo entry and (irreversible) approval request, as intercept would write them.
+CREATE FUNCTION pg_temp.add_session(p_state text DEFAULT 'completed') RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_path text[] := CASE p_state
+        WHEN 'active' THEN '{}'
+        WHEN 'completed' THEN '{completed}'
+        WHEN 'failed' THEN '{failed}'
+        WHEN 'awaiting_approval' THEN '{awaiting_approval}'
+        WHEN 'compensating' THEN '{failed,compensating}'
+        WHEN 'halted' THEN '{failed,compensating,halted}'
+        WHEN 'compensated' THEN '{failed,compensating,compensated}' END;
+    v_state text;
+BEGIN
+    INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
+    VALUES (v_id, '5 minutes', now() + interval '5 minutes');
+    FOREACH v_state IN ARRAY v_path LOOP
+        UPDATE undolog.undolog_sessions SET state = v_state WHERE session_id = v_id;
+    END LOOP;
+    RETURN v_id;
+END $$;
+CREATE FUNCTION pg_temp.add_effect(
+    p_session uuid, p_at timestamptz, p_tier text DEFAULT 'compensable'
+) RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid := gen_random_uuid();
+    v_sig text := encode(sha256(convert_to(v_id::text, 'UTF8')), 'hex');
+BEGIN
+    INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
+    VALUES (p_session, v_sig, v_id, p_at);
+    INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+    VALUES (v_id, p_session, p_at, v_sig, 0, 'tool', p_tier, '{"n": 1}',
+            CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END);
+    IF p_tier = 'compensable' THEN
+        UPDATE undolog.undolog_effect_log SET state = 'committed', result_snapshot = '{"ok": true}'
+        WHERE effect_id = v_id AND session_id = p_session AND executed_at = p_at;
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, compensation)
+        VALUES (p_session, v_id, p_at, '{"name": "undo", "args": {}}');
+    ELSE
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
+        VALUES (p_session, v_id, p_at);
+    END IF;
+    RETURN v_id;
+END $$;
+
+SELECT has_function('undolog', 'unfinished_sessions',
+                    ARRAY['timestamp with time zone', 'timestamp with time zone'],
+                    'undolog.unfinished_sessions(timestamptz, timestamptz) exists');
+SELECT has_index('undolog', 'undolog_sessions', 'undolog_sessions_unfinished_idx',
+                 'the unfinished sessions have their partial index');
+
+CREATE TEMP TABLE fx (state text PRIMARY KEY, session_id uuid);
+INSERT INTO fx
+SELECT s, pg_temp.add_session(s)
+FROM unnest(ARRAY['active', 'awaiting_approval', 'failed', 'compensating', 'halted',
+                  'completed', 'compensated']) AS s;
+-- Every session has an effect in March 1997 (in the default partition: no month exists).
+SELECT FROM fx CROSS JOIN LATERAL pg_temp.add_effect(fx.session_id, '1997-03-31 23:59:59.999999+00') AS e;
+-- One more active session, only in April 1997.
+INSERT INTO fx VALUES ('active-april', pg_temp.add_session('active'));
+SELECT FROM fx CROSS JOIN LATERAL pg_temp.add_effect(fx.session_id, '1997-04-01 00:00:00+00') AS e
+WHERE fx.state = 'active-april';
+
+SELECT set_eq(
+    $$SELECT session_id, state FROM undolog.unfinished_sessions('1997-03-01 00:00+00', '1997-04-01 00:00+00')$$,
+    $$SELECT session_id, state FROM fx WHERE state IN ('active', 'awaiting_approval', 'failed', 'compensating', 'halted')$$,
+    'March 1997: active, awaiting_approval, failed, compensating and halted hold it; completed and compensated do not');
+SELECT results_eq(
+    $$SELECT session_id FROM undolog.unfinished_sessions('1997-03-01 00:00+00', '1997-04-01 00:00+00')$$,
+    $$SELECT session_id FROM fx WHERE state IN ('active', 'awaiting_approval', 'failed', 'compensating', 'halted')
+      ORDER BY session_id$$,
+    '... ordered by session id');
+SELECT results_eq(
+    $$SELECT session_id FROM undolog.unfinished_sessions('1997-04-01 00:00+00', '1997-05-01 00:00+00')$$,
+    $$SELECT session_id FROM fx WHERE state = 'active-april'$$,
+    'April 1997: only the session with an effect at 00:00 UTC on 1 April');
+SELECT is_empty(
+    $$SELECT * FROM undolog.unfinished_sessions('1997-03-01 00:00+00', '1997-03-31 23:59:59.999999+00')$$,
+    'the range is half-open: an effect at its upper bound is outside');
+SELECT is_empty(
+    $$SELECT * FROM undolog.unfinished_sessions('1997-05-01 00:00+00', '1997-06-01 00:00+00')$$,
+    'a month without effects is held by nobody');
+UPDATE undolog.undolog_sessions SET state = 'completed'
+WHERE session_id = (SELECT session_id FROM fx WHERE state = 'active-april');
+SELECT is_empty(
+    $$SELECT * FROM undolog.unfinished_sessions('1997-04-01 00:00+00', '1997-05-01 00:00+00')$$,
+    'once its session completes, April is held by nobody');
+
+SELECT * FROM finish();
+ROLLBACK;

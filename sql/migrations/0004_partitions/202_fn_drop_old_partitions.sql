@@ -1,0 +1,149 @@
+-- undolog.drop_old_partitions: the work of drop_partitions and of maintain_partitions'
+-- retention. Drops (or detaches, p_detach_only) every partition of the effect log and of
+-- its history whose range ends at or before p_older_than, after deleting the registry,
+-- undo and approval rows of those effects. p_in_use says what to do with a month that
+-- holds effects of an unfinished session (undolog.unfinished_sessions):
+--   'refuse'  raise UL016 naming every such session, drop nothing;
+--   'skip'    keep that month (a WARNING names the sessions; answered as 'skipped');
+--   'force'   drop it anyway: those sessions lose the undo entries of that month.
+-- Answers (action, partition): 'dropped' | 'detached' | 'skipped', name.
+-- Locks: the pruning DELETEs take ROW EXCLUSIVE only; the DDL comes last, one statement
+-- per partition, so the ACCESS EXCLUSIVE lock it needs on the parent (DROP and plain
+-- DETACH both take it; DETACH ... CONCURRENTLY cannot run in a function, nor at all while
+-- a default partition exists) is held only from the DDL to the commit: catalog work,
+-- independent of the month's size (bench/bench_partitions.py: 1-2 ms of DDL; the worst
+-- intercept meanwhile 3-17 ms, the commit's WAL flush included). Effect log before
+-- history, the order in which intercept and commit lock them, so no deadlock with them.
+-- Callers validate the arguments and hold the partition-maintenance advisory lock.
+CREATE OR REPLACE FUNCTION undolog.drop_old_partitions(
+    p_older_than timestamptz, p_detach_only boolean, p_in_use text
+)
+RETURNS TABLE (action text, partition_name text)
+LANGUAGE plpgsql
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_month record;
+    v_parents regclass[];
+    v_partitions regclass[];
+    v_sessions text[];
+    v_blocked text[] := '{}'::text[];
+    v_blocked_months text[] := '{}'::text[];
+    v_kept tstzrange[] := '{}'::tstzrange[];
+    v_prune_ranges tstzrange[] := '{}'::tstzrange[];
+    v_range tstzrange;
+    v_pruned_rows bigint := 0;
+    v_started timestamptz;
+BEGIN
+    IF p_in_use IS NULL OR p_in_use NOT IN ('refuse', 'skip', 'force') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('p_in_use must be refuse, skip or force, not %s',
+                                        coalesce(pg_catalog.quote_literal(p_in_use), 'NULL'));
+    END IF;
+
+    FOR v_month IN
+        SELECT b.partition_oid, b.lower_bound, b.upper_bound
+        FROM undolog.partition_bounds('undolog.undolog_effect_log') AS b
+        WHERE b.upper_bound <= p_older_than
+        ORDER BY b.lower_bound
+    LOOP
+        v_range := pg_catalog.tstzrange(v_month.lower_bound, v_month.upper_bound);
+        IF p_in_use <> 'force' THEN
+            SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', u.session_id, u.state)
+                                        ORDER BY u.session_id)
+            INTO v_sessions
+            FROM undolog.unfinished_sessions(v_month.lower_bound, v_month.upper_bound) AS u;
+            IF v_sessions IS NOT NULL THEN
+                v_kept := v_kept || v_range;
+                IF p_in_use = 'skip' THEN
+                    RAISE WARNING USING
+                        MESSAGE = pg_catalog.format(
+                            '%s kept: it holds effects of %s unfinished session(s)',
+                            v_month.partition_oid, pg_catalog.cardinality(v_sessions)),
+                        DETAIL = 'sessions: '
+                                 || pg_catalog.array_to_string(v_sessions[1:50], ', ')
+                                 || CASE WHEN pg_catalog.cardinality(v_sessions) > 50
+                                     THEN pg_catalog.format(' and %s more',
+                                                            pg_catalog.cardinality(v_sessions) - 50)
+                                     ELSE '' END;
+                    action := 'skipped';
+                    partition_name := (SELECT c.relname FROM pg_catalog.pg_class AS c
+                                       WHERE c.oid = v_month.partition_oid);
+                    RETURN NEXT;
+                ELSE
+                    v_blocked := v_blocked || v_sessions;
+                    v_blocked_months := v_blocked_months || v_month.partition_oid::text;
+                END IF;
+                CONTINUE;
+            END IF;
+        END IF;
+        v_prune_ranges := v_prune_ranges || v_range;
+    END LOOP;
+
+    IF pg_catalog.cardinality(v_blocked) > 0 THEN
+        SELECT pg_catalog.array_agg(DISTINCT s.s ORDER BY s.s) INTO v_blocked
+        FROM pg_catalog.unnest(v_blocked) AS s (s);
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL016',
+            MESSAGE = pg_catalog.format(
+                'cannot drop %s: it holds effects of %s unfinished session(s)',
+                pg_catalog.array_to_string(v_blocked_months, ', '),
+                pg_catalog.cardinality(v_blocked)),
+            DETAIL = 'sessions: ' || pg_catalog.array_to_string(v_blocked[1:50], ', ')
+                     || CASE WHEN pg_catalog.cardinality(v_blocked) > 50
+                         THEN pg_catalog.format(' and %s more',
+                                                pg_catalog.cardinality(v_blocked) - 50)
+                         ELSE '' END,
+            HINT = 'Let those sessions finish (complete, or compensate; a halted one needs '
+                   'a human), or pass p_force => true to drop their effects anyway.';
+    END IF;
+
+    -- First the rows that point into the months, with no lock that blocks intercept ...
+    v_started := pg_catalog.clock_timestamp();
+    FOREACH v_range IN ARRAY v_prune_ranges LOOP
+        v_pruned_rows := v_pruned_rows + undolog.prune_month_rows(pg_catalog.lower(v_range),
+                                                        pg_catalog.upper(v_range));
+    END LOOP;
+    RAISE DEBUG 'undolog: pruned % registry/undo/approval rows in % ms', v_pruned_rows,
+        round(extract(epoch FROM pg_catalog.clock_timestamp() - v_started) * 1000, 1);
+
+    -- ... then the months themselves, one DDL statement per partition. A history month is
+    -- kept with its effects' month, and goes with it otherwise. The list is read in full
+    -- before the first DROP changes the catalog under it.
+    SELECT pg_catalog.array_agg(p.parent ORDER BY p.parent_order, p.lower_bound),
+           pg_catalog.array_agg(p.partition_oid ORDER BY p.parent_order, p.lower_bound)
+    INTO v_parents, v_partitions
+    FROM (
+        SELECT 1 AS parent_order, 'undolog.undolog_effect_log'::regclass AS parent, b.*
+        FROM undolog.partition_bounds('undolog.undolog_effect_log') AS b
+        UNION ALL
+        SELECT 2, 'undolog.undolog_effect_history'::regclass, b.*
+        FROM undolog.partition_bounds('undolog.undolog_effect_history') AS b
+    ) AS p
+    WHERE p.upper_bound <= p_older_than
+      AND NOT pg_catalog.tstzrange(p.lower_bound, p.upper_bound) && ANY (v_kept);
+
+    v_started := pg_catalog.clock_timestamp();
+    FOR v_i IN 1 .. coalesce(pg_catalog.cardinality(v_partitions), 0) LOOP
+        partition_name := (SELECT c.relname FROM pg_catalog.pg_class AS c
+                           WHERE c.oid = v_partitions[v_i]);
+        IF p_detach_only THEN
+            EXECUTE pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s',
+                                      v_parents[v_i], v_partitions[v_i]);
+            action := 'detached';
+        ELSE
+            EXECUTE pg_catalog.format('DROP TABLE %s', v_partitions[v_i]);
+            action := 'dropped';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    -- The DDL's start (epoch) lets a benchmark tell which calls waited for its lock.
+    RAISE DEBUG 'undolog: % partitions in % ms (DDL from epoch %)',
+        CASE WHEN p_detach_only THEN 'detached' ELSE 'dropped' END,
+        round(extract(epoch FROM pg_catalog.clock_timestamp() - v_started) * 1000, 1),
+        extract(epoch FROM v_started);
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.drop_old_partitions(timestamptz, boolean, text) FROM public;
