@@ -32,6 +32,7 @@ INSERT INTO allowed VALUES
     ('undolog_approver', 'reject'),
     ('undolog_operator', 'ensure_partitions'),
     ('undolog_operator', 'drop_partitions'),
+    ('undolog_operator', 'maintain_partitions'),
     ('undolog_operator', 'expire_approvals'),
     ('undolog_operator', 'recover'),
     ('undolog_operator', 'claim_compensation'),

@@ -22,6 +22,7 @@ import datetime
 import decimal
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from undolog import approvals, saga
+from undolog import approvals, partitions, saga
 from undolog.engine import translated
 from undolog.errors import UndoLogError, UnknownApproval, UnknownSession
 from undolog.migrations import MigrationError, install_script, migrate
@@ -249,9 +250,20 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
 
 
-def _cmd_partitions(args: argparse.Namespace) -> int:
-    from undolog import partitions  # TEMP until the partitions branch lands
+def _timestamptz(value: str) -> datetime.datetime:
+    """An ISO 8601 instant with its zone, e.g. 2025-01-01T00:00:00Z."""
+    try:
+        ts = datetime.datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 timestamp: {value!r}") from exc
+    if ts.utcoffset() is None:
+        raise argparse.ArgumentTypeError(f"{value!r} has no time zone: e.g. 2025-01-01T00:00:00Z")
+    return ts
 
+
+def _cmd_partitions(args: argparse.Namespace) -> int:
+    # maintain() logs a WARNING for each month it keeps because a session still needs it
+    logging.basicConfig(level=logging.WARNING, format="undolog: %(message)s")
     with _connect(args) as conn:
         if args.action == "ensure":
             rows = [
