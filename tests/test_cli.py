@@ -141,3 +141,16 @@ def test_recover_and_worker_walk_a_dead_agents_session(
     assert worked.stdout.strip() == f"session {session}: compensated"
     assert marker.read_text() == "3\n"
     assert json.loads(undolog(dsn, "recover", "--json").stdout) == []
+
+
+def test_partitions_maintain_and_drop(dsn: str) -> None:
+    maintained = undolog(dsn, "partitions", "maintain", "--months-ahead", "4", "--json")
+    assert maintained.returncode == 0, maintained.stderr
+    created = [r["partition"] for r in json.loads(maintained.stdout) if r["action"] == "created"]
+    assert any(name.startswith("undolog_effect_log_") for name in created)
+    again = json.loads(undolog(dsn, "partitions", "ensure", "--months-ahead", "4", "--json").stdout)
+    assert again == []  # idempotent
+    no_zone = undolog(dsn, "partitions", "drop", "--older-than", "2020-01-01")
+    assert no_zone.returncode == 2 and "no time zone" in no_zone.stderr
+    dropped = undolog(dsn, "partitions", "drop", "--older-than", "2020-01-01T00:00:00Z")
+    assert dropped.returncode == 0 and "(none)" in dropped.stdout

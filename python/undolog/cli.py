@@ -342,8 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-months", type=int, default=None)
     p.add_argument(
         "--older-than",
-        type=datetime.datetime.fromisoformat,
-        help="drop months wholly older than this (ISO date/time)",
+        type=_timestamptz,
+        help="drop months ending at or before this instant (ISO 8601 with a zone)",
     )
     p.add_argument("--detach", action="store_true", help="detach instead of drop")
     p.add_argument("--force", action="store_true", help="even with unfinished sessions")
