@@ -1,7 +1,7 @@
 -- undolog.unfinished_sessions(p_from, p_to): the sessions that hold the effects of
 -- [p_from, p_to) against retention: every state but completed and compensated.
 BEGIN;
-SELECT plan(8);
+SELECT plan(9);
 
 -- Fixtures, written directly as the owner: a session in any state (through the state
 -- machine's own transitions) and an effect at a chosen executed_at with its registry row,
@@ -96,6 +96,15 @@ WHERE session_id = (SELECT session_id FROM fx WHERE state = 'active-april');
 SELECT is_empty(
     $$SELECT * FROM undolog.unfinished_sessions('1997-04-01 00:00+00', '1997-05-01 00:00+00')$$,
     'once its session completes, April is held by nobody');
+
+-- A halted session an operator abandoned (resolved) will never move again: it no longer
+-- holds its month.
+SELECT undolog.abandon_session((SELECT session_id FROM fx WHERE state = 'halted'),
+                               'pgtap', 'written off');
+SELECT is_empty(
+    $$SELECT FROM undolog.unfinished_sessions('1997-03-01 00:00+00', '1997-04-01 00:00+00') AS u
+      WHERE u.session_id = (SELECT session_id FROM fx WHERE state = 'halted')$$,
+    'an abandoned halted session no longer holds its month');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,4 +2,4 @@
 -- few at any time, however many finished sessions the journal has kept over the years.
 CREATE INDEX IF NOT EXISTS undolog_sessions_unfinished_idx
 ON undolog.undolog_sessions (session_id)
-WHERE state NOT IN ('completed', 'compensated');
+WHERE state NOT IN ('completed', 'compensated') AND resolved_at IS NULL;
