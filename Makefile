@@ -35,8 +35,8 @@ lint-sql: deps
 	$(VENV)/bin/sqlfluff lint sql/
 
 lint-py: deps
-	$(VENV)/bin/ruff check python tests bench tools
-	$(VENV)/bin/ruff format --check python tests bench tools
+	$(VENV)/bin/ruff check python tests bench tools examples
+	$(VENV)/bin/ruff format --check python tests bench tools examples
 	$(VENV)/bin/mypy
 
 pytest: deps

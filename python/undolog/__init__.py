@@ -26,6 +26,7 @@ from undolog.errors import (
 from undolog.migrations import migrate
 from undolog.signature import call_signature, canonical_json
 from undolog.tiers import CompensationDescriptor, ToolTier
+from undolog.walk import CompensationCall
 
 __all__ = [
     "AppendOnlyViolation",
@@ -33,6 +34,7 @@ __all__ = [
     "AsyncUndoLog",
     "AwaitingApprovalError",
     "CallInProgress",
+    "CompensationCall",
     "CompensationDescriptor",
     "InvalidArgument",
     "InvalidCompensation",

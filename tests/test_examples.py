@@ -1,0 +1,33 @@
+"""The README's quickstart runs as written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_quickstart_runs_as_written(dsn: str) -> None:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py")],
+        env={**os.environ, "UNDOLOG_DSN": dsn},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "top result for 'undolog'"
+    assert lines[1] == "{'user_id': 1, 'email': 'ada@example.com'}"
+    assert lines[2] == "rolled back; users now: {1: 'ada@example.com'}"
+    assert lines[3].startswith("waiting for a human to approve ")
+
+
+def test_readme_shows_the_quickstart_verbatim() -> None:
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    body = (EXAMPLES / "quickstart.py").read_text(encoding="utf-8")
+    code = body[body.index("import asyncio") :]
+    assert code in readme
