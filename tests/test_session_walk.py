@@ -4,6 +4,8 @@ by the session itself (sync and async) or by the worker."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from undolog import (
     AsyncUndoLog,
+    AwaitingApprovalError,
     CompensationDescriptor,
     ToolTier,
     UndoLog,
@@ -170,3 +173,51 @@ def test_async_session_runs_async_compensations(dsn: str, conn: Conn) -> None:
     assert len(ran) == 1
     row = conn.execute("SELECT state FROM undolog.undolog_sessions").fetchone()
     assert row == ("compensated",)
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+def payout(cents: int) -> dict[str, Any]:
+    undone.append(("payout ran", cents))
+    return {"paid": cents}
+
+
+def test_wait_for_decision_wakes_on_approval_and_the_call_runs_once(dsn: str) -> None:
+    ul = _app(dsn)
+    session_id = uuid.uuid4()
+    with pytest.raises(AwaitingApprovalError) as waiting, ul.session(session_id):
+        payout(700)
+    approval = waiting.value.approval_id
+    assert ul.wait_for_decision(approval, timeout=0.2) is None  # nobody decided yet
+
+    timer = threading.Timer(0.3, ul.approve, args=(approval, "alice", "ok"))
+    timer.start()
+    started = time.monotonic()
+    assert ul.wait_for_decision(approval, timeout=10, poll_interval=30) == "approved"
+    assert time.monotonic() - started < 5  # woken by NOTIFY, not by the 30 s poll
+    timer.join()
+    with ul.session(session_id):
+        assert payout(700) == {"paid": 700}
+    with ul.session(session_id):
+        assert payout(700) == {"paid": 700}  # replayed
+    assert undone == [("payout ran", 700)]
+
+
+def test_async_wait_for_decision_sees_a_rejection(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+
+    async def scenario() -> str | None:
+        with pytest.raises(AwaitingApprovalError) as waiting:
+            async with ul.session():
+                await adelete("prod")
+        approval = waiting.value.approval_id
+        sync = UndoLog(dsn)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, sync.reject, approval, "bob", "no")
+        return await ul.wait_for_decision(approval, timeout=10, poll_interval=30)
+
+    assert asyncio.run(scenario()) == "rejected"
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+async def adelete(name: str) -> dict[str, Any]:
+    return {"dropped": name}
