@@ -5,56 +5,7 @@ BEGIN;
 SELECT plan(9);
 SET LOCAL client_min_messages = warning;
 
--- Fixtures, written directly as the owner: a session in any state (through the state
--- machine's own transitions) and an effect at a chosen executed_at with its registry row,
--- undo entry and (irreversible) approval request, as intercept would write them.
-CREATE FUNCTION pg_temp.add_session(p_state text DEFAULT 'completed') RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_id uuid := gen_random_uuid();
-    v_path text[] := CASE p_state
-        WHEN 'active' THEN '{}'
-        WHEN 'completed' THEN '{completed}'
-        WHEN 'failed' THEN '{failed}'
-        WHEN 'awaiting_approval' THEN '{awaiting_approval}'
-        WHEN 'compensating' THEN '{failed,compensating}'
-        WHEN 'halted' THEN '{failed,compensating,halted}'
-        WHEN 'compensated' THEN '{failed,compensating,compensated}' END;
-    v_state text;
-BEGIN
-    INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
-    VALUES (v_id, '5 minutes', now() + interval '5 minutes');
-    FOREACH v_state IN ARRAY v_path LOOP
-        UPDATE undolog.undolog_sessions SET state = v_state WHERE session_id = v_id;
-    END LOOP;
-    RETURN v_id;
-END $$;
-CREATE FUNCTION pg_temp.add_effect(
-    p_session uuid, p_at timestamptz, p_tier text DEFAULT 'compensable'
-) RETURNS uuid LANGUAGE plpgsql AS $$
-DECLARE
-    v_id uuid := gen_random_uuid();
-    v_sig text := encode(sha256(convert_to(v_id::text, 'UTF8')), 'hex');
-BEGIN
-    INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
-    VALUES (p_session, v_sig, v_id, p_at);
-    INSERT INTO undolog.undolog_effect_log
-        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
-    VALUES (v_id, p_session, p_at, v_sig, 0, 'tool', p_tier, '{"n": 1}',
-            CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END);
-    IF p_tier = 'compensable' THEN
-        UPDATE undolog.undolog_effect_log SET state = 'committed', result_snapshot = '{"ok": true}'
-        WHERE effect_id = v_id AND session_id = p_session AND executed_at = p_at;
-        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, compensation)
-        VALUES (p_session, v_id, p_at, '{"name": "undo", "args": {}}');
-    ELSE
-        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
-        VALUES (p_session, v_id, p_at);
-        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
-        VALUES (p_session, v_id, p_at);
-    END IF;
-    RETURN v_id;
-END $$;
+\ir _helpers.psql
 
 SELECT has_function('undolog', 'drain_default_partitions', ARRAY[]::text[],
                     'undolog.drain_default_partitions() exists');
