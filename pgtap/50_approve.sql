@@ -9,26 +9,7 @@ CREATE ROLE ul_t_agent NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
 CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 
--- A valid signature is 64 hex characters; intercept does not recompute BLAKE3, so any
--- stable digest of a label will do here.
-CREATE FUNCTION pg_temp.sig(p_label text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT encode(sha256(convert_to(p_label, 'UTF8')), 'hex')
-$$;
-
--- A digest of every row of every journal table: equal before and after a refused call
--- proves that the call changed nothing at all.
-CREATE FUNCTION pg_temp.journal() RETURNS text LANGUAGE sql AS $$
-    SELECT md5(string_agg(t.r, '|' ORDER BY t.r))
-    FROM (
-        SELECT 's' || x::text FROM undolog.undolog_sessions AS x
-        UNION ALL SELECT 'sh' || x::text FROM undolog.undolog_session_history AS x
-        UNION ALL SELECT 'e' || x::text FROM undolog.undolog_effect_log AS x
-        UNION ALL SELECT 'eh' || x::text FROM undolog.undolog_effect_history AS x
-        UNION ALL SELECT 'r' || x::text FROM undolog.undolog_signature_registry AS x
-        UNION ALL SELECT 'u' || x::text FROM undolog.undolog_undo_stack AS x
-        UNION ALL SELECT 'a' || x::text FROM undolog.undolog_approval_requests AS x
-    ) AS t (r)
-$$;
+\ir _helpers.psql
 
 -- An IRREVERSIBLE call in a new session, as the agent makes it; answers its approval id.
 CREATE FUNCTION pg_temp.gated_call(p_session uuid, p_step integer, p_tool text)
@@ -140,7 +121,7 @@ SELECT is(
 );
 
 -- Deciding twice: UL014, nothing changed.
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'bob', 'again')$$, :'approval_a'),
@@ -151,7 +132,7 @@ SELECT throws_ok(
     'UL014', NULL, 'rejecting an approved request raises UL014'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'deciding twice changed nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'deciding twice changed nothing');
 
 -- ---------------------------------------------------------------------------------------
 -- reject
@@ -214,7 +195,7 @@ SELECT is(
     0, 'the rejected call never executed'
 );
 
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'alice', NULL)$$, :'approval_b'),
@@ -225,14 +206,14 @@ SELECT throws_ok(
     'UL014', NULL, 'rejecting a rejected request raises UL014'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'deciding a rejected request again changed nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'deciding a rejected request again changed nothing');
 
 -- ---------------------------------------------------------------------------------------
 -- Bad input: a clear error, nothing changed.
 -- ---------------------------------------------------------------------------------------
 SELECT pg_temp.gated_call('c0000000-0000-4000-8000-000000000001', 0, 'delete_account')
     AS approval_c \gset
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 
 SET ROLE ul_t_approver;
 SELECT throws_ok(
@@ -299,7 +280,7 @@ SELECT throws_ok(
     '42501', NULL, 'the operator role cannot approve (42501)'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'no refused call changed anything');
+SELECT is(pg_temp.journal_state(), :'before', 'no refused call changed anything');
 SELECT results_eq(
     $$SELECT a.state, e.state, s.state
       FROM undolog.undolog_approval_requests AS a
@@ -387,7 +368,7 @@ SELECT is(
      WHERE session_id = 'e0000000-0000-4000-8000-000000000001'),
     'compensating', 'one rejection sends the session to its undo walk'
 );
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'bob')$$, :'approval_e2'),
@@ -395,7 +376,7 @@ SELECT throws_ok(
     'approving the other request of a compensating session raises UL010 (it can never run)'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'that refused approval changed nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'that refused approval changed nothing');
 SET ROLE ul_t_approver;
 SELECT is(undolog.reject(:'approval_e2', 'bob'), 'rejected',
           'the other request can still be rejected');

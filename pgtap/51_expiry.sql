@@ -10,22 +10,7 @@ CREATE ROLE ul_t_agent NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
 CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 
-CREATE FUNCTION pg_temp.sig(p_label text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT encode(sha256(convert_to(p_label, 'UTF8')), 'hex')
-$$;
-
-CREATE FUNCTION pg_temp.journal() RETURNS text LANGUAGE sql AS $$
-    SELECT md5(string_agg(t.r, '|' ORDER BY t.r))
-    FROM (
-        SELECT 's' || x::text FROM undolog.undolog_sessions AS x
-        UNION ALL SELECT 'sh' || x::text FROM undolog.undolog_session_history AS x
-        UNION ALL SELECT 'e' || x::text FROM undolog.undolog_effect_log AS x
-        UNION ALL SELECT 'eh' || x::text FROM undolog.undolog_effect_history AS x
-        UNION ALL SELECT 'r' || x::text FROM undolog.undolog_signature_registry AS x
-        UNION ALL SELECT 'u' || x::text FROM undolog.undolog_undo_stack AS x
-        UNION ALL SELECT 'a' || x::text FROM undolog.undolog_approval_requests AS x
-    ) AS t (r)
-$$;
+\ir _helpers.psql
 
 CREATE FUNCTION pg_temp.gated_call(p_session uuid, p_tool text)
 RETURNS uuid LANGUAGE sql AS $$
@@ -88,7 +73,7 @@ SELECT is(
 
 -- A bad setting refuses the call (UL008) and writes nothing: the body stays unrun.
 SELECT undolog.begin_session('a1000000-0000-4000-8000-000000000005');
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET LOCAL undolog.approval_timeout = 'soon';
 SET ROLE ul_t_agent;
 SELECT throws_ok(
@@ -110,7 +95,7 @@ SELECT throws_ok(
         'irreversible', '{}', pg_temp.sig('bad setting'))$$,
     'UL008', NULL, 'a zero timeout refuses the call with UL008'
 );
-SELECT is(pg_temp.journal(), :'before', 'a refused call under a bad setting wrote nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'a refused call under a bad setting wrote nothing');
 SET LOCAL undolog.approval_timeout = '4 hours';
 SELECT is(
     (SELECT action FROM undolog.intercept('a1000000-0000-4000-8000-000000000005', 0, 'x',
@@ -138,14 +123,14 @@ SELECT set_eq(
     'pending_approvals lists every waiting request and flags the one past its deadline'
 );
 RESET ROLE;
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'alice', 'finally')$$, :'approval_2h'),
     'UL015', NULL, 'approving after the deadline raises UL015'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'the refused late approval changed nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'the refused late approval changed nothing');
 SELECT results_eq(
     $$SELECT a.state, e.state, s.state FROM undolog.undolog_approval_requests AS a
       JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id, executed_at)
@@ -199,7 +184,7 @@ SELECT results_eq(
     $$VALUES ('pending'::text), ('pending'), ('pending')$$,
     'requests with no deadline, or one still ahead, are left pending'
 );
-SELECT pg_temp.journal() AS before \gset
+SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'alice')$$, :'approval_2h'),
@@ -210,7 +195,7 @@ SELECT throws_ok(
     'UL014', NULL, 'rejecting a request once its expiry is recorded raises UL014'
 );
 RESET ROLE;
-SELECT is(pg_temp.journal(), :'before', 'deciding an expired request changed nothing');
+SELECT is(pg_temp.journal_state(), :'before', 'deciding an expired request changed nothing');
 SET ROLE ul_t_approver;
 SELECT results_eq(
     $$SELECT decision, decided_by, tool_name, effect_state FROM undolog.decided_approvals
