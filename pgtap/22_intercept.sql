@@ -340,15 +340,12 @@ SELECT pg_temp.refused(
 ------------------------------------------------------------------------------------------
 CREATE FUNCTION pg_temp.bad(
     p_description text, p_errcode text, p_session text, p_step text, p_tool text,
-    p_tier text, p_args text, p_sig text, p_compensation text, p_known_bug text
+    p_tier text, p_args text, p_sig text, p_compensation text
 )
 RETURNS SETOF text
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF p_known_bug IS NOT NULL THEN
-        PERFORM todo(p_known_bug, 1);
-    END IF;
     RETURN QUERY SELECT pg_temp.refused(
         format('SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)',
                p_session, p_step, p_tool, p_tier, p_args, p_sig, p_compensation),
@@ -359,7 +356,7 @@ $$;
 --   ('5e55...0002', 10, 'create_user', 'compensable', '{"a": 1}', sig('bad'), '{"name": "d"}')
 CREATE TEMP TABLE bad_calls (
     n serial, description text, errcode text, session text, step text, tool text,
-    tier text, args text, sig text, compensation text, known_bug text
+    tier text, args text, sig text, compensation text
 );
 INSERT INTO bad_calls (description, errcode, session, step, tool, tier, args, sig, compensation)
 SELECT d, e,
@@ -410,8 +407,7 @@ FROM (VALUES
 ) AS v (d, e, s, st, t, ti, a, g, c);
 
 SELECT is((SELECT count(*) FROM bad_calls), 37::bigint, 'setup: 37 bad calls');
-SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, compensation,
-                   known_bug)
+SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, compensation)
 FROM bad_calls ORDER BY n;
 
 -- The boundaries are accepted.
