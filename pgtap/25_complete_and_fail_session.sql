@@ -2,7 +2,7 @@
 -- active -> completed / active -> failed; answer the new state. UL002 unknown session,
 -- UL001 when the session is not active (including completing or failing it twice).
 BEGIN;
-SELECT plan(39);
+SELECT plan(44);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'complete_session', ARRAY['uuid'],
@@ -89,6 +89,23 @@ SELECT pg_temp.refused($$SELECT undolog.complete_session('99999999-9999-4999-899
                        'UL002', 'completing an unknown session: UL002');
 SELECT pg_temp.refused($$SELECT undolog.fail_session('99999999-9999-4999-8999-999999999999', 'x')$$,
                        'UL002', 'failing an unknown session: UL002');
+
+-- A session with a call still executing (its outcome unknown) cannot complete: it must
+-- fail, so that the walk compensates the call.
+SELECT undolog.begin_session('c0000000-0000-4000-8000-00000000000e') IS NOT NULL AS began \gset
+SELECT effect_id AS running FROM undolog.intercept('c0000000-0000-4000-8000-00000000000e', 0,
+    'create_user', 'compensable', '{}', encode(sha256('complete-running'::bytea), 'hex'),
+    '{"name": "delete_user"}') \gset
+SELECT pg_temp.journal_state() AS before_complete \gset
+SELECT throws_ok($$SELECT undolog.complete_session('c0000000-0000-4000-8000-00000000000e')$$,
+    'UL001', 'session c0000000-0000-4000-8000-00000000000e cannot complete: step 0 (create_user) is still executing',
+    'a session with an executing call cannot complete');
+SELECT is(pg_temp.journal_state(), :'before_complete', 'the refused completion wrote nothing');
+SELECT lives_ok(format($$SELECT undolog.commit(%L, '{}')$$, :'running'), 'the call commits');
+SELECT is(undolog.complete_session('c0000000-0000-4000-8000-00000000000e'), 'completed',
+          'then the session completes');
+SELECT throws_ok($$SELECT undolog.complete_session('c0000000-0000-4000-8000-0000000000ff')$$,
+    'UL002', NULL, 'completing an unknown session: UL002');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -4,13 +4,21 @@
 -- moving a request's expires_at into the past with its guard trigger briefly disabled
 -- (the guard otherwise forbids moving a deadline; the ALTER rolls back with the test).
 BEGIN;
-SELECT plan(37);
+SELECT plan(38);
 
 CREATE ROLE ul_t_agent NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
 CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 
 \ir _helpers.psql
+
+-- The deadline comes from the database-wide setting only (ALTER DATABASE ... SET, which
+-- is transactional: rolled back with the test); a session-level SET is ignored.
+CREATE FUNCTION pg_temp.set_timeout(p_value text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET undolog.approval_timeout = %L',
+                   current_database(), p_value);
+END $$;
 
 CREATE FUNCTION pg_temp.gated_call(p_session uuid, p_tool text)
 RETURNS uuid LANGUAGE sql AS $$
@@ -44,7 +52,7 @@ SELECT is(
     NULL, 'by default a request has no deadline'
 );
 
-SET LOCAL undolog.approval_timeout = '2 hours';
+SELECT pg_temp.set_timeout('2 hours');
 SELECT pg_temp.gated_call('a1000000-0000-4000-8000-000000000002', 'two_hours')
     AS approval_2h \gset
 SELECT is(
@@ -53,7 +61,7 @@ SELECT is(
     interval '2 hours', 'undolog.approval_timeout sets the deadline of new requests'
 );
 
-SET LOCAL undolog.approval_timeout = 'PT30M';
+SELECT pg_temp.set_timeout('PT30M');
 SELECT pg_temp.gated_call('a1000000-0000-4000-8000-000000000003', 'thirty_minutes')
     AS approval_30m \gset
 SELECT is(
@@ -62,7 +70,7 @@ SELECT is(
     interval '30 minutes', 'any interval literal works (ISO 8601 here)'
 );
 
-SET LOCAL undolog.approval_timeout = '';
+SELECT pg_temp.set_timeout('');
 SELECT pg_temp.gated_call('a1000000-0000-4000-8000-000000000004', 'reset')
     AS approval_reset \gset
 SELECT is(
@@ -74,35 +82,44 @@ SELECT is(
 -- A bad setting refuses the call (UL008) and writes nothing: the body stays unrun.
 SELECT undolog.begin_session('a1000000-0000-4000-8000-000000000005');
 SELECT pg_temp.journal_state() AS before \gset
-SET LOCAL undolog.approval_timeout = 'soon';
+SELECT pg_temp.set_timeout('soon');
 SET ROLE ul_t_agent;
 SELECT throws_ok(
     $$SELECT * FROM undolog.intercept('a1000000-0000-4000-8000-000000000005', 0, 'x',
         'irreversible', '{}', pg_temp.sig('bad setting'))$$,
-    'UL008', 'undolog.approval_timeout must be a positive interval, not ''soon''',
+    'UL008', 'undolog.approval_timeout must be a positive interval up to 10 years, not ''soon''',
     'a setting that is not an interval refuses the call with UL008'
 );
 RESET ROLE;
-SET LOCAL undolog.approval_timeout = '-1 hour';
+SELECT pg_temp.set_timeout('-1 hour');
 SELECT throws_ok(
     $$SELECT * FROM undolog.intercept('a1000000-0000-4000-8000-000000000005', 0, 'x',
         'irreversible', '{}', pg_temp.sig('bad setting'))$$,
     'UL008', NULL, 'a negative timeout refuses the call with UL008'
 );
-SET LOCAL undolog.approval_timeout = '0';
+SELECT pg_temp.set_timeout('0');
 SELECT throws_ok(
     $$SELECT * FROM undolog.intercept('a1000000-0000-4000-8000-000000000005', 0, 'x',
         'irreversible', '{}', pg_temp.sig('bad setting'))$$,
     'UL008', NULL, 'a zero timeout refuses the call with UL008'
 );
 SELECT is(pg_temp.journal_state(), :'before', 'a refused call under a bad setting wrote nothing');
-SET LOCAL undolog.approval_timeout = '4 hours';
+SELECT pg_temp.set_timeout('4 hours');
 SELECT is(
     (SELECT action FROM undolog.intercept('a1000000-0000-4000-8000-000000000005', 0, 'x',
         'irreversible', '{}', pg_temp.sig('bad setting'))),
     'await_approval', 'once the setting is fixed, the same call is gated as usual'
 );
-SET LOCAL undolog.approval_timeout = '';
+-- An agent cannot choose its own deadline: a session-level SET is ignored.
+SET undolog.approval_timeout = '200000 years';
+SELECT pg_temp.gated_call('a1000000-0000-4000-8000-000000000006', 'own') AS approval_own \gset
+SELECT is(
+    (SELECT expires_at - requested_at FROM undolog.undolog_approval_requests
+     WHERE approval_id = :'approval_own'),
+    interval '4 hours', 'a session-level SET of the timeout is ignored'
+);
+RESET undolog.approval_timeout;
+SELECT pg_temp.set_timeout('');
 SELECT throws_ok(
     $$INSERT INTO undolog.undolog_approval_requests
         (session_id, effect_id, executed_at, requested_at, expires_at)

@@ -64,6 +64,12 @@ def listener(dsn: str) -> Iterator[Conn]:
         yield c
 
 
+def _set_database_timeout(conn: Conn, value: str) -> None:
+    """The deadline is the database's setting (a session-level SET is ignored)."""
+    dbname = conn.info.dbname
+    conn.execute(f"ALTER DATABASE \"{dbname}\" SET undolog.approval_timeout = '{value}'")
+
+
 def _gated_call(agent: Conn, tool: str = "drop_database") -> engine.Interception:
     session_id = engine.begin_session(agent, agent="test")
     answer = engine.intercept(agent, session_id, 0, tool, "irreversible", {"name": "prod"})
@@ -235,9 +241,9 @@ def test_wait_for_decision_times_out_or_answers_at_once(agent: Conn, approver: C
 
 
 def test_a_deadline_expires_in_real_time(
-    agent: Conn, approver: Conn, operator: Conn, listener: Conn
+    agent: Conn, approver: Conn, operator: Conn, listener: Conn, conn: Conn
 ) -> None:
-    agent.execute("SET undolog.approval_timeout = '200 milliseconds'")
+    _set_database_timeout(conn, "200 milliseconds")
     answer = _gated_call(agent)
     assert answer.approval_id is not None
     _events(listener, 1)
@@ -379,7 +385,7 @@ def test_two_racing_decisions_decide_once(agent: Conn, dsn: str, conn: Conn) -> 
 def test_a_sweep_racing_a_rejection_skips_what_the_human_decided(
     agent: Conn, dsn: str, conn: Conn
 ) -> None:
-    agent.execute("SET undolog.approval_timeout = '100 milliseconds'")
+    _set_database_timeout(conn, "100 milliseconds")
     answer = _gated_call(agent)
     approval_id = answer.approval_id
     assert approval_id is not None

@@ -23,6 +23,11 @@ BEGIN
             MESSAGE = pg_catalog.format('lease must be between 1 second and 1 day, not %s',
                                         coalesce(p_lease::text, 'NULL'));
     END IF;
+    IF length(p_agent) > 200 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = 'agent must be at most 200 characters';
+    END IF;
     IF p_metadata IS NULL OR jsonb_typeof(p_metadata) <> 'object' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',

@@ -48,10 +48,19 @@ BEGIN
     END IF;
 
     -- FOR SHARE: a concurrent fail_session waits until this call's undo entry is visible.
-    SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id
-    FOR SHARE;
+    -- An IRREVERSIBLE call may move the session (to awaiting_approval): it takes the row
+    -- FOR UPDATE at once, since two share lockers upgrading at the same time deadlock.
+    IF p_tier = 'irreversible' THEN
+        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id
+        FOR UPDATE;
+    ELSE
+        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id
+        FOR SHARE;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL002',

@@ -56,10 +56,10 @@ BEGIN
     -- Every setting is read before anything is written: a bad one writes nothing.
     v_timeout := coalesce(p_claim_timeout,
                           undolog.setting_interval('undolog.claim_timeout', interval '5 minutes'));
-    IF v_timeout <= interval '0' THEN
+    IF v_timeout <= interval '0' OR v_timeout > interval '1 day' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = pg_catalog.format('claim timeout must be a positive interval, not %s',
+            MESSAGE = pg_catalog.format('claim timeout must be a positive interval up to 1 day, not %s',
                                         v_timeout);
     END IF;
     v_max_default := undolog.setting_integer('undolog.default_max_attempts', 5, 1, 100);

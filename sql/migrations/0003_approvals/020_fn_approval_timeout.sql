@@ -1,10 +1,13 @@
--- undolog.approval_timeout: how long a new approval request stays open, from the GUC
--- undolog.approval_timeout (any interval literal, e.g. '4 hours'); NULL, the default,
--- means no deadline. Set it per database (ALTER DATABASE d SET undolog.approval_timeout =
--- '4 hours'), per login role, or per connection.
--- A value that is not a positive interval raises UL008 rather than being ignored: a typo
--- must not silently mean "no deadline". The error reaches intercept, which then writes
--- nothing, so the call stays unexecuted (the safe side) until the setting is fixed.
+-- undolog.approval_timeout: how long a new approval request stays open, from the
+-- database's setting undolog.approval_timeout (ALTER DATABASE d SET
+-- undolog.approval_timeout = '4 hours'); NULL, the default, means no deadline.
+-- Only the database-wide value counts, read from pg_db_role_setting: this runs inside the
+-- agent's intercept, and a session-level SET (which any role may do on a placeholder
+-- setting) would let an agent choose its own deadline.
+-- A value that is not a positive interval up to 10 years raises UL008 rather than
+-- being ignored: a typo must not silently mean "no deadline". The error reaches
+-- intercept, which then writes nothing, so the call stays unexecuted (the safe side)
+-- until the setting is fixed.
 CREATE OR REPLACE FUNCTION undolog.approval_timeout()
 RETURNS interval
 LANGUAGE plpgsql
@@ -12,7 +15,15 @@ STABLE
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_setting text := pg_catalog.current_setting('undolog.approval_timeout', true);
+    v_setting text := (
+        SELECT substr(c.setting, length('undolog.approval_timeout=') + 1)
+        FROM pg_catalog.pg_db_role_setting AS d,
+             unnest(d.setconfig) AS c (setting)
+        WHERE d.setrole = 0
+          AND d.setdatabase = (SELECT oid FROM pg_catalog.pg_database
+                               WHERE datname = pg_catalog.current_database())
+          AND c.setting LIKE 'undolog.approval\_timeout=%'
+    );
     v_timeout interval;
 BEGIN
     -- Unset (NULL) or reset ('' once the placeholder exists): no deadline.
@@ -24,13 +35,13 @@ BEGIN
     EXCEPTION WHEN data_exception THEN
         v_timeout := NULL;
     END;
-    IF v_timeout IS NULL OR v_timeout <= interval '0' THEN
+    IF v_timeout IS NULL OR v_timeout <= interval '0' OR v_timeout > interval '10 years' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format(
-                'undolog.approval_timeout must be a positive interval, not %s',
+                'undolog.approval_timeout must be a positive interval up to 10 years, not %s',
                 pg_catalog.quote_literal(v_setting)),
-            HINT = 'e.g. SET undolog.approval_timeout = ''4 hours''; '
+            HINT = 'e.g. ALTER DATABASE app SET undolog.approval_timeout = ''4 hours''; '
                    'empty or unset means no deadline.';
     END IF;
     RETURN v_timeout;

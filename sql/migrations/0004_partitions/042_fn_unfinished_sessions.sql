@@ -3,8 +3,9 @@
 -- their undo walk (or a human's decision) may still need those effects. Finished means
 -- completed, compensated, or halted and abandoned by an operator (resolved_at set:
 -- nothing will ever move it again); active, awaiting_approval, failed (its walk is yet to
--- run), compensating and an unresolved halted session all hold their months. A session state that a later migration
--- adds holds its months too until it is listed here: refusing is the safe mistake.
+-- run), compensating and an unresolved halted session all hold their months. A session
+-- state that a later migration adds holds its months too until it is listed here:
+-- refusing is the safe mistake.
 -- Walks the (few) unfinished sessions by undolog_sessions_unfinished_idx, each probing
 -- the month's primary key by session_id.
 CREATE OR REPLACE FUNCTION undolog.unfinished_sessions(p_from timestamptz, p_to timestamptz)
