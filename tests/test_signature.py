@@ -71,3 +71,11 @@ def test_bad_call_parts_are_refused(step: Any, tool: Any, args: Any) -> None:
 def test_signature_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         canonical_json({"x": float("nan")})
+
+
+def test_u0000_is_refused_but_an_escaped_backslash_is_not() -> None:
+    with pytest.raises(SignatureError, match="U\\+0000"):
+        canonical_json({"text": "a\x00b"})
+    with pytest.raises(SignatureError):
+        canonical_json({"key\x00": 1})
+    assert canonical_json({"text": "\\u0000"}) == b'{"text":"\\\\u0000"}'

@@ -147,7 +147,9 @@ def wait_for_decision(
                     event = ApprovalEvent.from_payload(notify.payload)
                 except ValueError:
                     continue
+                # Any role may NOTIFY on the channel: a notification only wakes us up;
+                # the decision is what the table says (read again at the loop's top).
                 if event.approval_id == approval_id and event.is_decision:
-                    return event.state
+                    break
     finally:
         conn.execute(f"UNLISTEN {CHANNEL}")

@@ -29,7 +29,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from undolog import aengine, approvals, context, engine, walk
 from undolog.context import ActiveSession
-from undolog.errors import AwaitingApprovalError, PermissionDenied
+from undolog.errors import (
+    AwaitingApprovalError,
+    InvalidStateTransition,
+    PermissionDenied,
+    SessionNotActive,
+    UnknownSession,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_LEASE = timedelta(minutes=5)
@@ -38,6 +44,52 @@ log = logging.getLogger("undolog")
 
 def _default_dsn(dsn: str | None) -> str:
     return dsn if dsn is not None else os.environ.get("UNDOLOG_DSN", "")
+
+
+# A heartbeat stops for good only when the session itself is gone or no longer ours.
+_SESSION_GONE = (SessionNotActive, UnknownSession, PermissionDenied)
+
+# libpq connection parameters a pool's kwargs may carry (the rest are psycopg options).
+_CONNINFO_KEYS = frozenset(
+    (
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "options",
+        "application_name",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "connect_timeout",
+        "target_session_attrs",
+        "service",
+    )
+)
+
+
+def _unknown(active: ActiveSession) -> str:
+    return (
+        f"session {active.session_id} cannot complete: the outcome of "
+        f"{active.unknown_outcome} is unknown (it may have acted); the session was "
+        "failed so that the undo walk compensates it"
+    )
+
+
+def _conninfo_of(dsn: str, pool: ConnectionPool[Any] | AsyncConnectionPool[Any] | None) -> str:
+    """Where a fresh connection of ours (the async walk, a LISTEN) goes: the pool's
+    conninfo with the connection parameters of its kwargs (user, password, ...), so that
+    it logs in exactly as the pool's connections do."""
+    if pool is None:
+        return dsn
+    info = pool.conninfo if isinstance(pool.conninfo, str) else dsn
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    params = {k: v for k, v in kwargs.items() if k in _CONNINFO_KEYS}
+    return psycopg.conninfo.make_conninfo(info, **params)
 
 
 def _heartbeat_interval(lease: timedelta) -> float:
@@ -143,22 +195,38 @@ class UndoLog(_Base):
                 beat.start()
             try:
                 yield active
-            except AwaitingApprovalError:
-                raise
             except BaseException as exc:
-                stop.set()
-                if active.state == "active":
-                    engine.fail_session(conn, sid, self._error_text(exc))
-                    self._after_failure(conn, sid)
+                self._stop(stop, beat)
+                if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
+                    self._fail(conn, sid, self._error_text(exc))
                 raise
             else:
+                self._stop(stop, beat)
+                if active.unknown_outcome is not None:
+                    self._fail(conn, sid, _unknown(active))
+                    raise InvalidStateTransition(_unknown(active))
                 if active.state == "active":
                     engine.complete_session(conn, sid)
             finally:
-                stop.set()
-                if beat.is_alive():
-                    beat.join()
+                self._stop(stop, beat)
                 context.leave(token)
+
+    @staticmethod
+    def _stop(stop: threading.Event, beat: threading.Thread) -> None:
+        stop.set()
+        if beat.is_alive():
+            beat.join()
+
+    def _fail(self, conn: engine.Connection, sid: uuid.UUID, error: str) -> None:
+        """Fail the session (if it is still active) and walk it. This bookkeeping never
+        replaces the exception that is leaving the session: its own errors are logged."""
+        try:
+            if engine.session_state(conn, sid) != "active":
+                return
+            engine.fail_session(conn, sid, error)
+            self._after_failure(conn, sid)
+        except Exception:
+            log.exception("session %s: failing it and walking its undo stack failed", sid)
 
     @staticmethod
     def _beat(
@@ -167,8 +235,10 @@ class UndoLog(_Base):
         while not stop.wait(_heartbeat_interval(lease)):
             try:
                 engine.heartbeat(conn, sid)
-            except Exception:  # the session moved on or the connection broke: stop
+            except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
+            except Exception as exc:  # a passing fault (lock timeout, network): next beat
+                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
 
     def _after_failure(self, conn: engine.Connection, session_id: uuid.UUID) -> None:
         self._walk(conn, session_id)
@@ -200,11 +270,7 @@ class UndoLog(_Base):
             return approvals.wait_for_decision(conn, approval_id, timeout, poll_interval)
 
     def _conninfo(self) -> str:
-        # a pool built with a callable conninfo cannot be read here: use our DSN
-        if self.pool is None:
-            return self.dsn
-        info = self.pool.conninfo
-        return info if isinstance(info, str) else self.dsn
+        return _conninfo_of(self.dsn, self.pool)
 
 
 class AsyncUndoLog(_Base):
@@ -258,21 +324,31 @@ class AsyncUndoLog(_Base):
             )
             try:
                 yield active
-            except AwaitingApprovalError:
-                raise
             except BaseException as exc:
                 await self._stop(beat)
-                if active.state == "active":
-                    await aengine.fail_session(conn, sid, self._error_text(exc))
-                    await self._after_failure(conn, sid)
+                if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
+                    await self._fail(conn, sid, self._error_text(exc))
                 raise
             else:
                 await self._stop(beat)
+                if active.unknown_outcome is not None:
+                    await self._fail(conn, sid, _unknown(active))
+                    raise InvalidStateTransition(_unknown(active))
                 if active.state == "active":
                     await aengine.complete_session(conn, sid)
             finally:
                 await self._stop(beat)
                 context.leave(token)
+
+    async def _fail(self, conn: aengine.AsyncConnection, sid: uuid.UUID, error: str) -> None:
+        """As UndoLog._fail: never replaces the exception leaving the session."""
+        try:
+            if await aengine.session_state(conn, sid) != "active":
+                return
+            await aengine.fail_session(conn, sid, error)
+            await self._after_failure(conn, sid)
+        except Exception:
+            log.exception("session %s: failing it and walking its undo stack failed", sid)
 
     @staticmethod
     async def _stop(beat: asyncio.Task[None] | None) -> None:
@@ -287,8 +363,10 @@ class AsyncUndoLog(_Base):
             await asyncio.sleep(_heartbeat_interval(lease))
             try:
                 await aengine.heartbeat(conn, sid)
-            except Exception:  # the session moved on or the connection broke: stop
+            except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
+            except Exception as exc:  # a passing fault (lock timeout, network): next beat
+                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
 
     async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
         await self.run_walk(session_id)
@@ -314,8 +392,4 @@ class AsyncUndoLog(_Base):
         return await asyncio.to_thread(in_thread)
 
     def _conninfo(self) -> str:
-        # a pool built with a callable conninfo cannot be read here: use our DSN
-        if self.pool is None:
-            return self.dsn
-        info = self.pool.conninfo
-        return info if isinstance(info, str) else self.dsn
+        return _conninfo_of(self.dsn, self.pool)

@@ -24,6 +24,10 @@ class ActiveSession:
     session_id: uuid.UUID
     connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
     state: str
+    # Set when a journaled call's body may have acted but its outcome was not recorded
+    # (cancelled, interrupted, or a result JSON cannot carry): the session must then fail,
+    # so that the walk compensates that call, rather than complete.
+    unknown_outcome: str | None = None
     _steps: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

@@ -106,14 +106,15 @@ def _refuse_unless_executable(spec: ToolSpec, got: engine.Interception) -> None:
         raise UndoLogError(f"unexpected intercept action {got.action!r}")
 
 
-def _checked_result(spec: ToolSpec, result: Any) -> Any:
+def _checked_result(spec: ToolSpec, session: ActiveSession, call: PreparedCall, result: Any) -> Any:
     try:
         json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
+        session.unknown_outcome = f"{spec.name} step {call.step_index}"
         raise ResultNotJSON(
             f"{spec.name} returned {type(result).__name__}, which JSON cannot carry "
-            f"exactly ({exc}); the call is left executing, so the undo walk will "
-            "compensate it if the session fails"
+            f"exactly ({exc}); the call is left executing, and the session will fail so "
+            "that the undo walk compensates it"
         ) from exc
     return result
 
@@ -158,7 +159,10 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # the tool reported failure: it never took effect
             engine.fail(conn, got.effect_id, _describe(exc))
             raise
-        engine.commit(conn, got.effect_id, _checked_result(spec, result))
+        except BaseException:  # cancelled or interrupted: it may have acted
+            session.unknown_outcome = f"{spec.name} step {call.step_index}"
+            raise
+        engine.commit(conn, got.effect_id, _checked_result(spec, session, call, result))
         return result
 
     return wrapper
@@ -194,7 +198,10 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
         except Exception as exc:  # the tool reported failure: it never took effect
             await aengine.fail(conn, got.effect_id, _describe(exc))
             raise
-        await aengine.commit(conn, got.effect_id, _checked_result(spec, result))
+        except BaseException:  # cancelled or interrupted: it may have acted
+            session.unknown_outcome = f"{spec.name} step {call.step_index}"
+            raise
+        await aengine.commit(conn, got.effect_id, _checked_result(spec, session, call, result))
         return result
 
     return wrapper

@@ -4,11 +4,13 @@
 
 JCS is RFC 8785 canonical JSON, done by the maintained ``rfc8785`` package. Arguments
 JSON cannot carry exactly (NaN, infinities, integers beyond 2**53 - 1, bytes, sets,
-non-string keys, lone surrogates) raise SignatureError before anything is written.
+non-string keys, lone surrogates) raise SignatureError before anything is written, and
+so does U+0000 in a string, which PostgreSQL's jsonb cannot store.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -18,13 +20,20 @@ import rfc8785
 
 from undolog.errors import SignatureError
 
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
 
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical JSON of ``value``, as UTF-8 bytes."""
     try:
-        return rfc8785.dumps(value)
+        out: bytes = rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise SignatureError(f"arguments cannot be signed exactly as JSON: {exc}") from exc
+    # JSON allows U+0000 (escaped \u0000); PostgreSQL's jsonb refuses it (22P05). An even
+    # run of backslashes before "u0000" is an escaped backslash followed by text instead.
+    if b"u0000" in out and _NUL_ESCAPE.search(out):
+        raise SignatureError("arguments cannot contain the character U+0000")
+    return out
 
 
 def call_signature(
