@@ -1,4 +1,4 @@
--- undolog.create_month_partitions(p_month) (0004): the effect log's and the history's
+-- undolog.create_month_partitions(p_month): the effect log's and the history's
 -- partitions of the UTC month holding p_month, bounded by UTC month starts whatever the
 -- session's TimeZone or DateStyle, protected like every month (cloned row triggers, its
 -- own TRUNCATE trigger, no grant), and filled with that month's rows from the default
