@@ -154,3 +154,29 @@ def test_partitions_maintain_and_drop(dsn: str) -> None:
     assert no_zone.returncode == 2 and "no time zone" in no_zone.stderr
     dropped = undolog(dsn, "partitions", "drop", "--older-than", "2020-01-01T00:00:00Z")
     assert dropped.returncode == 0 and "(none)" in dropped.stdout
+
+
+def test_dsn_and_json_work_before_the_subcommand_too(dsn: str, conn: Conn) -> None:
+    _journal(conn)
+    out = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", dsn, "--json", "sessions", "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["agent"] == "cli-test"
+    wrong_db = psycopg.conninfo.make_conninfo(dsn, dbname="no_such_db")
+    wrong = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", wrong_db, "migrate"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrong.returncode == 1
+
+
+def test_an_app_that_cannot_be_imported_is_a_usage_error(dsn: str) -> None:
+    out = undolog(dsn, "worker", "--app", "no_such_module:ul", "--once")
+    assert out.returncode == 2
+    assert "no_such_module" in out.stderr and "Traceback" not in out.stderr

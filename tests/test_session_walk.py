@@ -221,3 +221,39 @@ def test_async_wait_for_decision_sees_a_rejection(dsn: str) -> None:
 @undolog_tool(tier=ToolTier.IRREVERSIBLE)
 async def adelete(name: str) -> dict[str, Any]:
     return {"dropped": name}
+
+
+def test_async_client_approves_rejects_and_works(dsn: str, conn: Conn) -> None:
+    ul = AsyncUndoLog(dsn)
+    ran: list[str] = []
+
+    @ul.compensation("adelete")
+    async def adelete_undo(call: CompensationCall) -> None:
+        ran.append(call.tool_name)
+
+    async def scenario() -> tuple[str, str, dict[uuid.UUID, str]]:
+        with pytest.raises(AwaitingApprovalError) as first:
+            async with ul.session():
+                await adelete("a")
+        with pytest.raises(AwaitingApprovalError) as second:
+            async with ul.session():
+                await acreate_user("x@example.com")
+                await adelete("b")
+        approved = await ul.approve(first.value.approval_id, "alice")
+        rejected = await ul.reject(second.value.approval_id, "alice", "no")
+        return approved, rejected, await ul.work()
+
+    approved, rejected, walked = asyncio.run(scenario())
+    assert (approved, rejected) == ("approved", "rejected")
+    assert list(walked.values()) == ["compensated"]  # the rejected session was rolled back
+    assert ran == ["acreate_user"]
+
+
+def test_malformed_ids_are_invalid_arguments(dsn: str) -> None:
+    from undolog import InvalidArgument
+
+    ul = UndoLog(dsn)
+    with pytest.raises(InvalidArgument), ul.session(session_id="nope"):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(InvalidArgument):
+        ul.approve("nope", "alice")  # type: ignore[arg-type]

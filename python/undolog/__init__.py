@@ -13,6 +13,7 @@ from undolog.errors import (
     InvalidTier,
     MalformedSignature,
     NotInSession,
+    PartitionInUse,
     PayloadTooLarge,
     PermissionDenied,
     ResultNotJSON,
@@ -20,8 +21,10 @@ from undolog.errors import (
     SignatureError,
     SignatureMismatch,
     UndoLogError,
+    UnknownApproval,
     UnknownEffect,
     UnknownSession,
+    UnknownUndoEntry,
 )
 from undolog.migrations import migrate
 from undolog.signature import call_signature, canonical_json
@@ -30,6 +33,8 @@ from undolog.walk import CompensationCall
 
 __all__ = [
     "AppendOnlyViolation",
+    "ApprovalAlreadyDecided",
+    "ApprovalExpired",
     "ApprovalRejectedError",
     "AsyncUndoLog",
     "AwaitingApprovalError",
@@ -42,6 +47,7 @@ __all__ = [
     "InvalidTier",
     "MalformedSignature",
     "NotInSession",
+    "PartitionInUse",
     "PayloadTooLarge",
     "PermissionDenied",
     "ResultNotJSON",
@@ -51,8 +57,10 @@ __all__ = [
     "ToolTier",
     "UndoLog",
     "UndoLogError",
+    "UnknownApproval",
     "UnknownEffect",
     "UnknownSession",
+    "UnknownUndoEntry",
     "call_signature",
     "canonical_json",
     "migrate",

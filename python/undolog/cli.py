@@ -226,7 +226,10 @@ def _load_app(spec: str) -> Any:
     if not module_name or not attr:
         raise argparse.ArgumentTypeError("--app takes MODULE:OBJECT, e.g. myagent.tools:ul")
     sys.path.insert(0, os.getcwd())
-    return getattr(importlib.import_module(module_name), attr)
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"--app {spec}: {exc}") from exc
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -291,9 +294,17 @@ def _cmd_partitions(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # --dsn and --json are accepted before or after the subcommand. SUPPRESS keeps a
+    # subcommand's copy of the option from overwriting a value given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dsn", help="libpq connection string (default: UNDOLOG_DSN, PG* vars)")
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument(
+        "--dsn",
+        default=argparse.SUPPRESS,
+        help="libpq connection string (default: UNDOLOG_DSN, PG* vars)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
     parser = argparse.ArgumentParser(
         prog="undolog", description=(__doc__ or "").split("\n")[0], parents=[common]
     )
@@ -354,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # not set_defaults: the parents' option objects are shared, and a default set on them
+    # would make each subcommand's copy overwrite a value given before the subcommand
+    args.dsn = getattr(args, "dsn", None)
+    args.json = getattr(args, "json", False)
     try:
         return int(args.func(args))
     except (UnknownSession, UnknownApproval) as exc:

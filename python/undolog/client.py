@@ -382,6 +382,35 @@ class AsyncUndoLog(_Base):
 
         return await asyncio.to_thread(in_thread)
 
+    async def approve(
+        self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
+    ) -> str:
+        return await asyncio.to_thread(
+            self._sync_call, approvals.approve, approval_id, decided_by, reason
+        )
+
+    async def reject(
+        self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
+    ) -> str:
+        return await asyncio.to_thread(
+            self._sync_call, approvals.reject, approval_id, decided_by, reason
+        )
+
+    async def work(self) -> dict[uuid.UUID, str]:
+        """One worker pass: recover() and walk every session it names (sync compensations
+        run in a worker thread, async ones on this event loop)."""
+        loop = asyncio.get_running_loop()
+
+        def in_thread() -> dict[uuid.UUID, str]:
+            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                return walk.work(conn, self.compensations, wait=0.0, loop=loop)
+
+        return await asyncio.to_thread(in_thread)
+
+    def _sync_call(self, fn: Callable[..., str], *args: Any) -> str:
+        with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+            return fn(conn, *args)
+
     async def wait_for_decision(
         self, approval_id: uuid.UUID, timeout: float, poll_interval: float = 5.0
     ) -> str | None:

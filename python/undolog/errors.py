@@ -130,6 +130,10 @@ class ApprovalRejectedError(UndoLogError):
         self.effect_id = effect_id
 
 
+# PostgreSQL's own refusals of input it cannot parse (a malformed uuid, U+0000 in jsonb),
+# raised before an engine function runs: bad input all the same.
+_INPUT_SQLSTATES = ("22P02", "22P05")
+
 BY_SQLSTATE: dict[str, type[UndoLogError]] = {
     cls.sqlstate: cls
     for cls in (
@@ -153,6 +157,9 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
     )
     if cls.sqlstate is not None
 }
+
+
+BY_SQLSTATE.update({code: InvalidArgument for code in _INPUT_SQLSTATES})
 
 
 def translate(exc: psycopg.Error) -> Exception:

@@ -102,7 +102,13 @@ def run_walk(
 
 
 def work(
-    conn: engine.Connection, compensations: Mapping[str, Callable[..., Any]], *, wait: float = 0.0
+    conn: engine.Connection,
+    compensations: Mapping[str, Callable[..., Any]],
+    *,
+    wait: float = 0.0,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> dict[uuid.UUID, str]:
     """One pass of the worker: recover() then walk every session it names."""
-    return {sid: run_walk(conn, sid, compensations, wait=wait) for sid in saga.recover(conn)}
+    return {
+        sid: run_walk(conn, sid, compensations, wait=wait, loop=loop) for sid in saga.recover(conn)
+    }
