@@ -3,7 +3,7 @@
 -- it tries. Approvers and operators may act on any session.
 -- Logins are played with SET SESSION AUTHORIZATION: ownership is session_user.
 BEGIN;
-SELECT plan(19);
+SELECT plan(21);
 
 \ir _helpers.psql
 
@@ -91,6 +91,19 @@ SELECT throws_ok(
     $$UPDATE undolog.undolog_sessions SET owner_role = 'ul_t_agent_b'
       WHERE session_id = 'a0000000-0000-4000-8000-00000000000a'$$,
     'UL011', NULL, 'ownership itself cannot be moved, even by the owner of the tables');
+
+-- A login holding both the agent and the approver role cannot approve its own call.
+CREATE ROLE ul_t_both NOLOGIN IN ROLE undolog_agent, undolog_approver;
+SET SESSION AUTHORIZATION ul_t_both;
+SELECT undolog.begin_session('b0000000-0000-4000-8000-00000000000b');
+SELECT approval_id AS own_approval FROM undolog.intercept(
+    'b0000000-0000-4000-8000-00000000000b', 0, 'payout', 'irreversible', '{"cents": 1}',
+    pg_temp.sig('own-approval')) \gset
+SELECT throws_ok(format($$SELECT undolog.approve(%L, 'me')$$, :'own_approval'),
+    '42501', NULL, 'a login cannot approve its own call');
+SELECT is(undolog.reject(:'own_approval', 'me', 'changed my mind'), 'rejected',
+          'it may still reject it');
+RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
 ROLLBACK;

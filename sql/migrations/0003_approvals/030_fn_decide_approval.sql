@@ -29,6 +29,7 @@ AS $$
 DECLARE
     v_session_id uuid;
     v_session_state text;
+    v_owner_role text;
     v_request undolog.undolog_approval_requests;
     v_outcome text := p_decision;
     v_tool_name text;
@@ -66,10 +67,22 @@ BEGIN
             MESSAGE = pg_catalog.format('unknown approval %s', p_approval_id);
     END IF;
 
-    SELECT s.state INTO STRICT v_session_state
+    SELECT s.state, s.owner_role INTO STRICT v_session_state, v_owner_role
     FROM undolog.undolog_sessions AS s
     WHERE s.session_id = v_session_id
     FOR UPDATE;
+
+    -- Nobody approves their own call: a login that holds both the agent and the approver
+    -- role must not say yes to what it asked for itself (a superuser may: it can anyway).
+    IF p_decision = 'approved' AND v_owner_role = session_user
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user)
+    THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('approval %s: a login cannot approve its own call',
+                                        p_approval_id),
+            HINT = 'Another approver must decide.';
+    END IF;
 
     -- Re-read under lock: a concurrent decision may have committed since the lookup.
     SELECT a.* INTO STRICT v_request
