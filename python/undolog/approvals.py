@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
-from undolog.engine import Connection, translated
+from undolog.engine import Connection, fetch_all, fetch_one
 from undolog.errors import UnknownApproval
 
 CHANNEL: Final = "undolog_approvals"
@@ -60,12 +60,8 @@ class ApprovalEvent:
 def _decide(
     conn: Connection, function: str, approval_id: uuid.UUID, decided_by: str, reason: str | None
 ) -> str:
-    with translated():
-        row = conn.execute(
-            f"SELECT undolog.{function}(%s, %s, %s)", (approval_id, decided_by, reason)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    query = f"SELECT undolog.{function}(%s, %s, %s)"
+    return str(fetch_one(conn, query, (approval_id, decided_by, reason))[0])
 
 
 def approve(
@@ -94,20 +90,19 @@ def reject(
 
 def expire_approvals(conn: Connection) -> list[uuid.UUID]:
     """Expire every pending request past its deadline (operator); answers their ids."""
-    with translated():
-        rows = conn.execute("SELECT * FROM undolog.expire_approvals()").fetchall()
+    rows = fetch_all(conn, "SELECT * FROM undolog.expire_approvals()")
     return [uuid.UUID(str(row[0])) for row in rows]
 
 
 def approval_state(conn: Connection, approval_id: uuid.UUID) -> str | None:
     """The request's state, or None when it does not exist or is not the caller's to read
     (an agent reads only its own sessions' requests)."""
-    with translated():
-        row = conn.execute(
-            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
-            (approval_id,),
-        ).fetchone()
-    return None if row is None else str(row[0])
+    rows = fetch_all(
+        conn,
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (approval_id,),
+    )
+    return str(rows[0][0]) if rows else None
 
 
 def wait_for_decision(

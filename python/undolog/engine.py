@@ -91,12 +91,19 @@ def intercept_params(
     )
 
 
-def _one(conn: Connection, query: str, params: Params) -> tuple[Any, ...]:
+def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, ...]:
+    """One round trip that answers one row; the engine's errors translated."""
     with translated():
         row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError(f"no row from {query}")
     return row
+
+
+def fetch_all(conn: Connection, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    """One round trip that answers any number of rows; the engine's errors translated."""
+    with translated():
+        return conn.execute(query, params).fetchall()
 
 
 def begin_session(
@@ -106,16 +113,16 @@ def begin_session(
     metadata: Mapping[str, Any] | None = None,
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
-    row = _one(conn, BEGIN_SESSION, begin_session_params(session_id, agent, metadata, lease))
+    row = fetch_one(conn, BEGIN_SESSION, begin_session_params(session_id, agent, metadata, lease))
     return uuid.UUID(str(row[0]))
 
 
 def session_state(conn: Connection, session_id: uuid.UUID) -> str:
-    return str(_one(conn, SESSION_STATE, (session_id,))[0])
+    return str(fetch_one(conn, SESSION_STATE, (session_id,))[0])
 
 
 def heartbeat(conn: Connection, session_id: uuid.UUID) -> datetime:
-    expires: datetime = _one(conn, HEARTBEAT, (session_id,))[0]
+    expires: datetime = fetch_one(conn, HEARTBEAT, (session_id,))[0]
     return expires
 
 
@@ -133,20 +140,20 @@ def intercept(
     params = intercept_params(
         session_id, step_index, tool_name, tier, args, compensation, call_signature
     )
-    return Interception(*_one(conn, INTERCEPT, params))
+    return Interception(*fetch_one(conn, INTERCEPT, params))
 
 
 def commit(conn: Connection, effect_id: uuid.UUID, result: Any) -> None:
-    _one(conn, COMMIT, (effect_id, Jsonb(result)))
+    fetch_one(conn, COMMIT, (effect_id, Jsonb(result)))
 
 
 def fail(conn: Connection, effect_id: uuid.UUID, error: str) -> None:
-    _one(conn, FAIL, (effect_id, error))
+    fetch_one(conn, FAIL, (effect_id, error))
 
 
 def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
-    return str(_one(conn, COMPLETE_SESSION, (session_id,))[0])
+    return str(fetch_one(conn, COMPLETE_SESSION, (session_id,))[0])
 
 
 def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
-    return str(_one(conn, FAIL_SESSION, (session_id, error))[0])
+    return str(fetch_one(conn, FAIL_SESSION, (session_id, error))[0])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from undolog.engine import Connection, translated
+from undolog.engine import Connection, fetch_all, fetch_one
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,13 @@ class Claim:
         return dict(args)
 
 
+def _text(conn: Connection, query: str, params: tuple[Any, ...]) -> str:
+    return str(fetch_one(conn, query, params)[0])
+
+
 def recover(conn: Connection) -> list[uuid.UUID]:
     """Fail the sessions whose lease expired; answer every session whose walk must run."""
-    with translated():
-        rows = conn.execute("SELECT * FROM undolog.recover()").fetchall()
+    rows = fetch_all(conn, "SELECT * FROM undolog.recover()")
     return [uuid.UUID(str(r[0])) for r in rows]
 
 
@@ -56,12 +59,12 @@ def claim_compensation(
     conn: Connection, session_id: uuid.UUID, claim_timeout: timedelta | None = None
 ) -> Claim | None:
     """The session's next compensation (strictly LIFO), or None when none is due."""
-    with translated():
-        row = conn.execute(
-            "SELECT * FROM undolog.claim_compensation(%s, %s)", (session_id, claim_timeout)
-        ).fetchone()
-    if row is None:
+    rows = fetch_all(
+        conn, "SELECT * FROM undolog.claim_compensation(%s, %s)", (session_id, claim_timeout)
+    )
+    if not rows:
         return None
+    (row,) = rows
     undo_id, effect_id, tool_name, compensation, args, result_snapshot, attempt = row
     return Claim(
         undo_id=undo_id,
@@ -76,51 +79,30 @@ def claim_compensation(
 
 def complete_compensation(conn: Connection, undo_id: uuid.UUID, attempt: int | None = None) -> None:
     """The compensation succeeded. Pass the claim's attempt to refuse a stale report."""
-    with translated():
-        conn.execute("SELECT undolog.complete_compensation(%s, %s)", (undo_id, attempt))
+    fetch_one(conn, "SELECT undolog.complete_compensation(%s, %s)", (undo_id, attempt))
 
 
 def fail_compensation(
     conn: Connection, undo_id: uuid.UUID, error: str, attempt: int | None = None
 ) -> str:
     """The compensation raised: answers 'retry' or 'compensation_failed' (session halted)."""
-    with translated():
-        row = conn.execute(
-            "SELECT undolog.fail_compensation(%s, %s, %s)", (undo_id, error, attempt)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    return _text(conn, "SELECT undolog.fail_compensation(%s, %s, %s)", (undo_id, error, attempt))
 
 
 def resume_session(
     conn: Connection, session_id: uuid.UUID, by: str, reason: str | None = None
 ) -> str:
     """Move a halted walk on past the entry it stopped at; answers the new session state."""
-    with translated():
-        row = conn.execute(
-            "SELECT undolog.resume_session(%s, %s, %s)", (session_id, by, reason)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    return _text(conn, "SELECT undolog.resume_session(%s, %s, %s)", (session_id, by, reason))
 
 
 def retry_compensation(
     conn: Connection, undo_id: uuid.UUID, by: str, reason: str | None = None
 ) -> str:
     """Give a compensation that failed for good one more attempt; answers the session state."""
-    with translated():
-        row = conn.execute(
-            "SELECT undolog.retry_compensation(%s, %s, %s)", (undo_id, by, reason)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    return _text(conn, "SELECT undolog.retry_compensation(%s, %s, %s)", (undo_id, by, reason))
 
 
 def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
     """Close a halted session as resolved by hand; it stays halted. Answers its state."""
-    with translated():
-        row = conn.execute(
-            "SELECT undolog.abandon_session(%s, %s, %s)", (session_id, by, reason)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+    return _text(conn, "SELECT undolog.abandon_session(%s, %s, %s)", (session_id, by, reason))
