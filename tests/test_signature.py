@@ -14,23 +14,31 @@ import pytest
 from undolog import SignatureError, call_signature, canonical_json
 
 
-def _vectors_file() -> Path:
-    """shared/ sits beside the clone (CI and developers alike); UNDOLOG_VECTORS overrides."""
-    if os.environ.get("UNDOLOG_VECTORS"):
-        return Path(os.environ["UNDOLOG_VECTORS"])
+def _vector_files() -> list[Path]:
+    """The copy kept in the repo, and the team's shared contract when it sits beside this
+    clone (CI and developers' machines; UNDOLOG_VECTORS names another): both must pass,
+    so a copy that drifts from the contract fails here."""
     here = Path(__file__).resolve().parent
-    for base in (here.parent, *here.parents):
-        candidate = base / "shared" / "vectors" / "call_signature.json"
-        if candidate.is_file():
-            return candidate
-    # a copy kept in the repo, for clones without shared/ beside them
-    return here / "vectors" / "call_signature.json"
+    files = [here / "vectors" / "call_signature.json"]
+    shared = (
+        Path(os.environ["UNDOLOG_VECTORS"])
+        if os.environ.get("UNDOLOG_VECTORS")
+        else here.parent.parent / "shared" / "vectors" / "call_signature.json"
+    )
+    if shared.is_file():
+        files.append(shared)
+    return files
 
 
-VECTORS: dict[str, Any] = json.loads(_vectors_file().read_text(encoding="utf-8"))
+VECTOR_SETS: list[dict[str, Any]] = [
+    json.loads(f.read_text(encoding="utf-8")) for f in _vector_files()
+]
+VECTORS = VECTOR_SETS[0]
+ALL_VECTORS = [v for vs in VECTOR_SETS for v in vs["vectors"]]
+ALL_REJECTS = [c for vs in VECTOR_SETS for c in vs["must_reject"]]
 
 
-@pytest.mark.parametrize("vector", VECTORS["vectors"], ids=lambda v: f"{v['tool_name']}")
+@pytest.mark.parametrize("vector", ALL_VECTORS, ids=lambda v: f"{v['tool_name']}")
 def test_vector_preimage_and_signature(vector: dict[str, Any]) -> None:
     preimage = canonical_json(
         [vector["session_id"], vector["step_index"], vector["tool_name"], vector["args"]]
@@ -44,7 +52,7 @@ def test_vector_preimage_and_signature(vector: dict[str, Any]) -> None:
     )
 
 
-@pytest.mark.parametrize("case", VECTORS["must_reject"], ids=lambda c: c["why"])
+@pytest.mark.parametrize("case", ALL_REJECTS, ids=lambda c: c["why"])
 def test_must_reject(case: dict[str, Any]) -> None:
     args = eval(case["args_python"])  # trusted test data: Python literals of the vectors file
     with pytest.raises(SignatureError):
