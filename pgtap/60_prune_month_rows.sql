@@ -2,7 +2,7 @@
 -- the effects whose executed_at lies in [p_from, p_to), through the append-only guards,
 -- and nothing else; answers how many rows it deleted. Internal: no group role may call it.
 BEGIN;
-SELECT plan(9);
+SELECT plan(11);
 
 \ir _helpers.psql
 
@@ -31,11 +31,21 @@ SELECT FROM (SELECT pg_temp.add_session() AS s) AS x,
                      ('1996-07-01 00:00:00+00', 'compensable')) AS v (at, tier),
      LATERAL pg_temp.add_effect(x.s, v.at, v.tier) AS e;
 CREATE TEMP TABLE effects_before AS SELECT * FROM undolog.undolog_effect_log;
+-- Undo history for one June entry and the July one (claimed once each, as a walk would).
+UPDATE undolog.undolog_undo_stack SET state = 'compensating', attempts = 1,
+    claimed_until = now() + interval '1 minute'
+WHERE executed_at IN ('1996-06-15 00:00:00+00', '1996-07-01 00:00:00+00');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_history), 2::bigint,
+          'setup: two undo entries have history');
 SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'registry=3 undo=3 approvals=1',
           'setup: June 1996 has 3 registry, 3 undo and 1 approval rows');
 
-SELECT is(undolog.prune_month_rows('1996-06-01+00', '1996-07-01+00'), 7::bigint,
-          'pruning June answers 7 rows deleted');
+SELECT is(undolog.prune_month_rows('1996-06-01+00', '1996-07-01+00'), 8::bigint,
+          'pruning June answers 8 rows deleted');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_history AS h
+           JOIN undolog.undolog_undo_stack AS u USING (undo_id, session_id)
+           WHERE u.executed_at = '1996-07-01 00:00:00+00'), 1::bigint,
+          'June''s undo history went with its entries; July''s stays');
 SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'registry=0 undo=0 approvals=0',
           'June has no registry, undo or approval row left');
 SELECT is(pg_temp.plain_rows('1996-05-01+00', '1996-06-01+00'), 'registry=1 undo=1 approvals=1',

@@ -1,6 +1,6 @@
 -- undolog.prune_month_rows: delete the rows of the plain tables that point into the
--- effects whose executed_at lies in [p_from, p_to): signature registry, undo stack,
--- approval requests. Called by retention just before the month's partitions go, in the
+-- effects whose executed_at lies in [p_from, p_to): signature registry, undo stack (and
+-- its entries' history), approval requests. Called by retention just before the month's partitions go, in the
 -- same transaction. Answers the number of rows deleted.
 -- Each DELETE goes through the append-only guard by undolog.set_append_only_bypass,
 -- opened for that one table and statement and closed right after. These DELETEs take
@@ -18,6 +18,15 @@ BEGIN
     PERFORM undolog.set_append_only_bypass('undolog.undolog_signature_registry');
     DELETE FROM undolog.undolog_signature_registry AS r
     WHERE r.executed_at >= p_from AND r.executed_at < p_to;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    v_total := v_total + v_count;
+
+    -- The history of those undo entries first, while the entries still say which they are.
+    PERFORM undolog.set_append_only_bypass('undolog.undolog_undo_history');
+    DELETE FROM undolog.undolog_undo_history AS h
+    USING undolog.undolog_undo_stack AS u
+    WHERE u.executed_at >= p_from AND u.executed_at < p_to
+      AND h.undo_id = u.undo_id AND h.session_id = u.session_id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     v_total := v_total + v_count;
 
