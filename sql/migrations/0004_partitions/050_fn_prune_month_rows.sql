@@ -1,7 +1,7 @@
 -- undolog.prune_month_rows: delete the rows of the plain tables that point into the
 -- effects whose executed_at lies in [p_from, p_to): signature registry, undo stack (and
--- its entries' history), approval requests. Called by retention just before the month's partitions go, in the
--- same transaction. Answers the number of rows deleted.
+-- its entries' history), approval requests. Called by retention just before the month's
+-- partitions go, in the same transaction. Answers the number of rows deleted.
 -- Each DELETE goes through the append-only guard by undolog.set_append_only_bypass,
 -- opened for that one table and statement and closed right after. These DELETEs take
 -- only ROW EXCLUSIVE locks: intercepts keep inserting meanwhile (a replay of one of these
