@@ -1,5 +1,6 @@
 -- undolog.heartbeat: renew the lease of a live (active or awaiting_approval) session by
--- its lease duration; answers the new expiry.
+-- its lease duration; answers the new expiry. UL002 unknown session; 42501 another
+-- login's session (check_session_caller); UL010 a session that is no longer live.
 CREATE OR REPLACE FUNCTION undolog.heartbeat(p_session_id uuid)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -7,37 +8,21 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
+    v_session undolog.undolog_sessions := undolog.lock_session(p_session_id);
     v_expires timestamptz;
-    v_state text;
-    v_owner_role text;
 BEGIN
+    PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
+    IF v_session.state NOT IN ('active', 'awaiting_approval') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL010',
+            MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',
+                                        p_session_id, v_session.state);
+    END IF;
     UPDATE undolog.undolog_sessions AS s
     SET lease_expires_at = now() + s.lease_duration
-    WHERE s.session_id = p_session_id AND s.state IN ('active', 'awaiting_approval')
-      AND s.owner_role = session_user
+    WHERE s.session_id = p_session_id
     RETURNING s.lease_expires_at INTO v_expires;
-    IF FOUND THEN
-        RETURN v_expires;
-    END IF;
-    SELECT s.state, s.owner_role INTO v_state, v_owner_role FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
-    END IF;
-    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
-    IF v_state IN ('active', 'awaiting_approval') THEN  -- staff renewing another's lease
-        UPDATE undolog.undolog_sessions AS s
-        SET lease_expires_at = now() + s.lease_duration
-        WHERE s.session_id = p_session_id
-        RETURNING s.lease_expires_at INTO v_expires;
-        RETURN v_expires;
-    END IF;
-    RAISE EXCEPTION USING
-        ERRCODE = 'UL010',
-        MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',
-                                    p_session_id, v_state);
+    RETURN v_expires;
 END
 $$;
 
