@@ -106,3 +106,8 @@ def retry_compensation(
 def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
     """Close a halted session as resolved by hand; it stays halted. Answers its state."""
     return _text(conn, "SELECT undolog.abandon_session(%s, %s, %s)", (session_id, by, reason))
+
+
+def rollback_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
+    """Stop an active or waiting session and have its work undone; answers its new state."""
+    return _text(conn, "SELECT undolog.rollback_session(%s, %s, %s)", (session_id, by, reason))

@@ -12,7 +12,7 @@ CREATE TABLE undolog.undolog_operator_actions (
     actor text NOT NULL DEFAULT session_user,
     PRIMARY KEY (session_id, action_id),
     CONSTRAINT undolog_operator_actions_action_check CHECK (
-        action IN ('resume', 'retry', 'abandon')
+        action IN ('resume', 'retry', 'abandon', 'rollback')
     )
 );
 
