@@ -286,7 +286,11 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
         elif stop_local(args.dir):
-            print(f"pgcluster: stopped the PostgreSQL in {args.dir.resolve()}", file=sys.stderr)
+            print(
+                f"pgcluster: stopped the PostgreSQL in {args.dir.resolve()}; UNDOLOG_DSN in "
+                "your shell still points at it (make db starts it again)",
+                file=sys.stderr,
+            )
         else:
             print(f"pgcluster: no PostgreSQL running in {args.dir.resolve()}", file=sys.stderr)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
