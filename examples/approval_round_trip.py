@@ -65,7 +65,10 @@ def main() -> None:
     try:
         handle_refund(session_id)
     except AwaitingApprovalError as waiting:
-        print(f"waiting for a human: undolog approvals approve {waiting.approval_id} --by YOU")
+        print(
+            f"waiting for a human: undolog approvals approve {waiting.approval_id} --by YOU",
+            flush=True,  # the approver needs the id now, not when the agent ends
+        )
         decision = ul.wait_for_decision(waiting.approval_id, timeout=600)
         print(f"decision: {decision}")
         if decision != "approved":

@@ -121,8 +121,12 @@ def test_first_agent_completes_one_session_and_undoes_the_other(dsn: str, workdi
 
 
 def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workdir: Path) -> None:
-    # as after the quickstart on the same database: another request waits already
+    # as after the quickstart, and after an earlier try of this tutorial whose agent gave
+    # up: other requests wait already, one of them for the same tool
     run([sys.executable, "examples/quickstart.py"], shell_env(dsn), workdir)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        earlier = engine.begin_session(conn, None, "support")
+        engine.intercept(conn, earlier, 0, "refund", "irreversible", {"order": 7, "cents": 5})
     out = run_script("approval_round_trip.sh", dsn, workdir)
     assert re.search(r"approval [0-9a-f-]{36}: approved", out)
     agent = (workdir / "agent.log").read_text(encoding="utf-8")
@@ -136,8 +140,10 @@ def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workd
         ).fetchone()
     assert row == ("alice", "order checked")
     with psycopg.connect(dsn) as conn:
-        waiting = conn.execute("SELECT tool_name FROM undolog.pending_approvals").fetchall()
-    assert waiting == [("delete_database",)]  # the quickstart's request is left alone
+        waiting = conn.execute(
+            "SELECT tool_name FROM undolog.pending_approvals ORDER BY requested_at"
+        ).fetchall()
+    assert waiting == [("delete_database",), ("refund",)]  # the others are left alone
 
 
 def test_crash_recovery_replays_after_a_restart_and_the_worker_undoes_a_dead_agent(
