@@ -179,7 +179,14 @@ _NO_ENGINE = ("42P01", "42883", "3F000")
 
 
 def _is_connection_fault(exc: BaseException, conn: engine.Connection | None) -> bool:
-    return isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken or conn.closed
+    """Whether the connection is gone (reconnect), as opposed to one statement's failure
+    on a connection that still works (a lock timeout is an OperationalError too)."""
+    if conn is None or conn.closed or conn.broken:
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    code = exc.sqlstate
+    return code is None or code.startswith(("08", "57P"))  # connection exception, shutdown
 
 
 class Worker:
