@@ -673,7 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = _Parser(
         prog="undolog",
-        description=(__doc__ or "").split("\n")[0],
+        description="UndoLog: install, inspect, decide, recover.",
         parents=[common],
         epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
     )
@@ -861,7 +861,7 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
     if isinstance(exc, InvalidArgument):  # a value given on the command line was refused
         return ErrorReport(_flags(str(exc)), sqlstate, None, EXIT_USAGE)
     if sqlstate in _NO_ENGINE and args is not None:
-        return ErrorReport(_engine_missing(args), sqlstate, _one_line(exc), EXIT_ERROR)
+        return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
     if sqlstate == "42501":
         message = _one_line(exc)
         return ErrorReport(_flags(message), sqlstate, _permission_hint(message), EXIT_ERROR)

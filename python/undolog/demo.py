@@ -30,7 +30,8 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
-from undolog.migrations import migrate
+from undolog.errors import UndoLogError
+from undolog.migrations import MigrationError, migrate
 from undolog.walk import CompensationCall
 
 
@@ -232,7 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.crash:
         crash_midway(dsn, args.crash)
-    run(dsn)
+    try:
+        run(dsn)
+    except (psycopg.Error, UndoLogError, MigrationError) as exc:
+        # e.g. a login that may not install the engine: say what to do, not a traceback
+        from undolog.cli import describe_error
+
+        report = describe_error(exc)
+        print(f"demo stopped: {report.message}", file=sys.stderr)
+        if report.hint:
+            print(f"hint: {report.hint}", file=sys.stderr)
+        return 1
     return 0
 
 
