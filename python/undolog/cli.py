@@ -147,6 +147,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _printable(text: str) -> str:
+    """Agents write much of what is shown (names, errors, args): no control character of
+    theirs reaches the terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
@@ -171,8 +177,7 @@ def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: s
             return value.strftime("%Y-%m-%d %H:%M:%S")
         if isinstance(value, datetime.timedelta):
             return str(value).split(".")[0]
-        # agents write this text: no control characters reach the terminal
-        return "".join(ch if ch.isprintable() else "?" for ch in str(value))
+        return _printable(str(value))
 
     table = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [min(max(len(c), *(len(row[i]) for row in table)), 60) for i, c in enumerate(columns)]
@@ -337,13 +342,16 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     s = session[0]
     print(
-        f"session {s['session_id']}  agent={s['agent'] or '-'}  state={_shown_state(s)}  "
-        f"calls={s['calls']}  owner={s['owner_role']}"
+        _printable(
+            f"session {s['session_id']}  agent={s['agent'] or '-'}  state={_shown_state(s)}  "
+            f"calls={s['calls']}  owner={s['owner_role']}"
+        )
     )
     if s["error"]:
-        print(f"error: {s['error']}")
+        print(f"error: {_printable(s['error'])}")
     if s.get("resolved_at"):
-        print(f"abandoned by {s['resolved_by']} at {s['resolved_at']}: {s['resolution']}")
+        by, why = _printable(s["resolved_by"]), _printable(s["resolution"])
+        print(f"abandoned by {by} at {s['resolved_at']}: {why}")
     _emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
     return EXIT_OK
 
@@ -468,7 +476,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         log.warning("%s: finishing the entry in hand, then exiting (again: exit at once)", name)
         # a second signal gets the default action: the process ends, the claim expires
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         worker.stop()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
