@@ -146,7 +146,7 @@ def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> 
     assert run(capsys, "sessions", "list", "--state", "bogus")[0] == 2
     assert run(capsys, "sessions", "list", "--limit", "-1")[0] == 2
     code, _, err = run(capsys, "migrate", "--target", "9999_nope")
-    assert code == 2 and "0001_initial" in err
+    assert code == 2 and "0001_baseline" in err
     code, _, err = run(capsys, "partitions", "ensure", "--older-than", "2025-01-01Z")
     assert code == 2 and "--older-than" in err
     assert run(capsys, "partitions", "ensure", "--force")[0] == 2
@@ -157,12 +157,16 @@ def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_migrate_to_a_target_the_database_is_past_says_so(
-    capsys: pytest.CaptureFixture[str],
+    conn: Conn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, "migrate", "--target", "0001_initial")
+    assert run(capsys, "migrate", "--target", "0001_baseline")[1].strip() == "up to date"
+    # as a newer package would have left it: a migration after the target is recorded
+    conn.execute(
+        "INSERT INTO undolog.undolog_migrations (name, checksum) VALUES ('0002_later', 'x')"
+    )
+    code, out, _ = run(capsys, "migrate", "--target", "0001_baseline")
     assert code == 0
-    assert "already past 0001_initial" in out and "up to date" not in out
-    assert run(capsys, "migrate")[1].strip() == "up to date"
+    assert "already past 0001_baseline (it has 0002_later)" in out and "up to date" not in out
 
 
 def test_json_anywhere_and_errors_as_a_json_object(

@@ -1,6 +1,7 @@
 """The ``undolog`` command: install, inspect, decide, recover.
 
     undolog migrate [--target NAME]            install or upgrade the engine
+    undolog status | migrate --check           is the engine up to date? (exit 0 yes, 1 no)
     undolog install-sql                        print the install as one plain SQL script
     undolog health [--max-lag SECONDS]         connection, engine schema, worker lag
     undolog sessions list [--state S] [--limit N]   sessions, newest first
@@ -21,6 +22,7 @@ SESSION and APPROVAL are a whole id or a unique prefix of one (``701f4cbc``; an 
 prefix is a usage error). Every command takes --dsn (default: UNDOLOG_DSN, then libpq's
 PG* variables) and --json (machine-readable output; errors then are one JSON object
 ``{"error", "sqlstate", "hint"}`` on stderr), before or after the subcommand.
+``undolog --version`` prints the package's version.
 
 Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
 unhealthy), 2 a usage error (bad flag or value, ambiguous id prefix, a worker that is
@@ -47,7 +49,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -66,9 +68,11 @@ from undolog.migrations import (
     MigrationError,
     applied_migrations,
     available_migrations,
+    engine_version,
     install_script,
     migrate,
 )
+from undolog.migrations import status as migration_status
 from undolog.walk import Worker, WorkerConfigError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
@@ -229,14 +233,28 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
 # --- commands -----------------------------------------------------------------------------
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    """What migrate would do; exit 0 when the database is up to date, 1 when not."""
+    with _connect(args) as conn:
+        found = migration_status(conn)
+    if args.json:
+        print(json.dumps({"up_to_date": found.up_to_date, **asdict(found)}))
+    else:
+        print("\n".join(found.describe()) or f"up to date (undolog {engine_version()})")
+    return EXIT_OK if found.up_to_date else EXIT_ERROR
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    if getattr(args, "check", False):
+        return _cmd_status(args)
     names = [m.name for m in available_migrations()]
     if args.target is not None and args.target not in names:
         raise UsageError(f"unknown --target {args.target!r}; known: {', '.join(names)}")
     with _connect(args) as conn:
         before = applied_migrations(conn)
         if args.target is not None:
-            later = [n for n in names[names.index(args.target) + 1 :] if n in before]
+            # names sort in apply order (NNNN_); a newer package's migrations count too
+            later = sorted(n for n in before if n > args.target)
             if later:
                 message = (
                     f"the database is already past {args.target} (it has {', '.join(later)}):"
@@ -501,23 +519,17 @@ def _connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
 
 
 def _health_schema(conn: psycopg.Connection[Any]) -> tuple[bool, str]:
-    """Whether the engine is installed and as current as this package.
-    (A small local check; migrations.py may grow a status function to reuse here.)"""
-    applied = applied_migrations(conn)
-    known = {m.name: m.checksum for m in available_migrations()}
-    if not applied:
+    """Whether the engine is installed and as current as this package (what `undolog
+    status` reports)."""
+    if not applied_migrations(conn):
         return False, "the UndoLog engine is not installed in this database: run `undolog migrate`"
-    missing = [n for n in known if n not in applied]
-    changed = [n for n in known if n in applied and applied[n] != known[n]]
-    newer = [n for n in applied if n not in known]
-    if missing:
-        pending = ", ".join(missing)
-        return False, f"behind this package: {pending} not applied; run `undolog migrate`"
-    if changed:
-        return False, f"{', '.join(changed)} differ from this package's (checksums)"
-    if newer:
-        return True, f"current (the database also has {', '.join(newer)}, newer than this package)"
-    return True, f"current ({len(applied)} migrations)"
+    try:
+        found = migration_status(conn)
+    except MigrationError as exc:  # a recorded migration differs from this package's
+        return False, str(exc)
+    if not found.up_to_date:
+        return False, f"behind this package ({'; '.join(found.describe())}): run `undolog migrate`"
+    return True, f"current (undolog {engine_version()})"
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -685,11 +697,15 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
     )
+    parser.add_argument("--version", action="version", version=f"undolog {engine_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
     p.add_argument("--target", help="stop after this migration (default: apply all)")
+    p.add_argument("--check", action="store_true", help="change nothing: same as status")
     p.set_defaults(func=_cmd_migrate)
+    p = sub.add_parser("status", parents=[common], help="is the engine up to date? (0 yes, 1 no)")
+    p.set_defaults(func=_cmd_status)
     p = sub.add_parser("install-sql", parents=[common], help="print the plain-SQL install")
     p.set_defaults(func=_cmd_install_sql)
     p = sub.add_parser(
