@@ -238,8 +238,8 @@ class Worker:
                 reached = self.run_pass(retry_connect=not once)
                 if once:
                     break
-                if reached:
-                    self._stop.wait(self.interval)
+                # after a lost connection, a short pause: never a busy loop of reconnects
+                self._stop.wait(self.interval if reached else self.first_backoff)
         finally:
             self._close()
         return reached
