@@ -8,15 +8,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from pgcluster import free_port
-from undolog import engine
+from undolog import engine, saga
 from undolog.cli import _iter_actions, build_parser, describe_error, main
 from undolog.walk import run_walk
 
@@ -219,6 +221,23 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
     assert code == 1 and "FAIL  worker" in out and "unhealthy" in out
     assert "1 halted sessions wait for an operator" in out
     assert run(capsys, "health", "--max-lag", "3600")[0] == 0
+
+
+def test_health_counts_a_walk_whose_walker_died(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker that died mid-walk leaves its claim to expire: that session is due."""
+    sid = committed_session(conn)
+    engine.fail_session(conn, sid, "gave up")
+    claim = saga.claim_compensation(conn, sid, timedelta(milliseconds=50))
+    assert claim is not None
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "30")
+    worker = json.loads(out)["checks"][2]
+    assert code == 0 and worker["due_sessions"] == 0  # in flight under a live claim
+    time.sleep(0.3)  # the claim expires: nobody walks it
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
+    worker = json.loads(out)["checks"][2]
+    assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False
 
 
 @pytest.fixture

@@ -552,30 +552,54 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return _report_health(args, checks)
 
 
+# Every session a worker should be walking, with the moment it became due: failed ones
+# (since they failed), active ones whose lease ran out (recover() has not failed them),
+# and compensating ones whose top unfinished entry is due (its claim expired, or its retry
+# time passed since the walk last moved) -- recover()'s rule, read without writing.
+_DUE_SESSIONS = """
+SELECT s.session_id,
+    CASE
+        WHEN s.state = 'failed' THEN s.updated_at
+        WHEN s.state = 'active' THEN s.lease_expires_at
+        WHEN top.state = 'compensating' THEN top.claimed_until
+        ELSE greatest(top.next_attempt_at, moved.at)
+    END AS due_since
+FROM undolog.undolog_sessions AS s
+LEFT JOIN LATERAL (
+    SELECT u.state, u.next_attempt_at, u.claimed_until
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+    ORDER BY u.stack_position DESC
+    LIMIT 1
+) AS top ON s.state = 'compensating'
+LEFT JOIN LATERAL (
+    SELECT max(u.updated_at) AS at
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id
+) AS moved ON s.state = 'compensating'
+WHERE s.state = 'failed'
+   OR (s.state = 'active' AND s.lease_expires_at <= now())
+   OR (s.state = 'compensating' AND (
+        (top.state = 'compensating' AND top.claimed_until <= now())
+        OR (top.state = 'pending' AND top.next_attempt_at <= now())))
+"""
+
+
 def _health_worker(
     conn: psycopg.Connection[Any], max_lag: float, check: Callable[..., None]
 ) -> None:
-    """Worker lag: how long the oldest session that needs a walk (failed, or an agent's
-    lease expired unrecovered) has waited for one. Halted sessions are reported (they
-    wait for a person, not for the worker) but do not make the check fail."""
+    """Worker lag: how long the oldest session due for an undo walk has waited for a
+    worker. Halted sessions are reported (they wait for a person, not for the worker)
+    but do not make the check fail."""
     (row,) = _query(
         conn,
-        """
-        SELECT
-            count(*) FILTER (WHERE state = 'failed') AS failed,
-            count(*) FILTER (WHERE state = 'active' AND lease_expires_at <= now()) AS expired,
-            extract(EPOCH FROM now() - least(
-                min(updated_at) FILTER (WHERE state = 'failed'),
-                min(lease_expires_at) FILTER (
-                    WHERE state = 'active' AND lease_expires_at <= now()
-                )
-            ))::float8 AS lag_seconds,
-            count(*) FILTER (WHERE state = 'halted' AND resolved_at IS NULL) AS halted
-        FROM undolog.undolog_sessions
+        f"""
+        SELECT count(*) AS due,
+            coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
+        FROM ({_DUE_SESSIONS}) AS due
         """,
     )
-    lag = float(row["lag_seconds"] or 0.0)
-    due = int(row["failed"]) + int(row["expired"])
+    lag, due = max(float(row["lag_seconds"]), 0.0), int(row["due"])
     check(
         "worker",
         lag <= max_lag,
@@ -584,6 +608,11 @@ def _health_worker(
         else "no session waits for an undo walk",
         due_sessions=due,
         lag_seconds=round(lag, 3),
+    )
+    (row,) = _query(
+        conn,
+        "SELECT count(*) AS halted FROM undolog.undolog_sessions"
+        " WHERE state = 'halted' AND resolved_at IS NULL",
     )
     halted = int(row["halted"])
     check(
