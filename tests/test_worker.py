@@ -283,6 +283,14 @@ def test_a_login_that_is_no_operator_is_a_configuration_error_exit_2(
     assert "undolog_operator" in worker.stderr()
 
 
+def test_a_database_that_does_not_exist_is_a_configuration_error_exit_2(
+    dsn: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    worker = start_worker(psycopg.conninfo.make_conninfo(dsn, dbname="no_such_database"))
+    assert worker.proc.wait(timeout=15) == 2
+    assert 'database "no_such_database" does not exist' in worker.stderr()
+
+
 def test_one_sessions_error_is_logged_and_the_others_are_walked(
     dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -509,10 +509,21 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK if reached else EXIT_ERROR
 
 
+# The server answered and refused this login or database: no retry fixes that (a server
+# that is down or restarting is retried instead). libpq gives these as text only.
+_REFUSED_LOGIN = re.compile(
+    r'database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r"|password authentication failed|no password supplied|pg_hba\.conf rejects"
+)
+
+
 def _connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
     try:
         return _connect(args)
-    except ConnectError as exc:  # the worker's backoff expects psycopg's own class
+    except ConnectError as exc:
+        if _REFUSED_LOGIN.search(str(exc)):
+            raise WorkerConfigError(f"{exc}: fix --dsn / UNDOLOG_DSN") from exc
+        # the worker's backoff retries psycopg's own class
         raise psycopg.OperationalError(str(exc)) from exc
     except UsageError as exc:
         raise WorkerConfigError(str(exc)) from exc
