@@ -136,12 +136,15 @@ def test_id_prefixes_unique_ambiguous_and_unknown(
     assert code == 2 and "ambiguous" in err and str(a) in err
     code, _, err = run(capsys, "sessions", "show", "ffff9")
     assert code == 3 and "unknown session" in err
-    code, _, err = run(capsys, "sessions", "show", "not-hex!")
-    assert code == 2
+    for bad in ("not-hex!", "-", "ab", ""):
+        code, _, err = run(capsys, "sessions", "show", bad)
+        assert code == 2 and "id prefix of at least 4" in err, bad
     hit = engine.intercept(conn, a, 0, "pay", "irreversible", {"cents": 1})
     assert hit.approval_id is not None
     code, out, err = run(capsys, "approvals", "approve", str(hit.approval_id)[:8], "--by", "dora")
     assert (code, out.strip()) == (0, f"approval {hit.approval_id}: approved"), err
+    code, _, err = run(capsys, "approvals", "reject", str(hit.approval_id), "--by", "\t")
+    assert code == 2 and err.startswith("undolog: --by must name who decides"), err
 
 
 def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:

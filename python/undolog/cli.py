@@ -197,6 +197,7 @@ _ID_TABLES = {
     "approval": ("undolog.undolog_approval_requests", "approval_id"),
 }
 _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
+MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
 
 
 def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
@@ -207,9 +208,11 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
         return uuid.UUID(given)
     except ValueError:
         pass
-    if not _PREFIX.fullmatch(given):
-        raise UsageError(f"not a {kind} id or id prefix: {text!r}")
     digits = given.replace("-", "").lower()
+    if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"not a {kind} id or id prefix of at least {MIN_PREFIX} hex digits: {text!r}"
+        )
     table, column = _ID_TABLES[kind]
     rows = _query(
         conn,
@@ -861,11 +864,12 @@ _FLAGS = {
     "p_force": "--force",
     "p_by": "--by",
     "p_decided_by": "--by",
+    "decided_by": "--by",
     "p_reason": "--reason",
     "p_session_id": "SESSION",
     "p_approval_id": "APPROVAL",
 }
-_PARAM = re.compile(r"\bp_[a-z_]+\b")
+_PARAM = re.compile(r"\b(?:p_[a-z_]+|decided_by)\b")
 # SQLSTATEs of a database without the engine, or with an older one
 _NO_ENGINE = ("42P01", "42883", "3F000")
 _ROLES_HINT = "grant the login one of undolog_agent, undolog_approver, undolog_operator"
