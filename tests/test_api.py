@@ -235,3 +235,25 @@ def test_the_quickstart_as_a_workers_app_does_not_run_the_agent(dsn: str) -> Non
     assert "top result" not in out.stdout and out.stdout == ""
     with psycopg.connect(dsn) as c:
         assert c.execute("SELECT count(*) FROM undolog.undolog_sessions").fetchone() == (0,)
+
+
+def test_the_approval_round_trip_example_runs(agent_dsn: str, conn: Conn) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "approval_round_trip.py"
+    agent = subprocess.Popen(
+        [sys.executable, str(example)],
+        env={**os.environ, "UNDOLOG_DSN": agent_dsn},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert agent.stdout is not None
+    try:
+        first = agent.stdout.readline().split()
+        assert first[:1] == ["approval"] and first[2:4] == ["requested", "for"], first
+        approvals.approve(conn, uuid.UUID(first[1]), "alice", "checked")
+        rest = agent.stdout.read().splitlines()  # to the end: the example has exited
+        assert agent.wait(timeout=30) == 0, agent.stderr.read() if agent.stderr else ""
+    finally:
+        agent.kill()  # if it is still waiting (a failed assertion above)
+        agent.wait()
+    assert rest[1:] == ["paid 5000 cents to user 42", "session completed"], rest
