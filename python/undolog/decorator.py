@@ -7,6 +7,9 @@ step index from the current session, computes the signature, and intercepts. The
 runs only on 'execute'; its result is committed (it must be JSON) or its exception
 recorded with fail(); 'replay' returns the cached result without running the body;
 'await_approval' raises AwaitingApprovalError; 'rejected' raises ApprovalRejectedError.
+'in_progress' (an earlier run of the session started this call and never reported its
+outcome) is logged at once and asked again for the session's ``in_progress_wait``
+seconds, then raises CallInProgress.
 """
 
 from __future__ import annotations
