@@ -277,6 +277,27 @@ def migrate(conn: psycopg.Connection[Any], target: str | None = None) -> list[st
     return plan.pending + plan.changed
 
 
+def apply_repeatables(conn: psycopg.Connection[Any]) -> list[str]:
+    """Re-apply every repeatable source of an installed engine, whatever the records say.
+
+    For a developer iterating on a function (``migrate`` does the same when a text
+    changed), and for the test that applying them twice changes nothing. Refuses a
+    database with pending migrations: the sources may need their tables.
+    """
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise MigrationError("apply_repeatables needs a connection outside any transaction")
+    with conn.transaction():
+        _lock(conn)
+        pending, sources, _ = _plan(conn, None)
+        if pending:
+            raise MigrationError(
+                f"pending migrations {', '.join(m.name for m in pending)}: run migrate"
+            )
+        _apply_repeatables(conn, sources)
+        _record_repeatables(conn, sources)
+    return [r.path for r in sources]
+
+
 def _record_repeatables(conn: psycopg.Connection[Any], sources: list[Repeatable]) -> None:
     conn.execute("DELETE FROM undolog.undolog_repeatables")
     with conn.cursor() as cur:
