@@ -488,6 +488,19 @@ def test_cli_status_refuses_an_edited_migration(fresh_db: Any) -> None:
     assert "changed after it was applied" in edited.stderr
 
 
+def test_a_database_from_a_newer_or_unknown_release_is_refused(fresh_db: Any) -> None:
+    dsn = fresh_db("layout_unknown")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        migrate(c)
+        c.execute(
+            "INSERT INTO undolog.undolog_migrations (name, checksum) VALUES ('9999_future', 'x')"
+        )
+        with pytest.raises(MigrationError, match="does not know: 9999_future"):
+            migrate(c)
+        with pytest.raises(MigrationError, match="does not know: 9999_future"):
+            status(c)
+
+
 def test_version_has_one_source(conn: Conn) -> None:
     from importlib.metadata import version
 

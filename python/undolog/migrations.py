@@ -182,6 +182,14 @@ def _plan(
             raise MigrationError(f"unknown migration {target!r}; known: {', '.join(names)}")
         migrations = migrations[: names.index(target) + 1]
     applied = applied_migrations(conn)
+    unknown = sorted(set(applied) - set(names))
+    if unknown:
+        # A newer release installed this database (downgrades are not supported), or a
+        # pre-release layout that was folded into the baseline.
+        raise MigrationError(
+            f"the database has migrations this package does not know: {', '.join(unknown)}"
+            f" (undolog {engine_version()} knows {', '.join(names)})"
+        )
     for m in migrations:
         if m.name in applied and applied[m.name] != m.checksum:
             raise MigrationError(
