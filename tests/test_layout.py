@@ -467,7 +467,12 @@ def test_cli_status_and_check_exit_1_until_migrated(fresh_db: Any) -> None:
         assert "changed functions/intercept.sql" in behind.stdout
     with psycopg.connect(dsn, autocommit=True) as c:
         assert c.execute("SELECT to_regnamespace('undolog')").fetchone() == (None,)
-    assert _cli("migrate", "--dsn", dsn).returncode == 0
+    installed = _cli("migrate", "--dsn", dsn)
+    assert installed.returncode == 0
+    assert installed.stdout.splitlines() == [
+        "applied 0001_baseline",
+        f"applied {len(repeatables())} repeatable sources",
+    ]
     current = _cli("status", "--dsn", dsn)
     assert (current.returncode, current.stdout.strip()) == (
         0,
@@ -476,6 +481,15 @@ def test_cli_status_and_check_exit_1_until_migrated(fresh_db: Any) -> None:
     checked = _cli("--json", "migrate", "--check", "--dsn", dsn)
     assert checked.returncode == 0
     assert '"up_to_date": true' in checked.stdout
+    with psycopg.connect(dsn, autocommit=True) as c:  # as after editing one function
+        c.execute(
+            "UPDATE undolog.undolog_repeatables SET checksum = 'old'"
+            " WHERE source_file = 'functions/heartbeat.sql'"
+        )
+    behind = _cli("status", "--dsn", dsn)
+    assert (behind.returncode, behind.stdout.strip()) == (1, "changed functions/heartbeat.sql")
+    again = _cli("migrate", "--dsn", dsn)
+    assert (again.returncode, again.stdout.strip()) == (0, "applied functions/heartbeat.sql")
 
 
 def test_cli_status_refuses_an_edited_migration(fresh_db: Any) -> None:

@@ -38,7 +38,13 @@ from psycopg.rows import dict_row
 from undolog import approvals, partitions, saga
 from undolog.engine import translated
 from undolog.errors import UndoLogError, UnknownApproval, UnknownSession
-from undolog.migrations import MigrationError, engine_version, install_script, migrate
+from undolog.migrations import (
+    MigrationError,
+    describe_applied,
+    engine_version,
+    install_script,
+    migrate,
+)
 from undolog.migrations import status as migration_status
 from undolog.walk import work
 
@@ -110,7 +116,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"applied": applied}))
     else:
-        print("\n".join(f"applied {name}" for name in applied) or "up to date")
+        print("\n".join(f"applied {a}" for a in describe_applied(applied)) or "up to date")
     return EXIT_OK
 
 

@@ -149,6 +149,17 @@ class Status:
         )
 
 
+def describe_applied(applied: list[str]) -> list[str]:
+    """migrate()'s answer for a person: each migration, then the repeatable sources by
+    path when a few changed (a developer's edit), or their count (a fresh install)."""
+    names = {m.name for m in available_migrations()}
+    done = [a for a in applied if a in names]
+    sources = [a for a in applied if a not in names]
+    if len(sources) > 5:
+        return [*done, f"{len(sources)} repeatable sources"]
+    return done + sources
+
+
 def _lock(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
 
