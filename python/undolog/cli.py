@@ -68,6 +68,7 @@ from undolog.migrations import (
     MigrationError,
     applied_migrations,
     available_migrations,
+    describe_applied,
     engine_version,
     install_script,
     migrate,
@@ -272,7 +273,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"applied": applied}))
     else:
-        print("\n".join(f"applied {name}" for name in applied) or "up to date")
+        print("\n".join(f"applied {a}" for a in describe_applied(applied)) or "up to date")
     return EXIT_OK
 
 

@@ -149,6 +149,17 @@ class Status:
         )
 
 
+def describe_applied(applied: list[str]) -> list[str]:
+    """migrate()'s answer for a person: each migration, then the repeatable sources by
+    path when a few changed (a developer's edit), or their count (a fresh install)."""
+    names = {m.name for m in available_migrations()}
+    done = [a for a in applied if a in names]
+    sources = [a for a in applied if a not in names]
+    if len(sources) > 5:
+        return [*done, f"{len(sources)} repeatable sources"]
+    return done + sources
+
+
 def _lock(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
 
@@ -182,6 +193,14 @@ def _plan(
             raise MigrationError(f"unknown migration {target!r}; known: {', '.join(names)}")
         migrations = migrations[: names.index(target) + 1]
     applied = applied_migrations(conn)
+    unknown = sorted(set(applied) - set(names))
+    if unknown:
+        # A newer release installed this database (downgrades are not supported), or a
+        # pre-release layout that was folded into the baseline.
+        raise MigrationError(
+            f"the database has migrations this package does not know: {', '.join(unknown)}"
+            f" (undolog {engine_version()} knows {', '.join(names)})"
+        )
     for m in migrations:
         if m.name in applied and applied[m.name] != m.checksum:
             raise MigrationError(
@@ -275,6 +294,27 @@ def migrate(conn: psycopg.Connection[Any], target: str | None = None) -> list[st
             )
         _record_repeatables(conn, sources)
     return plan.pending + plan.changed
+
+
+def apply_repeatables(conn: psycopg.Connection[Any]) -> list[str]:
+    """Re-apply every repeatable source of an installed engine, whatever the records say.
+
+    For a developer iterating on a function (``migrate`` does the same when a text
+    changed), and for the test that applying them twice changes nothing. Refuses a
+    database with pending migrations: the sources may need their tables.
+    """
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise MigrationError("apply_repeatables needs a connection outside any transaction")
+    with conn.transaction():
+        _lock(conn)
+        pending, sources, _ = _plan(conn, None)
+        if pending:
+            raise MigrationError(
+                f"pending migrations {', '.join(m.name for m in pending)}: run migrate"
+            )
+        _apply_repeatables(conn, sources)
+        _record_repeatables(conn, sources)
+    return [r.path for r in sources]
 
 
 def _record_repeatables(conn: psycopg.Connection[Any], sources: list[Repeatable]) -> None:

@@ -1,6 +1,6 @@
 -- Read access to undolog.undolog_approval_requests: the approval requests, so that a
 -- waiting agent can see its request's decision (and the deadline).
--- An agent reads the rows of its own sessions (see 050_security_sessions.sql; the
+-- An agent reads the rows of its own sessions (see undolog_sessions.sql; the
 -- sessions subquery is itself filtered to the agent's sessions), approver and operator
 -- read every row. Only the owner writes, through the SECURITY DEFINER functions.
 -- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no

@@ -1,6 +1,6 @@
 -- Read access to undolog.undolog_effect_history: every transition of its calls. Same
 -- partition rule as the effect log: grants and policies on the parent only.
--- An agent reads the rows of its own sessions (see 050_security_sessions.sql; the
+-- An agent reads the rows of its own sessions (see undolog_sessions.sql; the
 -- sessions subquery is itself filtered to the agent's sessions), approver and operator
 -- read every row. Only the owner writes, through the SECURITY DEFINER functions.
 -- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no

@@ -1,7 +1,7 @@
 -- Read access to undolog.undolog_effect_log: its journal of calls. Policies and grants
 -- are on the partitioned parent, which is how everyone reads it; the month partitions
 -- carry no grant at all, so a role cannot go around the policies by naming a partition.
--- An agent reads the rows of its own sessions (see 050_security_sessions.sql; the
+-- An agent reads the rows of its own sessions (see undolog_sessions.sql; the
 -- sessions subquery is itself filtered to the agent's sessions), approver and operator
 -- read every row. Only the owner writes, through the SECURITY DEFINER functions.
 -- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no

@@ -1,5 +1,5 @@
 -- Read access to undolog.undolog_session_history: its journal of session states.
--- An agent reads the rows of its own sessions (see 050_security_sessions.sql; the
+-- An agent reads the rows of its own sessions (see undolog_sessions.sql; the
 -- sessions subquery is itself filtered to the agent's sessions), approver and operator
 -- read every row. Only the owner writes, through the SECURITY DEFINER functions.
 -- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no
