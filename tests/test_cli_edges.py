@@ -19,7 +19,7 @@ import pytest
 
 from pgcluster import free_port
 from undolog import engine, saga
-from undolog.cli import _iter_actions, build_parser, describe_error, main
+from undolog.cli import build_parser, describe_error, main
 from undolog.walk import run_walk
 
 Conn = psycopg.Connection[Any]
@@ -201,6 +201,16 @@ def test_partitions_drop_takes_the_readmes_instant_forms(
         assert (code, out.strip()) == (0, "(none)"), (instant, err)
     code, _, err = run(capsys, "partitions", "drop", "--older-than", "2020-01-01")
     assert code == 2 and "no time zone" in err
+
+
+def _iter_actions(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
+    """Every option and argument of the parser and its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _iter_actions(sub)
+        else:
+            yield parser.prog, action
 
 
 def test_every_option_and_argument_has_help_text() -> None:

@@ -13,7 +13,8 @@
     undolog approvals list                     requests waiting for a human
     undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]
     undolog recover                            fail expired sessions; name walks to run
-    undolog worker --app MODULE:OBJECT         recover and walk, with the app's compensations
+    undolog worker --app MODULE:OBJECT [--interval S] [--max-backoff S] [--once]
+                                               recover and walk, with the app's compensations
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
@@ -48,7 +49,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any, NoReturn
@@ -983,16 +984,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _reader_gone()
         return EXIT_OK
-
-
-def _iter_actions(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
-    """Every option and argument of the parser and its subcommands (for the help test)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _iter_actions(sub)
-        else:
-            yield parser.prog, action
 
 
 if __name__ == "__main__":
