@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 import undolog
 from undolog import (
     ActiveSession,
+    AsyncUndoLog,
     AwaitingApprovalError,
     CallInProgress,
     CompensationCall,
@@ -257,3 +258,26 @@ def test_the_approval_round_trip_example_runs(agent_dsn: str, conn: Conn) -> Non
         agent.kill()  # if it is still waiting (a failed assertion above)
         agent.wait()
     assert rest[1:] == ["paid 5000 cents to user 42", "session completed"], rest
+
+
+def test_in_progress_wait_on_an_async_session(dsn: str, conn: Conn) -> None:
+    sid = uuid.uuid4()
+    engine.begin_session(conn, sid, agent="crashy")
+    hit = engine.intercept(conn, sid, 0, "book_async", "compensable", {"n": 4}, {"name": "unbook"})
+    assert hit.action == "execute"
+    ul = AsyncUndoLog(dsn, in_progress_wait=0)
+    undone: list[int] = []
+
+    @ul.compensation("unbook")
+    def unbook(call: CompensationCall) -> None:
+        undone.append(call.call_args["n"])
+
+    async def agent() -> ActiveSession:
+        async with ul.session(sid, agent="crashy") as s:
+            await book_async(4)
+        return s  # pragma: no cover (the call above raises)
+
+    started = time.monotonic()
+    with pytest.raises(CallInProgress):
+        asyncio.run(agent())
+    assert time.monotonic() - started < 5 and undone == [4] and booked == []
