@@ -1,84 +1,54 @@
-"""The approvals round trip (docs/tutorials/approvals.md): an IRREVERSIBLE call waits for
-a human, the agent waits for the decision, then runs the same session again.
+"""The approval round trip: an IRREVERSIBLE call waits for a person, then runs once.
 
-    python examples/approval_round_trip.py      # then, elsewhere: undolog approvals approve
+    UNDOLOG_DSN=postgresql://agent@host/db python examples/approval_round_trip.py
+
+It prints the approval id and waits. A person (an approver login, not the agent's) then
+decides from another terminal:
+
+    undolog approvals approve APPROVAL --by alice --reason "checked the invoice"
+
+Once approved, the agent opens the same session again (``waiting.session_id``) and makes
+the same calls: what already ran replays from the journal, and the approved call runs,
+once.
 """
 
-from __future__ import annotations
-
+import sys
 import uuid
+from datetime import timedelta
 from typing import Any
 
-from undolog import (
-    ApprovalRejectedError,
-    AwaitingApprovalError,
-    CompensationCall,
-    CompensationDescriptor,
-    ToolTier,
-    UndoLog,
-    undolog_tool,
-)
-
-# --8<-- [start:tools]
-refunds: list[int] = []  # stands in for your payment system
-
-
-@undolog_tool(
-    tier=ToolTier.COMPENSABLE,
-    compensation=CompensationDescriptor.new("cancel_ticket"),
-)
-def open_ticket(order: int) -> dict[str, Any]:
-    print(f"  ticket opened for order {order}")
-    return {"ticket": order * 10}
+from undolog import AwaitingApprovalError, ToolTier, UndoLog, undolog_tool
 
 
 @undolog_tool(tier=ToolTier.IRREVERSIBLE)
-def refund(order: int, cents: int) -> dict[str, Any]:
-    """Money leaves: nothing can undo it, so a human approves it first."""
-    refunds.append(cents)
-    print(f"  refunded {cents} cents on order {order}")
-    return {"refunded": cents}
+def send_payout(user_id: int, cents: int) -> dict[str, Any]:
+    print(f"paid {cents} cents to user {user_id}", flush=True)
+    return {"paid_cents": cents}
 
 
-ul = UndoLog()
+ul = UndoLog()  # the DSN from UNDOLOG_DSN, else libpq's PG* variables
 
 
-@ul.compensation("cancel_ticket")
-def cancel_ticket(call: CompensationCall) -> None:
-    print(f"  undo: ticket {call.result['ticket']} cancelled")
+def pay_out(session_id: uuid.UUID | None = None) -> str:
+    with ul.session(session_id, agent="payouts") as session:
+        send_payout(42, 5000)
+    return session.state
 
 
-# --8<-- [end:tools]
-# --8<-- [start:agent]
-def handle_refund(session_id: uuid.UUID) -> dict[str, Any]:
-    """The agent's work. Running it again with the same session id replays what
-    already ran (open_ticket) and makes the refund call again."""
-    with ul.session(session_id, agent="support") as session:
-        open_ticket(order=42)
-        result = refund(order=42, cents=1999)
-    print(f"session {session.session_id} completed")
-    return result
-
-
-def main() -> None:
-    session_id = uuid.uuid4()  # the agent chooses it, so it can come back to it
+def main() -> int:
     try:
-        handle_refund(session_id)
+        print(f"session {pay_out()}")  # reached only if no approval were needed
+        return 0
     except AwaitingApprovalError as waiting:
-        print(
-            f"waiting for a human: undolog approvals approve {waiting.approval_id} --by YOU",
-            flush=True,  # the approver needs the id now, not when the agent ends
-        )
-        decision = ul.wait_for_decision(waiting.approval_id, timeout=600)
-        print(f"decision: {decision}")
+        print(f"approval {waiting.approval_id} requested for session {waiting.session_id}")
+        print(f"  undolog approvals approve {waiting.approval_id} --by NAME", flush=True)
+        decision = ul.wait_for_decision(waiting.approval_id, timeout=timedelta(minutes=10))
         if decision != "approved":
-            return  # rejected or expired: the session's walk undoes open_ticket
-    try:
-        print(handle_refund(session_id))  # approved: the refund runs, once
-    except ApprovalRejectedError:
-        print("the refund was rejected")
+            print(f"the payout was not approved: {decision or 'no decision in time'}")
+            return 1
+        print(f"session {pay_out(waiting.session_id)}")  # the same session, resumed
+        return 0
 
 
 if __name__ == "__main__":
-    main()
-# --8<-- [end:agent]
+    sys.exit(main())

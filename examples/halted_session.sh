@@ -14,11 +14,7 @@ undolog sessions show "$halted"
 
 # --8<-- [start:retry]
 # the mail server is back: give the failed compensation one more attempt ...
-psql -X -v ON_ERROR_STOP=1 -v sid="$halted" <<'SQL'
-SELECT undolog.retry_compensation(u.undo_id, 'alice', 'mail server is back')
-FROM undolog.undolog_undo_stack AS u
-WHERE u.session_id = :'sid' AND u.state = 'compensation_failed';
-SQL
+undolog sessions retry "$halted" --by alice --reason "mail server is back"
 # ... which the worker runs
 undolog worker --app examples.halted_session:ul --once
 # --8<-- [end:retry]
@@ -28,7 +24,5 @@ undolog worker --app examples.halted_session:ul --once
 MAIL_DOWN=1 python examples/halted_session.py
 other=$(undolog sessions list --state halted --json |
     python -c 'import json, sys; print(json.load(sys.stdin)[0]["session_id"])')
-psql -X -v ON_ERROR_STOP=1 -v sid="$other" <<'SQL'
-SELECT undolog.abandon_session(:'sid', 'alice', 'recalled the mail by hand');
-SQL
+undolog sessions abandon "$other" --by alice --reason "recalled the mail by hand"
 # --8<-- [end:abandon]

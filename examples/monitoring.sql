@@ -6,10 +6,7 @@
 -- call stopped the walk) and that nobody has resolved yet
 SELECT session_id, agent, updated_at, error
 FROM undolog.sessions_overview
-WHERE state = 'halted'
-  AND session_id IN (
-      SELECT s.session_id FROM undolog.undolog_sessions AS s WHERE s.resolved_at IS NULL
-  );
+WHERE state = 'halted' AND resolved_at IS NULL;
 -- --8<-- [end:halted]
 
 -- --8<-- [start:worker_lag]

@@ -3,6 +3,11 @@
 # examples/undolog-worker.service, the daily jobs in examples/crontab.
 set -euo pipefail
 
+# Is the engine installed and current (exit 1: a migrate is due)? Is everything healthy:
+# the connection, the schema, no walk waiting longer than --max-lag seconds?
+undolog status
+undolog health
+
 # One pass of the worker: expired leases -> failed, then every walk that is due.
 undolog worker --app examples.first_agent:ul --once
 

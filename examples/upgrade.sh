@@ -3,5 +3,6 @@
 set -euo pipefail
 
 pip install --upgrade .          # or the new wheel: pip install --upgrade dist/undolog-*.whl
-undolog migrate                  # applies only the migrations this database lacks
-undolog migrate --json           # again: nothing left to apply
+undolog status || true          # what a migrate would change (exit 1: one is due)
+undolog migrate                  # applies only what this database lacks
+undolog status                   # exit 0: up to date

@@ -127,7 +127,7 @@ def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workd
     with psycopg.connect(dsn, autocommit=True) as conn:
         earlier = engine.begin_session(conn, None, "support")
         engine.intercept(conn, earlier, 0, "refund", "irreversible", {"order": 7, "cents": 5})
-    out = run_script("approval_round_trip.sh", dsn, workdir)
+    out = run_script("refund_approval.sh", dsn, workdir)
     assert re.search(r"approval [0-9a-f-]{36}: approved", out)
     agent = (workdir / "agent.log").read_text(encoding="utf-8")
     assert "decision: approved" in agent
@@ -385,7 +385,7 @@ def test_install_from_the_wheel_into_a_fresh_environment(postgresql: Any, tmp_pa
         first = run(["python", str(EXAMPLES / "first_agent.py")], env, tmp_path)
         assert "undo: closed bob@example.com" in first.stdout
         upgrade = run(["bash", str(EXAMPLES / "upgrade.sh")], env, ROOT, timeout=600)
-        assert upgrade.stdout.rstrip().endswith('{"applied": []}')
+        assert upgrade.stdout.rstrip().endswith("up to date (undolog 0.1.0)")
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -466,8 +466,10 @@ RUN_BY = {
     "upgrade.sh": "test_install_from_the_wheel_into_a_fresh_environment",
     "first_agent.py": "first_agent.sh, roles.sh, production.sh, the wheel test",
     "first_agent.sh": "test_first_agent_completes_one_session_and_undoes_the_other",
-    "approval_round_trip.py": "approval_round_trip.sh",
-    "approval_round_trip.sh": "test_approval_round_trip_runs_the_refund_once_after_approval",
+    "approval_round_trip.py": "test_api.py::test_the_approval_round_trip_example_runs",
+    "refund_approval.py": "refund_approval.sh",
+    "refund_approval.sh": "test_approval_round_trip_runs_the_refund_once_after_approval",
+    "citus.sql": "test_the_citus_plan_names_every_journal_table_and_real_functions",
     "crash_recovery.py": "crash_recovery.sh",
     "crash_recovery.sh": "test_crash_recovery_replays_after_a_restart_and_the_worker_...",
     "production.sh": "test_production_commands_run",
@@ -571,3 +573,24 @@ def test_the_sql_reference_has_every_function_and_view(conn: Any) -> None:
     documented = set(re.findall(r"^### undolog\.(\w+)$", page, re.MULTILINE))
     assert len(api) >= 21
     assert documented == api | views
+
+
+def test_the_citus_plan_names_every_journal_table_and_real_functions(conn: Any) -> None:
+    """Citus cannot be installed here: check what can be, that the plan names every
+    journal table and only functions that exist, with their exact argument types."""
+    plan = (EXAMPLES / "citus.sql").read_text(encoding="utf-8")
+    tables = set(re.findall(r"create_distributed_table\('undolog\.(\w+)', 'session_id'", plan))
+    journal = {
+        name
+        for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid"
+            " WHERE c.relnamespace = 'undolog'::regnamespace AND c.relkind IN ('r', 'p')"
+            " AND NOT c.relispartition AND a.attname = 'session_id'"
+        ).fetchall()
+    }
+    assert tables == journal
+    functions = re.findall(r"create_distributed_function\(\s*'([^']+)'", plan)
+    assert len(functions) >= 9
+    for signature in functions:
+        (found,) = conn.execute("SELECT to_regprocedure(%s)::text", (signature,)).fetchone()
+        assert found is not None, f"{signature} is not a function of the engine"
