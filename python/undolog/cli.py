@@ -233,7 +233,18 @@ def _load_app(spec: str) -> Any:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    app = _load_app(args.app)
+    if args.mcp_config is not None:  # the MCP proxy's compensations (undolog[mcp])
+        try:
+            from undolog.mcp_proxy.worker import load_worker_app
+        except ImportError as exc:
+            print(f"undolog: --mcp-config needs the mcp extra: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        app = load_worker_app(args.mcp_config)
+    elif args.app is None:
+        print("undolog: worker needs --app MODULE:OBJECT or --mcp-config FILE", file=sys.stderr)
+        return EXIT_USAGE
+    else:
+        app = _load_app(args.app)
     compensations = getattr(app, "compensations", None)
     if not isinstance(compensations, dict):
         print(f"undolog: {args.app} is not an UndoLog (no compensations)", file=sys.stderr)
@@ -251,6 +262,19 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             if args.once:
                 return EXIT_OK
             time.sleep(args.interval)
+
+
+def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
+    try:
+        from undolog.mcp_proxy.server import serve
+    except ImportError as exc:
+        print(
+            f"undolog: mcp-proxy needs the mcp extra (pip install 'undolog[mcp]'): {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    dsn = args.dsn if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
+    return serve(args.config, dsn, args.http)
 
 
 def _timestamptz(value: str) -> datetime.datetime:
@@ -342,10 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
     p.set_defaults(func=_cmd_recover)
     p = sub.add_parser("worker", parents=[common], help="recover and walk, repeatedly")
-    p.add_argument("--app", required=True, help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--app", help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--mcp-config", help="the MCP proxy's policy file: walk its sessions")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.set_defaults(func=_cmd_worker)
+
+    p = sub.add_parser("mcp-proxy", parents=[common], help="serve the MCP proxy (undolog[mcp])")
+    p.add_argument("--config", required=True, help="the policy file (TOML)")
+    p.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio")
+    p.set_defaults(func=_cmd_mcp_proxy)
 
     p = sub.add_parser("partitions", parents=[common], help="month partitions (operators)")
     p.add_argument("action", choices=["ensure", "drop", "maintain"])
