@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import psycopg
@@ -29,6 +29,7 @@ from undolog import approvals, saga
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
 SESSION = "undolog/session_id"
+WORKER = [sys.executable, "-m", "undolog.cli", "worker"]
 
 
 @pytest.fixture
@@ -168,7 +169,9 @@ def run(coro: Callable[[], Awaitable[None]]) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def test_session_completes_over_stdio(dsn: str, conn: psycopg.Connection[Any], ledger: Path) -> None:
+def test_session_completes_over_stdio(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
     async def body() -> None:
         async with stdio_client(POLICY, dsn, ledger) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
@@ -240,10 +243,10 @@ def test_rollback_undoes_through_the_upstream_lifo(
 def test_irreversible_approved_during_the_hold_runs_once(
     dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
-    progress: list[float] = []
+    seen: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
 
     async def body() -> None:
         async with stdio_client(POLICY, dsn, ledger, mode="legacy") as client:
@@ -268,7 +271,7 @@ def test_irreversible_approved_during_the_hold_runs_once(
             assert again.structured_content == paid.structured_content  # replayed
 
     run(body)
-    assert progress, "no progress notification while the call was held"
+    assert seen, "no progress notification while the call was held"
     assert names(ledger) == ["process_payout"]
     assert [state for _, state in sessions(conn)] == ["completed"]
 
@@ -340,7 +343,7 @@ def test_sigkill_then_restart_replays_and_runs_nothing_twice(
     dsn: str, conn: psycopg.Connection[Any], ledger: Path, http_proxies: list[HttpProxy]
 ) -> None:
     sid = str(uuid.uuid4())
-    meta: types.RequestParamsMeta = {SESSION: sid}  # type: ignore[typeddict-unknown-key]
+    meta = cast(types.RequestParamsMeta, {SESSION: sid})
     first = HttpProxy(POLICY, dsn, ledger)
     http_proxies.append(first)
     results: dict[str, Any] = {}
@@ -373,7 +376,9 @@ def test_sigkill_then_restart_replays_and_runs_nothing_twice(
             )
             assert made.structured_content == results["made"]  # replayed from the journal
             assert sent.structured_content == results["sent"]
-            new = await client.call_tool("crm__create_user", {"email": "b@x", "name": "B"}, meta=meta)
+            new = await client.call_tool(
+                "crm__create_user", {"email": "b@x", "name": "B"}, meta=meta
+            )
             assert new.structured_content == {"user_id": 2, "email": "b@x"}
 
     run(after)
@@ -397,8 +402,7 @@ def test_worker_walks_a_crashed_proxy_session(
     ((sid, _),) = sessions(conn)
     saga.rollback_session(conn, sid, "alice", "the proxy crashed")
     worker = subprocess.run(
-        [sys.executable, "-m", "undolog.cli", "worker", "--mcp-config", str(POLICY)]
-        + ["--once", "--dsn", dsn],
+        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(POLICY)],
         env=_env(ledger),
         cwd=ROOT,
         capture_output=True,
@@ -411,31 +415,32 @@ def test_worker_walks_a_crashed_proxy_session(
 
 
 BAD_POLICIES = {
-    "missing tool": (
-        '[upstreams.crm.tools.frobnicate]\ntier = "safe"\n',
-        "names tool 'frobnicate', which the upstream does not list",
-    ),
-    "unknown compensation tool": (
+    # refused after listing the upstream's tools: every problem is named at once
+    "does not fit the upstream": (
+        '[upstreams.crm.tools.frobnicate]\ntier = "safe"\n'
+        '[upstreams.crm.tools.send_email]\ntier = "compensable"\n'
+        'compensation.undo_it = { message_id = "result.message_id" }\n'
         '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
-        'compensation.undo_it = { user_id = "result.user_id" }\n',
-        "compensation tool 'undo_it' is not listed",
+        'compensation.delete_user = { user_id = "args.user" }\n',
+        [
+            "names tool 'frobnicate', which the upstream does not list",
+            "compensation tool 'undo_it' is not listed",
+            "create_user has no argument 'user'",
+            "delete_user requires 'idempotency_key'",
+        ],
     ),
-    "mapping from a missing argument": (
-        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
-        'compensation.delete_user = { user_id = "args.user", idempotency_key = "undo_id" }\n',
-        "create_user has no argument 'user'",
-    ),
-    "required argument unfilled": (
-        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
-        'compensation.delete_user = { user_id = "result.user_id" }\n',
-        "delete_user requires 'idempotency_key'",
-    ),
+    # refused as soon as the file is read
     "not an expression": (
         '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
         'compensation.delete_user = { user_id = "__import__(os)" }\n',
-        "is not args.PATH, result.PATH or undo_id",
+        ["is not args.PATH, result.PATH or undo_id"],
     ),
-    "unknown key": ("[proxy]\nhold = 5\n", "unknown key(s) hold"),
+    "no compensation": (
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n',
+        ["a compensable tool names exactly one compensation"],
+    ),
+    "unknown key": ("[proxy]\nhold = 5\n", ["unknown key(s) hold"]),
+    "hold too long": ("[proxy]\nhold_seconds = 120\n", ["proxy.hold_seconds"]),
 }
 
 
@@ -443,7 +448,7 @@ BAD_POLICIES = {
 def test_a_bad_policy_is_refused_at_start(
     case: str, tmp_path: Path, dsn: str, ledger: Path
 ) -> None:
-    body, message = BAD_POLICIES[case]
+    body, messages = BAD_POLICIES[case]
     upstream = '[upstreams.crm]\ncommand = ["python", "tests/mcp_upstream_server.py"]\n'
     config = tmp_path / "bad.toml"
     config.write_text(upstream + body)
@@ -457,4 +462,6 @@ def test_a_bad_policy_is_refused_at_start(
         timeout=60,
     )
     assert done.returncode == 2, done.stderr
-    assert "policy refused" in done.stderr and message in done.stderr, done.stderr
+    assert "policy refused" in done.stderr, done.stderr
+    for message in messages:
+        assert message in done.stderr, done.stderr
