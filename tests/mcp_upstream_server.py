@@ -45,6 +45,12 @@ def lookup_user(email: str) -> dict[str, Any]:
 
 
 @server.tool()
+def echo(text: str) -> dict[str, Any]:
+    """Answer the text (reads nothing, records nothing: the benchmark's body)."""
+    return {"text": text}
+
+
+@server.tool()
 def create_user(email: str, name: str) -> dict[str, Any]:
     """Create a user account."""
     if email.startswith("broken"):

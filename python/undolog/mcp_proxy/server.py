@@ -53,7 +53,7 @@ def build_server(proxy: McpProxy) -> Server[Any]:
     ) -> types.CallToolResult:
         return await proxy.call_tool(ctx, params.name, dict(params.arguments or {}))
 
-    return Server(
+    server: Server[Any] = Server(
         "undolog-mcp-proxy",
         version="0.1.0",
         instructions=(
@@ -63,6 +63,10 @@ def build_server(proxy: McpProxy) -> Server[Any]:
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
+    # The SDK wraps every request in an OpenTelemetry span by default; the proxy sits on
+    # the path of every tool call, so it keeps only what it needs.
+    server.middleware = []
+    return server
 
 
 async def _serve_stdio(config: str, dsn: str) -> None:
