@@ -465,3 +465,17 @@ def test_a_bad_policy_is_refused_at_start(
     assert "policy refused" in done.stderr, done.stderr
     for message in messages:
         assert message in done.stderr, done.stderr
+
+
+def test_the_documented_client_configuration_starts_the_proxy() -> None:
+    """examples/mcp-proxy/mcp_servers.json (docs/mcp-proxy.md) names a command line that
+    `undolog` accepts as the proxy."""
+    from undolog.cli import _cmd_mcp_proxy, build_parser
+
+    config = json.loads((ROOT / "examples" / "mcp-proxy" / "mcp_servers.json").read_text())
+    (server,) = config["mcpServers"].values()
+    assert server["command"] == "undolog"
+    parsed = build_parser().parse_args(server["args"])
+    assert parsed.func is _cmd_mcp_proxy
+    assert parsed.config.endswith(".toml") and parsed.http is None
+    assert "UNDOLOG_DSN" in server["env"]
