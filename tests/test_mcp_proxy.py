@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -479,3 +480,74 @@ def test_the_documented_client_configuration_starts_the_proxy() -> None:
     assert parsed.func is _cmd_mcp_proxy
     assert parsed.config.endswith(".toml") and parsed.http is None
     assert "UNDOLOG_DSN" in server["env"]
+
+
+def start_http_upstream(port: int, ledger: Path) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "tests/mcp_upstream_server.py", "--http", str(port)],
+        env=_env(ledger),
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.1)
+    raise AssertionError("the upstream did not start listening")
+
+
+def test_an_http_upstream_that_goes_down(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    port = free_port()
+    config = tmp_path / "http-upstream.toml"
+    config.write_text(
+        f'[upstreams.crm]\nurl = "http://127.0.0.1:{port}/mcp"\n'
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
+        'compensation.delete_user = { user_id = "result.user_id", idempotency_key = "undo_id" }\n'
+    )
+    upstream = start_http_upstream(port, ledger)
+    try:
+
+        async def body() -> None:
+            nonlocal upstream
+            async with stdio_client(config, dsn, ledger) as client:
+                made = await client.call_tool("create_user", {"email": "a@x", "name": "A"})
+                assert made.structured_content == {"user_id": 1, "email": "a@x"}
+                upstream.kill()
+                upstream.wait()
+                lost = await client.call_tool("create_user", {"email": "b@x", "name": "B"})
+                assert lost.is_error, text(lost)
+                down = await client.call_tool("create_user", {"email": "c@x", "name": "C"})
+                assert down.is_error and "was not run" in text(down) and "unreachable" in text(down)
+                upstream = start_http_upstream(port, ledger)
+                back = await client.call_tool("create_user", {"email": "d@x", "name": "D"})
+                assert back.structured_content == {"user_id": 2, "email": "d@x"}, text(back)
+
+        run(body)
+    finally:
+        upstream.kill()
+        upstream.wait()
+    assert [e["email"] for e in ops(ledger) if e["op"] == "create_user"] == ["a@x", "d@x"]
+    journaled = dict(
+        conn.execute("SELECT args->>'email', state FROM undolog.undolog_effect_log").fetchall()
+    )
+    # c was never journaled: the upstream was known to be down before it was sent. b was
+    # sent as the connection died: its outcome counts as unknown, so the session was not
+    # completed but failed, and its undo walk deleted d (b has no result to undo from: a
+    # human will).
+    assert "c@x" not in journaled
+    assert journaled["a@x"] in ("committed", "compensating", "compensated")
+    assert journaled.get("b@x") in ("compensating", "executing")
+    assert [state for _, state in sessions(conn)] != ["completed"]
+
+
+def test_the_readme_shows_the_policy_the_tests_load() -> None:
+    """README.md's policy (comments trimmed) is examples/mcp-proxy/policy.toml."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Put UndoLog in front of an MCP server") :]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    assert tomllib.loads(block.group(1)) == tomllib.loads(POLICY.read_text())

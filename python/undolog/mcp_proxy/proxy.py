@@ -306,6 +306,10 @@ class McpProxy:
             except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
                 return _error(f"{name}: {exc}")
         try:
+            await upstream.ensure_connected()  # nothing is journaled for a call not sent
+        except UpstreamDown as exc:
+            return _error(f"{name} was not run: {exc}")
+        try:
             ps = self.session_for(ctx)
             await self.begin(ps)
         except (ValueError, UndoLogError, psycopg.Error) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -26,14 +27,18 @@ class OutcomeUnknown(Exception):
 
 
 class UpstreamConnection:
-    """One upstream server: connected at start, reconnected once when found closed."""
+    """One upstream server. Its MCP client lives in a task of its own, so that an upstream
+    that dies (which ends the client's task group) takes down only this connection, never
+    the proxy; the next call reconnects."""
 
     def __init__(self, spec: Upstream, call_timeout: float) -> None:
         self.spec = spec
         self.call_timeout = call_timeout
         self.tools: dict[str, types.Tool] = {}
-        self._stack: contextlib.AsyncExitStack | None = None
         self._client: Client | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._connecting = asyncio.Lock()
 
     def _target(self) -> StdioServerParameters | str:
         if self.spec.url is not None:
@@ -46,31 +51,49 @@ class UpstreamConnection:
             cwd=self.spec.cwd,
         )
 
-    async def connect(self) -> None:
-        stack = contextlib.AsyncExitStack()
+    async def _own(self, ready: asyncio.Future[None]) -> None:
         try:
-            client = await stack.enter_async_context(
-                Client(self._target(), read_timeout_seconds=self.call_timeout, cache=None)
-            )
-            tools: dict[str, types.Tool] = {}
-            cursor: str | None = None
-            while True:
-                page = await client.list_tools(cursor=cursor)
-                tools.update({t.name: t for t in page.tools})
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await stack.aclose()
-            raise
-        self._stack, self._client, self.tools = stack, client, tools
+            async with Client(
+                self._target(), read_timeout_seconds=self.call_timeout, cache=None
+            ) as client:
+                tools: dict[str, types.Tool] = {}
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    tools.update({t.name: t for t in page.tools})
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                self.tools, self._client = tools, client
+                ready.set_result(None)
+                await self._closing.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else UpstreamDown(str(exc)))
+            elif not self._closing.is_set():
+                log.warning("upstream %s: connection lost: %s", self.spec.name, exc)
+        finally:
+            self._client = None
+
+    async def connect(self) -> None:
+        """Connect (again) and list the upstream's tools; UpstreamDown when it fails."""
+        async with self._connecting:
+            if self._client is not None:
+                return
+            self._closing = asyncio.Event()
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._owner = asyncio.create_task(self._own(ready), name=f"upstream-{self.spec.name}")
+            try:
+                await ready
+            except Exception as exc:
+                raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable: {exc}") from exc
 
     async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            with contextlib.suppress(Exception):
-                await stack.aclose()
+        self._closing.set()
+        if self._owner is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._owner, 10)
+        self._client = None
 
     def listing(self) -> dict[str, dict[str, Any]]:
         return {
@@ -78,20 +101,24 @@ class UpstreamConnection:
             for name, t in self.tools.items()
         }
 
+    async def ensure_connected(self) -> None:
+        """Before a call is journaled: reconnect a lost upstream, or raise UpstreamDown so
+        that nothing is journaled for a call that cannot be sent."""
+        if self._client is None:
+            await self.connect()
+
     async def call(
         self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
     ) -> types.CallToolResult:
         """Call one tool. UpstreamDown: not sent (nothing ran); OutcomeUnknown: sent, no
         answer; an MCPError the upstream answered with means the call was refused."""
-        if self._client is None:
-            try:
-                await self.connect()
-            except Exception as exc:
-                raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable: {exc}") from exc
-        assert self._client is not None
+        await self.ensure_connected()
+        client = self._client
+        if client is None:
+            raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
         try:
             request_meta = cast(types.RequestParamsMeta, dict(meta)) if meta else None
-            return await self._client.call_tool(tool, dict(arguments), meta=request_meta)
+            return await client.call_tool(tool, dict(arguments), meta=request_meta)
         except MCPError as exc:
             if exc.error.code == types.REQUEST_TIMEOUT:
                 raise OutcomeUnknown(
@@ -99,13 +126,11 @@ class UpstreamConnection:
                     f"{self.call_timeout:g} s"
                 ) from exc
             if exc.error.code == types.CONNECTION_CLOSED:
-                await self.close()
                 raise OutcomeUnknown(
                     f"the connection to upstream {self.spec.name!r} closed during {tool}"
                 ) from exc
             raise
-        except (OSError, EOFError) as exc:
-            await self.close()
+        except Exception as exc:  # the transport broke under the call
             raise OutcomeUnknown(
                 f"the connection to upstream {self.spec.name!r} broke during {tool}: {exc}"
             ) from exc
@@ -120,10 +145,7 @@ async def connect_all(
     try:
         for name, spec in upstreams.items():
             conn = UpstreamConnection(spec, call_timeout)
-            try:
-                await conn.connect()
-            except Exception as exc:
-                raise UpstreamDown(f"upstream {name!r} is unreachable at start: {exc}") from exc
+            await conn.connect()
             out[name] = conn
     except BaseException:
         for conn in out.values():
