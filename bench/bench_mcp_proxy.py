@@ -13,6 +13,9 @@ in the 2026-07-28 (per-request) protocol era.
 2. COMPENSABLE (``lookup_user`` declared compensable, a new call each time): via the proxy
    vs straight (target: at most the engine's own two round trips + 0.3 ms), beside those
    two round trips measured alone (undolog.aengine intercept + commit).
+3. In process, without the client's MCP hop: the proxy's COMPENSABLE path (McpProxy, the
+   same upstream over stdio) timed piece by piece, so that what the proxy's own code adds
+   beyond intercept, the upstream call and commit is visible apart from transport noise.
 
 Medians per call over interleaved rounds. A benchmark, not a test: it never fails.
 """
@@ -29,6 +32,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from mcp import Client, StdioServerParameters
@@ -90,9 +94,11 @@ async def main(calls: int, rounds: int) -> None:
         k: [] for k in ("safe_direct", "safe_proxy", "comp_direct", "comp_proxy", "engine")
     }
     session = uuid.uuid4()
-    async with direct, proxied, await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True
-    ) as aconn:
+    async with (
+        direct,
+        proxied,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn,
+    ):
         await aengine.begin_session(aconn, session, agent="bench")
 
         async def engine_call(i: int) -> None:
@@ -132,6 +138,55 @@ async def main(calls: int, rounds: int) -> None:
         f"{med['engine']:.3f} ms; target <= {med['engine'] + 0.3:.3f}"
     )
     print(f"  COMPENSABLE beyond the engine's round trips: {comp_added - med['engine']:.3f} ms")
+    os.environ.update(env)  # the upstream's command is `python` on this PATH
+    await in_process(policy, dsn, calls * rounds)
+
+
+async def in_process(policy: Path, dsn: str, calls: int) -> None:
+    """Section 3: McpProxy's COMPENSABLE path in this process, each piece timed."""
+    from undolog.mcp_proxy import proxy as proxy_module
+    from undolog.mcp_proxy.server import running_proxy
+
+    pieces: dict[str, list[float]] = {"intercept": [], "upstream": [], "commit": [], "all": []}
+
+    def timed(name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                pieces[name].append(time.perf_counter() - start)
+
+        return wrapper
+
+    async with running_proxy(str(policy), dsn) as proxy:
+        session = proxy_module.ProxySession(uuid.uuid4())
+        await proxy.begin(session)
+        route, upstream = proxy.routes["lookup_user"], proxy.upstreams["bench"]
+        # the proxy calls aengine.intercept/commit through the module: patch them there
+        original: dict[str, Callable[..., Awaitable[Any]]] = {
+            "intercept": aengine.intercept,
+            "commit": aengine.commit,
+        }
+        for name, fn in original.items():
+            setattr(aengine, name, timed(name, fn))
+        setattr(upstream, "call", timed("upstream", upstream.call))  # noqa: B010
+        try:
+            for i in range(calls):
+                start = time.perf_counter()
+                await proxy._compensable(session, "lookup_user", route, upstream, {"email": f"{i}"})
+                pieces["all"].append(time.perf_counter() - start)
+        finally:
+            for name, fn in original.items():
+                setattr(aengine, name, fn)
+    med = {k: statistics.median(v[20:]) * 1000 for k, v in pieces.items()}
+    own = med["all"] - med["intercept"] - med["upstream"] - med["commit"]
+    print(f"In process, {calls} COMPENSABLE calls, median ms")
+    print(
+        f"  intercept {med['intercept']:.3f}  upstream {med['upstream']:.3f}  "
+        f"commit {med['commit']:.3f}  whole call {med['all']:.3f}"
+    )
+    print(f"  the proxy's own code beyond those: {own:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -214,6 +214,10 @@ def test_rollback_undoes_through_the_upstream_lifo(
     http_proxies.append(proxy)
 
     async def body() -> None:
+        async with Client(proxy.url, read_timeout_seconds=60) as stateless:  # 2026 era
+            nameless = await stateless.call_tool("crm__send_email", {"to": "z@x", "subject": "s"})
+            assert nameless.is_error and "name the session" in text(nameless)
+            assert sessions(conn) == [] and names(ledger) == []
         async with proxy.client() as client:
             first = await client.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
             mail = await client.call_tool("crm__send_email", {"to": "a@x", "subject": "hi"})

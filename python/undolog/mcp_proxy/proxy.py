@@ -3,8 +3,9 @@
 Sessions. Every MCP client session is one UndoLog session, begun at its first journaled
 call. A client may name its session in a request's ``_meta["undolog/session_id"]`` (a
 UUID) to resume it, e.g. after the proxy restarted; otherwise a handshake-era connection
-(stdio, or a streamable-HTTP ``Mcp-Session-Id``) gets a session of its own, and a
-2026-era stdio process one session for its lifetime. When the connection (or the stdio
+(stdio, or a streamable-HTTP ``Mcp-Session-Id``) gets a session of its own, a 2026-era
+stdio process one session for its lifetime, and a 2026-era HTTP request (stateless) must
+name its session. When the connection (or the stdio
 process) ends, its sessions complete; a session whose last call's outcome is unknown is
 failed instead and its compensations run. A session failed from outside
 (``undolog sessions rollback``) is walked by the proxy as soon as it notices (its next call
@@ -124,6 +125,7 @@ class McpProxy:
                 )
         self.sessions: dict[uuid.UUID, ProxySession] = {}
         self.process_session: uuid.UUID | None = None
+        self.http = False  # served over streamable HTTP (set by the server)
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=False
         )
@@ -196,6 +198,12 @@ class McpProxy:
         elif connection is not None:
             sid = connection.state.get("undolog.session_id") or uuid.uuid4()
             connection.state["undolog.session_id"] = sid
+        elif self.http:
+            # 2026-era HTTP is stateless: nothing ties one request to the next
+            raise ValueError(
+                "over stateless HTTP, name the session in each request's "
+                f"_meta[{SESSION_META_KEY!r}] (a UUID)"
+            )
         else:
             if self.process_session is None:
                 self.process_session = uuid.uuid4()

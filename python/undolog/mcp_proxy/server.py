@@ -80,6 +80,7 @@ async def _serve_http(config: str, dsn: str, host: str, port: int) -> None:
     import uvicorn
 
     async with running_proxy(config, dsn) as proxy:
+        proxy.http = True
         app = build_server(proxy).streamable_http_app(host=host)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         print(f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
