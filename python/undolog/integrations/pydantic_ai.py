@@ -1,0 +1,137 @@
+"""``@undolog_tool`` tools as pydantic-ai tools (extra ``pydantic-ai``).
+
+    agent = Agent(model, output_type=[str, DeferredToolRequests], tools=tools(a, b, c))
+    result = await run(agent, ul, session_id=sid, user_prompt="...")
+    if isinstance(result.output, DeferredToolRequests):          # an IRREVERSIBLE call
+        answers = await decide(result.output, approver, "alice", {call_id: True})
+        result = await run(agent, ul, session_id=sid, message_history=result.all_messages(),
+                           deferred_tool_results=answers)
+
+An IRREVERSIBLE call goes through pydantic-ai's own approval path: the tool raises
+``ApprovalRequired`` (metadata ``undolog_approval_id``) until UndoLog records a human's
+yes, so the run ends with ``DeferredToolRequests``; the answers come back as
+``DeferredToolResults``. UndoLog's record is what counts: a call approved in pydantic-ai
+but not in UndoLog is deferred again; one approved in UndoLog by someone else (CLI,
+dashboard) runs when the run resumes. Journaled tools must be ``async def`` (the run is
+async; the binding refuses a sync journaled call in an async session); SAFE ones may be
+sync.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
+from pydantic_ai._function_schema import function_schema
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
+
+from undolog.client import AsyncUndoLog
+from undolog.integrations import _core
+from undolog.tiers import ToolTier
+
+APPROVAL_KEY = "undolog_approval_id"
+"""The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming UndoLog's approval."""
+
+
+def tool(fn: Callable[..., Any]) -> Tool[Any]:
+    """The pydantic-ai tool of a ``@undolog_tool`` (name, docstring and argument schema
+    from the function; each call journaled under the step of its ``tool_call_id``)."""
+    info = _core.describe(fn)
+    if info.tier is ToolTier.SAFE:
+        return Tool(fn, takes_ctx=False, name=info.name, description=info.description)
+    if not info.is_async:
+        raise TypeError(f"{info.name}: a journaled tool under pydantic-ai must be async def")
+    schema = function_schema(fn, GenerateToolJsonSchema, tool_name=info.name, takes_ctx=False)
+
+    async def call(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
+        bound = info.signature.bind(*args, **kwargs).arguments
+        key = ctx.tool_call_id
+        if info.tier is ToolTier.IRREVERSIBLE and key is not None:
+            waiting = await _core.gate(info, key, bound)
+            if waiting is not None:  # UndoLog has no yes yet, whatever the run was told
+                raise ApprovalRequired(metadata={APPROVAL_KEY: str(waiting)})
+        with _core.pinned_step(key):
+            return await fn(*args, **kwargs)
+
+    schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
+    return Tool(
+        call,
+        takes_ctx=True,
+        name=info.name,
+        description=info.description,
+        function_schema=schema,
+        # An IRREVERSIBLE call runs alone: its approval request suspends the session,
+        # which refuses any call made beside it.
+        sequential=info.tier is ToolTier.IRREVERSIBLE,
+    )
+
+
+def tools(*fns: Callable[..., Any]) -> list[Tool[Any]]:
+    return [tool(fn) for fn in fns]
+
+
+async def run(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **run_kwargs: Any,
+) -> AgentRunResult[Any]:
+    """``agent.run(**run_kwargs)`` inside UndoLog session ``session_id`` (begun, or
+    resumed with the same id). A run that finishes completes the session; one that raises
+    fails it and its compensations run last-first; one that ends with
+    ``DeferredToolRequests`` leaves it awaiting approval. Resuming a session whose call a
+    human rejected undoes what came before and raises ApprovalRejectedError."""
+
+    async def go() -> AgentRunResult[Any]:
+        return await agent.run(**run_kwargs)
+
+    return await _core.run_in_session(
+        ul,
+        session_id,
+        agent_name,
+        go,
+        lambda result: isinstance(result.output, DeferredToolRequests),
+    )
+
+
+def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
+    """UndoLog's approval id of a deferred call."""
+    return uuid.UUID(str(requests.metadata[tool_call_id][APPROVAL_KEY]))
+
+
+async def decide(
+    requests: DeferredToolRequests,
+    approver: _core.Approver,
+    decided_by: str,
+    approvals: Mapping[str, bool],
+    reason: str | None = None,
+) -> DeferredToolResults:
+    """Record a human's answers (``tool_call_id`` -> approved?) in UndoLog through the
+    approver's login, and answer them as the ``DeferredToolResults`` to resume with."""
+    for call_id, approved in approvals.items():
+        await _core.record_decision(
+            approver, approval_id(requests, call_id), approved, decided_by, reason
+        )
+    return DeferredToolResults(approvals=dict(approvals))
+
+
+async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> DeferredToolResults:
+    """The answers UndoLog holds for the deferred calls (decided elsewhere: CLI,
+    dashboard, SQL), to resume with; a call still pending is left out."""
+    answers: dict[str, bool | ToolApproved | ToolDenied] = {}
+    async with ul.connection() as conn:
+        for part in requests.approvals:
+            state = await _core.approval_state_async(conn, approval_id(requests, part.tool_call_id))
+            if state is not None and state != "pending":
+                answers[part.tool_call_id] = state == "approved"
+    return DeferredToolResults(approvals=answers)
+
+
+__all__ = ["APPROVAL_KEY", "approval_id", "decide", "decisions", "run", "tool", "tools"]
