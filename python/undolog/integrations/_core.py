@@ -184,18 +184,25 @@ def gate_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> uuid.
     return _waiting_for(rows[0])
 
 
-def approval_of_call(
-    conn: engine.Connection,
-    session_id: uuid.UUID,
-    tool_name: str,
-    call_key: str,
-    args: dict[str, Any],
+_APPROVAL_OF_STEP = """
+SELECT a.approval_id, a.state
+FROM undolog.undolog_effect_log AS e
+JOIN undolog.undolog_approval_requests AS a
+  ON a.session_id = e.session_id AND a.effect_id = e.effect_id
+WHERE e.session_id = %s AND e.step_index = %s AND e.tool_name = %s
+ORDER BY a.requested_at DESC
+LIMIT 1
+"""
+
+
+async def approval_of_step(
+    conn: aengine.AsyncConnection, session_id: uuid.UUID, tool_name: str, call_key: str
 ) -> tuple[uuid.UUID, str] | None:
-    """(approval id, state) of the call a framework asks a human about, read on any
-    connection that may see the session (the approver's, or the agent's own)."""
-    signature = call_signature(session_id, step_for(call_key), tool_name, args)
-    rows = engine.fetch_all(conn, _APPROVAL_OF_CALL, (session_id, signature))
-    return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
+    """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
+    ``call_key``, read on a connection that may see the session (the agent's own)."""
+    params = (session_id, step_for(call_key), tool_name)
+    row = await (await conn.execute(_APPROVAL_OF_STEP, params)).fetchone()
+    return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
 def approval_state(conn: engine.Connection, approval_id: uuid.UUID) -> str | None:
