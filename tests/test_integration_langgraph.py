@@ -253,3 +253,22 @@ def test_async_graph_with_async_tools(fx: Fixture) -> None:
     assert out["messages"][-1].content == "paid"
     assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
+    """ToolNode runs a message's calls side by side: the approval is requested once the
+    graph has stopped, so the compensable call beside it is not refused."""
+    graph = fx.chat_graph(
+        [
+            calls(("payout", "p1", {"cents": 5}), ("create_user", "c1", {"email": "a@x"})),
+            AIMessage("paid"),
+        ]
+    )
+    out = fx.run(graph, HELLO)
+    [pending] = out[adapter.INTERRUPT]
+    assert fx.world.runs == {"create_user:a@x": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    out = fx.run(graph, adapter.decide(pending.value, fx.approver, "alice", approved=True))
+    assert out["messages"][-1].content == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -183,3 +183,27 @@ def test_rerun_from_scratch_replays_from_the_journal(fx: Fixture) -> None:
         i.output for i in once_more.new_items if getattr(i, "type", "") == "tool_call_output_item"
     ]
     assert json.loads(str(outputs[0])) == {"email": "a@x"}
+
+
+def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
+    """The SDK runs a turn's calls side by side: the approval is requested once the run
+    has stopped, so the compensable call beside it is not refused by a waiting session."""
+    agent = fx.agent(
+        [
+            [
+                function_call("payout", {"cents": 5}, call_id="p1"),
+                function_call("create_user", {"email": "a@x", "name": "A"}, call_id="c1"),
+            ],
+            [assistant_message("paid")],
+        ]
+    )
+    result = asyncio.run(fx.run(agent, "go"))
+    assert [item.call_id for item in result.interruptions] == ["p1"]
+    assert fx.world.runs == {"create_user:a@x": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    state = result.to_state()
+    item = result.interruptions[0]
+    asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

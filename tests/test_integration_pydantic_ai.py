@@ -203,3 +203,25 @@ def test_test_model_calls_every_tool(fx: Fixture) -> None:
     assert fx.world.runs["search"] == 1
     assert [e[:2] for e in effects(fx.admin_dsn, fx.sid)] == [("create_user", "committed")]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
+    """pydantic-ai runs a turn's calls side by side: the approval is requested once the
+    run has stopped, so the compensable call beside it is not refused."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("create_user", "c1", email="a@x")]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert fx.world.runs == {"create_user:a@x": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    resumed = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert resumed.output == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

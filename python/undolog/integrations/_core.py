@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import inspect
 import itertools
@@ -145,43 +146,74 @@ def _intercept_params(
     )
 
 
-def _waiting_for(row: tuple[Any, ...] | None) -> uuid.UUID | None:
+@dataclasses.dataclass(frozen=True)
+class _Deferred:
+    tool: ToolInfo
+    call_key: str
+    args: dict[str, Any]
+
+
+# The IRREVERSIBLE calls a run asked a human about before UndoLog had a request for them.
+_deferred: contextvars.ContextVar[list[_Deferred] | None] = contextvars.ContextVar(
+    "undolog_deferred_approvals", default=None
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """An IRREVERSIBLE call that waits for a human; ``approval_id`` is None until the
+    run has stopped and its request is written."""
+
+    approval_id: uuid.UUID | None
+
+
+def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Waiting | None:
     if row is None:
-        return None
+        deferred = _deferred.get()
+        if deferred is None:
+            raise UndoLogError(f"{tool.name} is IRREVERSIBLE: run it through the adapter's run")
+        deferred.append(_Deferred(tool, call_key, args))
+        return Waiting(None)
     approval_id, state = row
-    return uuid.UUID(str(approval_id)) if state == "pending" else None
+    return Waiting(uuid.UUID(str(approval_id))) if state == "pending" else None
 
 
-async def gate(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> uuid.UUID | None:
-    """For an IRREVERSIBLE call: the approval id a human must decide first, or None when
-    the call may go ahead (approved: it executes once; committed: it replays; rejected:
-    the decorator raises ApprovalRejectedError). A call seen for the first time is
-    intercepted here, which writes its approval request and suspends the session."""
+async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
+    """For an IRREVERSIBLE call: must a human decide first? None when the call may go
+    ahead (approved: it executes, once; committed: it replays; rejected: the decorator
+    raises ApprovalRejectedError). A call without an UndoLog request yet is noted, and
+    ``run_in_session`` requests its approval once the run has stopped: requesting it now
+    would suspend the session under the other calls the framework runs beside it (one
+    model turn's calls run side by side), which the engine would then refuse (UL010)."""
     session = current_session()
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
-    signature = _signature(session, tool, call_key, args)
-    cur = await conn.execute(_APPROVAL_OF_CALL, (session.session_id, signature))
-    row = await cur.fetchone()
-    if row is None:
-        got = await aengine.intercept(conn, *_intercept_params(session, tool, call_key, args))
-        return got.approval_id if got.action == "await_approval" else None
-    return _waiting_for(row)
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    row = await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone()
+    return _answer(tool, call_key, args, row)
 
 
-def gate_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> uuid.UUID | None:
-    """``gate`` for a sync session."""
+def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
+    """``waiting`` in a sync session."""
     session = current_session()
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
     args = tool.bind(kwargs)
-    signature = _signature(session, tool, call_key, args)
-    rows = engine.fetch_all(conn, _APPROVAL_OF_CALL, (session.session_id, signature))
-    if not rows:
-        got = engine.intercept(conn, *_intercept_params(session, tool, call_key, args))
-        return got.approval_id if got.action == "await_approval" else None
-    return _waiting_for(rows[0])
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    rows = engine.fetch_all(conn, _APPROVAL_OF_CALL, query)
+    return _answer(tool, call_key, args, rows[0] if rows else None)
+
+
+async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None:
+    """Intercept the noted IRREVERSIBLE calls: each writes its approval request, and the
+    first one suspends the session (awaiting_approval)."""
+    conn = session.connection
+    assert isinstance(conn, psycopg.AsyncConnection)
+    for call in deferred:
+        await aengine.intercept(
+            conn, *_intercept_params(session, call.tool, call.call_key, call.args)
+        )
 
 
 _APPROVAL_OF_STEP = """
@@ -203,6 +235,20 @@ async def approval_of_step(
     params = (session_id, step_for(call_key), tool_name)
     row = await (await conn.execute(_APPROVAL_OF_STEP, params)).fetchone()
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
+
+
+def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) -> None:
+    conn = session.connection
+    assert isinstance(conn, psycopg.Connection)
+    for call in deferred:
+        engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
+
+
+def approval_of_step_sync(
+    conn: engine.Connection, session_id: uuid.UUID, tool_name: str, call_key: str
+) -> tuple[uuid.UUID, str] | None:
+    rows = engine.fetch_all(conn, _APPROVAL_OF_STEP, (session_id, step_for(call_key), tool_name))
+    return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
 
 
 def approval_state(conn: engine.Connection, approval_id: uuid.UUID) -> str | None:
@@ -282,21 +328,30 @@ async def run_in_session(
     agent: str | None,
     run: Callable[[], Awaitable[T]],
     stopped_for_human: Callable[[T], bool],
+    requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
 ) -> T:
     """Run a framework run inside UndoLog session ``session_id`` (new or resumed).
 
     It finishes: the session completes. It raises: the session fails and is rolled back
     (LIFO), and the error goes on. It stops for a human (``stopped_for_human(result)``):
     the session stays awaiting approval and the result is returned for the framework's
-    own resume. A session a human ended (a rejected call) is walked and raises
-    ApprovalRejectedError instead of running again."""
+    own resume; the approvals noted by ``waiting`` are requested then, and
+    ``requested(result, connection)`` may read their ids. A session a human ended (a rejected
+    call) is walked and raises ApprovalRejectedError instead of running again."""
     ended: UndoLogError | None = None
     result: T | None = None
+    deferred: list[_Deferred] = []
+    token = _deferred.set(deferred)
     try:
         async with ul.session(session_id, agent=agent) as active:
             if active.state in _RUNNABLE:
                 result = await run()
                 if stopped_for_human(result):
+                    await _request_deferred(active, deferred)
+                    if requested is not None:
+                        conn = active.connection
+                        assert isinstance(conn, psycopg.AsyncConnection)
+                        await requested(result, conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
                 conn = active.connection
@@ -308,6 +363,8 @@ async def run_in_session(
     except ApprovalRejectedError:  # rejected mid-run: the session is compensating
         await ul.run_walk(session_id)
         raise
+    finally:
+        _deferred.reset(token)
     if ended is not None:
         await ul.run_walk(session_id)
         raise ended
@@ -320,15 +377,23 @@ def run_in_session_sync(
     agent: str | None,
     run: Callable[[], T],
     stopped_for_human: Callable[[T], bool],
+    requested: Callable[[T, engine.Connection], None] | None = None,
 ) -> T:
     """``run_in_session`` for a sync run."""
     ended: UndoLogError | None = None
     result: T | None = None
+    deferred: list[_Deferred] = []
+    token = _deferred.set(deferred)
     try:
         with ul.session(session_id, agent=agent) as active:
             if active.state in _RUNNABLE:
                 result = run()
                 if stopped_for_human(result):
+                    _request_deferred_sync(active, deferred)
+                    if requested is not None:
+                        conn = active.connection
+                        assert isinstance(conn, psycopg.Connection)
+                        requested(result, conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
                 conn = active.connection
@@ -340,6 +405,8 @@ def run_in_session_sync(
     except ApprovalRejectedError:
         ul.run_walk(session_id)
         raise
+    finally:
+        _deferred.reset(token)
     if ended is not None:
         ul.run_walk(session_id)
         raise ended

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextvars
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
+from undolog import engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
@@ -75,9 +76,44 @@ def _call_key() -> str | None:
 
 
 def _approval_request(
-    approval_id: uuid.UUID, tool: _core.ToolInfo, args: Mapping[str, Any]
+    wait: _core.Waiting, tool: _core.ToolInfo, call_key: str, kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
-    return {APPROVAL_KEY: str(approval_id), "tool": tool.name, "args": dict(args)}
+    """An interrupt's value. A call asked about for the first time has no approval id
+    yet: ``run`` writes its request once the graph has stopped and fills it in."""
+    return {
+        APPROVAL_KEY: None if wait.approval_id is None else str(wait.approval_id),
+        "tool": tool.name,
+        "args": tool.bind(kwargs),
+        "call_key": call_key,
+    }
+
+
+def _name_approvals(session_id: uuid.UUID) -> Callable[[Any, engine.Connection], None]:
+    def fill(out: Any, conn: engine.Connection) -> None:
+        for pending in out.get(INTERRUPT, ()):
+            request = pending.value
+            if isinstance(request, dict) and request.get(APPROVAL_KEY, "") is None:
+                found = _core.approval_of_step_sync(
+                    conn, session_id, request["tool"], request["call_key"]
+                )
+                if found is not None:
+                    request[APPROVAL_KEY] = str(found[0])
+
+    return fill
+
+
+def _aname_approvals(session_id: uuid.UUID) -> Callable[[Any, Any], Awaitable[None]]:
+    async def fill(out: Any, conn: Any) -> None:
+        for pending in out.get(INTERRUPT, ()):
+            request = pending.value
+            if isinstance(request, dict) and request.get(APPROVAL_KEY, "") is None:
+                found = await _core.approval_of_step(
+                    conn, session_id, request["tool"], request["call_key"]
+                )
+                if found is not None:
+                    request[APPROVAL_KEY] = str(found[0])
+
+    return fill
 
 
 class UndoLogTool(StructuredTool):
@@ -112,20 +148,17 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     def call(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
-            waiting = _core.gate_sync(info, key, kwargs)
-            while waiting is not None:  # each resume asks UndoLog again: its record counts
-                interrupt(_approval_request(waiting, info, info.bind(kwargs)))
-                waiting = _core.gate_sync(info, key, kwargs)
+            # each resume asks UndoLog again: its record is what counts
+            while (wait := _core.waiting_sync(info, key, kwargs)) is not None:
+                interrupt(_approval_request(wait, info, key, kwargs))
         with _core.pinned_step(key):
             return fn(**kwargs)
 
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
-            waiting = await _core.gate(info, key, kwargs)
-            while waiting is not None:
-                interrupt(_approval_request(waiting, info, info.bind(kwargs)))
-                waiting = await _core.gate(info, key, kwargs)
+            while (wait := await _core.waiting(info, key, kwargs)) is not None:
+                interrupt(_approval_request(wait, info, key, kwargs))
         with _core.pinned_step(key):
             return await fn(**kwargs)
 
@@ -179,7 +212,9 @@ def run(
         with _graph_run():
             return graph.invoke(input, dict(config), **invoke_kwargs)
 
-    return _core.run_in_session_sync(ul, session_id, agent_name, go, _interrupted)
+    return _core.run_in_session_sync(
+        ul, session_id, agent_name, go, _interrupted, _name_approvals(session_id)
+    )
 
 
 async def arun(
@@ -198,7 +233,9 @@ async def arun(
         with _graph_run():
             return await graph.ainvoke(input, dict(config), **invoke_kwargs)
 
-    return await _core.run_in_session(ul, session_id, agent_name, go, _interrupted)
+    return await _core.run_in_session(
+        ul, session_id, agent_name, go, _interrupted, _aname_approvals(session_id)
+    )
 
 
 def approval_id(request: Mapping[str, Any]) -> uuid.UUID:

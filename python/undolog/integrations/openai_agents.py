@@ -68,7 +68,7 @@ def tool(fn: Callable[..., Any]) -> FunctionTool:
     ) -> bool:
         args, kwargs = arguments(params)
         bound = info.signature.bind(*args, **kwargs).arguments
-        return await _core.gate(info, call_id, bound) is not None
+        return await _core.waiting(info, call_id, bound) is not None
 
     return FunctionTool(
         name=info.name,

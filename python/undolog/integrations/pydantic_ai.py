@@ -30,6 +30,7 @@ from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 
+from undolog import aengine
 from undolog.client import AsyncUndoLog
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
@@ -51,10 +52,13 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     async def call(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
         bound = info.signature.bind(*args, **kwargs).arguments
         key = ctx.tool_call_id
-        if info.tier is ToolTier.IRREVERSIBLE and key is not None:
-            waiting = await _core.gate(info, key, bound)
-            if waiting is not None:  # UndoLog has no yes yet, whatever the run was told
-                raise ApprovalRequired(metadata={APPROVAL_KEY: str(waiting)})
+        # UndoLog has no yes yet, whatever the run was told: ask (again)
+        if (
+            info.tier is ToolTier.IRREVERSIBLE
+            and key is not None
+            and await _core.waiting(info, key, bound) is not None
+        ):
+            raise ApprovalRequired()
         with _core.pinned_step(key):
             return await fn(*args, **kwargs)
 
@@ -65,9 +69,6 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
         name=info.name,
         description=info.description,
         function_schema=schema,
-        # An IRREVERSIBLE call runs alone: its approval request suspends the session,
-        # which refuses any call made beside it.
-        sequential=info.tier is ToolTier.IRREVERSIBLE,
     )
 
 
@@ -92,12 +93,22 @@ async def run(
     async def go() -> AgentRunResult[Any]:
         return await agent.run(**run_kwargs)
 
+    async def name_approvals(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
+        requests = result.output
+        for part in requests.approvals:
+            found = await _core.approval_of_step(
+                conn, session_id, part.tool_name, part.tool_call_id
+            )
+            if found is not None:
+                requests.metadata.setdefault(part.tool_call_id, {})[APPROVAL_KEY] = str(found[0])
+
     return await _core.run_in_session(
         ul,
         session_id,
         agent_name,
         go,
         lambda result: isinstance(result.output, DeferredToolRequests),
+        name_approvals,
     )
 
 
