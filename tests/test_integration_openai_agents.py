@@ -22,7 +22,12 @@ from integration_support import (
     register_compensation,
     session_state,
 )
-from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied
+from undolog import (
+    ApprovalRejectedError,
+    AsyncUndoLog,
+    AwaitingApprovalError,
+    PermissionDenied,
+)
 from undolog.integrations import openai_agents as adapter
 
 
@@ -137,13 +142,18 @@ def test_irreversible_approved_then_resumed_runs_once(fx: Fixture) -> None:
 def test_approval_recorded_elsewhere_is_honoured(fx: Fixture) -> None:
     agent, result = _pay(fx)
     state = result.to_state()
-    assert asyncio.run(adapter.sync_decisions(state, fx.ul, fx.sid)) == 0  # nobody decided yet
-    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, result.interruptions[0]))
+    item = result.interruptions[0]
+    state.approve(item)  # the RunState says yes, UndoLog does not: nothing runs
+    with pytest.raises(AwaitingApprovalError):
+        asyncio.run(fx.run(agent, state))
+    assert fx.world.payouts == []
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
     asyncio.run(fx.approver.approve(approval, "bob", "checked"))  # CLI, dashboard, SQL
-    assert asyncio.run(adapter.sync_decisions(state, fx.ul, fx.sid)) == 1
-    resumed = asyncio.run(fx.run(agent, state))
+    resumed = asyncio.run(fx.run(agent, result.to_state()))
     assert resumed.final_output == "paid"
     assert fx.world.payouts == [500]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "bob")]
 
 
 def test_irreversible_rejected_undoes_the_run(fx: Fixture) -> None:

@@ -4,16 +4,18 @@
     result = await run(agent, ul, "pay Ada", session_id=sid)
     if result.interruptions:                                   # an IRREVERSIBLE call
         state = result.to_state()
-        await decide(state, result.interruptions[0], approver, "alice", approved=True)
+        await decide(state, result.interruptions[0], ul, sid, approver, "alice", approved=True)
         result = await run(agent, ul, state, session_id=sid)
 
-An IRREVERSIBLE tool gets ``needs_approval``: a callable that intercepts the call (which
-writes UndoLog's approval request) and asks for a human until UndoLog records a yes, so
-the run stops with ``result.interruptions`` and resumes through ``RunState.approve`` /
-``RunState.reject``. UndoLog's record is what counts: ``decide`` records the decision
-through the approver's login and then tells the RunState; ``sync_decisions`` applies to
-the RunState what someone decided elsewhere (CLI, dashboard). Each call is journaled under
-the step of its ``call_id``, which the RunState keeps, so a resumed run's calls replay.
+An IRREVERSIBLE tool gets ``needs_approval``: a callable that answers yes until UndoLog
+records a human's yes, so the run stops with ``result.interruptions`` and resumes through
+``RunState.approve`` / ``RunState.reject``. The approval request is written when the run
+has stopped (the calls of one model turn run side by side, and a waiting session refuses
+new calls). UndoLog's record is what counts: ``decide`` records the decision through the
+approver's login and then tells the RunState; resuming applies to the RunState what
+UndoLog holds, so a call approved elsewhere (CLI, dashboard) runs, and one UndoLog has
+not decided does not. Each call is journaled under the step of its ``call_id``, which
+the RunState keeps, so a resumed run's calls replay.
 
 A tool error fails the run (the SDK raises it), and with it the session: its calls are
 undone last-first. Journaled tools must be ``async def``; SAFE ones may be sync.
@@ -27,12 +29,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, RunState
 from agents.function_schema import function_schema
 from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.tool_context import ToolContext
 
 from undolog.client import AsyncUndoLog
+from undolog.context import current_session
+from undolog.errors import AwaitingApprovalError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -96,11 +101,17 @@ async def run(
     """``Runner.run(agent, input, **run_kwargs)`` inside UndoLog session ``session_id``
     (begun, or resumed with the same id; ``input`` is a RunState to resume). A run that
     finishes completes the session; one that raises fails it and its compensations run
-    last-first; one that stops with interruptions leaves it awaiting approval. Resuming
-    a session whose call a human rejected undoes what came before and raises
-    ApprovalRejectedError."""
+    last-first; one that stops with interruptions leaves it awaiting approval.
+
+    Resuming a RunState, UndoLog's record is what counts: a call decided in UndoLog
+    (through ``decide``, or elsewhere: CLI, dashboard, SQL) is approved or rejected in the
+    RunState; one UndoLog has not decided raises AwaitingApprovalError and nothing runs,
+    whatever the RunState says. Resuming a session whose call a human rejected undoes
+    what came before and raises ApprovalRejectedError."""
 
     async def go() -> RunResult:
+        if isinstance(input, RunState):
+            await _apply_decisions(input, session_id)
         return await Runner.run(agent, input, **run_kwargs)
 
     return await _core.run_in_session(
@@ -146,17 +157,23 @@ async def decide(
         state.reject(item, rejection_message=reason)
 
 
-async def sync_decisions(state: RunState[Any], ul: AsyncUndoLog, session_id: uuid.UUID) -> int:
-    """Apply to the RunState the decisions UndoLog holds for its interruptions (made
-    elsewhere: CLI, dashboard, SQL); answers how many were decided."""
-    decided = 0
+async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
+    conn = current_session().connection
+    assert isinstance(conn, psycopg.AsyncConnection)
     for item in state.get_interruptions():
-        _, decision = await _approval_of(ul, session_id, item)
+        if item.name is None or item.call_id is None:
+            continue
+        found = await _core.approval_of_step(conn, session_id, item.name, item.call_id)
+        if found is None:
+            continue  # not an UndoLog call: the RunState's own decision stands
+        approval, decision = found
         if decision == "approved":
             state.approve(item)
-        elif decision in ("rejected", "expired"):
-            state.reject(item)
+        elif decision == "pending":
+            raise AwaitingApprovalError(
+                f"{item.name} call {item.call_id} waits for approval {approval} in UndoLog",
+                approval,
+                None,
+            )
         else:
-            continue
-        decided += 1
-    return decided
+            state.reject(item)
