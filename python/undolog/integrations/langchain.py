@@ -8,12 +8,15 @@
         command = decide(out[INTERRUPT][0].value, approver, "alice", approved=True)
         out = run(graph, ul, command, config, session_id=sid)
 
-An IRREVERSIBLE call goes through LangGraph's own ``interrupt()``: the tool intercepts the
-call (which writes UndoLog's approval request) and interrupts with
-``{"undolog_approval_id": ..., "tool": ..., "args": ...}`` until UndoLog records a yes.
-``decide`` records the decision through the approver's login and answers the
-``Command(resume=...)`` to go on with; a call approved elsewhere (CLI, dashboard) runs
-when the graph is resumed with any resume value. UndoLog's record is what counts.
+An IRREVERSIBLE call goes through LangGraph's own ``interrupt()``, with the value
+``{"undolog_approval_id": ..., "tool": ..., "args": ..., "call_key": ...}``, until UndoLog
+records a yes. The approval request is written when the graph has stopped (ToolNode runs
+a message's calls side by side, and a waiting session refuses new calls), and ``run``
+fills its id into the interrupts of the output it answers. ``decide`` records the
+decision through the approver's login and answers the ``Command(resume=...)`` to go on
+with; a call approved elsewhere (CLI, dashboard) runs when the graph is resumed with any
+resume value, and one UndoLog has not decided interrupts again, whatever the resume
+value says. UndoLog's record is what counts.
 
 LangGraph re-runs an interrupted node from its start; every journaled call the node
 made before comes back from the journal. A call made by a model carries its tool call id

@@ -8,11 +8,14 @@
                            deferred_tool_results=answers)
 
 An IRREVERSIBLE call goes through pydantic-ai's own approval path: the tool raises
-``ApprovalRequired`` (metadata ``undolog_approval_id``) until UndoLog records a human's
-yes, so the run ends with ``DeferredToolRequests``; the answers come back as
-``DeferredToolResults``. UndoLog's record is what counts: a call approved in pydantic-ai
-but not in UndoLog is deferred again; one approved in UndoLog by someone else (CLI,
-dashboard) runs when the run resumes. Journaled tools must be ``async def`` (the run is
+``ApprovalRequired`` until UndoLog records a human's yes, so the run ends with
+``DeferredToolRequests``; the answers come back as ``DeferredToolResults``. The approval
+request is written when the run has stopped (a model turn's calls run side by side, and a
+waiting session refuses new calls); ``run`` then names it in
+``DeferredToolRequests.metadata[tool_call_id]["undolog_approval_id"]``. UndoLog's
+record is what counts: a call approved in pydantic-ai but not in UndoLog is deferred
+again; one approved in UndoLog by someone else (CLI, dashboard) runs when the run resumes
+(``decisions`` reads the answers UndoLog holds). Journaled tools must be ``async def`` (the run is
 async; the binding refuses a sync journaled call in an async session); SAFE ones may be
 sync.
 """
