@@ -272,3 +272,19 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert out["messages"][-1].content == "paid"
     assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_decision_recorded_by_a_callable(fx: Fixture) -> None:
+    """The app's own recorder (here: the approver's connection) takes the decision."""
+    graph, request = _pay(fx)
+    seen: list[tuple[uuid.UUID, bool, str, str | None]] = []
+
+    def record(approval: uuid.UUID, approved: bool, by: str, reason: str | None) -> None:
+        seen.append((approval, approved, by, reason))
+        fx.approver.approve(approval, by, reason)
+
+    command = adapter.decide(request, record, "carol", approved=True, reason="ok")
+    assert seen == [(adapter.approval_id(request), True, "carol", "ok")]
+    out = fx.run(graph, command)
+    assert out["messages"][-1].content == "paid"
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "carol")]

@@ -251,11 +251,6 @@ def approval_of_step_sync(
     return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
 
 
-def approval_state(conn: engine.Connection, approval_id: uuid.UUID) -> str | None:
-    rows = engine.fetch_all(conn, _APPROVAL_STATE, (approval_id,))
-    return str(rows[0][0]) if rows else None
-
-
 async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
     row = await (await conn.execute(_APPROVAL_STATE, (approval_id,))).fetchone()
     return str(row[0]) if row is not None else None
