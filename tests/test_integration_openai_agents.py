@@ -217,3 +217,34 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert asyncio.run(fx.run(agent, state)).final_output == "paid"
     assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
+    """A waiting session refuses new calls, so one request is written at a time: the
+    second payout is asked about when the resumed run stops at it again."""
+    agent = fx.agent(
+        [
+            [
+                function_call("payout", {"cents": 5}, call_id="p1"),
+                function_call("payout", {"cents": 7}, call_id="p2"),
+            ],
+            [assistant_message("paid")],
+        ]
+    )
+    result = asyncio.run(fx.run(agent, "go"))
+    first, second = result.interruptions
+    state = result.to_state()
+    with pytest.raises(LookupError, match="no UndoLog approval request"):
+        asyncio.run(adapter.approval_id(fx.ul, fx.sid, second))
+    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    result = asyncio.run(fx.run(agent, state))
+    assert [item.call_id for item in result.interruptions] == ["p2"]
+    assert fx.world.payouts == [5]
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    state = result.to_state()
+    [second] = result.interruptions
+    asyncio.run(adapter.decide(state, second, fx.ul, fx.sid, fx.approver, "bob", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.payouts == [5, 7]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "bob")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -165,6 +165,7 @@ def test_approval_recorded_elsewhere_is_honoured(fx: Fixture) -> None:
 def test_irreversible_rejected_undoes_the_run(fx: Fixture) -> None:
     result, rest = _pay(fx)
     answers = asyncio.run(adapter.decide(result.output, fx.ul, "agent", {"c2": False}, "no"))
+    assert asyncio.run(adapter.decisions(fx.ul, result.output)).approvals == {"c2": False}
     with pytest.raises(ApprovalRejectedError):
         asyncio.run(
             fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
@@ -224,4 +225,38 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     )
     assert resumed.output == "paid"
     assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
+    """A waiting session refuses new calls, so one request is written at a time: the
+    second payout is asked about when the resumed run stops at it again."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=7)]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p1", "p2"]
+    assert set(requests.metadata) == {"p1"}  # p2 has no request yet
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    result = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p2"]
+    assert fx.world.payouts == [5]
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "bob", {"p2": True}))
+    result = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert result.output == "paid"
+    assert fx.world.payouts == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"

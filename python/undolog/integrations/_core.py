@@ -29,7 +29,7 @@ import dataclasses
 import inspect
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import blake3
@@ -205,15 +205,41 @@ def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Wa
     return _answer(tool, call_key, args, rows[0] if rows else None)
 
 
+def _in_order(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Deferred]:
+    """The noted calls, those the framework shows as waiting first, in its order: only
+    the first gets its request now, so it must be one the person is shown."""
+    rank = {key: i for i, key in enumerate(shown)}
+    return sorted(deferred, key=lambda call: rank.get(call.call_key, len(rank)))
+
+
 async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None:
-    """Intercept the noted IRREVERSIBLE calls: each writes its approval request, and the
-    first one suspends the session (awaiting_approval)."""
+    """Intercept the noted IRREVERSIBLE calls in order: the first writes its approval
+    request and suspends the session (awaiting_approval), which then refuses the others
+    (UL010). They stay unasked: once the first is decided, the resumed run stops at them
+    again and they are asked then, one at a time."""
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     for call in deferred:
-        await aengine.intercept(
-            conn, *_intercept_params(session, call.tool, call.call_key, call.args)
-        )
+        try:
+            await aengine.intercept(
+                conn, *_intercept_params(session, call.tool, call.call_key, call.args)
+            )
+        except SessionNotActive:
+            return
+
+
+async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> None:
+    """Write the approval request of an IRREVERSIBLE call the framework holds as
+    interrupted, unless it has one: a framework that does not ask about that call again
+    when it resumes (OpenAI Agents keeps it in the RunState) still gets it asked. Refused
+    while another request waits (UL010): it is asked after that one is decided."""
+    session = current_session()
+    conn = session.connection
+    assert isinstance(conn, psycopg.AsyncConnection)
+    args = tool.bind(kwargs)
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    if await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone() is None:
+        await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
 _APPROVAL_OF_STEP = """
@@ -240,8 +266,11 @@ async def approval_of_step(
 def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) -> None:
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
-    for call in deferred:
-        engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
+    for call in deferred:  # as _request_deferred: one request at a time
+        try:
+            engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
+        except SessionNotActive:
+            return
 
 
 def approval_of_step_sync(
@@ -322,13 +351,14 @@ async def run_in_session(
     session_id: uuid.UUID,
     agent: str | None,
     run: Callable[[], Awaitable[T]],
-    stopped_for_human: Callable[[T], bool],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
     requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
 ) -> T:
     """Run a framework run inside UndoLog session ``session_id`` (new or resumed).
 
     It finishes: the session completes. It raises: the session fails and is rolled back
-    (LIFO), and the error goes on. It stops for a human (``stopped_for_human(result)``):
+    (LIFO), and the error goes on. It stops for a human (``stopped_for_human(result)``
+    answers the call keys it shows as waiting, in order, rather than None):
     the session stays awaiting approval and the result is returned for the framework's
     own resume; the approvals noted by ``waiting`` are requested then, and
     ``requested(result, connection)`` may read their ids. A session a human ended (a rejected
@@ -341,8 +371,9 @@ async def run_in_session(
         async with ul.session(session_id, agent=agent) as active:
             if active.state in _RUNNABLE:
                 result = await run()
-                if stopped_for_human(result):
-                    await _request_deferred(active, deferred)
+                shown = stopped_for_human(result)
+                if shown is not None:
+                    await _request_deferred(active, _in_order(deferred, shown))
                     if requested is not None:
                         conn = active.connection
                         assert isinstance(conn, psycopg.AsyncConnection)
@@ -371,7 +402,7 @@ def run_in_session_sync(
     session_id: uuid.UUID,
     agent: str | None,
     run: Callable[[], T],
-    stopped_for_human: Callable[[T], bool],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
     requested: Callable[[T, engine.Connection], None] | None = None,
 ) -> T:
     """``run_in_session`` for a sync run."""
@@ -383,8 +414,9 @@ def run_in_session_sync(
         with ul.session(session_id, agent=agent) as active:
             if active.state in _RUNNABLE:
                 result = run()
-                if stopped_for_human(result):
-                    _request_deferred_sync(active, deferred)
+                shown = stopped_for_human(result)
+                if shown is not None:
+                    _request_deferred_sync(active, _in_order(deferred, shown))
                     if requested is not None:
                         conn = active.connection
                         assert isinstance(conn, psycopg.Connection)

@@ -190,8 +190,12 @@ def _graph_run() -> Iterator[None]:
         _node_calls.reset(token)
 
 
-def _interrupted(out: Any) -> bool:
-    return isinstance(out, Mapping) and bool(out.get(INTERRUPT))
+def _interrupted(out: Any) -> list[str] | None:
+    """The call keys of the UndoLog interrupts the graph stopped at (None: it did not)."""
+    if not isinstance(out, Mapping) or not out.get(INTERRUPT):
+        return None
+    values = [pending.value for pending in out[INTERRUPT]]
+    return [str(v["call_key"]) for v in values if isinstance(v, Mapping) and "call_key" in v]
 
 
 def run(

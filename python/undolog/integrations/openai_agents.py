@@ -23,6 +23,7 @@ undone last-first. Journaled tools must be ``async def``; SAFE ones may be sync.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import uuid
@@ -40,6 +41,17 @@ from undolog.context import current_session
 from undolog.errors import AwaitingApprovalError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
+
+
+@dataclasses.dataclass
+class UndoLogFunctionTool(FunctionTool):
+    """A FunctionTool that remembers the ``@undolog_tool`` behind it, so that ``run`` can
+    ask UndoLog about an interrupted call of it."""
+
+    undolog_tool: _core.ToolInfo | None = dataclasses.field(default=None, kw_only=True)
+    undolog_arguments: Callable[[str], dict[str, Any]] | None = dataclasses.field(
+        default=None, kw_only=True, repr=False
+    )
 
 
 def tool(fn: Callable[..., Any]) -> FunctionTool:
@@ -75,7 +87,13 @@ def tool(fn: Callable[..., Any]) -> FunctionTool:
         bound = info.signature.bind(*args, **kwargs).arguments
         return await _core.waiting(info, call_id, bound) is not None
 
-    return FunctionTool(
+    def bound(raw: str) -> dict[str, Any]:
+        args, kwargs = arguments(raw)
+        return dict(info.signature.bind(*args, **kwargs).arguments)
+
+    return UndoLogFunctionTool(
+        undolog_tool=info,
+        undolog_arguments=bound,
         name=info.name,
         description=info.description,
         params_json_schema=schema.params_json_schema,
@@ -114,8 +132,26 @@ async def run(
             await _apply_decisions(input, session_id)
         return await Runner.run(agent, input, **run_kwargs)
 
+    async def ask_the_rest(result: RunResult, _: Any) -> None:
+        for item in result.interruptions:
+            owner = getattr(item, "agent", None) or agent
+            known = [t for t in owner.tools if isinstance(t, UndoLogFunctionTool)]
+            found = [t for t in known if t.name == item.name]
+            if not found or item.call_id is None:
+                continue
+            adapted = found[0]
+            assert adapted.undolog_tool is not None and adapted.undolog_arguments is not None
+            if adapted.undolog_tool.tier is ToolTier.IRREVERSIBLE:
+                kwargs = adapted.undolog_arguments(item.arguments or "{}")
+                await _core.request_approval(adapted.undolog_tool, item.call_id, kwargs)
+
     return await _core.run_in_session(
-        ul, session_id, agent_name or agent.name, go, lambda result: bool(result.interruptions)
+        ul,
+        session_id,
+        agent_name or agent.name,
+        go,
+        lambda result: [i.call_id or "" for i in result.interruptions] or None,
+        ask_the_rest,
     )
 
 

@@ -79,6 +79,12 @@ def tools(*fns: Callable[..., Any]) -> list[Tool[Any]]:
     return [tool(fn) for fn in fns]
 
 
+def _waiting_calls(result: AgentRunResult[Any]) -> list[str] | None:
+    if not isinstance(result.output, DeferredToolRequests):
+        return None
+    return [part.tool_call_id for part in result.output.approvals]
+
+
 async def run(
     agent: Agent[Any, Any],
     ul: AsyncUndoLog,
@@ -110,7 +116,7 @@ async def run(
         session_id,
         agent_name,
         go,
-        lambda result: isinstance(result.output, DeferredToolRequests),
+        _waiting_calls,
         name_approvals,
     )
 
@@ -118,6 +124,13 @@ async def run(
 def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
     """UndoLog's approval id of a deferred call."""
     return uuid.UUID(str(requests.metadata[tool_call_id][APPROVAL_KEY]))
+
+
+def _undecided(requests: DeferredToolRequests) -> dict[str, bool | ToolApproved | ToolDenied]:
+    """Every deferred call passed on to its tool, which asks UndoLog again: pydantic-ai
+    wants an answer for each, and a call UndoLog has not approved is deferred again
+    (one not asked about yet, because another request was waiting, is asked now)."""
+    return {part.tool_call_id: True for part in requests.approvals}
 
 
 async def decide(
@@ -128,23 +141,30 @@ async def decide(
     reason: str | None = None,
 ) -> DeferredToolResults:
     """Record a human's answers (``tool_call_id`` -> approved?) in UndoLog through the
-    approver's login, and answer them as the ``DeferredToolResults`` to resume with."""
+    approver's login, and answer the ``DeferredToolResults`` to resume with. The calls
+    not answered here go back to their tools, which ask UndoLog again."""
+    answers = _undecided(requests)
     for call_id, approved in approvals.items():
         await _core.record_decision(
             approver, approval_id(requests, call_id), approved, decided_by, reason
         )
-    return DeferredToolResults(approvals=dict(approvals))
+        answers[call_id] = approved
+    return DeferredToolResults(approvals=answers)
 
 
 async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> DeferredToolResults:
-    """The answers UndoLog holds for the deferred calls (decided elsewhere: CLI,
-    dashboard, SQL), to resume with; a call still pending is left out."""
-    answers: dict[str, bool | ToolApproved | ToolDenied] = {}
+    """The ``DeferredToolResults`` of what UndoLog holds for the deferred calls (decided
+    elsewhere: CLI, dashboard, SQL); a call not decided there goes back to its tool,
+    which asks UndoLog again."""
+    answers = _undecided(requests)
     async with ul.connection() as conn:
         for part in requests.approvals:
-            state = await _core.approval_state_async(conn, approval_id(requests, part.tool_call_id))
-            if state is not None and state != "pending":
-                answers[part.tool_call_id] = state == "approved"
+            named = requests.metadata.get(part.tool_call_id, {}).get(APPROVAL_KEY)
+            if named is None:
+                continue
+            state = await _core.approval_state_async(conn, uuid.UUID(str(named)))
+            if state in ("rejected", "expired"):
+                answers[part.tool_call_id] = False
     return DeferredToolResults(approvals=answers)
 
 
