@@ -293,6 +293,19 @@ def _cmd_partitions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from undolog.dashboard.server import run_from_args
+    except ImportError as exc:
+        print(
+            "undolog dashboard needs the 'dashboard' extra: "
+            f"pip install 'undolog[dashboard]' ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     # --dsn and --json are accepted before or after the subcommand. SUPPRESS keeps a
     # subcommand's copy of the option from overwriting a value given before it.
@@ -359,6 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="detach instead of drop")
     p.add_argument("--force", action="store_true", help="even with unfinished sessions")
     p.set_defaults(func=_cmd_partitions)
+
+    # The dashboard face: imported only when asked for, so that `undolog` works without
+    # the extra installed (then a clear message naming it, exit 2).
+    p = sub.add_parser("dashboard", parents=[common], help="the web dashboard (extra: dashboard)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
+    p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
+    p.set_defaults(func=_cmd_dashboard)
     return parser
 
 
