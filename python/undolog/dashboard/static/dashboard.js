@@ -24,13 +24,20 @@ function restore(root, state) {
   }
 }
 
+function span(seconds) {
+  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+  return (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
+}
+
 function countdowns() {
   const now = Date.now();
+  document.querySelectorAll("[data-requested]").forEach((el) => {
+    el.textContent = span(Math.max(0, Math.round((now - Date.parse(el.dataset.requested)) / 1000))) + " old";
+  });
   document.querySelectorAll("[data-expires]").forEach((el) => {
     const left = Math.round((Date.parse(el.dataset.expires) - now) / 1000);
     if (left <= 0) { el.textContent = "expired"; el.classList.add("late"); return; }
-    const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
-    el.textContent = "expires in " + (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s";
+    el.textContent = "expires in " + span(left);
   });
 }
 
