@@ -485,6 +485,7 @@ class Dashboard:
             fingerprint=fingerprint,
             outcomes=outcomes or [],
             head_chars=queries.HEAD_CHARS,
+            cell_chars=queries.CELL_CHARS,
         )
 
     async def payload(self, request: Request) -> Response:
