@@ -4,6 +4,7 @@ and row-level security decide what they see and may do."""
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -414,3 +415,48 @@ def test_an_idle_web_session_ends(app_dsn: str, passwords_checked: bool) -> None
         assert client.get("/approvals").status_code == 200
         time.sleep(0.5)
         assert client.get("/approvals").status_code == 303  # to the login page
+
+
+def test_behind_tls_the_cookie_is_secure(app_dsn: str, passwords_checked: bool) -> None:
+    with TestClient(
+        create_app(app_dsn), base_url="https://dash.example", follow_redirects=False
+    ) as client:
+        response = log_in(client, "dash_approver")
+        assert response.status_code == 303
+        assert "secure" in response.headers["set-cookie"].lower()
+
+
+def test_events_need_a_login_and_a_known_view(web: TestClient) -> None:
+    assert web.get("/events?view=inbox").status_code == 401
+    log_in(web, "dash_agent")
+    assert web.get("/events?view=inbox").status_code == 404  # agents have no inbox
+    assert web.get("/events?view=session&id=nonsense").status_code == 404
+    assert web.get("/events?view=other").status_code == 404
+
+
+def test_the_cli_serves_the_dashboard_only_with_its_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["dashboard", "--help"])
+    assert done.value.code == 0
+    assert "--port" in capsys.readouterr().out
+    # Without the extra the import fails: a clear message naming it, exit 2, no traceback.
+    monkeypatch.setitem(sys.modules, "undolog.dashboard.server", None)
+    assert cli.main(["dashboard", "--port", "1"]) == 2
+    assert "pip install 'undolog[dashboard]'" in capsys.readouterr().err
+
+
+def test_the_demo_fills_the_dashboard(dsn: str, passwords_checked: bool) -> None:
+    from undolog.dashboard.demo import DEMO_PASSWORD, fill
+
+    fill(dsn)
+    with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
+        assert log_in(client, "demo_approver", DEMO_PASSWORD).status_code == 303
+        inbox = client.get("/approvals").text
+        assert "wire_transfer" in inbox and "&lt;script&gt;alert(" in inbox
+        listing = client.get("/sessions").text
+        for state in ("halted", "active", "awaiting_approval", "compensated", "completed"):
+            assert f"state-{state}" in listing

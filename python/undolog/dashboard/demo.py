@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from undolog import AwaitingApprovalError, CompensationDescriptor, ToolTier, UndoLog, undolog_tool
 from undolog import demo as stories
+from undolog import engine
 from undolog.walk import CompensationCall
 
 DEMO_PASSWORD = "demo"
@@ -85,11 +85,16 @@ def fill(dsn: str) -> None:
     finally:
         client_log.setLevel(level)
 
-    # A live session an operator may roll back.
-    live = agent.session(uuid.uuid4(), agent="travel")
-    live.__enter__()
-    book_flight("BA 117", "Cy")
-    # left open on purpose: its lease runs 8 hours; the process keeps serving meanwhile
+    # A live session an operator may roll back: begun with a lease of 8 hours, one call
+    # journaled and committed, as an agent between two calls leaves it.
+    with psycopg.connect(as_login(dsn, "demo_agent"), autocommit=True) as conn:
+        sid = engine.begin_session(conn, None, "travel", {}, timedelta(hours=8))
+        args = {"flight": "BA 117", "passenger": "Cy"}
+        call = engine.intercept(
+            conn, sid, 0, "book_flight", "compensable", args, {"name": "cancel_booking"}
+        )
+        if call.effect_id is not None:
+            engine.commit(conn, call.effect_id, {"booking": "BK-00117"})
     print(
         "\nDashboard logins (password 'demo'): demo_approver, demo_operator, demo_agent\n",
         flush=True,
