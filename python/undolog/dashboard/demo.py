@@ -14,9 +14,15 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from undolog import AwaitingApprovalError, CompensationDescriptor, ToolTier, UndoLog, undolog_tool
+from undolog import (
+    AwaitingApprovalError,
+    CompensationDescriptor,
+    ToolTier,
+    UndoLog,
+    engine,
+    undolog_tool,
+)
 from undolog import demo as stories
-from undolog import engine
 from undolog.walk import CompensationCall
 
 DEMO_PASSWORD = "demo"
