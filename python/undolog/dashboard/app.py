@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ LOGIN_CSRF_COOKIE = "undolog_login_csrf"
 # refuses it for them too.
 REASON_LIMIT = 8192
 POLL_SECONDS = 0.5
+COUNTS_SECONDS = 5.0
 
 SECURITY_HEADERS = [
     (
@@ -439,7 +441,6 @@ class Dashboard:
             return self.problem(request, ws, 422, "Bad filter", "; ".join(errors))
         async with ws.db() as conn:
             page, cursor = await queries.sessions_page(conn, filters)
-            counts = await queries.state_counts(conn)
         kept = {k: v for k, v in q.items() if k != "after" and v}
         return self.render(
             request,
@@ -447,10 +448,24 @@ class Dashboard:
             ws,
             page=page,
             cursor=cursor,
-            counts=counts,
             states=queries.SESSION_STATES,
             filters=filters,
             kept=kept,
+        )
+
+    async def session_counts(self, request: Request) -> Response:
+        """How many sessions the person can see in each state: fetched by the sessions
+        page after it is shown, since counting a million sessions takes longer than
+        showing fifty of them. Kept for COUNTS_SECONDS per person."""
+        ws = self.current(request)
+        if ws is None:
+            return Response("not logged in", 401, media_type="text/plain")
+        now = time.monotonic()
+        if ws.counts is None or now - ws.counts[0] > COUNTS_SECONDS:
+            async with ws.db() as conn:
+                ws.counts = (now, await queries.state_counts(conn))
+        return self.render(
+            request, "counts_fragment.html", ws, counts=ws.counts[1], states=queries.SESSION_STATES
         )
 
     async def session_page(self, request: Request) -> Response:
@@ -640,6 +655,7 @@ class Dashboard:
             Route("/approvals", self.inbox, methods=["GET"]),
             Route("/approvals/decide", self.decide, methods=["POST"]),
             Route("/sessions", self.sessions, methods=["GET"]),
+            Route("/sessions/counts", self.session_counts, methods=["GET"]),
             Route("/sessions/{session_id}", self.session_page, methods=["GET"]),
             Route(
                 "/sessions/{session_id}/calls/{effect_id}/{which}", self.payload, methods=["GET"]

@@ -241,28 +241,35 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
     calls = await records(
         conn,
         f"""
-        WITH history AS (
-            SELECT t.effect_id,
-                   string_agg(
-                       to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '  '
-                       || coalesce(t.from_state, '∅') || ' → ' || t.to_state
-                       || CASE WHEN t.event <> 'transition' THEN ' (' || t.event || ')'
-                               ELSE '' END
-                       || '  ' || t.actor,
-                       E'\n' ORDER BY t.history_id) AS history
-            FROM undolog.effect_timeline AS t
-            WHERE t.session_id = %(sid)s
-            GROUP BY t.effect_id
+        -- One object (effect id -> its history as lines), built once: joined as a table,
+        -- the planner guesses one row for it and loops over it for every call.
+        WITH history AS MATERIALIZED (
+            SELECT jsonb_object_agg(x.effect_id::text, x.lines) AS by_effect
+            FROM (
+                SELECT t.effect_id,
+                       string_agg(
+                           to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '  '
+                           || coalesce(t.from_state, '∅') || ' → ' || t.to_state
+                           || CASE WHEN t.event <> 'transition' THEN ' (' || t.event || ')'
+                                   ELSE '' END
+                           || '  ' || t.actor,
+                           E'\n' ORDER BY t.history_id) AS lines
+                FROM undolog.effect_timeline AS t
+                WHERE t.session_id = %(sid)s
+                GROUP BY t.effect_id
+            ) AS x
         )
         SELECT c.effect_id, c.step_index, c.tool_name, c.tier, c.state, c.error, c.attempts,
-               c.replay_count, c.args_length, c.result_length,
+               c.replay_count, length(j.args) AS args_length, length(j.result) AS result_length,
                to_char(c.last_replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
                    AS last_replayed,
-               left(c.args::text, {CELL_CHARS}) AS args_text,
-               left(c.result_snapshot::text, {CELL_CHARS}) AS result_text,
-               coalesce(h.history, '') AS history
+               left(j.args, {CELL_CHARS}) AS args_text,
+               left(j.result, {CELL_CHARS}) AS result_text,
+               coalesce((SELECT h.by_effect FROM history AS h) ->> c.effect_id::text, '')
+                   AS history
         FROM undolog.session_calls AS c
-        LEFT JOIN history AS h ON c.effect_id = h.effect_id
+        -- each payload turned into text once (the view's lengths would do it again)
+        CROSS JOIN LATERAL (SELECT c.args::text AS args, c.result_snapshot::text AS result) AS j
         WHERE c.session_id = %(sid)s
         ORDER BY c.step_index, c.executed_at
         LIMIT {MAX_CALLS_SHOWN + 1}

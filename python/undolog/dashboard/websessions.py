@@ -58,6 +58,7 @@ class WebSession:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Event] = field(default_factory=set)
     listen_task: asyncio.Task[None] | None = None
+    counts: tuple[float, dict[str, int]] | None = None  # (when, sessions per state)
     closed: bool = False
 
     @contextlib.asynccontextmanager

@@ -80,7 +80,15 @@ function live() {
   source.onopen = () => { root.dataset.live = "open"; };
 }
 
+async function counts() {
+  const box = document.getElementById("counts");
+  if (!box || !box.dataset.fragment) return;
+  const response = await fetch(box.dataset.fragment, { credentials: "same-origin" });
+  if (response.ok) box.innerHTML = await response.text();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  counts();
   wireSelectAll();
   countdowns();
   setInterval(countdowns, 1000);
