@@ -117,14 +117,6 @@ async def inbox_fingerprint(conn: Conn) -> str:
     return str(row["f"]) if row else ""
 
 
-async def approval(conn: Conn, approval_id: uuid.UUID) -> Row | None:
-    return await one(
-        conn,
-        "SELECT * FROM undolog.session_approvals WHERE approval_id = %s",
-        (approval_id,),
-    )
-
-
 # --- sessions list --------------------------------------------------------------------
 
 
