@@ -1,4 +1,4 @@
--- The dashboard's views (0006_dashboard): sessions_list, session_calls,
+-- The dashboard's views (sql/views/): sessions_list, session_calls,
 -- undo_stack_entries, session_approvals, session_state_history, operator_action_log.
 -- security_invoker, so the tables' row-level security decides: an agent reads its own
 -- sessions' rows, staff read every row, and operator actions are staff-only.
