@@ -4,6 +4,7 @@ and row-level security decide what they see and may do."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
@@ -461,3 +462,39 @@ def test_the_demo_fills_the_dashboard(dsn: str, passwords_checked: bool) -> None
         listing = client.get("/sessions").text
         for state in ("halted", "active", "awaiting_approval", "compensated", "completed"):
             assert f"state-{state}" in listing
+
+
+def test_leaving_a_live_page_midway_keeps_the_persons_connection(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """A browser that leaves while its event stream is reading cancels the stream; the
+    read must still finish, or psycopg closes the person's connection (logging them out)."""
+    import asyncio
+
+    from undolog.dashboard.app import Dashboard
+    from undolog.dashboard.websessions import SessionStore
+
+    async def scenario() -> None:
+        store = SessionStore(app_dsn, idle_timeout=60)
+        ws = await store.login("dash_approver", PASSWORD)
+        try:
+
+            async def slow(conn: Any) -> str:
+                await conn.execute("SELECT pg_sleep(0.3)")
+                return "read"
+
+            reading = asyncio.ensure_future(Dashboard._shielded(ws, slow))
+            await asyncio.sleep(0.05)
+            reading.cancel()  # as Starlette's task group does, twice while it unwinds
+            await asyncio.sleep(0)
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            async with ws.db() as conn:  # waits for the read to finish, then works
+                row = await (await conn.execute("SELECT session_user")).fetchone()
+            assert row == ("dash_approver",)
+            assert store.get(ws.sid) is ws
+        finally:
+            await store.close_all()
+
+    asyncio.run(scenario())

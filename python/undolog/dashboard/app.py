@@ -611,13 +611,12 @@ class Dashboard:
                     yield "event: logout\ndata: ended\n\n"
                     return
                 wake.clear()
-                async with ws.db() as conn:
-                    try:
-                        current = await read(conn)
-                    except psycopg.Error as exc:
-                        log.warning("%s: live update read failed: %s", ws.login, exc)
-                        yield "event: stale\ndata: error\n\n"
-                        return
+                try:
+                    current = await self._shielded(ws, read)
+                except psycopg.Error as exc:
+                    log.warning("%s: live update read failed: %s", ws.login, exc)
+                    yield "event: stale\ndata: error\n\n"
+                    return
                 if current != last:
                     last = current
                     yield "event: change\ndata: changed\n\n"
@@ -627,6 +626,20 @@ class Dashboard:
                     await asyncio.wait_for(wake.wait(), POLL_SECONDS)
         finally:
             ws.waiters.discard(wake)
+
+    @staticmethod
+    async def _shielded(ws: WebSession, read: Callable[[queries.Conn], Awaitable[str]]) -> str:
+        """Run one read to its end even if the stream is cancelled meanwhile (the browser
+        left the page): psycopg closes a connection whose query is cancelled midway, and
+        that connection is the person's, which would end their web session."""
+
+        async def once() -> str:
+            async with ws.db() as conn:
+                return await read(conn)
+
+        task = asyncio.ensure_future(once())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
 
     # --- the application --------------------------------------------------------------
 
