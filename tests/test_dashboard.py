@@ -104,6 +104,16 @@ def test_login_refused(web: TestClient, passwords_checked: bool) -> None:
     assert "undolog_session=" not in wrong.headers.get("set-cookie", "")
 
 
+def test_login_when_the_database_is_unreachable_says_so(passwords_checked: bool) -> None:
+    from pgcluster import free_port
+
+    dead = f"host=127.0.0.1 port={free_port()} dbname=nothing connect_timeout=2"
+    with TestClient(create_app(dead), follow_redirects=False) as client:
+        response = log_in(client, "dash_approver")
+    assert response.status_code == 401
+    assert "cannot be reached" in response.text and PASSWORD not in response.text
+
+
 def test_login_form_needs_its_csrf_token(web: TestClient) -> None:
     web.get("/login")
     response = web.post(

@@ -110,8 +110,13 @@ class SessionStore:
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         except psycopg.OperationalError as exc:
-            log.info("login refused for %r", login)
-            raise LoginRefused("login refused: wrong login or password") from exc
+            text = str(exc)
+            if "authentication failed" in text or "does not exist" in text:
+                log.info("login refused for %r", login)
+                raise LoginRefused("login refused: wrong login or password") from exc
+            # not the person's fault: say so (the message names host and port, no secret)
+            log.warning("cannot reach the database: %s", text.splitlines()[0] if text else exc)
+            raise LoginRefused("the database cannot be reached right now; try again later") from exc
         try:
             row = await (
                 await conn.execute(
