@@ -742,6 +742,19 @@ def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from undolog.dashboard.server import run_from_args
+    except ImportError as exc:
+        print(
+            "undolog dashboard needs the 'dashboard' extra: "
+            f"pip install 'undolog[dashboard]' ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return run_from_args(args)
+
+
 # --- the parser -----------------------------------------------------------------------------
 
 
@@ -882,6 +895,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep this many past months (default: the database setting)",
     )
     p.set_defaults(func=_cmd_partitions_maintain)
+
+    # The dashboard face: imported only when asked for, so that `undolog` works without
+    # the extra installed (then a clear message naming it, exit 2).
+    p = sub.add_parser("dashboard", parents=[common], help="the web dashboard (extra: dashboard)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
+    p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
+    p.set_defaults(func=_cmd_dashboard)
     return parser
 
 
