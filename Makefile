@@ -17,13 +17,23 @@ WITH_PG := $(PY) tools/pgcluster.py run --
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean db db-stop docs dist
+.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean \
+	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
 
 demo: deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
 	else $(WITH_PG) $(PY) -m undolog.demo; fi
+
+# The dashboard filled with the demo's sessions, on http://127.0.0.1:8765/ (Ctrl-C stops it).
+dashboard-demo: deps
+	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.dashboard --demo; \
+	else $(WITH_PG) $(PY) -m undolog.dashboard --demo; fi
+
+# Regenerates docs/img/dashboard.png from the browser test's inbox screenshot.
+dashboard-screenshot: deps
+	UNDOLOG_DOCS_SCREENSHOT=1 $(VENV)/bin/pytest -q tests/test_dashboard_browser.py -k approver
 
 deps: system-deps $(STAMP)
 

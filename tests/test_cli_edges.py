@@ -242,12 +242,13 @@ def test_health_counts_a_walk_whose_walker_died(
     """A worker that died mid-walk leaves its claim to expire: that session is due."""
     sid = committed_session(conn)
     engine.fail_session(conn, sid, "gave up")
-    claim = saga.claim_compensation(conn, sid, timedelta(milliseconds=50))
+    # long enough that a loaded machine still reads health before the claim expires
+    claim = saga.claim_compensation(conn, sid, timedelta(seconds=2))
     assert claim is not None
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "30")
     worker = json.loads(out)["checks"][2]
     assert code == 0 and worker["due_sessions"] == 0  # in flight under a live claim
-    time.sleep(0.3)  # the claim expires: nobody walks it
+    time.sleep(2.2)  # the claim expires: nobody walks it
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
     worker = json.loads(out)["checks"][2]
     assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False

@@ -474,7 +474,18 @@ def _load_app(spec: str) -> Any:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    app = _load_app(args.app)
+    if args.mcp_config is not None:  # the MCP proxy's compensations (undolog[mcp])
+        try:
+            from undolog.mcp_proxy.worker import load_worker_app
+        except ImportError as exc:
+            print(f"undolog: --mcp-config needs the mcp extra: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        app = load_worker_app(args.mcp_config)
+    elif args.app is None:
+        print("undolog: worker needs --app MODULE:OBJECT or --mcp-config FILE", file=sys.stderr)
+        return EXIT_USAGE
+    else:
+        app = _load_app(args.app)
     compensations = getattr(app, "compensations", None)
     if not isinstance(compensations, dict):
         raise UsageError(f"--app {args.app} is not an UndoLog (it has no compensations)")
@@ -652,6 +663,19 @@ def _report_health(args: argparse.Namespace, checks: list[dict[str, Any]]) -> in
     return EXIT_OK if healthy else EXIT_ERROR
 
 
+def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
+    try:
+        from undolog.mcp_proxy.server import serve
+    except ImportError as exc:
+        print(
+            f"undolog: mcp-proxy needs the mcp extra (pip install 'undolog[mcp]'): {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    dsn = args.dsn if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
+    return serve(args.config, dsn, args.http)
+
+
 def _timestamptz(value: str) -> datetime.datetime:
     """An ISO 8601 instant with its zone: 2025-01-01T00:00:00Z, 2025-01-01 00:00+00,
     or a date with a zone, 2025-01-01Z (its midnight)."""
@@ -716,6 +740,19 @@ def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
         done = partitions.maintain(conn, args.months_ahead, args.retention_months)
     _emit(args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"])
     return EXIT_OK
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from undolog.dashboard.server import run_from_args
+    except ImportError as exc:
+        print(
+            "undolog dashboard needs the 'dashboard' extra: "
+            f"pip install 'undolog[dashboard]' ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return run_from_args(args)
 
 
 # --- the parser -----------------------------------------------------------------------------
@@ -808,7 +845,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
     p.set_defaults(func=_cmd_recover)
     p = sub.add_parser("worker", parents=[common], help="recover and walk until SIGTERM/SIGINT")
-    p.add_argument("--app", required=True, help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--app", help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--mcp-config", help="the MCP proxy's policy file: walk its sessions")
     p.add_argument(
         "--interval",
         type=_non_negative_float,
@@ -824,6 +862,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     p.set_defaults(func=_cmd_worker)
+
+    p = sub.add_parser("mcp-proxy", parents=[common], help="serve the MCP proxy (undolog[mcp])")
+    p.add_argument("--config", required=True, help="the policy file (TOML)")
+    p.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio")
+    p.set_defaults(func=_cmd_mcp_proxy)
 
     parts = sub.add_parser(
         "partitions", parents=[common], help="month partitions (operators)"
@@ -852,6 +895,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep this many past months (default: the database setting)",
     )
     p.set_defaults(func=_cmd_partitions_maintain)
+
+    # The dashboard face: imported only when asked for, so that `undolog` works without
+    # the extra installed (then a clear message naming it, exit 2).
+    p = sub.add_parser("dashboard", parents=[common], help="the web dashboard (extra: dashboard)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
+    p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
+    p.set_defaults(func=_cmd_dashboard)
     return parser
 
 

@@ -94,6 +94,15 @@ CREATE INDEX undolog_sessions_unfinished_idx
 ON undolog.undolog_sessions (session_id)
 WHERE state NOT IN ('completed', 'compensated') AND resolved_at IS NULL;
 
+-- The dashboard's sessions list pages newest first with a keyset (created_at,
+-- session_id) < (last seen), optionally filtered by state: each page is one short index
+-- range, whatever the number of sessions (a million: bench/bench_dashboard.py).
+CREATE INDEX undolog_sessions_recent_idx
+ON undolog.undolog_sessions (created_at DESC, session_id DESC);
+
+CREATE INDEX undolog_sessions_state_recent_idx
+ON undolog.undolog_sessions (state, created_at DESC, session_id DESC);
+
 COMMENT ON TABLE undolog.undolog_sessions IS
 'Agent sessions: state machine of DESIGN.md, with a lease renewed by heartbeat().';
 
