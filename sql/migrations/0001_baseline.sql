@@ -20,7 +20,13 @@ DECLARE
 BEGIN
     FOREACH v_role IN ARRAY ARRAY['undolog_agent', 'undolog_approver', 'undolog_operator'] LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+            -- The migrate lock is per database; an install into another database of the
+            -- cluster may create the same role at the same moment: theirs serves as well.
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
         END IF;
     END LOOP;
 END
