@@ -555,3 +555,55 @@ def test_the_readme_shows_the_policy_the_tests_load() -> None:
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     assert tomllib.loads(block.group(1)) == tomllib.loads(POLICY.read_text())
+
+
+HOSTILE_POLICY = """
+[proxy]
+hold_seconds = 1.5
+call_timeout_seconds = 5
+[upstreams.h]
+command = ["python", "tests/mcp_hostile_upstream.py"]
+hide = ["unmake"]
+[upstreams.h.tools.make]
+tier = "compensable"
+compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
+[upstreams.h.tools.nul_error]
+tier = "compensable"
+compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
+[upstreams.h.tools.crash]
+tier = "compensable"
+compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
+"""
+
+
+def hostile_policy(tmp_path: Path) -> Path:
+    path = tmp_path / "hostile.toml"
+    path.write_text(HOSTILE_POLICY)
+    return path
+
+
+def effects(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT args->>'key', state FROM undolog.undolog_effect_log ORDER BY executed_at"
+        ).fetchall()
+    ]
+
+
+def test_an_error_result_with_nul_is_journaled_as_failed(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """An upstream's error text is the upstream's: a U+0000 in it must not keep the
+    journal from recording that the call failed (it never took effect)."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            for _ in range(2):  # failed, so made again it is retried, not "running"
+                refused = await client.call_tool("nul_error", {"key": "n"})
+                assert refused.is_error and "refused n" in text(refused), text(refused)
+            assert effects(conn) == [("n", "pending")]
+
+    run(body)
+    assert [state for _, state in sessions(conn)] == ["completed"]
+    assert names(ledger) == []  # nothing was undone: nothing had been done

@@ -416,7 +416,8 @@ class McpProxy:
     async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
         try:
             async with self.pool.connection() as conn:
-                await conn.execute(query, (effect_id, text))
+                # the text is the upstream's: a U+0000 in it must not lose the outcome
+                await conn.execute(query, (effect_id, walk.storable_error(text)))
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 
