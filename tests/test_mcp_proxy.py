@@ -607,3 +607,28 @@ def test_an_error_result_with_nul_is_journaled_as_failed(
     run(body)
     assert [state for _, state in sessions(conn)] == ["completed"]
     assert names(ledger) == []  # nothing was undone: nothing had been done
+
+
+def test_the_call_after_an_upstream_crash_reconnects_first(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """An upstream that dies in the middle of a call: that call's outcome is unknown (it
+    did act), but the next call is sent to a restarted upstream, not journaled as
+    unknown without being sent; the session is then undone, every call once."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            crashed = await client.call_tool("crash", {"key": "c"})
+            assert crashed.is_error and "outcome is unknown" in text(crashed)
+            after = await client.call_tool("make", {"key": "after"})
+            assert not after.is_error, text(after)
+            assert effects(conn) == [("c", "executing"), ("after", "committed")]
+
+    run(body)
+    wait_for(lambda: sessions(conn)[0][1] == "compensated")
+    assert [(e["op"], e.get("key", e.get("id"))) for e in ops(ledger)] == [
+        ("crash", "c"),
+        ("make", "after"),
+        ("unmake", "after"),
+        ("unmake", "c"),
+    ]
