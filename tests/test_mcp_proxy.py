@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
 
-from undolog import approvals, saga
+from undolog import approvals, engine, saga
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
@@ -417,6 +417,39 @@ def test_worker_walks_a_crashed_proxy_session(
     assert worker.returncode == 0, worker.stderr
     assert f"session {sid}: compensated" in worker.stdout
     assert names(ledger) == ["create_user", "send_email", "retract_email", "delete_user"]
+
+
+def test_the_proxy_worker_leaves_other_applications_sessions_alone(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A session of another application (its compensation is not the proxy's) is not
+    the proxy worker's to walk: it is left as it is, with no attempt used up, for that
+    application's worker (before, one pass halted it for good)."""
+    other = engine.begin_session(conn, agent="someone-else")
+    made = engine.intercept(
+        conn,
+        other,
+        0,
+        "create_user",
+        "compensable",
+        {"email": "eve@x"},
+        {"name": "delete_user", "args": {}, "max_attempts": 1},
+    )
+    assert made.effect_id is not None
+    engine.commit(conn, made.effect_id, {"user_id": 5})
+    engine.fail_session(conn, other, "its agent died")
+    worker = subprocess.run(
+        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(POLICY)],
+        env=_env(ledger),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert sessions(conn) == [(other, "failed")]
+    entry = conn.execute("SELECT state, attempts FROM undolog.undolog_undo_stack").fetchone()
+    assert entry == ("pending", 0)
 
 
 BAD_POLICIES = {
