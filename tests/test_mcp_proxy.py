@@ -452,6 +452,59 @@ def test_the_proxy_worker_leaves_other_applications_sessions_alone(
     assert entry == ("pending", 0)
 
 
+def test_sigterm_ends_the_proxy_like_a_client_that_left(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """SIGTERM (a service manager's stop; the SDKs' stdio clients send it when the proxy
+    does not exit within a few seconds of stdin closing) ends the sessions as a client
+    leaving does: completed. Before, the proxy died at once and left them active, so
+    that once their lease ran out the worker undid work nobody had asked to undo."""
+    proxy = subprocess.Popen(
+        [sys.executable, *_proxy_args(hostile_policy(tmp_path), dsn)],
+        env=_env(ledger),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None
+    try:
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "make", "arguments": {"key": "k"}},
+            },
+        ):
+            proxy.stdin.write(json.dumps(message).encode() + b"\n")
+            proxy.stdin.flush()
+            if "id" in message:
+                answer = json.loads(proxy.stdout.readline())
+                assert answer["id"] == message["id"] and "result" in answer, answer
+        assert effects(conn) == [("k", "committed")]
+        proxy.send_signal(signal.SIGTERM)  # stdin still open: the client is still there
+        assert proxy.wait(30) == 0
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        proxy.stdin.close()
+        proxy.stdout.close()
+    assert [state for _, state in sessions(conn)] == ["completed"]
+
+
 BAD_POLICIES = {
     # refused after listing the upstream's tools: every problem is named at once
     "does not fit the upstream": (
