@@ -532,6 +532,19 @@ BAD_POLICIES = {
     ),
     "unknown key": ("[proxy]\nhold = 5\n", ["unknown key(s) hold"]),
     "hold too long": ("[proxy]\nhold_seconds = 120\n", ["proxy.hold_seconds"]),
+    "negative hold": ("[proxy]\nhold_seconds = -1\n", ["proxy.hold_seconds"]),
+    "compensation arguments not a table": (
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
+        "compensation.delete_user = [{ user_id = 1 }]\n",
+        ["compensation.delete_user: expected a table"],
+    ),
+    # the walk would run it with nobody approving it
+    "an irreversible compensation": (
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
+        'compensation.process_payout = { account = "args.email", amount_cents = 1 }\n'
+        '[upstreams.crm.tools.process_payout]\ntier = "irreversible"\n',
+        ["process_payout, which this policy tiers irreversible"],
+    ),
 }
 
 
