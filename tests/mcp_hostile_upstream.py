@@ -30,6 +30,13 @@ def make(key: str, size: int = 0) -> dict[str, Any]:
 
 
 @server.tool()
+def make_with_nul(key: str) -> dict[str, Any]:
+    """Make a thing; its result carries a U+0000 (which PostgreSQL's jsonb refuses)."""
+    _record("make", key=key)
+    return {"id": key, "label": "a\x00b"}
+
+
+@server.tool()
 def unmake(id: str, idempotency_key: str) -> dict[str, Any]:
     """Undo make."""
     _record("unmake", id=id, idempotency_key=idempotency_key)

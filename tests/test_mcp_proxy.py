@@ -666,6 +666,9 @@ hide = ["unmake"]
 [upstreams.h.tools.make]
 tier = "compensable"
 compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
+[upstreams.h.tools.make_with_nul]
+tier = "compensable"
+compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
 [upstreams.h.tools.nul_error]
 tier = "compensable"
 compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
@@ -706,6 +709,31 @@ def test_an_error_result_with_nul_is_journaled_as_failed(
     run(body)
     assert [state for _, state in sessions(conn)] == ["completed"]
     assert names(ledger) == []  # nothing was undone: nothing had been done
+
+
+def test_a_result_the_journal_cannot_hold_whole_is_still_undoable(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A result over the journal's 1 MiB limit, or with a U+0000 (jsonb refuses it): the
+    call ran and its result is known, so it is committed with what its compensation
+    reads (and a note), the client gets the result, and a rollback undoes the call."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            big = await client.call_tool("make", {"key": "big", "size": 2_000_000})
+            assert not big.is_error, text(big)[:300]
+            assert big.structured_content is not None
+            assert len(big.structured_content["padding"]) == 2_000_000
+            nul = await client.call_tool("make_with_nul", {"key": "nul"})
+            assert not nul.is_error, text(nul)
+            assert effects(conn) == [("big", "committed"), ("nul", "committed")]
+            (sid, _), *_ = sessions(conn)
+            saga.rollback_session(conn, sid, "alice", "undo it all")
+
+    run(body)
+    wait_for(lambda: sessions(conn)[0][1] == "compensated")
+    undone = [e["id"] for e in ops(ledger) if e["op"] == "unmake"]
+    assert undone == ["nul", "big"]
 
 
 def test_the_call_after_an_upstream_crash_reconnects_first(
