@@ -677,8 +677,35 @@ class Dashboard:
             Route("/events", self.events, methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
-        app = Starlette(routes=routes, lifespan=self.lifespan, exception_handlers={404: self._404})
+        app = Starlette(
+            routes=routes,
+            lifespan=self.lifespan,
+            exception_handlers={404: self._404, psycopg.OperationalError: self._database_error},
+        )
         return SecurityHeaders(app)
+
+    async def _database_error(self, request: Request, exc: Exception) -> Response:
+        """A page read that the database broke off. When the person's connection is gone
+        (killed server-side, the server restarted) their web session cannot go on, since
+        the password was never kept: end it and say so, instead of a bare 500."""
+        ws = self.store.sessions.get(request.cookies.get(COOKIE) or "")
+        if ws is None or not ws.conn.closed:
+            log.warning("database error on %s: %s", request.url.path, exc)
+            return self.problem(
+                request, ws, 503, "Database error", f"The database said: {exc}. Try again."
+            )
+        log.warning("%s: the database connection was closed: %s", ws.login, exc)
+        await self.store.logout(ws)
+        response = self.problem(
+            request,
+            None,
+            503,
+            "Connection lost",
+            "Your connection to the database was closed (the server ended it or restarted): "
+            "nothing more was written. Log in again.",
+        )
+        response.delete_cookie(COOKIE, path="/")
+        return response
 
     async def _404(self, request: Request, exc: Exception) -> Response:
         return self.problem(request, self.current(request), 404, "Not found", "No such page.")
