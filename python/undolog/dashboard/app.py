@@ -27,8 +27,15 @@ import jinja2
 import psycopg
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -78,6 +85,42 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+# The largest request body the dashboard reads: its biggest honest form (the inbox, one
+# reason field a request, each within REASON_LIMIT) is far smaller. Starlette caps each
+# form field but not their sum, nor an uploaded file, and the login form is anyone's.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class BodyLimit:
+    """Refuses a request body over MAX_BODY_BYTES (413): by its Content-Length at once,
+    or, when it has none, as soon as the bytes received pass the limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
+            await PlainTextResponse("request body too large", 413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    # raised inside the endpoint's form parsing: Starlette answers it
+                    raise HTTPException(413, "request body too large")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 # --- rendering ------------------------------------------------------------------------
@@ -682,7 +725,7 @@ class Dashboard:
             lifespan=self.lifespan,
             exception_handlers={404: self._404, psycopg.OperationalError: self._database_error},
         )
-        return SecurityHeaders(app)
+        return SecurityHeaders(BodyLimit(app))
 
     async def _database_error(self, request: Request, exc: Exception) -> Response:
         """A page read that the database broke off. When the person's connection is gone
