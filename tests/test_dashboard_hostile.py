@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from starlette.testclient import TestClient
 
-from dashboard_helpers import csrf_of
+from dashboard_helpers import csrf_of, waiting_session
 from test_dashboard import app_dsn, log_in, passwords_checked, web
 
 Conn = psycopg.Connection[Any]
@@ -68,3 +68,25 @@ def test_a_huge_body_is_refused_before_it_is_read_whole(web: TestClient) -> None
     )
     assert streamed.status_code == 413
     assert log_in(web, "dash_approver").status_code == 303  # a normal form still works
+
+
+def test_next_is_a_path_of_this_site_even_as_browsers_read_it(
+    web: TestClient, app_dsn: str
+) -> None:
+    """Browsers read '\\' as '/' and drop tabs and newlines in a URL: '/\\evil.example' and
+    '/\\t/evil.example' are '//evil.example', another site, in the outcome's Back link."""
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    for bad in ("/\\evil.example", "/\t/evil.example", "/\n/evil.example", "//evil.example"):
+        refused = web.post(  # a reject without a reason: the outcome page, with Back
+            "/approvals/decide",
+            data={"csrf": token, "next": bad, "reject_one": str(waiting.approval_id)},
+        )
+        assert refused.status_code == 422
+        assert 'href="/approvals" id="back"' in refused.text, repr(bad)
+    kept = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "next": f"/sessions/{waiting.session_id}", "reject_one": "x"},
+    )
+    assert f'href="/sessions/{waiting.session_id}" id="back"' in kept.text

@@ -280,8 +280,16 @@ class Dashboard:
 
     @staticmethod
     def _local(path: Any, default: str) -> str:
-        """Where to go after a POST: a path of this site only (no open redirect)."""
-        if isinstance(path, str) and path.startswith("/") and not path.startswith("//"):
+        """Where to go after a POST: a path of this site only (no open redirect). Browsers
+        read a backslash as a slash and drop tabs and newlines, so '/\\x' and '/<tab>/x'
+        name another site like '//x' does: a path holding any of them is refused."""
+        if (
+            isinstance(path, str)
+            and path.startswith("/")
+            and not path.startswith("//")
+            and "\\" not in path
+            and all(ch.isprintable() and not ch.isspace() for ch in path)
+        ):
             return path
         return default
 
