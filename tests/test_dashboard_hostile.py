@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from starlette.testclient import TestClient
 
-from dashboard_helpers import csrf_of, waiting_session
+from dashboard_helpers import PASSWORD, csrf_of, waiting_session
 from test_dashboard import app_dsn, log_in, passwords_checked, web
 
 Conn = psycopg.Connection[Any]
@@ -90,3 +90,22 @@ def test_next_is_a_path_of_this_site_even_as_browsers_read_it(
         data={"csrf": token, "next": f"/sessions/{waiting.session_id}", "reject_one": "x"},
     )
     assert f'href="/sessions/{waiting.session_id}" id="back"' in kept.text
+
+
+def test_logging_in_again_ends_the_browsers_previous_web_session(
+    web: TestClient, conn: Conn
+) -> None:
+    """A new id at every login (no fixation), and the old one's server state and
+    connections do not linger after another login in the same browser."""
+    token = csrf_of(web.get("/login").text)  # a login form left open in another tab
+    assert log_in(web, "dash_approver").status_code == 303
+    first = web.cookies["undolog_session"]
+    web.cookies.set("undolog_login_csrf", token, path="/login")
+    again = web.post(
+        "/login", data={"csrf": token, "login": "dash_approver2", "password": PASSWORD}
+    )
+    assert again.status_code == 303 and web.cookies["undolog_session"] != first
+    assert backends_of(conn, "dash_approver") == 0
+    stale = TestClient(web.app, follow_redirects=False, cookies={"undolog_session": first})
+    assert stale.get("/approvals").status_code == 303  # the old id opens nothing
+    assert "dash_approver2" in web.get("/approvals").text

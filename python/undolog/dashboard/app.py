@@ -327,6 +327,9 @@ class Dashboard:
             ws = await self.store.login(login.strip(), password)
         except LoginRefused as exc:
             return self._login_form(request, str(exc), 401)
+        previous = self.store.sessions.get(request.cookies.get(COOKIE) or "")
+        if previous is not None:  # this browser's earlier web session: its cookie is replaced
+            await self.store.logout(previous)
         response = RedirectResponse("/", 303)
         response.set_cookie(
             COOKIE,
