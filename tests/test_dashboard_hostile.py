@@ -3,15 +3,20 @@ on a real PostgreSQL with real logins (the fixtures of test_dashboard.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import psycopg
+import uvicorn
 from starlette.testclient import TestClient
 
 from dashboard_helpers import PASSWORD, csrf_of, waiting_session
 from test_dashboard import app_dsn, log_in, passwords_checked, web
+from undolog.dashboard.app import MAX_STREAMS, Dashboard
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn", "passwords_checked", "web"]  # fixtures shared with test_dashboard
@@ -109,3 +114,53 @@ def test_logging_in_again_ends_the_browsers_previous_web_session(
     stale = TestClient(web.app, follow_redirects=False, cookies={"undolog_session": first})
     assert stale.get("/approvals").status_code == 303  # the old id opens nothing
     assert "dash_approver2" in web.get("/approvals").text
+
+
+@contextlib.contextmanager
+def serving(dashboard: Dashboard) -> Iterator[str]:
+    """The dashboard on real HTTP (uvicorn, in a thread): event streams need a server."""
+    from pgcluster import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(dashboard.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_live_streams_are_bounded_per_person_and_freed_when_left(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Each stream re-reads the views twice a second on the person's one connection: a
+    script that opens hundreds must not get them, and a left page must give its slot back."""
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        with contextlib.ExitStack() as open_streams:
+            streams = [
+                open_streams.enter_context(client.stream("GET", "/events?view=inbox"))
+                for _ in range(MAX_STREAMS)
+            ]
+            assert {s.status_code for s in streams} == {200}
+            with client.stream("GET", "/events?view=inbox") as refused:
+                assert refused.status_code == 429
+            assert client.get("/approvals").status_code == 200  # pages still work
+        (ws,) = dashboard.store.sessions.values()
+        deadline = time.monotonic() + 5
+        while ws.waiters and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ws.waiters  # every left stream gave its slot back
+        with client.stream("GET", "/events?view=inbox") as again:
+            assert again.status_code == 200

@@ -52,6 +52,10 @@ LOGIN_CSRF_COOKIE = "undolog_login_csrf"
 # refuses it for them too.
 REASON_LIMIT = 8192
 POLL_SECONDS = 0.5
+# Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
+# on the person's one connection, so a script opening hundreds would swamp it (and the
+# database). A person's tabs need a few; a browser opens six at most per site anyway.
+MAX_STREAMS = 16
 COUNTS_SECONDS = 5.0
 
 SECURITY_HEADERS = [
@@ -639,6 +643,12 @@ class Dashboard:
 
         else:
             return Response("unknown view", 404, media_type="text/plain")
+        if len(ws.waiters) >= MAX_STREAMS:
+            return Response(
+                f"too many live pages open (at most {MAX_STREAMS}): close some and reload",
+                429,
+                media_type="text/plain",
+            )
         return StreamingResponse(
             self._stream(ws, read, since),
             media_type="text/event-stream",
