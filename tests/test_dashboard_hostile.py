@@ -164,3 +164,24 @@ def test_live_streams_are_bounded_per_person_and_freed_when_left(
         assert not ws.waiters  # every left stream gave its slot back
         with client.stream("GET", "/events?view=inbox") as again:
             assert again.status_code == 200
+
+
+def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(
+    app_dsn: str, passwords_checked: bool, conn: Conn
+) -> None:
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        with client.stream("GET", "/events?view=inbox") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith("retry:")
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+            )
+            events = [line for line in lines if line.startswith("event:")]
+        assert events[-1] == "event: lost"
+        assert not dashboard.store.sessions  # that web session ended
+        assert client.get("/approvals", follow_redirects=False).headers["location"] == "/login"

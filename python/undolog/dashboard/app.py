@@ -679,7 +679,13 @@ class Dashboard:
                     current = await self._shielded(ws, read)
                 except psycopg.Error as exc:
                     log.warning("%s: live update read failed: %s", ws.login, exc)
-                    yield "event: stale\ndata: error\n\n"
+                    if ws.conn.closed:
+                        # killed server-side or the server restarted: without the password
+                        # (never kept) this web session cannot go on; the page says so
+                        await self.store.logout(ws)
+                        yield "event: lost\ndata: ended\n\n"
+                    else:
+                        yield "event: stale\ndata: error\n\n"
                     return
                 if current != last:
                     last = current
