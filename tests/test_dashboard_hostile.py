@@ -4,18 +4,23 @@ on a real PostgreSQL with real logins (the fixtures of test_dashboard.py)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 import uvicorn
 from starlette.testclient import TestClient
 
-from dashboard_helpers import PASSWORD, csrf_of, waiting_session
-from test_dashboard import app_dsn, log_in, passwords_checked, web
+from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
+from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
+from undolog import engine
+from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
 
 Conn = psycopg.Connection[Any]
@@ -185,3 +190,136 @@ def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(
         assert events[-1] == "event: lost"
         assert not dashboard.store.sessions  # that web session ended
         assert client.get("/approvals", follow_redirects=False).headers["location"] == "/login"
+
+
+EVIL = "\"'><img src=x onerror=alert(1)><script>alert(2)</script>"
+
+
+def test_agent_written_text_is_escaped_on_every_page_and_attribute(
+    web: TestClient, app_dsn: str
+) -> None:
+    """Agent name, metadata, tool name, argument keys and values, result, error, a
+    reason: none reaches any page (or an attribute: the quote is escaped) as markup."""
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as agent:
+        sid = engine.begin_session(agent, None, EVIL, {EVIL: EVIL}, timedelta(hours=1))
+        call = engine.intercept(
+            agent, sid, 0, EVIL, "compensable", {EVIL: EVIL * 100}, {"name": EVIL}
+        )
+        assert call.effect_id is not None
+        engine.commit(agent, call.effect_id, {EVIL: EVIL})
+        second = engine.intercept(agent, sid, 1, EVIL, "compensable", {"x": 1}, {"name": "c"})
+        assert second.effect_id is not None
+        engine.fail(agent, second.effect_id, EVIL)
+    waiting = waiting_session(app_dsn, note=EVIL)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{sid}").text)
+    assert (
+        web.post(f"/sessions/{sid}/rollback", data={"csrf": token, "reason": EVIL}).status_code
+        == 303
+    )
+    bad_filter = web.get("/sessions", params={"state": EVIL})
+    pages = [
+        web.get("/sessions"),
+        web.get("/sessions", params={"agent": EVIL, "q": EVIL, "since": "2000-01-01"}),
+        bad_filter,
+        web.get(f"/sessions/{sid}"),
+        web.get(f"/sessions/{sid}?fragment=1"),
+        web.get(f"/sessions/{sid}/calls/{call.effect_id}/args"),
+        web.get(f"/sessions/{sid}/calls/{call.effect_id}/result"),
+        web.get("/approvals"),
+        web.get(f"/sessions/{waiting.session_id}"),
+    ]
+    assert bad_filter.status_code == 422
+    for page in pages:
+        assert "<img src=x" not in page.text and "<script>alert" not in page.text, page.url
+        assert "&#34;&#39;&gt;&lt;img" in page.text or "&lt;img" in page.text, page.url
+    shown = web.get(f"/sessions/{sid}").text
+    assert shown.count("&lt;script&gt;alert(2)") >= 4  # agent, tool, error, reason at least
+
+
+def test_every_post_refuses_a_missing_forged_or_other_persons_token(
+    app_dsn: str, dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    halted = halted_session(dsn)
+    waiting = waiting_session(app_dsn)
+    undo = conn.execute(
+        "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = %s", (halted,)
+    ).fetchone()
+    assert undo is not None
+    app = create_app(app_dsn)
+    with (
+        TestClient(app, follow_redirects=False) as victim,
+        TestClient(app, follow_redirects=False) as attacker,
+    ):
+        log_in(victim, "dash_operator")
+        log_in(attacker, "dash_approver")
+        others = csrf_of(attacker.get("/approvals").text)
+        posts = {
+            "/approvals/decide": {"approve_one": str(waiting.approval_id)},
+            f"/sessions/{halted}/resume": {"reason": "r"},
+            f"/sessions/{halted}/abandon": {"reason": "r"},
+            f"/sessions/{halted}/retry": {"undo_id": str(undo[0]), "reason": "r"},
+            f"/sessions/{waiting.session_id}/rollback": {"reason": "r"},
+            "/logout": {},
+        }
+        for path, data in posts.items():
+            for token in (None, "", "forged", others):
+                sent = dict(data) if token is None else {**data, "csrf": token}
+                refused = victim.post(path, data=sent)
+                assert refused.status_code == 403, (path, token)
+        assert victim.get("/sessions").status_code == 200  # still logged in: no logout
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    states = conn.execute(
+        "SELECT session_id, state FROM undolog.undolog_sessions WHERE session_id = ANY(%s)",
+        ([halted, waiting.session_id],),
+    ).fetchall()
+    assert dict(states) == {halted: "halted", waiting.session_id: "awaiting_approval"}
+
+
+def test_a_retry_names_an_undo_entry_of_the_session_in_its_url(
+    web: TestClient, dsn: str, conn: Conn
+) -> None:
+    """/sessions/A/retry with B's undo entry must not retry B's compensation."""
+    a, b = halted_session(dsn), halted_session(dsn)
+    undo_b = conn.execute(
+        "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = %s", (b,)
+    ).fetchone()
+    assert undo_b is not None
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{a}").text)
+    wrong = web.post(
+        f"/sessions/{a}/retry", data={"csrf": token, "undo_id": str(undo_b[0]), "reason": "r"}
+    )
+    assert wrong.status_code == 404
+    assert conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (b,)
+    ).fetchone() == ("halted",)
+
+
+def test_the_password_is_in_no_log_page_or_cookie(
+    web: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    texts = []
+    for password in (PASSWORD, "wrong-" + PASSWORD, PASSWORD + "\x00x"):
+        page = web.get("/login")
+        answer = web.post(
+            "/login",
+            data={"csrf": csrf_of(page.text), "login": "dash_approver", "password": password},
+        )
+        texts += [answer.text, str(answer.headers)]
+        if answer.status_code == 303:
+            texts.append(web.get("/approvals").text)
+            web.post("/logout", data={"csrf": csrf_of(web.get("/approvals").text)})
+    texts.append(caplog.text)
+    assert "logged in" in caplog.text  # the log was captured
+    for text in texts:
+        assert PASSWORD not in text
+
+
+def test_it_listens_on_localhost_unless_told() -> None:
+    from undolog import cli
+    from undolog.dashboard import server
+
+    assert cli.build_parser().parse_args(["dashboard"]).host == "127.0.0.1"
+    assert server.DEFAULT_HOST == "127.0.0.1"

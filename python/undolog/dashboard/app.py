@@ -590,8 +590,10 @@ class Dashboard:
         target = str(session_id)
         if action == "retry":
             undo_id = self._uuid(str(form.get("undo_id", "")))
-            if undo_id is None:
-                return self.not_found(request, ws, "undo entry")
+            # retry_compensation takes the entry alone: the entry must be this session's,
+            # or a form for one session would retry another's compensation
+            if undo_id is None or not await self._undo_entry_of(ws, session_id, undo_id):
+                return self.not_found(request, ws, "undo entry of this session")
             call = "SELECT undolog.retry_compensation(%s, %s, %s)"
             params: tuple[Any, ...] = (undo_id, ws.login, reason)
             target = f"undo entry {undo_id}"
@@ -624,6 +626,11 @@ class Dashboard:
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
+
+    @staticmethod
+    async def _undo_entry_of(ws: WebSession, session_id: uuid.UUID, undo_id: uuid.UUID) -> bool:
+        async with ws.db() as conn:
+            return await queries.undo_entry_in_session(conn, session_id, undo_id)
 
     # --- live updates -----------------------------------------------------------------
 
