@@ -22,6 +22,7 @@ from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
 from undolog import engine
 from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
+from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn", "passwords_checked", "web"]  # fixtures shared with test_dashboard
@@ -323,3 +324,22 @@ def test_it_listens_on_localhost_unless_told() -> None:
 
     assert cli.build_parser().parse_args(["dashboard"]).host == "127.0.0.1"
     assert server.DEFAULT_HOST == "127.0.0.1"
+
+
+def test_one_login_cannot_fill_the_dashboard_and_lock_everyone_out(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """Web sessions are capped for the whole dashboard; one login (an agent's, whose
+    password sits in its environment) logging in again and again must not take them all."""
+    dashboard = Dashboard(app_dsn)
+    dashboard.store.max_sessions = 6
+    with TestClient(dashboard.app(), follow_redirects=False) as client:
+        answers = []
+        for _ in range(dashboard.store.max_sessions):
+            client.cookies.clear()
+            answers.append(log_in(client, "dash_agent").status_code)
+        assert answers[-1] == 401 and answers.count(303) == MAX_SESSIONS_PER_LOGIN
+        assert "too many web sessions for dash_agent" in log_in(client, "dash_agent").text
+        client.cookies.clear()
+        assert log_in(client, "dash_approver").status_code == 303  # others still get in
+    assert backends_of(conn, "dash_agent") == 0
