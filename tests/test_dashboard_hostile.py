@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -343,3 +344,43 @@ def test_one_login_cannot_fill_the_dashboard_and_lock_everyone_out(
         client.cookies.clear()
         assert log_in(client, "dash_approver").status_code == 303  # others still get in
     assert backends_of(conn, "dash_agent") == 0
+
+
+def test_an_idle_web_session_ends_its_open_streams_and_connections(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """An open live page is not activity: idle past the timeout, its stream says
+    'logout' and the person's connections close."""
+    dashboard = Dashboard(app_dsn, idle_timeout=1.0)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_operator", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        started = time.monotonic()
+        with client.stream("GET", f"/events?view=session&id={uuid.uuid4()}") as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("event:")]
+        assert events[-1] == "event: logout" and time.monotonic() - started < 5
+        assert backends_of(conn, "dash_operator") == 0
+        assert client.get("/sessions", follow_redirects=False).headers["location"] == "/login"
+
+
+def test_an_agent_cannot_read_another_agents_call_by_its_ids(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    other = waiting_session(app_dsn, login="dash_agent2", note="secret of agent2")
+    effect = conn.execute(
+        "SELECT effect_id FROM undolog.undolog_effect_log WHERE session_id = %s AND step_index = 1",
+        (other.session_id,),
+    ).fetchone()
+    assert effect is not None
+    log_in(web, "dash_agent")
+    for which in ("args", "result"):
+        page = web.get(f"/sessions/{other.session_id}/calls/{effect[0]}/{which}")
+        assert page.status_code == 404 and "secret of agent2" not in page.text
+    token = csrf_of(web.get("/sessions").text)
+    for action in ("rollback", "resume", "abandon"):
+        refused = web.post(
+            f"/sessions/{other.session_id}/{action}", data={"csrf": token, "reason": "r"}
+        )
+        assert refused.status_code in (403, 404), action
+    assert approval_row(conn, other.approval_id)[0] == "pending"
