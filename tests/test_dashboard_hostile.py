@@ -384,3 +384,13 @@ def test_an_agent_cannot_read_another_agents_call_by_its_ids(
         )
         assert refused.status_code in (403, 404), action
     assert approval_row(conn, other.approval_id)[0] == "pending"
+
+
+def test_a_login_that_may_not_log_in_is_refused_not_called_unreachable(
+    web: TestClient,
+) -> None:
+    """A careless person types the group role's name: PostgreSQL says it 'is not
+    permitted to log in'; the database is reachable, and the page must not say otherwise."""
+    refused = log_in(web, "undolog_approver")
+    assert refused.status_code == 401
+    assert "login refused" in refused.text and "cannot be reached" not in refused.text

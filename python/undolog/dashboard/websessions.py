@@ -115,7 +115,9 @@ class SessionStore:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         except psycopg.OperationalError as exc:
             text = str(exc)
-            if "authentication failed" in text or "does not exist" in text:
+            # the server answered and refused this login (FATAL from PostgreSQL itself)
+            refused = ("authentication failed", "does not exist", "not permitted to log in")
+            if any(words in text for words in refused):
                 log.info("login refused for %r", login)
                 raise LoginRefused("login refused: wrong login or password") from exc
             # not the person's fault: say so (the message names host and port, no secret)
