@@ -394,3 +394,33 @@ def test_a_login_that_may_not_log_in_is_refused_not_called_unreachable(
     refused = log_in(web, "undolog_approver")
     assert refused.status_code == 401
     assert "login refused" in refused.text and "cannot be reached" not in refused.text
+
+
+def test_a_decision_on_a_killed_connection_says_log_in_again(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+    )
+    answer = web.post(
+        "/approvals/decide", data={"csrf": token, "approve_one": str(waiting.approval_id)}
+    )
+    assert answer.status_code == 503
+    assert "connection to the database was closed" in answer.text and "Log in" in answer.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    assert web.get("/approvals").headers["location"] == "/login"
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{waiting.session_id}").text)
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_operator' AND application_name = 'undolog-dashboard'"
+    )
+    rolled = web.post(
+        f"/sessions/{waiting.session_id}/rollback", data={"csrf": token, "reason": "stop"}
+    )
+    assert rolled.status_code == 503 and "Log in again" in rolled.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"

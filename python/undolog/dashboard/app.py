@@ -440,6 +440,8 @@ class Dashboard:
                 )
                 row = await cur.fetchone()
             except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
                 return Outcome(str(approval_id), False, text, status)
         decision = row[0] if row else action
@@ -621,6 +623,8 @@ class Dashboard:
                     )
                     log.info("%s: %s %s", ws.login, action, target)
                 except psycopg.Error as exc:
+                    if conn.closed and isinstance(exc, psycopg.OperationalError):
+                        raise  # the person's connection is gone: _database_error says so
                     status, text = engine_error(exc)
                     outcome = Outcome(target, False, text, status)
         if outcome.ok:
@@ -778,8 +782,8 @@ class Dashboard:
             None,
             503,
             "Connection lost",
-            "Your connection to the database was closed (the server ended it or restarted): "
-            "nothing more was written. Log in again.",
+            "Your connection to the database was closed (the server ended it or restarted), "
+            "so what you just asked for may not have been done. Log in again and look.",
         )
         response.delete_cookie(COOKIE, path="/")
         return response
