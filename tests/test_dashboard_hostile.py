@@ -424,3 +424,14 @@ def test_a_decision_on_a_killed_connection_says_log_in_again(
     )
     assert rolled.status_code == 503 and "Log in again" in rolled.text
     assert approval_row(conn, waiting.approval_id)[0] == "pending"
+
+
+def test_an_empty_password_is_refused_not_called_unreachable(
+    web: TestClient, passwords_checked: bool
+) -> None:
+    if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
+        pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
+    for password in ("", "\x00"):  # libpq ends the password at a NUL: empty again
+        refused = log_in(web, "dash_approver", password)
+        assert refused.status_code == 401
+        assert "login refused" in refused.text and "cannot be reached" not in refused.text

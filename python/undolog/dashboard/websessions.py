@@ -116,7 +116,12 @@ class SessionStore:
         except psycopg.OperationalError as exc:
             text = str(exc)
             # the server answered and refused this login (FATAL from PostgreSQL itself)
-            refused = ("authentication failed", "does not exist", "not permitted to log in")
+            refused = (
+                "authentication failed",
+                "does not exist",
+                "not permitted to log in",
+                "no password supplied",  # libpq's own words for an empty password
+            )
             if any(words in text for words in refused):
                 log.info("login refused for %r", login)
                 raise LoginRefused("login refused: wrong login or password") from exc
