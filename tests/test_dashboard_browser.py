@@ -272,3 +272,22 @@ def test_an_agent_login_sees_only_its_sessions_and_no_decision_buttons(
     shot(browser, "agent-session")
     browser.get(f"{site}/sessions/{other.session_id}")
     assert "Not found" in browser.find_element(By.TAG_NAME, "h1").text
+
+
+def test_a_live_page_says_so_when_the_persons_connection_is_killed(
+    browser: webdriver.Chrome, site: str, conn: Conn
+) -> None:
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+    )
+    appears(browser, "live-status")
+    note = browser.find_element(By.ID, "live-status")
+    assert "connection to the database was closed" in note.text and "Log in again" in note.text
+    shot(browser, "connection-lost")

@@ -27,8 +27,15 @@ import jinja2
 import psycopg
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -45,6 +52,10 @@ LOGIN_CSRF_COOKIE = "undolog_login_csrf"
 # refuses it for them too.
 REASON_LIMIT = 8192
 POLL_SECONDS = 0.5
+# Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
+# on the person's one connection, so a script opening hundreds would swamp it (and the
+# database). A person's tabs need a few; a browser opens six at most per site anyway.
+MAX_STREAMS = 16
 COUNTS_SECONDS = 5.0
 
 SECURITY_HEADERS = [
@@ -78,6 +89,42 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+# The largest request body the dashboard reads: its biggest honest form (the inbox, one
+# reason field a request, each within REASON_LIMIT) is far smaller. Starlette caps each
+# form field but not their sum, nor an uploaded file, and the login form is anyone's.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class BodyLimit:
+    """Refuses a request body over MAX_BODY_BYTES (413): by its Content-Length at once,
+    or, when it has none, as soon as the bytes received pass the limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
+            await PlainTextResponse("request body too large", 413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    # raised inside the endpoint's form parsing: Starlette answers it
+                    raise HTTPException(413, "request body too large")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 # --- rendering ------------------------------------------------------------------------
@@ -237,8 +284,16 @@ class Dashboard:
 
     @staticmethod
     def _local(path: Any, default: str) -> str:
-        """Where to go after a POST: a path of this site only (no open redirect)."""
-        if isinstance(path, str) and path.startswith("/") and not path.startswith("//"):
+        """Where to go after a POST: a path of this site only (no open redirect). Browsers
+        read a backslash as a slash and drop tabs and newlines, so '/\\x' and '/<tab>/x'
+        name another site like '//x' does: a path holding any of them is refused."""
+        if (
+            isinstance(path, str)
+            and path.startswith("/")
+            and not path.startswith("//")
+            and "\\" not in path
+            and all(ch.isprintable() and not ch.isspace() for ch in path)
+        ):
             return path
         return default
 
@@ -276,6 +331,9 @@ class Dashboard:
             ws = await self.store.login(login.strip(), password)
         except LoginRefused as exc:
             return self._login_form(request, str(exc), 401)
+        previous = self.store.sessions.get(request.cookies.get(COOKIE) or "")
+        if previous is not None:  # this browser's earlier web session: its cookie is replaced
+            await self.store.logout(previous)
         response = RedirectResponse("/", 303)
         response.set_cookie(
             COOKIE,
@@ -382,6 +440,8 @@ class Dashboard:
                 )
                 row = await cur.fetchone()
             except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
                 return Outcome(str(approval_id), False, text, status)
         decision = row[0] if row else action
@@ -532,8 +592,10 @@ class Dashboard:
         target = str(session_id)
         if action == "retry":
             undo_id = self._uuid(str(form.get("undo_id", "")))
-            if undo_id is None:
-                return self.not_found(request, ws, "undo entry")
+            # retry_compensation takes the entry alone: the entry must be this session's,
+            # or a form for one session would retry another's compensation
+            if undo_id is None or not await self._undo_entry_of(ws, session_id, undo_id):
+                return self.not_found(request, ws, "undo entry of this session")
             call = "SELECT undolog.retry_compensation(%s, %s, %s)"
             params: tuple[Any, ...] = (undo_id, ws.login, reason)
             target = f"undo entry {undo_id}"
@@ -561,11 +623,18 @@ class Dashboard:
                     )
                     log.info("%s: %s %s", ws.login, action, target)
                 except psycopg.Error as exc:
+                    if conn.closed and isinstance(exc, psycopg.OperationalError):
+                        raise  # the person's connection is gone: _database_error says so
                     status, text = engine_error(exc)
                     outcome = Outcome(target, False, text, status)
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
+
+    @staticmethod
+    async def _undo_entry_of(ws: WebSession, session_id: uuid.UUID, undo_id: uuid.UUID) -> bool:
+        async with ws.db() as conn:
+            return await queries.undo_entry_in_session(conn, session_id, undo_id)
 
     # --- live updates -----------------------------------------------------------------
 
@@ -585,6 +654,12 @@ class Dashboard:
 
         else:
             return Response("unknown view", 404, media_type="text/plain")
+        if len(ws.waiters) >= MAX_STREAMS:
+            return Response(
+                f"too many live pages open (at most {MAX_STREAMS}): close some and reload",
+                429,
+                media_type="text/plain",
+            )
         return StreamingResponse(
             self._stream(ws, read, since),
             media_type="text/event-stream",
@@ -615,7 +690,13 @@ class Dashboard:
                     current = await self._shielded(ws, read)
                 except psycopg.Error as exc:
                     log.warning("%s: live update read failed: %s", ws.login, exc)
-                    yield "event: stale\ndata: error\n\n"
+                    if ws.conn.closed:
+                        # killed server-side or the server restarted: without the password
+                        # (never kept) this web session cannot go on; the page says so
+                        await self.store.logout(ws)
+                        yield "event: lost\ndata: ended\n\n"
+                    else:
+                        yield "event: stale\ndata: error\n\n"
                     return
                 if current != last:
                     last = current
@@ -677,8 +758,35 @@ class Dashboard:
             Route("/events", self.events, methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
-        app = Starlette(routes=routes, lifespan=self.lifespan, exception_handlers={404: self._404})
-        return SecurityHeaders(app)
+        app = Starlette(
+            routes=routes,
+            lifespan=self.lifespan,
+            exception_handlers={404: self._404, psycopg.OperationalError: self._database_error},
+        )
+        return SecurityHeaders(BodyLimit(app))
+
+    async def _database_error(self, request: Request, exc: Exception) -> Response:
+        """A page read that the database broke off. When the person's connection is gone
+        (killed server-side, the server restarted) their web session cannot go on, since
+        the password was never kept: end it and say so, instead of a bare 500."""
+        ws = self.store.sessions.get(request.cookies.get(COOKIE) or "")
+        if ws is None or not ws.conn.closed:
+            log.warning("database error on %s: %s", request.url.path, exc)
+            return self.problem(
+                request, ws, 503, "Database error", f"The database said: {exc}. Try again."
+            )
+        log.warning("%s: the database connection was closed: %s", ws.login, exc)
+        await self.store.logout(ws)
+        response = self.problem(
+            request,
+            None,
+            503,
+            "Connection lost",
+            "Your connection to the database was closed (the server ended it or restarted), "
+            "so what you just asked for may not have been done. Log in again and look.",
+        )
+        response.delete_cookie(COOKIE, path="/")
+        return response
 
     async def _404(self, request: Request, exc: Exception) -> Response:
         return self.problem(request, self.current(request), 404, "Not found", "No such page.")

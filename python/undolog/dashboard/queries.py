@@ -340,3 +340,14 @@ async def payload(
         "WHERE c.session_id = %s AND c.effect_id = %s",
         (session_id, effect_id),
     )
+
+
+async def undo_entry_in_session(conn: Conn, session_id: uuid.UUID, undo_id: uuid.UUID) -> bool:
+    """Whether the person sees undo entry ``undo_id`` as one of session ``session_id``'s."""
+    found = await one(
+        conn,
+        "SELECT 1 AS found FROM undolog.undo_stack_entries AS u "
+        "WHERE u.undo_id = %s AND u.session_id = %s",
+        (undo_id, session_id),
+    )
+    return found is not None

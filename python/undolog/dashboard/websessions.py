@@ -28,6 +28,10 @@ log = logging.getLogger("undolog.dashboard")
 # is only a wake-up: pages re-read what changed through the views, as the person.
 WAKE_CHANNEL = "undolog_approvals"
 ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
+# Web sessions one login may hold at once (a person's browsers and devices): without it one
+# login, say an agent's whose password sits in its environment, logging in again and again
+# would take every one of the dashboard's max_sessions and lock the approvers out.
+MAX_SESSIONS_PER_LOGIN = 4
 
 
 class LoginRefused(Exception):
@@ -111,7 +115,14 @@ class SessionStore:
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         except psycopg.OperationalError as exc:
             text = str(exc)
-            if "authentication failed" in text or "does not exist" in text:
+            # the server answered and refused this login (FATAL from PostgreSQL itself)
+            refused = (
+                "authentication failed",
+                "does not exist",
+                "not permitted to log in",
+                "no password supplied",  # libpq's own words for an empty password
+            )
+            if any(words in text for words in refused):
                 log.info("login refused for %r", login)
                 raise LoginRefused("login refused: wrong login or password") from exc
             # not the person's fault: say so (the message names host and port, no secret)
@@ -132,6 +143,13 @@ class SessionStore:
                 raise LoginRefused(
                     f"login {row[0]} holds none of the roles {', '.join(ROLES)}: "
                     "the dashboard has nothing to show it"
+                )
+            held = sum(1 for other in self.sessions.values() if other.login == row[0])
+            if held >= MAX_SESSIONS_PER_LOGIN:
+                log.info("login refused for %r: %d web sessions already", login, held)
+                raise LoginRefused(
+                    f"too many web sessions for {row[0]} (at most {MAX_SESSIONS_PER_LOGIN}): "
+                    "log out of one elsewhere first"
                 )
             listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         except BaseException:

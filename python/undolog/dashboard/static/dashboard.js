@@ -74,8 +74,34 @@ function live() {
   }
   const url = root.dataset.events + "&since=" + encodeURIComponent(root.dataset.since || "");
   const source = new EventSource(url);
+  // A page whose updates stopped says so: a frozen page would look live and current.
+  function stopped(text, withLogin) {
+    source.close();
+    root.dataset.live = "stopped";
+    if (document.getElementById("live-status")) return;
+    const note = document.createElement("p");
+    note.id = "live-status";
+    note.className = "flash error";
+    note.setAttribute("role", "alert");
+    note.textContent = text + " ";
+    if (withLogin) {
+      const link = document.createElement("a");
+      link.href = "/login";
+      link.textContent = "Log in again";
+      note.appendChild(link);
+    }
+    root.parentNode.insertBefore(note, root);
+  }
   source.addEventListener("change", refresh);
   source.addEventListener("logout", () => { source.close(); window.location = "/login"; });
+  source.addEventListener("lost", () => stopped(
+    "Your connection to the database was closed (the server ended it or restarted): " +
+    "this page no longer updates.", true));
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      stopped("Live updates stopped. Reload the page.", false);
+    }
+  };
   root.dataset.live = "connecting";
   source.onopen = () => { root.dataset.live = "open"; };
 }
