@@ -113,6 +113,7 @@ SESSION_COLUMNS = [
     "replays",
     "created_at",
     "error",
+    "needs_attention",
 ]
 
 
@@ -173,6 +174,8 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     )
     if s["error"]:
         print(f"error: {s['error']}")
+    if s.get("needs_attention"):  # a result arrived after its compensation: see README
+        print(f"NEEDS ATTENTION: {s['attention_reason']}")
     _emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
     return EXIT_OK
 

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
@@ -97,9 +98,12 @@ def _heartbeat_interval(lease: timedelta) -> float:
 
 
 class _Base:
-    def __init__(self, lease: timedelta, walk_wait: float) -> None:
+    def __init__(self, lease: timedelta, walk_wait: float, durable_results: bool) -> None:
         self.lease = lease
         self.walk_wait = walk_wait
+        # False (the default): a call's result is committed asynchronously (see README,
+        # Performance); its intent, written by intercept, is always durable.
+        self.durable_results = durable_results
         self.compensations: dict[str, Callable[..., Any]] = {}
 
     def _walk(
@@ -121,6 +125,25 @@ class _Base:
                 session_id,
             )
             return None
+
+    def _active(
+        self,
+        sid: uuid.UUID,
+        conn: engine.Connection | aengine.AsyncConnection,
+        state: str,
+        sent: float,
+        lease: timedelta,
+    ) -> ActiveSession:
+        """The session as the decorator sees it. Its lease runs from ``sent``, the moment
+        begin_session was sent: the server's expiry is later, so no clocks are compared."""
+        return ActiveSession(
+            sid,
+            conn,
+            state,
+            durable_results=self.durable_results,
+            lease_deadline=sent + lease.total_seconds(),
+            lease_seconds=lease.total_seconds(),
+        )
 
     def compensation(self, name: str) -> Callable[[F], F]:
         """Register the function that undoes calls whose descriptor names ``name``."""
@@ -149,8 +172,9 @@ class UndoLog(_Base):
         pool: ConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
+        durable_results: bool = False,
     ) -> None:
-        super().__init__(lease, walk_wait)
+        super().__init__(lease, walk_wait, durable_results)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -181,13 +205,16 @@ class UndoLog(_Base):
     ) -> Iterator[ActiveSession]:
         lease = lease or self.lease
         with self.connection() as conn:
+            sent = time.monotonic()
             sid = engine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(sid, conn, engine.session_state(conn, sid))
+            active = self._active(sid, conn, engine.session_state(conn, sid), sent, lease)
+            if not self.durable_results:
+                engine.set_async_results(conn, True)
             token = context.enter(active)
             stop = threading.Event()
             beat = threading.Thread(
                 target=self._beat,
-                args=(conn, sid, lease, stop),
+                args=(conn, active, lease, stop),
                 daemon=True,
                 name=f"undolog-heartbeat-{sid}",
             )
@@ -210,6 +237,9 @@ class UndoLog(_Base):
             finally:
                 self._stop(stop, beat)
                 context.leave(token)
+                if self.pool is not None and not self.durable_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        engine.set_async_results(conn, False)
 
     @staticmethod
     def _stop(stop: threading.Event, beat: threading.Thread) -> None:
@@ -230,15 +260,17 @@ class UndoLog(_Base):
 
     @staticmethod
     def _beat(
-        conn: engine.Connection, sid: uuid.UUID, lease: timedelta, stop: threading.Event
+        conn: engine.Connection, active: ActiveSession, lease: timedelta, stop: threading.Event
     ) -> None:
         while not stop.wait(_heartbeat_interval(lease)):
             try:
-                engine.heartbeat(conn, sid)
+                sent = time.monotonic()
+                engine.heartbeat(conn, active.session_id)
+                active.lease_deadline = sent + lease.total_seconds()
             except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
             except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
+                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
 
     def _after_failure(self, conn: engine.Connection, session_id: uuid.UUID) -> None:
         self._walk(conn, session_id)
@@ -283,8 +315,9 @@ class AsyncUndoLog(_Base):
         pool: AsyncConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
+        durable_results: bool = False,
     ) -> None:
-        super().__init__(lease, walk_wait)
+        super().__init__(lease, walk_wait, durable_results)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -314,11 +347,15 @@ class AsyncUndoLog(_Base):
     ) -> AsyncIterator[ActiveSession]:
         lease = lease or self.lease
         async with self.connection() as conn:
+            sent = time.monotonic()
             sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(sid, conn, await aengine.session_state(conn, sid))
+            state = await aengine.session_state(conn, sid)
+            active = self._active(sid, conn, state, sent, lease)
+            if not self.durable_results:
+                await aengine.set_async_results(conn, True)
             token = context.enter(active)
             beat = (
-                asyncio.create_task(self._beat(conn, sid, lease))
+                asyncio.create_task(self._beat(conn, active, lease))
                 if active.state == "active"
                 else None
             )
@@ -339,6 +376,9 @@ class AsyncUndoLog(_Base):
             finally:
                 await self._stop(beat)
                 context.leave(token)
+                if self.pool is not None and not self.durable_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        await aengine.set_async_results(conn, False)
 
     async def _fail(self, conn: aengine.AsyncConnection, sid: uuid.UUID, error: str) -> None:
         """As UndoLog._fail: never replaces the exception leaving the session."""
@@ -358,15 +398,17 @@ class AsyncUndoLog(_Base):
                 await beat
 
     @staticmethod
-    async def _beat(conn: aengine.AsyncConnection, sid: uuid.UUID, lease: timedelta) -> None:
+    async def _beat(conn: aengine.AsyncConnection, active: ActiveSession, lease: timedelta) -> None:
         while True:
             await asyncio.sleep(_heartbeat_interval(lease))
             try:
-                await aengine.heartbeat(conn, sid)
+                sent = time.monotonic()
+                await aengine.heartbeat(conn, active.session_id)
+                active.lease_deadline = sent + lease.total_seconds()
             except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
             except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
+                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
 
     async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
         await self.run_walk(session_id)
