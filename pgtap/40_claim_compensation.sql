@@ -94,7 +94,7 @@ SELECT is(pg_temp.effect_state((SELECT effect_id FROM e3 WHERE step = 4)), 'comp
 SELECT results_eq(
     $$SELECT from_state, to_state FROM undolog.undolog_effect_history
       WHERE effect_id = (SELECT effect_id FROM e3 WHERE step = 4) ORDER BY history_id$$,
-    $$VALUES (NULL, 'pending'), ('pending', 'executing'), ('executing', 'compensating')$$,
+    $$VALUES (NULL, 'executing'), ('executing', 'compensating')$$,
     '... as its history shows'
 );
 SELECT is(

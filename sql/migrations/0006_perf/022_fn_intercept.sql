@@ -59,19 +59,28 @@ BEGIN
         RETURN;
     END IF;
 
-    -- FOR SHARE: a concurrent fail_session waits until this call's undo entry is visible.
-    -- An IRREVERSIBLE call may move the session (to awaiting_approval): it takes the row
-    -- FOR UPDATE at once, since two share lockers upgrading at the same time deadlock.
+    -- The session's advisory lock, shared: whatever moves the session (fail_session,
+    -- recover: lock_session) waits until this call's undo entry is visible, and no row is
+    -- written to say so (session_lock_key). An IRREVERSIBLE call may move the session (to
+    -- awaiting_approval): it takes the row FOR UPDATE, then the lock exclusive, in
+    -- lock_session's order. Under REPEATABLE READ or SERIALIZABLE, this transaction's
+    -- snapshot may predate a fail_session that committed while it waited: FOR SHARE then
+    -- raises the serialization failure that reading without a row lock would miss.
     IF p_tier = 'irreversible' THEN
         SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.undolog_sessions AS s
-        WHERE s.session_id = p_session_id
-        FOR UPDATE;
+        FROM undolog.lock_session(p_session_id) AS s;
     ELSE
-        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.undolog_sessions AS s
-        WHERE s.session_id = p_session_id
-        FOR SHARE;
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(undolog.session_lock_key(p_session_id));
+        IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+            SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+            FROM undolog.undolog_sessions AS s
+            WHERE s.session_id = p_session_id;
+        ELSE
+            SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+            FROM undolog.undolog_sessions AS s
+            WHERE s.session_id = p_session_id
+            FOR SHARE;
+        END IF;
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
