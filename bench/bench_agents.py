@@ -5,10 +5,10 @@ client side, and the machine has 2 cores).
 
 Run by ``make bench`` (``--quick`` for a short run). Starts its own throwaway PostgreSQL
 (pg_stat_statements preloaded) unless ``--dsn`` names a server, then for every N in
-``--agents`` runs ``--rounds`` interleaved rounds: in each round every variant makes
-``--calls`` calls per agent, all N agents at once, the variants' order rotating with the
-round, so that the noise of a shared machine hits them alike. calls/s is the median over
-the rounds; the profile columns are medians per call over the rounds:
+``--agents`` runs ``--rounds`` interleaved rounds: in each round every variant makes one
+block of ``--calls`` calls (``--calls``/N per agent, all N agents at once), the variants'
+order rotating with the round, so that the noise of a shared machine hits them alike.
+calls/s is the median over the rounds; the profile columns are medians per call:
 
   server µs   pg_stat_statements total_exec_time of the statements the block ran
   WAL B       pg_stat_wal wal_bytes delta

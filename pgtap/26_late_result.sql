@@ -1,6 +1,7 @@
 -- A commit or fail that arrives after the undo walk took its effect (the agent was paused
 -- past its lease): recorded in the effect's history (what, when, from whom), the session
--- flagged for an operator (needs_attention), answered 'late'; the effect's state is the
+-- flagged for an operator (sessions_overview.needs_attention, derived from that record),
+-- answered 'late'; the effect's state is the
 -- walk's. Issue 10, point 5 (b).
 BEGIN;
 SELECT plan(17);
@@ -19,8 +20,9 @@ SELECT is((SELECT c.effect_id FROM undolog.claim_compensation('1a7e0000-0000-400
           (SELECT effect_id FROM fx), 'setup: the walk claims the call');
 SELECT is((SELECT state FROM undolog.undolog_effect_log WHERE effect_id = (SELECT effect_id FROM fx)),
           'compensating', 'setup: the effect is compensating');
-SELECT is(undolog.undolog_sessions.needs_attention, false, 'the session needs no attention yet')
-FROM undolog.undolog_sessions WHERE session_id = '1a7e0000-0000-4000-8000-000000000001';
+SELECT is((SELECT needs_attention FROM undolog.sessions_overview
+           WHERE session_id = '1a7e0000-0000-4000-8000-000000000001'),
+          false, 'the session needs no attention yet');
 
 -- The paused agent wakes and reports its body's result, asking for an asynchronous commit.
 SELECT is(undolog.commit((SELECT effect_id FROM fx), '{"user_id": 7}', true), 'late',
@@ -41,13 +43,14 @@ SELECT ok((SELECT (detail->>'arrived_at')::timestamptz <= clock_timestamp()
            FROM undolog.undolog_effect_history
            WHERE effect_id = (SELECT effect_id FROM fx) AND event = 'late_commit'),
           '... and when');
-SELECT ok((SELECT needs_attention AND attention_reason LIKE 'a commit arrived for effect %after the undo walk took it%'
-                  AND attention_at IS NOT NULL
-           FROM undolog.undolog_sessions WHERE session_id = '1a7e0000-0000-4000-8000-000000000001'),
-          'the session is flagged for an operator, with the reason');
 SELECT is((SELECT needs_attention FROM undolog.sessions_overview
            WHERE session_id = '1a7e0000-0000-4000-8000-000000000001'),
-          true, 'sessions_overview shows the flag');
+          true, 'sessions_overview flags the session for an operator');
+SELECT ok((SELECT attention_reason LIKE 'a commit arrived at % for effect '
+                  || (SELECT effect_id FROM fx) || ' after the undo walk took it (compensating)%'
+           FROM undolog.sessions_overview
+           WHERE session_id = '1a7e0000-0000-4000-8000-000000000001'),
+          '... with the reason');
 
 -- The compensation finishes; a late fail is recorded the same way.
 SELECT undolog.complete_compensation(

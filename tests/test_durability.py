@@ -150,7 +150,7 @@ def test_a_late_commit_raises_late_result_and_flags_the_session(conn: Conn) -> N
     assert got.effect_id is not None
     engine.fail_session(conn, sid, "lease expired")
     conn.execute("SELECT * FROM undolog.claim_compensation(%s)", (sid,))
-    with pytest.raises(LateResult, match="flagged the session for an operator"):
+    with pytest.raises(LateResult, match="flags the session for an operator"):
         engine.commit(conn, got.effect_id, {"user_id": 1}, asynchronous=True)
     row = conn.execute(
         "SELECT needs_attention, state FROM undolog.sessions_overview WHERE session_id = %s",
@@ -305,7 +305,7 @@ def test_a_body_paused_past_its_lease_reports_late_and_the_session_is_flagged(
     # ... and the command line shows it to that person.
     cli = [sys.executable, "-m", "undolog.cli", "--dsn", dsn, "sessions"]
     show = subprocess.run([*cli, "show", str(sid)], capture_output=True, text=True, check=True)
-    assert "NEEDS ATTENTION: a commit arrived for effect" in show.stdout, show.stdout
+    assert "NEEDS ATTENTION: a commit arrived at" in show.stdout, show.stdout
     listed = subprocess.run(
         [*cli, "list", "--json"], capture_output=True, text=True, check=True
     ).stdout

@@ -175,7 +175,7 @@ def check_late(answer: Any, effect_id: uuid.UUID, what: str) -> None:
         raise LateResult(
             f"effect {effect_id}: this {what} arrived after the undo walk had taken the call "
             "(its lease lapsed while the agent was paused); the engine recorded it in the "
-            "effect's history and flagged the session for an operator (needs_attention)"
+            "effect's history, which flags the session for an operator (needs_attention)"
         )
 
 

@@ -114,9 +114,9 @@ class LeaseLapsed(SessionNotActive):
 class LateResult(InvalidStateTransition):
     """A commit or fail arrived for an effect that the undo walk had already taken
     (compensating, compensated, compensation_failed): its agent was paused past its
-    lease. The engine recorded what arrived in the effect's history and flagged the
-    session for an operator (``needs_attention``): the effect may stand although the
-    journal says it was undone."""
+    lease. The engine recorded what arrived in the effect's history, which flags the
+    session for an operator (``sessions_overview.needs_attention``): the effect may
+    stand although the journal says it was undone."""
 
 
 class CallInProgress(UndoLogError):

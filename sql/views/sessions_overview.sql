@@ -1,5 +1,8 @@
 -- undolog.sessions_overview: one row per session, for people and dashboards: its state,
--- lease, and how many of its journaled calls are where.
+-- lease, and how many of its journaled calls are where; needs_attention and
+-- attention_reason (appended last, as CREATE OR REPLACE VIEW requires) flag a session an
+-- operator must look at: a commit or fail arrived after the undo walk took its call (its
+-- effect history holds a late_commit or late_fail event; the first one is described).
 -- security_invoker: the reader's row-level security applies, so an agent sees only its
 -- own sessions and approver/operator see every one.
 CREATE OR REPLACE VIEW undolog.sessions_overview
@@ -20,10 +23,31 @@ SELECT
     ) AS undone_calls,
     count(e.effect_id) FILTER (WHERE e.tier = 'irreversible' AND e.state = 'pending')
         AS awaiting_approval_calls,
-    coalesce(sum(e.replay_count), 0) AS replays
+    coalesce(sum(e.replay_count), 0) AS replays,
+    -- Derived from the effects' history, the record of what arrived: no flag to keep in
+    -- step with it, and the session row is not written when a late result arrives.
+    late.at IS NOT NULL AS needs_attention,
+    CASE WHEN late.at IS NOT NULL THEN pg_catalog.format(
+        '%s arrived at %s for effect %s after the undo walk took it (%s): its agent was '
+        'paused past its lease; the effect may stand although the journal says it was '
+        'undone',
+        CASE late.event WHEN 'late_commit' THEN 'a commit' ELSE 'a fail' END,
+        late.at, late.effect_id, late.from_state
+    ) END AS attention_reason
 FROM undolog.undolog_sessions AS s
 LEFT JOIN undolog.undolog_effect_log AS e ON s.session_id = e.session_id
-GROUP BY s.session_id;
+LEFT JOIN LATERAL (
+    SELECT
+        h.event,
+        h.at,
+        h.effect_id,
+        h.from_state
+    FROM undolog.undolog_effect_history AS h
+    WHERE h.session_id = s.session_id AND h.event IN ('late_commit', 'late_fail')
+    ORDER BY h.history_id
+    LIMIT 1
+) AS late ON TRUE
+GROUP BY s.session_id, late.event, late.at, late.effect_id, late.from_state;
 
 COMMENT ON VIEW undolog.sessions_overview IS
 'One row per session with counts of its calls by state; filtered by the reader''s RLS.';

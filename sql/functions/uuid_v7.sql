@@ -35,8 +35,3 @@ AS $$
 $$;
 
 REVOKE ALL ON FUNCTION undolog.uuid_v7() FROM public;
-
-ALTER TABLE undolog.undolog_undo_stack
-ALTER COLUMN undo_id SET DEFAULT undolog.uuid_v7();
-ALTER TABLE undolog.undolog_approval_requests
-ALTER COLUMN approval_id SET DEFAULT undolog.uuid_v7();
