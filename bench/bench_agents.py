@@ -21,7 +21,8 @@ Variants (every call a new step of the agent's session):
   sql durable  call_signature + undolog.intercept + undolog.commit(p_async => false)
   sql async    the same with commit(p_async => true): the result commits asynchronously
   decorator    a COMPENSABLE @undolog_tool in ``UndoLog.session()``, default settings
-  replay       undolog.intercept of a call committed beforehand (the decorator's path)
+  replay       undolog.intercept of a call committed beforehand, replay bookkeeping
+               asynchronous as the decorator's default (undolog.async_results = on)
   dbos         DBOS 3.4 (the ``bench`` extra): one workflow per agent and block, one
                @DBOS.step per call, its system database on the same server
 
@@ -197,6 +198,9 @@ class Agent:
             got = self._intercept("replay", step)
             assert got.effect_id is not None
             engine.commit(self.conn, got.effect_id, result_for(step), asynchronous=True)
+        # Replay bookkeeping as the decorator does it by default (asynchronous); this
+        # changes no commit and no intercept of a new call, which stay as each variant asks.
+        engine.set_async_results(self.conn, True)
         self.with_dbos = with_dbos and HAVE_DBOS
         if self.with_dbos:
             DBOS(config=dbos_config(dsn, f"bench-{index}-{os.getpid()}", False))
