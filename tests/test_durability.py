@@ -310,3 +310,40 @@ def test_a_body_paused_past_its_lease_reports_late_and_the_session_is_flagged(
         [*cli, "list", "--json"], capture_output=True, text=True, check=True
     ).stdout
     assert '"needs_attention": true' in listed, listed
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
+async def create_user_async(i: int) -> dict[str, int]:
+    return {"user_id": i}
+
+
+def test_async_binding_renews_a_short_lease_and_refuses_a_lapsed_one(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from undolog import AsyncUndoLog, LeaseLapsed, aengine
+
+    real_intercept = aengine.intercept
+
+    async def intercept_then_recovery(*args: Any, **kwargs: Any) -> engine.Interception:
+        """The call is journaled, then (the agent paused) recovery fails its session."""
+        got = await real_intercept(*args, **kwargs)
+        with psycopg.connect(dsn, autocommit=True) as other:
+            engine.fail_session(other, args[1], "lease expired")
+        return got
+
+    async def scenario() -> None:
+        ul = AsyncUndoLog(dsn, lease=timedelta(minutes=5))
+        async with ul.session(agent="t") as session:
+            # Less than half the lease left (as after a pause): renewed, then the body runs.
+            session.lease_deadline = time.monotonic()
+            assert await create_user_async(1) == {"user_id": 1}
+            assert session.lease_deadline > time.monotonic() + 200
+            # Lapsed, and recovery failed the session meanwhile: the body does not run.
+            monkeypatch.setattr(aengine, "intercept", intercept_then_recovery)
+            session.lease_deadline = time.monotonic()
+            await create_user_async(2)
+
+    with pytest.raises(LeaseLapsed, match="was not run"):
+        asyncio.run(scenario())
