@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import multiprocessing as mp
 import os
 import statistics
@@ -121,22 +122,29 @@ FLOOR_UPDATE = "UPDATE public.bench_floor SET state = 'committed', result = %s W
 
 # --- DBOS (optional) ---------------------------------------------------------------------
 
-try:
-    from dbos import DBOS
+HAVE_DBOS = importlib.util.find_spec("dbos") is not None
+_dbos_agent: Callable[[int, int], int] | None = None
 
-    @DBOS.step()
-    def dbos_step(i: int) -> dict[str, Any]:
-        return result_for(i)
 
-    @DBOS.workflow()
-    def dbos_agent(first: int, count: int) -> int:
-        for i in range(first, first + count):
-            dbos_step(i)
-        return count
+def dbos_workflow() -> Callable[[int, int], int]:
+    """DBOS's step and workflow, registered once per process (imported only in the
+    processes that measure DBOS: the import is heavy)."""
+    global _dbos_agent
+    if _dbos_agent is None:
+        from dbos import DBOS
 
-    HAVE_DBOS = True
-except ImportError:  # the `bench` extra is not installed: DBOS is left out
-    HAVE_DBOS = False
+        @DBOS.step()
+        def dbos_step(i: int) -> dict[str, Any]:
+            return result_for(i)
+
+        @DBOS.workflow()
+        def dbos_agent(first: int, count: int) -> int:
+            for i in range(first, first + count):
+                dbos_step(i)
+            return count
+
+        _dbos_agent = dbos_agent
+    return _dbos_agent
 
 
 def dbos_config(dsn: str, executor: str, migrations: bool) -> Any:
@@ -161,6 +169,9 @@ def psycopg_to_sqlalchemy(conninfo: str) -> str:
 def dbos_migrate(dsn: str) -> None:
     """Run in a process of its own: DBOS creates its system database and tables once, so
     that the agents' processes launch without racing on its migrations."""
+    from dbos import DBOS
+
+    dbos_workflow()
     DBOS(config=dbos_config(dsn, "bench-setup", True))
     DBOS.launch()
     DBOS.destroy()
@@ -203,6 +214,9 @@ class Agent:
         engine.set_async_results(self.conn, True)
         self.with_dbos = with_dbos and HAVE_DBOS
         if self.with_dbos:
+            from dbos import DBOS
+
+            self.dbos_agent = dbos_workflow()
             DBOS(config=dbos_config(dsn, f"bench-{index}-{os.getpid()}", False))
             DBOS.launch()
 
@@ -270,7 +284,7 @@ class Agent:
 
     def run_dbos(self, first: int, calls: int) -> None:
         t0 = _now()
-        dbos_agent(first, calls)
+        self.dbos_agent(first, calls)
         self.elapsed = (t0, _now())
 
     def flush_stats(self) -> None:
@@ -284,6 +298,8 @@ class Agent:
         self.stack.close()
         self.conn.close()
         if self.with_dbos:
+            from dbos import DBOS
+
             DBOS.destroy()
 
 
@@ -395,7 +411,7 @@ def med(values: Sequence[float]) -> float:
 
 
 def run_agents(dsn: str, opts: argparse.Namespace) -> dict[int, dict[str, Stats]]:
-    variants = [v for v in VARIANTS if v != "dbos" or (HAVE_DBOS and not opts.no_dbos)]
+    with_dbos = HAVE_DBOS and not opts.no_dbos
     results: dict[int, dict[str, Stats]] = {}
     with psycopg.connect(dsn, autocommit=True) as monitor:
         have_pgss = (
@@ -405,6 +421,11 @@ def run_agents(dsn: str, opts: argparse.Namespace) -> dict[int, dict[str, Stats]
             or (False,)
         )[0]
         for n in opts.agents:
+            # Each DBOS process holds several connections (its pool, its queue and listener
+            # threads): past --dbos-max-agents the server runs out of them.
+            variants = [
+                v for v in VARIANTS if v != "dbos" or (with_dbos and n <= opts.dbos_max_agents)
+            ]
             calls = max(10, opts.calls // n)  # per agent per block
             replay_pool = calls * (opts.rounds + 1)
             log(f"N={n}: starting {n} agent processes (replay pool {replay_pool} calls each) ...")
@@ -421,6 +442,7 @@ def run_agents(dsn: str, opts: argparse.Namespace) -> dict[int, dict[str, Stats]
                 results[n] = stats
             finally:
                 fleet.close()
+            report_agents({n: stats})  # as soon as measured
     return results
 
 
@@ -568,6 +590,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--journal-rows", type=int, default=2_000_000)
     parser.add_argument("--no-dbos", action="store_true")
+    parser.add_argument(
+        "--dbos-max-agents", type=int, default=16, help="DBOS is measured up to this N"
+    )
     parser.add_argument("--no-journal", action="store_true")
     parser.add_argument(
         "--quick", action="store_true", help="N=1,4,16; 3 rounds of 400; a 200 k journal"
@@ -607,6 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "per agent and variant"
         )
         results = run_agents(dsn, opts)
+        print("\nall N:")
         report_agents(results)
         rows = targets_agents(results)
         if not opts.no_journal:
