@@ -628,8 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             proc.join()
         print(f"{info[0].split(',')[0]}; synchronous_commit={info[1]}, wal_sync_method={info[2]}")
         print(
-            f"{os.cpu_count()} CPUs; {opts.rounds} interleaved rounds x {opts.calls} calls "
-            "per agent and variant"
+            f"{os.cpu_count()} CPUs; {opts.rounds} interleaved rounds; a block is {opts.calls} "
+            "calls of one variant, all N agents together"
         )
         results = run_agents(dsn, opts)
         print("\nall N:")

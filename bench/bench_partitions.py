@@ -111,9 +111,9 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
     )
     conn.execute(
         "INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at, "
-        "state, requested_at, decided_at, decided_by) "
+        "state, requested_at, decided_at, decided_by, decided_role) "
         "SELECT session_id, effect_id, executed_at, 'approved', executed_at, executed_at, "
-        "'bench' FROM stage WHERE tier = 'irreversible'"
+        "'bench', 'undolog_approver' FROM stage WHERE tier = 'irreversible'"
     )
 
 
