@@ -77,9 +77,10 @@ docs: deps
 dist: deps
 	$(PY) -m build --outdir dist .
 
+# N agents (1, 4, 16, 64) side by side: floor, SQL durable/async, decorator, replay, DBOS;
+# its own throwaway cluster (pg_stat_statements preloaded). make bench BENCH_ARGS=--quick
 bench: deps
-	$(WITH_PG) $(PY) bench/bench_intercept.py
-	$(WITH_PG) $(PY) bench/bench_decorator.py
+	$(PY) bench/bench_agents.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist

@@ -23,7 +23,7 @@ flush, still without round trips), which splits a call's client latency into ser
 commit/fsync, and round trip + client.
 
 --engine-patch LABEL=FILE[,FILE...] also measures a and b on an engine changed by those SQL
-files (bench/engine_patches/), in a database of its own, in the same interleaved rounds.
+files, in a database of its own, in the same interleaved rounds.
 
 This is a benchmark, not a test: it reports whether intercept+commit reaches 0.8x the
 floor's calls/s and exits 0 either way.

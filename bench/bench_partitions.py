@@ -57,13 +57,14 @@ def dsn_for(base: str, dbname: str) -> str:
 
 def load_month(conn: Conn, offset: int, effects: int) -> None:
     """Journal ``effects`` calls spread over month ``offset``, as intercept and commit
-    would have: registry, effect, two history rows, undo entry, approval (1 in 10)."""
+    would have: registry, effect, its two history rows (created executing, committed),
+    undo entry, approval (1 in 10); time-ordered effect ids, as intercept makes them."""
     conn.execute("SELECT undolog.create_month_partitions(undolog.utc_month(now(), %s))", (offset,))
     conn.execute("DROP TABLE IF EXISTS stage")
     conn.execute(
         """
         CREATE TEMP TABLE stage AS
-        SELECT gen_random_uuid() AS effect_id,
+        SELECT undolog.uuid_v7() AS effect_id,
                md5(%(tag)s || (g / 100))::uuid AS session_id,
                lo + (hi - lo) * (g::float8 / %(n)s) AS executed_at,
                encode(sha256(convert_to(%(tag)s || g, 'UTF8')), 'hex') AS call_signature,
@@ -99,7 +100,7 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
         "INSERT INTO undolog.undolog_effect_history (session_id, effect_id, executed_at, "
         "event, from_state, to_state, at) "
         "SELECT session_id, effect_id, executed_at, 'transition', f, t, executed_at "
-        "FROM stage, LATERAL (VALUES (NULL, 'pending'), ('pending', 'executing')) AS v (f, t)"
+        "FROM stage, LATERAL (VALUES (NULL, 'executing'), ('executing', 'committed')) AS v (f, t)"
     )
     conn.execute(
         "INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, "
@@ -110,9 +111,9 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
     )
     conn.execute(
         "INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at, "
-        "state, requested_at, decided_at, decided_by) "
+        "state, requested_at, decided_at, decided_by, decided_role) "
         "SELECT session_id, effect_id, executed_at, 'approved', executed_at, executed_at, "
-        "'bench' FROM stage WHERE tier = 'irreversible'"
+        "'bench', 'undolog_approver' FROM stage WHERE tier = 'irreversible'"
     )
 
 

@@ -81,8 +81,8 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
       WHERE effect_id = pg_temp.eid('c1') ORDER BY history_id$$,
-    $$VALUES ('transition', NULL::text, 'pending'), ('transition', 'pending', 'executing')$$,
-    'two history rows: NULL -> pending, pending -> executing');
+    $$VALUES ('transition', NULL::text, 'executing')$$,
+    'one history row: NULL -> executing (created executing: pending -> executing in one step)');
 SELECT is(
     (SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
      WHERE effect_id = pg_temp.eid('c1')),
@@ -289,9 +289,8 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT from_state, to_state FROM undolog.undolog_effect_history
       WHERE effect_id = pg_temp.eid('r1') ORDER BY history_id$$,
-    $$VALUES (NULL::text, 'pending'), ('pending', 'executing'), ('executing', 'pending'),
-             ('pending', 'executing')$$,
-    'history: pending, executing, pending (failed), executing again');
+    $$VALUES (NULL::text, 'executing'), ('executing', 'pending'), ('pending', 'executing')$$,
+    'history: created executing, pending (failed), executing again');
 SELECT is((SELECT count(*) FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('r1')),
           1::bigint, 'still one undo entry for the effect');
 

@@ -1,12 +1,14 @@
 -- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
 -- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
 BEGIN;
-SELECT plan(32);
+SELECT plan(37);
 \ir _helpers.psql
 
-SELECT has_function('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'undolog.commit(uuid, jsonb) exists');
-SELECT function_returns('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'void', 'it returns void');
-SELECT is_definer('undolog', 'commit', ARRAY['uuid', 'jsonb'], 'it is SECURITY DEFINER');
+SELECT has_function('undolog', 'commit', ARRAY['uuid', 'jsonb', 'boolean'],
+                    'undolog.commit(uuid, jsonb, boolean) exists (p_async DEFAULT false)');
+SELECT function_returns('undolog', 'commit', ARRAY['uuid', 'jsonb', 'boolean'], 'text',
+                        'it returns text (committed, or late)');
+SELECT is_definer('undolog', 'commit', ARRAY['uuid', 'jsonb', 'boolean'], 'it is SECURITY DEFINER');
 
 SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000001'),
           'c0000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
@@ -102,5 +104,22 @@ SELECT lives_ok(
         jsonb_build_object('b', repeat('x', 1048576 - pg_column_size(jsonb_build_object('b', '')))))$$,
     'a result of exactly 1 MiB is accepted');
 
+-- p_async: the result commits asynchronously, for this transaction only, when asked.
+-- A client that turned synchronous_commit off still gets a durable intent.
+SET LOCAL synchronous_commit = off;
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000002', 1, 'a',
+              'compensable', '{}', pg_temp.sig('commit-async'), '{"name": "undo"}')),
+          'execute', 'setup: another executing effect');
+SELECT is(current_setting('synchronous_commit'), 'on',
+          'a client''s synchronous_commit = off is overridden by intercept: the intent commits durably');
+SELECT is(undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+                          WHERE call_signature = pg_temp.sig('commit-async')), '{"ok": 1}', true),
+          'committed', 'commit(..., p_async => true) answers committed');
+SELECT is(current_setting('synchronous_commit'), 'off',
+          '... and the transaction now commits asynchronously (set_config in the body, not a SET clause)');
+SELECT ok(NOT EXISTS (SELECT FROM pg_proc AS p, unnest(p.proconfig) AS c
+                      WHERE p.oid = 'undolog.commit(uuid, jsonb, boolean)'::regprocedure
+                        AND c LIKE 'synchronous_commit=%'),
+          'commit has no synchronous_commit SET clause (one would be undone before COMMIT)');
 SELECT * FROM finish();
 ROLLBACK;

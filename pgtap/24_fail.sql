@@ -1,12 +1,14 @@
 -- undolog.fail(p_effect_id, p_error): the body reported an error; executing -> pending
 -- with the error, so that the same call may run again. UL003 unknown, UL001 not executing.
 BEGIN;
-SELECT plan(26);
+SELECT plan(28);
 \ir _helpers.psql
 
-SELECT has_function('undolog', 'fail', ARRAY['uuid', 'text'], 'undolog.fail(uuid, text) exists');
-SELECT function_returns('undolog', 'fail', ARRAY['uuid', 'text'], 'void', 'it returns void');
-SELECT is_definer('undolog', 'fail', ARRAY['uuid', 'text'], 'it is SECURITY DEFINER');
+SELECT has_function('undolog', 'fail', ARRAY['uuid', 'text', 'boolean'],
+                    'undolog.fail(uuid, text, boolean) exists (p_async DEFAULT false)');
+SELECT function_returns('undolog', 'fail', ARRAY['uuid', 'text', 'boolean'], 'text',
+                        'it returns text (pending, or late)');
+SELECT is_definer('undolog', 'fail', ARRAY['uuid', 'text', 'boolean'], 'it is SECURITY DEFINER');
 
 SELECT is(undolog.begin_session('fa000000-0000-4000-8000-000000000001'),
           'fa000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
@@ -74,6 +76,15 @@ SELECT pg_temp.refused($$SELECT undolog.fail('99999999-9999-4999-8999-9999999999
                        'UL003', 'fail of an unknown effect: UL003');
 SELECT pg_temp.refused($$SELECT undolog.fail(NULL, 'x')$$,
                        'UL003', 'fail of a NULL effect id: UL003');
+
+-- p_async => true: the transaction commits asynchronously (opt-in, this transaction only).
+SELECT is((SELECT action FROM undolog.intercept('fa000000-0000-4000-8000-000000000001', 90, 'tool_z',
+              'compensable', '{}', pg_temp.sig('fail-async'), '{"name": "undo"}')),
+          'execute', 'setup: an executing effect');
+SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+                        WHERE call_signature = pg_temp.sig('fail-async')), 'boom', true)
+          || '/' || current_setting('synchronous_commit'),
+          'pending/off', 'fail(..., p_async => true) answers pending; the transaction commits asynchronously');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -26,7 +26,7 @@ SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM') AS this_month;
 CREATE FUNCTION pg_temp.this_month(p_parent text) RETURNS text LANGUAGE sql
 AS $$ SELECT 'undolog.' || p_parent || '_' || this_month FROM month $$;
 
-SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_effect_history), '>=', 4::bigint,
+SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_effect_history), '>=', 3::bigint,
               'setup: effect history has rows');
 SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_session_history), '>=', 2::bigint,
               'setup: session history has rows');

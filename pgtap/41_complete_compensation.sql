@@ -21,7 +21,7 @@ SELECT is(pg_temp.effect_state(:'f2'), 'compensated', 'the effect is compensated
 SELECT results_eq(
     format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
              WHERE effect_id = %L ORDER BY history_id$$, :'f2'),
-    $$VALUES (NULL, 'pending'), ('pending', 'executing'), ('executing', 'committed'),
+    $$VALUES (NULL, 'executing'), ('executing', 'committed'),
              ('committed', 'compensating'), ('compensating', 'compensated')$$,
     'the effect history holds the whole life of the call and its undoing'
 );

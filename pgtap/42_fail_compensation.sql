@@ -81,7 +81,7 @@ SELECT results_eq(
 );
 SELECT results_eq(
     format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L AND history_id > 0 ORDER BY history_id OFFSET 3$$, :'f2'),
+             WHERE effect_id = %L AND history_id > 0 ORDER BY history_id OFFSET 2$$, :'f2'),
     $$VALUES ('committed', 'compensating'), ('compensating', 'compensation_failed')$$,
     'the effect went compensating once, then compensation_failed'
 );

@@ -37,7 +37,7 @@ SELECT is(pg_temp.entry_state(:'f2') || '/' || pg_temp.effect_state(:'f2'), 'pen
           'the entry is pending, the effect compensating');
 SELECT results_eq(
     format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L ORDER BY history_id OFFSET 3$$, :'f2'),
+             WHERE effect_id = %L ORDER BY history_id OFFSET 2$$, :'f2'),
     $$VALUES ('committed', 'compensating'), ('compensating', 'compensation_failed'),
              ('compensation_failed', 'compensating')$$,
     'the effect history keeps the failed attempt, then compensation_failed -> compensating'

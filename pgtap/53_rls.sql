@@ -64,7 +64,7 @@ SELECT is(
     'agent A reads the history of its own effects only'
 );
 SELECT cmp_ok(
-    (SELECT count(*)::int FROM undolog.undolog_effect_history), '>=', 4,
+    (SELECT count(*)::int FROM undolog.undolog_effect_history), '>=', 3,
     'and all of it'
 );
 SELECT is(

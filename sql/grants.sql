@@ -14,8 +14,8 @@ GRANT EXECUTE ON FUNCTION undolog.complete_session(uuid) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail_session(uuid, text) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)
 TO undolog_agent;
-GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb) TO undolog_agent;
-GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb, boolean) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text, boolean) TO undolog_agent;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;

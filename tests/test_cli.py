@@ -61,8 +61,7 @@ def test_sessions_list_and_show(dsn: str, conn: Conn) -> None:
     assert shown.returncode == 0, shown.stderr
     timeline = json.loads(shown.stdout)["timeline"]
     assert [(e["tool_name"], e["to_state"]) for e in timeline] == [
-        ("create_user", "pending"),
-        ("create_user", "executing"),
+        ("create_user", "executing"),  # created executing: one event, not two
         ("create_user", "committed"),
         ("process_payout", "pending"),
     ]

@@ -84,8 +84,7 @@ def test_fail_then_retry_executes_again(conn: Conn) -> None:
         (first.effect_id,),
     ).fetchall()
     assert history == [
-        (None, "pending", None),
-        ("pending", "executing", None),
+        (None, "executing", None),  # created executing: one history row, not two
         ("executing", "pending", {"error": "smtp timeout"}),
         ("pending", "executing", None),
         ("executing", "committed", None),

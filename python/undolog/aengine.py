@@ -60,12 +60,22 @@ async def intercept(
     return Interception(*(await _one(conn, engine.INTERCEPT, params)))
 
 
-async def commit(conn: AsyncConnection, effect_id: uuid.UUID, result: Any) -> None:
-    await _one(conn, engine.COMMIT, (effect_id, Jsonb(result)))
+async def commit(
+    conn: AsyncConnection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
+) -> None:
+    query = engine.COMMIT_ASYNC if asynchronous else engine.COMMIT
+    engine.check_late((await _one(conn, query, (effect_id, Jsonb(result))))[0], effect_id, "commit")
 
 
-async def fail(conn: AsyncConnection, effect_id: uuid.UUID, error: str) -> None:
-    await _one(conn, engine.FAIL, (effect_id, error))
+async def fail(
+    conn: AsyncConnection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False
+) -> None:
+    query = engine.FAIL_ASYNC if asynchronous else engine.FAIL
+    engine.check_late((await _one(conn, query, (effect_id, error)))[0], effect_id, "fail")
+
+
+async def set_async_results(conn: AsyncConnection, on: bool) -> None:
+    await _one(conn, engine.ASYNC_RESULTS, ("on" if on else "off",))
 
 
 async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:

@@ -293,6 +293,7 @@ SESSION_COLUMNS = [
     "replays",
     "created_at",
     "error",
+    "needs_attention",
 ]
 # --json carries these too: they tell what "halted" means for this session
 SESSION_JSON_COLUMNS = [
@@ -303,6 +304,7 @@ SESSION_JSON_COLUMNS = [
     "resolved_by",
     "resolved_at",
     "resolution",
+    "attention_reason",
 ]
 
 
@@ -372,6 +374,8 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     )
     if s["error"]:
         print(f"error: {_printable(s['error'])}")
+    if s.get("needs_attention"):  # a result arrived after its compensation: see README
+        print(f"NEEDS ATTENTION: {_printable(s['attention_reason'])}")
     if s.get("resolved_at"):
         by, why = _printable(s["resolved_by"]), _printable(s["resolution"])
         print(f"abandoned by {by} at {s['resolved_at']}: {why}")

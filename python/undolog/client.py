@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
@@ -115,15 +116,43 @@ def seconds(value: float | timedelta) -> float:
 
 class _Base:
     def __init__(
-        self, lease: timedelta, walk_wait: float, in_progress_wait: float | timedelta
+        self,
+        lease: timedelta,
+        walk_wait: float,
+        in_progress_wait: float | timedelta,
+        durable_results: bool,
     ) -> None:
         self.lease = lease
         self.walk_wait = walk_wait
         self.in_progress_wait = seconds(in_progress_wait)
+        # False (the default): a call's result is committed asynchronously (see README,
+        # Performance); its intent, written by intercept, is always durable.
+        self.durable_results = durable_results
         self.compensations: dict[str, Callable[..., Any]] = {}
 
     def _in_progress_wait(self, given: float | timedelta | None) -> float:
         return self.in_progress_wait if given is None else seconds(given)
+
+    def _active(
+        self,
+        sid: uuid.UUID,
+        conn: engine.Connection | aengine.AsyncConnection,
+        state: str,
+        in_progress_wait: float | timedelta | None,
+        sent: float,
+        lease: timedelta,
+    ) -> ActiveSession:
+        """The session as the decorator sees it. Its lease runs from ``sent``, the moment
+        begin_session was sent: the server's expiry is later, so no clocks are compared."""
+        return ActiveSession(
+            sid,
+            conn,
+            state,
+            self._in_progress_wait(in_progress_wait),
+            durable_results=self.durable_results,
+            lease_deadline=sent + lease.total_seconds(),
+            lease_seconds=lease.total_seconds(),
+        )
 
     def _walk(
         self,
@@ -173,8 +202,9 @@ class UndoLog(_Base):
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
         in_progress_wait: float | timedelta = DEFAULT_IN_PROGRESS_WAIT,
+        durable_results: bool = False,
     ) -> None:
-        super().__init__(lease, walk_wait, in_progress_wait)
+        super().__init__(lease, walk_wait, in_progress_wait, durable_results)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
         self._async_client: AsyncUndoLog | None = None
@@ -229,6 +259,7 @@ class UndoLog(_Base):
                 lease=self.lease,
                 walk_wait=self.walk_wait,
                 in_progress_wait=self.in_progress_wait,
+                durable_results=self.durable_results,
             )
             client.compensations = self.compensations  # one registry for both
             self._async_client = client
@@ -245,18 +276,17 @@ class UndoLog(_Base):
     ) -> Iterator[ActiveSession]:
         lease = lease or self.lease
         with self.connection() as conn:
+            sent = time.monotonic()
             sid = engine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(
-                sid,
-                conn,
-                engine.session_state(conn, sid),
-                self._in_progress_wait(in_progress_wait),
-            )
+            state = engine.session_state(conn, sid)
+            active = self._active(sid, conn, state, in_progress_wait, sent, lease)
+            if not self.durable_results:
+                engine.set_async_results(conn, True)
             token = context.enter(active)
             stop = threading.Event()
             beat = threading.Thread(
                 target=self._beat,
-                args=(conn, sid, lease, stop),
+                args=(conn, active, lease, stop),
                 daemon=True,
                 name=f"undolog-heartbeat-{sid}",
             )
@@ -281,6 +311,9 @@ class UndoLog(_Base):
             finally:
                 self._stop(stop, beat)
                 context.leave(token)
+                if self.pool is not None and not self.durable_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        engine.set_async_results(conn, False)
 
     @staticmethod
     def _learn_state(conn: engine.Connection, active: ActiveSession) -> None:
@@ -310,15 +343,17 @@ class UndoLog(_Base):
 
     @staticmethod
     def _beat(
-        conn: engine.Connection, sid: uuid.UUID, lease: timedelta, stop: threading.Event
+        conn: engine.Connection, active: ActiveSession, lease: timedelta, stop: threading.Event
     ) -> None:
         while not stop.wait(_heartbeat_interval(lease)):
             try:
-                engine.heartbeat(conn, sid)
+                sent = time.monotonic()
+                engine.heartbeat(conn, active.session_id)
+                active.lease_deadline = sent + lease.total_seconds()
             except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
             except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
+                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
 
     def _after_failure(self, conn: engine.Connection, session_id: uuid.UUID) -> None:
         self._walk(conn, session_id)
@@ -369,8 +404,9 @@ class AsyncUndoLog(_Base):
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
         in_progress_wait: float | timedelta = DEFAULT_IN_PROGRESS_WAIT,
+        durable_results: bool = False,
     ) -> None:
-        super().__init__(lease, walk_wait, in_progress_wait)
+        super().__init__(lease, walk_wait, in_progress_wait, durable_results)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -403,16 +439,15 @@ class AsyncUndoLog(_Base):
         are UndoLog.session()'s."""
         lease = lease or self.lease
         async with self.connection() as conn:
+            sent = time.monotonic()
             sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(
-                sid,
-                conn,
-                await aengine.session_state(conn, sid),
-                self._in_progress_wait(in_progress_wait),
-            )
+            state = await aengine.session_state(conn, sid)
+            active = self._active(sid, conn, state, in_progress_wait, sent, lease)
+            if not self.durable_results:
+                await aengine.set_async_results(conn, True)
             token = context.enter(active)
             beat = (
-                asyncio.create_task(self._beat(conn, sid, lease))
+                asyncio.create_task(self._beat(conn, active, lease))
                 if active.state == "active"
                 else None
             )
@@ -435,6 +470,9 @@ class AsyncUndoLog(_Base):
             finally:
                 await self._stop(beat)
                 context.leave(token)
+                if self.pool is not None and not self.durable_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        await aengine.set_async_results(conn, False)
 
     @staticmethod
     async def _learn_state(conn: aengine.AsyncConnection, active: ActiveSession) -> None:
@@ -462,15 +500,17 @@ class AsyncUndoLog(_Base):
                 await beat
 
     @staticmethod
-    async def _beat(conn: aengine.AsyncConnection, sid: uuid.UUID, lease: timedelta) -> None:
+    async def _beat(conn: aengine.AsyncConnection, active: ActiveSession, lease: timedelta) -> None:
         while True:
             await asyncio.sleep(_heartbeat_interval(lease))
             try:
-                await aengine.heartbeat(conn, sid)
+                sent = time.monotonic()
+                await aengine.heartbeat(conn, active.session_id)
+                active.lease_deadline = sent + lease.total_seconds()
             except _SESSION_GONE:  # the session moved on: nothing left to keep alive
                 return
             except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", sid, exc)
+                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
 
     async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
         await self.run_walk(session_id)

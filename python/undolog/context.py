@@ -49,6 +49,14 @@ class ActiveSession:
     # (cancelled, interrupted, or a result JSON cannot carry): the session must then fail,
     # so that the walk compensates that call, rather than complete.
     unknown_outcome: str | None = None
+    # Results (commit, fail) are recorded with a durable commit rather than an
+    # asynchronous one (UndoLog(durable_results=True)).
+    durable_results: bool = False
+    # time.monotonic() by which the lease may have lapsed: the send time of the last
+    # begin_session or heartbeat that renewed it, plus the lease (the server's own expiry
+    # is later, so no clock of the two machines is compared). None: not tracked.
+    lease_deadline: float | None = None
+    lease_seconds: float = 0.0
     _steps: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

@@ -30,8 +30,12 @@ from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
+    LeaseLapsed,
+    PermissionDenied,
     ResultNotJSON,
+    SessionNotActive,
     UndoLogError,
+    UnknownSession,
 )
 from undolog.signature import call_signature
 from undolog.tiers import CompensationDescriptor, ToolTier
@@ -127,6 +131,58 @@ def _checked_result(spec: ToolSpec, session: ActiveSession, call: PreparedCall, 
     return result
 
 
+# A body does not start on a lease that may have lapsed: with less than this share of the
+# lease left (heartbeats renew it every third, so at least two thirds are normally left),
+# the lease is renewed first, and if that fails the body is not run.
+LEASE_SAFETY = 0.5
+
+
+def _lease_is_short(session: ActiveSession) -> bool:
+    deadline = session.lease_deadline
+    return deadline is not None and (
+        time.monotonic() >= deadline - session.lease_seconds * LEASE_SAFETY
+    )
+
+
+def _lease_lapsed(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> LeaseLapsed:
+    return LeaseLapsed(
+        f"{spec.name} step {call.step_index} was not run: the lease of session "
+        f"{session.session_id} may have lapsed before its body started (the agent was "
+        "paused, or heartbeats were late) and it could not be renewed; recovery may "
+        "already have failed the session and compensated the call"
+    )
+
+
+def _renewed(session: ActiveSession, sent: float) -> None:
+    session.lease_deadline = sent + session.lease_seconds
+
+
+def _ensure_lease(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> None:
+    if not _lease_is_short(session):
+        return
+    sent = time.monotonic()
+    try:
+        engine.heartbeat(cast(engine.Connection, session.connection), session.session_id)
+    except (SessionNotActive, UnknownSession, PermissionDenied) as exc:
+        raise _lease_lapsed(spec, session, call) from exc
+    _renewed(session, sent)
+
+
+async def _aensure_lease(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> None:
+    from undolog import aengine
+
+    if not _lease_is_short(session):
+        return
+    sent = time.monotonic()
+    try:
+        await aengine.heartbeat(
+            cast(aengine.AsyncConnection, session.connection), session.session_id
+        )
+    except (SessionNotActive, UnknownSession, PermissionDenied) as exc:
+        raise _lease_lapsed(spec, session, call) from exc
+    _renewed(session, sent)
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -194,15 +250,18 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
             return got.result_snapshot
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
+        _ensure_lease(spec, session, call)
+        asynchronous = not session.durable_results
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # the tool reported failure: it never took effect
-            engine.fail(conn, got.effect_id, _describe(exc))
+            engine.fail(conn, got.effect_id, _describe(exc), asynchronous=asynchronous)
             raise
         except BaseException:  # cancelled or interrupted: it may have acted
             session.unknown_outcome = f"{spec.name} step {call.step_index}"
             raise
-        engine.commit(conn, got.effect_id, _checked_result(spec, session, call, result))
+        checked = _checked_result(spec, session, call, result)
+        engine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
         return result
 
     return wrapper
@@ -234,15 +293,18 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
             return got.result_snapshot
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
+        await _aensure_lease(spec, session, call)
+        asynchronous = not session.durable_results
         try:
             result = await fn(*args, **kwargs)
         except Exception as exc:  # the tool reported failure: it never took effect
-            await aengine.fail(conn, got.effect_id, _describe(exc))
+            await aengine.fail(conn, got.effect_id, _describe(exc), asynchronous=asynchronous)
             raise
         except BaseException:  # cancelled or interrupted: it may have acted
             session.unknown_outcome = f"{spec.name} step {call.step_index}"
             raise
-        await aengine.commit(conn, got.effect_id, _checked_result(spec, session, call, result))
+        checked = _checked_result(spec, session, call, result)
+        await aengine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
         return result
 
     return wrapper

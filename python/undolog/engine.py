@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from undolog.errors import translate
+from undolog.errors import LateResult, translate
 from undolog.signature import call_signature as sign
 
 Connection = psycopg.Connection[Any]
@@ -54,7 +54,12 @@ BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
 HEARTBEAT = "SELECT undolog.heartbeat(%s)"
 INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
 COMMIT = "SELECT undolog.commit(%s, %s)"
+# The result record committed asynchronously (see commit() below).
+COMMIT_ASYNC = "SELECT undolog.commit(%s, %s, true)"
 FAIL = "SELECT undolog.fail(%s, %s)"
+FAIL_ASYNC = "SELECT undolog.fail(%s, %s, true)"
+# Replay bookkeeping on this connection commits asynchronously (read by intercept).
+ASYNC_RESULTS = "SELECT set_config('undolog.async_results', %s, false)"
 COMPLETE_SESSION = "SELECT undolog.complete_session(%s)"
 FAIL_SESSION = "SELECT undolog.fail_session(%s, %s)"
 SESSION_STATE = "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s"
@@ -143,12 +148,40 @@ def intercept(
     return Interception(*fetch_one(conn, INTERCEPT, params))
 
 
-def commit(conn: Connection, effect_id: uuid.UUID, result: Any) -> None:
-    fetch_one(conn, COMMIT, (effect_id, Jsonb(result)))
+def commit(
+    conn: Connection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
+) -> None:
+    """executing -> committed. ``asynchronous``: this transaction commits without waiting
+    for its WAL flush; a result lost in a server crash leaves the effect executing, which
+    the undo walk compensates (outcome unknown). Inside a transaction of your own, that
+    makes your own writes in it asynchronous too. LateResult when the walk had already
+    taken the effect (the engine recorded the result and flagged the session)."""
+    row = fetch_one(conn, COMMIT_ASYNC if asynchronous else COMMIT, (effect_id, Jsonb(result)))
+    check_late(row[0], effect_id, "commit")
 
 
-def fail(conn: Connection, effect_id: uuid.UUID, error: str) -> None:
-    fetch_one(conn, FAIL, (effect_id, error))
+def fail(conn: Connection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False) -> None:
+    """executing -> pending (the call never took effect); ``asynchronous`` as commit()."""
+    check_late(
+        fetch_one(conn, FAIL_ASYNC if asynchronous else FAIL, (effect_id, error))[0],
+        effect_id,
+        "fail",
+    )
+
+
+def check_late(answer: Any, effect_id: uuid.UUID, what: str) -> None:
+    """Raise LateResult when commit or fail answered 'late'."""
+    if answer == "late":
+        raise LateResult(
+            f"effect {effect_id}: this {what} arrived after the undo walk had taken the call "
+            "(its lease lapsed while the agent was paused); the engine recorded it in the "
+            "effect's history, which flags the session for an operator (needs_attention)"
+        )
+
+
+def set_async_results(conn: Connection, on: bool) -> None:
+    """Replay bookkeeping on this connection commits asynchronously (or no longer does)."""
+    fetch_one(conn, ASYNC_RESULTS, ("on" if on else "off",))
 
 
 def complete_session(conn: Connection, session_id: uuid.UUID) -> str:

@@ -104,6 +104,21 @@ class ResultNotJSON(UndoLogError, TypeError):
     """
 
 
+class LeaseLapsed(SessionNotActive):
+    """The session's lease may have run out before a journaled body was to run (the
+    agent was paused, or its heartbeats were late), and renewing it failed: recovery may
+    already have failed the session and compensated the call, so the body is not run.
+    Raised by the binding; the call stays in the journal for the undo walk."""
+
+
+class LateResult(InvalidStateTransition):
+    """A commit or fail arrived for an effect that the undo walk had already taken
+    (compensating, compensated, compensation_failed): its agent was paused past its
+    lease. The engine recorded what arrived in the effect's history, which flags the
+    session for an operator (``sessions_overview.needs_attention``): the effect may
+    stand although the journal says it was undone."""
+
+
 class CallInProgress(UndoLogError):
     """The same call is journaled as executing (an earlier run of this session started it
     and never reported its outcome: a crashed agent, or the same call still running

@@ -1,12 +1,21 @@
 -- undolog.commit: the body succeeded; executing -> committed, result cached for replays.
--- A NULL result is stored as JSON null.
+-- A NULL result is stored as JSON null. Answers 'committed', or 'late' when the undo walk
+-- had already taken the effect (recorded and flagged: see finish_execution).
+-- p_async => true commits this transaction asynchronously (synchronous_commit off, for
+-- this transaction only): a result lost in a server crash leaves the effect executing,
+-- which the undo walk already treats as "outcome unknown: compensate". Opt-in per call,
+-- because a caller who commits inside a transaction of their own makes their own writes
+-- in it asynchronous too. The two-argument form stays: p_async defaults to false.
 -- The success path is inline (one lookup joining the registry to the session's owner,
 -- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
 -- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,
 -- another role's session, an effect that is not executing) goes through check_payload
 -- and finish_execution, which raise the documented errors.
-CREATE OR REPLACE FUNCTION undolog.commit(p_effect_id uuid, p_result jsonb)
-RETURNS void
+
+CREATE OR REPLACE FUNCTION undolog.commit(
+    p_effect_id uuid, p_result jsonb, p_async boolean DEFAULT FALSE
+)
+RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
@@ -16,6 +25,11 @@ DECLARE
     v_session_id uuid;
     v_executed_at timestamptz;
 BEGIN
+    IF p_async THEN
+        -- In the body, not a SET clause: a SET clause is undone when the function
+        -- returns, before the transaction commits.
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+    END IF;
     IF pg_catalog.pg_column_size(p_result) > undolog.max_payload_bytes() THEN
         PERFORM undolog.check_payload('result', p_result);
     END IF;
@@ -29,12 +43,12 @@ BEGIN
         WHERE e.session_id = v_session_id AND e.effect_id = p_effect_id
           AND e.executed_at = v_executed_at AND e.state = 'executing';
         IF FOUND THEN
-            RETURN;
+            RETURN 'committed';
         END IF;
     END IF;
-    PERFORM undolog.finish_execution(p_effect_id, 'committed',
-                                     coalesce(p_result, 'null'::jsonb), NULL);
+    RETURN undolog.finish_execution(p_effect_id, 'committed',
+                                    coalesce(p_result, 'null'::jsonb), NULL);
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.commit(uuid, jsonb) FROM public;
+REVOKE ALL ON FUNCTION undolog.commit(uuid, jsonb, boolean) FROM public;

@@ -2,6 +2,7 @@
 -- every partition). Identity columns never change; a state change must be one of
 -- undolog.effect_transition_allowed; every state change and every replay is appended to
 -- undolog_effect_history. Because it is a trigger, no code path can skip the history.
+-- A new call is one history row (its creation in its starting state), not two.
 CREATE OR REPLACE FUNCTION undolog.effect_log_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -19,18 +20,12 @@ BEGIN
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state);
         END IF;
-        IF NEW.state = 'pending' THEN
-            INSERT INTO undolog.undolog_effect_history
-                (session_id, effect_id, executed_at, event, from_state, to_state)
-            VALUES (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending');
-        ELSE
-            INSERT INTO undolog.undolog_effect_history
-                (session_id, effect_id, executed_at, event, from_state, to_state)
-            VALUES
-                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending'),
-                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', 'pending',
-                 NEW.state);
-        END IF;
+        -- One history row per insert, whatever the starting state: NULL -> pending, or
+        -- NULL -> executing for a COMPENSABLE call that intercept executes at once (the
+        -- pending -> executing step of the state machine, taken in the same statement).
+        INSERT INTO undolog.undolog_effect_history
+            (session_id, effect_id, executed_at, event, from_state, to_state)
+        VALUES (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, NEW.state);
         RETURN NEW;
     END IF;
 

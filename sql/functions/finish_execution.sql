@@ -1,11 +1,19 @@
 -- undolog.finish_execution: move an executing effect to its outcome, committed (with its
--- result) or pending (with the error, so that it may be retried). UL003 for an unknown
--- effect, UL001 when the effect is not executing (e.g. committed twice, or the undo walk
--- already took it). Shared by commit() and fail().
+-- result) or pending (with the error, so that it may be retried); answers p_to.
+-- UL003 for an unknown effect, UL001 when the effect is not executing (e.g. committed
+-- twice). Shared by commit() and fail().
+-- A result that arrives for an effect the undo walk has already taken (compensating,
+-- compensated, compensation_failed) is not refused and forgotten: its agent was paused
+-- past its lease, so the body may have acted after (or while) its compensation ran. What
+-- arrived, when and from whom is appended to the effect's history ('late_commit' or
+-- 'late_fail'), which flags the session for an operator (sessions_overview's
+-- needs_attention reads it), this record commits durably whatever the caller asked, and
+-- the answer is 'late'.
+
 CREATE OR REPLACE FUNCTION undolog.finish_execution(
     p_effect_id uuid, p_to text, p_result jsonb, p_error text
 )
-RETURNS void
+RETURNS text
 LANGUAGE plpgsql
 SET search_path = undolog, pg_temp
 SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
@@ -13,6 +21,7 @@ AS $$
 DECLARE
     v_key undolog.undolog_signature_registry := undolog.locate_effect(p_effect_id);
     v_state text;
+    v_event text := CASE p_to WHEN 'committed' THEN 'late_commit' ELSE 'late_fail' END;
 BEGIN
     PERFORM undolog.check_session_caller(
         v_key.session_id,
@@ -25,12 +34,27 @@ BEGIN
     WHERE e.session_id = v_key.session_id AND e.effect_id = v_key.effect_id
       AND e.executed_at = v_key.executed_at AND e.state = 'executing';
     IF FOUND THEN
-        RETURN;
+        RETURN p_to;
     END IF;
     SELECT e.state INTO v_state
     FROM undolog.undolog_effect_log AS e
     WHERE e.session_id = v_key.session_id AND e.effect_id = v_key.effect_id
-      AND e.executed_at = v_key.executed_at;
+      AND e.executed_at = v_key.executed_at
+    FOR SHARE;
+    IF v_state IN ('compensating', 'compensated', 'compensation_failed') THEN
+        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+        INSERT INTO undolog.undolog_effect_history
+            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+        VALUES (
+            v_key.session_id, v_key.effect_id, v_key.executed_at, v_event, v_state, v_state,
+            pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+                'arrived', p_to,
+                'result', CASE WHEN p_to = 'committed' THEN p_result END,
+                'error', p_error,
+                'arrived_at', pg_catalog.clock_timestamp()))
+        );
+        RETURN 'late';
+    END IF;
     RAISE EXCEPTION USING
         ERRCODE = 'UL001',
         MESSAGE = pg_catalog.format('invalid effect transition %s -> %s', v_state, p_to),

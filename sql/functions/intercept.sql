@@ -9,6 +9,12 @@
 -- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
 -- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
 -- the undo stack and an approval request, and suspends the session.
+-- Durability: whatever the client's synchronous_commit, a transaction that writes an
+-- intent (a new call, a retry, an approved call made again) commits durably: a session
+-- or database set to off must not let a body act with no durable intent. Replay
+-- bookkeeping (replay_count, the 'replayed' event) commits asynchronously when the
+-- client asked for asynchronous results (SET undolog.async_results = on): losing it in a
+-- crash loses a counter, never an effect.
 CREATE OR REPLACE FUNCTION undolog.intercept(
     p_session_id uuid,
     p_step_index integer,
@@ -37,7 +43,13 @@ DECLARE
     v_effect undolog.undolog_effect_log;
     v_approval_id uuid;
     v_approval_state text;
+    v_client_sync text := pg_catalog.current_setting('synchronous_commit');
 BEGIN
+    IF v_client_sync = 'off' THEN
+        -- In the body, not a SET clause: a SET clause is undone when the function
+        -- returns, before the transaction commits. 'local' and stronger settings stay.
+        PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+    END IF;
     PERFORM undolog.check_call(p_session_id, p_step_index, p_tool_name, p_tier, p_args,
                                p_call_signature, p_compensation);
 
@@ -47,19 +59,28 @@ BEGIN
         RETURN;
     END IF;
 
-    -- FOR SHARE: a concurrent fail_session waits until this call's undo entry is visible.
-    -- An IRREVERSIBLE call may move the session (to awaiting_approval): it takes the row
-    -- FOR UPDATE at once, since two share lockers upgrading at the same time deadlock.
+    -- The session's advisory lock, shared: whatever moves the session (fail_session,
+    -- recover: lock_session) waits until this call's undo entry is visible, and no row is
+    -- written to say so (session_lock_key). An IRREVERSIBLE call may move the session (to
+    -- awaiting_approval): it takes the row FOR UPDATE, then the lock exclusive, in
+    -- lock_session's order. Under REPEATABLE READ or SERIALIZABLE, this transaction's
+    -- snapshot may predate a fail_session that committed while it waited: FOR SHARE then
+    -- raises the serialization failure that reading without a row lock would miss.
     IF p_tier = 'irreversible' THEN
         SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.undolog_sessions AS s
-        WHERE s.session_id = p_session_id
-        FOR UPDATE;
+        FROM undolog.lock_session(p_session_id) AS s;
     ELSE
-        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.undolog_sessions AS s
-        WHERE s.session_id = p_session_id
-        FOR SHARE;
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(undolog.session_lock_key(p_session_id));
+        IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+            SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+            FROM undolog.undolog_sessions AS s
+            WHERE s.session_id = p_session_id;
+        ELSE
+            SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+            FROM undolog.undolog_sessions AS s
+            WHERE s.session_id = p_session_id
+            FOR SHARE;
+        END IF;
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
@@ -71,7 +92,7 @@ BEGIN
 
     INSERT INTO undolog.undolog_signature_registry
         (session_id, call_signature, effect_id, executed_at)
-    VALUES (p_session_id, p_call_signature, gen_random_uuid(), now())
+    VALUES (p_session_id, p_call_signature, undolog.uuid_v7(), now())
     ON CONFLICT DO NOTHING
     RETURNING undolog_signature_registry.effect_id, undolog_signature_registry.executed_at
     INTO v_effect_id, v_executed_at;
@@ -138,6 +159,10 @@ BEGIN
 
     CASE v_effect.state
     WHEN 'committed' THEN
+        IF v_client_sync = 'off'
+           OR pg_catalog.current_setting('undolog.async_results', true) = 'on' THEN
+            PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+        END IF;
         UPDATE undolog.undolog_effect_log AS e
         SET replay_count = e.replay_count + 1, last_replayed_at = now()
         WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id

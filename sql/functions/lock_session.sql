@@ -1,5 +1,8 @@
--- undolog.lock_session: a session's row, locked FOR UPDATE; UL002 when there is none.
--- Every function that moves a session on starts here, so they serialise on the row.
+-- undolog.lock_session: a session's row, locked FOR UPDATE, and its advisory lock
+-- (session_lock_key) held exclusive, so that journaled calls in flight (intercept holds
+-- it shared) finish first; UL002 when there is none. Every function that moves a session
+-- on starts here, so they serialise on the row. Row first, then the advisory lock: the
+-- order every path takes, so that none waits for the other in reverse.
 CREATE OR REPLACE FUNCTION undolog.lock_session(p_session_id uuid)
 RETURNS undolog.undolog_sessions
 LANGUAGE plpgsql
@@ -17,6 +20,8 @@ BEGIN
             ERRCODE = 'UL002',
             MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
     END IF;
+    -- intercept never writes the session row, so the row read above stays current.
+    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.session_lock_key(p_session_id));
     RETURN v_session;
 END
 $$;

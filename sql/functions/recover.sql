@@ -1,7 +1,8 @@
 -- undolog.recover: what a recovery worker calls on startup and then periodically.
 -- 1. Every active session whose lease ran out (its agent stopped heartbeating: it died)
 --    becomes failed, error 'lease expired'. Sessions another transaction holds right now
---    are skipped (SKIP LOCKED): their agent is evidently alive; the next run sees them.
+--    are skipped (SKIP LOCKED, and a session whose advisory lock an intercept holds):
+--    their agent is evidently alive; the next run sees them.
 --    awaiting_approval sessions are left alone: they wait for a human, not for an agent.
 -- 2. Answers every session whose undo walk must run now, i.e. where claim_compensation
 --    would hand out an entry or finish the walk: failed sessions, and compensating ones
@@ -22,6 +23,10 @@ BEGIN
         SELECT x.session_id
         FROM undolog.undolog_sessions AS x
         WHERE x.state = 'active' AND x.lease_expires_at <= now()
+          -- A call of the session being journaled right now (intercept holds the
+          -- session's advisory lock shared): skipped like a locked row, the next run
+          -- sees it.
+          AND pg_catalog.pg_try_advisory_xact_lock(undolog.session_lock_key(x.session_id))
         FOR UPDATE SKIP LOCKED
     )
     AND s.state = 'active';
