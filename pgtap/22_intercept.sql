@@ -1,9 +1,11 @@
 -- undolog.intercept(session, step, tool, tier, args, signature, compensation): the one
 -- call an agent makes before a journaled tool body runs. New calls, duplicates (replay,
--- in_progress, retry after fail), lying clients (UL005), sessions that take no new calls
--- (UL010), and every kind of bad input, each refused with its SQLSTATE, writing nothing.
+-- in_progress, retry after fail), lying clients (UL005), a signature forged under another
+-- session (a new call of that session, nothing of the first), sessions that take no new
+-- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
+-- nothing.
 BEGIN;
-SELECT plan(162);
+SELECT plan(164);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'intercept',
@@ -216,10 +218,6 @@ SELECT is((SELECT replay_count || '/' || (SELECT count(*) FROM undolog.undolog_e
 -- Same signature, different call: a lying client (UL005), nothing written.
 ------------------------------------------------------------------------------------------
 SELECT pg_temp.refused(
-    $$SELECT * FROM undolog.intercept('5e550000-0000-4000-8000-000000000002', 0, 'create_user',
-        'compensable', '{"name": "ada"}', pg_temp.sig('c1'), '{"name": "delete_user"}')$$,
-    'UL005', 'same signature, another session: UL005');
-SELECT pg_temp.refused(
     $$SELECT * FROM undolog.intercept('5e550000-0000-4000-8000-000000000001', 7, 'create_user',
         'compensable', '{"name": "ada"}', pg_temp.sig('c1'), '{"name": "delete_user"}')$$,
     'UL005', 'same signature, another step: UL005');
@@ -235,12 +233,42 @@ SELECT pg_temp.refused(
     $$SELECT * FROM undolog.intercept('5e550000-0000-4000-8000-000000000001', 0, 'create_user',
         'irreversible', '{"name": "ada"}', pg_temp.sig('c1'))$$,
     'UL005', 'same signature, another tier: UL005');
-SELECT pg_temp.refused(
-    $$SELECT * FROM undolog.intercept('5e550000-0000-4000-8000-000000000002', 2, 'send_email',
-        'irreversible', '{"to": "ada"}', pg_temp.sig('i1'))$$,
-    'UL005', 'the pending irreversible call''s signature from another session: UL005');
 SELECT is((SELECT replay_count FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c1')),
           2, 'no mismatch was counted as a replay');
+
+------------------------------------------------------------------------------------------
+-- The same signature under another session: signatures are unique per session only (the
+-- preimage holds the session id, so this one is forged). It is looked up in its own
+-- session, where it is a new call: it gets nothing of the first session's (not its
+-- effect, not its result, not its approval).
+------------------------------------------------------------------------------------------
+SELECT is(undolog.begin_session('5e550000-0000-4000-8000-00000000000a'),
+          '5e550000-0000-4000-8000-00000000000a'::uuid, 'setup: session S10');
+SELECT is(pg_temp.call('forged_c1', '5e550000-0000-4000-8000-00000000000a', 0, 'create_user',
+                       'compensable', '{"name": "ada"}', 'c1', '{"name": "delete_user"}'),
+          'execute', 'c1''s signature under another session: a new call of that session');
+SELECT results_eq(
+    $$SELECT e.session_id, e.state, e.result_snapshot, e.replay_count,
+             c.effect_id <> pg_temp.eid('c1'), c.result_snapshot
+      FROM calls AS c JOIN undolog.undolog_effect_log AS e ON e.effect_id = c.effect_id
+      WHERE c.name = 'forged_c1'$$,
+    $$VALUES ('5e550000-0000-4000-8000-00000000000a'::uuid, 'executing', NULL::jsonb, 0,
+              true, NULL::jsonb)$$,
+    '... its own effect, executing: not c1''s effect nor its committed result');
+SELECT is(pg_temp.call('forged_i1', '5e550000-0000-4000-8000-00000000000a', 2, 'send_email',
+                       'irreversible', '{"to": "ada"}', 'i1'),
+          'await_approval', 'i1''s signature under another session: a new call awaiting approval');
+SELECT ok((SELECT approval_id IS NOT NULL AND approval_id <> (SELECT approval_id FROM calls
+                                                               WHERE name = 'i1')
+           FROM calls WHERE name = 'forged_i1'),
+          '... with an approval request of its own, not i1''s');
+SELECT results_eq(
+    $$SELECT session_id, count(*) FROM undolog.undolog_signature_registry
+      WHERE call_signature IN (pg_temp.sig('c1'), pg_temp.sig('i1'))
+      GROUP BY session_id ORDER BY session_id$$,
+    $$VALUES ('5e550000-0000-4000-8000-000000000001'::uuid, 2::bigint),
+             ('5e550000-0000-4000-8000-00000000000a'::uuid, 2::bigint)$$,
+    'the registry holds each signature once per session');
 
 ------------------------------------------------------------------------------------------
 -- Fail, then the same call again: it executes again (attempt 2).

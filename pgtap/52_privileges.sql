@@ -42,7 +42,10 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'retry_compensation'),
     ('undolog_operator', 'abandon_session'),
     ('undolog_operator', 'rollback_session'),
-    ('undolog_approver', 'rollback_session');
+    ('undolog_approver', 'rollback_session'),
+    ('undolog_agent', 'version'),
+    ('undolog_approver', 'version'),
+    ('undolog_operator', 'version');
 
 -- Every function of the schema, with a call that type-checks: each argument is a typed
 -- NULL behind a sub-select. A bare NULL constant would let the planner fold a STRICT

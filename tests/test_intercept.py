@@ -146,7 +146,10 @@ def test_replay_with_altered_call_is_a_signature_mismatch(
     assert _counts(conn) == before
 
 
-def test_signature_of_another_session_is_a_mismatch(conn: Conn) -> None:
+def test_signature_of_another_session_gets_nothing_of_it(conn: Conn) -> None:
+    """Signatures are unique per session (the registry's key, as Citus can enforce it): a
+    signature copied from another session is a new call of the copier's own session, with
+    its own effect, and never the victim's effect or result."""
     victim = engine.begin_session(conn)
     args = {"email": "ada@example.com"}
     signature = call_signature(victim, 0, "create_user", args)
@@ -154,17 +157,28 @@ def test_signature_of_another_session_is_a_mismatch(conn: Conn) -> None:
     assert found.effect_id is not None
     engine.commit(conn, found.effect_id, {"secret": "victim's result"})
     attacker = engine.begin_session(conn)
-    with pytest.raises(errors.SignatureMismatch):
-        engine.intercept(
-            conn,
-            attacker,
-            0,
-            "create_user",
-            "compensable",
-            args,
-            DELETE_USER,
-            call_signature=signature,
-        )
+    forged = engine.intercept(
+        conn,
+        attacker,
+        0,
+        "create_user",
+        "compensable",
+        args,
+        DELETE_USER,
+        call_signature=signature,
+    )
+    assert forged.action == "execute"
+    assert forged.effect_id not in (None, found.effect_id)
+    assert forged.result_snapshot is None
+    rows = conn.execute(
+        "SELECT session_id, state, result_snapshot, replay_count FROM undolog.undolog_effect_log"
+        " WHERE call_signature = %s ORDER BY state",
+        (signature,),
+    ).fetchall()
+    assert rows == [
+        (victim, "committed", {"secret": "victim's result"}, 0),
+        (attacker, "executing", None, 0),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The ``undolog`` command: install, inspect, decide, recover.
 
     undolog migrate [--target NAME]            install or upgrade the engine
+    undolog status | migrate --check           is the engine up to date? (exit 0 yes, 1 no)
     undolog install-sql                        print the install as one plain SQL script
     undolog sessions list [--state S]          sessions, newest first
     undolog sessions show SESSION_ID           one session and its effect timeline
@@ -28,6 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import psycopg
@@ -36,7 +38,14 @@ from psycopg.rows import dict_row
 from undolog import approvals, partitions, saga
 from undolog.engine import translated
 from undolog.errors import UndoLogError, UnknownApproval, UnknownSession
-from undolog.migrations import MigrationError, install_script, migrate
+from undolog.migrations import (
+    MigrationError,
+    describe_applied,
+    engine_version,
+    install_script,
+    migrate,
+)
+from undolog.migrations import status as migration_status
 from undolog.walk import work
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
@@ -88,13 +97,26 @@ def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: s
         print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    """What migrate would do; exit 0 when the database is up to date, 1 when not."""
+    with _connect(args) as conn:
+        found = migration_status(conn)
+    if args.json:
+        print(json.dumps({"up_to_date": found.up_to_date, **asdict(found)}))
+    else:
+        print("\n".join(found.describe()) or f"up to date (undolog {engine_version()})")
+    return EXIT_OK if found.up_to_date else EXIT_ERROR
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    if getattr(args, "check", False):
+        return _cmd_status(args)
     with _connect(args) as conn:
         applied = migrate(conn, target=args.target)
     if args.json:
         print(json.dumps({"applied": applied}))
     else:
-        print("\n".join(f"applied {name}" for name in applied) or "up to date")
+        print("\n".join(f"applied {a}" for a in describe_applied(applied)) or "up to date")
     return EXIT_OK
 
 
@@ -308,11 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="undolog", description=(__doc__ or "").split("\n")[0], parents=[common]
     )
+    parser.add_argument("--version", action="version", version=f"undolog {engine_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
     p.add_argument("--target", help="stop after this migration (default: apply all)")
+    p.add_argument("--check", action="store_true", help="change nothing: same as status")
     p.set_defaults(func=_cmd_migrate)
+    p = sub.add_parser("status", parents=[common], help="is the engine up to date? (0 yes, 1 no)")
+    p.set_defaults(func=_cmd_status)
     p = sub.add_parser("install-sql", parents=[common], help="print the plain-SQL install")
     p.set_defaults(func=_cmd_install_sql)
 

@@ -30,7 +30,7 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
-from undolog.migrations import migrate
+from undolog.migrations import describe_applied, migrate
 from undolog.walk import CompensationCall
 
 
@@ -213,7 +213,7 @@ def summary(dsn: str) -> None:
 def run(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         applied = migrate(conn)
-        say(f"engine installed: {', '.join(applied) or 'already up to date'}\n")
+        say(f"engine installed: {', '.join(describe_applied(applied)) or 'already up to date'}\n")
         ul = build_app(dsn)
         story_completes(ul)
         story_rolls_back(ul, conn)

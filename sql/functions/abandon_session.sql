@@ -1,0 +1,35 @@
+-- undolog.abandon_session: an operator closes a halted session without finishing its
+-- walk (they dealt with what is left by hand). The session stays halted and becomes
+-- resolved: resolved_by = p_by, resolved_at = now(), resolution = p_reason, all fixed from
+-- then on; recover() never offers it again, and no operator function accepts it.
+-- Unfinished entries stay as they are, as the record of what was not undone.
+-- p_reason is required here: it is the only account of what was done instead.
+-- Answers the session's state ('halted'). UL008 empty p_by or p_reason; UL002 unknown
+-- session; UL001 not halted, or already abandoned.
+CREATE OR REPLACE FUNCTION undolog.abandon_session(
+    p_session_id uuid, p_by text, p_reason text
+)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+BEGIN
+    PERFORM undolog.check_operator(p_by);
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = 'p_reason must say how the session was resolved: non-empty text';
+    END IF;
+    PERFORM undolog.lock_halted_session(p_session_id);
+    UPDATE undolog.undolog_sessions AS s
+    SET resolved_by = p_by, resolved_at = now(), resolution = left(p_reason, 8192)
+    WHERE s.session_id = p_session_id;
+    INSERT INTO undolog.undolog_operator_actions
+        (session_id, action, undo_id, performed_by, reason)
+    VALUES (p_session_id, 'abandon', NULL, p_by, left(p_reason, 8192));
+    RETURN 'halted';
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.abandon_session(uuid, text, text) FROM public;

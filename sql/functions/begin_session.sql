@@ -1,0 +1,56 @@
+-- undolog.begin_session: start a session, or resume it. A new session is active with a
+-- lease of p_lease; an existing active one has its lease renewed; a session in any other
+-- state is answered unchanged (its committed calls still replay; new calls are refused).
+-- Another login's session is refused (42501), unless the caller is an approver/operator.
+CREATE OR REPLACE FUNCTION undolog.begin_session(
+    p_session_id uuid DEFAULT NULL,
+    p_agent text DEFAULT NULL,
+    p_metadata jsonb DEFAULT '{}',
+    p_lease interval DEFAULT '5 minutes'
+)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_session_id uuid := coalesce(p_session_id, gen_random_uuid());
+    v_owner_role text;
+BEGIN
+    IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('lease must be between 1 second and 1 day, not %s',
+                                        coalesce(p_lease::text, 'NULL'));
+    END IF;
+    IF length(p_agent) > 200 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = 'agent must be at most 200 characters';
+    END IF;
+    IF p_metadata IS NULL OR jsonb_typeof(p_metadata) <> 'object' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('metadata must be a JSON object, not %s',
+                                        coalesce(jsonb_typeof(p_metadata), 'NULL'));
+    END IF;
+    PERFORM undolog.check_payload('metadata', p_metadata);
+
+    INSERT INTO undolog.undolog_sessions AS s
+        (session_id, agent, metadata, lease_duration, lease_expires_at)
+    VALUES (v_session_id, p_agent, p_metadata, p_lease, now() + p_lease)
+    ON CONFLICT (session_id) DO UPDATE
+    SET lease_duration = excluded.lease_duration,
+        lease_expires_at = excluded.lease_expires_at
+    WHERE s.state = 'active' AND s.owner_role = session_user
+    RETURNING s.owner_role INTO v_owner_role;
+    IF NOT FOUND THEN  -- an existing session, not resumed: is it even the caller's?
+        SELECT s.owner_role INTO v_owner_role FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = v_session_id;
+        PERFORM undolog.check_session_caller(v_session_id, v_owner_role);
+    END IF;
+    RETURN v_session_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.begin_session(uuid, text, jsonb, interval) FROM public;

@@ -1,0 +1,187 @@
+-- undolog.claim_compensation: hand the next compensation of a session's undo walk to a
+-- walker, strictly LIFO. Answers one row (undo_id, effect_id, tool_name, compensation,
+-- args, result_snapshot, attempt) or none. The walker runs compensation ->> 'name' with
+-- compensation -> 'args', the original call's args and result_snapshot (NULL when the
+-- call's outcome is unknown), passing undo_id as the idempotency key, then calls
+-- complete_compensation or fail_compensation.
+--
+-- The top unfinished entry (pending or in flight, highest stack_position) is the only
+-- candidate. No row when it is not available: in flight under a live claim, locked by
+-- another transaction, or waiting for its retry time. A lower entry is never handed out
+-- instead: that would undo an older call before a newer one.
+-- On the way down, entries with nothing to undo are skipped (entry -> skipped):
+--   - a COMPENSABLE call that failed and was reported (effect pending): it never acted;
+--   - a barrier (IRREVERSIBLE call) that never acted: effect pending, approved, rejected.
+-- A barrier whose call may have acted (committed, or executing: outcome unknown) stops
+-- the walk: the session halts for a human, and it and every entry below stay pending.
+-- When no unfinished entry is left, the session becomes compensated (no row): the walk
+-- ends with the claim that finds nothing left, never in complete_compensation.
+--
+-- Claiming moves the session failed -> compensating (first claim), the effect committed
+-- or executing -> compensating, the entry -> compensating (in flight) until
+-- now() + claim timeout: p_claim_timeout, else the GUC undolog.claim_timeout, else
+-- 5 minutes. An entry whose claim expired (its walker died) is handed out again as a new
+-- attempt; if that claim had been its last allowed attempt, the entry is given up instead
+-- (compensation_failed, session halted), so a compensation that kills its walker every
+-- time cannot loop forever.
+--
+-- UL002 unknown session; UL010 when the session has no walk to run (active, completed,
+-- awaiting_approval) or its walk is stopped (halted: an operator must act). A compensated
+-- session answers no row, so a late walker simply finds the walk over.
+CREATE OR REPLACE FUNCTION undolog.claim_compensation(
+    p_session_id uuid, p_claim_timeout interval DEFAULT NULL
+)
+RETURNS TABLE (
+    undo_id uuid,
+    effect_id uuid,
+    tool_name text,
+    compensation jsonb,
+    args jsonb,
+    result_snapshot jsonb,
+    attempt integer
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_timeout interval;
+    v_max_default integer;
+    v_state text;
+    v_top_id uuid;
+    v_entry undolog.undolog_undo_stack;
+    v_effect undolog.undolog_effect_log;
+    v_attempt integer;
+BEGIN
+    -- Every setting is read before anything is written: a bad one writes nothing.
+    v_timeout := coalesce(p_claim_timeout,
+                          undolog.setting_interval('undolog.claim_timeout', interval '5 minutes'));
+    IF v_timeout <= interval '0' OR v_timeout > interval '1 day' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('claim timeout must be a positive interval up to 1 day, not %s',
+                                        v_timeout);
+    END IF;
+    v_max_default := undolog.setting_integer('undolog.default_max_attempts', 5, 1, 100);
+
+    -- The session row serialises the claims of one session and the session transitions
+    -- they make; walkers of different sessions never wait for each other.
+    v_state := (undolog.lock_session(p_session_id)).state;
+    IF v_state = 'compensated' THEN
+        RETURN;
+    END IF;
+    IF v_state NOT IN ('failed', 'compensating') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL010',
+            MESSAGE = pg_catalog.format('session %s is %s: %s', p_session_id, v_state,
+                CASE v_state
+                    WHEN 'halted' THEN 'its undo walk is stopped until an operator acts'
+                    ELSE 'there is no undo walk to run (only a failed session is undone)'
+                END);
+    END IF;
+    IF v_state = 'failed' THEN
+        PERFORM undolog.transition_session(p_session_id, 'compensating');
+    END IF;
+
+    LOOP
+        -- The top unfinished entry, found first and then locked on its own, so that a
+        -- locked top entry means "no row", never "the next one down".
+        SELECT u.undo_id INTO v_top_id
+        FROM undolog.undolog_undo_stack AS u
+        WHERE u.session_id = p_session_id AND u.state IN ('pending', 'compensating')
+        ORDER BY u.stack_position DESC
+        LIMIT 1;
+        IF NOT FOUND THEN
+            PERFORM undolog.transition_session(p_session_id, 'compensated');
+            RETURN;
+        END IF;
+
+        SELECT u.* INTO v_entry
+        FROM undolog.undolog_undo_stack AS u
+        WHERE u.session_id = p_session_id AND u.undo_id = v_top_id
+          AND u.state IN ('pending', 'compensating')
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;  -- another transaction holds the top entry
+        END IF;
+        IF v_entry.state = 'compensating' AND v_entry.claimed_until > now() THEN
+            RETURN;  -- in flight under a live claim
+        END IF;
+        IF v_entry.state = 'pending' AND v_entry.next_attempt_at > now() THEN
+            RETURN;  -- waiting for its retry
+        END IF;
+
+        SELECT e.* INTO STRICT v_effect
+        FROM undolog.undolog_effect_log AS e
+        WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
+          AND e.executed_at = v_entry.executed_at
+        FOR UPDATE;
+
+        IF v_entry.compensation IS NULL THEN
+            -- A barrier. Anything but "it certainly never ran" halts: a human must judge
+            -- what an irreversible call that may have acted did.
+            IF v_effect.state IN ('pending', 'approved', 'rejected') THEN
+                UPDATE undolog.undolog_undo_stack AS u
+                SET state = 'skipped'
+                WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
+                CONTINUE;
+            END IF;
+            PERFORM undolog.halt_walk(
+                p_session_id, v_entry.undo_id,
+                pg_catalog.format('the undo walk reached irreversible call %s (effect %s, %s), '
+                                  'which nothing can undo', v_effect.tool_name,
+                                  v_effect.effect_id, v_effect.state)
+            );
+            RETURN;
+        END IF;
+
+        IF v_effect.state = 'pending' THEN
+            UPDATE undolog.undolog_undo_stack AS u
+            SET state = 'skipped'
+            WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
+            CONTINUE;
+        END IF;
+        IF v_effect.state NOT IN ('committed', 'executing', 'compensating') THEN
+            -- Unreachable through the API (an unfinished entry of a compensated effect):
+            -- stop for a human rather than guess.
+            PERFORM undolog.halt_walk(
+                p_session_id, v_entry.undo_id,
+                pg_catalog.format('undo entry %s is %s but its effect %s is %s',
+                                  v_entry.undo_id, v_entry.state, v_effect.effect_id,
+                                  v_effect.state)
+            );
+            RETURN;
+        END IF;
+        IF v_entry.state = 'compensating'
+           AND v_entry.attempts >= coalesce(v_entry.max_attempts, v_max_default) THEN
+            PERFORM undolog.give_up_compensation(
+                v_entry,
+                pg_catalog.format('the claim of attempt %s expired at %s without an outcome',
+                                  v_entry.attempts, v_entry.claimed_until)
+            );
+            RETURN;
+        END IF;
+
+        UPDATE undolog.undolog_undo_stack AS u
+        SET state = 'compensating',
+            attempts = u.attempts + 1,
+            claimed_by = pg_catalog.format('%s (pid %s)', session_user, pg_catalog.pg_backend_pid()),
+            claimed_at = now(),
+            claimed_until = now() + v_timeout
+        WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id
+        RETURNING u.attempts INTO v_attempt;
+        IF v_effect.state <> 'compensating' THEN
+            UPDATE undolog.undolog_effect_log AS e
+            SET state = 'compensating'
+            WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
+              AND e.executed_at = v_effect.executed_at;
+        END IF;
+        RETURN QUERY SELECT v_entry.undo_id, v_effect.effect_id, v_effect.tool_name,
+                            v_entry.compensation, v_effect.args, v_effect.result_snapshot,
+                            v_attempt;
+        RETURN;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.claim_compensation(uuid, interval) FROM public;

@@ -1,0 +1,40 @@
+-- undolog.commit: the body succeeded; executing -> committed, result cached for replays.
+-- A NULL result is stored as JSON null.
+-- The success path is inline (one lookup joining the registry to the session's owner,
+-- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
+-- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,
+-- another role's session, an effect that is not executing) goes through check_payload
+-- and finish_execution, which raise the documented errors.
+CREATE OR REPLACE FUNCTION undolog.commit(p_effect_id uuid, p_result jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
+AS $$
+DECLARE
+    v_session_id uuid;
+    v_executed_at timestamptz;
+BEGIN
+    IF pg_catalog.pg_column_size(p_result) > undolog.max_payload_bytes() THEN
+        PERFORM undolog.check_payload('result', p_result);
+    END IF;
+    SELECT r.session_id, r.executed_at INTO v_session_id, v_executed_at
+    FROM undolog.undolog_signature_registry AS r
+    JOIN undolog.undolog_sessions AS s ON s.session_id = r.session_id
+    WHERE r.effect_id = p_effect_id AND s.owner_role = session_user;
+    IF FOUND THEN
+        UPDATE undolog.undolog_effect_log AS e
+        SET state = 'committed', result_snapshot = coalesce(p_result, 'null'::jsonb), error = NULL
+        WHERE e.session_id = v_session_id AND e.effect_id = p_effect_id
+          AND e.executed_at = v_executed_at AND e.state = 'executing';
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    PERFORM undolog.finish_execution(p_effect_id, 'committed',
+                                     coalesce(p_result, 'null'::jsonb), NULL);
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.commit(uuid, jsonb) FROM public;

@@ -1,0 +1,76 @@
+-- undolog.effect_log_guard: BEFORE INSERT OR UPDATE on undolog_effect_log (cloned onto
+-- every partition). Identity columns never change; a state change must be one of
+-- undolog.effect_transition_allowed; every state change and every replay is appended to
+-- undolog_effect_history. Because it is a trigger, no code path can skip the history.
+CREATE OR REPLACE FUNCTION undolog.effect_log_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A new effect starts pending; intercept may insert it already executing, which
+        -- is the pending -> executing transition and is recorded as such.
+        -- The tier and the starting state are checked here, not by CHECK constraints.
+        IF NOT coalesce(NEW.tier IN ('compensable', 'irreversible')
+                        AND (NEW.state = 'pending'
+                             OR (NEW.state = 'executing' AND NEW.tier = 'compensable')),
+                        false) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL001',
+                MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state);
+        END IF;
+        IF NEW.state = 'pending' THEN
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state)
+            VALUES (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending');
+        ELSE
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state)
+            VALUES
+                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, 'pending'),
+                (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', 'pending',
+                 NEW.state);
+        END IF;
+        RETURN NEW;
+    END IF;
+
+    IF (NEW.effect_id, NEW.session_id, NEW.executed_at, NEW.call_signature, NEW.step_index,
+        NEW.tool_name, NEW.tier, NEW.args)
+       IS DISTINCT FROM
+       (OLD.effect_id, OLD.session_id, OLD.executed_at, OLD.call_signature, OLD.step_index,
+        OLD.tool_name, OLD.tier, OLD.args) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL011',
+            MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args) cannot change',
+            DETAIL = pg_catalog.format('effect %s', OLD.effect_id);
+    END IF;
+    NEW.updated_at := now();
+
+    IF NEW.state <> OLD.state THEN
+        IF NOT undolog.effect_transition_allowed(NEW.tier, OLD.state, NEW.state) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL001',
+                MESSAGE = pg_catalog.format('invalid %s effect transition %s -> %s',
+                                            NEW.tier, OLD.state, NEW.state),
+                DETAIL = pg_catalog.format('effect %s', NEW.effect_id);
+        END IF;
+        INSERT INTO undolog.undolog_effect_history
+            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+        VALUES (
+            NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', OLD.state, NEW.state,
+            CASE WHEN NEW.error IS DISTINCT FROM OLD.error AND NEW.error IS NOT NULL
+                THEN pg_catalog.jsonb_build_object('error', NEW.error) END
+        );
+    ELSIF NEW.replay_count > OLD.replay_count THEN
+        INSERT INTO undolog.undolog_effect_history
+            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+        VALUES (
+            NEW.session_id, NEW.effect_id, NEW.executed_at, 'replayed', OLD.state, NEW.state,
+            pg_catalog.jsonb_build_object('replay_count', NEW.replay_count)
+        );
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.effect_log_guard() FROM public;

@@ -1,0 +1,41 @@
+-- undolog.fail_compensation: the compensation of an in-flight entry raised. Answers
+--   'retry'                the entry is pending again, due at now() + backoff, where the
+--                          backoff after attempt n is undolog.retry_base * 2^(n-1), capped
+--                          at undolog.retry_cap (GUCs; defaults 1 second and 5 minutes);
+--                          the effect stays compensating;
+--   'compensation_failed'  it was the entry's last attempt (its compensation's
+--                          max_attempts, else the GUC undolog.default_max_attempts,
+--                          default 5): the entry and the effect become
+--                          compensation_failed and the session halts for an operator.
+-- Each attempt's error is kept in the undo history. p_attempt as in complete_compensation.
+-- UL012 unknown undo id; UL001 when the entry is not in flight or p_attempt is stale.
+CREATE OR REPLACE FUNCTION undolog.fail_compensation(
+    p_undo_id uuid, p_error text, p_attempt integer DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_error text := coalesce(left(p_error, 8192), 'compensation failed');
+    v_base interval := undolog.setting_interval('undolog.retry_base', interval '1 second');
+    v_cap interval := undolog.setting_interval('undolog.retry_cap', interval '5 minutes');
+    v_max_default integer := undolog.setting_integer('undolog.default_max_attempts', 5, 1, 100);
+    v_entry undolog.undolog_undo_stack :=
+        undolog.lock_claimed_entry(p_undo_id, p_attempt, 'pending');
+BEGIN
+    IF v_entry.attempts >= coalesce(v_entry.max_attempts, v_max_default) THEN
+        PERFORM undolog.give_up_compensation(v_entry, v_error);
+        RETURN 'compensation_failed';
+    END IF;
+    UPDATE undolog.undolog_undo_stack AS u
+    SET state = 'pending',
+        last_error = v_error,
+        next_attempt_at = now() + undolog.retry_delay(u.attempts, v_base, v_cap)
+    WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
+    RETURN 'retry';
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.fail_compensation(uuid, text, integer) FROM public;

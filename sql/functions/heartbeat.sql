@@ -1,0 +1,29 @@
+-- undolog.heartbeat: renew the lease of a live (active or awaiting_approval) session by
+-- its lease duration; answers the new expiry. UL002 unknown session; 42501 another
+-- login's session (check_session_caller); UL010 a session that is no longer live.
+CREATE OR REPLACE FUNCTION undolog.heartbeat(p_session_id uuid)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_session undolog.undolog_sessions := undolog.lock_session(p_session_id);
+    v_expires timestamptz;
+BEGIN
+    PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
+    IF v_session.state NOT IN ('active', 'awaiting_approval') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL010',
+            MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',
+                                        p_session_id, v_session.state);
+    END IF;
+    UPDATE undolog.undolog_sessions AS s
+    SET lease_expires_at = now() + s.lease_duration
+    WHERE s.session_id = p_session_id
+    RETURNING s.lease_expires_at INTO v_expires;
+    RETURN v_expires;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.heartbeat(uuid) FROM public;

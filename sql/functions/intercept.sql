@@ -1,0 +1,195 @@
+-- undolog.intercept: the one call an agent makes before a journaled tool body runs.
+-- One round trip; answers one row (effect_id, action, state, result_snapshot, approval_id)
+-- where action says what the caller does next:
+--   execute         run the body, then commit() or fail()
+--   replay          do not run it: result_snapshot is the committed result
+--   await_approval  do not run it: a human must approve approval_id first
+--   in_progress     the same call is being intercepted or executed right now: ask again
+--   rejected        a human rejected this call; it will never run
+-- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
+-- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
+-- the undo stack and an approval request, and suspends the session.
+CREATE OR REPLACE FUNCTION undolog.intercept(
+    p_session_id uuid,
+    p_step_index integer,
+    p_tool_name text,
+    p_tier text,
+    p_args jsonb,
+    p_call_signature text,
+    p_compensation jsonb DEFAULT NULL
+)
+RETURNS TABLE (
+    effect_id uuid, action text, state text, result_snapshot jsonb, approval_id uuid
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+-- A custom plan of a statement on the partitioned effect log prunes partitions at plan
+-- time, so it always looks cheaper and is re-planned on every call (~60 us); a generic
+-- plan prunes at run time instead. Measured in bench/bench_intercept.py.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_session_state text;
+    v_owner_role text;
+    v_effect_id uuid;
+    v_executed_at timestamptz;
+    v_effect undolog.undolog_effect_log;
+    v_approval_id uuid;
+    v_approval_state text;
+BEGIN
+    PERFORM undolog.check_call(p_session_id, p_step_index, p_tool_name, p_tier, p_args,
+                               p_call_signature, p_compensation);
+
+    -- Another transaction is intercepting this very call: don't queue behind it.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(undolog.signature_lock_key(p_call_signature)) THEN
+        RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb, NULL::uuid;
+        RETURN;
+    END IF;
+
+    -- FOR SHARE: a concurrent fail_session waits until this call's undo entry is visible.
+    -- An IRREVERSIBLE call may move the session (to awaiting_approval): it takes the row
+    -- FOR UPDATE at once, since two share lockers upgrading at the same time deadlock.
+    IF p_tier = 'irreversible' THEN
+        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id
+        FOR UPDATE;
+    ELSE
+        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id
+        FOR SHARE;
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL002',
+            MESSAGE = pg_catalog.format('unknown session %s', p_session_id),
+            HINT = 'Call undolog.begin_session first.';
+    END IF;
+    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+
+    INSERT INTO undolog.undolog_signature_registry
+        (session_id, call_signature, effect_id, executed_at)
+    VALUES (p_session_id, p_call_signature, gen_random_uuid(), now())
+    ON CONFLICT DO NOTHING
+    RETURNING undolog_signature_registry.effect_id, undolog_signature_registry.executed_at
+    INTO v_effect_id, v_executed_at;
+
+    IF FOUND THEN
+        -- A new call.
+        IF v_session_state <> 'active' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL010',
+                MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
+                                            p_session_id, v_session_state);
+        END IF;
+        INSERT INTO undolog.undolog_effect_log
+            (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
+             args, state, attempts)
+        VALUES
+            (v_effect_id, p_session_id, v_executed_at, p_call_signature, p_step_index,
+             p_tool_name, p_tier, p_args,
+             CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
+             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END);
+        IF p_tier = 'compensable' THEN
+            INSERT INTO undolog.undolog_undo_stack
+                (session_id, effect_id, executed_at, compensation, max_attempts)
+            VALUES
+                (p_session_id, v_effect_id, v_executed_at,
+                 pg_catalog.jsonb_build_object(
+                     'name', p_compensation -> 'name',
+                     'args', coalesce(p_compensation -> 'args', '{}'::jsonb)),
+                 (p_compensation ->> 'max_attempts')::integer);
+            RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
+                                NULL::jsonb, NULL::uuid;
+            RETURN;
+        END IF;
+        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
+        VALUES (p_session_id, v_effect_id, v_executed_at);
+        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
+        VALUES (p_session_id, v_effect_id, v_executed_at)
+        RETURNING undolog_approval_requests.approval_id INTO v_approval_id;
+        PERFORM undolog.transition_session(p_session_id, 'awaiting_approval');
+        RETURN QUERY SELECT v_effect_id, 'await_approval'::text, 'pending'::text,
+                            NULL::jsonb, v_approval_id;
+        RETURN;
+    END IF;
+
+    -- A call already journaled under this signature in this session: it must be the very
+    -- same call. Only this session's registry is searched (its primary key): the same
+    -- signature under another session is a forged one and finds nothing of that session.
+    SELECT e.* INTO v_effect
+    FROM undolog.undolog_signature_registry AS r
+    JOIN undolog.undolog_effect_log AS e
+        ON e.session_id = r.session_id AND e.effect_id = r.effect_id
+       AND e.executed_at = r.executed_at
+    WHERE r.session_id = p_session_id AND r.call_signature = p_call_signature
+    FOR UPDATE OF e;
+    IF (v_effect.session_id, v_effect.step_index, v_effect.tool_name, v_effect.tier, v_effect.args)
+       IS DISTINCT FROM (p_session_id, p_step_index, p_tool_name, p_tier, p_args) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL005',
+            MESSAGE = pg_catalog.format(
+                'call_signature %s is journaled for a different call', p_call_signature),
+            DETAIL = 'The session, step, tool, tier or args differ from the journaled call''s.',
+            HINT = 'The signature is BLAKE3 of JCS([session_id, step_index, tool_name, args]).';
+    END IF;
+
+    CASE v_effect.state
+    WHEN 'committed' THEN
+        UPDATE undolog.undolog_effect_log AS e
+        SET replay_count = e.replay_count + 1, last_replayed_at = now()
+        WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
+          AND e.executed_at = v_effect.executed_at;
+        RETURN QUERY SELECT v_effect.effect_id, 'replay'::text, v_effect.state,
+                            v_effect.result_snapshot, NULL::uuid;
+    WHEN 'executing' THEN
+        RETURN QUERY SELECT v_effect.effect_id, 'in_progress'::text, v_effect.state,
+                            NULL::jsonb, NULL::uuid;
+    WHEN 'rejected' THEN
+        RETURN QUERY SELECT v_effect.effect_id, 'rejected'::text, v_effect.state,
+                            NULL::jsonb, undolog.approval_of(v_effect.session_id, v_effect.effect_id);
+    WHEN 'pending', 'approved' THEN
+        IF v_effect.state = 'pending' AND v_effect.tier = 'irreversible' THEN
+            SELECT a.approval_id, a.state INTO v_approval_id, v_approval_state
+            FROM undolog.undolog_approval_requests AS a
+            WHERE a.effect_id = v_effect.effect_id AND a.session_id = v_effect.session_id;
+            IF v_approval_state IS DISTINCT FROM 'approved' THEN
+                RETURN QUERY SELECT v_effect.effect_id, 'await_approval'::text, v_effect.state,
+                                    NULL::jsonb, v_approval_id;
+                RETURN;
+            END IF;
+            -- Approved, executed, then failed (reported, so it never took effect): the
+            -- human's approval still stands for this very call; it goes back to approved.
+            IF v_session_state = 'active' THEN
+                UPDATE undolog.undolog_effect_log AS e
+                SET state = 'approved'
+                WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
+                  AND e.executed_at = v_effect.executed_at;
+            END IF;
+        END IF;
+        -- A retry after fail(), or the approved call made again: execute it now.
+        IF v_session_state <> 'active' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL010',
+                MESSAGE = pg_catalog.format('session %s is %s: the call cannot run',
+                                            p_session_id, v_session_state);
+        END IF;
+        UPDATE undolog.undolog_effect_log AS e
+        SET state = 'executing', attempts = e.attempts + 1, error = NULL
+        WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
+          AND e.executed_at = v_effect.executed_at;
+        RETURN QUERY SELECT v_effect.effect_id, 'execute'::text, 'executing'::text,
+                            NULL::jsonb, NULL::uuid;
+    ELSE
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL001',
+            MESSAGE = pg_catalog.format('effect %s is %s: it was undone and cannot run again',
+                                        v_effect.effect_id, v_effect.state);
+    END CASE;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)
+FROM public;

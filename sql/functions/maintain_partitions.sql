@@ -1,0 +1,48 @@
+-- undolog.maintain_partitions: the one entry point to schedule (e.g. daily, from cron):
+--   1. drain the default partitions into their months (normally nothing to do);
+--   2. retention: drop the months wholly older than the start of the UTC month
+--      p_retention_months before the current one, so every row younger than that many
+--      months is kept. p_retention_months NULL: the setting undolog.retention_months,
+--      else 12. A month holding effects of an unfinished session is kept, with a WARNING
+--      naming the sessions, and answered as 'skipped': a cron job must not fail, and so
+--      stop creating months, because one agent is still running;
+--   3. create the months from the current one through p_months_ahead months later.
+-- Answers one row per partition touched: (action, partition), action 'created',
+-- 'dropped' or 'skipped'. One transaction; serialised with ensure_partitions and
+-- drop_partitions by the partition-maintenance advisory lock. The order keeps every
+-- strong lock at the end: the retention's row deletes come first, its DDL and the new
+-- months' DDL last (see undolog.drop_old_partitions).
+CREATE OR REPLACE FUNCTION undolog.maintain_partitions(
+    p_months_ahead integer DEFAULT 3,
+    p_retention_months integer DEFAULT NULL
+)
+RETURNS TABLE (action text, partition text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_retention integer := undolog.retention_months(p_retention_months);
+BEGIN
+    IF p_months_ahead IS NULL OR p_months_ahead NOT BETWEEN 0 AND 120 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('p_months_ahead must be between 0 and 120, not %s',
+                                        coalesce(p_months_ahead::text, 'NULL'));
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.partition_lock_key());
+
+    RETURN QUERY SELECT 'created'::text, d.name
+                 FROM undolog.drain_default_partitions() AS d (name);
+    RETURN QUERY
+    SELECT d.action, d.partition_name
+    FROM undolog.drop_old_partitions(
+        undolog.month_start(undolog.utc_month(now(), -v_retention)), false, 'skip') AS d;
+    RETURN QUERY
+    SELECT 'created'::text, c.name
+    FROM pg_catalog.generate_series(0, p_months_ahead) AS m,
+         LATERAL undolog.create_month_partitions(undolog.utc_month(now(), m)) AS c (name);
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.maintain_partitions(integer, integer) FROM public;

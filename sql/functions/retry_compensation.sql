@@ -1,0 +1,49 @@
+-- undolog.retry_compensation: an operator gives a compensation that failed for good one
+-- more attempt (e.g. after fixing what made it fail). The entry goes compensation_failed
+-- -> pending, due now; its effect compensation_failed -> compensating (the operator-only
+-- transition added in 010; the effect history keeps the failed attempt); the halted
+-- session goes back to compensating. The attempt counter is not reset: the next failure
+-- gives up again at once, so each retry_compensation grants exactly one attempt.
+-- Any compensation_failed entry of the halted session may be retried, also one the walk
+-- was resumed past earlier: it is above the walk's position, so LIFO takes it next.
+-- Answers the session's new state. UL008 empty p_by; UL012 unknown undo id; UL001 when
+-- the entry is not compensation_failed or its session is not halted (or abandoned).
+CREATE OR REPLACE FUNCTION undolog.retry_compensation(
+    p_undo_id uuid, p_by text, p_reason text DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_entry undolog.undolog_undo_stack;
+BEGIN
+    PERFORM undolog.check_operator(p_by);
+    v_entry := undolog.lock_undo_entry(p_undo_id);
+    PERFORM undolog.lock_halted_session(v_entry.session_id);
+    IF v_entry.state <> 'compensation_failed' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL001',
+            MESSAGE = pg_catalog.format('undo entry %s is %s, not compensation_failed',
+                                        p_undo_id, v_entry.state),
+            HINT = 'Only a compensation that failed for good can be retried.';
+    END IF;
+    UPDATE undolog.undolog_effect_log AS e
+    SET state = 'compensating'
+    WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
+      AND e.executed_at = v_entry.executed_at;
+    UPDATE undolog.undolog_undo_stack AS u
+    SET state = 'pending', next_attempt_at = now()
+    WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
+    INSERT INTO undolog.undolog_operator_actions
+        (session_id, action, undo_id, performed_by, reason)
+    VALUES (v_entry.session_id, 'retry', v_entry.undo_id, p_by, left(p_reason, 8192));
+    UPDATE undolog.undolog_sessions AS s
+    SET halt_undo_id = NULL
+    WHERE s.session_id = v_entry.session_id;
+    RETURN undolog.transition_session(v_entry.session_id, 'compensating');
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.retry_compensation(uuid, text, text) FROM public;

@@ -1,0 +1,58 @@
+-- undolog.rollback_session: a person stops a live session and has its work undone.
+-- active            -> failed (its undo walk then runs, as after an agent's own failure);
+-- awaiting_approval -> every pending approval request of it is rejected by p_by, which
+--                      sends the session to compensating (decide_approval's rule).
+-- Recorded in undolog_operator_actions as 'rollback', with who and why; the worker (or
+-- any walker) then walks the undo stack LIFO. Answers the session's new state.
+-- UL008 blank p_by or p_reason; UL002 unknown session; UL001 any other state (a session
+-- that already ended or is already being undone has nothing left to roll back).
+CREATE OR REPLACE FUNCTION undolog.rollback_session(
+    p_session_id uuid, p_by text, p_reason text
+)
+RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_state text;
+    v_approval_id uuid;
+    v_why text;
+BEGIN
+    PERFORM undolog.check_operator(p_by);
+    IF p_reason IS NULL OR p_reason !~ '\S' OR length(p_reason) > 8192 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = 'p_reason must say why the session is rolled back: '
+                      'non-blank text of at most 8192 characters';
+    END IF;
+    SELECT s.state INTO v_state FROM undolog.lock_session(p_session_id) AS s;
+    v_why := pg_catalog.format('rolled back by %s: %s', p_by, p_reason);
+    IF v_state = 'active' THEN
+        v_state := undolog.transition_session(p_session_id, 'failed', v_why);
+    ELSIF v_state = 'awaiting_approval' THEN
+        FOR v_approval_id IN
+            SELECT a.approval_id FROM undolog.undolog_approval_requests AS a
+            WHERE a.session_id = p_session_id AND a.state = 'pending'
+            ORDER BY a.requested_at
+        LOOP
+            PERFORM undolog.decide_approval(v_approval_id, 'rejected', p_by, v_why);
+        END LOOP;
+        SELECT s.state INTO STRICT v_state
+        FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;
+    ELSE
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL001',
+            MESSAGE = pg_catalog.format('session %s is %s: only an active or waiting session '
+                                        'can be rolled back', p_session_id, v_state),
+            HINT = 'A failed or compensating session is already being undone; a halted one '
+                   'needs resume_session, retry_compensation or abandon_session.';
+    END IF;
+    INSERT INTO undolog.undolog_operator_actions
+        (session_id, action, undo_id, performed_by, reason)
+    VALUES (p_session_id, 'rollback', NULL, p_by, p_reason);
+    RETURN v_state;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.rollback_session(uuid, text, text) FROM public;

@@ -1,0 +1,49 @@
+-- undolog.sessions_guard: AFTER INSERT and BEFORE UPDATE on undolog_sessions.
+-- Enforces the session state machine and identity columns, and appends every state
+-- change to undolog_session_history, whoever makes it. The creation is recorded AFTER
+-- INSERT: a BEFORE INSERT trigger also fires for begin_session's INSERT ... ON CONFLICT
+-- that resumes an existing session, and would record a creation that did not happen.
+CREATE OR REPLACE FUNCTION undolog.sessions_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'active' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL001',
+                MESSAGE = pg_catalog.format('a session starts active, not %s', NEW.state);
+        END IF;
+    ELSE
+        IF (NEW.session_id, NEW.owner_role, NEW.created_at)
+           IS DISTINCT FROM (OLD.session_id, OLD.owner_role, OLD.created_at) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL011',
+                MESSAGE = 'a session''s identity (session_id, owner_role, created_at) cannot change';
+        END IF;
+        NEW.updated_at := now();
+        IF NEW.state = OLD.state THEN
+            RETURN NEW;
+        END IF;
+        IF NOT undolog.session_transition_allowed(OLD.state, NEW.state) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL001',
+                MESSAGE = pg_catalog.format('invalid session transition %s -> %s',
+                                            OLD.state, NEW.state),
+                DETAIL = pg_catalog.format('session %s', NEW.session_id);
+        END IF;
+    END IF;
+
+    INSERT INTO undolog.undolog_session_history (session_id, from_state, to_state, detail)
+    VALUES (
+        NEW.session_id,
+        CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
+        NEW.state,
+        CASE WHEN NEW.error IS NOT NULL AND NEW.state IN ('failed', 'halted')
+            THEN pg_catalog.jsonb_build_object('error', NEW.error) END
+    );
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.sessions_guard() FROM public;

@@ -1,0 +1,75 @@
+-- Every privilege the engine grants to its roles, in one place: what an agent, an
+-- approver and an operator may call and read. Re-applied on every migrate (GRANT is
+-- idempotent). Taking a privilege away is a numbered migration (REVOKE), since deleting
+-- a line here changes nothing in a database that already has it.
+-- Nobody but the owner writes to any table: every write goes through a SECURITY DEFINER
+-- function. Every function revokes PUBLIC's EXECUTE in its own file.
+
+GRANT USAGE ON SCHEMA undolog TO undolog_agent, undolog_approver, undolog_operator;
+
+-- The agent: its session's lifecycle and the journaled call.
+GRANT EXECUTE ON FUNCTION undolog.begin_session(uuid, text, jsonb, interval) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.heartbeat(uuid) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.complete_session(uuid) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.fail_session(uuid, text) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)
+TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text) TO undolog_agent;
+
+-- The approver: decisions on irreversible calls.
+GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;
+GRANT EXECUTE ON FUNCTION undolog.reject(uuid, text, text) TO undolog_approver;
+
+-- The operator: the undo walk, its repairs, approval expiry and partition maintenance.
+GRANT EXECUTE ON FUNCTION undolog.recover() TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.claim_compensation(uuid, interval) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.complete_compensation(uuid, integer) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.fail_compensation(uuid, text, integer) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.resume_session(uuid, text, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.retry_compensation(uuid, text, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.abandon_session(uuid, text, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.expire_approvals() TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.ensure_partitions(integer) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.drop_partitions(timestamptz, boolean, boolean)
+TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.maintain_partitions(integer, integer) TO undolog_operator;
+
+-- A person stops a session and has its work undone: operator or approver.
+GRANT EXECUTE ON FUNCTION undolog.rollback_session(uuid, text, text)
+TO undolog_operator, undolog_approver;
+
+-- Which engine is installed: anyone of the engine's roles may ask.
+GRANT EXECUTE ON FUNCTION undolog.version()
+TO undolog_agent, undolog_approver, undolog_operator;
+
+-- Reading the journal. Row-level security (sql/policies/) filters what each role sees:
+-- an agent only its own sessions' rows. Grants and policies are on the partitioned
+-- parents: the month partitions carry no grant, so naming a partition goes around
+-- nothing.
+GRANT SELECT ON undolog.undolog_sessions TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_session_history
+TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_effect_log TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_effect_history
+TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_approval_requests
+TO undolog_agent, undolog_approver, undolog_operator;
+
+-- Internal or staff-only records: the signature index (the agent reads the same facts in
+-- the effect log), the saga's undo history and operator decisions.
+GRANT SELECT ON undolog.undolog_signature_registry TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_undo_history TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_operator_actions TO undolog_approver, undolog_operator;
+
+-- The views (security_invoker: the reader's row-level security applies).
+GRANT SELECT ON undolog.sessions_overview TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.effect_timeline TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.pending_approvals TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.decided_approvals TO undolog_approver, undolog_operator;
+
+-- The runner's own records (sql/bootstrap.sql): which migrations and which repeatable
+-- sources are installed, for the operator and the approver's dashboard.
+GRANT SELECT ON undolog.undolog_migrations TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_repeatables TO undolog_approver, undolog_operator;

@@ -1,0 +1,10 @@
+-- Read access to undolog.undolog_operator_actions: every operator decision (a saga record).
+-- Approver and operator read it to understand a halted session; agents do not. Row-level
+-- security is enabled like on every table a role can read (staff see every row), so a
+-- later grant to the agent role would show it nothing until a policy says what.
+-- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no
+-- OR REPLACE); RLS itself is enabled with the table, in its migration.
+DROP POLICY IF EXISTS undolog_staff_reads_all ON undolog.undolog_operator_actions;
+CREATE POLICY undolog_staff_reads_all ON undolog.undolog_operator_actions
+FOR SELECT TO undolog_approver, undolog_operator
+USING (TRUE);

@@ -1,0 +1,5 @@
+-- AFTER INSERT on undolog_sessions, FOR EACH ROW:
+-- undolog.sessions_guard() (see sql/functions/sessions_guard.sql).
+CREATE OR REPLACE TRIGGER undolog_sessions_guard_insert
+AFTER INSERT ON undolog.undolog_sessions
+FOR EACH ROW EXECUTE FUNCTION undolog.sessions_guard();

@@ -1,0 +1,5 @@
+-- undolog_undo_history is append-only: every UPDATE and DELETE is refused
+-- (undolog.forbid_change, sql/functions/forbid_change.sql).
+CREATE OR REPLACE TRIGGER undolog_undo_history_append_only
+BEFORE UPDATE OR DELETE ON undolog.undolog_undo_history
+FOR EACH ROW EXECUTE FUNCTION undolog.forbid_change();
