@@ -1,18 +1,15 @@
-"""Partition maintenance against running agents, and who may hold its lock (issue 10,
-points 1 and 7), against a real PostgreSQL."""
+"""Partition maintenance catching up a missed month while agents run (issue 10, point 1),
+against a real PostgreSQL: it deadlocked their intercepts and commits (40P01)."""
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from typing import Any
 
 import psycopg
-import pytest
 
 from undolog import engine, errors
-from undolog.signature import call_signature
 
 Conn = psycopg.Connection[Any]
 RETRACT = {"name": "retract_email"}
@@ -82,6 +79,3 @@ def test_catching_up_a_missed_month_never_fails_agents_calls(dsn: str, conn: Con
         " + (SELECT count(*) FROM undolog.undolog_effect_history_default)"
     ).fetchone()
     assert left == (0,)  # drained, and no later call landed there
-
-
-_ = (uuid, pytest, call_signature)
