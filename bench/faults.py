@@ -253,6 +253,7 @@ class Trial:
     number: int
     kind: str
     kills: int = 0
+    pauses: int = 0
     restarts: int = 0
     sessions: int = 0
     bodies: int = 0
@@ -514,6 +515,7 @@ def run_trial(server: Server, number: int, kind: str, rng: random.Random, work: 
         time.sleep(rng.uniform(0, 0.03))
         if victim.poll() is None:
             victim.send_signal(signal.SIGSTOP)
+            trial.pauses += 1
             w = walker(2.5)
             time.sleep(2.5 * LEASE.total_seconds())
             victim.send_signal(signal.SIGCONT)
@@ -561,14 +563,15 @@ def table(trials: list[Trial], elapsed: float) -> str:
     kinds = sorted({t.kind for t in trials})
     lines = [
         f"{'kind':<12} {'trials':>6} {'sessions':>8} {'bodies':>7} {'comps':>6} "
-        f"{'kills':>6} {'restarts':>8} {'late':>5} {'violations':>10}"
+        f"{'kills':>6} {'pauses':>6} {'restarts':>8} {'late':>5} {'violations':>10}"
     ]
     for kind in [*kinds, "total"]:
         ts = trials if kind == "total" else [t for t in trials if t.kind == kind]
         lines.append(
             f"{kind:<12} {len(ts):>6} {sum(t.sessions for t in ts):>8} "
             f"{sum(t.bodies for t in ts):>7} {sum(t.compensations for t in ts):>6} "
-            f"{sum(t.kills for t in ts):>6} {sum(t.restarts for t in ts):>8} "
+            f"{sum(t.kills for t in ts):>6} {sum(t.pauses for t in ts):>6} "
+            f"{sum(t.restarts for t in ts):>8} "
             f"{sum(t.late_acts for t in ts):>5} {sum(len(t.violations) for t in ts):>10}"
         )
     lines.append(f"elapsed {elapsed:.1f} s")

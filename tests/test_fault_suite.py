@@ -30,4 +30,4 @@ def test_fault_suite_short_run_has_no_violation() -> None:
     fields = total[0].split()
     assert int(fields[1]) == int(trials), report  # every trial ran
     assert int(fields[-1]) == 0, report  # no violation
-    assert int(fields[5]) > 0 and int(fields[6]) > 0, report  # kills and restarts happened
+    assert int(fields[5]) > 0 and int(fields[7]) > 0, report  # kills and restarts happened
