@@ -259,6 +259,8 @@ class Trial:
     bodies: int = 0
     compensations: int = 0
     late_acts: int = 0  # bodies that acted after their compensation, recorded as such
+    # ... and not recorded: the journal says "compensated" of an effect that stands.
+    unrecorded_late: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
 
@@ -425,14 +427,18 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
                 if sig in recorded_late:
                     trial.late_acts += 1  # the journal says so: not a lie
                 else:
-                    v.append(f"{where}: the body acted after its compensation ran")
+                    trial.unrecorded_late.append(
+                        f"{where}: the body acted after its compensation ran"
+                    )
     if trial.kind == "month":
         for r in records:
             if r["kind"] == "agent_error" and r.get("sqlstate") in MAINTENANCE_SQLSTATES:
                 v.append(f"agent call failed beside maintenance: {r['error'][:120]}")
 
 
-def run_trial(server: Server, number: int, kind: str, rng: random.Random, work: Path) -> Trial:
+def run_trial(
+    server: Server, number: int, kind: str, rng: random.Random, work: Path, late_pending: bool
+) -> Trial:
     trial = Trial(number, kind)
     db = f"faults_{number}"
     admin = server.dsn("postgres")
@@ -533,6 +539,8 @@ def run_trial(server: Server, number: int, kind: str, rng: random.Random, work: 
         trial.violations += [e for e in maintenance_errors if "40P01" in e]
     recover_all(dsn, ledger)
     check(dsn, ledger.read(), trial)
+    if not late_pending:
+        trial.violations += trial.unrecorded_late
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     return trial
@@ -563,7 +571,8 @@ def table(trials: list[Trial], elapsed: float) -> str:
     kinds = sorted({t.kind for t in trials})
     lines = [
         f"{'kind':<12} {'trials':>6} {'sessions':>8} {'bodies':>7} {'comps':>6} "
-        f"{'kills':>6} {'pauses':>6} {'restarts':>8} {'late':>5} {'violations':>10}"
+        f"{'kills':>6} {'pauses':>6} {'restarts':>8} {'late':>5} {'unrec':>5} "
+        f"{'violations':>10}"
     ]
     for kind in [*kinds, "total"]:
         ts = trials if kind == "total" else [t for t in trials if t.kind == kind]
@@ -572,7 +581,8 @@ def table(trials: list[Trial], elapsed: float) -> str:
             f"{sum(t.bodies for t in ts):>7} {sum(t.compensations for t in ts):>6} "
             f"{sum(t.kills for t in ts):>6} {sum(t.pauses for t in ts):>6} "
             f"{sum(t.restarts for t in ts):>8} "
-            f"{sum(t.late_acts for t in ts):>5} {sum(len(t.violations) for t in ts):>10}"
+            f"{sum(t.late_acts for t in ts):>5} {sum(len(t.unrecorded_late) for t in ts):>5} "
+            f"{sum(len(t.violations) for t in ts):>10}"
         )
     lines.append(f"elapsed {elapsed:.1f} s")
     return "\n".join(lines)
@@ -589,10 +599,13 @@ def run_suite(args: argparse.Namespace) -> int:
         for number in range(args.trials):
             # Every kind once in each round, in random order; a round per len(kinds).
             kind = kinds[number % len(kinds)] if number < len(kinds) else rng.choice(kinds)
-            trial = run_trial(server, number, kind, rng, Path(tmp))
+            trial = run_trial(server, number, kind, rng, Path(tmp), args.late_acts_pending)
             trials.append(trial)
             for violation in trial.violations:
                 print(f"trial {number} ({kind}): VIOLATION {violation}", flush=True)
+            if args.late_acts_pending:
+                for late in trial.unrecorded_late:
+                    print(f"trial {number} ({kind}): UNRECORDED LATE ACT {late}", flush=True)
             if args.progress:
                 print(f"trial {number} {kind}: {len(trial.violations)} violations", flush=True)
     print(table(trials, time.monotonic() - started), flush=True)
@@ -607,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=None, help="comma-separated subset of trial kinds")
     parser.add_argument("--late-acts", action="store_true", help="add pause_body trials")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--late-acts-pending",
+        action="store_true",
+        help="report a body that acted after its compensation, unrecorded by the journal "
+        "(issue 10, point 5, not fixed yet), in its own column instead of as a violation",
+    )
     agent = sub.add_parser("agent")
     walker = sub.add_parser("walker")
     for p in (agent, walker):

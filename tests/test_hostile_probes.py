@@ -66,6 +66,11 @@ def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
         (call.effect_id,),
     ).fetchone()
     assert maker == (both.info.user,)
+    shown = other_approver.execute(
+        "SELECT requested_by FROM undolog.pending_approvals WHERE approval_id = %s",
+        (call.approval_id,),
+    ).fetchone()
+    assert shown == (both.info.user,)  # the approver sees who asked
     with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
         approvals.approve(both, call.approval_id, "me", "looks fine")
     assert approvals.approval_state(other_approver, call.approval_id) == "pending"
