@@ -10,13 +10,23 @@ STAMP := $(VENV)/.installed-stamp
 # Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
 WITH_PG := $(PY) tools/pgcluster.py run --
 
-.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean
+.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean \
+	dashboard-demo dashboard-screenshot
 
 test: lint pytest pgtap
 
 demo: deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
 	else $(WITH_PG) $(PY) -m undolog.demo; fi
+
+# The dashboard filled with the demo's sessions, on http://127.0.0.1:8765/ (Ctrl-C stops it).
+dashboard-demo: deps
+	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.dashboard --demo; \
+	else $(WITH_PG) $(PY) -m undolog.dashboard --demo; fi
+
+# Regenerates docs/img/dashboard.png from the browser test's inbox screenshot.
+dashboard-screenshot: deps
+	UNDOLOG_DOCS_SCREENSHOT=1 $(VENV)/bin/pytest -q tests/test_dashboard_browser.py -k approver
 
 deps: system-deps $(STAMP)
 

@@ -69,4 +69,5 @@ async def main() -> None:
         print("waiting for a human to approve", waiting.approval_id)
 
 
-asyncio.run(main())
+if __name__ == "__main__":  # not when imported, e.g. as a worker's --app
+    asyncio.run(main())

@@ -1,7 +1,7 @@
 -- The views for people: sessions_overview and effect_timeline. They are security_invoker,
 -- so an agent sees only its own sessions in them, and staff see all.
 BEGIN;
-SELECT plan(8);
+SELECT plan(10);
 
 \ir _helpers.psql
 
@@ -65,6 +65,43 @@ SELECT throws_ok($$INSERT INTO undolog.effect_timeline (session_id) VALUES (gen_
                  NULL, 'the timeline is read-only');
 SELECT is(has_table_privilege('undolog_agent', 'undolog.sessions_overview', 'SELECT'), true,
           'agents may read the overview (filtered to their sessions)');
+
+-- A walk that compensates the newer call, then halts at the older one (its compensation
+-- fails for good): only the compensated call counts as undone; the halted session then
+-- shows whether an operator abandoned it.
+SET SESSION AUTHORIZATION ul_t_agent_a;
+SELECT undolog.begin_session('c1000000-0000-4000-8000-000000000001', 'agent-a');
+SELECT effect_id AS c0 FROM undolog.intercept('c1000000-0000-4000-8000-000000000001', 0,
+    'create_user', 'compensable', '{"n": 0}', pg_temp.sig('v-c-0'),
+    '{"name": "delete_user", "max_attempts": 1}') \gset
+SELECT undolog.commit(:'c0', '{"user_id": 2}');
+SELECT effect_id AS c1 FROM undolog.intercept('c1000000-0000-4000-8000-000000000001', 1,
+    'create_user', 'compensable', '{"n": 1}', pg_temp.sig('v-c-1'),
+    '{"name": "delete_user"}') \gset
+SELECT undolog.commit(:'c1', '{"user_id": 3}');
+SELECT undolog.fail_session('c1000000-0000-4000-8000-000000000001', 'gave up');
+RESET SESSION AUTHORIZATION;
+SELECT undo_id AS u1, attempt AS a1
+FROM undolog.claim_compensation('c1000000-0000-4000-8000-000000000001') \gset
+SELECT undolog.complete_compensation(:'u1', :'a1');
+SELECT undo_id AS u0, attempt AS a0
+FROM undolog.claim_compensation('c1000000-0000-4000-8000-000000000001') \gset
+SELECT undolog.fail_compensation(:'u0', 'the API is down', :'a0');
+
+SELECT results_eq(
+    $$SELECT state, undone_calls, compensating_calls, compensation_failed_calls,
+             resolved_at IS NULL
+      FROM undolog.sessions_overview WHERE session_id = 'c1000000-0000-4000-8000-000000000001'$$,
+    $$VALUES ('halted'::text, 1::bigint, 0::bigint, 1::bigint, true)$$,
+    'undone_calls counts compensated calls only; a halted session waits for an operator'
+);
+SELECT undolog.abandon_session('c1000000-0000-4000-8000-000000000001', 'alice', 'by hand');
+SELECT results_eq(
+    $$SELECT state, resolved_by, resolution
+      FROM undolog.sessions_overview WHERE session_id = 'c1000000-0000-4000-8000-000000000001'$$,
+    $$VALUES ('halted'::text, 'alice'::text, 'by hand'::text)$$,
+    'an abandoned halted session shows who resolved it and how'
+);
 
 SELECT * FROM finish();
 ROLLBACK;

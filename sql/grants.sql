@@ -68,6 +68,15 @@ GRANT SELECT ON undolog.sessions_overview TO undolog_agent, undolog_approver, un
 GRANT SELECT ON undolog.effect_timeline TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.pending_approvals TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.decided_approvals TO undolog_approver, undolog_operator;
+-- The dashboard's views: unaggregated sessions (keyset pages), calls, undo stack,
+-- approvals and state history of the sessions one may see; operator actions for staff.
+GRANT SELECT ON undolog.sessions_list TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.session_calls TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undo_stack_entries TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.session_approvals TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.session_state_history
+TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operator;
 
 -- The runner's own records (sql/bootstrap.sql): which migrations and which repeatable
 -- sources are installed, for the operator and the approver's dashboard.

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcluster import bindir
+from pgcluster import bindir, throwaway_cluster
 from undolog import engine
 from undolog.migrations import (
     MigrationError,
@@ -89,6 +89,40 @@ def test_racing_installers_apply_each_migration_once(admin: psycopg.Connection[A
     assert sorted(results, key=len)[:-1] == [[], [], []]
     names = [m.name for m in available_migrations()]
     assert [name for r in results for name in r if name in names] == names
+
+
+def _migrate_at_once(dsns: list[str]) -> list[BaseException]:
+    """Run migrate into each database at the same moment; answer what was raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(dsns))
+
+    def install(dsn: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as db:
+                start.wait()
+                migrate(db)
+        except BaseException as exc:  # collected and asserted by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=install, args=(d,)) for d in dsns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_installs_into_two_databases_of_a_new_cluster_at_once() -> None:
+    """Roles are cluster-wide but the migrate lock is per database: two installs racing
+    into two databases of a cluster without the roles must both succeed."""
+    for _ in range(3):
+        with throwaway_cluster() as cluster, psycopg.connect(cluster.dsn, autocommit=True) as c:
+            for name in ("race_a", "race_b"):
+                c.execute(f"CREATE DATABASE {name}")
+            dsns = [
+                cluster.dsn.replace("dbname=postgres", f"dbname={n}") for n in ("race_a", "race_b")
+            ]
+            assert _migrate_at_once(dsns) == []
 
 
 def test_a_changed_migration_is_refused(admin: psycopg.Connection[Any]) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what `make test` and `make demo` need beyond Python:
-# PostgreSQL 15 server binaries, pgTAP, plpgsql_check and pg_prove. Only what is missing;
+# PostgreSQL 15 server binaries, pgTAP, plpgsql_check, pg_prove, and Chromium with its
+# driver (the dashboard's browser tests). Only what is missing;
 # as root directly, otherwise through sudo when it is there.
 set -euo pipefail
 
@@ -14,6 +15,9 @@ sharedir=$(pg_config --sharedir 2>/dev/null || echo "/usr/share/postgresql/$PG_M
 [[ -f $sharedir/extension/pgtap.control ]] || missing+=("postgresql-$PG_MAJOR-pgtap")
 [[ -f $sharedir/extension/plpgsql_check.control ]] || missing+=("postgresql-$PG_MAJOR-plpgsql-check")
 command -v pg_prove >/dev/null || missing+=("libtap-parser-sourcehandler-pgtap-perl")
+# The dashboard's browser tests drive Debian's Chromium through its matching driver.
+[[ -x /usr/bin/chromium ]] || missing+=("chromium")
+[[ -x /usr/bin/chromedriver ]] || missing+=("chromium-driver")
 
 ((${#missing[@]})) || exit 0
 

@@ -1,9 +1,12 @@
 """UndoLog: a PostgreSQL-backed safety net for AI agents' tool calls."""
 
-from undolog.client import AsyncUndoLog, UndoLog
+from undolog.client import AsyncUndoLog, SessionContext, UndoLog
+from undolog.context import ActiveSession
 from undolog.decorator import undolog_tool
 from undolog.errors import (
     AppendOnlyViolation,
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
@@ -32,6 +35,7 @@ from undolog.tiers import CompensationDescriptor, ToolTier
 from undolog.walk import CompensationCall
 
 __all__ = [
+    "ActiveSession",
     "AppendOnlyViolation",
     "ApprovalAlreadyDecided",
     "ApprovalExpired",
@@ -51,6 +55,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "ResultNotJSON",
+    "SessionContext",
     "SessionNotActive",
     "SignatureError",
     "SignatureMismatch",

@@ -3,17 +3,37 @@
     undolog migrate [--target NAME]            install or upgrade the engine
     undolog status | migrate --check           is the engine up to date? (exit 0 yes, 1 no)
     undolog install-sql                        print the install as one plain SQL script
-    undolog sessions list [--state S]          sessions, newest first
-    undolog sessions show SESSION_ID           one session and its effect timeline
+    undolog health [--max-lag SECONDS]         connection, engine schema, worker lag
+    undolog sessions list [--state S] [--limit N]   sessions, newest first
+    undolog sessions show SESSION              one session and its effect timeline
+    undolog sessions resume SESSION --by NAME [--reason TEXT]    move a halted walk on
+    undolog sessions retry SESSION --by NAME [--reason TEXT]     retry its failed compensation
+    undolog sessions abandon SESSION --by NAME --reason TEXT     resolved by hand: stays halted
+    undolog sessions rollback SESSION --by NAME --reason TEXT    undo an active/waiting session
     undolog approvals list                     requests waiting for a human
-    undolog approvals approve|reject ID --by NAME [--reason TEXT]
+    undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]
     undolog recover                            fail expired sessions; name walks to run
-    undolog worker --app MODULE:OBJECT         recover and walk, with the app's compensations
-    undolog partitions ensure|drop|maintain    month partitions (operators)
+    undolog worker --app MODULE:OBJECT [--interval S] [--max-backoff S] [--once]
+                                               recover and walk, with the app's compensations
+    undolog partitions ensure [--months-ahead N]
+    undolog partitions drop --older-than INSTANT [--detach] [--force]
+    undolog partitions maintain [--months-ahead N] [--retention-months N]
 
-Every command takes --dsn (default: UNDOLOG_DSN, then libpq's PG* variables) and --json
-(machine-readable output). Exit codes: 0 success, 1 a database or engine error, 2 a usage
-error, 3 not found (unknown session or approval).
+SESSION and APPROVAL are a whole id or a unique prefix of one (``701f4cbc``; an ambiguous
+prefix is a usage error). Every command takes --dsn (default: UNDOLOG_DSN, then libpq's
+PG* variables) and --json (machine-readable output; errors then are one JSON object
+``{"error", "sqlstate", "hint"}`` on stderr), before or after the subcommand.
+``undolog --version`` prints the package's version.
+
+Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
+unhealthy), 2 a usage error (bad flag or value, ambiguous id prefix, a worker that is
+misconfigured), 3 not found (unknown session or approval).
+
+``undolog worker`` serves until SIGTERM or SIGINT: a halted session, a lost server
+(reconnected with backoff), a compensation that outlives its claim, or one session's error
+is logged and the worker goes on. On the signal it finishes the entry it holds and exits
+0; a second signal stops it at once (the entry's claim then expires and is handed out
+again).
 """
 
 from __future__ import annotations
@@ -25,39 +45,104 @@ import importlib
 import json
 import logging
 import os
+import re
+import signal
 import sys
-import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass
+from types import FrameType
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg.rows import dict_row
 
 from undolog import approvals, partitions, saga
 from undolog.engine import translated
-from undolog.errors import UndoLogError, UnknownApproval, UnknownSession
+from undolog.errors import (
+    InvalidArgument,
+    UndoLogError,
+    UnknownApproval,
+    UnknownSession,
+)
 from undolog.migrations import (
     MigrationError,
+    applied_migrations,
+    available_migrations,
     describe_applied,
     engine_version,
     install_script,
     migrate,
 )
 from undolog.migrations import status as migration_status
-from undolog.walk import work
+from undolog.walk import Worker, WorkerConfigError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
 Rows = list[dict[str, Any]]
+log = logging.getLogger("undolog.cli")
+
+SESSION_STATES = (
+    "active",
+    "awaiting_approval",
+    "completed",
+    "failed",
+    "compensating",
+    "compensated",
+    "halted",
+)
+
+
+class UsageError(Exception):
+    """A bad command line: exit 2."""
+
+
+class ConnectError(Exception):
+    """The database could not be reached: the message says where we looked."""
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    message: str
+    sqlstate: str | None
+    hint: str | None
+    code: int
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error is raised (and reported by main, as JSON under
+    --json) instead of printed here."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# --- connecting, querying, printing --------------------------------------------------------
+
+
+def _dsn(args: argparse.Namespace) -> str:
+    return str(args.dsn) if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
 
 
 def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
-    dsn = args.dsn if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
-    return psycopg.connect(dsn, autocommit=True)
+    dsn = _dsn(args)
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.ProgrammingError as exc:  # the DSN itself does not parse
+        raise UsageError(f"invalid --dsn / UNDOLOG_DSN: {_one_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        where = (
+            "no DSN given (--dsn absent, UNDOLOG_DSN unset), so libpq's defaults were used"
+            if not dsn
+            else "the DSN given"
+        )
+        raise ConnectError(f"cannot connect to PostgreSQL with {where}: {_one_line(exc)}") from exc
 
 
-def _query(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Rows:
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _query(conn: psycopg.Connection[Any], sql: str, params: Any = ()) -> Rows:
     with translated():
         return conn.cursor(row_factory=dict_row).execute(sql, params).fetchall()
 
@@ -68,10 +153,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _printable(text: str) -> str:
+    """Agents write much of what is shown (names, errors, args): no control character of
+    theirs reaches the terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
 def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: str = "") -> None:
     """Rows as JSON (--json) or as an aligned table a person can read."""
     if args.json:
-        print(json.dumps([{c: _plain(r.get(c)) for c in columns} for r in rows], indent=2))
+        _print_json([{c: _plain(r.get(c)) for c in columns} for r in rows])
         return
     if title:
         print(title)
@@ -88,13 +183,59 @@ def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: s
             return value.strftime("%Y-%m-%d %H:%M:%S")
         if isinstance(value, datetime.timedelta):
             return str(value).split(".")[0]
-        return str(value)
+        return _printable(str(value))
 
     table = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [min(max(len(c), *(len(row[i]) for row in table)), 60) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
         print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+# --- ids: whole, or a unique prefix --------------------------------------------------------
+
+_ID_TABLES = {
+    "session": ("undolog.undolog_sessions", "session_id"),
+    "approval": ("undolog.undolog_approval_requests", "approval_id"),
+}
+_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
+MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
+
+
+def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
+    """A whole id as given, or the one id of ``kind`` that starts with ``text`` (the
+    short ids the demo and people print: ``701f4cbc``, ``701f4cbc…``)."""
+    given = text.strip().rstrip("…").rstrip(".")
+    try:
+        return uuid.UUID(given)
+    except ValueError:
+        pass
+    digits = given.replace("-", "").lower()
+    if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"not a {kind} id or id prefix of at least {MIN_PREFIX} hex digits: {text!r}"
+        )
+    table, column = _ID_TABLES[kind]
+    rows = _query(
+        conn,
+        f"SELECT DISTINCT {column} AS id FROM {table} WHERE {column} BETWEEN %s AND %s"
+        f" ORDER BY {column} LIMIT 4",
+        (uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))),
+    )
+    if not rows:
+        not_found = UnknownSession if kind == "session" else UnknownApproval
+        raise not_found(f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r["id"]) for r in rows[:3])
+        more = ", ..." if len(rows) > 3 else ""
+        raise UsageError(
+            f"{kind} id prefix {given!r} is ambiguous: it matches {shown}{more}; "
+            "give more characters"
+        )
+    return uuid.UUID(str(rows[0]["id"]))
+
+
+# --- commands -----------------------------------------------------------------------------
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -111,7 +252,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     if getattr(args, "check", False):
         return _cmd_status(args)
+    names = [m.name for m in available_migrations()]
+    if args.target is not None and args.target not in names:
+        raise UsageError(f"unknown --target {args.target!r}; known: {', '.join(names)}")
     with _connect(args) as conn:
+        before = applied_migrations(conn)
+        if args.target is not None:
+            # names sort in apply order (NNNN_); a newer package's migrations count too
+            later = sorted(n for n in before if n > args.target)
+            if later:
+                message = (
+                    f"the database is already past {args.target} (it has {', '.join(later)}):"
+                    " nothing applied; migrations are never undone"
+                )
+                if args.json:
+                    print(json.dumps({"applied": [], "already_past": later, "message": message}))
+                else:
+                    print(message)
+                return EXIT_OK
         applied = migrate(conn, target=args.target)
     if args.json:
         print(json.dumps({"applied": applied}))
@@ -136,6 +294,24 @@ SESSION_COLUMNS = [
     "created_at",
     "error",
 ]
+# --json carries these too: they tell what "halted" means for this session
+SESSION_JSON_COLUMNS = [
+    *SESSION_COLUMNS,
+    "compensating_calls",
+    "compensation_failed_calls",
+    "awaiting_approval_calls",
+    "resolved_by",
+    "resolved_at",
+    "resolution",
+]
+
+
+def _shown_state(row: dict[str, Any]) -> str:
+    """Halted sessions an operator abandoned (resolved) and ones still waiting for one
+    need different things from a person: the table says which."""
+    if row["state"] != "halted":
+        return str(row["state"])
+    return "halted (abandoned)" if row.get("resolved_at") else "halted (needs operator)"
 
 
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
@@ -144,9 +320,12 @@ def _cmd_sessions_list(args: argparse.Namespace) -> int:
             conn,
             "SELECT * FROM undolog.sessions_overview WHERE %(state)s::text IS NULL"
             " OR state = %(state)s ORDER BY created_at DESC LIMIT %(limit)s",
-            {"state": args.state, "limit": args.limit},  # type: ignore[arg-type]
+            {"state": args.state, "limit": args.limit},
         )
-    _emit(args, rows, SESSION_COLUMNS)
+    if args.json:
+        _emit(args, rows, SESSION_JSON_COLUMNS)
+    else:
+        _emit(args, [{**r, "state": _shown_state(r)} for r in rows], SESSION_COLUMNS)
     return EXIT_OK
 
 
@@ -165,38 +344,77 @@ TIMELINE_COLUMNS = [
 
 def _cmd_sessions_show(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
+        sid = _resolve_id(conn, "session", args.session)
         session = _query(
-            conn,
-            "SELECT * FROM undolog.sessions_overview WHERE session_id = %s",
-            (args.session_id,),
+            conn, "SELECT * FROM undolog.sessions_overview WHERE session_id = %s", (sid,)
         )
         if not session:
-            raise UnknownSession(f"unknown session {args.session_id} (or not yours to read)")
+            raise UnknownSession(f"unknown session {sid} (or not yours to read)")
         timeline = _query(
             conn,
             "SELECT * FROM undolog.effect_timeline WHERE session_id = %s ORDER BY history_id",
-            (args.session_id,),
+            (sid,),
         )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "session": {k: _plain(v) for k, v in session[0].items()},
-                    "timeline": [{c: _plain(r[c]) for c in TIMELINE_COLUMNS} for r in timeline],
-                },
-                indent=2,
-            )
+        _print_json(
+            {
+                "session": {k: _plain(v) for k, v in session[0].items()},
+                "timeline": [{c: _plain(r[c]) for c in TIMELINE_COLUMNS} for r in timeline],
+            }
         )
         return EXIT_OK
     s = session[0]
     print(
-        f"session {s['session_id']}  agent={s['agent'] or '-'}  state={s['state']}  "
-        f"calls={s['calls']}  owner={s['owner_role']}"
+        _printable(
+            f"session {s['session_id']}  agent={s['agent'] or '-'}  state={_shown_state(s)}  "
+            f"calls={s['calls']}  owner={s['owner_role']}"
+        )
     )
     if s["error"]:
-        print(f"error: {s['error']}")
+        print(f"error: {_printable(s['error'])}")
+    if s.get("resolved_at"):
+        by, why = _printable(s["resolved_by"]), _printable(s["resolution"])
+        print(f"abandoned by {by} at {s['resolved_at']}: {why}")
     _emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
     return EXIT_OK
+
+
+def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
+    """The undo entry a halted session stopped at (what `sessions retry` retries)."""
+    rows = _query(
+        conn,
+        "SELECT state, halt_undo_id FROM undolog.undolog_sessions WHERE session_id = %s",
+        (sid,),
+    )
+    if not rows:
+        raise UnknownSession(f"unknown session {sid} (or not yours to read)")
+    if rows[0]["halt_undo_id"] is None:
+        raise UsageError(
+            f"session {sid} is {rows[0]['state']}, not halted at a compensation: nothing to retry"
+        )
+    return uuid.UUID(str(rows[0]["halt_undo_id"]))
+
+
+def _operator_action(action: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        with _connect(args) as conn:
+            sid = _resolve_id(conn, "session", args.session)
+            if action == "resume":
+                state = saga.resume_session(conn, sid, args.by, args.reason)
+            elif action == "retry":
+                undo_id = _halted_entry(conn, sid)
+                state = saga.retry_compensation(conn, undo_id, args.by, args.reason)
+            elif action == "abandon":
+                state = saga.abandon_session(conn, sid, args.by, args.reason)
+            else:
+                state = saga.rollback_session(conn, sid, args.by, args.reason)
+        if args.json:
+            print(json.dumps({"session_id": str(sid), "action": action, "state": state}))
+        else:
+            print(f"session {sid}: {state}")
+        return EXIT_OK
+
+    return run
 
 
 APPROVAL_COLUMNS = [
@@ -221,11 +439,12 @@ def _cmd_approvals_list(args: argparse.Namespace) -> int:
 def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         with _connect(args) as conn:
-            state = decide(conn, args.approval_id, args.by, args.reason)
+            approval_id = _resolve_id(conn, "approval", args.approval)
+            state = decide(conn, approval_id, args.by, args.reason)
         if args.json:
-            print(json.dumps({"approval_id": str(args.approval_id), "state": state}))
+            print(json.dumps({"approval_id": str(approval_id), "state": state}))
         else:
-            print(f"approval {args.approval_id}: {state}")
+            print(f"approval {approval_id}: {state}")
         return EXIT_OK
 
     return run
@@ -246,39 +465,226 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 def _load_app(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise argparse.ArgumentTypeError("--app takes MODULE:OBJECT, e.g. myagent.tools:ul")
+        raise UsageError("--app takes MODULE:OBJECT, e.g. myagent.tools:ul")
     sys.path.insert(0, os.getcwd())
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise argparse.ArgumentTypeError(f"--app {spec}: {exc}") from exc
+        raise UsageError(f"--app {spec}: {exc}") from exc
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    app = _load_app(args.app)
+    if args.mcp_config is not None:  # the MCP proxy's compensations (undolog[mcp])
+        try:
+            from undolog.mcp_proxy.worker import load_worker_app
+        except ImportError as exc:
+            print(f"undolog: --mcp-config needs the mcp extra: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        app = load_worker_app(args.mcp_config)
+    elif args.app is None:
+        print("undolog: worker needs --app MODULE:OBJECT or --mcp-config FILE", file=sys.stderr)
+        return EXIT_USAGE
+    else:
+        app = _load_app(args.app)
     compensations = getattr(app, "compensations", None)
     if not isinstance(compensations, dict):
-        print(f"undolog: {args.app} is not an UndoLog (no compensations)", file=sys.stderr)
+        raise UsageError(f"--app {args.app} is not an UndoLog (it has no compensations)")
+    logging.basicConfig(
+        level=logging.INFO, format="undolog worker: %(levelname)s %(message)s", stream=sys.stderr
+    )
+
+    def walked(sid: uuid.UUID, state: str) -> None:
+        line = json.dumps({"session_id": str(sid), "state": state}) if args.json else None
+        print(line or f"session {sid}: {state}", flush=True)
+
+    worker = Worker(
+        lambda: _connect_for_worker(args),
+        compensations,
+        interval=args.interval,
+        max_backoff=args.max_backoff,
+        on_walked=walked,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        log.warning("%s: finishing the entry in hand, then exiting (again: exit at once)", name)
+        # a second signal gets the default action: the process ends, the claim expires
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        worker.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        reached = worker.run(once=args.once)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if worker.stopping:
+        log.info("stopped")
+        return EXIT_OK
+    return EXIT_OK if reached else EXIT_ERROR
+
+
+# The server answered and refused this login or database: no retry fixes that (a server
+# that is down or restarting is retried instead). libpq gives these as text only.
+_REFUSED_LOGIN = re.compile(
+    r'database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r"|password authentication failed|no password supplied|pg_hba\.conf rejects"
+)
+
+
+def _connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
+    try:
+        return _connect(args)
+    except ConnectError as exc:
+        if _REFUSED_LOGIN.search(str(exc)):
+            raise WorkerConfigError(f"{exc}: fix --dsn / UNDOLOG_DSN") from exc
+        # the worker's backoff retries psycopg's own class
+        raise psycopg.OperationalError(str(exc)) from exc
+    except UsageError as exc:
+        raise WorkerConfigError(str(exc)) from exc
+
+
+def _health_schema(conn: psycopg.Connection[Any]) -> tuple[bool, str]:
+    """Whether the engine is installed and as current as this package (what `undolog
+    status` reports)."""
+    if not applied_migrations(conn):
+        return False, "the UndoLog engine is not installed in this database: run `undolog migrate`"
+    try:
+        found = migration_status(conn)
+    except MigrationError as exc:  # a recorded migration differs from this package's
+        return False, str(exc)
+    if not found.up_to_date:
+        return False, f"behind this package ({'; '.join(found.describe())}): run `undolog migrate`"
+    return True, f"current (undolog {engine_version()})"
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, ok: bool, detail: str, **extra: Any) -> None:
+        checks.append({"name": name, "ok": ok, "detail": detail, **extra})
+
+    try:
+        conn = _connect(args)
+    except ConnectError as exc:
+        check("connection", False, f"{exc}; set UNDOLOG_DSN or pass --dsn")
+        return _report_health(args, checks)
+    with conn:
+        check("connection", True, f"{conn.info.user}@{conn.info.host}:{conn.info.port}")
+        ok, detail = _health_schema(conn)
+        check("schema", ok, detail)
+        if ok:
+            _health_worker(conn, args.max_lag, check)
+    return _report_health(args, checks)
+
+
+# Every session a worker should be walking, with the moment it became due: failed ones
+# (since they failed), active ones whose lease ran out (recover() has not failed them),
+# and compensating ones whose top unfinished entry is due (its claim expired, or its retry
+# time passed since the walk last moved) -- recover()'s rule, read without writing.
+_DUE_SESSIONS = """
+SELECT s.session_id,
+    CASE
+        WHEN s.state = 'failed' THEN s.updated_at
+        WHEN s.state = 'active' THEN s.lease_expires_at
+        WHEN top.state = 'compensating' THEN top.claimed_until
+        ELSE greatest(top.next_attempt_at, moved.at)
+    END AS due_since
+FROM undolog.undolog_sessions AS s
+LEFT JOIN LATERAL (
+    SELECT u.state, u.next_attempt_at, u.claimed_until
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+    ORDER BY u.stack_position DESC
+    LIMIT 1
+) AS top ON s.state = 'compensating'
+LEFT JOIN LATERAL (
+    SELECT max(u.updated_at) AS at
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id
+) AS moved ON s.state = 'compensating'
+WHERE s.state = 'failed'
+   OR (s.state = 'active' AND s.lease_expires_at <= now())
+   OR (s.state = 'compensating' AND (
+        (top.state = 'compensating' AND top.claimed_until <= now())
+        OR (top.state = 'pending' AND top.next_attempt_at <= now())))
+"""
+
+
+def _health_worker(
+    conn: psycopg.Connection[Any], max_lag: float, check: Callable[..., None]
+) -> None:
+    """Worker lag: how long the oldest session due for an undo walk has waited for a
+    worker. Halted sessions are reported (they wait for a person, not for the worker)
+    but do not make the check fail."""
+    (row,) = _query(
+        conn,
+        f"""
+        SELECT count(*) AS due,
+            coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
+        FROM ({_DUE_SESSIONS}) AS due
+        """,
+    )
+    lag, due = max(float(row["lag_seconds"]), 0.0), int(row["due"])
+    check(
+        "worker",
+        lag <= max_lag,
+        f"{due} sessions due for an undo walk, the oldest waiting {lag:.0f} s (max {max_lag:g} s)"
+        if due
+        else "no session waits for an undo walk",
+        due_sessions=due,
+        lag_seconds=round(lag, 3),
+    )
+    (row,) = _query(
+        conn,
+        "SELECT count(*) AS halted FROM undolog.undolog_sessions"
+        " WHERE state = 'halted' AND resolved_at IS NULL",
+    )
+    halted = int(row["halted"])
+    check(
+        "operator",
+        True,
+        f"{halted} halted sessions wait for an operator (undolog sessions list --state halted)"
+        if halted
+        else "no halted session waits for an operator",
+        halted_sessions=halted,
+    )
+
+
+def _report_health(args: argparse.Namespace, checks: list[dict[str, Any]]) -> int:
+    healthy = all(c["ok"] for c in checks)
+    if args.json:
+        _print_json({"healthy": healthy, "checks": checks})
+    else:
+        for c in checks:
+            print(f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']:<10}  {c['detail']}")
+        print("healthy" if healthy else "unhealthy")
+    return EXIT_OK if healthy else EXIT_ERROR
+
+
+def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
+    try:
+        from undolog.mcp_proxy.server import serve
+    except ImportError as exc:
+        print(
+            f"undolog: mcp-proxy needs the mcp extra (pip install 'undolog[mcp]'): {exc}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
-    with _connect(args) as conn:
-        while True:
-            walked = work(conn, compensations, wait=0.0)
-            for sid, state in walked.items():
-                print(
-                    json.dumps({"session_id": str(sid), "state": state})
-                    if args.json
-                    else f"session {sid}: {state}",
-                    flush=True,
-                )
-            if args.once:
-                return EXIT_OK
-            time.sleep(args.interval)
+    dsn = args.dsn if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
+    return serve(args.config, dsn, args.http)
 
 
 def _timestamptz(value: str) -> datetime.datetime:
-    """An ISO 8601 instant with its zone, e.g. 2025-01-01T00:00:00Z."""
+    """An ISO 8601 instant with its zone: 2025-01-01T00:00:00Z, 2025-01-01 00:00+00,
+    or a date with a zone, 2025-01-01Z (its midnight)."""
+    text = value.strip()
+    date_with_zone = re.fullmatch(r"(\d{4}-\d{2}-\d{2})([Zz]|[+-]\d{2}(?::?\d{2})?)", text)
+    if date_with_zone:
+        text = f"{date_with_zone[1]}T00:00:00{date_with_zone[2]}"
     try:
-        ts = datetime.datetime.fromisoformat(value)
+        ts = datetime.datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 timestamp: {value!r}") from exc
     if ts.utcoffset() is None:
@@ -286,52 +692,95 @@ def _timestamptz(value: str) -> datetime.datetime:
     return ts
 
 
-def _cmd_partitions(args: argparse.Namespace) -> int:
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {number}")
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not number >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return number
+
+
+def _partitions_logging() -> None:
     # maintain() logs a WARNING for each month it keeps because a session still needs it
     logging.basicConfig(level=logging.WARNING, format="undolog: %(message)s")
+
+
+def _cmd_partitions_ensure(args: argparse.Namespace) -> int:
+    _partitions_logging()
     with _connect(args) as conn:
-        if args.action == "ensure":
-            rows = [
-                {"action": "created", "partition": p}
-                for p in partitions.ensure(conn, args.months_ahead)
-            ]
-        elif args.action == "drop":
-            if args.older_than is None:
-                print("undolog: partitions drop needs --older-than", file=sys.stderr)
-                return EXIT_USAGE
-            verb = "detached" if args.detach else "dropped"
-            rows = [
-                {"action": verb, "partition": p}
-                for p in partitions.drop(
-                    conn, args.older_than, detach_only=args.detach, force=args.force
-                )
-            ]
-        else:
-            rows = [
-                {"action": a, "partition": p}
-                for a, p in partitions.maintain(conn, args.months_ahead, args.retention_months)
-            ]
-    _emit(args, rows, ["action", "partition"])
+        created = partitions.ensure(conn, args.months_ahead)
+    _emit(args, [{"action": "created", "partition": p} for p in created], ["action", "partition"])
     return EXIT_OK
 
 
+def _cmd_partitions_drop(args: argparse.Namespace) -> int:
+    _partitions_logging()
+    verb = "detached" if args.detach else "dropped"
+    with _connect(args) as conn:
+        done = partitions.drop(conn, args.older_than, detach_only=args.detach, force=args.force)
+    _emit(args, [{"action": verb, "partition": p} for p in done], ["action", "partition"])
+    return EXIT_OK
+
+
+def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
+    _partitions_logging()
+    with _connect(args) as conn:
+        done = partitions.maintain(conn, args.months_ahead, args.retention_months)
+    _emit(args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"])
+    return EXIT_OK
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from undolog.dashboard.server import run_from_args
+    except ImportError as exc:
+        print(
+            "undolog dashboard needs the 'dashboard' extra: "
+            f"pip install 'undolog[dashboard]' ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return run_from_args(args)
+
+
+# --- the parser -----------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
-    # --dsn and --json are accepted before or after the subcommand. SUPPRESS keeps a
+    # --dsn and --json are accepted before or after any subcommand. SUPPRESS keeps a
     # subcommand's copy of the option from overwriting a value given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--dsn",
         default=argparse.SUPPRESS,
-        help="libpq connection string (default: UNDOLOG_DSN, PG* vars)",
+        help="libpq connection string (default: UNDOLOG_DSN, then libpq's PG* variables)",
     )
     common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="machine-readable output; errors as a JSON object on stderr",
     )
-    parser = argparse.ArgumentParser(
-        prog="undolog", description=(__doc__ or "").split("\n")[0], parents=[common]
+    parser = _Parser(
+        prog="undolog",
+        description="UndoLog: install, inspect, decide, recover.",
+        parents=[common],
+        epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
     )
     parser.add_argument("--version", action="version", version=f"undolog {engine_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
     p.add_argument("--target", help="stop after this migration (default: apply all)")
@@ -341,71 +790,252 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_status)
     p = sub.add_parser("install-sql", parents=[common], help="print the plain-SQL install")
     p.set_defaults(func=_cmd_install_sql)
-
-    sessions = sub.add_parser("sessions", help="list or show sessions").add_subparsers(
-        dest="sessions_command", required=True
+    p = sub.add_parser(
+        "health",
+        parents=[common],
+        help="connection, engine schema, worker lag (exit 0 healthy, 1 not)",
     )
+    p.add_argument(
+        "--max-lag",
+        type=_non_negative_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="unhealthy when a session has waited longer than this for its undo walk (default 120)",
+    )
+    p.set_defaults(func=_cmd_health)
+
+    sessions = sub.add_parser(
+        "sessions", parents=[common], help="list, show and act on sessions"
+    ).add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     p = sessions.add_parser("list", parents=[common], help="sessions, newest first")
-    p.add_argument("--state", help="only sessions in this state")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--state", choices=SESSION_STATES, help="only sessions in this state")
+    p.add_argument("--limit", type=_positive_int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=_cmd_sessions_list)
     p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
-    p.add_argument("session_id", type=uuid.UUID)
+    p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
     p.set_defaults(func=_cmd_sessions_show)
+    for action, summary, reason_required in (
+        ("resume", "move a halted walk on past the entry it stopped at", False),
+        ("retry", "give the compensation a halted walk stopped at one more attempt", False),
+        ("abandon", "close a halted session as resolved by hand (it stays halted)", True),
+        ("rollback", "fail an active or waiting session so that its work is undone", True),
+    ):
+        p = sessions.add_parser(action, parents=[common], help=summary)
+        p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
+        p.add_argument("--by", required=True, help="who acts (recorded)")
+        p.add_argument(
+            "--reason",
+            required=reason_required,
+            help="why (recorded)" + ("; required" if reason_required else ""),
+        )
+        p.set_defaults(func=_operator_action(action))
 
-    appr = sub.add_parser("approvals", help="approval requests").add_subparsers(
-        dest="approvals_command", required=True
+    appr = sub.add_parser("approvals", parents=[common], help="approval requests").add_subparsers(
+        dest="approvals_command", required=True, metavar="ACTION"
     )
     p = appr.add_parser("list", parents=[common], help="requests waiting for a human")
     p.set_defaults(func=_cmd_approvals_list)
     for name, decide in (("approve", approvals.approve), ("reject", approvals.reject)):
         p = appr.add_parser(name, parents=[common], help=f"{name} a request")
-        p.add_argument("approval_id", type=uuid.UUID)
+        p.add_argument("approval", metavar="APPROVAL", help="approval id or a unique prefix")
         p.add_argument("--by", required=True, help="who decides (recorded)")
         p.add_argument("--reason", help="why (recorded)")
         p.set_defaults(func=_decide(decide))
 
     p = sub.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
     p.set_defaults(func=_cmd_recover)
-    p = sub.add_parser("worker", parents=[common], help="recover and walk, repeatedly")
-    p.add_argument("--app", required=True, help="MODULE:OBJECT of the UndoLog instance")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
-    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p = sub.add_parser("worker", parents=[common], help="recover and walk until SIGTERM/SIGINT")
+    p.add_argument("--app", help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--mcp-config", help="the MCP proxy's policy file: walk its sessions")
+    p.add_argument(
+        "--interval",
+        type=_non_negative_float,
+        default=5.0,
+        help="seconds between passes (default 5)",
+    )
+    p.add_argument(
+        "--max-backoff",
+        type=_non_negative_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest pause between reconnection attempts (default 30)",
+    )
+    p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     p.set_defaults(func=_cmd_worker)
 
-    p = sub.add_parser("partitions", parents=[common], help="month partitions (operators)")
-    p.add_argument("action", choices=["ensure", "drop", "maintain"])
-    p.add_argument("--months-ahead", type=int, default=3)
-    p.add_argument("--retention-months", type=int, default=None)
+    p = sub.add_parser("mcp-proxy", parents=[common], help="serve the MCP proxy (undolog[mcp])")
+    p.add_argument("--config", required=True, help="the policy file (TOML)")
+    p.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio")
+    p.set_defaults(func=_cmd_mcp_proxy)
+
+    parts = sub.add_parser(
+        "partitions", parents=[common], help="month partitions (operators)"
+    ).add_subparsers(dest="partitions_command", required=True, metavar="ACTION")
+    months_ahead_help = "months to create beyond the current one, 0 to 120 (default 3)"
+    p = parts.add_parser("ensure", parents=[common], help="create the coming months")
+    p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
+    p.set_defaults(func=_cmd_partitions_ensure)
+    p = parts.add_parser("drop", parents=[common], help="drop (or detach) old months")
     p.add_argument(
         "--older-than",
         type=_timestamptz,
-        help="drop months ending at or before this instant (ISO 8601 with a zone)",
+        required=True,
+        help="months ending at or before this instant: ISO 8601 with a zone, e.g. "
+        "2025-01-01Z or 2025-01-01T00:00:00+00:00",
     )
     p.add_argument("--detach", action="store_true", help="detach instead of drop")
-    p.add_argument("--force", action="store_true", help="even with unfinished sessions")
-    p.set_defaults(func=_cmd_partitions)
+    p.add_argument("--force", action="store_true", help="even months that unfinished sessions need")
+    p.set_defaults(func=_cmd_partitions_drop)
+    p = parts.add_parser("maintain", parents=[common], help="ensure, then apply retention")
+    p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
+    p.add_argument(
+        "--retention-months",
+        type=int,
+        default=None,
+        help="keep this many past months (default: the database setting)",
+    )
+    p.set_defaults(func=_cmd_partitions_maintain)
+
+    # The dashboard face: imported only when asked for, so that `undolog` works without
+    # the extra installed (then a clear message naming it, exit 2).
+    p = sub.add_parser("dashboard", parents=[common], help="the web dashboard (extra: dashboard)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
+    p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
+    p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
+    p.set_defaults(func=_cmd_dashboard)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # not set_defaults: the parents' option objects are shared, and a default set on them
-    # would make each subcommand's copy overwrite a value given before the subcommand
-    args.dsn = getattr(args, "dsn", None)
-    args.json = getattr(args, "json", False)
+# --- errors -------------------------------------------------------------------------------
+
+# The engine's messages name its SQL parameters; on the command line they are flags.
+_FLAGS = {
+    "p_months_ahead": "--months-ahead",
+    "p_retention_months": "--retention-months",
+    "p_older_than": "--older-than",
+    "p_detach_only": "--detach",
+    "p_force": "--force",
+    "p_by": "--by",
+    "p_decided_by": "--by",
+    "decided_by": "--by",
+    "p_reason": "--reason",
+    "p_session_id": "SESSION",
+    "p_approval_id": "APPROVAL",
+}
+_PARAM = re.compile(r"\b(?:p_[a-z_]+|decided_by)\b")
+# SQLSTATEs of a database without the engine, or with an older one
+_NO_ENGINE = ("42P01", "42883", "3F000")
+_ROLES_HINT = "grant the login one of undolog_agent, undolog_approver, undolog_operator"
+
+
+def _flags(message: str) -> str:
+    return _PARAM.sub(lambda m: _FLAGS.get(m[0], m[0]), message)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for e in (exc, exc.__cause__):
+        code = getattr(e, "sqlstate", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def _permission_hint(message: str) -> str:
+    lowered = message.lower()
+    if "create role" in lowered:
+        return (
+            "installing the engine creates its roles (undolog_agent, undolog_approver, "
+            "undolog_operator): run `undolog migrate` as a login with CREATEROLE (or a "
+            "superuser), or have such a login create those three roles first"
+        )
+    if "for database" in lowered or "for schema public" in lowered:
+        return (
+            "installing the engine needs a login that may create a schema in this database"
+            " (its owner, or GRANT CREATE ON DATABASE)"
+        )
+    return _ROLES_HINT
+
+
+def _engine_missing(args: argparse.Namespace) -> str:
+    """Why an engine object is missing: not installed at all, or older than us."""
     try:
-        return int(args.func(args))
-    except (UnknownSession, UnknownApproval) as exc:
-        print(f"undolog: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except (UndoLogError, psycopg.Error, MigrationError) as exc:
-        print(f"undolog: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
-        return EXIT_USAGE  # pragma: no cover (parser.error exits)
+        with _connect(args) as conn:
+            applied = applied_migrations(conn)
+    except Exception:
+        applied = {}
+    if not applied:
+        return "the UndoLog engine is not installed in this database: run `undolog migrate`"
+    return "the UndoLog engine in this database is older than this package: run `undolog migrate`"
+
+
+def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -> ErrorReport:
+    """What to tell a person (and a script) about an error: message, SQLSTATE, hint,
+    and the exit code."""
+    sqlstate = _sqlstate(exc)
+    if isinstance(exc, UsageError | WorkerConfigError | argparse.ArgumentTypeError):
+        return ErrorReport(str(exc), sqlstate, None, EXIT_USAGE)
+    if isinstance(exc, ConnectError):
+        hint = "set UNDOLOG_DSN or pass --dsn, e.g. --dsn postgresql://USER@HOST:5432/DBNAME"
+        return ErrorReport(str(exc), None, hint, EXIT_ERROR)
+    if isinstance(exc, UnknownSession | UnknownApproval):
+        return ErrorReport(_flags(str(exc)), sqlstate, None, EXIT_NOT_FOUND)
+    if isinstance(exc, InvalidArgument):  # a value given on the command line was refused
+        return ErrorReport(_flags(str(exc)), sqlstate, None, EXIT_USAGE)
+    if sqlstate in _NO_ENGINE and args is not None:
+        return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
+    if sqlstate == "42501":
+        message = _one_line(exc)
+        return ErrorReport(_flags(message), sqlstate, _permission_hint(message), EXIT_ERROR)
+    if isinstance(exc, psycopg.Error):
+        primary = exc.diag.message_primary or _one_line(exc)
+        return ErrorReport(_flags(primary), sqlstate, exc.diag.message_hint, EXIT_ERROR)
+    return ErrorReport(_flags(str(exc)), sqlstate, None, EXIT_ERROR)
+
+
+def _report(report: ErrorReport, as_json: bool) -> int:
+    if as_json:
+        body = {"error": report.message, "sqlstate": report.sqlstate, "hint": report.hint}
+        print(json.dumps(body), file=sys.stderr)
+    else:
+        print(f"undolog: {report.message}", file=sys.stderr)
+        if report.hint:
+            print(f"hint: {report.hint}", file=sys.stderr)
+    return report.code
+
+
+def _reader_gone() -> None:
+    """The reader of stdout went away (``undolog sessions list | head``): end quietly.
+    Python would report the failed flush of the closed pipe at exit, so stdout is pointed
+    at /dev/null, leaving nothing to flush."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    return "--json" in argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except UsageError as exc:
+            return _report(describe_error(exc), _wants_json(argv))
+        # not set_defaults: the parents' option objects are shared, and a default set on
+        # them would make each subcommand's copy overwrite a value given before it
+        args.dsn = getattr(args, "dsn", None)
+        args.json = getattr(args, "json", False)
+        try:
+            code = int(args.func(args))
+        except (UndoLogError, psycopg.Error, MigrationError, UsageError, ConnectError) as exc:
+            return _report(describe_error(exc, args), args.json)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _reader_gone()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

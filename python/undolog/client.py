@@ -1,8 +1,15 @@
 """``UndoLog`` and ``AsyncUndoLog``: sessions, heartbeats and registered compensations.
 
     ul = UndoLog("postgresql://agent@db/app")          # or UndoLog(pool=ConnectionPool(...))
-    with ul.session(agent="onboarding") as session:    # AsyncUndoLog: async with
+    with ul.session(agent="onboarding") as session:    # session: an ActiveSession
         create_user("ada@example.com", "Ada")
+    async with ul.session(agent="onboarding"):         # async tools: the same UndoLog
+        await create_user_async("bob@example.com", "Bob")
+
+``ul.session()`` works with ``with`` (sync tools) and ``async with`` (async tools; an
+UndoLog built on a DSN opens an async connection for it, through the one async
+implementation, AsyncUndoLog's, sharing this UndoLog's compensations). AsyncUndoLog
+(DSN or AsyncConnectionPool) is the async client for async-only programs.
 
 Leaving the block normally completes the session. An exception fails it, and the undo
 walk runs the registered compensations last-first. AwaitingApprovalError leaving it
@@ -22,13 +29,14 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
+from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from undolog import aengine, approvals, context, engine, walk
-from undolog.context import ActiveSession
+from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.errors import (
     AwaitingApprovalError,
     InvalidStateTransition,
@@ -96,11 +104,26 @@ def _heartbeat_interval(lease: timedelta) -> float:
     return max(lease.total_seconds() / 3, 0.2)
 
 
+def seconds(value: float | timedelta) -> float:
+    """A duration given as seconds (int or float) or as a timedelta, in seconds."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a duration is seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
 class _Base:
-    def __init__(self, lease: timedelta, walk_wait: float) -> None:
+    def __init__(
+        self, lease: timedelta, walk_wait: float, in_progress_wait: float | timedelta
+    ) -> None:
         self.lease = lease
         self.walk_wait = walk_wait
+        self.in_progress_wait = seconds(in_progress_wait)
         self.compensations: dict[str, Callable[..., Any]] = {}
+
+    def _in_progress_wait(self, given: float | timedelta | None) -> float:
+        return self.in_progress_wait if given is None else seconds(given)
 
     def _walk(
         self,
@@ -149,10 +172,12 @@ class UndoLog(_Base):
         pool: ConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
+        in_progress_wait: float | timedelta = DEFAULT_IN_PROGRESS_WAIT,
     ) -> None:
-        super().__init__(lease, walk_wait)
+        super().__init__(lease, walk_wait, in_progress_wait)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
+        self._async_client: AsyncUndoLog | None = None
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[engine.Connection]:
@@ -170,7 +195,6 @@ class UndoLog(_Base):
                 if not conn.closed:
                     conn.autocommit = before
 
-    @contextlib.contextmanager
     def session(
         self,
         session_id: uuid.UUID | None = None,
@@ -178,11 +202,56 @@ class UndoLog(_Base):
         agent: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         lease: timedelta | None = None,
+        in_progress_wait: float | timedelta | None = None,
+    ) -> SessionContext:
+        """A session, for ``with`` (sync tools) or ``async with`` (async tools); both
+        yield an :class:`~undolog.context.ActiveSession` (``.session_id``, ``.state``).
+
+        ``session_id`` resumes that session (after a crash, or an approval): its calls
+        replay. ``lease`` (default: the client's) is how long the session survives
+        without a heartbeat. ``in_progress_wait`` (seconds or a timedelta; default: the
+        client's, 30 s) is how long a call still executing from an earlier run is waited
+        for before CallInProgress (0: at once, which fails the session).
+        """
+        return SessionContext(self, session_id, agent, metadata, lease, in_progress_wait)
+
+    def _async(self) -> AsyncUndoLog:
+        """The async implementation behind ``async with ul.session()``: the same DSN,
+        settings and (shared) compensations."""
+        if self.pool is not None:
+            raise TypeError(
+                "async with ul.session() on an UndoLog built on a sync ConnectionPool: "
+                "use AsyncUndoLog(pool=AsyncConnectionPool(...)) for async tools"
+            )
+        if self._async_client is None:
+            client = AsyncUndoLog(
+                self.dsn,
+                lease=self.lease,
+                walk_wait=self.walk_wait,
+                in_progress_wait=self.in_progress_wait,
+            )
+            client.compensations = self.compensations  # one registry for both
+            self._async_client = client
+        return self._async_client
+
+    @contextlib.contextmanager
+    def _session(
+        self,
+        session_id: uuid.UUID | None,
+        agent: str | None,
+        metadata: Mapping[str, Any] | None,
+        lease: timedelta | None,
+        in_progress_wait: float | timedelta | None,
     ) -> Iterator[ActiveSession]:
         lease = lease or self.lease
         with self.connection() as conn:
             sid = engine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(sid, conn, engine.session_state(conn, sid))
+            active = ActiveSession(
+                sid,
+                conn,
+                engine.session_state(conn, sid),
+                self._in_progress_wait(in_progress_wait),
+            )
             token = context.enter(active)
             stop = threading.Event()
             beat = threading.Thread(
@@ -199,17 +268,28 @@ class UndoLog(_Base):
                 self._stop(stop, beat)
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     self._fail(conn, sid, self._error_text(exc))
+                self._learn_state(conn, active)
                 raise
             else:
                 self._stop(stop, beat)
                 if active.unknown_outcome is not None:
                     self._fail(conn, sid, _unknown(active))
+                    self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
                 if active.state == "active":
-                    engine.complete_session(conn, sid)
+                    active.state = engine.complete_session(conn, sid)
             finally:
                 self._stop(stop, beat)
                 context.leave(token)
+
+    @staticmethod
+    def _learn_state(conn: engine.Connection, active: ActiveSession) -> None:
+        """Record in ``active.state`` where leaving the block left the session (never
+        replacing the exception that is leaving it)."""
+        try:
+            active.state = engine.session_state(conn, active.session_id)
+        except Exception:
+            log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 
     @staticmethod
     def _stop(stop: threading.Event, beat: threading.Thread) -> None:
@@ -262,12 +342,17 @@ class UndoLog(_Base):
             return approvals.reject(conn, approval_id, decided_by, reason)
 
     def wait_for_decision(
-        self, approval_id: uuid.UUID, timeout: float, poll_interval: float = 5.0
+        self,
+        approval_id: uuid.UUID,
+        timeout: float | timedelta,
+        poll_interval: float | timedelta = 5.0,
     ) -> str | None:
         """Block until a human decides (LISTEN/NOTIFY, slow poll as fallback); answers
-        'approved', 'rejected' or 'expired', or None on timeout."""
+        'approved', 'rejected' or 'expired', or None on timeout. ``timeout`` and
+        ``poll_interval`` are seconds or timedeltas."""
+        wait, poll = seconds(timeout), seconds(poll_interval)
         with psycopg.connect(self._conninfo(), autocommit=True) as conn:
-            return approvals.wait_for_decision(conn, approval_id, timeout, poll_interval)
+            return approvals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:
         return _conninfo_of(self.dsn, self.pool)
@@ -283,8 +368,9 @@ class AsyncUndoLog(_Base):
         pool: AsyncConnectionPool[Any] | None = None,
         lease: timedelta = DEFAULT_LEASE,
         walk_wait: float = walk.DEFAULT_WAIT,
+        in_progress_wait: float | timedelta = DEFAULT_IN_PROGRESS_WAIT,
     ) -> None:
-        super().__init__(lease, walk_wait)
+        super().__init__(lease, walk_wait, in_progress_wait)
         self.dsn = _default_dsn(dsn)
         self.pool = pool
 
@@ -311,11 +397,19 @@ class AsyncUndoLog(_Base):
         agent: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         lease: timedelta | None = None,
+        in_progress_wait: float | timedelta | None = None,
     ) -> AsyncIterator[ActiveSession]:
+        """An async session (``async with``), yielding an ActiveSession; the arguments
+        are UndoLog.session()'s."""
         lease = lease or self.lease
         async with self.connection() as conn:
             sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
-            active = ActiveSession(sid, conn, await aengine.session_state(conn, sid))
+            active = ActiveSession(
+                sid,
+                conn,
+                await aengine.session_state(conn, sid),
+                self._in_progress_wait(in_progress_wait),
+            )
             token = context.enter(active)
             beat = (
                 asyncio.create_task(self._beat(conn, sid, lease))
@@ -328,17 +422,27 @@ class AsyncUndoLog(_Base):
                 await self._stop(beat)
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     await self._fail(conn, sid, self._error_text(exc))
+                await self._learn_state(conn, active)
                 raise
             else:
                 await self._stop(beat)
                 if active.unknown_outcome is not None:
                     await self._fail(conn, sid, _unknown(active))
+                    await self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
                 if active.state == "active":
-                    await aengine.complete_session(conn, sid)
+                    active.state = await aengine.complete_session(conn, sid)
             finally:
                 await self._stop(beat)
                 context.leave(token)
+
+    @staticmethod
+    async def _learn_state(conn: aengine.AsyncConnection, active: ActiveSession) -> None:
+        """As UndoLog._learn_state."""
+        try:
+            active.state = await aengine.session_state(conn, active.session_id)
+        except Exception:
+            log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 
     async def _fail(self, conn: aengine.AsyncConnection, sid: uuid.UUID, error: str) -> None:
         """As UndoLog._fail: never replaces the exception leaving the session."""
@@ -412,13 +516,72 @@ class AsyncUndoLog(_Base):
             return fn(conn, *args)
 
     async def wait_for_decision(
-        self, approval_id: uuid.UUID, timeout: float, poll_interval: float = 5.0
+        self,
+        approval_id: uuid.UUID,
+        timeout: float | timedelta,
+        poll_interval: float | timedelta = 5.0,
     ) -> str | None:
+        """As UndoLog.wait_for_decision (seconds or timedeltas), awaited."""
+        wait, poll = seconds(timeout), seconds(poll_interval)
+
         def in_thread() -> str | None:
             with psycopg.connect(self._conninfo(), autocommit=True) as conn:
-                return approvals.wait_for_decision(conn, approval_id, timeout, poll_interval)
+                return approvals.wait_for_decision(conn, approval_id, wait, poll)
 
         return await asyncio.to_thread(in_thread)
 
     def _conninfo(self) -> str:
         return _conninfo_of(self.dsn, self.pool)
+
+
+class SessionContext:
+    """What ``UndoLog.session()`` answers: enter it with ``with`` (sync tools, through
+    the session's sync connection) or ``async with`` (async tools, through the
+    AsyncUndoLog implementation on an async connection). One use only."""
+
+    def __init__(
+        self,
+        client: UndoLog,
+        session_id: uuid.UUID | None,
+        agent: str | None,
+        metadata: Mapping[str, Any] | None,
+        lease: timedelta | None,
+        in_progress_wait: float | timedelta | None,
+    ) -> None:
+        self._client = client
+        self._args = (session_id, agent, metadata, lease, in_progress_wait)
+        self._sync: contextlib.AbstractContextManager[ActiveSession] | None = None
+        self._async: contextlib.AbstractAsyncContextManager[ActiveSession] | None = None
+
+    def __enter__(self) -> ActiveSession:
+        self._sync = self._client._session(*self._args)
+        return self._sync.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._sync is not None
+        return self._sync.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> ActiveSession:
+        session_id, agent, metadata, lease, in_progress_wait = self._args
+        self._async = self._client._async().session(
+            session_id,
+            agent=agent,
+            metadata=metadata,
+            lease=lease,
+            in_progress_wait=in_progress_wait,
+        )
+        return await self._async.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._async is not None
+        return await self._async.__aexit__(exc_type, exc, tb)

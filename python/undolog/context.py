@@ -18,12 +18,33 @@ import psycopg
 
 from undolog.errors import NotInSession
 
+# How long a journaled call whose earlier run is still executing (answered 'in_progress')
+# is asked again before CallInProgress is raised, by default.
+DEFAULT_IN_PROGRESS_WAIT = 30.0
+
 
 @dataclass
 class ActiveSession:
+    """What ``with ul.session() as s`` (and ``async with``) yields.
+
+    ``s.session_id`` is the session's id (pass it to ``ul.session(session_id)`` again to
+    resume the same session after a crash: what it already did replays). ``s.state`` is
+    the session's state as this process last learned it: ``active`` inside the block (or
+    ``awaiting_approval`` when resumed while waiting), and after the block what leaving
+    it did: ``completed``, ``awaiting_approval``, ``failed`` (the walk is left to the
+    worker), ``compensated`` or ``halted`` (the walk ran here).
+    """
+
     session_id: uuid.UUID
+    """The session's id (a UUID)."""
     connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+    """The connection every journaled call of this session goes through."""
     state: str
+    """The session's state as this process last learned it (see the class docstring)."""
+    in_progress_wait: float = DEFAULT_IN_PROGRESS_WAIT
+    """Seconds a call that is still executing from an earlier run is waited for before
+    CallInProgress is raised (0: raise at once, which fails the session so that the
+    walk compensates that call)."""
     # Set when a journaled call's body may have acted but its outcome was not recorded
     # (cancelled, interrupted, or a result JSON cannot carry): the session must then fail,
     # so that the walk compensates that call, rather than complete.

@@ -7,6 +7,9 @@ step index from the current session, computes the signature, and intercepts. The
 runs only on 'execute'; its result is committed (it must be JSON) or its exception
 recorded with fail(); 'replay' returns the cached result without running the body;
 'await_approval' raises AwaitingApprovalError; 'rejected' raises ApprovalRejectedError.
+'in_progress' (an earlier run of the session started this call and never reported its
+outcome) is logged at once and asked again for the session's ``in_progress_wait``
+seconds, then raises CallInProgress.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,10 +39,10 @@ from undolog.tiers import CompensationDescriptor, ToolTier
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# How long a call answered 'in_progress' (the same call running elsewhere) is asked again
-# before giving up, and the first pause between asks (doubling, capped at 1 s).
-IN_PROGRESS_TIMEOUT = 30.0
+# A call answered 'in_progress' is asked again for the session's in_progress_wait
+# seconds; the first pause between asks (doubling, capped at 1 s).
 IN_PROGRESS_FIRST_PAUSE = 0.01
+log = logging.getLogger("undolog")
 
 
 @dataclass(frozen=True)
@@ -89,18 +93,22 @@ def _intercept_params(
     )
 
 
-def _refuse_unless_executable(spec: ToolSpec, got: engine.Interception) -> None:
+def _refuse_unless_executable(
+    spec: ToolSpec, session: ActiveSession, got: engine.Interception
+) -> None:
     if got.action == "await_approval":
         raise AwaitingApprovalError(
             f"{spec.name} is IRREVERSIBLE and waits for approval {got.approval_id}",
             got.approval_id,
             got.effect_id,
+            session.session_id,
         )
     if got.action == "rejected":
         raise ApprovalRejectedError(
             f"{spec.name} was rejected by a human (approval {got.approval_id})",
             got.approval_id,
             got.effect_id,
+            session.session_id,
         )
     if got.action != "execute":
         raise UndoLogError(f"unexpected intercept action {got.action!r}")
@@ -123,11 +131,42 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _pauses() -> Iterator[float]:
-    pause, deadline = IN_PROGRESS_FIRST_PAUSE, time.monotonic() + IN_PROGRESS_TIMEOUT
-    while time.monotonic() < deadline:
-        yield pause
+def _in_progress_pauses(
+    spec: ToolSpec, session: ActiveSession, call: PreparedCall, got: engine.Interception
+) -> Iterator[float]:
+    """The pauses between asking again about a call that is still executing, for the
+    session's in_progress_wait seconds; says at once what it waits for and why."""
+    wait = session.in_progress_wait
+    log.warning(
+        "%s step %s of session %s is journaled as executing (effect %s): an earlier run "
+        "of this session started it and never reported its outcome (a crashed agent, or "
+        "the same call still running elsewhere). %s",
+        spec.name,
+        call.step_index,
+        session.session_id,
+        got.effect_id,
+        f"Waiting up to {wait:g} s for its outcome (in_progress_wait), then CallInProgress."
+        if wait > 0
+        else "in_progress_wait=0: CallInProgress now.",
+    )
+    pause, deadline = IN_PROGRESS_FIRST_PAUSE, time.monotonic() + wait
+    while (remaining := deadline - time.monotonic()) > 0:
+        yield min(pause, remaining)
         pause = min(pause * 2, 1.0)
+
+
+def _still_in_progress(
+    spec: ToolSpec, session: ActiveSession, call: PreparedCall, got: engine.Interception
+) -> CallInProgress:
+    return CallInProgress(
+        f"{spec.name} step {call.step_index} is still executing (effect {got.effect_id}, "
+        f"after waiting {session.in_progress_wait:g} s): its outcome is unknown; leaving "
+        "the session with this error fails it, so that the undo walk compensates the call",
+        session_id=session.session_id,
+        effect_id=got.effect_id,
+        tool_name=spec.name,
+        step_index=call.step_index,
+    )
 
 
 def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -143,16 +182,17 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
         got = engine.intercept(conn, *params)
-        for pause in _pauses():
-            if got.action != "in_progress":
-                break
-            time.sleep(pause)
-            got = engine.intercept(conn, *params)
         if got.action == "in_progress":
-            raise CallInProgress(f"{spec.name} step {call.step_index} is still executing")
+            for pause in _in_progress_pauses(spec, session, call, got):
+                time.sleep(pause)
+                got = engine.intercept(conn, *params)
+                if got.action != "in_progress":
+                    break
+            else:
+                raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             return got.result_snapshot
-        _refuse_unless_executable(spec, got)
+        _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
         try:
             result = fn(*args, **kwargs)
@@ -182,16 +222,17 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
         got = await aengine.intercept(conn, *params)
-        for pause in _pauses():
-            if got.action != "in_progress":
-                break
-            await asyncio.sleep(pause)
-            got = await aengine.intercept(conn, *params)
         if got.action == "in_progress":
-            raise CallInProgress(f"{spec.name} step {call.step_index} is still executing")
+            for pause in _in_progress_pauses(spec, session, call, got):
+                await asyncio.sleep(pause)
+                got = await aengine.intercept(conn, *params)
+                if got.action != "in_progress":
+                    break
+            else:
+                raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             return got.result_snapshot
-        _refuse_unless_executable(spec, got)
+        _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
         try:
             result = await fn(*args, **kwargs)

@@ -30,7 +30,8 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
-from undolog.migrations import describe_applied, migrate
+from undolog.errors import UndoLogError
+from undolog.migrations import MigrationError, describe_applied, migrate
 from undolog.walk import CompensationCall
 
 
@@ -94,13 +95,19 @@ def build_app(dsn: str) -> UndoLog:
     return ul
 
 
+class DemoStepFailed(Exception):
+    """A command the demo runs failed; its own message says why."""
+
+
 def cli(dsn: str, *args: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "undolog.cli", *args, "--dsn", dsn],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    if out.returncode != 0:
+        raise DemoStepFailed(f"`undolog {' '.join(args)}` failed: {out.stderr.strip()}")
     return out.stdout
 
 
@@ -232,7 +239,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.crash:
         crash_midway(dsn, args.crash)
-    run(dsn)
+    try:
+        run(dsn)
+    except DemoStepFailed as exc:
+        print(f"demo stopped: {exc}", file=sys.stderr)
+        return 1
+    except (psycopg.Error, UndoLogError, MigrationError) as exc:
+        # e.g. a login that may not install the engine: say what to do, not a traceback
+        from undolog.cli import describe_error
+
+        report = describe_error(exc)
+        print(f"demo stopped: {report.message}", file=sys.stderr)
+        if report.hint:
+            print(f"hint: {report.hint}", file=sys.stderr)
+        return 1
     return 0
 
 

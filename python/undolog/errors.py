@@ -105,29 +105,57 @@ class ResultNotJSON(UndoLogError, TypeError):
 
 
 class CallInProgress(UndoLogError):
-    """The same call is still executing elsewhere and did not finish in time."""
+    """The same call is journaled as executing (an earlier run of this session started it
+    and never reported its outcome: a crashed agent, or the same call still running
+    elsewhere) and did not finish within the session's ``in_progress_wait``.
+
+    Leaving the session with it fails the session, so that the undo walk compensates
+    that call (its outcome is unknown: it may have acted).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        session_id: Any = None,
+        effect_id: Any = None,
+        tool_name: str | None = None,
+        step_index: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.effect_id = effect_id
+        self.tool_name = tool_name
+        self.step_index = step_index
 
 
 class AwaitingApprovalError(UndoLogError):
     """An IRREVERSIBLE call needs a human's approval before it runs.
 
     Leaving ``with ul.session()`` with this error suspends the session (awaiting_approval)
-    and runs no compensation; once approved, making the same call again executes it.
+    and runs no compensation. The round trip: ``ul.wait_for_decision(err.approval_id,
+    timeout=...)``; once approved, open ``ul.session(err.session_id)`` again and make the
+    same calls: what already ran replays, and the approved call executes, once.
     """
 
-    def __init__(self, message: str, approval_id: Any, effect_id: Any) -> None:
+    def __init__(
+        self, message: str, approval_id: Any, effect_id: Any, session_id: Any = None
+    ) -> None:
         super().__init__(message)
         self.approval_id = approval_id
         self.effect_id = effect_id
+        self.session_id = session_id
 
 
 class ApprovalRejectedError(UndoLogError):
     """A human rejected this IRREVERSIBLE call; it will never run."""
 
-    def __init__(self, message: str, approval_id: Any, effect_id: Any) -> None:
+    def __init__(
+        self, message: str, approval_id: Any, effect_id: Any, session_id: Any = None
+    ) -> None:
         super().__init__(message)
         self.approval_id = approval_id
         self.effect_id = effect_id
+        self.session_id = session_id
 
 
 # PostgreSQL's own refusals of input, raised before an engine function runs: bad input all

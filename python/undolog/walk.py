@@ -13,13 +13,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from undolog import engine, saga
+from undolog.errors import (
+    InvalidStateTransition,
+    PermissionDenied,
+    SessionNotActive,
+    UndoLogError,
+)
 
 log = logging.getLogger("undolog.walk")
 
@@ -64,6 +73,15 @@ def _run(
         asyncio.run(fn(call))
 
 
+def storable_error(text: str) -> str:
+    """``text`` as PostgreSQL can store it: U+0000 (which a text column refuses, so the
+    failure could not be recorded at all) becomes U+FFFD."""
+    if "\x00" not in text:
+        return text
+    log.warning("compensation error text contains U+0000: stored with U+FFFD in its place")
+    return text.replace("\x00", "\ufffd")
+
+
 def run_walk(
     conn: engine.Connection,
     session_id: uuid.UUID,
@@ -71,13 +89,25 @@ def run_walk(
     *,
     wait: float = DEFAULT_WAIT,
     loop: asyncio.AbstractEventLoop | None = None,
+    stop: threading.Event | None = None,
 ) -> str:
     """Walk the session's undo stack until it is done, halted, or nothing is due within
     ``wait`` seconds. Answers the session's state then (compensated, halted, or still
-    compensating: the worker finishes it)."""
+    compensating: the worker finishes it).
+
+    ``stop``, once set, ends the walk before its next claim (the entry in hand is
+    finished and reported first), so a stopping worker leaves nothing claimed.
+    A report that arrives after the claim was handed out again (the compensation outlived
+    the claim timeout) is logged and the walk goes on: the newer attempt owns the entry.
+    """
     deadline = time.monotonic() + wait
     while True:
-        claim = saga.claim_compensation(conn, session_id)
+        if stop is not None and stop.is_set():
+            return engine.session_state(conn, session_id)
+        try:
+            claim = saga.claim_compensation(conn, session_id)
+        except SessionNotActive:  # halted (or moved on) since recover() named it
+            return engine.session_state(conn, session_id)
         if claim is None:
             state = engine.session_state(conn, session_id)
             if state != "compensating" or time.monotonic() >= deadline:
@@ -90,15 +120,40 @@ def run_walk(
                 raise LookupError(f"no compensation registered under {claim.name!r}")
             _run(fn, _call_for(claim), loop)
         except Exception as exc:
-            outcome = saga.fail_compensation(
-                conn, claim.undo_id, f"{type(exc).__name__}: {exc}", claim.attempt
-            )
+            error = storable_error(f"{type(exc).__name__}: {exc}")
+            try:
+                outcome = saga.fail_compensation(conn, claim.undo_id, error, claim.attempt)
+            except InvalidStateTransition as stale:
+                _stale(claim, stale)
+                continue
             log.warning(
-                "compensation %s of %s failed (%s): %s", claim.name, claim.tool_name, outcome, exc
+                "compensation %s of %s failed (%s): %s",
+                claim.name,
+                claim.tool_name,
+                outcome,
+                error,
             )
+            if outcome == "compensation_failed":  # the session halted for an operator
+                return engine.session_state(conn, session_id)
             continue
-        saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+        try:
+            saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+        except InvalidStateTransition as stale:
+            _stale(claim, stale)
+            continue
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
+
+
+def _stale(claim: saga.Claim, exc: UndoLogError) -> None:
+    log.warning(
+        "stale claim: compensation %s of %s (undo %s, attempt %s) outlived its claim and "
+        "was handed out again; its report was refused (%s)",
+        claim.name,
+        claim.tool_name,
+        claim.undo_id,
+        claim.attempt,
+        exc,
+    )
 
 
 def work(
@@ -112,3 +167,172 @@ def work(
     return {
         sid: run_walk(conn, sid, compensations, wait=wait, loop=loop) for sid in saga.recover(conn)
     }
+
+
+class WorkerConfigError(UndoLogError):
+    """The worker cannot do its job whatever it retries (e.g. its login is no operator,
+    or the engine is not installed): it stops, and ``undolog worker`` exits 2."""
+
+
+# SQLSTATEs of a database without the engine (or an older one): no retry fixes these.
+_NO_ENGINE = ("42P01", "42883", "3F000")
+
+
+def _is_connection_fault(exc: BaseException, conn: engine.Connection | None) -> bool:
+    """Whether the connection is gone (reconnect), as opposed to one statement's failure
+    on a connection that still works (a lock timeout is an OperationalError too)."""
+    if conn is None or conn.closed or conn.broken:
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    code = exc.sqlstate
+    return code is None or code.startswith(("08", "57P"))  # connection exception, shutdown
+
+
+class Worker:
+    """``undolog worker``: recover and walk, pass after pass, until :meth:`stop`.
+
+    It outlives every fault a running system meets: a halted session is logged and the
+    rest are walked; a session whose walk raises is logged and skipped until the next
+    pass; a lost server is reconnected with exponential backoff (``first_backoff``
+    doubling up to ``max_backoff`` seconds, each attempt logged). It stops only when
+    :meth:`stop` is called (between two entries: the one in hand is finished first) or on
+    a :class:`WorkerConfigError`.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], engine.Connection],
+        compensations: Mapping[str, Callable[..., Any]],
+        *,
+        interval: float = 5.0,
+        first_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        on_walked: Callable[[uuid.UUID, str], None] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.connect = connect
+        self.compensations = compensations
+        self.interval = interval
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self.on_walked = on_walked
+        self.loop = loop
+        self._stop = threading.Event()
+        self._conn: engine.Connection | None = None
+
+    def stop(self) -> None:
+        """Ask the worker to stop after the entry it holds (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, *, once: bool = False) -> bool:
+        """Serve until stopped (or one pass with ``once``). Answers whether the last pass
+        reached the database. Raises WorkerConfigError."""
+        reached = False
+        try:
+            while not self._stop.is_set():
+                reached = self.run_pass(retry_connect=not once)
+                if once:
+                    break
+                # after a lost connection, a short pause: never a busy loop of reconnects
+                self._stop.wait(self.interval if reached else self.first_backoff)
+        finally:
+            self._close()
+        return reached
+
+    def run_pass(self, *, retry_connect: bool = True) -> bool:
+        """One pass: recover(), then walk each session it names. Answers False when the
+        database could not be reached (after backing off, unless not ``retry_connect``)
+        or was lost during the pass, True otherwise."""
+        conn = self._connection(retry_connect)
+        if conn is None:
+            return False
+        try:
+            due = saga.recover(conn)
+        except Exception as exc:
+            return self._fault(exc, "recover()")
+        for sid in due:
+            if self._stop.is_set():
+                break
+            try:
+                state = run_walk(
+                    conn, sid, self.compensations, wait=0.0, loop=self.loop, stop=self._stop
+                )
+            except Exception as exc:
+                if not self._fault(exc, f"session {sid}"):
+                    return False
+                continue
+            if state == "halted":
+                log.warning(
+                    "session %s is halted: its undo walk waits for an operator "
+                    "(undolog sessions show %s); serving the others",
+                    sid,
+                    sid,
+                )
+            if self.on_walked is not None:
+                self.on_walked(sid, state)
+        return True
+
+    def _fault(self, exc: Exception, where: str) -> bool:
+        """Log a fault; answers False if it lost the connection (reconnect next pass)."""
+        self._config_error(exc)
+        if _is_connection_fault(exc, self._conn):
+            log.warning("%s: lost the database (%s); reconnecting", where, _one_line(exc))
+            self._close()
+            return False
+        log.error("%s: %s: %s (going on with the rest)", where, type(exc).__name__, exc)
+        return True
+
+    @staticmethod
+    def _config_error(exc: Exception) -> None:
+        if isinstance(exc, PermissionDenied):
+            raise WorkerConfigError(
+                f"this login may not run undo walks ({exc}): the worker needs a login "
+                "with the undolog_operator role"
+            ) from exc
+        if isinstance(exc, psycopg.Error) and exc.sqlstate in _NO_ENGINE:
+            raise WorkerConfigError(
+                "the UndoLog engine is not installed in this database (or is older than "
+                f"this package): run `undolog migrate` ({_one_line(exc)})"
+            ) from exc
+
+    def _connection(self, retry: bool) -> engine.Connection | None:
+        """The open connection, or a new one: retried with exponential backoff until it
+        connects or the worker is stopped (then None); one attempt unless ``retry``."""
+        if self._conn is not None and not (self._conn.closed or self._conn.broken):
+            return self._conn
+        self._close()
+        pause = self.first_backoff
+        while not self._stop.is_set():
+            try:
+                self._conn = self.connect()
+            except psycopg.OperationalError as exc:
+                if not retry:
+                    log.error("cannot reach the database (%s)", _one_line(exc))
+                    return None
+                log.warning(
+                    "cannot reach the database (%s); retrying in %.1f s", _one_line(exc), pause
+                )
+                self._stop.wait(pause)
+                pause = min(pause * 2, self.max_backoff)
+                continue
+            if pause > self.first_backoff:
+                log.warning("reconnected to the database")
+            return self._conn
+        return None
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a broken connection: nothing left to save
+                log.debug("closing the old connection failed", exc_info=True)
+            self._conn = None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

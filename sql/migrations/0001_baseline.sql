@@ -20,7 +20,13 @@ DECLARE
 BEGIN
     FOREACH v_role IN ARRAY ARRAY['undolog_agent', 'undolog_approver', 'undolog_operator'] LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+            -- The migrate lock is per database; an install into another database of the
+            -- cluster may create the same role at the same moment: theirs serves as well.
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
         END IF;
     END LOOP;
 END
@@ -93,6 +99,15 @@ ON undolog.undolog_sessions (updated_at) WHERE state IN ('failed', 'compensating
 CREATE INDEX undolog_sessions_unfinished_idx
 ON undolog.undolog_sessions (session_id)
 WHERE state NOT IN ('completed', 'compensated') AND resolved_at IS NULL;
+
+-- The dashboard's sessions list pages newest first with a keyset (created_at,
+-- session_id) < (last seen), optionally filtered by state: each page is one short index
+-- range, whatever the number of sessions (a million: bench/bench_dashboard.py).
+CREATE INDEX undolog_sessions_recent_idx
+ON undolog.undolog_sessions (created_at DESC, session_id DESC);
+
+CREATE INDEX undolog_sessions_state_recent_idx
+ON undolog.undolog_sessions (state, created_at DESC, session_id DESC);
 
 COMMENT ON TABLE undolog.undolog_sessions IS
 'Agent sessions: state machine of DESIGN.md, with a lease renewed by heartbeat().';

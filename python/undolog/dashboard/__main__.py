@@ -1,0 +1,5 @@
+import sys
+
+from undolog.dashboard.server import main
+
+sys.exit(main())

@@ -1,0 +1,693 @@
+"""The dashboard's ASGI application (Starlette, server-rendered Jinja2 pages).
+
+Every read and every decision runs on the logged-in person's own database connection,
+so the engine's grants and row-level security decide what they see and may do; the
+dashboard holds no login of its own. Pages update live: a small script listens to
+/events (server-sent events), which wakes on the engine's NOTIFY or a short poll and
+tells the page to fetch its fresh fragment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import psycopg
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from undolog.dashboard import queries
+from undolog.dashboard.websessions import LoginRefused, SessionStore, WebSession
+
+log = logging.getLogger("undolog.dashboard")
+HERE = Path(__file__).parent
+COOKIE = "undolog_session"
+LOGIN_CSRF_COOKIE = "undolog_login_csrf"
+# The engine's limit on a decision's or an operator action's reason (decide_approval,
+# rollback_session); resume and retry would cut a longer one silently, so the dashboard
+# refuses it for them too.
+REASON_LIMIT = 8192
+POLL_SECONDS = 0.5
+COUNTS_SECONDS = 5.0
+
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class SecurityHeaders:
+    """Every response forbids inline scripts, framing and caching: agent-written text on
+    these pages is hostile, and escaping is the first line, this the second."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+# --- rendering ------------------------------------------------------------------------
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _ts(value: datetime.datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(value: datetime.datetime | None) -> str:
+    return "" if value is None else value.astimezone(datetime.UTC).isoformat()
+
+
+def _span(value: datetime.timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = int(value.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def make_env() -> jinja2.Environment:
+    # autoescape for every template, whatever its name: args, results, agent names and
+    # reasons are written by agents and must reach the page as text, never as markup.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        pretty=_pretty,
+        compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
+        ts=_ts,
+        iso=_iso,
+        span=_span,
+        short=lambda u: str(u)[:8],
+    )
+    return env
+
+
+@dataclass
+class Outcome:
+    target: str
+    ok: bool
+    text: str
+    status: int = 200
+
+
+def engine_error(exc: psycopg.Error) -> tuple[int, str]:
+    """HTTP status and the engine's own words (message, detail, hint) for a refusal."""
+    diag = exc.diag
+    parts = [diag.message_primary or str(exc).strip()]
+    parts += [p for p in (diag.message_detail, diag.message_hint) if p]
+    code = exc.sqlstate or ""
+    if code in {"UL002", "UL003", "UL012", "UL013"}:
+        status = 404
+    elif code in {"UL001", "UL010", "UL014", "UL015"}:
+        status = 409
+    elif code == "42501":
+        status = 403
+    elif code in {"UL008", "22P02", "22001"} or code.startswith("22"):
+        status = 422
+    else:
+        status = 500
+    return status, " — ".join(parts)
+
+
+class Dashboard:
+    def __init__(self, dsn: str, *, idle_timeout: float = 30 * 60) -> None:
+        self.store = SessionStore(dsn, idle_timeout)
+        self.env = make_env()
+        self._reaper: asyncio.Task[None] | None = None
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    def render(
+        self,
+        request: Request,
+        name: str,
+        ws: WebSession | None,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        flash: list[tuple[str, str]] = []
+        if ws is not None and name != "fragment":
+            flash, ws.flash = ws.flash, []
+        html = self.env.get_template(name).render(
+            request=request,
+            ws=ws,
+            login=ws.login if ws else None,
+            roles=ws.roles if ws else None,
+            csrf=ws.csrf if ws else "",
+            flash=flash,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def problem(
+        self, request: Request, ws: WebSession | None, status: int, title: str, text: str
+    ) -> HTMLResponse:
+        return self.render(request, "problem.html", ws, status, title=title, text=text)
+
+    def current(self, request: Request) -> WebSession | None:
+        ws = self.store.get(request.cookies.get(COOKIE))
+        if ws is not None:
+            self.store.touch(ws)
+        return ws
+
+    async def posted(self, request: Request) -> tuple[WebSession, FormData] | HTMLResponse:
+        """The logged-in person and their form, or the page that says why nothing was
+        written (logged out, or a missing or stale CSRF token)."""
+        ws = self.current(request)
+        if ws is None:
+            return self.problem(
+                request,
+                None,
+                401,
+                "Not logged in",
+                "You are not logged in, or your session ended: nothing was written. "
+                "Log in and try again.",
+            )
+        form = await request.form()
+        token = form.get("csrf")
+        if not isinstance(token, str) or not hmac.compare_digest(token, ws.csrf):
+            return self.problem(
+                request,
+                ws,
+                403,
+                "Form expired",
+                "This form's security token is missing or stale: nothing was written. "
+                "Reload the page and try again.",
+            )
+        return ws, form
+
+    def not_found(self, request: Request, ws: WebSession | None, what: str) -> HTMLResponse:
+        return self.problem(
+            request, ws, 404, "Not found", f"No {what} with that id that you may see."
+        )
+
+    @staticmethod
+    def _uuid(text: str) -> uuid.UUID | None:
+        try:
+            return uuid.UUID(text)
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _local(path: Any, default: str) -> str:
+        """Where to go after a POST: a path of this site only (no open redirect)."""
+        if isinstance(path, str) and path.startswith("/") and not path.startswith("//"):
+            return path
+        return default
+
+    # --- login ------------------------------------------------------------------------
+
+    async def login_page(self, request: Request) -> Response:
+        if self.current(request) is not None:
+            return RedirectResponse("/", 303)
+        return self._login_form(request, None, 200)
+
+    def _login_form(self, request: Request, error: str | None, status: int) -> Response:
+        token = secrets.token_urlsafe(32)
+        response = self.render(request, "login.html", None, status, error=error, token=token)
+        response.set_cookie(
+            LOGIN_CSRF_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/login",
+        )
+        return response
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        token, cookie = form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE)
+        if not (isinstance(token, str) and cookie and hmac.compare_digest(token, cookie)):
+            return self._login_form(
+                request, "The login form expired: nothing was sent. Try again.", 403
+            )
+        login, password = form.get("login"), form.get("password")
+        if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
+            return self._login_form(request, "Give your database login and password.", 422)
+        try:
+            ws = await self.store.login(login.strip(), password)
+        except LoginRefused as exc:
+            return self._login_form(request, str(exc), 401)
+        response = RedirectResponse("/", 303)
+        response.set_cookie(
+            COOKIE,
+            ws.sid,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        await self.store.logout(ws)
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def home(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        return RedirectResponse("/approvals" if ws.roles.staff else "/sessions", 303)
+
+    # --- approvals --------------------------------------------------------------------
+
+    async def inbox(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        if not ws.roles.staff:
+            return self.problem(
+                request,
+                ws,
+                403,
+                "Approvals",
+                "Only approvers and operators read the approvals inbox; "
+                "your sessions' requests are on each session's page.",
+            )
+        async with ws.db() as conn:
+            pending, total = await queries.inbox(conn)
+            fingerprint = await queries.inbox_fingerprint(conn)
+        fragment = request.query_params.get("fragment") == "1"
+        return self.render(
+            request,
+            "inbox_fragment.html" if fragment else "inbox.html",
+            ws,
+            pending=pending,
+            total=total,
+            fingerprint=fingerprint,
+        )
+
+    async def decide(self, request: Request) -> Response:
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        back = self._local(form.get("next"), "/approvals")
+        picked: list[tuple[str, str, str]] = []  # (action, id text, reason)
+        for action in ("approve", "reject"):
+            one = form.get(f"{action}_one")
+            if isinstance(one, str):
+                reason = form.get(f"reason_{one}")
+                picked.append((action, one, reason if isinstance(reason, str) else ""))
+        if not picked:
+            bulk = form.get("action")
+            bulk_reason = form.get("reason")
+            ids = [i for i in form.getlist("ids") if isinstance(i, str)]
+            if bulk not in ("approve", "reject") or not ids:
+                return self.problem(
+                    request,
+                    ws,
+                    422,
+                    "Nothing decided",
+                    "Select at least one request and approve or reject it.",
+                )
+            text = bulk_reason if isinstance(bulk_reason, str) else ""
+            picked = [(str(bulk), i, text) for i in ids]
+        outcomes = [await self._decide_one(ws, *p) for p in picked]
+        return self._after(request, ws, outcomes, back)
+
+    async def _decide_one(self, ws: WebSession, action: str, id_text: str, reason: str) -> Outcome:
+        approval_id = self._uuid(id_text)
+        if approval_id is None:
+            return Outcome(id_text, False, "not an approval id: nothing was written", 404)
+        reason_or_none = reason.strip() or None
+        if action == "reject" and reason_or_none is None:
+            return Outcome(
+                str(approval_id), False, "a rejection needs a reason: nothing was written", 422
+            )
+        if not ws.roles.approver:
+            return Outcome(
+                str(approval_id), False, "only an approver decides approval requests", 403
+            )
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(
+                    f"SELECT undolog.{action}(%s, %s, %s)",
+                    (approval_id, ws.login, reason_or_none),
+                )
+                row = await cur.fetchone()
+            except psycopg.Error as exc:
+                status, text = engine_error(exc)
+                return Outcome(str(approval_id), False, text, status)
+        decision = row[0] if row else action
+        log.info("%s: approval %s %s", ws.login, approval_id, decision)
+        return Outcome(str(approval_id), True, f"{decision} by {ws.login}")
+
+    def _after(
+        self, request: Request, ws: WebSession, outcomes: list[Outcome], back: str
+    ) -> Response:
+        """Post/redirect/get when everything was done; otherwise a page that says, item by
+        item, what was refused and why (the engine's words), with the failure's status."""
+        if all(o.ok for o in outcomes):
+            ws.flash += [("ok", f"{o.target}: {o.text}") for o in outcomes]
+            return RedirectResponse(back, 303)
+        status = next(o.status for o in outcomes if not o.ok)
+        return self.render(request, "outcome.html", ws, status, outcomes=outcomes, back=back)
+
+    # --- sessions ---------------------------------------------------------------------
+
+    async def sessions(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        q = request.query_params
+        errors: list[str] = []
+
+        def when(name: str) -> datetime.datetime | None:
+            text = q.get(name, "").strip()
+            if not text:
+                return None
+            try:
+                value = datetime.datetime.fromisoformat(text)
+            except ValueError:
+                errors.append(f"{name}: not a date or time ({text!r})")
+                return None
+            return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+        state = q.get("state") or None
+        if state is not None and state not in queries.SESSION_STATES:
+            errors.append(f"state: no such state ({state!r})")
+            state = None
+        after = None
+        if q.get("after"):
+            try:
+                after = queries.decode_cursor(q["after"])
+            except (ValueError, UnicodeDecodeError):
+                errors.append("after: not a page cursor of this list")
+        filters = queries.SessionFilter(
+            state=state,
+            agent=q.get("agent", "").strip() or None,
+            since=when("since"),
+            until=when("until"),
+            search=q.get("q", "").strip() or None,
+            after=after,
+        )
+        if errors:
+            return self.problem(request, ws, 422, "Bad filter", "; ".join(errors))
+        async with ws.db() as conn:
+            page, cursor = await queries.sessions_page(conn, filters)
+        kept = {k: v for k, v in q.items() if k != "after" and v}
+        return self.render(
+            request,
+            "sessions.html",
+            ws,
+            page=page,
+            cursor=cursor,
+            states=queries.SESSION_STATES,
+            filters=filters,
+            kept=kept,
+        )
+
+    async def session_counts(self, request: Request) -> Response:
+        """How many sessions the person can see in each state: fetched by the sessions
+        page after it is shown, since counting a million sessions takes longer than
+        showing fifty of them. Kept for COUNTS_SECONDS per person."""
+        ws = self.current(request)
+        if ws is None:
+            return Response("not logged in", 401, media_type="text/plain")
+        now = time.monotonic()
+        if ws.counts is None or now - ws.counts[0] > COUNTS_SECONDS:
+            async with ws.db() as conn:
+                ws.counts = (now, await queries.state_counts(conn))
+        return self.render(
+            request, "counts_fragment.html", ws, counts=ws.counts[1], states=queries.SESSION_STATES
+        )
+
+    async def session_page(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        session_id = self._uuid(request.path_params["session_id"])
+        if session_id is None:
+            return self.not_found(request, ws, "session")
+        return await self._show_session(request, ws, session_id)
+
+    async def _show_session(
+        self,
+        request: Request,
+        ws: WebSession,
+        session_id: uuid.UUID,
+        status: int = 200,
+        outcomes: list[Outcome] | None = None,
+    ) -> Response:
+        async with ws.db() as conn:
+            data = await queries.session(conn, session_id, ws.roles.staff)
+            fingerprint = await queries.session_fingerprint(conn, session_id)
+        if data is None:
+            return self.not_found(request, ws, "session")
+        fragment = request.query_params.get("fragment") == "1"
+        return self.render(
+            request,
+            "session_fragment.html" if fragment else "session.html",
+            ws,
+            status,
+            s=data,
+            fingerprint=fingerprint,
+            outcomes=outcomes or [],
+            head_chars=queries.HEAD_CHARS,
+            cell_chars=queries.CELL_CHARS,
+        )
+
+    async def payload(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        session_id = self._uuid(request.path_params["session_id"])
+        effect_id = self._uuid(request.path_params["effect_id"])
+        which = request.path_params["which"]
+        if session_id is None or effect_id is None or which not in ("args", "result"):
+            return self.not_found(request, ws, "call")
+        async with ws.db() as conn:
+            row = await queries.payload(conn, session_id, effect_id, which)
+        if row is None:
+            return self.not_found(request, ws, "call")
+        return self.render(request, "payload.html", ws, row=row, which=which, session_id=session_id)
+
+    async def session_action(self, request: Request) -> Response:
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        session_id = self._uuid(request.path_params["session_id"])
+        action = request.path_params["action"]
+        if session_id is None:
+            return self.not_found(request, ws, "session")
+        reason_field = form.get("reason")
+        reason = reason_field.strip() if isinstance(reason_field, str) else ""
+        target = str(session_id)
+        if action == "retry":
+            undo_id = self._uuid(str(form.get("undo_id", "")))
+            if undo_id is None:
+                return self.not_found(request, ws, "undo entry")
+            call = "SELECT undolog.retry_compensation(%s, %s, %s)"
+            params: tuple[Any, ...] = (undo_id, ws.login, reason)
+            target = f"undo entry {undo_id}"
+        elif action in ("resume", "abandon", "rollback"):
+            call = f"SELECT undolog.{action}_session(%s, %s, %s)"
+            params = (session_id, ws.login, reason)
+        else:
+            return self.not_found(request, ws, "action")
+        if not reason:
+            outcome = Outcome(target, False, f"{action}: give a reason; nothing was written", 422)
+        elif len(reason) > REASON_LIMIT:
+            outcome = Outcome(
+                target,
+                False,
+                f"reason is {len(reason)} characters, over the limit of {REASON_LIMIT}: "
+                "nothing was written",
+                422,
+            )
+        else:
+            async with ws.db() as conn:
+                try:
+                    row = await (await conn.execute(call, params)).fetchone()
+                    outcome = Outcome(
+                        target, True, f"{action} by {ws.login}: now {row[0] if row else '?'}"
+                    )
+                    log.info("%s: %s %s", ws.login, action, target)
+                except psycopg.Error as exc:
+                    status, text = engine_error(exc)
+                    outcome = Outcome(target, False, text, status)
+        if outcome.ok:
+            return self._after(request, ws, [outcome], f"/sessions/{session_id}")
+        return await self._show_session(request, ws, session_id, outcome.status, [outcome])
+
+    # --- live updates -----------------------------------------------------------------
+
+    async def events(self, request: Request) -> Response:
+        ws = self.current(request)
+        if ws is None:
+            return Response("not logged in", 401, media_type="text/plain")
+        view = request.query_params.get("view")
+        since = request.query_params.get("since", "")
+        read: Callable[[queries.Conn], Awaitable[str]]
+        if view == "inbox" and ws.roles.staff:
+            read = queries.inbox_fingerprint
+        elif view == "session" and (sid := self._uuid(request.query_params.get("id", ""))):
+
+            async def read(conn: queries.Conn, sid: uuid.UUID = sid) -> str:
+                return await queries.session_fingerprint(conn, sid)
+
+        else:
+            return Response("unknown view", 404, media_type="text/plain")
+        return StreamingResponse(
+            self._stream(ws, read, since),
+            media_type="text/event-stream",
+            headers={"x-accel-buffering": "no"},
+        )
+
+    async def _stream(
+        self, ws: WebSession, read: Callable[[queries.Conn], Awaitable[str]], since: str
+    ) -> AsyncIterator[str]:
+        """A 'change' event whenever what the page shows changed since it was rendered.
+
+        Woken at once by a NOTIFY on the person's listening connection, and every
+        POLL_SECONDS anyway: calls and the undo walk announce nothing (a NOTIFY per call
+        would serialise every agent's commits on the notification queue). Each wake-up
+        re-reads a small fingerprint through the views, as the person; the notification's
+        payload is never used."""
+        wake = asyncio.Event()
+        ws.waiters.add(wake)
+        last = since
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                if ws.closed or self.store.get(ws.sid) is None:
+                    yield "event: logout\ndata: ended\n\n"
+                    return
+                wake.clear()
+                try:
+                    current = await self._shielded(ws, read)
+                except psycopg.Error as exc:
+                    log.warning("%s: live update read failed: %s", ws.login, exc)
+                    yield "event: stale\ndata: error\n\n"
+                    return
+                if current != last:
+                    last = current
+                    yield "event: change\ndata: changed\n\n"
+                else:
+                    yield ": still here\n\n"
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), POLL_SECONDS)
+        finally:
+            ws.waiters.discard(wake)
+
+    @staticmethod
+    async def _shielded(ws: WebSession, read: Callable[[queries.Conn], Awaitable[str]]) -> str:
+        """Run one read to its end even if the stream is cancelled meanwhile (the browser
+        left the page): psycopg closes a connection whose query is cancelled midway, and
+        that connection is the person's, which would end their web session."""
+
+        async def once() -> str:
+            async with ws.db() as conn:
+                return await read(conn)
+
+        task = asyncio.ensure_future(once())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
+
+    # --- the application --------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async def reap_forever() -> None:
+            while True:
+                await asyncio.sleep(30)
+                await self.store.reap()
+
+        self._reaper = asyncio.create_task(reap_forever(), name="undolog-dashboard-reaper")
+        try:
+            yield
+        finally:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            await self.store.close_all()
+
+    def app(self) -> ASGIApp:
+        routes = [
+            Route("/", self.home),
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/approvals", self.inbox, methods=["GET"]),
+            Route("/approvals/decide", self.decide, methods=["POST"]),
+            Route("/sessions", self.sessions, methods=["GET"]),
+            Route("/sessions/counts", self.session_counts, methods=["GET"]),
+            Route("/sessions/{session_id}", self.session_page, methods=["GET"]),
+            Route(
+                "/sessions/{session_id}/calls/{effect_id}/{which}", self.payload, methods=["GET"]
+            ),
+            Route("/sessions/{session_id}/{action}", self.session_action, methods=["POST"]),
+            Route("/events", self.events, methods=["GET"]),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+        app = Starlette(routes=routes, lifespan=self.lifespan, exception_handlers={404: self._404})
+        return SecurityHeaders(app)
+
+    async def _404(self, request: Request, exc: Exception) -> Response:
+        return self.problem(request, self.current(request), 404, "Not found", "No such page.")
+
+
+def create_app(dsn: str, *, idle_timeout: float = 30 * 60) -> ASGIApp:
+    """The dashboard for the database named by ``dsn`` (host, port, database; any user
+    or password in it is ignored: each person logs in as themselves)."""
+    return Dashboard(dsn, idle_timeout=idle_timeout).app()
+
+
+__all__ = ["Dashboard", "create_app"]

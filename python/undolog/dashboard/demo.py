@@ -1,0 +1,107 @@
+"""``undolog dashboard --demo``: fill a throwaway database with the demo's sessions, plus
+what a person acts on in the dashboard: a payout waiting for approval (with hostile
+text in its arguments), a session halted by a compensation that failed for good, and a
+live session to roll back. Creates the logins demo_approver, demo_operator and
+demo_agent (password ``demo``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from undolog import (
+    AwaitingApprovalError,
+    CompensationDescriptor,
+    ToolTier,
+    UndoLog,
+    engine,
+    undolog_tool,
+)
+from undolog import demo as stories
+from undolog.walk import CompensationCall
+
+DEMO_PASSWORD = "demo"
+DEMO_LOGINS = {
+    "demo_approver": "undolog_approver",
+    "demo_operator": "undolog_operator",
+    "demo_agent": "undolog_agent",
+}
+
+
+@undolog_tool(
+    tier=ToolTier.COMPENSABLE,
+    compensation=CompensationDescriptor.new("cancel_booking", max_attempts=1),
+)
+def book_flight(flight: str, passenger: str) -> dict[str, Any]:
+    return {"booking": f"BK-{abs(hash((flight, passenger))) % 100000:05d}"}
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+def wire_transfer(iban: str, cents: int, note: str) -> dict[str, Any]:
+    return {"wired": cents}
+
+
+def create_logins(conn: psycopg.Connection[Any]) -> None:
+    for login, group in DEMO_LOGINS.items():
+        exists = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        conn.execute(
+            f"{verb} ROLE {login} LOGIN PASSWORD '{DEMO_PASSWORD}'"  # fixed names, no input
+        )
+        conn.execute(f"GRANT {group} TO {login}")
+
+
+def as_login(dsn: str, login: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params.update(user=login, password=DEMO_PASSWORD)
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def fill(dsn: str) -> None:
+    stories.run(dsn)  # migrates, then the four stories of `make demo`
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        create_logins(conn)
+    agent = UndoLog(as_login(dsn, "demo_agent"), lease=timedelta(hours=8))
+
+    # A payout waiting for a human; its note is hostile text, shown escaped.
+    with contextlib.suppress(AwaitingApprovalError), agent.session(agent="treasury"):
+        book_flight("LH 454", "Ada")
+        wire_transfer("DE89 3704 0044 0532 0130 00", 125000, "<script>alert('pwned')</script>")
+
+    # A session halted by a compensation that fails for good (walked by the installer's
+    # login, which holds the operator's rights the agent lacks).
+    owner = UndoLog(dsn, walk_wait=0.0)
+
+    @owner.compensation("cancel_booking")
+    def cancel_booking(call: CompensationCall) -> None:
+        raise ConnectionError("airline API: 503 Service Unavailable")
+
+    client_log = logging.getLogger("undolog")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)  # the walk logs the halt it is expected to reach
+    try:
+        with contextlib.suppress(RuntimeError), owner.session(agent="travel"):
+            book_flight("AF 1234", "Bob")
+            raise RuntimeError("the hotel is full: give up the trip")
+    finally:
+        client_log.setLevel(level)
+
+    # A live session an operator may roll back: begun with a lease of 8 hours, one call
+    # journaled and committed, as an agent between two calls leaves it.
+    with psycopg.connect(as_login(dsn, "demo_agent"), autocommit=True) as conn:
+        sid = engine.begin_session(conn, None, "travel", {}, timedelta(hours=8))
+        args = {"flight": "BA 117", "passenger": "Cy"}
+        call = engine.intercept(
+            conn, sid, 0, "book_flight", "compensable", args, {"name": "cancel_booking"}
+        )
+        if call.effect_id is not None:
+            engine.commit(conn, call.effect_id, {"booking": "BK-00117"})
+    print(
+        "\nDashboard logins (password 'demo'): demo_approver, demo_operator, demo_agent\n",
+        flush=True,
+    )

@@ -1,0 +1,189 @@
+"""Server-side web sessions: who is logged in, and their own database connections.
+
+A person logs in with their PostgreSQL login and password. The dashboard opens two
+connections as them at once: one for reads and decisions, one that only LISTENs (so a
+page can be woken the moment an approval request appears or is decided). The password
+is handed to libpq for those two connections and never stored, logged or written by
+the dashboard; a connection that breaks ends the web session (log in again), so the
+password is never needed later. The browser holds only a random opaque id (cookie).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+log = logging.getLogger("undolog.dashboard")
+
+# The engine's channel for new requests and decisions (approvals.CHANNEL). A notification
+# is only a wake-up: pages re-read what changed through the views, as the person.
+WAKE_CHANNEL = "undolog_approvals"
+ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
+
+
+class LoginRefused(Exception):
+    """The database refused the login, or the login holds no UndoLog role."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    agent: bool
+    approver: bool
+    operator: bool
+
+    @property
+    def staff(self) -> bool:
+        return self.approver or self.operator
+
+
+@dataclass(eq=False)
+class WebSession:
+    sid: str
+    login: str
+    roles: Roles
+    conn: psycopg.AsyncConnection[Any]
+    listener: psycopg.AsyncConnection[Any]
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    last_seen: float = field(default_factory=time.monotonic)
+    flash: list[tuple[str, str]] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiters: set[asyncio.Event] = field(default_factory=set)
+    listen_task: asyncio.Task[None] | None = None
+    counts: tuple[float, dict[str, int]] | None = None  # (when, sessions per state)
+    closed: bool = False
+
+    @contextlib.asynccontextmanager
+    async def db(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The person's connection, one request at a time."""
+        async with self.lock:
+            yield self.conn
+
+    def wake(self) -> None:
+        for event in self.waiters:
+            event.set()
+
+    async def close(self) -> None:
+        self.closed = True
+        self.wake()
+        if self.listen_task is not None:
+            self.listen_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.listen_task
+        for conn in (self.conn, self.listener):
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+def person_conninfo(dsn: str, login: str, password: str) -> str:
+    """The dashboard's DSN (host, port, database) with the person's own credentials."""
+    params = conninfo_to_dict(dsn)
+    for key in ("user", "password", "passfile", "service"):
+        params.pop(key, None)
+    params.update(user=login, password=password, application_name="undolog-dashboard")
+    params.setdefault("connect_timeout", "5")
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+class SessionStore:
+    """Web sessions in this process's memory, closed after ``idle_timeout`` seconds."""
+
+    def __init__(self, dsn: str, idle_timeout: float, max_sessions: int = 100) -> None:
+        self.dsn = dsn
+        self.idle_timeout = idle_timeout
+        self.max_sessions = max_sessions
+        self.sessions: dict[str, WebSession] = {}
+
+    async def login(self, login: str, password: str) -> WebSession:
+        if len(self.sessions) >= self.max_sessions:
+            raise LoginRefused("too many people are logged in to this dashboard; try later")
+        conninfo = person_conninfo(self.dsn, login, password)
+        del password  # only libpq holds it now, for these two connections
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            text = str(exc)
+            if "authentication failed" in text or "does not exist" in text:
+                log.info("login refused for %r", login)
+                raise LoginRefused("login refused: wrong login or password") from exc
+            # not the person's fault: say so (the message names host and port, no secret)
+            log.warning("cannot reach the database: %s", text.splitlines()[0] if text else exc)
+            raise LoginRefused("the database cannot be reached right now; try again later") from exc
+        try:
+            row = await (
+                await conn.execute(
+                    "SELECT session_user, "
+                    + ", ".join(
+                        f"pg_catalog.pg_has_role(session_user, '{r}', 'USAGE')" for r in ROLES
+                    )
+                )
+            ).fetchone()
+            assert row is not None
+            roles = Roles(agent=bool(row[1]), approver=bool(row[2]), operator=bool(row[3]))
+            if not (roles.agent or roles.staff):
+                raise LoginRefused(
+                    f"login {row[0]} holds none of the roles {', '.join(ROLES)}: "
+                    "the dashboard has nothing to show it"
+                )
+            listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        except BaseException:
+            await conn.close()
+            raise
+        await listener.execute(f"LISTEN {WAKE_CHANNEL}")
+        sid = secrets.token_urlsafe(32)
+        ws = WebSession(sid=sid, login=str(row[0]), roles=roles, conn=conn, listener=listener)
+        ws.listen_task = asyncio.create_task(self._relay(ws), name=f"undolog-listen-{sid[:6]}")
+        self.sessions[sid] = ws
+        log.info("%s logged in", ws.login)
+        return ws
+
+    @staticmethod
+    async def _relay(ws: WebSession) -> None:
+        """Wake the person's open pages on every notification (its payload is ignored)."""
+        try:
+            async for _ in ws.listener.notifies():
+                ws.wake()
+        except psycopg.Error:
+            log.warning("%s: the listening connection broke; pages fall back to polling", ws.login)
+
+    def get(self, sid: str | None) -> WebSession | None:
+        if not sid:
+            return None
+        ws = self.sessions.get(sid)
+        if ws is None or ws.closed:
+            return None
+        if time.monotonic() - ws.last_seen > self.idle_timeout or ws.conn.closed:
+            self.sessions.pop(sid, None)
+            asyncio.get_running_loop().create_task(ws.close())
+            return None
+        return ws
+
+    def touch(self, ws: WebSession) -> None:
+        ws.last_seen = time.monotonic()
+
+    async def logout(self, ws: WebSession) -> None:
+        self.sessions.pop(ws.sid, None)
+        await ws.close()
+        log.info("%s logged out", ws.login)
+
+    async def reap(self) -> None:
+        """Close idle web sessions (and their connections)."""
+        now = time.monotonic()
+        for sid, ws in list(self.sessions.items()):
+            if now - ws.last_seen > self.idle_timeout or ws.conn.closed:
+                self.sessions.pop(sid, None)
+                await ws.close()
+                log.info("%s: web session ended (idle)", ws.login)
+
+    async def close_all(self) -> None:
+        for ws in list(self.sessions.values()):
+            await ws.close()
+        self.sessions.clear()

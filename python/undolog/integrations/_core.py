@@ -1,0 +1,440 @@
+"""What the three framework adapters share.
+
+**Step indexes.** The binding numbers a session's journaled calls 0, 1, 2, ... in call
+order, which replays a restarted agent that makes the same calls in the same order. A
+framework that resumes a run does not make the same calls in the same order: LangGraph
+re-runs only the interrupted node, a resumed OpenAI Agents or pydantic-ai run makes only
+the calls still outstanding. So a call made by a framework takes its step index from its
+*call key* instead: ``step_for(key)`` is 31 bits of BLAKE3 of the key, where the key is
+
+- the tool call id the model gave the call (OpenAI Agents ``call_id``, pydantic-ai
+  ``tool_call_id``, LangChain ``ToolCall["id"]``): every framework keeps it in the state
+  it resumes from, so the resumed call has the same signature as the interrupted one;
+- for a tool a LangGraph node calls directly (no model, no call id): the node task's
+  checkpoint namespace and the call's position within that run of the node, since
+  LangGraph re-runs an interrupted node from its start.
+
+Same session id + same key + same tool + same arguments = same signature: the call
+replays from the journal (or, IRREVERSIBLE, finds its approval) instead of running again.
+A call with no key (a tool called by hand inside the run) falls back to the binding's
+counter. Two keys whose hashes collide are still told apart by tool name and arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import inspect
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import blake3
+import psycopg
+
+from undolog import aengine, engine
+from undolog.client import AsyncUndoLog, UndoLog
+from undolog.context import ActiveSession, current_session, enter, leave
+from undolog.decorator import ToolSpec, tool_spec
+from undolog.errors import (
+    ApprovalRejectedError,
+    AwaitingApprovalError,
+    SessionNotActive,
+    UndoLogError,
+)
+from undolog.signature import call_signature
+from undolog.tiers import ToolTier
+
+T = TypeVar("T")
+
+# Who records a human's decision in UndoLog: a client logged in as the approver (never the
+# agent's login: the engine refuses a login approving its own call, 42501), or a callable
+# (approval_id, approved, decided_by, reason) that records it however the app does.
+DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
+Approver = UndoLog | AsyncUndoLog | DecisionRecorder
+
+# The approval request of a call, found by its signature (an agent reads only its own
+# sessions' rows; approvers and operators read every row).
+_APPROVAL_OF_CALL = """
+SELECT a.approval_id, a.state
+FROM undolog.undolog_signature_registry AS r
+JOIN undolog.undolog_approval_requests AS a
+  ON a.session_id = r.session_id AND a.effect_id = r.effect_id
+WHERE r.session_id = %s AND r.call_signature = %s
+"""
+_APPROVAL_STATE = "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s"
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolInfo:
+    """A tool as a framework needs to see it: the decorated callable, its name, its
+    description (the docstring), its signature, its tier."""
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    signature: inspect.Signature
+    tier: ToolTier
+    spec: ToolSpec | None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def bind(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments as the journal sees them (defaults applied)."""
+        if self.spec is None:
+            return dict(kwargs)
+        return self.spec.bind((), dict(kwargs))
+
+
+def describe(fn: Callable[..., Any]) -> ToolInfo:
+    spec = tool_spec(fn)
+    return ToolInfo(
+        fn=fn,
+        name=spec.name if spec is not None else fn.__name__,
+        description=inspect.getdoc(fn) or "",
+        signature=inspect.signature(fn),
+        tier=spec.tier if spec is not None else ToolTier.SAFE,
+        spec=spec,
+    )
+
+
+def step_for(call_key: str) -> int:
+    """The step index of the call whose framework key is ``call_key`` (0 .. 2^31-1)."""
+    digest = blake3.blake3(b"undolog-step\x00" + call_key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
+
+
+@contextlib.contextmanager
+def pinned_step(call_key: str | None) -> Iterator[None]:
+    """Run one tool call with the step index of its key. The decorator takes the next
+    step from the current session, so the call sees a copy of the run's session whose
+    counter starts at that step; an unknown outcome it records is copied back to the run."""
+    if call_key is None:
+        yield
+        return
+    run = current_session()
+    call = dataclasses.replace(run, _steps=itertools.count(step_for(call_key)))
+    token = enter(call)
+    try:
+        yield
+    finally:
+        leave(token)
+        if call.unknown_outcome is not None:
+            run.unknown_outcome = call.unknown_outcome
+
+
+def _signature(session: ActiveSession, tool: ToolInfo, call_key: str, args: dict[str, Any]) -> str:
+    return call_signature(session.session_id, step_for(call_key), tool.name, args)
+
+
+def _intercept_params(
+    session: ActiveSession, tool: ToolInfo, call_key: str, args: dict[str, Any]
+) -> tuple[Any, ...]:
+    return (
+        session.session_id,
+        step_for(call_key),
+        tool.name,
+        tool.tier.value,
+        args,
+        None,
+        _signature(session, tool, call_key, args),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deferred:
+    tool: ToolInfo
+    call_key: str
+    args: dict[str, Any]
+
+
+# The IRREVERSIBLE calls a run asked a human about before UndoLog had a request for them.
+_deferred: contextvars.ContextVar[list[_Deferred] | None] = contextvars.ContextVar(
+    "undolog_deferred_approvals", default=None
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """An IRREVERSIBLE call that waits for a human; ``approval_id`` is None until the
+    run has stopped and its request is written."""
+
+    approval_id: uuid.UUID | None
+
+
+def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Waiting | None:
+    if row is None:
+        deferred = _deferred.get()
+        if deferred is None:
+            raise UndoLogError(f"{tool.name} is IRREVERSIBLE: run it through the adapter's run")
+        deferred.append(_Deferred(tool, call_key, args))
+        return Waiting(None)
+    approval_id, state = row
+    return Waiting(uuid.UUID(str(approval_id))) if state == "pending" else None
+
+
+async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
+    """For an IRREVERSIBLE call: must a human decide first? None when the call may go
+    ahead (approved: it executes, once; committed: it replays; rejected: the decorator
+    raises ApprovalRejectedError). A call without an UndoLog request yet is noted, and
+    ``run_in_session`` requests its approval once the run has stopped: requesting it now
+    would suspend the session under the other calls the framework runs beside it (one
+    model turn's calls run side by side), which the engine would then refuse (UL010)."""
+    session = current_session()
+    conn = session.connection
+    assert isinstance(conn, psycopg.AsyncConnection)
+    args = tool.bind(kwargs)
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    row = await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone()
+    return _answer(tool, call_key, args, row)
+
+
+def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
+    """``waiting`` in a sync session."""
+    session = current_session()
+    conn = session.connection
+    assert isinstance(conn, psycopg.Connection)
+    args = tool.bind(kwargs)
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    rows = engine.fetch_all(conn, _APPROVAL_OF_CALL, query)
+    return _answer(tool, call_key, args, rows[0] if rows else None)
+
+
+def _in_order(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Deferred]:
+    """The noted calls, those the framework shows as waiting first, in its order: only
+    the first gets its request now, so it must be one the person is shown."""
+    rank = {key: i for i, key in enumerate(shown)}
+    return sorted(deferred, key=lambda call: rank.get(call.call_key, len(rank)))
+
+
+async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None:
+    """Intercept the noted IRREVERSIBLE calls in order: the first writes its approval
+    request and suspends the session (awaiting_approval), which then refuses the others
+    (UL010). They stay unasked: once the first is decided, the resumed run stops at them
+    again and they are asked then, one at a time."""
+    conn = session.connection
+    assert isinstance(conn, psycopg.AsyncConnection)
+    for call in deferred:
+        try:
+            await aengine.intercept(
+                conn, *_intercept_params(session, call.tool, call.call_key, call.args)
+            )
+        except SessionNotActive:
+            return
+
+
+async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> None:
+    """Write the approval request of an IRREVERSIBLE call the framework holds as
+    interrupted, unless it has one: a framework that does not ask about that call again
+    when it resumes (OpenAI Agents keeps it in the RunState) still gets it asked. Refused
+    while another request waits (UL010): it is asked after that one is decided."""
+    session = current_session()
+    conn = session.connection
+    assert isinstance(conn, psycopg.AsyncConnection)
+    args = tool.bind(kwargs)
+    query = (session.session_id, _signature(session, tool, call_key, args))
+    if await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone() is None:
+        await _request_deferred(session, [_Deferred(tool, call_key, args)])
+
+
+_APPROVAL_OF_STEP = """
+SELECT a.approval_id, a.state
+FROM undolog.undolog_effect_log AS e
+JOIN undolog.undolog_approval_requests AS a
+  ON a.session_id = e.session_id AND a.effect_id = e.effect_id
+WHERE e.session_id = %s AND e.step_index = %s AND e.tool_name = %s
+ORDER BY a.requested_at DESC
+LIMIT 1
+"""
+
+
+async def approval_of_step(
+    conn: aengine.AsyncConnection, session_id: uuid.UUID, tool_name: str, call_key: str
+) -> tuple[uuid.UUID, str] | None:
+    """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
+    ``call_key``, read on a connection that may see the session (the agent's own)."""
+    params = (session_id, step_for(call_key), tool_name)
+    row = await (await conn.execute(_APPROVAL_OF_STEP, params)).fetchone()
+    return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
+
+
+def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) -> None:
+    conn = session.connection
+    assert isinstance(conn, psycopg.Connection)
+    for call in deferred:  # as _request_deferred: one request at a time
+        try:
+            engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
+        except SessionNotActive:
+            return
+
+
+def approval_of_step_sync(
+    conn: engine.Connection, session_id: uuid.UUID, tool_name: str, call_key: str
+) -> tuple[uuid.UUID, str] | None:
+    rows = engine.fetch_all(conn, _APPROVAL_OF_STEP, (session_id, step_for(call_key), tool_name))
+    return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
+
+
+async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
+    row = await (await conn.execute(_APPROVAL_STATE, (approval_id,))).fetchone()
+    return str(row[0]) if row is not None else None
+
+
+def record_decision_sync(
+    approver: Approver, approval_id: uuid.UUID, approved: bool, by: str, reason: str | None
+) -> None:
+    """Record a human's decision in UndoLog through the approver (sync callers)."""
+    if isinstance(approver, UndoLog):
+        (approver.approve if approved else approver.reject)(approval_id, by, reason)
+    elif isinstance(approver, AsyncUndoLog):
+        raise TypeError("an AsyncUndoLog approver needs the async decision helper")
+    else:
+        outcome = approver(approval_id, approved, by, reason)
+        if inspect.isawaitable(outcome):
+            raise TypeError("an async decision recorder needs the async decision helper")
+
+
+async def record_decision(
+    approver: Approver, approval_id: uuid.UUID, approved: bool, by: str, reason: str | None
+) -> None:
+    """Record a human's decision in UndoLog through the approver."""
+    if isinstance(approver, AsyncUndoLog):
+        await (approver.approve if approved else approver.reject)(approval_id, by, reason)
+    elif isinstance(approver, UndoLog):
+        decide = approver.approve if approved else approver.reject
+        await asyncio.to_thread(decide, approval_id, by, reason)
+    else:
+        outcome = approver(approval_id, approved, by, reason)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+
+# --- the UndoLog session of a framework run ---------------------------------------------
+
+# The decided approvals of a session that ended it (a rejection, or an expiry).
+_ENDING_DECISION = """
+SELECT approval_id, state FROM undolog.undolog_approval_requests
+WHERE session_id = %s AND state IN ('rejected', 'expired')
+ORDER BY decided_at DESC LIMIT 1
+"""
+
+
+# A session a run may go on in: active; waiting for a human (its committed calls replay,
+# the waiting call asks again); completed (run again, every call replays; a new one is
+# refused, UL010).
+_RUNNABLE = frozenset({"active", "awaiting_approval", "completed"})
+
+
+class _Suspended(AwaitingApprovalError):
+    """Raised inside the session block when the framework stopped for a human, so that
+    the session is left awaiting approval (no completion, no compensation)."""
+
+
+def _ended(session_id: uuid.UUID, state: str, row: tuple[Any, ...] | None) -> UndoLogError:
+    if row is not None:
+        return ApprovalRejectedError(
+            f"session {session_id} ended: approval {row[0]} was {row[1]}; "
+            "what the run did before it has been undone",
+            uuid.UUID(str(row[0])),
+            None,
+        )
+    return SessionNotActive(f"session {session_id} is {state}: the run cannot go on")
+
+
+async def run_in_session(
+    ul: AsyncUndoLog,
+    session_id: uuid.UUID,
+    agent: str | None,
+    run: Callable[[], Awaitable[T]],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
+    requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
+) -> T:
+    """Run a framework run inside UndoLog session ``session_id`` (new or resumed).
+
+    It finishes: the session completes. It raises: the session fails and is rolled back
+    (LIFO), and the error goes on. It stops for a human (``stopped_for_human(result)``
+    answers the call keys it shows as waiting, in order, rather than None):
+    the session stays awaiting approval and the result is returned for the framework's
+    own resume; the approvals noted by ``waiting`` are requested then, and
+    ``requested(result, connection)`` may read their ids. A session a human ended (a rejected
+    call) is walked and raises ApprovalRejectedError instead of running again."""
+    ended: UndoLogError | None = None
+    result: T | None = None
+    deferred: list[_Deferred] = []
+    token = _deferred.set(deferred)
+    try:
+        async with ul.session(session_id, agent=agent) as active:
+            if active.state in _RUNNABLE:
+                result = await run()
+                shown = stopped_for_human(result)
+                if shown is not None:
+                    await _request_deferred(active, _in_order(deferred, shown))
+                    if requested is not None:
+                        conn = active.connection
+                        assert isinstance(conn, psycopg.AsyncConnection)
+                        await requested(result, conn)
+                    raise _Suspended("the run waits for a human", None, None)
+            else:
+                conn = active.connection
+                assert isinstance(conn, psycopg.AsyncConnection)
+                row = await (await conn.execute(_ENDING_DECISION, (session_id,))).fetchone()
+                ended = _ended(session_id, active.state, row)
+    except _Suspended:
+        pass
+    except ApprovalRejectedError:  # rejected mid-run: the session is compensating
+        await ul.run_walk(session_id)
+        raise
+    finally:
+        _deferred.reset(token)
+    if ended is not None:
+        await ul.run_walk(session_id)
+        raise ended
+    return cast(T, result)
+
+
+def run_in_session_sync(
+    ul: UndoLog,
+    session_id: uuid.UUID,
+    agent: str | None,
+    run: Callable[[], T],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
+    requested: Callable[[T, engine.Connection], None] | None = None,
+) -> T:
+    """``run_in_session`` for a sync run."""
+    ended: UndoLogError | None = None
+    result: T | None = None
+    deferred: list[_Deferred] = []
+    token = _deferred.set(deferred)
+    try:
+        with ul.session(session_id, agent=agent) as active:
+            if active.state in _RUNNABLE:
+                result = run()
+                shown = stopped_for_human(result)
+                if shown is not None:
+                    _request_deferred_sync(active, _in_order(deferred, shown))
+                    if requested is not None:
+                        conn = active.connection
+                        assert isinstance(conn, psycopg.Connection)
+                        requested(result, conn)
+                    raise _Suspended("the run waits for a human", None, None)
+            else:
+                conn = active.connection
+                assert isinstance(conn, psycopg.Connection)
+                rows = engine.fetch_all(conn, _ENDING_DECISION, (session_id,))
+                ended = _ended(session_id, active.state, rows[0] if rows else None)
+    except _Suspended:
+        pass
+    except ApprovalRejectedError:
+        ul.run_walk(session_id)
+        raise
+    finally:
+        _deferred.reset(token)
+    if ended is not None:
+        ul.run_walk(session_id)
+        raise ended
+    return cast(T, result)

@@ -1,0 +1,171 @@
+"""``@undolog_tool`` tools as pydantic-ai tools (extra ``pydantic-ai``).
+
+    agent = Agent(model, output_type=[str, DeferredToolRequests], tools=tools(a, b, c))
+    result = await run(agent, ul, session_id=sid, user_prompt="...")
+    if isinstance(result.output, DeferredToolRequests):          # an IRREVERSIBLE call
+        answers = await decide(result.output, approver, "alice", {call_id: True})
+        result = await run(agent, ul, session_id=sid, message_history=result.all_messages(),
+                           deferred_tool_results=answers)
+
+An IRREVERSIBLE call goes through pydantic-ai's own approval path: the tool raises
+``ApprovalRequired`` until UndoLog records a human's yes, so the run ends with
+``DeferredToolRequests``; the answers come back as ``DeferredToolResults``. The approval
+request is written when the run has stopped (a model turn's calls run side by side, and a
+waiting session refuses new calls); ``run`` then names it in
+``DeferredToolRequests.metadata[tool_call_id]["undolog_approval_id"]``. UndoLog's
+record is what counts: a call approved in pydantic-ai but not in UndoLog is deferred
+again; one approved in UndoLog by someone else (CLI, dashboard) runs when the run resumes
+(``decisions`` reads the answers UndoLog holds). Journaled tools must be ``async def`` (the run is
+async; the binding refuses a sync journaled call in an async session); SAFE ones may be
+sync.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
+from pydantic_ai._function_schema import function_schema
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
+
+from undolog import aengine
+from undolog.client import AsyncUndoLog
+from undolog.integrations import _core
+from undolog.tiers import ToolTier
+
+APPROVAL_KEY = "undolog_approval_id"
+"""The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming UndoLog's approval."""
+
+
+def tool(fn: Callable[..., Any]) -> Tool[Any]:
+    """The pydantic-ai tool of a ``@undolog_tool`` (name, docstring and argument schema
+    from the function; each call journaled under the step of its ``tool_call_id``)."""
+    info = _core.describe(fn)
+    if info.tier is ToolTier.SAFE:
+        return Tool(fn, takes_ctx=False, name=info.name, description=info.description)
+    if not info.is_async:
+        raise TypeError(f"{info.name}: a journaled tool under pydantic-ai must be async def")
+    schema = function_schema(fn, GenerateToolJsonSchema, tool_name=info.name, takes_ctx=False)
+
+    async def call(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
+        bound = info.signature.bind(*args, **kwargs).arguments
+        key = ctx.tool_call_id
+        # UndoLog has no yes yet, whatever the run was told: ask (again)
+        if (
+            info.tier is ToolTier.IRREVERSIBLE
+            and key is not None
+            and await _core.waiting(info, key, bound) is not None
+        ):
+            raise ApprovalRequired()
+        with _core.pinned_step(key):
+            return await fn(*args, **kwargs)
+
+    schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
+    return Tool(
+        call,
+        takes_ctx=True,
+        name=info.name,
+        description=info.description,
+        function_schema=schema,
+    )
+
+
+def tools(*fns: Callable[..., Any]) -> list[Tool[Any]]:
+    return [tool(fn) for fn in fns]
+
+
+def _waiting_calls(result: AgentRunResult[Any]) -> list[str] | None:
+    if not isinstance(result.output, DeferredToolRequests):
+        return None
+    return [part.tool_call_id for part in result.output.approvals]
+
+
+async def run(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **run_kwargs: Any,
+) -> AgentRunResult[Any]:
+    """``agent.run(**run_kwargs)`` inside UndoLog session ``session_id`` (begun, or
+    resumed with the same id). A run that finishes completes the session; one that raises
+    fails it and its compensations run last-first; one that ends with
+    ``DeferredToolRequests`` leaves it awaiting approval. Resuming a session whose call a
+    human rejected undoes what came before and raises ApprovalRejectedError."""
+
+    async def go() -> AgentRunResult[Any]:
+        return await agent.run(**run_kwargs)
+
+    async def name_approvals(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
+        requests = result.output
+        for part in requests.approvals:
+            found = await _core.approval_of_step(
+                conn, session_id, part.tool_name, part.tool_call_id
+            )
+            if found is not None:
+                requests.metadata.setdefault(part.tool_call_id, {})[APPROVAL_KEY] = str(found[0])
+
+    return await _core.run_in_session(
+        ul,
+        session_id,
+        agent_name,
+        go,
+        _waiting_calls,
+        name_approvals,
+    )
+
+
+def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
+    """UndoLog's approval id of a deferred call."""
+    return uuid.UUID(str(requests.metadata[tool_call_id][APPROVAL_KEY]))
+
+
+def _undecided(requests: DeferredToolRequests) -> dict[str, bool | ToolApproved | ToolDenied]:
+    """Every deferred call passed on to its tool, which asks UndoLog again: pydantic-ai
+    wants an answer for each, and a call UndoLog has not approved is deferred again
+    (one not asked about yet, because another request was waiting, is asked now)."""
+    return {part.tool_call_id: True for part in requests.approvals}
+
+
+async def decide(
+    requests: DeferredToolRequests,
+    approver: _core.Approver,
+    decided_by: str,
+    approvals: Mapping[str, bool],
+    reason: str | None = None,
+) -> DeferredToolResults:
+    """Record a human's answers (``tool_call_id`` -> approved?) in UndoLog through the
+    approver's login, and answer the ``DeferredToolResults`` to resume with. The calls
+    not answered here go back to their tools, which ask UndoLog again."""
+    answers = _undecided(requests)
+    for call_id, approved in approvals.items():
+        await _core.record_decision(
+            approver, approval_id(requests, call_id), approved, decided_by, reason
+        )
+        answers[call_id] = approved
+    return DeferredToolResults(approvals=answers)
+
+
+async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> DeferredToolResults:
+    """The ``DeferredToolResults`` of what UndoLog holds for the deferred calls (decided
+    elsewhere: CLI, dashboard, SQL); a call not decided there goes back to its tool,
+    which asks UndoLog again."""
+    answers = _undecided(requests)
+    async with ul.connection() as conn:
+        for part in requests.approvals:
+            named = requests.metadata.get(part.tool_call_id, {}).get(APPROVAL_KEY)
+            if named is None:
+                continue
+            state = await _core.approval_state_async(conn, uuid.UUID(str(named)))
+            if state in ("rejected", "expired"):
+                answers[part.tool_call_id] = False
+    return DeferredToolResults(approvals=answers)
+
+
+__all__ = ["APPROVAL_KEY", "approval_id", "decide", "decisions", "run", "tool", "tools"]

@@ -1,0 +1,145 @@
+"""Shared by the framework adapter tests: two real logins (an agent, an approver), tools
+whose bodies and compensations count their runs, and what the journal says afterwards.
+
+The agent login holds undolog_agent, undolog_operator (so that a failed run's undo walk
+runs in-process) and undolog_approver (so that the engine's own-call rule, not a missing
+grant, is what stops it approving its own call). The approver is another login.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from undolog import (
+    AsyncUndoLog,
+    CompensationCall,
+    CompensationDescriptor,
+    ToolTier,
+    UndoLog,
+    undolog_tool,
+)
+
+AGENT_LOGIN = "undolog_it_agent"
+APPROVER_LOGIN = "undolog_it_approver"
+
+
+def _ensure_login(admin: psycopg.Connection[Any], name: str, groups: tuple[str, ...]) -> None:
+    exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+    if exists is None:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+    for group in groups:
+        admin.execute(f"GRANT {group} TO {name}")
+
+
+def logins(dsn: str) -> tuple[str, str]:
+    """(agent dsn, approver dsn) on this test's database."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        _ensure_login(admin, AGENT_LOGIN, ("undolog_agent", "undolog_operator", "undolog_approver"))
+        _ensure_login(admin, APPROVER_LOGIN, ("undolog_approver",))
+    return make_conninfo(dsn, user=AGENT_LOGIN), make_conninfo(dsn, user=APPROVER_LOGIN)
+
+
+@dataclass
+class World:
+    """What the tools did to the outside world, and how often each body ran."""
+
+    users: dict[str, str] = field(default_factory=dict)
+    runs: Counter[str] = field(default_factory=Counter)
+    undone: list[str] = field(default_factory=list)
+    payouts: list[int] = field(default_factory=list)
+
+
+def make_tools(world: World) -> dict[str, Any]:
+    """search (SAFE, sync), create_user (COMPENSABLE, async), payout (IRREVERSIBLE, async)
+    and their sync twins for sync runs."""
+
+    @undolog_tool(tier=ToolTier.SAFE)
+    def search(query: str) -> str:
+        """Search the web for a query."""
+        world.runs["search"] += 1
+        return f"result for {query}"
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
+    async def create_user(email: str, name: str = "anon") -> dict[str, Any]:
+        """Create a user account."""
+        world.runs[f"create_user:{email}"] += 1
+        world.users[email] = name
+        return {"email": email}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE)
+    async def payout(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        world.payouts.append(cents)
+        return {"paid": cents}
+
+    @undolog_tool(
+        tier=ToolTier.COMPENSABLE,
+        compensation=CompensationDescriptor.new("delete_user"),
+        name="create_user",
+    )
+    def create_user_sync(email: str, name: str = "anon") -> dict[str, Any]:
+        """Create a user account."""
+        world.runs[f"create_user:{email}"] += 1
+        world.users[email] = name
+        return {"email": email}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    def payout_sync(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        world.payouts.append(cents)
+        return {"paid": cents}
+
+    return {
+        "search": search,
+        "create_user": create_user,
+        "payout": payout,
+        "create_user_sync": create_user_sync,
+        "payout_sync": payout_sync,
+    }
+
+
+def register_compensation(ul: UndoLog | AsyncUndoLog, world: World) -> None:
+    @ul.compensation("delete_user")
+    def delete_user(call: CompensationCall) -> None:
+        email = str(call.call_args["email"])
+        world.undone.append(email)
+        world.users.pop(email, None)
+
+
+def session_state(dsn: str, session_id: uuid.UUID) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def effects(dsn: str, session_id: uuid.UUID) -> list[tuple[str, str, int]]:
+    """(tool, state, replay_count) of the session's journaled calls, in journal order."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT tool_name, state, replay_count FROM undolog.undolog_effect_log "
+            "WHERE session_id = %s ORDER BY executed_at, effect_id",
+            (session_id,),
+        ).fetchall()
+    return [(str(t), str(s), int(r)) for t, s, r in rows]
+
+
+def decisions(dsn: str, session_id: uuid.UUID) -> list[tuple[str, str | None]]:
+    """(state, decided_by) of the session's approval requests."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT state, decided_by FROM undolog.undolog_approval_requests "
+            "WHERE session_id = %s ORDER BY requested_at",
+            (session_id,),
+        ).fetchall()
+    return [(str(s), None if d is None else str(d)) for s, d in rows]

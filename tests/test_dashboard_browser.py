@@ -1,0 +1,274 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Selenium (headless),
+against the real server (uvicorn) on a real PostgreSQL, with a real agent process
+waiting on a human's decision. Screenshots go to .tmp/screenshots/ (git-ignored);
+UNDOLOG_DOCS_SCREENSHOT=1 also writes docs/img/dashboard.png (make dashboard-screenshot).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from dashboard_helpers import (
+    PASSWORD,
+    active_session,
+    as_login,
+    create_logins,
+    halted_session,
+    password_auth,
+    waiting_session,
+    without_user,
+)
+from pgcluster import free_port
+from undolog.dashboard import create_app
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / ".tmp" / "screenshots"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+Conn = psycopg.Connection[Any]
+
+if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):  # pragma: no cover
+    pytest.fail(
+        "Chromium and its driver are missing: make deps installs them "
+        "(apt-get install chromium chromium-driver)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def passwords(undolog_server: Any) -> Iterator[bool]:
+    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
+    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
+        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
+            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
+                conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        create_logins(conn)
+        with password_auth(conn) as enforced:
+            yield enforced
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def site(dsn: str, passwords: bool, browser: webdriver.Chrome) -> Iterator[str]:
+    """The real server (uvicorn, in a thread) on a free port; answers its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(without_user(dsn)),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        browser.get("about:blank")  # closes the page's event stream before the server stops
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def log_in(browser: webdriver.Chrome, site: str, login: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{site}/login")
+    browser.find_element(By.ID, "login").send_keys(login)
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "login-submit").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "whoami"))
+    assert browser.find_element(By.ID, "whoami").text == login
+
+
+def shot(browser: webdriver.Chrome, name: str) -> None:
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def start_agent(dsn: str, ledger: Path) -> tuple[subprocess.Popen[str], uuid.UUID]:
+    agent = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "dashboard_agent.py"), dsn, str(ledger)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert agent.stdout is not None
+    line = agent.stdout.readline().split()
+    assert line[:1] == ["waiting"], line
+    return agent, uuid.UUID(line[1])
+
+
+def finish(agent: subprocess.Popen[str]) -> list[str]:
+    out, _ = agent.communicate(timeout=30)
+    assert agent.returncode == 0, out
+    return out.split()
+
+
+def appears(browser: webdriver.Chrome, element_id: str, timeout: float = 5.0) -> float:
+    """Seconds until the element is on the page (which must not reload meanwhile)."""
+    started = time.monotonic()
+    WebDriverWait(browser, timeout, poll_frequency=0.05).until(
+        lambda b: b.find_elements(By.ID, element_id)
+    )
+    assert browser.execute_script("return window.undologMarker") == "not reloaded"
+    return time.monotonic() - started
+
+
+def test_approver_sees_a_request_live_approves_it_and_rejects_another(
+    browser: webdriver.Chrome, site: str, dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    agent_dsn = as_login(without_user(dsn), "dash_agent")
+    ledger = tmp_path / "ledger.txt"
+    conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '1 hour'")
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    assert browser.find_elements(By.ID, "inbox-empty")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+
+    agent, approval_id = start_agent(agent_dsn, ledger)
+    waited = appears(browser, f"req-{approval_id}")
+    print(f"request appeared live after {waited:.2f}s")
+    assert waited < 3.0
+    row = browser.find_element(By.ID, f"req-{approval_id}")
+    assert "<img src=x onerror=alert(1)>" in row.text  # shown as text, not markup
+    assert "book" in row.text  # what the session did before
+    countdown = row.find_element(By.CLASS_NAME, "countdown").text
+    assert re.fullmatch(r"expires in (1h 0m 0s|59m \d+s)", countdown), countdown
+    shot(browser, "inbox")
+    if os.environ.get("UNDOLOG_DOCS_SCREENSHOT") == "1":
+        (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
+        shutil.copy(SHOTS / "inbox.png", ROOT / "docs" / "img" / "dashboard.png")
+
+    browser.find_element(By.ID, f"approve-{approval_id}").click()
+    WebDriverWait(browser, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+    assert finish(agent)[-2:] == ["approved", "done"]
+    assert ledger.read_text().splitlines() == ["paid 4200"]  # the call ran, once
+
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    agent, second = start_agent(agent_dsn, ledger)
+    appears(browser, f"req-{second}")
+    browser.find_element(By.ID, f"reason-{second}").send_keys("not this month")
+    browser.find_element(By.ID, f"reject-{second}").click()
+    WebDriverWait(browser, 5).until(lambda b: "rejected by dash_approver" in b.page_source)
+    assert finish(agent)[-2:] == ["rejected", "done"]
+    assert ledger.read_text().splitlines() == ["paid 4200"]  # not paid again
+    row2 = conn.execute(
+        "SELECT state, decided_by, reason FROM undolog.undolog_approval_requests "
+        "WHERE approval_id = %s",
+        (second,),
+    ).fetchone()
+    assert row2 == ("rejected", "dash_approver", "not this month")
+    shot(browser, "inbox-after")
+
+
+def test_operator_resumes_a_halted_session_and_rolls_back_a_live_one(
+    browser: webdriver.Chrome, site: str, dsn: str, conn: Conn
+) -> None:
+    halted = halted_session(dsn)
+    live = active_session(without_user(dsn))
+    log_in(browser, site, "dash_operator")
+
+    browser.get(f"{site}/sessions/{halted}")
+    assert "booking API down" in browser.find_element(By.ID, "halted").text
+    shot(browser, "halted")
+    browser.find_element(By.ID, "resume-reason").send_keys("cancelled by phone")
+    browser.find_element(By.ID, "resume").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "operator-actions"))
+    assert "resume by dash_operator" in browser.find_element(By.ID, "operator-actions").text
+    assert not browser.find_elements(By.ID, "resume")
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (halted,)
+    ).fetchone()
+    assert state is not None and state[0] in ("compensating", "compensated")
+
+    browser.get(f"{site}/sessions/{live}")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    # The agent makes another call: the open page shows it without a reload.
+    with psycopg.connect(as_login(without_user(dsn), "dash_agent"), autocommit=True) as agent:
+        from undolog import engine
+
+        engine.intercept(agent, live, 1, "book", "compensable", {"item": "second"}, {"name": "x"})
+    waited = appears(browser, "call-1")
+    print(f"session page updated live after {waited:.2f}s")
+    browser.find_element(By.ID, "rollback-reason").send_keys("the customer cancelled")
+    browser.find_element(By.ID, "rollback").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "operator-actions"))
+    assert "rollback by dash_operator" in browser.find_element(By.ID, "operator-actions").text
+    assert not browser.find_elements(By.ID, "rollback")
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (live,)
+    ).fetchone()
+    assert state == ("failed",)
+    shot(browser, "rolled-back")
+
+
+def test_an_agent_login_sees_only_its_sessions_and_no_decision_buttons(
+    browser: webdriver.Chrome, site: str, dsn: str
+) -> None:
+    own = waiting_session(without_user(dsn), login="dash_agent")
+    other = waiting_session(without_user(dsn), login="dash_agent2")
+    log_in(browser, site, "dash_agent")
+    browser.get(f"{site}/sessions")
+    listed = {
+        r.get_attribute("data-session")
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.session-row")
+    }
+    assert listed == {str(own.session_id)}
+    assert not browser.find_elements(By.ID, "nav-approvals")
+    browser.get(f"{site}/sessions/{own.session_id}")
+    assert "pending" in browser.find_element(By.ID, f"approval-{own.approval_id}").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.approve, button.reject")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#rollback, #resume, #abandon")
+    shot(browser, "agent-session")
+    browser.get(f"{site}/sessions/{other.session_id}")
+    assert "Not found" in browser.find_element(By.TAG_NAME, "h1").text

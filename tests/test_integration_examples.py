@@ -1,0 +1,62 @@
+"""The framework examples of docs/integrations.md run as written, offline, as two real
+logins (the agent's, a person's), and the page includes each of them whole."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from integration_support import logins
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = {
+    "openai_agents_approval.py": "openai-agents",
+    "pydantic_ai_approval.py": "pydantic-ai",
+    "langgraph_approval.py": "langgraph",
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_example_runs_as_written(dsn: str, example: str) -> None:
+    agent_dsn, approver_dsn = logins(dsn)
+    env = {
+        **os.environ,
+        "UNDOLOG_DSN": agent_dsn,
+        "UNDOLOG_APPROVER_DSN": approver_dsn,
+        "OPENAI_API_KEY": "sk-test-not-a-key",  # never used: no request leaves the machine
+    }
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / example)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["waiting for a human: payout", "Ada is onboarded and paid."]
+    with psycopg.connect(dsn) as conn:
+        sessions = conn.execute("SELECT state FROM undolog.undolog_sessions").fetchall()
+        journal = conn.execute(
+            "SELECT tool_name, state FROM undolog.undolog_effect_log ORDER BY executed_at"
+        ).fetchall()
+        decided = conn.execute(
+            "SELECT decided_by, decided_role FROM undolog.decided_approvals"
+        ).fetchall()
+    assert sessions == [("completed",)]
+    assert journal == [("create_user", "committed"), ("payout", "committed")]
+    assert decided == [("alice", "undolog_it_approver")]
+
+
+def test_page_includes_every_example_and_names_its_extra() -> None:
+    page = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
+    included = re.findall(r'--8<-- "examples/([a-z_]+\.py)"', page)
+    assert sorted(included) == sorted(EXAMPLES)
+    for extra in EXAMPLES.values():
+        assert f"undolog[{extra}]" in page

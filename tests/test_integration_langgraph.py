@@ -1,0 +1,319 @@
+"""The LangChain/LangGraph adapter against a real PostgreSQL: a small scripted LangChain
+chat model (a BaseChatModel subclass that emits tool calls) with LangGraph's ToolNode,
+and a graph whose node calls the tools itself. No LLM, no network."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+from integration_support import (
+    World,
+    decisions,
+    effects,
+    logins,
+    make_tools,
+    register_compensation,
+    session_state,
+)
+from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied, UndoLog
+from undolog.integrations import langchain as adapter
+
+
+class ScriptedChat(BaseChatModel):
+    """Answers each call with the next scripted message (or raises the scripted error)."""
+
+    turns: list[Any]
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = self.turns.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        return ChatResult(generations=[ChatGeneration(message=turn)])
+
+
+def calls(*calls: tuple[str, str, dict[str, Any]]) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, i, a in calls])
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class Steps(TypedDict):
+    done: bool
+
+
+class Fixture:
+    def __init__(self, dsn: str) -> None:
+        self.admin_dsn = dsn
+        agent_dsn, approver_dsn = logins(dsn)
+        self.world = World()
+        self.fns = make_tools(self.world)
+        self.ul = UndoLog(agent_dsn)
+        self.aul = AsyncUndoLog(agent_dsn)
+        self.approver = UndoLog(approver_dsn)
+        register_compensation(self.ul, self.world)
+        register_compensation(self.aul, self.world)
+        self.sid = uuid.uuid4()
+        self.config: dict[str, Any] = {"configurable": {"thread_id": str(self.sid)}}
+        self.sync_tools = adapter.tools(
+            self.fns["search"], self.fns["create_user_sync"], self.fns["payout_sync"]
+        )
+
+    def chat_graph(self, turns: list[Any], tools: list[BaseTool] | None = None) -> Any:
+        model = ScriptedChat(turns=turns)
+        builder = StateGraph(Chat)
+        builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+        builder.add_node("tools", ToolNode(tools or self.sync_tools))
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", tools_condition)
+        builder.add_edge("tools", "agent")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    def run(self, graph: Any, input: Any) -> Any:
+        return adapter.run(graph, self.ul, input, self.config, session_id=self.sid)
+
+
+@pytest.fixture
+def fx(dsn: str) -> Fixture:
+    return Fixture(dsn)
+
+
+HELLO = {"messages": [HumanMessage("go")]}
+
+
+def test_tools_keep_name_docstring_and_schema(fx: Fixture) -> None:
+    made = {t.name: t for t in fx.sync_tools}
+    made_async = {t.name: t for t in adapter.tools(fx.fns["create_user"], fx.fns["payout"])}
+    for tools in (made, made_async):
+        assert tools["create_user"].description == "Create a user account."
+        # what bind_tools sends to a model
+        schema = convert_to_openai_tool(tools["create_user"])["function"]["parameters"]
+        assert schema["properties"]["email"]["type"] == "string"
+        assert schema["required"] == ["email"]
+        assert tools["payout"].args == {"cents": {"title": "Cents", "type": "integer"}}
+    assert made["search"].description == "Search the web for a query."
+
+
+def test_run_completes(fx: Fixture) -> None:
+    graph = fx.chat_graph(
+        [
+            calls(("search", "c1", {"query": "docs"}), ("create_user", "c2", {"email": "a@x"})),
+            AIMessage("done"),
+        ]
+    )
+    out = fx.run(graph, HELLO)
+    assert out["messages"][-1].content == "done"
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    assert effects(fx.admin_dsn, fx.sid) == [("create_user", "committed", 0)]
+    assert fx.world.runs == {"search": 1, "create_user:a@x": 1}
+
+
+def test_run_that_raises_is_rolled_back_lifo(fx: Fixture) -> None:
+    graph = fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("create_user", "c2", {"email": "b@x"})),
+            RuntimeError("the model provider went away"),
+        ]
+    )
+    with pytest.raises(RuntimeError, match="went away"):
+        fx.run(graph, HELLO)
+    assert fx.world.undone == ["b@x", "a@x"]
+    assert fx.world.users == {}
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def _pay(fx: Fixture) -> tuple[Any, dict[str, Any]]:
+    graph = fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("payout", "c2", {"cents": 500})),
+            AIMessage("paid"),
+        ]
+    )
+    out = fx.run(graph, HELLO)
+    [pending] = out[adapter.INTERRUPT]
+    assert pending.value["tool"] == "payout"
+    assert pending.value["args"] == {"cents": 500}
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.runs["payout"] == 0
+    return graph, pending.value
+
+
+def test_irreversible_approved_then_resumed_runs_once(fx: Fixture) -> None:
+    graph, request = _pay(fx)
+    with pytest.raises(PermissionDenied):  # the agent's login cannot approve its own call
+        adapter.decide(request, fx.ul, "me", approved=True)
+    out = fx.run(graph, adapter.decide(request, fx.approver, "alice", approved=True))
+    assert out["messages"][-1].content == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_resume_without_a_recorded_yes_interrupts_again(fx: Fixture) -> None:
+    graph, request = _pay(fx)
+    out = fx.run(graph, Command(resume={"approved": True}))  # nobody recorded it in UndoLog
+    assert out[adapter.INTERRUPT][0].value == request
+    assert fx.world.payouts == []
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+
+
+def test_irreversible_rejected_undoes_the_run(fx: Fixture) -> None:
+    graph, request = _pay(fx)
+    command = adapter.decide(request, fx.ul, "me", approved=False, reason="no")
+    with pytest.raises(ApprovalRejectedError):
+        fx.run(graph, command)
+    assert fx.world.payouts == []
+    assert fx.world.undone == ["a@x"]
+    assert decisions(fx.admin_dsn, fx.sid) == [("rejected", "me")]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_node_rerun_on_resume_replays_from_the_journal(fx: Fixture) -> None:
+    """A node that calls the tools itself is re-run from its start on resume (the node
+    before it is not): the call it made before the interrupt comes back from the journal,
+    and the payout, approved elsewhere, runs once."""
+    create_user, payout = fx.sync_tools[1], fx.sync_tools[2]
+
+    def first(state: Steps) -> Steps:
+        create_user.invoke({"email": "b@x"})
+        return {"done": False}
+
+    def onboard(state: Steps) -> Steps:
+        create_user.invoke({"email": "a@x", "name": "A"})
+        payout.invoke({"cents": 700})
+        return {"done": True}
+
+    builder = StateGraph(Steps)
+    builder.add_node("first", first)
+    builder.add_node("onboard", onboard)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "onboard")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = fx.run(graph, {"done": False})
+    request = out[adapter.INTERRUPT][0].value
+    fx.approver.approve(adapter.approval_id(request), "bob", "checked")  # the CLI, say
+    out = fx.run(graph, Command(resume="go on"))
+    assert out == {"done": True}
+    assert fx.world.runs == {"create_user:b@x": 1, "create_user:a@x": 1, "payout": 1}
+    assert effects(fx.admin_dsn, fx.sid) == [
+        ("create_user", "committed", 0),
+        ("create_user", "committed", 1),
+        ("payout", "committed", 0),
+    ]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_async_graph_with_async_tools(fx: Fixture) -> None:
+    tools = adapter.tools(fx.fns["search"], fx.fns["create_user"], fx.fns["payout"])
+    graph = fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("payout", "c2", {"cents": 900})),
+            AIMessage("paid"),
+        ],
+        tools,
+    )
+
+    async def scenario() -> Any:
+        out = await adapter.arun(graph, fx.aul, HELLO, fx.config, session_id=fx.sid)
+        request = out[adapter.INTERRUPT][0].value
+        command = await adapter.adecide(request, fx.approver, "alice", approved=True)
+        return await adapter.arun(graph, fx.aul, command, fx.config, session_id=fx.sid)
+
+    out = asyncio.run(scenario())
+    assert out["messages"][-1].content == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
+    """ToolNode runs a message's calls side by side: the approval is requested once the
+    graph has stopped, so the compensable call beside it is not refused. (Whether that
+    call ran before the graph stopped is up to the thread pool: ToolNode's executor.map
+    cancels the calls not started yet when the payout interrupts. Either way it runs
+    once: the resumed node makes it, or replays it.)"""
+    graph = fx.chat_graph(
+        [
+            calls(("payout", "p1", {"cents": 5}), ("create_user", "c1", {"email": "a@x"})),
+            AIMessage("paid"),
+        ]
+    )
+    out = fx.run(graph, HELLO)
+    [pending] = out[adapter.INTERRUPT]
+    assert fx.world.runs["create_user:a@x"] <= 1
+    assert fx.world.runs["payout"] == 0
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    out = fx.run(graph, adapter.decide(pending.value, fx.approver, "alice", approved=True))
+    assert out["messages"][-1].content == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_decision_recorded_by_a_callable(fx: Fixture) -> None:
+    """The app's own recorder (here: the approver's connection) takes the decision."""
+    graph, request = _pay(fx)
+    seen: list[tuple[uuid.UUID, bool, str, str | None]] = []
+
+    def record(approval: uuid.UUID, approved: bool, by: str, reason: str | None) -> None:
+        seen.append((approval, approved, by, reason))
+        fx.approver.approve(approval, by, reason)
+
+    command = adapter.decide(request, record, "carol", approved=True, reason="ok")
+    assert seen == [(adapter.approval_id(request), True, "carol", "ok")]
+    out = fx.run(graph, command)
+    assert out["messages"][-1].content == "paid"
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "carol")]
+
+
+def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
+    """A waiting session refuses new calls, so one request is written at a time, for an
+    interrupt the graph shows: the other payout is asked about when the resumed graph
+    stops at it again. Each runs once."""
+    graph = fx.chat_graph(
+        [
+            calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
+            AIMessage("paid"),
+        ]
+    )
+    out = fx.run(graph, HELLO)
+    asked: list[str] = []
+    while adapter.INTERRUPT in out:
+        values = [i.value for i in out[adapter.INTERRUPT]]
+        ready = [v for v in values if v[adapter.APPROVAL_KEY] is not None]
+        assert len(ready) == 1  # one request at a time, and it is one the graph shows
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        asked.append(ready[0]["call_key"])
+        out = fx.run(graph, adapter.decide(ready[0], fx.approver, "alice", approved=True))
+    assert sorted(asked) == ["p1", "p2"]
+    assert out["messages"][-1].content == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -1,0 +1,262 @@
+"""The pydantic-ai adapter against a real PostgreSQL, driven by pydantic-ai's own
+FunctionModel (a scripted model: no LLM, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from integration_support import (
+    World,
+    decisions,
+    effects,
+    logins,
+    make_tools,
+    register_compensation,
+    session_state,
+)
+from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied
+from undolog.integrations import pydantic_ai as adapter
+
+Turn = Sequence[ToolCallPart | TextPart] | Exception
+
+
+def scripted(turns: list[Turn]) -> FunctionModel:
+    """A model that answers each request with the next scripted turn."""
+    pending = list(turns)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = pending.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        return ModelResponse(parts=list(turn))
+
+    return FunctionModel(respond)
+
+
+def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
+    return ToolCallPart(tool_name=tool, args=args, tool_call_id=call_id)
+
+
+class Fixture:
+    def __init__(self, dsn: str) -> None:
+        self.admin_dsn = dsn
+        agent_dsn, approver_dsn = logins(dsn)
+        self.world = World()
+        self.fns = make_tools(self.world)
+        self.ul = AsyncUndoLog(agent_dsn)
+        self.approver = AsyncUndoLog(approver_dsn)
+        register_compensation(self.ul, self.world)
+        self.sid = uuid.uuid4()
+
+    def agent(self, turns: list[Turn]) -> Agent[None, Any]:
+        tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
+        return Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
+
+    async def run(self, turns: list[Turn], **kwargs: Any) -> Any:
+        return await adapter.run(self.agent(turns), self.ul, session_id=self.sid, **kwargs)
+
+
+@pytest.fixture
+def fx(dsn: str) -> Fixture:
+    return Fixture(dsn)
+
+
+def test_tools_keep_name_docstring_and_schema(fx: Fixture) -> None:
+    made = {t.name: t for t in adapter.tools(*(fx.fns[n] for n in ("search", "create_user")))}
+    assert made["search"].description == "Search the web for a query."
+    assert made["create_user"].description == "Create a user account."
+    schema = made["create_user"].function_schema.json_schema
+    assert schema["properties"]["email"]["type"] == "string"
+    assert schema["required"] == ["email"]
+    assert made["search"].function_schema.json_schema["required"] == ["query"]
+    with pytest.raises(TypeError, match="async def"):
+        adapter.tool(fx.fns["create_user_sync"])
+
+
+def test_run_completes(fx: Fixture) -> None:
+    turns: list[Turn] = [
+        [call("search", "c1", query="docs"), call("create_user", "c2", email="ada@x")],
+        [TextPart("done")],
+    ]
+    result = asyncio.run(fx.run(turns, user_prompt="onboard ada"))
+    assert result.output == "done"
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    assert effects(fx.admin_dsn, fx.sid) == [("create_user", "committed", 0)]
+    assert fx.world.runs == {"search": 1, "create_user:ada@x": 1}
+
+
+def test_run_that_raises_is_rolled_back_lifo(fx: Fixture) -> None:
+    turns: list[Turn] = [
+        [call("create_user", "c1", email="a@x")],
+        [call("create_user", "c2", email="b@x")],
+        RuntimeError("the model provider went away"),
+    ]
+    with pytest.raises(RuntimeError, match="went away"):
+        asyncio.run(fx.run(turns, user_prompt="go"))
+    assert fx.world.undone == ["b@x", "a@x"]
+    assert fx.world.users == {}
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def _pay(fx: Fixture) -> tuple[Any, list[Turn]]:
+    """A run that creates a user, then asks to pay: it stops for a human."""
+    turns: list[Turn] = [
+        [call("create_user", "c1", email="a@x")],
+        [call("payout", "c2", cents=500)],
+    ]
+    result = asyncio.run(fx.run(turns, user_prompt="pay"))
+    assert isinstance(result.output, DeferredToolRequests)
+    assert [p.tool_call_id for p in result.output.approvals] == ["c2"]
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.runs["payout"] == 0
+    return result, [[TextPart("paid")]]
+
+
+def test_irreversible_approved_then_resumed_runs_once(fx: Fixture) -> None:
+    result, rest = _pay(fx)
+    requests = result.output
+    # the agent's own login may not say yes to its own call (the engine's 42501 rule)
+    with pytest.raises(PermissionDenied):
+        asyncio.run(adapter.decide(requests, fx.ul, "agent", {"c2": True}))
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"c2": True}))
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_approval_recorded_elsewhere_is_honoured(fx: Fixture) -> None:
+    result, rest = _pay(fx)
+    requests = result.output
+    # pydantic-ai told "approved" while UndoLog holds no yes: the call is deferred again
+    again = asyncio.run(
+        fx.run(
+            [[TextPart("never")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"c2": True}),
+        )
+    )
+    assert isinstance(again.output, DeferredToolRequests)
+    assert fx.world.payouts == []
+    # a person approves from the CLI / dashboard / SQL
+    asyncio.run(fx.approver.approve(adapter.approval_id(requests, "c2"), "bob", "checked"))
+    answers = asyncio.run(adapter.decisions(fx.ul, requests))
+    assert answers.approvals == {"c2": True}
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+
+
+def test_irreversible_rejected_undoes_the_run(fx: Fixture) -> None:
+    result, rest = _pay(fx)
+    answers = asyncio.run(adapter.decide(result.output, fx.ul, "agent", {"c2": False}, "no"))
+    assert asyncio.run(adapter.decisions(fx.ul, result.output)).approvals == {"c2": False}
+    with pytest.raises(ApprovalRejectedError):
+        asyncio.run(
+            fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+        )
+    assert fx.world.payouts == []
+    assert fx.world.undone == ["a@x"]
+    assert decisions(fx.admin_dsn, fx.sid) == [("rejected", "agent")]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_rerun_from_scratch_replays_from_the_journal(fx: Fixture) -> None:
+    """The message history was lost after the approval: the whole run is made again
+    under the same session id, and every call already made comes back from the journal."""
+    result, _ = _pay(fx)
+    asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}))
+    turns: list[Turn] = [
+        [call("create_user", "c1", email="a@x")],
+        [call("payout", "c2", cents=500)],
+        [TextPart("paid")],
+    ]
+    assert asyncio.run(fx.run(turns, user_prompt="pay")).output == "paid"
+    assert asyncio.run(fx.run(turns[:], user_prompt="pay")).output == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert effects(fx.admin_dsn, fx.sid) == [
+        ("create_user", "committed", 2),
+        ("payout", "committed", 1),
+    ]
+
+
+def test_test_model_calls_every_tool(fx: Fixture) -> None:
+    """pydantic-ai's TestModel calls each tool once with generated arguments."""
+    tools = adapter.tools(fx.fns["search"], fx.fns["create_user"])
+    agent: Agent[None, str] = Agent(TestModel(), tools=tools)
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="hi"))
+    assert isinstance(result.output, str)
+    assert fx.world.runs["search"] == 1
+    assert [e[:2] for e in effects(fx.admin_dsn, fx.sid)] == [("create_user", "committed")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
+    """pydantic-ai runs a turn's calls side by side: the approval is requested once the
+    run has stopped, so the compensable call beside it is not refused."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("create_user", "c1", email="a@x")]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert fx.world.runs == {"create_user:a@x": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    resumed = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert resumed.output == "paid"
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
+    """A waiting session refuses new calls, so one request is written at a time: the
+    second payout is asked about when the resumed run stops at it again."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=7)]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p1", "p2"]
+    assert set(requests.metadata) == {"p1"}  # p2 has no request yet
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    result = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p2"]
+    assert fx.world.payouts == [5]
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "bob", {"p2": True}))
+    result = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert result.output == "paid"
+    assert fx.world.payouts == [5, 7]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

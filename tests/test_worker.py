@@ -1,0 +1,318 @@
+"""`undolog worker` keeps serving through the faults a running system meets (issue 10.3,
+issue 12.1): a halted session, a server restart, a compensation error carrying U+0000, a
+stale claim, one session's error; it stops only on SIGTERM/SIGINT (exit 0, the entry in
+hand finished, nothing left claimed) or a configuration error (exit 2).
+
+Real processes where it matters: the worker is a subprocess of `undolog worker`; the
+server is restarted with pg_ctl on a throwaway cluster of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgcluster import _as_cluster_owner, bindir, throwaway_cluster
+from undolog import engine
+from undolog.migrations import migrate
+from undolog.walk import Worker
+
+Conn = psycopg.Connection[Any]
+
+APP = """
+import time
+from pathlib import Path
+from undolog import UndoLog
+
+ul = UndoLog()
+here = Path(__file__).parent
+
+@ul.compensation("delete_user")
+def delete_user(call):
+    with open(here / "undone.txt", "a") as f:
+        f.write(f"{call.result['user_id']}\\n")
+
+@ul.compensation("always_fails")
+def always_fails(call):
+    raise RuntimeError("refund refused: bad\\x00byte")
+
+@ul.compensation("slow")
+def slow(call):
+    (here / f"started-{call.attempt}").write_text(str(call.undo_id))
+    time.sleep(float((here / "slow_seconds").read_text()))
+    with open(here / "undone.txt", "a") as f:
+        f.write(f"slow {call.result['user_id']}\\n")
+"""
+
+
+def failed_session(
+    conn: Conn, compensation: str, user_id: int, max_attempts: int | None = None
+) -> uuid.UUID:
+    """A failed session with one committed COMPENSABLE call, compensated by ``compensation``."""
+    sid = engine.begin_session(conn, agent="worker-test")
+    descriptor: dict[str, Any] = {"name": compensation}
+    if max_attempts is not None:
+        descriptor["max_attempts"] = max_attempts
+    hit = engine.intercept(
+        conn, sid, 0, "create_user", "compensable", {"user": user_id}, descriptor
+    )
+    assert hit.effect_id is not None
+    engine.commit(conn, hit.effect_id, {"user_id": user_id})
+    engine.fail_session(conn, sid, "the agent gave up")
+    return sid
+
+
+def state_of(conn: Conn, sid: uuid.UUID) -> str:
+    return engine.session_state(conn, sid)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.05)
+
+
+class WorkerProcess:
+    """`undolog worker` as a subprocess; stderr goes to a file the test reads."""
+
+    def __init__(self, dsn: str, app_dir: Path, *extra: str) -> None:
+        self.log = app_dir / "worker.log"
+        self.out = app_dir / "worker.out"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "undolog.cli",
+                "worker",
+                "--app",
+                "agentapp:ul",
+                "--interval",
+                "0.1",
+                "--dsn",
+                dsn,
+                *extra,
+            ],
+            cwd=app_dir,
+            stdout=self.out.open("w"),
+            stderr=self.log.open("w"),
+            env={k: v for k, v in os.environ.items() if k != "UNDOLOG_DSN"},
+        )
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 15.0) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "agentapp.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "slow_seconds").write_text("0")
+    return tmp_path
+
+
+@pytest.fixture
+def start_worker(app_dir: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(dsn: str, *extra: str) -> WorkerProcess:
+        worker = WorkerProcess(dsn, app_dir, *extra)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+def test_a_halted_session_is_logged_and_the_sessions_behind_it_are_walked(
+    dsn: str, conn: Conn, app_dir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    halting = failed_session(conn, "always_fails", 1, max_attempts=1)
+    behind = failed_session(conn, "delete_user", 2)
+    worker = start_worker(dsn)
+    wait_until(lambda: state_of(conn, behind) == "compensated", what="the session behind")
+    assert state_of(conn, halting) == "halted"
+    # and it goes on serving: a session that fails later is walked too
+    later = failed_session(conn, "delete_user", 3)
+    wait_until(lambda: state_of(conn, later) == "compensated", what="a later session")
+    assert worker.alive()
+    assert (app_dir / "undone.txt").read_text().split() == ["2", "3"]
+    assert f"session {halting} is halted" in worker.stderr()
+    assert worker.stop() == 0
+    assert "Traceback" not in worker.stderr()
+
+
+def test_u0000_in_a_compensation_error_is_stored_as_ufffd_and_said(
+    dsn: str, conn: Conn, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    sid = failed_session(conn, "always_fails", 1, max_attempts=1)
+    after = failed_session(conn, "delete_user", 2)
+    worker = start_worker(dsn)
+    wait_until(lambda: state_of(conn, after) == "compensated", what="the next session")
+    row = conn.execute(
+        "SELECT state, last_error FROM undolog.undolog_undo_stack WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert row == ("compensation_failed", "RuntimeError: refund refused: bad\ufffdbyte")
+    assert state_of(conn, sid) == "halted"
+    assert "U+0000" in worker.stderr()
+    assert worker.stop() == 0
+
+
+def test_a_stale_claim_is_an_ordinary_event(
+    dsn: str, conn: Conn, app_dir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    dbname = conn.info.dbname
+    conn.execute(f"ALTER DATABASE {dbname} SET undolog.claim_timeout = '1 s'")
+    (app_dir / "slow_seconds").write_text("2.5")
+    sid = failed_session(conn, "slow", 7)
+    worker = start_worker(dsn)
+    wait_until(lambda: (app_dir / "started-1").exists(), what="the slow compensation")
+    time.sleep(1.2)  # its claim expires while it runs: another walker takes the entry over
+    conn.execute("SET undolog.claim_timeout = '1 min'")
+    from undolog import saga
+
+    claim = saga.claim_compensation(conn, sid)
+    assert claim is not None and claim.attempt == 2
+    saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+    wait_until(lambda: "stale claim" in worker.stderr(), what="the stale report")
+    assert worker.alive()
+    (app_dir / "slow_seconds").write_text("0")
+    later = failed_session(conn, "delete_user", 8)
+    wait_until(lambda: state_of(conn, later) == "compensated", what="a later session")
+    assert state_of(conn, sid) == "compensated"
+    assert worker.stop() == 0
+
+
+def test_sigterm_finishes_the_entry_in_hand_exits_0_and_leaves_nothing_claimed(
+    dsn: str, conn: Conn, app_dir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    (app_dir / "slow_seconds").write_text("1.5")
+    first = failed_session(conn, "slow", 1)
+    second = failed_session(conn, "slow", 2)
+    worker = start_worker(dsn)
+    wait_until(lambda: (app_dir / "started-1").exists(), what="the first compensation")
+    assert worker.stop(signal.SIGTERM) == 0
+    assert (app_dir / "undone.txt").read_text() == "slow 1\n"  # finished, not abandoned
+    entry = conn.execute(
+        "SELECT state FROM undolog.undolog_undo_stack WHERE session_id = %s", (first,)
+    ).fetchone()
+    assert entry == ("compensated",)
+    # its session closes with the next claim (which finds nothing left), made by the next
+    # worker, like the second session, which this one never started
+    assert state_of(conn, first) == "compensating"
+    assert state_of(conn, second) == "failed"
+    claimed = conn.execute(
+        "SELECT count(*) FROM undolog.undolog_undo_stack WHERE state = 'compensating'"
+    ).fetchone()
+    assert claimed == (0,)
+    assert "SIGTERM" in worker.stderr() and "Traceback" not in worker.stderr()
+
+
+def test_sigint_while_idle_exits_0(
+    dsn: str, conn: Conn, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    sid = failed_session(conn, "delete_user", 1)
+    worker = start_worker(dsn)
+    wait_until(lambda: state_of(conn, sid) == "compensated", what="the walk")
+    assert worker.stop(signal.SIGINT) == 0
+
+
+def test_the_worker_reconnects_after_a_server_restart(
+    app_dir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    with throwaway_cluster() as cluster:
+        with psycopg.connect(cluster.dsn, autocommit=True) as setup:
+            migrate(setup)
+        worker = start_worker(cluster.dsn, "--max-backoff", "1")
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            before = failed_session(conn, "delete_user", 1)
+            wait_until(lambda: state_of(conn, before) == "compensated", what="the first walk")
+        pg_ctl = [str(bindir() / "pg_ctl"), "-D", str(cluster.datadir), "-w"]
+        subprocess.run(_as_cluster_owner([*pg_ctl, "-m", "fast", "stop"]), check=True)
+        wait_until(lambda: "cannot reach the database" in worker.stderr(), what="the outage")
+        time.sleep(1.5)  # a few reconnection attempts fail
+        # restart while stopped starts the server again with its recorded options
+        subprocess.run(
+            _as_cluster_owner([*pg_ctl, "restart"]),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            after = failed_session(conn, "delete_user", 2)
+            wait_until(lambda: state_of(conn, after) == "compensated", what="a walk after")
+        assert worker.alive()
+        log = worker.stderr()
+        assert "reconnected to the database" in log
+        assert log.count("cannot reach the database") >= 2  # retried, with backoff
+        assert worker.stop() == 0
+    assert (app_dir / "undone.txt").read_text().split() == ["1", "2"]
+
+
+def test_a_login_that_is_no_operator_is_a_configuration_error_exit_2(
+    dsn: str, conn: Conn, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    conn.execute("CREATE ROLE worker_agent_only LOGIN IN ROLE undolog_agent")
+    worker = start_worker(psycopg.conninfo.make_conninfo(dsn, user="worker_agent_only"))
+    assert worker.proc.wait(timeout=15) == 2
+    assert "undolog_operator" in worker.stderr()
+
+
+def test_a_database_that_does_not_exist_is_a_configuration_error_exit_2(
+    dsn: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    worker = start_worker(psycopg.conninfo.make_conninfo(dsn, dbname="no_such_database"))
+    assert worker.proc.wait(timeout=15) == 2
+    assert 'database "no_such_database" does not exist' in worker.stderr()
+
+
+def test_one_sessions_error_is_logged_and_the_others_are_walked(
+    dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session another transaction holds (lock_timeout on the worker's login): the
+    claim fails for that one session only; the next pass walks it."""
+    locked = failed_session(conn, "delete_user", 1)
+    free = failed_session(conn, "delete_user", 2)
+    undone: list[int] = []
+    compensations = {"delete_user": lambda call: undone.append(call.result["user_id"])}
+    worker = Worker(
+        lambda: psycopg.connect(dsn, autocommit=True, options="-c lock_timeout=200ms"),
+        compensations,
+    )
+    with psycopg.connect(dsn) as holder:
+        holder.execute(
+            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (locked,)
+        )
+        with caplog.at_level(logging.ERROR, logger="undolog.walk"):
+            assert worker.run_pass() is True
+        assert undone == [2] and state_of(conn, free) == "compensated"
+        assert f"session {locked}" in caplog.text and "LockNotAvailable" in caplog.text
+    assert worker.run_pass() is True  # the lock is gone: walked now
+    assert undone == [2, 1] and state_of(conn, locked) == "compensated"
+    worker.stop()
+    assert worker.run() is False  # a stopped worker makes no pass
