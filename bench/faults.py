@@ -77,7 +77,6 @@ from undolog import (
     UndoLogError,
     undolog_tool,
 )
-from undolog import decorator as undolog_decorator
 from undolog.migrations import migrate
 from undolog.signature import call_signature
 
@@ -129,7 +128,8 @@ def signature_of(session: str, step: int, work_ms: int, act_late: bool) -> str:
 def build_undolog(dsn: str, ledger: Ledger) -> tuple[UndoLog, Any]:
     """The client every process uses: its tool's body and its compensation write to the
     ledger (the outside world the journal must agree with)."""
-    ul = UndoLog(dsn, lease=LEASE, walk_wait=2.0)
+    # A crashed step's replay asks only briefly before CallInProgress.
+    ul = UndoLog(dsn, lease=LEASE, walk_wait=2.0, in_progress_wait=1.0)
 
     @ul.compensation(COMPENSATION)
     def fault_undo(call: CompensationCall) -> None:
@@ -177,7 +177,6 @@ def run_agent(args: argparse.Namespace) -> int:
     walk its own undo stack). Errors are recorded in the ledger with their SQLSTATE."""
     ledger = Ledger(Path(args.ledger))
     ul, fault_write = build_undolog(args.dsn, ledger)
-    undolog_decorator.IN_PROGRESS_TIMEOUT = 1.0  # a crashed step's replay asks briefly
     sid = uuid.UUID(args.session)
     try:
         with ul.session(sid, agent="faults"):
