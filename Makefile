@@ -1,6 +1,11 @@
 # UndoLog — the two commands a newcomer needs:
 #   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set)
-#   make test   every check: lint (sqlfluff, ruff, mypy), pytest, pgTAP + plpgsql_check
+#   make test   every check: lint (sqlfluff, ruff, mypy), pytest, pgTAP + plpgsql_check, docs
+# and for what comes next:
+#   make db       a local PostgreSQL that stays (in $(DB_DIR)); prints the export line
+#   make db-stop  stop it (the data stays; rm -rf .pgdata removes it)
+#   make docs     the documentation site, warnings as errors, into site/
+#   make dist     the wheel and sdist into dist/ (pip install dist/undolog-*.whl)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -9,11 +14,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
 WITH_PG := $(PY) tools/pgcluster.py run --
+# Where `make db` keeps its cluster.
+DB_DIR ?= .pgdata
 
 .PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean \
-	dashboard-demo dashboard-screenshot
+	dashboard-demo dashboard-screenshot db db-stop docs dist
 
-test: lint pytest pgtap
+test: lint pytest pgtap docs
 
 demo: deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
@@ -57,9 +64,22 @@ pytest: deps
 pgtap: deps
 	$(WITH_PG) bash tools/run-pgtap.sh $(PGTAP)
 
+# stdout is only the `export UNDOLOG_DSN=...` line: eval "$$(make -s db)" sets it.
+db: system-deps
+	@python3 tools/pgcluster.py start --dir $(DB_DIR)
+
+db-stop:
+	@python3 tools/pgcluster.py stop --dir $(DB_DIR)
+
+docs: deps
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+dist: deps
+	$(PY) -m build --outdir dist .
+
 bench: deps
 	$(WITH_PG) $(PY) bench/bench_intercept.py
 	$(WITH_PG) $(PY) bench/bench_decorator.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
 
-from undolog import approvals, saga
+from undolog import approvals, engine, saga
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
@@ -419,6 +419,92 @@ def test_worker_walks_a_crashed_proxy_session(
     assert names(ledger) == ["create_user", "send_email", "retract_email", "delete_user"]
 
 
+def test_the_proxy_worker_leaves_other_applications_sessions_alone(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A session of another application (its compensation is not the proxy's) is not
+    the proxy worker's to walk: it is left as it is, with no attempt used up, for that
+    application's worker (before, one pass halted it for good)."""
+    other = engine.begin_session(conn, agent="someone-else")
+    made = engine.intercept(
+        conn,
+        other,
+        0,
+        "create_user",
+        "compensable",
+        {"email": "eve@x"},
+        {"name": "delete_user", "args": {}, "max_attempts": 1},
+    )
+    assert made.effect_id is not None
+    engine.commit(conn, made.effect_id, {"user_id": 5})
+    engine.fail_session(conn, other, "its agent died")
+    worker = subprocess.run(
+        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(POLICY)],
+        env=_env(ledger),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert sessions(conn) == [(other, "failed")]
+    entry = conn.execute("SELECT state, attempts FROM undolog.undolog_undo_stack").fetchone()
+    assert entry == ("pending", 0)
+
+
+def test_sigterm_ends_the_proxy_like_a_client_that_left(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """SIGTERM (a service manager's stop; the SDKs' stdio clients send it when the proxy
+    does not exit within a few seconds of stdin closing) ends the sessions as a client
+    leaving does: completed. Before, the proxy died at once and left them active, so
+    that once their lease ran out the worker undid work nobody had asked to undo."""
+    proxy = subprocess.Popen(
+        [sys.executable, *_proxy_args(hostile_policy(tmp_path), dsn)],
+        env=_env(ledger),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None
+    try:
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "make", "arguments": {"key": "k"}},
+            },
+        ):
+            proxy.stdin.write(json.dumps(message).encode() + b"\n")
+            proxy.stdin.flush()
+            if "id" in message:
+                answer = json.loads(proxy.stdout.readline())
+                assert answer["id"] == message["id"] and "result" in answer, answer
+        assert effects(conn) == [("k", "committed")]
+        proxy.send_signal(signal.SIGTERM)  # stdin still open: the client is still there
+        assert proxy.wait(30) == 0
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+        proxy.stdin.close()
+        proxy.stdout.close()
+    assert [state for _, state in sessions(conn)] == ["completed"]
+
+
 BAD_POLICIES = {
     # refused after listing the upstream's tools: every problem is named at once
     "does not fit the upstream": (
@@ -446,6 +532,19 @@ BAD_POLICIES = {
     ),
     "unknown key": ("[proxy]\nhold = 5\n", ["unknown key(s) hold"]),
     "hold too long": ("[proxy]\nhold_seconds = 120\n", ["proxy.hold_seconds"]),
+    "negative hold": ("[proxy]\nhold_seconds = -1\n", ["proxy.hold_seconds"]),
+    "compensation arguments not a table": (
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
+        "compensation.delete_user = [{ user_id = 1 }]\n",
+        ["compensation.delete_user: expected a table"],
+    ),
+    # the walk would run it with nobody approving it
+    "an irreversible compensation": (
+        '[upstreams.crm.tools.create_user]\ntier = "compensable"\n'
+        'compensation.process_payout = { account = "args.email", amount_cents = 1 }\n'
+        '[upstreams.crm.tools.process_payout]\ntier = "irreversible"\n',
+        ["process_payout, which this policy tiers irreversible"],
+    ),
 }
 
 
@@ -555,3 +654,108 @@ def test_the_readme_shows_the_policy_the_tests_load() -> None:
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     assert tomllib.loads(block.group(1)) == tomllib.loads(POLICY.read_text())
+
+
+HOSTILE_POLICY = """
+[proxy]
+hold_seconds = 1.5
+call_timeout_seconds = 5
+[upstreams.h]
+command = ["python", "tests/mcp_hostile_upstream.py"]
+hide = ["unmake"]
+[upstreams.h.tools.make]
+tier = "compensable"
+compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
+[upstreams.h.tools.make_with_nul]
+tier = "compensable"
+compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
+[upstreams.h.tools.nul_error]
+tier = "compensable"
+compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
+[upstreams.h.tools.crash]
+tier = "compensable"
+compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
+"""
+
+
+def hostile_policy(tmp_path: Path) -> Path:
+    path = tmp_path / "hostile.toml"
+    path.write_text(HOSTILE_POLICY)
+    return path
+
+
+def effects(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT args->>'key', state FROM undolog.undolog_effect_log ORDER BY executed_at"
+        ).fetchall()
+    ]
+
+
+def test_an_error_result_with_nul_is_journaled_as_failed(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """An upstream's error text is the upstream's: a U+0000 in it must not keep the
+    journal from recording that the call failed (it never took effect)."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            for _ in range(2):  # failed, so made again it is retried, not "running"
+                refused = await client.call_tool("nul_error", {"key": "n"})
+                assert refused.is_error and "refused n" in text(refused), text(refused)
+            assert effects(conn) == [("n", "pending")]
+
+    run(body)
+    assert [state for _, state in sessions(conn)] == ["completed"]
+    assert names(ledger) == []  # nothing was undone: nothing had been done
+
+
+def test_a_result_the_journal_cannot_hold_whole_is_still_undoable(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A result over the journal's 1 MiB limit, or with a U+0000 (jsonb refuses it): the
+    call ran and its result is known, so it is committed with what its compensation
+    reads (and a note), the client gets the result, and a rollback undoes the call."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            big = await client.call_tool("make", {"key": "big", "size": 2_000_000})
+            assert not big.is_error, text(big)[:300]
+            assert big.structured_content is not None
+            assert len(big.structured_content["padding"]) == 2_000_000
+            nul = await client.call_tool("make_with_nul", {"key": "nul"})
+            assert not nul.is_error, text(nul)
+            assert effects(conn) == [("big", "committed"), ("nul", "committed")]
+            (sid, _), *_ = sessions(conn)
+            saga.rollback_session(conn, sid, "alice", "undo it all")
+
+    run(body)
+    wait_for(lambda: sessions(conn)[0][1] == "compensated")
+    undone = [e["id"] for e in ops(ledger) if e["op"] == "unmake"]
+    assert undone == ["nul", "big"]
+
+
+def test_the_call_after_an_upstream_crash_reconnects_first(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """An upstream that dies in the middle of a call: that call's outcome is unknown (it
+    did act), but the next call is sent to a restarted upstream, not journaled as
+    unknown without being sent; the session is then undone, every call once."""
+
+    async def body() -> None:
+        async with stdio_client(hostile_policy(tmp_path), dsn, ledger) as client:
+            crashed = await client.call_tool("crash", {"key": "c"})
+            assert crashed.is_error and "outcome is unknown" in text(crashed)
+            after = await client.call_tool("make", {"key": "after"})
+            assert not after.is_error, text(after)
+            assert effects(conn) == [("c", "executing"), ("after", "committed")]
+
+    run(body)
+    wait_for(lambda: sessions(conn)[0][1] == "compensated")
+    assert [(e["op"], e.get("key", e.get("id"))) for e in ops(ledger)] == [
+        ("crash", "c"),
+        ("make", "after"),
+        ("unmake", "after"),
+        ("unmake", "c"),
+    ]

@@ -21,7 +21,7 @@ command -v pg_prove >/dev/null || missing+=("libtap-parser-sourcehandler-pgtap-p
 
 ((${#missing[@]})) || exit 0
 
-echo "installing system packages: ${missing[*]}"
+echo "installing system packages: ${missing[*]}" >&2
 if [[ $(id -u) -eq 0 ]]; then
     sudo=()
 elif command -v sudo >/dev/null; then

@@ -1,17 +1,23 @@
-"""A throwaway PostgreSQL cluster for tests, the pgTAP run, the demo and the benchmarks.
+"""A private PostgreSQL cluster: throwaway for tests, the pgTAP run, the demo and the
+benchmarks; persistent for a newcomer's local database (``make db``).
 
 initdb refuses to run as root and CI runs as root, so when we are root the cluster is
 created and started as the ``postgres`` system user (``runuser``); as anyone else it runs
-as that user. Either way it listens on 127.0.0.1 on a free port, trusts local
-connections, and is removed when the context ends.
+as that user. Either way it listens on 127.0.0.1 only and trusts local connections.
 
-    python tools/pgcluster.py run -- CMD ARGS...   # runs CMD with PG* and UNDOLOG_DSN set
+    python tools/pgcluster.py run -- CMD ARGS...   # throwaway: CMD with PG* and UNDOLOG_DSN set
+    python tools/pgcluster.py start [--dir .pgdata] # persistent: create once, start, and
+                                                    # print the `export UNDOLOG_DSN=...` line
+    python tools/pgcluster.py stop [--dir .pgdata]  # stop it (the data stays in --dir)
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import itertools
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -139,14 +145,158 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# The line start() appends to postgresql.conf; its port is read back on later starts.
+PORT_MARK = "# undolog local database (tools/pgcluster.py start)"
+DEFAULT_DIR = ".pgdata"
+
+
+def _cluster_user() -> str:
+    return "postgres" if os.geteuid() == 0 else os.environ.get("USER") or "postgres"
+
+
+def _recorded_port(datadir: Path) -> int | None:
+    lines = (datadir / "postgresql.conf").read_text(encoding="utf-8").splitlines()
+    for mark, setting in itertools.pairwise(lines):
+        if mark == PORT_MARK and setting.startswith("port = "):
+            return int(setting.removeprefix("port = "))
+    return None
+
+
+def _is_running(datadir: Path) -> bool:
+    status = subprocess.run(
+        _as_cluster_owner([str(bindir() / "pg_ctl"), "-D", str(datadir), "status"]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return status.returncode == 0
+
+
+def _create(datadir: Path, user: str) -> int:
+    """initdb into ``datadir`` and pin where the server listens (a port free now)."""
+    datadir.mkdir(parents=True, exist_ok=True)
+    datadir.chmod(0o700)
+    if os.geteuid() == 0:
+        shutil.chown(datadir, "postgres")
+        reachable = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", datadir])
+        if reachable.returncode != 0:
+            raise RuntimeError(
+                f"the postgres system user cannot reach {datadir}: a folder above it is "
+                "closed to others (chmod o+x it, or choose another --dir)"
+            )
+    initdb = [str(bindir() / "initdb"), "-D", str(datadir), "-A", "trust", "-U", user]
+    subprocess.run(
+        _as_cluster_owner([*initdb, "-E", "UTF8", "--locale=C"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    port = free_port()
+    with (datadir / "postgresql.conf").open("a", encoding="utf-8") as conf:
+        conf.write(
+            f"\n{PORT_MARK}\nport = {port}\nlisten_addresses = '127.0.0.1'\n"
+            f"unix_socket_directories = '{datadir}'\nmax_connections = 120\n"
+        )
+    return port
+
+
+def start_local(directory: Path) -> Cluster:
+    """Start the persistent cluster in ``directory``, creating it on the first call.
+    Idempotent: a cluster that already runs is left as it is."""
+    datadir = directory.resolve()
+    user = _cluster_user()
+    if not (datadir / "PG_VERSION").exists():
+        if datadir.exists() and any(datadir.iterdir()):
+            raise RuntimeError(f"{datadir} is not empty and holds no PostgreSQL cluster")
+        port = _create(datadir, user)
+    else:
+        recorded = _recorded_port(datadir)
+        if recorded is None:
+            raise RuntimeError(f"{datadir} was not created by pgcluster.py start")
+        port = recorded
+    if not _is_running(datadir):
+        started = subprocess.run(
+            _as_cluster_owner(
+                [
+                    str(bindir() / "pg_ctl"),
+                    "-D",
+                    str(datadir),
+                    "-l",
+                    str(datadir / "server.log"),
+                    "-w",
+                    "start",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
+        if started.returncode != 0:
+            raise RuntimeError(
+                f"PostgreSQL did not start (is port {port} taken?); see {datadir}/server.log"
+            )
+    return Cluster(host="127.0.0.1", port=port, user=user, datadir=datadir)
+
+
+def stop_local(directory: Path) -> bool:
+    """Stop the persistent cluster; answers False when it was not running."""
+    datadir = directory.resolve()
+    if not (datadir / "PG_VERSION").exists() or not _is_running(datadir):
+        return False
+    subprocess.run(
+        _as_cluster_owner([str(bindir() / "pg_ctl"), "-D", str(datadir), "-m", "fast", "stop"]),
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    return True
+
+
+def export_line(cluster: Cluster) -> str:
+    """One shell line that points UndoLog, psql and libpq at the cluster."""
+    env = cluster.env()
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[0] != "run" or argv[1] != "--":
-        print("usage: pgcluster.py run -- CMD [ARGS...]", file=sys.stderr)
-        return 2
-    with throwaway_cluster() as cluster:
-        env = {**os.environ, **cluster.env()}
-        print(f"pgcluster: throwaway PostgreSQL on {cluster.host}:{cluster.port}", file=sys.stderr)
-        return subprocess.run(argv[2:], env=env, check=False).returncode
+    if argv[:1] == ["run"]:
+        if len(argv) < 3 or argv[1] != "--":
+            print("usage: pgcluster.py run -- CMD [ARGS...]", file=sys.stderr)
+            return 2
+        with throwaway_cluster() as cluster:
+            env = {**os.environ, **cluster.env()}
+            print(
+                f"pgcluster: throwaway PostgreSQL on {cluster.host}:{cluster.port}",
+                file=sys.stderr,
+            )
+            return subprocess.run(argv[2:], env=env, check=False).returncode
+    parser = argparse.ArgumentParser(
+        prog="pgcluster.py", description="A local PostgreSQL that stays (or: run -- CMD)."
+    )
+    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument(
+        "--dir", type=Path, default=Path(DEFAULT_DIR), help="data folder (default: .pgdata)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "start":
+            cluster = start_local(args.dir)
+            # stdout carries only the export line, so that eval "$(...)" works
+            print(export_line(cluster))
+            print(
+                f"pgcluster: PostgreSQL on {cluster.host}:{cluster.port}, data in "
+                f"{cluster.datadir}; stop it with: make db-stop",
+                file=sys.stderr,
+            )
+        elif stop_local(args.dir):
+            print(
+                f"pgcluster: stopped the PostgreSQL in {args.dir.resolve()}; UNDOLOG_DSN in "
+                "your shell still points at it (make db starts it again)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"pgcluster: no PostgreSQL running in {args.dir.resolve()}", file=sys.stderr)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"pgcluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -503,6 +503,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         interval=args.interval,
         max_backoff=args.max_backoff,
         on_walked=walked,
+        # the proxy's worker walks the proxy's sessions, not another application's
+        only_known=args.mcp_config is not None,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

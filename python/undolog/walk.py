@@ -82,6 +82,35 @@ def storable_error(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
+# The compensation the next claim of a session would hand out, found the way
+# claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
+# barrier (the walk stops there, needing no compensation); no row when nothing is left.
+NEXT_COMPENSATION = """
+SELECT u.compensation ->> 'name'
+FROM undolog.undolog_undo_stack AS u
+INNER JOIN undolog.undolog_effect_log AS e
+    ON e.session_id = u.session_id AND e.effect_id = u.effect_id
+       AND e.executed_at = u.executed_at
+WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
+  AND NOT (e.state = 'pending'
+           OR (u.compensation IS NULL AND e.state IN ('approved', 'rejected')))
+ORDER BY u.stack_position DESC
+LIMIT 1
+"""
+
+
+def unknown_compensation(
+    conn: engine.Connection,
+    session_id: uuid.UUID,
+    compensations: Mapping[str, Callable[..., Any]],
+) -> str | None:
+    """The name of the compensation the session's walk needs next when ``compensations``
+    has none by that name, else None. Read only: it claims nothing, uses no attempt."""
+    rows = engine.fetch_all(conn, NEXT_COMPENSATION, (session_id,))
+    name = rows[0][0] if rows else None
+    return name if name is not None and name not in compensations else None
+
+
 def run_walk(
     conn: engine.Connection,
     session_id: uuid.UUID,
@@ -90,6 +119,7 @@ def run_walk(
     wait: float = DEFAULT_WAIT,
     loop: asyncio.AbstractEventLoop | None = None,
     stop: threading.Event | None = None,
+    only_known: bool = False,
 ) -> str:
     """Walk the session's undo stack until it is done, halted, or nothing is due within
     ``wait`` seconds. Answers the session's state then (compensated, halted, or still
@@ -99,10 +129,16 @@ def run_walk(
     finished and reported first), so a stopping worker leaves nothing claimed.
     A report that arrives after the claim was handed out again (the compensation outlived
     the claim timeout) is logged and the walk goes on: the newer attempt owns the entry.
+
+    ``only_known``: stop, without claiming, before an entry whose compensation is not in
+    ``compensations`` (another application's walker has it), instead of counting it as a
+    failed attempt.
     """
     deadline = time.monotonic() + wait
     while True:
         if stop is not None and stop.is_set():
+            return engine.session_state(conn, session_id)
+        if only_known and unknown_compensation(conn, session_id, compensations) is not None:
             return engine.session_state(conn, session_id)
         try:
             claim = saga.claim_compensation(conn, session_id)
@@ -210,8 +246,12 @@ class Worker:
         max_backoff: float = 30.0,
         on_walked: Callable[[uuid.UUID, str], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        only_known: bool = False,
     ) -> None:
         self.connect = connect
+        # Walk only what ``compensations`` can undo: a session whose next entry is another
+        # application's is left (unreported) for that application's worker.
+        self.only_known = only_known
         self.compensations = compensations
         self.interval = interval
         self.first_backoff = first_backoff
@@ -259,8 +299,16 @@ class Worker:
             if self._stop.is_set():
                 break
             try:
+                if self.only_known and unknown_compensation(conn, sid, self.compensations):
+                    continue
                 state = run_walk(
-                    conn, sid, self.compensations, wait=0.0, loop=self.loop, stop=self._stop
+                    conn,
+                    sid,
+                    self.compensations,
+                    wait=0.0,
+                    loop=self.loop,
+                    stop=self._stop,
+                    only_known=self.only_known,
                 )
             except Exception as exc:
                 if not self._fault(exc, f"session {sid}"):

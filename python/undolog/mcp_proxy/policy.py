@@ -311,7 +311,11 @@ def _tool(raw: Any, where: str) -> ToolPolicy:
             'compensation.delete_user = { user_id = "result.user_id" }'
         )
     ((comp_tool, args_raw),) = comp_raw.items()
-    args_raw = _table(args_raw, f"{where}.compensation.{comp_tool}", set(args_raw or {}))
+    args_raw = _table(
+        args_raw,
+        f"{where}.compensation.{comp_tool}",
+        set(args_raw) if isinstance(args_raw, dict) else set(),
+    )
     args = {
         str(k): ArgSource.parse(v, f"{where}.compensation.{comp_tool}.{k}")
         for k, v in args_raw.items()
@@ -352,13 +356,23 @@ def _upstream(name: str, raw: Any) -> Upstream:
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise PolicyError(f"{where}.cwd: expected a path")
+    tools = {t: _tool(v, f"{where}.tools.{t}") for t, v in tools_raw.items()}
+    for t, tool in tools.items():
+        undo = tool.compensation.tool if tool.compensation else None
+        if undo in tools and tools[undo].tier == "irreversible":
+            # the undo walk runs a compensation with no one approving it
+            raise PolicyError(
+                f"{where}.tools.{t}.compensation: {undo}, which this policy tiers "
+                "irreversible (it runs only once a human approves it), cannot be run by "
+                "the undo walk"
+            )
     return Upstream(
         name=name,
         command=command,
         env=dict(env),
         cwd=cwd,
         url=url,
-        tools={t: _tool(v, f"{where}.tools.{t}") for t, v in tools_raw.items()},
+        tools=tools,
         hide=tuple(hide),
     )
 

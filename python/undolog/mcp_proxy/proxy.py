@@ -42,13 +42,22 @@ from psycopg_pool import AsyncConnectionPool
 from undolog import aengine, engine, walk
 from undolog.approvals import CHANNEL, DECISIONS
 from undolog.errors import (
+    InvalidArgument,
     InvalidStateTransition,
+    PayloadTooLarge,
     PermissionDenied,
     SessionNotActive,
     SignatureError,
     UndoLogError,
 )
-from undolog.mcp_proxy.policy import Policy, ToolPolicy, resolve
+from undolog.mcp_proxy.policy import (
+    MappingError,
+    Policy,
+    ToolPolicy,
+    _walk_path,
+    resolve,
+    result_value,
+)
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
 from undolog.signature import canonical_json
 
@@ -78,6 +87,36 @@ def _snapshot(result: types.CallToolResult) -> dict[str, Any]:
     data = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.pop("_meta", None)
     return data
+
+
+def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception) -> dict[str, Any]:
+    """The journal's record of a result it cannot hold whole: a note, and as structured
+    content only the values the compensation's ``result.`` paths read (a replay answers
+    this)."""
+    value = result_value(_snapshot(result))
+    kept: dict[str, Any] = {}
+    comp = route.policy.compensation
+    for source in comp.args.values() if comp else ():
+        if source.kind != "result":
+            continue
+        try:
+            found = _walk_path(value, source.path, "result")
+        except MappingError:
+            continue  # absent from the result too: the walk will say so
+        target: Any = kept
+        for segment in source.path[:-1]:
+            target = target.setdefault(segment, {}) if isinstance(target, dict) else None
+        if isinstance(target, dict):  # a list index is kept as a key: paths still read it
+            target[source.path[-1]] = found
+    note = (
+        f"The result was not journaled whole ({str(why).splitlines()[0][:200]}); "
+        "a replay answers this note and what the undo needs."
+    )
+    return {
+        "content": [{"type": "text", "text": note}],
+        "structuredContent": kept,
+        "isError": False,
+    }
 
 
 def _error_text(result: types.CallToolResult) -> str:
@@ -404,8 +443,15 @@ class McpProxy:
             await self._record(engine.FAIL, effect_id, _error_text(result))
             return result, True
         try:
-            async with self.pool.connection() as conn:
-                await aengine.commit(conn, effect_id, _snapshot(result))
+            try:
+                async with self.pool.connection() as conn:
+                    await aengine.commit(conn, effect_id, _snapshot(result))
+            except (PayloadTooLarge, InvalidArgument) as exc:
+                # It ran and its result is known, but the journal cannot hold it whole
+                # (over the payload limit, or a U+0000 jsonb refuses): keep what the
+                # compensation reads, so that the call stays undoable, not unknown.
+                async with self.pool.connection() as conn:
+                    await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
             return _error(
                 f"{name} ran, but the journal could not record its result ({exc}): "
@@ -416,7 +462,8 @@ class McpProxy:
     async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
         try:
             async with self.pool.connection() as conn:
-                await conn.execute(query, (effect_id, text))
+                # the text is the upstream's: a U+0000 in it must not lose the outcome
+                await conn.execute(query, (effect_id, walk.storable_error(text)))
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 

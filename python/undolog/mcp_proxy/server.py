@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -21,6 +24,9 @@ from undolog.mcp_proxy.upstream import UpstreamDown, connect_all
 log = logging.getLogger("undolog.mcp_proxy")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# One JSON-RPC message is one line: room for calls well over the journal's 1 MiB limit,
+# which the journal then refuses with a clear tool error.
+STDIN_LINE_LIMIT = 64 * 1024 * 1024
 
 
 @contextlib.asynccontextmanager
@@ -69,10 +75,58 @@ def build_server(proxy: McpProxy) -> Server[Any]:
     return server
 
 
+class _StdinLines:
+    """stdin's lines for the SDK's stdio transport, read on the event loop. The SDK's
+    own reader blocks a thread in readline(), which no cancellation interrupts: a
+    stopping proxy would wait for the client's next line before it could end its
+    sessions."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            line = await self.reader.readline()
+        except ValueError:  # a line over the limit: dropped whole, answered as unreadable
+            while True:
+                with contextlib.suppress(ValueError):
+                    await self.reader.readline()
+                    return "\n"
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
+
+
+async def _stdin_lines() -> _StdinLines | None:
+    """A cancellable reader of stdin, or None when stdin is no pipe or socket (the SDK's
+    reader then)."""
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # never a terminal's flags
+        return None
+    reader = asyncio.StreamReader(limit=STDIN_LINE_LIMIT)
+    try:
+        await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer
+        )
+    except (ValueError, OSError):
+        return None
+    return _StdinLines(reader)
+
+
 async def _serve_stdio(config: str, dsn: str) -> None:
+    # SIGTERM stops the proxy as SIGINT does (asyncio.run cancels the main task), so that
+    # its sessions end as when the client leaves, not left active to be undone once their
+    # lease runs out. (Over HTTP, uvicorn handles both signals itself.)
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     async with running_proxy(config, dsn) as proxy:
         server = build_server(proxy)
-        async with stdio_server() as (read, write):
+        stdin = cast(Any, await _stdin_lines())  # the SDK only iterates over it
+        async with stdio_server(stdin=stdin) as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
 
@@ -113,6 +167,6 @@ def serve(config: str, dsn: str, http: str | None = None) -> int:
     except UpstreamDown as exc:
         print(f"undolog mcp-proxy: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # SIGINT, SIGTERM
         pass
     return EXIT_OK

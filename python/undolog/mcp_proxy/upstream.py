@@ -52,6 +52,8 @@ class UpstreamConnection:
         )
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
+        closing = self._closing  # this connection's; a reconnection makes its own
+        client: Client | None = None
         try:
             async with Client(
                 self._target(), read_timeout_seconds=self.call_timeout, cache=None
@@ -66,14 +68,23 @@ class UpstreamConnection:
                         break
                 self.tools, self._client = tools, client
                 ready.set_result(None)
-                await self._closing.wait()
+                await closing.wait()
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else UpstreamDown(str(exc)))
-            elif not self._closing.is_set():
+            elif not closing.is_set():
                 log.warning("upstream %s: connection lost: %s", self.spec.name, exc)
         finally:
+            if self._client is client:  # not a newer connection's
+                self._client = None
+
+    def _lost(self, client: Client) -> None:
+        """The connection died under a call: the next call reconnects before anything is
+        journaled for it, instead of being sent into the dead connection (whose owner task
+        may not have noticed yet) and counted as unknown."""
+        if self._client is client:
             self._client = None
+            self._closing.set()
 
     async def connect(self) -> None:
         """Connect (again) and list the upstream's tools; UpstreamDown when it fails."""
@@ -126,11 +137,13 @@ class UpstreamConnection:
                     f"{self.call_timeout:g} s"
                 ) from exc
             if exc.error.code == types.CONNECTION_CLOSED:
+                self._lost(client)
                 raise OutcomeUnknown(
                     f"the connection to upstream {self.spec.name!r} closed during {tool}"
                 ) from exc
             raise
         except Exception as exc:  # the transport broke under the call
+            self._lost(client)
             raise OutcomeUnknown(
                 f"the connection to upstream {self.spec.name!r} broke during {tool}: {exc}"
             ) from exc

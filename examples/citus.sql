@@ -1,0 +1,46 @@
+-- docs/citus.md: the plan for distributing the journal by session on Citus, run on the
+-- coordinator after `undolog migrate`. Citus is not installable where this was built: a
+-- test checks that every table and function named here exists and that every journal
+-- table is named, not that Citus accepts it.
+
+-- --8<-- [start:tables]
+SELECT create_distributed_table('undolog.undolog_sessions', 'session_id');
+SELECT create_distributed_table('undolog.undolog_session_history', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_effect_log', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_effect_history', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_signature_registry', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_undo_stack', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_undo_history', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_operator_actions', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_approval_requests', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+-- --8<-- [end:tables]
+
+-- --8<-- [start:functions]
+SELECT create_distributed_function('undolog.begin_session(uuid, text, jsonb, interval)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.heartbeat(uuid)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function(
+    'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)',
+    '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.complete_session(uuid)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.fail_session(uuid, text)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.claim_compensation(uuid, interval)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.resume_session(uuid, text, text)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.abandon_session(uuid, text, text)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.rollback_session(uuid, text, text)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+-- --8<-- [end:functions]

@@ -1,0 +1,24 @@
+-- docs: the engine's settings are ordinary PostgreSQL settings of the database.
+-- Run with psql, which fills in :"DBNAME" (the database you are connected to):
+--   psql -v ON_ERROR_STOP=1 -f examples/settings.sql
+-- New sessions see a new value; a value the engine cannot read is refused (UL008).
+
+-- --8<-- [start:approval_timeout]
+-- every new approval request must be decided within 4 hours (unset: no deadline)
+ALTER DATABASE :"DBNAME" SET undolog.approval_timeout = '4 hours';
+-- --8<-- [end:approval_timeout]
+
+-- --8<-- [start:walk]
+-- a compensation is tried 8 times before its session halts (default 5) ...
+ALTER DATABASE :"DBNAME" SET undolog.default_max_attempts = 8;
+-- ... waiting 2 s, 4 s, 8 s ... between attempts, never more than 10 minutes
+ALTER DATABASE :"DBNAME" SET undolog.retry_base = '2 seconds';
+ALTER DATABASE :"DBNAME" SET undolog.retry_cap = '10 minutes';
+-- a walker that claimed a compensation and died loses it after 5 minutes (the default)
+ALTER DATABASE :"DBNAME" SET undolog.claim_timeout = '5 minutes';
+-- --8<-- [end:walk]
+
+-- --8<-- [start:retention]
+-- month partitions older than 24 months go at the next maintenance (default 12)
+ALTER DATABASE :"DBNAME" SET undolog.retention_months = 24;
+-- --8<-- [end:retention]
