@@ -75,9 +75,12 @@ SELECT is_empty($$SELECT * FROM pg_temp.strong_locks()$$,
                 '... and no lock stronger than ROW EXCLUSIVE taken on any undolog table');
 SELECT ok(EXISTS (
               SELECT FROM pg_locks AS l
-              WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
-                AND ((l.classid::bigint << 32) | l.objid::bigint) = undolog.partition_lock_key()),
-          '... under the partition-maintenance advisory lock');
+              WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+                AND l.relation = 'undolog.undolog_maintenance_lock'::regclass
+                AND l.mode = 'RowShareLock')
+          AND (SELECT m.xmax::text FROM undolog.undolog_maintenance_lock AS m)
+              = (pg_current_xact_id()::text::bigint % 4294967296)::text,
+          '... under the partition-maintenance lock (its row locked)');
 
 -- Bad arguments.
 SELECT throws_ok($$SELECT undolog.drop_partitions(NULL)$$, 'UL008', NULL, 'cut-off NULL: UL008');

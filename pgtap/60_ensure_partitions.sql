@@ -46,9 +46,12 @@ SELECT is_empty($$SELECT * FROM pg_temp.strong_locks()$$,
                 '... and holds no lock stronger than ROW EXCLUSIVE on any undolog table');
 SELECT ok(EXISTS (
               SELECT FROM pg_locks AS l
-              WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
-                AND ((l.classid::bigint << 32) | l.objid::bigint) = undolog.partition_lock_key()),
-          '... but it holds the partition-maintenance advisory lock until the transaction ends');
+              WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+                AND l.relation = 'undolog.undolog_maintenance_lock'::regclass
+                AND l.mode = 'RowShareLock')
+          AND (SELECT m.xmax::text FROM undolog.undolog_maintenance_lock AS m)
+              = (pg_current_xact_id()::text::bigint % 4294967296)::text,
+          '... but it holds the partition-maintenance lock (its row locked) until the transaction ends');
 
 -- The months are UTC's: from a zone where it is already tomorrow, or still yesterday.
 SET LOCAL TimeZone = 'Pacific/Kiritimati';

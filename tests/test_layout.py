@@ -38,9 +38,10 @@ from undolog.migrations import (
 Conn = psycopg.Connection[Any]
 SQL = Path(__file__).resolve().parents[1] / "sql"
 
-# The migration runner's own records: not journal tables, never distributed (they live
-# on the coordinator with the schema's DDL), exempt from the Citus key rule.
-RUNNER_TABLES = {"undolog_migrations", "undolog_repeatables"}
+# The migration runner's own records, and the one-row partition-maintenance lock: not
+# journal tables, never distributed (they live on the coordinator with the schema's
+# DDL), exempt from the Citus key rule.
+RUNNER_TABLES = {"undolog_migrations", "undolog_repeatables", "undolog_maintenance_lock"}
 
 
 @pytest.fixture

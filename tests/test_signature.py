@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from undolog import SignatureError, call_signature, canonical_json
+from undolog.signature import MAX_NESTING_DEPTH, check_storable
 
 
 def _vector_files() -> list[Path]:
@@ -81,9 +82,43 @@ def test_signature_error_is_a_value_error() -> None:
         canonical_json({"x": float("nan")})
 
 
-def test_u0000_is_refused_but_an_escaped_backslash_is_not() -> None:
-    with pytest.raises(SignatureError, match="U\\+0000"):
-        canonical_json({"text": "a\x00b"})
-    with pytest.raises(SignatureError):
-        canonical_json({"key\x00": 1})
+def test_u0000_is_signed_per_rfc_8785() -> None:
+    # Valid JSON that every other client signs: \u0000 in the canonical form, no refusal.
+    assert canonical_json({"text": "a\x00b"}) == b'{"text":"a\\u0000b"}'
+    assert canonical_json({"key\x00": 1}) == b'{"key\\u0000":1}'
     assert canonical_json({"text": "\\u0000"}) == b'{"text":"\\\\u0000"}'
+    assert len(call_signature(uuid.uuid4(), 0, "tool", {"text": "\x00"})) == 64
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """An args object of exactly ``depth`` levels: {"a": [[...]]}."""
+    inner: Any = []
+    for _ in range(depth - 2):
+        inner = [inner]
+    return {"a": inner} if depth > 1 else {}
+
+
+def test_nesting_depth_has_one_documented_limit() -> None:
+    assert MAX_NESTING_DEPTH == 64
+    assert len(call_signature(uuid.uuid4(), 0, "tool", _nested(MAX_NESTING_DEPTH))) == 64
+    with pytest.raises(SignatureError, match="deeper than the limit of 64 levels"):
+        call_signature(uuid.uuid4(), 0, "tool", _nested(MAX_NESTING_DEPTH + 1))
+    with pytest.raises(SignatureError, match="limit of 64"):
+        canonical_json(_nested(MAX_NESTING_DEPTH + 1))
+
+
+def test_deep_nesting_is_a_signature_error_not_a_recursion_error() -> None:
+    # Python's recursion gives out near 1,000 levels; the check walks without recursion.
+    for depth in (993, 5_000, 100_000):
+        with pytest.raises(SignatureError, match="limit of 64"):
+            call_signature(uuid.uuid4(), 0, "tool", _nested(depth))
+
+
+def test_check_storable_refuses_u0000_with_the_clear_error() -> None:
+    check_storable({"text": "\\u0000", "deep": _nested(MAX_NESTING_DEPTH - 1)})
+    with pytest.raises(SignatureError, match="U\\+0000"):
+        check_storable({"text": "a\x00b"})
+    with pytest.raises(SignatureError, match="U\\+0000"):
+        check_storable({"list": [{"key\x00": 1}]})
+    with pytest.raises(SignatureError, match="limit of 64"):
+        check_storable(_nested(MAX_NESTING_DEPTH + 1))

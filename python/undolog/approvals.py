@@ -6,17 +6,17 @@ An IRREVERSIBLE call is journaled pending and its session waits (``intercept`` a
 :func:`expire_approvals` (role ``undolog_operator``) to close requests whose deadline
 passed. After an approval the agent makes the same call again and it executes, once.
 
-Every new request and every decision is announced on the PostgreSQL channel
-:data:`CHANNEL` with ids only, at commit. :func:`wait_for_decision` listens for it and
-keeps a slow poll as a fallback, so that a missed notification only delays it.
+Every new request and every decision wakes the listeners of the PostgreSQL channel
+:data:`CHANNEL` at commit, with an empty payload: any login may LISTEN, so a
+notification carries nothing (no ids) and each waiter re-reads the state it may see.
+:func:`wait_for_decision` listens and keeps a slow poll as a fallback, so that a missed
+notification only delays it.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Final
 
 from undolog.engine import Connection, fetch_all, fetch_one
@@ -27,34 +27,6 @@ CHANNEL: Final = "undolog_approvals"
 
 DECISIONS: Final = frozenset({"approved", "rejected", "expired"})
 """The states a request can be decided into (it starts ``pending``)."""
-
-
-@dataclass(frozen=True)
-class ApprovalEvent:
-    """One notification on :data:`CHANNEL`: a new request, or a decision."""
-
-    approval_id: uuid.UUID
-    session_id: uuid.UUID
-    effect_id: uuid.UUID
-    state: str  # pending (a new request) | approved | rejected | expired
-
-    @property
-    def is_decision(self) -> bool:
-        return self.state in DECISIONS
-
-    @classmethod
-    def from_payload(cls, payload: str) -> ApprovalEvent:
-        """Parse a notification's payload; ValueError if it is not one of ours."""
-        try:
-            data = json.loads(payload)
-            return cls(
-                approval_id=uuid.UUID(data["approval_id"]),
-                session_id=uuid.UUID(data["session_id"]),
-                effect_id=uuid.UUID(data["effect_id"]),
-                state=str(data["state"]),
-            )
-        except (TypeError, KeyError, AttributeError) as exc:
-            raise ValueError(f"not an approval event: {payload!r}") from exc
 
 
 def _decide(
@@ -136,15 +108,9 @@ def wait_for_decision(
             if remaining <= 0:
                 return None
             for notify in conn.notifies(timeout=min(poll_interval, remaining)):
-                if notify.channel != CHANNEL:
-                    continue
-                try:
-                    event = ApprovalEvent.from_payload(notify.payload)
-                except ValueError:
-                    continue
-                # Any role may NOTIFY on the channel: a notification only wakes us up;
-                # the decision is what the table says (read again at the loop's top).
-                if event.approval_id == approval_id and event.is_decision:
+                # A payload-less wake-up (and any role may NOTIFY on the channel): the
+                # decision is what the table says, read again at the loop's top.
+                if notify.channel == CHANNEL:
                     break
     finally:
         conn.execute(f"UNLISTEN {CHANNEL}")

@@ -18,11 +18,15 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from undolog.errors import LateResult, translate
+from undolog.errors import InvalidArgument, LateResult, translate
 from undolog.signature import call_signature as sign
+from undolog.signature import check_storable
 
 Connection = psycopg.Connection[Any]
 Params = tuple[Any, ...]
+
+# The engine's step_index is a PostgreSQL integer.
+MAX_STEP_INDEX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,14 @@ def intercept_params(
     compensation: Mapping[str, Any] | None = None,
     call_signature: str | None = None,
 ) -> Params:
-    """The signature is computed unless given."""
+    """The signature is computed unless given. What can be signed but not stored (U+0000,
+    nesting past the limit) is refused here, before anything is sent."""
     signature = call_signature or sign(session_id, step_index, tool_name, args)
+    check_storable(args)
+    if compensation is not None:
+        check_storable(compensation, "compensation")
+    if not 0 <= step_index <= MAX_STEP_INDEX:
+        raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
     return (
         session_id,
         step_index,

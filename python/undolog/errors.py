@@ -173,9 +173,15 @@ class ApprovalRejectedError(UndoLogError):
         self.session_id = session_id
 
 
-# PostgreSQL's own refusals of input it cannot parse (a malformed uuid, U+0000 in jsonb),
-# raised before an engine function runs: bad input all the same.
-_INPUT_SQLSTATES = ("22P02", "22P05")
+# PostgreSQL's own refusals of input, raised before an engine function runs: bad input all
+# the same (README, "Errors"). 22P02 not JSON / not a uuid, 22P05 U+0000 in jsonb, 22007
+# a malformed interval or timestamp ('soon'), 22008 / 22015 a date or interval out of
+# range, 22003 a number out of range for its type, 22021 bytes that are not UTF-8, 42883
+# no function for these argument types (a step of 2**31 arrives as a bigint).
+_INPUT_SQLSTATES = ("22P02", "22P05", "22007", "22008", "22015", "22003", "22021", "42883")
+# 54001: JSON nested too deep for PostgreSQL's parser (stack depth), far past the engine's
+# own nesting limit: a payload too large, like any other past the limits.
+_TOO_LARGE_SQLSTATES = ("54001",)
 
 BY_SQLSTATE: dict[str, type[UndoLogError]] = {
     cls.sqlstate: cls
@@ -203,6 +209,7 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
 
 
 BY_SQLSTATE.update({code: InvalidArgument for code in _INPUT_SQLSTATES})
+BY_SQLSTATE.update({code: PayloadTooLarge for code in _TOO_LARGE_SQLSTATES})
 
 
 def translate(exc: psycopg.Error) -> Exception:

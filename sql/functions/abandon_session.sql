@@ -16,7 +16,7 @@ SET search_path = undolog, pg_temp
 AS $$
 BEGIN
     PERFORM undolog.check_operator(p_by);
-    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+    IF undolog.is_blank(p_reason) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_reason must say how the session was resolved: non-empty text';

@@ -1,26 +1,19 @@
 -- undolog.approval_requests_notify: AFTER INSERT OR UPDATE OF state on
--- undolog_approval_requests. Every new request and every decision is announced on the
--- channel 'undolog_approvals' with ids only (well under NOTIFY's 8000-byte limit):
---   {"approval_id": "...", "session_id": "...", "effect_id": "...", "state": "..."}
--- state is 'pending' for a new request (wakes approvers' dashboards) and the decision
--- ('approved', 'rejected', 'expired') otherwise (wakes the waiting agent). A trigger,
--- not a line in approve/reject, so that no path that decides can forget it.
--- PostgreSQL delivers it at commit, so nobody is woken by a decision that rolled back.
+-- undolog_approval_requests. Every new request and every decision wakes the listeners of
+-- channel 'undolog_approvals' with an EMPTY payload. Any login may LISTEN, and a payload
+-- would tell every agent which sessions, effects and approvals other agents have (issue
+-- 10): the notification says only "something changed", and each listener re-reads what
+-- it may see (its own sessions through row-level security, or the approval views).
+-- A trigger, not a line in approve/reject, so that no path that decides can forget it.
+-- PostgreSQL delivers it at commit (identical notifications of one transaction once), so
+-- nobody is woken by a decision that rolled back.
 CREATE OR REPLACE FUNCTION undolog.approval_requests_notify()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
-        PERFORM pg_catalog.pg_notify(
-            'undolog_approvals',
-            pg_catalog.jsonb_build_object(
-                'approval_id', NEW.approval_id,
-                'session_id', NEW.session_id,
-                'effect_id', NEW.effect_id,
-                'state', NEW.state
-            )::text
-        );
+        PERFORM pg_catalog.pg_notify('undolog_approvals', '');
     END IF;
     RETURN NULL;
 END

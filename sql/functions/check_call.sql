@@ -19,19 +19,19 @@ BEGIN
     IF coalesce(
            p_call_signature ~ '^[0-9a-f]{64}$'
            AND p_session_id IS NOT NULL AND p_step_index >= 0
-           AND p_tool_name ~ '\S' AND length(p_tool_name) <= 200
+           AND NOT undolog.is_blank(p_tool_name) AND length(p_tool_name) <= 200
            AND jsonb_typeof(p_args) = 'object'
-           AND pg_catalog.pg_column_size(p_args) <= undolog.max_payload_bytes()
+           AND undolog.payload_fits(p_args)
            AND CASE p_tier
                WHEN 'irreversible' THEN p_compensation IS NULL
                WHEN 'compensable' THEN
                    jsonb_typeof(p_compensation) = 'object'
                    AND p_compensation - ARRAY['name', 'args', 'max_attempts'] = '{}'::jsonb
-                   AND (p_compensation ->> 'name') ~ '\S'
+                   AND NOT undolog.is_blank(p_compensation ->> 'name')
                    AND jsonb_typeof(p_compensation -> 'name') = 'string'
                    AND coalesce(jsonb_typeof(p_compensation -> 'args'), 'object') = 'object'
                    AND NOT p_compensation ? 'max_attempts'
-                   AND pg_catalog.pg_column_size(p_compensation) <= undolog.max_payload_bytes()
+                   AND undolog.payload_fits(p_compensation)
                ELSE false
            END, false) THEN
         RETURN;
@@ -61,10 +61,10 @@ BEGIN
             MESSAGE = pg_catalog.format('step_index must be an integer >= 0, not %s',
                                         coalesce(p_step_index::text, 'NULL'));
     END IF;
-    IF p_tool_name IS NULL OR p_tool_name !~ '\S' OR length(p_tool_name) > 200 THEN
+    IF undolog.is_blank(p_tool_name) OR length(p_tool_name) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'tool_name must be non-empty text of at most 200 characters';
+            MESSAGE = 'tool_name must be non-blank text of at most 200 characters';
     END IF;
     IF p_args IS NULL OR jsonb_typeof(p_args) <> 'object' THEN
         RAISE EXCEPTION USING

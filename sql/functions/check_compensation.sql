@@ -15,7 +15,7 @@ BEGIN
         WHEN p_compensation - ARRAY['name', 'args', 'max_attempts'] <> '{}'::jsonb
             THEN 'may only have the keys name, args, max_attempts'
         WHEN jsonb_typeof(p_compensation -> 'name') IS DISTINCT FROM 'string'
-             OR (p_compensation ->> 'name') !~ '\S'
+             OR undolog.is_blank(p_compensation ->> 'name')
             THEN 'needs "name", a non-empty string'
         WHEN p_compensation ? 'args' AND jsonb_typeof(p_compensation -> 'args') <> 'object'
             THEN '"args" must be a JSON object'

@@ -6,7 +6,7 @@ LANGUAGE plpgsql
 IMMUTABLE
 AS $$
 BEGIN
-    IF p_by IS NULL OR btrim(p_by) = '' OR length(p_by) > 200 THEN
+    IF undolog.is_blank(p_by) OR length(p_by) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_by must name the operator: non-empty text of at most 200 characters';

@@ -1,17 +1,26 @@
--- undolog.check_payload: refuse a jsonb argument larger than max_payload_bytes (UL009).
+-- undolog.check_payload: refuse a jsonb argument over the payload limits (UL009): more
+-- than max_payload_bytes of JSON text (uncompressed: see undolog.payload_fits), or nested
+-- deeper than max_nesting_depth levels.
 CREATE OR REPLACE FUNCTION undolog.check_payload(p_what text, p_value jsonb)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
 AS $$
 BEGIN
-    IF pg_catalog.pg_column_size(p_value) > undolog.max_payload_bytes() THEN
+    IF undolog.payload_fits(p_value) THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.octet_length(p_value::text) > undolog.max_payload_bytes() THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL009',
-            MESSAGE = pg_catalog.format('%s is %s bytes, over the limit of %s bytes',
-                                        p_what, pg_catalog.pg_column_size(p_value),
+            MESSAGE = pg_catalog.format('%s is %s bytes of JSON, over the limit of %s bytes',
+                                        p_what, pg_catalog.octet_length(p_value::text),
                                         undolog.max_payload_bytes());
     END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'UL009',
+        MESSAGE = pg_catalog.format('%s nests deeper than the limit of %s levels of objects '
+                                    'and arrays', p_what, undolog.max_nesting_depth());
 END
 $$;
 

@@ -30,7 +30,7 @@ BEGIN
         -- returns, before the transaction commits.
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
-    IF pg_catalog.pg_column_size(p_result) > undolog.max_payload_bytes() THEN
+    IF NOT undolog.payload_fits(p_result) THEN  -- uncompressed size, and depth
         PERFORM undolog.check_payload('result', p_result);
     END IF;
     SELECT r.session_id, r.executed_at INTO v_session_id, v_executed_at

@@ -1,6 +1,6 @@
 -- undolog.create_month_partitions: the month partitions of the effect log and of its
 -- history for the UTC month holding p_month. Answers the names it created
--- (none when the month exists). Callers hold the partition-maintenance advisory lock.
+-- (none when the month exists). Callers hold the partition-maintenance lock.
 -- Why not a plain CREATE TABLE ... PARTITION OF: it
 --   * fails when the default partition already holds rows of that month (a write made
 --     while the month had no partition): here those rows are moved into the new month;
@@ -62,6 +62,19 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON undolog.%I FROM public', v_name);
 
         v_default := undolog.default_partition(v_parent);
+        IF v_default IS NOT NULL AND v_from <= now() THEN
+            -- The current month, or a past one (a missed month being drained): writers
+            -- may be routing rows of it into the default right now, each holding the
+            -- parent (ROW EXCLUSIVE) while it waits for the default. Locking the default
+            -- first and a parent later (this DDL, or the DROP of maintain_partitions'
+            -- retention in the same transaction) deadlocked them (issue 10: 40P01 on
+            -- intercepts and commits). So both parents first, in the order every writer
+            -- takes them (effect log, then its history), for the rest of the transaction:
+            -- writers wait for the drain instead of failing. A future month receives no
+            -- rows and keeps the weaker locks below.
+            LOCK TABLE undolog.undolog_effect_log, undolog.undolog_effect_history
+            IN ACCESS EXCLUSIVE MODE;
+        END IF;
         IF v_default IS NOT NULL THEN
             -- Lock first, as ATTACH will: no write can slip into the default for this
             -- month between the move and the attach.

@@ -30,6 +30,7 @@ DECLARE
     v_session_id uuid;
     v_session_state text;
     v_owner_role text;
+    v_intercepted_by text;
     v_request undolog.undolog_approval_requests;
     v_outcome text := p_decision;
     v_tool_name text;
@@ -44,9 +45,9 @@ BEGIN
     IF p_approval_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'approval_id is required';
     END IF;
-    -- Blank is any whitespace (tabs, newlines), not just spaces: btrim would let a tab pass.
+    -- Blank is any white space or invisible character, in any script (undolog.is_blank).
     IF p_decision <> 'expired'
-       AND (p_decided_by IS NULL OR p_decided_by !~ '\S' OR length(p_decided_by) > 200) THEN
+       AND (undolog.is_blank(p_decided_by) OR length(p_decided_by) > 200) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'decided_by must name who decides: non-blank text of at most 200 characters';
@@ -74,7 +75,15 @@ BEGIN
 
     -- Nobody approves their own call: a login that holds both the agent and the approver
     -- role must not say yes to what it asked for itself (a superuser may: it can anyway).
-    IF p_decision = 'approved' AND v_owner_role = session_user
+    -- "Its own" is the session it owns, and the call it made (intercepted_by), wherever
+    -- it made it: an approver may intercept into another agent's session.
+    SELECT e.intercepted_by INTO v_intercepted_by
+    FROM undolog.undolog_approval_requests AS a
+    JOIN undolog.undolog_effect_log AS e
+        ON e.session_id = a.session_id AND e.effect_id = a.effect_id
+       AND e.executed_at = a.executed_at
+    WHERE a.approval_id = p_approval_id AND a.session_id = v_session_id;
+    IF p_decision = 'approved' AND session_user IN (v_owner_role, v_intercepted_by)
        AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user)
     THEN
         RAISE EXCEPTION USING

@@ -5,7 +5,7 @@
 -- keeps every row in a month that retention can later drop as a whole, and the default
 -- empty, so that attaching a month never has much to scan. Answers the names created.
 -- Normally there is nothing to drain and this takes no lock stronger than a read.
--- Callers hold the partition-maintenance advisory lock.
+-- Callers hold the partition-maintenance lock.
 CREATE OR REPLACE FUNCTION undolog.drain_default_partitions()
 RETURNS SETOF text
 LANGUAGE plpgsql

@@ -14,7 +14,7 @@
 -- independent of the month's size (bench/bench_partitions.py: 1-2 ms of DDL; the worst
 -- intercept meanwhile 3-17 ms, the commit's WAL flush included). Effect log before
 -- history, the order in which intercept and commit lock them, so no deadlock with them.
--- Callers validate the arguments and hold the partition-maintenance advisory lock.
+-- Callers validate the arguments and hold the partition-maintenance lock.
 CREATE OR REPLACE FUNCTION undolog.drop_old_partitions(
     p_older_than timestamptz, p_detach_only boolean, p_in_use text
 )

@@ -11,7 +11,7 @@
 --                  such session in DETAIL, and nothing is dropped.
 -- The current month and later ones can never be dropped (p_older_than after the start
 -- of the current UTC month: UL008). Serialised with ensure_partitions by the
--- partition-maintenance advisory lock. Intercepts on current months are blocked only for
+-- partition-maintenance lock. Intercepts on current months are blocked only for
 -- the DDL at the end (see undolog.drop_old_partitions): a catalog lock, held for
 -- milliseconds, whatever the months' sizes. Set lock_timeout to bound the wait for it
 -- behind long transactions reading the journal.
@@ -41,7 +41,7 @@ BEGIN
             ERRCODE = 'UL008',
             MESSAGE = 'p_detach_only and p_force must be true or false, not NULL';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.partition_lock_key());
+    PERFORM undolog.lock_partition_maintenance();
     RETURN QUERY
     SELECT d.partition_name
     FROM undolog.drop_old_partitions(p_older_than, p_detach_only,

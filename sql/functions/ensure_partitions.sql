@@ -1,7 +1,7 @@
 -- undolog.ensure_partitions: create the month partitions of the effect
 -- log and its history from the current UTC month through p_months_ahead months later;
 -- answers the names created. Idempotent, and serialised by the partition-maintenance
--- advisory lock (undolog.partition_lock_key()) so that two maintainers never race on the
+-- lock (undolog.lock_partition_maintenance) so that two maintainers never race on the
 -- same DDL: the second waits, then finds the months there.
 -- It first drains the default partitions (undolog.
 -- drain_default_partitions): rows written while their month had no partition get their
@@ -21,7 +21,7 @@ BEGIN
             MESSAGE = pg_catalog.format('p_months_ahead must be between 0 and 120, not %s',
                                         coalesce(p_months_ahead::text, 'NULL'));
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.partition_lock_key());
+    PERFORM undolog.lock_partition_maintenance();
     RETURN QUERY SELECT undolog.drain_default_partitions();
     RETURN QUERY
     SELECT undolog.create_month_partitions(undolog.utc_month(now(), m))

@@ -9,9 +9,11 @@
 --   3. create the months from the current one through p_months_ahead months later.
 -- Answers one row per partition touched: (action, partition), action 'created',
 -- 'dropped' or 'skipped'. One transaction; serialised with ensure_partitions and
--- drop_partitions by the partition-maintenance advisory lock. The order keeps every
+-- drop_partitions by the partition-maintenance lock. The order keeps every
 -- strong lock at the end: the retention's row deletes come first, its DDL and the new
--- months' DDL last (see undolog.drop_old_partitions).
+-- months' DDL last (see undolog.drop_old_partitions). Catching up a missed month is the
+-- exception: draining takes both parents ACCESS EXCLUSIVE first (create_month_partitions),
+-- so agents' calls wait for the drain and the drop instead of deadlocking with them.
 CREATE OR REPLACE FUNCTION undolog.maintain_partitions(
     p_months_ahead integer DEFAULT 3,
     p_retention_months integer DEFAULT NULL
@@ -30,7 +32,7 @@ BEGIN
             MESSAGE = pg_catalog.format('p_months_ahead must be between 0 and 120, not %s',
                                         coalesce(p_months_ahead::text, 'NULL'));
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.partition_lock_key());
+    PERFORM undolog.lock_partition_maintenance();
 
     RETURN QUERY SELECT 'created'::text, d.name
                  FROM undolog.drain_default_partitions() AS d (name);

@@ -20,7 +20,7 @@ DECLARE
     v_why text;
 BEGIN
     PERFORM undolog.check_operator(p_by);
-    IF p_reason IS NULL OR p_reason !~ '\S' OR length(p_reason) > 8192 THEN
+    IF undolog.is_blank(p_reason) OR length(p_reason) > 8192 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_reason must say why the session is rolled back: '

@@ -161,6 +161,12 @@ CREATE TABLE undolog.undolog_effect_log (
     replay_count integer NOT NULL DEFAULT 0,
     last_replayed_at timestamptz,
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- Who made the call: the login that intercepted it (session_user; inside the
+    -- SECURITY DEFINER API current_user is the engine's owner). A login holding the
+    -- approver or operator role may make a call in another agent's session, so the
+    -- session's owner alone cannot tell decide_approval who asked: no login approves a
+    -- call it made. Part of the effect's identity (effect_log_guard).
+    intercepted_by text NOT NULL DEFAULT session_user,
     PRIMARY KEY (session_id, effect_id, executed_at)
 ) PARTITION BY RANGE (executed_at);
 -- No CHECK constraints on tier and state: the guard trigger (effect_log_guard) admits
@@ -343,6 +349,22 @@ ON undolog.undolog_undo_history (undo_id, session_id);
 -- until a policy says what.
 ALTER TABLE undolog.undolog_undo_history ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON undolog.undolog_undo_history FROM public;
+
+------------------------------------------------------------------------------------------
+-- undolog_maintenance_lock
+------------------------------------------------------------------------------------------
+-- The partition-maintenance lock: one row, locked FOR UPDATE by ensure_partitions,
+-- drop_partitions and maintain_partitions (undolog.lock_partition_maintenance, inside
+-- SECURITY DEFINER, as the owner) so that two maintainers never run at once. Nobody else
+-- can take it: locking a row needs UPDATE on the table, which no role but the owner
+-- holds (an advisory lock on a documented key could be held by any login, stopping all
+-- maintenance). Not a journal table: it stays on the coordinator, like the runner's.
+CREATE TABLE undolog.undolog_maintenance_lock (
+    singleton boolean PRIMARY KEY DEFAULT TRUE,
+    CONSTRAINT undolog_maintenance_lock_singleton CHECK (singleton)
+);
+INSERT INTO undolog.undolog_maintenance_lock DEFAULT VALUES;
+REVOKE ALL ON undolog.undolog_maintenance_lock FROM public;
 
 ------------------------------------------------------------------------------------------
 -- undolog_operator_actions

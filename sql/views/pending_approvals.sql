@@ -16,7 +16,9 @@ SELECT
     s.agent,
     s.state AS session_state,
     now() - a.requested_at AS age,
-    coalesce(a.expires_at <= now(), FALSE) AS expired
+    coalesce(a.expires_at <= now(), FALSE) AS expired,
+    -- The login that made the call: it may not approve it (decide_approval, 42501).
+    e.intercepted_by AS requested_by
 FROM undolog.undolog_approval_requests AS a
 INNER JOIN undolog.undolog_sessions AS s ON a.session_id = s.session_id
 -- LEFT: a request outlives its effect's month if that partition was dropped.

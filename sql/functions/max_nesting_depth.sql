@@ -1,0 +1,15 @@
+-- undolog.max_nesting_depth: the deepest nesting of objects and arrays accepted in args,
+-- results, metadata and descriptors ('{}' is one level). The Python binding enforces the
+-- same limit (undolog.signature.MAX_NESTING_DEPTH) before signing: its recursion gives
+-- out near 1,000 levels while jsonb accepts far more, so one documented limit for all.
+-- undolog.payload_fits spells the jsonpath level (64) out: keep both in step.
+CREATE OR REPLACE FUNCTION undolog.max_nesting_depth()
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT 64
+$$;
+
+REVOKE ALL ON FUNCTION undolog.max_nesting_depth() FROM public;

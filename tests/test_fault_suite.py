@@ -1,0 +1,45 @@
+"""The fault suite's short run (issue 10, point 9): about 20 randomized trials of real
+processes killed, paused and crashed, with their server stopped `-m immediate`; every
+promise checked against a ledger kept outside the engine (bench/faults.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+SUITE = Path(__file__).resolve().parents[1] / "bench" / "faults.py"
+
+
+def test_fault_suite_short_run_has_no_violation() -> None:
+    seed = int(os.environ.get("UNDOLOG_FAULTS_SEED") or random.SystemRandom().randint(0, 2**31))
+    trials = os.environ.get("UNDOLOG_FAULTS_TRIALS", "20")
+    done = subprocess.run(
+        # --late-acts-pending: a paused agent's body that acts after recovery compensated
+        # its call is an open fault of its own (issue 10, point 5: the journal must record
+        # the late report), counted in the `unrec` column rather than failing this run.
+        # Drop the flag once late reports are recorded in the effect's history.
+        [
+            sys.executable,
+            str(SUITE),
+            "--trials",
+            trials,
+            "--seed",
+            str(seed),
+            "--late-acts-pending",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report = f"seed {seed}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, report
+    total = [line for line in done.stdout.splitlines() if line.startswith("total")]
+    assert total, report
+    fields = total[0].split()
+    assert int(fields[1]) == int(trials), report  # every trial ran
+    assert int(fields[-1]) == 0, report  # no violation
+    assert int(fields[5]) > 0 and int(fields[7]) > 0, report  # kills and restarts happened

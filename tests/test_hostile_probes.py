@@ -1,0 +1,258 @@
+"""The hostile tester's probes that broke the engine (issue 10), each as a test that
+failed before its fix: self-approval through another agent's session (point 2),
+compressed payloads past the limit (4), notifications naming other agents' sessions (6),
+an advisory lock any login could hold to stop maintenance (7), and blank-looking names,
+reasons and nesting past the limit (8)."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from undolog import approvals, engine, errors, saga
+
+Conn = psycopg.Connection[Any]
+UNDO = {"name": "undo"}
+# The advisory key partition maintenance used to take (undolog.partition_lock_key()).
+OLD_PARTITION_LOCK_KEY = 7557806069434771457
+
+
+@pytest.fixture
+def login(dsn: str, conn: Conn) -> Iterator[Callable[..., Conn]]:
+    """login("undolog_agent", "undolog_approver") -> an autocommit connection of a new
+    LOGIN role that holds those group roles (roles are the cluster's: dropped after)."""
+    made: list[tuple[str, Conn]] = []
+
+    def make(*groups: str) -> Conn:
+        name = f"probe_{secrets.token_hex(4)}"
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        for group in groups:
+            conn.execute(f"GRANT {group} TO {name}")
+        c = psycopg.connect(dsn, user=name, autocommit=True)
+        made.append((name, c))
+        return c
+
+    yield make
+    for name, c in made:
+        c.close()
+        conn.execute(f"DROP ROLE {name}")
+
+
+def _sig() -> str:
+    return secrets.token_hex(32)
+
+
+# --- point 2: who made the call decides nothing about it -----------------------------
+
+
+def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
+    login: Callable[..., Conn],
+) -> None:
+    owner = login("undolog_agent")
+    both = login("undolog_agent", "undolog_approver")  # may act on any session
+    other_approver = login("undolog_approver")
+    session = engine.begin_session(owner, agent="owner")
+    call = engine.intercept(both, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.action == "await_approval" and call.approval_id is not None
+    maker = owner.execute(
+        "SELECT intercepted_by FROM undolog.undolog_effect_log WHERE effect_id = %s",
+        (call.effect_id,),
+    ).fetchone()
+    assert maker == (both.info.user,)
+    shown = other_approver.execute(
+        "SELECT requested_by FROM undolog.pending_approvals WHERE approval_id = %s",
+        (call.approval_id,),
+    ).fetchone()
+    assert shown == (both.info.user,)  # the approver sees who asked
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(both, call.approval_id, "me", "looks fine")
+    assert approvals.approval_state(other_approver, call.approval_id) == "pending"
+    # Another approver may; and the maker may still say no to its own call.
+    assert approvals.approve(other_approver, call.approval_id, "alice") == "approved"
+
+
+def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    call = engine.intercept(conn, session, 0, "send", "compensable", {}, UNDO)
+    with pytest.raises(errors.AppendOnlyViolation, match="maker"):
+        engine.fetch_all(
+            conn,
+            "UPDATE undolog.undolog_effect_log SET intercepted_by = 'someone else'"
+            " WHERE effect_id = %s",
+            (call.effect_id,),
+        )
+
+
+# --- point 4: the limit is the uncompressed size --------------------------------------
+
+
+def test_eight_mib_built_in_a_temp_table_is_refused_though_it_compresses(conn: Conn) -> None:
+    conn.execute(
+        "CREATE TEMP TABLE big AS SELECT jsonb_build_object('x', repeat('a', 8388608)) AS v"
+    )
+    stored = conn.execute("SELECT pg_column_size(v), octet_length(v::text) FROM big").fetchone()
+    assert stored is not None and stored[0] < 1048576 < stored[1]  # compressed in the table
+    session = engine.begin_session(conn)
+    with pytest.raises(errors.PayloadTooLarge, match="args is 8388617 bytes"):
+        engine.fetch_one(
+            conn,
+            "SELECT * FROM undolog.intercept(%s, 0, 't', 'compensable',"
+            " (SELECT v FROM big), %s, %s)",
+            (session, _sig(), Jsonb(UNDO)),
+        )
+    call = engine.intercept(conn, session, 0, "t", "compensable", {}, UNDO)
+    with pytest.raises(errors.PayloadTooLarge, match="result"):
+        engine.fetch_one(conn, "SELECT undolog.commit(%s, (SELECT v FROM big))", (call.effect_id,))
+    with pytest.raises(errors.PayloadTooLarge, match="metadata"):
+        engine.fetch_one(
+            conn, "SELECT undolog.begin_session(NULL, 'a', (SELECT v FROM big), '1 minute')"
+        )
+    with pytest.raises(errors.PayloadTooLarge, match="compensation"):
+        engine.fetch_one(
+            conn,
+            "SELECT * FROM undolog.intercept(%s, 1, 't', 'compensable', '{}', %s,"
+            " jsonb_build_object('name', 'undo', 'args', (SELECT v FROM big)))",
+            (session, _sig()),
+        )
+
+
+# --- point 6: a notification tells nobody anything -----------------------------------
+
+
+def test_notifications_carry_nothing_about_other_agents_sessions(
+    login: Callable[..., Conn],
+) -> None:
+    agent_a, agent_b = login("undolog_agent"), login("undolog_agent")
+    approver = login("undolog_approver")
+    agent_b.execute("LISTEN undolog_approvals")
+    session = engine.begin_session(agent_a, agent="a")
+    call = engine.intercept(agent_a, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    approvals.approve(approver, call.approval_id, "alice")
+    payloads = [n.payload for n in agent_b.notifies(timeout=5, stop_after=2)]
+    assert payloads == ["", ""]  # woken twice (request, decision), told nothing
+    # What B may re-read shows nothing of A's session either (row-level security).
+    assert approvals.approval_state(agent_b, call.approval_id) is None
+
+
+def test_a_payloadless_wake_up_ends_wait_for_decision_at_once(dsn: str, conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    call = engine.intercept(conn, session, 0, "wire", "irreversible", {})
+    assert call.approval_id is not None
+    timer = threading.Timer(0.3, approvals.approve, (conn, call.approval_id, "alice"))
+    timer.start()
+    with psycopg.connect(dsn, autocommit=True) as waiter:
+        # poll_interval is long: only the (empty) notification can end it this soon
+        assert approvals.wait_for_decision(waiter, call.approval_id, 20, 15) == "approved"
+    timer.join()
+
+
+# --- point 7: maintenance's lock is one agents cannot take ----------------------------
+
+
+def test_an_agent_holding_the_old_advisory_key_does_not_stop_maintenance(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    agent = login("undolog_agent")
+    agent.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
+    conn.execute("SET lock_timeout = '2s'")
+    done = conn.execute("SELECT * FROM undolog.maintain_partitions(3, 12)").fetchall()
+    assert all(action == "created" for action, _ in done)
+    assert conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall() == []
+    # Nor can an agent take the lock maintenance takes now.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR UPDATE")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR KEY SHARE")
+
+
+def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:
+    with psycopg.connect(dsn) as first:
+        first.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()  # holds it
+        waiting = conn.execute(
+            "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
+            " WHERE c.relname = 'undolog_maintenance_lock' AND l.pid = %s",
+            (first.info.backend_pid,),
+        ).fetchone()
+        assert waiting == (1,)
+        conn.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            conn.execute("SELECT * FROM undolog.ensure_partitions(1)")
+        first.rollback()
+    conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()
+
+
+# --- point 8: blank is blank in every script; one nesting limit ------------------------
+
+
+@pytest.mark.parametrize("blank", ["\t", " \t\n", "\u00a0", "\u200b", "\u00a0\u200b\u3000"])
+def test_blank_operators_reasons_and_names_are_refused(conn: Conn, blank: str) -> None:
+    unknown = uuid.uuid4()  # refused before the session is even looked up
+    with pytest.raises(errors.InvalidArgument, match="p_by"):
+        saga.resume_session(conn, unknown, blank)
+    with pytest.raises(errors.InvalidArgument, match="p_by"):
+        saga.abandon_session(conn, unknown, blank, "done by hand")
+    with pytest.raises(errors.InvalidArgument, match="p_reason"):
+        saga.abandon_session(conn, unknown, "alice", blank)
+    with pytest.raises(errors.InvalidArgument, match="p_reason"):
+        saga.rollback_session(conn, unknown, "alice", blank)
+    session = engine.begin_session(conn)
+    with pytest.raises(errors.InvalidArgument, match="tool_name"):
+        engine.intercept(conn, session, 0, blank, "compensable", {}, UNDO)
+    with pytest.raises(errors.InvalidCompensation, match="name"):
+        engine.intercept(conn, session, 0, "t", "compensable", {}, {"name": blank})
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (session,)
+    ).fetchone() == (0,)
+
+
+def test_visible_names_in_any_script_pass(conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    for step, name in enumerate(["créer", "\u00a0x", "名前", "a\u200bb"]):
+        assert engine.intercept(conn, session, step, name, "compensable", {}, UNDO).action == (
+            "execute"
+        )
+
+
+def test_delete_of_the_undo_history_is_refused_even_when_empty(conn: Conn) -> None:
+    assert conn.execute("SELECT count(*) FROM undolog.undolog_undo_history").fetchone() == (0,)
+    with pytest.raises(errors.AppendOnlyViolation):
+        engine.fetch_one(conn, "DELETE FROM undolog.undolog_undo_history RETURNING 1")
+    with pytest.raises(errors.AppendOnlyViolation):
+        engine.fetch_one(conn, "UPDATE undolog.undolog_undo_history SET event = event RETURNING 1")
+
+
+def _nested_jsonb(depth: int) -> str:
+    """JSON text of an object of exactly ``depth`` levels: {"a": [[...]]}."""
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+def test_the_engine_enforces_the_same_nesting_limit_as_the_binding(conn: Conn) -> None:
+    depth = conn.execute("SELECT undolog.max_nesting_depth()").fetchone()
+    assert depth == (64,)
+    session = engine.begin_session(conn)
+    query = "SELECT * FROM undolog.intercept(%s, %s, 't', 'compensable', %s::jsonb, %s, %s)"
+    ok = engine.fetch_one(conn, query, (session, 0, _nested_jsonb(64), _sig(), Jsonb(UNDO)))
+    assert ok[1] == "execute"
+    with pytest.raises(errors.PayloadTooLarge, match="limit of 64 levels"):
+        engine.fetch_one(conn, query, (session, 1, _nested_jsonb(65), _sig(), Jsonb(UNDO)))
+    with pytest.raises(errors.PayloadTooLarge, match="limit of 64 levels"):
+        engine.fetch_one(conn, query, (session, 1, _nested_jsonb(5000), _sig(), Jsonb(UNDO)))
+    with pytest.raises(errors.PayloadTooLarge, match="result nests deeper"):
+        engine.fetch_one(conn, "SELECT undolog.commit(%s, %s::jsonb)", (ok[0], _nested_jsonb(65)))
+    with pytest.raises(errors.PayloadTooLarge, match="metadata nests deeper"):
+        engine.fetch_one(
+            conn,
+            "SELECT undolog.begin_session(NULL, 'a', %s::jsonb, '1 minute')",
+            (_nested_jsonb(65),),
+        )
+    # Brackets inside strings are not nesting.
+    flat = '{"s": "' + "[" * 200 + '"}'
+    assert engine.fetch_one(conn, query, (session, 2, flat, _sig(), Jsonb(UNDO)))[1] == "execute"

@@ -1,0 +1,81 @@
+"""Partition maintenance catching up a missed month while agents run (issue 10, point 1),
+against a real PostgreSQL: it deadlocked their intercepts and commits (40P01)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from undolog import engine, errors
+
+Conn = psycopg.Connection[Any]
+RETRACT = {"name": "retract_email"}
+
+
+def _missed_month(conn: Conn) -> None:
+    """As after a missed month: the current month has no partitions (its rows land in
+    the DEFAULT partitions) and a month past a 12-month retention still exists."""
+    names = conn.execute(
+        "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+        " JOIN pg_class AS p ON p.oid = i.inhparent"
+        " WHERE p.relname IN ('undolog_effect_log', 'undolog_effect_history')"
+        " AND c.relname LIKE '%%' || to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM')"
+    ).fetchall()
+    assert len(names) == 2
+    for (name,) in names:
+        conn.execute(f'DROP TABLE undolog."{name}"')
+    conn.execute(
+        "SELECT undolog.create_month_partitions("
+        "((now() AT TIME ZONE 'UTC') - interval '14 months')::date)"
+    )
+
+
+def _agent(dsn: str, stop: threading.Event, failures: list[str], calls: list[int]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            sid = engine.begin_session(conn, agent="busy")
+            try:
+                for step in range(3):
+                    args = {"n": step}
+                    got = engine.intercept(conn, sid, step, "send", "compensable", args, RETRACT)
+                    assert got.effect_id is not None
+                    engine.commit(conn, got.effect_id, {"sent": step})
+                    calls.append(1)
+                engine.complete_session(conn, sid)
+            except (psycopg.Error, errors.UndoLogError) as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+
+
+def test_catching_up_a_missed_month_never_fails_agents_calls(dsn: str, conn: Conn) -> None:
+    _missed_month(conn)
+    stop = threading.Event()
+    failures: list[str] = []
+    calls: list[int] = []
+    agents = [threading.Thread(target=_agent, args=(dsn, stop, failures, calls)) for _ in range(6)]
+    for a in agents:
+        a.start()
+    try:
+        while len(calls) < 60:  # the default partition holds this month's rows now
+            time.sleep(0.01)
+        with psycopg.connect(dsn, autocommit=True) as maintainer:
+            done = maintainer.execute(
+                "SELECT action, partition FROM undolog.maintain_partitions(3, 12)"
+            ).fetchall()
+        time.sleep(0.3)  # agents carry on after it
+    finally:
+        stop.set()
+        for a in agents:
+            a.join()
+    assert failures == []
+    actions = {(action, name[-7:]) for action, name in done}
+    assert ("dropped", "effect_log_"[-1:] + "") is not None  # see below
+    assert any(a == "dropped" for a, _ in actions), done
+    assert any(a == "created" for a, _ in actions), done
+    left = conn.execute(
+        "SELECT (SELECT count(*) FROM undolog.undolog_effect_log_default)"
+        " + (SELECT count(*) FROM undolog.undolog_effect_history_default)"
+    ).fetchone()
+    assert left == (0,)  # drained, and no later call landed there
