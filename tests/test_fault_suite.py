@@ -17,10 +17,6 @@ def test_fault_suite_short_run_has_no_violation() -> None:
     seed = int(os.environ.get("UNDOLOG_FAULTS_SEED") or random.SystemRandom().randint(0, 2**31))
     trials = os.environ.get("UNDOLOG_FAULTS_TRIALS", "20")
     done = subprocess.run(
-        # --late-acts-pending: a paused agent's body that acts after recovery compensated
-        # its call is an open fault of its own (issue 10, point 5: the journal must record
-        # the late report), counted in the `unrec` column rather than failing this run.
-        # Drop the flag once late reports are recorded in the effect's history.
         [
             sys.executable,
             str(SUITE),
@@ -28,7 +24,6 @@ def test_fault_suite_short_run_has_no_violation() -> None:
             trials,
             "--seed",
             str(seed),
-            "--late-acts-pending",
         ],
         capture_output=True,
         text=True,
