@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcluster import bindir
+from pgcluster import schema_dump
 from undolog import approvals, engine, migrations, saga
 from undolog.migrations import (
     MigrationError,
@@ -59,21 +59,6 @@ def fresh_db(conn: Conn) -> Iterator[Any]:
     yield make
     for name in made:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def schema_dump(dsn: str) -> str:
-    out = subprocess.run(
-        [str(bindir() / "pg_dump"), "--schema-only", "--schema=undolog", "--no-owner", dsn],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    # comments and pg_dump's per-run \restrict token are not schema (TOOLCHAIN.md)
-    return "\n".join(
-        line
-        for line in out.stdout.splitlines()
-        if not line.startswith(("--", "\\restrict", "\\unrestrict"))
-    )
 
 
 # The catalog, as text without oids: what pg_dump shows and what it could hide (e.g. a

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcluster import bindir, throwaway_cluster
+from pgcluster import bindir, schema_dump, throwaway_cluster
 from undolog import engine
 from undolog.migrations import (
     MigrationError,
@@ -36,21 +36,6 @@ def _fresh_db(admin: psycopg.Connection[Any], name: str) -> str:
 @pytest.fixture
 def admin(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return conn
-
-
-def _schema_dump(dsn: str) -> str:
-    out = subprocess.run(
-        [str(bindir() / "pg_dump"), "--schema-only", "--schema=undolog", "--no-owner", dsn],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    # comments and pg_dump's per-run \restrict token are not schema
-    return "\n".join(
-        line
-        for line in out.stdout.splitlines()
-        if not line.startswith(("--", "\\restrict", "\\unrestrict"))
-    )
 
 
 def test_migrate_twice_applies_nothing_the_second_time(admin: psycopg.Connection[Any]) -> None:
@@ -166,7 +151,7 @@ def test_upgrade_through_every_release_equals_fresh_install(
             )
             assert found.effect_id is not None
             engine.commit(c, found.effect_id, {"id": 1})
-    assert _schema_dump(upgraded) == _schema_dump(fresh)
+    assert schema_dump(upgraded) == schema_dump(fresh)
 
 
 def test_install_sql_script_installs_the_same_schema(admin: psycopg.Connection[Any]) -> None:
@@ -181,7 +166,7 @@ def test_install_sql_script_installs_the_same_schema(admin: psycopg.Connection[A
         check=True,
         capture_output=True,
     )
-    assert _schema_dump(by_psql) == _schema_dump(by_migrate)
+    assert schema_dump(by_psql) == schema_dump(by_migrate)
     with psycopg.connect(by_psql, autocommit=True) as c:
         assert migrate(c) == []  # recorded, so migrate sees it as up to date
 

@@ -63,6 +63,22 @@ def bindir() -> Path:
     return Path(initdb).parent
 
 
+def schema_dump(dsn: str) -> str:
+    """``pg_dump --schema-only`` of schema undolog, without comments and without pg_dump's
+    per-run ``\\restrict`` token (TOOLCHAIN.md), so that two dumps compare equal."""
+    out = subprocess.run(
+        [str(bindir() / "pg_dump"), "--schema-only", "--schema=undolog", "--no-owner", dsn],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return "\n".join(
+        line
+        for line in out.stdout.splitlines()
+        if not line.startswith(("--", "\\restrict", "\\unrestrict"))
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -58,7 +58,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from undolog import approvals, partitions, saga
-from undolog.engine import translated
+from undolog.engine import SESSION_STATES, translated
 from undolog.errors import (
     InvalidArgument,
     UndoLogError,
@@ -80,16 +80,6 @@ from undolog.walk import Worker, WorkerConfigError
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
 Rows = list[dict[str, Any]]
 log = logging.getLogger("undolog.cli")
-
-SESSION_STATES = (
-    "active",
-    "awaiting_approval",
-    "completed",
-    "failed",
-    "compensating",
-    "compensated",
-    "halted",
-)
 
 
 class UsageError(Exception):

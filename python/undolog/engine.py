@@ -27,6 +27,16 @@ Params = tuple[Any, ...]
 
 # The engine's step_index is a PostgreSQL integer.
 MAX_STEP_INDEX = 2**31 - 1
+# The session state machine's states (DESIGN.md), for the faces' filters and choices.
+SESSION_STATES = (
+    "active",
+    "awaiting_approval",
+    "completed",
+    "failed",
+    "compensating",
+    "compensated",
+    "halted",
+)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog.dashboard import queries
 from undolog.dashboard.websessions import LoginRefused, SessionStore, WebSession
+from undolog.engine import SESSION_STATES
 
 log = logging.getLogger("undolog.dashboard")
 HERE = Path(__file__).parent
@@ -480,7 +481,7 @@ class Dashboard:
             return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
 
         state = q.get("state") or None
-        if state is not None and state not in queries.SESSION_STATES:
+        if state is not None and state not in SESSION_STATES:
             errors.append(f"state: no such state ({state!r})")
             state = None
         after = None
@@ -508,7 +509,7 @@ class Dashboard:
             ws,
             page=page,
             cursor=cursor,
-            states=queries.SESSION_STATES,
+            states=SESSION_STATES,
             filters=filters,
             kept=kept,
         )
@@ -525,7 +526,7 @@ class Dashboard:
             async with ws.db() as conn:
                 ws.counts = (now, await queries.state_counts(conn))
         return self.render(
-            request, "counts_fragment.html", ws, counts=ws.counts[1], states=queries.SESSION_STATES
+            request, "counts_fragment.html", ws, counts=ws.counts[1], states=SESSION_STATES
         )
 
     async def session_page(self, request: Request) -> Response:

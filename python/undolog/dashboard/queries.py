@@ -12,18 +12,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row, namedtuple_row
 
+from undolog.engine import SESSION_STATES
+
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Any]
 
-SESSION_STATES = (
-    "active",
-    "awaiting_approval",
-    "completed",
-    "failed",
-    "compensating",
-    "compensated",
-    "halted",
-)
 PAGE_SIZE = 50
 INBOX_LIMIT = 200
 PRIOR_CALLS = 10
