@@ -187,7 +187,7 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
         shutil.copy(SHOTS / "inbox.png", ROOT / "docs" / "img" / "dashboard.png")
 
     browser.find_element(By.ID, f"approve-{approval_id}").click()
-    WebDriverWait(browser, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+    WebDriverWait(browser, 15).until(lambda b: "approved by dash_approver" in b.page_source)
     assert finish(agent)[-2:] == ["approved", "done"]
     assert ledger.read_text().splitlines() == ["paid 4200"]  # the call ran, once
 
@@ -196,7 +196,7 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     appears(browser, f"req-{second}")
     browser.find_element(By.ID, f"reason-{second}").send_keys("not this month")
     browser.find_element(By.ID, f"reject-{second}").click()
-    WebDriverWait(browser, 5).until(lambda b: "rejected by dash_approver" in b.page_source)
+    WebDriverWait(browser, 15).until(lambda b: "rejected by dash_approver" in b.page_source)
     assert finish(agent)[-2:] == ["rejected", "done"]
     assert ledger.read_text().splitlines() == ["paid 4200"]  # not paid again
     row2 = conn.execute(

@@ -138,13 +138,14 @@ class EngineModel(RuleBasedStateMachine):
         got = self._intercept(s, step, tier)
         s.steps += 1
         assert got.effect_id is not None
-        e = Effect(got.effect_id, s.session_id, step, tier, "pending")
-        e.history.append(("transition", None, "pending"))
+        # A new call is one history event: a compensable call is inserted executing.
+        first = "executing" if tier == "compensable" else "pending"
+        e = Effect(got.effect_id, s.session_id, step, tier, first)
+        e.history.append(("transition", None, first))
         self.effects.append(e)
         s.stack.append(Entry(e))
         if tier == "compensable":
             assert got.action == "execute"
-            e.move("executing")
         else:
             assert got.action == "await_approval"
             e.approval_id = got.approval_id
