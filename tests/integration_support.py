@@ -114,6 +114,21 @@ def register_compensation(ul: UndoLog | AsyncUndoLog, world: World) -> None:
         world.users.pop(email, None)
 
 
+class AsyncAgentFixture:
+    """What the async frameworks' tests share: an agent login and an approver login, the
+    world the tools act on, the tools, and one session id for the run and its resumes."""
+
+    def __init__(self, dsn: str) -> None:
+        self.admin_dsn = dsn
+        agent_dsn, approver_dsn = logins(dsn)
+        self.world = World()
+        self.fns = make_tools(self.world)
+        self.ul = AsyncUndoLog(agent_dsn)
+        self.approver = AsyncUndoLog(approver_dsn)
+        register_compensation(self.ul, self.world)
+        self.sid = uuid.uuid4()
+
+
 def session_state(dsn: str, session_id: uuid.UUID) -> str:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(

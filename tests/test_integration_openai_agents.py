@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,17 +13,13 @@ from agents import Agent, RunResult, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from integration_support import (
-    World,
+    AsyncAgentFixture,
     decisions,
     effects,
-    logins,
-    make_tools,
-    register_compensation,
     session_state,
 )
 from undolog import (
     ApprovalRejectedError,
-    AsyncUndoLog,
     AwaitingApprovalError,
     PermissionDenied,
 )
@@ -38,17 +33,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-class Fixture:
-    def __init__(self, dsn: str) -> None:
-        self.admin_dsn = dsn
-        agent_dsn, approver_dsn = logins(dsn)
-        self.world = World()
-        self.fns = make_tools(self.world)
-        self.ul = AsyncUndoLog(agent_dsn)
-        self.approver = AsyncUndoLog(approver_dsn)
-        register_compensation(self.ul, self.world)
-        self.sid = uuid.uuid4()
-
+class Fixture(AsyncAgentFixture):
     def agent(self, steps: list[Any]) -> Agent[Any]:
         tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
         return Agent(name="ops", model=ScriptedModel(steps), tools=list(tools))

@@ -4,7 +4,6 @@ FunctionModel (a scripted model: no LLM, no network)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,15 +14,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from integration_support import (
-    World,
+    AsyncAgentFixture,
     decisions,
     effects,
-    logins,
-    make_tools,
-    register_compensation,
     session_state,
 )
-from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied
+from undolog import ApprovalRejectedError, PermissionDenied
 from undolog.integrations import pydantic_ai as adapter
 
 Turn = Sequence[ToolCallPart | TextPart] | Exception
@@ -46,17 +42,7 @@ def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
     return ToolCallPart(tool_name=tool, args=args, tool_call_id=call_id)
 
 
-class Fixture:
-    def __init__(self, dsn: str) -> None:
-        self.admin_dsn = dsn
-        agent_dsn, approver_dsn = logins(dsn)
-        self.world = World()
-        self.fns = make_tools(self.world)
-        self.ul = AsyncUndoLog(agent_dsn)
-        self.approver = AsyncUndoLog(approver_dsn)
-        register_compensation(self.ul, self.world)
-        self.sid = uuid.uuid4()
-
+class Fixture(AsyncAgentFixture):
     def agent(self, turns: list[Turn]) -> Agent[None, Any]:
         tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
         return Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
