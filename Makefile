@@ -17,7 +17,7 @@ WITH_PG := $(PY) tools/pgcluster.py run --
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench clean \
+.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench bench-profile clean \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
@@ -81,6 +81,10 @@ dist: deps
 # its own throwaway cluster (pg_stat_statements preloaded). make bench BENCH_ARGS=--quick
 bench: deps
 	$(PY) bench/bench_agents.py $(BENCH_ARGS)
+
+# Where a journaled call's time goes: server µs per statement, ablations, client CPU.
+bench-profile: deps
+	$(PY) bench/bench_profile.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist

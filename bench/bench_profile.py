@@ -1,0 +1,411 @@
+"""Where a journaled call's time goes, for issue 11's "what it would take": the server
+time of each statement (the engine as shipped, and ablated copies of it), the client CPU
+per call, and the cost of one WAL flush on this machine, then the arithmetic that ties
+them to the 1-agent targets.
+
+Run by ``make bench-profile``. Starts its own throwaway PostgreSQL (pg_stat_statements
+preloaded) unless ``--dsn`` names a server (superuser: the ablations drop and replace
+tables). One connection, autocommit, as the binding's default. Every figure is a median
+over ``--rounds`` interleaved rounds (the variants' order rotates every round).
+
+Server µs are pg_stat_statements deltas of the statements a phase ran: executor run time
+of the top-level statement (intercept, commit; the floor's INSERT and UPDATE), so neither
+the round trip nor the commit's WAL flush is in them. The nested column repeats the
+shipped engine's phase with ``pg_stat_statements.track = all``: each statement inside
+intercept and commit, run time only (executor start and end, a few µs per statement, are
+not in it; the top-level figure has them).
+
+Ablations are not proposals: each removes something a guarantee needs, to measure what
+that thing costs, which is the most a design that writes less could save by moving it:
+  shipped        the engine as migrate installs it
+  no_guard       the effect log's guard trigger dropped: no history rows, no transition
+                 checks: what "history written by intercept/commit" could save at most
+  unpartitioned  the effect log and its history as plain tables (same columns, keys and
+                 guard trigger): what "no tuple routing on the hot path" could save at most
+What the registry costs is its own INSERT in the nested column (folding it into the
+effect row would save about that).
+
+Client CPU is time.process_time() per call in this process (Python, psycopg, the
+socket), for the floor, the SQL API as the decorator uses it (call_signature, intercept,
+commit with asynchronous results), the decorator itself, and call_signature alone.
+
+A benchmark, not a test: it prints its figures and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+import bench_agents as ba
+from undolog import ToolTier, UndoLog, engine, undolog_tool
+from undolog.migrations import migrate
+from undolog.signature import call_signature
+
+Conn = psycopg.Connection[Any]
+
+VARIANTS = ("shipped", "no_guard", "unpartitioned")
+DB_PREFIX = "undolog_bench_profile_"
+
+# Run as the superuser on a fresh install; the views that read the two tables go with
+# them (the ablated database serves only intercept and commit).
+ABLATIONS: dict[str, str] = {
+    "shipped": "",
+    "no_guard": "DROP TRIGGER undolog_effect_log_guard ON undolog.undolog_effect_log",
+    "unpartitioned": """
+        CREATE TABLE undolog.plain_effect_log
+            (LIKE undolog.undolog_effect_log INCLUDING DEFAULTS);
+        ALTER TABLE undolog.plain_effect_log
+            ADD PRIMARY KEY (session_id, effect_id, executed_at);
+        CREATE TABLE undolog.plain_effect_history
+            (LIKE undolog.undolog_effect_history INCLUDING DEFAULTS);
+        ALTER TABLE undolog.plain_effect_history
+            ADD PRIMARY KEY (session_id, history_id, executed_at);
+        DROP TABLE undolog.undolog_effect_log, undolog.undolog_effect_history CASCADE;
+        ALTER TABLE undolog.plain_effect_log RENAME TO undolog_effect_log;
+        ALTER TABLE undolog.plain_effect_history RENAME TO undolog_effect_history;
+        CREATE TRIGGER undolog_effect_log_guard
+        BEFORE INSERT OR UPDATE ON undolog.undolog_effect_log
+        FOR EACH ROW EXECUTE FUNCTION undolog.effect_log_guard();
+    """,
+}
+
+STATS = """
+SELECT s.query, s.toplevel, sum(s.calls)::bigint, sum(s.total_exec_time)
+FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
+WHERE d.datname = current_database()
+GROUP BY s.query, s.toplevel
+"""
+
+Snapshot = dict[tuple[str, bool], tuple[int, float]]
+
+
+def snapshot(conn: Conn) -> Snapshot:
+    return {(q, top): (int(c), float(t)) for q, top, c, t in conn.execute(STATS).fetchall()}
+
+
+def delta(before: Snapshot, after: Snapshot) -> dict[tuple[str, bool], tuple[int, float]]:
+    out = {}
+    for key, (calls, total) in after.items():
+        c0, t0 = before.get(key, (0, 0.0))
+        if calls > c0:
+            out[key] = (calls - c0, total - t0)
+    return out
+
+
+def per_call_us(d: dict[tuple[str, bool], tuple[int, float]], pattern: str, calls: int) -> float:
+    """Top-level server µs per call of the statements whose text contains ``pattern``."""
+    total = sum(t for (q, top), (_, t) in d.items() if top and pattern in q)
+    return total * 1000 / calls
+
+
+class Phase:
+    """One connection's session in one database, making new calls or replays."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn: Conn = psycopg.connect(dsn, autocommit=True)
+        self.session = engine.begin_session(self.conn, agent="profile", lease=timedelta(hours=4))
+        self.step = 0
+        self.replay_pool = 200
+        for step in range(self.replay_pool):  # committed before any timing starts
+            got = self.intercept(1_000_000 + step)
+            assert got.effect_id is not None
+            engine.commit(self.conn, got.effect_id, ba.result_for(step), asynchronous=True)
+        engine.set_async_results(self.conn, True)  # replay bookkeeping as the binding does
+
+    def intercept(self, step: int) -> engine.Interception:
+        args = ba.make_args(step)
+        return engine.intercept(
+            self.conn,
+            self.session,
+            step,
+            ba.TOOL,
+            "compensable",
+            args,
+            ba.COMPENSATION.to_json(),
+            call_signature(self.session, step, ba.TOOL, args),
+        )
+
+    def new_calls(self, calls: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            got = self.intercept(self.step)
+            if got.action != "execute" or got.effect_id is None:
+                raise RuntimeError(f"step {self.step}: intercept answered {got.action}")
+            engine.commit(self.conn, got.effect_id, ba.result_for(self.step), asynchronous=True)
+            self.step += 1
+        return (time.perf_counter() - t0) * 1e6 / calls
+
+    def replays(self, calls: int) -> float:
+        t0 = time.perf_counter()
+        for k in range(calls):
+            if self.intercept(1_000_000 + k % self.replay_pool).action != "replay":
+                raise RuntimeError("a replay was not a replay")
+        return (time.perf_counter() - t0) * 1e6 / calls
+
+
+def server_profile(
+    base: str, rounds: int, calls: int
+) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[str, float, float]]]]:
+    """Per variant: server µs of intercept (new), commit, intercept (replay), and the
+    wall µs of a new call and of a replay; and the shipped engine's nested statements."""
+    phases = {v: Phase(make_conninfo(base, dbname=DB_PREFIX + v)) for v in VARIANTS}
+    samples: dict[str, dict[str, list[float]]] = {
+        v: {k: [] for k in ("intercept", "commit", "replay", "wall_new", "wall_replay")}
+        for v in VARIANTS
+    }
+    for r in range(rounds):
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        for v in order:
+            ph, s = phases[v], samples[v]
+            before = snapshot(ph.conn)
+            s["wall_new"].append(ph.new_calls(calls))
+            d = delta(before, snapshot(ph.conn))
+            s["intercept"].append(per_call_us(d, "undolog.intercept(", calls))
+            s["commit"].append(per_call_us(d, "undolog.commit(", calls))
+            before = snapshot(ph.conn)
+            s["wall_replay"].append(ph.replays(calls))
+            s["replay"].append(per_call_us(delta(before, snapshot(ph.conn)), "intercept(", calls))
+        ba.log(f"  server profile: round {r + 1}/{rounds} done")
+    # The nested statements of the shipped engine: one more phase each, tracked at every
+    # level.
+    ph = phases["shipped"]
+    ph.conn.execute("SET pg_stat_statements.track = 'all'")
+    nested: dict[str, list[tuple[str, float, float]]] = {}
+    for kind, run in (("new call", ph.new_calls), ("replay", ph.replays)):
+        before = snapshot(ph.conn)
+        run(calls)
+        nested[kind] = sorted(
+            (
+                (" ".join(q.split())[:74], c / calls, t * 1000 / calls)
+                for (q, top), (c, t) in delta(before, snapshot(ph.conn)).items()
+                if not top
+            ),
+            key=lambda row: -row[2],
+        )
+    ph.conn.execute("RESET pg_stat_statements.track")
+    for p in phases.values():
+        p.conn.close()
+    medians = {v: {k: statistics.median(x) for k, x in samples[v].items()} for v in VARIANTS}
+    return medians, nested
+
+
+def floor_profile(dsn: str, rounds: int, calls: int) -> dict[str, float]:
+    """The floor's server µs per call (INSERT + UPDATE) and its wall µs."""
+    conn: Conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(ba.FLOOR_DDL)
+    server, wall = [], []
+    session, step = uuid.uuid4(), 0
+    for _ in range(rounds):
+        sigs = [uuid.uuid4().hex + uuid.uuid4().hex for _ in range(calls)]
+        before = snapshot(conn)
+        t0 = time.perf_counter()
+        for k in range(calls):
+            row = conn.execute(
+                ba.FLOOR_INSERT, (sigs[k], session, step, ba.TOOL, Jsonb(ba.make_args(step)))
+            ).fetchone()
+            assert row is not None
+            conn.execute(ba.FLOOR_UPDATE, (Jsonb(ba.result_for(step)), row[0]))
+            step += 1
+        wall.append((time.perf_counter() - t0) * 1e6 / calls)
+        d = delta(before, snapshot(conn))
+        server.append(per_call_us(d, "bench_floor", calls))
+    conn.close()
+    return {"server": statistics.median(server), "wall": statistics.median(wall)}
+
+
+def flush_cost(dsn: str, calls: int) -> float:
+    """One WAL flush, µs: a one-row INSERT committed durably minus the same committed
+    with synchronous_commit off (interleaved blocks of 50, medians)."""
+    conn: Conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("CREATE TABLE IF NOT EXISTS public.bench_flush (n bigint)")
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for block in range(max(2, calls // 50)):
+        for setting in ("on", "off") if block % 2 else ("off", "on"):
+            conn.execute("SELECT set_config('synchronous_commit', %s, false)", (setting,))
+            t0 = time.perf_counter()
+            for k in range(50):
+                conn.execute("INSERT INTO public.bench_flush VALUES (%s)", (k,))
+            times[setting].append((time.perf_counter() - t0) * 1e6 / 50)
+    conn.close()
+    return float(statistics.median(times["on"]) - statistics.median(times["off"]))
+
+
+def client_cpu(dsn: str, rounds: int, calls: int) -> dict[str, float]:
+    """process_time() µs per call of this process for the floor, the SQL API, the
+    decorator and call_signature alone (medians over the rounds)."""
+    conn: Conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(ba.FLOOR_DDL)
+    ul = UndoLog(dsn, lease=timedelta(hours=4))
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=ba.COMPENSATION, name=ba.TOOL)
+    def create_user(**args: Any) -> dict[str, Any]:
+        return ba.result_for(int(args["request_id"]))
+
+    floor_session = uuid.uuid4()
+    counter = iter(range(10**9))
+
+    def floor() -> None:
+        k = next(counter)
+        row = conn.execute(
+            ba.FLOOR_INSERT,
+            (
+                uuid.uuid4().hex + uuid.uuid4().hex,
+                floor_session,
+                k,
+                ba.TOOL,
+                Jsonb(ba.make_args(k)),
+            ),
+        ).fetchone()
+        assert row is not None
+        conn.execute(ba.FLOOR_UPDATE, (Jsonb(ba.result_for(k)), row[0]))
+
+    sql_session = engine.begin_session(conn, agent="profile-cpu", lease=timedelta(hours=4))
+
+    def sql_api() -> None:
+        k = next(counter)
+        args = ba.make_args(k)
+        got = engine.intercept(
+            conn,
+            sql_session,
+            k,
+            ba.TOOL,
+            "compensable",
+            args,
+            ba.COMPENSATION.to_json(),
+            call_signature(sql_session, k, ba.TOOL, args),
+        )
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, ba.result_for(k), asynchronous=True)
+
+    def decorator() -> None:
+        create_user(**ba.make_args(next(counter)))
+
+    sig_session = uuid.uuid4()
+
+    def signature() -> None:
+        k = next(counter)
+        call_signature(sig_session, k, ba.TOOL, ba.make_args(k))
+
+    kinds: dict[str, Callable[[], None]] = {
+        "floor": floor,
+        "sql": sql_api,
+        "decorator": decorator,
+        "signature": signature,
+    }
+    samples: dict[str, list[float]] = {k: [] for k in kinds}
+    with ul.session(agent="profile-decorator"):
+        for r in range(rounds):
+            names = list(kinds)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            for name in names:
+                fn = kinds[name]
+                c0 = time.process_time()
+                for _ in range(calls):
+                    fn()
+                samples[name].append((time.process_time() - c0) * 1e6 / calls)
+    conn.close()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def report(
+    medians: dict[str, dict[str, float]],
+    nested: dict[str, list[tuple[str, float, float]]],
+    floor: dict[str, float],
+    cpu: dict[str, float],
+    flush: float,
+) -> None:
+    print("\nserver µs per call (pg_stat_statements, executor run time, medians)")
+    print(f"  {'variant':16} {'intercept':>10} {'commit':>8} {'new call':>9} {'replay':>8}")
+    for v in VARIANTS:
+        m = medians[v]
+        new = m["intercept"] + m["commit"]
+        print(
+            f"  {v:16} {m['intercept']:>10.1f} {m['commit']:>8.1f} {new:>9.1f} {m['replay']:>8.1f}"
+        )
+    print(f"  {'floor':16} {'':>10} {'':>8} {floor['server']:>9.1f}")
+    shipped = medians["shipped"]
+    for v in VARIANTS[1:]:
+        m = medians[v]
+        saved = shipped["intercept"] + shipped["commit"] - m["intercept"] - m["commit"]
+        print(
+            f"  {v} saves {saved:.1f} µs a new call, "
+            f"{shipped['replay'] - m['replay']:.1f} µs a replay"
+        )
+    for kind, rows in nested.items():
+        print(f"\nstatements inside the shipped engine, per {kind} (run time only)")
+        print(f"  {'times':>6} {'µs':>7}  statement")
+        for text, times, us in rows[:12]:
+            print(f"  {times:>6.2f} {us:>7.1f}  {text}")
+    print("\nclient CPU µs per call (process_time, medians)")
+    for name in ("floor", "sql", "decorator", "signature"):
+        print(f"  {name:12} {cpu[name]:>7.1f}")
+    print(
+        f"\none WAL flush: {flush:.0f} µs (durable one-row INSERT minus asynchronous)"
+        f"\nwall µs per call: floor {floor['wall']:.0f}, SQL new call "
+        f"{shipped['wall_new']:.0f} (asynchronous result), replay {shipped['wall_replay']:.0f}"
+    )
+    # The floor pays two flushes, a new call one (its result is asynchronous): a new call
+    # keeps up with the floor when what it costs beyond the floor fits in one flush.
+    extra_server = shipped["intercept"] + shipped["commit"] - floor["server"]
+    extra_client = cpu["decorator"] - cpu["floor"]
+    print(
+        "\nthe 1-agent decorator target (>= 1.0x the floor) needs, per call,"
+        "\n  (engine server - floor server) + (decorator client CPU - floor client CPU)"
+        " <= one WAL flush:"
+        f"\n  {extra_server:.0f} + {extra_client:.0f} = {extra_server + extra_client:.0f} µs"
+        f" against {flush:.0f} µs"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--dsn", default="", help="a server (superuser) instead of a new one")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=1000, help="calls per phase and round")
+    opts = parser.parse_args(argv)
+    with ba.server(opts.dsn) as base:
+        with psycopg.connect(base, autocommit=True) as admin:
+            for v in VARIANTS:
+                db = sql.Identifier(DB_PREFIX + v)
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(db))
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(db))
+                with psycopg.connect(make_conninfo(base, dbname=DB_PREFIX + v)) as setup:
+                    migrate(setup)
+                    setup.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                    if ABLATIONS[v]:
+                        setup.execute(ABLATIONS[v])
+                    setup.commit()
+        try:
+            shipped = make_conninfo(base, dbname=DB_PREFIX + "shipped")
+            ba.log(f"server profile: {opts.rounds} rounds of {opts.calls} calls per phase")
+            medians, nested = server_profile(base, opts.rounds, opts.calls)
+            ba.log("floor, client CPU, WAL flush ...")
+            floor = floor_profile(shipped, opts.rounds, opts.calls)
+            cpu = client_cpu(shipped, opts.rounds, opts.calls)
+            flush = flush_cost(shipped, opts.calls)
+            report(medians, nested, floor, cpu, flush)
+        finally:
+            with psycopg.connect(base, autocommit=True) as admin:
+                for v in VARIANTS:
+                    admin.execute(
+                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                            sql.Identifier(DB_PREFIX + v)
+                        )
+                    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
