@@ -2,8 +2,9 @@
 
     call_signature = hex(BLAKE3-256(JCS([session_id, step_index, tool_name, args])))
 
-JCS is RFC 8785 canonical JSON, done by the maintained ``rfc8785`` package. Arguments
-JSON cannot carry exactly (NaN, infinities, integers beyond 2**53 - 1, bytes, sets,
+JCS is RFC 8785 canonical JSON, done by the maintained ``rfc8785`` package, or by the
+C-accelerated ``json`` module for the values it writes in the very same bytes (_JSON).
+Arguments JSON cannot carry exactly (NaN, infinities, integers beyond 2**53 - 1, bytes, sets,
 non-string keys, lone surrogates) raise SignatureError before anything is written, and
 so do values nested deeper than MAX_NESTING_DEPTH, the limit the engine enforces too.
 
@@ -15,6 +16,7 @@ intercept calls it before sending anything).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -32,32 +34,87 @@ MAX_NESTING_DEPTH = 64
 
 _CONTAINERS = (dict, list, tuple)
 
+# The integers an IEEE-754 double (every client's JSON number) holds exactly; rfc8785
+# refuses the others.
+_MAX_SAFE_INT = 2**53 - 1
 
-def _scan(value: Any, max_depth: int, *, refuse_nul: bool) -> None:
+# The fast path: for a *plain* value (see _scan) the C-accelerated json encoder writes
+# exactly the bytes of RFC 8785, about five times faster than the pure-Python rfc8785:
+# - strings: both escape only '"', '\\' and U+0000-U+001F (\b \t \n \f \r, others as
+#   lowercase \u00xx) and write everything else, U+007F and U+2028/2029 included, as is;
+# - integers within +/-(2**53 - 1), true, false, null: the same text;
+# - key order: RFC 8785 sorts by UTF-16 code units, json by code points; the two agree
+#   unless keys mix characters above U+FFFF (surrogate pairs, 0xD800-0xDBFF in UTF-16)
+#   with U+E000-U+FFFF, so plain keys stay within the BMP;
+# - floats never take it (ECMAScript number text: 1.0 -> 1, -0.0 -> 0, 1e21 -> 1e+21);
+# - lone surrogates make the UTF-8 encoding fail, and then rfc8785 decides.
+# Anything else, floats, subclasses, sets, bytes, non-string keys, goes to rfc8785, so the
+# bytes and the errors are those of rfc8785 for every input (tests/test_signature_fast_path).
+_JSON = json.JSONEncoder(
+    ensure_ascii=False,
+    allow_nan=False,
+    sort_keys=True,
+    separators=(",", ":"),
+    check_circular=False,  # a cycle cannot get here: _scan refuses it as too deep
+)
+
+
+def _too_deep(max_depth: int) -> SignatureError:
+    return SignatureError(
+        f"arguments nest deeper than the limit of {max_depth} levels of objects and arrays"
+    )
+
+
+def _nul() -> SignatureError:
+    return SignatureError(
+        "arguments cannot contain the character U+0000: PostgreSQL's jsonb cannot store it"
+    )
+
+
+def _scan(value: Any, max_depth: int, *, refuse_nul: bool) -> bool:
     """Walk ``value`` without recursion (so depth cannot exhaust Python's stack): raise
-    SignatureError past ``max_depth`` levels, or at U+0000 in a string if asked."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    SignatureError past ``max_depth`` levels, or at U+0000 in a string if asked. Return
+    whether ``value`` is plain, i.e. the json module writes it exactly as RFC 8785 does:
+    only dict, list, tuple, str, int within +/-(2**53 - 1), bool and None, of exactly
+    those types, and str keys without characters above U+FFFF (see _JSON)."""
+    plain = True
+    # Containers still to walk, with their level; the root sits in a 1-tuple at level 0,
+    # so that one loop checks every value, the root included.
+    stack: list[tuple[Any, int]] = [((value,), 0)]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if refuse_nul and "\x00" in item:
-                raise SignatureError(
-                    "arguments cannot contain the character U+0000: "
-                    "PostgreSQL's jsonb cannot store it"
-                )
-            continue
-        if not isinstance(item, _CONTAINERS):
-            continue
-        if depth > max_depth:
-            raise SignatureError(
-                f"arguments nest deeper than the limit of {max_depth} levels of objects and arrays"
-            )
-        if isinstance(item, dict):
-            for key, member in item.items():
-                stack.append((key, depth))  # keys are checked for U+0000 too
-                stack.append((member, depth + 1))
+        container, depth = stack.pop()
+        if isinstance(container, dict):
+            for key in container:
+                if type(key) is str:
+                    if refuse_nul and "\x00" in key:
+                        raise _nul()
+                    if not key.isascii() and max(key) > "\uffff":
+                        plain = False
+                else:  # a tuple, say: walked at the dict's own level, as it always was
+                    plain = False
+                    stack.append(((key,), depth - 1))
+            members: Any = container.values()
         else:
-            stack.extend((member, depth + 1) for member in item)
+            members = container
+        for member in members:
+            kind = type(member)
+            if kind is str:
+                if refuse_nul and "\x00" in member:
+                    raise _nul()
+            elif kind is int:
+                if not -_MAX_SAFE_INT <= member <= _MAX_SAFE_INT:
+                    plain = False
+            elif isinstance(member, _CONTAINERS):
+                if depth >= max_depth:
+                    raise _too_deep(max_depth)
+                stack.append((member, depth + 1))
+                if kind is not dict and kind is not list and kind is not tuple:
+                    plain = False
+            elif member is not None and kind is not bool:
+                plain = False  # floats, subclasses and whatever else: rfc8785 decides
+                if refuse_nul and isinstance(member, str) and "\x00" in member:
+                    raise _nul()
+    return plain
 
 
 def check_storable(value: Any, what: str = "arguments") -> None:
@@ -72,11 +129,15 @@ def check_storable(value: Any, what: str = "arguments") -> None:
 def canonical_json(value: Any, *, max_depth: int = MAX_NESTING_DEPTH) -> bytes:
     """RFC 8785 canonical JSON of ``value``, as UTF-8 bytes (at most ``max_depth``
     levels of objects and arrays)."""
-    _scan(value, max_depth, refuse_nul=False)
-    return _canonical(value)
+    return _canonical(value, plain=_scan(value, max_depth, refuse_nul=False))
 
 
-def _canonical(value: Any) -> bytes:
+def _canonical(value: Any, *, plain: bool) -> bytes:
+    if plain:
+        try:
+            return _JSON.encode(value).encode()
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: rfc8785 raises the usual error
     try:
         out: bytes = rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
@@ -88,7 +149,8 @@ def call_signature(
     session_id: uuid.UUID | str, step_index: int, tool_name: str, args: Mapping[str, Any]
 ) -> str:
     """The 64-hex-digit BLAKE3 signature of one tool call."""
-    session = str(uuid.UUID(str(session_id)))  # lowercase, hyphenated
+    # lowercase, hyphenated: what str() of a UUID always is, so skip parsing it again
+    session = str(session_id if type(session_id) is uuid.UUID else uuid.UUID(str(session_id)))
     if isinstance(step_index, bool) or not isinstance(step_index, int) or step_index < 0:
         raise SignatureError(f"step_index must be an integer >= 0, not {step_index!r}")
     if not isinstance(tool_name, str) or not tool_name:
@@ -97,6 +159,8 @@ def call_signature(
         raise SignatureError(f"args must be a mapping, not {type(args).__name__}")
     # The limit applies to args; the preimage's array adds one level around them.
     plain = dict(args)
-    _scan(plain, MAX_NESTING_DEPTH, refuse_nul=False)
-    preimage = _canonical([session, step_index, tool_name, plain])
+    fast = _scan(plain, MAX_NESTING_DEPTH, refuse_nul=False)
+    fast = fast and type(step_index) is int and step_index <= _MAX_SAFE_INT
+    fast = fast and type(tool_name) is str
+    preimage = _canonical([session, step_index, tool_name, plain], plain=fast)
     return blake3.blake3(preimage).hexdigest()
