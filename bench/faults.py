@@ -25,7 +25,9 @@ in, and starts agent processes (`faults.py agent`) that journal COMPENSABLE call
 Then recovery (`undolog.recover()` and the walk, by the suite itself) until every
 session has ended. Tool bodies and compensations append to a ledger outside the engine
 (a JSON-lines file, O_APPEND and fsync per record); a compensation is idempotent on its
-undo_id by reading the ledger first. Each trial checks:
+undo_id by reading the ledger first, under a lock (the contract's idempotency key: an
+expired claim is handed out again, and its first holder may have been paused, not dead).
+Each trial checks:
 
   1. no body ran twice for one call signature;
   2. no compensation acted twice for one undo_id;
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import random
@@ -109,6 +112,17 @@ class Ledger:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """An exclusive lock beside the ledger (flock: released by the kernel when its
+        holder dies), for a look-then-act that must be atomic."""
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
@@ -134,17 +148,24 @@ def build_undolog(dsn: str, ledger: Ledger) -> tuple[UndoLog, Any]:
     @ul.compensation(COMPENSATION)
     def fault_undo(call: CompensationCall) -> None:
         undo = str(call.undo_id)
-        if any(r["kind"] == "comp" and r["undo_id"] == undo for r in ledger.read()):
-            return  # idempotent on undo_id: a retried compensation acts once
-        time.sleep(random.uniform(0, 0.03))  # room for a kill between look and act
-        ledger.append(
-            {
-                "kind": "comp",
-                "undo_id": undo,
-                "session": call.call_args["session"],
-                "step": call.call_args["step"],
-            }
-        )
+        # Idempotent on undo_id as the contract asks of a compensation, and atomically so,
+        # as a real system's idempotency key is: the walk hands an entry out again when
+        # its claim expires, and the walker that held it may only have been paused (an
+        # agent SIGSTOPped in its own walk, between look and act), so two runs of one
+        # compensation can overlap. Without the lock both would look, find nothing and
+        # act; the engine cannot fence an executor that acts after its claim lapsed.
+        with ledger.exclusive():
+            if any(r["kind"] == "comp" and r["undo_id"] == undo for r in ledger.read()):
+                return  # a retried compensation acts once
+            time.sleep(random.uniform(0, 0.03))  # room for a kill between look and act
+            ledger.append(
+                {
+                    "kind": "comp",
+                    "undo_id": undo,
+                    "session": call.call_args["session"],
+                    "step": call.call_args["step"],
+                }
+            )
 
     @undolog_tool(
         tier=ToolTier.COMPENSABLE,
@@ -368,7 +389,8 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
             v.append(f"body ran {n} times for signature {sig[:12]}")
     for undo, n in Counter(r["undo_id"] for _, r in comps).items():
         if n > 1:
-            v.append(f"compensation acted {n} times for undo_id {undo}")
+            pids = [r.get("pid") for _, r in comps if r["undo_id"] == undo]
+            v.append(f"compensation acted {n} times for undo_id {undo} (by pids {pids})")
     with psycopg.connect(dsn, autocommit=True) as conn:
         sessions = {
             str(sid): (state, error, halt)
