@@ -6,6 +6,8 @@
 #   make db-stop  stop it (the data stays; rm -rf .pgdata removes it)
 #   make docs     the documentation site, warnings as errors, into site/
 #   make dist     the wheel and sdist into dist/ (pip install dist/undolog-*.whl)
+#   make bench    N agents against the floor and DBOS (BENCH_ARGS=--quick: short)
+#   make bench-profile   where a journaled call's time goes
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
