@@ -138,17 +138,21 @@ class Phase:
             call_signature(self.session, step, ba.TOOL, args),
         )
 
+    def new_call(self) -> float:
+        """One new call, intercept then commit (asynchronous result); answers the
+        commit's wall seconds."""
+        got = self.intercept(self.step)
+        if got.action != "execute" or got.effect_id is None:
+            raise RuntimeError(f"step {self.step}: intercept answered {got.action}")
+        c0 = time.perf_counter()
+        engine.commit(self.conn, got.effect_id, ba.result_for(self.step), asynchronous=True)
+        self.step += 1
+        return time.perf_counter() - c0
+
     def new_calls(self, calls: int) -> float:
         """Wall µs per new call; the commits' share is left in self.commit_wall."""
-        t0, in_commit = time.perf_counter(), 0.0
-        for _ in range(calls):
-            got = self.intercept(self.step)
-            if got.action != "execute" or got.effect_id is None:
-                raise RuntimeError(f"step {self.step}: intercept answered {got.action}")
-            c0 = time.perf_counter()
-            engine.commit(self.conn, got.effect_id, ba.result_for(self.step), asynchronous=True)
-            in_commit += time.perf_counter() - c0
-            self.step += 1
+        t0 = time.perf_counter()
+        in_commit = sum(self.new_call() for _ in range(calls))
         self.commit_wall = in_commit * 1e6 / calls
         return (time.perf_counter() - t0) * 1e6 / calls
 
@@ -210,6 +214,15 @@ def server_profile(
     return medians, nested
 
 
+def floor_call(conn: Conn, sig: str, session: uuid.UUID, step: int) -> None:
+    """One call of the floor: INSERT ... RETURNING, then UPDATE (two round trips)."""
+    row = conn.execute(
+        ba.FLOOR_INSERT, (sig, session, step, ba.TOOL, Jsonb(ba.make_args(step)))
+    ).fetchone()
+    assert row is not None
+    conn.execute(ba.FLOOR_UPDATE, (Jsonb(ba.result_for(step)), row[0]))
+
+
 def floor_profile(dsn: str, rounds: int, calls: int) -> dict[str, float]:
     """The floor's server µs per call (INSERT + UPDATE) and its wall µs."""
     conn: Conn = psycopg.connect(dsn, autocommit=True)
@@ -221,11 +234,7 @@ def floor_profile(dsn: str, rounds: int, calls: int) -> dict[str, float]:
         before = snapshot(conn)
         t0 = time.perf_counter()
         for k in range(calls):
-            row = conn.execute(
-                ba.FLOOR_INSERT, (sigs[k], session, step, ba.TOOL, Jsonb(ba.make_args(step)))
-            ).fetchone()
-            assert row is not None
-            conn.execute(ba.FLOOR_UPDATE, (Jsonb(ba.result_for(step)), row[0]))
+            floor_call(conn, sigs[k], session, step)
             step += 1
         wall.append((time.perf_counter() - t0) * 1e6 / calls)
         d = delta(before, snapshot(conn))
@@ -266,37 +275,12 @@ def client_cpu(dsn: str, rounds: int, calls: int) -> dict[str, float]:
     counter = iter(range(10**9))
 
     def floor() -> None:
-        k = next(counter)
-        row = conn.execute(
-            ba.FLOOR_INSERT,
-            (
-                uuid.uuid4().hex + uuid.uuid4().hex,
-                floor_session,
-                k,
-                ba.TOOL,
-                Jsonb(ba.make_args(k)),
-            ),
-        ).fetchone()
-        assert row is not None
-        conn.execute(ba.FLOOR_UPDATE, (Jsonb(ba.result_for(k)), row[0]))
+        floor_call(conn, uuid.uuid4().hex + uuid.uuid4().hex, floor_session, next(counter))
 
-    sql_session = engine.begin_session(conn, agent="profile-cpu", lease=timedelta(hours=4))
+    phase = Phase(dsn)  # the SQL API as the decorator uses it, on a connection of its own
 
     def sql_api() -> None:
-        k = next(counter)
-        args = ba.make_args(k)
-        got = engine.intercept(
-            conn,
-            sql_session,
-            k,
-            ba.TOOL,
-            "compensable",
-            args,
-            ba.COMPENSATION.to_json(),
-            call_signature(sql_session, k, ba.TOOL, args),
-        )
-        assert got.effect_id is not None
-        engine.commit(conn, got.effect_id, ba.result_for(k), asynchronous=True)
+        phase.new_call()
 
     def decorator() -> None:
         create_user(**ba.make_args(next(counter)))
@@ -325,6 +309,7 @@ def client_cpu(dsn: str, rounds: int, calls: int) -> dict[str, float]:
                     fn()
                 samples[name].append((time.process_time() - c0) * 1e6 / calls)
     conn.close()
+    phase.conn.close()
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
