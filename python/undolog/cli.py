@@ -571,8 +571,36 @@ def _cmd_health(args: argparse.Namespace) -> int:
         ok, detail = _health_schema(conn)
         check("schema", ok, detail)
         if ok:
+            _health_locks(conn, check)
             _health_worker(conn, args.max_lag, check)
     return _report_health(args, checks)
+
+
+# The advisory-lock functions of pg_catalog that any login of this database may still call
+# (migration 0004_locks revokes them from PUBLIC when a superuser migrates).
+_PUBLIC_ADVISORY = """
+SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace
+  AND p.proname ~ '^pg_(try_)?advisory_'
+  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
+"""
+
+
+def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """Whether the engine's advisory locks are its own: a login that may call
+    pg_advisory_lock can hold a session's lock and stall its agent and its recovery."""
+    (row,) = _query(conn, _PUBLIC_ADVISORY)
+    still_open = list(row["open"])
+    check(
+        "locks",
+        not still_open,
+        f"PUBLIC may still call {len(still_open)} advisory-lock functions: a superuser must"
+        " revoke them (docs/how-to/roles.md)"
+        if still_open
+        else "advisory-lock functions revoked from PUBLIC",
+        public_advisory_functions=still_open,
+    )
 
 
 # Every session a worker should be walking, with the moment it became due: failed ones
