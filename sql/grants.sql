@@ -34,6 +34,9 @@ GRANT EXECUTE ON FUNCTION undolog.ensure_partitions(integer) TO undolog_operator
 GRANT EXECUTE ON FUNCTION undolog.drop_partitions(timestamptz, boolean, boolean)
 TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.maintain_partitions(integer, integer) TO undolog_operator;
+-- Which months are created ahead but not attached yet (`undolog health` reads it).
+GRANT EXECUTE ON FUNCTION undolog.pending_partitions()
+TO undolog_operator, undolog_approver;
 
 -- A person stops a session and has its work undone: operator or approver.
 GRANT EXECUTE ON FUNCTION undolog.rollback_session(uuid, text, text)

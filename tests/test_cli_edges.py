@@ -232,6 +232,7 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
         "connection",
         "schema",
         "locks",
+        "partitions",
         "worker",
         "operator",
     ]
@@ -267,11 +268,11 @@ def test_health_counts_a_walk_whose_walker_died(
     claim = saga.claim_compensation(conn, sid, timedelta(seconds=2))
     assert claim is not None
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "30")
-    worker = json.loads(out)["checks"][3]
+    worker = json.loads(out)["checks"][4]
     assert code == 0 and worker["due_sessions"] == 0  # in flight under a live claim
     time.sleep(2.2)  # the claim expires: nobody walks it
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
-    worker = json.loads(out)["checks"][3]
+    worker = json.loads(out)["checks"][4]
     assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False
 
 

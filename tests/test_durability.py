@@ -368,6 +368,7 @@ def two_intents_in_one_transaction(conn: Conn, sid: uuid.UUID, first: int) -> li
         assert new_call_replayed(conn, sid).action == "replay"
     with conn.transaction():
         b = new_call(conn, sid, first + 1)
+        assert b.effect_id is not None
         engine.commit(conn, b.effect_id, {"ok": True}, asynchronous=True)
     assert a.effect_id is not None and b.effect_id is not None
     return [a.effect_id, b.effect_id]
@@ -388,6 +389,7 @@ def test_an_intent_keeps_its_transaction_durable_after_a_replay_or_an_async_comm
         settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
     with conn.transaction():
         b = new_call(conn, sid, 2)
+        assert b.effect_id is not None
         engine.commit(conn, b.effect_id, {"ok": True}, asynchronous=True)
         settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
     # Alone in its transaction, each still goes asynchronous.
@@ -395,6 +397,7 @@ def test_an_intent_keeps_its_transaction_durable_after_a_replay_or_an_async_comm
         assert new_call_replayed(conn, sid).action == "replay"
         settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
     c = new_call(conn, sid, 3)
+    assert c.effect_id is not None
     with conn.transaction():
         engine.commit(conn, c.effect_id, {"ok": True}, asynchronous=True)
         settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())

@@ -572,6 +572,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
         check("schema", ok, detail)
         if ok:
             _health_locks(conn, check)
+            _health_partitions(conn, check)
             _health_worker(conn, args.max_lag, check)
     return _report_health(args, checks)
 
@@ -585,6 +586,28 @@ WHERE p.pronamespace = 'pg_catalog'::regnamespace
   AND p.proname ~ '^pg_(try_)?advisory_'
   AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
 """
+
+
+def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """The months partition maintenance created ahead but could not attach yet (their
+    locks were busy: an open read of the effect log); the next run attaches them."""
+    (row,) = _query(
+        conn,
+        "SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE')"
+        " AS allowed",
+    )
+    if not row["allowed"]:
+        return
+    pending = [str(r["name"]) for r in _query(conn, "SELECT undolog.pending_partitions() AS name")]
+    check(
+        "partitions",
+        True,
+        f"{len(pending)} months created ahead, still to attach (the next"
+        f" `undolog partitions maintain` attaches them): {', '.join(pending)}"
+        if pending
+        else "every month created is attached",
+        pending_partitions=pending,
+    )
 
 
 def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
