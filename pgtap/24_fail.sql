@@ -77,14 +77,16 @@ SELECT pg_temp.refused($$SELECT undolog.fail('99999999-9999-4999-8999-9999999999
 SELECT pg_temp.refused($$SELECT undolog.fail(NULL, 'x')$$,
                        'UL003', 'fail of a NULL effect id: UL003');
 
--- p_async => true: the transaction commits asynchronously (opt-in, this transaction only).
+-- p_async => true: the transaction commits asynchronously (opt-in, this transaction only)
+-- only when fail is its first write; here an intent was journaled before in it, so it
+-- stays durable (tests/test_durability.py shows the asynchronous case).
 SELECT is((SELECT action FROM undolog.intercept('fa000000-0000-4000-8000-000000000001', 90, 'tool_z',
               'compensable', '{}', pg_temp.sig('fail-async'), '{"name": "undo"}')),
           'execute', 'setup: an executing effect');
 SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
                         WHERE call_signature = pg_temp.sig('fail-async')), 'boom', true)
           || '/' || current_setting('synchronous_commit'),
-          'pending/off', 'fail(..., p_async => true) answers pending; the transaction commits asynchronously');
+          'pending/on', 'fail(..., p_async => true) after an intent in the same transaction: pending, still durable');
 
 SELECT * FROM finish();
 ROLLBACK;

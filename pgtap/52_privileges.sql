@@ -33,6 +33,8 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'ensure_partitions'),
     ('undolog_operator', 'drop_partitions'),
     ('undolog_operator', 'maintain_partitions'),
+    ('undolog_operator', 'pending_partitions'),
+    ('undolog_approver', 'pending_partitions'),
     ('undolog_operator', 'expire_approvals'),
     ('undolog_operator', 'recover'),
     ('undolog_operator', 'claim_compensation'),

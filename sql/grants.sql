@@ -34,6 +34,9 @@ GRANT EXECUTE ON FUNCTION undolog.ensure_partitions(integer) TO undolog_operator
 GRANT EXECUTE ON FUNCTION undolog.drop_partitions(timestamptz, boolean, boolean)
 TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.maintain_partitions(integer, integer) TO undolog_operator;
+-- Which months are created ahead but not attached yet (`undolog health` reads it).
+GRANT EXECUTE ON FUNCTION undolog.pending_partitions()
+TO undolog_operator, undolog_approver;
 
 -- A person stops a session and has its work undone: operator or approver.
 GRANT EXECUTE ON FUNCTION undolog.rollback_session(uuid, text, text)
@@ -82,3 +85,29 @@ GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operato
 -- sources are installed, for the operator and the approver's dashboard.
 GRANT SELECT ON undolog.undolog_migrations TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_repeatables TO undolog_approver, undolog_operator;
+
+-- The engine's owner may take advisory locks, which migration 0004_locks revokes from
+-- PUBLIC in this database: its SECURITY DEFINER functions hold sessions' and call
+-- signatures' locks, and `undolog migrate` holds one. Only a superuser may grant on
+-- pg_catalog's functions; a database owner that is not one keeps what PUBLIC has (and
+-- the statements a superuser runs instead, in docs/how-to/roles.md, grant it too).
+DO $advisory$
+DECLARE
+    v_fn regprocedure;
+    v_owner name := (SELECT pg_catalog.pg_get_userbyid(n.nspowner)
+                     FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'undolog');
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user) THEN
+        RETURN;
+    END IF;
+    FOR v_fn IN
+        SELECT p.oid::regprocedure
+        FROM pg_catalog.pg_proc AS p
+        WHERE p.pronamespace = 'pg_catalog'::regnamespace
+          AND p.proname ~ '^pg_(try_)?advisory_'
+        ORDER BY p.oid
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_owner);
+    END LOOP;
+END
+$advisory$;

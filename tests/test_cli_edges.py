@@ -228,7 +228,14 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
     code, out, err = run(capsys, "health", "--json")
     report = json.loads(out)
     assert code == 0 and report["healthy"] is True, err
-    assert [c["name"] for c in report["checks"]] == ["connection", "schema", "worker", "operator"]
+    assert [c["name"] for c in report["checks"]] == [
+        "connection",
+        "schema",
+        "locks",
+        "partitions",
+        "worker",
+        "operator",
+    ]
     sid = committed_session(conn)
     engine.fail_session(conn, sid, "gave up")  # and no worker walks it
     halted_session(conn)
@@ -236,6 +243,19 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
     assert code == 1 and "FAIL  worker" in out and "unhealthy" in out
     assert "1 halted sessions wait for an operator" in out
     assert run(capsys, "health", "--max-lag", "3600")[0] == 0
+
+
+def test_health_says_whether_advisory_locks_are_revoked_from_public(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "health")
+    assert code == 0 and "advisory-lock functions revoked from PUBLIC" in out
+    conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO PUBLIC")
+    code, out, _ = run(capsys, "--json", "health")
+    report = json.loads(out)
+    (locks,) = [c for c in report["checks"] if c["name"] == "locks"]
+    assert code == 1 and locks["ok"] is False
+    assert locks["public_advisory_functions"] == ["pg_advisory_lock(bigint)"]
 
 
 def test_health_counts_a_walk_whose_walker_died(
@@ -248,11 +268,11 @@ def test_health_counts_a_walk_whose_walker_died(
     claim = saga.claim_compensation(conn, sid, timedelta(seconds=2))
     assert claim is not None
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "30")
-    worker = json.loads(out)["checks"][2]
+    worker = json.loads(out)["checks"][4]
     assert code == 0 and worker["due_sessions"] == 0  # in flight under a live claim
     time.sleep(2.2)  # the claim expires: nobody walks it
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
-    worker = json.loads(out)["checks"][2]
+    worker = json.loads(out)["checks"][4]
     assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False
 
 

@@ -4,6 +4,9 @@
 - intercept's transaction commits durably whatever the client's synchronous_commit: the
   setting in force at its commit is read back in the same transaction, and the WAL
   flushes of a run of intercepts are counted (pg_stat_wal);
+- a transaction that journals a new intent stays durable when a replay with asynchronous
+  results, or commit(p_async => true), follows it in the same transaction: the setting
+  read back, and no intent lost when the server is stopped -m immediate right after;
 - the binding commits results asynchronously by default and durably with
   ``UndoLog(durable_results=True)`` (WAL flushes counted);
 - an agent SIGSTOPped between intercept and its body, past its lease, while recovery
@@ -28,6 +31,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgcluster import _as_cluster_owner, bindir, throwaway_cluster
 from undolog import (
     CompensationDescriptor,
     LateResult,
@@ -36,6 +40,7 @@ from undolog import (
     engine,
     undolog_tool,
 )
+from undolog.migrations import migrate
 from undolog.walk import CompensationCall
 
 Conn = psycopg.Connection[Any]
@@ -347,3 +352,110 @@ def test_async_binding_renews_a_short_lease_and_refuses_a_lapsed_one(
 
     with pytest.raises(LeaseLapsed, match="was not run"):
         asyncio.run(scenario())
+
+
+# A transaction that journals an intent commits durably whatever else ran in it: a replay
+# with asynchronous results, or commit(p_async => true), after a new intercept in the
+# same transaction does not turn synchronous_commit off for it.
+
+
+def two_intents_in_one_transaction(conn: Conn, sid: uuid.UUID, first: int) -> list[uuid.UUID]:
+    """(a) a new call, then a replay of step 0 with asynchronous results; (b) a new call,
+    then commit(..., p_async => true) of it. Answers the two new effects' ids."""
+    engine.set_async_results(conn, True)
+    with conn.transaction():
+        a = new_call(conn, sid, first)
+        assert new_call_replayed(conn, sid).action == "replay"
+    with conn.transaction():
+        b = new_call(conn, sid, first + 1)
+        assert b.effect_id is not None
+        engine.commit(conn, b.effect_id, {"ok": True}, asynchronous=True)
+    assert a.effect_id is not None and b.effect_id is not None
+    return [a.effect_id, b.effect_id]
+
+
+def test_an_intent_keeps_its_transaction_durable_after_a_replay_or_an_async_commit(
+    conn: Conn,
+) -> None:
+    sid = engine.begin_session(conn, agent="t")
+    got = new_call(conn, sid, 0)
+    assert got.effect_id is not None
+    engine.commit(conn, got.effect_id, {"ok": True})
+    engine.set_async_results(conn, True)
+    settings = []
+    with conn.transaction():
+        new_call(conn, sid, 1)
+        assert new_call_replayed(conn, sid).action == "replay"
+        settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
+    with conn.transaction():
+        b = new_call(conn, sid, 2)
+        assert b.effect_id is not None
+        engine.commit(conn, b.effect_id, {"ok": True}, asynchronous=True)
+        settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
+    # Alone in its transaction, each still goes asynchronous.
+    with conn.transaction():
+        assert new_call_replayed(conn, sid).action == "replay"
+        settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
+    c = new_call(conn, sid, 3)
+    assert c.effect_id is not None
+    with conn.transaction():
+        engine.commit(conn, c.effect_id, {"ok": True}, asynchronous=True)
+        settings.append(conn.execute("SELECT current_setting('synchronous_commit')").fetchone())
+    assert settings == [("on",), ("on",), ("off",), ("off",)]
+
+
+@pytest.fixture
+def crashable() -> Iterator[tuple[Any, str]]:
+    """A private cluster (fsync on) whose WAL writer waits 10 s: an asynchronous commit
+    is still only in WAL buffers when the server is stopped -m immediate right after."""
+    with throwaway_cluster("wal_writer_delay=10000ms", "wal_writer_flush_after=0") as cluster:
+        options = " ".join(
+            [
+                f"-p {cluster.port}",
+                f"-k {cluster.datadir}",
+                "-c listen_addresses=127.0.0.1",
+                "-c wal_writer_delay=10000ms",
+                "-c wal_writer_flush_after=0",
+            ]
+        )
+        with psycopg.connect(cluster.dsn, autocommit=True) as c:
+            migrate(c)
+        yield cluster, options
+
+
+def crash_and_restart(cluster: Any, options: str) -> None:
+    ctl = str(bindir() / "pg_ctl")
+    data = str(cluster.datadir)
+    subprocess.run(
+        _as_cluster_owner([ctl, "-D", data, "-m", "immediate", "stop"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        _as_cluster_owner(
+            [ctl, "-D", data, "-l", f"{data}/server.log", "-o", options, "-w", "start"]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def test_no_intent_is_lost_in_a_crash_after_a_replay_or_an_async_commit(
+    crashable: tuple[Any, str],
+) -> None:
+    cluster, options = crashable
+    dsn = cluster.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sid = engine.begin_session(conn, agent="t")
+        got = new_call(conn, sid, 0)
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"ok": True})
+        conn.execute("CHECKPOINT")
+        intents = two_intents_in_one_transaction(conn, sid, 1)
+    crash_and_restart(cluster, options)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT effect_id FROM undolog.undolog_effect_log WHERE effect_id = ANY(%s)",
+            (intents,),
+        ).fetchall()
+    assert sorted(r[0] for r in found) == sorted(intents), "an intent was lost in the crash"

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -161,7 +163,12 @@ def test_an_agent_holding_the_old_advisory_key_does_not_stop_maintenance(
     login: Callable[..., Conn], conn: Conn
 ) -> None:
     agent = login("undolog_agent")
-    agent.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
+    # An agent may no longer take any advisory lock (see the session-lock probes below);
+    # another login of the owner's holds the old key instead.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
+    holder = psycopg.connect(conn.info.dsn, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
     conn.execute("SET lock_timeout = '2s'")
     done = conn.execute("SELECT * FROM undolog.maintain_partitions(3, 12)").fetchall()
     assert all(action == "created" for action, _ in done)
@@ -171,6 +178,73 @@ def test_an_agent_holding_the_old_advisory_key_does_not_stop_maintenance(
         agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR UPDATE")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR KEY SHARE")
+    holder.close()
+
+
+# --- the session's advisory lock is the engine's alone ----------------------------------
+
+ADVISORY_CALLS = [
+    "pg_advisory_lock(1)",
+    "pg_advisory_lock(1, 2)",
+    "pg_advisory_lock_shared(1)",
+    "pg_try_advisory_lock(1)",
+    "pg_try_advisory_lock_shared(1, 2)",
+    "pg_advisory_xact_lock(1)",
+    "pg_advisory_xact_lock_shared(1)",
+    "pg_try_advisory_xact_lock(1, 2)",
+    "pg_try_advisory_xact_lock_shared(1)",
+    "pg_advisory_unlock(1)",
+    "pg_advisory_unlock_shared(1, 2)",
+    "pg_advisory_unlock_all()",
+]
+
+
+@pytest.mark.parametrize("call", ADVISORY_CALLS)
+def test_an_agent_login_cannot_call_an_advisory_lock_function(
+    login: Callable[..., Conn], call: str
+) -> None:
+    agent = login("undolog_agent")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute(f"SELECT pg_catalog.{call}")
+
+
+def test_sessions_sharing_their_last_64_bits_get_different_lock_keys(conn: Conn) -> None:
+    # Version 1 UUIDs made by one process: the same clock sequence and node.
+    node, clock_seq = 0x0242AC120002, 0x1234
+    ids = [uuid.uuid1(node=node, clock_seq=clock_seq) for _ in range(50)]
+    assert len({u.int & (2**64 - 1) for u in ids}) == 1
+    keys = conn.execute(
+        "SELECT count(DISTINCT undolog.session_lock_key(u)) FROM unnest(%s::uuid[]) AS u", (ids,)
+    ).fetchone()
+    assert keys == (50,)
+
+
+def test_a_login_squatting_a_session_key_neither_stalls_it_nor_keeps_it_alive(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    victim = login("undolog_agent")
+    squatter = login("undolog_agent")
+    sid = engine.begin_session(victim, agent="victim", lease=timedelta(seconds=1))
+    (key,) = conn.execute("SELECT undolog.session_lock_key(%s)", (sid,)).fetchone() or (None,)
+    # The key is there for anyone to read while the victim journals a call...
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        squatter.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (key,))
+    # ...and the victim's calls and heartbeats go on without waiting.
+    victim.execute("SET lock_timeout = '500ms'")
+    started = time.monotonic()
+    assert engine.intercept(victim, sid, 0, "create_user", "compensable", {}, UNDO).action == (
+        "execute"
+    )
+    engine.heartbeat(victim, sid)
+    assert time.monotonic() - started < 0.5
+    # The victim dies (its lease lapses): recovery fails it rather than skip it as alive.
+    conn.execute(
+        "UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 s'"
+        " WHERE session_id = %s",
+        (sid,),
+    )
+    assert sid in saga.recover(conn)
+    assert engine.session_state(conn, sid) == "failed"
 
 
 def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:

@@ -571,8 +571,59 @@ def _cmd_health(args: argparse.Namespace) -> int:
         ok, detail = _health_schema(conn)
         check("schema", ok, detail)
         if ok:
+            _health_locks(conn, check)
+            _health_partitions(conn, check)
             _health_worker(conn, args.max_lag, check)
     return _report_health(args, checks)
+
+
+# The advisory-lock functions of pg_catalog that any login of this database may still call
+# (migration 0004_locks revokes them from PUBLIC when a superuser migrates).
+_PUBLIC_ADVISORY = """
+SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace
+  AND p.proname ~ '^pg_(try_)?advisory_'
+  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
+"""
+
+
+def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """The months partition maintenance created ahead but could not attach yet (their
+    locks were busy: an open read of the effect log); the next run attaches them."""
+    (row,) = _query(
+        conn,
+        "SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE')"
+        " AS allowed",
+    )
+    if not row["allowed"]:
+        return
+    pending = [str(r["name"]) for r in _query(conn, "SELECT undolog.pending_partitions() AS name")]
+    check(
+        "partitions",
+        True,
+        f"{len(pending)} months created ahead, still to attach (the next"
+        f" `undolog partitions maintain` attaches them): {', '.join(pending)}"
+        if pending
+        else "every month created is attached",
+        pending_partitions=pending,
+    )
+
+
+def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """Whether the engine's advisory locks are its own: a login that may call
+    pg_advisory_lock can hold a session's lock and stall its agent and its recovery."""
+    (row,) = _query(conn, _PUBLIC_ADVISORY)
+    still_open = list(row["open"])
+    check(
+        "locks",
+        not still_open,
+        f"PUBLIC may still call {len(still_open)} advisory-lock functions: a superuser must"
+        " revoke them (docs/how-to/roles.md)"
+        if still_open
+        else "advisory-lock functions revoked from PUBLIC",
+        public_advisory_functions=still_open,
+    )
 
 
 # Every session a worker should be walking, with the moment it became due: failed ones

@@ -86,8 +86,9 @@ def maintain(
 ) -> list[tuple[str, str]]:
     """Drain the defaults, drop the months past retention (``retention_months``, else the
     server setting ``undolog.retention_months``, else 12), create ``months_ahead`` months.
-    Answers ``(action, partition)`` pairs: action 'created', 'dropped' or 'skipped' (a
-    month that unfinished sessions still hold; a warning names them)."""
+    Answers ``(action, partition)`` pairs: action 'created', 'dropped', 'skipped' (a
+    month that unfinished sessions still hold; a warning names them) or 'pending' (a
+    month created ahead whose attachment waits for the next run: its locks were busy)."""
     with translated(), _server_warnings_logged(conn):
         rows = conn.execute(
             "SELECT action, partition FROM undolog.maintain_partitions(%s, %s)",

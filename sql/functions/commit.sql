@@ -3,9 +3,13 @@
 -- had already taken the effect (recorded and flagged: see finish_execution).
 -- p_async => true commits this transaction asynchronously (synchronous_commit off, for
 -- this transaction only): a result lost in a server crash leaves the effect executing,
--- which the undo walk already treats as "outcome unknown: compensate". Opt-in per call,
--- because a caller who commits inside a transaction of their own makes their own writes
--- in it asynchronous too. The two-argument form stays: p_async defaults to false.
+-- which the undo walk already treats as "outcome unknown: compensate". Only when commit
+-- is the first write of its transaction (no transaction id assigned before it): a
+-- transaction that wrote anything earlier (an intercept's intent, the caller's own rows)
+-- keeps the client's setting, so an intent journaled in the same transaction is never
+-- made non-durable by the commit that follows it. The check is on the server's own
+-- record of the transaction, which no client can forge. The two-argument form stays:
+-- p_async defaults to false.
 -- The success path is inline (one lookup joining the registry to the session's owner,
 -- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
 -- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,
@@ -25,7 +29,7 @@ DECLARE
     v_session_id uuid;
     v_executed_at timestamptz;
 BEGIN
-    IF p_async THEN
+    IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
         -- returns, before the transaction commits.
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);

@@ -1,8 +1,10 @@
 -- undolog.fail: the body reported an error; executing -> pending. It never took effect,
 -- so the undo walk skips it; making the same call again executes it again.
--- p_async => true: as for commit, this transaction commits asynchronously; a lost fail
--- leaves the effect executing, and the walk then compensates a call that never acted
--- (compensations are idempotent). The two-argument form stays. Answers 'pending', or
+-- p_async => true: as for commit, this transaction commits asynchronously, and only when
+-- fail is its first write (a transaction that wrote an intent earlier keeps the client's
+-- setting); a lost fail leaves the effect executing, and the walk then compensates a
+-- call that never acted (compensations are idempotent). The two-argument form stays.
+-- Answers 'pending', or
 -- 'late' when the undo walk had already taken the effect (see finish_execution).
 
 CREATE OR REPLACE FUNCTION undolog.fail(
@@ -14,7 +16,7 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 BEGIN
-    IF p_async THEN
+    IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
     RETURN undolog.finish_execution(p_effect_id, 'pending', NULL,

@@ -14,7 +14,9 @@
 -- or database set to off must not let a body act with no durable intent. Replay
 -- bookkeeping (replay_count, the 'replayed' event) commits asynchronously when the
 -- client asked for asynchronous results (SET undolog.async_results = on): losing it in a
--- crash loses a counter, never an effect.
+-- crash loses a counter, never an effect. Only when the replay is the transaction's
+-- first write (no transaction id before it): after an intent, or anything else written
+-- earlier in the same transaction, the client's setting stays.
 CREATE OR REPLACE FUNCTION undolog.intercept(
     p_session_id uuid,
     p_step_index integer,
@@ -44,6 +46,8 @@ DECLARE
     v_approval_id uuid;
     v_approval_state text;
     v_client_sync text := pg_catalog.current_setting('synchronous_commit');
+    -- Whether this transaction wrote anything before this call (an intent among it).
+    v_wrote_before boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL;
 BEGIN
     IF v_client_sync = 'off' THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
@@ -159,8 +163,12 @@ BEGIN
 
     CASE v_effect.state
     WHEN 'committed' THEN
-        IF v_client_sync = 'off'
-           OR pg_catalog.current_setting('undolog.async_results', true) = 'on' THEN
+        IF v_wrote_before THEN
+            -- Back to what the client had when this call began: durable when an earlier
+            -- intercept of this transaction forced it so.
+            PERFORM pg_catalog.set_config('synchronous_commit', v_client_sync, true);
+        ELSIF v_client_sync = 'off'
+              OR pg_catalog.current_setting('undolog.async_results', true) = 'on' THEN
             PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         END IF;
         UPDATE undolog.undolog_effect_log AS e

@@ -6,9 +6,13 @@
 --      else 12. A month holding effects of an unfinished session is kept, with a WARNING
 --      naming the sessions, and answered as 'skipped': a cron job must not fail, and so
 --      stop creating months, because one agent is still running;
---   3. create the months from the current one through p_months_ahead months later.
+--   3. create the months from the current one through p_months_ahead months later: a
+--      future month is built ahead as a table and attached with short lock waits; one
+--      whose locks stayed busy (an open read of the effect log holds the default
+--      partition) is left for the next run and answered as 'pending'
+--      (create_month_partitions). Maintenance never queues for long behind an agent.
 -- Answers one row per partition touched: (action, partition), action 'created',
--- 'dropped' or 'skipped'. One transaction; serialised with ensure_partitions and
+-- 'dropped', 'skipped' or 'pending'. One transaction; serialised with ensure_partitions and
 -- drop_partitions by the partition-maintenance lock. The order keeps every
 -- strong lock at the end: the retention's row deletes come first, its DDL and the new
 -- months' DDL last (see undolog.drop_old_partitions). Catching up a missed month is the
@@ -44,6 +48,7 @@ BEGIN
     SELECT 'created'::text, c.name
     FROM pg_catalog.generate_series(0, p_months_ahead) AS m,
          LATERAL undolog.create_month_partitions(undolog.utc_month(now(), m)) AS c (name);
+    RETURN QUERY SELECT 'pending'::text, p.name FROM undolog.pending_partitions() AS p (name);
 END
 $$;
 

@@ -4,7 +4,11 @@
 -- entries of the calls being journaled are visible. An advisory lock, not a row lock:
 -- FOR SHARE on the session row writes the row (xmax, a WAL record) on every call, and the
 -- rows of N agents' sessions share heap pages whose buffer locks they then queue on.
--- The last 16 hex digits: random in a version 4 and a version 7 UUID alike.
+-- A 64-bit hash of the whole id, not a part of it: version 1 UUIDs made by one process
+-- share their last 64 bits (clock sequence and node), and sessions sharing a key would
+-- share a lock, one stalling the other and recover skipping both. Only the engine's
+-- owner may take advisory locks in its database (migration 0004_locks), so knowing a key
+-- (pg_locks shows it) lets no agent hold a session's lock.
 CREATE OR REPLACE FUNCTION undolog.session_lock_key(p_session_id uuid)
 RETURNS bigint
 LANGUAGE sql
@@ -12,7 +16,7 @@ IMMUTABLE
 STRICT
 PARALLEL SAFE
 AS $$
-    SELECT ('x' || right(pg_catalog.replace(p_session_id::text, '-', ''), 16))::bit(64)::bigint
+    SELECT pg_catalog.hashtextextended(p_session_id::text, 0)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.session_lock_key(uuid) FROM public;
