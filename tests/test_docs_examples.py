@@ -127,9 +127,11 @@ def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workd
     with psycopg.connect(dsn, autocommit=True) as conn:
         earlier = engine.begin_session(conn, None, "support")
         engine.intercept(conn, earlier, 0, "refund", "irreversible", {"order": 7, "cents": 5})
-    out = run_script("refund_approval.sh", dsn, workdir)
-    assert re.search(r"approval [0-9a-f-]{36}: approved", out)
-    agent = (workdir / "agent.log").read_text(encoding="utf-8")
+    out = run(["bash", str(EXAMPLES / "refund_approval.sh")], shell_env(dsn), workdir).stdout
+    approved = re.search(r"approval [0-9a-f-]{36}: approved", out)
+    assert approved
+    assert not (workdir / "agent.log").exists(), "the agent's log stays out of the clone"
+    agent = out[approved.end() :]  # the script ends by printing the agent's log
     assert "decision: approved" in agent
     assert count(agent, "ticket opened for order 42") == 1  # replayed, not run again
     assert count(agent, "refunded 1999 cents on order 42") == 1

@@ -1,0 +1,120 @@
+"""What a newcomer copies in the first hour works as copied: the README's example and
+the tutorial's first block run on their own, no page sends to a package index for
+`undolog[...]` (the package is not published), and no shown shell block carries a
+script's shebang or `set -e` (pasted into a terminal, `set -e` closes it at the first
+failing command)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
+
+FENCE = re.compile(r"^```(\S*)\s*$")
+SNIPPET_START = re.compile(r"#\s*--8<--\s*\[start:(\w+)\]")
+SNIPPET_END = re.compile(r"#\s*--8<--\s*\[end:(\w+)\]")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every top-level fenced block of a Markdown page."""
+    blocks: list[tuple[str, str]] = []
+    lang: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        fence = FENCE.match(line)
+        if fence and lang is None:
+            lang, body = fence.group(1), []
+        elif line.strip() == "```" and lang is not None:
+            blocks.append((lang, "\n".join(body) + "\n"))
+            lang = None
+        elif lang is not None:
+            body.append(line)
+    return blocks
+
+
+def snippet(path: Path, name: str) -> str:
+    """The lines between ``# --8<-- [start:name]`` and ``[end:name]``, as the page shows."""
+    out: list[str] = []
+    inside = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if (m := SNIPPET_START.search(line)) and m.group(1) == name:
+            inside = True
+        elif (m := SNIPPET_END.search(line)) and m.group(1) == name:
+            break
+        elif inside:
+            out.append(line)
+    assert out, f"no snippet {name} in {path}"
+    return "\n".join(out) + "\n"
+
+
+def run_python(code: str, dsn: str, tmp_path: Path) -> str:
+    script = tmp_path / "copied.py"
+    script.write_text(code, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env=shell_env(dsn),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## A short example", 1)[1]
+    return next(body for lang, body in fenced_blocks(section) if lang == "python")
+
+
+def test_the_readme_example_runs_as_copied(dsn: str, tmp_path: Path) -> None:
+    out = run_python(readme_example(), dsn, tmp_path)
+    assert "opened ada@example.com on plan team" in out
+    assert "undo: closed bob@example.com" in out
+
+
+def test_the_tutorials_first_block_runs_on_its_own(dsn: str, tmp_path: Path) -> None:
+    # Step 1 alone: the tools and their imports, declared and called outside a session.
+    code = snippet(EXAMPLES / "first_agent.py", "tools") + 'print(lookup_plan(team_size=3))\n'
+    assert run_python(code, dsn, tmp_path).strip() == "team"
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def test_no_page_installs_the_unpublished_package_by_name() -> None:
+    # `pip install 'undolog[mcp]'` asks the index for a package that is not there;
+    # `-e '.[mcp]'` (the clone) and `'dist/undolog-...whl[mcp]'` (the wheel) work today.
+    by_name = re.compile(r"""pip install\s+(-U\s+)?["']?undolog(\[|["'\s]|$)""", re.M)
+    offenders = [
+        f"{page.relative_to(ROOT)}: {m.group(0)}"
+        for page in pages()
+        for m in by_name.finditer(page.read_text(encoding="utf-8"))
+        if "once published" not in page.read_text(encoding="utf-8")[
+            max(0, m.start() - 200) : m.start()
+        ].lower()
+    ]
+    assert offenders == []
+
+
+def test_no_shown_shell_block_carries_a_shebang_or_set_e() -> None:
+    offenders: list[str] = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        shown = [body for lang, body in fenced_blocks(text) if lang in {"sh", "bash", "console"}]
+        # the pages include their shell blocks from examples/*.sh between snippet marks
+        for m in re.finditer(r'--8<--\s+"(examples/[^":]+\.sh):(\w+)"', text):
+            shown.append(snippet(ROOT / m.group(1), m.group(2)))
+        for m in re.finditer(r'--8<--\s+"(examples/[^":]+\.sh)"\s*$', text, re.M):
+            shown.append((ROOT / m.group(1)).read_text(encoding="utf-8"))
+        for body in shown:
+            for line in body.splitlines():
+                if line.startswith("#!") or re.match(r"\s*set -[a-z]*e", line):
+                    offenders.append(f"{page.relative_to(ROOT)}: {line}")
+    assert offenders == []
