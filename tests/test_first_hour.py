@@ -96,7 +96,7 @@ def test_no_page_installs_the_unpublished_package_by_name() -> None:
         f"{page.relative_to(ROOT)}: {m.group(0)}"
         for page in pages()
         for m in by_name.finditer(page.read_text(encoding="utf-8"))
-        if "once published" not in page.read_text(encoding="utf-8")[
+        if "published" not in page.read_text(encoding="utf-8")[
             max(0, m.start() - 200) : m.start()
         ].lower()
     ]
