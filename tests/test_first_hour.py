@@ -9,9 +9,16 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
 
 from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
+from undolog import EngineNotInstalled, UndoLog, UndoLogError
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 SNIPPET_START = re.compile(r"#\s*--8<--\s*\[start:(\w+)\]")
@@ -118,3 +125,24 @@ def test_no_shown_shell_block_carries_a_shebang_or_set_e() -> None:
                 if line.startswith("#!") or re.match(r"\s*set -[a-z]*e", line):
                     offenders.append(f"{page.relative_to(ROOT)}: {line}")
     assert offenders == []
+
+
+@pytest.fixture
+def empty_dsn(conn: Any) -> Iterator[str]:
+    """A real database of the same cluster with no engine in it."""
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    conn.execute(f"CREATE DATABASE {name}")
+    info = conn.info
+    try:
+        yield f"host={info.host} port={info.port} user={info.user} dbname={name}"
+    finally:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_the_binding_on_a_database_without_the_engine_says_run_migrate(empty_dsn: str) -> None:
+    ul = UndoLog(empty_dsn)
+    with pytest.raises(EngineNotInstalled, match=r"run `undolog migrate`") as got:
+        with ul.session(agent="newcomer"):
+            pass
+    assert isinstance(got.value, UndoLogError)
+    assert isinstance(got.value.__cause__, psycopg.Error)
