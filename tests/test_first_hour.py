@@ -19,6 +19,7 @@ import pytest
 
 from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
 from undolog import EngineNotInstalled, UndoLog, UndoLogError
+from undolog.cli import main
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 SNIPPET_START = re.compile(r"#\s*--8<--\s*\[start:(\w+)\]")
@@ -146,3 +147,42 @@ def test_the_binding_on_a_database_without_the_engine_says_run_migrate(empty_dsn
             pass
     assert isinstance(got.value, UndoLogError)
     assert isinstance(got.value.__cause__, psycopg.Error)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def agent_login(conn: Any, dsn: str) -> Iterator[str]:
+    """A login that holds undolog_agent only."""
+    conn.execute("CREATE ROLE first_hour_agent LOGIN IN ROLE undolog_agent")
+    yield psycopg.conninfo.make_conninfo(dsn, user="first_hour_agent")
+    conn.execute("DROP OWNED BY first_hour_agent")
+    conn.execute("DROP ROLE first_hour_agent")
+
+
+@pytest.mark.parametrize(
+    ("argv", "role"),
+    [
+        (["approvals", "approve", str(uuid.uuid4()), "--by", "a"], "undolog_approver"),
+        (["recover"], "undolog_operator"),
+    ],
+)
+def test_an_agent_login_is_told_the_role_it_lacks(
+    agent_login: str, argv: list[str], role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, *argv, "--dsn", agent_login)
+    assert code == 1 and "permission denied" in err
+    assert f"grant the login {role}" in err
+    assert "one of undolog_agent" not in err
+
+
+def test_status_without_the_engine_is_one_line(
+    empty_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "status", "--dsn", empty_dsn)
+    assert code == 1
+    assert out == "the UndoLog engine is not installed in this database: run `undolog migrate`\n"

@@ -232,8 +232,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     """What migrate would do; exit 0 when the database is up to date, 1 when not."""
     with _connect(args) as conn:
         found = migration_status(conn)
+        installed = bool(applied_migrations(conn))
     if args.json:
-        print(json.dumps({"up_to_date": found.up_to_date, **asdict(found)}))
+        print(json.dumps({"up_to_date": found.up_to_date, "installed": installed, **asdict(found)}))
+    elif not installed:
+        # every migration and file would be listed: one line says the same
+        print("the UndoLog engine is not installed in this database: run `undolog migrate`")
     else:
         print("\n".join(found.describe()) or f"up to date (undolog {engine_version()})")
     return EXIT_OK if found.up_to_date else EXIT_ERROR
@@ -937,7 +941,33 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-def _permission_hint(message: str) -> str:
+# The group role each command needs (sql/grants.sql): the hint names the missing one, not
+# all three.
+_COMMAND_ROLE = {
+    ("approvals", "approve"): "undolog_approver",
+    ("approvals", "reject"): "undolog_approver",
+    ("approvals", "list"): "undolog_approver (or undolog_operator)",
+    ("recover", None): "undolog_operator",
+    ("worker", None): "undolog_operator",
+    ("sessions", "resume"): "undolog_operator",
+    ("sessions", "retry"): "undolog_operator",
+    ("sessions", "abandon"): "undolog_operator",
+    ("sessions", "rollback"): "undolog_operator",
+    ("partitions", "ensure"): "undolog_operator",
+    ("partitions", "drop"): "undolog_operator",
+    ("partitions", "maintain"): "undolog_operator",
+}
+
+
+def _needed_role(args: argparse.Namespace | None) -> str | None:
+    if args is None:
+        return None
+    command = getattr(args, "command", None)
+    action = getattr(args, f"{command}_command", None) if command else None
+    return _COMMAND_ROLE.get((command, action))
+
+
+def _permission_hint(message: str, args: argparse.Namespace | None = None) -> str:
     lowered = message.lower()
     if "create role" in lowered:
         return (
@@ -950,6 +980,9 @@ def _permission_hint(message: str) -> str:
             "installing the engine needs a login that may create a schema in this database"
             " (its owner, or GRANT CREATE ON DATABASE)"
         )
+    role = _needed_role(args)
+    if role is not None:
+        return f"grant the login {role}, which this command needs"
     return _ROLES_HINT
 
 
@@ -982,7 +1015,7 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
     if sqlstate == "42501":
         message = _one_line(exc)
-        return ErrorReport(_flags(message), sqlstate, _permission_hint(message), EXIT_ERROR)
+        return ErrorReport(_flags(message), sqlstate, _permission_hint(message, args), EXIT_ERROR)
     if isinstance(exc, psycopg.Error):
         primary = exc.diag.message_primary or _one_line(exc)
         return ErrorReport(_flags(primary), sqlstate, exc.diag.message_hint, EXIT_ERROR)
