@@ -118,6 +118,8 @@ def test_first_agent_completes_one_session_and_undoes_the_other(dsn: str, workdi
     assert re.search(r"completed\s+1\s+1\s+0", out)  # sessions list: the completed one
     assert re.search(r"compensated\s+1\s+0\s+1", out)  # ... and the undone one
     assert "committed     compensating" in out  # sessions show: the failed one's timeline
+    # as first-agent.md §4 says: journaled straight into executing, from no state (-)
+    assert re.search(r"\s-\s+executing\s", out) and "pending" not in out
 
 
 def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workdir: Path) -> None:

@@ -6,6 +6,7 @@ failing command)."""
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
 from undolog import EngineNotInstalled, UndoLog, UndoLogError
+from undolog import cli as cli_module
 from undolog.cli import main
 
 FENCE = re.compile(r"^```(\S*)\s*$")
@@ -88,7 +90,7 @@ def test_the_readme_example_runs_as_copied(dsn: str, tmp_path: Path) -> None:
 
 def test_the_tutorials_first_block_runs_on_its_own(dsn: str, tmp_path: Path) -> None:
     # Step 1 alone: the tools and their imports, declared and called outside a session.
-    code = snippet(EXAMPLES / "first_agent.py", "tools") + 'print(lookup_plan(team_size=3))\n'
+    code = snippet(EXAMPLES / "first_agent.py", "tools") + "print(lookup_plan(team_size=3))\n"
     assert run_python(code, dsn, tmp_path).strip() == "team"
 
 
@@ -104,9 +106,8 @@ def test_no_page_installs_the_unpublished_package_by_name() -> None:
         f"{page.relative_to(ROOT)}: {m.group(0)}"
         for page in pages()
         for m in by_name.finditer(page.read_text(encoding="utf-8"))
-        if "published" not in page.read_text(encoding="utf-8")[
-            max(0, m.start() - 200) : m.start()
-        ].lower()
+        if "published"
+        not in page.read_text(encoding="utf-8")[max(0, m.start() - 200) : m.start()].lower()
     ]
     assert offenders == []
 
@@ -142,9 +143,11 @@ def empty_dsn(conn: Any) -> Iterator[str]:
 
 def test_the_binding_on_a_database_without_the_engine_says_run_migrate(empty_dsn: str) -> None:
     ul = UndoLog(empty_dsn)
-    with pytest.raises(EngineNotInstalled, match=r"run `undolog migrate`") as got:
-        with ul.session(agent="newcomer"):
-            pass
+    with (
+        pytest.raises(EngineNotInstalled, match=r"run `undolog migrate`") as got,
+        ul.session(agent="newcomer"),
+    ):
+        pass
     assert isinstance(got.value, UndoLogError)
     assert isinstance(got.value.__cause__, psycopg.Error)
 
@@ -186,3 +189,48 @@ def test_status_without_the_engine_is_one_line(
     code, out, _ = cli(capsys, "status", "--dsn", empty_dsn)
     assert code == 1
     assert out == "the UndoLog engine is not installed in this database: run `undolog migrate`\n"
+
+
+def test_a_table_fits_the_terminal_and_cuts_at_a_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    widths = cli_module._fit([36, 12, 60, 60, 19], 100)
+    assert sum(widths) + 2 * 4 <= 100 and min(widths) >= cli_module.MIN_COLUMN
+    assert cli_module._fit([36, 60], None) == [36, 60], "a pipe gets whole cells"
+    detail = "compensation delete_user failed: the refund API is down for maintenance"
+    cut = cli_module._cut(detail, 40)
+    assert len(cut) <= 40 and cut.endswith("…")
+    assert detail.startswith(cut[:-1]) and detail[len(cut) - 1] == " ", "cut at a word"
+    monkeypatch.setattr(cli_module, "_terminal_width", lambda: 80)
+    rows = [{"a": "x" * 60, "b": "y " * 40, "c": "z"}]
+    args = cli_module.build_parser().parse_args(["sessions", "list"])
+    args.json = False
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    cli_module._emit(args, rows, ["a", "b", "c"])
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+
+
+def test_an_unknown_option_sends_to_the_subcommands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = cli(capsys, "approvals", "list", "--state", "bogus")
+    assert code == 2 and "see `undolog approvals list --help`" in err
+
+
+def test_a_bad_id_is_reported_in_plain_english(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "approvals", "approve", "zz", "--by", "a", "--dsn", dsn)
+    assert code == 2 and "'zz' is not an approval id" in err
+
+
+def test_roles_sql_runs_twice(dsn: str) -> None:
+    # two pages run it against the same database
+    for _ in range(2):
+        subprocess.run(
+            ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(EXAMPLES / "roles.sql")],
+            env=shell_env(dsn),
+            check=True,
+            capture_output=True,
+        )

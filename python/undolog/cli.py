@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import uuid
@@ -103,6 +104,8 @@ class _Parser(argparse.ArgumentParser):
     --json) instead of printed here."""
 
     def error(self, message: str) -> NoReturn:
+        # self.prog is the subcommand's own ("undolog approvals list"): its help is the one
+        # that lists the choices refused here
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -177,9 +180,47 @@ def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: s
 
     table = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [min(max(len(c), *(len(row[i]) for row in table)), 60) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    widths = _fit(widths, _terminal_width())
+    print("  ".join(c.upper()[:w].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
-        print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        print("  ".join(_cut(v, w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+MIN_COLUMN = 8  # a column is never narrowed below this (a short id, a state's start)
+
+
+def _terminal_width() -> int | None:
+    """The terminal's width when a person reads it (COLUMNS overrides it); None for a
+    pipe or a file, which gets whole cells (up to 60 characters) for grep and scripts."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _fit(widths: list[int], total: int | None) -> list[int]:
+    """Narrow the widest columns, one character at a time, until the row fits ``total``."""
+    widths = list(widths)
+    if total is None:
+        return widths
+    gaps = 2 * (len(widths) - 1)
+    while sum(widths) + gaps > total:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= MIN_COLUMN:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _cut(value: str, width: int) -> str:
+    """``value`` in at most ``width`` characters: cut at a word boundary when one is near,
+    and marked with … so that a cut text is not read as the whole."""
+    if len(value) <= width:
+        return value
+    head = value[: width - 1]
+    space = head.rfind(" ")
+    if space >= width // 2:
+        head = head[:space]
+    return head.rstrip() + "…"
 
 
 # --- ids: whole, or a unique prefix --------------------------------------------------------
@@ -190,6 +231,10 @@ _ID_TABLES = {
 }
 _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
@@ -203,7 +248,8 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
     digits = given.replace("-", "").lower()
     if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
         raise UsageError(
-            f"not a {kind} id or id prefix of at least {MIN_PREFIX} hex digits: {text!r}"
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of at least "
+            f"{MIN_PREFIX} hex digits"
         )
     table, column = _ID_TABLES[kind]
     rows = _query(
@@ -962,9 +1008,9 @@ _COMMAND_ROLE = {
 def _needed_role(args: argparse.Namespace | None) -> str | None:
     if args is None:
         return None
-    command = getattr(args, "command", None)
-    action = getattr(args, f"{command}_command", None) if command else None
-    return _COMMAND_ROLE.get((command, action))
+    command = str(getattr(args, "command", ""))
+    action = getattr(args, f"{command}_command", None)
+    return _COMMAND_ROLE.get((command, None if action is None else str(action)))
 
 
 def _permission_hint(message: str, args: argparse.Namespace | None = None) -> str:
@@ -1045,11 +1091,28 @@ def _wants_json(argv: Sequence[str]) -> bool:
     return "--json" in argv
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """parse_args, except that an unknown option sends to the subcommand's own help
+    (argparse reports it from the top parser, whose help does not list the options)."""
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        words = ["undolog"]
+        command = getattr(args, "command", None)
+        if command:
+            words.append(command)
+            action = getattr(args, f"{command}_command", None)
+            if action:
+                words.append(action)
+        prog = " ".join(words)
+        raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = _parse(argv)
         except UsageError as exc:
             return _report(describe_error(exc), _wants_json(argv))
         # not set_defaults: the parents' option objects are shared, and a default set on
