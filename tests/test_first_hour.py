@@ -234,3 +234,15 @@ def test_roles_sql_runs_twice(dsn: str) -> None:
             check=True,
             capture_output=True,
         )
+
+
+def test_short_ids_of_the_same_millisecond_differ_and_resolve(
+    conn: Any, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import engine
+
+    sids = [engine.begin_session(conn, agent="same-ms") for _ in range(5)]
+    shorts = {cli_module.short_id(s) for s in sids}
+    assert len(shorts) == len(sids), "UUIDv7 ids of one moment share their start, not end"
+    code, out, _ = cli(capsys, "sessions", "show", cli_module.short_id(sids[2]), "--dsn", dsn)
+    assert code == 0 and str(sids[2]) in out

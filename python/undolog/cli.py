@@ -233,6 +233,17 @@ _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
 
 
+SHORT_ID = 8
+
+
+def short_id(value: uuid.UUID | str) -> str:
+    """A short form of an id that tells apart ids made in the same millisecond: its last
+    8 hex digits, after an ellipsis (``…9f3a01bc``). The ids are UUIDv7, whose first 12
+    hex digits are the creation time: a prefix of 8 is the same for every id of the same
+    minute. ``undolog sessions show …9f3a01bc`` takes it back (see _resolve_id)."""
+    return "…" + str(value).replace("-", "")[-SHORT_ID:]
+
+
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
@@ -245,6 +256,9 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
         return uuid.UUID(given)
     except ValueError:
         pass
+    for mark in ("…", "..."):
+        if given.startswith(mark):  # a short_id: the id's end
+            return _resolve_suffix(conn, kind, text, given.removeprefix(mark))
     digits = given.replace("-", "").lower()
     if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
         raise UsageError(
@@ -268,6 +282,29 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
             f"{kind} id prefix {given!r} is ambiguous: it matches {shown}{more}; "
             "give more characters"
         )
+    return uuid.UUID(str(rows[0]["id"]))
+
+
+def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: str) -> uuid.UUID:
+    digits = tail.replace("-", "").lower()
+    if not re.fullmatch(r"[0-9a-f]+", digits) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id's end of at least "
+            f"{MIN_PREFIX} hex digits"
+        )
+    table, column = _ID_TABLES[kind]
+    rows = _query(
+        conn,
+        f"SELECT DISTINCT {column} AS id FROM {table}"
+        f" WHERE replace({column}::text, '-', '') LIKE %s ORDER BY {column} LIMIT 4",
+        ("%" + digits,),
+    )
+    if not rows:
+        not_found = UnknownSession if kind == "session" else UnknownApproval
+        raise not_found(f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r["id"]) for r in rows[:3])
+        raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")
     return uuid.UUID(str(rows[0]["id"]))
 
 
@@ -858,7 +895,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=_cmd_sessions_list)
     p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
-    p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
+    p.add_argument(
+        "session", metavar="SESSION", help="session id, a unique prefix of it, or …its end"
+    )
     p.set_defaults(func=_cmd_sessions_show)
     for action, summary, reason_required in (
         ("resume", "move a halted walk on past the entry it stopped at", False),
@@ -867,7 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("rollback", "fail an active or waiting session so that its work is undone", True),
     ):
         p = sessions.add_parser(action, parents=[common], help=summary)
-        p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
+        p.add_argument(
+            "session", metavar="SESSION", help="session id, a unique prefix of it, or …its end"
+        )
         p.add_argument("--by", required=True, help="who acts (recorded)")
         p.add_argument(
             "--reason",
