@@ -246,3 +246,19 @@ def test_short_ids_of_the_same_millisecond_differ_and_resolve(
     assert len(shorts) == len(sids), "UUIDv7 ids of one moment share their start, not end"
     code, out, _ = cli(capsys, "sessions", "show", cli_module.short_id(sids[2]), "--dsn", dsn)
     assert code == 0 and str(sids[2]) in out
+
+
+def test_a_failed_calls_timeline_says_what_pending_means(
+    conn: Any, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import engine
+
+    sid = engine.begin_session(conn, agent="fails")
+    hit = engine.intercept(
+        conn, sid, 0, "send_email", "compensable", {"to": "x"}, {"name": "retract"}
+    )
+    assert hit.effect_id is not None
+    engine.fail(conn, hit.effect_id, "ConnectionError: " + "cannot deliver " * 10)
+    code, out, _ = cli(capsys, "sessions", "show", str(sid), "--dsn", dsn)
+    assert code == 0
+    assert "executing → pending: the call raised, took no effect" in out

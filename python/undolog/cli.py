@@ -457,6 +457,9 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
         by, why = _printable(s["resolved_by"]), _printable(s["resolution"])
         print(f"abandoned by {by} at {s['resolved_at']}: {why}")
     _emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
+    if any(r["from_state"] == "executing" and r["to_state"] == "pending" for r in timeline):
+        # the engine's word for a call that raised reads as "not started yet" otherwise
+        print("(executing → pending: the call raised, took no effect, and may be made again)")
     return EXIT_OK
 
 
