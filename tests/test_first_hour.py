@@ -262,3 +262,20 @@ def test_a_failed_calls_timeline_says_what_pending_means(
     code, out, _ = cli(capsys, "sessions", "show", str(sid), "--dsn", dsn)
     assert code == 0
     assert "executing → pending: the call raised, took no effect" in out
+
+
+def test_version_names_the_engine_when_a_database_is_reachable(dsn: str, empty_dsn: str) -> None:
+    def version(url: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "undolog.cli", "--version"],
+            env={**shell_env(None), "UNDOLOG_DSN": url},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.splitlines()
+
+    package = f"undolog {cli_module.engine_version()}"
+    assert version(dsn) == [package, f"engine in this database: {cli_module.engine_version()}"]
+    assert version(empty_dsn)[1].startswith("engine in this database: not installed")
+    assert version("host=127.0.0.1 port=1") == [package]

@@ -109,6 +109,37 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+class _Version(argparse.Action):
+    """The package's version; then, when UNDOLOG_DSN (or libpq's defaults) reaches a
+    database within two seconds, the engine installed in it, which may differ."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"undolog {engine_version()}")
+        engine = _engine_version_here(os.environ.get("UNDOLOG_DSN", ""))
+        if engine is not None:
+            print(f"engine in this database: {engine}")
+        parser.exit()
+
+
+def _engine_version_here(dsn: str) -> str | None:
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=2)
+    except psycopg.Error:
+        return None  # no database here: the package's version says all there is
+    with conn:
+        try:
+            row = conn.execute("SELECT undolog.version()").fetchone()
+        except psycopg.Error:
+            return "not installed (run `undolog migrate`)"
+    return str(row[0]) if row else None
+
+
 # --- connecting, querying, printing --------------------------------------------------------
 
 
@@ -865,7 +896,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
     )
-    parser.add_argument("--version", action="version", version=f"undolog {engine_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="the package's version, and the engine's"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
