@@ -22,6 +22,7 @@ from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
 from undolog import EngineNotInstalled, UndoLog, UndoLogError
 from undolog import cli as cli_module
 from undolog.cli import main
+from undolog.migrations import engine_version
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 SNIPPET_START = re.compile(r"#\s*--8<--\s*\[start:(\w+)\]")
@@ -275,7 +276,7 @@ def test_version_names_the_engine_when_a_database_is_reachable(dsn: str, empty_d
         )
         return out.stdout.splitlines()
 
-    package = f"undolog {cli_module.engine_version()}"
-    assert version(dsn) == [package, f"engine in this database: {cli_module.engine_version()}"]
+    package = f"undolog {engine_version()}"
+    assert version(dsn) == [package, f"engine in this database: {engine_version()}"]
     assert version(empty_dsn)[1].startswith("engine in this database: not installed")
     assert version("host=127.0.0.1 port=1") == [package]
