@@ -280,3 +280,43 @@ def test_version_names_the_engine_when_a_database_is_reachable(dsn: str, empty_d
     assert version(dsn) == [package, f"engine in this database: {engine_version()}"]
     assert version(empty_dsn)[1].startswith("engine in this database: not installed")
     assert version("host=127.0.0.1 port=1") == [package]
+
+
+def missing_packages(tmp_path: Path, purpose: str) -> list[str]:
+    """What install-system-deps.sh would install on a machine with Python and nothing of
+    PostgreSQL 99 (no such release: none of it is there)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    python = bin_ / "python3"
+    if not python.exists():
+        python.symlink_to(sys.executable)
+    out = subprocess.run(
+        ["/bin/bash", str(ROOT / "tools/install-system-deps.sh"), "--for", purpose, "--print"],
+        env={"PATH": str(bin_), "PG_MAJOR": "99"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def test_the_demo_installs_the_server_only_and_the_tests_their_tools(tmp_path: Path) -> None:
+    assert missing_packages(tmp_path, "demo") == ["postgresql-99"]
+    for_test = missing_packages(tmp_path, "test")
+    assert for_test[0] == "postgresql-99" and "postgresql-99-pgtap" in for_test
+    assert "libtap-parser-sourcehandler-pgtap-perl" in for_test
+
+
+def test_make_demo_installs_the_package_without_the_development_extras(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    plan = subprocess.run(
+        ["make", "-n", "-W", "pyproject.toml", "demo", f"VENV={venv}"],
+        cwd=ROOT,
+        env={k: v for k, v in shell_env(None).items() if k != "UNDOLOG_DSN"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "install-system-deps.sh --for demo" in plan
+    assert f"{venv}/bin/pip install --disable-pip-version-check --progress-bar on -e .\n" in plan
+    assert ".[dev]" not in plan and "--quiet" not in plan

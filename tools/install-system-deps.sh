@@ -6,14 +6,20 @@
 #   install-system-deps.sh --for test   (the default) the same, and the test tools:
 #                                       pgTAP, plpgsql_check, pg_prove, Chromium and its
 #                                       driver (the dashboard's browser tests)
+#   ... --print                         only print the missing packages, one a line
 #
 # A first demo thus installs no test tool: Chromium alone is some hundred megabytes.
 set -euo pipefail
 
 PG_MAJOR=${PG_MAJOR:-15}
 purpose=test
+print_only=0
 while (($#)); do
     case $1 in
+    --print)
+        print_only=1
+        shift
+        ;;
     --for)
         purpose=${2:-}
         shift 2 || true
@@ -23,7 +29,7 @@ while (($#)); do
         shift
         ;;
     *)
-        echo "usage: $0 [--for demo|test]" >&2
+        echo "usage: $0 [--for demo|test] [--print]" >&2
         exit 2
         ;;
     esac
@@ -57,6 +63,10 @@ if [[ $purpose == test ]]; then
     [[ -x /usr/bin/chromedriver ]] || missing+=("chromium-driver")
 fi
 
+if ((print_only)); then
+    ((${#missing[@]})) && printf '%s\n' "${missing[@]}"
+    exit 0
+fi
 ((${#missing[@]})) || exit 0
 
 echo "installing system packages for $purpose: ${missing[*]}" >&2
