@@ -1,5 +1,6 @@
 # UndoLog — the two commands a newcomer needs:
-#   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set)
+#   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set); installs
+#               only the PostgreSQL server and the package, not the development stack
 #   make test   every check: lint (sqlfluff, ruff, mypy), pytest, pgTAP + plpgsql_check, docs
 # and for what comes next:
 #   make db       a local PostgreSQL that stays (in $(DB_DIR)); prints the export line
