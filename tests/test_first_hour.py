@@ -320,3 +320,21 @@ def test_make_demo_installs_the_package_without_the_development_extras(tmp_path:
     assert "install-system-deps.sh --for demo" in plan
     assert f"{venv}/bin/pip install --disable-pip-version-check --progress-bar on -e .\n" in plan
     assert ".[dev]" not in plan and "--quiet" not in plan
+
+
+APP = "examples.first_agent:ul"
+
+
+def test_the_worker_on_a_database_without_the_engine_stops_and_says_why(empty_dsn: str) -> None:
+    # a configuration fault no retry fixes: the worker exits 2 rather than retry forever
+    out = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "worker", "--once", "--app", APP],
+        env={**shell_env(None), "UNDOLOG_DSN": empty_dsn},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "run `undolog migrate`" in out.stderr
