@@ -1,5 +1,6 @@
 # UndoLog — the two commands a newcomer needs:
-#   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set)
+#   make demo   run the demo (a throwaway PostgreSQL unless UNDOLOG_DSN is set); installs
+#               only the PostgreSQL server and the package, not the development stack
 #   make test   every check: lint (sqlfluff, ruff, mypy), pytest, pgTAP + plpgsql_check, docs
 # and for what comes next:
 #   make db       a local PostgreSQL that stays (in $(DB_DIR)); prints the export line
@@ -13,18 +14,20 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The demo needs only the package; the checks need every extra and tool (.[dev]).
+CORE_STAMP := $(VENV)/.core-stamp
 STAMP := $(VENV)/.installed-stamp
 # Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
 WITH_PG := $(PY) tools/pgcluster.py run --
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps system-deps lint lint-sql lint-py pytest pgtap bench bench-profile clean \
+.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-profile clean \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
 
-demo: deps
+demo: demo-deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
 	else $(WITH_PG) $(PY) -m undolog.demo; fi
 
@@ -39,14 +42,30 @@ dashboard-screenshot: deps
 
 deps: system-deps $(STAMP)
 
-# PostgreSQL binaries, pgTAP, plpgsql_check and pg_prove from Debian's packages when missing.
-system-deps:
-	@bash tools/install-system-deps.sh
+# What the demo runs on: the PostgreSQL server and the package with its four dependencies.
+demo-deps: system-deps-demo $(CORE_STAMP)
 
-$(STAMP): pyproject.toml
+# PostgreSQL binaries, pgTAP, plpgsql_check, pg_prove, Chromium from Debian's packages when
+# missing; for the demo only python3-venv and the PostgreSQL server.
+system-deps:
+	@bash tools/install-system-deps.sh --for test
+
+system-deps-demo:
+	@bash tools/install-system-deps.sh --for demo
+
+$(VENV)/bin/python:
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+# pip without --quiet: a line a package, and a bar for a long download.
+$(CORE_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing undolog and its dependencies (psycopg, psycopg-pool, blake3, rfc8785) into $(VENV)"
+	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar on -e .
 	touch $@
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing undolog with every extra and the development tools into $(VENV) (a few minutes on a first run)"
+	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	touch $@ $(CORE_STAMP)
 
 lint: lint-sql lint-py
 
@@ -67,7 +86,7 @@ pgtap: deps
 	$(WITH_PG) bash tools/run-pgtap.sh $(PGTAP)
 
 # stdout is only the `export UNDOLOG_DSN=...` line: eval "$$(make -s db)" sets it.
-db: system-deps
+db: system-deps-demo
 	@python3 tools/pgcluster.py start --dir $(DB_DIR)
 
 db-stop:

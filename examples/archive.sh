@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # docs/operations/partitions.md: archive old months before they go.
 set -euo pipefail
+# --8<-- [start:shown]
 
 # detach (not drop) every month that ended by the cut-off; the tables stay, outside the
 # journal, and their sessions' undo and approval rows are pruned as a drop would
@@ -16,3 +17,4 @@ WHERE n.nspname = 'undolog' AND c.relname ~ '^undolog_effect_(log|history)_2024_
   AND NOT c.relispartition
 \gexec
 SQL
+# --8<-- [end:shown]

@@ -7,9 +7,9 @@ completes and one that fails and is undone.
 
 from __future__ import annotations
 
+# --8<-- [start:tools]
 from typing import Any
 
-# --8<-- [start:tools]
 from undolog import (
     CompensationCall,
     CompensationDescriptor,

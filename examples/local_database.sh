@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # docs/quickstart.md: from a fresh clone to your first agent on a database that stays.
 set -euo pipefail
+# --8<-- [start:shown]
 
 make deps                  # PostgreSQL 15 (Debian packages, when missing) and .venv
 . .venv/bin/activate       # now `python` and `undolog` are the project's
@@ -8,3 +9,4 @@ eval "$(make -s db)"       # a local PostgreSQL in .pgdata; sets UNDOLOG_DSN, PG
 undolog migrate            # installs the engine (schema undolog)
 python examples/quickstart.py
 make db-stop               # the data stays in .pgdata: `make db` starts it again
+# --8<-- [end:shown]

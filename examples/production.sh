@@ -2,6 +2,7 @@
 # docs/tutorials/production.md: what an operator runs. The worker as a service is in
 # examples/undolog-worker.service, the daily jobs in examples/crontab.
 set -euo pipefail
+# --8<-- [start:shown]
 
 # Is the engine installed and current (exit 1: a migrate is due)? Is everything healthy:
 # the connection, the schema, no walk waiting longer than --max-lag seconds?
@@ -18,3 +19,4 @@ undolog partitions maintain
 # Sessions that wait for a person (a compensation failed for good, or an irreversible
 # call stopped the walk).
 undolog sessions list --state halted
+# --8<-- [end:shown]

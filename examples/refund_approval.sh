@@ -2,13 +2,16 @@
 # docs/tutorials/approvals.md in one terminal: the agent waits in the background while
 # you, the approver, decide. (In two terminals: run the agent in one, the rest in the other.)
 set -euo pipefail
+# --8<-- [start:shown]
 
-python examples/refund_approval.py > agent.log &
+# the agent's output goes to a scratch file outside the clone
+log=$(mktemp -t undolog-agent.XXXXXX)
+python examples/refund_approval.py > "$log" &
 agent=$!
 
 # The agent prints the id of its request; wait for that line.
-until grep "approvals approve" agent.log > /dev/null; do sleep 0.5; done
-approval=$(grep -o "approvals approve [0-9a-f-]*" agent.log | cut -d" " -f3)
+until grep "approvals approve" "$log" > /dev/null; do sleep 0.5; done
+approval=$(grep -o "approvals approve [0-9a-f-]*" "$log" | cut -d" " -f3)
 
 # What waits for a human: the agent's request (and any other that waits).
 undolog approvals list
@@ -17,4 +20,6 @@ undolog approvals list
 undolog approvals approve "$approval" --by alice --reason "order checked"
 
 wait "$agent"
-cat agent.log
+cat "$log"
+rm -f "$log"
+# --8<-- [end:shown]

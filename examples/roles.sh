@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # docs/how-to/roles.md: each login does its own part.
 set -euo pipefail
+# --8<-- [start:shown]
 
 psql -v ON_ERROR_STOP=1 -f examples/roles.sql
 
@@ -19,3 +20,4 @@ undolog --dsn "$operator" worker --app examples.first_agent:ul --once
 
 # The approver reads every session, whoever ran it.
 undolog --dsn "$approver" sessions list
+# --8<-- [end:shown]

@@ -1,15 +1,16 @@
 """Every test runs against a real PostgreSQL, on a fresh database cloned from a template
 into which ``undolog migrate`` has installed the engine.
 
-pytest-postgresql's ``postgresql_proc`` starts the server, except as root, where initdb
-refuses to run: then pytest_configure starts a throwaway cluster as the ``postgres``
-system user (tools/pgcluster.py) and the ``postgresql_noproc`` factory uses it.
+pytest_configure starts one throwaway cluster (tools/pgcluster.py) for every user, as the
+``postgres`` system user when we are root (initdb refuses root), and the
+``postgresql_noproc`` factory uses it. pytest-postgresql's own ``postgresql_proc`` is not
+used: it starts the server with fsync off, and tests/test_durability.py counts WAL flushes,
+which need a server that really flushes. ``--postgresql-port`` points at a server of yours.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,6 @@ from pytest_postgresql import factories
 from pgcluster import throwaway_cluster
 from undolog.migrations import migrate
 
-AS_ROOT = os.geteuid() == 0
 _cluster_stack = contextlib.ExitStack()
 
 
@@ -35,7 +35,7 @@ def load_engine(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if AS_ROOT and not config.getoption("postgresql_port"):
+    if not config.getoption("postgresql_port"):
         cluster = _cluster_stack.enter_context(throwaway_cluster())
         config.option.postgresql_host = cluster.host
         config.option.postgresql_port = str(cluster.port)
@@ -46,11 +46,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _cluster_stack.close()
 
 
-undolog_server = (
-    factories.postgresql_noproc(load=[load_engine])
-    if AS_ROOT
-    else factories.postgresql_proc(load=[load_engine])
-)
+undolog_server = factories.postgresql_noproc(load=[load_engine])
 
 postgresql = factories.postgresql("undolog_server")
 

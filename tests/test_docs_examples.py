@@ -118,6 +118,8 @@ def test_first_agent_completes_one_session_and_undoes_the_other(dsn: str, workdi
     assert re.search(r"completed\s+1\s+1\s+0", out)  # sessions list: the completed one
     assert re.search(r"compensated\s+1\s+0\s+1", out)  # ... and the undone one
     assert "committed     compensating" in out  # sessions show: the failed one's timeline
+    # as first-agent.md §4 says: journaled straight into executing, from no state (-)
+    assert re.search(r"\s-\s+executing\s", out) and "pending" not in out
 
 
 def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workdir: Path) -> None:
@@ -127,9 +129,11 @@ def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workd
     with psycopg.connect(dsn, autocommit=True) as conn:
         earlier = engine.begin_session(conn, None, "support")
         engine.intercept(conn, earlier, 0, "refund", "irreversible", {"order": 7, "cents": 5})
-    out = run_script("refund_approval.sh", dsn, workdir)
-    assert re.search(r"approval [0-9a-f-]{36}: approved", out)
-    agent = (workdir / "agent.log").read_text(encoding="utf-8")
+    out = run(["bash", str(EXAMPLES / "refund_approval.sh")], shell_env(dsn), workdir).stdout
+    approved = re.search(r"approval [0-9a-f-]{36}: approved", out)
+    assert approved
+    assert not (workdir / "agent.log").exists(), "the agent's log stays out of the clone"
+    agent = out[approved.end() :]  # the script ends by printing the agent's log
     assert "decision: approved" in agent
     assert count(agent, "ticket opened for order 42") == 1  # replayed, not run again
     assert count(agent, "refunded 1999 cents on order 42") == 1

@@ -64,6 +64,12 @@ def new_call(conn: Conn, sid: uuid.UUID, step: int) -> engine.Interception:
     return got
 
 
+def test_the_server_under_test_flushes_its_wal(conn: Conn) -> None:
+    """The WAL-flush counts below mean something only on a server with fsync on (the
+    throwaway cluster of tests/conftest.py, for root and for everyone else)."""
+    assert conn.execute("SHOW fsync").fetchone() == ("on",)
+
+
 def test_intercept_commits_durably_on_a_connection_with_synchronous_commit_off(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         sid = engine.begin_session(conn, agent="t")

@@ -50,7 +50,8 @@ class Cluster:
 
 
 def bindir() -> Path:
-    """Folder of initdb/pg_ctl: PG_BINDIR, else pg_config's answer, else PATH."""
+    """Folder of initdb/pg_ctl: PG_BINDIR, else pg_config's answer, else PATH, else
+    Debian's /usr/lib/postgresql/15/bin (the demo installs the server without pg_config)."""
     if os.environ.get("PG_BINDIR"):
         return Path(os.environ["PG_BINDIR"])
     pg_config = shutil.which("pg_config")
@@ -58,6 +59,9 @@ def bindir() -> Path:
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=True)
         return Path(out.stdout.strip())
     initdb = shutil.which("initdb")
+    debian = Path(f"/usr/lib/postgresql/{os.environ.get('PG_MAJOR', '15')}/bin")
+    if initdb is None and (debian / "initdb").exists():
+        return debian
     if initdb is None:
         raise RuntimeError("no PostgreSQL binaries found: install postgresql-15 or set PG_BINDIR")
     return Path(initdb).parent

@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import uuid
@@ -103,7 +104,40 @@ class _Parser(argparse.ArgumentParser):
     --json) instead of printed here."""
 
     def error(self, message: str) -> NoReturn:
+        # self.prog is the subcommand's own ("undolog approvals list"): its help is the one
+        # that lists the choices refused here
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+class _Version(argparse.Action):
+    """The package's version; then, when UNDOLOG_DSN (or libpq's defaults) reaches a
+    database within two seconds, the engine installed in it, which may differ."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"undolog {engine_version()}")
+        engine = _engine_version_here(os.environ.get("UNDOLOG_DSN", ""))
+        if engine is not None:
+            print(f"engine in this database: {engine}")
+        parser.exit()
+
+
+def _engine_version_here(dsn: str) -> str | None:
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=2)
+    except psycopg.Error:
+        return None  # no database here: the package's version says all there is
+    with conn:
+        try:
+            row = conn.execute("SELECT undolog.version()").fetchone()
+        except psycopg.Error:
+            return "not installed (run `undolog migrate`)"
+    return str(row[0]) if row else None
 
 
 # --- connecting, querying, printing --------------------------------------------------------
@@ -177,9 +211,47 @@ def _emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: s
 
     table = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [min(max(len(c), *(len(row[i]) for row in table)), 60) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    widths = _fit(widths, _terminal_width())
+    print("  ".join(c.upper()[:w].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
-        print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        print("  ".join(_cut(v, w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+MIN_COLUMN = 8  # a column is never narrowed below this (a short id, a state's start)
+
+
+def _terminal_width() -> int | None:
+    """The terminal's width when a person reads it (COLUMNS overrides it); None for a
+    pipe or a file, which gets whole cells (up to 60 characters) for grep and scripts."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _fit(widths: list[int], total: int | None) -> list[int]:
+    """Narrow the widest columns, one character at a time, until the row fits ``total``."""
+    widths = list(widths)
+    if total is None:
+        return widths
+    gaps = 2 * (len(widths) - 1)
+    while sum(widths) + gaps > total:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= MIN_COLUMN:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _cut(value: str, width: int) -> str:
+    """``value`` in at most ``width`` characters: cut at a word boundary when one is near,
+    and marked with … so that a cut text is not read as the whole."""
+    if len(value) <= width:
+        return value
+    head = value[: width - 1]
+    space = head.rfind(" ")
+    if space >= width // 2:
+        head = head[:space]
+    return head.rstrip() + "…"
 
 
 # --- ids: whole, or a unique prefix --------------------------------------------------------
@@ -192,6 +264,21 @@ _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
 
 
+SHORT_ID = 8
+
+
+def short_id(value: uuid.UUID | str) -> str:
+    """A short form of an id that tells apart ids made in the same millisecond: its last
+    8 hex digits, after an ellipsis (``…9f3a01bc``). The ids are UUIDv7, whose first 12
+    hex digits are the creation time: a prefix of 8 is the same for every id of the same
+    minute. ``undolog sessions show …9f3a01bc`` takes it back (see _resolve_id)."""
+    return "…" + str(value).replace("-", "")[-SHORT_ID:]
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
     """A whole id as given, or the one id of ``kind`` that starts with ``text`` (the
     short ids the demo and people print: ``701f4cbc``, ``701f4cbc…``)."""
@@ -200,10 +287,14 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
         return uuid.UUID(given)
     except ValueError:
         pass
+    for mark in ("…", "..."):
+        if given.startswith(mark):  # a short_id: the id's end
+            return _resolve_suffix(conn, kind, text, given.removeprefix(mark))
     digits = given.replace("-", "").lower()
     if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
         raise UsageError(
-            f"not a {kind} id or id prefix of at least {MIN_PREFIX} hex digits: {text!r}"
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of at least "
+            f"{MIN_PREFIX} hex digits"
         )
     table, column = _ID_TABLES[kind]
     rows = _query(
@@ -225,6 +316,29 @@ def _resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUI
     return uuid.UUID(str(rows[0]["id"]))
 
 
+def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: str) -> uuid.UUID:
+    digits = tail.replace("-", "").lower()
+    if not re.fullmatch(r"[0-9a-f]+", digits) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id's end of at least "
+            f"{MIN_PREFIX} hex digits"
+        )
+    table, column = _ID_TABLES[kind]
+    rows = _query(
+        conn,
+        f"SELECT DISTINCT {column} AS id FROM {table}"
+        f" WHERE replace({column}::text, '-', '') LIKE %s ORDER BY {column} LIMIT 4",
+        ("%" + digits,),
+    )
+    if not rows:
+        not_found = UnknownSession if kind == "session" else UnknownApproval
+        raise not_found(f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r["id"]) for r in rows[:3])
+        raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")
+    return uuid.UUID(str(rows[0]["id"]))
+
+
 # --- commands -----------------------------------------------------------------------------
 
 
@@ -232,8 +346,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     """What migrate would do; exit 0 when the database is up to date, 1 when not."""
     with _connect(args) as conn:
         found = migration_status(conn)
+        installed = bool(applied_migrations(conn))
     if args.json:
-        print(json.dumps({"up_to_date": found.up_to_date, **asdict(found)}))
+        print(json.dumps({"up_to_date": found.up_to_date, "installed": installed, **asdict(found)}))
+    elif not installed:
+        # every migration and file would be listed: one line says the same
+        print("the UndoLog engine is not installed in this database: run `undolog migrate`")
     else:
         print("\n".join(found.describe()) or f"up to date (undolog {engine_version()})")
     return EXIT_OK if found.up_to_date else EXIT_ERROR
@@ -370,6 +488,9 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
         by, why = _printable(s["resolved_by"]), _printable(s["resolution"])
         print(f"abandoned by {by} at {s['resolved_at']}: {why}")
     _emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
+    if any(r["from_state"] == "executing" and r["to_state"] == "pending" for r in timeline):
+        # the engine's word for a call that raised reads as "not started yet" otherwise
+        print("(executing → pending: the call raised, took no effect, and may be made again)")
     return EXIT_OK
 
 
@@ -826,7 +947,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
     )
-    parser.add_argument("--version", action="version", version=f"undolog {engine_version()}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="the package's version, and the engine's"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
@@ -859,7 +982,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive_int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=_cmd_sessions_list)
     p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
-    p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
+    p.add_argument(
+        "session", metavar="SESSION", help="session id, a unique prefix of it, or …its end"
+    )
     p.set_defaults(func=_cmd_sessions_show)
     for action, summary, reason_required in (
         ("resume", "move a halted walk on past the entry it stopped at", False),
@@ -868,7 +993,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("rollback", "fail an active or waiting session so that its work is undone", True),
     ):
         p = sessions.add_parser(action, parents=[common], help=summary)
-        p.add_argument("session", metavar="SESSION", help="session id or a unique prefix of it")
+        p.add_argument(
+            "session", metavar="SESSION", help="session id, a unique prefix of it, or …its end"
+        )
         p.add_argument("--by", required=True, help="who acts (recorded)")
         p.add_argument(
             "--reason",
@@ -988,7 +1115,33 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-def _permission_hint(message: str) -> str:
+# The group role each command needs (sql/grants.sql): the hint names the missing one, not
+# all three.
+_COMMAND_ROLE = {
+    ("approvals", "approve"): "undolog_approver",
+    ("approvals", "reject"): "undolog_approver",
+    ("approvals", "list"): "undolog_approver (or undolog_operator)",
+    ("recover", None): "undolog_operator",
+    ("worker", None): "undolog_operator",
+    ("sessions", "resume"): "undolog_operator",
+    ("sessions", "retry"): "undolog_operator",
+    ("sessions", "abandon"): "undolog_operator",
+    ("sessions", "rollback"): "undolog_operator",
+    ("partitions", "ensure"): "undolog_operator",
+    ("partitions", "drop"): "undolog_operator",
+    ("partitions", "maintain"): "undolog_operator",
+}
+
+
+def _needed_role(args: argparse.Namespace | None) -> str | None:
+    if args is None:
+        return None
+    command = str(getattr(args, "command", ""))
+    action = getattr(args, f"{command}_command", None)
+    return _COMMAND_ROLE.get((command, None if action is None else str(action)))
+
+
+def _permission_hint(message: str, args: argparse.Namespace | None = None) -> str:
     lowered = message.lower()
     if "create role" in lowered:
         return (
@@ -1001,6 +1154,9 @@ def _permission_hint(message: str) -> str:
             "installing the engine needs a login that may create a schema in this database"
             " (its owner, or GRANT CREATE ON DATABASE)"
         )
+    role = _needed_role(args)
+    if role is not None:
+        return f"grant the login {role}, which this command needs"
     return _ROLES_HINT
 
 
@@ -1033,7 +1189,7 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
     if sqlstate == "42501":
         message = _one_line(exc)
-        return ErrorReport(_flags(message), sqlstate, _permission_hint(message), EXIT_ERROR)
+        return ErrorReport(_flags(message), sqlstate, _permission_hint(message, args), EXIT_ERROR)
     if isinstance(exc, psycopg.Error):
         primary = exc.diag.message_primary or _one_line(exc)
         return ErrorReport(_flags(primary), sqlstate, exc.diag.message_hint, EXIT_ERROR)
@@ -1063,11 +1219,28 @@ def _wants_json(argv: Sequence[str]) -> bool:
     return "--json" in argv
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """parse_args, except that an unknown option sends to the subcommand's own help
+    (argparse reports it from the top parser, whose help does not list the options)."""
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        words = ["undolog"]
+        command = getattr(args, "command", None)
+        if command:
+            words.append(command)
+            action = getattr(args, f"{command}_command", None)
+            if action:
+                words.append(action)
+        prog = " ".join(words)
+        raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = _parse(argv)
         except UsageError as exc:
             return _report(describe_error(exc), _wants_json(argv))
         # not set_defaults: the parents' option objects are shared, and a default set on

@@ -30,6 +30,7 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
+from undolog.cli import short_id
 from undolog.errors import UndoLogError
 from undolog.migrations import MigrationError, describe_applied, migrate
 from undolog.walk import CompensationCall
@@ -85,7 +86,7 @@ def build_app(dsn: str) -> UndoLog:
     def delete_user(call: CompensationCall) -> None:
         world(
             f"compensation delete_user(user {call.result['user_id']}, soft={call.args['soft']}) "
-            f"ran, idempotency key {str(call.undo_id)[:8]}"
+            f"ran, idempotency key {short_id(call.undo_id)}"
         )
 
     @ul.compensation("retract_email")
@@ -122,7 +123,7 @@ def story_completes(ul: UndoLog) -> None:
     say("1. A session that completes")
     with ul.session(agent="onboarding") as session:
         onboard("ada@example.com", "Ada")
-    say(f"   session {str(session.session_id)[:8]}: completed\n")
+    say(f"   session {short_id(session.session_id)}: completed\n")
 
 
 def story_rolls_back(ul: UndoLog, conn: psycopg.Connection[Any]) -> None:
@@ -137,7 +138,7 @@ def story_rolls_back(ul: UndoLog, conn: psycopg.Connection[Any]) -> None:
         "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session.session_id,)
     ).fetchone()
     say(
-        f"   session {str(session.session_id)[:8]}: {state[0] if state else '?'}"
+        f"   session {short_id(session.session_id)}: {state[0] if state else '?'}"
         " (the failed send was skipped: it never took effect)\n"
     )
 
@@ -212,7 +213,7 @@ def summary(dsn: str) -> None:
     sessions = json.loads(cli(dsn, "sessions", "list", "--json", "--state", "compensated"))
     if sessions:
         sid = sessions[0]["session_id"]
-        say(f"\nThe rolled-back session's timeline ($ undolog sessions show {sid[:8]}…):")
+        say(f"\nThe rolled-back session's timeline ($ undolog sessions show {short_id(sid)}):")
         for line in cli(dsn, "sessions", "show", sid).splitlines()[3:]:
             say(f"  {line}")
 

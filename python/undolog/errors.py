@@ -88,6 +88,12 @@ class PermissionDenied(UndoLogError):
     sqlstate = "42501"
 
 
+class EngineNotInstalled(UndoLogError):
+    """The database has no UndoLog engine (schema undolog): run ``undolog migrate``.
+    The database's own error (schema or relation undolog.* does not exist) is the
+    ``__cause__``; ``sqlstate`` stays None, as it is PostgreSQL's, not the engine's."""
+
+
 class SignatureError(UndoLogError, ValueError):
     """Arguments that JSON cannot carry exactly; raised before anything is written."""
 
@@ -212,8 +218,17 @@ BY_SQLSTATE.update({code: InvalidArgument for code in _INPUT_SQLSTATES})
 BY_SQLSTATE.update({code: PayloadTooLarge for code in _TOO_LARGE_SQLSTATES})
 
 
+# A missing schema undolog (3F000) or one of its tables (42P01): no engine installed.
+_NO_ENGINE_SQLSTATES = ("3F000", "42P01")
+ENGINE_MISSING = "the UndoLog engine is not installed in this database: run `undolog migrate`"
+
+
 def translate(exc: psycopg.Error) -> Exception:
     """The UndoLogError for a database error, or the error itself if it is not ours."""
+    if exc.sqlstate in _NO_ENGINE_SQLSTATES and "undolog" in (exc.diag.message_primary or ""):
+        missing = EngineNotInstalled(f"{ENGINE_MISSING} ({exc.diag.message_primary})")
+        missing.__cause__ = exc
+        return missing
     cls = BY_SQLSTATE.get(exc.sqlstate or "")
     if cls is None:
         return exc

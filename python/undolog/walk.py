@@ -24,6 +24,7 @@ import psycopg
 
 from undolog import engine, saga
 from undolog.errors import (
+    EngineNotInstalled,
     InvalidStateTransition,
     PermissionDenied,
     SessionNotActive,
@@ -342,7 +343,9 @@ class Worker:
                 f"this login may not run undo walks ({exc}): the worker needs a login "
                 "with the undolog_operator role"
             ) from exc
-        if isinstance(exc, psycopg.Error) and exc.sqlstate in _NO_ENGINE:
+        if isinstance(exc, EngineNotInstalled) or (
+            isinstance(exc, psycopg.Error) and exc.sqlstate in _NO_ENGINE
+        ):
             raise WorkerConfigError(
                 "the UndoLog engine is not installed in this database (or is older than "
                 f"this package): run `undolog migrate` ({_one_line(exc)})"
