@@ -4,7 +4,7 @@
 -- so an agent can neither choose its tier nor forge what the walk does.
 
 CREATE TABLE undolog.undolog_tools (
-    tool_id uuid NOT NULL DEFAULT undolog.uuid_v7(),
+    tool_id uuid NOT NULL,
     -- The login whose sessions may call the tool (a session's owner_role).
     owner_role text NOT NULL,
     tool_name text NOT NULL,
@@ -44,3 +44,8 @@ REVOKE ALL ON undolog.undolog_tools FROM public;
 -- The registration each call was journaled under. NULL on rows journaled before the
 -- registry existed: their undo entry's descriptor is all there is.
 ALTER TABLE undolog.undolog_effect_log ADD COLUMN tool_id uuid;
+
+-- undolog:after-repeatables
+-- Time-ordered ids (undolog.uuid_v7, a repeatable function), as for the journal's rows.
+ALTER TABLE undolog.undolog_tools
+ALTER COLUMN tool_id SET DEFAULT undolog.uuid_v7();
