@@ -96,6 +96,7 @@ def fill(dsn: str) -> None:
     with psycopg.connect(as_login(dsn, "demo_agent"), autocommit=True) as conn:
         sid = engine.begin_session(conn, None, "travel", {}, timedelta(hours=8))
         args = {"flight": "BA 117", "passenger": "Cy"}
+        engine.register_tool(conn, "book_flight", "compensable", {"name": "cancel_booking"})
         call = engine.intercept(
             conn, sid, 0, "book_flight", "compensable", args, {"name": "cancel_booking"}
         )
