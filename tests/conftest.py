@@ -67,3 +67,72 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to this test's database, as an agent client uses it."""
     with psycopg.connect(dsn, autocommit=True) as c:
         yield c
+
+
+# The engine admits a call only for a tool registered for the session's owner, with the
+# registered tier and compensation. The decorator registers its tools itself; the tests
+# that journal calls through engine.intercept / aengine.intercept directly (choosing the
+# tool name, tier and descriptor call by call) get the same registration here, once, for
+# the calling connection's login. A tool reused in a test with another definition has its
+# registration retired first, as an operator would (only a superuser connection can, here:
+# the tests' own). A registration the registry refuses (a malformed tier or descriptor, a
+# login without the privilege) registers nothing, and the call then raises what intercept
+# raises. @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
+_RETIRE_FOR_TEST = """
+UPDATE undolog.undolog_tools SET retired_at = clock_timestamp(), retired_by = 'pytest'
+WHERE owner_role = session_user AND tool_name = %s AND retired_at IS NULL
+"""
+
+
+def _register_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> None:
+    from undolog import engine
+    from undolog.errors import ToolRegistrationMismatch, UndoLogError
+
+    try:
+        with c.transaction():
+            try:
+                engine.register_tool(c, tool_name, tier, compensation)
+            except ToolRegistrationMismatch:
+                c.execute(_RETIRE_FOR_TEST, (tool_name,))
+                engine.register_tool(c, tool_name, tier, compensation)
+    except (UndoLogError, psycopg.Error):
+        pass
+
+
+async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> None:
+    from undolog import aengine
+    from undolog.errors import ToolRegistrationMismatch, UndoLogError
+
+    try:
+        async with c.transaction():
+            try:
+                await aengine.register_tool(c, tool_name, tier, compensation)
+            except ToolRegistrationMismatch:
+                await c.execute(_RETIRE_FOR_TEST, (tool_name,))
+                await aengine.register_tool(c, tool_name, tier, compensation)
+    except (UndoLogError, psycopg.Error):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("unregistered_tools"):
+        return
+    from undolog import aengine, engine
+
+    real, areal = engine.intercept, aengine.intercept
+
+    def intercept(c: Any, sid: Any, step: Any, tool: Any, tier: Any, *a: Any, **k: Any) -> Any:
+        comp = a[1] if len(a) > 1 else k.get("compensation")
+        _register_for_test(c, tool, tier, comp)
+        return real(c, sid, step, tool, tier, *a, **k)
+
+    async def aintercept(
+        c: Any, sid: Any, step: Any, tool: Any, tier: Any, *a: Any, **k: Any
+    ) -> Any:
+        comp = a[1] if len(a) > 1 else k.get("compensation")
+        await _aregister_for_test(c, tool, tier, comp)
+        return await areal(c, sid, step, tool, tier, *a, **k)
+
+    monkeypatch.setattr(engine, "intercept", intercept)
+    monkeypatch.setattr(aengine, "intercept", aintercept)
