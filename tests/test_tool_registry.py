@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
 
+from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
 from undolog import UndoLog, engine, errors, undolog_tool
 from undolog.tiers import CompensationDescriptor, ToolTier
 
@@ -97,13 +97,13 @@ def test_the_decorator_registers_its_tool_once_per_connection(dsn: str, conn: Co
         sent.append(a[1])
         return real(*a, **k)
 
-    engine.register_tool = counting  # type: ignore[assignment]
+    engine.register_tool = counting
     try:
         with ul.session(agent="t"):
             create_user("a@example.com")
             create_user("b@example.com")
     finally:
-        engine.register_tool = real  # type: ignore[assignment]
+        engine.register_tool = real
     assert sent == ["create_user"]
     row = conn.execute(
         "SELECT tier, compensation FROM undolog.undolog_tools WHERE tool_name = 'create_user'"
