@@ -90,11 +90,14 @@ def _register_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> 
 
     try:
         with c.transaction():
-            try:
-                engine.register_tool(c, tool_name, tier, compensation)
-            except ToolRegistrationMismatch:
+            engine.register_tool(c, tool_name, tier, compensation)
+    except ToolRegistrationMismatch:
+        try:
+            with c.transaction():
                 c.execute(_RETIRE_FOR_TEST, (tool_name,))
                 engine.register_tool(c, tool_name, tier, compensation)
+        except (UndoLogError, psycopg.Error):
+            pass
     except (UndoLogError, psycopg.Error):
         pass
 
@@ -105,11 +108,14 @@ async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: A
 
     try:
         async with c.transaction():
-            try:
-                await aengine.register_tool(c, tool_name, tier, compensation)
-            except ToolRegistrationMismatch:
+            await aengine.register_tool(c, tool_name, tier, compensation)
+    except ToolRegistrationMismatch:
+        try:
+            async with c.transaction():
                 await c.execute(_RETIRE_FOR_TEST, (tool_name,))
                 await aengine.register_tool(c, tool_name, tier, compensation)
+        except (UndoLogError, psycopg.Error):
+            pass
     except (UndoLogError, psycopg.Error):
         pass
 
@@ -118,21 +124,26 @@ async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: A
 def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("unregistered_tools"):
         return
+    import inspect
+
     from undolog import aengine, engine
 
     real, areal = engine.intercept, aengine.intercept
+    shape = inspect.signature(real)
 
-    def intercept(c: Any, sid: Any, step: Any, tool: Any, tier: Any, *a: Any, **k: Any) -> Any:
-        comp = a[1] if len(a) > 1 else k.get("compensation")
-        _register_for_test(c, tool, tier, comp)
-        return real(c, sid, step, tool, tier, *a, **k)
+    def tool_of(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, ...]:
+        bound = shape.bind(*a, **k)
+        bound.apply_defaults()
+        got = bound.arguments
+        return (got["conn"], got["tool_name"], got["tier"], got["compensation"])
 
-    async def aintercept(
-        c: Any, sid: Any, step: Any, tool: Any, tier: Any, *a: Any, **k: Any
-    ) -> Any:
-        comp = a[1] if len(a) > 1 else k.get("compensation")
-        await _aregister_for_test(c, tool, tier, comp)
-        return await areal(c, sid, step, tool, tier, *a, **k)
+    def intercept(*a: Any, **k: Any) -> Any:
+        _register_for_test(*tool_of(a, k))
+        return real(*a, **k)
+
+    async def aintercept(*a: Any, **k: Any) -> Any:
+        await _aregister_for_test(*tool_of(a, k))
+        return await areal(*a, **k)
 
     monkeypatch.setattr(engine, "intercept", intercept)
     monkeypatch.setattr(aengine, "intercept", aintercept)
