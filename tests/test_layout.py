@@ -38,10 +38,16 @@ from undolog.migrations import (
 Conn = psycopg.Connection[Any]
 SQL = Path(__file__).resolve().parents[1] / "sql"
 
-# The migration runner's own records, and the one-row partition-maintenance lock: not
-# journal tables, never distributed (they live on the coordinator with the schema's
-# DDL), exempt from the Citus key rule.
-RUNNER_TABLES = {"undolog_migrations", "undolog_repeatables", "undolog_maintenance_lock"}
+# The migration runner's own records, the one-row partition-maintenance lock and the tool
+# registry (keyed by owner login, small, read by every session: a reference table under
+# Citus): not journal tables, never distributed by session, exempt from the Citus key
+# rule.
+RUNNER_TABLES = {
+    "undolog_migrations",
+    "undolog_repeatables",
+    "undolog_maintenance_lock",
+    "undolog_tools",
+}
 
 
 @pytest.fixture

@@ -51,7 +51,11 @@ DECLARE
     v_effect undolog.undolog_effect_log;
     v_approval_id uuid;
     v_approval_state text;
-    v_tool undolog.undolog_tools;
+    -- The registration, as scalars: a %ROWTYPE of the registry would tie this function's
+    -- validation to a table a migration creates after the repeatables are defined.
+    v_tool_id uuid;
+    v_tool_tier text;
+    v_tool_compensation jsonb;
     v_client_sync text := pg_catalog.current_setting('synchronous_commit');
 BEGIN
     IF v_client_sync = 'off' THEN
@@ -116,7 +120,8 @@ BEGIN
         END IF;
         -- One lookup of the live-registration index; the session's owner is the caller
         -- (check_session_caller above).
-        SELECT t.* INTO v_tool
+        SELECT t.tool_id, t.tier, t.compensation
+        INTO v_tool_id, v_tool_tier, v_tool_compensation
         FROM undolog.undolog_tools AS t
         WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
           AND t.retired_at IS NULL;
@@ -128,19 +133,19 @@ BEGIN
                 HINT = 'Register it with undolog.register_tool (the binding does so for '
                        'each decorated tool), or an operator registers it for this login.';
         END IF;
-        IF v_tool.tier <> p_tier
-           OR (p_compensation IS DISTINCT FROM v_tool.compensation
+        IF v_tool_tier <> p_tier
+           OR (p_compensation IS DISTINCT FROM v_tool_compensation
                AND (p_compensation -> 'name', coalesce(p_compensation -> 'args', '{}'::jsonb),
                     p_compensation -> 'max_attempts')
-                   IS DISTINCT FROM (v_tool.compensation -> 'name', v_tool.compensation -> 'args',
-                                     v_tool.compensation -> 'max_attempts')) THEN
+                   IS DISTINCT FROM (v_tool_compensation -> 'name', v_tool_compensation -> 'args',
+                                     v_tool_compensation -> 'max_attempts')) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL018',
                 MESSAGE = pg_catalog.format('the call of %s differs from its registration',
                                             p_tool_name),
                 DETAIL = pg_catalog.format('registered: tier %s, compensation %s; called: '
-                                           'tier %s, compensation %s', v_tool.tier,
-                                           coalesce(v_tool.compensation::text, 'none'), p_tier,
+                                           'tier %s, compensation %s', v_tool_tier,
+                                           coalesce(v_tool_compensation::text, 'none'), p_tier,
                                            coalesce(p_compensation::text, 'none')),
                 HINT = 'A tool''s registration fixes its tier and compensation: an operator '
                        'retires it first (undolog.retire_tool) to change them.';
@@ -152,14 +157,14 @@ BEGIN
             (v_effect_id, p_session_id, v_executed_at, p_call_signature, p_step_index,
              p_tool_name, p_tier, p_args,
              CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
-             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool.tool_id);
+             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
         IF p_tier = 'compensable' THEN
             INSERT INTO undolog.undolog_undo_stack
                 (session_id, effect_id, executed_at, compensation, max_attempts)
             VALUES
                 (p_session_id, v_effect_id, v_executed_at,
-                 v_tool.compensation - 'max_attempts',
-                 (v_tool.compensation ->> 'max_attempts')::integer);
+                 v_tool_compensation - 'max_attempts',
+                 (v_tool_compensation ->> 'max_attempts')::integer);
             RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
                                 NULL::jsonb, NULL::uuid;
             RETURN;

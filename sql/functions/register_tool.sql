@@ -23,7 +23,10 @@ AS $$
 DECLARE
     v_owner text := coalesce(p_owner, session_user);
     v_compensation jsonb;
-    v_tool undolog.undolog_tools;
+    -- Scalars, not a %ROWTYPE of the registry (see intercept).
+    v_tool_id uuid;
+    v_tool_tier text;
+    v_tool_compensation jsonb;
 BEGIN
     -- The tool's part of a call, checked by the very rules intercept applies to a call:
     -- the session, step, args and signature given here are merely well-formed.
@@ -58,27 +61,28 @@ BEGIN
     INSERT INTO undolog.undolog_tools AS t (owner_role, tool_name, tier, compensation)
     VALUES (v_owner, p_tool_name, p_tier, v_compensation)
     ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
-    RETURNING t.* INTO v_tool;
+    RETURNING t.tool_id INTO v_tool_id;
     IF FOUND THEN
-        RETURN v_tool.tool_id;
+        RETURN v_tool_id;
     END IF;
-    SELECT t.* INTO STRICT v_tool
+    SELECT t.tool_id, t.tier, t.compensation
+    INTO STRICT v_tool_id, v_tool_tier, v_tool_compensation
     FROM undolog.undolog_tools AS t
     WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
-    IF (v_tool.tier, v_tool.compensation) IS DISTINCT FROM (p_tier, v_compensation) THEN
+    IF (v_tool_tier, v_tool_compensation) IS DISTINCT FROM (p_tier, v_compensation) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL018',
             MESSAGE = pg_catalog.format('tool %s of %s is registered differently',
                                         p_tool_name, v_owner),
             DETAIL = pg_catalog.format('registered: tier %s, compensation %s; asked: tier %s, '
-                                       'compensation %s', v_tool.tier,
-                                       coalesce(v_tool.compensation::text, 'none'), p_tier,
+                                       'compensation %s', v_tool_tier,
+                                       coalesce(v_tool_compensation::text, 'none'), p_tier,
                                        coalesce(v_compensation::text, 'none')),
             HINT = pg_catalog.format('An operator retires tool_id %s first '
                                      '(undolog.retire_tool), then it can be registered again.',
-                                     v_tool.tool_id);
+                                     v_tool_id);
     END IF;
-    RETURN v_tool.tool_id;
+    RETURN v_tool_id;
 END
 $$;
 
