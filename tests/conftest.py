@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -147,3 +149,28 @@ def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(engine, "intercept", intercept)
     monkeypatch.setattr(aengine, "intercept", aintercept)
+
+
+# The engine before the tool registry: its sources (migrations 0001-0002 and the
+# repeatables of that time) from the repository's history. The repeatables are always
+# the current ones, so a database "at" an older migration needs that release's sources:
+# today's intercept, policies and grants name the registry, which 0001 and 0002 do not
+# create. Used as migrations.sql_root (monkeypatched) by the upgrade tests.
+BEFORE_REGISTRY = "f0d5453"
+
+
+@pytest.fixture
+def old_engine(tmp_path: Path) -> Path:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        tar = subprocess.run(
+            ["git", "-C", str(repo), "archive", BEFORE_REGISTRY, "sql"],
+            check=True,
+            capture_output=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the engine's history (git) is not available")
+    dest = tmp_path / "engine-before-registry"
+    dest.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest / "sql"

@@ -157,28 +157,6 @@ def use_the_journal(c: Conn) -> None:
     approvals.reject(c, gated.approval_id, "ada@example.com", "no")
 
 
-# The engine before the tool registry: its sources (migrations 0001-0002 and the
-# repeatables of that time) from the repository's history. The repeatables are always
-# the current ones, so a database "at" an older migration needs that release's sources:
-# today's intercept reads the registry, which 0001 and 0002 do not create.
-BEFORE_REGISTRY = "f0d5453"
-
-
-@pytest.fixture
-def old_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    repo = SQL.parent
-    try:
-        tar = subprocess.run(
-            ["git", "-C", str(repo), "archive", BEFORE_REGISTRY, "sql"],
-            check=True,
-            capture_output=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("the engine's history (git) is not available")
-    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=tar, check=True)
-    yield tmp_path / "sql"
-
-
 def test_upgrade_from_the_baseline_equals_a_fresh_install(
     fresh_db: Any, old_engine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
