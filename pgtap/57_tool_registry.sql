@@ -4,7 +4,7 @@
 -- neither a login that also approves nor an operator may commit or fail it.
 -- Logins are played with SET SESSION AUTHORIZATION: ownership is session_user.
 BEGIN;
-SELECT plan(24);
+SELECT plan(27);
 
 \ir _helpers.psql
 
@@ -119,6 +119,26 @@ SELECT throws_ok(
         'irreversible', '{}', pg_temp.sig('tools-a-1'))$$,
     'UL017', NULL, 'a retired tool''s new calls are refused');
 RESET SESSION AUTHORIZATION;
+
+-- A descriptor that disagrees with the registration (only a write around the API can
+-- make one: forged here with the undo stack's guard off) is never run: the walk halts.
+ALTER TABLE undolog.undolog_undo_stack DISABLE TRIGGER USER;
+UPDATE undolog.undolog_undo_stack SET compensation = '{"name": "mcp:payments/process_payout",
+    "args": {"to": "mallory"}}' WHERE effect_id = :'effect_a';
+ALTER TABLE undolog.undolog_undo_stack ENABLE TRIGGER USER;
+SET SESSION AUTHORIZATION ul_t_tools_a;
+SELECT undolog.commit(:'effect_a', '{"user_id": 1}');
+SELECT undolog.fail_session('a1000000-0000-4000-8000-00000000000a', 'gave up');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT count(*)::integer
+           FROM undolog.claim_compensation('a1000000-0000-4000-8000-00000000000a')), 0,
+          'a forged descriptor is not handed to a walker');
+SELECT is(pg_temp.session_state('a1000000-0000-4000-8000-00000000000a'), 'halted',
+          'the walk halts for a person instead');
+SELECT matches((SELECT error FROM undolog.undolog_sessions
+                WHERE session_id = 'a1000000-0000-4000-8000-00000000000a'),
+               'process_payout.*registered with.*delete_user',
+               'the reason names the forged and the registered compensation');
 
 SELECT * FROM finish();
 ROLLBACK;
