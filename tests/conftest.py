@@ -86,7 +86,9 @@ WHERE owner_role = session_user AND tool_name = %s AND retired_at IS NULL
 """
 
 
-def _register_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> None:
+def _register_for_test(
+    c: Any, tool_name: Any, tier: Any, compensation: Any, superuser: str | None = None
+) -> None:
     from undolog import engine
     from undolog.errors import ToolRegistrationMismatch, UndoLogError
 
@@ -95,8 +97,14 @@ def _register_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> 
             engine.register_tool(c, tool_name, tier, compensation)
     except ToolRegistrationMismatch:
         try:
+            if superuser is not None:  # an agent login cannot retire: the test's superuser
+                owner = c.execute("SELECT session_user").fetchone()[0]
+                with psycopg.connect(superuser, autocommit=True) as su:
+                    su.execute(_RETIRE_FOR_TEST.replace("session_user", "%s"), (owner, tool_name))
+            else:
+                with c.transaction():
+                    c.execute(_RETIRE_FOR_TEST, (tool_name,))
             with c.transaction():
-                c.execute(_RETIRE_FOR_TEST, (tool_name,))
                 engine.register_tool(c, tool_name, tier, compensation)
         except (UndoLogError, psycopg.Error):
             pass
@@ -133,14 +141,17 @@ def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     real, areal = engine.intercept, aengine.intercept
     shape = inspect.signature(real)
 
-    def tool_of(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, ...]:
+    def tool_of(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         bound = shape.bind(*a, **k)
         bound.apply_defaults()
         got = bound.arguments
         return (got["conn"], got["tool_name"], got["tier"], got["compensation"])
 
+    def superuser() -> str | None:
+        return str(request.getfixturevalue("dsn")) if "dsn" in request.fixturenames else None
+
     def intercept(*a: Any, **k: Any) -> Any:
-        _register_for_test(*tool_of(a, k))
+        _register_for_test(*tool_of(a, k), superuser())
         return real(*a, **k)
 
     async def aintercept(*a: Any, **k: Any) -> Any:
