@@ -127,6 +127,9 @@ class Rounds:
     def engine_direct(self) -> None:
         session = engine.begin_session(self.conn)
         base = self.base
+        compensation = {"name": "delete_user", "args": {"soft": True}}
+        # once, untimed: the engine admits calls of registered tools only
+        engine.register_tool(self.conn, "create_user", "compensable", compensation)
 
         def run() -> None:
             for i in range(self.calls):
@@ -138,7 +141,7 @@ class Rounds:
                     "create_user",
                     "compensable",
                     args,
-                    {"name": "delete_user", "args": {"soft": True}},
+                    compensation,
                 )
                 assert got.effect_id is not None
                 engine.commit(self.conn, got.effect_id, result_for(base + i))

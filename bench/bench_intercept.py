@@ -354,6 +354,8 @@ DECLARE
     v_t0 timestamptz;
 BEGIN
     v_ids := ARRAY(@IDS@);
+    -- untimed: the engine admits calls of registered tools only (idempotent)
+    PERFORM undolog.register_tool('create_user', 'compensable', v_compensation);
     v_t0 := clock_timestamp();
     FOR i IN 1..v_n LOOP
         @BODY@

@@ -116,6 +116,8 @@ class Phase:
     def __init__(self, dsn: str) -> None:
         self.conn: Conn = psycopg.connect(dsn, autocommit=True)
         self.session = engine.begin_session(self.conn, agent="profile", lease=timedelta(hours=4))
+        # once, untimed: the engine admits calls of registered tools only
+        engine.register_tool(self.conn, ba.TOOL, "compensable", ba.COMPENSATION.to_json())
         self.step = 0
         self.replay_pool = 200
         self.commit_wall = 0.0

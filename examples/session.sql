@@ -6,7 +6,10 @@
 -- call_signature(sid, 0, 'create_user', {"email": "ada@example.com"}), from Python:
 \set sig 'a343cbab49d6aae803f90c6e02aa5d1cba92918b67fbd036a0ed4be7a0c5b08f'
 
--- the agent (undolog_agent): a session, and a call written down before it runs
+-- the agent (undolog_agent): its tool, registered once (the engine refuses calls of
+-- unregistered tools and takes the compensation from here), a session, and a call
+-- written down before it runs
+SELECT undolog.register_tool('create_user', 'compensable', '{"name": "delete_user"}');
 SELECT undolog.begin_session(:'sid', 'sql-agent');
 SELECT effect_id, action FROM undolog.intercept(
     :'sid', 0, 'create_user', 'compensable', '{"email": "ada@example.com"}', :'sig',

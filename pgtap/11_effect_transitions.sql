@@ -5,6 +5,10 @@ BEGIN;
 SELECT plan(33);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('send_email', 'irreversible') AS tool_id \gset
+
 SELECT has_function('undolog', 'effect_transition_allowed', ARRAY['text', 'text', 'text'],
                     'undolog.effect_transition_allowed(text, text, text) exists');
 SELECT volatility_is('undolog', 'effect_transition_allowed', ARRAY['text', 'text', 'text'],

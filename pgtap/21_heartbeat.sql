@@ -4,6 +4,9 @@ BEGIN;
 SELECT plan(22);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('wire_money', 'irreversible') AS tool_id \gset
+
 SELECT has_function('undolog', 'heartbeat', ARRAY['uuid'], 'undolog.heartbeat(uuid) exists');
 SELECT function_returns('undolog', 'heartbeat', ARRAY['uuid'], 'timestamp with time zone',
                         'it returns timestamptz');

@@ -8,6 +8,12 @@ BEGIN;
 SELECT plan(164);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('send_sms', 'irreversible') AS tool_id \gset
+SELECT pg_temp.tool('create_admin', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('charge_card', 'compensable', '{"name": "refund"}') AS tool_id \gset
+
 SELECT has_function('undolog', 'intercept',
                     ARRAY['uuid', 'integer', 'text', 'text', 'jsonb', 'text', 'jsonb'],
                     'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb) exists');
@@ -28,6 +34,7 @@ RETURNS text
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM pg_temp.try_tool(p_tool, p_tier, p_compensation);
     INSERT INTO calls
     SELECT p_name, i.effect_id, i.action, i.state, i.result_snapshot, i.approval_id
     FROM undolog.intercept(p_session, p_step, p_tool, p_tier, p_args, pg_temp.sig(p_sig_seed),
@@ -438,6 +445,10 @@ SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, c
 FROM bad_calls ORDER BY n;
 
 -- The boundaries are accepted.
+SELECT pg_temp.tool('at_limit', 'compensable', '{"name": "d", "max_attempts": 100}')
+    AS tool_id \gset
+SELECT pg_temp.tool(repeat('t', 200), 'compensable', '{"name": "d", "max_attempts": 1}')
+    AS tool_id \gset
 SELECT is(
     (SELECT action FROM undolog.intercept(
         '5e550000-0000-4000-8000-000000000002', 20, 'at_limit', 'compensable',

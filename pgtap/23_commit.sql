@@ -4,6 +4,11 @@ BEGIN;
 SELECT plan(37);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('tool_a', 'compensable', '{"name": "undo"}') AS tool_id \gset
+SELECT pg_temp.tool('big', 'compensable', '{"name": "undo"}') AS tool_id \gset
+SELECT pg_temp.tool('a', 'compensable', '{"name": "undo"}') AS tool_id \gset
+
 SELECT has_function('undolog', 'commit', ARRAY['uuid', 'jsonb', 'boolean'],
                     'undolog.commit(uuid, jsonb, boolean) exists (p_async DEFAULT false)');
 SELECT function_returns('undolog', 'commit', ARRAY['uuid', 'jsonb', 'boolean'], 'text',
@@ -16,6 +21,8 @@ CREATE TEMP TABLE fx (name text PRIMARY KEY, effect_id uuid);
 CREATE FUNCTION pg_temp.new_call(p_name text, p_step integer, p_tier text) RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_temp.tool('tool_' || p_name, p_tier,
+                         CASE p_tier WHEN 'compensable' THEN '{"name": "undo"}'::jsonb END);
     INSERT INTO fx
     SELECT p_name, i.effect_id
     FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', p_step, 'tool_' || p_name,

@@ -4,6 +4,10 @@ BEGIN;
 SELECT plan(28);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('tool_a', 'compensable', '{"name": "undo"}') AS tool_id \gset
+SELECT pg_temp.tool('tool_z', 'compensable', '{"name": "undo"}') AS tool_id \gset
+
 SELECT has_function('undolog', 'fail', ARRAY['uuid', 'text', 'boolean'],
                     'undolog.fail(uuid, text, boolean) exists (p_async DEFAULT false)');
 SELECT function_returns('undolog', 'fail', ARRAY['uuid', 'text', 'boolean'], 'text',
@@ -16,6 +20,7 @@ CREATE TEMP TABLE fx (name text PRIMARY KEY, effect_id uuid);
 CREATE FUNCTION pg_temp.new_call(p_name text, p_step integer) RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_temp.tool('tool_' || p_name, 'compensable', '{"name": "undo"}');
     INSERT INTO fx
     SELECT p_name, i.effect_id
     FROM undolog.intercept('fa000000-0000-4000-8000-000000000001', p_step, 'tool_' || p_name,

@@ -5,6 +5,11 @@ BEGIN;
 SELECT plan(44);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('t', 'compensable', '{"name": "u"}') AS tool_id \gset
+SELECT pg_temp.tool('wire', 'irreversible') AS tool_id \gset
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+
 SELECT has_function('undolog', 'complete_session', ARRAY['uuid'],
                     'undolog.complete_session(uuid) exists');
 SELECT function_returns('undolog', 'complete_session', ARRAY['uuid'], 'text', 'it returns text');

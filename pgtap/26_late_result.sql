@@ -7,6 +7,9 @@ BEGIN;
 SELECT plan(17);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+
 SELECT is(undolog.begin_session('1a7e0000-0000-4000-8000-000000000001'),
           '1a7e0000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
 CREATE TEMP TABLE fx AS

@@ -6,6 +6,10 @@ BEGIN;
 SELECT plan(79);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('send_email', 'irreversible') AS tool_id \gset
+
 -- Data to protect: a committed compensable call and a pending irreversible one.
 SELECT is(undolog.begin_session('a0000000-0000-4000-8000-000000000001'),
           'a0000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');

@@ -5,6 +5,9 @@ BEGIN;
 SELECT plan(31);
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('t', 'compensable', '{"name": "u"}') AS tool_id \gset
+
 SELECT has_function('undolog', 'ensure_partitions', ARRAY['integer'],
                     'undolog.ensure_partitions(integer) exists');
 SELECT function_returns('undolog', 'ensure_partitions', ARRAY['integer'], 'setof text',

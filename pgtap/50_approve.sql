@@ -14,6 +14,7 @@ CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 -- An IRREVERSIBLE call in a new session, as the agent makes it; answers its approval id.
 CREATE FUNCTION pg_temp.gated_call(p_session uuid, p_step integer, p_tool text)
 RETURNS uuid LANGUAGE sql AS $$
+    SELECT pg_temp.tool(p_tool, 'irreversible');
     SELECT undolog.begin_session(p_session);
     SELECT i.approval_id
     FROM undolog.intercept(p_session, p_step, p_tool, 'irreversible',

@@ -12,6 +12,8 @@ CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 
 \ir _helpers.psql
 
+SELECT pg_temp.tool('x', 'irreversible') AS tool_id \gset
+
 -- The deadline comes from the database-wide setting only (ALTER DATABASE ... SET, which
 -- is transactional: rolled back with the test); a session-level SET is ignored.
 CREATE FUNCTION pg_temp.set_timeout(p_value text) RETURNS void LANGUAGE plpgsql AS $$
@@ -22,6 +24,7 @@ END $$;
 
 CREATE FUNCTION pg_temp.gated_call(p_session uuid, p_tool text)
 RETURNS uuid LANGUAGE sql AS $$
+    SELECT pg_temp.tool(p_tool, 'irreversible');
     SELECT undolog.begin_session(p_session);
     SELECT i.approval_id
     FROM undolog.intercept(p_session, 0, p_tool, 'irreversible',

@@ -18,6 +18,8 @@ $$;
 
 -- Agent A: a compensable call (committed) and an irreversible one (awaiting approval).
 SET SESSION AUTHORIZATION ul_t_agent_a;
+SELECT undolog.register_tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT undolog.register_tool('drop_database', 'irreversible') AS tool_id \gset
 SELECT undolog.begin_session('aaaaaaaa-0000-4000-8000-000000000001', 'agent-a');
 SELECT effect_id AS effect_a1 FROM undolog.intercept(
     'aaaaaaaa-0000-4000-8000-000000000001', 0, 'create_user', 'compensable',
@@ -30,6 +32,7 @@ RESET SESSION AUTHORIZATION;
 
 -- Agent B: one compensable call, still executing.
 SET SESSION AUTHORIZATION ul_t_agent_b;
+SELECT undolog.register_tool('send_email', 'compensable', '{"name": "recall_email"}') AS tool_id \gset
 SELECT undolog.begin_session('bbbbbbbb-0000-4000-8000-000000000001', 'agent-b');
 SELECT effect_id AS effect_b1 FROM undolog.intercept(
     'bbbbbbbb-0000-4000-8000-000000000001', 0, 'send_email', 'compensable',

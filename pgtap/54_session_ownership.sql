@@ -1,6 +1,7 @@
 -- Writes are the owner's: an agent cannot intercept into, commit or fail in, heartbeat,
 -- resume, complete or fail another agent's session (42501), and nothing is written when
--- it tries. Approvers and operators may act on any session.
+-- it tries. Neither may an approver or operator make or report calls: people act through
+-- approve/reject and the recorded operator functions (rollback_session here).
 -- Logins are played with SET SESSION AUTHORIZATION: ownership is session_user.
 BEGIN;
 SELECT plan(21);
@@ -13,6 +14,7 @@ CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_oncall NOLOGIN IN ROLE undolog_agent, undolog_operator;
 
 SET SESSION AUTHORIZATION ul_t_agent_a;
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_a \gset
 SELECT undolog.begin_session('a0000000-0000-4000-8000-00000000000a', 'agent-a');
 SELECT effect_id AS effect_a FROM undolog.intercept(
     'a0000000-0000-4000-8000-00000000000a', 0, 'create_user', 'compensable',
@@ -71,12 +73,14 @@ SELECT is(
     'replay', 'the owner replays its call');
 RESET SESSION AUTHORIZATION;
 
--- Staff act on any session: an operator renews the lease and fails it for recovery.
+-- Staff do not act as the agent: an operator cannot renew its lease, but stops any
+-- session through rollback_session, which records who and why.
 SET SESSION AUTHORIZATION ul_t_oncall;
-SELECT lives_ok($$SELECT undolog.heartbeat('a0000000-0000-4000-8000-00000000000a')$$,
-                'an operator may renew any session''s lease');
-SELECT is(undolog.fail_session('a0000000-0000-4000-8000-00000000000a', 'operator stop'),
-          'failed', 'an operator may fail any session');
+SELECT throws_ok($$SELECT undolog.heartbeat('a0000000-0000-4000-8000-00000000000a')$$,
+                 '42501', NULL, 'an operator cannot renew another agent''s lease');
+SELECT is(undolog.rollback_session('a0000000-0000-4000-8000-00000000000a', 'oncall',
+                                   'operator stop'),
+          'failed', 'an operator may roll back any session');
 RESET SESSION AUTHORIZATION;
 
 SELECT is(
@@ -95,6 +99,7 @@ SELECT throws_ok(
 -- A login holding both the agent and the approver role cannot approve its own call.
 CREATE ROLE ul_t_both NOLOGIN IN ROLE undolog_agent, undolog_approver;
 SET SESSION AUTHORIZATION ul_t_both;
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_payout \gset
 SELECT undolog.begin_session('b0000000-0000-4000-8000-00000000000b');
 SELECT approval_id AS own_approval FROM undolog.intercept(
     'b0000000-0000-4000-8000-00000000000b', 0, 'payout', 'irreversible', '{"cents": 1}',

@@ -5,11 +5,17 @@ SELECT plan(10);
 
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_id \gset
+
 CREATE ROLE ul_t_agent_a NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
 
 SET SESSION AUTHORIZATION ul_t_agent_a;
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_id \gset
 SELECT undolog.begin_session('a1000000-0000-4000-8000-000000000001', 'agent-a');
 SELECT effect_id AS e0 FROM undolog.intercept('a1000000-0000-4000-8000-000000000001', 0,
     'create_user', 'compensable', '{"email": "a@example.com"}', pg_temp.sig('v-a-0'),
@@ -70,8 +76,10 @@ SELECT is(has_table_privilege('undolog_agent', 'undolog.sessions_overview', 'SEL
 -- shows whether an operator abandoned it.
 SET SESSION AUTHORIZATION ul_t_agent_a;
 SELECT undolog.begin_session('c1000000-0000-4000-8000-000000000001', 'agent-a');
+SELECT pg_temp.tool('create_admin', 'compensable', '{"name": "delete_user", "max_attempts": 1}')
+    AS tool_id \gset
 SELECT effect_id AS c0 FROM undolog.intercept('c1000000-0000-4000-8000-000000000001', 0,
-    'create_user', 'compensable', '{"n": 0}', pg_temp.sig('v-c-0'),
+    'create_admin', 'compensable', '{"n": 0}', pg_temp.sig('v-c-0'),
     '{"name": "delete_user", "max_attempts": 1}') \gset
 SELECT undolog.commit(:'c0', '{"user_id": 2}');
 SELECT effect_id AS c1 FROM undolog.intercept('c1000000-0000-4000-8000-000000000001', 1,

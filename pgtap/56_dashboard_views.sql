@@ -7,12 +7,18 @@ SELECT plan(14);
 
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_id \gset
+
 CREATE ROLE ul_t_agent_a NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
 CREATE ROLE ul_t_operator NOLOGIN IN ROLE undolog_operator;
 
 SET SESSION AUTHORIZATION ul_t_agent_a;
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_id \gset
 SELECT undolog.begin_session('a1000000-0000-4000-8000-000000000001', 'agent-a');
 SELECT effect_id AS e0 FROM undolog.intercept('a1000000-0000-4000-8000-000000000001', 0,
     'create_user', 'compensable', '{"email": "a@example.com"}', pg_temp.sig('d-a-0'),

@@ -10,6 +10,9 @@ SET LOCAL client_min_messages = warning;
 
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+
 CREATE FUNCTION pg_temp.strong_locks() RETURNS SETOF text LANGUAGE sql AS $$
     SELECT l.relation::regclass::text || ' ' || l.mode FROM pg_locks AS l
     WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'

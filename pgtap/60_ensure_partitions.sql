@@ -9,6 +9,9 @@ SET LOCAL client_min_messages = warning;
 
 \ir _helpers.psql
 
+-- The tools these calls name, registered as their author would (intercept refuses others).
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+
 CREATE FUNCTION pg_temp.month(k integer) RETURNS text LANGUAGE sql
 AS $$ SELECT to_char(undolog.utc_month(now(), k), 'YYYY_MM') $$;
 CREATE FUNCTION pg_temp.names(VARIADIC k integer[]) RETURNS SETOF text LANGUAGE sql

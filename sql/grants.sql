@@ -16,6 +16,11 @@ GRANT EXECUTE ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, te
 TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb, boolean) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text, boolean) TO undolog_agent;
+-- The tools an agent's sessions may journal: an agent registers its own; an operator may
+-- register for an agent login (p_owner) and alone retires a registration.
+GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text)
+TO undolog_agent, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;
@@ -59,6 +64,7 @@ TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_approval_requests
 TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_tools TO undolog_agent, undolog_approver, undolog_operator;
 
 -- Internal or staff-only records: the signature index (the agent reads the same facts in
 -- the effect log), the saga's undo history and operator decisions.

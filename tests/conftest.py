@@ -11,7 +11,9 @@ which need a server that really flushes. ``--postgresql-port`` points at a serve
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -63,3 +65,119 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to this test's database, as an agent client uses it."""
     with psycopg.connect(dsn, autocommit=True) as c:
         yield c
+
+
+# The engine admits a call only for a tool registered for the session's owner, with the
+# registered tier and compensation. The decorator registers its tools itself; the tests
+# that journal calls through engine.intercept / aengine.intercept directly (choosing the
+# tool name, tier and descriptor call by call) get the same registration here, once, for
+# the calling connection's login. A tool reused in a test with another definition has its
+# registration retired first, as an operator would (only a superuser connection can, here:
+# the tests' own). A registration the registry refuses (a malformed tier or descriptor, a
+# login without the privilege) registers nothing, and the call then raises what intercept
+# raises. @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
+_RETIRE_FOR_TEST = """
+UPDATE undolog.undolog_tools SET retired_at = clock_timestamp(), retired_by = 'pytest'
+WHERE owner_role = session_user AND tool_name = %s AND retired_at IS NULL
+"""
+
+
+def _register_for_test(
+    c: Any, tool_name: Any, tier: Any, compensation: Any, superuser: str | None = None
+) -> None:
+    from undolog import engine
+    from undolog.errors import ToolRegistrationMismatch, UndoLogError
+
+    try:
+        with c.transaction():
+            engine.register_tool(c, tool_name, tier, compensation)
+    except ToolRegistrationMismatch:
+        try:
+            if superuser is not None:  # an agent login cannot retire: the test's superuser
+                owner = c.execute("SELECT session_user").fetchone()[0]
+                with psycopg.connect(superuser, autocommit=True) as su:
+                    su.execute(_RETIRE_FOR_TEST.replace("session_user", "%s"), (owner, tool_name))
+            else:
+                with c.transaction():
+                    c.execute(_RETIRE_FOR_TEST, (tool_name,))
+            with c.transaction():
+                engine.register_tool(c, tool_name, tier, compensation)
+        except (UndoLogError, psycopg.Error):
+            pass
+    except (UndoLogError, psycopg.Error):
+        pass
+
+
+async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: Any) -> None:
+    from undolog import aengine
+    from undolog.errors import ToolRegistrationMismatch, UndoLogError
+
+    try:
+        async with c.transaction():
+            await aengine.register_tool(c, tool_name, tier, compensation)
+    except ToolRegistrationMismatch:
+        try:
+            async with c.transaction():
+                await c.execute(_RETIRE_FOR_TEST, (tool_name,))
+                await aengine.register_tool(c, tool_name, tier, compensation)
+        except (UndoLogError, psycopg.Error):
+            pass
+    except (UndoLogError, psycopg.Error):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("unregistered_tools"):
+        return
+    import inspect
+
+    from undolog import aengine, engine
+
+    real, areal = engine.intercept, aengine.intercept
+    shape = inspect.signature(real)
+
+    def tool_of(a: tuple[Any, ...], k: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+        bound = shape.bind(*a, **k)
+        bound.apply_defaults()
+        got = bound.arguments
+        return (got["conn"], got["tool_name"], got["tier"], got["compensation"])
+
+    def superuser() -> str | None:
+        return str(request.getfixturevalue("dsn")) if "dsn" in request.fixturenames else None
+
+    def intercept(*a: Any, **k: Any) -> Any:
+        _register_for_test(*tool_of(a, k), superuser())
+        return real(*a, **k)
+
+    async def aintercept(*a: Any, **k: Any) -> Any:
+        await _aregister_for_test(*tool_of(a, k))
+        return await areal(*a, **k)
+
+    monkeypatch.setattr(engine, "intercept", intercept)
+    monkeypatch.setattr(aengine, "intercept", aintercept)
+
+
+# The engine before the tool registry: its sources (migrations 0001-0002 and the
+# repeatables of that time) from the repository's history. The repeatables are always
+# the current ones, so a database "at" an older migration needs that release's sources:
+# today's intercept, policies and grants name the registry, which 0001 and 0002 do not
+# create. Used as migrations.sql_root (monkeypatched) by the upgrade tests.
+BEFORE_REGISTRY = "f0d5453"
+
+
+@pytest.fixture
+def old_engine(tmp_path: Path) -> Path:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        tar = subprocess.run(
+            ["git", "-C", str(repo), "archive", BEFORE_REGISTRY, "sql"],
+            check=True,
+            capture_output=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the engine's history (git) is not available")
+    dest = tmp_path / "engine-before-registry"
+    dest.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest / "sql"

@@ -58,12 +58,17 @@ def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
     login: Callable[..., Conn],
 ) -> None:
     owner = login("undolog_agent")
-    both = login("undolog_agent", "undolog_approver")  # may act on any session
+    both = login("undolog_agent", "undolog_approver")  # decides on any session's calls
     other_approver = login("undolog_approver")
     session = engine.begin_session(owner, agent="owner")
+    # It can no longer make a call in another agent's session at all: only the owner
+    # makes and reports a session's calls. In its own session, its call is its own.
+    with pytest.raises(errors.PermissionDenied, match="belongs to another role"):
+        engine.intercept(both, session, 0, "wire", "irreversible", {"cents": 5})
+    session = engine.begin_session(both, agent="both")
     call = engine.intercept(both, session, 0, "wire", "irreversible", {"cents": 5})
     assert call.action == "await_approval" and call.approval_id is not None
-    maker = owner.execute(
+    maker = both.execute(
         "SELECT intercepted_by FROM undolog.undolog_effect_log WHERE effect_id = %s",
         (call.effect_id,),
     ).fetchone()
@@ -312,6 +317,7 @@ def test_the_engine_enforces_the_same_nesting_limit_as_the_binding(conn: Conn) -
     depth = conn.execute("SELECT undolog.max_nesting_depth()").fetchone()
     assert depth == (64,)
     session = engine.begin_session(conn)
+    engine.register_tool(conn, "t", "compensable", UNDO)
     query = "SELECT * FROM undolog.intercept(%s, %s, 't', 'compensable', %s::jsonb, %s, %s)"
     ok = engine.fetch_one(conn, query, (session, 0, _nested_jsonb(64), _sig(), Jsonb(UNDO)))
     assert ok[1] == "execute"

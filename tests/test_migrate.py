@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pgcluster import bindir, schema_dump, throwaway_cluster
-from undolog import engine
+from undolog import engine, migrations
 from undolog.migrations import (
     MigrationError,
     available_migrations,
@@ -129,7 +129,7 @@ def test_migrate_refuses_an_unknown_target(admin: psycopg.Connection[Any]) -> No
 
 
 def test_upgrade_through_every_release_equals_fresh_install(
-    admin: psycopg.Connection[Any],
+    admin: psycopg.Connection[Any], old_engine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fresh = _fresh_db(admin, "mig_fresh")
     with psycopg.connect(fresh, autocommit=True) as c:
@@ -137,8 +137,12 @@ def test_upgrade_through_every_release_equals_fresh_install(
     upgraded = _fresh_db(admin, "mig_upgraded")
     with psycopg.connect(upgraded, autocommit=True) as c:
         # one migration at a time, with a journal in use between them, as a user upgrades
+        old = {m.name for m in available_migrations(old_engine)}
         for m in available_migrations():
-            migrate(c, target=m.name)
+            with monkeypatch.context() as patched:  # that release's own sources
+                if m.name in old:
+                    patched.setattr(migrations, "sql_root", lambda: old_engine)
+                migrate(c, target=m.name)
             session = engine.begin_session(c)
             found = engine.intercept(
                 c,

@@ -124,6 +124,7 @@ def test_one_failed_heartbeat_does_not_stop_the_heartbeat(dsn: str, conn: Conn) 
 
 def test_two_irreversible_intercepts_in_one_session_do_not_deadlock(dsn: str, conn: Conn) -> None:
     sid = engine.begin_session(conn)
+    engine.register_tool(conn, "wire", "irreversible", None)
     holder = psycopg.connect(dsn)  # a compensable intercept in flight holds FOR SHARE
     holder.execute("SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR SHARE", (sid,))
     errors: list[str | None] = []

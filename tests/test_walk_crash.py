@@ -211,6 +211,7 @@ import psycopg
 from undolog import engine
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
     sid = engine.begin_session(conn, agent="doomed", lease=timedelta(seconds=1))
+    engine.register_tool(conn, "charge", "compensable", {"name": "refund"})
     for step in range(3):
         hit = engine.intercept(conn, sid, step, "charge", "compensable", {"n": step},
                                {"name": "refund"})

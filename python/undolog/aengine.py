@@ -44,6 +44,14 @@ async def heartbeat(conn: AsyncConnection, session_id: uuid.UUID) -> datetime:
     return expires
 
 
+async def register_tool(
+    conn: AsyncConnection, tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+) -> uuid.UUID:
+    params = engine.register_tool_params(tool_name, tier, compensation)
+    tool_id: uuid.UUID = (await _one(conn, engine.REGISTER_TOOL, params))[0]
+    return tool_id
+
+
 async def intercept(
     conn: AsyncConnection,
     session_id: uuid.UUID,

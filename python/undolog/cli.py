@@ -13,7 +13,7 @@
     undolog approvals list                     requests waiting for a human
     undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]
     undolog recover                            fail expired sessions; name walks to run
-    undolog worker --app MODULE:OBJECT [--interval S] [--max-backoff S] [--once]
+    undolog worker --app MODULE:OBJECT [--owner ROLE]... [--interval S] [--max-backoff S] [--once]
                                                recover and walk, with the app's compensations
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
@@ -620,6 +620,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         on_walked=walked,
         # the proxy's worker walks the proxy's sessions, not another application's
         only_known=args.mcp_config is not None,
+        # --owner ROLE: only those logins' sessions; the proxy's worker, by default, only
+        # its own login's (run it as the proxy's login, or name that login)
+        owners=args.owner or ([] if args.mcp_config is not None else None),
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -1021,6 +1024,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", parents=[common], help="recover and walk until SIGTERM/SIGINT")
     p.add_argument("--app", help="MODULE:OBJECT of the UndoLog instance")
     p.add_argument("--mcp-config", help="the MCP proxy's policy file: walk its sessions")
+    p.add_argument(
+        "--owner",
+        action="append",
+        metavar="ROLE",
+        help="walk only the sessions begun by this login (repeatable; default: every "
+        "session, or with --mcp-config the worker's own login's)",
+    )
     p.add_argument(
         "--interval",
         type=_non_negative_float,

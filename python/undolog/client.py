@@ -129,6 +129,9 @@ class _Base:
         # Performance); its intent, written by intercept, is always durable.
         self.durable_results = durable_results
         self.compensations: dict[str, Callable[..., Any]] = {}
+        # Which decorated tools were registered (undolog.register_tool) on which of our
+        # connections: (id(connection), tool name) -> tool_id. See ActiveSession.
+        self.registered_tools: dict[tuple[int, str], uuid.UUID] = {}
 
     def _in_progress_wait(self, given: float | timedelta | None) -> float:
         return self.in_progress_wait if given is None else seconds(given)
@@ -152,6 +155,7 @@ class _Base:
             durable_results=self.durable_results,
             lease_deadline=sent + lease.total_seconds(),
             lease_seconds=lease.total_seconds(),
+            registered_tools=self.registered_tools,
         )
 
     def _walk(

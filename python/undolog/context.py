@@ -57,6 +57,10 @@ class ActiveSession:
     # is later, so no clock of the two machines is compared). None: not tracked.
     lease_deadline: float | None = None
     lease_seconds: float = 0.0
+    # The tools registered through this session's connection: (id(connection), tool name)
+    # -> tool_id, shared by every session of one UndoLog, so that register_tool is sent
+    # once per connection and tool (the decorator's first call of it there).
+    registered_tools: dict[tuple[int, str], uuid.UUID] = field(default_factory=dict)
     _steps: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

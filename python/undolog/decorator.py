@@ -36,6 +36,7 @@ from undolog.errors import (
     SessionNotActive,
     UndoLogError,
     UnknownSession,
+    UnknownTool,
 )
 from undolog.signature import call_signature
 from undolog.tiers import CompensationDescriptor, ToolTier
@@ -95,6 +96,61 @@ def _intercept_params(
         spec.compensation.to_json() if spec.compensation else None,
         call.signature,
     )
+
+
+def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]:
+    return (id(session.connection), spec.name)
+
+
+def _registration(spec: ToolSpec) -> tuple[str, str, dict[str, Any] | None]:
+    return (spec.name, spec.tier.value, spec.compensation.to_json() if spec.compensation else None)
+
+
+# The engine admits a call only for a tool registered for the session's owner, and takes
+# the compensation from the registration: a tool's first call on a connection registers
+# it (idempotent; a different definition raises ToolRegistrationMismatch), the answer is
+# cached. A cached answer that the engine no longer knows (the tool was retired, or the
+# connection's id was reused by another login's connection) is registered again once.
+def _register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> None:
+    key = _registration_key(spec, session)
+    if again or key not in session.registered_tools:
+        conn = cast(engine.Connection, session.connection)
+        session.registered_tools[key] = engine.register_tool(conn, *_registration(spec))
+
+
+async def _aregister(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> None:
+    from undolog import aengine
+
+    key = _registration_key(spec, session)
+    if again or key not in session.registered_tools:
+        conn = cast(aengine.AsyncConnection, session.connection)
+        session.registered_tools[key] = await aengine.register_tool(conn, *_registration(spec))
+
+
+def _intercept(
+    spec: ToolSpec, session: ActiveSession, params: tuple[Any, ...]
+) -> engine.Interception:
+    conn = cast(engine.Connection, session.connection)
+    _register(spec, session)
+    try:
+        return engine.intercept(conn, *params)
+    except UnknownTool:
+        _register(spec, session, again=True)
+        return engine.intercept(conn, *params)
+
+
+async def _aintercept(
+    spec: ToolSpec, session: ActiveSession, params: tuple[Any, ...]
+) -> engine.Interception:
+    from undolog import aengine
+
+    conn = cast(aengine.AsyncConnection, session.connection)
+    await _aregister(spec, session)
+    try:
+        return await aengine.intercept(conn, *params)
+    except UnknownTool:
+        await _aregister(spec, session, again=True)
+        return await aengine.intercept(conn, *params)
 
 
 def _refuse_unless_executable(
@@ -237,7 +293,7 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         conn = cast(engine.Connection, session.connection)
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
-        got = engine.intercept(conn, *params)
+        got = _intercept(spec, session, params)
         if got.action == "in_progress":
             for pause in _in_progress_pauses(spec, session, call, got):
                 time.sleep(pause)
@@ -280,7 +336,7 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
         conn = cast(aengine.AsyncConnection, session.connection)
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
-        got = await aengine.intercept(conn, *params)
+        got = await _aintercept(spec, session, params)
         if got.action == "in_progress":
             for pause in _in_progress_pauses(spec, session, call, got):
                 await asyncio.sleep(pause)

@@ -68,6 +68,7 @@ BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
 HEARTBEAT = "SELECT undolog.heartbeat(%s)"
 INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
 COMMIT = "SELECT undolog.commit(%s, %s)"
+REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s)"
 # The result record committed asynchronously (see commit() below).
 COMMIT_ASYNC = "SELECT undolog.commit(%s, %s, true)"
 FAIL = "SELECT undolog.fail(%s, %s)"
@@ -149,6 +150,23 @@ def session_state(conn: Connection, session_id: uuid.UUID) -> str:
 def heartbeat(conn: Connection, session_id: uuid.UUID) -> datetime:
     expires: datetime = fetch_one(conn, HEARTBEAT, (session_id,))[0]
     return expires
+
+
+def register_tool_params(
+    tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+) -> Params:
+    return (tool_name, tier, Jsonb(dict(compensation)) if compensation is not None else None)
+
+
+def register_tool(
+    conn: Connection, tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+) -> uuid.UUID:
+    """Register a tool of this login (idempotent): answers its tool_id. UL018 when a
+    live registration of the name says otherwise."""
+    tool_id: uuid.UUID = fetch_one(
+        conn, REGISTER_TOOL, register_tool_params(tool_name, tier, compensation)
+    )[0]
+    return tool_id
 
 
 def intercept(

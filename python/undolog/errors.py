@@ -82,6 +82,20 @@ class PartitionInUse(UndoLogError):
     sqlstate = "UL016"
 
 
+class UnknownTool(UndoLogError):
+    """The call names no live registered tool of its session's owner: register it with
+    ``undolog.register_tool`` (the decorator does so on a tool's first call)."""
+
+    sqlstate = "UL017"
+
+
+class ToolRegistrationMismatch(UndoLogError):
+    """The tier or compensation differs from the tool's live registration: an operator
+    retires it (``undolog.retire_tool``) before it can be registered again."""
+
+    sqlstate = "UL018"
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -208,6 +222,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         ApprovalAlreadyDecided,
         ApprovalExpired,
         PartitionInUse,
+        UnknownTool,
+        ToolRegistrationMismatch,
         PermissionDenied,
     )
     if cls.sqlstate is not None

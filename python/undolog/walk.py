@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,12 +86,15 @@ def storable_error(text: str) -> str:
 # The compensation the next claim of a session would hand out, found the way
 # claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
 # barrier (the walk stops there, needing no compensation); no row when nothing is left.
+# The name is the effect's registration's (claim_compensation answers that one); an
+# effect journaled before the registry has no tool_id, and its descriptor names it.
 NEXT_COMPENSATION = """
-SELECT u.compensation ->> 'name'
+SELECT coalesce(t.compensation ->> 'name', u.compensation ->> 'name')
 FROM undolog.undolog_undo_stack AS u
 INNER JOIN undolog.undolog_effect_log AS e
     ON e.session_id = u.session_id AND e.effect_id = u.effect_id
        AND e.executed_at = u.executed_at
+LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id AND u.compensation IS NOT NULL
 WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
   AND NOT (e.state = 'pending'
            OR (u.compensation IS NULL AND e.state IN ('approved', 'rejected')))
@@ -181,6 +184,22 @@ def run_walk(
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
 
 
+# The sessions of ``due`` begun by one of the logins (none given: the worker's own), in
+# recover()'s order.
+_OWNED = """
+SELECT s.session_id FROM undolog.undolog_sessions AS s
+WHERE s.session_id = ANY (%s)
+  AND s.owner_role = ANY (coalesce(nullif(%s::text[], '{}'), ARRAY[session_user::text]))
+"""
+
+
+def _owned_by(
+    conn: engine.Connection, due: Sequence[uuid.UUID], owners: Sequence[str]
+) -> list[uuid.UUID]:
+    owned = {r[0] for r in engine.fetch_all(conn, _OWNED, (list(due), list(owners)))}
+    return [sid for sid in due if sid in owned]
+
+
 def _stale(claim: saga.Claim, exc: UndoLogError) -> None:
     log.warning(
         "stale claim: compensation %s of %s (undo %s, attempt %s) outlived its claim and "
@@ -248,8 +267,13 @@ class Worker:
         on_walked: Callable[[uuid.UUID, str], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         only_known: bool = False,
+        owners: Sequence[str] | None = None,
     ) -> None:
         self.connect = connect
+        # Walk only the sessions begun by these logins (undolog worker --owner ROLE): a
+        # worker serves the agents whose compensations it holds, not every agent's. None:
+        # every session. An empty sequence: the sessions of the worker's own login.
+        self.owners = None if owners is None else list(owners)
         # Walk only what ``compensations`` can undo: a session whose next entry is another
         # application's is left (unreported) for that application's worker.
         self.only_known = only_known
@@ -294,6 +318,8 @@ class Worker:
             return False
         try:
             due = saga.recover(conn)
+            if self.owners is not None and due:
+                due = _owned_by(conn, due, self.owners)
         except Exception as exc:
             return self._fault(exc, "recover()")
         for sid in due:

@@ -47,7 +47,7 @@ BEGIN
     IF NOT FOUND THEN  -- an existing session, not resumed: is it even the caller's?
         SELECT s.owner_role INTO v_owner_role FROM undolog.undolog_sessions AS s
         WHERE s.session_id = v_session_id;
-        PERFORM undolog.check_session_caller(v_session_id, v_owner_role);
+        PERFORM undolog.check_session_actor(v_session_id, v_owner_role);
     END IF;
     RETURN v_session_id;
 END

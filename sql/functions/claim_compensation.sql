@@ -25,6 +25,9 @@
 -- (compensation_failed, session halted), so a compensation that kills its walker every
 -- time cannot loop forever.
 --
+-- The compensation answered is the one the effect's tool registration names; an entry
+-- whose descriptor disagrees with it halts the session instead (see below).
+--
 -- UL002 unknown session; UL010 when the session has no walk to run (active, completed,
 -- awaiting_approval) or its walk is stopped (halted: an operator must act). A compensated
 -- session answers no row, so a late walker simply finds the walk over.
@@ -52,6 +55,7 @@ DECLARE
     v_entry undolog.undolog_undo_stack;
     v_effect undolog.undolog_effect_log;
     v_attempt integer;
+    v_registered jsonb;
 BEGIN
     -- Every setting is read before anything is written: a bad one writes nothing.
     v_timeout := coalesce(p_claim_timeout,
@@ -162,6 +166,27 @@ BEGIN
             RETURN;
         END IF;
 
+        -- What the walker runs is the registration's compensation (the effect's tool_id),
+        -- never the journal's descriptor alone: a descriptor that disagrees with it (only
+        -- a write around the API can make one) stops the walk for a person, with the
+        -- reason. Effects journaled before the registry existed have no tool_id: their
+        -- descriptor is all there is, and it is used as before.
+        IF v_effect.tool_id IS NOT NULL THEN
+            SELECT t.compensation - 'max_attempts' INTO v_registered
+            FROM undolog.undolog_tools AS t
+            WHERE t.tool_id = v_effect.tool_id;
+            IF v_registered IS DISTINCT FROM v_entry.compensation THEN
+                PERFORM undolog.halt_walk(
+                    p_session_id, v_entry.undo_id,
+                    pg_catalog.format('undo entry %s names compensation %s, but tool %s '
+                                      '(registration %s) is registered with %s: not run',
+                                      v_entry.undo_id, v_entry.compensation, v_effect.tool_name,
+                                      v_effect.tool_id, coalesce(v_registered::text, 'none'))
+                );
+                RETURN;
+            END IF;
+        END IF;
+
         UPDATE undolog.undolog_undo_stack AS u
         SET state = 'compensating',
             attempts = u.attempts + 1,
@@ -177,7 +202,8 @@ BEGIN
               AND e.executed_at = v_effect.executed_at;
         END IF;
         RETURN QUERY SELECT v_entry.undo_id, v_effect.effect_id, v_effect.tool_name,
-                            v_entry.compensation, v_effect.args, v_effect.result_snapshot,
+                            coalesce(v_registered, v_entry.compensation), v_effect.args,
+                            v_effect.result_snapshot,
                             v_attempt;
         RETURN;
     END LOOP;

@@ -29,15 +29,16 @@ BEGIN
         RETURN NEW;
     END IF;
 
-    -- intercepted_by (who made the call) is identity too: approvals are refused by it.
+    -- intercepted_by (who made the call) is identity too: approvals are refused by it;
+    -- so is tool_id, the registration the undo walk takes the compensation from.
     IF (NEW.effect_id, NEW.session_id, NEW.executed_at, NEW.call_signature, NEW.step_index,
-        NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by)
+        NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by, NEW.tool_id)
        IS DISTINCT FROM
        (OLD.effect_id, OLD.session_id, OLD.executed_at, OLD.call_signature, OLD.step_index,
-        OLD.tool_name, OLD.tier, OLD.args, OLD.intercepted_by) THEN
+        OLD.tool_name, OLD.tier, OLD.args, OLD.intercepted_by, OLD.tool_id) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL011',
-            MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args, maker) cannot change',
+            MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args, maker, registration) cannot change',
             DETAIL = pg_catalog.format('effect %s', OLD.effect_id);
     END IF;
     NEW.updated_at := now();

@@ -9,6 +9,14 @@
 -- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
 -- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
 -- the undo stack and an approval request, and suspends the session.
+-- A new call must name a live registered tool of the session's owner (register_tool):
+-- UL017 when none, UL018 when the call's tier, or its non-NULL compensation, differs from
+-- the registration's. The effect records the registration (tool_id) and the undo entry
+-- takes its compensation from the registration, never from the caller: p_tier and
+-- p_compensation stay in the signature for the SQL API's callers, and are only checked.
+-- A call already journaled (a replay, a retry) is not looked up again: its tier is part
+-- of its identity (UL005), its undo entry was written when it was new, and calls
+-- journaled before the registry existed have no registration to find.
 -- Durability: whatever the client's synchronous_commit, a transaction that writes an
 -- intent (a new call, a retry, an approved call made again) commits durably: a session
 -- or database set to off must not let a body act with no durable intent. Replay
@@ -45,6 +53,11 @@ DECLARE
     v_effect undolog.undolog_effect_log;
     v_approval_id uuid;
     v_approval_state text;
+    -- The registration, as scalars: a %ROWTYPE of the registry would tie this function's
+    -- validation to a table a migration creates after the repeatables are defined.
+    v_tool_id uuid;
+    v_tool_tier text;
+    v_tool_compensation jsonb;
     v_client_sync text := pg_catalog.current_setting('synchronous_commit');
     -- Whether this transaction wrote anything before this call (an intent among it).
     v_wrote_before boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL;
@@ -109,23 +122,53 @@ BEGIN
                 MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
                                             p_session_id, v_session_state);
         END IF;
+        -- One lookup of the live-registration index; the session's owner is the caller
+        -- (check_session_caller above).
+        SELECT t.tool_id, t.tier, t.compensation
+        INTO v_tool_id, v_tool_tier, v_tool_compensation
+        FROM undolog.undolog_tools AS t
+        WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
+          AND t.retired_at IS NULL;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL017',
+                MESSAGE = pg_catalog.format('tool %s is not registered for %s',
+                                            p_tool_name, v_owner_role),
+                HINT = 'Register it with undolog.register_tool (the binding does so for '
+                       'each decorated tool), or an operator registers it for this login.';
+        END IF;
+        IF v_tool_tier <> p_tier
+           OR (p_compensation IS DISTINCT FROM v_tool_compensation
+               AND (p_compensation -> 'name', coalesce(p_compensation -> 'args', '{}'::jsonb),
+                    p_compensation -> 'max_attempts')
+                   IS DISTINCT FROM (v_tool_compensation -> 'name', v_tool_compensation -> 'args',
+                                     v_tool_compensation -> 'max_attempts')) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL018',
+                MESSAGE = pg_catalog.format('the call of %s differs from its registration',
+                                            p_tool_name),
+                DETAIL = pg_catalog.format('registered: tier %s, compensation %s; called: '
+                                           'tier %s, compensation %s', v_tool_tier,
+                                           coalesce(v_tool_compensation::text, 'none'), p_tier,
+                                           coalesce(p_compensation::text, 'none')),
+                HINT = 'A tool''s registration fixes its tier and compensation: an operator '
+                       'retires it first (undolog.retire_tool) to change them.';
+        END IF;
         INSERT INTO undolog.undolog_effect_log
             (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
-             args, state, attempts)
+             args, state, attempts, tool_id)
         VALUES
             (v_effect_id, p_session_id, v_executed_at, p_call_signature, p_step_index,
              p_tool_name, p_tier, p_args,
              CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
-             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END);
+             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
         IF p_tier = 'compensable' THEN
             INSERT INTO undolog.undolog_undo_stack
                 (session_id, effect_id, executed_at, compensation, max_attempts)
             VALUES
                 (p_session_id, v_effect_id, v_executed_at,
-                 pg_catalog.jsonb_build_object(
-                     'name', p_compensation -> 'name',
-                     'args', coalesce(p_compensation -> 'args', '{}'::jsonb)),
-                 (p_compensation ->> 'max_attempts')::integer);
+                 v_tool_compensation - 'max_attempts',
+                 (v_tool_compensation ->> 'max_attempts')::integer);
             RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
                                 NULL::jsonb, NULL::uuid;
             RETURN;

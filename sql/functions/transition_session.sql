@@ -1,5 +1,5 @@
 -- undolog.transition_session: move a session to p_to, or raise: UL002 when the session
--- does not exist, 42501 when the caller may not act on it (check_session_caller), UL001
+-- does not exist, 42501 when the caller may not act on it (check_session_actor), UL001
 -- when the move is not in the state machine (including a move to the state it is already
 -- in, e.g. failing a session twice). Answers the new state.
 CREATE OR REPLACE FUNCTION undolog.transition_session(
@@ -15,7 +15,7 @@ DECLARE
 BEGIN
     SELECT s.state, s.owner_role INTO v_from, v_owner_role
     FROM undolog.lock_session(p_session_id) AS s;
-    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+    PERFORM undolog.check_session_actor(p_session_id, v_owner_role);
     IF NOT undolog.session_transition_allowed(v_from, p_to) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

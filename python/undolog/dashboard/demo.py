@@ -96,9 +96,10 @@ def fill(dsn: str) -> None:
     with psycopg.connect(as_login(dsn, "demo_agent"), autocommit=True) as conn:
         sid = engine.begin_session(conn, None, "travel", {}, timedelta(hours=8))
         args = {"flight": "BA 117", "passenger": "Cy"}
-        call = engine.intercept(
-            conn, sid, 0, "book_flight", "compensable", args, {"name": "cancel_booking"}
-        )
+        # the tool as the decorator above registers it (tier and compensation)
+        booking = {"name": "cancel_booking", "args": {}, "max_attempts": 1}
+        engine.register_tool(conn, "book_flight", "compensable", booking)
+        call = engine.intercept(conn, sid, 0, "book_flight", "compensable", args, booking)
         if call.effect_id is not None:
             engine.commit(conn, call.effect_id, {"booking": "BK-00117"})
     print(

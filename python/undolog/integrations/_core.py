@@ -146,6 +146,13 @@ def _intercept_params(
     )
 
 
+def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None]:
+    """What the engine's registry must hold before a deferred call of ``tool`` is
+    intercepted (intercept refuses unregistered tools), as the decorator registers it."""
+    compensation = tool.spec.compensation if tool.spec is not None else None
+    return (tool.name, tool.tier.value, compensation.to_json() if compensation else None)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Deferred:
     tool: ToolInfo
@@ -220,6 +227,11 @@ async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     for call in deferred:
+        key = (id(conn), call.tool.name)
+        if key not in session.registered_tools:
+            session.registered_tools[key] = await aengine.register_tool(
+                conn, *_registration(call.tool)
+            )
         try:
             await aengine.intercept(
                 conn, *_intercept_params(session, call.tool, call.call_key, call.args)
@@ -267,6 +279,9 @@ def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) ->
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
     for call in deferred:  # as _request_deferred: one request at a time
+        key = (id(conn), call.tool.name)
+        if key not in session.registered_tools:
+            session.registered_tools[key] = engine.register_tool(conn, *_registration(call.tool))
         try:
             engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
         except SessionNotActive:

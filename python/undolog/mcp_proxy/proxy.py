@@ -169,12 +169,15 @@ class McpProxy:
             dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=False
         )
         self.loop: asyncio.AbstractEventLoop | None = None
-        # Every upstream tool can be a compensation: the journal names which one, as the
-        # policy said when the call was made.
+        # Only the policy's compensations can run: the walk takes the name from the
+        # registration the proxy made at start (open), and an upstream tool no policy
+        # names as a compensation (a payout, say) is never one, whatever a journal says.
         self.compensations: dict[str, Callable[..., Any]] = {
-            compensation_name(u, t): UpstreamCompensation(self, u, t)
-            for u, up in upstreams.items()
-            for t in up.tools
+            compensation_name(r.upstream, r.policy.compensation.tool): UpstreamCompensation(
+                self, r.upstream, r.policy.compensation.tool
+            )
+            for r in self.routes.values()
+            if r.policy.tier == "compensable" and r.policy.compensation is not None
         }
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -182,6 +185,24 @@ class McpProxy:
     async def open(self) -> None:
         self.loop = asyncio.get_running_loop()
         await self.pool.open(wait=True, timeout=30)
+        await self.register_tools()
+
+    async def register_tools(self) -> None:
+        """Register every journaled tool of the policy for the proxy's login, with the
+        policy's tier and compensation: intercept refuses unregistered tools, and the walk
+        runs the registered compensation. A policy that changed a tool's tier or
+        compensation is refused (ToolRegistrationMismatch) until an operator retires the
+        old registration."""
+        async with self.pool.connection() as conn:
+            for route in self.routes.values():
+                if route.policy.tier == "safe":
+                    continue
+                await aengine.register_tool(
+                    conn,
+                    journal_name(route.upstream, route.tool),
+                    route.policy.tier,
+                    self._descriptor(route) if route.policy.tier == "compensable" else None,
+                )
 
     async def close(self) -> None:
         for ps in list(self.sessions.values()):

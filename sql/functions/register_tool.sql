@@ -1,0 +1,89 @@
+-- undolog.register_tool: declare a journaled tool of an agent login, with its tier and,
+-- for a compensable tool, the compensation the undo walk runs for it (name, static args,
+-- max_attempts). intercept refuses calls naming no live registration of the session's
+-- owner (UL017) and takes the compensation from the registration, so the agent never
+-- chooses what its call's tier is or what undoes it. Answers the tool_id.
+-- The owner is the caller's login (session_user), or p_owner when the caller is an
+-- operator: an operator may pin an agent login's tools before that agent first runs.
+-- Idempotent: the same definition answers the live registration's tool_id. A different
+-- tier or compensation for a live registration is refused (UL018): only an operator may
+-- change what a tool does, by retiring it first (retire_tool, recorded) and registering
+-- again. UL006/UL007/UL008/UL009 as for intercept (check_call validates the definition).
+CREATE OR REPLACE FUNCTION undolog.register_tool(
+    p_tool_name text,
+    p_tier text,
+    p_compensation jsonb DEFAULT NULL,
+    p_owner text DEFAULT NULL
+)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_owner text := coalesce(p_owner, session_user);
+    v_compensation jsonb;
+    -- Scalars, not a %ROWTYPE of the registry (see intercept).
+    v_tool_id uuid;
+    v_tool_tier text;
+    v_tool_compensation jsonb;
+BEGIN
+    -- The tool's part of a call, checked by the very rules intercept applies to a call:
+    -- the session, step, args and signature given here are merely well-formed.
+    PERFORM undolog.check_call('00000000-0000-0000-0000-000000000000'::uuid, 0, p_tool_name,
+                               p_tier, '{}'::jsonb, repeat('0', 64), p_compensation);
+    IF v_owner IS DISTINCT FROM session_user THEN
+        IF NOT pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER') THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '42501',
+                MESSAGE = pg_catalog.format('only an operator may register a tool for %s',
+                                            p_owner),
+                HINT = 'An agent registers its own tools: leave p_owner NULL.';
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL008',
+                MESSAGE = pg_catalog.format('p_owner %s is not a role', p_owner);
+        END IF;
+    END IF;
+    -- One stored form: args always present (an empty object when none), max_attempts
+    -- only when given, so that equal definitions compare equal.
+    IF p_compensation IS NOT NULL THEN
+        v_compensation := pg_catalog.jsonb_build_object(
+            'name', p_compensation -> 'name',
+            'args', coalesce(p_compensation -> 'args', '{}'::jsonb))
+            || CASE WHEN p_compensation ? 'max_attempts'
+                    THEN pg_catalog.jsonb_build_object('max_attempts',
+                                                       p_compensation -> 'max_attempts')
+                    ELSE '{}'::jsonb END;
+    END IF;
+
+    INSERT INTO undolog.undolog_tools AS t (owner_role, tool_name, tier, compensation)
+    VALUES (v_owner, p_tool_name, p_tier, v_compensation)
+    ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
+    RETURNING t.tool_id INTO v_tool_id;
+    IF FOUND THEN
+        RETURN v_tool_id;
+    END IF;
+    SELECT t.tool_id, t.tier, t.compensation
+    INTO STRICT v_tool_id, v_tool_tier, v_tool_compensation
+    FROM undolog.undolog_tools AS t
+    WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
+    IF (v_tool_tier, v_tool_compensation) IS DISTINCT FROM (p_tier, v_compensation) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL018',
+            MESSAGE = pg_catalog.format('tool %s of %s is registered differently',
+                                        p_tool_name, v_owner),
+            DETAIL = pg_catalog.format('registered: tier %s, compensation %s; asked: tier %s, '
+                                       'compensation %s', v_tool_tier,
+                                       coalesce(v_tool_compensation::text, 'none'), p_tier,
+                                       coalesce(v_compensation::text, 'none')),
+            HINT = pg_catalog.format('An operator retires tool_id %s first '
+                                     '(undolog.retire_tool), then it can be registered again.',
+                                     v_tool_id);
+    END IF;
+    RETURN v_tool_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.register_tool(text, text, jsonb, text) FROM public;
