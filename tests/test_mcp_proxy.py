@@ -293,6 +293,68 @@ def test_irreversible_approved_during_the_hold_runs_once(
     assert [state for _, state in sessions(conn)] == ["completed"]
 
 
+def test_many_held_calls_share_one_listen_connection_and_are_capped(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, tmp_path: Path
+) -> None:
+    """120 irreversible calls at once from one client: the proxy's PostgreSQL connections
+    stay bounded (its pool and one LISTEN connection, not one per hold), and the calls past
+    the per-client cap are told so at once."""
+    policy = derived_policy(tmp_path, hold_seconds=10)
+    policy.write_text(
+        policy.read_text().replace("[proxy]\n", "[proxy]\nmax_holds_per_client = 6\n", 1)
+    )
+    peak = [0]
+    stop = [False]
+
+    def sample() -> None:
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            while not stop[0]:
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = 'undolog-mcp-proxy'"
+                ).fetchone()
+                assert row is not None
+                peak[0] = max(peak[0], int(row[0]))
+                time.sleep(0.05)
+
+    async def body() -> list[types.CallToolResult]:
+        async with stdio_client(policy, dsn, ledger, mode="legacy") as client:
+            watcher = asyncio.create_task(asyncio.to_thread(sample))
+            try:
+                return list(
+                    await asyncio.gather(
+                        *(
+                            client.call_tool(
+                                "payments__process_payout",
+                                {"account": "acc-1", "amount_cents": 500},
+                            )
+                            for _ in range(120)
+                        )
+                    )
+                )
+            finally:
+                stop[0] = True
+                await watcher
+
+    results = asyncio.run(body())
+    capped = [r for r in results if "NOT HELD" in text(r)]
+    held = [r for r in results if "NOT RUN YET: " in text(r)]
+    assert all(r.is_error for r in results)
+    # identical concurrent calls: the journal answers some "this very call is running
+    # now" at once; of those it answers "awaits approval", at most 6 are held and the rest
+    # are told at once that the cap is reached
+    running = [r for r in results if "this very call is running now" in text(r)]
+    assert len(capped) + len(held) + len(running) == 120
+    assert len(held) == 6 and len(capped) >= 1, (len(held), len(capped), len(running))
+    assert "max_holds_per_client" in text(capped[0])
+    assert 1 <= peak[0] <= 8 + 1, peak[0]  # the pool's connections and one LISTEN
+    assert names(ledger) == []
+    print(
+        f"120 concurrent irreversible calls: peak {peak[0]} proxy connections;"
+        f" {len(held)} held, {len(capped)} capped, {len(running)} answered running"
+    )
+
+
 def test_irreversible_approved_after_the_hold(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

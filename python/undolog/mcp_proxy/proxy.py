@@ -77,6 +77,8 @@ RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a 
 UNDO_META_KEY = "undolog/undo_id"
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
 COMPENSATION_PREFIX = "mcp:"
+APPLICATION_NAME = "undolog-mcp-proxy"
+POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -152,6 +154,7 @@ class ProxySession:
     occurrences: dict[str, int] = field(default_factory=dict)
     began: bool = False
     bindings: int = 0
+    holds: int = 0  # irreversible calls of this session held open now
     beat: asyncio.Task[None] | None = None
     walking: asyncio.Task[None] | None = None
     begin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -181,8 +184,18 @@ class McpProxy:
         self.process_session: uuid.UUID | None = None
         self.http = False  # served over streamable HTTP (set by the server)
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=False
+            dsn,
+            min_size=1,
+            max_size=POOL_SIZE,
+            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
+            open=False,
         )
+        # One LISTEN connection wakes every held call: a connection per hold let one client
+        # open as many PostgreSQL connections as it made irreversible calls at once.
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._listen_lock = asyncio.Lock()
+        self._held: set[asyncio.Event] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         # Every upstream tool can be a compensation: the journal names which one, as the
         # policy said when the call was made.
@@ -205,7 +218,39 @@ class McpProxy:
             if ps.walking is not None:
                 with contextlib.suppress(Exception):
                     await ps.walking
+        if self._listening is not None:
+            self._listening.cancel()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
         await self.pool.close()
+
+    async def _listen(self) -> None:
+        """Start the one LISTEN connection (again, after it broke); holds poll meanwhile."""
+        async with self._listen_lock:
+            if self._listening is not None and not self._listening.done():
+                return
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name=APPLICATION_NAME
+                )
+                await conn.execute(f"LISTEN {CHANNEL}")
+            except Exception as exc:
+                log.warning("cannot listen for approval decisions (holds poll): %s", exc)
+                return
+            self._listener = conn
+            self._listening = asyncio.create_task(self._relay(conn))
+
+    async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            async for _ in conn.notifies():
+                for event in list(self._held):
+                    event.set()
+        except Exception as exc:
+            log.warning("the approvals LISTEN connection broke: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
     # -- the tool list -----------------------------------------------------------------
 
@@ -588,7 +633,19 @@ class McpProxy:
                     "will not be run twice"
                 )
             assert icpt.approval_id is not None
-            decision = await self._hold(ctx, icpt.approval_id)
+            cap = self.policy.max_holds_per_client
+            if ps.holds >= cap:
+                return _error(
+                    f"NOT RUN YET, NOT HELD: {name} waits for a human to approve it (approval "
+                    f"{icpt.approval_id}), and this client already has {cap} irreversible "
+                    "calls held open, the most it may (proxy.max_holds_per_client). Nothing "
+                    "was done. Make the very same call again later to learn the decision."
+                )
+            ps.holds += 1
+            try:
+                decision = await self._hold(ctx, icpt.approval_id)
+            finally:
+                ps.holds -= 1
             if decision is None:
                 return _error(
                     f"NOT RUN YET: {name} is irreversible and waits for a human to approve "
@@ -635,16 +692,20 @@ class McpProxy:
         hold = self.policy.hold_seconds
         started = time.monotonic()
         deadline = started + hold
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-            await conn.execute(f"LISTEN {CHANNEL}")
+        await self._listen()
+        wake = asyncio.Event()
+        self._held.add(wake)
+        try:
             while True:
-                row = await (
-                    await conn.execute(
-                        "SELECT state FROM undolog.undolog_approval_requests"
-                        " WHERE approval_id = %s",
-                        (approval_id,),
-                    )
-                ).fetchone()
+                wake.clear()
+                async with self.pool.connection() as conn:
+                    row = await (
+                        await conn.execute(
+                            "SELECT state FROM undolog.undolog_approval_requests"
+                            " WHERE approval_id = %s",
+                            (approval_id,),
+                        )
+                    ).fetchone()
                 if row is not None and row[0] in DECISIONS:
                     return str(row[0])
                 remaining = deadline - time.monotonic()
@@ -656,8 +717,12 @@ class McpProxy:
                         hold,
                         f"waiting for a human to approve {approval_id}",
                     )
-                async for _ in conn.notifies(timeout=min(PROGRESS_EVERY, remaining)):
-                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), min(PROGRESS_EVERY, remaining))
+                if self._listening is None or self._listening.done():
+                    await self._listen()
+        finally:
+            self._held.discard(wake)
 
 
 def _lease(policy: Policy) -> Any:
