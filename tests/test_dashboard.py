@@ -508,3 +508,23 @@ def test_leaving_a_live_page_midway_keeps_the_persons_connection(
             await store.close_all()
 
     asyncio.run(scenario())
+
+
+def test_demo_refuses_a_database_it_did_not_make(dsn: str, conn: Conn) -> None:
+    """--demo creates password logins (password 'demo'): on a database that is not the
+    throwaway one its own run made it refuses, says why and how, and writes nothing."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "UNDOLOG_THROWAWAY_DSN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "undolog.dashboard", "--demo", "--dsn", dsn, "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--demo refused" in done.stderr
+    assert "--i-know-this-creates-demo-logins" in done.stderr
+    assert conn.execute("SELECT count(*) FROM undolog.undolog_sessions").fetchone() == (0,)

@@ -435,3 +435,98 @@ def test_an_empty_password_is_refused_not_called_unreachable(
         refused = log_in(web, "dash_approver", password)
         assert refused.status_code == 401
         assert "login refused" in refused.text and "cannot be reached" not in refused.text
+
+
+async def _login_async(base: str, login: str, password: str) -> tuple[int, str, Any]:
+    client = httpx.AsyncClient(base_url=base, timeout=30, limits=httpx.Limits(max_connections=None))
+    token = csrf_of((await client.get("/login")).text)
+    answer = await client.post("/login", data={"csrf": token, "login": login, "password": password})
+    return answer.status_code, answer.text, client
+
+
+def test_concurrent_logins_respect_the_per_login_cap(app_dsn: str, passwords_checked: bool) -> None:
+    """30 logins at once for one login: no more web sessions than the cap (counting and
+    adding are one step)."""
+    import asyncio
+
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base:
+
+        async def body() -> list[int]:
+            done = await asyncio.gather(
+                *(_login_async(base, "dash_agent", PASSWORD) for _ in range(30))
+            )
+            for _, _, client in done:
+                await client.aclose()
+            return [status for status, _, _ in done]
+
+        statuses = asyncio.run(body())
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+    assert statuses.count(303) == MAX_SESSIONS_PER_LOGIN == len(held), statuses
+    assert statuses.count(401) == 30 - MAX_SESSIONS_PER_LOGIN
+
+
+def test_concurrent_live_streams_respect_the_cap(app_dsn: str, passwords_checked: bool) -> None:
+    """200 /events requests at once from one web session: at most MAX_STREAMS accepted."""
+    import asyncio
+
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base:
+
+        async def body() -> list[int]:
+            status, _, client = await _login_async(base, "dash_approver", PASSWORD)
+            assert status == 303
+            client.timeout = httpx.Timeout(30)
+            async with contextlib.AsyncExitStack() as stack:
+
+                async def one() -> int:
+                    response = await stack.enter_async_context(
+                        client.stream("GET", "/events?view=inbox")
+                    )
+                    return int(response.status_code)
+
+                codes = await asyncio.gather(*(one() for _ in range(200)))
+            await client.aclose()
+            return list(codes)
+
+        codes = asyncio.run(body())
+    assert codes.count(200) == MAX_STREAMS, codes.count(200)
+    assert codes.count(429) == 200 - MAX_STREAMS
+
+
+def test_password_guessing_is_throttled_and_the_lockout_expires(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Concurrent wrong passwords: only the first few are tried, the rest (and then the
+    right password) are told to wait; once the lockout expired the right one works."""
+    import asyncio
+
+    if not passwords_checked:
+        pytest.skip("this cluster accepts any password")
+    dashboard = Dashboard(app_dsn)
+    dashboard.throttle.MAX_LOCKOUT = 1.0
+    with serving(dashboard) as base:
+
+        async def attempt(password: str) -> tuple[int, str]:
+            status, text, client = await _login_async(base, "dash_approver", password)
+            await client.aclose()
+            return status, text
+
+        async def guesses() -> list[tuple[int, str]]:
+            return list(await asyncio.gather(*(attempt(f"wrong{i}") for i in range(100))))
+
+        started = time.monotonic()
+        answers = asyncio.run(guesses())
+        elapsed = time.monotonic() - started
+        tried = [a for a in answers if a[0] == 401]
+        waited = [a for a in answers if a[0] == 429]
+        assert len(tried) <= dashboard.throttle.FREE + 2, (len(tried), elapsed)
+        assert waited and all("too many failed logins, try again in" in t for _, t in waited)
+        status, text = asyncio.run(attempt(PASSWORD))
+        assert status == 429 and "too many failed logins" in text
+        time.sleep(1.2)  # the lockout expires by itself
+        status, text = asyncio.run(attempt(PASSWORD))
+        assert status == 303, text
+        # a success resets: one wrong password later is simply refused, not throttled
+        assert asyncio.run(attempt("wrong"))[0] == 401
+    print(f"100 concurrent guesses: {len(tried)} tried, {len(waited)} throttled in {elapsed:.2f}s")

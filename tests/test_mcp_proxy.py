@@ -29,7 +29,8 @@ from undolog import approvals, engine, saga
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
-SESSION = "undolog/session_id"
+SESSION = "undolog/session"  # the proxy's handle
+RAW_SESSION = "undolog/session_id"
 WORKER = [sys.executable, "-m", "undolog.cli", "worker"]
 
 
@@ -215,20 +216,27 @@ def test_rollback_undoes_through_the_upstream_lifo(
 
     async def body() -> None:
         async with Client(proxy.url, read_timeout_seconds=60) as stateless:  # 2026 era
+            # stateless HTTP: a call with no handle starts a session and is told its handle
             nameless = await stateless.call_tool("crm__send_email", {"to": "z@x", "subject": "s"})
-            assert nameless.is_error and "name the session" in text(nameless)
-            assert sessions(conn) == [] and names(ledger) == []
+            handle = (nameless.meta or {})[SESSION]
+            again = await stateless.call_tool(
+                "crm__send_email",
+                {"to": "z@x", "subject": "s"},
+                meta=cast(types.RequestParamsMeta, {SESSION: handle}),
+            )
+            assert not again.is_error and (again.meta or {})[SESSION] == handle
+            ((stateless_sid, _),) = sessions(conn)
         async with proxy.client() as client:
             first = await client.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
             mail = await client.call_tool("crm__send_email", {"to": "a@x", "subject": "hi"})
             second = await client.call_tool("crm__create_user", {"email": "b@x", "name": "B"})
             assert not (first.is_error or mail.is_error or second.is_error)
-            ((sid, state),) = sessions(conn)
+            ((sid, state),) = [s for s in sessions(conn) if s[0] != stateless_sid]
             assert state == "active"
             assert saga.rollback_session(conn, sid, "alice", "wrong customer") == "failed"
             refused = await client.call_tool("crm__create_user", {"email": "c@x", "name": "C"})
             assert refused.is_error and "undone" in text(refused)
-            wait_for(lambda: sessions(conn)[0][1] == "compensated")
+            wait_for(lambda: dict(sessions(conn))[sid] == "compensated")
 
     run(body)
     undo = [e for e in ops(ledger) if e["op"] in ("delete_user", "retract_email")]
@@ -239,7 +247,11 @@ def test_rollback_undoes_through_the_upstream_lifo(
         ("delete_user", 1),
     ]
     undo_ids = {
-        str(r[0]) for r in conn.execute("SELECT undo_id FROM undolog.undolog_undo_stack").fetchall()
+        str(r[0])
+        for r in conn.execute(
+            "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id ="
+            " (SELECT session_id FROM undolog.undolog_sessions WHERE state = 'compensated')"
+        ).fetchall()
     }
     assert {e["idempotency_key"] for e in undo} == undo_ids
     assert names(ledger).count("create_user") == 2  # C was refused, not run
@@ -279,6 +291,68 @@ def test_irreversible_approved_during_the_hold_runs_once(
     assert seen, "no progress notification while the call was held"
     assert names(ledger) == ["process_payout"]
     assert [state for _, state in sessions(conn)] == ["completed"]
+
+
+def test_many_held_calls_share_one_listen_connection_and_are_capped(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, tmp_path: Path
+) -> None:
+    """120 irreversible calls at once from one client: the proxy's PostgreSQL connections
+    stay bounded (its pool and one LISTEN connection, not one per hold), and the calls past
+    the per-client cap are told so at once."""
+    policy = derived_policy(tmp_path, hold_seconds=10)
+    policy.write_text(
+        policy.read_text().replace("[proxy]\n", "[proxy]\nmax_holds_per_client = 6\n", 1)
+    )
+    peak = [0]
+    stop = [False]
+
+    def sample() -> None:
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            while not stop[0]:
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = 'undolog-mcp-proxy'"
+                ).fetchone()
+                assert row is not None
+                peak[0] = max(peak[0], int(row[0]))
+                time.sleep(0.05)
+
+    async def body() -> list[types.CallToolResult]:
+        async with stdio_client(policy, dsn, ledger, mode="legacy") as client:
+            watcher = asyncio.create_task(asyncio.to_thread(sample))
+            try:
+                return list(
+                    await asyncio.gather(
+                        *(
+                            client.call_tool(
+                                "payments__process_payout",
+                                {"account": "acc-1", "amount_cents": 500},
+                            )
+                            for _ in range(120)
+                        )
+                    )
+                )
+            finally:
+                stop[0] = True
+                await watcher
+
+    results = asyncio.run(body())
+    capped = [r for r in results if "NOT HELD" in text(r)]
+    held = [r for r in results if "NOT RUN YET: " in text(r)]
+    assert all(r.is_error for r in results)
+    # identical concurrent calls: the journal answers some "this very call is running
+    # now" at once; of those it answers "awaits approval", at most 6 are held and the rest
+    # are told at once that the cap is reached
+    running = [r for r in results if "this very call is running now" in text(r)]
+    assert len(capped) + len(held) + len(running) == 120
+    assert len(held) == 6 and len(capped) >= 1, (len(held), len(capped), len(running))
+    assert "max_holds_per_client" in text(capped[0])
+    assert 1 <= peak[0] <= 8 + 1, peak[0]  # the pool's connections and one LISTEN
+    assert names(ledger) == []
+    print(
+        f"120 concurrent irreversible calls: peak {peak[0]} proxy connections;"
+        f" {len(held)} held, {len(capped)} capped, {len(running)} answered running"
+    )
 
 
 def test_irreversible_approved_after_the_hold(
@@ -347,29 +421,31 @@ def test_rejection_is_reported_and_the_session_undone(
 def test_sigkill_then_restart_replays_and_runs_nothing_twice(
     dsn: str, conn: psycopg.Connection[Any], ledger: Path, http_proxies: list[HttpProxy]
 ) -> None:
-    sid = str(uuid.uuid4())
-    meta = cast(types.RequestParamsMeta, {SESSION: sid})
     first = HttpProxy(POLICY, dsn, ledger)
     http_proxies.append(first)
     results: dict[str, Any] = {}
 
     async def before() -> None:
         async with first.client() as client:
-            made = await client.call_tool(
-                "crm__create_user", {"email": "a@x", "name": "A"}, meta=meta
-            )
+            made = await client.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
+            handle = (made.meta or {})[SESSION]
+            meta = cast(types.RequestParamsMeta, {SESSION: handle})
             sent = await client.call_tool(
                 "crm__send_email", {"to": "a@x", "subject": "hi"}, meta=meta
             )
+            assert (sent.meta or {})[SESSION] == handle
             results["made"], results["sent"] = made.structured_content, sent.structured_content
+            results["meta"] = meta
             first.kill()  # mid-session: the client is still connected
 
     run(before)  # the client only logs that it could not end the HTTP session
-    assert sessions(conn) == [(uuid.UUID(sid), "active")]
+    [(sid, state)] = sessions(conn)
+    assert state == "active"
     assert names(ledger) == ["create_user", "send_email"]
 
     second = HttpProxy(POLICY, dsn, ledger)
     http_proxies.append(second)
+    meta = results["meta"]
 
     async def after() -> None:
         async with second.client() as client:
@@ -388,7 +464,53 @@ def test_sigkill_then_restart_replays_and_runs_nothing_twice(
 
     run(after)
     assert names(ledger) == ["create_user", "send_email", "create_user"]
-    wait_for(lambda: sessions(conn) == [(uuid.UUID(sid), "completed")])
+    wait_for(lambda: sessions(conn) == [(sid, "completed")])
+
+
+def test_a_client_cannot_take_over_another_clients_session(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """Client B knows client A's handle and A's session id (leaked, or guessed from the
+    dashboard): the proxy refuses both, journals nothing in A's session, and B leaving does
+    not end A's session."""
+    proxy = HttpProxy(POLICY, dsn, ledger)
+    http_proxies.append(proxy)
+
+    async def body() -> None:
+        async with proxy.client() as a:
+            made = await a.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
+            handle = (made.meta or {})[SESSION]
+            assert len(handle) >= 32
+            [(sid, _)] = sessions(conn)
+            async with proxy.client() as b:
+                for meta in ({SESSION: handle}, {RAW_SESSION: str(sid)}, {SESSION: "x" * 43}):
+                    res = await b.call_tool(
+                        "crm__create_user",
+                        {"email": "b@x", "name": "B"},
+                        meta=cast(types.RequestParamsMeta, meta),
+                    )
+                    assert res.is_error, meta
+                    assert "not run" in text(res) and (
+                        "another client" in text(res)
+                        or "refused" in text(res)
+                        or "unknown session handle" in text(res)
+                    ), text(res)
+            # B has gone: A's session is still A's, still active, with A's call alone
+            count = conn.execute(
+                "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (sid,)
+            ).fetchone()
+            assert count == (1,)
+            assert dict(sessions(conn))[sid] == "active"
+            again = await a.call_tool(
+                "crm__create_user",
+                {"email": "c@x", "name": "C"},
+                meta=cast(types.RequestParamsMeta, {SESSION: handle}),
+            )
+            assert not again.is_error, text(again)
+
+    run(body)
+    assert names(ledger) == ["create_user", "create_user"]
+    wait_for(lambda: dict(sessions(conn)) and all(s == "completed" for _, s in sessions(conn)))
 
 
 def test_worker_walks_a_crashed_proxy_session(

@@ -281,7 +281,9 @@ def main(argv: list[str]) -> int:
             print("usage: pgcluster.py run -- CMD [ARGS...]", file=sys.stderr)
             return 2
         with throwaway_cluster() as cluster:
-            env = {**os.environ, **cluster.env()}
+            # THROWAWAY_DSN names the database this run made and will delete: what
+            # `undolog dashboard --demo` needs to know before it creates password logins
+            env = {**os.environ, **cluster.env(), "UNDOLOG_THROWAWAY_DSN": cluster.dsn}
             print(
                 f"pgcluster: throwaway PostgreSQL on {cluster.host}:{cluster.port}",
                 file=sys.stderr,

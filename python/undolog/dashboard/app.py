@@ -15,6 +15,7 @@ import datetime
 import hmac
 import json
 import logging
+import math
 import secrets
 import time
 import uuid
@@ -26,6 +27,7 @@ from typing import Any
 import jinja2
 import psycopg
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -41,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog.dashboard import queries
-from undolog.dashboard.websessions import LoginRefused, SessionStore, WebSession
+from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
 
 log = logging.getLogger("undolog.dashboard")
@@ -207,6 +209,7 @@ def engine_error(exc: psycopg.Error) -> tuple[int, str]:
 class Dashboard:
     def __init__(self, dsn: str, *, idle_timeout: float = 30 * 60) -> None:
         self.store = SessionStore(dsn, idle_timeout)
+        self.throttle = LoginThrottle()
         self.env = make_env()
         self._reaper: asyncio.Task[None] | None = None
 
@@ -328,10 +331,23 @@ class Dashboard:
         login, password = form.get("login"), form.get("password")
         if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
             return self._login_form(request, "Give your database login and password.", 422)
-        try:
-            ws = await self.store.login(login.strip(), password)
-        except LoginRefused as exc:
-            return self._login_form(request, str(exc), 401)
+        login = login.strip()
+        keys = (f"login:{login}", f"addr:{request.client.host if request.client else '?'}")
+        async with self.throttle.lock(login):
+            left = self.throttle.wait_left(*keys)
+            if left > 0:
+                return self._login_form(
+                    request,
+                    f"too many failed logins, try again in {math.ceil(left)} s",
+                    429,
+                )
+            try:
+                ws = await self.store.login(login, password)
+            except LoginRefused as exc:
+                if "wrong login or password" in str(exc):
+                    self.throttle.failed(*keys)
+                return self._login_form(request, str(exc), 401)
+            self.throttle.succeeded(*keys)
         previous = self.store.sessions.get(request.cookies.get(COOKIE) or "")
         if previous is not None:  # this browser's earlier web session: its cookie is replaced
             await self.store.logout(previous)
@@ -661,14 +677,23 @@ class Dashboard:
                 429,
                 media_type="text/plain",
             )
+        # The stream's place is taken here, in the same step as the count: taken only when
+        # the stream starts, concurrent requests all counted before any took one.
+        wake = asyncio.Event()
+        ws.waiters.add(wake)
         return StreamingResponse(
-            self._stream(ws, read, since),
+            self._stream(ws, read, since, wake),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
+            background=BackgroundTask(ws.waiters.discard, wake),
         )
 
     async def _stream(
-        self, ws: WebSession, read: Callable[[queries.Conn], Awaitable[str]], since: str
+        self,
+        ws: WebSession,
+        read: Callable[[queries.Conn], Awaitable[str]],
+        since: str,
+        wake: asyncio.Event,
     ) -> AsyncIterator[str]:
         """A 'change' event whenever what the page shows changed since it was rendered.
 
@@ -677,8 +702,6 @@ class Dashboard:
         would serialise every agent's commits on the notification queue). Each wake-up
         re-reads a small fingerprint through the views, as the person; the notification's
         payload is never used."""
-        wake = asyncio.Event()
-        ws.waiters.add(wake)
         last = since
         try:
             yield "retry: 1000\n\n"

@@ -1,11 +1,14 @@
 """Serve the dashboard with uvicorn: ``undolog dashboard`` and ``python -m undolog.dashboard``.
 
     undolog dashboard [--dsn DSN] [--host 127.0.0.1] [--port 8765] [--demo]
+                      [--i-know-this-creates-demo-logins]
 
 The DSN names the database (host, port, dbname); it needs no user or password, and any
 given are not used for what people see or do: each person logs in as themselves. With
---demo the demo's stories are run into that database first (it must be a throwaway one:
-the demo creates logins), and the dashboard keeps serving them.
+--demo the demo's stories are run into that database first, and the dashboard keeps
+serving them. The demo creates password logins (password ``demo``), so it refuses any
+database but the throwaway one ``make dashboard-demo`` makes, unless
+--i-know-this-creates-demo-logins says the database is disposable.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
 
+DEMO_LOGINS_FLAG = "--i-know-this-creates-demo-logins"
+
+
 def serve(
     dsn: str,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     *,
     demo: bool = False,
+    demo_logins_ok: bool = False,
     idle_timeout: float = 30 * 60,
 ) -> int:
     import uvicorn
@@ -33,6 +40,20 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if demo:
+        # The demo creates LOGIN roles whose password is "demo": in a real database that
+        # is a door anyone can open. Only a database the demo's own run made (and will
+        # delete), or an explicit yes, gets them.
+        throwaway = os.environ.get("UNDOLOG_THROWAWAY_DSN")
+        if not demo_logins_ok and not (throwaway and throwaway == dsn):
+            print(
+                "undolog dashboard: --demo refused: it creates the LOGIN roles demo_approver, "
+                "demo_operator and demo_agent with the password 'demo' in the database, and "
+                "this is not a throwaway database the demo made (`make dashboard-demo` "
+                "without UNDOLOG_DSN makes one). If this database is disposable, add "
+                f"{DEMO_LOGINS_FLAG}.",
+                file=sys.stderr,
+            )
+            return 2
         from undolog.dashboard.demo import fill
 
         fill(dsn)
@@ -63,11 +84,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the demo's stories into the (throwaway) database first, then serve them",
     )
+    parser.add_argument(
+        DEMO_LOGINS_FLAG,
+        dest="demo_logins_ok",
+        action="store_true",
+        help="with --demo on a database the demo did not make: yes, create the demo's "
+        "password logins (password 'demo') in it",
+    )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     dsn = args.dsn if getattr(args, "dsn", None) is not None else os.environ.get("UNDOLOG_DSN", "")
-    return serve(dsn, args.host, args.port, demo=args.demo, idle_timeout=args.idle_timeout * 60)
+    return serve(
+        dsn,
+        args.host,
+        args.port,
+        demo=args.demo,
+        demo_logins_ok=args.demo_logins_ok,
+        idle_timeout=args.idle_timeout * 60,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

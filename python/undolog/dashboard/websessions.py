@@ -97,6 +97,58 @@ def person_conninfo(dsn: str, login: str, password: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
 
 
+class LoginThrottle:
+    """Failed logins slow the next attempts down, per login and per client address: after
+    FREE failures each further one locks the key out for twice as long as the last (up to
+    MAX_LOCKOUT seconds). A lockout expires by itself, so a real user is never locked out
+    for good, and a success clears the login's and the address's count."""
+
+    FREE = 5
+    MAX_LOCKOUT = 300.0
+    FORGET_AFTER = 3600.0  # a key with no failure for this long starts afresh
+
+    def __init__(self) -> None:
+        self.failures: dict[str, tuple[int, float, float]] = {}  # key: count, until, last
+        # one attempt at a time per login: concurrent guesses otherwise all pass the
+        # check before the first failure is counted
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, login: str) -> asyncio.Lock:
+        if len(self.locks) > 10_000:
+            self.locks = {k: v for k, v in self.locks.items() if v.locked()}
+        return self.locks.setdefault(login, asyncio.Lock())
+
+    def wait_left(self, *keys: str) -> float:
+        now = time.monotonic()
+        left = 0.0
+        for key in keys:
+            entry = self.failures.get(key)
+            if entry is None:
+                continue
+            if now - entry[2] > self.FORGET_AFTER:
+                del self.failures[key]
+                continue
+            left = max(left, entry[1] - now)
+        return left
+
+    def failed(self, *keys: str) -> None:
+        now = time.monotonic()
+        if len(self.failures) > 100_000:
+            self.failures = {
+                k: v for k, v in self.failures.items() if now - v[2] <= self.FORGET_AFTER
+            }
+        for key in keys:
+            count = self.failures.get(key, (0, 0.0, 0.0))[0] + 1
+            until = now
+            if count >= self.FREE:
+                until = now + min(2.0 ** (count - self.FREE), self.MAX_LOCKOUT)
+            self.failures[key] = (count, until, now)
+
+    def succeeded(self, *keys: str) -> None:
+        for key in keys:
+            self.failures.pop(key, None)
+
+
 class SessionStore:
     """Web sessions in this process's memory, closed after ``idle_timeout`` seconds."""
 
@@ -105,6 +157,9 @@ class SessionStore:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self.sessions: dict[str, WebSession] = {}
+        # Counting the sessions and adding one must be one step: concurrent logins each
+        # counted the others' sessions before any was added, and all got in.
+        self._admit = asyncio.Lock()
 
     async def login(self, login: str, password: str) -> WebSession:
         if len(self.sessions) >= self.max_sessions:
@@ -144,22 +199,31 @@ class SessionStore:
                     f"login {row[0]} holds none of the roles {', '.join(ROLES)}: "
                     "the dashboard has nothing to show it"
                 )
-            held = sum(1 for other in self.sessions.values() if other.login == row[0])
-            if held >= MAX_SESSIONS_PER_LOGIN:
-                log.info("login refused for %r: %d web sessions already", login, held)
-                raise LoginRefused(
-                    f"too many web sessions for {row[0]} (at most {MAX_SESSIONS_PER_LOGIN}): "
-                    "log out of one elsewhere first"
+            async with self._admit:
+                if len(self.sessions) >= self.max_sessions:
+                    raise LoginRefused("too many people are logged in to this dashboard; try later")
+                held = sum(1 for other in self.sessions.values() if other.login == row[0])
+                if held >= MAX_SESSIONS_PER_LOGIN:
+                    log.info("login refused for %r: %d web sessions already", login, held)
+                    raise LoginRefused(
+                        f"too many web sessions for {row[0]} (at most "
+                        f"{MAX_SESSIONS_PER_LOGIN}): log out of one elsewhere first"
+                    )
+                listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                try:
+                    await listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                except BaseException:
+                    await listener.close()
+                    raise
+                sid = secrets.token_urlsafe(32)
+                ws = WebSession(
+                    sid=sid, login=str(row[0]), roles=roles, conn=conn, listener=listener
                 )
-            listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                self.sessions[sid] = ws
         except BaseException:
             await conn.close()
             raise
-        await listener.execute(f"LISTEN {WAKE_CHANNEL}")
-        sid = secrets.token_urlsafe(32)
-        ws = WebSession(sid=sid, login=str(row[0]), roles=roles, conn=conn, listener=listener)
         ws.listen_task = asyncio.create_task(self._relay(ws), name=f"undolog-listen-{sid[:6]}")
-        self.sessions[sid] = ws
         log.info("%s logged in", ws.login)
         return ws
 

@@ -193,6 +193,8 @@ class Policy:
     call_timeout_seconds: float = 30.0
     lease_seconds: float = 300.0
     agent: str = "mcp-proxy"
+    # irreversible calls one client session may have held at once (each waits for a human)
+    max_holds_per_client: int = 16
 
     def tier_of(self, upstream: str, tool: str) -> ToolPolicy:
         return self.upstreams[upstream].tools.get(tool) or ToolPolicy(self.default_tier)
@@ -391,7 +393,14 @@ def load_policy(path: str | Path) -> Policy:
         proxy = _table(
             raw.get("proxy", {}),
             "proxy",
-            {"default_tier", "hold_seconds", "call_timeout_seconds", "lease_seconds", "agent"},
+            {
+                "default_tier",
+                "hold_seconds",
+                "call_timeout_seconds",
+                "lease_seconds",
+                "agent",
+                "max_holds_per_client",
+            },
         )
         default_tier = _tier(proxy.get("default_tier", "irreversible"), "proxy.default_tier")
         if default_tier == "compensable":
@@ -422,6 +431,11 @@ def load_policy(path: str | Path) -> Policy:
                 proxy.get("lease_seconds", 300.0), "proxy.lease_seconds", 1, 86400
             ),
             agent=agent,
+            max_holds_per_client=int(
+                _number(
+                    proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
+                )
+            ),
         )
     except PolicyError as exc:
         raise PolicyError(f"{path}: {exc}") from None

@@ -1,11 +1,18 @@
 """The MCP proxy: an MCP server in front of upstream MCP servers, journaling through UndoLog.
 
 Sessions. Every MCP client session is one UndoLog session, begun at its first journaled
-call. A client may name its session in a request's ``_meta["undolog/session_id"]`` (a
-UUID) to resume it, e.g. after the proxy restarted; otherwise a handshake-era connection
-(stdio, or a streamable-HTTP ``Mcp-Session-Id``) gets a session of its own, a 2026-era
-stdio process one session for its lifetime, and a 2026-era HTTP request (stateless) must
-name its session. When the connection (or the stdio
+call. The proxy never takes a session id from a client: every proxy session belongs to the
+proxy's one login, so an id a client could name would let it write into, and end, another
+agent's session. Instead the proxy gives each session an unguessable handle of its own
+(returned in every journaled call's result ``_meta["undolog/session"]``); a client resumes
+its session by sending that handle back in a request's ``_meta["undolog/session"]``. While
+the connection the handle was given to lives, only that connection may use it; after it
+ended (or the proxy restarted) the handle, a secret only its client was told, resumes the
+session on a new connection. The database keeps only the handle's SHA-256 (in the
+session's metadata), so the proxy can recognise it after a restart. Otherwise a
+handshake-era connection (stdio, or a streamable-HTTP ``Mcp-Session-Id``) gets a session of
+its own, a 2026-era stdio process one session for its lifetime, and a 2026-era HTTP
+request (stateless) with no handle a new session. When the connection (or the stdio
 process) ends, its sessions complete; a session whose last call's outcome is unknown is
 failed instead and its compensations run. A session failed from outside
 (``undolog sessions rollback``) is walked by the proxy as soon as it notices (its next call
@@ -25,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -63,10 +72,13 @@ from undolog.signature import canonical_json
 
 log = logging.getLogger("undolog.mcp_proxy")
 
-SESSION_META_KEY = "undolog/session_id"
+SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id
+RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a session id
 UNDO_META_KEY = "undolog/undo_id"
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
 COMPENSATION_PREFIX = "mcp:"
+APPLICATION_NAME = "undolog-mcp-proxy"
+POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -135,9 +147,14 @@ class Route:
 @dataclass
 class ProxySession:
     session_id: uuid.UUID
+    handle: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # the live client connection the handle was given to (None: stdio process, stateless
+    # HTTP, or no connection holds it now)
+    owner: Any = None
     occurrences: dict[str, int] = field(default_factory=dict)
     began: bool = False
     bindings: int = 0
+    holds: int = 0  # irreversible calls of this session held open now
     beat: asyncio.Task[None] | None = None
     walking: asyncio.Task[None] | None = None
     begin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -163,11 +180,22 @@ class McpProxy:
                     up_name, tool_name, policy.tier_of(up_name, tool_name), tool
                 )
         self.sessions: dict[uuid.UUID, ProxySession] = {}
+        self.by_handle: dict[str, ProxySession] = {}
         self.process_session: uuid.UUID | None = None
         self.http = False  # served over streamable HTTP (set by the server)
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            dsn, min_size=1, max_size=8, kwargs={"autocommit": True}, open=False
+            dsn,
+            min_size=1,
+            max_size=POOL_SIZE,
+            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
+            open=False,
         )
+        # One LISTEN connection wakes every held call: a connection per hold let one client
+        # open as many PostgreSQL connections as it made irreversible calls at once.
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._listen_lock = asyncio.Lock()
+        self._held: set[asyncio.Event] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
@@ -211,7 +239,39 @@ class McpProxy:
             if ps.walking is not None:
                 with contextlib.suppress(Exception):
                     await ps.walking
+        if self._listening is not None:
+            self._listening.cancel()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
         await self.pool.close()
+
+    async def _listen(self) -> None:
+        """Start the one LISTEN connection (again, after it broke); holds poll meanwhile."""
+        async with self._listen_lock:
+            if self._listening is not None and not self._listening.done():
+                return
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name=APPLICATION_NAME
+                )
+                await conn.execute(f"LISTEN {CHANNEL}")
+            except Exception as exc:
+                log.warning("cannot listen for approval decisions (holds poll): %s", exc)
+                return
+            self._listener = conn
+            self._listening = asyncio.create_task(self._relay(conn))
+
+    async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            async for _ in conn.notifies():
+                for event in list(self._held):
+                    event.set()
+        except Exception as exc:
+            log.warning("the approvals LISTEN connection broke: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
     # -- the tool list -----------------------------------------------------------------
 
@@ -239,47 +299,84 @@ class McpProxy:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def session_for(self, ctx: ServerRequestContext[Any, Any]) -> ProxySession:
+    async def session_for(self, ctx: ServerRequestContext[Any, Any]) -> ProxySession:
         """The UndoLog session of this request (see the module's docstring)."""
         meta = ctx.meta or {}
-        raw = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        if RAW_SESSION_META_KEY in meta:
+            raise ValueError(
+                f"_meta[{RAW_SESSION_META_KEY!r}] is refused: the proxy does not take session "
+                f"ids from clients; send back the handle it gave you in _meta[{SESSION_META_KEY!r}]"
+            )
+        handle = meta.get(SESSION_META_KEY)
         connection = None
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # The SDK keeps one Connection per handshake-era client session; it offers
             # no public accessor from a lowlevel handler's context.
             connection = getattr(ctx.session, "_connection", None)
-        if raw is not None:
-            try:
-                sid = uuid.UUID(str(raw))
-            except ValueError:
+        if handle is not None:
+            ps = await self._by_handle(handle)
+            if ps.owner is not None and ps.owner is not connection:
+                # the handle is in use by a live connection: a second one presenting it
+                # learned it from somewhere else
                 raise ValueError(
-                    f"_meta[{SESSION_META_KEY!r}] must be a UUID, not {raw!r}"
-                ) from None
+                    "this session handle belongs to another client connection; it is refused"
+                )
         elif connection is not None:
-            sid = connection.state.get("undolog.session_id") or uuid.uuid4()
-            connection.state["undolog.session_id"] = sid
+            ps = connection.state.get("undolog.session")
+            if ps is None:
+                ps = connection.state["undolog.session"] = self._new_session()
         elif self.http:
-            # 2026-era HTTP is stateless: nothing ties one request to the next
-            raise ValueError(
-                "over stateless HTTP, name the session in each request's "
-                f"_meta[{SESSION_META_KEY!r}] (a UUID)"
-            )
+            ps = self._new_session()  # stateless HTTP: the client sends the handle back
         else:
             if self.process_session is None:
                 self.process_session = uuid.uuid4()
-            sid = self.process_session
+                self._new_session(self.process_session)
+            ps = self.sessions[self.process_session]
+        if connection is not None and ps.owner is None:
+            ps.owner = connection
+            ps.bindings += 1
+            connection.exit_stack.push_async_callback(self._unbind, ps)
+        return ps
+
+    def _new_session(self, sid: uuid.UUID | None = None) -> ProxySession:
+        ps = ProxySession(sid or uuid.uuid4())
+        self.sessions[ps.session_id] = ps
+        self.by_handle[ps.handle] = ps
+        return ps
+
+    async def _by_handle(self, handle: Any) -> ProxySession:
+        """The session a handle names: one this proxy issued, or (after a restart) one whose
+        metadata holds the handle's hash. Anything else is refused, with no hint why."""
+        unknown = ValueError(
+            f"unknown session handle in _meta[{SESSION_META_KEY!r}]: send back only the "
+            "handle the proxy returned to you, or none to start a new session"
+        )
+        if not isinstance(handle, str) or not 20 <= len(handle) <= 200:
+            raise unknown
+        ps = self.by_handle.get(handle)
+        if ps is not None:
+            return ps
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT session_id FROM undolog.undolog_sessions"
+                    " WHERE metadata->>'handle_sha256' = %s",
+                    (_handle_hash(handle),),
+                )
+            ).fetchone()
+        if row is None:
+            raise unknown
+        sid = uuid.UUID(str(row[0]))
         ps = self.sessions.get(sid)
         if ps is None:
-            ps = self.sessions[sid] = ProxySession(sid)
-        if connection is not None:
-            bound: set[uuid.UUID] = connection.state.setdefault("undolog.sessions", set())
-            if sid not in bound:
-                bound.add(sid)
-                ps.bindings += 1
-                connection.exit_stack.push_async_callback(self._unbind, ps)
+            ps = ProxySession(sid, handle=handle)
+            self.sessions[sid] = ps
+        self.by_handle[handle] = ps
         return ps
 
     async def _unbind(self, ps: ProxySession) -> None:
+        ps.owner = None
         ps.bindings -= 1
         if ps.bindings <= 0:
             await self.end_session(ps)
@@ -293,7 +390,11 @@ class McpProxy:
                     conn,
                     ps.session_id,
                     agent=self.policy.agent,
-                    metadata={"face": "mcp-proxy", "policy": str(self.policy.path)},
+                    metadata={
+                        "face": "mcp-proxy",
+                        "policy": str(self.policy.path),
+                        "handle_sha256": _handle_hash(ps.handle),
+                    },
                     lease=_lease(self.policy),
                 )
             ps.began = True
@@ -378,13 +479,18 @@ class McpProxy:
         except UpstreamDown as exc:
             return _error(f"{name} was not run: {exc}")
         try:
-            ps = self.session_for(ctx)
+            ps = await self.session_for(ctx)
             await self.begin(ps)
         except (ValueError, UndoLogError, psycopg.Error) as exc:
             return _error(f"{name} was not run: {exc}")
         if route.policy.tier == "compensable":
-            return await self._compensable(ps, name, route, upstream, args)
-        return await self._irreversible(ctx, ps, name, route, upstream, args)
+            result = await self._compensable(ps, name, route, upstream, args)
+        else:
+            result = await self._irreversible(ctx, ps, name, route, upstream, args)
+        # the handle is how this client (and only it) resumes the session
+        return result.model_copy(
+            update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
+        )
 
     def _descriptor(self, route: Route) -> dict[str, Any]:
         comp = route.policy.compensation
@@ -548,7 +654,19 @@ class McpProxy:
                     "will not be run twice"
                 )
             assert icpt.approval_id is not None
-            decision = await self._hold(ctx, icpt.approval_id)
+            cap = self.policy.max_holds_per_client
+            if ps.holds >= cap:
+                return _error(
+                    f"NOT RUN YET, NOT HELD: {name} waits for a human to approve it (approval "
+                    f"{icpt.approval_id}), and this client already has {cap} irreversible "
+                    "calls held open, the most it may (proxy.max_holds_per_client). Nothing "
+                    "was done. Make the very same call again later to learn the decision."
+                )
+            ps.holds += 1
+            try:
+                decision = await self._hold(ctx, icpt.approval_id)
+            finally:
+                ps.holds -= 1
             if decision is None:
                 return _error(
                     f"NOT RUN YET: {name} is irreversible and waits for a human to approve "
@@ -595,16 +713,20 @@ class McpProxy:
         hold = self.policy.hold_seconds
         started = time.monotonic()
         deadline = started + hold
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-            await conn.execute(f"LISTEN {CHANNEL}")
+        await self._listen()
+        wake = asyncio.Event()
+        self._held.add(wake)
+        try:
             while True:
-                row = await (
-                    await conn.execute(
-                        "SELECT state FROM undolog.undolog_approval_requests"
-                        " WHERE approval_id = %s",
-                        (approval_id,),
-                    )
-                ).fetchone()
+                wake.clear()
+                async with self.pool.connection() as conn:
+                    row = await (
+                        await conn.execute(
+                            "SELECT state FROM undolog.undolog_approval_requests"
+                            " WHERE approval_id = %s",
+                            (approval_id,),
+                        )
+                    ).fetchone()
                 if row is not None and row[0] in DECISIONS:
                     return str(row[0])
                 remaining = deadline - time.monotonic()
@@ -616,14 +738,22 @@ class McpProxy:
                         hold,
                         f"waiting for a human to approve {approval_id}",
                     )
-                async for _ in conn.notifies(timeout=min(PROGRESS_EVERY, remaining)):
-                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), min(PROGRESS_EVERY, remaining))
+                if self._listening is None or self._listening.done():
+                    await self._listen()
+        finally:
+            self._held.discard(wake)
 
 
 def _lease(policy: Policy) -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=policy.lease_seconds)
+
+
+def _handle_hash(handle: str) -> str:
+    return hashlib.sha256(handle.encode()).hexdigest()
 
 
 def _call_key(name: str, args: dict[str, Any]) -> str | None:
