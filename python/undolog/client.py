@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -367,10 +367,11 @@ class UndoLog(_Base):
         with self.connection() as conn:
             return self._walk(conn, session_id)
 
-    def work(self) -> dict[uuid.UUID, str]:
-        """One worker pass: recover() and walk every session it names."""
+    def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
+        """One worker pass: recover() and walk every session it names (only the sessions
+        begun by ``owners`` when given; an empty sequence: this login's own)."""
         with self.connection() as conn:
-            return walk.work(conn, self.compensations, wait=0.0)
+            return walk.work(conn, self.compensations, wait=0.0, owners=owners)
 
     def approve(self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None) -> str:
         with self.connection() as conn:
@@ -544,14 +545,15 @@ class AsyncUndoLog(_Base):
             self._sync_call, approvals.reject, approval_id, decided_by, reason
         )
 
-    async def work(self) -> dict[uuid.UUID, str]:
-        """One worker pass: recover() and walk every session it names (sync compensations
-        run in a worker thread, async ones on this event loop)."""
+    async def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
+        """One worker pass: recover() and walk every session it names (only those begun
+        by ``owners`` when given; sync compensations run in a worker thread, async ones
+        on this event loop)."""
         loop = asyncio.get_running_loop()
 
         def in_thread() -> dict[uuid.UUID, str]:
             with psycopg.connect(self._conninfo(), autocommit=True) as conn:
-                return walk.work(conn, self.compensations, wait=0.0, loop=loop)
+                return walk.work(conn, self.compensations, wait=0.0, loop=loop, owners=owners)
 
         return await asyncio.to_thread(in_thread)
 

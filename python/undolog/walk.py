@@ -218,11 +218,14 @@ def work(
     *,
     wait: float = 0.0,
     loop: asyncio.AbstractEventLoop | None = None,
+    owners: Sequence[str] | None = None,
 ) -> dict[uuid.UUID, str]:
-    """One pass of the worker: recover() then walk every session it names."""
-    return {
-        sid: run_walk(conn, sid, compensations, wait=wait, loop=loop) for sid in saga.recover(conn)
-    }
+    """One pass of the worker: recover() then walk every session it names (only those
+    begun by ``owners`` when given, as ``undolog worker --owner``; see Worker)."""
+    due = saga.recover(conn)
+    if owners is not None and due:
+        due = _owned_by(conn, due, owners)
+    return {sid: run_walk(conn, sid, compensations, wait=wait, loop=loop) for sid in due}
 
 
 class WorkerConfigError(UndoLogError):
