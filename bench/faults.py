@@ -625,14 +625,13 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
                     trial.unrecorded_late.append(
                         f"{where}: the body acted after its compensation ran"
                     )
+    hostile = [r for r in records if r["kind"] == "hostile"]
+    trial.hostile_attempts = len(hostile)
+    trial.hostile_refused = sum(r["outcome"] == "refused" for r in hostile)
+    for probe, n in Counter(r["probe"] for r in hostile if r["outcome"] != "refused").items():
+        v.append(f"a hostile login's {probe} was not refused ({n} times)")
     for r in records:
-        if r["kind"] == "hostile":
-            trial.hostile_attempts += 1
-            if r["outcome"] == "refused":
-                trial.hostile_refused += 1
-            else:
-                v.append(f"a hostile login's {r['probe']} was not refused")
-        elif r["kind"] == "payout":
+        if r["kind"] == "payout":
             v.append(f"a payout was made (undo_id {r['undo_id']}, args {r['args']})")
     if trial.kind == "month":
         for r in records:
@@ -684,8 +683,10 @@ def run_trial(
     agents = rng.randint(5, 7) if kind == "month" else rng.randint(2, 4)
     sessions = [str(uuid.uuid4()) for _ in range(agents)]
     procs = [agent(s, act_late=kind == "pause_body") for s in sessions]
+    # Beside the victims, not one of them: the faults below pick among the victims.
+    intruders = []
     if hostile:
-        procs.append(
+        intruders.append(
             _spawn(
                 "hostile", "--dsn", server.dsn(db, HOSTILE_LOGIN), "--ledger",
                 str(ledger.path), "--victims", ",".join(sessions), "--seconds", "2",
@@ -749,7 +750,7 @@ def run_trial(
         server.crash_and_restart()
         trial.restarts += 1
 
-    _wait_all(procs, timeout=20)
+    _wait_all(procs + intruders, timeout=20)
     stop_maintenance.set()
     if maintainer is not None:
         maintainer.join()
