@@ -1,4 +1,4 @@
-"""The fault suite (issue 10, point 9): randomized trials of real processes against a real
+"""The fault suite: randomized trials of real processes against a real
 PostgreSQL, and the promises checked after each.
 
 Each trial gets a database of its own, cloned from a template the engine is installed
@@ -20,7 +20,17 @@ in, and starts agent processes (`faults.py agent`) that journal COMPENSABLE call
                `maintain_partitions(3, 12)` then drains, drops and creates while agents
                run. No clock is moved: partitions are made and dropped around now.
   pause_body   (only with --late-acts) an agent paused inside a body that acts at its end:
-               the body acts after recovery compensated its call (issue 10, point 5)
+               the body acts after recovery compensated its call
+
+With --hostile every trial also runs a second agent login (`faults.py hostile`, holding
+undolog_agent and undolog_approver) beside the victims (who run as another agent login),
+trying what a hostile login would (docs/how-to/roles.md, the trust model): a call whose
+compensation descriptor names a compensation its tool's registration does not
+(`fault_payout`, which records a payout in the ledger), a tool of its own registered with
+that compensation, commit() and fail() of a victim's executing call, a call journaled into
+a victim's session, a victim's session lock taken (pg_advisory_lock on the keys pg_locks
+shows, and on the key formula), and an intent followed by an asynchronous commit in one
+transaction (synchronous_commit must stay on). Walkers serve only the victims' login.
 
 Then recovery (`undolog.recover()` and the walk, by the suite itself) until every
 session has ended. Tool bodies and compensations append to a ledger outside the engine
@@ -37,12 +47,14 @@ Each trial checks:
      compensated call that acted was undone after it acted, a call the journal says never
      took effect (pending) did not act, and nothing was undone that the journal does not
      call compensated;
-  6. (month trials) no agent call failed because of maintenance (deadlock, lock timeout).
+  6. (month trials) no agent call failed because of maintenance (deadlock, lock timeout);
+  7. (--hostile) every hostile attempt was refused, and no payout was ever made.
 
 Prints a table (trials, kills, restarts, violations) and exits 1 on any violation.
 
     .venv/bin/python bench/faults.py --trials 20     # the short run `make test` does
     .venv/bin/python bench/faults.py --trials 500    # the full run, by hand
+    .venv/bin/python bench/faults.py --trials 500 --hostile   # with a hostile login
 """
 
 from __future__ import annotations
@@ -85,6 +97,13 @@ from undolog.signature import call_signature
 
 TOOL = "fault_write"
 COMPENSATION = "fault_undo"
+# A compensation the walkers' app offers that no victim's tool names: what a hostile login
+# wants run. It records a payout in the ledger; any payout is a violation.
+PAYOUT = "fault_payout"
+# With --hostile: the victims' login, and a second agent login that is an approver too.
+VICTIM_LOGIN = "faults_agent"
+HOSTILE_LOGIN = "faults_hostile"
+HOSTILE_TOOL = "hostile_note"
 LEASE = timedelta(seconds=1)
 KINDS = ("agent_kill", "walker_kill", "pause", "crash", "crash_walk", "month")
 TEMPLATE = "faults_template"
@@ -167,6 +186,10 @@ def build_undolog(dsn: str, ledger: Ledger) -> tuple[UndoLog, Any]:
                 }
             )
 
+    @ul.compensation(PAYOUT)
+    def fault_payout(call: CompensationCall) -> None:
+        ledger.append({"kind": "payout", "undo_id": str(call.undo_id), "args": call.args})
+
     @undolog_tool(
         tier=ToolTier.COMPENSABLE,
         compensation=CompensationDescriptor.new(COMPENSATION),
@@ -225,14 +248,154 @@ def run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def work(ul: UndoLog, owners: list[str] | None) -> None:
+    """One pass of `undolog worker` (with --owner for each of ``owners``)."""
+    ul.work(owners=owners)
+
+
 def run_walker(args: argparse.Namespace) -> int:
     """`ul.work()` in a loop, as `undolog worker` does, riding out a server restart."""
     ul, _ = build_undolog(args.dsn, Ledger(Path(args.ledger)))
+    owners = args.owner or None
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
         with contextlib.suppress(psycopg.Error, UndoLogError):
-            ul.work()
+            work(ul, owners)
         time.sleep(0.05)
+    return 0
+
+
+class Hostile:
+    """A second agent login (an approver too) that tries to make the safety net act for it
+    against the victims' sessions. Each attempt is recorded in the ledger as refused (with
+    its SQLSTATE) or succeeded; a success is a violation."""
+
+    def __init__(self, conn: psycopg.Connection[Any], ledger: Ledger) -> None:
+        self.conn = conn
+        self.ledger = ledger
+        self.step = 0
+
+    def attempt(self, probe: str, query: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        try:
+            with self.conn.transaction():
+                rows = self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            self.ledger.append(
+                {"kind": "hostile", "probe": probe, "outcome": "refused", "sqlstate": exc.sqlstate}
+            )
+            return []
+        self.ledger.append({"kind": "hostile", "probe": probe, "outcome": "succeeded"})
+        return rows
+
+    def intercept_sql(
+        self, session: uuid.UUID, tool: str, compensation: str
+    ) -> tuple[str, tuple[Any, ...]]:
+        self.step += 1
+        args = {"session": str(session), "step": self.step, "to": "mallory"}
+        descriptor = json.dumps({"name": compensation, "args": {"to": "mallory"}})
+        return (
+            "SELECT effect_id, action FROM undolog.intercept(%s, %s, %s, 'compensable',"
+            " %s::jsonb, %s, %s::jsonb)",
+            (session, self.step, tool, json.dumps(args),
+             call_signature(str(session), self.step, tool, args), descriptor),
+        )  # fmt: skip
+
+    def register(self, tool: str, compensation: str) -> None:
+        """Its own tool, registered as any agent's is (before the registry: nothing)."""
+        with contextlib.suppress(psycopg.errors.UndefinedFunction), self.conn.transaction():
+            self.conn.execute(
+                "SELECT undolog.register_tool(%s, 'compensable', %s::jsonb)",
+                (tool, json.dumps({"name": compensation})),
+            )
+
+    def forged_descriptor(self, own: uuid.UUID) -> None:
+        """A call of its registered tool naming a compensation the registration does not."""
+        self.attempt("forged_descriptor", *self.intercept_sql(own, HOSTILE_TOOL, PAYOUT))
+
+    def async_after_intent(self, own: uuid.UUID) -> None:
+        """An intent, then an asynchronous commit, in one transaction: it must commit
+        durably (synchronous_commit stays on)."""
+        query, params = self.intercept_sql(own, HOSTILE_TOOL, COMPENSATION)
+        with self.conn.transaction():
+            rows = self.conn.execute(query, params).fetchall()
+            if not rows or rows[0][1] != "execute":
+                return
+            self.conn.execute(
+                "SELECT undolog.commit(%s, '{}'::jsonb, p_async => true)", (rows[0][0],)
+            )
+            row = self.conn.execute("SHOW synchronous_commit").fetchone()
+        outcome = "succeeded" if row is not None and row[0] == "off" else "refused"
+        self.ledger.append({"kind": "hostile", "probe": "async_after_intent", "outcome": outcome})
+
+    def victims_calls(self, victims: list[uuid.UUID]) -> None:
+        """commit() and fail() of a victim's executing call, a call journaled into a
+        victim's session, and a heartbeat that would keep a dead victim alive."""
+        executing = self.conn.execute(
+            "SELECT effect_id FROM undolog.undolog_effect_log"
+            " WHERE session_id = ANY(%s) AND state = 'executing'",
+            (victims,),
+        ).fetchall()
+        for (effect_id,) in executing[:2]:
+            self.attempt(
+                "commit_victims_call",
+                "SELECT undolog.commit(%s, '{\"forged\": true}'::jsonb)",
+                (effect_id,),
+            )
+            self.attempt("fail_victims_call", "SELECT undolog.fail(%s, 'forged')", (effect_id,))
+        victim = random.choice(victims)
+        self.attempt("intercept_into_victim", *self.intercept_sql(victim, TOOL, COMPENSATION))
+        self.attempt("heartbeat_victim", "SELECT undolog.heartbeat(%s)", (victim,))
+
+    def session_locks(self, victims: list[uuid.UUID]) -> None:
+        """Every advisory lock pg_locks shows, and the keys a session id suggests."""
+        keys = {
+            (int(hi) << 32) | int(lo)
+            for hi, lo in self.conn.execute(
+                "SELECT classid::bigint, objid::bigint FROM pg_catalog.pg_locks"
+                " WHERE locktype = 'advisory' AND objsubid = 1"
+            ).fetchall()
+        }
+        for victim in victims:
+            keys.add(int(victim.hex[-16:], 16))  # the last 64 bits, as keys once were
+        for key in list(keys)[:8]:
+            signed = key - (1 << 64) if key >= 1 << 63 else key
+            rows = self.attempt("take_session_lock", "SELECT pg_try_advisory_lock(%s)", (signed,))
+            if rows and rows[0][0]:
+                time.sleep(0.2)  # long enough to stall a victim
+                with contextlib.suppress(psycopg.Error):
+                    self.conn.execute("SELECT pg_advisory_unlock(%s)", (signed,))
+
+
+def run_hostile(args: argparse.Namespace) -> int:
+    ledger = Ledger(Path(args.ledger))
+    victims = [uuid.UUID(v) for v in args.victims.split(",")]
+    own, payout_session = uuid.uuid4(), uuid.uuid4()
+    deadline = time.monotonic() + args.seconds
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        hostile = Hostile(conn, ledger)
+        hostile.register(HOSTILE_TOOL, COMPENSATION)
+        hostile.register("hostile_payout", PAYOUT)
+        for session in (own, payout_session):
+            conn.execute("SELECT undolog.begin_session(%s, 'hostile')", (session,))
+        # A tool of its own whose registration names the payout: the engine journals it
+        # (its author may), but no worker that serves only the victims walks its session.
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(*hostile.intercept_sql(payout_session, "hostile_payout", PAYOUT))
+        conn.execute("SELECT undolog.fail_session(%s, 'hostile')", (payout_session,))
+        probes = [hostile.forged_descriptor, hostile.async_after_intent]
+        while time.monotonic() < deadline:
+            random.choice(probes)(own)
+            hostile.victims_calls(victims)
+            hostile.session_locks(victims)
+            time.sleep(random.uniform(0, 0.02))
+        # Its own session ends cleanly: its calls committed (nothing acted), then done.
+        for (effect_id,) in conn.execute(
+            "SELECT effect_id FROM undolog.undolog_effect_log"
+            " WHERE session_id = %s AND state = 'executing'",
+            (own,),
+        ).fetchall():
+            conn.execute("SELECT undolog.commit(%s, '{}'::jsonb)", (effect_id,))
+        conn.execute("SELECT undolog.complete_session(%s)", (own,))
     return 0
 
 
@@ -245,9 +408,9 @@ class Server:
     options: str
     restarts: int = 0
 
-    def dsn(self, db: str) -> str:
+    def dsn(self, db: str, user: str | None = None) -> str:
         c = self.cluster
-        return f"host={c.host} port={c.port} user={c.user} dbname={db}"
+        return f"host={c.host} port={c.port} user={user or c.user} dbname={db}"
 
     def crash_and_restart(self) -> None:
         """`pg_ctl stop -m immediate` (no shutdown checkpoint: crash recovery on start)."""
@@ -279,6 +442,8 @@ class Trial:
     bodies: int = 0
     compensations: int = 0
     late_acts: int = 0  # bodies that acted after their compensation, recorded as such
+    hostile_attempts: int = 0  # with --hostile: what the hostile login tried ...
+    hostile_refused: int = 0  # ... and what the engine refused
     # ... and not recorded: the journal says "compensated" of an effect that stands.
     unrecorded_late: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -362,17 +527,19 @@ def maintenance_loop(dsn: str, stop: threading.Event, errors: list[str]) -> None
             time.sleep(0.02)
 
 
-def recover_all(dsn: str, ledger: Ledger, timeout: float = 40.0) -> None:
-    """Recovery: recover() and the walks, until every session has ended (or timeout)."""
+def recover_all(dsn: str, ledger: Ledger, owners: list[str] | None, timeout: float = 40.0) -> None:
+    """Recovery: recover() and the walks, until every session of ``owners`` (every
+    session when None) has ended (or timeout)."""
     ul, _ = build_undolog(dsn, ledger)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(psycopg.Error, UndoLogError):
-            ul.work()
+            work(ul, owners)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 row = conn.execute(
-                    "SELECT count(*) FROM undolog.undolog_sessions WHERE state <> ALL(%s)",
-                    (list(FINAL),),
+                    "SELECT count(*) FROM undolog.undolog_sessions"
+                    " WHERE state <> ALL(%s) AND owner_role <> %s",
+                    (list(FINAL), HOSTILE_LOGIN),
                 ).fetchone()
                 if row is not None and row[0] == 0:
                     return
@@ -392,10 +559,14 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
             pids = [r.get("pid") for _, r in comps if r["undo_id"] == undo]
             v.append(f"compensation acted {n} times for undo_id {undo} (by pids {pids})")
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # The hostile login's own sessions are nobody's to walk here (no worker serves
+        # its login): only the victims' sessions must end.
         sessions = {
             str(sid): (state, error, halt)
             for sid, state, error, halt in conn.execute(
                 "SELECT session_id, state, error, halt_undo_id FROM undolog.undolog_sessions"
+                " WHERE owner_role <> %s",
+                (HOSTILE_LOGIN,),
             ).fetchall()
         }
         trial.sessions = len(sessions)
@@ -404,8 +575,8 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
                 v.append(f"session {sid} ended {state}")
             elif state == "halted" and error is None and halt is None:
                 v.append(f"session {sid} halted without a reason")
-        # A late report recorded after the compensation (issue 10, point 5: the journal
-        # must say so, and a person learn of it): any history row of the effect after
+        # A late report recorded after the compensation (the journal must say so, and a
+        # person learn of it): any history row of the effect after
         # the one that made it compensated.
         recorded_late = {
             sig
@@ -423,8 +594,11 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
             for sig, sid, step, state, undo in conn.execute(
                 "SELECT e.call_signature, e.session_id, e.step_index, e.state, u.undo_id"
                 " FROM undolog.undolog_effect_log AS e"
+                " JOIN undolog.undolog_sessions AS s ON s.session_id = e.session_id"
                 " LEFT JOIN undolog.undolog_undo_stack AS u"
                 "   ON u.session_id = e.session_id AND u.effect_id = e.effect_id"
+                " WHERE s.owner_role <> %s",
+                (HOSTILE_LOGIN,),
             ).fetchall()
         }
     body_at = {r["sig"]: i for i, r in bodies}
@@ -451,6 +625,14 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
                     trial.unrecorded_late.append(
                         f"{where}: the body acted after its compensation ran"
                     )
+    hostile = [r for r in records if r["kind"] == "hostile"]
+    trial.hostile_attempts = len(hostile)
+    trial.hostile_refused = sum(r["outcome"] == "refused" for r in hostile)
+    for probe, n in Counter(r["probe"] for r in hostile if r["outcome"] != "refused").items():
+        v.append(f"a hostile login's {probe} was not refused ({n} times)")
+    for r in records:
+        if r["kind"] == "payout":
+            v.append(f"a payout was made (undo_id {r['undo_id']}, args {r['args']})")
     if trial.kind == "month":
         for r in records:
             if r["kind"] == "agent_error" and r.get("sqlstate") in MAINTENANCE_SQLSTATES:
@@ -458,7 +640,7 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
 
 
 def run_trial(
-    server: Server, number: int, kind: str, rng: random.Random, work: Path, late_pending: bool
+    server: Server, number: int, kind: str, rng: random.Random, workdir: Path, hostile: bool
 ) -> Trial:
     trial = Trial(number, kind)
     db = f"faults_{number}"
@@ -470,7 +652,11 @@ def run_trial(
         conn.execute(f"ALTER DATABASE \"{db}\" SET undolog.claim_timeout = '1 second'")
         conn.execute(f"ALTER DATABASE \"{db}\" SET undolog.retry_base = '50 milliseconds'")
     dsn = server.dsn(db)
-    ledger = Ledger(work / f"ledger_{number}.jsonl")
+    # With a hostile login beside them, the victims run as an agent login of their own
+    # (not the cluster's superuser, whom no rule binds) and the walkers serve only it.
+    agent_dsn = server.dsn(db, VICTIM_LOGIN) if hostile else dsn
+    owners = [VICTIM_LOGIN] if hostile else None
+    ledger = Ledger(workdir / f"ledger_{number}.jsonl")
     if kind == "month":
         prepare_month_boundary(dsn)
 
@@ -484,17 +670,28 @@ def run_trial(
             *(["--act-late"] if act_late else []),
         ])  # fmt: skip
         return _spawn(
-            "agent", "--dsn", dsn, "--ledger", str(ledger.path), "--session", session, *plan
-        )
+            "agent", "--dsn", agent_dsn, "--ledger", str(ledger.path), "--session", session,
+            *plan,
+        )  # fmt: skip
 
     def walker(seconds: float) -> subprocess.Popen[bytes]:
         return _spawn(
-            "walker", "--dsn", dsn, "--ledger", str(ledger.path), "--seconds", str(seconds)
-        )
+            "walker", "--dsn", dsn, "--ledger", str(ledger.path), "--seconds", str(seconds),
+            *(f"--owner={o}" for o in owners or ()),
+        )  # fmt: skip
 
     agents = rng.randint(5, 7) if kind == "month" else rng.randint(2, 4)
     sessions = [str(uuid.uuid4()) for _ in range(agents)]
     procs = [agent(s, act_late=kind == "pause_body") for s in sessions]
+    # Beside the victims, not one of them: the faults below pick among the victims.
+    intruders = []
+    if hostile:
+        intruders.append(
+            _spawn(
+                "hostile", "--dsn", server.dsn(db, HOSTILE_LOGIN), "--ledger",
+                str(ledger.path), "--victims", ",".join(sessions), "--seconds", "2",
+            )
+        )  # fmt: skip
     stop_maintenance = threading.Event()
     maintenance_errors: list[str] = []
     maintainer = None
@@ -553,15 +750,14 @@ def run_trial(
         server.crash_and_restart()
         trial.restarts += 1
 
-    _wait_all(procs, timeout=20)
+    _wait_all(procs + intruders, timeout=20)
     stop_maintenance.set()
     if maintainer is not None:
         maintainer.join()
         trial.violations += [e for e in maintenance_errors if "40P01" in e]
-    recover_all(dsn, ledger)
+    recover_all(dsn, ledger, owners)
     check(dsn, ledger.read(), trial)
-    if not late_pending:
-        trial.violations += trial.unrecorded_late
+    trial.violations += trial.unrecorded_late
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     return trial
@@ -585,6 +781,11 @@ def fault_server() -> Iterator[Server]:
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
         with psycopg.connect(server.dsn(TEMPLATE), autocommit=True) as conn:
             migrate(conn)
+            # Roles are the cluster's: made once, for --hostile trials.
+            conn.execute(f"CREATE ROLE {VICTIM_LOGIN} LOGIN IN ROLE undolog_agent")
+            conn.execute(
+                f"CREATE ROLE {HOSTILE_LOGIN} LOGIN IN ROLE undolog_agent, undolog_approver"
+            )
         yield server
 
 
@@ -593,7 +794,7 @@ def table(trials: list[Trial], elapsed: float) -> str:
     lines = [
         f"{'kind':<12} {'trials':>6} {'sessions':>8} {'bodies':>7} {'comps':>6} "
         f"{'kills':>6} {'pauses':>6} {'restarts':>8} {'late':>5} {'unrec':>5} "
-        f"{'violations':>10}"
+        f"{'hostile':>7} {'refused':>7} {'violations':>10}"
     ]
     for kind in [*kinds, "total"]:
         ts = trials if kind == "total" else [t for t in trials if t.kind == kind]
@@ -603,6 +804,7 @@ def table(trials: list[Trial], elapsed: float) -> str:
             f"{sum(t.kills for t in ts):>6} {sum(t.pauses for t in ts):>6} "
             f"{sum(t.restarts for t in ts):>8} "
             f"{sum(t.late_acts for t in ts):>5} {sum(len(t.unrecorded_late) for t in ts):>5} "
+            f"{sum(t.hostile_attempts for t in ts):>7} {sum(t.hostile_refused for t in ts):>7} "
             f"{sum(len(t.violations) for t in ts):>10}"
         )
     lines.append(f"elapsed {elapsed:.1f} s")
@@ -620,13 +822,10 @@ def run_suite(args: argparse.Namespace) -> int:
         for number in range(args.trials):
             # Every kind once in each round, in random order; a round per len(kinds).
             kind = kinds[number % len(kinds)] if number < len(kinds) else rng.choice(kinds)
-            trial = run_trial(server, number, kind, rng, Path(tmp), args.late_acts_pending)
+            trial = run_trial(server, number, kind, rng, Path(tmp), args.hostile)
             trials.append(trial)
             for violation in trial.violations:
                 print(f"trial {number} ({kind}): VIOLATION {violation}", flush=True)
-            if args.late_acts_pending:
-                for late in trial.unrecorded_late:
-                    print(f"trial {number} ({kind}): UNRECORDED LATE ACT {late}", flush=True)
             if args.progress:
                 print(f"trial {number} {kind}: {len(trial.violations)} violations", flush=True)
     print(table(trials, time.monotonic() - started), flush=True)
@@ -642,14 +841,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--late-acts", action="store_true", help="add pause_body trials")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument(
-        "--late-acts-pending",
-        action="store_true",
-        help="report a body that acted after its compensation, unrecorded by the journal "
-        "(issue 10, point 5, not fixed yet), in its own column instead of as a violation",
+        "--hostile", action="store_true", help="a hostile second agent login in every trial"
     )
     agent = sub.add_parser("agent")
     walker = sub.add_parser("walker")
-    for p in (agent, walker):
+    hostile = sub.add_parser("hostile")
+    for p in (agent, walker, hostile):
         p.add_argument("--dsn", required=True)
         p.add_argument("--ledger", required=True)
     agent.add_argument("--session", required=True)
@@ -658,9 +855,14 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--outcome", choices=["complete", "raise"], default="complete")
     agent.add_argument("--act-late", action="store_true")
     walker.add_argument("--seconds", type=float, default=5.0)
+    walker.add_argument("--owner", action="append", help="serve only this login's sessions")
+    hostile.add_argument("--victims", required=True, help="comma-separated session ids")
+    hostile.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.role == "agent":
         return run_agent(args)
+    if args.role == "hostile":
+        return run_hostile(args)
     if args.role == "walker":
         return run_walker(args)
     if args.seed is None:
