@@ -104,6 +104,9 @@ PAYOUT = "fault_payout"
 VICTIM_LOGIN = "faults_agent"
 HOSTILE_LOGIN = "faults_hostile"
 HOSTILE_TOOL = "hostile_note"
+# Descriptors the hostile login registers and sends: its note's own undo, and the payout.
+OWN_UNDO = {"name": COMPENSATION, "args": {}}
+PAYOUT_TO_MALLORY = {"name": PAYOUT, "args": {"to": "mallory"}}
 LEASE = timedelta(seconds=1)
 KINDS = ("agent_kill", "walker_kill", "pause", "crash", "crash_walk", "month")
 TEMPLATE = "faults_template"
@@ -288,34 +291,33 @@ class Hostile:
         return rows
 
     def intercept_sql(
-        self, session: uuid.UUID, tool: str, compensation: str
+        self, session: uuid.UUID, tool: str, descriptor: dict[str, Any]
     ) -> tuple[str, tuple[Any, ...]]:
         self.step += 1
         args = {"session": str(session), "step": self.step, "to": "mallory"}
-        descriptor = json.dumps({"name": compensation, "args": {"to": "mallory"}})
         return (
             "SELECT effect_id, action FROM undolog.intercept(%s, %s, %s, 'compensable',"
             " %s::jsonb, %s, %s::jsonb)",
             (session, self.step, tool, json.dumps(args),
-             call_signature(str(session), self.step, tool, args), descriptor),
+             call_signature(str(session), self.step, tool, args), json.dumps(descriptor)),
         )  # fmt: skip
 
-    def register(self, tool: str, compensation: str) -> None:
+    def register(self, tool: str, descriptor: dict[str, Any]) -> None:
         """Its own tool, registered as any agent's is (before the registry: nothing)."""
         with contextlib.suppress(psycopg.errors.UndefinedFunction), self.conn.transaction():
             self.conn.execute(
                 "SELECT undolog.register_tool(%s, 'compensable', %s::jsonb)",
-                (tool, json.dumps({"name": compensation})),
+                (tool, json.dumps(descriptor)),
             )
 
     def forged_descriptor(self, own: uuid.UUID) -> None:
         """A call of its registered tool naming a compensation the registration does not."""
-        self.attempt("forged_descriptor", *self.intercept_sql(own, HOSTILE_TOOL, PAYOUT))
+        self.attempt("forged_descriptor", *self.intercept_sql(own, HOSTILE_TOOL, PAYOUT_TO_MALLORY))
 
     def async_after_intent(self, own: uuid.UUID) -> None:
         """An intent, then an asynchronous commit, in one transaction: it must commit
         durably (synchronous_commit stays on)."""
-        query, params = self.intercept_sql(own, HOSTILE_TOOL, COMPENSATION)
+        query, params = self.intercept_sql(own, HOSTILE_TOOL, OWN_UNDO)
         with self.conn.transaction():
             rows = self.conn.execute(query, params).fetchall()
             if not rows or rows[0][1] != "execute":
@@ -343,7 +345,7 @@ class Hostile:
             )
             self.attempt("fail_victims_call", "SELECT undolog.fail(%s, 'forged')", (effect_id,))
         victim = random.choice(victims)
-        self.attempt("intercept_into_victim", *self.intercept_sql(victim, TOOL, COMPENSATION))
+        self.attempt("intercept_into_victim", *self.intercept_sql(victim, TOOL, OWN_UNDO))
         self.attempt("heartbeat_victim", "SELECT undolog.heartbeat(%s)", (victim,))
 
     def session_locks(self, victims: list[uuid.UUID]) -> None:
@@ -373,20 +375,27 @@ def run_hostile(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.seconds
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         hostile = Hostile(conn, ledger)
-        hostile.register(HOSTILE_TOOL, COMPENSATION)
-        hostile.register("hostile_payout", PAYOUT)
+        hostile.register(HOSTILE_TOOL, OWN_UNDO)
+        hostile.register("hostile_payout", PAYOUT_TO_MALLORY)
         for session in (own, payout_session):
             conn.execute("SELECT undolog.begin_session(%s, 'hostile')", (session,))
         # A tool of its own whose registration names the payout: the engine journals it
         # (its author may), but no worker that serves only the victims walks its session.
         with contextlib.suppress(psycopg.Error):
-            conn.execute(*hostile.intercept_sql(payout_session, "hostile_payout", PAYOUT))
+            conn.execute(
+                *hostile.intercept_sql(payout_session, "hostile_payout", PAYOUT_TO_MALLORY)
+            )
         conn.execute("SELECT undolog.fail_session(%s, 'hostile')", (payout_session,))
         probes = [hostile.forged_descriptor, hostile.async_after_intent]
         while time.monotonic() < deadline:
-            random.choice(probes)(own)
-            hostile.victims_calls(victims)
-            hostile.session_locks(victims)
+            try:
+                random.choice(probes)(own)
+                hostile.victims_calls(victims)
+                hostile.session_locks(victims)
+            except psycopg.OperationalError:  # the server restarted under it: log in again
+                time.sleep(0.2)
+                with contextlib.suppress(psycopg.OperationalError):
+                    hostile.conn = conn = psycopg.connect(args.dsn, autocommit=True)
             time.sleep(random.uniform(0, 0.02))
         # Its own session ends cleanly: its calls committed (nothing acted), then done.
         for (effect_id,) in conn.execute(

@@ -1,6 +1,7 @@
-"""The fault suite's short run (issue 10, point 9): about 20 randomized trials of real
-processes killed, paused and crashed, with their server stopped `-m immediate`; every
-promise checked against a ledger kept outside the engine (bench/faults.py)."""
+"""The fault suite's short run: about 20 randomized trials of real processes killed,
+paused and crashed, with their server stopped `-m immediate`, and a hostile second agent
+login beside the victims in every trial; every promise checked against a ledger kept
+outside the engine (bench/faults.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def test_fault_suite_short_run_has_no_violation() -> None:
             trials,
             "--seed",
             str(seed),
+            "--hostile",
         ],
         capture_output=True,
         text=True,
@@ -38,3 +40,5 @@ def test_fault_suite_short_run_has_no_violation() -> None:
     assert int(fields[1]) == int(trials), report  # every trial ran
     assert int(fields[-1]) == 0, report  # no violation
     assert int(fields[5]) > 0 and int(fields[7]) > 0, report  # kills and restarts happened
+    hostile, refused = int(fields[10]), int(fields[11])
+    assert hostile > 0 and refused == hostile, report  # the hostile login tried, and failed
