@@ -83,7 +83,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from pgcluster import Cluster, _as_cluster_owner, bindir, throwaway_cluster
+from pgcluster import Cluster, crash_and_restart, throwaway_cluster
 from undolog import (
     CompensationCall,
     CompensationDescriptor,
@@ -422,21 +422,7 @@ class Server:
         return f"host={c.host} port={c.port} user={user or c.user} dbname={db}"
 
     def crash_and_restart(self) -> None:
-        """`pg_ctl stop -m immediate` (no shutdown checkpoint: crash recovery on start)."""
-        ctl = str(bindir() / "pg_ctl")
-        data = str(self.cluster.datadir)
-        subprocess.run(
-            _as_cluster_owner([ctl, "-D", data, "-m", "immediate", "stop"]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        subprocess.run(
-            _as_cluster_owner(
-                [ctl, "-D", data, "-l", f"{data}/server.log", "-o", self.options, "-w", "start"]
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        crash_and_restart(self.cluster, self.options)
         self.restarts += 1
 
 

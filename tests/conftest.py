@@ -11,8 +11,9 @@ which need a server that really flushes. ``--postgresql-port`` points at a serve
 from __future__ import annotations
 
 import contextlib
+import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,25 @@ def old_engine(tmp_path: Path) -> Path:
     dest.mkdir()
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
     return dest / "sql"
+
+
+@pytest.fixture
+def login(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[Callable[..., Any]]:
+    """login("undolog_agent", "undolog_approver") -> an autocommit connection of a new
+    LOGIN role that holds those group roles (roles are the cluster's: dropped after)."""
+    made: list[tuple[str, psycopg.Connection[Any]]] = []
+
+    def make(*groups: str) -> psycopg.Connection[Any]:
+        name = f"login_{secrets.token_hex(4)}"
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        for group in groups:
+            conn.execute(f"GRANT {group} TO {name}")
+        c = psycopg.connect(dsn, user=name, autocommit=True)
+        made.append((name, c))
+        return c
+
+    yield make
+    for name, c in made:
+        c.close()
+        conn.execute(f"DROP OWNED BY {name}")
+        conn.execute(f"DROP ROLE {name}")

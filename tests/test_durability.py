@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgcluster import _as_cluster_owner, bindir, throwaway_cluster
+from pgcluster import crash_and_restart, throwaway_cluster
 from undolog import (
     CompensationDescriptor,
     LateResult,
@@ -427,23 +427,6 @@ def crashable() -> Iterator[tuple[Any, str]]:
         with psycopg.connect(cluster.dsn, autocommit=True) as c:
             migrate(c)
         yield cluster, options
-
-
-def crash_and_restart(cluster: Any, options: str) -> None:
-    ctl = str(bindir() / "pg_ctl")
-    data = str(cluster.datadir)
-    subprocess.run(
-        _as_cluster_owner([ctl, "-D", data, "-m", "immediate", "stop"]),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    subprocess.run(
-        _as_cluster_owner(
-            [ctl, "-D", data, "-l", f"{data}/server.log", "-o", options, "-w", "start"]
-        ),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
 
 
 def test_no_intent_is_lost_in_a_crash_after_a_replay_or_an_async_commit(

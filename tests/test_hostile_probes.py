@@ -10,7 +10,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -24,27 +24,6 @@ Conn = psycopg.Connection[Any]
 UNDO = {"name": "undo"}
 # The advisory key partition maintenance used to take (undolog.partition_lock_key()).
 OLD_PARTITION_LOCK_KEY = 7557806069434771457
-
-
-@pytest.fixture
-def login(dsn: str, conn: Conn) -> Iterator[Callable[..., Conn]]:
-    """login("undolog_agent", "undolog_approver") -> an autocommit connection of a new
-    LOGIN role that holds those group roles (roles are the cluster's: dropped after)."""
-    made: list[tuple[str, Conn]] = []
-
-    def make(*groups: str) -> Conn:
-        name = f"probe_{secrets.token_hex(4)}"
-        conn.execute(f"CREATE ROLE {name} LOGIN")
-        for group in groups:
-            conn.execute(f"GRANT {group} TO {name}")
-        c = psycopg.connect(dsn, user=name, autocommit=True)
-        made.append((name, c))
-        return c
-
-    yield make
-    for name, c in made:
-        c.close()
-        conn.execute(f"DROP ROLE {name}")
 
 
 def _sig() -> str:

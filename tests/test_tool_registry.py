@@ -6,10 +6,9 @@ serves. Real processes where it matters: the worker is a subprocess of `undolog 
 
 from __future__ import annotations
 
-import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +26,9 @@ __all__ = ["app_dir", "start_worker"]  # fixtures of test_worker, used here
 
 
 @pytest.fixture
-def agent_login(dsn: str, conn: Conn) -> Iterator[Callable[[], Conn]]:
+def agent_login(login: Callable[..., Conn]) -> Callable[[], Conn]:
     """agent_login() -> an autocommit connection of a new LOGIN role holding undolog_agent."""
-    made: list[tuple[str, Conn]] = []
-
-    def make() -> Conn:
-        name = f"agent_{secrets.token_hex(4)}"
-        conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE undolog_agent")
-        c = psycopg.connect(dsn, user=name, autocommit=True)
-        made.append((name, c))
-        return c
-
-    yield make
-    for name, c in made:
-        c.close()
-        conn.execute(f"DROP OWNED BY {name}")
+    return lambda: login("undolog_agent")
 
 
 def _sid(c: Conn) -> uuid.UUID:

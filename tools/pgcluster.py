@@ -170,6 +170,25 @@ PORT_MARK = "# undolog local database (tools/pgcluster.py start)"
 DEFAULT_DIR = ".pgdata"
 
 
+def crash_and_restart(cluster: Cluster, options: str) -> None:
+    """``pg_ctl stop -m immediate`` (no shutdown checkpoint: crash recovery on start), then
+    start again with the server ``options`` it ran with."""
+    ctl = str(bindir() / "pg_ctl")
+    data = str(cluster.datadir)
+    subprocess.run(
+        _as_cluster_owner([ctl, "-D", data, "-m", "immediate", "stop"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        _as_cluster_owner(
+            [ctl, "-D", data, "-l", f"{data}/server.log", "-o", options, "-w", "start"]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def _cluster_user() -> str:
     return "postgres" if os.geteuid() == 0 else os.environ.get("USER") or "postgres"
 
