@@ -65,6 +65,7 @@ GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, u
 GRANT SELECT ON undolog.undolog_approval_requests
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_tools TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.registered_tools TO undolog_agent, undolog_approver, undolog_operator;
 
 -- Internal or staff-only records: the signature index (the agent reads the same facts in
 -- the effect log), the saga's undo history and operator decisions.

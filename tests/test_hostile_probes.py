@@ -7,11 +7,13 @@ reasons and nesting past the limit (8)."""
 from __future__ import annotations
 
 import secrets
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -315,3 +317,32 @@ def test_the_engine_enforces_the_same_nesting_limit_as_the_binding(conn: Conn) -
     # Brackets inside strings are not nesting.
     flat = '{"s": "' + "[" * 200 + '"}'
     assert engine.fetch_one(conn, query, (session, 2, flat, _sig(), Jsonb(UNDO)))[1] == "execute"
+
+
+def test_the_roles_page_advisory_lock_statements_do_what_it_says(
+    login: Callable[..., Conn], conn: Conn, dsn: str
+) -> None:
+    # As after a migration by a database owner who is not a superuser: PUBLIC may still
+    # take advisory locks. The page's statements (examples/advisory_locks.sql), run by a
+    # superuser, take them away from everyone but the engine's owner and the granted role.
+    conn.execute(
+        "DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid::regprocedure"
+        " FROM pg_proc AS p WHERE p.pronamespace = 'pg_catalog'::regnamespace"
+        " AND p.proname ~ '^pg_(try_)?advisory_' LOOP"
+        " EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f); END LOOP; END $$"
+    )
+    agent = login("undolog_agent")
+    assert agent.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
+    agent.execute("SELECT pg_advisory_unlock(1)")
+    script = Path(__file__).resolve().parents[1] / "examples" / "advisory_locks.sql"
+    subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT pg_try_advisory_lock(1)")
+    with psycopg.connect(dsn, user="jobs", autocommit=True) as jobs:
+        assert jobs.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            jobs.execute("SELECT pg_advisory_lock_shared(1)")  # only what it was granted

@@ -6,6 +6,7 @@ serves. Real processes where it matters: the worker is a subprocess of `undolog 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -131,3 +132,38 @@ def test_the_worker_walks_only_the_owners_it_serves(
         " WHERE session_id = %s AND state <> 'pending'",
         (rogue_sid,),
     ).fetchone() == (0,)
+
+
+def test_an_operator_lists_and_retires_a_registration_from_the_cli(
+    login: Callable[..., Conn], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog.cli import main
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    engine.register_tool(agent, "send_mail", "compensable", {"name": "unsend"})
+    operator = login("undolog_operator")
+    as_operator = f"{dsn} user={operator.info.user}"
+    as_agent = f"{dsn} user={owner}"
+
+    assert main(["tools", "list", "--owner", owner, "--dsn", as_operator, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["tool_name"], row["tier"], row["live"]) == ("send_mail", "compensable", True)
+
+    # An agent cannot retire its own tool to change its tier: that is an operator's.
+    argv = ["tools", "retire", "send_mail", "--owner", owner, "--by", "mallory"]
+    assert main([*argv, "--reason", "mine", "--dsn", as_agent]) == 1
+    assert "undolog_operator" in capsys.readouterr().err
+    with pytest.raises(errors.ToolRegistrationMismatch):
+        engine.register_tool(agent, "send_mail", "irreversible", None)
+
+    argv = ["tools", "retire", "send_mail", "--owner", owner, "--by", "ada"]
+    assert main([*argv, "--reason", "it pays out now", "--dsn", as_operator]) == 0
+    assert "retired at" in capsys.readouterr().out
+    engine.register_tool(agent, "send_mail", "irreversible", None)  # its author may again
+    assert main(["tools", "list", "--owner", owner, "--all", "--dsn", as_operator, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted((r["tier"], r["live"], r["retire_reason"]) for r in rows) == [
+        ("compensable", False, "it pays out now"),
+        ("irreversible", True, None),
+    ]
