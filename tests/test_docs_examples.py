@@ -469,6 +469,7 @@ def test_every_include_resolves() -> None:
 
 # Which test runs each example file. A new example without a test here fails this check.
 RUN_BY = {
+    "advisory_locks.sql": "test_hostile_probes.py::test_the_roles_page_advisory_lock_statements_*",
     "quickstart.py": "test_examples.py::test_quickstart_runs_as_written, local_database.sh",
     "local_database.sh": "test_local_database_path_from_the_quickstart",
     "install_wheel.sh": "test_install_from_the_wheel_into_a_fresh_environment",
