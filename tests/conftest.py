@@ -167,21 +167,35 @@ def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 BEFORE_REGISTRY = "f0d5453"
 
 
-@pytest.fixture
-def old_engine(tmp_path: Path) -> Path:
+# The engine before migration 0005 (on_reject of a registration): migrations 0001-0004
+# with the repeatables of that time, which read no on_reject column.
+BEFORE_REJECT_OPTION = "d65778e"
+
+
+def _engine_at(commit: str, dest: Path) -> Path:
+    """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
     try:
         tar = subprocess.run(
-            ["git", "-C", str(repo), "archive", BEFORE_REGISTRY, "sql"],
+            ["git", "-C", str(repo), "archive", commit, "sql"],
             check=True,
             capture_output=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the engine's history (git) is not available")
-    dest = tmp_path / "engine-before-registry"
     dest.mkdir()
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
     return dest / "sql"
+
+
+@pytest.fixture
+def old_engine(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_REGISTRY, tmp_path / "engine-before-registry")
+
+
+@pytest.fixture
+def engine_before_reject_option(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_REJECT_OPTION, tmp_path / "engine-before-reject-option")
 
 
 @pytest.fixture
