@@ -22,7 +22,7 @@ GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text, text)
 TO undolog_agent, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_operator;
 -- What became of an approval request (who decided, when, why; whether the session goes
--- on): SECURITY INVOKER, so each reader sees only what its row-level security allows.
+-- on): an agent reads its own sessions' requests, approver and operator every one.
 GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
 

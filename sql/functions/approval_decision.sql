@@ -2,8 +2,9 @@
 -- (and its faces): the refused or approved call's tool, the outcome, who decided, when
 -- and why, the tool's on_reject, and the session's state now (session_continues: the
 -- session can take further calls, because the refusal kept it going). No row when the
--- request is unknown or not the reader's to see: SECURITY INVOKER, so the reader's
--- row-level security applies (an agent sees the requests of its own sessions).
+-- request is unknown or not the caller's to see, by the rule of the journal's row-level
+-- security: an agent login sees the requests of the sessions it began, approvers and
+-- operators every one (session_user: SET ROLE changes nothing). Read-only.
 -- decided_by is NULL for the engine's own expiry (decision 'expired').
 CREATE OR REPLACE FUNCTION undolog.approval_decision(p_approval_id uuid)
 RETURNS TABLE (
@@ -21,6 +22,7 @@ RETURNS TABLE (
 )
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
     SELECT
@@ -42,6 +44,9 @@ AS $$
        AND e.executed_at = a.executed_at
     LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
     WHERE a.approval_id = p_approval_id
+      AND (s.owner_role = session_user
+           OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
+           OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER'))
 $$;
 
 REVOKE ALL ON FUNCTION undolog.approval_decision(uuid) FROM public;
