@@ -76,7 +76,8 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 # registration retired first, as an operator would (only a superuser connection can, here:
 # the tests' own). A registration the registry refuses (a malformed tier or descriptor, a
 # login without the privilege) registers nothing, and the call then raises what intercept
-# raises. @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
+# raises. A tool its decorator registered on_reject="continue" is left as it is.
+# @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
 _RETIRE_FOR_TEST = """
 UPDATE undolog.undolog_tools SET retired_at = clock_timestamp(), retired_by = 'pytest'
 WHERE owner_role = session_user AND tool_name = %s AND retired_at IS NULL
@@ -93,6 +94,12 @@ def _register_for_test(
         with c.transaction():
             engine.register_tool(c, tool_name, tier, compensation)
     except ToolRegistrationMismatch:
+        try:  # the same tool, registered (by its decorator) on_reject="continue": leave it
+            with c.transaction():
+                engine.register_tool(c, tool_name, tier, compensation, "continue")
+            return
+        except (UndoLogError, psycopg.Error):
+            pass
         try:
             if superuser is not None:  # an agent login cannot retire: the test's superuser
                 owner = c.execute("SELECT session_user").fetchone()[0]
@@ -117,6 +124,12 @@ async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: A
         async with c.transaction():
             await aengine.register_tool(c, tool_name, tier, compensation)
     except ToolRegistrationMismatch:
+        try:  # as _register_for_test: a tool registered on_reject="continue" stays so
+            async with c.transaction():
+                await aengine.register_tool(c, tool_name, tier, compensation, "continue")
+            return
+        except (UndoLogError, psycopg.Error):
+            pass
         try:
             async with c.transaction():
                 await c.execute(_RETIRE_FOR_TEST, (tool_name,))
