@@ -6,7 +6,7 @@
 -- Logins are played with SET SESSION AUTHORIZATION (ownership is session_user), the
 -- approver and operator with SET ROLE.
 BEGIN;
-SELECT plan(33);
+SELECT plan(35);
 
 \ir _helpers.psql
 
@@ -293,6 +293,23 @@ SELECT throws_ok(
         '{"name": "delete_user"}')$$,
     'UL001', NULL, 'a continue tool''s refusal is not what ended the session: UL001');
 RESET SESSION AUTHORIZATION;
+
+-- ---------------------------------------------------------------------------------------
+-- A person's rollback of a session waiting on a 'continue' tool still undoes it
+-- ---------------------------------------------------------------------------------------
+SET SESSION AUTHORIZATION ul_t_rej_agent;
+SELECT undolog.begin_session('f0000000-0000-4000-8000-000000000001', 'mailer');
+SELECT approval_id AS approval_f FROM undolog.intercept(
+    'f0000000-0000-4000-8000-000000000001', 0, 'send_email', 'irreversible',
+    '{"to": "f@example.com"}', pg_temp.sig('f-0')) \gset
+RESET SESSION AUTHORIZATION;
+SET ROLE ul_t_rej_operator;
+SELECT is(undolog.rollback_session('f0000000-0000-4000-8000-000000000001', 'dana',
+                                   'stop this campaign'),
+          'failed', 'rollback_session: the rejection does not keep the session going');
+RESET ROLE;
+SELECT is((SELECT state FROM undolog.undolog_approval_requests
+           WHERE approval_id = :'approval_f'), 'rejected', 'its pending request is rejected');
 
 SELECT * FROM finish();
 ROLLBACK;
