@@ -31,7 +31,7 @@ second waits, then finds everything recorded and does nothing):
 6. the records: migrations (name, checksum) and repeatables (source_file, checksum).
 
 ``undolog.version()`` is ``sql/functions/version.sql`` with the package's version
-(pyproject.toml, via the installed package's metadata) written in at apply time.
+(python/undolog/_version.py, the one place it is written) filled in at apply time.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from undolog._sql import sql_root
+from undolog._version import __version__
 
 # pg_advisory_xact_lock key held by every migrate transaction (arbitrary, fixed).
 MIGRATE_LOCK_KEY = 7557806069434771456
@@ -62,11 +62,10 @@ _MIGRATION_NAME = re.compile(r"^[0-9]{4}_[a-z0-9_]+$")
 
 
 def engine_version() -> str:
-    """The package's version (pyproject.toml's, from the installed metadata)."""
-    try:
-        return metadata.version("undolog")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree never installed
-        return "0+unknown"
+    """The package's version: python/undolog/_version.py, the one place it is written
+    (pyproject.toml reads it from there into the wheel's metadata). Read from the module,
+    not from the installed metadata, which an editable install leaves stale after a bump."""
+    return __version__
 
 
 @dataclass(frozen=True)
