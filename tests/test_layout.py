@@ -544,7 +544,8 @@ def test_version_has_one_source(conn: Conn) -> None:
     # no other file of the binding or the SQL writes it down
     for path in [*(root / "python" / "undolog").glob("*.py"), *SQL.rglob("*.sql")]:
         if path != source:
-            assert not re.search(r"version\s*=\s*['\"]" + re.escape(written), path.read_text("utf-8")), path
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"version\s*=\s*['\"]" + re.escape(written), text), path
 
 
 def test_any_engine_role_may_ask_the_version(conn: Conn) -> None:

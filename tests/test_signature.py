@@ -31,9 +31,7 @@ def _shared_vectors() -> Path:
     return HERE.parent.parent / "shared" / "vectors"
 
 
-VECTORS: dict[str, Any] = json.loads(
-    (IN_REPO / "call_signature.json").read_text(encoding="utf-8")
-)
+VECTORS: dict[str, Any] = json.loads((IN_REPO / "call_signature.json").read_text(encoding="utf-8"))
 ALL_VECTORS = VECTORS["vectors"]
 ALL_REJECTS = VECTORS["must_reject"]
 

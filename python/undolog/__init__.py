@@ -78,4 +78,3 @@ __all__ = [
     "migrate",
     "undolog_tool",
 ]
-
