@@ -374,6 +374,15 @@ def _execute(conn: psycopg.Connection[Any], where: str, sql: str) -> None:
         conn.execute(sql.encode("utf-8"))
     except psycopg.errors.LockNotAvailable as exc:
         raise _LockWaitExpired(where, sql) from exc
+    except psycopg.errors.DeadlockDetected as exc:
+        # Re-creating triggers and policies locks table after table while agents lock
+        # them in their own order; migrate's transaction is the one PostgreSQL ended.
+        raise MigrationError(
+            f"{where}: deadlocked with another transaction on the engine's tables (an"
+            " agent's call) and PostgreSQL ended migrate's: nothing was applied. Run"
+            " migrate again; a release that re-creates triggers or policies is best"
+            " applied when few agents are calling"
+        ) from exc
     except psycopg.Error as exc:
         raise MigrationError(f"{where}: {exc}") from exc
 
