@@ -11,24 +11,30 @@ The engine's SQL (``sql/``, shipped inside the wheel) has two kinds of files:
 * repeatable sources, one object a file: ``sql/functions/*.sql``, ``sql/views/*.sql``,
   ``sql/triggers/*.sql``, ``sql/policies/*.sql`` and ``sql/grants.sql``. They hold the
   one current definition of each object (CREATE OR REPLACE, or DROP IF EXISTS + CREATE
-  for policies) and are applied again, all of them, whenever a migration is pending or
-  one of their texts differs from what ``undolog.undolog_repeatables`` recorded. A
-  database already current is left alone: no DDL, no table lock.
+  for policies). ``undolog.undolog_repeatables`` records the checksum of each one's
+  applied text, and a source is applied again only when its text differs from that, or
+  its object is gone from the database (a migration of this run dropped it);
+  ``grants.sql`` also after any migration. Triggers and policies take table locks that
+  queue agents' statements, so an unchanged one is never re-created; a database already
+  current is left alone: no DDL, no table lock.
 
 Apply order, in ONE transaction under one advisory lock (two installers racing: the
-second waits, then finds everything recorded and does nothing):
+second waits, then finds everything recorded and does nothing), every later lock wait
+bounded by ``lock_timeout`` (MigrationLockTimeout names the holder):
 
 1. ``sql/bootstrap.sql`` (the runner's own tables);
 2. the pending migrations in number order, each up to its after-repeatables line;
-3. ``functions/`` in file-name order with ``check_function_bodies = off``, as pg_dump
-   does: a LANGUAGE sql body is otherwise validated at creation and would need every
-   function it calls to exist already, so file names would have to encode dependencies.
-   Once all are in, every function of the schema is validated (its language's validator,
-   with bodies checked), so a broken body still fails the migrate;
-4. ``views/`` (name order: a view that reads another view must sort after it),
-   ``triggers/``, ``policies/``, then ``grants.sql``;
+3. the ``functions/`` to apply, in file-name order with ``check_function_bodies = off``,
+   as pg_dump does: a LANGUAGE sql body is otherwise validated at creation and would
+   need every function it calls to exist already, so file names would have to encode
+   dependencies. Then, when a function was applied or a migration ran, every function of
+   the schema is validated (its language's validator, with bodies checked), so a broken
+   body still fails the migrate;
+4. the ``views/`` to apply (name order: a view that reads another view must sort after
+   it), ``triggers/``, ``policies/``, then ``grants.sql``;
 5. the after-repeatables parts of the migrations applied in step 2;
-6. the records: migrations (name, checksum) and repeatables (source_file, checksum).
+6. the records: migrations (name, checksum) and the repeatables applied (source_file,
+   checksum); the records of files no longer in the package are dropped.
 
 ``undolog.version()`` is ``sql/functions/version.sql`` with the package's version
 (python/undolog/_version.py, the one place it is written) filled in at apply time.
