@@ -27,7 +27,8 @@ Params = tuple[Any, ...]
 
 # The engine's step_index is a PostgreSQL integer.
 MAX_STEP_INDEX = 2**31 - 1
-# The session state machine's states (DESIGN.md), for the faces' filters and choices.
+# The session state machine's states (docs/design/state-machines.md), for the faces'
+# filters and choices.
 SESSION_STATES = (
     "active",
     "awaiting_approval",
