@@ -4,6 +4,7 @@ sessions made by a real agent login, and a few states to act on."""
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 import re
 import uuid
@@ -170,3 +171,16 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found, "no CSRF field on the page"
     return found.group(1)
+
+
+def confirm_form(page: str) -> list[tuple[str, str]]:
+    """The hidden fields of the page asking to confirm an irreversible approval: posting
+    them is the second, explicit step."""
+    found = re.search(r'<form[^>]*id="confirm-form"[^>]*>(.*?)</form>', page, re.S)
+    assert found, "not the confirmation page"
+    return [
+        (html.unescape(name), html.unescape(value))
+        for name, value in re.findall(
+            r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(1)
+        )
+    ]

@@ -19,6 +19,7 @@ from dashboard_helpers import (
     PASSWORD,
     active_session,
     as_login,
+    confirm_form,
     create_logins,
     csrf_of,
     halted_session,
@@ -160,13 +161,17 @@ def test_approve_records_the_login_and_a_second_click_says_who_decided(
         assert str(waiting.approval_id) in inbox.text and "pay" in inbox.text
         assert "book" in inbox.text  # what the session did before this call
         stale = csrf_of(second.get("/approvals").text)  # the second approver's page, open
-        done = first.post(
+        asked = first.post(
             "/approvals/decide",
             data={"csrf": csrf_of(inbox.text), "approve_one": str(waiting.approval_id)},
         )
+        assert asked.status_code == 200 and "Yes, approve" in asked.text
+        assert approval_row(conn, waiting.approval_id)[0] == "pending"  # not by one click
+        done = first.post("/approvals/decide", data=confirm_form(asked.text))
         assert done.status_code == 303
         assert "approved by dash_approver" in first.get("/approvals").text  # the flash
         assert str(waiting.approval_id) not in first.get("/approvals").text
+        # the second approver's click: the request is no longer pending, so no question
         late = second.post(
             "/approvals/decide", data={"csrf": stale, "approve_one": str(waiting.approval_id)}
         )
@@ -233,10 +238,15 @@ def test_bulk_decisions_report_each_item(web: TestClient, app_dsn: str, conn: Co
     assert done.status_code == 303
     assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["rejected", "rejected"]
     c = waiting_session(app_dsn)
-    mixed = web.post(
+    asked = web.post(
         "/approvals/decide",
         data={"csrf": token, "action": "approve", "ids": [str(c.approval_id), str(a.approval_id)]},
     )
+    # only c is still pending: the confirmation restates it alone, a is left to the engine
+    assert asked.status_code == 200 and f"confirm-{c.approval_id}" in asked.text
+    assert f"confirm-{a.approval_id}" not in asked.text
+    assert approval_row(conn, c.approval_id)[0] == "pending"
+    mixed = web.post("/approvals/decide", data=confirm_form(asked.text))
     assert mixed.status_code == 409  # a was decided already; c is approved all the same
     assert "approved by dash_approver" in mixed.text and "already decided" in mixed.text
     assert approval_row(conn, c.approval_id)[0] == "approved"
