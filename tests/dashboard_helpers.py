@@ -173,14 +173,14 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
-def confirm_form(page: str) -> list[tuple[str, str]]:
+def confirm_form(page: str) -> dict[str, list[str]]:
     """The hidden fields of the page asking to confirm an irreversible approval: posting
     them is the second, explicit step."""
     found = re.search(r'<form[^>]*id="confirm-form"[^>]*>(.*?)</form>', page, re.S)
     assert found, "not the confirmation page"
-    return [
-        (html.unescape(name), html.unescape(value))
-        for name, value in re.findall(
-            r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(1)
-        )
-    ]
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(
+        r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(1)
+    ):
+        fields.setdefault(html.unescape(name), []).append(html.unescape(value))
+    return fields

@@ -169,7 +169,10 @@ class SessionStore:
         self._admit = asyncio.Lock()
 
     async def login(self, login: str, password: str) -> WebSession:
-        if len(self.sessions) >= self.max_sessions:
+        # (checked again below, once the database said who this is: a login that holds
+        # web sessions already replaces its own oldest one even when the dashboard is full)
+        held = any(ws.login == login for ws in self.sessions.values())
+        if len(self.sessions) >= self.max_sessions and not held:
             raise LoginRefused("too many people are logged in to this dashboard; try later")
         conninfo = person_conninfo(self.dsn, login, password)
         del password  # only libpq holds it now, for these two connections
