@@ -120,13 +120,22 @@ class Waiting:
     approval_id: uuid.UUID
 
 
-def waiting_session(dsn: str, login: str = "dash_agent", **pay_args: Any) -> Waiting:
-    """A session of ``login`` whose irreversible call waits for a human."""
+def waiting_session(
+    dsn: str,
+    login: str = "dash_agent",
+    *,
+    agent: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    item: str = "room",
+    **pay_args: Any,
+) -> Waiting:
+    """A session of ``login`` whose irreversible call waits for a human (after booking
+    ``item``); ``agent`` is the name it gives itself, ``metadata`` its session metadata."""
     ul = UndoLog(as_login(dsn, login))
     sid = uuid.uuid4()
     try:
-        with ul.session(sid, agent=f"agent-{login}"):
-            book("room")
+        with ul.session(sid, agent=agent or f"agent-{login}", metadata=metadata):
+            book(item)
             pay(pay_args.pop("cents", 500), **pay_args)
     except AwaitingApprovalError as exc:
         return Waiting(sid, uuid.UUID(str(exc.approval_id)))
