@@ -595,7 +595,9 @@ def test_approving_an_irreversible_call_takes_a_second_explicit_step(
         again = web.post("/approvals/decide", data={**fields, "confirm": [forged]})
         assert again.status_code == 200 and 'id="confirm-approve"' in again.text
     other = waiting_session(app_dsn)
-    swapped = web.post("/approvals/decide", data={**fields, "pick": [f"approve:{other.approval_id}"]})
+    swapped = web.post(
+        "/approvals/decide", data={**fields, "pick": [f"approve:{other.approval_id}"]}
+    )
     assert 'id="confirm-approve"' in swapped.text
     assert approval_row(conn, other.approval_id)[0] == "pending"
     # nor does the confirmation without the web session's CSRF token
@@ -685,9 +687,7 @@ def test_states_have_human_labels_and_times_are_time_elements(
     assert "Waiting for a person (awaiting_approval)" in listing
 
 
-def test_undo_entries_are_numbered_within_their_session(
-    web: TestClient, app_dsn: str
-) -> None:
+def test_undo_entries_are_numbered_within_their_session(web: TestClient, app_dsn: str) -> None:
     for _ in range(3):  # other sessions' entries first: the stack's ids are global
         waiting_session(app_dsn)
     sid = uuid.uuid4()
@@ -734,19 +734,23 @@ def test_past_decisions_page_filters_today_and_by_me(
         token = csrf_of(other.get("/approvals").text)
         other.post(
             "/approvals/decide",
-            data={"csrf": token, "reject_one": str(theirs.approval_id),
-                  f"reason_{theirs.approval_id}": HOSTILE},
+            data={
+                "csrf": token,
+                "reject_one": str(theirs.approval_id),
+                f"reason_{theirs.approval_id}": HOSTILE,
+            },
         )
         other.post(
             "/approvals/decide",
-            data={"csrf": token, "reject_one": str(old.approval_id),
-                  f"reason_{old.approval_id}": "last week"},
+            data={
+                "csrf": token,
+                "reject_one": str(old.approval_id),
+                f"reason_{old.approval_id}": "last week",
+            },
         )
     finally:
         other.__exit__(None, None, None)
-    conn.execute(
-        "ALTER TABLE undolog.undolog_approval_requests DISABLE TRIGGER USER"
-    )
+    conn.execute("ALTER TABLE undolog.undolog_approval_requests DISABLE TRIGGER USER")
     try:
         conn.execute(
             "UPDATE undolog.undolog_approval_requests SET decided_at = now() - interval '3 days'"
@@ -759,8 +763,11 @@ def test_past_decisions_page_filters_today_and_by_me(
     token = csrf_of(web.get("/approvals").text)
     web.post(
         "/approvals/decide",
-        data={"csrf": token, "reject_one": str(mine.approval_id),
-              f"reason_{mine.approval_id}": "mine"},
+        data={
+            "csrf": token,
+            "reject_one": str(mine.approval_id),
+            f"reason_{mine.approval_id}": "mine",
+        },
     )
 
     def listed(query: str) -> set[str]:

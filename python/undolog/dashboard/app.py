@@ -430,10 +430,10 @@ class Dashboard:
         picked: list[tuple[str, str, str]] = []  # (action, id text, reason)
         # The confirmation page resends its decisions as "approve:<id>" with reason_<id>.
         for pick in form.getlist("pick"):
-            action, _, one = str(pick).partition(":")
+            action, _, picked_id = str(pick).partition(":")
             if action in ("approve", "reject"):
-                reason = form.get(f"reason_{one}")
-                picked.append((action, one, reason if isinstance(reason, str) else ""))
+                text = form.get(f"reason_{picked_id}")
+                picked.append((action, picked_id, text if isinstance(text, str) else ""))
         for action in ("approve", "reject") if not picked else ():
             one = form.get(f"{action}_one")
             if isinstance(one, str):
@@ -494,9 +494,7 @@ class Dashboard:
         text = "approve:" + ",".join(sorted(approval_ids))
         return hmac.new(ws.csrf.encode(), text.encode(), "sha256").hexdigest()
 
-    def _confirmed(
-        self, ws: WebSession, form: FormData, confirming: list[queries.Row]
-    ) -> bool:
+    def _confirmed(self, ws: WebSession, form: FormData, confirming: list[queries.Row]) -> bool:
         token = form.get("confirm")
         expected = self._confirm_token(ws, [str(r["approval_id"]) for r in confirming])
         return isinstance(token, str) and hmac.compare_digest(token, expected)

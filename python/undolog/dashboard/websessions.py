@@ -171,8 +171,8 @@ class SessionStore:
     async def login(self, login: str, password: str) -> WebSession:
         # (checked again below, once the database said who this is: a login that holds
         # web sessions already replaces its own oldest one even when the dashboard is full)
-        held = any(ws.login == login for ws in self.sessions.values())
-        if len(self.sessions) >= self.max_sessions and not held:
+        holds_some = any(ws.login == login for ws in self.sessions.values())
+        if len(self.sessions) >= self.max_sessions and not holds_some:
             raise LoginRefused("too many people are logged in to this dashboard; try later")
         conninfo = person_conninfo(self.dsn, login, password)
         del password  # only libpq holds it now, for these two connections
