@@ -792,3 +792,21 @@ def test_past_decisions_page_filters_today_and_by_me(
         assert agent.get("/decisions").status_code == 403
     finally:
         agent.__exit__(None, None, None)
+
+
+def test_the_pages_purpose_example_runs_and_the_session_page_shows_it(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "dashboard.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    example = next(b for b in blocks if '"purpose"' in b)
+    exec(compile(example, "docs/dashboard.md", "exec"), {"dsn": as_login(app_dsn, "dash_agent")})
+    row = conn.execute(
+        "SELECT session_id FROM undolog.undolog_sessions WHERE agent = 'refunds'"
+    ).fetchone()
+    assert row is not None
+    log_in(web, "dash_approver")
+    shown = web.get(f"/sessions/{row[0]}").text
+    assert "says it is for" in shown and "refund order 1234, asked twice" in shown
