@@ -193,6 +193,7 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     asked = browser.find_element(By.ID, f"confirm-{approval_id}").text
     assert "pay" in asked and "4200" in asked and "<img src=x onerror=alert(1)>" in asked
     assert "dash_agent" in asked and "browser-agent" in asked and "agent's own claim" in asked
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")  # the argument is text
     shot(browser, "confirm")
     decided = conn.execute(
         "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
@@ -223,6 +224,23 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     ).fetchone()
     assert row2 == ("rejected", "dash_approver", "not this month")
     shot(browser, "inbox-after")
+
+    # both decisions, on the page of past decisions, filtered to the approver's own
+    browser.find_element(By.ID, "nav-decisions").click()
+    browser.find_element(By.ID, "f-mine").click()
+    browser.find_element(By.ID, "f-today").click()
+    browser.find_element(By.ID, "f-apply").click()
+    WebDriverWait(browser, 5).until(lambda b: "mine=1" in b.current_url)
+    shown = {
+        r.get_attribute("data-approval"): r.text
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.decision")
+    }
+    assert set(shown) == {str(approval_id), str(second)}
+    assert "Approved" in shown[str(approval_id)] and "Rejected" in shown[str(second)]
+    assert "not this month" in shown[str(second)]
+    assert "<img src=x onerror=alert(1)>" in shown[str(approval_id)]
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")
+    shot(browser, "decisions-mine")
 
 
 def test_operator_resumes_a_halted_session_and_rolls_back_a_live_one(
@@ -374,3 +392,56 @@ def test_times_are_shown_in_the_viewers_time_zone(
         shot(browser, "decisions")
     finally:
         browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_the_two_step_approval_works_without_javascript(
+    site: str, dsn: str, conn: Conn, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Chromium with JavaScript switched off: both steps are plain forms, and times read
+    in UTC."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--lang=en-US",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-nojs')}",
+    ):
+        options.add_argument(flag)
+    options.add_experimental_option(
+        "prefs", {"profile.managed_default_content_settings.javascript": 2}
+    )
+    plain = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        waiting = waiting_session(without_user(dsn), cents=777)
+        log_in(plain, site, "dash_approver")
+        plain.get(f"{site}/approvals")
+        time.sleep(0.5)
+        # the page's script never ran: it would have opened the live stream
+        assert plain.find_element(By.ID, "live").get_attribute("data-live") is None
+        plain.get(f"{site}/sessions/{waiting.session_id}")
+        stamp = plain.find_element(By.CSS_SELECTOR, "#session-states time")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stamp.text), stamp.text
+        plain.get(f"{site}/approvals")
+        plain.find_element(By.ID, f"approve-{waiting.approval_id}").click()
+        WebDriverWait(plain, 5).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+        assert "777" in plain.find_element(By.ID, f"confirm-{waiting.approval_id}").text
+        state = conn.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("pending",)
+        plain.find_element(By.ID, "confirm-approve").click()
+        WebDriverWait(plain, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+        state = conn.execute(
+            "SELECT state, decided_by FROM undolog.undolog_approval_requests "
+            "WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("approved", "dash_approver")
+    finally:
+        plain.get("about:blank")
+        plain.quit()
