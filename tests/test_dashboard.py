@@ -545,6 +545,7 @@ def test_demo_refuses_a_database_it_did_not_make(dsn: str, conn: Conn) -> None:
 
 
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(2)>"
+REASON = 'checked the "invoice" <b>& the IBAN</b>'
 
 
 def assert_escaped(page: str) -> None:
@@ -579,7 +580,7 @@ def test_approving_an_irreversible_call_takes_a_second_explicit_step(
     aid = str(waiting.approval_id)
     asked = web.post(
         "/approvals/decide",
-        data={"csrf": token, "approve_one": aid, f"reason_{aid}": "checked the invoice"},
+        data={"csrf": token, "approve_one": aid, f"reason_{aid}": REASON},
     )
     # the click only asks: the page restates the call, its arguments, session and logins
     assert asked.status_code == 200
@@ -610,7 +611,7 @@ def test_approving_an_irreversible_call_takes_a_second_explicit_step(
         "approved",
         "dash_approver",
         "dash_approver",
-        "checked the invoice",
+        REASON,  # carried through the confirmation page as it was typed
     )
 
 
