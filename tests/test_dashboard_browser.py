@@ -189,7 +189,7 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
 
     # One click only asks: a page restates the call, and a second button approves it.
     browser.find_element(By.ID, f"approve-{approval_id}").click()
-    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
     asked = browser.find_element(By.ID, f"confirm-{approval_id}").text
     assert "pay" in asked and "4200" in asked and "<img src=x onerror=alert(1)>" in asked
     assert "dash_agent" in asked and "browser-agent" in asked and "agent's own claim" in asked
@@ -351,7 +351,7 @@ def test_the_fifth_login_elsewhere_logs_the_oldest_page_out_and_says_why(
                 "/login", data={"csrf": token, "login": "dash_approver", "password": PASSWORD}
             )
             assert answer.status_code == 303
-        WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "login-notice"))
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "login-notice"))
         notice = browser.find_element(By.ID, "login-notice").text
         assert "logged out here because dash_approver logged in somewhere else" in notice
         shot(browser, "replaced")
@@ -427,7 +427,7 @@ def test_the_two_step_approval_works_without_javascript(
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stamp.text), stamp.text
         plain.get(f"{site}/approvals")
         plain.find_element(By.ID, f"approve-{waiting.approval_id}").click()
-        WebDriverWait(plain, 5).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+        WebDriverWait(plain, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
         assert "777" in plain.find_element(By.ID, f"confirm-{waiting.approval_id}").text
         state = conn.execute(
             "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
