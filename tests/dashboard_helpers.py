@@ -4,6 +4,7 @@ sessions made by a real agent login, and a few states to act on."""
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 import re
 import uuid
@@ -119,13 +120,22 @@ class Waiting:
     approval_id: uuid.UUID
 
 
-def waiting_session(dsn: str, login: str = "dash_agent", **pay_args: Any) -> Waiting:
-    """A session of ``login`` whose irreversible call waits for a human."""
+def waiting_session(
+    dsn: str,
+    login: str = "dash_agent",
+    *,
+    agent: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    item: str = "room",
+    **pay_args: Any,
+) -> Waiting:
+    """A session of ``login`` whose irreversible call waits for a human (after booking
+    ``item``); ``agent`` is the name it gives itself, ``metadata`` its session metadata."""
     ul = UndoLog(as_login(dsn, login))
     sid = uuid.uuid4()
     try:
-        with ul.session(sid, agent=f"agent-{login}"):
-            book("room")
+        with ul.session(sid, agent=agent or f"agent-{login}", metadata=metadata):
+            book(item)
             pay(pay_args.pop("cents", 500), **pay_args)
     except AwaitingApprovalError as exc:
         return Waiting(sid, uuid.UUID(str(exc.approval_id)))
@@ -170,3 +180,16 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found, "no CSRF field on the page"
     return found.group(1)
+
+
+def confirm_form(page: str) -> dict[str, list[str]]:
+    """The hidden fields of the page asking to confirm an irreversible approval: posting
+    them is the second, explicit step."""
+    found = re.search(r'<form[^>]*id="confirm-form"[^>]*>(.*?)</form>', page, re.S)
+    assert found, "not the confirmation page"
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(
+        r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(1)
+    ):
+        fields.setdefault(html.unescape(name), []).append(html.unescape(value))
+    return fields

@@ -5,6 +5,7 @@ and row-level security decide what they see and may do."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 import uuid
@@ -19,6 +20,7 @@ from dashboard_helpers import (
     PASSWORD,
     active_session,
     as_login,
+    confirm_form,
     create_logins,
     csrf_of,
     halted_session,
@@ -160,13 +162,17 @@ def test_approve_records_the_login_and_a_second_click_says_who_decided(
         assert str(waiting.approval_id) in inbox.text and "pay" in inbox.text
         assert "book" in inbox.text  # what the session did before this call
         stale = csrf_of(second.get("/approvals").text)  # the second approver's page, open
-        done = first.post(
+        asked = first.post(
             "/approvals/decide",
             data={"csrf": csrf_of(inbox.text), "approve_one": str(waiting.approval_id)},
         )
+        assert asked.status_code == 200 and "Yes, approve" in asked.text
+        assert approval_row(conn, waiting.approval_id)[0] == "pending"  # not by one click
+        done = first.post("/approvals/decide", data=confirm_form(asked.text))
         assert done.status_code == 303
         assert "approved by dash_approver" in first.get("/approvals").text  # the flash
         assert str(waiting.approval_id) not in first.get("/approvals").text
+        # the second approver's click: the request is no longer pending, so no question
         late = second.post(
             "/approvals/decide", data={"csrf": stale, "approve_one": str(waiting.approval_id)}
         )
@@ -233,10 +239,15 @@ def test_bulk_decisions_report_each_item(web: TestClient, app_dsn: str, conn: Co
     assert done.status_code == 303
     assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["rejected", "rejected"]
     c = waiting_session(app_dsn)
-    mixed = web.post(
+    asked = web.post(
         "/approvals/decide",
         data={"csrf": token, "action": "approve", "ids": [str(c.approval_id), str(a.approval_id)]},
     )
+    # only c is still pending: the confirmation restates it alone, a is left to the engine
+    assert asked.status_code == 200 and f"confirm-{c.approval_id}" in asked.text
+    assert f"confirm-{a.approval_id}" not in asked.text
+    assert approval_row(conn, c.approval_id)[0] == "pending"
+    mixed = web.post("/approvals/decide", data=confirm_form(asked.text))
     assert mixed.status_code == 409  # a was decided already; c is approved all the same
     assert "approved by dash_approver" in mixed.text and "already decided" in mixed.text
     assert approval_row(conn, c.approval_id)[0] == "approved"
@@ -528,3 +539,275 @@ def test_demo_refuses_a_database_it_did_not_make(dsn: str, conn: Conn) -> None:
     assert "--demo refused" in done.stderr
     assert "--i-know-this-creates-demo-logins" in done.stderr
     assert conn.execute("SELECT count(*) FROM undolog.undolog_sessions").fetchone() == (0,)
+
+
+# --- what an approver reads before deciding, and how they decide -------------------------
+
+
+HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(2)>"
+REASON = 'checked the "invoice" <b>& the IBAN</b>'
+
+
+def assert_escaped(page: str) -> None:
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert" in page
+
+
+def test_the_inbox_shows_the_login_beside_the_agents_claimed_name(
+    web: TestClient, app_dsn: str
+) -> None:
+    # an agent login that calls itself by an approver's name, to look like a person
+    waiting = waiting_session(app_dsn, login="dash_agent", agent="dash_approver2 (finance)")
+    log_in(web, "dash_approver")
+    inbox = web.get("/approvals").text
+    row = inbox.split(f'id="req-{waiting.approval_id}"')[1].split("</tr>")[0]
+    assert 'login <strong class="login">dash_agent</strong>' in row
+    assert "calls itself" in row and "dash_approver2 (finance)" in row
+    assert "(the agent's claim)" in row
+    session = web.get(f"/sessions/{waiting.session_id}").text
+    assert 'login <strong class="login">dash_agent</strong>' in session
+    assert "(the agent's claim)" in session
+
+
+def test_approving_an_irreversible_call_takes_a_second_explicit_step(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    waiting = waiting_session(
+        app_dsn, agent=HOSTILE, cents=990000, note=HOSTILE, metadata={"purpose": HOSTILE}
+    )
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    aid = str(waiting.approval_id)
+    asked = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "approve_one": aid, f"reason_{aid}": REASON},
+    )
+    # the click only asks: the page restates the call, its arguments, session and logins
+    assert asked.status_code == 200
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    page = asked.text
+    assert 'id="confirm-approve"' in page and "Nothing can undo" in page
+    assert ">pay<" in page and "990000" in page and str(waiting.session_id) in page
+    assert 'class="login">dash_agent<' in page and "no purpose given" not in page
+    assert_escaped(page)
+    fields = confirm_form(page)
+    # neither a forged confirmation nor one made for other requests approves it
+    for forged in ("", "0" * 64, csrf_of(page)):
+        again = web.post("/approvals/decide", data={**fields, "confirm": [forged]})
+        assert again.status_code == 200 and 'id="confirm-approve"' in again.text
+    other = waiting_session(app_dsn)
+    swapped = web.post(
+        "/approvals/decide", data={**fields, "pick": [f"approve:{other.approval_id}"]}
+    )
+    assert 'id="confirm-approve"' in swapped.text
+    assert approval_row(conn, other.approval_id)[0] == "pending"
+    # nor does the confirmation without the web session's CSRF token
+    stale = web.post("/approvals/decide", data={**fields, "csrf": ["stale"]})
+    assert stale.status_code == 403
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    done = web.post("/approvals/decide", data=fields)
+    assert done.status_code == 303 and done.headers["location"] == "/approvals"
+    assert approval_row(conn, waiting.approval_id) == (
+        "approved",
+        "dash_approver",
+        "dash_approver",
+        REASON,  # carried through the confirmation page as it was typed
+    )
+
+
+def test_rejecting_takes_one_step_and_a_bulk_approval_is_confirmed_as_a_whole(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    a, b, c = (waiting_session(app_dsn, cents=n) for n in (101, 202, 303))
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    rejected = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "reject_one": str(c.approval_id), f"reason_{c.approval_id}": "no"},
+    )
+    assert rejected.status_code == 303 and approval_row(conn, c.approval_id)[0] == "rejected"
+    asked = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "action": "approve", "ids": [str(a.approval_id), str(b.approval_id)]},
+    )
+    assert "Approve 2 irreversible calls?" in asked.text
+    # both calls restated, with their arguments (JSON, escaped)
+    assert "&#34;cents&#34;: 101" in asked.text and "&#34;cents&#34;: 202" in asked.text
+    assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["pending", "pending"]
+    assert web.post("/approvals/decide", data=confirm_form(asked.text)).status_code == 303
+    assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["approved", "approved"]
+
+
+def test_the_fifth_login_replaces_the_oldest_web_session(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
+
+    app = create_app(app_dsn)
+    clients = [TestClient(app, follow_redirects=False) for _ in range(MAX_SESSIONS_PER_LOGIN + 1)]
+    with contextlib.ExitStack() as stack:
+        for client in clients:
+            stack.enter_context(client)
+        for n, client in enumerate(clients):
+            assert log_in(client, "dash_approver").status_code == 303, n
+            time.sleep(0.01)  # each later than the last
+        oldest, *others = clients
+        # the oldest web session was logged out: its cookie no longer works, and its
+        # login page says why
+        assert oldest.get("/approvals").status_code == 303
+        notice = oldest.get("/login").text
+        assert "You were logged out here because dash_approver logged in somewhere else" in notice
+        token = csrf_of(notice)  # the login form's, not a web session's
+        assert oldest.post("/logout", data={"csrf": token}).status_code == 401
+        for client in others:
+            assert client.get("/approvals").status_code == 200
+        # it logs in again, and now the second oldest is the one replaced
+        assert log_in(oldest, "dash_approver").status_code == 303
+        assert oldest.get("/approvals").status_code == 200
+        assert others[0].get("/approvals").status_code == 303
+        assert all(c.get("/approvals").status_code == 200 for c in others[1:])
+
+
+def test_states_have_human_labels_and_times_are_time_elements(
+    web: TestClient, app_dsn: str
+) -> None:
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    inbox = web.get("/approvals").text
+    assert 'title="engine state: awaiting_approval">Waiting for a person</span>' in inbox
+    assert '<code class="engine-state">awaiting_approval</code>' in inbox
+    page = web.get(f"/sessions/{waiting.session_id}").text
+    assert ">Waiting for a decision</span>" in page and ">Done</span>" in page
+    # UTC without JavaScript, in an element the page's script turns into local time
+    assert re.search(
+        r'<time datetime="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00">'
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>",
+        page,
+    )
+    listing = web.get("/sessions").text
+    assert "Waiting for a person (awaiting_approval)" in listing
+
+
+def test_undo_entries_are_numbered_within_their_session(web: TestClient, app_dsn: str) -> None:
+    for _ in range(3):  # other sessions' entries first: the stack's ids are global
+        waiting_session(app_dsn)
+    sid = uuid.uuid4()
+    from dashboard_helpers import book
+    from undolog import UndoLog
+
+    with UndoLog(as_login(app_dsn, "dash_agent")).session(sid, agent="three"):
+        book("a")
+        book("b")
+        book("c")
+        log_in(web, "dash_operator")
+        page = web.get(f"/sessions/{sid}").text
+    numbers = re.findall(r'<td class="undo-number">(\d+)</td>', page)
+    assert numbers == ["3", "2", "1"]  # top of the stack first, as the walk goes
+
+
+def test_the_inbox_shows_earlier_calls_with_their_args_and_the_stated_purpose(
+    web: TestClient, app_dsn: str
+) -> None:
+    told = waiting_session(
+        app_dsn, item=HOSTILE, metadata={"purpose": "refund order 1234 " + HOSTILE}
+    )
+    silent = waiting_session(app_dsn, item="plain-room")
+    log_in(web, "dash_approver")
+    inbox = web.get("/approvals").text
+    row = inbox.split(f'id="req-{told.approval_id}"')[1].split("</tr>")[0]
+    assert "book" in row and "&lt;script&gt;alert" in row  # the earlier call's arguments
+    assert "says it is for" in row and "refund order 1234" in row
+    quiet = inbox.split(f'id="req-{silent.approval_id}"')[1].split("</tr>")[0]
+    assert "plain-room" in quiet and "says it is for" not in quiet
+    assert_escaped(inbox)
+    session = web.get(f"/sessions/{told.session_id}").text
+    assert "refund order 1234" in session
+    assert_escaped(session)
+    assert "The agent gave no purpose" in web.get(f"/sessions/{silent.session_id}").text
+
+
+def test_past_decisions_page_filters_today_and_by_me(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    mine, theirs, old = (waiting_session(app_dsn, note=HOSTILE) for _ in range(3))
+    other = client_as(app_dsn, "dash_approver2")
+    try:
+        token = csrf_of(other.get("/approvals").text)
+        other.post(
+            "/approvals/decide",
+            data={
+                "csrf": token,
+                "reject_one": str(theirs.approval_id),
+                f"reason_{theirs.approval_id}": HOSTILE,
+            },
+        )
+        other.post(
+            "/approvals/decide",
+            data={
+                "csrf": token,
+                "reject_one": str(old.approval_id),
+                f"reason_{old.approval_id}": "last week",
+            },
+        )
+    finally:
+        other.__exit__(None, None, None)
+    conn.execute("ALTER TABLE undolog.undolog_approval_requests DISABLE TRIGGER USER")
+    try:
+        conn.execute(
+            "UPDATE undolog.undolog_approval_requests SET decided_at = now() - interval '3 days'"
+            " WHERE approval_id = %s",
+            (old.approval_id,),
+        )
+    finally:
+        conn.execute("ALTER TABLE undolog.undolog_approval_requests ENABLE TRIGGER USER")
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    web.post(
+        "/approvals/decide",
+        data={
+            "csrf": token,
+            "reject_one": str(mine.approval_id),
+            f"reason_{mine.approval_id}": "mine",
+        },
+    )
+
+    def listed(query: str) -> set[str]:
+        page = web.get(f"/decisions{query}")
+        assert page.status_code == 200, page.text
+        assert_escaped(page.text)
+        return set(re.findall(r'data-approval="([^"]+)"', page.text))
+
+    m, t, o = (str(w.approval_id) for w in (mine, theirs, old))
+    assert listed("") >= {m, t, o}
+    assert o not in listed("?today=1") and t in listed("?today=1")
+    assert listed("?mine=1") == {m}
+    assert listed("?today=1&mine=1&tz=Pacific/Kiritimati") <= {m}
+    page = web.get("/decisions?today=1&tz=Europe/Paris").text
+    assert "the start of today, Europe/Paris" in page
+    assert "decided today" in page and 'name="mine"' in page
+    assert "(login dash_approver2)" in page and 'class="login">dash_agent<' in page
+    assert web.get("/decisions?tz=Mars/Olympus").status_code == 422
+    assert web.get("/decisions?after=garbage").status_code == 422
+    agent = client_as(app_dsn, "dash_agent")
+    try:
+        assert agent.get("/decisions").status_code == 403
+    finally:
+        agent.__exit__(None, None, None)
+
+
+def test_the_pages_purpose_example_runs_and_the_session_page_shows_it(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "dashboard.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    example = next(b for b in blocks if '"purpose"' in b)
+    exec(compile(example, "docs/dashboard.md", "exec"), {"dsn": as_login(app_dsn, "dash_agent")})
+    row = conn.execute(
+        "SELECT session_id FROM undolog.undolog_sessions WHERE agent = 'refunds'"
+    ).fetchone()
+    assert row is not None
+    log_in(web, "dash_approver")
+    shown = web.get(f"/sessions/{row[0]}").text
+    assert "says it is for" in shown and "refund order 1234, asked twice" in shown

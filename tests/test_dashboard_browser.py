@@ -78,6 +78,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         "--disable-sync",
         "--no-first-run",
         "--window-size=1400,1000",
+        "--lang=en-US",  # the time zone names the tests read ("GMT+9")
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
@@ -186,11 +187,28 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
         (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
         shutil.copy(SHOTS / "inbox.png", ROOT / "docs" / "img" / "dashboard.png")
 
+    # One click only asks: a page restates the call, and a second button approves it.
     browser.find_element(By.ID, f"approve-{approval_id}").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+    asked = browser.find_element(By.ID, f"confirm-{approval_id}").text
+    assert "pay" in asked and "4200" in asked and "<img src=x onerror=alert(1)>" in asked
+    assert "dash_agent" in asked and "browser-agent" in asked and "agent's own claim" in asked
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")  # the argument is text
+    shot(browser, "confirm")
+    decided = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (approval_id,),
+    ).fetchone()
+    assert decided == ("pending",)
+    assert not ledger.exists() or ledger.read_text() == ""  # not paid yet
+    browser.find_element(By.ID, "confirm-approve").click()
     WebDriverWait(browser, 15).until(lambda b: "approved by dash_approver" in b.page_source)
     assert finish(agent)[-2:] == ["approved", "done"]
     assert ledger.read_text().splitlines() == ["paid 4200"]  # the call ran, once
 
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
     browser.execute_script("window.undologMarker = 'not reloaded'")
     agent, second = start_agent(agent_dsn, ledger)
     appears(browser, f"req-{second}")
@@ -206,6 +224,23 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     ).fetchone()
     assert row2 == ("rejected", "dash_approver", "not this month")
     shot(browser, "inbox-after")
+
+    # both decisions, on the page of past decisions, filtered to the approver's own
+    browser.find_element(By.ID, "nav-decisions").click()
+    browser.find_element(By.ID, "f-mine").click()
+    browser.find_element(By.ID, "f-today").click()
+    browser.find_element(By.ID, "f-apply").click()
+    WebDriverWait(browser, 5).until(lambda b: "mine=1" in b.current_url)
+    shown = {
+        r.get_attribute("data-approval"): r.text
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.decision")
+    }
+    assert set(shown) == {str(approval_id), str(second)}
+    assert "Approved" in shown[str(approval_id)] and "Rejected" in shown[str(second)]
+    assert "not this month" in shown[str(second)]
+    assert "<img src=x onerror=alert(1)>" in shown[str(approval_id)]
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")
+    shot(browser, "decisions-mine")
 
 
 def test_operator_resumes_a_halted_session_and_rolls_back_a_live_one(
@@ -291,3 +326,122 @@ def test_a_live_page_says_so_when_the_persons_connection_is_killed(
     note = browser.find_element(By.ID, "live-status")
     assert "connection to the database was closed" in note.text and "Log in again" in note.text
     shot(browser, "connection-lost")
+
+
+def test_the_fifth_login_elsewhere_logs_the_oldest_page_out_and_says_why(
+    browser: webdriver.Chrome, site: str
+) -> None:
+    """The browser's web session is the oldest: four more logins of the same person (other
+    devices) replace it, its open page goes to the login page, which says why."""
+    import httpx
+
+    from dashboard_helpers import csrf_of
+    from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
+
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    elsewhere = [httpx.Client(base_url=site) for _ in range(MAX_SESSIONS_PER_LOGIN)]
+    try:
+        for client in elsewhere:
+            token = csrf_of(client.get("/login").text)
+            answer = client.post(
+                "/login", data={"csrf": token, "login": "dash_approver", "password": PASSWORD}
+            )
+            assert answer.status_code == 303
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "login-notice"))
+        notice = browser.find_element(By.ID, "login-notice").text
+        assert "logged out here because dash_approver logged in somewhere else" in notice
+        shot(browser, "replaced")
+        browser.get(f"{site}/approvals")  # the old cookie no longer works
+        assert browser.current_url.endswith("/login")
+        for client in elsewhere:
+            assert client.get("/approvals").status_code == 200
+    finally:
+        for client in elsewhere:
+            client.close()
+
+
+def test_times_are_shown_in_the_viewers_time_zone(
+    browser: webdriver.Chrome, site: str, dsn: str
+) -> None:
+    waiting = waiting_session(without_user(dsn))
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
+    try:
+        log_in(browser, site, "dash_approver")
+        browser.get(f"{site}/sessions/{waiting.session_id}")
+        stamp = browser.find_element(By.CSS_SELECTOR, "#session-states time")
+        utc = stamp.get_attribute("datetime")
+        assert utc is not None
+        shown = stamp.text
+        assert shown.endswith("GMT+9"), shown
+        utc_hour = int(utc[11:13])
+        assert int(shown[11:13]) == (utc_hour + 9) % 24, (utc, shown)
+        assert (stamp.get_attribute("title") or "").endswith("UTC")  # the original, on hover
+        history = browser.find_element(By.CSS_SELECTOR, "pre.history").text
+        assert "GMT+9" in history, history
+        # "decided today" is the viewer's day: the page sends its zone
+        browser.get(f"{site}/decisions")
+        browser.find_element(By.ID, "f-today").click()
+        browser.find_element(By.ID, "f-apply").click()
+        WebDriverWait(browser, 5).until(lambda b: "tz=Asia" in b.current_url)
+        scope = browser.find_element(By.ID, "decisions-scope").text
+        assert "the start of today, Asia/Tokyo" in scope and "GMT+9" in scope
+        shot(browser, "decisions")
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_the_two_step_approval_works_without_javascript(
+    site: str, dsn: str, conn: Conn, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Chromium with JavaScript switched off: both steps are plain forms, and times read
+    in UTC."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--lang=en-US",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-nojs')}",
+    ):
+        options.add_argument(flag)
+    options.add_experimental_option(
+        "prefs", {"profile.managed_default_content_settings.javascript": 2}
+    )
+    plain = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        waiting = waiting_session(without_user(dsn), cents=777)
+        log_in(plain, site, "dash_approver")
+        plain.get(f"{site}/approvals")
+        time.sleep(0.5)
+        # the page's script never ran: it would have opened the live stream
+        assert plain.find_element(By.ID, "live").get_attribute("data-live") is None
+        plain.get(f"{site}/sessions/{waiting.session_id}")
+        stamp = plain.find_element(By.CSS_SELECTOR, "#session-states time")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stamp.text), stamp.text
+        plain.get(f"{site}/approvals")
+        plain.find_element(By.ID, f"approve-{waiting.approval_id}").click()
+        WebDriverWait(plain, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+        assert "777" in plain.find_element(By.ID, f"confirm-{waiting.approval_id}").text
+        state = conn.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("pending",)
+        plain.find_element(By.ID, "confirm-approve").click()
+        WebDriverWait(plain, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+        state = conn.execute(
+            "SELECT state, decided_by FROM undolog.undolog_approval_requests "
+            "WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("approved", "dash_approver")
+    finally:
+        plain.get("about:blank")
+        plain.quit()

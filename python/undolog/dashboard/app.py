@@ -19,12 +19,14 @@ import math
 import secrets
 import time
 import uuid
+import zoneinfo
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import psycopg
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -42,7 +44,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog.dashboard import queries
+from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
 
@@ -137,10 +139,15 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def _ts(value: datetime.datetime | None) -> str:
+def _ts(value: datetime.datetime | None) -> markupsafe.Markup:
+    """A time as a <time> element: UTC in the page as sent (so it reads right without
+    JavaScript); the page's script rewrites it in the viewer's own time zone."""
     if value is None:
-        return "-"
-    return value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return markupsafe.Markup("-")
+    utc = value.astimezone(datetime.UTC)
+    return markupsafe.Markup('<time datetime="{}">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
 
 
 def _iso(value: datetime.datetime | None) -> str:
@@ -175,6 +182,7 @@ def make_env() -> jinja2.Environment:
         iso=_iso,
         span=_span,
         short=lambda u: str(u)[:8],
+        label=labels.label,
     )
     return env
 
@@ -306,11 +314,16 @@ class Dashboard:
     async def login_page(self, request: Request) -> Response:
         if self.current(request) is not None:
             return RedirectResponse("/", 303)
-        return self._login_form(request, None, 200)
+        notice = self.store.replaced.get(request.cookies.get(COOKIE) or "")
+        return self._login_form(request, None, 200, notice)
 
-    def _login_form(self, request: Request, error: str | None, status: int) -> Response:
+    def _login_form(
+        self, request: Request, error: str | None, status: int, notice: str | None = None
+    ) -> Response:
         token = secrets.token_urlsafe(32)
-        response = self.render(request, "login.html", None, status, error=error, token=token)
+        response = self.render(
+            request, "login.html", None, status, error=error, token=token, notice=notice
+        )
         response.set_cookie(
             LOGIN_CSRF_COOKIE,
             token,
@@ -348,6 +361,7 @@ class Dashboard:
                     self.throttle.failed(*keys)
                 return self._login_form(request, str(exc), 401)
             self.throttle.succeeded(*keys)
+        self.store.replaced.pop(request.cookies.get(COOKIE) or "", None)
         previous = self.store.sessions.get(request.cookies.get(COOKIE) or "")
         if previous is not None:  # this browser's earlier web session: its cookie is replaced
             await self.store.logout(previous)
@@ -414,7 +428,13 @@ class Dashboard:
         ws, form = got
         back = self._local(form.get("next"), "/approvals")
         picked: list[tuple[str, str, str]] = []  # (action, id text, reason)
-        for action in ("approve", "reject"):
+        # The confirmation page resends its decisions as "approve:<id>" with reason_<id>.
+        for pick in form.getlist("pick"):
+            action, _, picked_id = str(pick).partition(":")
+            if action in ("approve", "reject"):
+                text = form.get(f"reason_{picked_id}")
+                picked.append((action, picked_id, text if isinstance(text, str) else ""))
+        for action in ("approve", "reject") if not picked else ():
             one = form.get(f"{action}_one")
             if isinstance(one, str):
                 reason = form.get(f"reason_{one}")
@@ -433,8 +453,51 @@ class Dashboard:
                 )
             text = bulk_reason if isinstance(bulk_reason, str) else ""
             picked = [(str(bulk), i, text) for i in ids]
+        confirming = await self._needs_confirming(ws, picked)
+        if confirming and not self._confirmed(ws, form, confirming):
+            return self.render(
+                request,
+                "confirm.html",
+                ws,
+                requests=confirming,
+                picked=picked,
+                token=self._confirm_token(ws, [str(r["approval_id"]) for r in confirming]),
+                back=back,
+            )
         outcomes = [await self._decide_one(ws, *p) for p in picked]
         return self._after(request, ws, outcomes, back)
+
+    async def _needs_confirming(
+        self, ws: WebSession, picked: list[tuple[str, str, str]]
+    ) -> list[queries.Row]:
+        """The irreversible calls among those to approve: one click must not send money.
+        Each is approved only from a page that restates it (tool, arguments, session,
+        logins) and a second, explicit button. An id that is not pending is left to the
+        engine, which says why (already decided, no such request)."""
+        ids = [u for a, i, _ in picked if a == "approve" and (u := self._uuid(i)) is not None]
+        if not ids or not ws.roles.approver:
+            return []
+        async with ws.db() as conn:
+            found = await queries.pending_of(conn, ids)
+        # tier NULL: the call's month was dropped; what it was cannot be shown as safe.
+        # An expired request, or one's own call, the engine refuses at once: no question.
+        return [
+            r
+            for r in found
+            if r["tier"] != "compensable" and not r["expired"] and r["requested_by"] != ws.login
+        ]
+
+    @staticmethod
+    def _confirm_token(ws: WebSession, approval_ids: list[str]) -> str:
+        """Proof that this web session was shown the confirmation page of exactly these
+        requests (keyed by the session's secret CSRF token, so no other page can make it)."""
+        text = "approve:" + ",".join(sorted(approval_ids))
+        return hmac.new(ws.csrf.encode(), text.encode(), "sha256").hexdigest()
+
+    def _confirmed(self, ws: WebSession, form: FormData, confirming: list[queries.Row]) -> bool:
+        token = form.get("confirm")
+        expected = self._confirm_token(ws, [str(r["approval_id"]) for r in confirming])
+        return isinstance(token, str) and hmac.compare_digest(token, expected)
 
     async def _decide_one(self, ws: WebSession, action: str, id_text: str, reason: str) -> Outcome:
         approval_id = self._uuid(id_text)
@@ -475,6 +538,59 @@ class Dashboard:
             return RedirectResponse(back, 303)
         status = next(o.status for o in outcomes if not o.ok)
         return self.render(request, "outcome.html", ws, status, outcomes=outcomes, back=back)
+
+    async def decisions(self, request: Request) -> Response:
+        """Past decisions, newest first: all, decided today (in the viewer's time zone
+        when the page's script sent it, else UTC), by the viewer's own login."""
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        if not ws.roles.staff:
+            return self.problem(
+                request,
+                ws,
+                403,
+                "Decisions",
+                "Only approvers and operators read past decisions; "
+                "your sessions' decisions are on each session's page.",
+            )
+        q = request.query_params
+        errors: list[str] = []
+        tz_name = q.get("tz", "").strip() or "UTC"
+        try:
+            zone = zoneinfo.ZoneInfo(tz_name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            errors.append(f"tz: no such time zone ({tz_name!r}); use a name like Europe/Paris")
+            zone = zoneinfo.ZoneInfo("UTC")
+        today = q.get("today") == "1"
+        mine = q.get("mine") == "1"
+        day_start = datetime.datetime.now(zone).replace(hour=0, minute=0, second=0, microsecond=0)
+        after = None
+        if q.get("after"):
+            try:
+                after = queries.decode_cursor(q["after"])
+            except (ValueError, UnicodeDecodeError):
+                errors.append("after: not a page cursor of this list")
+        if errors:
+            return self.problem(request, ws, 422, "Bad filter", "; ".join(errors))
+        filters = queries.DecisionFilter(
+            since=day_start if today else None, by=ws.login if mine else None, after=after
+        )
+        async with ws.db() as conn:
+            page, cursor = await queries.decisions_page(conn, filters)
+        kept = {k: v for k, v in q.items() if k != "after" and v}
+        return self.render(
+            request,
+            "decisions.html",
+            ws,
+            page=page,
+            cursor=cursor,
+            today=today,
+            mine=mine,
+            tz_name=tz_name,
+            day_start=day_start,
+            kept=kept,
+        )
 
     # --- sessions ---------------------------------------------------------------------
 
@@ -772,6 +888,7 @@ class Dashboard:
             Route("/logout", self.logout, methods=["POST"]),
             Route("/approvals", self.inbox, methods=["GET"]),
             Route("/approvals/decide", self.decide, methods=["POST"]),
+            Route("/decisions", self.decisions, methods=["GET"]),
             Route("/sessions", self.sessions, methods=["GET"]),
             Route("/sessions/counts", self.session_counts, methods=["GET"]),
             Route("/sessions/{session_id}", self.session_page, methods=["GET"]),

@@ -61,7 +61,7 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
                left(p.args::text, {HEAD_CHARS}) AS args_head,
                length(p.args::text) AS args_length,
                p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
-               now() AS server_now
+               p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
         FROM undolog.pending_approvals AS p
         ORDER BY p.requested_at, p.approval_id
         LIMIT {INBOX_LIMIT}
@@ -72,11 +72,13 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
         prior = await rows(
             conn,
             f"""
-            SELECT p.approval_id, c.step_index, c.tool_name, c.tier, c.state, c.replay_count
+            SELECT p.approval_id, c.step_index, c.tool_name, c.tier, c.state, c.replay_count,
+                   left(c.args::text, {CELL_CHARS}) AS args_text, c.args_length
             FROM unnest(%s::uuid[], %s::uuid[], %s::int[])
                 AS p (approval_id, session_id, step_index)
             CROSS JOIN LATERAL (
-                SELECT c.step_index, c.tool_name, c.tier, c.state, c.replay_count
+                SELECT c.step_index, c.tool_name, c.tier, c.state, c.replay_count, c.args,
+                       c.args_length
                 FROM undolog.session_calls AS c
                 WHERE c.session_id = p.session_id AND c.step_index < p.step_index
                 ORDER BY c.step_index DESC
@@ -93,9 +95,47 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
         by_approval: dict[uuid.UUID, list[Row]] = {}
         for r in prior:
             by_approval.setdefault(r["approval_id"], []).append(r)
+        counts = await rows(
+            conn,
+            """
+            SELECT p.approval_id, count(c.effect_id) AS n
+            FROM unnest(%s::uuid[], %s::uuid[], %s::int[])
+                AS p (approval_id, session_id, step_index)
+            LEFT JOIN undolog.session_calls AS c
+                ON c.session_id = p.session_id AND c.step_index < p.step_index
+            GROUP BY p.approval_id
+            """,
+            (
+                [p["approval_id"] for p in pending],
+                [p["session_id"] for p in pending],
+                [p["step_index"] if p["step_index"] is not None else 0 for p in pending],
+            ),
+        )
+        before = {r["approval_id"]: int(r["n"]) for r in counts}
         for p in pending:
             p["prior"] = by_approval.get(p["approval_id"], [])
+            p["prior_total"] = before.get(p["approval_id"], 0)
     return pending, int(total["n"]) if total else 0
+
+
+async def pending_of(conn: Conn, approval_ids: list[uuid.UUID]) -> list[Row]:
+    """The pending requests among ``approval_ids``, with what a person must see before
+    approving one for good: the call, its arguments, whose session and which login."""
+    return await rows(
+        conn,
+        f"""
+        SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name, p.tier,
+               CASE WHEN length(p.args::text) <= {HEAD_CHARS} THEN p.args END AS args,
+               left(p.args::text, {HEAD_CHARS}) AS args_head,
+               length(p.args::text) AS args_length,
+               p.agent, p.owner_role, p.requested_by, p.purpose, p.requested_at,
+               p.expires_at, p.expired
+        FROM undolog.pending_approvals AS p
+        WHERE p.approval_id = ANY(%s)
+        ORDER BY p.requested_at, p.approval_id
+        """,
+        (approval_ids,),
+    )
 
 
 async def inbox_fingerprint(conn: Conn) -> str:
@@ -246,8 +286,7 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
         )
         SELECT c.effect_id, c.step_index, c.tool_name, c.tier, c.state, c.error, c.attempts,
                c.replay_count, length(j.args) AS args_length, length(j.result) AS result_length,
-               to_char(c.last_replayed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
-                   AS last_replayed,
+               c.last_replayed_at AS last_replayed,
                left(j.args, {CELL_CHARS}) AS args_text,
                left(j.result, {CELL_CHARS}) AS result_text,
                coalesce((SELECT h.by_effect FROM history AS h) ->> c.effect_id::text, '')
@@ -266,12 +305,15 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
     head["undo"] = await records(
         conn,
         """
-        SELECT u.undo_id, u.stack_position, u.step_index, u.tool_name, u.compensation_name,
+        -- number: the entry's place in this session's stack (1 = the first pushed);
+        -- stack_position counts across all sessions, so it reads 25-27 for a third entry.
+        SELECT u.undo_id, u.stack_position,
+               row_number() OVER (ORDER BY u.stack_position) AS number,
+               u.step_index, u.tool_name, u.compensation_name,
                u.compensation IS NULL AS barrier, u.state, u.attempts, u.max_attempts,
                u.last_error,
                CASE WHEN u.state IN ('pending', 'compensating') AND u.attempts > 0
-                    THEN to_char(u.next_attempt_at AT TIME ZONE 'UTC',
-                                 'YYYY-MM-DD HH24:MI:SS') END AS next_retry
+                    THEN u.next_attempt_at END AS next_retry
         FROM undolog.undo_stack_entries AS u
         WHERE u.session_id = %s
         ORDER BY u.stack_position DESC
@@ -298,6 +340,8 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
         if staff
         else []
     )
+    purpose = (head.get("metadata") or {}).get("purpose")
+    head["purpose"] = purpose if isinstance(purpose, str) else None
     head["halt_entry"] = next((u for u in head["undo"] if u.undo_id == head["halt_undo_id"]), None)
     return head
 
@@ -344,3 +388,49 @@ async def undo_entry_in_session(conn: Conn, session_id: uuid.UUID, undo_id: uuid
         (undo_id, session_id),
     )
     return found is not None
+
+
+# --- past decisions -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecisionFilter:
+    since: datetime.datetime | None = None  # decided at or after (e.g. the day's start)
+    by: str | None = None  # the login that recorded the decision
+    after: tuple[datetime.datetime, uuid.UUID] | None = None
+
+
+async def decisions_page(conn: Conn, f: DecisionFilter) -> tuple[list[Row], str | None]:
+    """Decided requests, newest decision first, by keyset (never an OFFSET)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if f.since:
+        where.append("d.decided_at >= %s")
+        params.append(f.since)
+    if f.by:
+        where.append("d.decided_role = %s")
+        params.append(f.by)
+    if f.after:
+        where.append("(d.decided_at, d.approval_id) < (%s, %s)")
+        params.extend(f.after)
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    found = await rows(
+        conn,
+        f"""
+        SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.tier,
+               left(d.args::text, {CELL_CHARS}) AS args_text,
+               length(d.args::text) AS args_length,
+               d.decision, d.decided_by, d.decided_role, d.reason, d.decided_at,
+               d.requested_at, d.waited, d.agent, d.owner_role, d.requested_by,
+               d.effect_state
+        FROM undolog.decided_approvals AS d
+        {clause}
+        ORDER BY d.decided_at DESC, d.approval_id DESC
+        LIMIT {PAGE_SIZE + 1}
+        """,
+        params,
+    )
+    more = len(found) > PAGE_SIZE
+    found = found[:PAGE_SIZE]
+    cursor = encode_cursor(found[-1]["decided_at"], found[-1]["approval_id"]) if more else None
+    return found, cursor

@@ -30,8 +30,13 @@ WAKE_CHANNEL = "undolog_approvals"
 ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
 # Web sessions one login may hold at once (a person's browsers and devices): without it one
 # login, say an agent's whose password sits in its environment, logging in again and again
-# would take every one of the dashboard's max_sessions and lock the approvers out.
+# would take every one of the dashboard's max_sessions and lock the approvers out. One more
+# login replaces that login's oldest web session (logged out) rather than being refused: a
+# person who closed four tabs without logging out must not wait for the idle timeout.
 MAX_SESSIONS_PER_LOGIN = 4
+# Cookies of web sessions that a newer login replaced, kept (bounded) only so that the
+# login page can tell that browser why it was logged out.
+REPLACED_MEMORY = 1000
 
 
 class LoginRefused(Exception):
@@ -58,6 +63,7 @@ class WebSession:
     listener: psycopg.AsyncConnection[Any]
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     last_seen: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
     flash: list[tuple[str, str]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Event] = field(default_factory=set)
@@ -157,12 +163,16 @@ class SessionStore:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self.sessions: dict[str, WebSession] = {}
+        self.replaced: dict[str, str] = {}  # sid of a replaced web session: why it ended
         # Counting the sessions and adding one must be one step: concurrent logins each
         # counted the others' sessions before any was added, and all got in.
         self._admit = asyncio.Lock()
 
     async def login(self, login: str, password: str) -> WebSession:
-        if len(self.sessions) >= self.max_sessions:
+        # (checked again below, once the database said who this is: a login that holds
+        # web sessions already replaces its own oldest one even when the dashboard is full)
+        holds_some = any(ws.login == login for ws in self.sessions.values())
+        if len(self.sessions) >= self.max_sessions and not holds_some:
             raise LoginRefused("too many people are logged in to this dashboard; try later")
         conninfo = person_conninfo(self.dsn, login, password)
         del password  # only libpq holds it now, for these two connections
@@ -200,15 +210,13 @@ class SessionStore:
                     "the dashboard has nothing to show it"
                 )
             async with self._admit:
-                if len(self.sessions) >= self.max_sessions:
+                held = [other for other in self.sessions.values() if other.login == row[0]]
+                full = len(self.sessions) >= self.max_sessions
+                if full and not held:
                     raise LoginRefused("too many people are logged in to this dashboard; try later")
-                held = sum(1 for other in self.sessions.values() if other.login == row[0])
-                if held >= MAX_SESSIONS_PER_LOGIN:
-                    log.info("login refused for %r: %d web sessions already", login, held)
-                    raise LoginRefused(
-                        f"too many web sessions for {row[0]} (at most "
-                        f"{MAX_SESSIONS_PER_LOGIN}): log out of one elsewhere first"
-                    )
+                if len(held) >= MAX_SESSIONS_PER_LOGIN or full:
+                    # the same count is kept (one out, one in), so this never refuses
+                    await self._replace(min(held, key=lambda other: other.started))
                 listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 try:
                     await listener.execute(f"LISTEN {WAKE_CHANNEL}")
@@ -226,6 +234,19 @@ class SessionStore:
         ws.listen_task = asyncio.create_task(self._relay(ws), name=f"undolog-listen-{sid[:6]}")
         log.info("%s logged in", ws.login)
         return ws
+
+    async def _replace(self, old: WebSession) -> None:
+        """Log ``old`` out for a newer login of the same person (its cookie stops working
+        at once; its open pages are told they were logged out)."""
+        self.sessions.pop(old.sid, None)
+        if len(self.replaced) >= REPLACED_MEMORY:
+            del self.replaced[next(iter(self.replaced))]
+        self.replaced[old.sid] = (
+            f"You were logged out here because {old.login} logged in somewhere else with "
+            f"{MAX_SESSIONS_PER_LOGIN} web sessions already open (the oldest one ends)."
+        )
+        await old.close()
+        log.info("%s: oldest web session replaced by a new login", old.login)
 
     @staticmethod
     async def _relay(ws: WebSession) -> None:

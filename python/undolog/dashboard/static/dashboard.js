@@ -41,6 +41,45 @@ function countdowns() {
   });
 }
 
+// Times arrive in UTC (readable without this script); show them in the viewer's zone.
+const LOCAL = new Intl.DateTimeFormat(undefined, {
+  year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+  second: "2-digit", hourCycle: "h23", timeZoneName: "short",
+});
+
+function localTime(date) {
+  const part = {};
+  for (const p of LOCAL.formatToParts(date)) part[p.type] = p.value;
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+}
+
+function localTimes(root) {
+  root.querySelectorAll("time[datetime]:not([data-local])").forEach((el) => {
+    const date = new Date(el.getAttribute("datetime"));
+    if (Number.isNaN(date.getTime())) return;
+    el.title = el.textContent;
+    el.textContent = localTime(date);
+    el.dataset.local = "1";
+  });
+  // A call's history is one text block of lines that each begin with a UTC time.
+  root.querySelectorAll("pre.history:not([data-local])").forEach((el) => {
+    el.textContent = el.textContent.replace(
+      /^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)/gm,
+      (whole, day, time) => {
+        const date = new Date(`${day}T${time}Z`);
+        return Number.isNaN(date.getTime()) ? whole : localTime(date);
+      });
+    el.title = "times in your time zone";
+    el.dataset.local = "1";
+  });
+}
+
+function viewerZone() {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  if (!zone) return;
+  document.querySelectorAll("input.viewer-tz").forEach((el) => { if (!el.value) el.value = zone; });
+}
+
 function wireSelectAll() {
   const all = document.getElementById("select-all");
   if (!all) return;
@@ -65,6 +104,7 @@ function live() {
         restore(root, state);
         wireSelectAll();
         countdowns();
+        localTimes(root);
         root.dataset.refreshed = String(Date.now());
       }
     } finally {
@@ -114,6 +154,8 @@ async function counts() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  localTimes(document);
+  viewerZone();
   counts();
   wireSelectAll();
   countdowns();
