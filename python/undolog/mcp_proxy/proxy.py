@@ -259,6 +259,10 @@ class McpProxy:
                     journal_name(route.upstream, route.tool),
                     route.policy.tier,
                     self._descriptor(route) if route.policy.tier == "compensable" else None,
+                    # a rejection of a tell_model tool keeps the session active
+                    on_reject="continue"
+                    if route.policy.on_reject == "tell_model"
+                    else "fail_session",
                 )
 
     async def close(self) -> None:
@@ -806,7 +810,7 @@ class McpProxy:
                     ps.unknown[key] = 0
                 return result
             if icpt.action == "rejected":
-                return await self._rejected(ps, name, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id)
             if icpt.action == "in_progress" and key in ps.unknown:
                 return _unknown(name, "an earlier identical call got no answer")
             if icpt.action == "in_progress":
@@ -838,12 +842,16 @@ class McpProxy:
                     f"undolog approvals approve {icpt.approval_id} --by NAME)"
                 )
             if decision != "approved":
-                return await self._rejected(ps, name, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id)
         return _error(f"{name}: the journal's answers did not settle; ask again")
 
     async def _rejected(
-        self, ps: ProxySession, name: str, approval_id: uuid.UUID | None
+        self, ps: ProxySession, name: str, route: Route, approval_id: uuid.UUID | None
     ) -> types.CallToolResult:
+        if route.policy.on_reject == "tell_model" and approval_id is not None:
+            told = await self._tell_model(name, approval_id)
+            if told is not None:
+                return told
         by, reason, state = None, None, "rejected"
         with contextlib.suppress(Exception):
             async with self.pool.connection() as conn:
@@ -863,6 +871,41 @@ class McpProxy:
             f"REJECTED: {name} was {state}{who}{why} (approval {approval_id}); it did not "
             "run and never will. The session is rolled back: its undoable calls are undone "
             "and its new calls refused; start a new session."
+        )
+
+    async def _tell_model(self, name: str, approval_id: uuid.UUID) -> types.CallToolResult | None:
+        """The rejection as the call's answer, the session going on (the tool is registered
+        on_reject 'continue'); None when the engine says the session does not go on."""
+        try:
+            async with self.pool.connection() as conn:
+                decision = await aengine.approval_decision(conn, approval_id)
+        except (UndoLogError, psycopg.Error) as exc:
+            log.warning("approval %s: reading its decision failed: %s", approval_id, exc)
+            return None
+        if decision is None or not decision.session_continues:
+            return None
+        if decision.decision == "expired":
+            what = "nobody approved it in time (its approval request expired)"
+        else:
+            what = f"{decision.decided_by or 'a human'} rejected it"
+        why = f"; reason: {decision.reason}" if decision.reason else "; no reason was given"
+        result = _error(
+            f"REJECTED: {name} did not run and never will: {what}{why} (approval "
+            f"{approval_id}). The session goes on: its earlier calls stand and other calls "
+            "may be made; choose another course (this same call gets this answer again)."
+        )
+        # the same facts for a client that reads them rather than the text
+        return result.model_copy(
+            update={
+                "meta": {
+                    "undolog/rejection": {
+                        "approval_id": str(approval_id),
+                        "decision": decision.decision,
+                        "decided_by": decision.decided_by,
+                        "reason": decision.reason,
+                    }
+                }
+            }
         )
 
     async def _hold(
