@@ -340,6 +340,71 @@ def test_conversations_are_sessions_of_their_own(
 
 # -- a rejection told to the model --------------------------------------------------------
 
+SESSIONS_EXAMPLE = ROOT / "examples" / "mcp-proxy" / "sessions.toml"
+
+
+def test_a_rejection_told_to_the_model_keeps_the_session(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The docs' desktop policy (examples/mcp-proxy/sessions.toml): pay is on_reject =
+    "tell_model". The held payout is rejected: the call's answer is a tool error with who
+    rejected it and why, the session stays active, its earlier write stands and its later
+    calls run; at its end it completes, nothing undone."""
+    payout = {"account": "acc-9", "amount_cents": 1200}
+    chat = meta(conversation="chat-1")
+
+    async def body() -> None:
+        async with stdio_client(SESSIONS_EXAMPLE, dsn, ledger, mode="legacy") as client:
+            made = await client.call_tool("put", {"key": "a", "value": "1"}, meta=chat)
+            assert not made.is_error, text(made)
+            call = asyncio.create_task(client.call_tool("pay", payout, meta=chat))
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "that account is closed")
+            rejected = await call
+            assert rejected.is_error
+            assert "REJECTED" in text(rejected) and "bob rejected it" in text(rejected)
+            assert "that account is closed" in text(rejected) and "goes on" in text(rejected)
+            told = (rejected.meta or {})["undolog/rejection"]
+            assert told["decided_by"] == "bob" and told["reason"] == "that account is closed"
+            assert (rejected.meta or {})[SESSION] == (made.meta or {})[SESSION]
+            assert [s for _, s in sessions(conn)] == ["active"]
+            again = await client.call_tool("pay", payout, meta=chat)
+            assert again.is_error and "bob rejected it" in text(again), text(again)
+            later = await client.call_tool("put", {"key": "b", "value": "2"}, meta=chat)
+            assert not later.is_error, text(later)
+            seen = await client.call_tool("read_all", {}, meta=chat)
+            assert seen.structured_content is not None
+            assert seen.structured_content["store"] == {"a": "1", "b": "2"}
+
+    run(body)
+    assert [s for _, s in sessions(conn)] == ["completed"]
+    assert names(ledger) == ["put", "put"]  # no payout, nothing undone
+    count = conn.execute("SELECT count(*) FROM undolog.undolog_approval_requests").fetchone()
+    assert count == (1,)
+
+
+def test_a_rejection_without_tell_model_still_undoes_the_session(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The default on_reject (fail_session), in the same setting: the rejection ends the
+    session and undoes its write."""
+    config = session_policy(tmp_path)
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger, mode="legacy") as client:
+            assert not (await client.call_tool("put", {"key": "a", "value": "1"})).is_error
+            call = asyncio.create_task(
+                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "no")
+            rejected = await call
+            assert rejected.is_error and "rolled back" in text(rejected), text(rejected)
+            await asyncio.to_thread(wait_for, lambda: sessions(conn)[0][1] == "compensated")
+
+    run(body)
+    assert names(ledger) == ["put", "forget"]
+
 
 # -- refused at start --------------------------------------------------------------------
 

@@ -254,15 +254,16 @@ class McpProxy:
             for route in self.routes.values():
                 if route.policy.tier == "safe":
                     continue
+                # a rejection of a tell_model tool keeps the session active
+                on_reject = (
+                    {"on_reject": "continue"} if route.policy.on_reject == "tell_model" else {}
+                )
                 await aengine.register_tool(
                     conn,
                     journal_name(route.upstream, route.tool),
                     route.policy.tier,
                     self._descriptor(route) if route.policy.tier == "compensable" else None,
-                    # a rejection of a tell_model tool keeps the session active
-                    on_reject="continue"
-                    if route.policy.on_reject == "tell_model"
-                    else "fail_session",
+                    **on_reject,
                 )
 
     async def close(self) -> None:
