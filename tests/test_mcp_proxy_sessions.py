@@ -166,7 +166,7 @@ def concurrent_puts(proxy: HttpProxy) -> dict[str, dict[str, Any]]:
             seen = await client.call_tool("read_all", {})
             assert not seen.is_error, text(seen)
             assert seen.structured_content is not None
-            return seen.structured_content
+            return dict(seen.structured_content)
 
     async def both() -> list[dict[str, Any]]:
         return list(await asyncio.gather(client_writes("a"), client_writes("b")))

@@ -18,6 +18,13 @@ failed instead and its compensations run. A session failed from outside
 (``undolog sessions rollback``) is walked by the proxy as soon as it notices (its next call
 or heartbeat) and by ``undolog worker --mcp-config FILE`` in any case.
 
+The policy may draw the boundary elsewhere (``session_boundary``): at an idle gap (the
+session ends once no call came for ``session_idle_seconds``; the connection's next call
+begins a new one), or per conversation (``_meta["undolog/conversation"]``, scoped to the
+connection). An upstream with ``instances = "per_session"`` gets a process of its own for
+each session, started at its first call and closed when the session has ended (after its
+undo walk, which runs its compensations on that process).
+
 Step index (part of the call signature, so it must come out the same when a client
 replays its session after a restart): the number of times the same call (same tool, same
 canonical arguments) was made before in the session. It does not depend on the order of
