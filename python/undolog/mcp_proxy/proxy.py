@@ -283,6 +283,9 @@ class McpProxy:
             if ps.retiring is not None:
                 with contextlib.suppress(BaseException):
                     await ps.retiring
+            for up in ps.instances.values():  # started after the session's end began
+                with contextlib.suppress(Exception):
+                    await up.close()
         if self._listening is not None:
             self._listening.cancel()
         if self._listener is not None:
@@ -480,7 +483,7 @@ class McpProxy:
             if ps.idle is not None and ps.idle is not asyncio.current_task():
                 ps.idle.cancel()
             ps.idle = None
-            if ps.instances:
+            if ps.instances and (ps.retiring is None or ps.retiring.done()):
                 ps.retiring = asyncio.create_task(self._close_instances(ps, dict(ps.instances)))
 
     async def _close_instances(
