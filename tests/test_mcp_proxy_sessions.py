@@ -260,9 +260,14 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
 def test_an_idle_gap_starts_a_new_session(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
-    """session_boundary = "idle": after the gap without a call the session completes; the
-    next call (same connection, no handle) begins a new one."""
-    config = session_policy(tmp_path, proxy='session_boundary = "idle"\nsession_idle_seconds = 1.5')
+    """session_boundary = "idle": after the gap without a call the session completes (and
+    its own upstream process closes); the next call (same connection, no handle) begins a
+    new one, with a new process."""
+    config = session_policy(
+        tmp_path,
+        proxy='session_boundary = "idle"\nsession_idle_seconds = 1.5',
+        upstream='instances = "per_session"',
+    )
 
     async def body() -> None:
         async with stdio_client(config, dsn, ledger) as client:
@@ -274,6 +279,10 @@ def test_an_idle_gap_starts_a_new_session(
             assert not later.is_error, text(later)
             assert (later.meta or {})[SESSION] != (first.meta or {})[SESSION]
             assert [s for _, s in sessions(conn)] == ["completed", "active"]
+            first_pid, later_pid = (e["pid"] for e in ops(ledger) if e["key"] in ("a", "c"))
+            assert first_pid != later_pid
+            await asyncio.to_thread(wait_for, lambda: not alive(first_pid))
+            assert alive(later_pid)
 
     run(body)
     assert [s for _, s in sessions(conn)] == ["completed", "completed"]
@@ -288,7 +297,7 @@ def test_conversations_are_sessions_of_their_own(
 ) -> None:
     """session_boundary = "conversation": each _meta["undolog/conversation"] of a
     connection is its own session, so rolling one conversation back leaves the other
-    working; another connection naming the same conversation gets a session of its own."""
+    working."""
     config = session_policy(tmp_path, proxy='session_boundary = "conversation"')
 
     async def body() -> None:
@@ -336,6 +345,32 @@ def test_conversations_are_sessions_of_their_own(
     run(body)
     wait_for(lambda: sorted(s for _, s in sessions(conn)) == ["compensated", "completed"])
     assert [e["key"] for e in ops(ledger)] == ["a", "b", "c", "b", "e"]  # b forgotten
+
+
+def test_a_conversation_name_is_scoped_to_its_connection(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Two HTTP clients of one proxy naming the same conversation get a session each:
+    the name is no key to another client's session."""
+    proxy = HttpProxy(
+        session_policy(tmp_path, proxy='session_boundary = "conversation"'), dsn, ledger
+    )
+    http_proxies.append(proxy)
+
+    async def body() -> None:
+        async with proxy.client() as a, proxy.client() as b:
+            one = await a.call_tool("put", {"key": "a", "value": "1"}, meta=meta(conversation="c"))
+            two = await b.call_tool("put", {"key": "b", "value": "1"}, meta=meta(conversation="c"))
+            assert not (one.is_error or two.is_error)
+            assert (one.meta or {})[SESSION] != (two.meta or {})[SESSION]
+            assert len(sessions(conn)) == 2
+
+    run(body)
+    wait_for(lambda: [s for _, s in sessions(conn)] == ["completed", "completed"])
 
 
 # -- a rejection told to the model --------------------------------------------------------
