@@ -292,6 +292,32 @@ def test_an_idle_gap_starts_a_new_session(
     assert per_session == [(1,), (2,)]
 
 
+def test_an_idle_gap_keeps_a_session_that_waits_for_a_decision(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A session whose payout waits for a human is not ended by the idle gap: asked again
+    after the decision, the same call in the same session runs, once."""
+    config = session_policy(tmp_path, proxy='session_boundary = "idle"\nsession_idle_seconds = 1')
+    payout = {"account": "acc-1", "amount_cents": 10}
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            waiting = await client.call_tool("pay", payout)
+            assert waiting.is_error and "NOT RUN YET" in text(waiting), text(waiting)
+            await asyncio.sleep(3)  # three gaps
+            assert [s for _, s in sessions(conn)] == ["awaiting_approval"]
+            approval_id = pending_approval(conn)
+            assert approval_id is not None
+            approvals.approve(conn, approval_id, "alice")
+            paid = await client.call_tool("pay", payout)
+            assert not paid.is_error, text(paid)
+            assert (paid.meta or {})[SESSION] == (waiting.meta or {})[SESSION]
+
+    run(body)
+    assert names(ledger) == ["pay"]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+
+
 def test_conversations_are_sessions_of_their_own(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
