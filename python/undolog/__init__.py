@@ -1,5 +1,6 @@
 """UndoLog: a PostgreSQL-backed safety net for AI agents' tool calls."""
 
+from undolog._version import __version__ as __version__
 from undolog.client import AsyncUndoLog, SessionContext, UndoLog
 from undolog.context import ActiveSession
 from undolog.decorator import undolog_tool
@@ -34,7 +35,7 @@ from undolog.errors import (
 )
 from undolog.migrations import migrate
 from undolog.signature import call_signature, canonical_json
-from undolog.tiers import CompensationDescriptor, ToolTier
+from undolog.tiers import CompensationDescriptor, OnReject, ToolTier
 from undolog.walk import CompensationCall
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "LeaseLapsed",
     "MalformedSignature",
     "NotInSession",
+    "OnReject",
     "PartitionInUse",
     "PayloadTooLarge",
     "PermissionDenied",
@@ -77,5 +79,3 @@ __all__ = [
     "migrate",
     "undolog_tool",
 ]
-
-__version__ = "0.1.0"
