@@ -261,16 +261,13 @@ class McpProxy:
             for route in self.routes.values():
                 if route.policy.tier == "safe":
                     continue
-                # a rejection of a tell_model tool keeps the session active
-                on_reject = (
-                    {"on_reject": "continue"} if route.policy.on_reject == "tell_model" else {}
-                )
                 await aengine.register_tool(
                     conn,
                     journal_name(route.upstream, route.tool),
                     route.policy.tier,
                     self._descriptor(route) if route.policy.tier == "compensable" else None,
-                    **on_reject,
+                    # a rejection of a tell_model tool keeps the session active
+                    "continue" if route.policy.on_reject == "tell_model" else "fail_session",
                 )
 
     async def close(self) -> None:
