@@ -32,6 +32,17 @@ from typing import Any, Literal
 
 Tier = Literal["safe", "compensable", "irreversible"]
 TIERS: tuple[Tier, ...] = ("safe", "compensable", "irreversible")
+# What a human's rejection of an irreversible call does: fail the session and undo it
+# (the engine's rule), or answer the call with the rejection and keep the session going.
+OnReject = Literal["fail_session", "tell_model"]
+ON_REJECT: tuple[OnReject, ...] = ("fail_session", "tell_model")
+# One upstream process for every client session, or one per UndoLog session.
+Instances = Literal["shared", "per_session"]
+INSTANCES: tuple[Instances, ...] = ("shared", "per_session")
+# Where an UndoLog session ends: with the client's connection, after an idle gap, or
+# where the client says a conversation ends (its _meta conversation key).
+Boundary = Literal["connection", "idle", "conversation"]
+BOUNDARIES: tuple[Boundary, ...] = ("connection", "idle", "conversation")
 
 # Most MCP clients give up on a request after 60 s (the TypeScript SDK's default, not
 # reset by progress unless the client opts in): a held call must answer before that.
@@ -171,6 +182,7 @@ class Compensation:
 class ToolPolicy:
     tier: Tier
     compensation: Compensation | None = None
+    on_reject: OnReject = "fail_session"
 
 
 @dataclass(frozen=True)
@@ -182,6 +194,7 @@ class Upstream:
     url: str | None = None  # streamable HTTP
     tools: dict[str, ToolPolicy] = field(default_factory=dict)
     hide: tuple[str, ...] = ()
+    instances: Instances = "shared"
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,8 @@ class Policy:
     agent: str = "mcp-proxy"
     # irreversible calls one client session may have held at once (each waits for a human)
     max_holds_per_client: int = 16
+    session_boundary: Boundary = "connection"
+    session_idle_seconds: float | None = None  # "idle" (and optionally "conversation")
 
     def tier_of(self, upstream: str, tool: str) -> ToolPolicy:
         return self.upstreams[upstream].tools.get(tool) or ToolPolicy(self.default_tier)
@@ -300,13 +315,20 @@ def _tier(raw: Any, where: str) -> Tier:
 
 
 def _tool(raw: Any, where: str) -> ToolPolicy:
-    raw = _table(raw, where, {"tier", "compensation", "max_attempts"})
+    raw = _table(raw, where, {"tier", "compensation", "max_attempts", "on_reject"})
     tier = _tier(raw.get("tier"), f"{where}.tier")
     comp_raw = raw.get("compensation")
+    on_reject = raw.get("on_reject", "fail_session")
+    if on_reject not in ON_REJECT:
+        raise PolicyError(f"{where}.on_reject: one of {', '.join(ON_REJECT)}, not {on_reject!r}")
+    if "on_reject" in raw and tier != "irreversible":
+        raise PolicyError(
+            f"{where}.on_reject: only an irreversible tool waits for a human who may reject it"
+        )
     if tier != "compensable":
         if comp_raw is not None or "max_attempts" in raw:
             raise PolicyError(f"{where}: only a compensable tool has a compensation")
-        return ToolPolicy(tier)
+        return ToolPolicy(tier, on_reject=on_reject)
     if not isinstance(comp_raw, dict) or len(comp_raw) != 1:
         raise PolicyError(
             f"{where}: a compensable tool names exactly one compensation, e.g. "
@@ -336,7 +358,7 @@ def _upstream(name: str, raw: Any) -> Upstream:
     where = f"upstreams.{name}"
     if not _NAME.match(name):
         raise PolicyError(f"{where}: an upstream's name is 1-64 of A-Z a-z 0-9 _ -")
-    raw = _table(raw, where, {"command", "env", "cwd", "url", "tools", "hide"})
+    raw = _table(raw, where, {"command", "env", "cwd", "url", "tools", "hide", "instances"})
     command, url = raw.get("command"), raw.get("url")
     if (command is None) == (url is None):
         raise PolicyError(f"{where}: give either command (stdio) or url (streamable HTTP)")
@@ -358,6 +380,14 @@ def _upstream(name: str, raw: Any) -> Upstream:
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise PolicyError(f"{where}.cwd: expected a path")
+    instances = raw.get("instances", "shared")
+    if instances not in INSTANCES:
+        raise PolicyError(f"{where}.instances: one of {', '.join(INSTANCES)}, not {instances!r}")
+    if instances == "per_session" and command is None:
+        raise PolicyError(
+            f"{where}.instances: per_session starts a process per session, so it needs a "
+            "command; a url upstream is one server the proxy cannot start more of"
+        )
     tools = {t: _tool(v, f"{where}.tools.{t}") for t, v in tools_raw.items()}
     for t, tool in tools.items():
         undo = tool.compensation.tool if tool.compensation else None
@@ -376,6 +406,7 @@ def _upstream(name: str, raw: Any) -> Upstream:
         url=url,
         tools=tools,
         hide=tuple(hide),
+        instances=instances,
     )
 
 
@@ -400,8 +431,28 @@ def load_policy(path: str | Path) -> Policy:
                 "lease_seconds",
                 "agent",
                 "max_holds_per_client",
+                "session_boundary",
+                "session_idle_seconds",
             },
         )
+        boundary = proxy.get("session_boundary", "connection")
+        if boundary not in BOUNDARIES:
+            raise PolicyError(
+                f"proxy.session_boundary: one of {', '.join(BOUNDARIES)}, not {boundary!r}"
+            )
+        idle = proxy.get("session_idle_seconds")
+        if idle is not None:
+            idle = _number(idle, "proxy.session_idle_seconds", 0, 86400)
+        if boundary == "idle" and idle is None:
+            raise PolicyError(
+                'proxy.session_boundary = "idle" needs proxy.session_idle_seconds '
+                "(the gap without a call after which the next call starts a new session)"
+            )
+        if boundary == "connection" and idle is not None:
+            raise PolicyError(
+                'proxy.session_idle_seconds: only with session_boundary = "idle" or '
+                '"conversation" (with "connection" a session lasts as long as the connection)'
+            )
         default_tier = _tier(proxy.get("default_tier", "irreversible"), "proxy.default_tier")
         if default_tier == "compensable":
             raise PolicyError(
@@ -436,6 +487,8 @@ def load_policy(path: str | Path) -> Policy:
                     proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
                 )
             ),
+            session_boundary=boundary,
+            session_idle_seconds=idle,
         )
     except PolicyError as exc:
         raise PolicyError(f"{path}: {exc}") from None

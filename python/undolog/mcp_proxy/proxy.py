@@ -18,6 +18,13 @@ failed instead and its compensations run. A session failed from outside
 (``undolog sessions rollback``) is walked by the proxy as soon as it notices (its next call
 or heartbeat) and by ``undolog worker --mcp-config FILE`` in any case.
 
+The policy may draw the boundary elsewhere (``session_boundary``): at an idle gap (the
+session ends once no call came for ``session_idle_seconds``; the connection's next call
+begins a new one), or per conversation (``_meta["undolog/conversation"]``, scoped to the
+connection). An upstream with ``instances = "per_session"`` gets a process of its own for
+each session, started at its first call and closed when the session has ended (after its
+undo walk, which runs its compensations on that process).
+
 Step index (part of the call signature, so it must come out the same when a client
 replays its session after a restart): the number of times the same call (same tool, same
 canonical arguments) was made before in the session. It does not depend on the order of
@@ -39,7 +46,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 import psycopg
@@ -73,6 +80,9 @@ from undolog.signature import canonical_json
 log = logging.getLogger("undolog.mcp_proxy")
 
 SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id
+# The client's name for a conversation (session_boundary = "conversation"): scoped to its
+# own connection, so naming another client's conversation reaches nothing of it.
+CONVERSATION_META_KEY = "undolog/conversation"
 RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a session id
 UNDO_META_KEY = "undolog/undo_id"
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
@@ -131,9 +141,21 @@ def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception
     }
 
 
+def _unknown(name: str, why: str) -> types.CallToolResult:
+    """The answer to a call that may have acted without its result reaching the proxy, and
+    to that same call made again in the session."""
+    return _error(
+        f"{name}: {why}. Its outcome is unknown: it will not be run again (making the same "
+        "call again gets this answer), and this session will be rolled back when it ends."
+    )
+
+
 def _error_text(result: types.CallToolResult) -> str:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     return ("upstream error: " + " ".join(texts))[:2000]
+
+
+Outcome = Literal["done", "failed", "unknown"]
 
 
 @dataclass
@@ -158,6 +180,19 @@ class ProxySession:
     beat: asyncio.Task[None] | None = None
     walking: asyncio.Task[None] | None = None
     begin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # calls whose outcome is unknown (key -> step): made again, they are the same call
+    unknown: dict[str, int] = field(default_factory=dict)
+    # the session's own upstream processes (instances = "per_session"), started lazily
+    instances: dict[str, UpstreamConnection] = field(default_factory=dict)
+    instances_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retiring: asyncio.Task[None] | None = None
+    # the idle boundary: calls running now, when the last one ended, its watcher
+    inflight: int = 0
+    last_call: float = field(default_factory=time.monotonic)
+    idle: asyncio.Task[None] | None = None
+    # no longer its connection's current session (it ended at an idle gap): the next
+    # call without a handle starts a new one
+    retired: bool = False
 
 
 class McpProxy:
@@ -181,7 +216,8 @@ class McpProxy:
                 )
         self.sessions: dict[uuid.UUID, ProxySession] = {}
         self.by_handle: dict[str, ProxySession] = {}
-        self.process_session: uuid.UUID | None = None
+        # a 2026-era stdio process's sessions (no connection object to keep them on)
+        self.process_state: dict[str, Any] = {}
         self.http = False  # served over streamable HTTP (set by the server)
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             dsn,
@@ -230,6 +266,8 @@ class McpProxy:
                     journal_name(route.upstream, route.tool),
                     route.policy.tier,
                     self._descriptor(route) if route.policy.tier == "compensable" else None,
+                    # a rejection of a tell_model tool keeps the session active
+                    "continue" if route.policy.on_reject == "tell_model" else "fail_session",
                 )
 
     async def close(self) -> None:
@@ -239,6 +277,12 @@ class McpProxy:
             if ps.walking is not None:
                 with contextlib.suppress(Exception):
                     await ps.walking
+            if ps.retiring is not None:
+                with contextlib.suppress(BaseException):
+                    await ps.retiring
+            for up in ps.instances.values():  # started after the session's end began
+                with contextlib.suppress(Exception):
+                    await up.close()
         if self._listening is not None:
             self._listening.cancel()
         if self._listener is not None:
@@ -309,6 +353,16 @@ class McpProxy:
                 f"ids from clients; send back the handle it gave you in _meta[{SESSION_META_KEY!r}]"
             )
         handle = meta.get(SESSION_META_KEY)
+        conversation = meta.get(CONVERSATION_META_KEY)
+        if self.policy.session_boundary != "conversation":
+            conversation = None  # the operator did not let clients draw the boundary
+        elif conversation is not None and (
+            not isinstance(conversation, str) or not 1 <= len(conversation) <= 200
+        ):
+            raise ValueError(
+                f"_meta[{CONVERSATION_META_KEY!r}] must be a string of 1 to 200 characters "
+                "naming the conversation (the same for all of its calls)"
+            )
         connection = None
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # The SDK keeps one Connection per handshake-era client session; it offers
@@ -323,20 +377,24 @@ class McpProxy:
                     "this session handle belongs to another client connection; it is refused"
                 )
         elif connection is not None:
-            ps = connection.state.get("undolog.session")
-            if ps is None:
-                ps = connection.state["undolog.session"] = self._new_session()
+            ps = self._current(connection.state, conversation)
         elif self.http:
             ps = self._new_session()  # stateless HTTP: the client sends the handle back
         else:
-            if self.process_session is None:
-                self.process_session = uuid.uuid4()
-                self._new_session(self.process_session)
-            ps = self.sessions[self.process_session]
+            ps = self._current(self.process_state, conversation)
         if connection is not None and ps.owner is None:
             ps.owner = connection
             ps.bindings += 1
             connection.exit_stack.push_async_callback(self._unbind, ps)
+        return ps
+
+    def _current(self, state: dict[str, Any], conversation: str | None) -> ProxySession:
+        """The connection's (or stdio process's) current session, or its conversation's:
+        a new one when there is none yet or the last one ended at an idle gap."""
+        slot = "undolog.session" if conversation is None else f"undolog.conv:{conversation}"
+        ps: ProxySession | None = state.get(slot)
+        if ps is None or ps.retired:
+            ps = state[slot] = self._new_session()
         return ps
 
     def _new_session(self, sid: uuid.UUID | None = None) -> ProxySession:
@@ -413,8 +471,35 @@ class McpProxy:
                 log.warning("session %s: heartbeat failed: %s", ps.session_id, exc)
 
     async def end_session(self, ps: ProxySession) -> None:
-        """The client is gone: complete its session, or fail it and undo its work when the
-        outcome of one of its calls is unknown."""
+        """The client is gone (or the session's idle gap passed): complete its session, or
+        fail it and undo its work when the outcome of one of its calls is unknown. Its own
+        upstream processes close once its walk, if any, is over."""
+        try:
+            await self._end(ps)
+        finally:
+            if ps.idle is not None and ps.idle is not asyncio.current_task():
+                ps.idle.cancel()
+            ps.idle = None
+            if ps.instances and (ps.retiring is None or ps.retiring.done()):
+                ps.retiring = asyncio.create_task(self._close_instances(ps, dict(ps.instances)))
+
+    async def _close_instances(
+        self, ps: ProxySession, ending: dict[str, UpstreamConnection]
+    ) -> None:
+        """Close the processes the session had when it ended, after its walk (which runs
+        its compensations on them); a process a resumed session started since stays."""
+        if ps.walking is not None:
+            with contextlib.suppress(BaseException):
+                await ps.walking
+        async with ps.instances_lock:
+            for name, up in ending.items():
+                if ps.instances.get(name) is up:
+                    del ps.instances[name]
+        for up in ending.values():
+            with contextlib.suppress(Exception):
+                await up.close()
+
+    async def _end(self, ps: ProxySession) -> None:
         if ps.beat is not None:
             ps.beat.cancel()
             ps.beat = None
@@ -439,13 +524,28 @@ class McpProxy:
     def walk_soon(self, ps: ProxySession) -> None:
         """Run the failed session's undo walk here, in the background (once at a time)."""
         if ps.walking is None or ps.walking.done():
-            ps.walking = asyncio.create_task(self._walk(ps.session_id))
+            ps.walking = asyncio.create_task(self._walk(ps.session_id, self._undoers(ps)))
 
-    async def _walk(self, session_id: uuid.UUID) -> None:
+    def _undoers(self, ps: ProxySession) -> dict[str, Callable[..., Any]]:
+        """The compensations of this session's walk: a per-session upstream's run on the
+        session's own process while it lives (its state is there), else on the shared one."""
+        if all(u.instances == "shared" for u in self.policy.upstreams.values()):
+            return self.compensations
+        return {
+            compensation_name(r.upstream, r.policy.compensation.tool): UpstreamCompensation(
+                self, r.upstream, r.policy.compensation.tool, instances=ps.instances
+            )
+            for r in self.routes.values()
+            if r.policy.tier == "compensable" and r.policy.compensation is not None
+        }
+
+    async def _walk(
+        self, session_id: uuid.UUID, compensations: dict[str, Callable[..., Any]]
+    ) -> None:
         def in_thread() -> str | None:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 try:
-                    return walk.run_walk(conn, session_id, self.compensations, wait=10.0)
+                    return walk.run_walk(conn, session_id, compensations, wait=10.0)
                 except PermissionDenied:
                     log.warning(
                         "session %s: this login may not run undo walks; "
@@ -468,29 +568,92 @@ class McpProxy:
         route = self.routes.get(name)
         if route is None:
             return _error(f"unknown tool {name!r}")
-        upstream = self.upstreams[route.upstream]
-        if route.policy.tier == "safe":
+        shared = self.policy.upstreams[route.upstream].instances == "shared"
+        if shared:
+            upstream = self.upstreams[route.upstream]
+            if route.policy.tier == "safe":
+                try:
+                    return await upstream.call(route.tool, args)
+                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+                    return _error(f"{name}: {exc}")
             try:
-                return await upstream.call(route.tool, args)
-            except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-                return _error(f"{name}: {exc}")
-        try:
-            await upstream.ensure_connected()  # nothing is journaled for a call not sent
-        except UpstreamDown as exc:
-            return _error(f"{name} was not run: {exc}")
+                await upstream.ensure_connected()  # nothing is journaled for a call not sent
+            except UpstreamDown as exc:
+                return _error(f"{name} was not run: {exc}")
         try:
             ps = await self.session_for(ctx)
-            await self.begin(ps)
         except (ValueError, UndoLogError, psycopg.Error) as exc:
             return _error(f"{name} was not run: {exc}")
-        if route.policy.tier == "compensable":
-            result = await self._compensable(ps, name, route, upstream, args)
-        else:
-            result = await self._irreversible(ctx, ps, name, route, upstream, args)
+        # counted from here, with no await before: the idle watcher never ends a session
+        # with a call on its way in
+        ps.inflight += 1
+        try:
+            if not shared:
+                try:
+                    upstream = await self._instance(ps, route.upstream)
+                except UpstreamDown as exc:
+                    return _error(f"{name} was not run: {exc}")
+            if route.policy.tier == "safe":
+                try:
+                    result = await upstream.call(route.tool, args)
+                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+                    result = _error(f"{name}: {exc}")
+            else:
+                try:
+                    await self.begin(ps)
+                except (UndoLogError, psycopg.Error) as exc:
+                    return _error(f"{name} was not run: {exc}")
+                if route.policy.tier == "compensable":
+                    result = await self._compensable(ps, name, route, upstream, args)
+                else:
+                    result = await self._irreversible(ctx, ps, name, route, upstream, args)
+        finally:
+            ps.inflight -= 1
+            ps.last_call = time.monotonic()
+            self._watch_idle(ps)
         # the handle is how this client (and only it) resumes the session
         return result.model_copy(
             update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
         )
+
+    async def _instance(self, ps: ProxySession, upstream: str) -> UpstreamConnection:
+        """The session's own process of a per-session upstream, started at its first call
+        (UpstreamDown when it will not start)."""
+        async with ps.instances_lock:
+            conn = ps.instances.get(upstream)
+            if conn is None:
+                conn = UpstreamConnection(
+                    self.policy.upstreams[upstream], self.policy.call_timeout_seconds
+                )
+                await conn.connect()
+                ps.instances[upstream] = conn
+                log.info("session %s: started its own %s", ps.session_id, upstream)
+        await conn.ensure_connected()
+        return conn
+
+    def _watch_idle(self, ps: ProxySession) -> None:
+        if self.policy.session_idle_seconds is None:
+            return
+        if ps.idle is None or ps.idle.done():
+            ps.idle = asyncio.create_task(self._idle_watch(ps, self.policy.session_idle_seconds))
+
+    async def _idle_watch(self, ps: ProxySession, gap: float) -> None:
+        """End the session once no call came for ``gap`` seconds: the next call without a
+        handle starts a new one. A session waiting for a human's decision is kept (the
+        client is to ask again after it)."""
+        while True:
+            await asyncio.sleep(max(ps.last_call + gap - time.monotonic(), 0.05))
+            if ps.inflight or time.monotonic() - ps.last_call < gap:
+                continue
+            if ps.began and await self._state(ps) == "awaiting_approval":
+                await asyncio.sleep(min(gap, 5.0))
+                continue
+            if ps.inflight or time.monotonic() - ps.last_call < gap:
+                continue  # a call came while the state was read
+            ps.retired = True
+            log.info("session %s: ended after %g s without a call", ps.session_id, gap)
+            await self.end_session(ps)
+            return
 
     def _descriptor(self, route: Route) -> dict[str, Any]:
         comp = route.policy.compensation
@@ -553,22 +716,19 @@ class McpProxy:
         route: Route,
         upstream: UpstreamConnection,
         args: dict[str, Any],
-    ) -> tuple[types.CallToolResult, bool]:
-        """Forward a journaled call and record its outcome: (result, failed)."""
+    ) -> tuple[types.CallToolResult, Outcome]:
+        """Forward a journaled call and record its outcome."""
         try:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
             # It may have acted: the effect stays executing, so the walk compensates it.
-            return _error(
-                f"{name}: {exc}. Its outcome is unknown: it will not be run again, and "
-                "this session will be rolled back when it ends."
-            ), False
+            return _unknown(name, str(exc)), "unknown"
         except (UpstreamDown, MCPError) as exc:
             await self._record(engine.FAIL, effect_id, f"not run: {exc}"[:2000])
-            return _error(f"{name} was not run: {exc}"), True
+            return _error(f"{name} was not run: {exc}"), "failed"
         if result.is_error:
             await self._record(engine.FAIL, effect_id, _error_text(result))
-            return result, True
+            return result, "failed"
         try:
             try:
                 async with self.pool.connection() as conn:
@@ -580,11 +740,10 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
-            return _error(
-                f"{name} ran, but the journal could not record its result ({exc}): "
-                "its outcome counts as unknown and the session will be rolled back."
-            ), False
-        return result, False
+            return _unknown(
+                name, f"it ran, but the journal could not record its result ({exc})"
+            ), "unknown"
+        return result, "done"
 
     async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
         try:
@@ -605,8 +764,13 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON")
-        step = ps.occurrences.get(key, 0)
-        ps.occurrences[key] = step + 1
+        if key in ps.unknown:
+            # The same call as one whose outcome is unknown: it is that call again (as
+            # after a restart, where numbering starts over), never a new step to run.
+            step = ps.unknown[key]
+        else:
+            step = ps.occurrences.get(key, 0)
+            ps.occurrences[key] = step + 1
         icpt = await self._intercept(ps, step, route, args, self._descriptor(route))
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
@@ -615,10 +779,14 @@ class McpProxy:
             return types.CallToolResult.model_validate(icpt.result_snapshot)
         if icpt.action == "execute":
             assert icpt.effect_id is not None
-            result, failed = await self._execute(icpt.effect_id, name, route, upstream, args)
-            if failed:
+            result, outcome = await self._execute(icpt.effect_id, name, route, upstream, args)
+            if outcome == "unknown":
+                ps.unknown[key] = step
+            if outcome != "done":
                 _give_back(ps, key, step)
             return result
+        if icpt.action == "in_progress" and key in ps.unknown:
+            return _unknown(name, "an earlier identical call got no answer")
         if icpt.action == "in_progress":
             return _error(
                 f"{name}: this very call is running now, or its outcome is unknown (the proxy "
@@ -636,6 +804,7 @@ class McpProxy:
         upstream: UpstreamConnection,
         args: dict[str, Any],
     ) -> types.CallToolResult:
+        key = _call_key(name, args) or name
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
             icpt = await self._intercept(ps, 0, route, args, None)
             if isinstance(icpt, types.CallToolResult):
@@ -644,10 +813,14 @@ class McpProxy:
                 return types.CallToolResult.model_validate(icpt.result_snapshot)
             if icpt.action == "execute":
                 assert icpt.effect_id is not None
-                result, _ = await self._execute(icpt.effect_id, name, route, upstream, args)
+                result, outcome = await self._execute(icpt.effect_id, name, route, upstream, args)
+                if outcome == "unknown":
+                    ps.unknown[key] = 0
                 return result
             if icpt.action == "rejected":
-                return await self._rejected(ps, name, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id)
+            if icpt.action == "in_progress" and key in ps.unknown:
+                return _unknown(name, "an earlier identical call got no answer")
             if icpt.action == "in_progress":
                 return _error(
                     f"{name}: this very call is running now, or its outcome is unknown: it "
@@ -677,12 +850,16 @@ class McpProxy:
                     f"undolog approvals approve {icpt.approval_id} --by NAME)"
                 )
             if decision != "approved":
-                return await self._rejected(ps, name, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id)
         return _error(f"{name}: the journal's answers did not settle; ask again")
 
     async def _rejected(
-        self, ps: ProxySession, name: str, approval_id: uuid.UUID | None
+        self, ps: ProxySession, name: str, route: Route, approval_id: uuid.UUID | None
     ) -> types.CallToolResult:
+        if route.policy.on_reject == "tell_model" and approval_id is not None:
+            told = await self._tell_model(name, approval_id)
+            if told is not None:
+                return told
         by, reason, state = None, None, "rejected"
         with contextlib.suppress(Exception):
             async with self.pool.connection() as conn:
@@ -702,6 +879,41 @@ class McpProxy:
             f"REJECTED: {name} was {state}{who}{why} (approval {approval_id}); it did not "
             "run and never will. The session is rolled back: its undoable calls are undone "
             "and its new calls refused; start a new session."
+        )
+
+    async def _tell_model(self, name: str, approval_id: uuid.UUID) -> types.CallToolResult | None:
+        """The rejection as the call's answer, the session going on (the tool is registered
+        on_reject 'continue'); None when the engine says the session does not go on."""
+        try:
+            async with self.pool.connection() as conn:
+                decision = await aengine.approval_decision(conn, approval_id)
+        except (UndoLogError, psycopg.Error) as exc:
+            log.warning("approval %s: reading its decision failed: %s", approval_id, exc)
+            return None
+        if decision is None or not decision.session_continues:
+            return None
+        if decision.decision == "expired":
+            what = "nobody approved it in time (its approval request expired)"
+        else:
+            what = f"{decision.decided_by or 'a human'} rejected it"
+        why = f"; reason: {decision.reason}" if decision.reason else "; no reason was given"
+        result = _error(
+            f"REJECTED: {name} did not run and never will: {what}{why} (approval "
+            f"{approval_id}). The session goes on: its earlier calls stand and other calls "
+            "may be made; choose another course (this same call gets this answer again)."
+        )
+        # the same facts for a client that reads them rather than the text
+        return result.model_copy(
+            update={
+                "meta": {
+                    "undolog/rejection": {
+                        "approval_id": str(approval_id),
+                        "decision": decision.decision,
+                        "decided_by": decision.decided_by,
+                        "reason": decision.reason,
+                    }
+                }
+            }
         )
 
     async def _hold(
@@ -774,11 +986,19 @@ class UpstreamCompensation:
     journal by the stored mapping. Synchronous (the walk runs in a thread); the call itself
     runs on the event loop that owns the upstream connection."""
 
-    def __init__(self, owner: Any, upstream: str, tool: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        owner: Any,
+        upstream: str,
+        tool: str,
+        timeout: float = 60.0,
+        instances: dict[str, UpstreamConnection] | None = None,
+    ) -> None:
         self.owner = owner  # has .upstreams and .loop
         self.upstream = upstream
         self.tool = tool
         self.timeout = timeout
+        self.instances = instances  # a session's own processes, read when the call runs
 
     def __call__(self, call: walk.CompensationCall) -> None:
         args = resolve(
@@ -790,7 +1010,9 @@ class UpstreamCompensation:
         loop = self.owner.loop
         if loop is None:
             raise RuntimeError("the proxy's event loop is not running")
-        conn: UpstreamConnection = self.owner.upstreams[self.upstream]
+        conn: UpstreamConnection = (self.instances or {}).get(
+            self.upstream
+        ) or self.owner.upstreams[self.upstream]
         future = asyncio.run_coroutine_threadsafe(
             conn.call(self.tool, args, meta={UNDO_META_KEY: str(call.undo_id)}), loop
         )

@@ -1,0 +1,79 @@
+"""An upstream MCP server for the proxy's session tests: a key-value store kept in the
+process's memory (so two clients sharing one process share it, and one process per
+session keeps them apart), a tool slower than the proxy's call timeout, and a payout.
+
+Its writes are read-modify-write with an await in between, as a server that rewrites a
+whole file per call (the reference memory server) does: two concurrent writes into one
+process lose one. Every execution lands in UPSTREAM_LEDGER with the process id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("session-upstream")
+STORE: dict[str, str] = {}
+
+
+def _record(op: str, **fields: Any) -> None:
+    with Path(os.environ["UPSTREAM_LEDGER"]).open("a", encoding="utf-8") as ledger:
+        ledger.write(json.dumps({"op": op, "pid": os.getpid(), **fields}, sort_keys=True) + "\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+@server.tool()
+async def put(key: str, value: str) -> dict[str, Any]:
+    """Store a value under a key."""
+    global STORE
+    before = dict(STORE)
+    await asyncio.sleep(0.05)  # the window in which a concurrent write is lost
+    STORE = {**before, key: value}
+    _record("put", key=key, value=value)
+    return {"key": key}
+
+
+@server.tool()
+async def forget(key: str, idempotency_key: str) -> dict[str, Any]:
+    """Remove a key (the compensation of put)."""
+    STORE.pop(key, None)
+    _record("forget", key=key, idempotency_key=idempotency_key)
+    return {"forgot": key}
+
+
+@server.tool()
+async def read_all() -> dict[str, Any]:
+    """Every key and value this process holds."""
+    return {"store": STORE, "pid": os.getpid()}
+
+
+@server.tool()
+async def slow_make(key: str, seconds: float) -> dict[str, Any]:
+    """Act at once, then answer after a delay (longer than the proxy waits)."""
+    _record("slow_make", key=key)
+    await asyncio.sleep(seconds)
+    return {"id": key}
+
+
+@server.tool()
+async def unmake(id: str, idempotency_key: str) -> dict[str, Any]:
+    """Undo slow_make."""
+    _record("unmake", id=id, idempotency_key=idempotency_key)
+    return {"unmade": id}
+
+
+@server.tool()
+async def pay(account: str, amount_cents: int) -> dict[str, Any]:
+    """Pay money out: cannot be undone."""
+    _record("pay", account=account, amount_cents=amount_cents)
+    return {"paid": amount_cents, "account": account}
+
+
+if __name__ == "__main__":
+    server.run()
