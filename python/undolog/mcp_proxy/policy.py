@@ -46,9 +46,12 @@ __all__ = [
 Tier = Literal["safe", "compensable", "irreversible"]
 TIERS: tuple[Tier, ...] = ("safe", "compensable", "irreversible")
 
-# Most MCP clients give up on a request after 60 s (the TypeScript SDK's default, not
-# reset by progress unless the client opts in): a held call must answer before that.
-MAX_HOLD_SECONDS = 55.0
+# How long the clients wait for an answer to a request: 60 s is the TypeScript SDK's
+# default (Claude Desktop, MCP Inspector), and its progress notifications do not extend
+# it unless the client opts in (resetTimeoutOnProgress). So the proxy does not rely on
+# progress: a held call, and the upstream call an approval then makes, must both fit in
+# it, which is checked at start.
+DEFAULT_CLIENT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HOLD_SECONDS = 25.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -89,6 +92,7 @@ class Policy:
     default_tier: Tier = "irreversible"
     hold_seconds: float = DEFAULT_HOLD_SECONDS
     call_timeout_seconds: float = 30.0
+    client_timeout_seconds: float = DEFAULT_CLIENT_TIMEOUT_SECONDS
     lease_seconds: float = 300.0
     agent: str = "mcp-proxy"
     # irreversible calls one client session may have held at once (each waits for a human)
@@ -242,6 +246,27 @@ def _upstream(name: str, raw: Any) -> Upstream:
     )
 
 
+def _check_hold(hold: float, call_timeout: float, client_timeout: float) -> None:
+    """A held call answers within hold + call_timeout (approved at the last moment, the
+    upstream call then runs): more than the client waits, and the client has given up
+    when the answer comes, so that it never learns the call ran."""
+    if hold + call_timeout <= client_timeout:
+        return
+    room = client_timeout - call_timeout
+    fix = (
+        f"lower hold_seconds to at most {room:g}"
+        if room > 0
+        else f"lower call_timeout_seconds below {client_timeout:g}"
+    )
+    raise PolicyError(
+        f"proxy.hold_seconds: {hold:g} s held, then up to {call_timeout:g} s "
+        f"(call_timeout_seconds) for the upstream once approved, is more than the "
+        f"{client_timeout:g} s a client waits for an answer (client_timeout_seconds = "
+        f"{client_timeout:g}; 60 by default, the TypeScript SDK's): {fix}, or raise "
+        "client_timeout_seconds if every client of this proxy waits longer"
+    )
+
+
 def load_policy(path: str | Path) -> Policy:
     """Read and check the policy file's own shape (PolicyError if refused)."""
     path = Path(path)
@@ -260,6 +285,7 @@ def load_policy(path: str | Path) -> Policy:
                 "default_tier",
                 "hold_seconds",
                 "call_timeout_seconds",
+                "client_timeout_seconds",
                 "lease_seconds",
                 "agent",
                 "max_holds_per_client",
@@ -277,19 +303,29 @@ def load_policy(path: str | Path) -> Policy:
         agent = proxy.get("agent", "mcp-proxy")
         if not isinstance(agent, str) or not agent:
             raise PolicyError("proxy.agent: expected a non-empty string")
+        client_timeout = _number(
+            proxy.get("client_timeout_seconds", DEFAULT_CLIENT_TIMEOUT_SECONDS),
+            "proxy.client_timeout_seconds",
+            0,
+            86400,
+        )
+        call_timeout = _number(
+            proxy.get("call_timeout_seconds", 30.0), "proxy.call_timeout_seconds", 0, 3600
+        )
+        hold = _number(
+            proxy.get("hold_seconds", DEFAULT_HOLD_SECONDS),
+            "proxy.hold_seconds",
+            0,
+            client_timeout,
+        )
+        _check_hold(hold, call_timeout, client_timeout)
         return Policy(
             path=path,
             upstreams={n: _upstream(n, u) for n, u in ups.items()},
             default_tier=default_tier,
-            hold_seconds=_number(
-                proxy.get("hold_seconds", DEFAULT_HOLD_SECONDS),
-                "proxy.hold_seconds",
-                0,
-                MAX_HOLD_SECONDS,
-            ),
-            call_timeout_seconds=_number(
-                proxy.get("call_timeout_seconds", 30.0), "proxy.call_timeout_seconds", 0, 3600
-            ),
+            hold_seconds=hold,
+            call_timeout_seconds=call_timeout,
+            client_timeout_seconds=client_timeout,
             lease_seconds=_number(
                 proxy.get("lease_seconds", 300.0), "proxy.lease_seconds", 1, 86400
             ),

@@ -1,0 +1,254 @@
+"""The compensation mapping language, with real processes: the SDK's MCP client drives
+`undolog mcp-proxy` over stdio, which fronts tests/mcp_memory_upstream.py (a
+knowledge graph and files, shaped like the reference memory and filesystem servers). A
+failed session's undo walk must leave the upstream as it was: the test reads the graph
+file and the edited file after the walk.
+
+Also: the policy's start-time checks (mapped types against the upstream's JSON schemas,
+a hold longer than the client waits), an upstream that will not start, and the client
+configuration the proxy prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from mcp import Client, StdioServerParameters
+
+from test_mcp_proxy import ROOT, names, run, sessions, text, wait_for
+from undolog import saga
+from undolog.mcp_proxy.mapping import ArgSource, resolve
+
+MEMORY_POLICY = ROOT / "examples" / "mcp-proxy" / "memory-policy.toml"
+DOC = ROOT / "docs" / "mcp-proxy.md"
+
+
+@pytest.fixture
+def upstream_env(tmp_path: Path) -> dict[str, str]:
+    files = tmp_path / "files"
+    files.mkdir()
+    bindir = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "MEMORY_FILE": str(tmp_path / "memory.json"),
+        "FILES_ROOT": str(files),
+        "UPSTREAM_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+    }
+
+
+def proxy_cmd(config: Path, dsn: str) -> list[str]:
+    return [sys.executable, "-m", "undolog.cli", "mcp-proxy", "--config", str(config), "--dsn", dsn]
+
+
+def client(config: Path, dsn: str, env: dict[str, str]) -> Client:
+    command, *args = proxy_cmd(config, dsn)
+    params = StdioServerParameters(command=command, args=args, env=env, cwd=str(ROOT))
+    return Client(params, read_timeout_seconds=60)
+
+
+def graph(env: dict[str, str]) -> dict[str, list[str]]:
+    path = Path(env["MEMORY_FILE"])
+    if not path.exists():
+        return {}
+    return {e["name"]: e["observations"] for e in json.loads(path.read_text())}
+
+
+def test_memory_and_file_edits_are_undone_through_the_upstream(
+    dsn: str, conn: psycopg.Connection[Any], upstream_env: dict[str, str]
+) -> None:
+    """create_entities -> delete_entities of the names it created (projected from its
+    result), add_observations -> delete_observations of what it added (a list of
+    objects built per element), edit_file -> edit_file with every edit swapped, last
+    first. What existed before the session is left alone."""
+    Path(upstream_env["MEMORY_FILE"]).write_text(
+        json.dumps([{"name": "Ada", "entityType": "person", "observations": ["writes code"]}])
+    )
+    notes = Path(upstream_env["FILES_ROOT"]) / "notes.txt"
+    original = "status: draft\nowner: ada\n"
+    notes.write_text(original)
+
+    async def body() -> None:
+        async with client(MEMORY_POLICY, dsn, upstream_env) as c:
+            made = await c.call_tool(
+                "create_entities",
+                {
+                    "entities": [
+                        {"name": "Ada", "entityType": "person", "observations": []},
+                        {"name": "Bob", "entityType": "person", "observations": ["new"]},
+                        {"name": "Cy", "entityType": "robot", "observations": []},
+                    ]
+                },
+            )
+            assert not made.is_error, text(made)
+            assert made.structured_content is not None
+            assert [e["name"] for e in made.structured_content["entities"]] == ["Bob", "Cy"]
+            added = await c.call_tool(
+                "add_observations",
+                {
+                    "observations": [
+                        {"entityName": "Ada", "contents": ["writes code", "likes tea"]},
+                        {"entityName": "Bob", "contents": ["plays chess"]},
+                    ]
+                },
+            )
+            assert not added.is_error, text(added)
+            # two edits where the second edits the first's output: undone only last first
+            edited = await c.call_tool(
+                "edit_file",
+                {
+                    "path": "notes.txt",
+                    "edits": [
+                        {"oldText": "status: draft", "newText": "status: review"},
+                        {"oldText": "status: review", "newText": "status: final"},
+                    ],
+                },
+            )
+            assert not edited.is_error, text(edited)
+            assert notes.read_text() == "status: final\nowner: ada\n"
+            assert graph(upstream_env) == {
+                "Ada": ["writes code", "likes tea"],
+                "Bob": ["new", "plays chess"],
+                "Cy": [],
+            }
+            ((sid, _),) = sessions(conn)
+            assert saga.rollback_session(conn, sid, "alice", "wrong graph") == "failed"
+            refused = await c.call_tool("read_graph", {})  # SAFE: still served
+            assert not refused.is_error
+            again = await c.call_tool("edit_file", {"path": "notes.txt", "edits": []})
+            assert again.is_error and "undone" in text(again)
+            wait_for(lambda: dict(sessions(conn))[sid] == "compensated", timeout=60)
+
+    run(body)
+    assert graph(upstream_env) == {"Ada": ["writes code"]}
+    assert notes.read_text() == original
+    descriptors = [
+        r[0]
+        for r in conn.execute(
+            "SELECT compensation->'args' FROM undolog.undolog_undo_stack ORDER BY undo_id"
+        ).fetchall()
+    ]
+    assert {"entityNames": "result.entities[*].name"} in descriptors
+
+
+def test_resolve_reads_lists_and_builds_objects() -> None:
+    """The stored forms of the three compensations (as the walk re-reads them from the
+    journal) fill the arguments the upstream takes."""
+    policy = tomllib.loads(MEMORY_POLICY.read_text())
+    tools = policy["upstreams"]["mem"]["tools"]
+
+    def stored(tool: str) -> dict[str, Any]:
+        ((_, mapping),) = tools[tool]["compensation"].items()
+        return {k: ArgSource.parse(v, k).to_json() for k, v in mapping.items()}
+
+    result = {"structuredContent": {"entities": [{"name": "Bob"}, {"name": "Cy"}]}}
+    assert resolve(
+        stored("create_entities"), call_args={}, result=result, undo_id="u"
+    ) == {"entityNames": ["Bob", "Cy"]}
+    edits = [{"oldText": "a", "newText": "b"}, {"oldText": "b", "newText": "c"}]
+    assert resolve(
+        stored("edit_file"), call_args={"path": "p", "edits": edits}, result=None, undo_id="u"
+    ) == {"path": "p", "edits": [{"oldText": "c", "newText": "b"}, {"oldText": "b", "newText": "a"}]}
+    added = {"results": [{"entityName": "Ada", "addedObservations": ["x"]}]}
+    assert resolve(
+        stored("add_observations"),
+        call_args={},
+        result={"content": [{"type": "text", "text": json.dumps(added)}]},
+        undo_id="u",
+    ) == {"deletions": [{"entityName": "Ada", "observations": ["x"]}]}
+
+
+MEMORY_UPSTREAM = '[upstreams.mem]\ncommand = ["python", "tests/mcp_memory_upstream.py"]\n'
+
+BAD_MAPPINGS = {
+    # the reported case: one name where the upstream's schema wants a list of names
+    "a string where an array is wanted": (
+        '[upstreams.mem.tools.create_entities]\ntier = "compensable"\n'
+        'compensation.delete_entities = { entityNames = "args.entities.0.name" }\n',
+        [
+            "upstreams.mem.tools.create_entities.compensation: delete_entities.entityNames"
+            " wants an array of string, but args.entities.0.name gives a string:"
+            ' write entityNames = "args.entities[*].name"',
+        ],
+    ),
+    "a list of objects where a list of strings is wanted": (
+        '[upstreams.mem.tools.create_entities]\ntier = "compensable"\n'
+        'compensation.delete_entities = { entityNames = "result.entities" }\n',
+        ['gives an array of object: write entityNames = "result.entities[*].name"'],
+    ),
+    "a path the output schema does not have": (
+        '[upstreams.mem.tools.create_entities]\ntier = "compensable"\n'
+        'compensation.delete_entities = { entityNames = "result.entities[*].nmae" }\n',
+        ["result.entities[*] has no 'nmae' (it has: name, entityType, observations)"],
+    ),
+    "an element missing a required key": (
+        '[upstreams.mem.tools.add_observations]\ntier = "compensable"\n'
+        "compensation.delete_observations = { deletions = "
+        '{ each = "result.results", to = { entityName = "item.entityName" } } }\n',
+        ["delete_observations.deletions[*] requires 'observations'"],
+    ),
+    "a key the element does not take, a path the element does not have": (
+        '[upstreams.mem.tools.edit_file]\ntier = "compensable"\n'
+        'compensation.edit_file = { path = "args.path", edits = { each = "args.edits", '
+        'to = { oldText = "item.newText", newText = "item.old", dry = true } } }\n',
+        [
+            "edit_file.edits[*] takes no key 'dry'",
+            "item (an element of the list each walks) has no 'old'",
+        ],
+    ),
+    "a list where a string is wanted": (
+        '[upstreams.mem.tools.edit_file]\ntier = "compensable"\n'
+        'compensation.edit_file = { path = "args.edits", edits = "args.edits" }\n',
+        ["edit_file.path wants a string, but args.edits gives an array of object"],
+    ),
+    "item outside each": (
+        '[upstreams.mem.tools.create_entities]\ntier = "compensable"\n'
+        'compensation.delete_entities = { entityNames = ["item.name"] }\n',
+        ["item.PATH reads an element only inside each"],
+    ),
+    "each over what is not a path": (
+        '[upstreams.mem.tools.create_entities]\ntier = "compensable"\n'
+        'compensation.delete_entities = { entityNames = { each = { value = ["x"] } } }\n',
+        ["expected the PATH of a list"],
+    ),
+    # a held call must answer before the client gives up: 30 + 40 > 60
+    "a hold the client does not wait for": (
+        "[proxy]\nhold_seconds = 30\ncall_timeout_seconds = 40\n",
+        ["proxy.hold_seconds: 30 s held, then up to 40 s"],
+    ),
+    "a hold over a shorter client timeout": (
+        "[proxy]\nclient_timeout_seconds = 10\nhold_seconds = 8\n",
+        ["client_timeout_seconds = 10"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MAPPINGS))
+def test_a_bad_mapping_is_refused_at_start(
+    case: str, tmp_path: Path, dsn: str, upstream_env: dict[str, str]
+) -> None:
+    body, messages = BAD_MAPPINGS[case]
+    config = tmp_path / "bad.toml"
+    proxy, _, rest = body.partition("[upstreams")
+    config.write_text(proxy + MEMORY_UPSTREAM + (f"[upstreams{rest}" if rest else ""))
+    done = subprocess.run(
+        proxy_cmd(config, dsn),
+        env=upstream_env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "policy refused" in done.stderr, done.stderr
+    for message in messages:
+        assert message in done.stderr, done.stderr
