@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,7 +22,7 @@ import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
 
-from test_mcp_proxy import ROOT, names, run, sessions, text, wait_for
+from test_mcp_proxy import ROOT, run, sessions, text, wait_for
 from undolog import saga
 from undolog.mcp_proxy.mapping import ArgSource, resolve
 
@@ -150,13 +149,16 @@ def test_resolve_reads_lists_and_builds_objects() -> None:
         return {k: ArgSource.parse(v, k).to_json() for k, v in mapping.items()}
 
     result = {"structuredContent": {"entities": [{"name": "Bob"}, {"name": "Cy"}]}}
-    assert resolve(
-        stored("create_entities"), call_args={}, result=result, undo_id="u"
-    ) == {"entityNames": ["Bob", "Cy"]}
+    assert resolve(stored("create_entities"), call_args={}, result=result, undo_id="u") == {
+        "entityNames": ["Bob", "Cy"]
+    }
     edits = [{"oldText": "a", "newText": "b"}, {"oldText": "b", "newText": "c"}]
     assert resolve(
         stored("edit_file"), call_args={"path": "p", "edits": edits}, result=None, undo_id="u"
-    ) == {"path": "p", "edits": [{"oldText": "c", "newText": "b"}, {"oldText": "b", "newText": "a"}]}
+    ) == {
+        "path": "p",
+        "edits": [{"oldText": "c", "newText": "b"}, {"oldText": "b", "newText": "a"}],
+    }
     added = {"results": [{"entityName": "Ada", "addedObservations": ["x"]}]}
     assert resolve(
         stored("add_observations"),
@@ -252,3 +254,124 @@ def test_a_bad_mapping_is_refused_at_start(
     assert "policy refused" in done.stderr, done.stderr
     for message in messages:
         assert message in done.stderr, done.stderr
+
+
+def start(config: Path, dsn: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        proxy_cmd(config, dsn),
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_an_upstream_that_exits_at_start_is_reported_with_why(
+    tmp_path: Path, dsn: str, upstream_env: dict[str, str]
+) -> None:
+    """Its command, its exit code and the end of its stderr: not "unhandled errors in a
+    TaskGroup (1 sub-exception)"."""
+    script = tmp_path / "no_key_server.py"
+    script.write_text(
+        "import sys\n"
+        "print('starting the CRM server', file=sys.stderr)\n"
+        "print('error: CRM_API_KEY is not set', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    config = tmp_path / "exits.toml"
+    config.write_text(
+        f"[upstreams.crm]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
+    )
+    done = start(config, dsn, upstream_env)
+    assert done.returncode == 1, done.stderr
+    assert "TaskGroup" not in done.stderr, done.stderr
+    assert "upstream 'crm' did not start" in done.stderr, done.stderr
+    assert f"`{sys.executable} {script}` exited with code 3 before it answered" in done.stderr
+    assert "    starting the CRM server\n    error: CRM_API_KEY is not set" in done.stderr
+
+
+def test_an_upstream_command_that_does_not_exist_is_reported(
+    tmp_path: Path, dsn: str, upstream_env: dict[str, str]
+) -> None:
+    config = tmp_path / "missing.toml"
+    config.write_text('[upstreams.crm]\ncommand = ["no-such-mcp-server", "--stdio"]\n')
+    done = start(config, dsn, upstream_env)
+    assert done.returncode == 1, done.stderr
+    assert "TaskGroup" not in done.stderr, done.stderr
+    assert (
+        "upstream 'crm' did not start: cannot run `no-such-mcp-server --stdio`: "
+        "No such file or directory ('no-such-mcp-server'; PATH=" in done.stderr
+    ), done.stderr
+    assert "give the command's absolute path, or install it" in done.stderr
+
+
+def test_the_printed_client_configuration_starts_the_proxy_without_path(
+    tmp_path: Path, dsn: str, upstream_env: dict[str, str]
+) -> None:
+    """`--print-client-config` prints mcpServers JSON with absolute paths: started as a
+    desktop app would (its own bare PATH, another working directory), it serves."""
+    config = tmp_path / "policy.toml"
+    upstream = [sys.executable, str(ROOT / "tests" / "mcp_upstream_server.py")]
+    config.write_text(
+        f"[upstreams.crm]\ncommand = {json.dumps(upstream)}\n"
+        '[upstreams.crm.tools.lookup_user]\ntier = "safe"\n'
+    )
+    printed = subprocess.run(
+        [*proxy_cmd(config, dsn), "--print-client-config", "--name", "crm-behind-undolog"],
+        env=upstream_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stderr == ""  # absolute upstream command and a DSN: nothing to add
+    server = json.loads(printed.stdout)["mcpServers"]["crm-behind-undolog"]
+    assert os.path.isabs(server["command"]) and Path(server["command"]).is_file()
+    assert server["args"][-3:] == ["mcp-proxy", "--config", str(config.resolve())]
+    assert server["env"] == {"UNDOLOG_DSN": dsn}
+    bare = {
+        **server["env"],
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT / "python"),  # this worktree's code, not an installed one
+        "UPSTREAM_LEDGER": upstream_env["UPSTREAM_LEDGER"],
+    }
+    params = StdioServerParameters(
+        command=server["command"], args=server["args"], env=bare, cwd=str(tmp_path)
+    )
+
+    async def body() -> None:
+        async with Client(params, read_timeout_seconds=60) as c:
+            tools = {t.name for t in (await c.list_tools()).tools}
+            assert "lookup_user" in tools
+            found = await c.call_tool("lookup_user", {"email": "a@x"})
+            assert found.structured_content == {"email": "a@x", "found": False}
+
+    run(body)
+
+
+def test_print_client_config_says_what_a_desktop_app_still_lacks(
+    upstream_env: dict[str, str],
+) -> None:
+    env = {k: v for k, v in upstream_env.items() if k != "UNDOLOG_DSN"}
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "undolog.cli",
+            "mcp-proxy",
+            "--config",
+            "examples/mcp-proxy/policy.toml",
+            "--print-client-config",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert "undolog" in json.loads(printed.stdout)["mcpServers"]
+    assert "no DSN given" in printed.stderr
+    assert "upstreams.crm.command runs 'python' from the PATH" in printed.stderr
