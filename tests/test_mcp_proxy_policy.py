@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -254,6 +255,33 @@ def test_a_bad_mapping_is_refused_at_start(
     assert "policy refused" in done.stderr, done.stderr
     for message in messages:
         assert message in done.stderr, done.stderr
+    if case == "a string where an array is wanted":  # the page's example of a refusal
+        assert documented_refusal() in done.stderr, done.stderr
+
+
+def mapping_section() -> str:
+    page = DOC.read_text(encoding="utf-8")
+    return page[page.index("### Compensation arguments") : page.index("## Sessions")]
+
+
+def documented_refusal() -> str:
+    section = mapping_section()
+    block = re.search(r"```text\n(.*?)\n```", section[section.index("The refusal names") :], re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def test_the_documented_mapping_expressions_parse_and_round_trip() -> None:
+    """Every expression of the page's reference table is one the policy accepts, and
+    its stored form (the journal's) reads back as the same expression."""
+    rows = [line for line in mapping_section().splitlines() if line.startswith("| `")]
+    expressions = [e for row in rows for e in re.findall(r"`([^`]+)`", row.split(" | ")[0])]
+    assert len(expressions) >= 12, expressions
+    for expression in expressions:
+        raw = tomllib.loads(f"x = {expression}")["x"]
+        parsed = ArgSource.parse(raw, expression)
+        assert ArgSource.parse(parsed.to_json(), expression) == parsed, expression
+    assert ArgSource.parse("result.entities[*].name", "x").path == ("entities", "[*]", "name")
 
 
 def start(config: Path, dsn: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
