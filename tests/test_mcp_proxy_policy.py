@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
 
-from test_mcp_proxy import ROOT, run, sessions, text, wait_for
+from test_mcp_proxy import (
+    ROOT,
+    WORKER,
+    HttpProxy,
+    run,
+    sessions,
+    text,
+    wait_for,
+)
 from undolog import saga
 from undolog.mcp_proxy.mapping import ArgSource, resolve
 
@@ -403,3 +412,66 @@ def test_print_client_config_says_what_a_desktop_app_still_lacks(
     assert "undolog" in json.loads(printed.stdout)["mcpServers"]
     assert "no DSN given" in printed.stderr
     assert "upstreams.crm.command runs 'python' from the PATH" in printed.stderr
+
+
+@pytest.fixture
+def proxies() -> Iterator[list[HttpProxy]]:
+    started: list[HttpProxy] = []
+    yield started
+    for proxy in started:
+        proxy.stop()
+
+
+def test_the_worker_undoes_them_after_the_proxy_died(
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    upstream_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    proxies: list[HttpProxy],
+) -> None:
+    """The proxy is killed mid-session: `undolog worker --mcp-config` fills the stored
+    mappings (projection, each) from the journal and undoes the calls through its own
+    upstream process."""
+    for key in ("MEMORY_FILE", "FILES_ROOT"):
+        monkeypatch.setenv(key, upstream_env[key])
+    notes = Path(upstream_env["FILES_ROOT"]) / "notes.txt"
+    notes.write_text("a b c\n")
+    proxy = HttpProxy(MEMORY_POLICY, dsn, Path(upstream_env["UPSTREAM_LEDGER"]))
+    proxies.append(proxy)
+
+    async def body() -> None:
+        async with proxy.client() as c:
+            made = await c.call_tool(
+                "create_entities",
+                {"entities": [{"name": "Eve", "entityType": "person", "observations": []}]},
+            )
+            assert not made.is_error, text(made)
+            edited = await c.call_tool(
+                "edit_file",
+                {
+                    "path": "notes.txt",
+                    "edits": [
+                        {"oldText": "a", "newText": "x"},
+                        {"oldText": "c", "newText": "y"},
+                    ],
+                },
+            )
+            assert not edited.is_error, text(edited)
+            proxy.kill()
+
+    run(body)
+    assert graph(upstream_env) == {"Eve": []} and notes.read_text() == "x b y\n"
+    ((sid, _),) = sessions(conn)
+    saga.rollback_session(conn, sid, "alice", "the proxy crashed")
+    worker = subprocess.run(
+        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(MEMORY_POLICY)],
+        env={**upstream_env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert f"session {sid}: compensated" in worker.stdout, worker.stdout + worker.stderr
+    assert graph(upstream_env) == {}
+    assert notes.read_text() == "a b c\n"

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
 from anyio.abc import ObjectSendStream, Process
 from mcp.client._transport import TransportStreams
@@ -112,8 +113,9 @@ class UpstreamProcess:
             try:
                 async for chunk in process.stderr:
                     text = decoder.decode(chunk)
-                    sys.stderr.write(text)
-                    sys.stderr.flush()
+                    # in a thread: a reader of the proxy's stderr that falls behind then
+                    # holds up this upstream (as with the SDK), not the proxy's loop
+                    await anyio.to_thread.run_sync(_pass_on, text, abandon_on_cancel=True)
                     *lines, partial = (partial + text).split("\n")
                     self.tail.extend(lines)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -165,6 +167,11 @@ async def _exited(process: Process, timeout: float) -> bool:
         while process.returncode is None:
             await anyio.sleep(0.01)
     return process.returncode is not None
+
+
+def _pass_on(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
