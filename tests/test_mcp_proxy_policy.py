@@ -176,6 +176,20 @@ def test_resolve_reads_lists_and_builds_objects() -> None:
         result={"content": [{"type": "text", "text": json.dumps(added)}]},
         undo_id="u",
     ) == {"deletions": [{"entityName": "Ada", "observations": ["x"]}]}
+    # what a journal record too big to keep whole keeps for the undo: the projected lists
+    paths = {
+        tool: [p for v in tools[tool]["compensation"].values() for p in _reads(v)]
+        for tool in ("create_entities", "add_observations", "edit_file")
+    }
+    assert paths == {
+        "create_entities": [("entities",)],
+        "add_observations": [("results",)],
+        "edit_file": [],
+    }
+
+
+def _reads(mapping: dict[str, Any]) -> list[tuple[str, ...]]:
+    return [p for k, v in mapping.items() for p in ArgSource.parse(v, k).result_paths()]
 
 
 MEMORY_UPSTREAM = '[upstreams.mem]\ncommand = ["python", "tests/mcp_memory_upstream.py"]\n'
