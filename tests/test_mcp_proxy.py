@@ -700,7 +700,8 @@ def test_the_documented_client_configuration_starts_the_proxy() -> None:
 
     config = json.loads((ROOT / "examples" / "mcp-proxy" / "mcp_servers.json").read_text())
     (server,) = config["mcpServers"].values()
-    assert server["command"] == "undolog"
+    # absolute: a desktop app does not search the shell's PATH (--print-client-config)
+    assert os.path.isabs(server["command"]) and Path(server["command"]).name == "undolog"
     parsed = build_parser().parse_args(server["args"])
     assert parsed.func is _cmd_mcp_proxy
     assert parsed.config.endswith(".toml") and parsed.http is None

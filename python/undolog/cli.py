@@ -901,6 +901,15 @@ def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     dsn = args.dsn if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
+    if args.print_client_config:
+        from undolog.mcp_proxy.client_config import print_client_config
+        from undolog.mcp_proxy.policy import PolicyError
+
+        try:
+            return print_client_config(args.config, dsn, args.name)
+        except PolicyError as exc:
+            print(f"undolog mcp-proxy: policy refused: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return serve(args.config, dsn, args.http)
 
 
@@ -1131,6 +1140,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mcp-proxy", parents=[common], help="serve the MCP proxy (undolog[mcp])")
     p.add_argument("--config", required=True, help="the policy file (TOML)")
     p.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio")
+    p.add_argument(
+        "--print-client-config",
+        action="store_true",
+        help="print a desktop client's mcpServers JSON for this proxy (absolute paths), exit",
+    )
+    p.add_argument(
+        "--name", default="undolog", help="the server's name in that JSON (default undolog)"
+    )
     p.set_defaults(func=_cmd_mcp_proxy)
 
     parts = sub.add_parser(

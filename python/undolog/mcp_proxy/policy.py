@@ -6,29 +6,42 @@ mapping expressions); ``Policy.check_against`` then checks it against the tools 
 upstreams actually list, so that a policy naming a missing tool, or a compensation whose
 arguments cannot be filled, is refused before the proxy serves a single call.
 
-Compensation arguments are a small mapping language, never evaluated as code. Each
-argument of the compensation call is one of:
-
-- ``"args.PATH"``: taken from the original call's arguments;
-- ``"result.PATH"``: taken from the original call's result (its structured content, else
-  the JSON of its single text block);
-- ``"undo_id"``: the undo entry's id, the same on every attempt (an idempotency key);
-- ``{ value = ANY }``: that literal value (strings included);
-- a bare number or boolean: that literal.
-
-PATH is dot-separated: object keys, or integers that index a list (``result.items.0.id``).
-Any other string is refused, so that a typo is an error at start rather than at undo time.
+Compensation arguments are a small mapping language, never evaluated as code: see
+``undolog.mcp_proxy.mapping`` (and docs/mcp-proxy.md). Its parser runs here, once.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from undolog.mcp_proxy.mapping import (
+    ArgSource,
+    MappingError,
+    PolicyError,
+    _walk_path,
+    check_mapping,
+    resolve,
+    result_value,
+)
+
+__all__ = [
+    "ArgSource",
+    "Compensation",
+    "MappingError",
+    "Policy",
+    "PolicyError",
+    "ToolPolicy",
+    "Upstream",
+    "_walk_path",
+    "load_policy",
+    "resolve",
+    "result_value",
+]
 
 Tier = Literal["safe", "compensable", "irreversible"]
 TIERS: tuple[Tier, ...] = ("safe", "compensable", "irreversible")
@@ -44,131 +57,15 @@ INSTANCES: tuple[Instances, ...] = ("shared", "per_session")
 Boundary = Literal["connection", "idle", "conversation"]
 BOUNDARIES: tuple[Boundary, ...] = ("connection", "idle", "conversation")
 
-# Most MCP clients give up on a request after 60 s (the TypeScript SDK's default, not
-# reset by progress unless the client opts in): a held call must answer before that.
-MAX_HOLD_SECONDS = 55.0
+# How long the clients wait for an answer to a request: 60 s is the TypeScript SDK's
+# default (Claude Desktop, MCP Inspector), and its progress notifications do not extend
+# it unless the client opts in (resetTimeoutOnProgress). So the proxy does not rely on
+# progress: a held call, and the upstream call an approval then makes, must both fit in
+# it, which is checked at start.
+DEFAULT_CLIENT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HOLD_SECONDS = 25.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_SEGMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_-]*|[0-9]+)$")
-
-
-class PolicyError(ValueError):
-    """The policy file is refused; the message says where and why."""
-
-
-@dataclass(frozen=True)
-class ArgSource:
-    """Where one argument of a compensation call comes from."""
-
-    kind: Literal["args", "result", "undo_id", "value"]
-    path: tuple[str, ...] = ()
-    value: Any = None
-
-    def to_json(self) -> Any:
-        """The form stored in the journal's compensation descriptor (re-read by the walk,
-        so that a walk after a policy change still undoes what the old policy meant)."""
-        if self.kind == "value":
-            return {"value": self.value}
-        if self.kind in ("args", "result"):
-            return ".".join((self.kind, *self.path))
-        return self.kind
-
-    @classmethod
-    def parse(cls, raw: Any, where: str) -> ArgSource:
-        if isinstance(raw, bool | int | float):
-            return cls("value", value=raw)
-        if isinstance(raw, dict):
-            if set(raw) != {"value"}:
-                raise PolicyError(f"{where}: a literal is written {{ value = ... }}, got {raw!r}")
-            _check_json(raw["value"], where)
-            return cls("value", value=raw["value"])
-        if not isinstance(raw, str):
-            raise PolicyError(f"{where}: expected a mapping expression, got {raw!r}")
-        if raw == "undo_id":
-            return cls("undo_id")
-        head, _, rest = raw.partition(".")
-        if head in ("args", "result") and rest:
-            segments = tuple(rest.split("."))
-            if all(_SEGMENT.match(s) for s in segments):
-                return cls(head, segments)  # type: ignore[arg-type]
-        raise PolicyError(
-            f"{where}: {raw!r} is not args.PATH, result.PATH or undo_id "
-            f'(a literal string is written {{ value = "..." }})'
-        )
-
-
-def _check_json(value: Any, where: str) -> None:
-    if isinstance(value, str | bool | int | float) or value is None:
-        return
-    if isinstance(value, list):
-        for item in value:
-            _check_json(item, where)
-        return
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_json(item, where)
-        return
-    raise PolicyError(f"{where}: {value!r} cannot be sent as JSON")
-
-
-class MappingError(LookupError):
-    """A compensation's argument cannot be filled from what the journal holds."""
-
-
-def resolve(
-    mapping: Mapping[str, Any],
-    *,
-    call_args: Mapping[str, Any],
-    result: Any,
-    undo_id: str,
-) -> dict[str, Any]:
-    """Fill a stored mapping (``ArgSource.to_json`` forms) into the compensation's args."""
-    out: dict[str, Any] = {}
-    for name, stored in mapping.items():
-        source = ArgSource.parse(stored, f"compensation argument {name!r}")
-        if source.kind == "value":
-            out[name] = source.value
-        elif source.kind == "undo_id":
-            out[name] = undo_id
-        elif source.kind == "args":
-            out[name] = _walk_path(call_args, source.path, f"args.{'.'.join(source.path)}")
-        else:
-            if result is None:
-                raise MappingError(
-                    f"{name} = result.{'.'.join(source.path)}: the call has no recorded "
-                    "result (its outcome is unknown): undo it by hand"
-                )
-            out[name] = _walk_path(result_value(result), source.path, stored)
-    return out
-
-
-def result_value(snapshot: Any) -> Any:
-    """What ``result.`` paths read: the structured content of the recorded tool result,
-    else the JSON of its single text block, else the text itself."""
-    if not isinstance(snapshot, dict):
-        return snapshot
-    structured = snapshot.get("structuredContent")
-    if structured is not None:
-        return structured
-    texts = [c.get("text") for c in snapshot.get("content", []) if c.get("type") == "text"]
-    if len(texts) == 1 and isinstance(texts[0], str):
-        try:
-            return json.loads(texts[0])
-        except ValueError:
-            return texts[0]
-    return snapshot
-
-
-def _walk_path(value: Any, path: tuple[str, ...], expression: str) -> Any:
-    for segment in path:
-        if isinstance(value, dict) and segment in value:
-            value = value[segment]
-        elif isinstance(value, list) and segment.isdigit() and int(segment) < len(value):
-            value = value[int(segment)]
-        else:
-            raise MappingError(f"{expression}: no {segment!r} in {str(value)[:200]!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -176,6 +73,10 @@ class Compensation:
     tool: str  # a tool of the same upstream
     args: dict[str, ArgSource]
     max_attempts: int | None = None
+
+    def result_paths(self) -> list[tuple[str, ...]]:
+        """The parts of the call's result the mapping reads (see ArgSource.result_paths)."""
+        return [p for source in self.args.values() for p in source.result_paths()]
 
 
 @dataclass(frozen=True)
@@ -204,6 +105,7 @@ class Policy:
     default_tier: Tier = "irreversible"
     hold_seconds: float = DEFAULT_HOLD_SECONDS
     call_timeout_seconds: float = 30.0
+    client_timeout_seconds: float = DEFAULT_CLIENT_TIMEOUT_SECONDS
     lease_seconds: float = 300.0
     agent: str = "mcp-proxy"
     # irreversible calls one client session may have held at once (each waits for a human)
@@ -244,50 +146,15 @@ class Policy:
             raise PolicyError(f"{self.path}: refused:\n  " + "\n  ".join(problems))
 
 
-def _properties(schema: Any) -> tuple[set[str] | None, set[str]]:
-    """(properties or None when the schema does not say, required)."""
-    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
-        return None, set()
-    required = schema.get("required")
-    names = {str(r) for r in required} if isinstance(required, list) else set()
-    return set(schema["properties"]), names
-
-
 def _check_compensation(
     upstream: str, tool: str, comp: Compensation, tools: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
     where = f"upstreams.{upstream}.tools.{tool}.compensation"
     if comp.tool not in tools:
         return [f"{where}: compensation tool {comp.tool!r} is not listed by upstream {upstream!r}"]
-    problems = []
-    target_props, target_required = _properties(tools[comp.tool].get("inputSchema"))
-    if target_props is not None:
-        for arg in comp.args:
-            if arg not in target_props:
-                problems.append(f"{where}: {comp.tool} takes no argument {arg!r}")
-    for arg in sorted(target_required - set(comp.args)):
-        problems.append(f"{where}: {comp.tool} requires {arg!r}, which the mapping does not fill")
-    own_props, _ = _properties(tools[tool].get("inputSchema"))
-    out_schema = tools[tool].get("outputSchema")
-    out_props, _ = _properties(out_schema)
-    closed_output = isinstance(out_schema, dict) and out_schema.get("additionalProperties") is False
-    for arg, source in comp.args.items():
-        if source.kind == "args" and own_props is not None and source.path[0] not in own_props:
-            problems.append(
-                f"{where}: {arg} = args.{'.'.join(source.path)}, but {tool} has no argument "
-                f"{source.path[0]!r}"
-            )
-        if (
-            source.kind == "result"
-            and closed_output
-            and out_props is not None
-            and source.path[0] not in out_props
-        ):
-            problems.append(
-                f"{where}: {arg} = result.{'.'.join(source.path)}, but {tool}'s output "
-                f"schema has no {source.path[0]!r}"
-            )
-    return problems
+    return check_mapping(
+        where, tool, comp.tool, comp.args, tools[tool], tools[comp.tool].get("inputSchema")
+    )
 
 
 def _table(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
@@ -410,6 +277,27 @@ def _upstream(name: str, raw: Any) -> Upstream:
     )
 
 
+def _check_hold(hold: float, call_timeout: float, client_timeout: float) -> None:
+    """A held call answers within hold + call_timeout (approved at the last moment, the
+    upstream call then runs): more than the client waits, and the client has given up
+    when the answer comes, so that it never learns the call ran."""
+    if hold + call_timeout <= client_timeout:
+        return
+    room = client_timeout - call_timeout
+    fix = (
+        f"lower hold_seconds to at most {room:g}"
+        if room > 0
+        else f"lower call_timeout_seconds below {client_timeout:g}"
+    )
+    raise PolicyError(
+        f"proxy.hold_seconds: {hold:g} s held, then up to {call_timeout:g} s "
+        f"(call_timeout_seconds) for the upstream once approved, is more than the "
+        f"{client_timeout:g} s a client waits for an answer (client_timeout_seconds = "
+        f"{client_timeout:g}; 60 by default, the TypeScript SDK's): {fix}, or raise "
+        "client_timeout_seconds if every client of this proxy waits longer"
+    )
+
+
 def load_policy(path: str | Path) -> Policy:
     """Read and check the policy file's own shape (PolicyError if refused)."""
     path = Path(path)
@@ -428,6 +316,7 @@ def load_policy(path: str | Path) -> Policy:
                 "default_tier",
                 "hold_seconds",
                 "call_timeout_seconds",
+                "client_timeout_seconds",
                 "lease_seconds",
                 "agent",
                 "max_holds_per_client",
@@ -465,19 +354,29 @@ def load_policy(path: str | Path) -> Policy:
         agent = proxy.get("agent", "mcp-proxy")
         if not isinstance(agent, str) or not agent:
             raise PolicyError("proxy.agent: expected a non-empty string")
+        client_timeout = _number(
+            proxy.get("client_timeout_seconds", DEFAULT_CLIENT_TIMEOUT_SECONDS),
+            "proxy.client_timeout_seconds",
+            0,
+            86400,
+        )
+        call_timeout = _number(
+            proxy.get("call_timeout_seconds", 30.0), "proxy.call_timeout_seconds", 0, 3600
+        )
+        hold = _number(
+            proxy.get("hold_seconds", DEFAULT_HOLD_SECONDS),
+            "proxy.hold_seconds",
+            0,
+            client_timeout,
+        )
+        _check_hold(hold, call_timeout, client_timeout)
         return Policy(
             path=path,
             upstreams={n: _upstream(n, u) for n, u in ups.items()},
             default_tier=default_tier,
-            hold_seconds=_number(
-                proxy.get("hold_seconds", DEFAULT_HOLD_SECONDS),
-                "proxy.hold_seconds",
-                0,
-                MAX_HOLD_SECONDS,
-            ),
-            call_timeout_seconds=_number(
-                proxy.get("call_timeout_seconds", 30.0), "proxy.call_timeout_seconds", 0, 3600
-            ),
+            hold_seconds=hold,
+            call_timeout_seconds=call_timeout,
+            client_timeout_seconds=client_timeout,
             lease_seconds=_number(
                 proxy.get("lease_seconds", 300.0), "proxy.lease_seconds", 1, 86400
             ),

@@ -118,18 +118,18 @@ def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception
     value = result_value(_snapshot(result))
     kept: dict[str, Any] = {}
     comp = route.policy.compensation
-    for source in comp.args.values() if comp else ():
-        if source.kind != "result":
-            continue
+    for path in comp.result_paths() if comp else ():
+        if not path:
+            continue  # the whole result: too big to keep, the walk will say so
         try:
-            found = _walk_path(value, source.path, "result")
+            found = _walk_path(value, path, "result")
         except MappingError:
             continue  # absent from the result too: the walk will say so
         target: Any = kept
-        for segment in source.path[:-1]:
+        for segment in path[:-1]:
             target = target.setdefault(segment, {}) if isinstance(target, dict) else None
         if isinstance(target, dict):  # a list index is kept as a key: paths still read it
-            target[source.path[-1]] = found
+            target[path[-1]] = found
     note = (
         f"The result was not journaled whole ({str(why).splitlines()[0][:200]}); "
         "a replay answers this note and what the undo needs."

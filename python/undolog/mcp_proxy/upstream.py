@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import mcp_types as types
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError
 
 from undolog.mcp_proxy.policy import Upstream
+from undolog.mcp_proxy.stdio import UpstreamProcess, describe, innermost
 
 log = logging.getLogger("undolog.mcp_proxy")
 
@@ -39,17 +40,23 @@ class UpstreamConnection:
         self._owner: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._connecting = asyncio.Lock()
+        self._process: UpstreamProcess | None = None  # the latest run of a stdio upstream
 
-    def _target(self) -> StdioServerParameters | str:
+    def _target(self) -> Any:
         if self.spec.url is not None:
             return self.spec.url
         assert self.spec.command is not None
-        return StdioServerParameters(
-            command=self.spec.command[0],
-            args=self.spec.command[1:],
-            env={**os.environ, **self.spec.env},
-            cwd=self.spec.cwd,
+        self._process = UpstreamProcess(
+            self.spec.command, {**os.environ, **self.spec.env}, self.spec.cwd
         )
+        return self._process.open()
+
+    def _why(self, exc: BaseException) -> str:
+        """What went wrong, said plainly (not the client's "unhandled errors in a
+        TaskGroup"): for a command, how its process ended and its stderr's last lines."""
+        if self._process is not None:
+            return self._process.why(innermost(exc))
+        return f"{self.spec.url}: {describe(exc)}"
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
         closing = self._closing  # this connection's; a reconnection makes its own
@@ -71,7 +78,7 @@ class UpstreamConnection:
                 await closing.wait()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else UpstreamDown(str(exc)))
+                ready.set_exception(UpstreamDown(self._why(exc)))
             elif not closing.is_set():
                 log.warning("upstream %s: connection lost: %s", self.spec.name, exc)
         finally:
@@ -97,7 +104,10 @@ class UpstreamConnection:
             try:
                 await ready
             except Exception as exc:
-                raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable: {exc}") from exc
+                failed = "is unreachable" if self.spec.url is not None else "did not start"
+                raise UpstreamDown(f"upstream {self.spec.name!r} {failed}: {exc}") from (
+                    exc.__cause__ or exc
+                )
 
     async def close(self) -> None:
         self._closing.set()
