@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -159,8 +160,16 @@ def _pay(fx: Fixture) -> tuple[Any, dict[str, Any]]:
     )
     out = fx.run(graph, HELLO)
     [pending] = out[adapter.INTERRUPT]
-    assert pending.value["tool"] == "payout"
-    assert pending.value["args"] == {"cents": 500}
+    [request] = pending.value  # Agent Inbox's shape: a list of one HumanInterrupt
+    assert request["action_request"] == {"action": "payout", "args": {"cents": 500}}
+    assert request["config"] == {
+        "allow_accept": True,
+        "allow_edit": False,
+        "allow_respond": True,
+        "allow_ignore": True,
+    }
+    assert "IRREVERSIBLE" in request["description"]
+    assert request[adapter.SESSION_KEY] == str(fx.sid)
     assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
     assert fx.world.runs["payout"] == 0
     return graph, pending.value
@@ -307,7 +316,7 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     out = fx.run(graph, HELLO)
     asked: list[str] = []
     while adapter.INTERRUPT in out:
-        values = [i.value for i in out[adapter.INTERRUPT]]
+        values = [i.value[0] for i in out[adapter.INTERRUPT]]
         ready = [v for v in values if v[adapter.APPROVAL_KEY] is not None]
         assert len(ready) == 1  # one request at a time, and it is one the graph shows
         assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
@@ -317,3 +326,118 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     assert out["messages"][-1].content == "paid"
     assert sorted(fx.world.payouts) == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def _pay_graph(fx: Fixture, tools: list[BaseTool] | None = None) -> Any:
+    return fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("payout", "c2", {"cents": 500})),
+            AIMessage("paid"),
+        ],
+        tools,
+    )
+
+
+@pytest.mark.parametrize("mode", ["updates", "values"])
+def test_stream_pauses_for_approval_and_resumes(fx: Fixture, mode: str) -> None:
+    """The way a UI drives a graph: stream, stop at the interrupt, resume with a Command."""
+    graph = _pay_graph(fx)
+    stream = adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid, stream_mode=mode)
+    chunks = list(stream)
+    interrupts = [c[adapter.INTERRUPT] for c in chunks if adapter.INTERRUPT in c]
+    [[pending]] = interrupts
+    [request] = pending.value
+    assert request["action_request"]["action"] == "payout"
+    assert request[adapter.APPROVAL_KEY] is not None  # filled in once the stream ended
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.runs == {"create_user:a@x": 1}
+    command = adapter.decide(request, fx.approver, "alice", approved=True)
+    rest = list(
+        adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid, stream_mode=mode)
+    )
+    assert not any(adapter.INTERRUPT in c for c in rest)
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_stream_that_raises_is_rolled_back(fx: Fixture) -> None:
+    graph = fx.chat_graph(
+        [calls(("create_user", "c1", {"email": "a@x"})), RuntimeError("the model went away")]
+    )
+    with pytest.raises(RuntimeError, match="went away"):
+        list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    assert fx.world.undone == ["a@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_the_bare_graph_stream_says_where_to_go() -> None:
+    """Outside the adapter a journaled call has no session: the binding says so."""
+    world = World()
+    payout = adapter.tool(make_tools(world)["payout_sync"])
+    with pytest.raises(Exception, match="session"):
+        payout.invoke({"cents": 1})
+    assert world.payouts == []
+
+
+def test_astream_pauses_for_approval_and_resumes(fx: Fixture) -> None:
+    tools = adapter.tools(fx.fns["search"], fx.fns["create_user"], fx.fns["payout"])
+    graph = _pay_graph(fx, tools)
+
+    async def scenario() -> list[Any]:
+        chunks = [
+            c async for c in adapter.astream(graph, fx.aul, HELLO, fx.config, session_id=fx.sid)
+        ]
+        [pending] = next(c[adapter.INTERRUPT] for c in chunks if adapter.INTERRUPT in c)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        approver = AsyncUndoLog(fx.approver.dsn)
+        command = await adapter.adecide(pending.value, approver, "alice", approved=True)
+        return [
+            c async for c in adapter.astream(graph, fx.aul, command, fx.config, session_id=fx.sid)
+        ]
+
+    rest = asyncio.run(scenario())
+    assert rest and not any(adapter.INTERRUPT in c for c in rest)
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_agent_inbox_reads_the_thread_and_answers_with_a_human_response(fx: Fixture) -> None:
+    """What the Agent Inbox does: read the interrupt from the thread's state (a copy, so
+    its approval id is not filled in: it is found by session and call key), show it, and
+    send back a list of one HumanResponse, recorded under the person's login."""
+    graph = _pay_graph(fx)
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    [request] = pending.value
+    assert request[adapter.APPROVAL_KEY] is None
+    with pytest.raises(ValueError, match="edit-then-approve is future work"):
+        adapter.respond(
+            request, [{"type": "edit", "args": request["action_request"]}], fx.approver, "alice"
+        )
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    command = adapter.respond(request, [{"type": "accept", "args": None}], fx.approver, "alice")
+    assert command.resume == [{"type": "accept", "args": None}]
+    list(adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid))
+    assert fx.world.payouts == [500]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_agent_inbox_response_rejects_with_its_text(fx: Fixture) -> None:
+    graph = _pay_graph(fx)
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    answer = [{"type": "response", "args": "not this month"}]
+    command = adapter.respond(pending.value, answer, fx.approver, "bob")
+    with pytest.raises(ApprovalRejectedError):
+        list(adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid))
+    with psycopg.connect(fx.admin_dsn) as conn:
+        row = conn.execute(
+            "SELECT state, decided_by, reason FROM undolog.undolog_approval_requests"
+        ).fetchone()
+    assert row == ("rejected", "bob", "not this month")
+    assert fx.world.payouts == []
+    assert fx.world.undone == ["a@x"]
