@@ -4,13 +4,14 @@ FunctionModel (a scripted model: no LLM, no network)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from integration_support import (
@@ -26,7 +27,7 @@ Turn = Sequence[ToolCallPart | TextPart] | Exception
 
 
 def scripted(turns: list[Turn]) -> FunctionModel:
-    """A model that answers each request with the next scripted turn."""
+    """A model that answers each request with the next scripted turn (streamed too)."""
     pending = list(turns)
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -35,7 +36,17 @@ def scripted(turns: list[Turn]) -> FunctionModel:
             raise turn
         return ModelResponse(parts=list(turn))
 
-    return FunctionModel(respond)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for i, part in enumerate(respond(messages, info).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = json.dumps(part.args) if isinstance(part.args, dict) else part.args
+                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(respond, stream_function=stream)
 
 
 def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
@@ -64,8 +75,6 @@ def test_tools_keep_name_docstring_and_schema(fx: Fixture) -> None:
     assert schema["properties"]["email"]["type"] == "string"
     assert schema["required"] == ["email"]
     assert made["search"].function_schema.json_schema["required"] == ["query"]
-    with pytest.raises(TypeError, match="async def"):
-        adapter.tool(fx.fns["create_user_sync"])
 
 
 def test_run_completes(fx: Fixture) -> None:
@@ -246,3 +255,108 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     assert result.output == "paid"
     assert fx.world.payouts == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_sync_journaled_tools(fx: Fixture) -> None:
+    tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["payout_sync"])
+    agent = Agent(
+        scripted([[call("create_user", "c1", email="a@x")], [call("payout", "p1", cents=9)]]),
+        output_type=[str, DeferredToolRequests],
+        tools=tools,
+    )
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"p1": True}))
+    agent = Agent(
+        scripted([[TextPart("paid")]]), output_type=[str, DeferredToolRequests], tools=tools
+    )
+    resumed = asyncio.run(
+        adapter.run(
+            agent,
+            fx.ul,
+            session_id=fx.sid,
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [9]
+    assert effects(fx.admin_dsn, fx.sid) == [
+        ("create_user", "committed", 0),
+        ("payout", "committed", 0),
+    ]
+
+
+def test_run_stream_stops_for_a_human_and_resumes(fx: Fixture) -> None:
+    async def scenario() -> Any:
+        turns: list[Turn] = [
+            [call("create_user", "c1", email="a@x")],
+            [call("payout", "c2", cents=500)],
+        ]
+        async with adapter.run_stream(
+            fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="pay"
+        ) as streamed:
+            pass  # the block need not read it: the run is finished when it ends
+        requests = streamed.result.output
+        assert isinstance(requests, DeferredToolRequests)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        answers = await adapter.decide(requests, fx.approver, "alice", {"c2": True})
+        async with adapter.run_stream(
+            fx.agent([[TextPart("paid")]]),
+            fx.ul,
+            session_id=fx.sid,
+            message_history=streamed.result.all_messages(),
+            deferred_tool_results=answers,
+        ) as resumed:
+            text = [t async for t in resumed.stream_text(debounce_by=None)]
+        return text
+
+    text = asyncio.run(scenario())
+    assert text[-1] == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_iter_stops_for_a_human_and_resumes(fx: Fixture) -> None:
+    async def scenario() -> Any:
+        turns: list[Turn] = [
+            [call("create_user", "c1", email="a@x")],
+            [call("payout", "c2", cents=500)],
+        ]
+        nodes: list[str] = []
+        async with adapter.iter(
+            fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="pay"
+        ) as agent_run:
+            async for node in agent_run:
+                nodes.append(type(node).__name__)
+        assert "CallToolsNode" in nodes
+        first = agent_run.result
+        assert first is not None and isinstance(first.output, DeferredToolRequests)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        answers = await adapter.decide(first.output, fx.approver, "alice", {"c2": True})
+        async with adapter.iter(
+            fx.agent([[TextPart("paid")]]),
+            fx.ul,
+            session_id=fx.sid,
+            message_history=first.all_messages(),
+            deferred_tool_results=answers,
+        ) as resumed:
+            pass  # the nodes not walked are run when the block ends
+        return resumed.result
+
+    result = asyncio.run(scenario())
+    assert result is not None and result.output == "paid"
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_run_stream_that_raises_is_rolled_back(fx: Fixture) -> None:
+    async def scenario() -> None:
+        turns: list[Turn] = [[call("create_user", "c1", email="a@x")], RuntimeError("gone")]
+        async with adapter.run_stream(fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="go"):
+            pass
+
+    with pytest.raises(RuntimeError, match="gone"):
+        asyncio.run(scenario())
+    assert fx.world.undone == ["a@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
