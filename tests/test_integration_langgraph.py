@@ -5,7 +5,10 @@ and a graph whose node calls the tools itself. No LLM, no network."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -150,7 +153,7 @@ def test_run_that_raises_is_rolled_back_lifo(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "compensated"
 
 
-def _pay(fx: Fixture) -> tuple[Any, dict[str, Any]]:
+def _pay(fx: Fixture) -> tuple[Any, list[dict[str, Any]]]:
     graph = fx.chat_graph(
         [
             calls(("create_user", "c1", {"email": "a@x"})),
@@ -441,3 +444,15 @@ def test_agent_inbox_response_rejects_with_its_text(fx: Fixture) -> None:
     assert row == ("rejected", "bob", "not this month")
     assert fx.world.payouts == []
     assert fx.world.undone == ["a@x"]
+
+
+def test_the_pages_human_interrupt_is_the_one_the_tool_sends(fx: Fixture) -> None:
+    """docs/integrations.md shows an interrupt's value: it has the keys, the config and
+    the shape of the value an IRREVERSIBLE call really interrupts with."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    shown = json.loads(re.search(r"```json\n(.*?)\n```", page, re.S).group(1))  # type: ignore[union-attr]
+    _, value = _pay(fx)
+    assert [set(v) for v in shown] == [set(v) for v in value]
+    assert shown[0]["config"] == value[0]["config"]
+    assert set(shown[0]["action_request"]) == set(value[0]["action_request"])
+    assert value[0]["description"].startswith(shown[0]["description"].removesuffix(" ..."))
