@@ -18,9 +18,13 @@ GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb, boolean) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text, boolean) TO undolog_agent;
 -- The tools an agent's sessions may journal: an agent registers its own; an operator may
 -- register for an agent login (p_owner) and alone retires a registration.
-GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text)
+GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text, text)
 TO undolog_agent, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_operator;
+-- What became of an approval request (who decided, when, why; whether the session goes
+-- on): an agent reads its own sessions' requests, approver and operator every one.
+GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)
+TO undolog_agent, undolog_approver, undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;

@@ -76,7 +76,8 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 # registration retired first, as an operator would (only a superuser connection can, here:
 # the tests' own). A registration the registry refuses (a malformed tier or descriptor, a
 # login without the privilege) registers nothing, and the call then raises what intercept
-# raises. @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
+# raises. A tool its decorator registered on_reject="continue" is left as it is.
+# @pytest.mark.unregistered_tools turns this off, for the registry's own tests.
 _RETIRE_FOR_TEST = """
 UPDATE undolog.undolog_tools SET retired_at = clock_timestamp(), retired_by = 'pytest'
 WHERE owner_role = session_user AND tool_name = %s AND retired_at IS NULL
@@ -93,6 +94,12 @@ def _register_for_test(
         with c.transaction():
             engine.register_tool(c, tool_name, tier, compensation)
     except ToolRegistrationMismatch:
+        try:  # the same tool, registered (by its decorator) on_reject="continue": leave it
+            with c.transaction():
+                engine.register_tool(c, tool_name, tier, compensation, "continue")
+            return
+        except (UndoLogError, psycopg.Error):
+            pass
         try:
             if superuser is not None:  # an agent login cannot retire: the test's superuser
                 owner = c.execute("SELECT session_user").fetchone()[0]
@@ -117,6 +124,12 @@ async def _aregister_for_test(c: Any, tool_name: Any, tier: Any, compensation: A
         async with c.transaction():
             await aengine.register_tool(c, tool_name, tier, compensation)
     except ToolRegistrationMismatch:
+        try:  # as _register_for_test: a tool registered on_reject="continue" stays so
+            async with c.transaction():
+                await aengine.register_tool(c, tool_name, tier, compensation, "continue")
+            return
+        except (UndoLogError, psycopg.Error):
+            pass
         try:
             async with c.transaction():
                 await c.execute(_RETIRE_FOR_TEST, (tool_name,))
@@ -167,21 +180,35 @@ def _tools_registered(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 BEFORE_REGISTRY = "f0d5453"
 
 
-@pytest.fixture
-def old_engine(tmp_path: Path) -> Path:
+# The engine before migration 0005 (on_reject of a registration): migrations 0001-0004
+# with the repeatables of that time, which read no on_reject column.
+BEFORE_REJECT_OPTION = "d65778e"
+
+
+def _engine_at(commit: str, dest: Path) -> Path:
+    """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
     try:
         tar = subprocess.run(
-            ["git", "-C", str(repo), "archive", BEFORE_REGISTRY, "sql"],
+            ["git", "-C", str(repo), "archive", commit, "sql"],
             check=True,
             capture_output=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the engine's history (git) is not available")
-    dest = tmp_path / "engine-before-registry"
     dest.mkdir()
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
     return dest / "sql"
+
+
+@pytest.fixture
+def old_engine(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_REGISTRY, tmp_path / "engine-before-registry")
+
+
+@pytest.fixture
+def engine_before_reject_option(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_REJECT_OPTION, tmp_path / "engine-before-reject-option")
 
 
 @pytest.fixture

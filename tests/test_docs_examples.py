@@ -479,6 +479,7 @@ RUN_BY = {
     "approval_round_trip.py": "test_api.py::test_the_approval_round_trip_example_runs",
     "refund_approval.py": "refund_approval.sh",
     "refund_approval.sh": "test_approval_round_trip_runs_the_refund_once_after_approval",
+    "rejection_feedback.py": "test_reject_option.py::test_the_rejection_example_runs",
     "citus.sql": "test_the_citus_plan_names_every_journal_table_and_real_functions",
     "crash_recovery.py": "crash_recovery.sh",
     "crash_recovery.sh": "test_crash_recovery_replays_after_a_restart_and_the_worker_...",

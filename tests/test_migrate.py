@@ -129,7 +129,10 @@ def test_migrate_refuses_an_unknown_target(admin: psycopg.Connection[Any]) -> No
 
 
 def test_upgrade_through_every_release_equals_fresh_install(
-    admin: psycopg.Connection[Any], old_engine: Path, monkeypatch: pytest.MonkeyPatch
+    admin: psycopg.Connection[Any],
+    old_engine: Path,
+    engine_before_reject_option: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fresh = _fresh_db(admin, "mig_fresh")
     with psycopg.connect(fresh, autocommit=True) as c:
@@ -137,11 +140,16 @@ def test_upgrade_through_every_release_equals_fresh_install(
     upgraded = _fresh_db(admin, "mig_upgraded")
     with psycopg.connect(upgraded, autocommit=True) as c:
         # one migration at a time, with a journal in use between them, as a user upgrades
-        old = {m.name for m in available_migrations(old_engine)}
+        # each migration with the sources of the first release that had it
+        releases = [old_engine, engine_before_reject_option]
+        first: dict[str, Path] = {}
+        for root in reversed(releases):
+            first.update({m.name: root for m in available_migrations(root)})
         for m in available_migrations():
             with monkeypatch.context() as patched:  # that release's own sources
-                if m.name in old:
-                    patched.setattr(migrations, "sql_root", lambda: old_engine)
+                if m.name in first:
+                    root = first[m.name]
+                    patched.setattr(migrations, "sql_root", lambda root=root: root)
                 migrate(c, target=m.name)
             session = engine.begin_session(c)
             found = engine.intercept(

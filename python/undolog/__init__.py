@@ -34,7 +34,7 @@ from undolog.errors import (
 )
 from undolog.migrations import migrate
 from undolog.signature import call_signature, canonical_json
-from undolog.tiers import CompensationDescriptor, ToolTier
+from undolog.tiers import CompensationDescriptor, OnReject, ToolTier
 from undolog.walk import CompensationCall
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "LeaseLapsed",
     "MalformedSignature",
     "NotInSession",
+    "OnReject",
     "PartitionInUse",
     "PayloadTooLarge",
     "PermissionDenied",

@@ -45,11 +45,24 @@ async def heartbeat(conn: AsyncConnection, session_id: uuid.UUID) -> datetime:
 
 
 async def register_tool(
-    conn: AsyncConnection, tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+    conn: AsyncConnection,
+    tool_name: str,
+    tier: str,
+    compensation: Mapping[str, Any] | None,
+    on_reject: str = "fail_session",
 ) -> uuid.UUID:
-    params = engine.register_tool_params(tool_name, tier, compensation)
+    params = engine.register_tool_params(tool_name, tier, compensation, on_reject)
     tool_id: uuid.UUID = (await _one(conn, engine.REGISTER_TOOL, params))[0]
     return tool_id
+
+
+async def approval_decision(
+    conn: AsyncConnection, approval_id: uuid.UUID
+) -> engine.ApprovalDecision | None:
+    """As engine.approval_decision, awaited."""
+    with translated():
+        rows = await (await conn.execute(engine.APPROVAL_DECISION, (approval_id,))).fetchall()
+    return engine.ApprovalDecision(*rows[0]) if rows else None
 
 
 async def intercept(

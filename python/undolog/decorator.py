@@ -6,7 +6,9 @@ kept): each call binds its arguments (defaults applied), takes the session and t
 step index from the current session, computes the signature, and intercepts. The body
 runs only on 'execute'; its result is committed (it must be JSON) or its exception
 recorded with fail(); 'replay' returns the cached result without running the body;
-'await_approval' raises AwaitingApprovalError; 'rejected' raises ApprovalRejectedError.
+'await_approval' raises AwaitingApprovalError; 'rejected' raises ApprovalRejectedError,
+carrying the decision (reason, who, when; undolog.approval_decision) and whether the
+session goes on (a tool declared ``on_reject="continue"``).
 'in_progress' (an earlier run of the session started this call and never reported its
 outcome) is logged at once and asked again for the session's ``in_progress_wait``
 seconds, then raises CallInProgress.
@@ -22,7 +24,9 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
+
+import psycopg
 
 from undolog import engine
 from undolog.context import ActiveSession, current_session
@@ -39,7 +43,10 @@ from undolog.errors import (
     UnknownTool,
 )
 from undolog.signature import call_signature
-from undolog.tiers import CompensationDescriptor, ToolTier
+from undolog.tiers import CompensationDescriptor, OnReject, ToolTier, check_on_reject
+
+if TYPE_CHECKING:
+    from undolog import aengine
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,6 +63,7 @@ class ToolSpec:
     tier: ToolTier
     compensation: CompensationDescriptor | None
     signature: inspect.Signature
+    on_reject: OnReject = "fail_session"
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = self.signature.bind(*args, **kwargs)
@@ -102,8 +110,13 @@ def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]
     return (id(session.connection), spec.name)
 
 
-def _registration(spec: ToolSpec) -> tuple[str, str, dict[str, Any] | None]:
-    return (spec.name, spec.tier.value, spec.compensation.to_json() if spec.compensation else None)
+def _registration(spec: ToolSpec) -> tuple[str, str, dict[str, Any] | None, str]:
+    return (
+        spec.name,
+        spec.tier.value,
+        spec.compensation.to_json() if spec.compensation else None,
+        spec.on_reject,
+    )
 
 
 # The engine admits a call only for a tool registered for the session's owner, and takes
@@ -163,15 +176,83 @@ def _refuse_unless_executable(
             got.effect_id,
             session.session_id,
         )
-    if got.action == "rejected":
-        raise ApprovalRejectedError(
-            f"{spec.name} was rejected by a human (approval {got.approval_id})",
+    if got.action != "execute":
+        raise UndoLogError(f"unexpected intercept action {got.action!r}")
+
+
+def _rejected(
+    spec: ToolSpec,
+    session: ActiveSession,
+    call: PreparedCall,
+    got: engine.Interception,
+    decision: engine.ApprovalDecision | None,
+) -> ApprovalRejectedError:
+    """The error for a call intercept answered 'rejected', with the decision on it."""
+    if decision is None:  # not readable by this login: what intercept said is all there is
+        return ApprovalRejectedError(
+            f"{spec.name} step {call.step_index} was rejected (approval {got.approval_id}) "
+            "and will never run",
             got.approval_id,
             got.effect_id,
             session.session_id,
         )
-    if got.action != "execute":
-        raise UndoLogError(f"unexpected intercept action {got.action!r}")
+    if decision.decision == "expired":
+        what = f"its approval expired at {decision.decided_at}" + (
+            f" (closed by {decision.decided_by})" if decision.decided_by else ""
+        )
+    else:
+        what = f"{decision.decided_by} rejected it at {decision.decided_at}"
+    what += f": {decision.reason}" if decision.reason else " (no reason given)"
+    if got.state == "rejected":
+        head = f"{spec.name} step {call.step_index} will never run: {what}"
+    else:  # a call the undo walk took after another call's rejection ended the session
+        head = (
+            f"{spec.name} step {call.step_index} cannot run: session {session.session_id} "
+            f"was undone because a human refused {decision.tool_name or 'a call'} "
+            f"(approval {decision.approval_id}): {what}"
+        )
+    if decision.session_continues:
+        nxt = (
+            "the session goes on (the tool is on_reject='continue'): catch "
+            "ApprovalRejectedError to make other calls; uncaught, it fails the session"
+        )
+    else:
+        nxt = "the session's calls are undone by its walk; start a new session to go on"
+    return ApprovalRejectedError(
+        f"{head}; {nxt}",
+        decision.approval_id,
+        got.effect_id,
+        session.session_id,
+        reason=decision.reason,
+        decided_by=decision.decided_by,
+        decided_at=decision.decided_at,
+        session_continues=decision.session_continues,
+        decision=decision.decision,
+    )
+
+
+def _decision(conn: engine.Connection, got: engine.Interception) -> engine.ApprovalDecision | None:
+    if got.approval_id is None:
+        return None
+    try:
+        return engine.approval_decision(conn, got.approval_id)
+    except (UndoLogError, psycopg.Error):  # never hide the rejection behind this read
+        log.warning("approval %s: reading its decision failed", got.approval_id, exc_info=True)
+        return None
+
+
+async def _adecision(
+    conn: aengine.AsyncConnection, got: engine.Interception
+) -> engine.ApprovalDecision | None:
+    from undolog import aengine
+
+    if got.approval_id is None:
+        return None
+    try:
+        return await aengine.approval_decision(conn, got.approval_id)
+    except (UndoLogError, psycopg.Error):  # never hide the rejection behind this read
+        log.warning("approval %s: reading its decision failed", got.approval_id, exc_info=True)
+        return None
 
 
 def _checked_result(spec: ToolSpec, session: ActiveSession, call: PreparedCall, result: Any) -> Any:
@@ -304,6 +385,8 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             return got.result_snapshot
+        if got.action == "rejected":
+            raise _rejected(spec, session, call, got, _decision(conn, got))
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
         _ensure_lease(spec, session, call)
@@ -347,6 +430,8 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                 raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             return got.result_snapshot
+        if got.action == "rejected":
+            raise _rejected(spec, session, call, got, await _adecision(conn, got))
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
         await _aensure_lease(spec, session, call)
@@ -372,6 +457,7 @@ def undolog_tool(
     tier: ToolTier,
     compensation: CompensationDescriptor | None = None,
     name: str | None = None,
+    on_reject: OnReject = "fail_session",
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 @overload
 def undolog_tool(
@@ -381,6 +467,7 @@ def undolog_tool(
     tier: ToolTier = ...,
     compensation: None = None,
     name: str | None = None,
+    on_reject: OnReject = "fail_session",
 ) -> Callable[P, R]: ...
 def undolog_tool(
     fn: Callable[P, R] | None = None,
@@ -389,19 +476,33 @@ def undolog_tool(
     tier: ToolTier = ToolTier.SAFE,
     compensation: CompensationDescriptor | None = None,
     name: str | None = None,
+    on_reject: OnReject = "fail_session",
 ) -> Any:
-    """Declare a tool's tier (and, for COMPENSABLE, its compensation)."""
+    """Declare a tool's tier (and, for COMPENSABLE, its compensation).
+
+    ``on_reject`` (IRREVERSIBLE only) is what a human's rejection of a call does:
+    "fail_session" (the default) fails the session and undoes its calls; "continue"
+    keeps the session active, and the call raises ApprovalRejectedError with the
+    person's reason (``session_continues`` True) for the caller to handle.
+    """
     if not isinstance(tier, ToolTier):
         raise TypeError(f"tier must be a ToolTier, not {tier!r}")
     if tier is ToolTier.COMPENSABLE and compensation is None:
         raise ValueError("a COMPENSABLE tool needs compensation=CompensationDescriptor.new(...)")
     if tier is not ToolTier.COMPENSABLE and compensation is not None:
         raise ValueError(f"a {tier.name} tool cannot carry a compensation")
+    checked_on_reject = check_on_reject(on_reject, tier)
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         if tier is ToolTier.SAFE:
             return func  # called directly: no wrapper, no database, no overhead
-        spec = ToolSpec(name or func.__name__, tier, compensation, inspect.signature(func))
+        spec = ToolSpec(
+            name or func.__name__,
+            tier,
+            compensation,
+            inspect.signature(func),
+            checked_on_reject,
+        )
         wrap = _async_wrapper if inspect.iscoroutinefunction(func) else _sync_wrapper
         wrapped = wrap(spec, func)
         wrapped.__undolog_tool__ = spec  # type: ignore[attr-defined]

@@ -68,7 +68,12 @@ BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
 HEARTBEAT = "SELECT undolog.heartbeat(%s)"
 INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
 COMMIT = "SELECT undolog.commit(%s, %s)"
-REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s)"
+REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s, p_on_reject => %s)"
+APPROVAL_DECISION = (
+    "SELECT approval_id, session_id, effect_id, tool_name, decision, decided_by, decided_at,"
+    " reason, on_reject, session_state, session_continues"
+    " FROM undolog.approval_decision(%s)"
+)
 # The result record committed asynchronously (see commit() below).
 COMMIT_ASYNC = "SELECT undolog.commit(%s, %s, true)"
 FAIL = "SELECT undolog.fail(%s, %s)"
@@ -153,20 +158,57 @@ def heartbeat(conn: Connection, session_id: uuid.UUID) -> datetime:
 
 
 def register_tool_params(
-    tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+    tool_name: str,
+    tier: str,
+    compensation: Mapping[str, Any] | None,
+    on_reject: str = "fail_session",
 ) -> Params:
-    return (tool_name, tier, Jsonb(dict(compensation)) if compensation is not None else None)
+    return (
+        tool_name,
+        tier,
+        Jsonb(dict(compensation)) if compensation is not None else None,
+        on_reject,
+    )
 
 
 def register_tool(
-    conn: Connection, tool_name: str, tier: str, compensation: Mapping[str, Any] | None
+    conn: Connection,
+    tool_name: str,
+    tier: str,
+    compensation: Mapping[str, Any] | None,
+    on_reject: str = "fail_session",
 ) -> uuid.UUID:
     """Register a tool of this login (idempotent): answers its tool_id. UL018 when a
-    live registration of the name says otherwise."""
+    live registration of the name says otherwise (tier, compensation or on_reject);
+    UL008 for an on_reject other than 'fail_session' or 'continue'."""
     tool_id: uuid.UUID = fetch_one(
-        conn, REGISTER_TOOL, register_tool_params(tool_name, tier, compensation)
+        conn, REGISTER_TOOL, register_tool_params(tool_name, tier, compensation, on_reject)
     )[0]
     return tool_id
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """What became of an approval request (undolog.approval_decision)."""
+
+    approval_id: uuid.UUID
+    session_id: uuid.UUID
+    effect_id: uuid.UUID
+    tool_name: str | None
+    decision: str  # pending | approved | rejected | expired
+    decided_by: str | None  # None for the engine's own expiry
+    decided_at: datetime | None
+    reason: str | None
+    on_reject: str  # the call's tool's registration: fail_session | continue
+    session_state: str
+    session_continues: bool  # the session can still take calls (active/awaiting_approval)
+
+
+def approval_decision(conn: Connection, approval_id: uuid.UUID) -> ApprovalDecision | None:
+    """The decision on an approval request, or None when it is unknown or not this
+    login's to see (row-level security: an agent sees its own sessions' requests)."""
+    rows = fetch_all(conn, APPROVAL_DECISION, (approval_id,))
+    return ApprovalDecision(*rows[0]) if rows else None
 
 
 def intercept(

@@ -7,6 +7,7 @@ database's message and the original exception as ``__cause__``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar
 
 import psycopg
@@ -182,15 +183,40 @@ class AwaitingApprovalError(UndoLogError):
 
 
 class ApprovalRejectedError(UndoLogError):
-    """A human rejected this IRREVERSIBLE call; it will never run."""
+    """A human rejected this IRREVERSIBLE call (or its deadline passed); it will never run.
+
+    ``reason``, ``decided_by`` and ``decided_at`` are the person's decision (``decided_by``
+    is None for the engine's own expiry; ``decision`` is 'rejected' or 'expired').
+    ``session_continues`` is True when the tool was registered ``on_reject="continue"``:
+    the session is still active, and a caller that catches this error may go on calling
+    tools in it; uncaught, it leaves the session block and fails the session like any
+    exception. False (the default rule): the session is being undone. Also raised when the
+    session is run again after such a rejection, by any of its calls the undo walk took:
+    ``approval_id`` is then the rejected call's, ``effect_id`` the call made.
+    """
 
     def __init__(
-        self, message: str, approval_id: Any, effect_id: Any, session_id: Any = None
+        self,
+        message: str,
+        approval_id: Any,
+        effect_id: Any,
+        session_id: Any = None,
+        *,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        decided_at: datetime | None = None,
+        session_continues: bool = False,
+        decision: str | None = None,
     ) -> None:
         super().__init__(message)
         self.approval_id = approval_id
         self.effect_id = effect_id
         self.session_id = session_id
+        self.reason = reason
+        self.decided_by = decided_by
+        self.decided_at = decided_at
+        self.session_continues = session_continues
+        self.decision = decision
 
 
 # PostgreSQL's own refusals of input, raised before an engine function runs: bad input all

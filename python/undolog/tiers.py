@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from undolog.signature import canonical_json
 
@@ -17,6 +17,29 @@ class ToolTier(enum.Enum):
     SAFE = "safe"
     COMPENSABLE = "compensable"
     IRREVERSIBLE = "irreversible"
+
+
+# What a human's rejection of an IRREVERSIBLE tool's call does to its session:
+# "fail_session" (the default, the documented rule) fails the session and its undo walk
+# runs; "continue" records the rejection, keeps the session active and raises
+# ApprovalRejectedError (with the person's reason) for the caller to handle.
+OnReject = Literal["fail_session", "continue"]
+ON_REJECT_CHOICES: tuple[OnReject, ...] = ("fail_session", "continue")
+
+
+def check_on_reject(value: object, tier: ToolTier) -> OnReject:
+    """``value`` as an OnReject, or ValueError saying the allowed values."""
+    if not isinstance(value, str) or value not in ON_REJECT_CHOICES:
+        raise ValueError(
+            f"on_reject must be 'fail_session' (a rejection fails the session) or 'continue' "
+            f"(the session goes on and the caller gets the reason), not {value!r}"
+        )
+    if value == "continue" and tier is not ToolTier.IRREVERSIBLE:
+        raise ValueError(
+            f"on_reject='continue' is for an IRREVERSIBLE tool (only its calls are approved or "
+            f"rejected by a human), not a {tier.name} one: leave on_reject out"
+        )
+    return value
 
 
 @dataclass(frozen=True)

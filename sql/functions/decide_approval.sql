@@ -7,8 +7,12 @@
 --   approved  effect pending -> approved; the session goes awaiting_approval -> active,
 --             with a fresh lease, once no request of it is pending any more. The agent
 --             then makes the same call again and intercept executes it, once.
---   rejected  effect pending -> rejected (terminal); an awaiting_approval session goes
---   expired   to compensating, for the undo walk.
+--   rejected  effect pending -> rejected (terminal). An awaiting_approval session goes
+--   expired   to compensating, for the undo walk; or, when the call's registered tool
+--             says on_reject 'continue', back to active (with a fresh lease) once no
+--             request of it is pending any more: the refusal is recorded (the request,
+--             the effect's error, the session history's detail) and the agent, making
+--             the call again, is answered 'rejected' and may go on with other calls.
 --
 -- The deadline (expires_at) is checked before anything is written. Once it has passed the
 -- request is expired, whoever asks: approving it raises UL015 and writes nothing (a raise
@@ -34,6 +38,7 @@ DECLARE
     v_request undolog.undolog_approval_requests;
     v_outcome text := p_decision;
     v_tool_name text;
+    v_on_reject text;
     v_why text;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
@@ -140,8 +145,10 @@ BEGIN
             HINT = 'Reject the request instead.';
     END IF;
 
-    SELECT e.tool_name INTO v_tool_name
+    -- A call journaled before the registry existed has no registration: the rule.
+    SELECT e.tool_name, coalesce(t.on_reject, 'fail_session') INTO v_tool_name, v_on_reject
     FROM undolog.undolog_effect_log AS e
+    LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
     WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
       AND e.executed_at = v_request.executed_at;
 
@@ -169,9 +176,12 @@ BEGIN
         decided_role = session_user
     WHERE a.approval_id = v_request.approval_id AND a.session_id = v_request.session_id;
 
-    IF v_outcome = 'approved' THEN
-        IF NOT EXISTS (SELECT FROM undolog.undolog_approval_requests AS a
-                       WHERE a.session_id = v_session_id AND a.state = 'pending') THEN
+    IF v_outcome = 'approved' OR v_on_reject = 'continue' THEN
+        IF v_session_state = 'awaiting_approval'
+           AND NOT EXISTS (SELECT FROM undolog.undolog_approval_requests AS a
+                           WHERE a.session_id = v_session_id AND a.state = 'pending') THEN
+            -- The history row of this move names the refusals decided in this
+            -- transaction, with their reasons (sessions_guard).
             PERFORM undolog.transition_session(v_session_id, 'active');
             -- The human may have taken longer than the lease: without a fresh one, the
             -- resumed session would look dead to recovery before the agent's next call.

@@ -5,7 +5,10 @@
 --   replay          do not run it: result_snapshot is the committed result
 --   await_approval  do not run it: a human must approve approval_id first
 --   in_progress     the same call is being intercepted or executed right now: ask again
---   rejected        a human rejected this call; it will never run
+--   rejected        a human rejected this call; it will never run. Also the answer for
+--                   a call the undo walk took (or is taking) because a human's refusal
+--                   ended the session: state is then that call's, approval_id the
+--                   refused call's (undolog.session_refusal).
 -- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
 -- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
 -- the undo stack and an approval request, and suspends the session.
@@ -259,6 +262,15 @@ BEGIN
         RETURN QUERY SELECT v_effect.effect_id, 'execute'::text, 'executing'::text,
                             NULL::jsonb, NULL::uuid;
     ELSE
+        -- Undone by the walk. When a human's refusal sent the session there, that refusal
+        -- is the answer to a run of the session made again, whether or not the walk has
+        -- reached this call yet: 'rejected', with the refused call's approval_id.
+        v_approval_id := undolog.session_refusal(p_session_id);
+        IF v_approval_id IS NOT NULL THEN
+            RETURN QUERY SELECT v_effect.effect_id, 'rejected'::text, v_effect.state,
+                                NULL::jsonb, v_approval_id;
+            RETURN;
+        END IF;
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('effect %s is %s: it was undone and cannot run again',

@@ -9,11 +9,17 @@
 -- tier or compensation for a live registration is refused (UL018): only an operator may
 -- change what a tool does, by retiring it first (retire_tool, recorded) and registering
 -- again. UL006/UL007/UL008/UL009 as for intercept (check_call validates the definition).
+-- p_on_reject says what a human's refusal of an IRREVERSIBLE tool's call does to the
+-- session: 'fail_session' (the default: the undo walk runs) or 'continue' (the refusal is
+-- recorded and the session stays active; decide_approval). It is part of the definition
+-- (UL018 when it differs); any other value, or 'continue' for a non-irreversible tool,
+-- is UL008.
 CREATE OR REPLACE FUNCTION undolog.register_tool(
     p_tool_name text,
     p_tier text,
     p_compensation jsonb DEFAULT NULL,
-    p_owner text DEFAULT NULL
+    p_owner text DEFAULT NULL,
+    p_on_reject text DEFAULT 'fail_session'
 )
 RETURNS uuid
 LANGUAGE plpgsql
@@ -27,11 +33,29 @@ DECLARE
     v_tool_id uuid;
     v_tool_tier text;
     v_tool_compensation jsonb;
+    v_tool_on_reject text;
 BEGIN
     -- The tool's part of a call, checked by the very rules intercept applies to a call:
     -- the session, step, args and signature given here are merely well-formed.
     PERFORM undolog.check_call('00000000-0000-0000-0000-000000000000'::uuid, 0, p_tool_name,
                                p_tier, '{}'::jsonb, repeat('0', 64), p_compensation);
+    IF p_on_reject IS NULL OR p_on_reject NOT IN ('fail_session', 'continue') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('on_reject must be ''fail_session'' or ''continue'', '
+                                        'not %s', coalesce(pg_catalog.quote_literal(p_on_reject),
+                                                           'NULL')),
+            HINT = '''fail_session'' (the default) undoes the session when a human rejects '
+                   'the call; ''continue'' records the rejection and keeps the session active.';
+    END IF;
+    IF p_on_reject = 'continue' AND p_tier <> 'irreversible' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('on_reject ''continue'' is for an irreversible tool; '
+                                        '%s is %s', p_tool_name, p_tier),
+            HINT = 'Only an irreversible call waits for a human who may reject it: leave '
+                   'on_reject at ''fail_session''.';
+    END IF;
     IF v_owner IS DISTINCT FROM session_user THEN
         IF NOT pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER') THEN
             RAISE EXCEPTION USING
@@ -58,26 +82,28 @@ BEGIN
                     ELSE '{}'::jsonb END;
     END IF;
 
-    INSERT INTO undolog.undolog_tools AS t (owner_role, tool_name, tier, compensation)
-    VALUES (v_owner, p_tool_name, p_tier, v_compensation)
+    INSERT INTO undolog.undolog_tools AS t (owner_role, tool_name, tier, compensation, on_reject)
+    VALUES (v_owner, p_tool_name, p_tier, v_compensation, p_on_reject)
     ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
     RETURNING t.tool_id INTO v_tool_id;
     IF FOUND THEN
         RETURN v_tool_id;
     END IF;
-    SELECT t.tool_id, t.tier, t.compensation
-    INTO STRICT v_tool_id, v_tool_tier, v_tool_compensation
+    SELECT t.tool_id, t.tier, t.compensation, t.on_reject
+    INTO STRICT v_tool_id, v_tool_tier, v_tool_compensation, v_tool_on_reject
     FROM undolog.undolog_tools AS t
     WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
-    IF (v_tool_tier, v_tool_compensation) IS DISTINCT FROM (p_tier, v_compensation) THEN
+    IF (v_tool_tier, v_tool_compensation, v_tool_on_reject)
+       IS DISTINCT FROM (p_tier, v_compensation, p_on_reject) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL018',
             MESSAGE = pg_catalog.format('tool %s of %s is registered differently',
                                         p_tool_name, v_owner),
-            DETAIL = pg_catalog.format('registered: tier %s, compensation %s; asked: tier %s, '
-                                       'compensation %s', v_tool_tier,
-                                       coalesce(v_tool_compensation::text, 'none'), p_tier,
-                                       coalesce(v_compensation::text, 'none')),
+            DETAIL = pg_catalog.format('registered: tier %s, compensation %s, on_reject %s; '
+                                       'asked: tier %s, compensation %s, on_reject %s',
+                                       v_tool_tier, coalesce(v_tool_compensation::text, 'none'),
+                                       v_tool_on_reject, p_tier,
+                                       coalesce(v_compensation::text, 'none'), p_on_reject),
             HINT = pg_catalog.format('An operator retires tool_id %s first '
                                      '(undolog.retire_tool), then it can be registered again.',
                                      v_tool_id);
@@ -86,4 +112,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.register_tool(text, text, jsonb, text) FROM public;
+REVOKE ALL ON FUNCTION undolog.register_tool(text, text, jsonb, text, text) FROM public;

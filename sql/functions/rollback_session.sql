@@ -1,7 +1,9 @@
 -- undolog.rollback_session: a person stops a live session and has its work undone.
 -- active            -> failed (its undo walk then runs, as after an agent's own failure);
 -- awaiting_approval -> every pending approval request of it is rejected by p_by, which
---                      sends the session to compensating (decide_approval's rule).
+--                      sends the session to compensating (decide_approval's rule); if
+--                      that sent it back to active instead (on_reject 'continue'), it is
+--                      failed, as an active one.
 -- Recorded in undolog_operator_actions as 'rollback', with who and why; the worker (or
 -- any walker) then walks the undo stack LIFO. Answers the session's new state.
 -- UL008 blank p_by or p_reason; UL002 unknown session; UL001 any other state (a session
@@ -40,6 +42,11 @@ BEGIN
         END LOOP;
         SELECT s.state INTO STRICT v_state
         FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;
+        -- A tool registered on_reject 'continue' sent it back to active: the person asked
+        -- for the session to be undone, not for it to go on.
+        IF v_state = 'active' THEN
+            v_state := undolog.transition_session(p_session_id, 'failed', v_why);
+        END IF;
     ELSE
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

@@ -40,7 +40,22 @@ BEGIN
         CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
         NEW.state,
         CASE WHEN NEW.error IS NOT NULL AND NEW.state IN ('failed', 'halted')
-            THEN pg_catalog.jsonb_build_object('error', NEW.error) END
+            THEN pg_catalog.jsonb_build_object('error', NEW.error)
+        -- Back to active after a refusal of a tool registered on_reject 'continue': which
+        -- calls were refused, by whom and why (read from the requests decided in this
+        -- transaction, so no caller can write this detail itself).
+        WHEN TG_OP = 'UPDATE' AND OLD.state = 'awaiting_approval' AND NEW.state = 'active'
+            THEN (SELECT pg_catalog.jsonb_build_object('refused', pg_catalog.jsonb_agg(
+                             pg_catalog.jsonb_build_object(
+                                 'approval_id', a.approval_id, 'effect_id', a.effect_id,
+                                 'decision', a.state, 'decided_by', a.decided_by,
+                                 'reason', a.reason)
+                             ORDER BY a.approval_id))
+                  FROM undolog.undolog_approval_requests AS a
+                  WHERE a.session_id = NEW.session_id AND a.state IN ('rejected', 'expired')
+                    AND a.decided_at = now()
+                  HAVING pg_catalog.count(*) > 0)
+        END
     );
     RETURN NEW;
 END
