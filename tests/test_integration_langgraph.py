@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -456,3 +456,51 @@ def test_the_pages_human_interrupt_is_the_one_the_tool_sends(fx: Fixture) -> Non
     assert shown[0]["config"] == value[0]["config"]
     assert set(shown[0]["action_request"]) == set(value[0]["action_request"])
     assert value[0]["description"].startswith(shown[0]["description"].removesuffix(" ..."))
+
+
+def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
+    """on_reject="continue": the person's "no" is the call's ToolMessage (status error,
+    who and why, the refusal as its artifact); the graph and the session go on."""
+    tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["gift_sync"])
+    graph = fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("gift", "g1", {"cents": 900})),
+            AIMessage("no gift then"),
+        ],
+        tools,
+    )
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    answer = [{"type": "response", "args": "over budget"}]
+    command = adapter.respond(pending.value, answer, fx.approver, "alice")
+    out = fx.run(graph, command)
+    told = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "g1"]
+    assert [m.content for m in told] == [
+        "alice rejected the gift call: over budget. It did not run."
+    ]
+    assert told[0].status == "error"
+    assert told[0].artifact["undolog_refusal"]["decided_by"] == "alice"
+    assert out["messages"][-1].content == "no gift then"
+    assert fx.world.payouts == [] and fx.world.undone == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_rejection_in_a_node_is_the_calls_answer(fx: Fixture) -> None:
+    """A node that calls a continue tool itself gets the refusal's message back."""
+    gift = adapter.tool(fx.fns["gift_sync"])
+    said: list[Any] = []
+
+    def node(state: Steps) -> Steps:
+        said.append(gift.invoke({"cents": 5}))
+        return {"done": True}
+
+    builder = StateGraph(Steps)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = fx.run(graph, {"done": False})
+    adapter.decide(out[adapter.INTERRUPT][0].value, fx.approver, "bob", approved=False)
+    assert fx.run(graph, Command(resume="go on")) == {"done": True}
+    assert said == ["bob rejected the gift call (no reason given). It did not run."]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

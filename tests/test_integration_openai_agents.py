@@ -512,3 +512,54 @@ def test_run_streamed_that_raises_is_rolled_back(fx: Fixture) -> None:
         asyncio.run(scenario())
     assert fx.world.undone == ["a@x"]
     assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+GIFT_SCRIPT: list[Any] = [
+    [function_call("create_user", {"email": "a@x", "name": "A"}, call_id="c1")],
+    [function_call("gift", {"cents": 900}, call_id="g1")],
+    [assistant_message("no gift then; Ada is onboarded")],
+]
+
+
+def _gift(fx: Fixture) -> tuple[Agent[Any], RunResult]:
+    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
+    agent = fx.agent(list(GIFT_SCRIPT), tools)
+    result = asyncio.run(fx.run(agent, "onboard and gift"))
+    assert [item.call_id for item in result.interruptions] == ["g1"]
+    return agent, result
+
+
+def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
+    """on_reject="continue": the person's "no" and their reason come back to the model as
+    the call's rejection message; the run and the session go on; nothing is undone."""
+    agent, result = _gift(fx)
+    state = result.to_state()
+    item = result.interruptions[0]
+    asyncio.run(
+        adapter.decide(
+            state, item, fx.ul, fx.sid, fx.approver, "alice", approved=False, reason="over budget"
+        )
+    )
+    resumed = asyncio.run(fx.run(agent, state))
+    assert outputs(resumed)["g1"] == "alice rejected the gift call: over budget. It did not run."
+    assert resumed.final_output == "no gift then; Ada is onboarded"
+    assert fx.world.payouts == []
+    assert fx.world.undone == []
+    assert fx.world.users == {"a@x": "A"}
+    assert decisions(fx.admin_dsn, fx.sid) == [("rejected", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_rejection_recorded_elsewhere_reaches_the_model(fx: Fixture) -> None:
+    agent, result = _gift(fx)
+    item = result.interruptions[0]
+    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
+    asyncio.run(fx.approver.reject(approval, "bob", "not this quarter"))  # the dashboard, say
+    resumed = asyncio.run(fx.run(agent, result.to_state()))
+    assert outputs(resumed)["g1"] == "bob rejected the gift call: not this quarter. It did not run."
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    # run again from its input, the same call ids: the rejected call is not asked again
+    again = asyncio.run(fx.run(fx.agent(list(GIFT_SCRIPT), agent.tools), "onboard and gift"))
+    assert outputs(again)["g1"] == "bob rejected the gift call: not this quarter. It did not run."
+    assert fx.world.payouts == []
+    assert fx.world.runs["create_user:a@x"] == 1

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.tools import ToolDenied
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
 
@@ -360,3 +367,75 @@ def test_run_stream_that_raises_is_rolled_back(fx: Fixture) -> None:
         asyncio.run(scenario())
     assert fx.world.undone == ["a@x"]
     assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def _told(result: Any, call_id: str) -> str:
+    """What the model was told about a call (the tool return it was sent)."""
+    for message in result.all_messages():
+        for part in getattr(message, "parts", ()):
+            if isinstance(part, ToolReturnPart) and part.tool_call_id == call_id:
+                return str(part.content)
+    raise AssertionError(f"no tool return for {call_id}")
+
+
+def _gift(fx: Fixture) -> Any:
+    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
+    turns: list[Turn] = [[call("create_user", "c1", email="a@x")], [call("gift", "g1", cents=900)]]
+    agent = Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    assert isinstance(result.output, DeferredToolRequests)
+    return result
+
+
+def _resume(fx: Fixture, result: Any, answers: DeferredToolResults) -> Any:
+    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
+    agent = Agent(
+        scripted([[TextPart("no gift then")]]),
+        output_type=[str, DeferredToolRequests],
+        tools=tools,
+    )
+    return asyncio.run(
+        adapter.run(
+            agent,
+            fx.ul,
+            session_id=fx.sid,
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+
+
+def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
+    """on_reject="continue": the "no" is pydantic-ai's ToolDenied, with who and why; the
+    run and the session go on; nothing is undone."""
+    result = _gift(fx)
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "alice", {"g1": False}, "over budget")
+    )
+    assert isinstance(answers.approvals["g1"], ToolDenied)
+    resumed = _resume(fx, result, answers)
+    assert _told(resumed, "g1") == "alice rejected the gift call: over budget. It did not run."
+    assert resumed.output == "no gift then"
+    assert fx.world.payouts == [] and fx.world.undone == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_rejection_recorded_elsewhere_reaches_the_model(fx: Fixture) -> None:
+    result = _gift(fx)
+    approval = adapter.approval_id(result.output, "g1")
+    asyncio.run(fx.approver.reject(approval, "bob", "not this quarter"))
+    answers = asyncio.run(adapter.decisions(fx.ul, result.output))
+    resumed = _resume(fx, result, answers)
+    assert _told(resumed, "g1") == "bob rejected the gift call: not this quarter. It did not run."
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_resume_told_yes_while_undolog_says_no_tells_the_model_no(fx: Fixture) -> None:
+    """The run was told "approved" but UndoLog holds a rejection: the call does not run;
+    the tool answers the refusal."""
+    result = _gift(fx)
+    approval = adapter.approval_id(result.output, "g1")
+    asyncio.run(fx.approver.reject(approval, "bob", "no"))
+    resumed = _resume(fx, result, DeferredToolResults(approvals={"g1": True}))
+    assert _told(resumed, "g1") == "bob rejected the gift call: no. It did not run."
+    assert fx.world.payouts == []

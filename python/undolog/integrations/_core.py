@@ -168,11 +168,79 @@ def _intercept_params(
     )
 
 
-def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None]:
+def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None, str]:
     """What the engine's registry must hold before a deferred call of ``tool`` is
     intercepted (intercept refuses unregistered tools), as the decorator registers it."""
     compensation = tool.spec.compensation if tool.spec is not None else None
-    return (tool.name, tool.tier.value, compensation.to_json() if compensation else None)
+    on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
+    return (tool.name, tool.tier.value, compensation.to_json() if compensation else None, on_reject)
+
+
+# --- a person's "no" that the agent hears -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A person's rejection of a call of a tool declared ``on_reject="continue"`` (or
+    the expiry of its approval): the session goes on, and the framework hands the model
+    ``message`` as the call's answer, with who refused it and why."""
+
+    tool: str
+    approval_id: uuid.UUID | None
+    decision: str  # rejected | expired
+    decided_by: str | None  # None for the engine's own expiry
+    reason: str | None
+
+    @property
+    def message(self) -> str:
+        if self.decision == "expired":
+            head = f"The {self.tool} call was not approved in time (its approval expired)"
+        else:
+            head = f"{self.decided_by or 'A person'} rejected the {self.tool} call"
+        why = f": {self.reason}" if self.reason else " (no reason given)"
+        return f"{head}{why}. It did not run."
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a framework may carry beside the message (a LangGraph artifact)."""
+        return {
+            "tool": self.tool,
+            "approval_id": None if self.approval_id is None else str(self.approval_id),
+            "decision": self.decision,
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+        }
+
+
+def refusal(tool: ToolInfo, error: ApprovalRejectedError) -> Refusal | None:
+    """The Refusal behind an ApprovalRejectedError of a call of ``tool`` that leaves the
+    session going on (None: the rejection ends the session, the default rule, and the
+    error must go on). A session already completed is made again call by call: its
+    refused call of an on_reject="continue" tool is a Refusal again, though the session
+    takes no new calls."""
+    on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
+    if not error.session_continues and on_reject != "continue":
+        return None
+    approval = error.approval_id
+    return Refusal(
+        tool=tool.name,
+        approval_id=None if approval is None else uuid.UUID(str(approval)),
+        decision=error.decision or "rejected",
+        decided_by=error.decided_by,
+        reason=error.reason,
+    )
+
+
+async def refusal_of(
+    conn: aengine.AsyncConnection, tool: str, approval_id: uuid.UUID
+) -> Refusal | None:
+    """The Refusal of a decided approval whose session goes on (None: it was not
+    refused, or the refusal ends the session)."""
+    decided = await aengine.approval_decision(conn, approval_id)
+    if decided is None or decided.decision not in ("rejected", "expired"):
+        return None
+    if not decided.session_continues or decided.on_reject != "continue":
+        return None
+    return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
 
 
 @dataclasses.dataclass(frozen=True)

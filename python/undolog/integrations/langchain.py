@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
@@ -43,6 +44,7 @@ from langgraph.types import Command, interrupt
 from undolog import engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import current_session
+from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -150,6 +152,26 @@ def _aname_approvals(session_id: uuid.UUID) -> Callable[[Any, Any], Awaitable[No
     return fill
 
 
+def _refused(tool: _core.ToolInfo, error: ApprovalRejectedError) -> Any:
+    """A person's "no" to a call whose session goes on (an on_reject="continue" tool), as
+    the tool's reply: a ToolMessage for a model's call (status "error", the refusal as
+    its artifact), the message itself for a call a node made. Any other rejection ends
+    the session: the error goes on."""
+    refused = _core.refusal(tool, error)
+    if refused is None:
+        raise error
+    call_id = _tool_call_id.get()
+    if call_id is None:
+        return refused.message
+    return ToolMessage(
+        content=refused.message,
+        tool_call_id=call_id,
+        name=tool.name,
+        status="error",
+        artifact={"undolog_refusal": refused.as_dict()},
+    )
+
+
 class UndoLogTool(StructuredTool):
     """A StructuredTool that hands the tool call id of each call to its journaled body."""
 
@@ -185,16 +207,22 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
             # each resume asks UndoLog again: its record is what counts
             while (wait := _core.waiting_sync(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
-        with _core.pinned_step(key):
-            return fn(**kwargs)
+        try:
+            with _core.pinned_step(key):
+                return fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
 
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
             while (wait := await _core.waiting(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
-        with _core.pinned_step(key):
-            return await fn(**kwargs)
+        try:
+            with _core.pinned_step(key):
+                return await fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
 
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description

@@ -56,7 +56,7 @@ from agents.tool_context import ToolContext
 
 from undolog.client import AsyncUndoLog
 from undolog.context import current_session
-from undolog.errors import AwaitingApprovalError, UndoLogError
+from undolog.errors import ApprovalRejectedError, AwaitingApprovalError, UndoLogError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -105,8 +105,14 @@ def _with_context(
     holds (the SDK would send its Python ``str``)."""
 
     async def call(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
-        with _core.pinned_step(ctx.tool_call_id):
-            result = await body(*args, **kwargs)
+        try:
+            with _core.pinned_step(ctx.tool_call_id):
+                result = await body(*args, **kwargs)
+        except ApprovalRejectedError as error:
+            refused = _core.refusal(info, error)
+            if refused is None:
+                raise
+            return refused.message  # the session goes on: the model hears the "no"
         return json.dumps(result) if as_json and not isinstance(result, str) else result
 
     hints = typing.get_type_hints(info.fn, include_extras=True)
@@ -386,5 +392,6 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
                 approval,
                 None,
             )
-        else:
-            state.reject(item)
+        else:  # the session goes on only for an on_reject="continue" tool
+            refused = await _core.refusal_of(conn, item.name, approval)
+            state.reject(item, rejection_message=None if refused is None else refused.message)

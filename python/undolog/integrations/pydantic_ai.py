@@ -37,6 +37,7 @@ from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 
 from undolog import aengine
 from undolog.client import AsyncUndoLog
+from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -63,8 +64,14 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
             and await _core.waiting(info, key, bound) is not None
         ):
             raise ApprovalRequired()
-        with _core.pinned_step(key):
-            return await body(*args, **kwargs)
+        try:
+            with _core.pinned_step(key):
+                return await body(*args, **kwargs)
+        except ApprovalRejectedError as error:
+            refused = _core.refusal(info, error)
+            if refused is None:
+                raise
+            return refused.message  # the session goes on: the model hears the "no"
 
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(
@@ -193,11 +200,15 @@ async def decide(
     approver's login, and answer the ``DeferredToolResults`` to resume with. The calls
     not answered here go back to their tools, which ask UndoLog again."""
     answers = _undecided(requests)
+    tools = {part.tool_call_id: part.tool_name for part in requests.approvals}
     for call_id, approved in approvals.items():
-        await _core.record_decision(
-            approver, approval_id(requests, call_id), approved, decided_by, reason
-        )
-        answers[call_id] = approved
+        approval = approval_id(requests, call_id)
+        await _core.record_decision(approver, approval, approved, decided_by, reason)
+        if approved:
+            answers[call_id] = True
+        else:  # heard by the model when the session goes on (an on_reject="continue" tool)
+            refused = _core.Refusal(tools[call_id], approval, "rejected", decided_by, reason)
+            answers[call_id] = ToolDenied(refused.message)
     return DeferredToolResults(approvals=answers)
 
 
@@ -211,9 +222,13 @@ async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> Deferre
             named = requests.metadata.get(part.tool_call_id, {}).get(APPROVAL_KEY)
             if named is None:
                 continue
-            state = await _core.approval_state_async(conn, uuid.UUID(str(named)))
+            approval = uuid.UUID(str(named))
+            state = await _core.approval_state_async(conn, approval)
             if state in ("rejected", "expired"):
-                answers[part.tool_call_id] = False
+                refused = await _core.refusal_of(conn, part.tool_name, approval)
+                answers[part.tool_call_id] = (
+                    False if refused is None else ToolDenied(refused.message)
+                )
     return DeferredToolResults(approvals=answers)
 
 
