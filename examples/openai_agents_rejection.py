@@ -49,7 +49,7 @@ model = ScriptedModel(  # your LLM here, e.g. model="gpt-5"
         [assistant_message("Ada is onboarded, without a gift.")],
     ]
 )
-agent = Agent(name="onboarding", model=model, tools=ul_agents.tools(create_user, send_gift))
+agent = Agent(name="onboarding", model=model, tools=list(ul_agents.tools(create_user, send_gift)))
 
 
 async def main() -> None:
