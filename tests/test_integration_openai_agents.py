@@ -563,3 +563,49 @@ def test_a_rejection_recorded_elsewhere_reaches_the_model(fx: Fixture) -> None:
     assert outputs(again)["g1"] == "bob rejected the gift call: not this quarter. It did not run."
     assert fx.world.payouts == []
     assert fx.world.runs["create_user:a@x"] == 1
+
+
+def test_a_journaled_call_cut_off_by_timeout_fails_the_session(fx: Fixture) -> None:
+    """The SDK's timeout cancels the call mid-body: it may have acted, so its outcome is
+    unknown. The model is told it timed out; when the run ends the session fails and its
+    compensations run (the cut-off call's too)."""
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
+    async def slow_user(email: str) -> dict[str, Any]:
+        """Create a user, slowly."""
+        fx.world.users[email] = "half made"
+        await asyncio.sleep(5)
+        return {"email": email}
+
+    agent = fx.agent(
+        [
+            [function_call("create_user", {"email": "a@x", "name": "A"}, call_id="c1")],
+            [function_call("slow_user", {"email": "s@x"}, call_id="s1")],
+            [assistant_message("done")],
+        ],
+        [*adapter.tools(fx.fns["create_user"]), adapter.tool(slow_user, timeout=0.2)],
+    )
+    with pytest.raises(UndoLogError, match="unknown"):
+        asyncio.run(fx.run(agent, "go"))
+    assert sorted(fx.world.undone) == ["a@x", "s@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_run_streamed_hands_a_malformed_irreversible_call_back_to_the_model(fx: Fixture) -> None:
+    agent = fx.agent(
+        [
+            [function_call("payout", "not json", call_id="p1")],
+            [assistant_message("could not pay")],
+        ]
+    )
+
+    async def scenario() -> Any:
+        async with adapter.run_streamed(agent, fx.ul, "pay", session_id=fx.sid) as result:
+            pass
+        return result
+
+    result = asyncio.run(scenario())
+    assert result.interruptions == []
+    assert result.final_output == "could not pay"
+    assert decisions(fx.admin_dsn, fx.sid) == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

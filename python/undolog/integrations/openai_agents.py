@@ -290,6 +290,36 @@ async def run(
     )
 
 
+class StreamedRun:
+    """A streamed run inside an UndoLog session: the SDK's ``RunResultStreaming`` (its
+    attributes are this object's: ``interruptions``, ``final_output``, ``to_state()``,
+    ``cancel()`` ...), except that ``stream_events()`` goes on through the follow-up run
+    that answers a malformed IRREVERSIBLE call with the SDK's error (see ``run``).
+    ``result`` is the current ``RunResultStreaming``."""
+
+    def __init__(
+        self, agent: Agent[Any], result: RunResultStreaming, run_kwargs: dict[str, Any]
+    ) -> None:
+        self.result = result
+        self._agent = agent
+        self._run_kwargs = run_kwargs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+    async def stream_events(self) -> AsyncIterator[Any]:
+        while True:
+            async for event in self.result.stream_events():
+                yield event
+            bad = _malformed(self._agent, self.result)
+            if not bad:
+                return
+            state = self.result.to_state()
+            for item in bad:
+                state.approve(item)
+            self.result = Runner.run_streamed(self._agent, state, **self._run_kwargs)
+
+
 @contextlib.asynccontextmanager
 async def run_streamed(
     agent: Agent[Any],
@@ -299,7 +329,7 @@ async def run_streamed(
     session_id: uuid.UUID,
     agent_name: str | None = None,
     **run_kwargs: Any,
-) -> AsyncIterator[RunResultStreaming]:
+) -> AsyncIterator[StreamedRun]:
     """``Runner.run_streamed`` inside UndoLog session ``session_id``, as a block:
 
         async with run_streamed(agent, ul, input, session_id=sid) as result:
@@ -308,32 +338,20 @@ async def run_streamed(
         if result.interruptions: ...                   # as after ``run``
 
     The session is finished when the block ends (the events not read are drained
-    first): completed, awaiting approval, or failed and undone, as with ``run``. A
-    malformed IRREVERSIBLE call is answered with the SDK's error in a follow-up run:
-    read ``result.interruptions`` after the block, not during it."""
+    first): completed, awaiting approval, or failed and undone, as with ``run``."""
     async with _core.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
     ) as box:
         if isinstance(input, RunState):
             await _apply_decisions(input, session_id)
-        streamed = Runner.run_streamed(agent, input, **run_kwargs)
-        box.result = streamed
+        streamed = StreamedRun(agent, Runner.run_streamed(agent, input, **run_kwargs), run_kwargs)
         try:
             yield streamed
             async for _ in streamed.stream_events():
                 pass  # what the block did not read
-            if streamed.run_loop_exception is not None:  # pragma: no cover - SDK raises it
-                raise streamed.run_loop_exception
-            while bad := _malformed(agent, streamed):
-                state = streamed.to_state()
-                for item in bad:
-                    state.approve(item)
-                streamed = Runner.run_streamed(agent, state, **run_kwargs)
-                async for _ in streamed.stream_events():
-                    pass
-                box.result = streamed
         except UserError as exc:
             raise _undolog_error(exc) from exc
+        box.result = streamed.result
 
 
 async def _approval_of(
