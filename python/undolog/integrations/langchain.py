@@ -8,9 +8,13 @@
         command = decide(out[INTERRUPT][0].value, approver, "alice", approved=True)
         out = run(graph, ul, command, config, session_id=sid)
 
-An IRREVERSIBLE call goes through LangGraph's own ``interrupt()``, with the value
-``{"undolog_approval_id": ..., "tool": ..., "args": ..., "call_key": ...}``, until UndoLog
-records a yes. The approval request is written when the graph has stopped (ToolNode runs
+An IRREVERSIBLE call goes through LangGraph's own ``interrupt()`` until UndoLog records
+a yes, with a value in the Agent Inbox's shape: a list of one HumanInterrupt
+(``action_request``, ``config``, ``description``) carrying UndoLog's
+``undolog_approval_id``, ``undolog_session_id`` and ``call_key``. ``respond`` records an
+Inbox HumanResponse (accept, ignore, response; edit is refused). ``stream``/``astream``
+wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap ``invoke``/``ainvoke``. A
+rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage. The approval request is written when the graph has stopped (ToolNode runs
 a message's calls side by side, and a waiting session refuses new calls), and ``run``
 fills its id into the interrupts of the output it answers. ``decide`` records the
 decision through the approver's login and answers the ``Command(resume=...)`` to go on

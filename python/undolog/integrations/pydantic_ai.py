@@ -15,9 +15,10 @@ waiting session refuses new calls); ``run`` then names it in
 ``DeferredToolRequests.metadata[tool_call_id]["undolog_approval_id"]``. UndoLog's
 record is what counts: a call approved in pydantic-ai but not in UndoLog is deferred
 again; one approved in UndoLog by someone else (CLI, dashboard) runs when the run resumes
-(``decisions`` reads the answers UndoLog holds). Journaled tools must be ``async def`` (the run is
-async; the binding refuses a sync journaled call in an async session); SAFE ones may be
-sync.
+(``decisions`` reads the answers UndoLog holds). A rejection of a tool declared
+``on_reject="continue"`` reaches the model as ``ToolDenied`` with who refused and why.
+``run_stream`` and ``iter`` wrap pydantic-ai's streamed and node-by-node runs. Sync
+journaled tools run in a worker thread, journaled by the run's async session.
 """
 
 from __future__ import annotations
