@@ -14,9 +14,11 @@ a yes, with a value in the Agent Inbox's shape: a list of one HumanInterrupt
 ``undolog_approval_id``, ``undolog_session_id`` and ``call_key``. ``respond`` records an
 Inbox HumanResponse (accept, ignore, response; edit is refused). ``stream``/``astream``
 wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap ``invoke``/``ainvoke``. A
-rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage. The approval request is written when the graph has stopped (ToolNode runs
-a message's calls side by side, and a waiting session refuses new calls), and ``run``
-fills its id into the interrupts of the output it answers. ``decide`` records the
+rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage.
+
+The approval request is written when the graph has stopped (ToolNode runs a message's
+calls side by side, and a waiting session refuses new calls), and ``run`` fills its id
+into the interrupts of the output it answers. ``decide`` records the
 decision through the approver's login and answers the ``Command(resume=...)`` to go on
 with; a call approved elsewhere (CLI, dashboard) runs when the graph is resumed with any
 resume value, and one UndoLog has not decided interrupts again, whatever the resume
