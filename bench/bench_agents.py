@@ -28,7 +28,7 @@ Variants (every call a new step of the agent's session):
 
 Then the journal-size part: intercept p50 and p99 with 10 k rows vs 2 M rows (200 k with
 ``--quick``), bulk-loaded as bench_partitions.py does. A benchmark, not a test: it prints
-whether the targets of issue 11 are met and exits 0 either way.
+whether the performance targets (docs/performance.md) are met and exits 0 either way.
 """
 
 from __future__ import annotations
@@ -649,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ratio <= 1.3,
                 )
             )
-        print("\ntargets (issue 11; reported, never enforced)")
+        print("\ntargets (docs/performance.md; reported, never enforced)")
         for name, value, met in rows:
             verdict = "n/a" if met is None else ("MET" if met else "NOT met")
             print(f"  {name:48} {value:>12}  {verdict}")

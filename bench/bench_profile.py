@@ -1,4 +1,4 @@
-"""Where a journaled call's time goes, for issue 11's "what it would take": the server
+"""Where a journaled call's time goes, for "what it would take" (docs/performance.md): the server
 time of each statement (the engine as shipped, and ablated copies of it), the client CPU
 per call, and the cost of one WAL flush on this machine, then the arithmetic that ties
 them to the 1-agent targets.

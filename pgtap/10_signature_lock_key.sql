@@ -1,5 +1,7 @@
 -- undolog.signature_lock_key(text): the bigint advisory-lock key of a call signature,
--- ('x' || left(sig, 16))::bit(64)::bigint (DESIGN.md, engineering notes).
+-- ('x' || left(sig, 16))::bit(64)::bigint (docs/design/signature.md: the
+-- first 64 bits of the signature, after checking it is 64 hex digits, since a short
+-- input would be silently padded).
 BEGIN;
 SELECT plan(16);
 \ir _helpers.psql

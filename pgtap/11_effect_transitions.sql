@@ -1,5 +1,5 @@
 -- undolog.effect_transition_allowed(tier, from, to): the effect state machine of
--- DESIGN.md, checked for every (tier, from, to) triple, and the effect log's guard
+-- docs/design/state-machines.md, checked for every (tier, from, to) triple, and the effect log's guard
 -- trigger that enforces it on every write, whoever makes it.
 BEGIN;
 SELECT plan(33);
@@ -21,12 +21,12 @@ INSERT INTO effect_states VALUES
 CREATE TEMP TABLE tiers (tier text PRIMARY KEY);
 INSERT INTO tiers VALUES ('compensable'), ('irreversible');
 
--- The expected valid triples, from DESIGN.md's table: compensating, compensated and
+-- The expected valid triples, from docs/design/state-machines.md: compensating, compensated and
 -- compensation_failed are COMPENSABLE only; approved/rejected IRREVERSIBLE only; an
 -- IRREVERSIBLE call executes only after approval (pending -> approved -> executing).
 -- pending -> replayed is in the contract though the engine never takes it (a replay
 -- leaves the original committed); the validator allows it for both tiers.
--- compensation_failed -> compensating is ours: an operator's retry_compensation.
+-- compensation_failed -> compensating: an operator's retry_compensation.
 CREATE TEMP TABLE expected_valid (tier text, from_state text, to_state text);
 INSERT INTO expected_valid VALUES
     ('compensable', 'pending', 'executing'),

@@ -1,4 +1,5 @@
--- undolog.session_transition_allowed(from, to): the session state machine of DESIGN.md,
+-- undolog.session_transition_allowed(from, to): the session state machine of
+-- docs/design/state-machines.md,
 -- checked for every (from, to) pair, and the sessions guard trigger that enforces it on
 -- every write and records every change in undolog_session_history.
 BEGIN;
@@ -15,7 +16,7 @@ INSERT INTO session_states VALUES
     ('active'), ('completed'), ('failed'), ('awaiting_approval'), ('compensating'),
     ('compensated'), ('halted');
 
--- DESIGN.md: active -> completed | failed | awaiting_approval; failed -> compensating;
+-- The machine: active -> completed | failed | awaiting_approval; failed -> compensating;
 -- awaiting_approval -> active (approved) | compensating (rejected);
 -- compensating -> compensated | halted; halted -> compensating (a human resumes the walk).
 CREATE TEMP TABLE expected_valid (from_state text, to_state text);

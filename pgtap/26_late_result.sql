@@ -2,7 +2,8 @@
 -- past its lease): recorded in the effect's history (what, when, from whom), the session
 -- flagged for an operator (sessions_overview.needs_attention, derived from that record),
 -- answered 'late'; the effect's state is the
--- walk's. Issue 10, point 5 (b).
+-- walk's (docs/design/durability.md: the journal must not say "undone" of an effect
+-- that stands).
 BEGIN;
 SELECT plan(17);
 \ir _helpers.psql

@@ -100,8 +100,8 @@ SELECT is(
     7::bigint, 'refused calls created no partition');
 
 -- A write whose month has no partition is never lost: it lands in the default partition,
--- and the next maintenance moves it into the month it creates (DESIGN.md: "a default
--- partition that maintenance drains").
+-- and the next maintenance moves it into the month it creates (docs/design/durability.md:
+-- a write with no partition of its month is never lost).
 SELECT lives_ok(format('DROP TABLE undolog.undolog_effect_log_%1$s, undolog.undolog_effect_history_%1$s',
                        pg_temp.month(0)),
                 'setup: drop this month''s partitions (a month nobody created)');

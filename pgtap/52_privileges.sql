@@ -4,7 +4,7 @@
 -- new table some role could write to, each FAIL here.
 --
 -- The one hand-written list is the grants of record (pg_temp.allowed below): which group
--- role may call which function. It names the functions of DESIGN.md's contract, including
+-- role may call which function. It names the functions of the SQL API (docs/reference/sql.md), including
 -- those of other migrations (the undo walk's), which are checked only once they exist.
 -- A function granted to a role and not listed here fails: add it to the list on purpose.
 BEGIN;

@@ -14,8 +14,8 @@ COMMENT ON TABLE undolog.undolog_migrations IS
 'One row per applied numbered migration, written in the same transaction as the migration.';
 
 -- The repeatable sources (functions, views, triggers, policies, grants) as last applied:
--- their text is re-applied whenever one of them, or a migration, changes; a row says
--- which text (checksum of the applied SQL) this database runs.
+-- a row says which text (checksum of the applied SQL) this database runs, so migrate
+-- re-applies a source only when its text changed (docs/how-to/upgrading.md).
 CREATE TABLE IF NOT EXISTS undolog.undolog_repeatables (
     source_file text PRIMARY KEY,
     checksum text NOT NULL,

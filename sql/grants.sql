@@ -1,7 +1,8 @@
 -- Every privilege the engine grants to its roles, in one place: what an agent, an
--- approver and an operator may call and read. Re-applied on every migrate (GRANT is
--- idempotent). Taking a privilege away is a numbered migration (REVOKE), since deleting
--- a line here changes nothing in a database that already has it.
+-- approver and an operator may call and read. Applied again when it changes and after
+-- any migration (GRANT is idempotent and takes no table lock; a table or view a migration
+-- re-created has lost its grants). Taking a privilege away is a numbered migration
+-- (REVOKE), since deleting a line here changes nothing in a database that already has it.
 -- Nobody but the owner writes to any table: every write goes through a SECURITY DEFINER
 -- function. Every function revokes PUBLIC's EXECUTE in its own file.
 

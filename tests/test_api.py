@@ -1,4 +1,4 @@
-"""The Python API's gaps a newcomer met (issue 12.2 and 12.6): every name of __all__
+"""The Python API's gaps a newcomer met: every name of __all__
 imports; what ``with ul.session() as s`` yields; ``async with`` on an UndoLog; the
 approval round trip with the session id and timedeltas; a crashed step that is still
 executing is said at once and the caller chooses how long to wait; the quickstart used as

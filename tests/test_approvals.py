@@ -78,7 +78,7 @@ def _gated_call(agent: Conn, tool: str = "drop_database") -> engine.Interception
 
 
 def _events(listener: Conn, count: int, timeout: float = 5.0) -> list[str]:
-    """The payloads of the wake-ups received: always empty (issue 10: a notification
+    """The payloads of the wake-ups received: always empty (a notification
     carries nothing another agent may not read; waiters re-read the tables)."""
     return [
         n.payload

@@ -1,5 +1,5 @@
-"""Input that can be signed but not stored, and PostgreSQL's own refusals (issue 10,
-point 8): each reaches Python as a documented UndoLogError and writes nothing."""
+"""Input that can be signed but not stored, and PostgreSQL's own refusals (blank names,
+U+0000, nesting, sizes): each reaches Python as a documented UndoLogError and writes nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The `undolog` command's rough edges, filed by a newcomer (issue 12.5), each held to its
-fix: exit codes, messages, JSON errors, id prefixes, the operator actions, health."""
+"""The `undolog` command's rough edges, found by a newcomer, each held to its fix: exit
+codes, messages, JSON errors, id prefixes, the operator actions, health."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Durability of the journal's records (issue 11) and agents paused past their lease
-(issue 10, point 5).
+"""Durability of the journal's records and agents paused past their lease
+(docs/design/durability.md).
 
 - intercept's transaction commits durably whatever the client's synchronous_commit: the
   setting in force at its commit is read back in the same transaction, and the WAL

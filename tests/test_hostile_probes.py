@@ -1,8 +1,8 @@
-"""The hostile tester's probes that broke the engine (issue 10), each as a test that
-failed before its fix: self-approval through another agent's session (point 2),
-compressed payloads past the limit (4), notifications naming other agents' sessions (6),
-an advisory lock any login could hold to stop maintenance (7), and blank-looking names,
-reasons and nesting past the limit (8)."""
+"""A hostile login's probes that broke the engine, each as a test that failed before its
+fix: self-approval through another agent's session, compressed payloads past the limit,
+notifications naming other agents' sessions, an advisory lock any login could hold to
+stop maintenance, and blank-looking names, reasons and nesting past the limit
+(docs/design/roles.md: every login may be an adversary of every other)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _sig() -> str:
     return secrets.token_hex(32)
 
 
-# --- point 2: who made the call decides nothing about it -----------------------------
+# --- who made the call decides nothing about it ---------------------------------------
 
 
 def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
@@ -78,7 +78,7 @@ def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
         )
 
 
-# --- point 4: the limit is the uncompressed size --------------------------------------
+# --- the limit is the uncompressed size -----------------------------------------------
 
 
 def test_eight_mib_built_in_a_temp_table_is_refused_though_it_compresses(conn: Conn) -> None:
@@ -111,7 +111,7 @@ def test_eight_mib_built_in_a_temp_table_is_refused_though_it_compresses(conn: C
         )
 
 
-# --- point 6: a notification tells nobody anything -----------------------------------
+# --- a notification tells nobody anything ---------------------------------------------
 
 
 def test_notifications_carry_nothing_about_other_agents_sessions(
@@ -142,7 +142,7 @@ def test_a_payloadless_wake_up_ends_wait_for_decision_at_once(dsn: str, conn: Co
     timer.join()
 
 
-# --- point 7: maintenance's lock is one agents cannot take ----------------------------
+# --- maintenance's lock is one agents cannot take -------------------------------------
 
 
 def test_an_agent_holding_the_old_advisory_key_does_not_stop_maintenance(
@@ -249,7 +249,7 @@ def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:
     conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()
 
 
-# --- point 8: blank is blank in every script; one nesting limit ------------------------
+# --- blank is blank in every script; one nesting limit --------------------------------
 
 
 @pytest.mark.parametrize("blank", ["\t", " \t\n", "\u00a0", "\u200b", "\u00a0\u200b\u3000"])

@@ -516,15 +516,36 @@ def test_a_database_from_a_newer_or_unknown_release_is_refused(fresh_db: Any) ->
 
 
 def test_version_has_one_source(conn: Conn) -> None:
-    from importlib.metadata import version
+    """python/undolog/_version.py is the only place the version is written: pyproject.toml
+    declares it dynamic and reads that file, and the package, the CLI and the database
+    answer what it says."""
+    import tomllib
 
-    assert engine_version() == version("undolog")
-    assert conn.execute("SELECT undolog.version()").fetchone() == (version("undolog"),)
+    from hatchling.metadata.core import ProjectMetadata
+    from hatchling.plugin.manager import PluginManager
+
+    import undolog
+    from undolog import _version
+
+    root = SQL.parent
+    source = root / "python" / "undolog" / "_version.py"
+    (written,) = re.findall(r'^__version__ = "([^"]+)"$', source.read_text("utf-8"), re.M)
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["hatch"]["version"] == {"path": "python/undolog/_version.py"}
+    # what the build backend puts into the wheel's metadata
+    assert ProjectMetadata(str(root), PluginManager()).version == written
+    assert _version.__version__ == undolog.__version__ == engine_version() == written
+    assert conn.execute("SELECT undolog.version()").fetchone() == (written,)
     shown = _cli("--version")
     assert shown.returncode == 0
-    assert shown.stdout.splitlines()[0] == f"undolog {version('undolog')}"
-    pyproject = (SQL.parent / "pyproject.toml").read_text(encoding="utf-8")
-    assert f'\nversion = "{version("undolog")}"\n' in pyproject
+    assert shown.stdout.splitlines()[0] == f"undolog {written}"
+    # no other file of the binding or the SQL writes it down
+    for path in [*(root / "python" / "undolog").glob("*.py"), *SQL.rglob("*.sql")]:
+        if path != source:
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"version\s*=\s*['\"]" + re.escape(written), text), path
 
 
 def test_any_engine_role_may_ask_the_version(conn: Conn) -> None:

@@ -1,4 +1,4 @@
-"""Partition maintenance catching up a missed month while agents run (issue 10, point 1),
+"""Partition maintenance catching up a missed month while agents run,
 against a real PostgreSQL: it deadlocked their intercepts and commits (40P01)."""
 
 from __future__ import annotations

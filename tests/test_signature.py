@@ -1,5 +1,10 @@
-"""The call signature reproduces ../shared/vectors byte for byte and refuses what JSON
-cannot carry exactly."""
+"""The call signature reproduces the vectors of tests/vectors/ byte for byte and refuses
+what JSON cannot carry exactly.
+
+tests/vectors/call_signature.json is the contract every client must reproduce
+(docs/reference/signature.md). The signature tests read that copy and nothing else, so
+the repository tests itself; one test compares it with the team's shared vectors when
+they sit beside the clone, so a copy that drifts from them fails."""
 
 from __future__ import annotations
 
@@ -14,29 +19,36 @@ import pytest
 from undolog import SignatureError, call_signature, canonical_json
 from undolog.signature import MAX_NESTING_DEPTH, check_storable
 
-
-def _vector_files() -> list[Path]:
-    """The copy kept in the repo, and the team's shared contract when it sits beside this
-    clone (CI and developers' machines; UNDOLOG_VECTORS names another): both must pass,
-    so a copy that drifts from the contract fails here."""
-    here = Path(__file__).resolve().parent
-    files = [here / "vectors" / "call_signature.json"]
-    shared = (
-        Path(os.environ["UNDOLOG_VECTORS"])
-        if os.environ.get("UNDOLOG_VECTORS")
-        else here.parent.parent / "shared" / "vectors" / "call_signature.json"
-    )
-    if shared.is_file():
-        files.append(shared)
-    return files
+HERE = Path(__file__).resolve().parent
+IN_REPO = HERE / "vectors"
 
 
-VECTOR_SETS: list[dict[str, Any]] = [
-    json.loads(f.read_text(encoding="utf-8")) for f in _vector_files()
-]
-VECTORS = VECTOR_SETS[0]
-ALL_VECTORS = [v for vs in VECTOR_SETS for v in vs["vectors"]]
-ALL_REJECTS = [c for vs in VECTOR_SETS for c in vs["must_reject"]]
+def _shared_vectors() -> Path:
+    """The shared vectors' folder: UNDOLOG_VECTORS, else ../shared/vectors beside the
+    clone (where the team keeps them on developers' machines and in CI)."""
+    if os.environ.get("UNDOLOG_VECTORS"):
+        return Path(os.environ["UNDOLOG_VECTORS"])
+    return HERE.parent.parent / "shared" / "vectors"
+
+
+VECTORS: dict[str, Any] = json.loads((IN_REPO / "call_signature.json").read_text(encoding="utf-8"))
+ALL_VECTORS = VECTORS["vectors"]
+ALL_REJECTS = VECTORS["must_reject"]
+
+
+def test_the_in_repo_vectors_are_the_shared_ones() -> None:
+    shared = _shared_vectors()
+    if not shared.is_dir():
+        pytest.skip(f"no shared vectors at {shared} to compare with (set UNDOLOG_VECTORS)")
+    mine = sorted(p.relative_to(IN_REPO).as_posix() for p in IN_REPO.rglob("*") if p.is_file())
+    theirs = sorted(p.relative_to(shared).as_posix() for p in shared.rglob("*") if p.is_file())
+    assert mine == theirs
+    for name in mine:
+        assert (IN_REPO / name).read_bytes() == (shared / name).read_bytes(), name
+
+
+def test_the_vectors_are_not_empty() -> None:
+    assert len(ALL_VECTORS) >= 5 and len(ALL_REJECTS) >= 5
 
 
 @pytest.mark.parametrize("vector", ALL_VECTORS, ids=lambda v: f"{v['tool_name']}")

@@ -1,4 +1,4 @@
-"""Property-based tests of both state machines (issue 10, point 10).
+"""Property-based tests of both state machines (docs/design/state-machines.md).
 
 Hypothesis drives random sequences of the engine's API calls, valid and not, against a
 real PostgreSQL and a small model of the effect and session state machines (README,
@@ -8,7 +8,8 @@ and the full sequence of history rows each has accumulated. A call the model say
 refused must be refused with the documented error and change nothing.
 
 Late commits and fails (a report arriving for an effect already compensating or
-compensated, issue 10 point 5) are not generated: their recording is being designed.
+compensated) are not generated: the model does not follow them; tests/test_durability.py
+and pgtap/26_late_result.sql do.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""`undolog worker` keeps serving through the faults a running system meets (issue 10.3,
-issue 12.1): a halted session, a server restart, a compensation error carrying U+0000, a
-stale claim, one session's error; it stops only on SIGTERM/SIGINT (exit 0, the entry in
-hand finished, nothing left claimed) or a configuration error (exit 2).
+"""`undolog worker` keeps serving through the faults a running system meets
+(docs/operations/worker.md): a halted session, a server restart, a compensation error
+carrying U+0000, a stale claim, one session's error; it stops only on SIGTERM/SIGINT
+(exit 0, the entry in hand finished, nothing left claimed) or a configuration error
+(exit 2).
 
 Real processes where it matters: the worker is a subprocess of `undolog worker`; the
 server is restarted with pg_ctl on a throwaway cluster of its own.

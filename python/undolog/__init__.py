@@ -1,5 +1,6 @@
 """UndoLog: a PostgreSQL-backed safety net for AI agents' tool calls."""
 
+from undolog._version import __version__ as __version__
 from undolog.client import AsyncUndoLog, SessionContext, UndoLog
 from undolog.context import ActiveSession
 from undolog.decorator import undolog_tool
@@ -78,5 +79,3 @@ __all__ = [
     "migrate",
     "undolog_tool",
 ]
-
-__version__ = "0.1.0"

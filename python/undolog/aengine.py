@@ -52,7 +52,7 @@ async def register_tool(
     on_reject: str = "fail_session",
 ) -> uuid.UUID:
     params = engine.register_tool_params(tool_name, tier, compensation, on_reject)
-    tool_id: uuid.UUID = (await _one(conn, engine.REGISTER_TOOL, params))[0]
+    tool_id: uuid.UUID = (await _one(conn, engine.register_tool_query(params), params))[0]
     return tool_id
 
 

@@ -51,7 +51,8 @@ def approve(
 def reject(
     conn: Connection, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
 ) -> str:
-    """Refuse the call; the session goes to its undo walk.
+    """Refuse the call; the session goes to its undo walk (or, for a tool registered
+    ``on_reject="continue"``, back to active: the agent gets the reason).
 
     Answers ``'rejected'``, or ``'expired'`` when the deadline had already passed (the
     call is refused either way; the record says the decision came too late). Raises

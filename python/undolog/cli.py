@@ -69,6 +69,7 @@ from undolog.errors import (
     UnknownSession,
 )
 from undolog.migrations import (
+    DEFAULT_LOCK_TIMEOUT,
     MigrationError,
     applied_migrations,
     available_migrations,
@@ -380,7 +381,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
                 else:
                     print(message)
                 return EXIT_OK
-        applied = migrate(conn, target=args.target)
+        applied = migrate(conn, target=args.target, lock_timeout=args.lock_timeout)
     if args.json:
         print(json.dumps({"applied": applied}))
     else:
@@ -1014,6 +1015,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", parents=[common], help="install or upgrade the engine")
     p.add_argument("--target", help="stop after this migration (default: apply all)")
     p.add_argument("--check", action="store_true", help="change nothing: same as status")
+    p.add_argument(
+        "--lock-timeout",
+        default=DEFAULT_LOCK_TIMEOUT,
+        metavar="DURATION",
+        help="give up when a table lock is not granted within this (PostgreSQL duration,"
+        f" e.g. 500ms, 30s; 0: no limit; default {DEFAULT_LOCK_TIMEOUT}); agents' calls on"
+        " that table wait behind migrate meanwhile",
+    )
     p.set_defaults(func=_cmd_migrate)
     p = sub.add_parser("status", parents=[common], help="is the engine up to date? (0 yes, 1 no)")
     p.set_defaults(func=_cmd_status)

@@ -27,7 +27,8 @@ Params = tuple[Any, ...]
 
 # The engine's step_index is a PostgreSQL integer.
 MAX_STEP_INDEX = 2**31 - 1
-# The session state machine's states (DESIGN.md), for the faces' filters and choices.
+# The session state machine's states (docs/design/state-machines.md), for the faces'
+# filters and choices.
 SESSION_STATES = (
     "active",
     "awaiting_approval",
@@ -68,7 +69,10 @@ BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
 HEARTBEAT = "SELECT undolog.heartbeat(%s)"
 INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
 COMMIT = "SELECT undolog.commit(%s, %s)"
-REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s, p_on_reject => %s)"
+REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s)"
+# on_reject sent only when it is not the default: a default tool's registration is then
+# the same statement for an engine before on_reject existed.
+REGISTER_TOOL_ON_REJECT = "SELECT undolog.register_tool(%s, %s, %s, p_on_reject => %s)"
 APPROVAL_DECISION = (
     "SELECT approval_id, session_id, effect_id, tool_name, decision, decided_by, decided_at,"
     " reason, on_reject, session_state, session_continues"
@@ -163,12 +167,13 @@ def register_tool_params(
     compensation: Mapping[str, Any] | None,
     on_reject: str = "fail_session",
 ) -> Params:
-    return (
-        tool_name,
-        tier,
-        Jsonb(dict(compensation)) if compensation is not None else None,
-        on_reject,
-    )
+    described = (tool_name, tier, Jsonb(dict(compensation)) if compensation is not None else None)
+    return described if on_reject == "fail_session" else (*described, on_reject)
+
+
+def register_tool_query(params: Params) -> str:
+    """The statement for register_tool_params' answer."""
+    return REGISTER_TOOL if len(params) == 3 else REGISTER_TOOL_ON_REJECT
 
 
 def register_tool(
@@ -181,9 +186,8 @@ def register_tool(
     """Register a tool of this login (idempotent): answers its tool_id. UL018 when a
     live registration of the name says otherwise (tier, compensation or on_reject);
     UL008 for an on_reject other than 'fail_session' or 'continue'."""
-    tool_id: uuid.UUID = fetch_one(
-        conn, REGISTER_TOOL, register_tool_params(tool_name, tier, compensation, on_reject)
-    )[0]
+    params = register_tool_params(tool_name, tier, compensation, on_reject)
+    tool_id: uuid.UUID = fetch_one(conn, register_tool_query(params), params)[0]
     return tool_id
 
 

@@ -11,27 +11,33 @@ The engine's SQL (``sql/``, shipped inside the wheel) has two kinds of files:
 * repeatable sources, one object a file: ``sql/functions/*.sql``, ``sql/views/*.sql``,
   ``sql/triggers/*.sql``, ``sql/policies/*.sql`` and ``sql/grants.sql``. They hold the
   one current definition of each object (CREATE OR REPLACE, or DROP IF EXISTS + CREATE
-  for policies) and are applied again, all of them, whenever a migration is pending or
-  one of their texts differs from what ``undolog.undolog_repeatables`` recorded. A
-  database already current is left alone: no DDL, no table lock.
+  for policies). ``undolog.undolog_repeatables`` records the checksum of each one's
+  applied text, and a source is applied again only when its text differs from that, or
+  its object is gone from the database (a migration of this run dropped it);
+  ``grants.sql`` also after any migration. Triggers and policies take table locks that
+  queue agents' statements, so an unchanged one is never re-created; a database already
+  current is left alone: no DDL, no table lock.
 
 Apply order, in ONE transaction under one advisory lock (two installers racing: the
-second waits, then finds everything recorded and does nothing):
+second waits, then finds everything recorded and does nothing), every later lock wait
+bounded by ``lock_timeout`` (MigrationLockTimeout names the holder):
 
 1. ``sql/bootstrap.sql`` (the runner's own tables);
 2. the pending migrations in number order, each up to its after-repeatables line;
-3. ``functions/`` in file-name order with ``check_function_bodies = off``, as pg_dump
-   does: a LANGUAGE sql body is otherwise validated at creation and would need every
-   function it calls to exist already, so file names would have to encode dependencies.
-   Once all are in, every function of the schema is validated (its language's validator,
-   with bodies checked), so a broken body still fails the migrate;
-4. ``views/`` (name order: a view that reads another view must sort after it),
-   ``triggers/``, ``policies/``, then ``grants.sql``;
+3. the ``functions/`` to apply, in file-name order with ``check_function_bodies = off``,
+   as pg_dump does: a LANGUAGE sql body is otherwise validated at creation and would
+   need every function it calls to exist already, so file names would have to encode
+   dependencies. Then, when a function was applied or a migration ran, every function of
+   the schema is validated (its language's validator, with bodies checked), so a broken
+   body still fails the migrate;
+4. the ``views/`` to apply (name order: a view that reads another view must sort after
+   it), ``triggers/``, ``policies/``, then ``grants.sql``;
 5. the after-repeatables parts of the migrations applied in step 2;
-6. the records: migrations (name, checksum) and repeatables (source_file, checksum).
+6. the records: migrations (name, checksum) and the repeatables applied (source_file,
+   checksum); the records of files no longer in the package are dropped.
 
 ``undolog.version()`` is ``sql/functions/version.sql`` with the package's version
-(pyproject.toml, via the installed package's metadata) written in at apply time.
+(python/undolog/_version.py, the one place it is written) filled in at apply time.
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from importlib import metadata
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from undolog._sql import sql_root
+from undolog._version import __version__
 
 # pg_advisory_xact_lock key held by every migrate transaction (arbitrary, fixed).
 MIGRATE_LOCK_KEY = 7557806069434771456
@@ -58,15 +65,21 @@ REPEATABLE_DIRS = ("functions", "views", "triggers", "policies")
 GRANTS_FILE = "grants.sql"
 VERSION_PLACEHOLDER = "@UNDOLOG_VERSION@"
 
+# How long migrate waits for a table lock (CREATE TRIGGER, CREATE POLICY, ALTER TABLE)
+# before it gives up: agents' statements on that table queue behind the waiting DDL, so
+# this is also the longest an upgrade may stall them. Agents' transactions last
+# milliseconds; a holder for longer is a transaction a person must look at.
+DEFAULT_LOCK_TIMEOUT = "5s"
+LockTimeout = str | int | float | timedelta
+
 _MIGRATION_NAME = re.compile(r"^[0-9]{4}_[a-z0-9_]+$")
 
 
 def engine_version() -> str:
-    """The package's version (pyproject.toml's, from the installed metadata)."""
-    try:
-        return metadata.version("undolog")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree never installed
-        return "0+unknown"
+    """The package's version: python/undolog/_version.py, the one place it is written
+    (pyproject.toml reads it from there into the wheel's metadata). Read from the module,
+    not from the installed metadata, which an editable install leaves stale after a bump."""
+    return __version__
 
 
 @dataclass(frozen=True)
@@ -136,17 +149,32 @@ class Status:
     pending: list[str] = field(default_factory=list)  # migrations not yet applied
     changed: list[str] = field(default_factory=list)  # repeatables new or different
     removed: list[str] = field(default_factory=list)  # recorded, no longer a file
+    missing: list[str] = field(default_factory=list)  # unchanged, but the object is gone
 
     @property
     def up_to_date(self) -> bool:
-        return not (self.pending or self.changed or self.removed)
+        return not (self.pending or self.changed or self.removed or self.missing)
 
     def describe(self) -> list[str]:
         return (
             [f"pending migration {name}" for name in self.pending]
             + [f"changed {path}" for path in self.changed]
             + [f"removed {path} (a migration must drop its object)" for path in self.removed]
+            + [
+                f"missing {path} (its object is gone: migrate re-creates it)"
+                for path in self.missing
+            ]
         )
+
+
+class MigrationLockTimeout(MigrationError):
+    """migrate waited ``lock_timeout`` for a table lock another transaction holds, and
+    gave up; nothing was applied. ``holders`` describes who held it when migrate looked."""
+
+    def __init__(self, message: str, where: str, holders: list[str]) -> None:
+        super().__init__(message)
+        self.where = where
+        self.holders = holders
 
 
 def describe_applied(applied: list[str]) -> list[str]:
@@ -160,8 +188,35 @@ def describe_applied(applied: list[str]) -> list[str]:
     return done + sources
 
 
-def _lock(conn: psycopg.Connection[Any]) -> None:
+def _lock(conn: psycopg.Connection[Any], lock_timeout: LockTimeout) -> str:
+    """Take the migrate lock, then bound every later lock wait of the transaction.
+
+    The advisory lock is taken first and without a limit: a second installer waits for
+    the first, which is making progress, then finds its work done. Every table lock after
+    it waits at most ``lock_timeout``: a DDL statement waiting for a lock makes every
+    agent statement on that table queue behind it, so the wait must be short, and a
+    transaction that holds a lock for long must make migrate fail, not hang."""
     conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
+    setting = _lock_timeout_setting(lock_timeout)
+    try:
+        with conn.transaction():  # a savepoint: a refused value leaves the transaction usable
+            conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (setting,))
+    except psycopg.Error as exc:
+        raise MigrationError(
+            f"lock_timeout {setting!r} is not a duration PostgreSQL accepts: give one like"
+            " '5s', '500ms' or '1min' (0 waits without a limit)"
+        ) from exc
+    return setting
+
+
+def _lock_timeout_setting(lock_timeout: LockTimeout) -> str:
+    if isinstance(lock_timeout, timedelta):
+        return f"{round(lock_timeout.total_seconds() * 1000)}ms"
+    if isinstance(lock_timeout, bool):
+        raise MigrationError(f"lock_timeout {lock_timeout!r} is not a duration: give e.g. '5s'")
+    if isinstance(lock_timeout, int | float):
+        return f"{round(lock_timeout * 1000)}ms"
+    return str(lock_timeout).strip()
 
 
 def _recorded(conn: psycopg.Connection[Any], table: str, key: str) -> dict[str, str]:
@@ -210,12 +265,60 @@ def _plan(
     pending = [m for m in migrations if m.name not in applied]
     sources = repeatables()
     recorded = applied_repeatables(conn)
+    changed = [r.path for r in sources if recorded.get(r.path) != r.checksum]
     status = Status(
         pending=[m.name for m in pending],
-        changed=[r.path for r in sources if recorded.get(r.path) != r.checksum],
+        changed=changed,
         removed=sorted(set(recorded) - {r.path for r in sources}),
+        missing=_missing(conn, [r for r in sources if r.path not in changed]) if recorded else [],
     )
     return pending, sources, status
+
+
+# What each repeatable file defines, to find the objects a migration (a DROP ... CASCADE,
+# a table re-created) or a person removed while the file stayed the same.
+_CATALOG_OBJECTS = """
+SELECT 'functions/' || p.proname || '.sql', NULL
+FROM pg_catalog.pg_proc AS p WHERE p.pronamespace = 'undolog'::regnamespace
+UNION ALL
+SELECT 'views/' || c.relname || '.sql', NULL
+FROM pg_catalog.pg_class AS c
+WHERE c.relnamespace = 'undolog'::regnamespace AND c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'triggers/' || t.tgname || '.sql', c.relname
+FROM pg_catalog.pg_trigger AS t JOIN pg_catalog.pg_class AS c ON c.oid = t.tgrelid
+WHERE c.relnamespace = 'undolog'::regnamespace AND NOT t.tgisinternal
+UNION ALL
+SELECT 'policies/' || p.tablename || '.sql', p.policyname
+FROM pg_catalog.pg_policies AS p WHERE p.schemaname = 'undolog'
+"""
+_TRIGGER_TABLE = re.compile(r"\sON\s+undolog\.(\w+)\s")
+_POLICY_NAME = re.compile(r"CREATE\s+POLICY\s+(\w+)\s+ON\s+undolog\.(\w+)")
+
+
+def _missing(conn: psycopg.Connection[Any], sources: list[Repeatable]) -> list[str]:
+    """The sources among ``sources`` whose object is not in the database: a function or
+    view of that name, a trigger of that name on its table, every policy of the file.
+    grants.sql is never missing here: migrate re-applies it after any migration."""
+    found: dict[str, set[str | None]] = {}
+    for path, detail in conn.execute(_CATALOG_OBJECTS).fetchall():
+        found.setdefault(str(path), set()).add(detail)
+    gone = []
+    for r in sources:
+        kind = r.path.partition("/")[0]
+        if kind in ("functions", "views"):
+            present = r.path in found
+        elif kind == "triggers":
+            tables = _TRIGGER_TABLE.findall(r.sql)
+            present = r.path in found and (not tables or tables[0] in found[r.path])
+        elif kind == "policies":
+            names = {name for name, _table in _POLICY_NAME.findall(r.sql)}
+            present = names <= found.get(r.path, set())
+        else:
+            present = True
+        if not present:
+            gone.append(r.path)
+    return gone
 
 
 def status(conn: psycopg.Connection[Any], target: str | None = None) -> Status:
@@ -246,83 +349,227 @@ $validate$;
 """
 
 
-def _apply_repeatables(conn: psycopg.Connection[Any], sources: list[Repeatable]) -> None:
+def _apply_repeatables(
+    conn: psycopg.Connection[Any], sources: list[Repeatable], validate: bool = True
+) -> None:
+    """Apply ``sources`` (a subset of repeatables(), in its order); then, or when
+    ``validate`` (a migration ran: a dropped column breaks a body that did not change),
+    every function of the schema is validated with bodies checked."""
     conn.execute("SET LOCAL check_function_bodies = off")
-    for r in sources:
-        if r.path.startswith("functions/"):
-            _execute(conn, r.path, r.sql)
-    _execute(conn, "validating the functions", VALIDATE_FUNCTIONS)
+    functions = [r for r in sources if r.path.startswith("functions/")]
+    for r in functions:
+        _execute(conn, r.path, r.sql)
+    if functions or validate:
+        _execute(conn, "validating the functions", VALIDATE_FUNCTIONS)
     for r in sources:
         if not r.path.startswith("functions/"):
             _execute(conn, r.path, r.sql)
 
 
+class _LockWaitExpired(Exception):
+    """A statement of the migrate transaction gave up waiting for a lock (55P03)."""
+
+    def __init__(self, where: str, sql: str) -> None:
+        super().__init__(where)
+        self.where = where
+        self.sql = sql
+
+
 def _execute(conn: psycopg.Connection[Any], where: str, sql: str) -> None:
     try:
         conn.execute(sql.encode("utf-8"))
+    except psycopg.errors.LockNotAvailable as exc:
+        raise _LockWaitExpired(where, sql) from exc
+    except psycopg.errors.DeadlockDetected as exc:
+        # Re-creating triggers and policies locks table after table while agents lock
+        # them in their own order; migrate's transaction is the one PostgreSQL ended.
+        raise MigrationError(
+            f"{where}: deadlocked with another transaction on the engine's tables (an"
+            " agent's call) and PostgreSQL ended migrate's: nothing was applied. Run"
+            " migrate again; a release that re-creates triggers or policies is best"
+            " applied when few agents are calling"
+        ) from exc
     except psycopg.Error as exc:
         raise MigrationError(f"{where}: {exc}") from exc
 
 
-def migrate(conn: psycopg.Connection[Any], target: str | None = None) -> list[str]:
+# The relations a statement that timed out may have waited for: a trigger's or policy's
+# table (ON undolog.x), a view, or any relation a migration names.
+_NAMED_RELATION = re.compile(r"\bundolog\.(\w+)")
+
+_LOCK_HOLDERS = """
+SELECT DISTINCT ON (a.pid) a.pid, a.usename, a.application_name, a.state,
+       extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int AS seconds,
+       left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 80) AS query,
+       c.relname, l.mode
+FROM pg_catalog.pg_locks AS l
+JOIN pg_catalog.pg_class AS c ON c.oid = l.relation
+JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+  AND c.relnamespace = 'undolog'::regnamespace
+  AND (cardinality(%(names)s::text[]) = 0 OR c.relname = ANY (%(names)s::text[]))
+  AND (%(modes)s::text[] IS NULL OR l.mode = ANY (%(modes)s::text[]))
+ORDER BY a.pid, c.relname
+LIMIT 5
+"""
+
+# The granted modes that block what each kind of statement asks for: CREATE TRIGGER takes
+# SHARE ROW EXCLUSIVE (blocked by writers, not readers); a function, or the validation
+# of the bodies, reads tables at most (blocked by ACCESS EXCLUSIVE only); a policy, a
+# view and most ALTER TABLEs take ACCESS EXCLUSIVE (blocked by any holder).
+_BLOCKING_MODES: dict[str, list[str] | None] = {
+    "triggers": [
+        "RowExclusiveLock",
+        "ShareUpdateExclusiveLock",
+        "ShareLock",
+        "ShareRowExclusiveLock",
+        "ExclusiveLock",
+        "AccessExclusiveLock",
+    ],
+    "functions": ["AccessExclusiveLock"],
+    "validating the functions": ["AccessExclusiveLock"],
+}
+
+
+def _lock_timeout_error(
+    conn: psycopg.Connection[Any], wait: _LockWaitExpired, setting: str
+) -> MigrationLockTimeout:
+    """Say who holds the lock migrate waited for, and what to do: asked after the
+    rollback, on the same connection, so the answer may miss a holder that just ended."""
+    kind = wait.where.partition("/")[0]
+    if kind in ("triggers", "policies"):
+        names = (
+            _TRIGGER_TABLE.findall(wait.sql)[:1]
+            or [table for _name, table in _POLICY_NAME.findall(wait.sql)][:1]
+        )
+    else:
+        names = sorted(set(_NAMED_RELATION.findall(wait.sql)))
+    modes = _BLOCKING_MODES.get(kind, _BLOCKING_MODES.get(wait.where))
+    if kind == "functions" or wait.where == "validating the functions":
+        names = []  # what a body reads: any of the engine's tables
+    try:
+        rows = conn.execute(_LOCK_HOLDERS, {"names": names, "modes": modes}).fetchall()
+    except psycopg.Error:
+        rows = []
+    holders = [
+        f"pid {pid} (login {user}, application {app or '-'!r}, {state} for {secs} s,"
+        f" holding {mode} on undolog.{rel}; its statement: {query!r})"
+        for pid, user, app, state, secs, query, rel, mode in rows
+    ]
+    tables = ", ".join(f"undolog.{n}" for n in names) or "the engine's tables"
+    held = (
+        "Held by " + "; ".join(holders) + "."
+        if holders
+        else "Its holder had ended by the time migrate looked (pg_locks shows no holder now)."
+    )
+    pids = ", ".join(str(r[0]) for r in rows) or "PID"
+    message = (
+        f"{wait.where}: gave up after lock_timeout {setting} waiting for a lock on {tables}"
+        f" that another transaction holds; nothing was applied (one transaction). {held}"
+        " Next: let that transaction finish (or end it: SELECT pg_terminate_backend("
+        f"{pids})) and run migrate again, or allow a longer wait with --lock-timeout"
+        " (agents' statements on that table queue behind migrate while it waits)."
+    )
+    return MigrationLockTimeout(message, wait.where, holders)
+
+
+def migrate(
+    conn: psycopg.Connection[Any],
+    target: str | None = None,
+    *,
+    lock_timeout: LockTimeout = DEFAULT_LOCK_TIMEOUT,
+) -> list[str]:
     """Bring the database up to date (migrations up to ``target`` included).
 
+    Re-creates only what changed: the pending migrations; the repeatable sources whose
+    applied text differs from the checksum recorded for them (all of them on a fresh
+    install), or whose object is gone from the database; ``grants.sql`` again whenever a
+    migration ran. An unchanged function, view, trigger or policy is not touched, so an
+    upgrade that changes one function takes no table lock.
+
     Answers what was applied: the migrations' names, then the paths of the repeatable
-    sources whose text was new or changed (all of them on a fresh install); ``[]`` when
-    the database was already current. One transaction: on any error nothing is applied.
+    sources applied, in apply order; ``[]`` when the database was already current. One
+    transaction: on any error nothing is applied. Every lock wait after the migrate lock
+    is bounded by ``lock_timeout`` (a PostgreSQL duration such as ``'5s'``, seconds as a
+    number, or a timedelta; ``0`` waits without a limit): a transaction holding a table
+    lock longer makes it raise MigrationLockTimeout, which names the holder.
     ``conn`` must not be inside a transaction.
     """
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise MigrationError("migrate needs a connection outside any transaction")
-    with conn.transaction():
-        _lock(conn)
-        conn.execute((sql_root() / "bootstrap.sql").read_text(encoding="utf-8"))
-        pending, sources, plan = _plan(conn, target)
-        if plan.up_to_date:
-            return []
-        for m in pending:
-            _execute(conn, m.path.name, m.parts()[0])
-        _apply_repeatables(conn, sources)
-        for m in pending:
-            after = m.parts()[1]
-            if after.strip():
-                _execute(conn, f"{m.path.name} (after the repeatables)", after)
-        for m in pending:
-            conn.execute(
-                "INSERT INTO undolog.undolog_migrations (name, checksum) VALUES (%s, %s)",
-                (m.name, m.checksum),
-            )
-        _record_repeatables(conn, sources)
-    return plan.pending + plan.changed
+    setting = ""
+    try:
+        with conn.transaction():
+            setting = _lock(conn, lock_timeout)
+            _execute(conn, "bootstrap.sql", (sql_root() / "bootstrap.sql").read_text("utf-8"))
+            pending, sources, plan = _plan(conn, target)
+            if plan.up_to_date:
+                return []
+            for m in pending:
+                _execute(conn, m.path.name, m.parts()[0])
+            redo = set(plan.changed) | set(plan.missing)
+            if pending:
+                # what the migrations just dropped, and the grants of what they created
+                unchanged = [r for r in sources if r.path not in redo]
+                redo |= set(_missing(conn, unchanged)) | {GRANTS_FILE}
+            todo = [r for r in sources if r.path in redo]
+            _apply_repeatables(conn, todo, validate=bool(pending))
+            for m in pending:
+                after = m.parts()[1]
+                if after.strip():
+                    _execute(conn, f"{m.path.name} (after the repeatables)", after)
+            for m in pending:
+                conn.execute(
+                    "INSERT INTO undolog.undolog_migrations (name, checksum) VALUES (%s, %s)",
+                    (m.name, m.checksum),
+                )
+            _record_repeatables(conn, todo, plan.removed)
+    except _LockWaitExpired as wait:
+        raise _lock_timeout_error(conn, wait, setting) from wait.__cause__
+    return plan.pending + [r.path for r in todo]
 
 
-def apply_repeatables(conn: psycopg.Connection[Any]) -> list[str]:
+def apply_repeatables(
+    conn: psycopg.Connection[Any], *, lock_timeout: LockTimeout = DEFAULT_LOCK_TIMEOUT
+) -> list[str]:
     """Re-apply every repeatable source of an installed engine, whatever the records say.
 
-    For a developer iterating on a function (``migrate`` does the same when a text
-    changed), and for the test that applying them twice changes nothing. Refuses a
-    database with pending migrations: the sources may need their tables.
+    For a developer who wants every object re-created, and for the test that applying
+    them twice changes nothing (``migrate`` re-applies only what changed). Refuses a
+    database with pending migrations: the sources may need their tables. Lock waits are
+    bounded as in ``migrate``.
     """
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise MigrationError("apply_repeatables needs a connection outside any transaction")
-    with conn.transaction():
-        _lock(conn)
-        pending, sources, _ = _plan(conn, None)
-        if pending:
-            raise MigrationError(
-                f"pending migrations {', '.join(m.name for m in pending)}: run migrate"
-            )
-        _apply_repeatables(conn, sources)
-        _record_repeatables(conn, sources)
+    setting = ""
+    try:
+        with conn.transaction():
+            setting = _lock(conn, lock_timeout)
+            pending, sources, plan = _plan(conn, None)
+            if pending:
+                raise MigrationError(
+                    f"pending migrations {', '.join(m.name for m in pending)}: run migrate"
+                )
+            _apply_repeatables(conn, sources)
+            _record_repeatables(conn, sources, plan.removed)
+    except _LockWaitExpired as wait:
+        raise _lock_timeout_error(conn, wait, setting) from wait.__cause__
     return [r.path for r in sources]
 
 
-def _record_repeatables(conn: psycopg.Connection[Any], sources: list[Repeatable]) -> None:
-    conn.execute("DELETE FROM undolog.undolog_repeatables")
+def _record_repeatables(
+    conn: psycopg.Connection[Any], applied: list[Repeatable], removed: list[str]
+) -> None:
+    """Record the checksum of each source applied; forget the files that are gone."""
     with conn.cursor() as cur:
+        cur.execute(
+            "DELETE FROM undolog.undolog_repeatables WHERE source_file = ANY (%s)", (removed,)
+        )
         cur.executemany(
-            "INSERT INTO undolog.undolog_repeatables (source_file, checksum) VALUES (%s, %s)",
-            [(r.path, r.checksum) for r in sources],
+            "INSERT INTO undolog.undolog_repeatables (source_file, checksum) VALUES (%s, %s)"
+            " ON CONFLICT (source_file) DO UPDATE SET checksum = excluded.checksum,"
+            " applied_at = excluded.applied_at, applied_by = excluded.applied_by",
+            [(r.path, r.checksum) for r in applied],
         )
 
 

@@ -1,4 +1,4 @@
-"""The call signature, a fixed contract shared by every client (DESIGN.md):
+"""The call signature, a fixed contract shared by every client (docs/design/signature.md):
 
     call_signature = hex(BLAKE3-256(JCS([session_id, step_index, tool_name, args])))
 

@@ -90,8 +90,8 @@ BEGIN
                     -- may be routing rows of it into the default right now, each holding the
                     -- parent (ROW EXCLUSIVE) while it waits for the default. Locking the default
                     -- first and a parent later (this DDL, or the DROP of maintain_partitions'
-                    -- retention in the same transaction) deadlocked them (issue 10: 40P01 on
-                    -- intercepts and commits). So both parents first, in the order every writer
+                    -- retention in the same transaction) deadlocked them (40P01 on intercepts
+                    -- and commits, found by bench/faults.py's month trials). So both parents first, in the order every writer
                     -- takes them (effect log, then its history), for the rest of the transaction:
                     -- writers wait for the drain instead of failing. A future month receives no
                     -- rows and keeps the weaker locks below.

@@ -1,4 +1,5 @@
--- undolog.session_transition_allowed: the session state machine of DESIGN.md, as data.
+-- undolog.session_transition_allowed: the session state machine, as data
+-- (docs/design/state-machines.md).
 -- halted -> compensating is the operator resuming a halted walk.
 CREATE OR REPLACE FUNCTION undolog.session_transition_allowed(p_from text, p_to text)
 RETURNS boolean

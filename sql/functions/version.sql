@@ -1,5 +1,5 @@
 -- undolog.version: the version of the engine installed in this database, e.g. '0.1.0'.
--- The package's version (pyproject.toml, read from the installed package's metadata) is
+-- The package's version (python/undolog/_version.py, which pyproject.toml reads too) is
 -- written in by the runner when it applies this file: @UNDOLOG_VERSION@ below is
 -- replaced, so the version has one source, and a new release re-applies this function
 -- (its applied text, hence its checksum, changes). SECURITY DEFINER like every function

@@ -4,8 +4,8 @@
 -- An agent reads the rows of its own sessions (see undolog_sessions.sql; the
 -- sessions subquery is itself filtered to the agent's sessions), approver and operator
 -- read every row. Only the owner writes, through the SECURITY DEFINER functions.
--- DROP IF EXISTS then CREATE: re-applied on every migrate (CREATE POLICY has no
--- OR REPLACE); RLS itself is enabled with the table, in its migration.
+-- DROP IF EXISTS then CREATE (CREATE POLICY has no OR REPLACE), so migrate can apply
+-- the file again when it changes; RLS itself is enabled with the table, in its migration.
 DROP POLICY IF EXISTS undolog_agent_reads_own ON undolog.undolog_effect_log;
 CREATE POLICY undolog_agent_reads_own ON undolog.undolog_effect_log
 FOR SELECT TO undolog_agent
