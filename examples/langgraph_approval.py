@@ -1,4 +1,5 @@
-"""A LangGraph graph whose payout waits for a human, approved, then resumed.
+"""A LangGraph graph, streamed as a UI drives it, whose payout waits for a human: the
+person answers as LangGraph's Agent Inbox does, and the graph resumes.
 
 Offline: a small chat model scripts what the LLM would say. UNDOLOG_DSN is the agent's
 login, UNDOLOG_APPROVER_DSN a person's (the engine refuses a login approving its own call).
@@ -83,11 +84,16 @@ graph = builder.compile(checkpointer=InMemorySaver())
 session_id = uuid.uuid4()  # keep it: resuming uses the same session
 config: Any = {"configurable": {"thread_id": str(session_id)}}
 start = {"messages": [HumanMessage("Onboard Ada and pay her")]}
-out = ul_langchain.run(graph, ul, start, config, session_id=session_id)
-request = out[ul_langchain.INTERRUPT][0].value
-print("waiting for a human:", request["tool"])
+for chunk in ul_langchain.stream(graph, ul, start, config, session_id=session_id):
+    for pending in chunk.get(ul_langchain.INTERRUPT, ()):
+        [request] = pending.value  # an Agent Inbox HumanInterrupt
+        print("waiting for a human:", request["action_request"]["action"])
 
-# the person's decision, recorded in UndoLog under their login; then resume the graph
-command = ul_langchain.decide(request, approver, "alice", approved=True)
-out = ul_langchain.run(graph, ul, command, config, session_id=session_id)
-print(out["messages"][-1].content)
+# the person's answer, as the Agent Inbox sends it, recorded under their login
+answer = [{"type": "accept", "args": None}]
+command = ul_langchain.respond(request, answer, approver, "alice")
+for chunk in ul_langchain.stream(
+    graph, ul, command, config, session_id=session_id, stream_mode="values"
+):
+    last = chunk["messages"][-1]
+print(last.content)

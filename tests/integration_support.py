@@ -56,7 +56,8 @@ class World:
 
 
 def make_tools(world: World) -> dict[str, Any]:
-    """search (SAFE, sync), create_user (COMPENSABLE, async), payout (IRREVERSIBLE, async)
+    """search (SAFE, sync), create_user (COMPENSABLE, async), payout (IRREVERSIBLE, async),
+    gift (IRREVERSIBLE, on_reject="continue": a rejection leaves the session going on)
     and their sync twins for sync runs."""
 
     @undolog_tool(tier=ToolTier.SAFE)
@@ -97,7 +98,23 @@ def make_tools(world: World) -> dict[str, Any]:
         world.payouts.append(cents)
         return {"paid": cents}
 
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, on_reject="continue")
+    async def gift(cents: int) -> dict[str, Any]:
+        """Send a gift voucher; a person may say no, and the agent goes on."""
+        world.runs["gift"] += 1
+        world.payouts.append(cents)
+        return {"gift": cents}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, on_reject="continue", name="gift")
+    def gift_sync(cents: int) -> dict[str, Any]:
+        """Send a gift voucher; a person may say no, and the agent goes on."""
+        world.runs["gift"] += 1
+        world.payouts.append(cents)
+        return {"gift": cents}
+
     return {
+        "gift": gift,
+        "gift_sync": gift_sync,
         "search": search,
         "create_user": create_user,
         "payout": payout,

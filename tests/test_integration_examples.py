@@ -17,8 +17,29 @@ from integration_support import logins
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {
     "openai_agents_approval.py": "openai-agents",
+    "openai_agents_rejection.py": "openai-agents",
     "pydantic_ai_approval.py": "pydantic-ai",
     "langgraph_approval.py": "langgraph",
+}
+APPROVED = (
+    ["waiting for a human: payout", "Ada is onboarded and paid."],
+    [("create_user", "committed"), ("payout", "committed")],
+    [("alice", "undolog_it_approver", "approved")],
+)
+# What each example prints, what its journal holds, who decided what.
+EXPECTED: dict[str, tuple[list[str], list[tuple[str, str]], list[tuple[str, str, str]]]] = {
+    "openai_agents_approval.py": APPROVED,
+    "pydantic_ai_approval.py": APPROVED,
+    "langgraph_approval.py": APPROVED,
+    "openai_agents_rejection.py": (
+        [
+            "waiting for a human: send_gift",
+            "the model was told: alice rejected the send_gift call: over budget. It did not run.",
+            "Ada is onboarded, without a gift.",
+        ],
+        [("create_user", "committed"), ("send_gift", "rejected")],
+        [("alice", "undolog_it_approver", "rejected")],
+    ),
 }
 
 
@@ -40,18 +61,19 @@ def test_example_runs_as_written(dsn: str, example: str) -> None:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["waiting for a human: payout", "Ada is onboarded and paid."]
+    printed, journaled, decided_as = EXPECTED[example]
+    assert out.stdout.splitlines() == printed
     with psycopg.connect(dsn) as conn:
         sessions = conn.execute("SELECT state FROM undolog.undolog_sessions").fetchall()
         journal = conn.execute(
             "SELECT tool_name, state FROM undolog.undolog_effect_log ORDER BY executed_at"
         ).fetchall()
         decided = conn.execute(
-            "SELECT decided_by, decided_role FROM undolog.decided_approvals"
+            "SELECT decided_by, decided_role, decision FROM undolog.decided_approvals"
         ).fetchall()
     assert sessions == [("completed",)]
-    assert journal == [("create_user", "committed"), ("payout", "committed")]
-    assert decided == [("alice", "undolog_it_approver")]
+    assert journal == journaled
+    assert decided == decided_as
 
 
 def test_page_includes_every_example_and_names_its_extra() -> None:

@@ -5,13 +5,17 @@ and a graph whose node calls the tools itself. No LLM, no network."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -149,7 +153,7 @@ def test_run_that_raises_is_rolled_back_lifo(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "compensated"
 
 
-def _pay(fx: Fixture) -> tuple[Any, dict[str, Any]]:
+def _pay(fx: Fixture) -> tuple[Any, list[dict[str, Any]]]:
     graph = fx.chat_graph(
         [
             calls(("create_user", "c1", {"email": "a@x"})),
@@ -159,8 +163,16 @@ def _pay(fx: Fixture) -> tuple[Any, dict[str, Any]]:
     )
     out = fx.run(graph, HELLO)
     [pending] = out[adapter.INTERRUPT]
-    assert pending.value["tool"] == "payout"
-    assert pending.value["args"] == {"cents": 500}
+    [request] = pending.value  # Agent Inbox's shape: a list of one HumanInterrupt
+    assert request["action_request"] == {"action": "payout", "args": {"cents": 500}}
+    assert request["config"] == {
+        "allow_accept": True,
+        "allow_edit": False,
+        "allow_respond": True,
+        "allow_ignore": True,
+    }
+    assert "IRREVERSIBLE" in request["description"]
+    assert request[adapter.SESSION_KEY] == str(fx.sid)
     assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
     assert fx.world.runs["payout"] == 0
     return graph, pending.value
@@ -307,7 +319,7 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     out = fx.run(graph, HELLO)
     asked: list[str] = []
     while adapter.INTERRUPT in out:
-        values = [i.value for i in out[adapter.INTERRUPT]]
+        values = [i.value[0] for i in out[adapter.INTERRUPT]]
         ready = [v for v in values if v[adapter.APPROVAL_KEY] is not None]
         assert len(ready) == 1  # one request at a time, and it is one the graph shows
         assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
@@ -316,4 +328,179 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     assert sorted(asked) == ["p1", "p2"]
     assert out["messages"][-1].content == "paid"
     assert sorted(fx.world.payouts) == [5, 7]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def _pay_graph(fx: Fixture, tools: list[BaseTool] | None = None) -> Any:
+    return fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("payout", "c2", {"cents": 500})),
+            AIMessage("paid"),
+        ],
+        tools,
+    )
+
+
+@pytest.mark.parametrize("mode", ["updates", "values"])
+def test_stream_pauses_for_approval_and_resumes(fx: Fixture, mode: str) -> None:
+    """The way a UI drives a graph: stream, stop at the interrupt, resume with a Command."""
+    graph = _pay_graph(fx)
+    stream = adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid, stream_mode=mode)
+    chunks = list(stream)
+    interrupts = [c[adapter.INTERRUPT] for c in chunks if adapter.INTERRUPT in c]
+    [[pending]] = interrupts
+    [request] = pending.value
+    assert request["action_request"]["action"] == "payout"
+    assert request[adapter.APPROVAL_KEY] is not None  # filled in once the stream ended
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.runs == {"create_user:a@x": 1}
+    command = adapter.decide(request, fx.approver, "alice", approved=True)
+    rest = list(
+        adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid, stream_mode=mode)
+    )
+    assert not any(adapter.INTERRUPT in c for c in rest)
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_stream_that_raises_is_rolled_back(fx: Fixture) -> None:
+    graph = fx.chat_graph(
+        [calls(("create_user", "c1", {"email": "a@x"})), RuntimeError("the model went away")]
+    )
+    with pytest.raises(RuntimeError, match="went away"):
+        list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    assert fx.world.undone == ["a@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_the_bare_graph_stream_says_where_to_go() -> None:
+    """Outside the adapter a journaled call has no session: the binding says so."""
+    world = World()
+    payout = adapter.tool(make_tools(world)["payout_sync"])
+    with pytest.raises(Exception, match="session"):
+        payout.invoke({"cents": 1})
+    assert world.payouts == []
+
+
+def test_astream_pauses_for_approval_and_resumes(fx: Fixture) -> None:
+    tools = adapter.tools(fx.fns["search"], fx.fns["create_user"], fx.fns["payout"])
+    graph = _pay_graph(fx, tools)
+
+    async def scenario() -> list[Any]:
+        chunks = [
+            c async for c in adapter.astream(graph, fx.aul, HELLO, fx.config, session_id=fx.sid)
+        ]
+        [pending] = next(c[adapter.INTERRUPT] for c in chunks if adapter.INTERRUPT in c)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        approver = AsyncUndoLog(fx.approver.dsn)
+        command = await adapter.adecide(pending.value, approver, "alice", approved=True)
+        return [
+            c async for c in adapter.astream(graph, fx.aul, command, fx.config, session_id=fx.sid)
+        ]
+
+    rest = asyncio.run(scenario())
+    assert rest and not any(adapter.INTERRUPT in c for c in rest)
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_agent_inbox_reads_the_thread_and_answers_with_a_human_response(fx: Fixture) -> None:
+    """What the Agent Inbox does: read the interrupt from the thread's state (a copy, so
+    its approval id is not filled in: it is found by session and call key), show it, and
+    send back a list of one HumanResponse, recorded under the person's login."""
+    graph = _pay_graph(fx)
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    [request] = pending.value
+    assert request[adapter.APPROVAL_KEY] is None
+    with pytest.raises(ValueError, match="edit-then-approve is future work"):
+        adapter.respond(
+            request, [{"type": "edit", "args": request["action_request"]}], fx.approver, "alice"
+        )
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    command = adapter.respond(request, [{"type": "accept", "args": None}], fx.approver, "alice")
+    assert command.resume == [{"type": "accept", "args": None}]
+    list(adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid))
+    assert fx.world.payouts == [500]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_agent_inbox_response_rejects_with_its_text(fx: Fixture) -> None:
+    graph = _pay_graph(fx)
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    answer = [{"type": "response", "args": "not this month"}]
+    command = adapter.respond(pending.value, answer, fx.approver, "bob")
+    with pytest.raises(ApprovalRejectedError):
+        list(adapter.stream(graph, fx.ul, command, fx.config, session_id=fx.sid))
+    with psycopg.connect(fx.admin_dsn) as conn:
+        row = conn.execute(
+            "SELECT state, decided_by, reason FROM undolog.undolog_approval_requests"
+        ).fetchone()
+    assert row == ("rejected", "bob", "not this month")
+    assert fx.world.payouts == []
+    assert fx.world.undone == ["a@x"]
+
+
+def test_the_pages_human_interrupt_is_the_one_the_tool_sends(fx: Fixture) -> None:
+    """docs/integrations.md shows an interrupt's value: it has the keys, the config and
+    the shape of the value an IRREVERSIBLE call really interrupts with."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    shown = json.loads(re.search(r"```json\n(.*?)\n```", page, re.S).group(1))  # type: ignore[union-attr]
+    _, value = _pay(fx)
+    assert [set(v) for v in shown] == [set(v) for v in value]
+    assert shown[0]["config"] == value[0]["config"]
+    assert set(shown[0]["action_request"]) == set(value[0]["action_request"])
+    assert value[0]["description"].startswith(shown[0]["description"].removesuffix(" ..."))
+
+
+def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
+    """on_reject="continue": the person's "no" is the call's ToolMessage (status error,
+    who and why, the refusal as its artifact); the graph and the session go on."""
+    tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["gift_sync"])
+    graph = fx.chat_graph(
+        [
+            calls(("create_user", "c1", {"email": "a@x"})),
+            calls(("gift", "g1", {"cents": 900})),
+            AIMessage("no gift then"),
+        ],
+        tools,
+    )
+    list(adapter.stream(graph, fx.ul, HELLO, fx.config, session_id=fx.sid))
+    [pending] = graph.get_state(fx.config).interrupts
+    answer = [{"type": "response", "args": "over budget"}]
+    command = adapter.respond(pending.value, answer, fx.approver, "alice")
+    out = fx.run(graph, command)
+    told = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "g1"]
+    assert [m.content for m in told] == [
+        "alice rejected the gift call: over budget. It did not run."
+    ]
+    assert told[0].status == "error"
+    assert told[0].artifact["undolog_refusal"]["decided_by"] == "alice"
+    assert out["messages"][-1].content == "no gift then"
+    assert fx.world.payouts == [] and fx.world.undone == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_rejection_in_a_node_is_the_calls_answer(fx: Fixture) -> None:
+    """A node that calls a continue tool itself gets the refusal's message back."""
+    gift = adapter.tool(fx.fns["gift_sync"])
+    said: list[Any] = []
+
+    def node(state: Steps) -> Steps:
+        said.append(gift.invoke({"cents": 5}))
+        return {"done": True}
+
+    builder = StateGraph(Steps)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = fx.run(graph, {"done": False})
+    adapter.decide(out[adapter.INTERRUPT][0].value, fx.approver, "bob", approved=False)
+    assert fx.run(graph, Command(resume="go on")) == {"done": True}
+    assert said == ["bob rejected the gift call (no reason given). It did not run."]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -4,14 +4,22 @@ FunctionModel (a scripted model: no LLM, no network)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.tools import ToolDenied
 
 from integration_support import (
     AsyncAgentFixture,
@@ -26,7 +34,7 @@ Turn = Sequence[ToolCallPart | TextPart] | Exception
 
 
 def scripted(turns: list[Turn]) -> FunctionModel:
-    """A model that answers each request with the next scripted turn."""
+    """A model that answers each request with the next scripted turn (streamed too)."""
     pending = list(turns)
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -35,7 +43,17 @@ def scripted(turns: list[Turn]) -> FunctionModel:
             raise turn
         return ModelResponse(parts=list(turn))
 
-    return FunctionModel(respond)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for i, part in enumerate(respond(messages, info).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = json.dumps(part.args) if isinstance(part.args, dict) else part.args
+                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(respond, stream_function=stream)
 
 
 def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
@@ -64,8 +82,6 @@ def test_tools_keep_name_docstring_and_schema(fx: Fixture) -> None:
     assert schema["properties"]["email"]["type"] == "string"
     assert schema["required"] == ["email"]
     assert made["search"].function_schema.json_schema["required"] == ["query"]
-    with pytest.raises(TypeError, match="async def"):
-        adapter.tool(fx.fns["create_user_sync"])
 
 
 def test_run_completes(fx: Fixture) -> None:
@@ -246,3 +262,180 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     assert result.output == "paid"
     assert fx.world.payouts == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_sync_journaled_tools(fx: Fixture) -> None:
+    tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["payout_sync"])
+    agent = Agent(
+        scripted([[call("create_user", "c1", email="a@x")], [call("payout", "p1", cents=9)]]),
+        output_type=[str, DeferredToolRequests],
+        tools=tools,
+    )
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"p1": True}))
+    agent = Agent(
+        scripted([[TextPart("paid")]]), output_type=[str, DeferredToolRequests], tools=tools
+    )
+    resumed = asyncio.run(
+        adapter.run(
+            agent,
+            fx.ul,
+            session_id=fx.sid,
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [9]
+    assert effects(fx.admin_dsn, fx.sid) == [
+        ("create_user", "committed", 0),
+        ("payout", "committed", 0),
+    ]
+
+
+def test_run_stream_stops_for_a_human_and_resumes(fx: Fixture) -> None:
+    async def scenario() -> Any:
+        turns: list[Turn] = [
+            [call("create_user", "c1", email="a@x")],
+            [call("payout", "c2", cents=500)],
+        ]
+        async with adapter.run_stream(
+            fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="pay"
+        ) as streamed:
+            pass  # the block need not read it: the run is finished when it ends
+        requests = streamed.result.output
+        assert isinstance(requests, DeferredToolRequests)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        answers = await adapter.decide(requests, fx.approver, "alice", {"c2": True})
+        async with adapter.run_stream(
+            fx.agent([[TextPart("paid")]]),
+            fx.ul,
+            session_id=fx.sid,
+            message_history=streamed.result.all_messages(),
+            deferred_tool_results=answers,
+        ) as resumed:
+            text = [t async for t in resumed.stream_text(debounce_by=None)]
+        return text
+
+    text = asyncio.run(scenario())
+    assert text[-1] == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_iter_stops_for_a_human_and_resumes(fx: Fixture) -> None:
+    async def scenario() -> Any:
+        turns: list[Turn] = [
+            [call("create_user", "c1", email="a@x")],
+            [call("payout", "c2", cents=500)],
+        ]
+        nodes: list[str] = []
+        async with adapter.iter(
+            fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="pay"
+        ) as agent_run:
+            async for node in agent_run:
+                nodes.append(type(node).__name__)
+        assert "CallToolsNode" in nodes
+        first = agent_run.result
+        assert first is not None and isinstance(first.output, DeferredToolRequests)
+        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+        answers = await adapter.decide(first.output, fx.approver, "alice", {"c2": True})
+        async with adapter.iter(
+            fx.agent([[TextPart("paid")]]),
+            fx.ul,
+            session_id=fx.sid,
+            message_history=first.all_messages(),
+            deferred_tool_results=answers,
+        ) as resumed:
+            pass  # the nodes not walked are run when the block ends
+        return resumed.result
+
+    result = asyncio.run(scenario())
+    assert result is not None and result.output == "paid"
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_run_stream_that_raises_is_rolled_back(fx: Fixture) -> None:
+    async def scenario() -> None:
+        turns: list[Turn] = [[call("create_user", "c1", email="a@x")], RuntimeError("gone")]
+        async with adapter.run_stream(fx.agent(turns), fx.ul, session_id=fx.sid, user_prompt="go"):
+            pass
+
+    with pytest.raises(RuntimeError, match="gone"):
+        asyncio.run(scenario())
+    assert fx.world.undone == ["a@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def _told(result: Any, call_id: str) -> str:
+    """What the model was told about a call (the tool return it was sent)."""
+    for message in result.all_messages():
+        for part in getattr(message, "parts", ()):
+            if isinstance(part, ToolReturnPart) and part.tool_call_id == call_id:
+                return str(part.content)
+    raise AssertionError(f"no tool return for {call_id}")
+
+
+def _gift(fx: Fixture) -> Any:
+    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
+    turns: list[Turn] = [[call("create_user", "c1", email="a@x")], [call("gift", "g1", cents=900)]]
+    agent = Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    assert isinstance(result.output, DeferredToolRequests)
+    return result
+
+
+def _resume(fx: Fixture, result: Any, answers: DeferredToolResults) -> Any:
+    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
+    agent = Agent(
+        scripted([[TextPart("no gift then")]]),
+        output_type=[str, DeferredToolRequests],
+        tools=tools,
+    )
+    return asyncio.run(
+        adapter.run(
+            agent,
+            fx.ul,
+            session_id=fx.sid,
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+
+
+def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
+    """on_reject="continue": the "no" is pydantic-ai's ToolDenied, with who and why; the
+    run and the session go on; nothing is undone."""
+    result = _gift(fx)
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "alice", {"g1": False}, "over budget")
+    )
+    assert isinstance(answers.approvals["g1"], ToolDenied)
+    resumed = _resume(fx, result, answers)
+    assert _told(resumed, "g1") == "alice rejected the gift call: over budget. It did not run."
+    assert resumed.output == "no gift then"
+    assert fx.world.payouts == [] and fx.world.undone == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_rejection_recorded_elsewhere_reaches_the_model(fx: Fixture) -> None:
+    result = _gift(fx)
+    approval = adapter.approval_id(result.output, "g1")
+    asyncio.run(fx.approver.reject(approval, "bob", "not this quarter"))
+    answers = asyncio.run(adapter.decisions(fx.ul, result.output))
+    resumed = _resume(fx, result, answers)
+    assert _told(resumed, "g1") == "bob rejected the gift call: not this quarter. It did not run."
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_resume_told_yes_while_undolog_says_no_tells_the_model_no(fx: Fixture) -> None:
+    """The run was told "approved" but UndoLog holds a rejection: the call does not run;
+    the tool answers the refusal."""
+    result = _gift(fx)
+    approval = adapter.approval_id(result.output, "g1")
+    asyncio.run(fx.approver.reject(approval, "bob", "no"))
+    resumed = _resume(fx, result, DeferredToolResults(approvals={"g1": True}))
+    assert _told(resumed, "g1") == "bob rejected the gift call: no. It did not run."
+    assert fx.world.payouts == []

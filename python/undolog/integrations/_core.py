@@ -26,11 +26,12 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import itertools
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar, cast
 
 import blake3
 import psycopg
@@ -38,7 +39,7 @@ import psycopg
 from undolog import aengine, engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
-from undolog.decorator import ToolSpec, tool_spec
+from undolog.decorator import ToolSpec, _async_wrapper, tool_spec
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
@@ -103,6 +104,27 @@ def describe(fn: Callable[..., Any]) -> ToolInfo:
     )
 
 
+def awaitable_body(tool: ToolInfo) -> Callable[..., Awaitable[Any]]:
+    """The tool as an ``async def`` for a framework whose run is async. A sync journaled
+    tool gets its own body run in a worker thread, journaled by the async session (the
+    binding refuses a sync journaled call inside an async session); a sync SAFE tool runs
+    in a worker thread too, so it does not block the event loop."""
+    if tool.is_async:
+        return cast(Callable[..., Awaitable[Any]], tool.fn)
+    # the decorator's functools.wraps keeps the undecorated body as __wrapped__
+    body: Callable[..., Any] = tool.fn if tool.spec is None else tool.fn.__wrapped__  # type: ignore[attr-defined]
+
+    @functools.wraps(body)
+    async def threaded(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(body, *args, **kwargs)
+
+    if tool.spec is None:
+        return threaded
+    journaled = _async_wrapper(tool.spec, threaded)
+    journaled.__undolog_tool__ = tool.spec  # type: ignore[attr-defined]
+    return cast(Callable[..., Awaitable[Any]], journaled)
+
+
 def step_for(call_key: str) -> int:
     """The step index of the call whose framework key is ``call_key`` (0 .. 2^31-1)."""
     digest = blake3.blake3(b"undolog-step\x00" + call_key.encode("utf-8")).digest()
@@ -146,11 +168,79 @@ def _intercept_params(
     )
 
 
-def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None]:
+def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None, str]:
     """What the engine's registry must hold before a deferred call of ``tool`` is
     intercepted (intercept refuses unregistered tools), as the decorator registers it."""
     compensation = tool.spec.compensation if tool.spec is not None else None
-    return (tool.name, tool.tier.value, compensation.to_json() if compensation else None)
+    on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
+    return (tool.name, tool.tier.value, compensation.to_json() if compensation else None, on_reject)
+
+
+# --- a person's "no" that the agent hears -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A person's rejection of a call of a tool declared ``on_reject="continue"`` (or
+    the expiry of its approval): the session goes on, and the framework hands the model
+    ``message`` as the call's answer, with who refused it and why."""
+
+    tool: str
+    approval_id: uuid.UUID | None
+    decision: str  # rejected | expired
+    decided_by: str | None  # None for the engine's own expiry
+    reason: str | None
+
+    @property
+    def message(self) -> str:
+        if self.decision == "expired":
+            head = f"The {self.tool} call was not approved in time (its approval expired)"
+        else:
+            head = f"{self.decided_by or 'A person'} rejected the {self.tool} call"
+        why = f": {self.reason}" if self.reason else " (no reason given)"
+        return f"{head}{why}. It did not run."
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a framework may carry beside the message (a LangGraph artifact)."""
+        return {
+            "tool": self.tool,
+            "approval_id": None if self.approval_id is None else str(self.approval_id),
+            "decision": self.decision,
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+        }
+
+
+def refusal(tool: ToolInfo, error: ApprovalRejectedError) -> Refusal | None:
+    """The Refusal behind an ApprovalRejectedError of a call of ``tool`` that leaves the
+    session going on (None: the rejection ends the session, the default rule, and the
+    error must go on). A session already completed is made again call by call: its
+    refused call of an on_reject="continue" tool is a Refusal again, though the session
+    takes no new calls."""
+    on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
+    if not error.session_continues and on_reject != "continue":
+        return None
+    approval = error.approval_id
+    return Refusal(
+        tool=tool.name,
+        approval_id=None if approval is None else uuid.UUID(str(approval)),
+        decision=error.decision or "rejected",
+        decided_by=error.decided_by,
+        reason=error.reason,
+    )
+
+
+async def refusal_of(
+    conn: aengine.AsyncConnection, tool: str, approval_id: uuid.UUID
+) -> Refusal | None:
+    """The Refusal of a decided approval whose session goes on (None: it was not
+    refused, or the refusal ends the session)."""
+    decided = await aengine.approval_decision(conn, approval_id)
+    if decided is None or decided.decision not in ("rejected", "expired"):
+        return None
+    if not decided.session_continues or decided.on_reject != "continue":
+        return None
+    return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +269,8 @@ def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Wa
         deferred = _deferred.get()
         if deferred is None:
             raise UndoLogError(f"{tool.name} is IRREVERSIBLE: run it through the adapter's run")
-        deferred.append(_Deferred(tool, call_key, args))
+        if all(noted.call_key != call_key for noted in deferred):  # asked again on a resume
+            deferred.append(_Deferred(tool, call_key, args))
         return Waiting(None)
     approval_id, state = row
     return Waiting(uuid.UUID(str(approval_id))) if state == "pending" else None
@@ -361,42 +452,55 @@ def _ended(session_id: uuid.UUID, state: str, row: tuple[Any, ...] | None) -> Un
     return SessionNotActive(f"session {session_id} is {state}: the run cannot go on")
 
 
-async def run_in_session(
+@dataclasses.dataclass
+class RunBox(Generic[T]):
+    """What a framework run inside an UndoLog session answered: the block that runs it
+    sets ``result`` (a streamed run sets it before it is consumed)."""
+
+    result: T | None = None
+
+
+def _shown(box: RunBox[T], stopped_for_human: Callable[[T], Sequence[str] | None]) -> Any:
+    if box.result is None:
+        raise UndoLogError("the framework run answered nothing: set the run's result")
+    return stopped_for_human(box.result)
+
+
+@contextlib.asynccontextmanager
+async def framework_run(
     ul: AsyncUndoLog,
     session_id: uuid.UUID,
     agent: str | None,
-    run: Callable[[], Awaitable[T]],
     stopped_for_human: Callable[[T], Sequence[str] | None],
     requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
-) -> T:
-    """Run a framework run inside UndoLog session ``session_id`` (new or resumed).
+) -> AsyncIterator[RunBox[T]]:
+    """The UndoLog session ``session_id`` (new or resumed) of a framework run made in the
+    block, which puts the run's result in the box it is given.
 
-    It finishes: the session completes. It raises: the session fails and is rolled back
-    (LIFO), and the error goes on. It stops for a human (``stopped_for_human(result)``
-    answers the call keys it shows as waiting, in order, rather than None):
-    the session stays awaiting approval and the result is returned for the framework's
-    own resume; the approvals noted by ``waiting`` are requested then, and
-    ``requested(result, connection)`` may read their ids. A session a human ended (a rejected
-    call) is walked and raises ApprovalRejectedError instead of running again."""
+    The block finishes: the session completes, unless the result stopped for a human
+    (``stopped_for_human(result)`` answers the call keys it shows as waiting, in order,
+    rather than None): then the session stays awaiting approval, the approvals noted by
+    ``waiting`` are requested, and ``requested(result, connection)`` may read their ids.
+    The block raises: the session fails and is rolled back (LIFO), and the error goes on.
+    A session a human ended (a rejected call) is walked and raises ApprovalRejectedError
+    instead of running the block."""
     ended: UndoLogError | None = None
-    result: T | None = None
     deferred: list[_Deferred] = []
     token = _deferred.set(deferred)
     try:
         async with ul.session(session_id, agent=agent) as active:
+            conn = active.connection
+            assert isinstance(conn, psycopg.AsyncConnection)
             if active.state in _RUNNABLE:
-                result = await run()
-                shown = stopped_for_human(result)
+                box: RunBox[T] = RunBox()
+                yield box
+                shown = _shown(box, stopped_for_human)
                 if shown is not None:
                     await _request_deferred(active, _in_order(deferred, shown))
                     if requested is not None:
-                        conn = active.connection
-                        assert isinstance(conn, psycopg.AsyncConnection)
-                        await requested(result, conn)
+                        await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                conn = active.connection
-                assert isinstance(conn, psycopg.AsyncConnection)
                 row = await (await conn.execute(_ENDING_DECISION, (session_id,))).fetchone()
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
@@ -409,37 +513,34 @@ async def run_in_session(
     if ended is not None:
         await ul.run_walk(session_id)
         raise ended
-    return cast(T, result)
 
 
-def run_in_session_sync(
+@contextlib.contextmanager
+def framework_run_sync(
     ul: UndoLog,
     session_id: uuid.UUID,
     agent: str | None,
-    run: Callable[[], T],
     stopped_for_human: Callable[[T], Sequence[str] | None],
     requested: Callable[[T, engine.Connection], None] | None = None,
-) -> T:
-    """``run_in_session`` for a sync run."""
+) -> Iterator[RunBox[T]]:
+    """``framework_run`` for a sync run."""
     ended: UndoLogError | None = None
-    result: T | None = None
     deferred: list[_Deferred] = []
     token = _deferred.set(deferred)
     try:
         with ul.session(session_id, agent=agent) as active:
+            conn = active.connection
+            assert isinstance(conn, psycopg.Connection)
             if active.state in _RUNNABLE:
-                result = run()
-                shown = stopped_for_human(result)
+                box: RunBox[T] = RunBox()
+                yield box
+                shown = _shown(box, stopped_for_human)
                 if shown is not None:
                     _request_deferred_sync(active, _in_order(deferred, shown))
                     if requested is not None:
-                        conn = active.connection
-                        assert isinstance(conn, psycopg.Connection)
-                        requested(result, conn)
+                        requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                conn = active.connection
-                assert isinstance(conn, psycopg.Connection)
                 rows = engine.fetch_all(conn, _ENDING_DECISION, (session_id,))
                 ended = _ended(session_id, active.state, rows[0] if rows else None)
     except _Suspended:
@@ -452,4 +553,31 @@ def run_in_session_sync(
     if ended is not None:
         ul.run_walk(session_id)
         raise ended
-    return cast(T, result)
+
+
+async def run_in_session(
+    ul: AsyncUndoLog,
+    session_id: uuid.UUID,
+    agent: str | None,
+    run: Callable[[], Awaitable[T]],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
+    requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
+) -> T:
+    """``run()`` inside ``framework_run``: its result."""
+    async with framework_run(ul, session_id, agent, stopped_for_human, requested) as box:
+        box.result = result = await run()
+    return result
+
+
+def run_in_session_sync(
+    ul: UndoLog,
+    session_id: uuid.UUID,
+    agent: str | None,
+    run: Callable[[], T],
+    stopped_for_human: Callable[[T], Sequence[str] | None],
+    requested: Callable[[T, engine.Connection], None] | None = None,
+) -> T:
+    """``run()`` inside ``framework_run_sync``: its result."""
+    with framework_run_sync(ul, session_id, agent, stopped_for_human, requested) as box:
+        box.result = result = run()
+    return result

@@ -8,11 +8,17 @@
         command = decide(out[INTERRUPT][0].value, approver, "alice", approved=True)
         out = run(graph, ul, command, config, session_id=sid)
 
-An IRREVERSIBLE call goes through LangGraph's own ``interrupt()``, with the value
-``{"undolog_approval_id": ..., "tool": ..., "args": ..., "call_key": ...}``, until UndoLog
-records a yes. The approval request is written when the graph has stopped (ToolNode runs
-a message's calls side by side, and a waiting session refuses new calls), and ``run``
-fills its id into the interrupts of the output it answers. ``decide`` records the
+An IRREVERSIBLE call goes through LangGraph's own ``interrupt()`` until UndoLog records
+a yes, with a value in the Agent Inbox's shape: a list of one HumanInterrupt
+(``action_request``, ``config``, ``description``) carrying UndoLog's
+``undolog_approval_id``, ``undolog_session_id`` and ``call_key``. ``respond`` records an
+Inbox HumanResponse (accept, ignore, response; edit is refused). ``stream``/``astream``
+wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap ``invoke``/``ainvoke``. A
+rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage.
+
+The approval request is written when the graph has stopped (ToolNode runs a message's
+calls side by side, and a waiting session refuses new calls), and ``run`` fills its id
+into the interrupts of the output it answers. ``decide`` records the
 decision through the approver's login and answers the ``Command(resume=...)`` to go on
 with; a call approved elsewhere (CLI, dashboard) runs when the graph is resumed with any
 resume value, and one UndoLog has not decided interrupts again, whatever the resume
@@ -32,16 +38,19 @@ from __future__ import annotations
 import contextvars
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
 
 from undolog import engine
 from undolog.client import AsyncUndoLog, UndoLog
+from undolog.context import current_session
+from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -49,7 +58,10 @@ INTERRUPT = "__interrupt__"
 """The key of a graph's output that holds its interrupts."""
 
 APPROVAL_KEY = "undolog_approval_id"
-"""The key of an UndoLog interrupt's value naming the approval."""
+"""The key of an UndoLog HumanInterrupt naming the approval."""
+
+SESSION_KEY = "undolog_session_id"
+"""The key of an UndoLog HumanInterrupt naming the session of the call."""
 
 # The tool call id of the call being run (set by UndoLogTool.run/arun).
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -78,45 +90,92 @@ def _call_key() -> str | None:
     return f"{namespace}#{position}"
 
 
+ALLOWED = {"allow_accept": True, "allow_edit": False, "allow_respond": True, "allow_ignore": True}
+"""What a person may answer an UndoLog interrupt with (Agent Inbox's HumanInterruptConfig):
+accept (approve), ignore (reject), respond (reject, with the text as the reason). Editing
+the arguments before approving is not supported yet."""
+
+
 def _approval_request(
     wait: _core.Waiting, tool: _core.ToolInfo, call_key: str, kwargs: Mapping[str, Any]
-) -> dict[str, Any]:
-    """An interrupt's value. A call asked about for the first time has no approval id
-    yet: ``run`` writes its request once the graph has stopped and fills it in."""
-    return {
-        APPROVAL_KEY: None if wait.approval_id is None else str(wait.approval_id),
-        "tool": tool.name,
-        "args": tool.bind(kwargs),
-        "call_key": call_key,
-    }
+) -> list[dict[str, Any]]:
+    """An interrupt's value: one HumanInterrupt in a list, as LangGraph's Agent Inbox
+    reads it, with UndoLog's extra keys. A call asked about for the first time has no
+    approval id yet: ``run`` writes its request once the graph has stopped and fills it
+    in (``decide`` finds it by session and call key when it is still None)."""
+    return [
+        {
+            "action_request": {"action": tool.name, "args": tool.bind(kwargs)},
+            "config": dict(ALLOWED),
+            "description": (
+                f"{tool.name} is IRREVERSIBLE: UndoLog runs it only once a person approves. "
+                "Accept to approve; ignore, or respond with a reason, to reject."
+            ),
+            APPROVAL_KEY: None if wait.approval_id is None else str(wait.approval_id),
+            SESSION_KEY: str(current_session().session_id),
+            "call_key": call_key,
+        }
+    ]
+
+
+def _requests(value: Any) -> list[dict[str, Any]]:
+    """The UndoLog HumanInterrupts in an interrupt's value."""
+    items = value if isinstance(value, list) else [value]
+    return [i for i in items if isinstance(i, dict) and "call_key" in i and SESSION_KEY in i]
+
+
+def _fill(request: dict[str, Any], found: tuple[uuid.UUID, str] | None) -> None:
+    if found is not None:
+        request[APPROVAL_KEY] = str(found[0])
+
+
+def _unnamed(out: Any) -> Iterator[dict[str, Any]]:
+    for pending in out.get(INTERRUPT, ()):
+        for request in _requests(pending.value):
+            if request.get(APPROVAL_KEY) is None:
+                yield request
 
 
 def _name_approvals(session_id: uuid.UUID) -> Callable[[Any, engine.Connection], None]:
     def fill(out: Any, conn: engine.Connection) -> None:
-        for pending in out.get(INTERRUPT, ()):
-            request = pending.value
-            if isinstance(request, dict) and request.get(APPROVAL_KEY, "") is None:
-                found = _core.approval_of_step_sync(
-                    conn, session_id, request["tool"], request["call_key"]
-                )
-                if found is not None:
-                    request[APPROVAL_KEY] = str(found[0])
+        for request in _unnamed(out):
+            action = request["action_request"]["action"]
+            _fill(
+                request, _core.approval_of_step_sync(conn, session_id, action, request["call_key"])
+            )
 
     return fill
 
 
 def _aname_approvals(session_id: uuid.UUID) -> Callable[[Any, Any], Awaitable[None]]:
     async def fill(out: Any, conn: Any) -> None:
-        for pending in out.get(INTERRUPT, ()):
-            request = pending.value
-            if isinstance(request, dict) and request.get(APPROVAL_KEY, "") is None:
-                found = await _core.approval_of_step(
-                    conn, session_id, request["tool"], request["call_key"]
-                )
-                if found is not None:
-                    request[APPROVAL_KEY] = str(found[0])
+        for request in _unnamed(out):
+            action = request["action_request"]["action"]
+            _fill(
+                request, await _core.approval_of_step(conn, session_id, action, request["call_key"])
+            )
 
     return fill
+
+
+def _refused(tool: _core.ToolInfo, error: ApprovalRejectedError) -> Any:
+    """A person's "no" to a call whose session goes on (an on_reject="continue" tool), as
+    the tool's reply: a ToolMessage for a model's call (status "error", the refusal as
+    its artifact), the message itself for a call a node made. Any other rejection ends
+    the session: the error goes on."""
+    refused = _core.refusal(tool, error)
+    if refused is None:
+        raise error
+    call_id = _tool_call_id.get()
+    if call_id is None:
+        return refused.message
+    return ToolMessage(
+        content=refused.message,
+        tool_call_id=call_id,
+        name=tool.name,
+        status="error",
+        artifact={"undolog_refusal": refused.as_dict()},
+    )
 
 
 class UndoLogTool(StructuredTool):
@@ -154,16 +213,22 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
             # each resume asks UndoLog again: its record is what counts
             while (wait := _core.waiting_sync(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
-        with _core.pinned_step(key):
-            return fn(**kwargs)
+        try:
+            with _core.pinned_step(key):
+                return fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
 
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
             while (wait := await _core.waiting(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
-        with _core.pinned_step(key):
-            return await fn(**kwargs)
+        try:
+            with _core.pinned_step(key):
+                return await fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
 
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
@@ -194,8 +259,7 @@ def _interrupted(out: Any) -> list[str] | None:
     """The call keys of the UndoLog interrupts the graph stopped at (None: it did not)."""
     if not isinstance(out, Mapping) or not out.get(INTERRUPT):
         return None
-    values = [pending.value for pending in out[INTERRUPT]]
-    return [str(v["call_key"]) for v in values if isinstance(v, Mapping) and "call_key" in v]
+    return [str(r["call_key"]) for p in out[INTERRUPT] for r in _requests(p.value)]
 
 
 def run(
@@ -245,33 +309,226 @@ async def arun(
     )
 
 
-def approval_id(request: Mapping[str, Any]) -> uuid.UUID:
-    """UndoLog's approval id of an interrupt's value."""
-    return uuid.UUID(str(request[APPROVAL_KEY]))
+def _streamed_out(chunks_interrupts: list[Any], snapshot: Any) -> dict[str, Any]:
+    """What ``run`` would have answered about a streamed graph's stop: the interrupts
+    seen in the stream (so that their approval ids are filled in the objects the caller
+    holds), else those of the thread's state."""
+    interrupts = chunks_interrupts or list(getattr(snapshot, "interrupts", ()) or ())
+    return {INTERRUPT: tuple(interrupts)} if interrupts else {}
+
+
+def _interrupts_in(chunk: Any) -> list[Any]:
+    """The interrupts a stream chunk carries (any stream_mode; with subgraphs=True or
+    several modes a chunk is a tuple whose last item is the payload)."""
+    payload = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
+    if isinstance(payload, Mapping) and payload.get(INTERRUPT):
+        return list(payload[INTERRUPT])
+    return []
+
+
+def stream(
+    graph: Any,
+    ul: UndoLog,
+    input: Any,
+    config: Mapping[str, Any],
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **stream_kwargs: Any,
+) -> Iterator[Any]:
+    """``graph.stream(input, config, **stream_kwargs)`` inside UndoLog session
+    ``session_id``: the chunks, as LangGraph yields them. Read it to the end: the session
+    is finished then, as with ``run`` (completed, awaiting approval, or failed and
+    undone). An IRREVERSIBLE call shows as an ``__interrupt__`` chunk whose approval id is
+    filled in once the stream has ended; resume with ``stream(graph, ul,
+    decide(...), config, ...)``."""
+    seen: list[Any] = []
+    with _core.framework_run_sync(
+        ul, session_id, agent_name, _interrupted, _name_approvals(session_id)
+    ) as box:
+        with _graph_run():
+            for chunk in graph.stream(input, dict(config), **stream_kwargs):
+                seen.extend(_interrupts_in(chunk))
+                yield chunk
+        box.result = _streamed_out(seen, graph.get_state(dict(config)))
+
+
+async def astream(
+    graph: Any,
+    ul: AsyncUndoLog,
+    input: Any,
+    config: Mapping[str, Any],
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **stream_kwargs: Any,
+) -> AsyncIterator[Any]:
+    """``stream`` for ``graph.astream`` and an ``AsyncUndoLog``."""
+    seen: list[Any] = []
+    async with _core.framework_run(
+        ul, session_id, agent_name, _interrupted, _aname_approvals(session_id)
+    ) as box:
+        with _graph_run():
+            async for chunk in graph.astream(input, dict(config), **stream_kwargs):
+                seen.extend(_interrupts_in(chunk))
+                yield chunk
+        box.result = _streamed_out(seen, await graph.aget_state(dict(config)))
+
+
+def _request(request: Any) -> Mapping[str, Any]:
+    """The UndoLog HumanInterrupt of an interrupt, its value, or the request itself."""
+    found = _requests(getattr(request, "value", request))
+    if len(found) != 1:
+        raise ValueError(
+            f"{request!r} is not one UndoLog approval request: pass the interrupt's "
+            "value (a list of one HumanInterrupt) or that HumanInterrupt"
+        )
+    return found[0]
+
+
+def _lookup_target(request: Mapping[str, Any]) -> tuple[uuid.UUID, str, str]:
+    return (
+        uuid.UUID(str(request[SESSION_KEY])),
+        str(request["action_request"]["action"]),
+        str(request["call_key"]),
+    )
+
+
+def _not_requested(request: Mapping[str, Any]) -> LookupError:
+    return LookupError(
+        f"{request['action_request']['action']} call {request['call_key']} has no UndoLog "
+        "approval request yet: another request of the session waits; decide that one, "
+        "resume, and this call is asked about then"
+    )
+
+
+def approval_id(request: Any, ul: UndoLog | None = None) -> uuid.UUID:
+    """UndoLog's approval id of an interrupt (its value, or its HumanInterrupt). A value
+    read before ``run``/``stream`` filled the id in is looked up with ``ul``."""
+    found = _request(request)
+    if found.get(APPROVAL_KEY) is not None:
+        return uuid.UUID(str(found[APPROVAL_KEY]))
+    if ul is None:
+        raise _not_requested(found)
+    with ul.connection() as conn:
+        step = _core.approval_of_step_sync(conn, *_lookup_target(found))
+    if step is None:
+        raise _not_requested(found)
+    return step[0]
+
+
+async def aapproval_id(request: Any, ul: AsyncUndoLog | None = None) -> uuid.UUID:
+    """``approval_id`` with an ``AsyncUndoLog``."""
+    found = _request(request)
+    if found.get(APPROVAL_KEY) is not None or ul is None:
+        return approval_id(found)
+    async with ul.connection() as conn:
+        step = await _core.approval_of_step(conn, *_lookup_target(found))
+    if step is None:
+        raise _not_requested(found)
+    return step[0]
+
+
+def _decision(response: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """(approved, reason) of an Agent Inbox HumanResponse."""
+    kind, args = response.get("type"), response.get("args")
+    if kind == "accept":
+        return True, None
+    if kind == "ignore":
+        return False, "ignored"
+    if kind == "response":
+        return False, None if args is None else str(args)
+    if kind == "edit":
+        raise ValueError(
+            "an edit of an UndoLog approval request is not supported yet (edit-then-approve "
+            "is future work): respond with the change you want instead, which rejects the "
+            "call and tells the model why, so that it can make the call again"
+        )
+    raise ValueError(f"{response!r} is not a HumanResponse: its type is accept, ignore or response")
+
+
+def _answer(approved: bool, reason: str | None) -> Command[Any]:
+    if approved:
+        return Command(resume=[{"type": "accept", "args": None}])
+    if reason is None:
+        return Command(resume=[{"type": "ignore", "args": None}])
+    return Command(resume=[{"type": "response", "args": reason}])
+
+
+def _lookup_client(ul: Any, approver: _core.Approver) -> Any:
+    return (
+        ul if ul is not None else approver if isinstance(approver, UndoLog | AsyncUndoLog) else None
+    )
 
 
 def decide(
-    request: Mapping[str, Any],
+    request: Any,
     approver: _core.Approver,
     decided_by: str,
     *,
     approved: bool,
     reason: str | None = None,
+    ul: UndoLog | None = None,
 ) -> Command[Any]:
     """Record a human's decision on an interrupted call in UndoLog through the approver's
-    login; answers the ``Command`` to resume the graph with."""
-    _core.record_decision_sync(approver, approval_id(request), approved, decided_by, reason)
-    return Command(resume={"approved": approved, "decided_by": decided_by})
+    login; answers the ``Command`` to resume the graph with (its resume value is the
+    Agent Inbox HumanResponse of the decision). ``request`` is the interrupt, its value
+    or its HumanInterrupt; one whose approval id is not filled in yet is looked up with
+    ``ul`` (or the approver, when it is an ``UndoLog``)."""
+    client = _lookup_client(ul, approver)
+    approval = approval_id(request, client if isinstance(client, UndoLog) else None)
+    _core.record_decision_sync(approver, approval, approved, decided_by, reason)
+    return _answer(approved, reason)
 
 
 async def adecide(
-    request: Mapping[str, Any],
+    request: Any,
     approver: _core.Approver,
     decided_by: str,
     *,
     approved: bool,
     reason: str | None = None,
+    ul: AsyncUndoLog | None = None,
 ) -> Command[Any]:
     """``decide`` for an async approver."""
-    await _core.record_decision(approver, approval_id(request), approved, decided_by, reason)
-    return Command(resume={"approved": approved, "decided_by": decided_by})
+    client = _lookup_client(ul, approver)
+    approval = await aapproval_id(request, client if isinstance(client, AsyncUndoLog) else None)
+    await _core.record_decision(approver, approval, approved, decided_by, reason)
+    return _answer(approved, reason)
+
+
+def _one_response(response: Any) -> Mapping[str, Any]:
+    items = response if isinstance(response, list) else [response]
+    if len(items) != 1 or not isinstance(items[0], Mapping):
+        raise ValueError(
+            f"{response!r} is not one HumanResponse (the Agent Inbox sends a list of one)"
+        )
+    return items[0]
+
+
+def respond(
+    request: Any,
+    response: Any,
+    approver: _core.Approver,
+    decided_by: str,
+    *,
+    ul: UndoLog | None = None,
+) -> Command[Any]:
+    """``decide`` from an Agent Inbox HumanResponse (or the list of one the Inbox sends):
+    accept approves; ignore rejects; response rejects with its text as the reason. An
+    edit is refused (ValueError), before anything is recorded."""
+    approved, reason = _decision(_one_response(response))
+    return decide(request, approver, decided_by, approved=approved, reason=reason, ul=ul)
+
+
+async def arespond(
+    request: Any,
+    response: Any,
+    approver: _core.Approver,
+    decided_by: str,
+    *,
+    ul: AsyncUndoLog | None = None,
+) -> Command[Any]:
+    """``respond`` for an async approver."""
+    approved, reason = _decision(_one_response(response))
+    return await adecide(request, approver, decided_by, approved=approved, reason=reason, ul=ul)

@@ -7,104 +7,248 @@
         await decide(state, result.interruptions[0], ul, sid, approver, "alice", approved=True)
         result = await run(agent, ul, state, session_id=sid)
 
-An IRREVERSIBLE tool gets ``needs_approval``: a callable that answers yes until UndoLog
-records a human's yes, so the run stops with ``result.interruptions`` and resumes through
-``RunState.approve`` / ``RunState.reject``. The approval request is written when the run
-has stopped (the calls of one model turn run side by side, and a waiting session refuses
-new calls). UndoLog's record is what counts: ``decide`` records the decision through the
-approver's login and then tells the RunState; resuming applies to the RunState what
-UndoLog holds, so a call approved elsewhere (CLI, dashboard) runs, and one UndoLog has
-not decided does not. Each call is journaled under the step of its ``call_id``, which
-the RunState keeps, so a resumed run's calls replay.
+Each tool is built by the SDK's own ``function_tool``, with its options (a bad JSON or a
+bad argument from the model becomes an error message for the model, through
+``failure_error_function``, and the run goes on). An IRREVERSIBLE tool gets
+``needs_approval``: a callable that answers yes until UndoLog records a human's yes, so
+the run stops with ``result.interruptions`` and resumes through ``RunState.approve`` /
+``RunState.reject``. The approval request is written when the run has stopped (the calls
+of one model turn run side by side, and a waiting session refuses new calls). UndoLog's
+record is what counts: ``decide`` records the decision through the approver's login and
+then tells the RunState; resuming applies to the RunState what UndoLog holds, so a call
+approved elsewhere (CLI, dashboard) runs, and one UndoLog has not decided does not. Each
+call is journaled under the step of its ``call_id``, which the RunState keeps, so a
+resumed run's calls replay.
 
-A tool error fails the run (the SDK raises it), and with it the session: its calls are
-undone last-first. Journaled tools must be ``async def``; SAFE ones may be sync.
+An error from a tool body reaches the model as the SDK's tool error message (the body's
+journal step is marked failed; it never took effect). UndoLog's own errors (a waiting or
+ended session, an unknown outcome) are never turned into text: they end the run, and
+with it the session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
+import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
-from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, RunState
-from agents.function_schema import function_schema
+from agents import (
+    Agent,
+    FunctionTool,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    RunState,
+    UserError,
+    default_tool_error_function,
+    function_tool,
+)
+from agents.function_schema import FuncSchema, function_schema
 from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.tool_context import ToolContext
 
 from undolog.client import AsyncUndoLog
 from undolog.context import current_session
-from undolog.errors import AwaitingApprovalError
+from undolog.errors import ApprovalRejectedError, AwaitingApprovalError, UndoLogError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
-
-@dataclasses.dataclass
-class UndoLogFunctionTool(FunctionTool):
-    """A FunctionTool that remembers the ``@undolog_tool`` behind it, so that ``run`` can
-    ask UndoLog about an interrupted call of it."""
-
-    undolog_tool: _core.ToolInfo | None = dataclasses.field(default=None, kw_only=True)
-    undolog_arguments: Callable[[str], dict[str, Any]] | None = dataclasses.field(
-        default=None, kw_only=True, repr=False
-    )
+_CONTEXT_PARAMETER = "undolog_tool_context"
+_UNSET: Any = object()
+# function_tool options the adapter sets itself.
+_OWN_OPTIONS = ("needs_approval",)
 
 
-def tool(fn: Callable[..., Any]) -> FunctionTool:
-    """The SDK tool of a ``@undolog_tool`` (name, docstring and argument schema from the
-    function); an IRREVERSIBLE one asks for approval through ``needs_approval``."""
+@dataclasses.dataclass(frozen=True)
+class _Adapted:
+    """What ``run`` needs to ask UndoLog about an interrupted call of a tool: the
+    ``@undolog_tool`` behind it, and ``arguments(raw)``, the call's arguments (None when
+    the model's arguments are not valid for the tool)."""
+
+    tool: _core.ToolInfo
+    arguments: Callable[[Any], dict[str, Any] | None]
+
+
+_ADAPTED = "_undolog_adapted"  # the attribute of a FunctionTool built here
+
+
+def _keeping_undolog_errors(chosen: Any) -> Any:
+    """The failure_error_function of a journaled tool: the chosen one (the SDK's default
+    when none was chosen) for the model's and the body's errors, but UndoLog's own errors
+    raise, so that a waiting or ended session is never reported to the model as text."""
+    if chosen is None:
+        return None  # the caller wants every error raised
+    formatter = default_tool_error_function if chosen is _UNSET else chosen
+
+    def on_failure(ctx: RunContextWrapper[Any], error: Exception) -> Any:
+        if isinstance(error, UndoLogError):
+            raise error
+        return formatter(ctx, error)
+
+    return on_failure
+
+
+def _with_context(
+    info: _core.ToolInfo, body: Callable[..., Awaitable[Any]], as_json: bool
+) -> Callable[..., Awaitable[Any]]:
+    """``body`` with a first ToolContext parameter, as function_tool passes one: each call
+    is journaled under the step of its ``call_id``. Its name, docstring and parameters
+    are the tool's, so the SDK derives the same schema and description as for ``fn``.
+    ``as_json``: a result that is not a string reaches the model as the JSON the journal
+    holds (the SDK would send its Python ``str``)."""
+
+    async def call(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            with _core.pinned_step(ctx.tool_call_id):
+                result = await body(*args, **kwargs)
+        except ApprovalRejectedError as error:
+            refused = _core.refusal(info, error)
+            if refused is None:
+                raise
+            return refused.message  # the session goes on: the model hears the "no"
+        return json.dumps(result) if as_json and not isinstance(result, str) else result
+
+    hints = typing.get_type_hints(info.fn, include_extras=True)
+    parameters = [
+        inspect.Parameter(
+            _CONTEXT_PARAMETER, inspect.Parameter.POSITIONAL_ONLY, annotation=ToolContext[Any]
+        ),
+        *(
+            p.replace(annotation=hints.get(n, p.annotation))
+            for n, p in info.signature.parameters.items()
+        ),
+    ]
+    call.__signature__ = info.signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    call.__annotations__ = {_CONTEXT_PARAMETER: ToolContext[Any], **hints}
+    call.__name__ = call.__qualname__ = info.name
+    call.__doc__ = info.fn.__doc__
+    call.__module__ = info.fn.__module__
+    return call
+
+
+def _arguments(info: _core.ToolInfo, schema: FuncSchema) -> Callable[[Any], dict[str, Any] | None]:
+    """The call's arguments as the journal binds them, validated as function_tool
+    validates them (None: the model's arguments are not valid for the tool)."""
+
+    def parse(raw: Any) -> dict[str, Any] | None:
+        try:
+            data = raw if isinstance(raw, dict) else json.loads(raw or "{}")
+            if not isinstance(data, dict):
+                return None
+            args, kwargs = schema.to_call_args(schema.params_pydantic_model(**data))
+            return dict(info.signature.bind(*args, **kwargs).arguments)
+        except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+            return None
+
+    return parse
+
+
+def tool(fn: Callable[..., Any], **options: Any) -> FunctionTool:
+    """The SDK tool of a ``@undolog_tool``, built by ``agents.function_tool(fn,
+    **options)``: the same name (``name_override`` defaults to the tool's UndoLog name),
+    docstring, argument schema and options (``failure_error_function``,
+    ``description_override``, ``timeout``, ``tool_input_guardrails``,
+    ``tool_output_guardrails``, ``is_enabled``, ``strict_mode`` ...). An IRREVERSIBLE one
+    asks for approval through ``needs_approval``, which the adapter sets. Sync journaled
+    tools run in a worker thread, journaled by the run's async session."""
     info = _core.describe(fn)
-    if info.tier is not ToolTier.SAFE and not info.is_async:
-        raise TypeError(f"{info.name}: a journaled tool under OpenAI Agents must be async def")
-    schema = function_schema(fn, name_override=info.name, description_override=info.description)
-
-    def arguments(raw: str | dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        model = schema.params_pydantic_model
-        parsed = (
-            model.model_validate(raw)
-            if isinstance(raw, dict)
-            else model.model_validate_json(raw or "{}")
-        )
-        return schema.to_call_args(parsed)
-
-    async def invoke(ctx: ToolContext[Any], raw: str) -> Any:
-        args, kwargs = arguments(raw)
-        key = ctx.tool_call_id if info.tier is not ToolTier.SAFE else None
-        with _core.pinned_step(key):
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        return result if isinstance(result, str) else json.dumps(result)
+    for option in _OWN_OPTIONS:
+        if option in options:
+            raise TypeError(
+                f"{info.name}: {option} is set by the adapter from the tool's tier "
+                "(an IRREVERSIBLE tool asks a person); remove it"
+            )
+    options.setdefault("name_override", info.name)
+    if info.tier is ToolTier.SAFE:
+        return function_tool(fn, **options)
+    structured = any(k in options for k in ("output_type", "output_json_schema", "allowed_callers"))
+    call = _with_context(info, _core.awaitable_body(info), as_json=not structured)
+    options["failure_error_function"] = _keeping_undolog_errors(
+        options.get("failure_error_function", _UNSET)
+    )
+    arguments = _arguments(
+        info,
+        function_schema(
+            call,
+            name_override=options["name_override"],
+            docstring_style=options.get("docstring_style"),
+            use_docstring_info=options.get("use_docstring_info", True),
+            strict_json_schema=options.get("strict_mode", True),
+        ),
+    )
 
     async def needs_approval(
         _: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
-        args, kwargs = arguments(params)
-        bound = info.signature.bind(*args, **kwargs).arguments
+        bound = arguments(params)
+        if bound is None:
+            return True  # run stops; the malformed call is handed back to the SDK there
         return await _core.waiting(info, call_id, bound) is not None
 
-    def bound(raw: str) -> dict[str, Any]:
-        args, kwargs = arguments(raw)
-        return dict(info.signature.bind(*args, **kwargs).arguments)
-
-    return UndoLogFunctionTool(
-        undolog_tool=info,
-        undolog_arguments=bound,
-        name=info.name,
-        description=info.description,
-        params_json_schema=schema.params_json_schema,
-        on_invoke_tool=invoke,
-        strict_json_schema=schema.strict_json_schema,
+    built = function_tool(
+        call,
         needs_approval=needs_approval if info.tier is ToolTier.IRREVERSIBLE else False,
+        **options,
     )
+    setattr(built, _ADAPTED, _Adapted(info, arguments))
+    return built
 
 
-def tools(*fns: Callable[..., Any]) -> list[FunctionTool]:
-    return [tool(fn) for fn in fns]
+def tools(*fns: Callable[..., Any], **options: Any) -> list[FunctionTool]:
+    """``tool(fn, **options)`` of each function."""
+    return [tool(fn, **options) for fn in fns]
+
+
+def _adapted(agent: Agent[Any], item: ToolApprovalItem) -> _Adapted | None:
+    owner = getattr(item, "agent", None) or agent
+    for candidate in owner.tools:
+        adapted = getattr(candidate, _ADAPTED, None)
+        if isinstance(adapted, _Adapted) and getattr(candidate, "name", None) == item.name:
+            return adapted
+    return None
+
+
+def _malformed(agent: Agent[Any], result: RunResult | RunResultStreaming) -> list[ToolApprovalItem]:
+    """The interrupted IRREVERSIBLE calls whose arguments are not valid for their tool:
+    the SDK asks approval before it validates them. No person is asked: ``run`` approves
+    them in the RunState, and the SDK's own handling answers the model with the error."""
+    bad = []
+    for item in result.interruptions:
+        adapted = _adapted(agent, item)
+        if adapted is not None and adapted.arguments(item.arguments or "{}") is None:
+            bad.append(item)
+    return bad
+
+
+def _waiting_calls(result: RunResult | RunResultStreaming) -> list[str] | None:
+    return [i.call_id or "" for i in result.interruptions] or None
+
+
+def _ask_the_rest(agent: Agent[Any]) -> Callable[[Any, Any], Awaitable[None]]:
+    async def ask(result: RunResult | RunResultStreaming, _: Any) -> None:
+        for item in result.interruptions:
+            adapted = _adapted(agent, item)
+            if adapted is None or item.call_id is None:
+                continue
+            kwargs = adapted.arguments(item.arguments or "{}")
+            if adapted.tool.tier is ToolTier.IRREVERSIBLE and kwargs is not None:
+                await _core.request_approval(adapted.tool, item.call_id, kwargs)
+
+    return ask
+
+
+def _undolog_error(exc: UserError) -> BaseException:
+    """The SDK reports a tool's exception as UserError("Error running tool ..."): answer
+    UndoLog's own error behind it, which says what to do next."""
+    cause = exc.__cause__
+    return cause if isinstance(cause, UndoLogError) else exc
 
 
 async def run(
@@ -130,29 +274,84 @@ async def run(
     async def go() -> RunResult:
         if isinstance(input, RunState):
             await _apply_decisions(input, session_id)
-        return await Runner.run(agent, input, **run_kwargs)
-
-    async def ask_the_rest(result: RunResult, _: Any) -> None:
-        for item in result.interruptions:
-            owner = getattr(item, "agent", None) or agent
-            known = [t for t in owner.tools if isinstance(t, UndoLogFunctionTool)]
-            found = [t for t in known if t.name == item.name]
-            if not found or item.call_id is None:
-                continue
-            adapted = found[0]
-            assert adapted.undolog_tool is not None and adapted.undolog_arguments is not None
-            if adapted.undolog_tool.tier is ToolTier.IRREVERSIBLE:
-                kwargs = adapted.undolog_arguments(item.arguments or "{}")
-                await _core.request_approval(adapted.undolog_tool, item.call_id, kwargs)
+        try:
+            result = await Runner.run(agent, input, **run_kwargs)
+            while bad := _malformed(agent, result):
+                state = result.to_state()
+                for item in bad:
+                    state.approve(item)
+                result = await Runner.run(agent, state, **run_kwargs)
+        except UserError as exc:
+            raise _undolog_error(exc) from exc
+        return result
 
     return await _core.run_in_session(
-        ul,
-        session_id,
-        agent_name or agent.name,
-        go,
-        lambda result: [i.call_id or "" for i in result.interruptions] or None,
-        ask_the_rest,
+        ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
     )
+
+
+class StreamedRun:
+    """A streamed run inside an UndoLog session: the SDK's ``RunResultStreaming`` (its
+    attributes are this object's: ``interruptions``, ``final_output``, ``to_state()``,
+    ``cancel()`` ...), except that ``stream_events()`` goes on through the follow-up run
+    that answers a malformed IRREVERSIBLE call with the SDK's error (see ``run``).
+    ``result`` is the current ``RunResultStreaming``."""
+
+    def __init__(
+        self, agent: Agent[Any], result: RunResultStreaming, run_kwargs: dict[str, Any]
+    ) -> None:
+        self.result = result
+        self._agent = agent
+        self._run_kwargs = run_kwargs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+    async def stream_events(self) -> AsyncIterator[Any]:
+        while True:
+            async for event in self.result.stream_events():
+                yield event
+            bad = _malformed(self._agent, self.result)
+            if not bad:
+                return
+            state = self.result.to_state()
+            for item in bad:
+                state.approve(item)
+            self.result = Runner.run_streamed(self._agent, state, **self._run_kwargs)
+
+
+@contextlib.asynccontextmanager
+async def run_streamed(
+    agent: Agent[Any],
+    ul: AsyncUndoLog,
+    input: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **run_kwargs: Any,
+) -> AsyncIterator[StreamedRun]:
+    """``Runner.run_streamed`` inside UndoLog session ``session_id``, as a block:
+
+        async with run_streamed(agent, ul, input, session_id=sid) as result:
+            async for event in result.stream_events():
+                ...
+        if result.interruptions: ...                   # as after ``run``
+
+    The session is finished when the block ends (the events not read are drained
+    first): completed, awaiting approval, or failed and undone, as with ``run``."""
+    async with _core.framework_run(
+        ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
+    ) as box:
+        if isinstance(input, RunState):
+            await _apply_decisions(input, session_id)
+        streamed = StreamedRun(agent, Runner.run_streamed(agent, input, **run_kwargs), run_kwargs)
+        try:
+            yield streamed
+            async for _ in streamed.stream_events():
+                pass  # what the block did not read
+        except UserError as exc:
+            raise _undolog_error(exc) from exc
+        box.result = streamed.result
 
 
 async def _approval_of(
@@ -211,5 +410,6 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
                 approval,
                 None,
             )
-        else:
-            state.reject(item)
+        else:  # the session goes on only for an on_reject="continue" tool
+            refused = await _core.refusal_of(conn, item.name, approval)
+            state.reject(item, rejection_message=None if refused is None else refused.message)

@@ -15,26 +15,30 @@ waiting session refuses new calls); ``run`` then names it in
 ``DeferredToolRequests.metadata[tool_call_id]["undolog_approval_id"]``. UndoLog's
 record is what counts: a call approved in pydantic-ai but not in UndoLog is deferred
 again; one approved in UndoLog by someone else (CLI, dashboard) runs when the run resumes
-(``decisions`` reads the answers UndoLog holds). Journaled tools must be ``async def`` (the run is
-async; the binding refuses a sync journaled call in an async session); SAFE ones may be
-sync.
+(``decisions`` reads the answers UndoLog holds). A rejection of a tool declared
+``on_reject="continue"`` reaches the model as ``ToolDenied`` with who refused and why.
+``run_stream`` and ``iter`` wrap pydantic-ai's streamed and node-by-node runs. Sync
+journaled tools run in a worker thread, journaled by the run's async session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
 from pydantic_ai._function_schema import function_schema
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.run import AgentRunResult
+from pydantic_ai.result import StreamedRunResult
+from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 
 from undolog import aengine
 from undolog.client import AsyncUndoLog
+from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
 
@@ -48,9 +52,8 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     info = _core.describe(fn)
     if info.tier is ToolTier.SAFE:
         return Tool(fn, takes_ctx=False, name=info.name, description=info.description)
-    if not info.is_async:
-        raise TypeError(f"{info.name}: a journaled tool under pydantic-ai must be async def")
     schema = function_schema(fn, GenerateToolJsonSchema, tool_name=info.name, takes_ctx=False)
+    body = _core.awaitable_body(info)  # a sync journaled tool: its body in a worker thread
 
     async def call(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
         bound = info.signature.bind(*args, **kwargs).arguments
@@ -62,8 +65,14 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
             and await _core.waiting(info, key, bound) is not None
         ):
             raise ApprovalRequired()
-        with _core.pinned_step(key):
-            return await fn(*args, **kwargs)
+        try:
+            with _core.pinned_step(key):
+                return await body(*args, **kwargs)
+        except ApprovalRejectedError as error:
+            refused = _core.refusal(info, error)
+            if refused is None:
+                raise
+            return refused.message  # the session goes on: the model hears the "no"
 
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(
@@ -85,6 +94,29 @@ def _waiting_calls(result: AgentRunResult[Any]) -> list[str] | None:
     return [part.tool_call_id for part in result.output.approvals]
 
 
+def _name_approvals(
+    session_id: uuid.UUID,
+) -> Callable[[AgentRunResult[Any], aengine.AsyncConnection], Awaitable[None]]:
+    async def name(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
+        requests = result.output
+        for part in requests.approvals:
+            found = await _core.approval_of_step(
+                conn, session_id, part.tool_name, part.tool_call_id
+            )
+            if found is not None:
+                requests.metadata.setdefault(part.tool_call_id, {})[APPROVAL_KEY] = str(found[0])
+
+    return name
+
+
+def _session(
+    session_id: uuid.UUID, agent_name: str | None, ul: AsyncUndoLog
+) -> contextlib.AbstractAsyncContextManager[_core.RunBox[AgentRunResult[Any]]]:
+    return _core.framework_run(
+        ul, session_id, agent_name, _waiting_calls, _name_approvals(session_id)
+    )
+
+
 async def run(
     agent: Agent[Any, Any],
     ul: AsyncUndoLog,
@@ -98,27 +130,52 @@ async def run(
     fails it and its compensations run last-first; one that ends with
     ``DeferredToolRequests`` leaves it awaiting approval. Resuming a session whose call a
     human rejected undoes what came before and raises ApprovalRejectedError."""
+    async with _session(session_id, agent_name, ul) as box:
+        box.result = result = await agent.run(**run_kwargs)
+    return result
 
-    async def go() -> AgentRunResult[Any]:
-        return await agent.run(**run_kwargs)
 
-    async def name_approvals(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
-        requests = result.output
-        for part in requests.approvals:
-            found = await _core.approval_of_step(
-                conn, session_id, part.tool_name, part.tool_call_id
-            )
-            if found is not None:
-                requests.metadata.setdefault(part.tool_call_id, {})[APPROVAL_KEY] = str(found[0])
+@contextlib.asynccontextmanager
+async def run_stream(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **run_kwargs: Any,
+) -> AsyncIterator[StreamedRunResult[Any, Any]]:
+    """``agent.run_stream(**run_kwargs)`` inside UndoLog session ``session_id``, as a
+    block; the session is finished when the block ends (the stream is read to its end
+    first), as with ``run``. After the block, ``streamed.result`` is the run's
+    ``AgentRunResult``, whose ``DeferredToolRequests`` names UndoLog's approvals."""
+    async with _session(session_id, agent_name, ul) as box:
+        async with agent.run_stream(**run_kwargs) as streamed:
+            yield streamed
+            if not streamed.is_complete:
+                await streamed.get_output()
+        box.result = streamed.result
 
-    return await _core.run_in_session(
-        ul,
-        session_id,
-        agent_name,
-        go,
-        _waiting_calls,
-        name_approvals,
-    )
+
+@contextlib.asynccontextmanager
+async def iter(  # the name of the pydantic-ai call it wraps
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **run_kwargs: Any,
+) -> AsyncIterator[AgentRun[Any, Any]]:
+    """``agent.iter(**run_kwargs)`` inside UndoLog session ``session_id``, as a block
+    that walks the run's nodes; the session is finished when the block ends (the nodes
+    not walked are run first), as with ``run``. After the block, ``agent_run.result`` is
+    the run's ``AgentRunResult``."""
+    async with _session(session_id, agent_name, ul) as box:
+        async with agent.iter(**run_kwargs) as agent_run:
+            yield agent_run
+            if agent_run.result is None:
+                async for _ in agent_run:
+                    pass
+        box.result = agent_run.result
 
 
 def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
@@ -144,11 +201,15 @@ async def decide(
     approver's login, and answer the ``DeferredToolResults`` to resume with. The calls
     not answered here go back to their tools, which ask UndoLog again."""
     answers = _undecided(requests)
+    tools = {part.tool_call_id: part.tool_name for part in requests.approvals}
     for call_id, approved in approvals.items():
-        await _core.record_decision(
-            approver, approval_id(requests, call_id), approved, decided_by, reason
-        )
-        answers[call_id] = approved
+        approval = approval_id(requests, call_id)
+        await _core.record_decision(approver, approval, approved, decided_by, reason)
+        if approved:
+            answers[call_id] = True
+        else:  # heard by the model when the session goes on (an on_reject="continue" tool)
+            refused = _core.Refusal(tools[call_id], approval, "rejected", decided_by, reason)
+            answers[call_id] = ToolDenied(refused.message)
     return DeferredToolResults(approvals=answers)
 
 
@@ -162,10 +223,24 @@ async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> Deferre
             named = requests.metadata.get(part.tool_call_id, {}).get(APPROVAL_KEY)
             if named is None:
                 continue
-            state = await _core.approval_state_async(conn, uuid.UUID(str(named)))
+            approval = uuid.UUID(str(named))
+            state = await _core.approval_state_async(conn, approval)
             if state in ("rejected", "expired"):
-                answers[part.tool_call_id] = False
+                refused = await _core.refusal_of(conn, part.tool_name, approval)
+                answers[part.tool_call_id] = (
+                    False if refused is None else ToolDenied(refused.message)
+                )
     return DeferredToolResults(approvals=answers)
 
 
-__all__ = ["APPROVAL_KEY", "approval_id", "decide", "decisions", "run", "tool", "tools"]
+__all__ = [
+    "APPROVAL_KEY",
+    "approval_id",
+    "decide",
+    "decisions",
+    "iter",
+    "run",
+    "run_stream",
+    "tool",
+    "tools",
+]
