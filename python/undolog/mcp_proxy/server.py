@@ -10,16 +10,22 @@ import signal
 import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import mcp_types as types
+from mcp import MCPError
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import ListenHandler
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from undolog.mcp_proxy.passthrough import Passthrough
 from undolog.mcp_proxy.policy import PolicyError, load_policy
-from undolog.mcp_proxy.proxy import McpProxy
-from undolog.mcp_proxy.upstream import UpstreamDown, connect_all
+from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy
+from undolog.mcp_proxy.relay import Write, relaying_stdio
+from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
 log = logging.getLogger("undolog.mcp_proxy")
 
@@ -48,26 +54,80 @@ async def running_proxy(config: str, dsn: str) -> AsyncIterator[McpProxy]:
             await up.close()
 
 
+class _ProxyServer(Server[Any]):
+    """The SDK's server, announcing that the lists it relays can change (over stdio and
+    over HTTP, whose session manager asks for the options itself)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(
+                prompts_changed=True, resources_changed=True, tools_changed=True
+            ),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 def build_server(proxy: McpProxy) -> Server[Any]:
+    passthrough = Passthrough(proxy)
+
     async def on_list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        passthrough._remember(ctx)
         return types.ListToolsResult(tools=proxy.list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        passthrough._remember(ctx)
         return await proxy.call_tool(ctx, params.name, dict(params.arguments or {}))
 
-    server: Server[Any] = Server(
+    def serving(capability: str) -> bool:
+        return any(
+            up.capabilities is not None and getattr(up.capabilities, capability) is not None
+            for up in proxy.upstreams.values()
+        )
+
+    resources = serving("resources")
+    subscribable = any(
+        up.capabilities is not None
+        and up.capabilities.resources is not None
+        and bool(up.capabilities.resources.subscribe)
+        for up in proxy.upstreams.values()
+    )
+    server = _ProxyServer(
         "undolog-mcp-proxy",
         version="0.1.0",
         instructions=(
             "Tools behind UndoLog: each description states its tier. An IRREVERSIBLE call may "
-            "answer that it awaits a human's approval: make the same call again later."
+            "answer that it awaits a human's approval: make the same call again later. "
+            "Resources and prompts are passed through as they are."
         ),
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        on_list_resources=passthrough.list_resources if resources else None,
+        on_list_resource_templates=passthrough.list_resource_templates if resources else None,
+        on_read_resource=passthrough.read_resource if resources else None,
+        on_subscribe_resource=passthrough.subscribe if subscribable else None,
+        on_unsubscribe_resource=passthrough.unsubscribe if subscribable else None,
+        on_list_prompts=passthrough.list_prompts if serving("prompts") else None,
+        on_get_prompt=passthrough.get_prompt if serving("prompts") else None,
+        on_subscriptions_listen=ListenHandler(passthrough.bus),
+    )
+    server.add_notification_handler(
+        "notifications/roots/list_changed",
+        types.NotificationParams,
+        passthrough.client_roots_changed,
+    )
+    server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, passthrough.client_initialized
     )
     # The SDK wraps every request in an OpenTelemetry span by default; the proxy sits on
     # the path of every tool call, so it keeps only what it needs.
@@ -75,32 +135,95 @@ def build_server(proxy: McpProxy) -> Server[Any]:
     return server
 
 
-class _StdinLines:
-    """stdin's lines for the SDK's stdio transport, read on the event loop. The SDK's
-    own reader blocks a thread in readline(), which no cancellation interrupts: a
-    stopping proxy would wait for the client's next line before it could end its
-    sessions."""
+# a SAFE call's _meta may hold only these to be relayed unparsed (anything else, such as
+# a progress token, takes the SDK's path, which knows what to do with it)
+_RELAYABLE_META = {
+    types.PROTOCOL_VERSION_META_KEY,
+    types.CLIENT_INFO_META_KEY,
+    types.CLIENT_CAPABILITIES_META_KEY,
+    SESSION_META_KEY,
+}
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
 
-    def __aiter__(self) -> _StdinLines:
-        return self
+class SafeRelay:
+    """SAFE tool calls over stdio, answered at the JSON-RPC message level: the request is
+    read once, sent to the upstream as one message, and the upstream's result is written
+    back as it came (with the proxy's identity on a 2026-era answer). Nothing is journaled
+    for a SAFE call, so the SDK's models add nothing but time here. Every other request,
+    and a SAFE call with anything unusual about it, goes to the SDK's server."""
 
-    async def __anext__(self) -> str:
+    def __init__(self, proxy: McpProxy, server: Server[Any]) -> None:
+        self.proxy = proxy
+        self.server_info = server.server_info.model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        self.initialized = False  # a handshake-era client: only after its handshake
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, message: dict[str, Any], write: Write) -> bool:
+        if message.get("method") == "notifications/initialized":
+            self.initialized = True
+            return False
+        params = message.get("params")
+        request_id = message.get("id")
+        if (
+            message.get("method") != "tools/call"
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(request_id, (str, int))
+            or isinstance(request_id, bool)
+            or not isinstance(params, dict)
+        ):
+            return False
+        name, args, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        route = self.proxy.routes.get(name) if isinstance(name, str) else None
+        if route is None or route.policy.tier != "safe":
+            return False
+        if args is None:
+            args = {}
+        if meta is None:
+            meta = {}
+        if not isinstance(args, dict) or not isinstance(meta, dict) or set(meta) - _RELAYABLE_META:
+            return False
+        version = meta.get(types.PROTOCOL_VERSION_META_KEY)
+        modern = version is not None
+        if modern and version not in MODERN_PROTOCOL_VERSIONS:
+            return False  # the SDK answers with the versions it speaks
+        if not modern and not self.initialized:
+            return False
+        upstream = self.proxy.upstreams[route.upstream]
+        if upstream.relayable() is None:
+            return False  # reconnecting, or a 2026-era upstream: the SDK's path
+        task = asyncio.create_task(
+            self._relay(request_id, str(name), route.tool, upstream, args, modern, write)
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    async def _relay(
+        self,
+        request_id: str | int,
+        name: str,
+        tool: str,
+        upstream: Any,
+        args: dict[str, Any],
+        modern: bool,
+        write: Write,
+    ) -> None:
         try:
-            line = await self.reader.readline()
-        except ValueError:  # a line over the limit: dropped whole, answered as unreadable
-            while True:
-                with contextlib.suppress(ValueError):
-                    await self.reader.readline()
-                    return "\n"
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+            result = await upstream.call_raw(tool, args)
+        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            result = {"content": [{"type": "text", "text": f"{name}: {exc}"}], "isError": True}
+        if modern:
+            result = {"resultType": "complete", **result}
+            meta = result.get("_meta")
+            meta = dict(meta) if isinstance(meta, dict) else {}
+            meta[types.SERVER_INFO_META_KEY] = self.server_info
+            result["_meta"] = meta
+        write({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-async def _stdin_lines() -> _StdinLines | None:
+async def _stdin_reader() -> asyncio.StreamReader | None:
     """A cancellable reader of stdin, or None when stdin is no pipe or socket (the SDK's
     reader then)."""
     mode = os.fstat(sys.stdin.fileno()).st_mode
@@ -113,7 +236,7 @@ async def _stdin_lines() -> _StdinLines | None:
         )
     except (ValueError, OSError):
         return None
-    return _StdinLines(reader)
+    return reader
 
 
 async def _serve_stdio(config: str, dsn: str) -> None:
@@ -125,8 +248,12 @@ async def _serve_stdio(config: str, dsn: str) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     async with running_proxy(config, dsn) as proxy:
         server = build_server(proxy)
-        stdin = cast(Any, await _stdin_lines())  # the SDK only iterates over it
-        async with stdio_server(stdin=stdin) as (read, write):
+        reader = await _stdin_reader()
+        if reader is not None:
+            async with relaying_stdio(reader, SafeRelay(proxy, server)) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return
+        async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
 
