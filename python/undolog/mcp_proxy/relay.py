@@ -58,6 +58,7 @@ class UpstreamTap:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._write: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
     async def __aenter__(self) -> Streams:
@@ -103,15 +104,25 @@ class UpstreamTap:
                             and message.method in LIST_CHANGED
                             and self.on_notification is not None
                         ):
-                            try:
-                                await self.on_notification(message.method, message.params or {})
-                            except Exception:
-                                log.exception("relaying %s failed", message.method)
+                            # in a task of its own: relaying may ask the upstream (a tools
+                            # list), whose answer comes through this very pump
+                            task = asyncio.create_task(
+                                self._notified(message.method, message.params or {})
+                            )
+                            self._tasks.add(task)
+                            task.add_done_callback(self._tasks.discard)
                     await sdk_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
             self._fail_pending()
+
+    async def _notified(self, method: str, params: dict[str, Any]) -> None:
+        assert self.on_notification is not None
+        try:
+            await self.on_notification(method, params)
+        except Exception:
+            log.exception("relaying %s failed", method)
 
     async def request(
         self, method: str, params: dict[str, Any], timeout: float | None
