@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from mcp import Client, MCPError
 from mcp.client.context import ClientRequestContext
+
 from test_mcp_proxy import (
     HttpProxy,
     http_proxies,
@@ -99,7 +100,7 @@ def test_resources_and_prompts_pass_through_over_stdio(
             caps = client.server_capabilities
             assert caps.resources is not None and caps.prompts is not None
             await check_reads(client)
-            with pytest.raises(MCPError, match="Unknown resource|not found|Unknown"):
+            with pytest.raises(MCPError, match="Unknown resource: memory://nothing-here"):
                 await client.read_resource("memory://nothing-here")
             # a SAFE tool, relayed unparsed, answers as the upstream did
             echoed = await client.call_tool("echo", {"text": "hi"})
@@ -150,6 +151,8 @@ class Heard:
         raise AssertionError(f"no {method} among {self.methods}")
 
 
+# resources/subscribe and roots are handshake-era features, deprecated for the 2026 era
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 def test_list_changed_and_resource_updates_reach_a_handshake_client(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
@@ -213,6 +216,7 @@ def test_list_changed_reaches_a_2026_client_on_its_listen_stream(
     asyncio.run(body())
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 def test_roots_are_asked_of_the_client_and_their_change_told_upstream(
     tmp_path: Path, dsn: str, ledger: Path
 ) -> None:
@@ -220,9 +224,7 @@ def test_roots_are_asked_of_the_client_and_their_change_told_upstream(
 
     async def roots(context: ClientRequestContext) -> types.ListRootsResult:
         asked.append(1)
-        return types.ListRootsResult(
-            roots=[types.Root(uri="file:///work/project", name="project")]
-        )
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
 
     async def body() -> None:
         client = stdio_client(policy(tmp_path, ONE), dsn, ledger, mode="legacy")
