@@ -224,7 +224,8 @@ def test_roots_are_asked_of_the_client_and_their_change_told_upstream(
 
     async def roots(context: ClientRequestContext) -> types.ListRootsResult:
         asked.append(1)
-        return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+        root = types.Root.model_validate({"uri": "file:///work/project", "name": "project"})
+        return types.ListRootsResult(roots=[root])
 
     async def body() -> None:
         client = stdio_client(policy(tmp_path, ONE), dsn, ledger, mode="legacy")
