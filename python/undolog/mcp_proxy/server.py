@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, cast
 
 import mcp_types as types
 from mcp import MCPError
@@ -74,19 +75,23 @@ class _ProxyServer(Server[Any]):
         )
 
 
-def build_server(proxy: McpProxy) -> Server[Any]:
+def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[Any]:
     passthrough = Passthrough(proxy)
 
     async def on_list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         passthrough._remember(ctx)
+        if relay is not None:
+            relay.served(ctx)
         return types.ListToolsResult(tools=proxy.list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         passthrough._remember(ctx)
+        if relay is not None:
+            relay.served(ctx)
         return await proxy.call_tool(ctx, params.name, dict(params.arguments or {}))
 
     def serving(capability: str) -> bool:
@@ -132,6 +137,10 @@ def build_server(proxy: McpProxy) -> Server[Any]:
     # The SDK wraps every request in an OpenTelemetry span by default; the proxy sits on
     # the path of every tool call, so it keeps only what it needs.
     server.middleware = []
+    if relay is not None:
+        relay.server_info = server.server_info.model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
     return server
 
 
@@ -145,20 +154,30 @@ _RELAYABLE_META = {
 }
 
 
-class SafeRelay:
-    """SAFE tool calls over stdio, answered at the JSON-RPC message level: the request is
-    read once, sent to the upstream as one message, and the upstream's result is written
-    back as it came (with the proxy's identity on a 2026-era answer). Nothing is journaled
-    for a SAFE call, so the SDK's models add nothing but time here. Every other request,
-    and a SAFE call with anything unusual about it, goes to the SDK's server."""
+class MessageRelay:
+    """Tool calls over stdio, answered at the JSON-RPC message level: the request line is
+    read once, and the answer written as one line, without the SDK's server parsing it
+    into its models, validating and dumping it again (most of what the proxy cost).
 
-    def __init__(self, proxy: McpProxy, server: Server[Any]) -> None:
+    A SAFE call is one message to the upstream and its result written back as it came
+    (with the proxy's identity on a 2026-era answer): nothing is journaled for it. A
+    COMPENSABLE call runs the proxy's journaled path as from the SDK's server, with the
+    request context of this same stdio connection (taken from a request the SDK served
+    on it: the listing of tools every client starts with), so that its session is the
+    one the SDK's path would give it. Every other request, and a call with anything
+    unusual about it (a progress token, an unknown protocol version, no context yet),
+    goes to the SDK's server."""
+
+    def __init__(self, proxy: McpProxy) -> None:
         self.proxy = proxy
-        self.server_info = server.server_info.model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        )
+        self.server_info: dict[str, Any] = {}  # the proxy's, stamped on 2026-era answers
         self.initialized = False  # a handshake-era client: only after its handshake
+        self.contexts: dict[bool, ServerRequestContext[Any, Any]] = {}  # by era: modern?
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def served(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """A request the SDK served on this connection: its context, for the relay."""
+        self.contexts[ctx.protocol_version in MODERN_PROTOCOL_VERSIONS] = ctx
 
     def __call__(self, message: dict[str, Any], write: Write) -> bool:
         if message.get("method") == "notifications/initialized":
@@ -176,8 +195,8 @@ class SafeRelay:
             return False
         name, args, meta = params.get("name"), params.get("arguments"), params.get("_meta")
         route = self.proxy.routes.get(name) if isinstance(name, str) else None
-        if route is None or route.policy.tier != "safe":
-            return False
+        if route is None or route.policy.tier == "irreversible":
+            return False  # a held call sends progress: the SDK's path
         if args is None:
             args = {}
         if meta is None:
@@ -193,27 +212,61 @@ class SafeRelay:
         upstream = self.proxy.upstreams[route.upstream]
         if upstream.relayable() is None:
             return False  # reconnecting, or a 2026-era upstream: the SDK's path
-        task = asyncio.create_task(
-            self._relay(request_id, str(name), route.tool, upstream, args, modern, write)
-        )
+        answer: Awaitable[dict[str, Any]]
+        if route.policy.tier == "safe":
+            answer = self._safe(str(name), route.tool, upstream, args)
+        else:
+            template = self.contexts.get(modern)
+            if template is None:
+                return False
+            ctx = dataclasses.replace(
+                template,
+                method="tools/call",
+                params=params,
+                request_id=request_id,
+                meta=cast(types.RequestParamsMeta, meta),
+                protocol_version=str(version) if modern else template.protocol_version,
+            )
+            answer = self._journaled(ctx, str(name), args)
+        task = asyncio.create_task(self._answer(request_id, answer, modern, write))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return True
 
-    async def _relay(
+    async def _safe(
+        self, name: str, tool: str, upstream: Any, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = await upstream.call_raw(tool, args)
+            return result
+        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            return {"content": [{"type": "text", "text": f"{name}: {exc}"}], "isError": True}
+
+    async def _journaled(
+        self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        result = await self.proxy.call_tool(ctx, name, args)
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def _answer(
         self,
         request_id: str | int,
-        name: str,
-        tool: str,
-        upstream: Any,
-        args: dict[str, Any],
+        answer: Awaitable[dict[str, Any]],
         modern: bool,
         write: Write,
     ) -> None:
         try:
-            result = await upstream.call_raw(tool, args)
-        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-            result = {"content": [{"type": "text", "text": f"{name}: {exc}"}], "isError": True}
+            result = await answer
+        except Exception as exc:  # as the SDK's server answers a handler that raised
+            log.exception("tools/call %s failed", request_id)
+            write(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {"code": types.INTERNAL_ERROR, "message": str(exc)},
+                }
+            )
+            return
         if modern:
             result = {"resultType": "complete", **result}
             meta = result.get("_meta")
@@ -247,12 +300,14 @@ async def _serve_stdio(config: str, dsn: str) -> None:
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     async with running_proxy(config, dsn) as proxy:
-        server = build_server(proxy)
         reader = await _stdin_reader()
         if reader is not None:
-            async with relaying_stdio(reader, SafeRelay(proxy, server)) as (read, write):
+            relay = MessageRelay(proxy)
+            server = build_server(proxy, relay)
+            async with relaying_stdio(reader, relay) as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             return
+        server = build_server(proxy)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
