@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,15 @@ from mcp import Client, MCPError
 from mcp.client.context import ClientRequestContext
 
 from test_mcp_proxy import (
+    ROOT,
+    SESSION,
     HttpProxy,
+    _env,
+    _proxy_args,
     http_proxies,
     ledger,
     ops,
+    sessions,
     stdio_client,
     text,
     wait_for,
@@ -268,3 +275,122 @@ def test_passthrough_over_streamable_http(
 
     asyncio.run(body())
     assert journaled(conn) == (0, 0)
+
+
+RELAYED = """
+[upstreams.crm]
+command = ["python", "tests/mcp_upstream_server.py"]
+[upstreams.crm.tools.echo]
+tier = "safe"
+[upstreams.crm.tools.create_user]
+tier = "compensable"
+compensation.delete_user = { user_id = "result.user_id", idempotency_key = "undo_id" }
+"""
+
+
+class Wire:
+    """`undolog mcp-proxy` over stdio, spoken to line by line."""
+
+    def __init__(self, config: Path, dsn: str, ledger: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, *_proxy_args(config, dsn)],
+            env=_env(ledger),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.ids = 0
+
+    def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.ids += 1
+        message = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params or {}}
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+        self.process.stdin.flush()
+        while True:  # notifications (progress) may come first
+            answer: dict[str, Any] = json.loads(self.process.stdout.readline())
+            if answer.get("id") == self.ids:
+                return answer
+
+    def notify(self, method: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method}).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def close(self) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+
+
+MODERN = {
+    types.PROTOCOL_VERSION_META_KEY: "2026-07-28",
+    types.CLIENT_INFO_META_KEY: {"name": "wire", "version": "1"},
+    types.CLIENT_CAPABILITIES_META_KEY: {},
+}
+
+
+@pytest.mark.parametrize("era", ["2026", "handshake"])
+def test_calls_relayed_at_the_message_level_answer_as_the_sdk_does(
+    era: str, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The SAFE and COMPENSABLE calls the proxy answers without the SDK's server (plain
+    _meta) and the ones it leaves to it (a progress token) give the same answers on the
+    wire, in the era's shape, and the journaled ones are journaled alike."""
+    wire = Wire(policy(tmp_path, RELAYED), dsn, ledger)
+    meta: dict[str, Any] = dict(MODERN) if era == "2026" else {}
+    try:
+        if era == "handshake":
+            started = wire.send(
+                "initialize",
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "wire", "version": "1"},
+                },
+            )
+            assert "result" in started, started
+            wire.notify("notifications/initialized")
+        listed = wire.send("tools/list", {"_meta": meta})
+        assert {"echo", "create_user"} <= {t["name"] for t in listed["result"]["tools"]}
+        answers: list[dict[str, Any]] = []
+        for extra in ({}, {"progressToken": "p"}):  # relayed, then the SDK's path
+            for name, args in (
+                ("echo", {"text": "hi"}),
+                ("create_user", {"email": f"{len(answers)}@x", "name": "A"}),
+            ):
+                answer = wire.send(
+                    "tools/call", {"name": name, "arguments": args, "_meta": {**meta, **extra}}
+                )
+                assert "result" in answer, answer
+                answers.append(answer["result"])
+        relayed_echo, relayed_made, sdk_echo, sdk_made = answers
+        for result in answers:
+            assert not result["isError"], result
+            if era == "2026":
+                assert result["resultType"] == "complete"
+                assert result["_meta"][types.SERVER_INFO_META_KEY]["name"] == "undolog-mcp-proxy"
+            else:
+                assert "resultType" not in result
+                assert types.SERVER_INFO_META_KEY not in result.get("_meta", {})
+        assert relayed_echo["structuredContent"] == sdk_echo["structuredContent"] == {"text": "hi"}
+        assert relayed_made["structuredContent"] == {"user_id": 1, "email": "0@x"}
+        assert sdk_made["structuredContent"] == {"user_id": 2, "email": "2@x"}
+        # one session for the connection, whichever path answered
+        assert relayed_made["_meta"][SESSION] == sdk_made["_meta"][SESSION]
+        unknown = wire.send("tools/call", {"name": "nope", "arguments": {}, "_meta": meta})
+        assert unknown["result"]["isError"], unknown
+    finally:
+        wire.close()
+    states = conn.execute(
+        "SELECT args->>'email', state FROM undolog.undolog_effect_log ORDER BY 1"
+    ).fetchall()
+    assert states == [("0@x", "committed"), ("2@x", "committed")]
+    assert [s for _, s in sessions(conn)] == ["completed"]

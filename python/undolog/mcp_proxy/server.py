@@ -20,6 +20,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import ListenHandler
+from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from undolog.mcp_proxy.passthrough import Passthrough
@@ -246,7 +247,9 @@ class MessageRelay:
         self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
     ) -> dict[str, Any]:
         result = await self.proxy.call_tool(ctx, name, args)
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # the era's own shape of the result, as the SDK's server sends it
+        return methods.serialize_server_result("tools/call", ctx.protocol_version, dumped)
 
     async def _answer(
         self,
