@@ -20,6 +20,7 @@ from undolog.mcp_proxy.policy import Upstream
 from undolog.mcp_proxy.relay import TapClosed, UpstreamTap
 
 log = logging.getLogger("undolog.mcp_proxy")
+START_TIMEOUT = 30.0  # seconds an upstream may take to answer its handshake
 
 
 class UpstreamDown(Exception):
@@ -93,7 +94,9 @@ class UpstreamConnection:
             # server speaks it), and the one the proxy relays calls in unparsed.
             async with Client(
                 tap,
-                read_timeout_seconds=self.call_timeout,
+                # the handshake and listings: a process starting (imports, a package
+                # download by npx/uvx) is not a tool call; calls carry call_timeout
+                read_timeout_seconds=max(self.call_timeout, START_TIMEOUT),
                 cache=None,
                 mode="legacy",
                 list_roots_callback=self._roots,
@@ -174,7 +177,9 @@ class UpstreamConnection:
             raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
         try:
             request_meta = cast(types.RequestParamsMeta, dict(meta)) if meta else None
-            return await client.call_tool(tool, dict(arguments), meta=request_meta)
+            return await client.call_tool(
+                tool, dict(arguments), read_timeout_seconds=self.call_timeout, meta=request_meta
+            )
         except MCPError as exc:
             raise self._unknown(client, tool, exc) from exc
         except Exception as exc:  # the transport broke under the call
