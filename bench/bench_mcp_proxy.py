@@ -5,19 +5,19 @@ the upstream in the same run.
 
 The upstream is tests/mcp_upstream_server.py over stdio; its ``echo`` and ``lookup_user``
 bodies do no I/O, so the difference is the proxy's. The client is the SDK's, over stdio,
-in the 2026-07-28 (per-request) protocol era.
+in the 2026-07-28 (per-request) protocol era. One run measures, in interleaved rounds:
 
-1. SAFE (``echo``): via the proxy vs straight (target: under 0.2 ms added). The proxy
-   makes no database round trip for it; what it adds is one more MCP hop (a JSON-RPC
-   request parsed, forwarded, answered).
-2. COMPENSABLE (``lookup_user`` declared compensable, a new call each time): via the proxy
-   vs straight (target: at most the engine's own two round trips + 0.3 ms), beside those
-   two round trips measured alone (undolog.aengine intercept + commit).
-3. In process, without the client's MCP hop: the proxy's COMPENSABLE path (McpProxy, the
-   same upstream over stdio) timed piece by piece, so that what the proxy's own code adds
-   beyond intercept, the upstream call and commit is visible apart from transport noise.
+- straight: the upstream called directly (``echo`` and ``lookup_user``);
+- SAFE via the proxy (``echo``): target, at most 1 ms added over straight;
+- COMPENSABLE via the proxy (``lookup_user`` declared compensable, a new call each time):
+  target, at most the engine's own round trips + 1 ms added over straight;
+- the engine's round trips alone: the same SQL the proxy sends for that call
+  (undolog.aengine intercept, then commit, with the same descriptor), each on a connection
+  taken from a pool configured as the proxy's.
 
-Medians per call over interleaved rounds. A benchmark, not a test: it never fails.
+Medians and p90 over every call of every round. ``--in-process`` adds the proxy's
+COMPENSABLE path timed piece by piece in this process (no client hop). A benchmark, not
+a test: it never fails.
 """
 
 from __future__ import annotations
@@ -60,20 +60,28 @@ def _env(ledger: str) -> dict[str, str]:
     return {**os.environ, "UPSTREAM_LEDGER": ledger, "PATH": f"{bindir}:{os.environ['PATH']}"}
 
 
-async def per_call(call: Callable[[int], Awaitable[object]], n: int, offset: int) -> float:
-    """Median seconds of one call over n sequential calls."""
+async def per_call(call: Callable[[int], Awaitable[object]], n: int, offset: int) -> list[float]:
+    """Seconds of each of n sequential calls."""
     times = []
     for i in range(n):
         start = time.perf_counter()
         await call(offset + i)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
-async def main(calls: int, rounds: int) -> None:
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1]
+
+
+async def main(calls: int, rounds: int, in_process_too: bool) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from undolog.mcp_proxy.proxy import APPLICATION_NAME, POOL_SIZE
+
     dsn = os.environ.get("UNDOLOG_DSN", "")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
+    with psycopg.connect(dsn, autocommit=True) as sync:
+        migrate(sync)
     tmp = tempfile.mkdtemp(prefix="bench-mcp-")
     ledger = str(Path(tmp) / "ledger.jsonl")
     policy = Path(tmp) / "policy.toml"
@@ -90,29 +98,38 @@ async def main(calls: int, rounds: int) -> None:
             cwd=str(ROOT),
         )
     )
+    # the proxy's own pool settings (McpProxy), so that the engine's round trips are
+    # measured as the proxy pays them
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=POOL_SIZE,
+        kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
+        open=False,
+    )
     results: dict[str, list[float]] = {
         k: [] for k in ("safe_direct", "safe_proxy", "comp_direct", "comp_proxy", "engine")
     }
     session = uuid.uuid4()
-    async with (
-        direct,
-        proxied,
-        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn,
-    ):
-        await aengine.begin_session(aconn, session, agent="bench")
+    async with direct, proxied:
+        await pool.open(wait=True)
+        async with pool.connection() as conn:
+            await aengine.begin_session(conn, session, agent="bench")
 
         async def engine_call(i: int) -> None:
-            icpt = await aengine.intercept(
-                aconn,
-                session,
-                i,
-                "bench/lookup_user",
-                "compensable",
-                {"email": f"e{i}@x"},
-                {"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}},
-            )
+            async with pool.connection() as conn:
+                icpt = await aengine.intercept(
+                    conn,
+                    session,
+                    i,
+                    "bench/lookup_user",
+                    "compensable",
+                    {"email": f"e{i}@x"},
+                    {"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}},
+                )
             assert icpt.effect_id is not None
-            await aengine.commit(aconn, icpt.effect_id, {"email": f"e{i}@x", "found": False})
+            async with pool.connection() as conn:
+                await aengine.commit(conn, icpt.effect_id, {"email": f"e{i}@x", "found": False})
 
         variants: dict[str, Callable[[int], Awaitable[object]]] = {
             "safe_direct": lambda i: direct.call_tool("echo", {"text": f"t{i}"}),
@@ -121,25 +138,42 @@ async def main(calls: int, rounds: int) -> None:
             "comp_proxy": lambda i: proxied.call_tool("lookup_user", {"email": f"p{i}@x"}),
             "engine": engine_call,
         }
-        for variant in variants.values():  # warm up
-            await per_call(variant, 20, 10_000_000)
-        for r in range(rounds):
-            for name, variant in variants.items():
-                results[name].append(await per_call(variant, calls, r * calls))
+        try:
+            for variant in variants.values():  # warm up
+                await per_call(variant, 20, 10_000_000)
+            for r in range(rounds):
+                for name, variant in variants.items():
+                    results[name].extend(await per_call(variant, calls, r * calls))
+        finally:
+            await pool.close()
     med = {k: statistics.median(v) * 1000 for k, v in results.items()}
+    top = {k: p90(v) * 1000 for k, v in results.items()}
     safe_added = med["safe_proxy"] - med["safe_direct"]
     comp_added = med["comp_proxy"] - med["comp_direct"]
-    print(f"MCP proxy, {rounds} rounds x {calls} calls, median ms per call")
-    print(f"  SAFE        straight {med['safe_direct']:.3f}  via proxy {med['safe_proxy']:.3f}")
-    print(f"              added {safe_added:.3f} ms (target < 0.2)")
-    print(f"  COMPENSABLE straight {med['comp_direct']:.3f}  via proxy {med['comp_proxy']:.3f}")
+    comp_target = med["engine"] + 1.0
+    print(f"MCP proxy, {rounds} rounds x {calls} calls, ms per call (median, p90)")
+    rows = [
+        ("straight, echo", "safe_direct"),
+        ("straight, lookup_user", "comp_direct"),
+        ("SAFE via the proxy (echo)", "safe_proxy"),
+        ("COMPENSABLE via the proxy (lookup_user)", "comp_proxy"),
+        ("the engine's round trips alone", "engine"),
+    ]
+    for label, key in rows:
+        print(f"  {label:<42} {med[key]:7.3f} {top[key]:7.3f}")
     print(
-        f"              added {comp_added:.3f} ms; the engine's two round trips alone "
-        f"{med['engine']:.3f} ms; target <= {med['engine'] + 0.3:.3f}"
+        f"  SAFE added {safe_added:.3f} ms; target <= 1.000: "
+        f"{'met' if safe_added <= 1.0 else 'NOT met'}"
     )
-    print(f"  COMPENSABLE beyond the engine's round trips: {comp_added - med['engine']:.3f} ms")
-    os.environ.update(env)  # the upstream's command is `python` on this PATH
-    await in_process(policy, dsn, calls * rounds)
+    print(
+        f"  COMPENSABLE added {comp_added:.3f} ms; target <= the engine's round trips "
+        f"{med['engine']:.3f} + 1 = {comp_target:.3f}: "
+        f"{'met' if comp_added <= comp_target else 'NOT met'} "
+        f"(beyond the round trips: {comp_added - med['engine']:.3f} ms)"
+    )
+    if in_process_too:
+        os.environ.update(env)  # the upstream's command is `python` on this PATH
+        await in_process(policy, dsn, calls * rounds)
 
 
 async def in_process(policy: Path, dsn: str, calls: int) -> None:
@@ -193,5 +227,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--in-process", action="store_true", help="also time the path in process")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.rounds))
+    asyncio.run(main(args.calls, args.rounds, args.in_process))

@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, cast
 
 import mcp_types as types
+from mcp import MCPError
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import ListenHandler
+from mcp_types import methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from undolog.mcp_proxy.passthrough import Passthrough
 from undolog.mcp_proxy.policy import PolicyError, load_policy
-from undolog.mcp_proxy.proxy import McpProxy
-from undolog.mcp_proxy.upstream import UpstreamDown, connect_all
+from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy
+from undolog.mcp_proxy.relay import Write, relaying_stdio
+from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
 log = logging.getLogger("undolog.mcp_proxy")
 
@@ -48,59 +56,230 @@ async def running_proxy(config: str, dsn: str) -> AsyncIterator[McpProxy]:
             await up.close()
 
 
-def build_server(proxy: McpProxy) -> Server[Any]:
+class _ProxyServer(Server[Any]):
+    """The SDK's server, announcing that the lists it relays can change (over stdio and
+    over HTTP, whose session manager asks for the options itself)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(
+                prompts_changed=True, resources_changed=True, tools_changed=True
+            ),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[Any]:
+    passthrough = Passthrough(proxy)
+
     async def on_list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        passthrough._remember(ctx)
+        if relay is not None:
+            relay.served(ctx)
         return types.ListToolsResult(tools=proxy.list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        passthrough._remember(ctx)
+        if relay is not None:
+            relay.served(ctx)
         return await proxy.call_tool(ctx, params.name, dict(params.arguments or {}))
 
-    server: Server[Any] = Server(
+    def serving(capability: str) -> bool:
+        return any(
+            up.capabilities is not None and getattr(up.capabilities, capability) is not None
+            for up in proxy.upstreams.values()
+        )
+
+    resources = serving("resources")
+    subscribable = any(
+        up.capabilities is not None
+        and up.capabilities.resources is not None
+        and bool(up.capabilities.resources.subscribe)
+        for up in proxy.upstreams.values()
+    )
+    server = _ProxyServer(
         "undolog-mcp-proxy",
         version="0.1.0",
         instructions=(
             "Tools behind UndoLog: each description states its tier. An IRREVERSIBLE call may "
-            "answer that it awaits a human's approval: make the same call again later."
+            "answer that it awaits a human's approval: make the same call again later. "
+            "Resources and prompts are passed through as they are."
         ),
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        on_list_resources=passthrough.list_resources if resources else None,
+        on_list_resource_templates=passthrough.list_resource_templates if resources else None,
+        on_read_resource=passthrough.read_resource if resources else None,
+        on_subscribe_resource=passthrough.subscribe if subscribable else None,
+        on_unsubscribe_resource=passthrough.unsubscribe if subscribable else None,
+        on_list_prompts=passthrough.list_prompts if serving("prompts") else None,
+        on_get_prompt=passthrough.get_prompt if serving("prompts") else None,
+        on_subscriptions_listen=ListenHandler(passthrough.bus),
+    )
+    server.add_notification_handler(
+        "notifications/roots/list_changed",
+        types.NotificationParams,
+        passthrough.client_roots_changed,
+    )
+    server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, passthrough.client_initialized
     )
     # The SDK wraps every request in an OpenTelemetry span by default; the proxy sits on
     # the path of every tool call, so it keeps only what it needs.
     server.middleware = []
+    if relay is not None:
+        relay.server_info = server.server_info.model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
     return server
 
 
-class _StdinLines:
-    """stdin's lines for the SDK's stdio transport, read on the event loop. The SDK's
-    own reader blocks a thread in readline(), which no cancellation interrupts: a
-    stopping proxy would wait for the client's next line before it could end its
-    sessions."""
+# a SAFE call's _meta may hold only these to be relayed unparsed (anything else, such as
+# a progress token, takes the SDK's path, which knows what to do with it)
+_RELAYABLE_META = {
+    types.PROTOCOL_VERSION_META_KEY,
+    types.CLIENT_INFO_META_KEY,
+    types.CLIENT_CAPABILITIES_META_KEY,
+    SESSION_META_KEY,
+}
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
 
-    def __aiter__(self) -> _StdinLines:
-        return self
+class MessageRelay:
+    """Tool calls over stdio, answered at the JSON-RPC message level: the request line is
+    read once, and the answer written as one line, without the SDK's server parsing it
+    into its models, validating and dumping it again (most of what the proxy cost).
 
-    async def __anext__(self) -> str:
+    A SAFE call is one message to the upstream and its result written back as it came
+    (with the proxy's identity on a 2026-era answer): nothing is journaled for it. A
+    COMPENSABLE call runs the proxy's journaled path as from the SDK's server, with the
+    request context of this same stdio connection (taken from a request the SDK served
+    on it: the listing of tools every client starts with), so that its session is the
+    one the SDK's path would give it. Every other request, and a call with anything
+    unusual about it (a progress token, an unknown protocol version, no context yet),
+    goes to the SDK's server."""
+
+    def __init__(self, proxy: McpProxy) -> None:
+        self.proxy = proxy
+        self.server_info: dict[str, Any] = {}  # the proxy's, stamped on 2026-era answers
+        self.initialized = False  # a handshake-era client: only after its handshake
+        self.contexts: dict[bool, ServerRequestContext[Any, Any]] = {}  # by era: modern?
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def served(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """A request the SDK served on this connection: its context, for the relay."""
+        self.contexts[ctx.protocol_version in MODERN_PROTOCOL_VERSIONS] = ctx
+
+    def __call__(self, message: dict[str, Any], write: Write) -> bool:
+        if message.get("method") == "notifications/initialized":
+            self.initialized = True
+            return False
+        params = message.get("params")
+        request_id = message.get("id")
+        if (
+            message.get("method") != "tools/call"
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(request_id, (str, int))
+            or isinstance(request_id, bool)
+            or not isinstance(params, dict)
+        ):
+            return False
+        name, args, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        route = self.proxy.routes.get(name) if isinstance(name, str) else None
+        if route is None or route.policy.tier == "irreversible":
+            return False  # a held call sends progress: the SDK's path
+        if args is None:
+            args = {}
+        if meta is None:
+            meta = {}
+        if not isinstance(args, dict) or not isinstance(meta, dict) or set(meta) - _RELAYABLE_META:
+            return False
+        version = meta.get(types.PROTOCOL_VERSION_META_KEY)
+        modern = version is not None
+        if modern and version not in MODERN_PROTOCOL_VERSIONS:
+            return False  # the SDK answers with the versions it speaks
+        if not modern and not self.initialized:
+            return False
+        upstream = self.proxy.upstreams[route.upstream]
+        if upstream.relayable() is None:
+            return False  # reconnecting, or a 2026-era upstream: the SDK's path
+        answer: Awaitable[dict[str, Any]]
+        if route.policy.tier == "safe":
+            answer = self._safe(str(name), route.tool, upstream, args)
+        else:
+            template = self.contexts.get(modern)
+            if template is None:
+                return False
+            ctx = dataclasses.replace(
+                template,
+                method="tools/call",
+                params=params,
+                request_id=request_id,
+                meta=cast(types.RequestParamsMeta, meta),
+                protocol_version=str(version) if modern else template.protocol_version,
+            )
+            answer = self._journaled(ctx, str(name), args)
+        task = asyncio.create_task(self._answer(request_id, answer, modern, write))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    async def _safe(
+        self, name: str, tool: str, upstream: Any, args: dict[str, Any]
+    ) -> dict[str, Any]:
         try:
-            line = await self.reader.readline()
-        except ValueError:  # a line over the limit: dropped whole, answered as unreadable
-            while True:
-                with contextlib.suppress(ValueError):
-                    await self.reader.readline()
-                    return "\n"
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+            result: dict[str, Any] = await upstream.call_raw(tool, args)
+            return result
+        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            return {"content": [{"type": "text", "text": f"{name}: {exc}"}], "isError": True}
+
+    async def _journaled(
+        self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        result = await self.proxy.call_tool(ctx, name, args)
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # the era's own shape of the result, as the SDK's server sends it
+        return methods.serialize_server_result("tools/call", ctx.protocol_version, dumped)
+
+    async def _answer(
+        self,
+        request_id: str | int,
+        answer: Awaitable[dict[str, Any]],
+        modern: bool,
+        write: Write,
+    ) -> None:
+        try:
+            result = await answer
+        except Exception as exc:  # as the SDK's server answers a handler that raised
+            log.exception("tools/call %s failed", request_id)
+            write(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {"code": types.INTERNAL_ERROR, "message": str(exc)},
+                }
+            )
+            return
+        if modern:
+            result = {"resultType": "complete", **result}
+            meta = result.get("_meta")
+            meta = dict(meta) if isinstance(meta, dict) else {}
+            meta[types.SERVER_INFO_META_KEY] = self.server_info
+            result["_meta"] = meta
+        write({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-async def _stdin_lines() -> _StdinLines | None:
+async def _stdin_reader() -> asyncio.StreamReader | None:
     """A cancellable reader of stdin, or None when stdin is no pipe or socket (the SDK's
     reader then)."""
     mode = os.fstat(sys.stdin.fileno()).st_mode
@@ -113,7 +292,7 @@ async def _stdin_lines() -> _StdinLines | None:
         )
     except (ValueError, OSError):
         return None
-    return _StdinLines(reader)
+    return reader
 
 
 async def _serve_stdio(config: str, dsn: str) -> None:
@@ -124,9 +303,15 @@ async def _serve_stdio(config: str, dsn: str) -> None:
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     async with running_proxy(config, dsn) as proxy:
+        reader = await _stdin_reader()
+        if reader is not None:
+            relay = MessageRelay(proxy)
+            server = build_server(proxy, relay)
+            async with relaying_stdio(reader, relay) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return
         server = build_server(proxy)
-        stdin = cast(Any, await _stdin_lines())  # the SDK only iterates over it
-        async with stdio_server(stdin=stdin) as (read, write):
+        async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
 

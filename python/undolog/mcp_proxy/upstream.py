@@ -6,16 +6,21 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.context import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from undolog.mcp_proxy.policy import Upstream
+from undolog.mcp_proxy.relay import TapClosed, UpstreamTap
 from undolog.mcp_proxy.stdio import UpstreamProcess, describe, innermost
 
 log = logging.getLogger("undolog.mcp_proxy")
+START_TIMEOUT = 30.0  # seconds an upstream may take to answer its handshake
 
 
 class UpstreamDown(Exception):
@@ -41,6 +46,14 @@ class UpstreamConnection:
         self._closing = asyncio.Event()
         self._connecting = asyncio.Lock()
         self._process: UpstreamProcess | None = None  # the latest run of a stdio upstream
+        self._tap: UpstreamTap | None = None
+        # set by the proxy's server: where the upstream's roots/list requests and its
+        # change notifications go (see passthrough.py)
+        self.on_roots: Callable[[], Awaitable[types.ListRootsResult | types.ErrorData]] | None = (
+            None
+        )
+        self.on_notification: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None
+        self.capabilities: types.ServerCapabilities | None = None
 
     def _target(self) -> Any:
         if self.spec.url is not None:
@@ -58,13 +71,43 @@ class UpstreamConnection:
             return self._process.why(innermost(exc))
         return f"{self.spec.url}: {describe(exc)}"
 
+    def _tapped(self) -> UpstreamTap:
+        target = self._target()
+        return UpstreamTap(
+            streamable_http_client(target) if isinstance(target, str) else target,
+            self._notified,
+        )
+
+    async def _notified(self, method: str, params: dict[str, Any]) -> None:
+        if self.on_notification is not None:
+            await self.on_notification(self.spec.name, method, params)
+
+    async def _roots(
+        self, context: ClientRequestContext
+    ) -> types.ListRootsResult | types.ErrorData:
+        if self.on_roots is None:
+            return types.ListRootsResult(roots=[])
+        return await self.on_roots()
+
     async def _own(self, ready: asyncio.Future[None]) -> None:
         closing = self._closing  # this connection's; a reconnection makes its own
         client: Client | None = None
+        tap = self._tapped()
         try:
+            # The handshake era: the one in which an upstream sends its change
+            # notifications and asks for roots on the connection itself (every dual-era
+            # server speaks it), and the one the proxy relays calls in unparsed.
             async with Client(
-                self._target(), read_timeout_seconds=self.call_timeout, cache=None
+                tap,
+                # the handshake and listings: a process starting (imports, a package
+                # download by npx/uvx) is not a tool call; calls carry call_timeout
+                read_timeout_seconds=max(self.call_timeout, START_TIMEOUT),
+                cache=None,
+                mode="legacy",
+                list_roots_callback=self._roots,
             ) as client:
+                self._tap = tap
+                self.capabilities = client.server_capabilities
                 tools: dict[str, types.Tool] = {}
                 cursor: str | None = None
                 while True:
@@ -98,6 +141,7 @@ class UpstreamConnection:
         async with self._connecting:
             if self._client is not None:
                 return
+            self._tap = None
             self._closing = asyncio.Event()
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._owner = asyncio.create_task(self._own(ready), name=f"upstream-{self.spec.name}")
@@ -134,29 +178,96 @@ class UpstreamConnection:
         """Call one tool. UpstreamDown: not sent (nothing ran); OutcomeUnknown: sent, no
         answer; an MCPError the upstream answered with means the call was refused."""
         await self.ensure_connected()
+        if self.relayable() is not None:
+            return types.CallToolResult.model_validate(await self.call_raw(tool, arguments, meta))
         client = self._client
         if client is None:
             raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
         try:
             request_meta = cast(types.RequestParamsMeta, dict(meta)) if meta else None
-            return await client.call_tool(tool, dict(arguments), meta=request_meta)
+            return await client.call_tool(
+                tool, dict(arguments), read_timeout_seconds=self.call_timeout, meta=request_meta
+            )
         except MCPError as exc:
-            if exc.error.code == types.REQUEST_TIMEOUT:
-                raise OutcomeUnknown(
-                    f"upstream {self.spec.name!r} did not answer {tool} within "
-                    f"{self.call_timeout:g} s"
-                ) from exc
-            if exc.error.code == types.CONNECTION_CLOSED:
-                self._lost(client)
-                raise OutcomeUnknown(
-                    f"the connection to upstream {self.spec.name!r} closed during {tool}"
-                ) from exc
-            raise
+            raise self._unknown(client, tool, exc) from exc
         except Exception as exc:  # the transport broke under the call
             self._lost(client)
             raise OutcomeUnknown(
                 f"the connection to upstream {self.spec.name!r} broke during {tool}: {exc}"
             ) from exc
+
+    async def call_raw(
+        self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``call`` as one JSON-RPC message each way (the answer's result as it came),
+        with the same errors: the client at the far end validates the result."""
+        await self.ensure_connected()
+        client, tap = self._client, self.relayable()
+        if client is None or tap is None:
+            raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
+        params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
+        if meta:
+            params["_meta"] = dict(meta)
+        try:
+            return await tap.request("tools/call", params, self.call_timeout)
+        except TimeoutError as exc:
+            raise OutcomeUnknown(
+                f"upstream {self.spec.name!r} did not answer {tool} within {self.call_timeout:g} s"
+            ) from exc
+        except TapClosed as exc:
+            self._lost(client)
+            raise OutcomeUnknown(
+                f"the connection to upstream {self.spec.name!r} closed during {tool}"
+            ) from exc
+        except MCPError as exc:
+            raise self._unknown(client, tool, exc) from exc
+
+    def _unknown(self, client: Client, tool: str, exc: MCPError) -> Exception:
+        """An MCPError as the caller should see it: a timeout or a closed connection means
+        the outcome is unknown; anything else the upstream answered (a refusal)."""
+        if exc.error.code == types.REQUEST_TIMEOUT:
+            return OutcomeUnknown(
+                f"upstream {self.spec.name!r} did not answer {tool} within {self.call_timeout:g} s"
+            )
+        if exc.error.code == types.CONNECTION_CLOSED:
+            self._lost(client)
+            return OutcomeUnknown(
+                f"the connection to upstream {self.spec.name!r} closed during {tool}"
+            )
+        return exc
+
+    def relayable(self) -> UpstreamTap | None:
+        """The tap to send unparsed requests into, when the connection is up and in the
+        handshake era (whose messages need no per-request envelope)."""
+        client = self._client
+        if client is None or self._tap is None or self._tap.closed:
+            return None
+        if client.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return None
+        return self._tap
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One request of any method (a resource read, a prompt): its result; MCPError as
+        the upstream answered; UpstreamDown when it cannot be sent or answered."""
+        await self.ensure_connected()
+        client, tap = self._client, self.relayable()
+        if client is None or tap is None:
+            raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
+        try:
+            return await tap.request(method, params, self.call_timeout)
+        except TimeoutError as exc:
+            raise UpstreamDown(
+                f"upstream {self.spec.name!r} did not answer {method} within "
+                f"{self.call_timeout:g} s"
+            ) from exc
+        except TapClosed as exc:
+            self._lost(client)
+            raise UpstreamDown(f"upstream {self.spec.name!r}: {exc}") from exc
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        tap = self.relayable()
+        if tap is not None:
+            await tap.notify(method, params)
 
 
 async def connect_all(

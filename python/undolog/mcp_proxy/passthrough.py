@@ -1,0 +1,332 @@
+"""What the proxy passes through without journaling: resources, prompts, roots, and the
+upstreams' change notifications. All of them are reads (SAFE): nothing here acts, so
+nothing is journaled, and no session is begun for them.
+
+Names. With one upstream the client sees its resources, templates and prompts as the
+upstream names them. With several, each is namespaced as tools are: a prompt ``NAME__PROMPT``
+(and a resource's or template's ``name`` ``NAME__NAME``), and a resource URI or URI template
+gets ``NAME+`` in front of its scheme (``crm+memory://knowledge-graph``), which is still a
+URI; the proxy strips the prefix to route a read, a subscription or a completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+from mcp import MCPError
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+
+from undolog import aengine
+from undolog.mcp_proxy.proxy import McpProxy, Route, journal_name
+from undolog.mcp_proxy.upstream import UpstreamConnection, UpstreamDown
+
+log = logging.getLogger("undolog.mcp_proxy")
+
+PAGE_CAP = 100  # pages read from one upstream for one listing
+
+
+class Passthrough:
+    """The proxy's non-tool surface, and the relay of notifications both ways."""
+
+    def __init__(self, proxy: McpProxy) -> None:
+        self.proxy = proxy
+        self.upstreams = proxy.upstreams
+        self.several = len(self.upstreams) > 1
+        self.bus = InMemorySubscriptionBus()  # 2026-era clients' subscriptions/listen
+        # handshake-era client connections, to send notifications and ask for roots:
+        # connection -> a session object of it (sends on the connection's own stream)
+        self.clients: dict[Any, Any] = {}
+        self.subscribed: dict[str, set[Any]] = {}  # exposed URI -> connections
+        for up in self.upstreams.values():
+            up.on_notification = self.from_upstream
+            up.on_roots = self.roots
+
+    # -- which upstreams serve what ------------------------------------------------------
+
+    def _serving(self, capability: str) -> list[UpstreamConnection]:
+        return [
+            up
+            for up in self.upstreams.values()
+            if up.capabilities is not None and getattr(up.capabilities, capability) is not None
+        ]
+
+    def _uri_out(self, upstream: str, uri: str) -> str:
+        return f"{upstream}+{uri}" if self.several else uri
+
+    def _name_out(self, upstream: str, name: str) -> str:
+        return f"{upstream}__{name}" if self.several else name
+
+    def _uri_in(self, uri: str) -> tuple[UpstreamConnection, str]:
+        if not self.several:
+            return next(iter(self.upstreams.values())), uri
+        name, sep, rest = uri.partition("+")
+        if sep and name in self.upstreams:
+            return self.upstreams[name], rest
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"unknown resource {uri!r}: with several upstreams a resource URI starts "
+            f"with the upstream's name and '+' ({', '.join(sorted(self.upstreams))}); "
+            "list the resources to see them",
+        )
+
+    def _name_in(self, name: str, what: str) -> tuple[UpstreamConnection, str]:
+        if not self.several:
+            return next(iter(self.upstreams.values())), name
+        up, sep, rest = name.partition("__")
+        if sep and up in self.upstreams:
+            return self.upstreams[up], rest
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message=f"unknown {what} {name!r}: with several upstreams it is named UPSTREAM__NAME; "
+            f"list the {what}s to see them",
+        )
+
+    def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Keep a handshake-era connection to send it notifications and ask it for roots."""
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None or connection in self.clients:
+            return
+        if getattr(connection, "protocol_version", None) not in _handshake():
+            return
+        self.clients[connection] = ctx.session
+        with contextlib.suppress(Exception):
+            connection.exit_stack.push_callback(self._forget, connection)
+
+    def _forget(self, connection: Any) -> None:
+        self.clients.pop(connection, None)
+        for holders in self.subscribed.values():
+            holders.discard(connection)
+
+    # -- requests, relayed ---------------------------------------------------------------
+
+    async def _ask(self, up: UpstreamConnection, method: str, params: dict[str, Any]) -> Any:
+        try:
+            return await up.request(method, params)
+        except UpstreamDown as exc:
+            raise MCPError(
+                code=types.INTERNAL_ERROR, message=f"{exc}; try again when it is back"
+            ) from exc
+
+    async def _listing(self, up: UpstreamConnection, method: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(PAGE_CAP):
+            result = await self._ask(up, method, {"cursor": cursor} if cursor else {})
+            items.extend(result.get(key) or [])
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return items
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        self._remember(ctx)
+        out = []
+        for up in self._serving("resources"):
+            for item in await self._listing(up, "resources/list", "resources"):
+                item = {**item, "uri": self._uri_out(up.spec.name, item["uri"])}
+                item["name"] = self._name_out(up.spec.name, item.get("name", ""))
+                out.append(item)
+        return types.ListResourcesResult.model_validate({"resources": out})
+
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        self._remember(ctx)
+        out = []
+        for up in self._serving("resources"):
+            for item in await self._listing(up, "resources/templates/list", "resourceTemplates"):
+                item = {**item, "uriTemplate": self._uri_out(up.spec.name, item["uriTemplate"])}
+                item["name"] = self._name_out(up.spec.name, item.get("name", ""))
+                out.append(item)
+        return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": out})
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        self._remember(ctx)
+        up, uri = self._uri_in(params.uri)
+        result = await self._ask(up, "resources/read", {"uri": uri})
+        contents = [
+            {**c, "uri": self._uri_out(up.spec.name, c["uri"])} if "uri" in c else c
+            for c in result.get("contents") or []
+        ]
+        return types.ReadResourceResult.model_validate({**result, "contents": contents})
+
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        self._remember(ctx)
+        up, uri = self._uri_in(params.uri)
+        caps = up.capabilities.resources if up.capabilities else None
+        if caps is None or not caps.subscribe:
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND,
+                message=f"upstream {up.spec.name!r} does not offer resource subscriptions",
+            )
+        holders = self.subscribed.setdefault(params.uri, set())
+        if not holders:
+            await self._ask(up, "resources/subscribe", {"uri": uri})
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None:
+            holders.add(connection)
+        return types.EmptyResult()
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        up, uri = self._uri_in(params.uri)
+        holders = self.subscribed.get(params.uri, set())
+        holders.discard(getattr(ctx.session, "_connection", None))
+        if not holders:
+            self.subscribed.pop(params.uri, None)
+            await self._ask(up, "resources/unsubscribe", {"uri": uri})
+        return types.EmptyResult()
+
+    async def list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        self._remember(ctx)
+        out = []
+        for up in self._serving("prompts"):
+            for item in await self._listing(up, "prompts/list", "prompts"):
+                out.append({**item, "name": self._name_out(up.spec.name, item["name"])})
+        return types.ListPromptsResult.model_validate({"prompts": out})
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        self._remember(ctx)
+        up, name = self._name_in(params.name, "prompt")
+        request: dict[str, Any] = {"name": name}
+        if params.arguments is not None:
+            request["arguments"] = params.arguments
+        return types.GetPromptResult.model_validate(await self._ask(up, "prompts/get", request))
+
+    # -- roots: the upstream asks, the client answers -----------------------------------
+
+    async def roots(self) -> types.ListRootsResult | types.ErrorData:
+        """An upstream's roots/list, asked of the client connection that most recently made
+        a request and declared roots (upstreams are shared, so that is the one at work)."""
+        for session in reversed(list(self.clients.values())):
+            caps = getattr(session, "client_capabilities", None)
+            if caps is None or caps.roots is None:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # deprecated in the 2026 era, not in this one
+                    result: types.ListRootsResult = await session.list_roots()
+                return result
+            except Exception as exc:
+                return types.ErrorData(
+                    code=types.INTERNAL_ERROR, message=f"the client did not list its roots: {exc}"
+                )
+        return types.ListRootsResult(roots=[])
+
+    async def client_roots_changed(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams | None
+    ) -> None:
+        self._remember(ctx)
+        for up in self.upstreams.values():
+            await up.notify("notifications/roots/list_changed")
+
+    async def client_initialized(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams | None
+    ) -> None:
+        self._remember(ctx)
+
+    # -- change notifications: the upstream tells, the clients hear ---------------------
+
+    async def from_upstream(self, upstream: str, method: str, params: dict[str, Any]) -> None:
+        event: ServerEvent
+        if method == "notifications/tools/list_changed":
+            await self.refresh_tools(self.upstreams[upstream])
+            event = ToolsListChanged()
+        elif method == "notifications/prompts/list_changed":
+            event = PromptsListChanged()
+        elif method == "notifications/resources/list_changed":
+            event = ResourcesListChanged()
+        else:  # notifications/resources/updated
+            uri = self._uri_out(upstream, str(params.get("uri", "")))
+            await self.bus.publish(ResourceUpdated(uri=uri))
+            for connection in list(self.subscribed.get(uri, ())):
+                session = self.clients.get(connection)
+                if session is not None:
+                    await self._send(connection, session.send_resource_updated(uri))
+            return
+        await self.bus.publish(event)
+        for connection, session in list(self.clients.items()):
+            sender: Callable[[], Awaitable[None]] = {
+                "notifications/tools/list_changed": session.send_tool_list_changed,
+                "notifications/prompts/list_changed": session.send_prompt_list_changed,
+                "notifications/resources/list_changed": session.send_resource_list_changed,
+            }[method]
+            await self._send(connection, sender())
+
+    async def _send(self, connection: Any, sending: Awaitable[None]) -> None:
+        try:
+            await sending
+        except Exception:  # that client is gone
+            self._forget(connection)
+
+    async def refresh_tools(self, up: UpstreamConnection) -> None:
+        """The upstream's tools changed: list them again. A tool the policy names keeps
+        its tier; a new one gets the policy's default tier (registered in the journal like
+        those at start); a tool gone is no longer offered."""
+        proxy = self.proxy
+        try:
+            listed: dict[str, types.Tool] = {}
+            for item in await self._listing(up, "tools/list", "tools"):
+                tool = types.Tool.model_validate(item)
+                listed[tool.name] = tool
+        except Exception as exc:
+            log.warning("upstream %s: re-listing its tools failed: %s", up.spec.name, exc)
+            return
+        up.tools = listed
+        hidden = set(proxy.policy.upstreams[up.spec.name].hide)
+        for exposed, route in list(proxy.routes.items()):
+            if route.upstream == up.spec.name and route.tool not in listed:
+                del proxy.routes[exposed]
+        for name, tool in listed.items():
+            if name in hidden:
+                continue
+            exposed = proxy.policy.exposed_name(up.spec.name, name)
+            known = proxy.routes.get(exposed)
+            if known is not None and known.upstream == up.spec.name:
+                known.listed = tool
+                continue
+            if known is not None:
+                continue  # another upstream's tool has the name
+            tier = proxy.policy.tier_of(up.spec.name, name)
+            if tier.tier == "compensable":
+                continue  # named by the policy, so checked at start; not listed then
+            if tier.tier == "irreversible":
+                try:
+                    async with proxy.pool.connection() as conn:
+                        await aengine.register_tool(
+                            conn, journal_name(up.spec.name, name), "irreversible", None
+                        )
+                except Exception as exc:
+                    log.warning("new tool %s: not offered, not registered: %s", exposed, exc)
+                    continue
+            proxy.routes[exposed] = Route(up.spec.name, name, tier, tool)
+
+
+def _handshake() -> tuple[str, ...]:
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    return tuple(HANDSHAKE_PROTOCOL_VERSIONS)
