@@ -23,6 +23,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from undolog._version import __version__
 from undolog.mcp_proxy.passthrough import Passthrough
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy
@@ -110,7 +111,7 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
     )
     server = _ProxyServer(
         "undolog-mcp-proxy",
-        version="0.1.0",
+        version=__version__,
         instructions=(
             "Tools behind UndoLog: each description states its tier. An IRREVERSIBLE call may "
             "answer that it awaits a human's approval: make the same call again later. "
