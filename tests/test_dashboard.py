@@ -630,6 +630,10 @@ def test_a_hand_made_confirmation_approves_nothing(
         assert response.status_code == 200 and 'id="confirm-approve"' in response.text
         assert 'id="confirm-stale"' in response.text
         assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    # the id spelled another way is the same request, and asked about all the same
+    upper = web.post("/approvals/decide", data={"csrf": token, "approve_one": aid.upper()})
+    assert upper.status_code == 200 and f'id="confirm-{aid}"' in upper.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
 
 
 def test_a_confirmation_nonce_works_once_for_its_requests_in_its_web_session(
