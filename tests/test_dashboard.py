@@ -5,6 +5,7 @@ and row-level security decide what they see and may do."""
 from __future__ import annotations
 
 import contextlib
+import hmac
 import re
 import sys
 import time
@@ -590,22 +591,18 @@ def test_approving_an_irreversible_call_takes_a_second_explicit_step(
     assert ">pay<" in page and "990000" in page and str(waiting.session_id) in page
     assert 'class="login">dash_agent<' in page and "no purpose given" not in page
     assert_escaped(page)
-    fields = confirm_form(page)
-    # neither a forged confirmation nor one made for other requests approves it
+    assert 'id="confirm-stale"' not in page  # the first question is no complaint
+    # a forged confirmation approves nothing, and shows the question again
     for forged in ("", "0" * 64, csrf_of(page)):
-        again = web.post("/approvals/decide", data={**fields, "confirm": [forged]})
+        again = web.post("/approvals/decide", data={**confirm_form(page), "confirm": [forged]})
         assert again.status_code == 200 and 'id="confirm-approve"' in again.text
-    other = waiting_session(app_dsn)
-    swapped = web.post(
-        "/approvals/decide", data={**fields, "pick": [f"approve:{other.approval_id}"]}
-    )
-    assert 'id="confirm-approve"' in swapped.text
-    assert approval_row(conn, other.approval_id)[0] == "pending"
-    # nor does the confirmation without the web session's CSRF token
-    stale = web.post("/approvals/decide", data={**fields, "csrf": ["stale"]})
+        assert 'id="confirm-stale"' in again.text
+        page = again.text  # each question hands out a new nonce; the last one is used below
+    # nor does the confirmation without the web session's CSRF token (the nonce is kept)
+    stale = web.post("/approvals/decide", data={**confirm_form(page), "csrf": ["stale"]})
     assert stale.status_code == 403
     assert approval_row(conn, waiting.approval_id)[0] == "pending"
-    done = web.post("/approvals/decide", data=fields)
+    done = web.post("/approvals/decide", data=confirm_form(page))
     assert done.status_code == 303 and done.headers["location"] == "/approvals"
     assert approval_row(conn, waiting.approval_id) == (
         "approved",
@@ -613,6 +610,120 @@ def test_approving_an_irreversible_call_takes_a_second_explicit_step(
         "dash_approver",
         REASON,  # carried through the confirmation page as it was typed
     )
+
+
+def test_a_hand_made_confirmation_approves_nothing(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    """The CSRF token is on every page, so nothing derived from it may stand for the
+    second click: only a nonce that a confirmation page handed out does."""
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    aid = str(waiting.approval_id)
+    made = hmac.new(token.encode(), f"approve:{aid}".encode(), "sha256").hexdigest()
+    for confirm in (made, token, "x"):
+        response = web.post(
+            "/approvals/decide",
+            data={"csrf": token, "pick": f"approve:{aid}", "confirm": confirm},
+        )
+        assert response.status_code == 200 and 'id="confirm-approve"' in response.text
+        assert 'id="confirm-stale"' in response.text
+        assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    # the id spelled another way is the same request, and asked about all the same
+    upper = web.post("/approvals/decide", data={"csrf": token, "approve_one": aid.upper()})
+    assert upper.status_code == 200 and f'id="confirm-{aid}"' in upper.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+
+
+def test_a_confirmation_nonce_works_once_for_its_requests_in_its_web_session(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    a, b = waiting_session(app_dsn, cents=111), waiting_session(app_dsn, cents=222)
+    mine, theirs = client_as(app_dsn, "dash_approver"), client_as(app_dsn, "dash_approver2")
+    try:
+        token = csrf_of(mine.get("/approvals").text)
+
+        def ask(client: TestClient, csrf: str, *ids: uuid.UUID) -> dict[str, list[str]]:
+            page = client.post(
+                "/approvals/decide", data={"csrf": csrf, "action": "approve", "ids": ids}
+            )
+            assert page.status_code == 200
+            return confirm_form(page.text)
+
+        def asked_again(fields: dict[str, list[str]]) -> bool:
+            response = mine.post("/approvals/decide", data=fields)
+            return response.status_code == 200 and 'id="confirm-stale"' in response.text
+
+        # another login's nonce, for the very same request, is not this web session's
+        foreign = ask(theirs, csrf_of(theirs.get("/approvals").text), a.approval_id)
+        assert asked_again({**ask(mine, token, a.approval_id), "confirm": foreign["confirm"]})
+        # a nonce given for a alone does not approve a and b, nor b alone
+        for_a = ask(mine, token, a.approval_id)
+        both = [f"approve:{a.approval_id}", f"approve:{b.approval_id}"]
+        assert asked_again({**for_a, "pick": both})
+        for_b = ask(mine, token, b.approval_id)
+        assert asked_again({**for_b, "pick": [f"approve:{a.approval_id}"]})
+        # each of those tries used its nonce up: the untouched form fails too now
+        assert asked_again(for_a) and asked_again(for_b)
+        assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["pending"] * 2
+        # an expired nonce (its page read long ago) asks again
+        from undolog.dashboard import websessions
+
+        keep = websessions.CONFIRM_TTL
+        websessions.CONFIRM_TTL = 0.0
+        try:
+            old = ask(mine, token, a.approval_id)
+        finally:
+            websessions.CONFIRM_TTL = keep
+        assert asked_again(old)
+        # the other login's own nonce was left alone by the foreign try: it approves
+        assert theirs.post("/approvals/decide", data=foreign).status_code == 303
+        assert approval_row(conn, a.approval_id)[:2] == ("approved", "dash_approver2")
+        fresh = ask(mine, token, b.approval_id)
+        assert mine.post("/approvals/decide", data=fresh).status_code == 303
+        # replayed: b is decided, and the used nonce is not taken for anything else
+        c = waiting_session(app_dsn, cents=333)
+        assert asked_again({**fresh, "pick": [f"approve:{c.approval_id}"]})
+        assert approval_row(conn, c.approval_id)[0] == "pending"
+        replay = mine.post("/approvals/decide", data=fresh)
+        assert replay.status_code == 409 and "already decided" in replay.text
+    finally:
+        mine.__exit__(None, None, None)
+        theirs.__exit__(None, None, None)
+    assert approval_row(conn, b.approval_id)[:2] == ("approved", "dash_approver")
+
+
+def test_the_confirmation_names_the_rejects_and_approvals_the_same_click_sends(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    pay_it, drop_it = waiting_session(app_dsn, cents=404), waiting_session(app_dsn, cents=505)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    gone = uuid.uuid4()
+    picks = [
+        f"approve:{pay_it.approval_id}",
+        f"reject:{drop_it.approval_id}",
+        f"approve:{gone}",
+    ]
+    asked = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "pick": picks, f"reason_{drop_it.approval_id}": "<b>dup</b>"},
+    )
+    assert asked.status_code == 200
+    assert "Approve 1 irreversible call and reject 1?" in asked.text
+    assert f"confirm-{pay_it.approval_id}" in asked.text
+    also = asked.text.split('id="confirm-also"')[1].split("</section>")[0]
+    rejected = also.split(f'id="also-reject-{drop_it.approval_id}"')[1].split("</li>")[0]
+    assert "rejects" in rejected and ">pay<" in rejected
+    assert "&lt;b&gt;dup&lt;/b&gt;" in rejected  # the reason, as typed, escaped
+    assert f'id="also-approve-{gone}"' in also and "not pending" in also
+    assert "and reject 1</button>" in asked.text
+    assert [approval_row(conn, w.approval_id)[0] for w in (pay_it, drop_it)] == ["pending"] * 2
+    done = web.post("/approvals/decide", data=confirm_form(asked.text))
+    assert done.status_code == 404  # the made-up id; the other two are decided
+    assert approval_row(conn, pay_it.approval_id)[0] == "approved"
+    assert approval_row(conn, drop_it.approval_id)[:4:3] == ("rejected", "<b>dup</b>")
 
 
 def test_rejecting_takes_one_step_and_a_bulk_approval_is_confirmed_as_a_whole(

@@ -453,51 +453,67 @@ class Dashboard:
                 )
             text = bulk_reason if isinstance(bulk_reason, str) else ""
             picked = [(str(bulk), i, text) for i in ids]
-        confirming = await self._needs_confirming(ws, picked)
-        if confirming and not self._confirmed(ws, form, confirming):
-            return self.render(
-                request,
-                "confirm.html",
-                ws,
-                requests=confirming,
-                picked=picked,
-                token=self._confirm_token(ws, [str(r["approval_id"]) for r in confirming]),
-                back=back,
-            )
+        confirming, pending = await self._needs_confirming(ws, picked)
+        if confirming:
+            ids = [str(r["approval_id"]) for r in confirming]
+            nonce = form.get("confirm")
+            if not ws.take_confirm(nonce, ids):
+                asked = set(ids)
+                canonical = {i: str(u) if (u := self._uuid(i)) else i for _, i, _ in picked}
+                return self.render(
+                    request,
+                    "confirm.html",
+                    ws,
+                    requests=confirming,
+                    picked=picked,
+                    # the rest of what the same second click sends, so it is all in view
+                    rejects=[
+                        (i, reason, pending.get(canonical[i]))
+                        for action, i, reason in picked
+                        if action == "reject"
+                    ],
+                    approves=[
+                        (i, pending.get(canonical[i]))
+                        for action, i, _ in picked
+                        if action == "approve" and canonical[i] not in asked
+                    ],
+                    token=ws.confirm_nonce(ids),
+                    # a confirmation was sent but is not (or no longer) good: say why
+                    # the question is asked again
+                    stale=nonce is not None,
+                    back=back,
+                )
         outcomes = [await self._decide_one(ws, *p) for p in picked]
         return self._after(request, ws, outcomes, back)
 
     async def _needs_confirming(
         self, ws: WebSession, picked: list[tuple[str, str, str]]
-    ) -> list[queries.Row]:
+    ) -> tuple[list[queries.Row], dict[str, queries.Row]]:
         """The irreversible calls among those to approve: one click must not send money.
         Each is approved only from a page that restates it (tool, arguments, session,
         logins) and a second, explicit button. An id that is not pending is left to the
-        engine, which says why (already decided, no such request)."""
-        ids = [u for a, i, _ in picked if a == "approve" and (u := self._uuid(i)) is not None]
-        if not ids or not ws.roles.approver:
-            return []
+        engine, which says why (already decided, no such request). Also returned: every
+        picked request still pending, by id, so that the page can name what else the
+        second click decides."""
+        approving = any(a == "approve" for a, _, _ in picked)
+        ids = [u for _, i, _ in picked if (u := self._uuid(i)) is not None]
+        if not approving or not ids or not ws.roles.approver:
+            return [], {}
         async with ws.db() as conn:
             found = await queries.pending_of(conn, ids)
+        # as the engine reads them: an id typed in capitals is the same request
+        approve_ids = {str(u) for a, i, _ in picked if a == "approve" and (u := self._uuid(i))}
         # tier NULL: the call's month was dropped; what it was cannot be shown as safe.
         # An expired request, or one's own call, the engine refuses at once: no question.
-        return [
+        confirming = [
             r
             for r in found
-            if r["tier"] != "compensable" and not r["expired"] and r["requested_by"] != ws.login
+            if str(r["approval_id"]) in approve_ids
+            and r["tier"] != "compensable"
+            and not r["expired"]
+            and r["requested_by"] != ws.login
         ]
-
-    @staticmethod
-    def _confirm_token(ws: WebSession, approval_ids: list[str]) -> str:
-        """Proof that this web session was shown the confirmation page of exactly these
-        requests (keyed by the session's secret CSRF token, so no other page can make it)."""
-        text = "approve:" + ",".join(sorted(approval_ids))
-        return hmac.new(ws.csrf.encode(), text.encode(), "sha256").hexdigest()
-
-    def _confirmed(self, ws: WebSession, form: FormData, confirming: list[queries.Row]) -> bool:
-        token = form.get("confirm")
-        expected = self._confirm_token(ws, [str(r["approval_id"]) for r in confirming])
-        return isinstance(token, str) and hmac.compare_digest(token, expected)
+        return confirming, {str(r["approval_id"]): r for r in found}
 
     async def _decide_one(self, ws: WebSession, action: str, id_text: str, reason: str) -> Outcome:
         approval_id = self._uuid(id_text)

@@ -37,6 +37,13 @@ MAX_SESSIONS_PER_LOGIN = 4
 # Cookies of web sessions that a newer login replaced, kept (bounded) only so that the
 # login page can tell that browser why it was logged out.
 REPLACED_MEMORY = 1000
+# The confirmation page of an irreversible approval hands out a one-time nonce, kept here
+# and nowhere else: only a page the dashboard served can make the second click, and only
+# once, for exactly the requests it restated, and not long after the person read it (a
+# page left open overnight asks again rather than approving what may have changed).
+CONFIRM_TTL = 600.0
+# Confirmation pages one web session may hold open at once; one more forgets the oldest.
+MAX_CONFIRMS = 20
 
 
 class LoginRefused(Exception):
@@ -70,12 +77,35 @@ class WebSession:
     listen_task: asyncio.Task[None] | None = None
     counts: tuple[float, dict[str, int]] | None = None  # (when, sessions per state)
     closed: bool = False
+    # nonce of a confirmation page: (the approval ids it restated, when it expires)
+    confirms: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
 
     @contextlib.asynccontextmanager
     async def db(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """The person's connection, one request at a time."""
         async with self.lock:
             yield self.conn
+
+    def confirm_nonce(self, approval_ids: list[str]) -> str:
+        """A new one-time nonce for a confirmation page restating ``approval_ids``."""
+        now = time.monotonic()
+        self.confirms = {k: v for k, v in self.confirms.items() if v[1] > now}
+        while len(self.confirms) >= MAX_CONFIRMS:
+            del self.confirms[next(iter(self.confirms))]
+        nonce = secrets.token_urlsafe(32)
+        self.confirms[nonce] = (frozenset(approval_ids), now + CONFIRM_TTL)
+        return nonce
+
+    def take_confirm(self, nonce: object, approval_ids: list[str]) -> bool:
+        """Whether ``nonce`` is this web session's, unexpired, for exactly ``approval_ids``.
+        It is used up either way: a nonce that failed once never works later."""
+        if not isinstance(nonce, str):
+            return False
+        entry = self.confirms.pop(nonce, None)
+        if entry is None:
+            return False
+        ids, expires = entry
+        return time.monotonic() < expires and ids == frozenset(approval_ids)
 
     def wake(self) -> None:
         for event in self.waiters:
