@@ -330,7 +330,7 @@ def test_a_login_without_privileges_gets_a_hint_not_a_traceback(
     assert code == 1 and "permission denied for database" in err
     assert "may create a schema" in err
     demo = subprocess.run(
-        [sys.executable, "-m", "undolog.demo"],
+        [sys.executable, "-m", "undolog.demos"],
         env={**os.environ, "UNDOLOG_DSN": fresh_as_nobody},
         capture_output=True,
         text=True,

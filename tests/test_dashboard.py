@@ -473,7 +473,7 @@ def test_the_cli_serves_the_dashboard_only_with_its_extra(
 
 
 def test_the_demo_fills_the_dashboard(dsn: str, passwords_checked: bool) -> None:
-    from undolog.dashboard.demo import DEMO_PASSWORD, fill
+    from undolog.demos.dashboard import DEMO_PASSWORD, fill
 
     fill(dsn)
     with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
