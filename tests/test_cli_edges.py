@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgcluster import free_port
-from undolog import engine, saga
+from undolog import engine, errors, saga
 from undolog.cli import build_parser, describe_error, main
 from undolog.migrations import available_migrations
 from undolog.walk import run_walk
@@ -362,3 +362,25 @@ def test_a_closed_pipe_ends_quietly(dsn: str) -> None:
     )
     assert out.stdout == "BEGIN;\n"
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+def test_the_command_and_the_dashboard_answer_an_error_from_one_table(conn: Conn) -> None:
+    """An engine refusal gets its class's exit code from the command and its class's HTTP
+    status from the dashboard (undolog.errors), whichever face meets it."""
+    from undolog.dashboard.app import engine_error
+
+    refusals = [
+        ("SELECT undolog.retry_compensation(%s, 'ops', 'why')", errors.UnknownUndoEntry, 3, 404),
+        ("SELECT undolog.resume_session(%s, 'ops', 'why')", errors.UnknownSession, 3, 404),
+        ("SELECT undolog.approve(%s, 'ops')", errors.UnknownApproval, 3, 404),
+        ("SELECT undolog.approve(%s, ' ')", errors.InvalidArgument, 2, 422),
+        ("SELECT undolog.approve(%s::text::uuid, 'ops')", errors.InvalidArgument, 2, 422),
+    ]
+    for sql, cls, code, status in refusals:
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(sql, ("not-a-uuid" if "::text" in sql else uuid.uuid4(),))
+        assert errors.classify(raised.value) is cls, sql
+        assert (cls.exit_code, cls.http_status) == (code, status)
+        assert describe_error(raised.value).code == code, sql
+        assert describe_error(errors.translate(raised.value)).code == code, sql
+        assert engine_error(raised.value)[0] == status, sql
