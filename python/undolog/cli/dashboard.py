@@ -18,6 +18,15 @@ def configure_dashboard_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
     p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
     p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
+    # the same flag as undolog.dashboard.server's, which cannot be imported here: the
+    # extra may be missing
+    p.add_argument(
+        "--i-know-this-creates-demo-logins",
+        dest="demo_logins_ok",
+        action="store_true",
+        help="with --demo on a database the demo did not make: yes, create the demo's "
+        "password logins (password 'demo') in it",
+    )
     p.set_defaults(func=_cmd_dashboard)
 
 
