@@ -384,3 +384,14 @@ def test_the_command_and_the_dashboard_answer_an_error_from_one_table(conn: Conn
         assert describe_error(raised.value).code == code, sql
         assert describe_error(errors.translate(raised.value)).code == code, sql
         assert engine_error(raised.value)[0] == status, sql
+
+
+def test_a_permission_denied_names_the_role_the_command_needs(
+    nobody: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command's parser says which group role it needs; the hint names that one."""
+    approval = str(uuid.uuid4())
+    code, _, err = run(capsys, "approvals", "approve", approval, "--by", "x", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_approver, which this command needs" in err
+    code, _, err = run(capsys, "partitions", "ensure", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_operator, which this command needs" in err

@@ -20,6 +20,9 @@ from undolog.errors import EXIT_USAGE as EXIT_USAGE
 # The command's exit codes: an error's is its class's ``exit_code`` (undolog.errors)
 EXIT_OK = 0
 Rows = list[dict[str, Any]]
+# The group role of an operator's commands (a parser's needed_role: the hint of a
+# permission denied names it)
+OPERATOR = "undolog_operator"
 # What a command group's configure_<group>_parser adds its commands to
 Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 

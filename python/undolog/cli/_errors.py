@@ -56,30 +56,11 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-# The group role each command needs (sql/grants.sql): the hint names the missing one, not
-# all three.
-_COMMAND_ROLE = {
-    ("approvals", "approve"): "undolog_approver",
-    ("approvals", "reject"): "undolog_approver",
-    ("approvals", "list"): "undolog_approver (or undolog_operator)",
-    ("recover", None): "undolog_operator",
-    ("worker", None): "undolog_operator",
-    ("sessions", "resume"): "undolog_operator",
-    ("sessions", "retry"): "undolog_operator",
-    ("sessions", "abandon"): "undolog_operator",
-    ("sessions", "rollback"): "undolog_operator",
-    ("partitions", "ensure"): "undolog_operator",
-    ("partitions", "drop"): "undolog_operator",
-    ("partitions", "maintain"): "undolog_operator",
-}
-
-
 def _needed_role(args: argparse.Namespace | None) -> str | None:
-    if args is None:
-        return None
-    command = str(getattr(args, "command", ""))
-    action = getattr(args, f"{command}_command", None)
-    return _COMMAND_ROLE.get((command, None if action is None else str(action)))
+    """The group role the command needs (its parser's ``needed_role``, sql/grants.sql): the
+    hint names the missing one, not all three."""
+    role = getattr(args, "needed_role", None)
+    return None if role is None else str(role)
 
 
 def _permission_hint(message: str, args: argparse.Namespace | None = None) -> str:

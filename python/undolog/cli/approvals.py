@@ -17,13 +17,13 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
         "approvals", parents=[common], help="approval requests"
     ).add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
     p = appr.add_parser("list", parents=[common], help="requests waiting for a human")
-    p.set_defaults(func=_cmd_approvals_list)
+    p.set_defaults(func=_cmd_approvals_list, needed_role="undolog_approver (or undolog_operator)")
     for name, decide in (("approve", approvals.approve), ("reject", approvals.reject)):
         p = appr.add_parser(name, parents=[common], help=f"{name} a request")
         p.add_argument("approval", metavar="APPROVAL", help="approval id or a unique prefix")
         p.add_argument("--by", required=True, help="who decides (recorded)")
         p.add_argument("--reason", help="why (recorded)")
-        p.set_defaults(func=_decide(decide))
+        p.set_defaults(func=_decide(decide), needed_role="undolog_approver")
 
 
 APPROVAL_COLUMNS = [

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from undolog import partitions
-from undolog.cli._common import EXIT_OK, Parser, Subparsers, connect, timestamptz
+from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, connect, timestamptz
 from undolog.cli._output import emit
 
 
@@ -17,7 +17,7 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     months_ahead_help = "months to create beyond the current one, 0 to 120 (default 3)"
     p = parts.add_parser("ensure", parents=[common], help="create the coming months")
     p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
-    p.set_defaults(func=_cmd_partitions_ensure)
+    p.set_defaults(func=_cmd_partitions_ensure, needed_role=OPERATOR)
     p = parts.add_parser("drop", parents=[common], help="drop (or detach) old months")
     p.add_argument(
         "--older-than",
@@ -28,7 +28,7 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     )
     p.add_argument("--detach", action="store_true", help="detach instead of drop")
     p.add_argument("--force", action="store_true", help="even months that unfinished sessions need")
-    p.set_defaults(func=_cmd_partitions_drop)
+    p.set_defaults(func=_cmd_partitions_drop, needed_role=OPERATOR)
     p = parts.add_parser("maintain", parents=[common], help="ensure, then apply retention")
     p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
     p.add_argument(
@@ -37,7 +37,7 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
         default=None,
         help="keep this many past months (default: the database setting)",
     )
-    p.set_defaults(func=_cmd_partitions_maintain)
+    p.set_defaults(func=_cmd_partitions_maintain, needed_role=OPERATOR)
 
 
 def _partitions_logging() -> None:

@@ -14,6 +14,7 @@ import psycopg
 from undolog import saga
 from undolog.cli._common import (
     EXIT_OK,
+    OPERATOR,
     Parser,
     Subparsers,
     UsageError,
@@ -54,7 +55,7 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
             required=reason_required,
             help="why (recorded)" + ("; required" if reason_required else ""),
         )
-        p.set_defaults(func=_operator_action(action))
+        p.set_defaults(func=_operator_action(action), needed_role=OPERATOR)
 
 
 SESSION_COLUMNS = [

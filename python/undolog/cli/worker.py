@@ -22,6 +22,7 @@ from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
+    OPERATOR,
     ConnectError,
     Parser,
     Subparsers,
@@ -37,7 +38,7 @@ log = logging.getLogger("undolog.cli")
 
 def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
     p = subparsers.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
-    p.set_defaults(func=_cmd_recover)
+    p.set_defaults(func=_cmd_recover, needed_role=OPERATOR)
     p = subparsers.add_parser(
         "worker", parents=[common], help="recover and walk until SIGTERM/SIGINT"
     )
@@ -64,7 +65,7 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         help="longest pause between reconnection attempts (default 30)",
     )
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
-    p.set_defaults(func=_cmd_worker)
+    p.set_defaults(func=_cmd_worker, needed_role=OPERATOR)
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
