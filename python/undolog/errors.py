@@ -332,6 +332,10 @@ def http_status_of(exc: BaseException) -> int:
     return HTTP_ERROR if cls is None else cls.http_status
 
 
+# what to do about a permission denied when nothing more particular is known
+ROLES_HINT = "grant the login one of undolog_agent, undolog_approver, undolog_operator"
+
+
 def permission_hint(message: str) -> str:
     """What to do about a permission denied (42501), from its message: installing the
     engine needs more than using it."""
@@ -348,6 +352,3 @@ def permission_hint(message: str) -> str:
             " (its owner, or GRANT CREATE ON DATABASE)"
         )
     return ROLES_HINT
-
-
-ROLES_HINT = "grant the login one of undolog_agent, undolog_approver, undolog_operator"
