@@ -28,8 +28,8 @@ DB_DIR ?= .pgdata
 test: lint pytest pgtap docs
 
 demo: demo-deps
-	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demo; \
-	else $(WITH_PG) $(PY) -m undolog.demo; fi
+	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demos; \
+	else $(WITH_PG) $(PY) -m undolog.demos; fi
 
 # The dashboard filled with the demo's sessions, on http://127.0.0.1:8765/ (Ctrl-C stops it).
 dashboard-demo: deps

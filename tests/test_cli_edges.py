@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgcluster import free_port
-from undolog import engine, saga
+from undolog import engine, errors, saga
 from undolog.cli import build_parser, describe_error, main
 from undolog.migrations import available_migrations
 from undolog.walk import run_walk
@@ -330,7 +330,7 @@ def test_a_login_without_privileges_gets_a_hint_not_a_traceback(
     assert code == 1 and "permission denied for database" in err
     assert "may create a schema" in err
     demo = subprocess.run(
-        [sys.executable, "-m", "undolog.demo"],
+        [sys.executable, "-m", "undolog.demos"],
         env={**os.environ, "UNDOLOG_DSN": fresh_as_nobody},
         capture_output=True,
         text=True,
@@ -362,3 +362,36 @@ def test_a_closed_pipe_ends_quietly(dsn: str) -> None:
     )
     assert out.stdout == "BEGIN;\n"
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+def test_the_command_and_the_dashboard_answer_an_error_from_one_table(conn: Conn) -> None:
+    """An engine refusal gets its class's exit code from the command and its class's HTTP
+    status from the dashboard (undolog.errors), whichever face meets it."""
+    from undolog.dashboard.app import engine_error
+
+    refusals = [
+        ("SELECT undolog.retry_compensation(%s, 'ops', 'why')", errors.UnknownUndoEntry, 3, 404),
+        ("SELECT undolog.resume_session(%s, 'ops', 'why')", errors.UnknownSession, 3, 404),
+        ("SELECT undolog.approve(%s, 'ops')", errors.UnknownApproval, 3, 404),
+        ("SELECT undolog.approve(%s, ' ')", errors.InvalidArgument, 2, 422),
+        ("SELECT undolog.approve(%s::text::uuid, 'ops')", errors.InvalidArgument, 2, 422),
+    ]
+    for sql, cls, code, status in refusals:
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(sql, ("not-a-uuid" if "::text" in sql else uuid.uuid4(),))
+        assert errors.classify(raised.value) is cls, sql
+        assert (cls.exit_code, cls.http_status) == (code, status)
+        assert describe_error(raised.value).code == code, sql
+        assert describe_error(errors.translate(raised.value)).code == code, sql
+        assert engine_error(raised.value)[0] == status, sql
+
+
+def test_a_permission_denied_names_the_role_the_command_needs(
+    nobody: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command's parser says which group role it needs; the hint names that one."""
+    approval = str(uuid.uuid4())
+    code, _, err = run(capsys, "approvals", "approve", approval, "--by", "x", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_approver, which this command needs" in err
+    code, _, err = run(capsys, "partitions", "ensure", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_operator, which this command needs" in err

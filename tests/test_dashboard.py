@@ -473,8 +473,19 @@ def test_the_cli_serves_the_dashboard_only_with_its_extra(
     assert "pip install 'undolog[dashboard]'" in capsys.readouterr().err
 
 
+def test_the_cli_refuses_the_demo_on_a_database_it_did_not_make(
+    dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import cli
+
+    monkeypatch.delenv("UNDOLOG_THROWAWAY_DSN", raising=False)
+    assert cli.main(["dashboard", "--demo", "--port", "1", "--dsn", dsn]) == 2
+    err = capsys.readouterr().err
+    assert "--demo refused" in err and "--i-know-this-creates-demo-logins" in err
+
+
 def test_the_demo_fills_the_dashboard(dsn: str, passwords_checked: bool) -> None:
-    from undolog.dashboard.demo import DEMO_PASSWORD, fill
+    from undolog.demos.dashboard import DEMO_PASSWORD, fill
 
     fill(dsn)
     with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:

@@ -9,7 +9,7 @@ import sys
 
 def test_demo_tells_all_four_stories(dsn: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "undolog.demo"],
+        [sys.executable, "-m", "undolog.demos"],
         env={**os.environ, "UNDOLOG_DSN": dsn},
         capture_output=True,
         text=True,
@@ -37,7 +37,11 @@ def test_demo_tells_all_four_stories(dsn: str) -> None:
 def test_demo_without_a_database_says_so() -> None:
     env = {k: v for k, v in os.environ.items() if k != "UNDOLOG_DSN"}
     out = subprocess.run(
-        [sys.executable, "-m", "undolog.demo"], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "undolog.demos"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert out.returncode == 2
     assert "UNDOLOG_DSN is not set" in out.stderr

@@ -30,6 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgcluster import throwaway_cluster
 from undolog import engine
+from undolog import errors as undolog_errors
 from undolog.errors import BY_SQLSTATE
 from undolog.migrations import migrate
 
@@ -572,6 +573,26 @@ def test_every_sqlstate_is_in_the_one_table() -> None:
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     for code, cls in theirs.items():
         assert any(code in line and f"`{cls.__name__}`" in line for line in lines), code
+
+
+def test_the_errors_table_gives_each_class_its_exit_code_and_http_status() -> None:
+    """The exit code and HTTP columns of docs/reference/errors.md are the classes' own
+    (``exit_code``, ``http_status``), for every UndoLogError the binding defines."""
+    table = (DOCS / "reference" / "errors.md").read_text(encoding="utf-8")
+    # | [SQLSTATE |] `Class` [(a `Base`)] | exit code | HTTP | raised when |
+    rows = re.findall(r"^\|(?: [^|`]+ \|)? `(\w+)`[^|]* \| (\d) \| (\d{3}) \|", table, re.MULTILINE)
+    documented = {name: (int(code), int(status)) for name, code, status in rows}
+    classes = {
+        name: cls
+        for name, cls in vars(undolog_errors).items()
+        if isinstance(cls, type)
+        and issubclass(cls, undolog_errors.UndoLogError)
+        and not name.startswith("_")
+        and cls is not undolog_errors.UndoLogError
+    }
+    assert set(documented) == set(classes), "a class without its row, or a row too many"
+    for name, cls in classes.items():
+        assert documented[name] == (cls.exit_code, cls.http_status), name
 
 
 def test_the_sql_reference_has_every_function_and_view(conn: Any) -> None:

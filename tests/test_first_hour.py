@@ -21,7 +21,8 @@ import pytest
 from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
 from undolog import EngineNotInstalled, UndoLog, UndoLogError
 from undolog import cli as cli_module
-from undolog.cli import main
+from undolog.cli import _output, main
+from undolog.ids import short_id
 from undolog.migrations import engine_version
 
 FENCE = re.compile(r"^```(\S*)\s*$")
@@ -195,20 +196,20 @@ def test_status_without_the_engine_is_one_line(
 def test_a_table_fits_the_terminal_and_cuts_at_a_word(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    widths = cli_module._fit([36, 12, 60, 60, 19], 100)
-    assert sum(widths) + 2 * 4 <= 100 and min(widths) >= cli_module.MIN_COLUMN
-    assert cli_module._fit([36, 60], None) == [36, 60], "a pipe gets whole cells"
+    widths = _output.fit([36, 12, 60, 60, 19], 100)
+    assert sum(widths) + 2 * 4 <= 100 and min(widths) >= _output.MIN_COLUMN
+    assert _output.fit([36, 60], None) == [36, 60], "a pipe gets whole cells"
     detail = "compensation delete_user failed: the refund API is down for maintenance"
-    cut = cli_module._cut(detail, 40)
+    cut = _output.cut(detail, 40)
     assert len(cut) <= 40 and cut.endswith("…")
     assert detail.startswith(cut[:-1]) and detail[len(cut) - 1] == " ", "cut at a word"
-    monkeypatch.setattr(cli_module, "_terminal_width", lambda: 80)
+    monkeypatch.setattr(_output, "terminal_width", lambda: 80)
     rows = [{"a": "x" * 60, "b": "y " * 40, "c": "z"}]
     args = cli_module.build_parser().parse_args(["sessions", "list"])
     args.json = False
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
-    cli_module._emit(args, rows, ["a", "b", "c"])
+    _output.emit(args, rows, ["a", "b", "c"])
     assert max(len(line) for line in out.getvalue().splitlines()) <= 80
 
 
@@ -243,9 +244,9 @@ def test_short_ids_of_the_same_millisecond_differ_and_resolve(
     from undolog import engine
 
     sids = [engine.begin_session(conn, agent="same-ms") for _ in range(5)]
-    shorts = {cli_module.short_id(s) for s in sids}
+    shorts = {short_id(s) for s in sids}
     assert len(shorts) == len(sids), "UUIDv7 ids of one moment share their start, not end"
-    code, out, _ = cli(capsys, "sessions", "show", cli_module.short_id(sids[2]), "--dsn", dsn)
+    code, out, _ = cli(capsys, "sessions", "show", short_id(sids[2]), "--dsn", dsn)
     assert code == 0 and str(sids[2]) in out
 
 

@@ -696,7 +696,8 @@ def test_a_bad_policy_is_refused_at_start(
 def test_the_documented_client_configuration_starts_the_proxy() -> None:
     """examples/mcp-proxy/mcp_servers.json (docs/mcp-proxy.md) names a command line that
     `undolog` accepts as the proxy."""
-    from undolog.cli import _cmd_mcp_proxy, build_parser
+    from undolog.cli import build_parser
+    from undolog.cli.mcp_proxy import _cmd_mcp_proxy
 
     config = json.loads((ROOT / "examples" / "mcp-proxy" / "mcp_servers.json").read_text())
     (server,) = config["mcpServers"].values()

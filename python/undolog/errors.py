@@ -3,6 +3,11 @@
 Every SQL function raises with a SQLSTATE of the project's class ``UL``; ``translate``
 turns the psycopg error into the matching ``UndoLogError`` subclass, keeping the
 database's message and the original exception as ``__cause__``.
+
+Each class also says what the faces answer for it, in one table (docs/reference/errors.md):
+``exit_code``, the ``undolog`` command's exit status, and ``http_status``, the dashboard's
+response status. ``exit_code_of`` and ``http_status_of`` read it for any exception,
+translating a psycopg error first.
 """
 
 from __future__ import annotations
@@ -12,23 +17,37 @@ from typing import Any, ClassVar
 
 import psycopg
 
+# The faces' answers for an error: the command's exit codes (0 is success) ...
+EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+# ... and the dashboard's HTTP statuses
+HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT = 403, 404, 409
+HTTP_UNPROCESSABLE, HTTP_ERROR = 422, 500
+
 
 class UndoLogError(Exception):
     """Base of every UndoLog error."""
 
     sqlstate: ClassVar[str | None] = None
+    # a database or engine error, unless the class says what else it is
+    exit_code: ClassVar[int] = EXIT_ERROR
+    http_status: ClassVar[int] = HTTP_ERROR
 
 
 class InvalidStateTransition(UndoLogError):
     sqlstate = "UL001"
+    http_status = HTTP_CONFLICT
 
 
 class UnknownSession(UndoLogError):
     sqlstate = "UL002"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
 
 
 class UnknownEffect(UndoLogError):
     sqlstate = "UL003"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
 
 
 class MalformedSignature(UndoLogError):
@@ -49,6 +68,8 @@ class InvalidCompensation(UndoLogError):
 
 class InvalidArgument(UndoLogError):
     sqlstate = "UL008"
+    exit_code = EXIT_USAGE
+    http_status = HTTP_UNPROCESSABLE
 
 
 class PayloadTooLarge(UndoLogError):
@@ -57,6 +78,7 @@ class PayloadTooLarge(UndoLogError):
 
 class SessionNotActive(UndoLogError):
     sqlstate = "UL010"
+    http_status = HTTP_CONFLICT
 
 
 class AppendOnlyViolation(UndoLogError):
@@ -65,18 +87,24 @@ class AppendOnlyViolation(UndoLogError):
 
 class UnknownUndoEntry(UndoLogError):
     sqlstate = "UL012"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
 
 
 class UnknownApproval(UndoLogError):
     sqlstate = "UL013"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
 
 
 class ApprovalAlreadyDecided(UndoLogError):
     sqlstate = "UL014"
+    http_status = HTTP_CONFLICT
 
 
 class ApprovalExpired(UndoLogError):
     sqlstate = "UL015"
+    http_status = HTTP_CONFLICT
 
 
 class PartitionInUse(UndoLogError):
@@ -101,6 +129,7 @@ class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
     sqlstate = "42501"
+    http_status = HTTP_FORBIDDEN
 
 
 class EngineNotInstalled(UndoLogError):
@@ -281,3 +310,45 @@ def translate(exc: psycopg.Error) -> Exception:
     err = cls(message)
     err.__cause__ = exc
     return err
+
+
+def classify(exc: BaseException) -> type[UndoLogError] | None:
+    """The UndoLogError class an exception is, or is translated to; None for one that is
+    not ours (then it is a database or engine error: exit 1, HTTP 500)."""
+    if isinstance(exc, psycopg.Error):
+        exc = translate(exc)
+    return type(exc) if isinstance(exc, UndoLogError) else None
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The ``undolog`` command's exit status for an error."""
+    cls = classify(exc)
+    return EXIT_ERROR if cls is None else cls.exit_code
+
+
+def http_status_of(exc: BaseException) -> int:
+    """The dashboard's response status for an error."""
+    cls = classify(exc)
+    return HTTP_ERROR if cls is None else cls.http_status
+
+
+# what to do about a permission denied when nothing more particular is known
+ROLES_HINT = "grant the login one of undolog_agent, undolog_approver, undolog_operator"
+
+
+def permission_hint(message: str) -> str:
+    """What to do about a permission denied (42501), from its message: installing the
+    engine needs more than using it."""
+    lowered = message.lower()
+    if "create role" in lowered:
+        return (
+            "installing the engine creates its roles (undolog_agent, undolog_approver, "
+            "undolog_operator): run `undolog migrate` as a login with CREATEROLE (or a "
+            "superuser), or have such a login create those three roles first"
+        )
+    if "for database" in lowered or "for schema public" in lowered:
+        return (
+            "installing the engine needs a login that may create a schema in this database"
+            " (its owner, or GRANT CREATE ON DATABASE)"
+        )
+    return ROLES_HINT

@@ -44,6 +44,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from undolog import errors
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
@@ -200,18 +201,7 @@ def engine_error(exc: psycopg.Error) -> tuple[int, str]:
     diag = exc.diag
     parts = [diag.message_primary or str(exc).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
-    code = exc.sqlstate or ""
-    if code in {"UL002", "UL003", "UL012", "UL013"}:
-        status = 404
-    elif code in {"UL001", "UL010", "UL014", "UL015"}:
-        status = 409
-    elif code == "42501":
-        status = 403
-    elif code in {"UL008", "22P02", "22001"} or code.startswith("22"):
-        status = 422
-    else:
-        status = 500
-    return status, " — ".join(parts)
+    return errors.http_status_of(exc), " — ".join(parts)
 
 
 class Dashboard:

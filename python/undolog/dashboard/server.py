@@ -54,7 +54,7 @@ def serve(
                 file=sys.stderr,
             )
             return 2
-        from undolog.dashboard.demo import fill
+        from undolog.demos.dashboard import fill
 
         fill(dsn)
     print(f"UndoLog dashboard on http://{host}:{port}/ (Ctrl-C stops it)", flush=True)

@@ -22,7 +22,7 @@ from undolog import (
     engine,
     undolog_tool,
 )
-from undolog import demo as stories
+from undolog.demos import stories
 from undolog.walk import CompensationCall
 
 DEMO_PASSWORD = "demo"

@@ -30,8 +30,8 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
-from undolog.cli import short_id
-from undolog.errors import UndoLogError
+from undolog.errors import UndoLogError, permission_hint
+from undolog.ids import short_id
 from undolog.migrations import MigrationError, describe_applied, migrate
 from undolog.walk import CompensationCall
 
@@ -193,7 +193,7 @@ def story_crash_and_replay(ul: UndoLog, dsn: str) -> None:
     say("4. The agent crashes mid-session and is restarted with the same session id")
     session_id = uuid.uuid4()
     subprocess.run(
-        [sys.executable, "-m", "undolog.demo", "--crash", str(session_id)],
+        [sys.executable, "-m", "undolog.demos", "--crash", str(session_id)],
         env={**os.environ, "UNDOLOG_DSN": dsn},
         check=False,
     )
@@ -230,8 +230,19 @@ def run(dsn: str) -> None:
         summary(dsn)
 
 
+def _described(exc: Exception) -> tuple[str, str | None]:
+    """The database's own words (a failed migration's too) and what to do next."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if not isinstance(cause, psycopg.Error):
+        return str(exc), None
+    message = cause.diag.message_primary or " ".join(str(cause).split())
+    if cause.sqlstate == "42501":
+        return message, permission_hint(message)
+    return message, cause.diag.message_hint
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="undolog.demo")
+    parser = argparse.ArgumentParser(prog="undolog.demos")
     parser.add_argument("--crash", type=uuid.UUID, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     dsn = os.environ.get("UNDOLOG_DSN")
@@ -247,12 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except (psycopg.Error, UndoLogError, MigrationError) as exc:
         # e.g. a login that may not install the engine: say what to do, not a traceback
-        from undolog.cli import describe_error
-
-        report = describe_error(exc)
-        print(f"demo stopped: {report.message}", file=sys.stderr)
-        if report.hint:
-            print(f"hint: {report.hint}", file=sys.stderr)
+        message, hint = _described(exc)
+        print(f"demo stopped: {message}", file=sys.stderr)
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
         return 1
     return 0
 

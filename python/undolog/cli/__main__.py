@@ -1,0 +1,7 @@
+"""``python -m undolog.cli``: the ``undolog`` command."""
+
+import sys
+
+from undolog.cli import main
+
+sys.exit(main())

@@ -1,0 +1,119 @@
+"""What the command says about an error, and its exit code: the error class's own
+(undolog.errors), the command line's (usage: 2), or a database or engine error (1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+
+import psycopg
+
+from undolog.cli._common import EXIT_ERROR, EXIT_USAGE, ConnectError, UsageError, connect, one_line
+from undolog.errors import ROLES_HINT, UndoLogError, exit_code_of, permission_hint
+from undolog.migrations import applied_migrations
+from undolog.walk import WorkerConfigError
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    message: str
+    sqlstate: str | None
+    hint: str | None
+    code: int
+
+
+# The engine's messages name its SQL parameters; on the command line they are flags.
+_FLAGS = {
+    "p_months_ahead": "--months-ahead",
+    "p_retention_months": "--retention-months",
+    "p_older_than": "--older-than",
+    "p_detach_only": "--detach",
+    "p_force": "--force",
+    "p_by": "--by",
+    "p_decided_by": "--by",
+    "decided_by": "--by",
+    "p_reason": "--reason",
+    "p_session_id": "SESSION",
+    "p_approval_id": "APPROVAL",
+}
+_PARAM = re.compile(r"\b(?:p_[a-z_]+|decided_by)\b")
+# SQLSTATEs of a database without the engine, or with an older one
+_NO_ENGINE = ("42P01", "42883", "3F000")
+
+
+def _flags(message: str) -> str:
+    return _PARAM.sub(lambda m: _FLAGS.get(m[0], m[0]), message)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for e in (exc, exc.__cause__):
+        code = getattr(e, "sqlstate", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def _needed_role(args: argparse.Namespace | None) -> str | None:
+    """The group role the command needs (its parser's ``needed_role``, sql/grants.sql): the
+    hint names the missing one, not all three."""
+    role = getattr(args, "needed_role", None)
+    return None if role is None else str(role)
+
+
+def _permission_hint(message: str, args: argparse.Namespace | None = None) -> str:
+    hint = permission_hint(message)
+    role = _needed_role(args)
+    if hint == ROLES_HINT and role is not None:
+        return f"grant the login {role}, which this command needs"
+    return hint
+
+
+def _engine_missing(args: argparse.Namespace) -> str:
+    """Why an engine object is missing: not installed at all, or older than us."""
+    try:
+        with connect(args) as conn:
+            applied = applied_migrations(conn)
+    except Exception:
+        applied = {}
+    if not applied:
+        return "the UndoLog engine is not installed in this database: run `undolog migrate`"
+    return "the UndoLog engine in this database is older than this package: run `undolog migrate`"
+
+
+def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -> ErrorReport:
+    """What to tell a person (and a script) about an error: message, SQLSTATE, hint,
+    and the exit code."""
+    sqlstate = _sqlstate(exc)
+    if isinstance(exc, UsageError | WorkerConfigError | argparse.ArgumentTypeError):
+        return ErrorReport(str(exc), sqlstate, None, EXIT_USAGE)
+    if isinstance(exc, ConnectError):
+        hint = "set UNDOLOG_DSN or pass --dsn, e.g. --dsn postgresql://USER@HOST:5432/DBNAME"
+        return ErrorReport(str(exc), None, hint, EXIT_ERROR)
+    if isinstance(exc, UndoLogError) and exc.exit_code != EXIT_ERROR:
+        # not found (3), or a value given on the command line refused (2): its message
+        # says which, and needs no hint
+        return ErrorReport(_flags(str(exc)), sqlstate, None, exc.exit_code)
+    if sqlstate in _NO_ENGINE and args is not None:
+        return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
+    if sqlstate == "42501":
+        message = one_line(exc)
+        hint = _permission_hint(message, args)
+        return ErrorReport(_flags(message), sqlstate, hint, exit_code_of(exc))
+    if isinstance(exc, psycopg.Error):
+        primary = exc.diag.message_primary or one_line(exc)
+        return ErrorReport(_flags(primary), sqlstate, exc.diag.message_hint, exit_code_of(exc))
+    return ErrorReport(_flags(str(exc)), sqlstate, None, exit_code_of(exc))
+
+
+def report(report: ErrorReport, as_json: bool) -> int:
+    if as_json:
+        body = {"error": report.message, "sqlstate": report.sqlstate, "hint": report.hint}
+        print(json.dumps(body), file=sys.stderr)
+    else:
+        print(f"undolog: {report.message}", file=sys.stderr)
+        if report.hint:
+            print(f"hint: {report.hint}", file=sys.stderr)
+    return report.code

@@ -1,0 +1,84 @@
+"""Ids on the command line: a whole one, a unique prefix of one (``701f4cbc``), or the
+end of one as undolog.ids.short_id prints it (``…9f3a01bc``)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import psycopg
+
+from undolog.cli._common import UsageError, query
+from undolog.errors import UnknownApproval, UnknownSession
+
+_ID_TABLES = {
+    "session": ("undolog.undolog_sessions", "session_id"),
+    "approval": ("undolog.undolog_approval_requests", "approval_id"),
+}
+_PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
+MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
+    """A whole id as given, or the one id of ``kind`` that starts with ``text`` (the
+    short ids the demo and people print: ``701f4cbc``, ``701f4cbc…``)."""
+    given = text.strip().rstrip("…").rstrip(".")
+    try:
+        return uuid.UUID(given)
+    except ValueError:
+        pass
+    for mark in ("…", "..."):
+        if given.startswith(mark):  # a short_id: the id's end
+            return _resolve_suffix(conn, kind, text, given.removeprefix(mark))
+    digits = given.replace("-", "").lower()
+    if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of at least "
+            f"{MIN_PREFIX} hex digits"
+        )
+    table, column = _ID_TABLES[kind]
+    rows = query(
+        conn,
+        f"SELECT DISTINCT {column} AS id FROM {table} WHERE {column} BETWEEN %s AND %s"
+        f" ORDER BY {column} LIMIT 4",
+        (uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))),
+    )
+    if not rows:
+        not_found = UnknownSession if kind == "session" else UnknownApproval
+        raise not_found(f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r["id"]) for r in rows[:3])
+        more = ", ..." if len(rows) > 3 else ""
+        raise UsageError(
+            f"{kind} id prefix {given!r} is ambiguous: it matches {shown}{more}; "
+            "give more characters"
+        )
+    return uuid.UUID(str(rows[0]["id"]))
+
+
+def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: str) -> uuid.UUID:
+    digits = tail.replace("-", "").lower()
+    if not re.fullmatch(r"[0-9a-f]+", digits) or len(digits) < MIN_PREFIX:
+        raise UsageError(
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id's end of at least "
+            f"{MIN_PREFIX} hex digits"
+        )
+    table, column = _ID_TABLES[kind]
+    rows = query(
+        conn,
+        f"SELECT DISTINCT {column} AS id FROM {table}"
+        f" WHERE replace({column}::text, '-', '') LIKE %s ORDER BY {column} LIMIT 4",
+        ("%" + digits,),
+    )
+    if not rows:
+        not_found = UnknownSession if kind == "session" else UnknownApproval
+        raise not_found(f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+    if len(rows) > 1:
+        shown = ", ".join(str(r["id"]) for r in rows[:3])
+        raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")
+    return uuid.UUID(str(rows[0]["id"]))

@@ -1,0 +1,289 @@
+"""``undolog migrate``, ``status``, ``install-sql`` and ``health``: the engine in the
+database, its version and whether it is served."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import psycopg
+
+from undolog.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    ConnectError,
+    Parser,
+    Subparsers,
+    UsageError,
+    connect,
+    non_negative_float,
+    query,
+)
+from undolog.cli._output import print_json
+from undolog.migrations import (
+    DEFAULT_LOCK_TIMEOUT,
+    MigrationError,
+    applied_migrations,
+    available_migrations,
+    describe_applied,
+    engine_version,
+    install_script,
+    migrate,
+)
+from undolog.migrations import status as migration_status
+
+
+def configure_migrate_parser(subparsers: Subparsers, common: Parser) -> None:
+    p = subparsers.add_parser("migrate", parents=[common], help="install or upgrade the engine")
+    p.add_argument("--target", help="stop after this migration (default: apply all)")
+    p.add_argument("--check", action="store_true", help="change nothing: same as status")
+    p.add_argument(
+        "--lock-timeout",
+        default=DEFAULT_LOCK_TIMEOUT,
+        metavar="DURATION",
+        help="give up when a table lock is not granted within this (PostgreSQL duration,"
+        f" e.g. 500ms, 30s; 0: no limit; default {DEFAULT_LOCK_TIMEOUT}); agents' calls on"
+        " that table wait behind migrate meanwhile",
+    )
+    p.set_defaults(func=_cmd_migrate)
+    p = subparsers.add_parser(
+        "status", parents=[common], help="is the engine up to date? (0 yes, 1 no)"
+    )
+    p.set_defaults(func=_cmd_status)
+    p = subparsers.add_parser("install-sql", parents=[common], help="print the plain-SQL install")
+    p.set_defaults(func=_cmd_install_sql)
+    p = subparsers.add_parser(
+        "health",
+        parents=[common],
+        help="connection, engine schema, worker lag (exit 0 healthy, 1 not)",
+    )
+    p.add_argument(
+        "--max-lag",
+        type=non_negative_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="unhealthy when a session has waited longer than this for its undo walk (default 120)",
+    )
+    p.set_defaults(func=_cmd_health)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    """What migrate would do; exit 0 when the database is up to date, 1 when not."""
+    with connect(args) as conn:
+        found = migration_status(conn)
+        installed = bool(applied_migrations(conn))
+    if args.json:
+        print(json.dumps({"up_to_date": found.up_to_date, "installed": installed, **asdict(found)}))
+    elif not installed:
+        # every migration and file would be listed: one line says the same
+        print("the UndoLog engine is not installed in this database: run `undolog migrate`")
+    else:
+        print("\n".join(found.describe()) or f"up to date (undolog {engine_version()})")
+    return EXIT_OK if found.up_to_date else EXIT_ERROR
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    if getattr(args, "check", False):
+        return _cmd_status(args)
+    names = [m.name for m in available_migrations()]
+    if args.target is not None and args.target not in names:
+        raise UsageError(f"unknown --target {args.target!r}; known: {', '.join(names)}")
+    with connect(args) as conn:
+        before = applied_migrations(conn)
+        if args.target is not None:
+            # names sort in apply order (NNNN_); a newer package's migrations count too
+            later = sorted(n for n in before if n > args.target)
+            if later:
+                message = (
+                    f"the database is already past {args.target} (it has {', '.join(later)}):"
+                    " nothing applied; migrations are never undone"
+                )
+                if args.json:
+                    print(json.dumps({"applied": [], "already_past": later, "message": message}))
+                else:
+                    print(message)
+                return EXIT_OK
+        applied = migrate(conn, target=args.target, lock_timeout=args.lock_timeout)
+    if args.json:
+        print(json.dumps({"applied": applied}))
+    else:
+        print("\n".join(f"applied {a}" for a in describe_applied(applied)) or "up to date")
+    return EXIT_OK
+
+
+def _cmd_install_sql(args: argparse.Namespace) -> int:
+    sys.stdout.write(install_script())
+    return EXIT_OK
+
+
+def _health_schema(conn: psycopg.Connection[Any]) -> tuple[bool, str]:
+    """Whether the engine is installed and as current as this package (what `undolog
+    status` reports)."""
+    if not applied_migrations(conn):
+        return False, "the UndoLog engine is not installed in this database: run `undolog migrate`"
+    try:
+        found = migration_status(conn)
+    except MigrationError as exc:  # a recorded migration differs from this package's
+        return False, str(exc)
+    if not found.up_to_date:
+        return False, f"behind this package ({'; '.join(found.describe())}): run `undolog migrate`"
+    return True, f"current (undolog {engine_version()})"
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, ok: bool, detail: str, **extra: Any) -> None:
+        checks.append({"name": name, "ok": ok, "detail": detail, **extra})
+
+    try:
+        conn = connect(args)
+    except ConnectError as exc:
+        check("connection", False, f"{exc}; set UNDOLOG_DSN or pass --dsn")
+        return _report_health(args, checks)
+    with conn:
+        check("connection", True, f"{conn.info.user}@{conn.info.host}:{conn.info.port}")
+        ok, detail = _health_schema(conn)
+        check("schema", ok, detail)
+        if ok:
+            _health_locks(conn, check)
+            _health_partitions(conn, check)
+            _health_worker(conn, args.max_lag, check)
+    return _report_health(args, checks)
+
+
+# The advisory-lock functions of pg_catalog that any login of this database may still call
+# (migration 0004_locks revokes them from PUBLIC when a superuser migrates).
+_PUBLIC_ADVISORY = """
+SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace
+  AND p.proname ~ '^pg_(try_)?advisory_'
+  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
+"""
+
+
+def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """The months partition maintenance created ahead but could not attach yet (their
+    locks were busy: an open read of the effect log); the next run attaches them."""
+    (row,) = query(
+        conn,
+        "SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE')"
+        " AS allowed",
+    )
+    if not row["allowed"]:
+        return
+    pending = [str(r["name"]) for r in query(conn, "SELECT undolog.pending_partitions() AS name")]
+    check(
+        "partitions",
+        True,
+        f"{len(pending)} months created ahead, still to attach (the next"
+        f" `undolog partitions maintain` attaches them): {', '.join(pending)}"
+        if pending
+        else "every month created is attached",
+        pending_partitions=pending,
+    )
+
+
+def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """Whether the engine's advisory locks are its own: a login that may call
+    pg_advisory_lock can hold a session's lock and stall its agent and its recovery."""
+    (row,) = query(conn, _PUBLIC_ADVISORY)
+    still_open = list(row["open"])
+    check(
+        "locks",
+        not still_open,
+        f"PUBLIC may still call {len(still_open)} advisory-lock functions: a superuser must"
+        " revoke them (docs/how-to/roles.md)"
+        if still_open
+        else "advisory-lock functions revoked from PUBLIC",
+        public_advisory_functions=still_open,
+    )
+
+
+# Every session a worker should be walking, with the moment it became due: failed ones
+# (since they failed), active ones whose lease ran out (recover() has not failed them),
+# and compensating ones whose top unfinished entry is due (its claim expired, or its retry
+# time passed since the walk last moved) -- recover()'s rule, read without writing.
+_DUE_SESSIONS = """
+SELECT s.session_id,
+    CASE
+        WHEN s.state = 'failed' THEN s.updated_at
+        WHEN s.state = 'active' THEN s.lease_expires_at
+        WHEN top.state = 'compensating' THEN top.claimed_until
+        ELSE greatest(top.next_attempt_at, moved.at)
+    END AS due_since
+FROM undolog.undolog_sessions AS s
+LEFT JOIN LATERAL (
+    SELECT u.state, u.next_attempt_at, u.claimed_until
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+    ORDER BY u.stack_position DESC
+    LIMIT 1
+) AS top ON s.state = 'compensating'
+LEFT JOIN LATERAL (
+    SELECT max(u.updated_at) AS at
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = s.session_id
+) AS moved ON s.state = 'compensating'
+WHERE s.state = 'failed'
+   OR (s.state = 'active' AND s.lease_expires_at <= now())
+   OR (s.state = 'compensating' AND (
+        (top.state = 'compensating' AND top.claimed_until <= now())
+        OR (top.state = 'pending' AND top.next_attempt_at <= now())))
+"""
+
+
+def _health_worker(
+    conn: psycopg.Connection[Any], max_lag: float, check: Callable[..., None]
+) -> None:
+    """Worker lag: how long the oldest session due for an undo walk has waited for a
+    worker. Halted sessions are reported (they wait for a person, not for the worker)
+    but do not make the check fail."""
+    (row,) = query(
+        conn,
+        f"""
+        SELECT count(*) AS due,
+            coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
+        FROM ({_DUE_SESSIONS}) AS due
+        """,
+    )
+    lag, due = max(float(row["lag_seconds"]), 0.0), int(row["due"])
+    check(
+        "worker",
+        lag <= max_lag,
+        f"{due} sessions due for an undo walk, the oldest waiting {lag:.0f} s (max {max_lag:g} s)"
+        if due
+        else "no session waits for an undo walk",
+        due_sessions=due,
+        lag_seconds=round(lag, 3),
+    )
+    (row,) = query(
+        conn,
+        "SELECT count(*) AS halted FROM undolog.undolog_sessions"
+        " WHERE state = 'halted' AND resolved_at IS NULL",
+    )
+    halted = int(row["halted"])
+    check(
+        "operator",
+        True,
+        f"{halted} halted sessions wait for an operator (undolog sessions list --state halted)"
+        if halted
+        else "no halted session waits for an operator",
+        halted_sessions=halted,
+    )
+
+
+def _report_health(args: argparse.Namespace, checks: list[dict[str, Any]]) -> int:
+    healthy = all(c["ok"] for c in checks)
+    if args.json:
+        print_json({"healthy": healthy, "checks": checks})
+    else:
+        for c in checks:
+            print(f"{'ok  ' if c['ok'] else 'FAIL'}  {c['name']:<10}  {c['detail']}")
+        print("healthy" if healthy else "unhealthy")
+    return EXIT_OK if healthy else EXIT_ERROR

@@ -1,0 +1,199 @@
+"""``undolog sessions``: list and show sessions, and an operator's actions on one
+(resume, retry, abandon, rollback)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from undolog import saga
+from undolog.cli._common import (
+    EXIT_OK,
+    OPERATOR,
+    Parser,
+    Subparsers,
+    UsageError,
+    connect,
+    positive_int,
+    query,
+)
+from undolog.cli._ids import resolve_id
+from undolog.cli._output import emit, plain, print_json, printable
+from undolog.engine import SESSION_STATES
+from undolog.errors import UnknownSession
+
+SESSION_HELP = "session id, a unique prefix of it, or …its end"
+
+
+def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
+    sessions = subparsers.add_parser(
+        "sessions", parents=[common], help="list, show and act on sessions"
+    ).add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
+    p = sessions.add_parser("list", parents=[common], help="sessions, newest first")
+    p.add_argument("--state", choices=SESSION_STATES, help="only sessions in this state")
+    p.add_argument("--limit", type=positive_int, default=50, help="at most this many (default 50)")
+    p.set_defaults(func=_cmd_sessions_list)
+    p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
+    p.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+    p.set_defaults(func=_cmd_sessions_show)
+    for action, summary, reason_required in (
+        ("resume", "move a halted walk on past the entry it stopped at", False),
+        ("retry", "give the compensation a halted walk stopped at one more attempt", False),
+        ("abandon", "close a halted session as resolved by hand (it stays halted)", True),
+        ("rollback", "fail an active or waiting session so that its work is undone", True),
+    ):
+        p = sessions.add_parser(action, parents=[common], help=summary)
+        p.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+        p.add_argument("--by", required=True, help="who acts (recorded)")
+        p.add_argument(
+            "--reason",
+            required=reason_required,
+            help="why (recorded)" + ("; required" if reason_required else ""),
+        )
+        p.set_defaults(func=_operator_action(action), needed_role=OPERATOR)
+
+
+SESSION_COLUMNS = [
+    "session_id",
+    "agent",
+    "state",
+    "calls",
+    "committed_calls",
+    "undone_calls",
+    "replays",
+    "created_at",
+    "error",
+    "needs_attention",
+]
+# --json carries these too: they tell what "halted" means for this session
+SESSION_JSON_COLUMNS = [
+    *SESSION_COLUMNS,
+    "compensating_calls",
+    "compensation_failed_calls",
+    "awaiting_approval_calls",
+    "resolved_by",
+    "resolved_at",
+    "resolution",
+    "attention_reason",
+]
+
+
+def _shown_state(row: dict[str, Any]) -> str:
+    """Halted sessions an operator abandoned (resolved) and ones still waiting for one
+    need different things from a person: the table says which."""
+    if row["state"] != "halted":
+        return str(row["state"])
+    return "halted (abandoned)" if row.get("resolved_at") else "halted (needs operator)"
+
+
+def _cmd_sessions_list(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        rows = query(
+            conn,
+            "SELECT * FROM undolog.sessions_overview WHERE %(state)s::text IS NULL"
+            " OR state = %(state)s ORDER BY created_at DESC LIMIT %(limit)s",
+            {"state": args.state, "limit": args.limit},
+        )
+    if args.json:
+        emit(args, rows, SESSION_JSON_COLUMNS)
+    else:
+        emit(args, [{**r, "state": _shown_state(r)} for r in rows], SESSION_COLUMNS)
+    return EXIT_OK
+
+
+TIMELINE_COLUMNS = [
+    "at",
+    "step_index",
+    "tool_name",
+    "tier",
+    "event",
+    "from_state",
+    "to_state",
+    "actor",
+    "detail",
+]
+
+
+def _cmd_sessions_show(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        sid = resolve_id(conn, "session", args.session)
+        session = query(
+            conn, "SELECT * FROM undolog.sessions_overview WHERE session_id = %s", (sid,)
+        )
+        if not session:
+            raise UnknownSession(f"unknown session {sid} (or not yours to read)")
+        timeline = query(
+            conn,
+            "SELECT * FROM undolog.effect_timeline WHERE session_id = %s ORDER BY history_id",
+            (sid,),
+        )
+    if args.json:
+        print_json(
+            {
+                "session": {k: plain(v) for k, v in session[0].items()},
+                "timeline": [{c: plain(r[c]) for c in TIMELINE_COLUMNS} for r in timeline],
+            }
+        )
+        return EXIT_OK
+    s = session[0]
+    print(
+        printable(
+            f"session {s['session_id']}  agent={s['agent'] or '-'}  state={_shown_state(s)}  "
+            f"calls={s['calls']}  owner={s['owner_role']}"
+        )
+    )
+    if s["error"]:
+        print(f"error: {printable(s['error'])}")
+    if s.get("needs_attention"):  # a result arrived after its compensation: see README
+        print(f"NEEDS ATTENTION: {printable(s['attention_reason'])}")
+    if s.get("resolved_at"):
+        by, why = printable(s["resolved_by"]), printable(s["resolution"])
+        print(f"abandoned by {by} at {s['resolved_at']}: {why}")
+    emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
+    if any(r["from_state"] == "executing" and r["to_state"] == "pending" for r in timeline):
+        # the engine's word for a call that raised reads as "not started yet" otherwise
+        print("(executing → pending: the call raised, took no effect, and may be made again)")
+    return EXIT_OK
+
+
+def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
+    """The undo entry a halted session stopped at (what `sessions retry` retries)."""
+    rows = query(
+        conn,
+        "SELECT state, halt_undo_id FROM undolog.undolog_sessions WHERE session_id = %s",
+        (sid,),
+    )
+    if not rows:
+        raise UnknownSession(f"unknown session {sid} (or not yours to read)")
+    if rows[0]["halt_undo_id"] is None:
+        raise UsageError(
+            f"session {sid} is {rows[0]['state']}, not halted at a compensation: nothing to retry"
+        )
+    return uuid.UUID(str(rows[0]["halt_undo_id"]))
+
+
+def _operator_action(action: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        with connect(args) as conn:
+            sid = resolve_id(conn, "session", args.session)
+            if action == "resume":
+                state = saga.resume_session(conn, sid, args.by, args.reason)
+            elif action == "retry":
+                undo_id = _halted_entry(conn, sid)
+                state = saga.retry_compensation(conn, undo_id, args.by, args.reason)
+            elif action == "abandon":
+                state = saga.abandon_session(conn, sid, args.by, args.reason)
+            else:
+                state = saga.rollback_session(conn, sid, args.by, args.reason)
+        if args.json:
+            print(json.dumps({"session_id": str(sid), "action": action, "state": state}))
+        else:
+            print(f"session {sid}: {state}")
+        return EXIT_OK
+
+    return run

@@ -1,0 +1,82 @@
+"""``undolog tools``: the tool registry (each tool's tier and compensation), and an
+operator's retiring of a registration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
+from undolog.cli._output import emit
+
+
+def configure_tools_parser(subparsers: Subparsers, common: Parser) -> None:
+    tools = subparsers.add_parser(
+        "tools", parents=[common], help="the tool registry (tier and compensation per tool)"
+    ).add_subparsers(dest="tools_command", required=True, metavar="ACTION")
+    p = tools.add_parser("list", parents=[common], help="registered tools, by owner")
+    p.add_argument("--owner", help="only this login's tools")
+    p.add_argument("--all", action="store_true", help="retired registrations too")
+    p.set_defaults(func=_cmd_tools_list)
+    p = tools.add_parser(
+        "retire", parents=[common], help="end a tool's registration (operator; recorded)"
+    )
+    p.add_argument("tool", metavar="TOOL", help="the tool's name")
+    p.add_argument("--owner", required=True, help="the login the tool is registered for")
+    p.add_argument("--by", required=True, help="who decides (recorded)")
+    p.add_argument("--reason", required=True, help="why (recorded)")
+    p.set_defaults(func=_cmd_tools_retire)
+
+
+TOOL_COLUMNS = [
+    "tool_id",
+    "owner_role",
+    "tool_name",
+    "tier",
+    "compensation",
+    "registered_at",
+    "live",
+    "retired_by",
+    "retire_reason",
+]
+
+
+def _cmd_tools_list(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        rows = query(
+            conn,
+            "SELECT * FROM undolog.registered_tools"
+            " WHERE (%(owner)s::text IS NULL OR owner_role = %(owner)s)"
+            " AND (live OR %(all)s) ORDER BY owner_role, tool_name, registered_at",
+            {"owner": args.owner, "all": args.all},
+        )
+    emit(args, rows, TOOL_COLUMNS)
+    return EXIT_OK
+
+
+def _cmd_tools_retire(args: argparse.Namespace) -> int:
+    """An operator ends a live registration (recorded), so that its author may register
+    the tool again with another tier or compensation."""
+    with connect(args) as conn:
+        rows = query(
+            conn,
+            "SELECT tool_id FROM undolog.registered_tools"
+            " WHERE owner_role = %s AND tool_name = %s AND live",
+            (args.owner, args.tool),
+        )
+        if not rows:
+            raise UsageError(
+                f"no live registration of {args.tool!r} for {args.owner!r}: "
+                "see `undolog tools list --owner ROLE`"
+            )
+        tool_id = rows[0]["tool_id"]
+        retired = query(
+            conn,
+            "SELECT undolog.retire_tool(%s, %s, %s) AS at",
+            (tool_id, args.by, args.reason),
+        )[0]["at"]
+    if args.json:
+        print(json.dumps({"tool_id": str(tool_id), "retired_at": str(retired)}))
+    else:
+        print(f"tool {args.tool} of {args.owner} ({tool_id}): retired at {retired}")
+    return EXIT_OK

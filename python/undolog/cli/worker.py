@@ -1,0 +1,168 @@
+"""``undolog recover`` and ``undolog worker``: fail expired sessions, and walk the undo
+stacks of failed ones with the application's compensations."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import uuid
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from undolog import saga
+from undolog.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    OPERATOR,
+    ConnectError,
+    Parser,
+    Subparsers,
+    UsageError,
+    connect,
+    non_negative_float,
+)
+from undolog.cli._output import emit
+from undolog.walk import Worker, WorkerConfigError
+
+log = logging.getLogger("undolog.cli")
+
+
+def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
+    p = subparsers.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
+    p.set_defaults(func=_cmd_recover, needed_role=OPERATOR)
+    p = subparsers.add_parser(
+        "worker", parents=[common], help="recover and walk until SIGTERM/SIGINT"
+    )
+    p.add_argument("--app", help="MODULE:OBJECT of the UndoLog instance")
+    p.add_argument("--mcp-config", help="the MCP proxy's policy file: walk its sessions")
+    p.add_argument(
+        "--owner",
+        action="append",
+        metavar="ROLE",
+        help="walk only the sessions begun by this login (repeatable; default: every "
+        "session, or with --mcp-config the worker's own login's)",
+    )
+    p.add_argument(
+        "--interval",
+        type=non_negative_float,
+        default=5.0,
+        help="seconds between passes (default 5)",
+    )
+    p.add_argument(
+        "--max-backoff",
+        type=non_negative_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest pause between reconnection attempts (default 30)",
+    )
+    p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    p.set_defaults(func=_cmd_worker, needed_role=OPERATOR)
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        due = saga.recover(conn)
+    emit(
+        args,
+        [{"session_id": sid} for sid in due],
+        ["session_id"],
+        title="sessions whose undo walk must run:",
+    )
+    return EXIT_OK
+
+
+def _load_app(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError("--app takes MODULE:OBJECT, e.g. myagent.tools:ul")
+    sys.path.insert(0, os.getcwd())
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--app {spec}: {exc}") from exc
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    if args.mcp_config is not None:  # the MCP proxy's compensations (undolog[mcp])
+        try:
+            from undolog.mcp_proxy.worker import load_worker_app
+        except ImportError as exc:
+            print(f"undolog: --mcp-config needs the mcp extra: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        app = load_worker_app(args.mcp_config)
+    elif args.app is None:
+        print("undolog: worker needs --app MODULE:OBJECT or --mcp-config FILE", file=sys.stderr)
+        return EXIT_USAGE
+    else:
+        app = _load_app(args.app)
+    compensations = getattr(app, "compensations", None)
+    if not isinstance(compensations, dict):
+        raise UsageError(f"--app {args.app} is not an UndoLog (it has no compensations)")
+    logging.basicConfig(
+        level=logging.INFO, format="undolog worker: %(levelname)s %(message)s", stream=sys.stderr
+    )
+
+    def walked(sid: uuid.UUID, state: str) -> None:
+        line = json.dumps({"session_id": str(sid), "state": state}) if args.json else None
+        print(line or f"session {sid}: {state}", flush=True)
+
+    worker = Worker(
+        lambda: _connect_for_worker(args),
+        compensations,
+        interval=args.interval,
+        max_backoff=args.max_backoff,
+        on_walked=walked,
+        # the proxy's worker walks the proxy's sessions, not another application's
+        only_known=args.mcp_config is not None,
+        # --owner ROLE: only those logins' sessions; the proxy's worker, by default, only
+        # its own login's (run it as the proxy's login, or name that login)
+        owners=args.owner or ([] if args.mcp_config is not None else None),
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        log.warning("%s: finishing the entry in hand, then exiting (again: exit at once)", name)
+        # a second signal gets the default action: the process ends, the claim expires
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        worker.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        reached = worker.run(once=args.once)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if worker.stopping:
+        log.info("stopped")
+        return EXIT_OK
+    return EXIT_OK if reached else EXIT_ERROR
+
+
+# The server answered and refused this login or database: no retry fixes that (a server
+# that is down or restarting is retried instead). libpq gives these as text only.
+_REFUSED_LOGIN = re.compile(
+    r'database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r"|password authentication failed|no password supplied|pg_hba\.conf rejects"
+)
+
+
+def _connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
+    try:
+        return connect(args)
+    except ConnectError as exc:
+        if _REFUSED_LOGIN.search(str(exc)):
+            raise WorkerConfigError(f"{exc}: fix --dsn / UNDOLOG_DSN") from exc
+        # the worker's backoff retries psycopg's own class
+        raise psycopg.OperationalError(str(exc)) from exc
+    except UsageError as exc:
+        raise WorkerConfigError(str(exc)) from exc
