@@ -636,3 +636,31 @@ def test_run_streamed_hands_a_malformed_irreversible_call_back_to_the_model(fx: 
     assert result.final_output == "could not pay"
     assert decisions(fx.admin_dsn, fx.sid) == []
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_run_resumed_with_one_of_two_decided_is_refused(fx: Fixture) -> None:
+    """A RunState resumed with only one of the two payouts decided raises
+    AwaitingApprovalError for the other, and nothing runs (nothing acts while a person
+    is asked); once that one is decided too, each runs once."""
+    agent = fx.agent(
+        [
+            [
+                function_call("payout", {"cents": 5}, call_id="p1"),
+                function_call("payout", {"cents": 7}, call_id="p2"),
+            ],
+            [assistant_message("paid")],
+        ]
+    )
+    result = asyncio.run(fx.run(agent, "go"))
+    first, second = result.interruptions
+    state = result.to_state()
+    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    with pytest.raises(AwaitingApprovalError, match="p2 waits for approval") as waited:
+        asyncio.run(fx.run(agent, state))
+    assert waited.value.approval_id == asyncio.run(adapter.approval_id(fx.ul, fx.sid, second))
+    assert fx.world.payouts == []
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    asyncio.run(adapter.decide(state, second, fx.ul, fx.sid, fx.approver, "bob", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

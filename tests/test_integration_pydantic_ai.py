@@ -258,6 +258,36 @@ def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> No
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
+def test_a_run_resumed_with_one_of_two_decided_defers_both_again(fx: Fixture) -> None:
+    """Resumed after only one of the two payouts was approved, the run defers both again
+    and neither runs (nothing acts while a person is asked); once the other is approved
+    too, each runs once."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=7)]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    result = asyncio.run(
+        fx.run([], message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p1", "p2"]
+    assert fx.world.payouts == []
+    assert [a for a, _ in pending(fx.admin_dsn, fx.sid)] == [adapter.approval_id(requests, "p2")]
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "bob", {"p2": True}))
+    result = asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert result.output == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
 def test_sync_journaled_tools(fx: Fixture) -> None:
     tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["payout_sync"])
     agent = Agent(
