@@ -301,30 +301,17 @@ SELECT is(
 );
 
 -- ---------------------------------------------------------------------------------------
--- Several pending requests in one session. intercept never creates a second one (the
--- session refuses new calls while awaiting_approval), so they are written here by hand:
--- the session returns to active only when none is left pending.
+-- Several pending requests in one session: a waiting session takes a new IRREVERSIBLE
+-- call (it asks too), and returns to active only when none is left pending.
+-- (59_ask_at_once.sql covers this from the agent's side.)
 -- ---------------------------------------------------------------------------------------
 CREATE FUNCTION pg_temp.second_request(p_session uuid, p_step integer, p_tool text)
-RETURNS uuid LANGUAGE plpgsql AS $$
-DECLARE
-    v_effect uuid := gen_random_uuid();
-    v_sig text := pg_temp.sig(p_session::text || p_step || p_tool);
-    v_approval uuid;
-BEGIN
-    INSERT INTO undolog.undolog_signature_registry VALUES (p_session, v_sig, v_effect, now());
-    INSERT INTO undolog.undolog_effect_log
-        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
-         args, state)
-    VALUES (v_effect, p_session, now(), v_sig, p_step, p_tool, 'irreversible',
-            jsonb_build_object('target', p_tool), 'pending');
-    INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
-    VALUES (p_session, v_effect, now());
-    INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
-    VALUES (p_session, v_effect, now())
-    RETURNING approval_id INTO v_approval;
-    RETURN v_approval;
-END
+RETURNS uuid LANGUAGE sql AS $$
+    SELECT pg_temp.tool(p_tool, 'irreversible');
+    SELECT i.approval_id
+    FROM undolog.intercept(p_session, p_step, p_tool, 'irreversible',
+                           jsonb_build_object('target', p_tool),
+                           pg_temp.sig(p_session::text || p_step || p_tool)) AS i;
 $$;
 
 SELECT pg_temp.gated_call('d0000000-0000-4000-8000-000000000001', 0, 'payout_one')
@@ -340,12 +327,14 @@ SELECT is(
     'awaiting_approval', 'one request still pending: the session keeps waiting'
 );
 SET ROLE ul_t_agent;
-SELECT throws_ok(
-    $$SELECT * FROM undolog.intercept(
+SELECT results_eq(
+    $$SELECT action, approval_id FROM undolog.intercept(
         'd0000000-0000-4000-8000-000000000001', 0, 'payout_one', 'irreversible',
         '{"target": "payout_one"}',
         pg_temp.sig('d0000000-0000-4000-8000-000000000001' || 0 || 'payout_one'))$$,
-    'UL010', NULL, 'the approved call cannot run while the session still waits'
+    format($$VALUES ('await_approval'::text, %L::uuid)$$, :'approval_d2'),
+    'the approved call does not run while the session still waits: it is told which '
+    'request it waits for'
 );
 RESET ROLE;
 SET ROLE ul_t_approver;
@@ -369,19 +358,22 @@ SELECT is(
      WHERE session_id = 'e0000000-0000-4000-8000-000000000001'),
     'compensating', 'one rejection sends the session to its undo walk'
 );
+SELECT results_eq(
+    format($$SELECT state, decided_by, reason, decided_at > now()
+             FROM undolog.undolog_approval_requests WHERE approval_id = %L$$, :'approval_e2'),
+    format($$VALUES ('rejected'::text, 'alice'::text,
+                     'not decided on its own: approval ' || %L || ' (payout_one) was rejected, '
+                     'which sent the session to its undo walk', true)$$, :'approval_e1'),
+    'the other pending request is closed with it, by the same decider, saying why'
+);
 SELECT pg_temp.journal_state() AS before \gset
 SET ROLE ul_t_approver;
 SELECT throws_ok(
     format($$SELECT undolog.approve(%L, 'bob')$$, :'approval_e2'),
-    'UL010', NULL,
-    'approving the other request of a compensating session raises UL010 (it can never run)'
+    'UL014', NULL, 'the closed request can no longer be approved'
 );
 RESET ROLE;
 SELECT is(pg_temp.journal_state(), :'before', 'that refused approval changed nothing');
-SET ROLE ul_t_approver;
-SELECT is(undolog.reject(:'approval_e2', 'bob'), 'rejected',
-          'the other request can still be rejected');
-RESET ROLE;
 SELECT results_eq(
     $$SELECT s.state, e.state FROM undolog.undolog_sessions AS s
       JOIN undolog.undolog_effect_log AS e USING (session_id)

@@ -175,3 +175,15 @@ def decisions(dsn: str, session_id: uuid.UUID) -> list[tuple[str, str | None]]:
             (session_id,),
         ).fetchall()
     return [(str(s), None if d is None else str(d)) for s, d in rows]
+
+
+def pending(dsn: str, session_id: uuid.UUID) -> list[tuple[uuid.UUID, int]]:
+    """(approval id, cents) of the session's requests a person is asked about now, as the
+    approver's inbox (undolog.pending_approvals) lists them, by amount."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT approval_id, (args ->> 'cents')::integer FROM undolog.pending_approvals "
+            "WHERE session_id = %s ORDER BY 2",
+            (session_id,),
+        ).fetchall()
+    return [(uuid.UUID(str(a)), int(c)) for a, c in rows]

@@ -23,7 +23,6 @@ from undolog.errors import (
     ApprovalExpired,
     InvalidArgument,
     PermissionDenied,
-    SessionNotActive,
     UnknownApproval,
 )
 
@@ -277,25 +276,28 @@ def test_each_refusal_has_its_exception_and_writes_nothing(agent: Conn, approver
     assert approvals.approval_state(approver, approval_id) == "approved"
 
 
-def test_approving_for_a_session_already_being_undone_is_refused(
-    agent: Conn, approver: Conn, dsn: str
+def test_a_refusal_that_ends_the_session_closes_its_other_request(
+    agent: Conn, approver: Conn
 ) -> None:
     answer = _gated_call(agent)
     assert answer.approval_id is not None
-    # Only the engine's owner can put a second request in the same session (intercept
-    # refuses new calls while one waits); the superuser plays that here.
-    with psycopg.connect(dsn, autocommit=True) as owner:
-        second = owner.execute(
-            "INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)"
-            " SELECT session_id, gen_random_uuid(), executed_at"
-            " FROM undolog.undolog_approval_requests WHERE approval_id = %s"
-            " RETURNING approval_id",
-            (answer.approval_id,),
-        ).fetchone()
-    assert second is not None
-    approvals.reject(approver, answer.approval_id, "bob")
-    with pytest.raises(SessionNotActive, match="compensating"):
-        approvals.approve(approver, second[0], "alice")
+    session_id, _ = _session_of(approver, answer.approval_id)
+    # The waiting session takes a second IRREVERSIBLE call: it asks too.
+    second = engine.intercept(agent, session_id, 1, "send_invoice", "irreversible", {"n": 1})
+    assert second.action == "await_approval"
+    assert second.approval_id not in (None, answer.approval_id)
+    approvals.reject(approver, answer.approval_id, "bob", "not today")
+    assert _session_of(approver, second.approval_id)[1] == "compensating"
+    row = approver.execute(
+        "SELECT state, decided_by, reason FROM undolog.undolog_approval_requests"
+        " WHERE approval_id = %s",
+        (second.approval_id,),
+    ).fetchone()
+    assert row is not None
+    assert row[:2] == ("rejected", "bob")
+    assert str(answer.approval_id) in row[2]
+    with pytest.raises(ApprovalAlreadyDecided):
+        approvals.approve(approver, second.approval_id, "alice")
 
 
 def _wait_until_blocked(observer: Conn, pid: int, timeout: float = 5.0) -> None:

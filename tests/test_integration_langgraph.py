@@ -20,10 +20,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 from integration_support import (
     World,
@@ -31,6 +31,7 @@ from integration_support import (
     effects,
     logins,
     make_tools,
+    pending,
     register_compensation,
     session_state,
 )
@@ -306,10 +307,56 @@ def test_decision_recorded_by_a_callable(fx: Fixture) -> None:
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "carol")]
 
 
-def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
-    """A waiting session refuses new calls, so one request is written at a time, for an
-    interrupt the graph shows: the other payout is asked about when the resumed graph
-    stops at it again. Each runs once."""
+def _send_each_call(state: Chat) -> Any:
+    """Route each tool call of the model's turn to the tool node as its own task (the
+    Send API, as LangChain's create_agent does): each task stops at its own interrupt."""
+    last = state["messages"][-1]
+    if isinstance(last, AIMessage) and last.tool_calls:
+        return [Send("tools", [tool_call]) for tool_call in last.tool_calls]
+    return END
+
+
+def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:
+    """Both payouts of one model turn, sent to the tool node as a task each, are
+    interrupts of the stopped graph, each with its UndoLog request (Agent Inbox
+    HumanInterrupts) before any decision; the graph resumes with both answers, by
+    interrupt id, and each payout runs once."""
+    model = ScriptedChat(
+        turns=[
+            calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
+            AIMessage("paid"),
+        ]
+    )
+    builder = StateGraph(Chat)
+    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    builder.add_node("tools", ToolNode(fx.sync_tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = fx.run(graph, HELLO)
+    interrupts = out[adapter.INTERRUPT]
+    values = {i.value[0]["call_key"]: i.value[0] for i in interrupts}
+    assert sorted(values) == ["p1", "p2"]
+    asked = [uuid.UUID(values[key][adapter.APPROVAL_KEY]) for key in ("p1", "p2")]
+    assert pending(fx.admin_dsn, fx.sid) == list(zip(asked, [5, 7], strict=True))
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.payouts == []
+    answers = {
+        i.id: adapter.decide(i.value, fx.approver, "alice", approved=True).resume
+        for i in interrupts
+    }
+    out = fx.run(graph, Command(resume=answers))
+    assert out["messages"][-1].content == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_tool_node_that_shows_one_interrupt_gets_one_request(fx: Fixture) -> None:
+    """A ToolNode that runs both calls of a turn in one task surfaces only the first
+    interrupt: only the call shown is asked (a person is never asked about a call they
+    cannot see); the other is asked when the resumed graph shows it. Each runs once."""
     graph = fx.chat_graph(
         [
             calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
@@ -320,11 +367,12 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     asked: list[str] = []
     while adapter.INTERRUPT in out:
         values = [i.value[0] for i in out[adapter.INTERRUPT]]
-        ready = [v for v in values if v[adapter.APPROVAL_KEY] is not None]
-        assert len(ready) == 1  # one request at a time, and it is one the graph shows
-        assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
-        asked.append(ready[0]["call_key"])
-        out = fx.run(graph, adapter.decide(ready[0], fx.approver, "alice", approved=True))
+        assert len(values) == 1
+        assert [approval for approval, _ in pending(fx.admin_dsn, fx.sid)] == [
+            uuid.UUID(values[0][adapter.APPROVAL_KEY])
+        ]
+        asked.append(values[0]["call_key"])
+        out = fx.run(graph, adapter.decide(values[0], fx.approver, "alice", approved=True))
     assert sorted(asked) == ["p1", "p2"]
     assert out["messages"][-1].content == "paid"
     assert sorted(fx.world.payouts) == [5, 7]

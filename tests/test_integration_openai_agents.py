@@ -25,6 +25,7 @@ from integration_support import (
     AsyncAgentFixture,
     decisions,
     effects,
+    pending,
     session_state,
 )
 from undolog import (
@@ -218,9 +219,9 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
-def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
-    """A waiting session refuses new calls, so one request is written at a time: the
-    second payout is asked about when the resumed run stops at it again."""
+def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:
+    """Both payouts of one model turn are interruptions of the one RunState, and both
+    have their UndoLog request before any decision; approved, each runs once."""
     agent = fx.agent(
         [
             [
@@ -232,21 +233,47 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
     )
     result = asyncio.run(fx.run(agent, "go"))
     first, second = result.interruptions
-    state = result.to_state()
-    with pytest.raises(LookupError, match="no UndoLog approval request"):
-        asyncio.run(adapter.approval_id(fx.ul, fx.sid, second))
-    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=True))
-    result = asyncio.run(fx.run(agent, state))
-    assert [item.call_id for item in result.interruptions] == ["p2"]
-    assert fx.world.payouts == [5]
+    assert [first.call_id, second.call_id] == ["p1", "p2"]
+    ids = [asyncio.run(adapter.approval_id(fx.ul, fx.sid, item)) for item in (first, second)]
+    assert pending(fx.admin_dsn, fx.sid) == list(zip(ids, [5, 7], strict=True))
     assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.payouts == []
     state = result.to_state()
-    [second] = result.interruptions
+    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"  # p2 still asked
     asyncio.run(adapter.decide(state, second, fx.ul, fx.sid, fx.approver, "bob", approved=True))
     assert asyncio.run(fx.run(agent, state)).final_output == "paid"
-    assert fx.world.payouts == [5, 7]
+    assert sorted(fx.world.payouts) == [5, 7]
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "bob")]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_one_rejection_of_two_asked_at_once_ends_the_session(fx: Fixture) -> None:
+    """A rejection of one of the two payouts (the default rule) ends the session: the
+    other request is closed with it, neither runs, and the run raises."""
+    agent = fx.agent(
+        [
+            [
+                function_call("create_user", {"email": "a@x", "name": "A"}, call_id="c1"),
+                function_call("payout", {"cents": 5}, call_id="p1"),
+                function_call("payout", {"cents": 7}, call_id="p2"),
+            ],
+            [assistant_message("paid")],
+        ]
+    )
+    result = asyncio.run(fx.run(agent, "go"))
+    first, _ = result.interruptions
+    assert len(pending(fx.admin_dsn, fx.sid)) == 2
+    state = result.to_state()
+    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=False))
+    assert pending(fx.admin_dsn, fx.sid) == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("rejected", "alice"), ("rejected", "alice")]
+    with pytest.raises(ApprovalRejectedError):
+        asyncio.run(fx.run(agent, state))
+    assert fx.world.payouts == []
+    assert fx.world.runs == {"create_user:a@x": 1}
+    assert fx.world.undone == ["a@x"]
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
 
 
 def outputs(result: Any) -> dict[str, str]:
@@ -608,4 +635,32 @@ def test_run_streamed_hands_a_malformed_irreversible_call_back_to_the_model(fx: 
     assert result.interruptions == []
     assert result.final_output == "could not pay"
     assert decisions(fx.admin_dsn, fx.sid) == []
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_run_resumed_with_one_of_two_decided_is_refused(fx: Fixture) -> None:
+    """A RunState resumed with only one of the two payouts decided raises
+    AwaitingApprovalError for the other, and nothing runs (nothing acts while a person
+    is asked); once that one is decided too, each runs once."""
+    agent = fx.agent(
+        [
+            [
+                function_call("payout", {"cents": 5}, call_id="p1"),
+                function_call("payout", {"cents": 7}, call_id="p2"),
+            ],
+            [assistant_message("paid")],
+        ]
+    )
+    result = asyncio.run(fx.run(agent, "go"))
+    first, second = result.interruptions
+    state = result.to_state()
+    asyncio.run(adapter.decide(state, first, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    with pytest.raises(AwaitingApprovalError, match="p2 waits for approval") as waited:
+        asyncio.run(fx.run(agent, state))
+    assert waited.value.approval_id == asyncio.run(adapter.approval_id(fx.ul, fx.sid, second))
+    assert fx.world.payouts == []
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    asyncio.run(adapter.decide(state, second, fx.ul, fx.sid, fx.approver, "bob", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"

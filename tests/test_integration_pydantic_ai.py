@@ -25,6 +25,7 @@ from integration_support import (
     AsyncAgentFixture,
     decisions,
     effects,
+    pending,
     session_state,
 )
 from undolog import ApprovalRejectedError, PermissionDenied
@@ -230,16 +231,20 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
-def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture) -> None:
-    """A waiting session refuses new calls, so one request is written at a time: the
-    second payout is asked about when the resumed run stops at it again."""
+def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:
+    """Both payouts of one model turn are deferred tool requests of the one result, each
+    with its UndoLog request before any decision; approved, each runs once."""
     turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=7)]]
     result = asyncio.run(fx.run(turns, user_prompt="go"))
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
     assert [p.tool_call_id for p in requests.approvals] == ["p1", "p2"]
-    assert set(requests.metadata) == {"p1"}  # p2 has no request yet
-    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    assert set(requests.metadata) == {"p1", "p2"}
+    asked = [adapter.approval_id(requests, key) for key in ("p1", "p2")]
+    assert pending(fx.admin_dsn, fx.sid) == list(zip(asked, [5, 7], strict=True))
+    assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
+    assert fx.world.payouts == []
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True, "p2": True}))
     result = asyncio.run(
         fx.run(
             [[TextPart("paid")]],
@@ -247,10 +252,29 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
             deferred_tool_results=answers,
         )
     )
+    assert result.output == "paid"
+    assert sorted(fx.world.payouts) == [5, 7]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_run_resumed_with_one_of_two_decided_defers_both_again(fx: Fixture) -> None:
+    """Resumed after only one of the two payouts was approved, the run defers both again
+    and neither runs (nothing acts while a person is asked); once the other is approved
+    too, each runs once."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=7)]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
-    assert [p.tool_call_id for p in requests.approvals] == ["p2"]
-    assert fx.world.payouts == [5]
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}))
+    result = asyncio.run(
+        fx.run([], message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [p.tool_call_id for p in requests.approvals] == ["p1", "p2"]
+    assert fx.world.payouts == []
+    assert [a for a, _ in pending(fx.admin_dsn, fx.sid)] == [adapter.approval_id(requests, "p2")]
     answers = asyncio.run(adapter.decide(requests, fx.approver, "bob", {"p2": True}))
     result = asyncio.run(
         fx.run(
@@ -260,7 +284,7 @@ def test_two_irreversible_calls_of_one_turn_are_asked_one_at_a_time(fx: Fixture)
         )
     )
     assert result.output == "paid"
-    assert fx.world.payouts == [5, 7]
+    assert sorted(fx.world.payouts) == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 

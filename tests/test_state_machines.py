@@ -132,7 +132,8 @@ class EngineModel(RuleBasedStateMachine):
     def new_call(self, data: st.DataObject, tier: str) -> None:
         s = data.draw(st.sampled_from(self.sessions))
         step = s.steps
-        if s.state != "active":
+        # A waiting session takes a new IRREVERSIBLE call (it asks too), nothing else.
+        if s.state != "active" and not (tier == "irreversible" and s.state == "awaiting_approval"):
             with pytest.raises(errors.SessionNotActive):
                 self._intercept(s, step, tier)
             return
@@ -150,7 +151,8 @@ class EngineModel(RuleBasedStateMachine):
         else:
             assert got.action == "await_approval"
             e.approval_id = got.approval_id
-            s.move("awaiting_approval")
+            if s.state == "active":
+                s.move("awaiting_approval")
 
     @precondition(lambda self: self.sessions)
     @rule(
@@ -186,6 +188,8 @@ class EngineModel(RuleBasedStateMachine):
             expected = "rejected"
         elif e.state == "pending" and e.tier == "irreversible" and not e.approval_granted:
             expected = "await_approval"
+        elif e.tier == "irreversible" and s.state == "awaiting_approval":
+            expected = "await_approval"  # approved, but another request is pending
         elif e.state in ("pending", "approved"):
             expected = "execute" if s.state == "active" else errors.SessionNotActive
         else:
@@ -321,11 +325,24 @@ class EngineModel(RuleBasedStateMachine):
         if yes:
             e.approval_granted = True
             e.move("approved")
-            s.move("active")
+            if not self._asking(s):
+                s.move("active")
         else:
             e.move("rejected")
             if s.state == "awaiting_approval":
                 s.move("compensating")
+                for other in self._asking(s):  # closed with the refusal that ended it
+                    other.move("rejected")
+
+    def _asking(self, s: Session) -> list[Effect]:
+        """The session's calls whose request is pending."""
+        return [
+            en.effect
+            for en in s.stack
+            if en.effect.approval_id
+            and en.effect.state == "pending"
+            and not en.effect.approval_granted
+        ]
 
     @precondition(lambda self: self.sessions)
     @rule(data=st.data(), how=st.sampled_from(["resume", "abandon", "rollback"]))

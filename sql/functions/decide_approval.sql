@@ -13,6 +13,10 @@
 --             request of it is pending any more: the refusal is recorded (the request,
 --             the effect's error, the session history's detail) and the agent, making
 --             the call again, is answered 'rejected' and may go on with other calls.
+--             A refusal that sends the session to compensating also closes the
+--             session's other pending requests (several irreversible calls are asked at
+--             once): each takes the same outcome and decider, its reason names this
+--             refusal, and its effect goes pending -> rejected (it never ran).
 --
 -- The deadline (expires_at) is checked before anything is written. Once it has passed the
 -- request is expired, whoever asks: approving it raises UL015 and writes nothing (a raise
@@ -40,6 +44,8 @@ DECLARE
     v_tool_name text;
     v_on_reject text;
     v_why text;
+    v_other undolog.undolog_approval_requests;
+    v_other_why text;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
         RAISE EXCEPTION USING
@@ -194,6 +200,33 @@ BEGIN
             v_session_id, 'compensating',
             pg_catalog.format('irreversible call %s (approval %s) %s',
                               coalesce(v_tool_name, '?'), p_approval_id, v_why));
+        -- The session's other pending requests (asked in the same turn) can never run
+        -- now: they are closed with this outcome, by the same decider, saying why, so
+        -- that no person is left asked about a call of an ended session. Their calls
+        -- never acted: the walk skips their barriers. Closed a moment after this
+        -- refusal (clock_timestamp), so that this one stays the session's first refusal
+        -- (session_refusal). Requests first, then effects: the lock order above.
+        FOR v_other IN
+            SELECT a.* FROM undolog.undolog_approval_requests AS a
+            WHERE a.session_id = v_session_id AND a.state = 'pending'
+            ORDER BY a.requested_at, a.approval_id
+            FOR UPDATE
+        LOOP
+            v_other_why := pg_catalog.format(
+                'not decided on its own: approval %s (%s) was %s, which sent the session '
+                'to its undo walk', p_approval_id, coalesce(v_tool_name, '?'), v_outcome);
+            UPDATE undolog.undolog_approval_requests AS a
+            SET state = v_outcome,
+                decided_at = pg_catalog.clock_timestamp(),
+                decided_by = p_decided_by,
+                reason = v_other_why,
+                decided_role = session_user
+            WHERE a.approval_id = v_other.approval_id AND a.session_id = v_other.session_id;
+            UPDATE undolog.undolog_effect_log AS e
+            SET state = 'rejected', error = v_other_why
+            WHERE e.session_id = v_other.session_id AND e.effect_id = v_other.effect_id
+              AND e.executed_at = v_other.executed_at AND e.state = 'pending';
+        END LOOP;
     END IF;
     RETURN v_outcome;
 END

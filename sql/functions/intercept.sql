@@ -11,7 +11,11 @@
 --                   refused call's (undolog.session_refusal).
 -- A new COMPENSABLE call writes its effect and its undo-stack entry in this transaction,
 -- before the body can run; a new IRREVERSIBLE call writes a pending effect, a barrier on
--- the undo stack and an approval request, and suspends the session.
+-- the undo stack and an approval request, and suspends the session (awaiting_approval).
+-- A suspended session refuses new COMPENSABLE calls (UL010) but takes new IRREVERSIBLE
+-- ones, each with its own request: several calls are asked at once, and the session
+-- waits until every request is decided (decide_approval). An approved call made again
+-- while another request is pending is answered await_approval with that request's id.
 -- A new call must name a live registered tool of the session's owner (register_tool):
 -- UL017 when none, UL018 when the call's tier, or its non-NULL compensation, differs from
 -- the registration's. The effect records the registration (tool_id) and the undo entry
@@ -118,8 +122,12 @@ BEGIN
     INTO v_effect_id, v_executed_at;
 
     IF FOUND THEN
-        -- A new call.
-        IF v_session_state <> 'active' THEN
+        -- A new call. While a person is being asked (awaiting_approval), nothing acts:
+        -- a new COMPENSABLE call is refused, but a new IRREVERSIBLE one only asks too,
+        -- with its own request, so that one model turn's irreversible calls are all asked
+        -- at once. It holds the session's row lock (lock_session above), as a decision does.
+        IF v_session_state <> 'active'
+           AND NOT (p_tier = 'irreversible' AND v_session_state = 'awaiting_approval') THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL010',
                 MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
@@ -181,7 +189,9 @@ BEGIN
         INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
         VALUES (p_session_id, v_effect_id, v_executed_at)
         RETURNING undolog_approval_requests.approval_id INTO v_approval_id;
-        PERFORM undolog.transition_session(p_session_id, 'awaiting_approval');
+        IF v_session_state = 'active' THEN
+            PERFORM undolog.transition_session(p_session_id, 'awaiting_approval');
+        END IF;
         RETURN QUERY SELECT v_effect_id, 'await_approval'::text, 'pending'::text,
                             NULL::jsonb, v_approval_id;
         RETURN;
@@ -247,6 +257,16 @@ BEGIN
                 WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
                   AND e.executed_at = v_effect.executed_at;
             END IF;
+        END IF;
+        -- Approved, but another call of the session still waits for a person: nothing
+        -- acts until every request is decided. Ask again once that one is.
+        IF v_effect.tier = 'irreversible' AND v_session_state = 'awaiting_approval' THEN
+            RETURN QUERY
+            SELECT v_effect.effect_id, 'await_approval'::text, v_effect.state, NULL::jsonb,
+                   (SELECT a.approval_id FROM undolog.undolog_approval_requests AS a
+                    WHERE a.session_id = p_session_id AND a.state = 'pending'
+                    ORDER BY a.requested_at, a.approval_id LIMIT 1);
+            RETURN;
         END IF;
         -- A retry after fail(), or the approved call made again: execute it now.
         IF v_session_state <> 'active' THEN

@@ -38,6 +38,10 @@ BEGIN
             WHERE a.session_id = p_session_id AND a.state = 'pending'
             ORDER BY a.requested_at
         LOOP
+            -- A rejection that ended the session closed the others with it.
+            CONTINUE WHEN (SELECT a.state FROM undolog.undolog_approval_requests AS a
+                           WHERE a.session_id = p_session_id
+                             AND a.approval_id = v_approval_id) <> 'pending';
             PERFORM undolog.decide_approval(v_approval_id, 'rejected', p_by, v_why);
         END LOOP;
         SELECT s.state INTO STRICT v_state

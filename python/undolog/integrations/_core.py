@@ -58,12 +58,21 @@ DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
 
 # The approval request of a call, found by its signature (an agent reads only its own
-# sessions' rows; approvers and operators read every row).
+# sessions' rows; approvers and operators read every row). An approved call that has not
+# run yet is held as pending while another request of its session is: nothing acts
+# while a person is being asked, and the engine answers it await_approval.
 _APPROVAL_OF_CALL = """
-SELECT a.approval_id, a.state
+SELECT a.approval_id,
+       CASE WHEN a.state = 'approved' AND e.state IN ('approved', 'pending')
+                 AND EXISTS (SELECT FROM undolog.undolog_approval_requests AS o
+                             WHERE o.session_id = a.session_id AND o.state = 'pending')
+            THEN 'pending' ELSE a.state END
 FROM undolog.undolog_signature_registry AS r
 JOIN undolog.undolog_approval_requests AS a
   ON a.session_id = r.session_id AND a.effect_id = r.effect_id
+JOIN undolog.undolog_effect_log AS e
+  ON e.session_id = r.session_id AND e.effect_id = r.effect_id
+ AND e.executed_at = r.executed_at
 WHERE r.session_id = %s AND r.call_signature = %s
 """
 _APPROVAL_STATE = "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s"
@@ -279,7 +288,8 @@ def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Wa
 async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
     """For an IRREVERSIBLE call: must a human decide first? None when the call may go
     ahead (approved: it executes, once; committed: it replays; rejected: the decorator
-    raises ApprovalRejectedError). A call without an UndoLog request yet is noted, and
+    raises ApprovalRejectedError). An approved call still waits while another request of
+    its session is pending. A call without an UndoLog request yet is noted, and
     ``run_in_session`` requests its approval once the run has stopped: requesting it now
     would suspend the session under the other calls the framework runs beside it (one
     model turn's calls run side by side), which the engine would then refuse (UL010)."""
@@ -303,18 +313,24 @@ def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Wa
     return _answer(tool, call_key, args, rows[0] if rows else None)
 
 
-def _in_order(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Deferred]:
-    """The noted calls, those the framework shows as waiting first, in its order: only
-    the first gets its request now, so it must be one the person is shown."""
+def _shown_calls(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Deferred]:
+    """The noted calls the framework shows the person as waiting, in its order. Only
+    they get a request: a call the framework stopped at but does not show (a LangGraph
+    node that runs several tool calls surfaces only its first interrupt) stays unasked
+    until the resumed run shows it, so that a person is never asked about a call they
+    cannot see."""
     rank = {key: i for i, key in enumerate(shown)}
-    return sorted(deferred, key=lambda call: rank.get(call.call_key, len(rank)))
+    return sorted(
+        (call for call in deferred if call.call_key in rank), key=lambda call: rank[call.call_key]
+    )
 
 
 async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None:
     """Intercept the noted IRREVERSIBLE calls in order: the first writes its approval
-    request and suspends the session (awaiting_approval), which then refuses the others
-    (UL010). They stay unasked: once the first is decided, the resumed run stops at them
-    again and they are asked then, one at a time."""
+    request and suspends the session (awaiting_approval); each other one writes its own
+    request in the waiting session, so that all of them are asked at once. The session
+    goes on once every request is decided. A session that stopped taking calls (a
+    refusal ended it meanwhile) leaves the rest unasked."""
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     for call in deferred:
@@ -334,8 +350,8 @@ async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -
 async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> None:
     """Write the approval request of an IRREVERSIBLE call the framework holds as
     interrupted, unless it has one: a framework that does not ask about that call again
-    when it resumes (OpenAI Agents keeps it in the RunState) still gets it asked. Refused
-    while another request waits (UL010): it is asked after that one is decided."""
+    when it resumes (OpenAI Agents keeps it in the RunState) still gets it asked, beside
+    any other request of the session that is waiting."""
     session = current_session()
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
@@ -369,7 +385,7 @@ async def approval_of_step(
 def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) -> None:
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
-    for call in deferred:  # as _request_deferred: one request at a time
+    for call in deferred:  # as _request_deferred
         key = (id(conn), call.tool.name)
         if key not in session.registered_tools:
             session.registered_tools[key] = engine.register_tool(conn, *_registration(call.tool))
@@ -422,11 +438,18 @@ async def record_decision(
 
 # --- the UndoLog session of a framework run ---------------------------------------------
 
-# The decided approvals of a session that ended it (a rejection, or an expiry).
+# The decision that ended a session (a rejection, or an expiry, of a call whose tool
+# follows the default rule): the first, as undolog.session_refusal finds it. Requests
+# closed with it (asked at the same time) were decided a moment later.
 _ENDING_DECISION = """
-SELECT approval_id, state FROM undolog.undolog_approval_requests
-WHERE session_id = %s AND state IN ('rejected', 'expired')
-ORDER BY decided_at DESC LIMIT 1
+SELECT a.approval_id, a.state FROM undolog.undolog_approval_requests AS a
+JOIN undolog.undolog_effect_log AS e
+  ON e.session_id = a.session_id AND e.effect_id = a.effect_id
+ AND e.executed_at = a.executed_at
+LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
+WHERE a.session_id = %s AND a.state IN ('rejected', 'expired')
+  AND coalesce(t.on_reject, 'fail_session') = 'fail_session'
+ORDER BY a.decided_at, a.approval_id LIMIT 1
 """
 
 
@@ -496,7 +519,7 @@ async def framework_run(
                 yield box
                 shown = _shown(box, stopped_for_human)
                 if shown is not None:
-                    await _request_deferred(active, _in_order(deferred, shown))
+                    await _request_deferred(active, _shown_calls(deferred, shown))
                     if requested is not None:
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
@@ -536,7 +559,7 @@ def framework_run_sync(
                 yield box
                 shown = _shown(box, stopped_for_human)
                 if shown is not None:
-                    _request_deferred_sync(active, _in_order(deferred, shown))
+                    _request_deferred_sync(active, _shown_calls(deferred, shown))
                     if requested is not None:
                         requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)

@@ -185,8 +185,8 @@ def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
 
 def _undecided(requests: DeferredToolRequests) -> dict[str, bool | ToolApproved | ToolDenied]:
     """Every deferred call passed on to its tool, which asks UndoLog again: pydantic-ai
-    wants an answer for each, and a call UndoLog has not approved is deferred again
-    (one not asked about yet, because another request was waiting, is asked now)."""
+    wants an answer for each, and a call UndoLog has not approved is deferred again (as
+    is an approved one while another request of the session waits)."""
     return {part.tool_call_id: True for part in requests.approvals}
 
 
