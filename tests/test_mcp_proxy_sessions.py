@@ -238,6 +238,10 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
         async with stdio_client(config, dsn, ledger) as client:
             for key in ("x", "y"):
                 assert not (await client.call_tool("put", {"key": key, "value": "1"})).is_error
+            # a SAFE read goes to the session's own process too: it sees its writes
+            before = await client.call_tool("read_all", {})
+            assert before.structured_content is not None
+            assert before.structured_content["store"] == {"x": "1", "y": "1"}
             ((sid, _),) = sessions(conn)
             saga.rollback_session(conn, sid, "alice", "not these")
             refused = await client.call_tool("put", {"key": "z", "value": "1"})
@@ -246,12 +250,15 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
             seen = await client.call_tool("read_all", {})
             assert seen.structured_content is not None
             assert seen.structured_content["store"] == {}
+            read_pids.update({before.structured_content["pid"], seen.structured_content["pid"]})
 
+    read_pids: set[int] = set()
     run(body)
     puts = {e["pid"] for e in ops(ledger) if e["op"] == "put"}
     forgets = [(e["key"], e["pid"]) for e in ops(ledger) if e["op"] == "forget"]
     assert len(puts) == 1 and [k for k, _ in forgets] == ["y", "x"]
     assert {p for _, p in forgets} == puts
+    assert read_pids == puts  # both reads on the session's process, not the shared one
 
 
 # -- session boundaries --------------------------------------------------------------------

@@ -211,6 +211,10 @@ class MessageRelay:
             return False  # the SDK answers with the versions it speaks
         if not modern and not self.initialized:
             return False
+        if self.proxy.policy.upstreams[route.upstream].instances != "shared":
+            # the call goes to the session's own process, which only the proxy's path
+            # (with its session) picks: a read must see the session's own writes
+            return False
         upstream = self.proxy.upstreams[route.upstream]
         if upstream.relayable() is None:
             return False  # reconnecting, or a 2026-era upstream: the SDK's path
