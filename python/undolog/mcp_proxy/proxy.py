@@ -516,6 +516,7 @@ class McpProxy:
             for slot, held in list(ps.client.items()):
                 if held is ps:
                     del ps.client[slot]
+        log.info("session %s: ended and forgotten (its handle still resumes it)", ps.session_id)
 
     async def _by_handle(self, handle: Any) -> ProxySession:
         """The session a handle names: one this proxy issued, or (after a restart) one whose
