@@ -28,11 +28,13 @@ from test_mcp_proxy import (
     http_proxies,
     ledger,
     ops,
+    pending_approval,
     sessions,
     stdio_client,
     text,
     wait_for,
 )
+from undolog import approvals
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 
@@ -470,4 +472,42 @@ def test_calls_relayed_at_the_message_level_answer_as_the_sdk_does(
         "SELECT args->>'email', state FROM undolog.undolog_effect_log ORDER BY 1"
     ).fetchall()
     assert states == [("0@x", "committed"), ("2@x", "committed")]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_tell_model_tool_dropped_and_offered_again_keeps_its_policy(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The upstream stops offering an irreversible tell_model tool, then offers it again:
+    the proxy lists it again with the policy's tier and on_reject (registered in the
+    journal as at start, so not refused as a changed registration), and a rejection of it
+    is told to the model, the session going on."""
+    heard = Heard()
+    body_toml = ONE.replace("[proxy]\n", "[proxy]\nhold_seconds = 2\n")
+    config = policy(
+        tmp_path,
+        body_toml + '[upstreams.lib.tools.echo]\ntier = "irreversible"\non_reject = "tell_model"\n',
+    )
+
+    async def body() -> None:
+        client = stdio_client(config, dsn, ledger, mode="legacy")
+        client.message_handler = heard
+        async with client:
+            assert not (await client.call_tool("drop_echo", {})).is_error
+            await heard.wait("notifications/tools/list_changed")
+            assert "echo" not in {t.name for t in (await client.list_tools()).tools}
+            heard.methods.clear()
+            assert not (await client.call_tool("restore_echo", {})).is_error
+            await heard.wait("notifications/tools/list_changed")
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "echo" in tools and "IRREVERSIBLE" in (tools["echo"].description or "")
+            call = asyncio.create_task(client.call_tool("echo", {"text": "hi"}))
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "not now")
+            rejected = await call
+            assert rejected.is_error and "goes on" in text(rejected), text(rejected)
+            assert [s for _, s in sessions(conn)] == ["active"]
+
+    asyncio.run(body())
     assert [s for _, s in sessions(conn)] == ["completed"]
