@@ -177,6 +177,12 @@ def _table(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
     return raw
 
 
+def _count(raw: Any, where: str, high: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= high:
+        raise PolicyError(f"{where}: expected a whole number from 1 to {high}")
+    return raw
+
+
 def _number(raw: Any, where: str, low: float, high: float) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not low < raw <= high:
         raise PolicyError(f"{where}: expected a number of seconds in ({low:g}, {high:g}]")
@@ -410,21 +416,11 @@ def load_policy(path: str | Path) -> Policy:
                     proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
                 )
             ),
-            max_sessions_per_client=int(
-                _number(
-                    proxy.get("max_sessions_per_client", 64),
-                    "proxy.max_sessions_per_client",
-                    1,
-                    100000,
-                )
+            max_sessions_per_client=_count(
+                proxy.get("max_sessions_per_client", 64), "proxy.max_sessions_per_client", 100000
             ),
-            max_upstream_processes=int(
-                _number(
-                    proxy.get("max_upstream_processes", 32),
-                    "proxy.max_upstream_processes",
-                    1,
-                    10000,
-                )
+            max_upstream_processes=_count(
+                proxy.get("max_upstream_processes", 32), "proxy.max_upstream_processes", 10000
             ),
             session_boundary=boundary,
             session_idle_seconds=idle,
