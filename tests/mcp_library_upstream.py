@@ -85,6 +85,22 @@ async def grow(ctx: Context) -> dict[str, Any]:
 
 
 @server.tool()
+async def drop_echo(ctx: Context) -> dict[str, Any]:
+    """Stop offering echo, and say that the tool list changed."""
+    server.remove_tool("echo")
+    await ctx.session.send_tool_list_changed()
+    return {"dropped": "echo"}
+
+
+@server.tool()
+async def restore_echo(ctx: Context) -> dict[str, Any]:
+    """Offer echo again, and say that the tool list changed."""
+    server.add_tool(echo, name="echo")
+    await ctx.session.send_tool_list_changed()
+    return {"restored": "echo"}
+
+
+@server.tool()
 async def client_roots(ctx: Context) -> dict[str, Any]:
     """Ask the client for its roots."""
     listed = await ctx.session.list_roots()

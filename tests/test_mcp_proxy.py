@@ -653,6 +653,17 @@ BAD_POLICIES = {
         ["a compensable tool names exactly one compensation"],
     ),
     "unknown key": ("[proxy]\nhold = 5\n", ["unknown key(s) hold"]),
+    # a shared upstream's roots: the operator's choice, never a client's by accident
+    "roots not a setting": ('roots = "everything"\n', ['upstreams.crm.roots: "none"']),
+    "roots not file URIs": ('roots = ["/etc"]\n', ["a list of file:// URIs"]),
+    "no sessions at all": (
+        "[proxy]\nmax_sessions_per_client = 0\n",
+        ["proxy.max_sessions_per_client"],
+    ),
+    "no processes at all": (
+        "[proxy]\nmax_upstream_processes = 0\n",
+        ["proxy.max_upstream_processes"],
+    ),
     "hold too long": ("[proxy]\nhold_seconds = 120\n", ["proxy.hold_seconds"]),
     "negative hold": ("[proxy]\nhold_seconds = -1\n", ["proxy.hold_seconds"]),
     "compensation arguments not a table": (

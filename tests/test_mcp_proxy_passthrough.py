@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import psycopg
@@ -28,11 +28,13 @@ from test_mcp_proxy import (
     http_proxies,
     ledger,
     ops,
+    pending_approval,
     sessions,
     stdio_client,
     text,
     wait_for,
 )
+from undolog import approvals
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 
@@ -223,24 +225,101 @@ def test_list_changed_reaches_a_2026_client_on_its_listen_stream(
     asyncio.run(body())
 
 
-@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-def test_roots_are_asked_of_the_client_and_their_change_told_upstream(
-    tmp_path: Path, dsn: str, ledger: Path
-) -> None:
-    asked: list[int] = []
+def roots_client(config: Path, dsn: str, ledger: Path, asked: list[int]) -> Client:
+    """A handshake-era client that declares the root file:///work/project."""
 
     async def roots(context: ClientRequestContext) -> types.ListRootsResult:
         asked.append(1)
         root = types.Root.model_validate({"uri": "file:///work/project", "name": "project"})
         return types.ListRootsResult(roots=[root])
 
+    client = stdio_client(config, dsn, ledger, mode="legacy")
+    client.list_roots_callback = roots
+    return client
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_roots_are_asked_of_the_client_and_their_change_told_upstream(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A shared upstream the operator opted in (roots = "client")."""
+    asked: list[int] = []
+
     async def body() -> None:
-        client = stdio_client(policy(tmp_path, ONE), dsn, ledger, mode="legacy")
-        client.list_roots_callback = roots
-        async with client:
+        config = policy(tmp_path, ONE + 'roots = "client"\n')
+        async with roots_client(config, dsn, ledger, asked) as client:
             listed = await client.call_tool("client_roots", {})
             assert listed.structured_content == {"roots": ["file:///work/project"]}, text(listed)
             assert asked == [1]
+            await client.session.send_roots_list_changed()
+            await asyncio.to_thread(
+                wait_for, lambda: any(e["op"] == "roots_changed" for e in ops(ledger))
+            )
+
+    asyncio.run(body())
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+@pytest.mark.parametrize(
+    ("setting", "answered"),
+    [("", []), ('roots = ["file:///srv/sandbox"]\n', ["file:///srv/sandbox"])],
+    ids=["default-none", "operator-list"],
+)
+def test_a_shared_upstream_is_not_governed_by_a_clients_roots(
+    tmp_path: Path, dsn: str, ledger: Path, setting: str, answered: list[str]
+) -> None:
+    """By default a shared upstream asking for roots is answered an empty list (or the
+    operator's list): a client declaring its roots never widens it for every client, and
+    its roots changing is not passed on."""
+    asked: list[int] = []
+
+    async def body() -> None:
+        async with roots_client(policy(tmp_path, ONE + setting), dsn, ledger, asked) as client:
+            listed = await client.call_tool("client_roots", {})
+            assert listed.structured_content == {"roots": answered}, text(listed)
+            await client.session.send_roots_list_changed()
+            await client.call_tool("echo", {"text": "after"})  # the notification went by
+            await asyncio.sleep(0.5)
+
+    asyncio.run(body())
+    assert asked == []
+    assert not any(e["op"] == "roots_changed" for e in ops(ledger))
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_per_session_upstream_is_wired_to_its_own_client(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A per-session process asks its own client for roots (the default for per_session),
+    its change notifications reach that client, its roots changing is told to it, and the
+    session's resource and prompt reads go to it (before the session's first call, to the
+    process started at proxy start)."""
+    asked: list[int] = []
+    heard = Heard()
+
+    async def facts(client: Client) -> list[str]:
+        graph = await client.read_resource("memory://knowledge-graph")
+        return cast(list[str], json.loads(contents_text(graph))["facts"])
+
+    async def body() -> None:
+        config = policy(tmp_path, ONE + 'instances = "per_session"\n')
+        client = roots_client(config, dsn, ledger, asked)
+        client.message_handler = heard
+        async with client:
+            assert await facts(client) == []  # no session process yet
+            listed = await client.call_tool("client_roots", {})
+            assert listed.structured_content == {"roots": ["file:///work/project"]}, text(listed)
+            assert asked == [1]
+            learned = await client.call_tool("learn", {"fact": "Ada wrote the first program"})
+            assert learned.structured_content == {"uri": "memory://facts/1"}, text(learned)
+            await heard.wait("notifications/resources/list_changed")
+            assert await facts(client) == ["Ada wrote the first program"]
+            uris = {r.uri for r in (await client.list_resources()).resources}
+            assert "memory://facts/1" in uris
+            grown = await client.call_tool("grow", {})
+            assert not grown.is_error, text(grown)
+            await heard.wait("notifications/prompts/list_changed")
+            assert "extra_prompt" in {p.name for p in (await client.list_prompts()).prompts}
             await client.session.send_roots_list_changed()
             await asyncio.to_thread(
                 wait_for, lambda: any(e["op"] == "roots_changed" for e in ops(ledger))
@@ -393,4 +472,42 @@ def test_calls_relayed_at_the_message_level_answer_as_the_sdk_does(
         "SELECT args->>'email', state FROM undolog.undolog_effect_log ORDER BY 1"
     ).fetchall()
     assert states == [("0@x", "committed"), ("2@x", "committed")]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_tell_model_tool_dropped_and_offered_again_keeps_its_policy(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The upstream stops offering an irreversible tell_model tool, then offers it again:
+    the proxy lists it again with the policy's tier and on_reject (registered in the
+    journal as at start, so not refused as a changed registration), and a rejection of it
+    is told to the model, the session going on."""
+    heard = Heard()
+    body_toml = ONE.replace("[proxy]\n", "[proxy]\nhold_seconds = 2\n")
+    config = policy(
+        tmp_path,
+        body_toml + '[upstreams.lib.tools.echo]\ntier = "irreversible"\non_reject = "tell_model"\n',
+    )
+
+    async def body() -> None:
+        client = stdio_client(config, dsn, ledger, mode="legacy")
+        client.message_handler = heard
+        async with client:
+            assert not (await client.call_tool("drop_echo", {})).is_error
+            await heard.wait("notifications/tools/list_changed")
+            assert "echo" not in {t.name for t in (await client.list_tools()).tools}
+            heard.methods.clear()
+            assert not (await client.call_tool("restore_echo", {})).is_error
+            await heard.wait("notifications/tools/list_changed")
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "echo" in tools and "IRREVERSIBLE" in (tools["echo"].description or "")
+            call = asyncio.create_task(client.call_tool("echo", {"text": "hi"}))
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "not now")
+            rejected = await call
+            assert rejected.is_error and "goes on" in text(rejected), text(rejected)
+            assert [s for _, s in sessions(conn)] == ["active"]
+
+    asyncio.run(body())
     assert [s for _, s in sessions(conn)] == ["completed"]

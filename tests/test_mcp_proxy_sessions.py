@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -238,6 +239,10 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
         async with stdio_client(config, dsn, ledger) as client:
             for key in ("x", "y"):
                 assert not (await client.call_tool("put", {"key": key, "value": "1"})).is_error
+            # a SAFE read goes to the session's own process too: it sees its writes
+            before = await client.call_tool("read_all", {})
+            assert before.structured_content is not None
+            assert before.structured_content["store"] == {"x": "1", "y": "1"}
             ((sid, _),) = sessions(conn)
             saga.rollback_session(conn, sid, "alice", "not these")
             refused = await client.call_tool("put", {"key": "z", "value": "1"})
@@ -246,12 +251,127 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
             seen = await client.call_tool("read_all", {})
             assert seen.structured_content is not None
             assert seen.structured_content["store"] == {}
+            read_pids.update({before.structured_content["pid"], seen.structured_content["pid"]})
 
+    read_pids: set[int] = set()
     run(body)
     puts = {e["pid"] for e in ops(ledger) if e["op"] == "put"}
     forgets = [(e["key"], e["pid"]) for e in ops(ledger) if e["op"] == "forget"]
     assert len(puts) == 1 and [k for k, _ in forgets] == ["y", "x"]
     assert {p for _, p in forgets} == puts
+    assert read_pids == puts  # both reads on the session's process, not the shared one
+
+
+# -- caps ------------------------------------------------------------------------------
+
+
+def test_a_clients_live_sessions_are_capped_and_ended_ones_forgotten(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+) -> None:
+    """proxy.max_sessions_per_client: a conversation more than the cap is refused with a
+    tool error that says what to do, and nothing runs; once the client's sessions ended
+    (here at the idle gap) they no longer count, and the proxy forgets them."""
+    config = session_policy(
+        tmp_path,
+        proxy='session_boundary = "conversation"\nsession_idle_seconds = 1.5\n'
+        "max_sessions_per_client = 2",
+    )
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            for name in ("a", "b"):
+                done = await client.call_tool(
+                    "put", {"key": name, "value": "1"}, meta=meta(conversation=name)
+                )
+                assert not done.is_error, text(done)
+            refused = await client.call_tool(
+                "put", {"key": "c", "value": "1"}, meta=meta(conversation="c")
+            )
+            assert refused.is_error, text(refused)
+            assert "max_sessions_per_client" in text(refused)
+            assert "send" in text(refused) and "handle" in text(refused)  # what to do
+            assert [e["key"] for e in ops(ledger)] == ["a", "b"]
+            await asyncio.to_thread(
+                wait_for, lambda: [s for _, s in sessions(conn)] == ["completed", "completed"]
+            )
+            later = await client.call_tool(
+                "put", {"key": "c", "value": "1"}, meta=meta(conversation="c")
+            )
+            assert not later.is_error, text(later)
+
+    run(body)
+
+
+def test_ended_sessions_are_forgotten(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Client connections come and go: the proxy keeps no ended session (each is logged
+    as forgotten once its end is settled), and a handle still resumes one."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+
+    async def one(key: str, handle: str | None = None) -> str:
+        async with proxy.client() as client:
+            done = await client.call_tool(
+                "put", {"key": key, "value": "1"}, meta=meta(session=handle) if handle else None
+            )
+            assert not done.is_error, text(done)
+            return str((done.meta or {})[SESSION])
+
+    handles = [asyncio.run(one(key)) for key in ("a", "b", "c")]
+    wait_for(lambda: [s for _, s in sessions(conn)] == ["completed"] * 3)
+    assert asyncio.run(one("a", handles[0])) == handles[0]  # resumed from the journal: replayed
+    assert [e["key"] for e in ops(ledger)] == ["a", "b", "c"]  # the replay ran nothing
+    wait_for(lambda: [s for _, s in sessions(conn)] == ["completed"] * 3)
+    proxy.process.send_signal(signal.SIGINT)
+    proxy.process.wait(15)
+    assert proxy.process.stderr is not None
+    logged = proxy.process.stderr.read()
+    forgotten = [
+        line.split("session ")[1].split(":")[0]
+        for line in logged.splitlines()
+        if "ended and forgotten" in line
+    ]
+    first = str(sessions(conn)[0][0])
+    assert sorted(forgotten) == sorted([str(sid) for sid, _ in sessions(conn)] + [first])
+
+
+def test_per_session_upstream_processes_are_capped(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """proxy.max_upstream_processes: a session whose process would be one too many is
+    refused (SAFE call too), and gets one once another session's process closed."""
+    config = session_policy(
+        tmp_path,
+        proxy='session_boundary = "conversation"\nsession_idle_seconds = 1.5\n'
+        "max_upstream_processes = 1",
+        upstream='instances = "per_session"',
+    )
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            first = await client.call_tool(
+                "put", {"key": "a", "value": "1"}, meta=meta(conversation="a")
+            )
+            assert not first.is_error, text(first)
+            refused = await client.call_tool("read_all", {}, meta=meta(conversation="b"))
+            assert refused.is_error and "max_upstream_processes" in text(refused), text(refused)
+            (pid,) = {e["pid"] for e in ops(ledger)}
+            await asyncio.to_thread(wait_for, lambda: not alive(pid))
+            later = await client.call_tool("read_all", {}, meta=meta(conversation="b"))
+            assert not later.is_error, text(later)
+            assert later.structured_content is not None
+            assert later.structured_content["pid"] != pid
+            assert later.structured_content["store"] == {}
+
+    run(body)
 
 
 # -- session boundaries --------------------------------------------------------------------

@@ -12,6 +12,7 @@ URI; the proxy strips the prefix to route a read, a subscription or a completion
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
@@ -29,8 +30,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
-from undolog import aengine
-from undolog.mcp_proxy.proxy import McpProxy, Route, journal_name
+from undolog.mcp_proxy.proxy import McpProxy, ProxySession, client_connection
 from undolog.mcp_proxy.upstream import UpstreamConnection, UpstreamDown
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -52,16 +52,42 @@ class Passthrough:
         self.subscribed: dict[str, set[Any]] = {}  # exposed URI -> connections
         for up in self.upstreams.values():
             up.on_notification = self.from_upstream
-            up.on_roots = self.roots
+            up.on_roots = functools.partial(self.roots, up.spec.name, None)
+        proxy.wire_instance = self._wire
+
+    def _wire(self, ps: ProxySession, up: UpstreamConnection) -> None:
+        """A session's own process: it is asked its session's client's roots, and what it
+        tells reaches that client."""
+        up.on_roots = functools.partial(self.roots, up.spec.name, ps)
+        up.on_notification = functools.partial(self.from_instance, ps)
 
     # -- which upstreams serve what ------------------------------------------------------
 
-    def _serving(self, capability: str) -> list[UpstreamConnection]:
+    def serving(self, capability: str) -> list[UpstreamConnection]:
         return [
             up
             for up in self.upstreams.values()
             if up.capabilities is not None and getattr(up.capabilities, capability) is not None
         ]
+
+    def subscribable(self) -> bool:
+        return any(
+            up.capabilities is not None
+            and up.capabilities.resources is not None
+            and bool(up.capabilities.resources.subscribe)
+            for up in self.upstreams.values()
+        )
+
+    def _for(
+        self, ctx: ServerRequestContext[Any, Any], up: UpstreamConnection
+    ) -> UpstreamConnection:
+        """The process a read of this upstream goes to: for a per-session upstream, the
+        process of the request's session once its first call started it."""
+        if self.proxy.policy.upstreams[up.spec.name].instances == "shared":
+            return up
+        ps = self.proxy.current_session(ctx)
+        own = ps.instances.get(up.spec.name) if ps is not None else None
+        return own if own is not None and own.capabilities is not None else up
 
     def _uri_out(self, upstream: str, uri: str) -> str:
         return f"{upstream}+{uri}" if self.several else uri
@@ -94,9 +120,10 @@ class Passthrough:
             f"list the {what}s to see them",
         )
 
-    def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """Keep a handshake-era connection to send it notifications and ask it for roots."""
-        connection = getattr(ctx.session, "_connection", None)
+    def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Keep a handshake-era connection (from its first request) to send it
+        notifications and ask it for roots."""
+        connection = client_connection(ctx)
         if connection is None or connection in self.clients:
             return
         if getattr(connection, "protocol_version", None) not in _handshake():
@@ -134,9 +161,10 @@ class Passthrough:
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        self._remember(ctx)
+        self.remember(ctx)
         out = []
-        for up in self._serving("resources"):
+        for shared in self.serving("resources"):
+            up = self._for(ctx, shared)
             for item in await self._listing(up, "resources/list", "resources"):
                 item = {**item, "uri": self._uri_out(up.spec.name, item["uri"])}
                 item["name"] = self._name_out(up.spec.name, item.get("name", ""))
@@ -146,9 +174,10 @@ class Passthrough:
     async def list_resource_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        self._remember(ctx)
+        self.remember(ctx)
         out = []
-        for up in self._serving("resources"):
+        for shared in self.serving("resources"):
+            up = self._for(ctx, shared)
             for item in await self._listing(up, "resources/templates/list", "resourceTemplates"):
                 item = {**item, "uriTemplate": self._uri_out(up.spec.name, item["uriTemplate"])}
                 item["name"] = self._name_out(up.spec.name, item.get("name", ""))
@@ -158,9 +187,9 @@ class Passthrough:
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        self._remember(ctx)
+        self.remember(ctx)
         up, uri = self._uri_in(params.uri)
-        result = await self._ask(up, "resources/read", {"uri": uri})
+        result = await self._ask(self._for(ctx, up), "resources/read", {"uri": uri})
         contents = [
             {**c, "uri": self._uri_out(up.spec.name, c["uri"])} if "uri" in c else c
             for c in result.get("contents") or []
@@ -170,7 +199,7 @@ class Passthrough:
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        self._remember(ctx)
+        self.remember(ctx)
         up, uri = self._uri_in(params.uri)
         caps = up.capabilities.resources if up.capabilities else None
         if caps is None or not caps.subscribe:
@@ -181,7 +210,7 @@ class Passthrough:
         holders = self.subscribed.setdefault(params.uri, set())
         if not holders:
             await self._ask(up, "resources/subscribe", {"uri": uri})
-        connection = getattr(ctx.session, "_connection", None)
+        connection = client_connection(ctx)
         if connection is not None:
             holders.add(connection)
         return types.EmptyResult()
@@ -191,7 +220,7 @@ class Passthrough:
     ) -> types.EmptyResult:
         up, uri = self._uri_in(params.uri)
         holders = self.subscribed.get(params.uri, set())
-        holders.discard(getattr(ctx.session, "_connection", None))
+        holders.discard(client_connection(ctx))
         if not holders:
             self.subscribed.pop(params.uri, None)
             await self._ask(up, "resources/unsubscribe", {"uri": uri})
@@ -200,9 +229,10 @@ class Passthrough:
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
-        self._remember(ctx)
+        self.remember(ctx)
         out = []
-        for up in self._serving("prompts"):
+        for shared in self.serving("prompts"):
+            up = self._for(ctx, shared)
             for item in await self._listing(up, "prompts/list", "prompts"):
                 out.append({**item, "name": self._name_out(up.spec.name, item["name"])})
         return types.ListPromptsResult.model_validate({"prompts": out})
@@ -210,19 +240,38 @@ class Passthrough:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        self._remember(ctx)
+        self.remember(ctx)
         up, name = self._name_in(params.name, "prompt")
         request: dict[str, Any] = {"name": name}
         if params.arguments is not None:
             request["arguments"] = params.arguments
-        return types.GetPromptResult.model_validate(await self._ask(up, "prompts/get", request))
+        answer = await self._ask(self._for(ctx, up), "prompts/get", request)
+        return types.GetPromptResult.model_validate(answer)
 
     # -- roots: the upstream asks, the client answers -----------------------------------
 
-    async def roots(self) -> types.ListRootsResult | types.ErrorData:
-        """An upstream's roots/list, asked of the client connection that most recently made
-        a request and declared roots (upstreams are shared, so that is the one at work)."""
-        for session in reversed(list(self.clients.values())):
+    async def roots(
+        self, upstream: str, ps: ProxySession | None
+    ) -> types.ListRootsResult | types.ErrorData:
+        """An upstream's roots/list, answered as its policy says (``roots``): the
+        operator's list, nothing, or a client's roots. A per-session process asks its own
+        session's client; a shared upstream (roots = "client", opted in by the operator)
+        the client connection that connected last of those still connected that declare
+        roots. A server such as server-filesystem makes those roots its sandbox, so by
+        default a shared one is told none: one client's roots would govern it for all."""
+        setting = self.proxy.policy.upstreams[upstream].roots
+        if isinstance(setting, tuple):
+            return types.ListRootsResult(
+                roots=[types.Root.model_validate({"uri": uri}) for uri in setting]
+            )
+        if setting == "none":
+            return types.ListRootsResult(roots=[])
+        if ps is not None:
+            own = self.clients.get(ps.owner) if ps.owner is not None else None
+            candidates = [own] if own is not None else []
+        else:
+            candidates = list(reversed(list(self.clients.values())))
+        for session in candidates:
             caps = getattr(session, "client_capabilities", None)
             if caps is None or caps.roots is None:
                 continue
@@ -240,14 +289,22 @@ class Passthrough:
     async def client_roots_changed(
         self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams | None
     ) -> None:
-        self._remember(ctx)
+        self.remember(ctx)
         for up in self.upstreams.values():
-            await up.notify("notifications/roots/list_changed")
+            if self.proxy.policy.upstreams[up.spec.name].roots == "client":
+                await up.notify("notifications/roots/list_changed")
+        connection = client_connection(ctx)
+        for ps in list(self.proxy.sessions.values()):
+            if connection is None or ps.owner is not connection:
+                continue
+            for name, own in list(ps.instances.items()):
+                if self.proxy.policy.upstreams[name].roots == "client":
+                    await own.notify("notifications/roots/list_changed")
 
     async def client_initialized(
         self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams | None
     ) -> None:
-        self._remember(ctx)
+        self.remember(ctx)
 
     # -- change notifications: the upstream tells, the clients hear ---------------------
 
@@ -277,6 +334,28 @@ class Passthrough:
             }[method]
             await self._send(connection, sender())
 
+    async def from_instance(
+        self, ps: ProxySession, upstream: str, method: str, params: dict[str, Any]
+    ) -> None:
+        """A session's own process told something: its session's client hears it (the
+        tool table follows the process started at proxy start, so a tools change is only
+        passed on)."""
+        session = self.clients.get(ps.owner) if ps.owner is not None else None
+        if session is None:
+            return  # a 2026-era or stateless client: it has no session stream to be told on
+        if method == "notifications/resources/updated":
+            uri = self._uri_out(upstream, str(params.get("uri", "")))
+            if ps.owner in self.subscribed.get(uri, ()):
+                await self._send(ps.owner, session.send_resource_updated(uri))
+            return
+        sender: Callable[[], Awaitable[None]] | None = {
+            "notifications/tools/list_changed": session.send_tool_list_changed,
+            "notifications/prompts/list_changed": session.send_prompt_list_changed,
+            "notifications/resources/list_changed": session.send_resource_list_changed,
+        }.get(method)
+        if sender is not None:
+            await self._send(ps.owner, sender())
+
     async def _send(self, connection: Any, sending: Awaitable[None]) -> None:
         try:
             await sending
@@ -297,33 +376,7 @@ class Passthrough:
             log.warning("upstream %s: re-listing its tools failed: %s", up.spec.name, exc)
             return
         up.tools = listed
-        hidden = set(proxy.policy.upstreams[up.spec.name].hide)
-        for exposed, route in list(proxy.routes.items()):
-            if route.upstream == up.spec.name and route.tool not in listed:
-                del proxy.routes[exposed]
-        for name, tool in listed.items():
-            if name in hidden:
-                continue
-            exposed = proxy.policy.exposed_name(up.spec.name, name)
-            known = proxy.routes.get(exposed)
-            if known is not None and known.upstream == up.spec.name:
-                known.listed = tool
-                continue
-            if known is not None:
-                continue  # another upstream's tool has the name
-            tier = proxy.policy.tier_of(up.spec.name, name)
-            if tier.tier == "compensable":
-                continue  # named by the policy, so checked at start; not listed then
-            if tier.tier == "irreversible":
-                try:
-                    async with proxy.pool.connection() as conn:
-                        await aengine.register_tool(
-                            conn, journal_name(up.spec.name, name), "irreversible", None
-                        )
-                except Exception as exc:
-                    log.warning("new tool %s: not offered, not registered: %s", exposed, exc)
-                    continue
-            proxy.routes[exposed] = Route(up.spec.name, name, tier, tool)
+        await proxy.refresh_routes(up.spec.name, listed)
 
 
 def _handshake() -> tuple[str, ...]:

@@ -52,6 +52,9 @@ ON_REJECT: tuple[OnReject, ...] = ("fail_session", "tell_model")
 # One upstream process for every client session, or one per UndoLog session.
 Instances = Literal["shared", "per_session"]
 INSTANCES: tuple[Instances, ...] = ("shared", "per_session")
+# What an upstream's roots/list is answered: nothing, its client's roots (a shared
+# upstream would be governed by whichever client it asked), or the operator's own list.
+Roots = Literal["none", "client"] | tuple[str, ...]
 # Where an UndoLog session ends: with the client's connection, after an idle gap, or
 # where the client says a conversation ends (its _meta conversation key).
 Boundary = Literal["connection", "idle", "conversation"]
@@ -96,6 +99,7 @@ class Upstream:
     tools: dict[str, ToolPolicy] = field(default_factory=dict)
     hide: tuple[str, ...] = ()
     instances: Instances = "shared"
+    roots: Roots = "none"
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,10 @@ class Policy:
     agent: str = "mcp-proxy"
     # irreversible calls one client session may have held at once (each waits for a human)
     max_holds_per_client: int = 16
+    # live sessions one client connection (or stdio process) may have at once, and
+    # per-session upstream processes running at once across all clients
+    max_sessions_per_client: int = 64
+    max_upstream_processes: int = 32
     session_boundary: Boundary = "connection"
     session_idle_seconds: float | None = None  # "idle" (and optionally "conversation")
 
@@ -169,6 +177,12 @@ def _table(raw: Any, where: str, allowed: set[str]) -> dict[str, Any]:
     return raw
 
 
+def _count(raw: Any, where: str, high: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= high:
+        raise PolicyError(f"{where}: expected a whole number from 1 to {high}")
+    return raw
+
+
 def _number(raw: Any, where: str, low: float, high: float) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not low < raw <= high:
         raise PolicyError(f"{where}: expected a number of seconds in ({low:g}, {high:g}]")
@@ -225,7 +239,9 @@ def _upstream(name: str, raw: Any) -> Upstream:
     where = f"upstreams.{name}"
     if not _NAME.match(name):
         raise PolicyError(f"{where}: an upstream's name is 1-64 of A-Z a-z 0-9 _ -")
-    raw = _table(raw, where, {"command", "env", "cwd", "url", "tools", "hide", "instances"})
+    raw = _table(
+        raw, where, {"command", "env", "cwd", "url", "tools", "hide", "instances", "roots"}
+    )
     command, url = raw.get("command"), raw.get("url")
     if (command is None) == (url is None):
         raise PolicyError(f"{where}: give either command (stdio) or url (streamable HTTP)")
@@ -255,6 +271,17 @@ def _upstream(name: str, raw: Any) -> Upstream:
             f"{where}.instances: per_session starts a process per session, so it needs a "
             "command; a url upstream is one server the proxy cannot start more of"
         )
+    roots = raw.get("roots", "client" if instances == "per_session" else "none")
+    if isinstance(roots, list) and all(
+        isinstance(r, str) and r.startswith("file://") for r in roots
+    ):
+        roots = tuple(roots)
+    elif roots not in ("none", "client"):
+        raise PolicyError(
+            f'{where}.roots: "none" (answer an empty list), "client" (ask the client: the '
+            "default for per_session) or a list of file:// URIs to answer, not "
+            f"{roots!r}"
+        )
     tools = {t: _tool(v, f"{where}.tools.{t}") for t, v in tools_raw.items()}
     for t, tool in tools.items():
         undo = tool.compensation.tool if tool.compensation else None
@@ -274,6 +301,7 @@ def _upstream(name: str, raw: Any) -> Upstream:
         tools=tools,
         hide=tuple(hide),
         instances=instances,
+        roots=roots,
     )
 
 
@@ -320,6 +348,8 @@ def load_policy(path: str | Path) -> Policy:
                 "lease_seconds",
                 "agent",
                 "max_holds_per_client",
+                "max_sessions_per_client",
+                "max_upstream_processes",
                 "session_boundary",
                 "session_idle_seconds",
             },
@@ -385,6 +415,12 @@ def load_policy(path: str | Path) -> Policy:
                 _number(
                     proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
                 )
+            ),
+            max_sessions_per_client=_count(
+                proxy.get("max_sessions_per_client", 64), "proxy.max_sessions_per_client", 100000
+            ),
+            max_upstream_processes=_count(
+                proxy.get("max_upstream_processes", 32), "proxy.max_upstream_processes", 10000
             ),
             session_boundary=boundary,
             session_idle_seconds=idle,

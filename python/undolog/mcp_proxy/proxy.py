@@ -101,6 +101,17 @@ def journal_name(upstream: str, tool: str) -> str:
     return f"{upstream}/{tool}"
 
 
+def client_connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The SDK's Connection of a handshake-era client session (None otherwise): the SDK
+    keeps one per client session but offers no public accessor from a lowlevel handler's
+    context."""
+    return getattr(ctx.session, "_connection", None)
+
+
+class SessionCapReached(ValueError):
+    """A client asked for one session more than the policy lets it have live."""
+
+
 def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
@@ -166,6 +177,19 @@ class Route:
     listed: types.Tool
 
 
+def build_routes(policy: Policy, upstream: str, tools: dict[str, types.Tool]) -> dict[str, Route]:
+    """The routes of an upstream's listed tools (those it does not hide), by exposed name,
+    each with its policy: at start and when the upstream lists its tools again."""
+    hidden = set(policy.upstreams[upstream].hide)
+    return {
+        policy.exposed_name(upstream, name): Route(
+            upstream, name, policy.tier_of(upstream, name), tool
+        )
+        for name, tool in tools.items()
+        if name not in hidden
+    }
+
+
 @dataclass
 class ProxySession:
     session_id: uuid.UUID
@@ -193,6 +217,10 @@ class ProxySession:
     # no longer its connection's current session (it ended at an idle gap): the next
     # call without a handle starts a new one
     retired: bool = False
+    # whose session it is, for the per-client cap: its connection's state, the stdio
+    # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
+    client: Any = None
+    ended: bool = False  # ended and not resumed since: not counted, pruned when settled
 
 
 class McpProxy:
@@ -204,20 +232,18 @@ class McpProxy:
         self.upstreams = upstreams
         self.routes: dict[str, Route] = {}
         for up_name, up in upstreams.items():
-            hidden = set(policy.upstreams[up_name].hide)
-            for tool_name, tool in up.tools.items():
-                if tool_name in hidden:
-                    continue
-                exposed = policy.exposed_name(up_name, tool_name)
+            for exposed, route in build_routes(policy, up_name, up.tools).items():
                 if exposed in self.routes:
                     raise ValueError(f"two upstream tools would both be called {exposed!r}")
-                self.routes[exposed] = Route(
-                    up_name, tool_name, policy.tier_of(up_name, tool_name), tool
-                )
+                self.routes[exposed] = route
         self.sessions: dict[uuid.UUID, ProxySession] = {}
         self.by_handle: dict[str, ProxySession] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
+        self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
+        # set by the passthrough: wire a per-session process (roots, notifications) before
+        # it starts, as the shared ones are
+        self.wire_instance: Callable[[ProxySession, UpstreamConnection], None] | None = None
         self.http = False  # served over streamable HTTP (set by the server)
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             dsn,
@@ -233,6 +259,8 @@ class McpProxy:
         self._listen_lock = asyncio.Lock()
         self._held: set[asyncio.Event] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._pruning: set[asyncio.Task[None]] = set()
+        self.closing = False
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
         # names as a compensation (a payout, say) is never one, whatever a journal says.
@@ -259,18 +287,45 @@ class McpProxy:
         old registration."""
         async with self.pool.connection() as conn:
             for route in self.routes.values():
-                if route.policy.tier == "safe":
-                    continue
-                await aengine.register_tool(
-                    conn,
-                    journal_name(route.upstream, route.tool),
-                    route.policy.tier,
-                    self._descriptor(route) if route.policy.tier == "compensable" else None,
-                    # a rejection of a tell_model tool keeps the session active
-                    "continue" if route.policy.on_reject == "tell_model" else "fail_session",
-                )
+                await self._register(conn, route)
+
+    async def _register(self, conn: psycopg.AsyncConnection[Any], route: Route) -> None:
+        if route.policy.tier == "safe":
+            return
+        await aengine.register_tool(
+            conn,
+            journal_name(route.upstream, route.tool),
+            route.policy.tier,
+            self._descriptor(route) if route.policy.tier == "compensable" else None,
+            # a rejection of a tell_model tool keeps the session active
+            "continue" if route.policy.on_reject == "tell_model" else "fail_session",
+        )
+
+    async def refresh_routes(self, upstream: str, listed: dict[str, types.Tool]) -> None:
+        """The upstream listed its tools again: a tool the policy names keeps its tier; a
+        new one gets the policy's default tier (registered in the journal as those at
+        start are); a tool gone is no longer offered."""
+        for exposed, route in list(self.routes.items()):
+            if route.upstream == upstream and route.tool not in listed:
+                del self.routes[exposed]
+        for exposed, route in build_routes(self.policy, upstream, listed).items():
+            known = self.routes.get(exposed)
+            if known is not None:
+                if known.upstream == upstream:
+                    known.listed = route.listed
+                continue  # else another upstream's tool has the name
+            if route.policy.tier == "compensable":
+                continue  # named by the policy, so checked at start; not listed then
+            try:
+                async with self.pool.connection() as conn:
+                    await self._register(conn, route)
+            except Exception as exc:
+                log.warning("new tool %s: not offered, not registered: %s", exposed, exc)
+                continue
+            self.routes[exposed] = route
 
     async def close(self) -> None:
+        self.closing = True
         for ps in list(self.sessions.values()):
             await self.end_session(ps)
         for ps in self.sessions.values():
@@ -365,9 +420,7 @@ class McpProxy:
             )
         connection = None
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            # The SDK keeps one Connection per handshake-era client session; it offers
-            # no public accessor from a lowlevel handler's context.
-            connection = getattr(ctx.session, "_connection", None)
+            connection = client_connection(ctx)
         if handle is not None:
             ps = await self._by_handle(handle)
             if ps.owner is not None and ps.owner is not connection:
@@ -379,7 +432,8 @@ class McpProxy:
         elif connection is not None:
             ps = self._current(connection.state, conversation)
         elif self.http:
-            ps = self._new_session()  # stateless HTTP: the client sends the handle back
+            # stateless HTTP: the client sends the handle back
+            ps = self._new_session(client=self.http_state)
         else:
             ps = self._current(self.process_state, conversation)
         if connection is not None and ps.owner is None:
@@ -394,14 +448,75 @@ class McpProxy:
         slot = "undolog.session" if conversation is None else f"undolog.conv:{conversation}"
         ps: ProxySession | None = state.get(slot)
         if ps is None or ps.retired:
-            ps = state[slot] = self._new_session()
+            ps = state[slot] = self._new_session(client=state)
         return ps
 
-    def _new_session(self, sid: uuid.UUID | None = None) -> ProxySession:
-        ps = ProxySession(sid or uuid.uuid4())
+    def current_session(self, ctx: ServerRequestContext[Any, Any]) -> ProxySession | None:
+        """The session this request's tool calls would be in, if it exists already (never
+        a new one): where a read of a per-session upstream goes."""
+        meta = ctx.meta if isinstance(ctx.meta, dict) else {}
+        connection = None
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            connection = client_connection(ctx)
+        handle = meta.get(SESSION_META_KEY)
+        if isinstance(handle, str):
+            ps = self.by_handle.get(handle)
+            if ps is None or (ps.owner is not None and ps.owner is not connection):
+                return None
+            return ps
+        conversation = meta.get(CONVERSATION_META_KEY)
+        if self.policy.session_boundary != "conversation" or not isinstance(conversation, str):
+            conversation = None
+        slot = "undolog.session" if conversation is None else f"undolog.conv:{conversation}"
+        if connection is not None:
+            state = connection.state
+        elif self.http:
+            return None  # stateless: only a handle names a session
+        else:
+            state = self.process_state
+        found: ProxySession | None = state.get(slot)
+        return None if found is None or found.retired else found
+
+    def _new_session(self, sid: uuid.UUID | None = None, client: Any = None) -> ProxySession:
+        if client is not None:
+            live = sum(1 for ps in self.sessions.values() if ps.client is client and not ps.ended)
+            cap = self.policy.max_sessions_per_client
+            if live >= cap:
+                raise SessionCapReached(
+                    f"this client already has {live} live sessions, the most it may "
+                    "(proxy.max_sessions_per_client): continue one of them by sending its "
+                    f"handle back in _meta[{SESSION_META_KEY!r}], reuse a conversation name, "
+                    "or end sessions first (close the connection; with session_boundary = "
+                    '"idle" a session ends after session_idle_seconds without a call)'
+                )
+        ps = ProxySession(sid or uuid.uuid4(), client=client)
         self.sessions[ps.session_id] = ps
         self.by_handle[ps.handle] = ps
         return ps
+
+    def _prune_soon(self, ps: ProxySession) -> None:
+        task = asyncio.create_task(self._prune(ps))
+        self._pruning.add(task)
+        task.add_done_callback(self._pruning.discard)
+
+    async def _prune(self, ps: ProxySession) -> None:
+        """Forget an ended session once its walk and its processes are done: its handle
+        still resumes it (the journal holds the handle's hash)."""
+        for task in (ps.walking, ps.retiring):
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
+        if not ps.ended or ps.inflight or ps.instances or ps.began:
+            return  # resumed meanwhile
+        if self.sessions.get(ps.session_id) is ps:
+            del self.sessions[ps.session_id]
+        if self.by_handle.get(ps.handle) is ps:
+            del self.by_handle[ps.handle]
+        if isinstance(ps.client, dict):
+            for slot, held in list(ps.client.items()):
+                if held is ps:
+                    del ps.client[slot]
+        log.info("session %s: ended and forgotten (its handle still resumes it)", ps.session_id)
 
     async def _by_handle(self, handle: Any) -> ProxySession:
         """The session a handle names: one this proxy issued, or (after a restart) one whose
@@ -456,6 +571,7 @@ class McpProxy:
                     lease=_lease(self.policy),
                 )
             ps.began = True
+            ps.ended = False
             ps.beat = asyncio.create_task(self._heartbeat(ps))
 
     async def _heartbeat(self, ps: ProxySession) -> None:
@@ -482,6 +598,9 @@ class McpProxy:
             ps.idle = None
             if ps.instances and (ps.retiring is None or ps.retiring.done()):
                 ps.retiring = asyncio.create_task(self._close_instances(ps, dict(ps.instances)))
+            ps.ended = True
+            if not self.closing:
+                self._prune_soon(ps)
 
     async def _close_instances(
         self, ps: ProxySession, ending: dict[str, UpstreamConnection]
@@ -622,9 +741,19 @@ class McpProxy:
         async with ps.instances_lock:
             conn = ps.instances.get(upstream)
             if conn is None:
+                running = sum(len(s.instances) for s in self.sessions.values())
+                cap = self.policy.max_upstream_processes
+                if running >= cap:
+                    raise UpstreamDown(
+                        f"{running} per-session upstream processes are running, the most "
+                        "the proxy may start (proxy.max_upstream_processes): try again once "
+                        "other sessions ended, or ask the operator to raise the cap"
+                    )
                 conn = UpstreamConnection(
                     self.policy.upstreams[upstream], self.policy.call_timeout_seconds
                 )
+                if self.wire_instance is not None:
+                    self.wire_instance(ps, conn)
                 await conn.connect()
                 ps.instances[upstream] = conn
                 log.info("session %s: started its own %s", ps.session_id, upstream)

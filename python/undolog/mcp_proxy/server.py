@@ -83,7 +83,7 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
     async def on_list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        passthrough._remember(ctx)
+        passthrough.remember(ctx)
         if relay is not None:
             relay.served(ctx)
         return types.ListToolsResult(tools=proxy.list_tools())
@@ -91,24 +91,14 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        passthrough._remember(ctx)
+        passthrough.remember(ctx)
         if relay is not None:
             relay.served(ctx)
         return await proxy.call_tool(ctx, params.name, dict(params.arguments or {}))
 
-    def serving(capability: str) -> bool:
-        return any(
-            up.capabilities is not None and getattr(up.capabilities, capability) is not None
-            for up in proxy.upstreams.values()
-        )
-
-    resources = serving("resources")
-    subscribable = any(
-        up.capabilities is not None
-        and up.capabilities.resources is not None
-        and bool(up.capabilities.resources.subscribe)
-        for up in proxy.upstreams.values()
-    )
+    resources = bool(passthrough.serving("resources"))
+    prompts = bool(passthrough.serving("prompts"))
+    subscribable = passthrough.subscribable()
     server = _ProxyServer(
         "undolog-mcp-proxy",
         version=__version__,
@@ -124,8 +114,8 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
         on_read_resource=passthrough.read_resource if resources else None,
         on_subscribe_resource=passthrough.subscribe if subscribable else None,
         on_unsubscribe_resource=passthrough.unsubscribe if subscribable else None,
-        on_list_prompts=passthrough.list_prompts if serving("prompts") else None,
-        on_get_prompt=passthrough.get_prompt if serving("prompts") else None,
+        on_list_prompts=passthrough.list_prompts if prompts else None,
+        on_get_prompt=passthrough.get_prompt if prompts else None,
         on_subscriptions_listen=ListenHandler(passthrough.bus),
     )
     server.add_notification_handler(
@@ -210,6 +200,10 @@ class MessageRelay:
         if modern and version not in MODERN_PROTOCOL_VERSIONS:
             return False  # the SDK answers with the versions it speaks
         if not modern and not self.initialized:
+            return False
+        if self.proxy.policy.upstreams[route.upstream].instances != "shared":
+            # the call goes to the session's own process, which only the proxy's path
+            # (with its session) picks: a read must see the session's own writes
             return False
         upstream = self.proxy.upstreams[route.upstream]
         if upstream.relayable() is None:
