@@ -115,10 +115,18 @@ PAY_SCRIPT: list[Any] = [
 ]
 
 
+def _stopped_at(
+    fx: Fixture, script: list[Any], call_id: str, tools: list[Any] | None = None
+) -> tuple[Agent[Any], RunResult]:
+    """The agent of `script` run until it stops for a person at the call `call_id`."""
+    agent = fx.agent(list(script), tools)
+    result = asyncio.run(fx.run(agent, "go"))
+    assert [item.call_id for item in result.interruptions] == [call_id]
+    return agent, result
+
+
 def _pay(fx: Fixture) -> tuple[Agent[Any], RunResult]:
-    agent = fx.agent(list(PAY_SCRIPT))
-    result = asyncio.run(fx.run(agent, "pay"))
-    assert [item.call_id for item in result.interruptions] == ["c2"]
+    agent, result = _stopped_at(fx, PAY_SCRIPT, "c2")
     assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
     assert fx.world.runs["payout"] == 0
     return agent, result
@@ -549,11 +557,7 @@ GIFT_SCRIPT: list[Any] = [
 
 
 def _gift(fx: Fixture) -> tuple[Agent[Any], RunResult]:
-    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
-    agent = fx.agent(list(GIFT_SCRIPT), tools)
-    result = asyncio.run(fx.run(agent, "onboard and gift"))
-    assert [item.call_id for item in result.interruptions] == ["g1"]
-    return agent, result
+    return _stopped_at(fx, GIFT_SCRIPT, "g1", adapter.tools(fx.fns["create_user"], fx.fns["gift"]))
 
 
 def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
