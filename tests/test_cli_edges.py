@@ -33,7 +33,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def committed_session(
-    conn: Conn, compensation: str = "undo", session_id: uuid.UUID | None = None
+    conn: Conn,
+    compensation: str = "undo",
+    session_id: uuid.UUID | None = None,
+    max_attempts: int = 1,
 ) -> uuid.UUID:
     sid = engine.begin_session(conn, session_id, agent="edges")
     hit = engine.intercept(
@@ -43,7 +46,7 @@ def committed_session(
         "create_user",
         "compensable",
         {"n": 1},
-        {"name": compensation, "max_attempts": 1},
+        {"name": compensation, "max_attempts": max_attempts},
     )
     assert hit.effect_id is not None
     engine.commit(conn, hit.effect_id, {"user_id": 1})
@@ -278,18 +281,7 @@ def test_health_counts_a_walk_whose_walker_died(
 
 def failed_session(conn: Conn, max_attempts: int = 1) -> uuid.UUID:
     """A session with one committed compensable call, failed and not walked yet."""
-    sid = engine.begin_session(conn, agent="edges")
-    hit = engine.intercept(
-        conn,
-        sid,
-        0,
-        "create_user",
-        "compensable",
-        {"n": 1},
-        {"name": "undo", "max_attempts": max_attempts},
-    )
-    assert hit.effect_id is not None
-    engine.commit(conn, hit.effect_id, {"user_id": 1})
+    sid = committed_session(conn, max_attempts=max_attempts)
     engine.fail_session(conn, sid, "gave up")
     return sid
 

@@ -227,18 +227,20 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
+# One model turn that asks for two payouts: two irreversible calls to decide at once.
+TWO_PAYOUTS_SCRIPT: list[Any] = [
+    [
+        function_call("payout", {"cents": 5}, call_id="p1"),
+        function_call("payout", {"cents": 7}, call_id="p2"),
+    ],
+    [assistant_message("paid")],
+]
+
+
 def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:
     """Both payouts of one model turn are interruptions of the one RunState, and both
     have their UndoLog request before any decision; approved, each runs once."""
-    agent = fx.agent(
-        [
-            [
-                function_call("payout", {"cents": 5}, call_id="p1"),
-                function_call("payout", {"cents": 7}, call_id="p2"),
-            ],
-            [assistant_message("paid")],
-        ]
-    )
+    agent = fx.agent(list(TWO_PAYOUTS_SCRIPT))
     result = asyncio.run(fx.run(agent, "go"))
     first, second = result.interruptions
     assert [first.call_id, second.call_id] == ["p1", "p2"]
@@ -646,15 +648,7 @@ def test_a_run_resumed_with_one_of_two_decided_is_refused(fx: Fixture) -> None:
     """A RunState resumed with only one of the two payouts decided raises
     AwaitingApprovalError for the other, and nothing runs (nothing acts while a person
     is asked); once that one is decided too, each runs once."""
-    agent = fx.agent(
-        [
-            [
-                function_call("payout", {"cents": 5}, call_id="p1"),
-                function_call("payout", {"cents": 7}, call_id="p2"),
-            ],
-            [assistant_message("paid")],
-        ]
-    )
+    agent = fx.agent(list(TWO_PAYOUTS_SCRIPT))
     result = asyncio.run(fx.run(agent, "go"))
     first, second = result.interruptions
     state = result.to_state()
