@@ -83,6 +83,8 @@ GRANT SELECT ON undolog.sessions_overview TO undolog_agent, undolog_approver, un
 GRANT SELECT ON undolog.effect_timeline TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.pending_approvals TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.decided_approvals TO undolog_approver, undolog_operator;
+-- What a recovery worker must act on now (`undolog health` measures its lag).
+GRANT SELECT ON undolog.due_sessions TO undolog_approver, undolog_operator;
 -- The dashboard's views: unaggregated sessions (keyset pages), calls, undo stack,
 -- approvals and state history of the sessions one may see; operator actions for staff.
 GRANT SELECT ON undolog.sessions_list TO undolog_agent, undolog_approver, undolog_operator;

@@ -11,8 +11,11 @@ which need a server that really flushes. ``--postgresql-port`` points at a serve
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
+import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +234,52 @@ def login(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[Callable[..., Any
         c.close()
         conn.execute(f"DROP OWNED BY {name}")
         conn.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def agent_dsn(conn: psycopg.Connection[Any], dsn: str) -> Iterator[str]:
+    """A login of its own for the agent: the person deciding (this test's login) is
+    another, as the engine requires."""
+    name = f"agent_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE undolog_agent")
+    yield psycopg.conninfo.make_conninfo(dsn, user=name)
+    conn.execute(f"DROP OWNED BY {name}")
+    conn.execute(f"DROP ROLE {name}")
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+AskingExample = Callable[[str, str, Callable[[uuid.UUID], None]], tuple[list[str], list[str]]]
+
+
+@pytest.fixture
+def run_asking_example() -> AskingExample:
+    """run_asking_example(name, dsn, decide) -> (first line's words, the lines after)."""
+    return _run_asking_example
+
+
+def _run_asking_example(
+    name: str, dsn: str, decide: Callable[[uuid.UUID], None]
+) -> tuple[list[str], list[str]]:
+    """Runs examples/<name> as a reader runs it, as the login of `dsn`: its first line
+    must say `approval <id> requested for ...`; `decide(id)` answers it as a person does,
+    and the example must then exit 0. Answers the first line's words and the lines after."""
+    agent = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / name)],
+        env={**os.environ, "UNDOLOG_DSN": dsn},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert agent.stdout is not None
+    try:
+        first = agent.stdout.readline().split()
+        assert first[:1] == ["approval"] and first[2:4] == ["requested", "for"], first
+        decide(uuid.UUID(first[1]))
+        rest = agent.stdout.read().splitlines()  # to the end: the example has exited
+        assert agent.wait(timeout=30) == 0, agent.stderr.read() if agent.stderr else ""
+    finally:
+        agent.kill()  # if it is still waiting (a failed assertion above)
+        agent.wait()
+    return first, rest

@@ -182,6 +182,15 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
+def reject_one(client: Any, token: str, approval_id: uuid.UUID, reason: str) -> Any:
+    """Posts the inbox's reject button of one request, with its reason (one step: a
+    rejection is not confirmed). `client` is a logged-in Starlette TestClient."""
+    return client.post(
+        "/approvals/decide",
+        data={"csrf": token, "reject_one": str(approval_id), f"reason_{approval_id}": reason},
+    )
+
+
 def confirm_form(page: str) -> dict[str, list[str]]:
     """The hidden fields of the page asking to confirm an irreversible approval: posting
     them is the second, explicit step."""

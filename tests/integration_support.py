@@ -146,44 +146,48 @@ class AsyncAgentFixture:
         self.sid = uuid.uuid4()
 
 
-def session_state(dsn: str, session_id: uuid.UUID) -> str:
+def _session_rows(dsn: str, query: str, session_id: uuid.UUID) -> list[tuple[Any, ...]]:
+    """The rows of `query` (its one parameter: the session id), read as the admin."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
+        return conn.execute(query, (session_id,)).fetchall()
+
+
+def session_state(dsn: str, session_id: uuid.UUID) -> str:
+    ((state,),) = _session_rows(
+        dsn, "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", session_id
+    )
+    return str(state)
 
 
 def effects(dsn: str, session_id: uuid.UUID) -> list[tuple[str, str, int]]:
     """(tool, state, replay_count) of the session's journaled calls, in journal order."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT tool_name, state, replay_count FROM undolog.undolog_effect_log "
-            "WHERE session_id = %s ORDER BY executed_at, effect_id",
-            (session_id,),
-        ).fetchall()
+    rows = _session_rows(
+        dsn,
+        "SELECT tool_name, state, replay_count FROM undolog.undolog_effect_log "
+        "WHERE session_id = %s ORDER BY executed_at, effect_id",
+        session_id,
+    )
     return [(str(t), str(s), int(r)) for t, s, r in rows]
 
 
 def decisions(dsn: str, session_id: uuid.UUID) -> list[tuple[str, str | None]]:
     """(state, decided_by) of the session's approval requests."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT state, decided_by FROM undolog.undolog_approval_requests "
-            "WHERE session_id = %s ORDER BY requested_at",
-            (session_id,),
-        ).fetchall()
+    rows = _session_rows(
+        dsn,
+        "SELECT state, decided_by FROM undolog.undolog_approval_requests "
+        "WHERE session_id = %s ORDER BY requested_at",
+        session_id,
+    )
     return [(str(s), None if d is None else str(d)) for s, d in rows]
 
 
 def pending(dsn: str, session_id: uuid.UUID) -> list[tuple[uuid.UUID, int]]:
     """(approval id, cents) of the session's requests a person is asked about now, as the
     approver's inbox (undolog.pending_approvals) lists them, by amount."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT approval_id, (args ->> 'cents')::integer FROM undolog.pending_approvals "
-            "WHERE session_id = %s ORDER BY 2",
-            (session_id,),
-        ).fetchall()
+    rows = _session_rows(
+        dsn,
+        "SELECT approval_id, (args ->> 'cents')::integer FROM undolog.pending_approvals "
+        "WHERE session_id = %s ORDER BY 2",
+        session_id,
+    )
     return [(uuid.UUID(str(a)), int(c)) for a, c in rows]

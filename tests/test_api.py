@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -136,15 +136,6 @@ def test_async_with_on_an_undolog_over_a_sync_pool_says_what_to_use(dsn: str) ->
         asyncio.run(agent())
 
 
-@pytest.fixture
-def agent_dsn(conn: Conn, dsn: str) -> Iterator[str]:
-    """A login of its own for the agent: the approver (this test's login) is another."""
-    name = f"api_agent_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE undolog_agent")
-    yield psycopg.conninfo.make_conninfo(dsn, user=name)
-    conn.execute(f"DROP ROLE {name}")
-
-
 def test_the_approval_round_trip_with_the_session_id_and_timedeltas(
     agent_dsn: str, conn: Conn
 ) -> None:
@@ -238,25 +229,14 @@ def test_the_quickstart_as_a_workers_app_does_not_run_the_agent(dsn: str) -> Non
         assert c.execute("SELECT count(*) FROM undolog.undolog_sessions").fetchone() == (0,)
 
 
-def test_the_approval_round_trip_example_runs(agent_dsn: str, conn: Conn) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "approval_round_trip.py"
-    agent = subprocess.Popen(
-        [sys.executable, str(example)],
-        env={**os.environ, "UNDOLOG_DSN": agent_dsn},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def test_the_approval_round_trip_example_runs(
+    agent_dsn: str, conn: Conn, run_asking_example: Callable[..., tuple[list[str], list[str]]]
+) -> None:
+    _, rest = run_asking_example(
+        "approval_round_trip.py",
+        agent_dsn,
+        lambda approval: approvals.approve(conn, approval, "alice", "checked"),
     )
-    assert agent.stdout is not None
-    try:
-        first = agent.stdout.readline().split()
-        assert first[:1] == ["approval"] and first[2:4] == ["requested", "for"], first
-        approvals.approve(conn, uuid.UUID(first[1]), "alice", "checked")
-        rest = agent.stdout.read().splitlines()  # to the end: the example has exited
-        assert agent.wait(timeout=30) == 0, agent.stderr.read() if agent.stderr else ""
-    finally:
-        agent.kill()  # if it is still waiting (a failed assertion above)
-        agent.wait()
     assert rest[1:] == ["paid 5000 cents to user 42", "session completed"], rest
 
 

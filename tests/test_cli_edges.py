@@ -33,7 +33,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def committed_session(
-    conn: Conn, compensation: str = "undo", session_id: uuid.UUID | None = None
+    conn: Conn,
+    compensation: str = "undo",
+    session_id: uuid.UUID | None = None,
+    max_attempts: int = 1,
 ) -> uuid.UUID:
     sid = engine.begin_session(conn, session_id, agent="edges")
     hit = engine.intercept(
@@ -43,7 +46,7 @@ def committed_session(
         "create_user",
         "compensable",
         {"n": 1},
-        {"name": compensation, "max_attempts": 1},
+        {"name": compensation, "max_attempts": max_attempts},
     )
     assert hit.effect_id is not None
     engine.commit(conn, hit.effect_id, {"user_id": 1})
@@ -274,6 +277,48 @@ def test_health_counts_a_walk_whose_walker_died(
     code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
     worker = json.loads(out)["checks"][4]
     assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False
+
+
+def failed_session(conn: Conn, max_attempts: int = 1) -> uuid.UUID:
+    """A session with one committed compensable call, failed and not walked yet."""
+    sid = committed_session(conn, max_attempts=max_attempts)
+    engine.fail_session(conn, sid, "gave up")
+    return sid
+
+
+def test_health_and_recover_agree_on_every_kind_of_due_session(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule (undolog.due_sessions) for what a worker must act on: health counts
+    exactly the sessions recover() hands out, each kind of due and of not-due session."""
+    never_walked = failed_session(conn)
+    retry_passed = failed_session(conn, max_attempts=3)
+    claim = saga.claim_compensation(conn, retry_passed)
+    assert claim is not None
+    assert saga.fail_compensation(conn, claim.undo_id, "refund API down") == "retry"
+    claim_expired = failed_session(conn)
+    assert saga.claim_compensation(conn, claim_expired, timedelta(milliseconds=500))
+    nothing_left = failed_session(conn)  # its walk ends at the next claim
+    claim = saga.claim_compensation(conn, nothing_left)
+    assert claim is not None
+    saga.complete_compensation(conn, claim.undo_id)
+    lease_expired = engine.begin_session(conn, agent="died", lease=timedelta(seconds=1))
+    # not due: a walk under a live claim, a live agent, a halted session (a person's)
+    walking = failed_session(conn)
+    assert saga.claim_compensation(conn, walking, timedelta(minutes=5))
+    engine.begin_session(conn, agent="alive")
+    halted_session(conn)
+    time.sleep(1.2)  # the lease, the short claim and the first retry's backoff run out
+
+    due = {never_walked, retry_passed, claim_expired, nothing_left, lease_expired}
+    states = dict(conn.execute("SELECT session_id, state FROM undolog.due_sessions").fetchall())
+    assert set(states) == due
+    assert states[nothing_left] == "compensating" and states[lease_expired] == "active"
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "3600")
+    worker = json.loads(out)["checks"][4]
+    assert code == 0 and worker["due_sessions"] == len(due)
+    assert set(saga.recover(conn)) == due  # recover() fails the lapsed lease first
+    assert engine.session_state(conn, lease_expired) == "failed"
 
 
 @pytest.fixture

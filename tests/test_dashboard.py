@@ -26,6 +26,7 @@ from dashboard_helpers import (
     csrf_of,
     halted_session,
     password_auth,
+    reject_one,
     waiting_session,
     without_user,
 )
@@ -743,10 +744,7 @@ def test_rejecting_takes_one_step_and_a_bulk_approval_is_confirmed_as_a_whole(
     a, b, c = (waiting_session(app_dsn, cents=n) for n in (101, 202, 303))
     log_in(web, "dash_approver")
     token = csrf_of(web.get("/approvals").text)
-    rejected = web.post(
-        "/approvals/decide",
-        data={"csrf": token, "reject_one": str(c.approval_id), f"reason_{c.approval_id}": "no"},
-    )
+    rejected = reject_one(web, token, c.approval_id, "no")
     assert rejected.status_code == 303 and approval_row(conn, c.approval_id)[0] == "rejected"
     asked = web.post(
         "/approvals/decide",
@@ -855,22 +853,8 @@ def test_past_decisions_page_filters_today_and_by_me(
     other = client_as(app_dsn, "dash_approver2")
     try:
         token = csrf_of(other.get("/approvals").text)
-        other.post(
-            "/approvals/decide",
-            data={
-                "csrf": token,
-                "reject_one": str(theirs.approval_id),
-                f"reason_{theirs.approval_id}": HOSTILE,
-            },
-        )
-        other.post(
-            "/approvals/decide",
-            data={
-                "csrf": token,
-                "reject_one": str(old.approval_id),
-                f"reason_{old.approval_id}": "last week",
-            },
-        )
+        reject_one(other, token, theirs.approval_id, HOSTILE)
+        reject_one(other, token, old.approval_id, "last week")
     finally:
         other.__exit__(None, None, None)
     conn.execute("ALTER TABLE undolog.undolog_approval_requests DISABLE TRIGGER USER")
@@ -884,14 +868,7 @@ def test_past_decisions_page_filters_today_and_by_me(
         conn.execute("ALTER TABLE undolog.undolog_approval_requests ENABLE TRIGGER USER")
     log_in(web, "dash_approver")
     token = csrf_of(web.get("/approvals").text)
-    web.post(
-        "/approvals/decide",
-        data={
-            "csrf": token,
-            "reject_one": str(mine.approval_id),
-            f"reason_{mine.approval_id}": "mine",
-        },
-    )
+    reject_one(web, token, mine.approval_id, "mine")
 
     def listed(query: str) -> set[str]:
         page = web.get(f"/decisions{query}")

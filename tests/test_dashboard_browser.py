@@ -64,8 +64,9 @@ def passwords(undolog_server: Any) -> Iterator[bool]:
             yield enforced
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+def _chromium(profile: Path, javascript: bool = True) -> webdriver.Chrome:
+    """A headless Chromium of its own profile; with JavaScript switched off unless
+    `javascript`."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
@@ -79,10 +80,19 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         "--no-first-run",
         "--window-size=1400,1000",
         "--lang=en-US",  # the time zone names the tests read ("GMT+9")
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    driver = _chromium(tmp_path_factory.mktemp("chromium-profile"))
     driver.implicitly_wait(0)
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
@@ -399,22 +409,7 @@ def test_the_two_step_approval_works_without_javascript(
 ) -> None:
     """Chromium with JavaScript switched off: both steps are plain forms, and times read
     in UTC."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--lang=en-US",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-nojs')}",
-    ):
-        options.add_argument(flag)
-    options.add_experimental_option(
-        "prefs", {"profile.managed_default_content_settings.javascript": 2}
-    )
-    plain = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    plain = _chromium(tmp_path_factory.mktemp("chromium-nojs"), javascript=False)
     try:
         waiting = waiting_session(without_user(dsn), cents=777)
         log_in(plain, site, "dash_approver")

@@ -115,10 +115,18 @@ PAY_SCRIPT: list[Any] = [
 ]
 
 
+def _stopped_at(
+    fx: Fixture, script: list[Any], call_id: str, tools: list[Any] | None = None
+) -> tuple[Agent[Any], RunResult]:
+    """The agent of `script` run until it stops for a person at the call `call_id`."""
+    agent = fx.agent(list(script), tools)
+    result = asyncio.run(fx.run(agent, "go"))
+    assert [item.call_id for item in result.interruptions] == [call_id]
+    return agent, result
+
+
 def _pay(fx: Fixture) -> tuple[Agent[Any], RunResult]:
-    agent = fx.agent(list(PAY_SCRIPT))
-    result = asyncio.run(fx.run(agent, "pay"))
-    assert [item.call_id for item in result.interruptions] == ["c2"]
+    agent, result = _stopped_at(fx, PAY_SCRIPT, "c2")
     assert session_state(fx.admin_dsn, fx.sid) == "awaiting_approval"
     assert fx.world.runs["payout"] == 0
     return agent, result
@@ -219,18 +227,20 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
+# One model turn that asks for two payouts: two irreversible calls to decide at once.
+TWO_PAYOUTS_SCRIPT: list[Any] = [
+    [
+        function_call("payout", {"cents": 5}, call_id="p1"),
+        function_call("payout", {"cents": 7}, call_id="p2"),
+    ],
+    [assistant_message("paid")],
+]
+
+
 def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:
     """Both payouts of one model turn are interruptions of the one RunState, and both
     have their UndoLog request before any decision; approved, each runs once."""
-    agent = fx.agent(
-        [
-            [
-                function_call("payout", {"cents": 5}, call_id="p1"),
-                function_call("payout", {"cents": 7}, call_id="p2"),
-            ],
-            [assistant_message("paid")],
-        ]
-    )
+    agent = fx.agent(list(TWO_PAYOUTS_SCRIPT))
     result = asyncio.run(fx.run(agent, "go"))
     first, second = result.interruptions
     assert [first.call_id, second.call_id] == ["p1", "p2"]
@@ -549,11 +559,7 @@ GIFT_SCRIPT: list[Any] = [
 
 
 def _gift(fx: Fixture) -> tuple[Agent[Any], RunResult]:
-    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
-    agent = fx.agent(list(GIFT_SCRIPT), tools)
-    result = asyncio.run(fx.run(agent, "onboard and gift"))
-    assert [item.call_id for item in result.interruptions] == ["g1"]
-    return agent, result
+    return _stopped_at(fx, GIFT_SCRIPT, "g1", adapter.tools(fx.fns["create_user"], fx.fns["gift"]))
 
 
 def test_a_rejection_of_a_continue_tool_reaches_the_model(fx: Fixture) -> None:
@@ -642,15 +648,7 @@ def test_a_run_resumed_with_one_of_two_decided_is_refused(fx: Fixture) -> None:
     """A RunState resumed with only one of the two payouts decided raises
     AwaitingApprovalError for the other, and nothing runs (nothing acts while a person
     is asked); once that one is decided too, each runs once."""
-    agent = fx.agent(
-        [
-            [
-                function_call("payout", {"cents": 5}, call_id="p1"),
-                function_call("payout", {"cents": 7}, call_id="p2"),
-            ],
-            [assistant_message("paid")],
-        ]
-    )
+    agent = fx.agent(list(TWO_PAYOUTS_SCRIPT))
     result = asyncio.run(fx.run(agent, "go"))
     first, second = result.interruptions
     state = result.to_state()

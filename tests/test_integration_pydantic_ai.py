@@ -62,12 +62,15 @@ def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
 
 
 class Fixture(AsyncAgentFixture):
-    def agent(self, turns: list[Turn]) -> Agent[None, Any]:
-        tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
+    def agent(self, turns: list[Turn], tools: list[Any] | None = None) -> Agent[None, Any]:
+        if tools is None:
+            tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
         return Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
 
-    async def run(self, turns: list[Turn], **kwargs: Any) -> Any:
-        return await adapter.run(self.agent(turns), self.ul, session_id=self.sid, **kwargs)
+    async def run(self, turns: list[Turn], tools: list[Any] | None = None, **kwargs: Any) -> Any:
+        """The agent of `turns` (and `tools`, else search, create_user and payout) run in
+        the fixture's session."""
+        return await adapter.run(self.agent(turns, tools), self.ul, session_id=self.sid, **kwargs)
 
 
 @pytest.fixture
@@ -290,21 +293,13 @@ def test_a_run_resumed_with_one_of_two_decided_defers_both_again(fx: Fixture) ->
 
 def test_sync_journaled_tools(fx: Fixture) -> None:
     tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["payout_sync"])
-    agent = Agent(
-        scripted([[call("create_user", "c1", email="a@x")], [call("payout", "p1", cents=9)]]),
-        output_type=[str, DeferredToolRequests],
-        tools=tools,
-    )
-    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    turns: list[Turn] = [[call("create_user", "c1", email="a@x")], [call("payout", "p1", cents=9)]]
+    result = asyncio.run(fx.run(turns, tools, user_prompt="go"))
     answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"p1": True}))
-    agent = Agent(
-        scripted([[TextPart("paid")]]), output_type=[str, DeferredToolRequests], tools=tools
-    )
     resumed = asyncio.run(
-        adapter.run(
-            agent,
-            fx.ul,
-            session_id=fx.sid,
+        fx.run(
+            [[TextPart("paid")]],
+            tools,
             message_history=result.all_messages(),
             deferred_tool_results=answers,
         )
@@ -405,24 +400,16 @@ def _told(result: Any, call_id: str) -> str:
 def _gift(fx: Fixture) -> Any:
     tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
     turns: list[Turn] = [[call("create_user", "c1", email="a@x")], [call("gift", "g1", cents=900)]]
-    agent = Agent(scripted(turns), output_type=[str, DeferredToolRequests], tools=tools)
-    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="go"))
+    result = asyncio.run(fx.run(turns, tools, user_prompt="go"))
     assert isinstance(result.output, DeferredToolRequests)
     return result
 
 
 def _resume(fx: Fixture, result: Any, answers: DeferredToolResults) -> Any:
-    tools = adapter.tools(fx.fns["create_user"], fx.fns["gift"])
-    agent = Agent(
-        scripted([[TextPart("no gift then")]]),
-        output_type=[str, DeferredToolRequests],
-        tools=tools,
-    )
     return asyncio.run(
-        adapter.run(
-            agent,
-            fx.ul,
-            session_id=fx.sid,
+        fx.run(
+            [[TextPart("no gift then")]],
+            adapter.tools(fx.fns["create_user"], fx.fns["gift"]),
             message_history=result.all_messages(),
             deferred_tool_results=answers,
         )

@@ -10,15 +10,11 @@ already undone its earlier calls.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -340,35 +336,14 @@ def test_rerun_of_a_rejected_session_races_the_worker(
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def agent_dsn(conn: Conn, dsn: str) -> Iterator[str]:
-    """A login of its own for the agent: the person deciding (this test's login) is another."""
-    name = f"rej_agent_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE undolog_agent")
-    yield psycopg.conninfo.make_conninfo(dsn, user=name)
-    conn.execute(f"DROP OWNED BY {name}")
-    conn.execute(f"DROP ROLE {name}")
-
-
-def test_the_rejection_example_runs(agent_dsn: str, conn: Conn) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "rejection_feedback.py"
-    agent = subprocess.Popen(
-        [sys.executable, str(example)],
-        env={**os.environ, "UNDOLOG_DSN": agent_dsn},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def test_the_rejection_example_runs(
+    agent_dsn: str, conn: Conn, run_asking_example: Callable[..., tuple[list[str], list[str]]]
+) -> None:
+    first, rest = run_asking_example(
+        "rejection_feedback.py",
+        agent_dsn,
+        lambda approval: approvals.reject(conn, approval, "bob", "not to every customer"),
     )
-    assert agent.stdout is not None
-    try:
-        first = agent.stdout.readline().split()
-        assert first[:1] == ["approval"] and first[2:4] == ["requested", "for"], first
-        approvals.reject(conn, uuid.UUID(first[1]), "bob", "not to every customer")
-        rest = agent.stdout.read().splitlines()  # to the end: the example has exited
-        assert agent.wait(timeout=30) == 0, agent.stderr.read() if agent.stderr else ""
-    finally:
-        agent.kill()  # if it is still waiting (a failed assertion above)
-        agent.wait()
     assert rest[1:] == [
         "decision: rejected",
         "rejected by bob: not to every customer",

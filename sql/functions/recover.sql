@@ -4,10 +4,9 @@
 --    are skipped (SKIP LOCKED, and a session whose advisory lock an intercept holds):
 --    their agent is evidently alive; the next run sees them.
 --    awaiting_approval sessions are left alone: they wait for a human, not for an agent.
--- 2. Answers every session whose undo walk must run now, i.e. where claim_compensation
---    would hand out an entry or finish the walk: failed sessions, and compensating ones
---    whose top unfinished entry is due (pending with next_attempt_at <= now(), or in
---    flight with an expired claim) or that have no unfinished entry left.
+-- 2. Answers every session whose undo walk must run now (the rule is the view
+--    undolog.due_sessions): failed sessions, and compensating ones where
+--    claim_compensation would hand out an entry or finish the walk.
 -- Oldest first (by their last change).
 CREATE OR REPLACE FUNCTION undolog.recover()
 RETURNS SETOF uuid
@@ -31,22 +30,13 @@ BEGIN
     )
     AND s.state = 'active';
 
+    -- undolog.due_sessions states which sessions are due; its active rows are the ones
+    -- skipped above (held by a live transaction): not for the walk yet.
     RETURN QUERY
-    SELECT s.session_id
-    FROM undolog.undolog_sessions AS s
-    LEFT JOIN LATERAL (
-        SELECT u.state, u.next_attempt_at, u.claimed_until
-        FROM undolog.undolog_undo_stack AS u
-        WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
-        ORDER BY u.stack_position DESC
-        LIMIT 1
-    ) AS top ON true
-    WHERE s.state = 'failed'
-       OR (s.state = 'compensating'
-           AND (top.state IS NULL
-                OR (top.state = 'pending' AND top.next_attempt_at <= now())
-                OR (top.state = 'compensating' AND top.claimed_until <= now())))
-    ORDER BY s.updated_at, s.session_id;
+    SELECT d.session_id
+    FROM undolog.due_sessions AS d
+    WHERE d.state IN ('failed', 'compensating')
+    ORDER BY d.updated_at, d.session_id;
 END
 $$;
 

@@ -205,39 +205,6 @@ def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> 
     )
 
 
-# Every session a worker should be walking, with the moment it became due: failed ones
-# (since they failed), active ones whose lease ran out (recover() has not failed them),
-# and compensating ones whose top unfinished entry is due (its claim expired, or its retry
-# time passed since the walk last moved) -- recover()'s rule, read without writing.
-_DUE_SESSIONS = """
-SELECT s.session_id,
-    CASE
-        WHEN s.state = 'failed' THEN s.updated_at
-        WHEN s.state = 'active' THEN s.lease_expires_at
-        WHEN top.state = 'compensating' THEN top.claimed_until
-        ELSE greatest(top.next_attempt_at, moved.at)
-    END AS due_since
-FROM undolog.undolog_sessions AS s
-LEFT JOIN LATERAL (
-    SELECT u.state, u.next_attempt_at, u.claimed_until
-    FROM undolog.undolog_undo_stack AS u
-    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
-    ORDER BY u.stack_position DESC
-    LIMIT 1
-) AS top ON s.state = 'compensating'
-LEFT JOIN LATERAL (
-    SELECT max(u.updated_at) AS at
-    FROM undolog.undolog_undo_stack AS u
-    WHERE u.session_id = s.session_id
-) AS moved ON s.state = 'compensating'
-WHERE s.state = 'failed'
-   OR (s.state = 'active' AND s.lease_expires_at <= now())
-   OR (s.state = 'compensating' AND (
-        (top.state = 'compensating' AND top.claimed_until <= now())
-        OR (top.state = 'pending' AND top.next_attempt_at <= now())))
-"""
-
-
 def _health_worker(
     conn: psycopg.Connection[Any], max_lag: float, check: Callable[..., None]
 ) -> None:
@@ -246,10 +213,10 @@ def _health_worker(
     but do not make the check fail."""
     (row,) = query(
         conn,
-        f"""
+        """
         SELECT count(*) AS due,
             coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
-        FROM ({_DUE_SESSIONS}) AS due
+        FROM undolog.due_sessions
         """,
     )
     lag, due = max(float(row["lag_seconds"]), 0.0), int(row["due"])

@@ -246,6 +246,16 @@ class Dashboard:
             self.store.touch(ws)
         return ws
 
+    def staff_only(self, request: Request, title: str, text: str) -> WebSession | Response:
+        """The logged-in approver or operator; anyone else gets the login page, or a 403
+        page titled `title` whose `text` says where their own sessions' records are."""
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        if not ws.roles.staff:
+            return self.problem(request, ws, 403, title, text)
+        return ws
+
     async def posted(self, request: Request) -> tuple[WebSession, FormData] | HTMLResponse:
         """The logged-in person and their form, or the page that says why nothing was
         written (logged out, or a missing or stale CSRF token)."""
@@ -386,18 +396,14 @@ class Dashboard:
     # --- approvals --------------------------------------------------------------------
 
     async def inbox(self, request: Request) -> Response:
-        ws = self.current(request)
-        if ws is None:
-            return RedirectResponse("/login", 303)
-        if not ws.roles.staff:
-            return self.problem(
-                request,
-                ws,
-                403,
-                "Approvals",
-                "Only approvers and operators read the approvals inbox; "
-                "your sessions' requests are on each session's page.",
-            )
+        ws = self.staff_only(
+            request,
+            "Approvals",
+            "Only approvers and operators read the approvals inbox; "
+            "your sessions' requests are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
         async with ws.db() as conn:
             pending, total = await queries.inbox(conn)
             fingerprint = await queries.inbox_fingerprint(conn)
@@ -548,18 +554,14 @@ class Dashboard:
     async def decisions(self, request: Request) -> Response:
         """Past decisions, newest first: all, decided today (in the viewer's time zone
         when the page's script sent it, else UTC), by the viewer's own login."""
-        ws = self.current(request)
-        if ws is None:
-            return RedirectResponse("/login", 303)
-        if not ws.roles.staff:
-            return self.problem(
-                request,
-                ws,
-                403,
-                "Decisions",
-                "Only approvers and operators read past decisions; "
-                "your sessions' decisions are on each session's page.",
-            )
+        ws = self.staff_only(
+            request,
+            "Decisions",
+            "Only approvers and operators read past decisions; "
+            "your sessions' decisions are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
         q = request.query_params
         errors: list[str] = []
         tz_name = q.get("tz", "").strip() or "UTC"

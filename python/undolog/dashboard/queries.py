@@ -217,27 +217,51 @@ async def sessions_page(conn: Conn, f: SessionFilter) -> tuple[list[Row], str | 
                 "WHERE c.session_id = s.session_id AND c.tool_name = %s)"
             )
             params.append(f.search)
-    if f.after:
-        where.append("(s.created_at, s.session_id) < (%s, %s)")
-        params.extend(f.after)
-    clause = ("WHERE " + " AND ".join(where)) if where else ""
-    found = await rows(
+    return await _keyset_page(
         conn,
-        f"""
+        """
         SELECT s.session_id, s.agent, s.owner_role, s.state, s.created_at, s.updated_at,
                s.error, s.resolved_by,
                (SELECT count(*) FROM undolog.session_calls AS c
                 WHERE c.session_id = s.session_id) AS calls
         FROM undolog.sessions_list AS s
+        """,
+        ("s", "created_at", "session_id"),
+        where,
+        params,
+        f.after,
+    )
+
+
+async def _keyset_page(
+    conn: Conn,
+    select: str,
+    key: tuple[str, str, str],
+    where: list[str],
+    params: list[Any],
+    after: tuple[datetime.datetime, uuid.UUID] | None,
+) -> tuple[list[Row], str | None]:
+    """One page of `select` (filtered by the `where` conditions), newest first by the
+    keyset `key` (alias, time column, id column), after the cursor's row: never an
+    OFFSET, so page 1,000 costs page 1's. Answers the rows and the next page's cursor."""
+    alias, at, ident = key
+    if after:
+        where = [*where, f"({alias}.{at}, {alias}.{ident}) < (%s, %s)"]
+        params = [*params, *after]
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    found = await rows(
+        conn,
+        f"""
+        {select}
         {clause}
-        ORDER BY s.created_at DESC, s.session_id DESC
+        ORDER BY {alias}.{at} DESC, {alias}.{ident} DESC
         LIMIT {PAGE_SIZE + 1}
         """,
         params,
     )
     more = len(found) > PAGE_SIZE
     found = found[:PAGE_SIZE]
-    cursor = encode_cursor(found[-1]["created_at"], found[-1]["session_id"]) if more else None
+    cursor = encode_cursor(found[-1][at], found[-1][ident]) if more else None
     return found, cursor
 
 
@@ -410,11 +434,7 @@ async def decisions_page(conn: Conn, f: DecisionFilter) -> tuple[list[Row], str 
     if f.by:
         where.append("d.decided_role = %s")
         params.append(f.by)
-    if f.after:
-        where.append("(d.decided_at, d.approval_id) < (%s, %s)")
-        params.extend(f.after)
-    clause = ("WHERE " + " AND ".join(where)) if where else ""
-    found = await rows(
+    return await _keyset_page(
         conn,
         f"""
         SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.tier,
@@ -424,13 +444,9 @@ async def decisions_page(conn: Conn, f: DecisionFilter) -> tuple[list[Row], str 
                d.requested_at, d.waited, d.agent, d.owner_role, d.requested_by,
                d.effect_state
         FROM undolog.decided_approvals AS d
-        {clause}
-        ORDER BY d.decided_at DESC, d.approval_id DESC
-        LIMIT {PAGE_SIZE + 1}
         """,
+        ("d", "decided_at", "approval_id"),
+        where,
         params,
+        f.after,
     )
-    more = len(found) > PAGE_SIZE
-    found = found[:PAGE_SIZE]
-    cursor = encode_cursor(found[-1]["decided_at"], found[-1]["approval_id"]) if more else None
-    return found, cursor

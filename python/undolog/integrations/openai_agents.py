@@ -215,16 +215,24 @@ def _adapted(agent: Agent[Any], item: ToolApprovalItem) -> _Adapted | None:
     return None
 
 
-def _malformed(agent: Agent[Any], result: RunResult | RunResultStreaming) -> list[ToolApprovalItem]:
-    """The interrupted IRREVERSIBLE calls whose arguments are not valid for their tool:
-    the SDK asks approval before it validates them. No person is asked: ``run`` approves
-    them in the RunState, and the SDK's own handling answers the model with the error."""
+def _malformed_answered(
+    agent: Agent[Any], result: RunResult | RunResultStreaming
+) -> RunState[Any] | None:
+    """The run's state with its interrupted IRREVERSIBLE calls whose arguments are not
+    valid for their tool approved, or None when there is none: the SDK asks approval
+    before it validates them. No person is asked: resumed from this state, the SDK's own
+    handling answers the model with the error."""
     bad = []
     for item in result.interruptions:
         adapted = _adapted(agent, item)
         if adapted is not None and adapted.arguments(item.arguments or "{}") is None:
             bad.append(item)
-    return bad
+    if not bad:
+        return None
+    state = result.to_state()
+    for item in bad:
+        state.approve(item)
+    return state
 
 
 def _waiting_calls(result: RunResult | RunResultStreaming) -> list[str] | None:
@@ -276,10 +284,7 @@ async def run(
             await _apply_decisions(input, session_id)
         try:
             result = await Runner.run(agent, input, **run_kwargs)
-            while bad := _malformed(agent, result):
-                state = result.to_state()
-                for item in bad:
-                    state.approve(item)
+            while (state := _malformed_answered(agent, result)) is not None:
                 result = await Runner.run(agent, state, **run_kwargs)
         except UserError as exc:
             raise _undolog_error(exc) from exc
@@ -311,12 +316,9 @@ class StreamedRun:
         while True:
             async for event in self.result.stream_events():
                 yield event
-            bad = _malformed(self._agent, self.result)
-            if not bad:
+            state = _malformed_answered(self._agent, self.result)
+            if state is None:
                 return
-            state = self.result.to_state()
-            for item in bad:
-                state.approve(item)
             self.result = Runner.run_streamed(self._agent, state, **self._run_kwargs)
 
 
