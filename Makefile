@@ -19,6 +19,10 @@ CORE_STAMP := $(VENV)/.core-stamp
 STAMP := $(VENV)/.installed-stamp
 # Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
 WITH_PG := $(PY) tools/pgcluster.py run --
+# The reference MCP servers the proxy's tests run for real (npm; versions pinned in
+# tools/mcp-reference-servers.json).
+MCP_SERVERS := .cache/mcp-servers
+MCP_STAMP := $(MCP_SERVERS)/.installed-stamp
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
@@ -40,7 +44,7 @@ dashboard-demo: deps
 dashboard-screenshot: deps
 	UNDOLOG_DOCS_SCREENSHOT=1 $(VENV)/bin/pytest -q tests/test_dashboard_browser.py -k approver
 
-deps: system-deps $(STAMP)
+deps: system-deps $(STAMP) $(MCP_STAMP)
 
 # What the demo runs on: the PostgreSQL server and the package with its four dependencies.
 demo-deps: system-deps-demo $(CORE_STAMP)
@@ -66,6 +70,13 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@echo "installing undolog with every extra and the development tools into $(VENV) (a few minutes on a first run)"
 	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	touch $@ $(CORE_STAMP)
+
+$(MCP_STAMP): tools/mcp-reference-servers.json
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js (node, npm) to run the reference MCP servers"; exit 1; }
+	@echo "installing the reference MCP servers into $(MCP_SERVERS)"
+	npm install --prefix $(MCP_SERVERS) --no-audit --no-fund \
+		$$(python3 -c 'import json,sys; print(" ".join(f"{k}@{v}" for k, v in json.load(open(sys.argv[1])).items()))' $<)
+	touch $@
 
 lint: lint-sql lint-py
 

@@ -49,7 +49,12 @@ class ObservationDeletion(BaseModel):
 
 
 class Done(BaseModel):
+    success: bool
     message: str
+
+
+class Edited(BaseModel):
+    content: str  # the real server's is a diff
 
 
 class Edit(BaseModel):
@@ -92,7 +97,7 @@ def delete_entities(entityNames: list[str]) -> Done:
     for name in entityNames:
         graph.pop(name, None)
     _save(graph)
-    return Done(message="Entities deleted successfully")
+    return Done(success=True, message="Entities deleted successfully")
 
 
 @server.tool()
@@ -120,7 +125,7 @@ def delete_observations(deletions: list[ObservationDeletion]) -> Done:
         if entity is not None:
             entity.observations = [o for o in entity.observations if o not in item.observations]
     _save(graph)
-    return Done(message="Observations deleted successfully")
+    return Done(success=True, message="Observations deleted successfully")
 
 
 def _file(path: str) -> Path:
@@ -138,7 +143,7 @@ def read_text_file(path: str) -> str:
 
 
 @server.tool()
-def edit_file(path: str, edits: list[Edit], dryRun: bool = False) -> str:
+def edit_file(path: str, edits: list[Edit], dryRun: bool = False) -> Edited:
     """Replace the first occurrence of each edit's oldText with its newText, in order."""
     target = _file(path)
     text = target.read_text(encoding="utf-8")
@@ -148,7 +153,7 @@ def edit_file(path: str, edits: list[Edit], dryRun: bool = False) -> str:
         text = text.replace(edit.oldText, edit.newText, 1)
     if not dryRun:
         target.write_text(text, encoding="utf-8")
-    return f"edited {path}: {len(edits)} edit(s)"
+    return Edited(content=f"edited {path}: {len(edits)} edit(s)")
 
 
 if __name__ == "__main__":
