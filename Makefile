@@ -119,4 +119,4 @@ bench-profile: deps
 	$(PY) bench/bench_profile.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist .cache

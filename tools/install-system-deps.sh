@@ -5,7 +5,8 @@
 #   install-system-deps.sh --for demo   python3 with venv, and the PostgreSQL 15 server
 #   install-system-deps.sh --for test   (the default) the same, and the test tools:
 #                                       pgTAP, plpgsql_check, pg_prove, Chromium and its
-#                                       driver (the dashboard's browser tests)
+#                                       driver (the dashboard's browser tests), Node.js and
+#                                       npm (the reference MCP servers of the proxy's tests)
 #   ... --print                         only print the missing packages, one a line
 #
 # A first demo thus installs no test tool: Chromium alone is some hundred megabytes.
@@ -61,6 +62,9 @@ if [[ $purpose == test ]]; then
     command -v pg_prove >/dev/null || missing+=("libtap-parser-sourcehandler-pgtap-perl")
     [[ -x /usr/bin/chromium ]] || missing+=("chromium")
     [[ -x /usr/bin/chromedriver ]] || missing+=("chromium-driver")
+    # the reference MCP servers the proxy is tested against (make deps installs them by npm)
+    command -v node >/dev/null || missing+=("nodejs")
+    command -v npm >/dev/null || missing+=("npm")
 fi
 
 if ((print_only)); then
