@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import deque
@@ -46,8 +48,13 @@ class UpstreamProcess:
         command = shlex.join(self.command)
         if isinstance(exc, FileNotFoundError | PermissionError | NotADirectoryError):
             path = (self.env or os.environ).get("PATH", "")
+            reason = exc.strerror
+            if os.sep not in self.command[0] and shutil.which(self.command[0], path=path) is None:
+                # exec reports EACCES when a PATH folder is closed to this login (root's
+                # ~/.cargo/bin, say) even though the command is simply not installed
+                reason = os.strerror(errno.ENOENT)
             return (
-                f"cannot run `{command}`: {exc.strerror} ({self.command[0]!r}; "
+                f"cannot run `{command}`: {reason} ({self.command[0]!r}; "
                 f"PATH={path[:300]!r}): give the command's absolute path, or install it"
             )
         if self.returncode is not None:
