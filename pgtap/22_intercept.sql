@@ -180,7 +180,7 @@ SELECT is((SELECT approval_id FROM calls WHERE name = 'i1_again'),
 SELECT is(pg_temp.journal_state(), (SELECT s FROM before_dup), '... and nothing written');
 
 -- A new acting call on a session that waits for a person: UL010, nothing written. (A new
--- IRREVERSIBLE call only asks too, with its own request: 59_ask_at_once.sql.)
+-- IRREVERSIBLE call only asks too, with its own request: 53_ask_at_once.sql.)
 SELECT pg_temp.refused(
     $$SELECT * FROM undolog.intercept('5e550000-0000-4000-8000-000000000001', 3, 'create_user',
         'compensable', '{}', pg_temp.sig('new-on-awaiting'), '{"name": "delete_user"}')$$,

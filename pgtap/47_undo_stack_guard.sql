@@ -113,7 +113,7 @@ SELECT is_empty(
         AND NOT coalesce(p.proconfig @> ARRAY['search_path=undolog, pg_temp'], false)$$,
     'every SECURITY DEFINER function pins its search_path'
 );
--- Which role may execute which function: the grants of record in 52_privileges.sql.
+-- Which role may execute which function: the grants of record in 70_privileges.sql.
 
 SELECT * FROM finish();
 ROLLBACK;

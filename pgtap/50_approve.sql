@@ -303,7 +303,7 @@ SELECT is(
 -- ---------------------------------------------------------------------------------------
 -- Several pending requests in one session: a waiting session takes a new IRREVERSIBLE
 -- call (it asks too), and returns to active only when none is left pending.
--- (59_ask_at_once.sql covers this from the agent's side.)
+-- (53_ask_at_once.sql covers this from the agent's side.)
 -- ---------------------------------------------------------------------------------------
 CREATE FUNCTION pg_temp.second_request(p_session uuid, p_step integer, p_tool text)
 RETURNS uuid LANGUAGE sql AS $$

@@ -3,7 +3,7 @@
 -- written in by the runner when it applies this file: @UNDOLOG_VERSION@ below is
 -- replaced, so the version has one source, and a new release re-applies this function
 -- (its applied text, hence its checksum, changes). SECURITY DEFINER like every function
--- a role may call (pgtap/52_privileges.sql), though it reads nothing.
+-- a role may call (pgtap/70_privileges.sql), though it reads nothing.
 CREATE OR REPLACE FUNCTION undolog.version()
 RETURNS text
 LANGUAGE sql

@@ -251,7 +251,7 @@ FROM pg_temp.write_stmt AS w ORDER BY w.relation, w.op;
 RESET ROLE;
 
 -- ---------------------------------------------------------------------------------------
--- Row-level security is what keeps agents apart (53_rls.sql tests the rows themselves).
+-- Row-level security is what keeps agents apart (71_rls.sql tests the rows themselves).
 -- ---------------------------------------------------------------------------------------
 SELECT is_empty(
     $$SELECT c.oid::regclass, r.grp
