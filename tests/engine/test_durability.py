@@ -236,7 +236,7 @@ def run_paused_agent(dsn: str, ledger: Path, mode: str) -> Iterator[tuple[uuid.U
         [sys.executable, "-c", AGENT, dsn, str(ledger), mode],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "python")},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "python")},
     )
     try:
         assert proc.stdout is not None

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -322,12 +322,9 @@ def test_health_and_recover_agree_on_every_kind_of_due_session(
 
 
 @pytest.fixture
-def empty_db(conn: Conn, dsn: str) -> Iterator[str]:
+def empty_db(fresh_db: Callable[..., str]) -> str:
     """A database of the same cluster without the engine."""
-    name = f"empty_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE DATABASE {name}")
-    yield psycopg.conninfo.make_conninfo(dsn, dbname=name)
-    conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    return fresh_db()
 
 
 def test_a_database_without_the_engine_says_run_migrate(

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 import uvicorn
 from starlette.testclient import TestClient
+from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
 
 from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
-from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
 from undolog import engine
 from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard

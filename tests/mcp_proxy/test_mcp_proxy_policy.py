@@ -23,7 +23,6 @@ from typing import Any
 import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
-
 from test_mcp_proxy import (
     ROOT,
     WORKER,
@@ -33,6 +32,7 @@ from test_mcp_proxy import (
     text,
     wait_for,
 )
+
 from undolog import saga
 from undolog.mcp_proxy.mapping import ArgSource, resolve
 

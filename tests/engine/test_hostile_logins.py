@@ -334,7 +334,7 @@ def test_the_roles_page_advisory_lock_statements_do_what_it_says(
     agent = login("undolog_agent")
     assert agent.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
     agent.execute("SELECT pg_advisory_unlock(1)")
-    script = Path(__file__).resolve().parents[1] / "examples" / "advisory_locks.sql"
+    script = Path(__file__).resolve().parents[2] / "examples" / "advisory_locks.sql"
     subprocess.run(
         ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
         check=True,

@@ -95,7 +95,7 @@ def test_a_step_past_the_engine_integer_is_refused_before_sending(conn: Conn) ->
 
 
 def test_every_mapped_sqlstate_is_documented() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     docs = [root / "README.md", *sorted((root / "docs").glob("**/*.md"))]
     text = "\n".join(d.read_text(encoding="utf-8") for d in docs if d.is_file())
     rows = [line for line in text.splitlines() if line.startswith("| ")]

@@ -8,7 +8,7 @@ and the full sequence of history rows each has accumulated. A call the model say
 refused must be refused with the documented error and change nothing.
 
 Late commits and fails (a report arriving for an effect already compensating or
-compensated) are not generated: the model does not follow them; tests/test_durability.py
+compensated) are not generated: the model does not follow them; tests/engine/test_durability.py
 and pgtap/26_late_result.sql do.
 """
 

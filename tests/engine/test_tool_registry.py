@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
+
 from undolog import UndoLog, engine, errors, undolog_tool
 from undolog.tiers import CompensationDescriptor, ToolTier
 

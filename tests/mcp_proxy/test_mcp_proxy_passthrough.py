@@ -18,7 +18,6 @@ import psycopg
 import pytest
 from mcp import Client, MCPError
 from mcp.client.context import ClientRequestContext
-
 from test_mcp_proxy import (
     ROOT,
     SESSION,
@@ -34,6 +33,7 @@ from test_mcp_proxy import (
     text,
     wait_for,
 )
+
 from undolog import approvals
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name

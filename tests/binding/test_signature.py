@@ -19,8 +19,8 @@ import pytest
 from undolog import SignatureError, call_signature, canonical_json
 from undolog.signature import MAX_NESTING_DEPTH, check_storable
 
-HERE = Path(__file__).resolve().parent
-IN_REPO = HERE / "vectors"
+TESTS = Path(__file__).resolve().parents[1]
+IN_REPO = TESTS / "vectors"
 
 
 def _shared_vectors() -> Path:
@@ -28,7 +28,7 @@ def _shared_vectors() -> Path:
     clone (where the team keeps them on developers' machines and in CI)."""
     if os.environ.get("UNDOLOG_VECTORS"):
         return Path(os.environ["UNDOLOG_VECTORS"])
-    return HERE.parent.parent / "shared" / "vectors"
+    return TESTS.parents[1] / "shared" / "vectors"
 
 
 VECTORS: dict[str, Any] = json.loads((IN_REPO / "call_signature.json").read_text(encoding="utf-8"))

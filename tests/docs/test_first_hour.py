@@ -11,14 +11,14 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-
 from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
+
 from undolog import EngineNotInstalled, UndoLog, UndoLogError
 from undolog import cli as cli_module
 from undolog.cli import _output, main
@@ -132,15 +132,9 @@ def test_no_shown_shell_block_carries_a_shebang_or_set_e() -> None:
 
 
 @pytest.fixture
-def empty_dsn(conn: Any) -> Iterator[str]:
+def empty_dsn(fresh_db: Callable[..., str]) -> str:
     """A real database of the same cluster with no engine in it."""
-    name = f"empty_{uuid.uuid4().hex[:12]}"
-    conn.execute(f"CREATE DATABASE {name}")
-    info = conn.info
-    try:
-        yield f"host={info.host} port={info.port} user={info.user} dbname={name}"
-    finally:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    return fresh_db()
 
 
 def test_the_binding_on_a_database_without_the_engine_says_run_migrate(empty_dsn: str) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SUITE = Path(__file__).resolve().parents[1] / "bench" / "faults.py"
+SUITE = Path(__file__).resolve().parents[2] / "bench" / "faults.py"
 
 
 def test_fault_suite_short_run_has_no_violation() -> None:

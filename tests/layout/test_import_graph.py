@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "undolog"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "undolog"
 # What sits above the binding: the command, the demos, and the faces
 FACES = ("undolog.cli", "undolog.dashboard", "undolog.mcp_proxy", "undolog.integrations")
 ABOVE_BINDING = (*FACES, "undolog.demos")

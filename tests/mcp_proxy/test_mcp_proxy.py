@@ -27,7 +27,7 @@ from mcp import Client, StdioServerParameters
 
 from undolog import approvals, engine, saga
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
 SESSION = "undolog/session"  # the proxy's handle
 RAW_SESSION = "undolog/session_id"

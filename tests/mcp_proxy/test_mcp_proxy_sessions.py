@@ -17,7 +17,6 @@ from typing import Any, cast
 import mcp_types as types
 import psycopg
 import pytest
-
 from test_mcp_proxy import (
     ROOT,
     SESSION,
@@ -35,6 +34,7 @@ from test_mcp_proxy import (
     text,
     wait_for,
 )
+
 from undolog import approvals, saga
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, shared with the proxy's main tests

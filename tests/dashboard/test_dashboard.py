@@ -899,7 +899,7 @@ def test_the_pages_purpose_example_runs_and_the_session_page_shows_it(
 ) -> None:
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "dashboard.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     example = next(b for b in blocks if '"purpose"' in b)
     exec(compile(example, "docs/dashboard.md", "exec"), {"dsn": as_login(app_dsn, "dash_agent")})

@@ -34,7 +34,7 @@ from undolog import errors as undolog_errors
 from undolog.errors import BY_SQLSTATE
 from undolog.migrations import migrate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = ROOT / "examples"
 VENV_BIN = Path(sys.executable).parent
@@ -427,7 +427,7 @@ def includes(text: str) -> list[str]:
 
 
 # Blocks that show no code to run: output, syntax, the two make commands (make test is
-# this very run; make demo has tests/test_demo.py).
+# this very run; make demo has tests/docs/test_demo.py).
 NOT_RUN = {"text", "ini"}
 
 

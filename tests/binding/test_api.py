@@ -214,7 +214,7 @@ def test_a_call_that_finishes_while_waited_for_replays(dsn: str, conn: Conn) -> 
 
 
 def test_the_quickstart_as_a_workers_app_does_not_run_the_agent(dsn: str) -> None:
-    examples = Path(__file__).resolve().parents[1] / "examples"
+    examples = Path(__file__).resolve().parents[2] / "examples"
     out = subprocess.run(
         [sys.executable, "-m", "undolog.cli", "worker", "--app", "quickstart:ul", "--once"],
         cwd=examples,

@@ -16,9 +16,9 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from test_mcp_proxy import ROOT, run, sessions, text, wait_for
 from test_mcp_proxy_policy import MEMORY_POLICY, client
+
 from undolog import saga
 
 PINS = ROOT / "tools" / "mcp-reference-servers.json"

@@ -497,7 +497,7 @@ def test_agent_inbox_response_rejects_with_its_text(fx: Fixture) -> None:
 def test_the_pages_human_interrupt_is_the_one_the_tool_sends(fx: Fixture) -> None:
     """docs/integrations.md shows an interrupt's value: it has the keys, the config and
     the shape of the value an IRREVERSIBLE call really interrupts with."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
     shown = json.loads(re.search(r"```json\n(.*?)\n```", page, re.S).group(1))  # type: ignore[union-attr]
     _, value = _pay(fx)
     assert [set(v) for v in shown] == [set(v) for v in value]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from undolog.migrations import (
 )
 
 Conn = psycopg.Connection[Any]
-SQL = Path(__file__).resolve().parents[1] / "sql"
+SQL = Path(__file__).resolve().parents[2] / "sql"
 
 # The migration runner's own records, the one-row partition-maintenance lock and the tool
 # registry (keyed by owner login, small, read by every session: a reference table under
@@ -48,23 +47,6 @@ RUNNER_TABLES = {
     "undolog_maintenance_lock",
     "undolog_tools",
 }
-
-
-@pytest.fixture
-def fresh_db(conn: Conn) -> Iterator[Any]:
-    """A factory of empty databases (no engine), dropped at the end."""
-    made: list[str] = []
-
-    def make(name: str) -> str:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-        made.append(name)
-        info = conn.info
-        return f"host={info.host} port={info.port} user={info.user} dbname={name}"
-
-    yield make
-    for name in made:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # The catalog, as text without oids: what pg_dump shows and what it could hide (e.g. a
@@ -157,23 +139,49 @@ def use_the_journal(c: Conn) -> None:
     approvals.reject(c, gated.approval_id, "ada@example.com", "no")
 
 
-def test_upgrade_from_the_baseline_equals_a_fresh_install(
-    fresh_db: Any, old_engine: Path, monkeypatch: pytest.MonkeyPatch
+def test_upgrade_through_every_release_equals_a_fresh_install(
+    fresh_db: Any,
+    old_engine: Path,
+    engine_before_reject_option: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """One migration at a time, each with the sources of the first release that had it,
+    and a journal in use between them, as a user upgrades: the same schema and catalog as
+    a fresh install, and the journal written by the oldest release is still there."""
     fresh = fresh_db("layout_fresh")
     with psycopg.connect(fresh, autocommit=True) as c:
         migrate(c)
     upgraded = fresh_db("layout_upgraded")
+    releases = [old_engine, engine_before_reject_option]
+    first: dict[str, Path] = {}
+    for root in reversed(releases):
+        first.update({m.name: root for m in available_migrations(root)})
     with psycopg.connect(upgraded, autocommit=True) as c:
-        with monkeypatch.context() as m:  # the release before the registry, in use
-            m.setattr(migrations, "sql_root", lambda: old_engine)
-            assert "0002_perf" in migrate(c)
-            use_the_journal(c)
-        migrate(c)
+        for m in available_migrations():
+            with monkeypatch.context() as patched:  # that release's own sources
+                if m.name in first:
+                    root = first[m.name]
+                    patched.setattr(migrations, "sql_root", lambda root=root: root)
+                migrate(c, target=m.name)
+                if m.name == "0002_perf":  # the release before the registry, in use
+                    use_the_journal(c)
+            if m.name not in first:  # a release with the registry: the binding's calls
+                session = engine.begin_session(c)
+                call = engine.intercept(
+                    c,
+                    session,
+                    0,
+                    "create_user",
+                    "compensable",
+                    {"email": f"{m.name}@example.com"},
+                    compensation={"name": "delete_user"},
+                )
+                assert call.effect_id is not None
+                engine.commit(c, call.effect_id, {"id": 1})
         journal = c.execute(
-            "SELECT count(*), count(tool_id) FROM undolog.undolog_effect_log"
+            "SELECT count(*) FILTER (WHERE tool_id IS NULL) FROM undolog.undolog_effect_log"
         ).fetchone()
-    assert journal == (4, 0)  # the journal survived the upgrade; its rows have no tool
+    assert journal == (4,)  # the oldest release's journal survived; its rows have no tool
     assert fingerprint(upgraded) == fingerprint(fresh)
 
 

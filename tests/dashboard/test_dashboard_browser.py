@@ -39,7 +39,7 @@ from dashboard_helpers import (
 from pgcluster import free_port
 from undolog.dashboard import create_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / ".tmp" / "screenshots"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 Conn = psycopg.Connection[Any]

@@ -14,7 +14,7 @@ import pytest
 
 from integration_support import logins
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {
     "openai_agents_approval.py": "openai-agents",
     "openai_agents_rejection.py": "openai-agents",

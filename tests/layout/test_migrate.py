@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +26,11 @@ from undolog.migrations import (
     repeatables,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _fresh_db(admin: psycopg.Connection[Any], name: str) -> str:
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-    admin.execute(f'CREATE DATABASE "{name}"')
-    info = admin.info
-    return f"host={info.host} port={info.port} user={info.user} dbname={name}"
-
-
-@pytest.fixture
-def admin(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    return conn
-
-
-def test_migrate_twice_applies_nothing_the_second_time(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_twice")
+def test_migrate_twice_applies_nothing_the_second_time(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_twice")
     with psycopg.connect(dsn, autocommit=True) as c:
         first = migrate(c)
         second = migrate(c)
@@ -52,8 +41,8 @@ def test_migrate_twice_applies_nothing_the_second_time(admin: psycopg.Connection
     assert [r[0] for r in recorded] == names
 
 
-def test_racing_installers_apply_each_migration_once(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_race")
+def test_racing_installers_apply_each_migration_once(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_race")
     results: list[list[str]] = []
     errors: list[BaseException] = []
     start = threading.Barrier(4)
@@ -112,8 +101,8 @@ def test_installs_into_two_databases_of_a_new_cluster_at_once() -> None:
             assert _migrate_at_once(dsns) == []
 
 
-def test_a_changed_migration_is_refused(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_tamper")
+def test_a_changed_migration_is_refused(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_tamper")
     with psycopg.connect(dsn, autocommit=True) as c:
         migrate(c)
         c.execute(
@@ -124,55 +113,17 @@ def test_a_changed_migration_is_refused(admin: psycopg.Connection[Any]) -> None:
             migrate(c)
 
 
-def test_migrate_refuses_an_unknown_target(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_target")
+def test_migrate_refuses_an_unknown_target(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_target")
     with psycopg.connect(dsn, autocommit=True) as c, pytest.raises(MigrationError):
         migrate(c, target="9999_nope")
 
 
-def test_upgrade_through_every_release_equals_fresh_install(
-    admin: psycopg.Connection[Any],
-    old_engine: Path,
-    engine_before_reject_option: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    fresh = _fresh_db(admin, "mig_fresh")
-    with psycopg.connect(fresh, autocommit=True) as c:
-        migrate(c)
-    upgraded = _fresh_db(admin, "mig_upgraded")
-    with psycopg.connect(upgraded, autocommit=True) as c:
-        # one migration at a time, with a journal in use between them, as a user upgrades
-        # each migration with the sources of the first release that had it
-        releases = [old_engine, engine_before_reject_option]
-        first: dict[str, Path] = {}
-        for root in reversed(releases):
-            first.update({m.name: root for m in available_migrations(root)})
-        for m in available_migrations():
-            with monkeypatch.context() as patched:  # that release's own sources
-                if m.name in first:
-                    root = first[m.name]
-                    patched.setattr(migrations, "sql_root", lambda root=root: root)
-                migrate(c, target=m.name)
-            session = engine.begin_session(c)
-            found = engine.intercept(
-                c,
-                session,
-                0,
-                "create_user",
-                "compensable",
-                {"email": f"{m.name}@example.com"},
-                compensation={"name": "delete_user"},
-            )
-            assert found.effect_id is not None
-            engine.commit(c, found.effect_id, {"id": 1})
-    assert schema_dump(upgraded) == schema_dump(fresh)
-
-
-def test_install_sql_script_installs_the_same_schema(admin: psycopg.Connection[Any]) -> None:
-    by_migrate = _fresh_db(admin, "mig_by_migrate")
+def test_install_sql_script_installs_the_same_schema(fresh_db: Callable[..., str]) -> None:
+    by_migrate = fresh_db("mig_by_migrate")
     with psycopg.connect(by_migrate, autocommit=True) as c:
         migrate(c)
-    by_psql = _fresh_db(admin, "mig_by_psql")
+    by_psql = fresh_db("mig_by_psql")
     subprocess.run(
         [str(bindir() / "psql"), "-q", "-v", "ON_ERROR_STOP=1", "-d", by_psql],
         input=install_script(),
@@ -185,8 +136,8 @@ def test_install_sql_script_installs_the_same_schema(admin: psycopg.Connection[A
         assert migrate(c) == []  # recorded, so migrate sees it as up to date
 
 
-def test_cli_migrate_reports_and_exits_zero(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_cli")
+def test_cli_migrate_reports_and_exits_zero(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_cli")
     cli = [sys.executable, "-m", "undolog.cli", "migrate", "--dsn", dsn]
     first = subprocess.run(cli, capture_output=True, text=True, check=False)
     second = subprocess.run(cli, capture_output=True, text=True, check=False)
@@ -427,8 +378,8 @@ def test_a_long_transaction_makes_migrate_fail_cleanly_after_lock_timeout(
     assert "same release" in _body(conn, "commit")
 
 
-def test_the_cli_names_the_lock_timeout_it_refuses(admin: psycopg.Connection[Any]) -> None:
-    dsn = _fresh_db(admin, "mig_bad_timeout")
+def test_the_cli_names_the_lock_timeout_it_refuses(fresh_db: Callable[..., str]) -> None:
+    dsn = fresh_db("mig_bad_timeout")
     cli = [sys.executable, "-m", "undolog.cli", "migrate", "--dsn", dsn, "--lock-timeout"]
     bad = subprocess.run([*cli, "soon"], capture_output=True, text=True, check=False)
     assert bad.returncode == 1
