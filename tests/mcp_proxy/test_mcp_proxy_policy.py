@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,70 @@ def graph(env: dict[str, str]) -> dict[str, list[str]]:
     return {e["name"]: e["observations"] for e in json.loads(path.read_text())}
 
 
+async def create_observe_edit_then_roll_back(
+    c: Any,
+    conn: psycopg.Connection[Any],
+    *,
+    tool: Callable[[str], str],
+    notes: str,
+    notes_file: Path,
+    graph: Callable[[], dict[str, list[str]]],
+) -> None:
+    """The memory policy's story, against whichever upstream serves it (``tool`` names
+    each tool as the proxy shows it): create_entities, add_observations and two chained
+    edits of a file, then a rollback by a person and the undo walk to its end."""
+    made = await c.call_tool(
+        tool("create_entities"),
+        {
+            "entities": [
+                {"name": "Ada", "entityType": "person", "observations": []},
+                {"name": "Bob", "entityType": "person", "observations": ["new"]},
+                {"name": "Cy", "entityType": "robot", "observations": []},
+            ]
+        },
+    )
+    assert not made.is_error, text(made)
+    assert made.structured_content is not None
+    # the upstream answers only the entities it created, as the mapping needs
+    assert [e["name"] for e in made.structured_content["entities"]] == ["Bob", "Cy"]
+    added = await c.call_tool(
+        tool("add_observations"),
+        {
+            "observations": [
+                {"entityName": "Ada", "contents": ["writes code", "likes tea"]},
+                {"entityName": "Bob", "contents": ["plays chess"]},
+            ]
+        },
+    )
+    assert not added.is_error, text(added)
+    # two edits where the second edits the first's output: undone only last first
+    edited = await c.call_tool(
+        tool("edit_file"),
+        {
+            "path": notes,
+            "edits": [
+                {"oldText": "status: draft", "newText": "status: review"},
+                {"oldText": "status: review", "newText": "status: final"},
+            ],
+        },
+    )
+    assert not edited.is_error, text(edited)
+    assert notes_file.read_text() == "status: final\nowner: ada\n"
+    assert graph() == {
+        "Ada": ["writes code", "likes tea"],
+        "Bob": ["new", "plays chess"],
+        "Cy": [],
+    }
+    ((sid, _),) = sessions(conn)
+    assert saga.rollback_session(conn, sid, "alice", "wrong graph") == "failed"
+    still = await c.call_tool(tool("read_graph"), {})  # SAFE: still served
+    assert not still.is_error, text(still)
+    # the next acting call hears of the failure: refused, and the undo walk starts
+    again = await c.call_tool(tool("edit_file"), {"path": notes, "edits": []})
+    assert again.is_error and "undone" in text(again)
+    wait_for(lambda: dict(sessions(conn))[sid] == "compensated", timeout=60)
+
+
 def test_memory_and_file_edits_are_undone_through_the_upstream(
     dsn: str, conn: psycopg.Connection[Any], upstream_env: dict[str, str]
 ) -> None:
@@ -87,54 +151,14 @@ def test_memory_and_file_edits_are_undone_through_the_upstream(
 
     async def body() -> None:
         async with client(MEMORY_POLICY, dsn, upstream_env) as c:
-            made = await c.call_tool(
-                "create_entities",
-                {
-                    "entities": [
-                        {"name": "Ada", "entityType": "person", "observations": []},
-                        {"name": "Bob", "entityType": "person", "observations": ["new"]},
-                        {"name": "Cy", "entityType": "robot", "observations": []},
-                    ]
-                },
+            await create_observe_edit_then_roll_back(
+                c,
+                conn,
+                tool=lambda name: name,
+                notes="notes.txt",
+                notes_file=notes,
+                graph=lambda: graph(upstream_env),
             )
-            assert not made.is_error, text(made)
-            assert made.structured_content is not None
-            assert [e["name"] for e in made.structured_content["entities"]] == ["Bob", "Cy"]
-            added = await c.call_tool(
-                "add_observations",
-                {
-                    "observations": [
-                        {"entityName": "Ada", "contents": ["writes code", "likes tea"]},
-                        {"entityName": "Bob", "contents": ["plays chess"]},
-                    ]
-                },
-            )
-            assert not added.is_error, text(added)
-            # two edits where the second edits the first's output: undone only last first
-            edited = await c.call_tool(
-                "edit_file",
-                {
-                    "path": "notes.txt",
-                    "edits": [
-                        {"oldText": "status: draft", "newText": "status: review"},
-                        {"oldText": "status: review", "newText": "status: final"},
-                    ],
-                },
-            )
-            assert not edited.is_error, text(edited)
-            assert notes.read_text() == "status: final\nowner: ada\n"
-            assert graph(upstream_env) == {
-                "Ada": ["writes code", "likes tea"],
-                "Bob": ["new", "plays chess"],
-                "Cy": [],
-            }
-            ((sid, _),) = sessions(conn)
-            assert saga.rollback_session(conn, sid, "alice", "wrong graph") == "failed"
-            refused = await c.call_tool("read_graph", {})  # SAFE: still served
-            assert not refused.is_error
-            again = await c.call_tool("edit_file", {"path": "notes.txt", "edits": []})
-            assert again.is_error and "undone" in text(again)
-            wait_for(lambda: dict(sessions(conn))[sid] == "compensated", timeout=60)
 
     run(body)
     assert graph(upstream_env) == {"Ada": ["writes code"]}

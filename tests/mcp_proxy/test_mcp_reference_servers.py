@@ -16,10 +16,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import ROOT, run, sessions, text, wait_for
-from test_mcp_proxy_policy import MEMORY_POLICY, client
-
-from undolog import saga
+from test_mcp_proxy import ROOT, run, text
+from test_mcp_proxy_policy import MEMORY_POLICY, client, create_observe_edit_then_roll_back
 
 PINS = ROOT / "tools" / "mcp-reference-servers.json"
 PREFIX = ROOT / ".cache" / "mcp-servers"
@@ -115,53 +113,14 @@ def test_the_example_policy_undoes_the_reference_servers(
 
     async def body() -> None:
         async with client(policy, dsn, dict(os.environ)) as c:
-            made = await c.call_tool(
-                "memory__create_entities",
-                {
-                    "entities": [
-                        {"name": "Ada", "entityType": "person", "observations": []},
-                        {"name": "Bob", "entityType": "person", "observations": ["new"]},
-                        {"name": "Cy", "entityType": "robot", "observations": []},
-                    ]
-                },
+            await create_observe_edit_then_roll_back(
+                c,
+                conn,
+                tool=lambda name: f"{SERVES[name]}__{name}",
+                notes=str(notes),
+                notes_file=notes,
+                graph=lambda: graph(memory_file),
             )
-            assert not made.is_error, text(made)
-            assert made.structured_content is not None
-            # the real server answers only the entities it created, as the mapping needs
-            assert [e["name"] for e in made.structured_content["entities"]] == ["Bob", "Cy"]
-            added = await c.call_tool(
-                "memory__add_observations",
-                {
-                    "observations": [
-                        {"entityName": "Ada", "contents": ["writes code", "likes tea"]},
-                        {"entityName": "Bob", "contents": ["plays chess"]},
-                    ]
-                },
-            )
-            assert not added.is_error, text(added)
-            edited = await c.call_tool(
-                "files__edit_file",
-                {
-                    "path": str(notes),
-                    "edits": [
-                        {"oldText": "status: draft", "newText": "status: review"},
-                        {"oldText": "status: review", "newText": "status: final"},
-                    ],
-                },
-            )
-            assert not edited.is_error, text(edited)
-            assert notes.read_text() == "status: final\nowner: ada\n"
-            assert graph(memory_file) == {
-                "Ada": ["writes code", "likes tea"],
-                "Bob": ["new", "plays chess"],
-                "Cy": [],
-            }
-            ((sid, _),) = sessions(conn)
-            assert saga.rollback_session(conn, sid, "alice", "wrong graph") == "failed"
-            # the next call hears of the failure: refused, and the undo walk starts
-            again = await c.call_tool("files__edit_file", {"path": str(notes), "edits": []})
-            assert again.is_error and "undone" in text(again)
-            wait_for(lambda: dict(sessions(conn))[sid] == "compensated", timeout=60)
             after = await c.call_tool("memory__read_graph", {})
             assert not after.is_error, text(after)
             assert after.structured_content is not None
