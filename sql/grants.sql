@@ -26,6 +26,8 @@ GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_opera
 -- on): an agent reads its own sessions' requests, approver and operator every one.
 GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.ending_decision(uuid)
+TO undolog_agent, undolog_approver, undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;
@@ -91,6 +93,7 @@ GRANT SELECT ON undolog.sessions_list TO undolog_agent, undolog_approver, undolo
 GRANT SELECT ON undolog.session_calls TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undo_stack_entries TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_approvals TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.call_approvals TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_state_history
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operator;

@@ -86,18 +86,14 @@ def storable_error(text: str) -> str:
 # The compensation the next claim of a session would hand out, found the way
 # claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
 # barrier (the walk stops there, needing no compensation); no row when nothing is left.
-# The name is the effect's registration's (claim_compensation answers that one); an
-# effect journaled before the registry has no tool_id, and its descriptor names it.
+# The entry's descriptor is the registration's (intercept copies it; a claim halts the
+# walk when the two disagree), and an effect journaled before the registry has only it.
 NEXT_COMPENSATION = """
-SELECT coalesce(t.compensation ->> 'name', u.compensation ->> 'name')
-FROM undolog.undolog_undo_stack AS u
-INNER JOIN undolog.undolog_effect_log AS e
-    ON e.session_id = u.session_id AND e.effect_id = u.effect_id
-       AND e.executed_at = u.executed_at
-LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id AND u.compensation IS NOT NULL
+SELECT u.compensation_name
+FROM undolog.undo_stack_entries AS u
 WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
-  AND NOT (e.state = 'pending'
-           OR (u.compensation IS NULL AND e.state IN ('approved', 'rejected')))
+  AND NOT (u.effect_state = 'pending'
+           OR (u.compensation IS NULL AND u.effect_state IN ('approved', 'rejected')))
 ORDER BY u.stack_position DESC
 LIMIT 1
 """
@@ -187,7 +183,7 @@ def run_walk(
 # The sessions of ``due`` begun by one of the logins (none given: the worker's own), in
 # recover()'s order.
 _OWNED = """
-SELECT s.session_id FROM undolog.undolog_sessions AS s
+SELECT s.session_id FROM undolog.sessions_list AS s
 WHERE s.session_id = ANY (%s)
   AND s.owner_role = ANY (coalesce(nullif(%s::text[], '{}'), ARRAY[session_user::text]))
 """

@@ -147,6 +147,23 @@ def test_irreversible_approved_then_resumed_runs_once(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
+def test_a_login_that_is_only_an_agent_is_asked_approved_and_resumed(dsn: str) -> None:
+    """The approval path reads only what an agent login may read (the calls' approvals
+    through undolog.call_approvals, not the engine's tables an agent cannot see)."""
+    fx = Fixture(dsn, agent_only=True)
+    agent, result = _pay(fx)
+    state = result.to_state()
+    asyncio.run(
+        adapter.decide(
+            state, result.interruptions[0], fx.ul, fx.sid, fx.approver, "alice", approved=True
+        )
+    )
+    resumed = asyncio.run(fx.run(agent, state))
+    assert resumed.final_output == "paid"
+    assert fx.world.payouts == [500]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+
+
 def test_approval_recorded_elsewhere_is_honoured(fx: Fixture) -> None:
     agent, result = _pay(fx)
     state = result.to_state()

@@ -7,6 +7,7 @@ runs): it is an edge all the same when that code runs."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "undolog"
@@ -122,3 +123,19 @@ def test_a_circle_is_found() -> None:
     """The search finds a circle where there is one, and none where there is none."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+# Base tables are the engine's own: a module that reads one directly depends on the
+# journal's layout, which the migrations change (the views are the interface that stays).
+BASE_TABLE = re.compile(r"\bundolog\.undolog_\w+")
+# The migration runner keeps its own bookkeeping tables.
+MAY_NAME_BASE_TABLES = {"undolog.migrations"}
+
+
+def test_no_module_but_the_migration_runner_names_a_base_table() -> None:
+    named = {
+        name: sorted(set(BASE_TABLE.findall(path.read_text())))
+        for name, path in _modules().items()
+        if name not in MAY_NAME_BASE_TABLES
+    }
+    assert {name: tables for name, tables in named.items() if tables} == {}

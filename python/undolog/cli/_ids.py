@@ -13,8 +13,8 @@ from undolog.cli._common import UsageError, query
 from undolog.errors import UnknownApproval, UnknownSession
 
 _ID_TABLES = {
-    "session": ("undolog.undolog_sessions", "session_id"),
-    "approval": ("undolog.undolog_approval_requests", "approval_id"),
+    "session": ("undolog.sessions_list", "session_id"),
+    "approval": ("undolog.session_approvals", "approval_id"),
 }
 _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not

@@ -57,25 +57,14 @@ T = TypeVar("T")
 DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
 
-# The approval request of a call, found by its signature (an agent reads only its own
-# sessions' rows; approvers and operators read every row). An approved call that has not
-# run yet is held as pending while another request of its session is: nothing acts
-# while a person is being asked, and the engine answers it await_approval.
+# The approval request of a call, found by its signature (undolog.call_approvals: an
+# approved call that has not run yet is held as pending while another request of its
+# session is).
 _APPROVAL_OF_CALL = """
-SELECT a.approval_id,
-       CASE WHEN a.state = 'approved' AND e.state IN ('approved', 'pending')
-                 AND EXISTS (SELECT FROM undolog.undolog_approval_requests AS o
-                             WHERE o.session_id = a.session_id AND o.state = 'pending')
-            THEN 'pending' ELSE a.state END
-FROM undolog.undolog_signature_registry AS r
-JOIN undolog.undolog_approval_requests AS a
-  ON a.session_id = r.session_id AND a.effect_id = r.effect_id
-JOIN undolog.undolog_effect_log AS e
-  ON e.session_id = r.session_id AND e.effect_id = r.effect_id
- AND e.executed_at = r.executed_at
-WHERE r.session_id = %s AND r.call_signature = %s
+SELECT approval_id, state_for_the_agent FROM undolog.call_approvals
+WHERE session_id = %s AND call_signature = %s
 """
-_APPROVAL_STATE = "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s"
+_APPROVAL_STATE = "SELECT state FROM undolog.session_approvals WHERE approval_id = %s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,12 +351,9 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
 
 
 _APPROVAL_OF_STEP = """
-SELECT a.approval_id, a.state
-FROM undolog.undolog_effect_log AS e
-JOIN undolog.undolog_approval_requests AS a
-  ON a.session_id = e.session_id AND a.effect_id = e.effect_id
-WHERE e.session_id = %s AND e.step_index = %s AND e.tool_name = %s
-ORDER BY a.requested_at DESC
+SELECT approval_id, state FROM undolog.call_approvals
+WHERE session_id = %s AND step_index = %s AND tool_name = %s
+ORDER BY requested_at DESC
 LIMIT 1
 """
 
@@ -439,18 +425,9 @@ async def record_decision(
 # --- the UndoLog session of a framework run ---------------------------------------------
 
 # The decision that ended a session (a rejection, or an expiry, of a call whose tool
-# follows the default rule): the first, as undolog.session_refusal finds it. Requests
-# closed with it (asked at the same time) were decided a moment later.
-_ENDING_DECISION = """
-SELECT a.approval_id, a.state FROM undolog.undolog_approval_requests AS a
-JOIN undolog.undolog_effect_log AS e
-  ON e.session_id = a.session_id AND e.effect_id = a.effect_id
- AND e.executed_at = a.executed_at
-LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
-WHERE a.session_id = %s AND a.state IN ('rejected', 'expired')
-  AND coalesce(t.on_reject, 'fail_session') = 'fail_session'
-ORDER BY a.decided_at, a.approval_id LIMIT 1
-"""
+# follows the default rule): the first (undolog.ending_decision). Requests closed with it
+# (asked at the same time) were decided a moment later.
+_ENDING_DECISION = "SELECT approval_id, decision FROM undolog.ending_decision(%s)"
 
 
 # A session a run may go on in: active; waiting for a human (its committed calls replay,
