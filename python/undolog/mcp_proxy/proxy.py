@@ -1063,8 +1063,7 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     row = await (
                         await conn.execute(
-                            "SELECT state FROM undolog.session_approvals"
-                            " WHERE approval_id = %s",
+                            "SELECT state FROM undolog.session_approvals WHERE approval_id = %s",
                             (approval_id,),
                         )
                     ).fetchone()
