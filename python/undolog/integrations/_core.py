@@ -287,7 +287,7 @@ async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> W
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
     query = (session.session_id, _signature(session, tool, call_key, args))
-    row = await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query)
     return _answer(tool, call_key, args, row)
 
 
@@ -346,7 +346,7 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
     query = (session.session_id, _signature(session, tool, call_key, args))
-    if await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone() is None:
+    if await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query) is None:
         await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
@@ -364,7 +364,7 @@ async def approval_of_step(
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
     params = (session_id, step_for(call_key), tool_name)
-    row = await (await conn.execute(_APPROVAL_OF_STEP, params)).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_OF_STEP, params)
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -389,7 +389,7 @@ def approval_of_step_sync(
 
 
 async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
-    row = await (await conn.execute(_APPROVAL_STATE, (approval_id,))).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_STATE, (approval_id,))
     return str(row[0]) if row is not None else None
 
 
@@ -501,7 +501,7 @@ async def framework_run(
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = await (await conn.execute(_ENDING_DECISION, (session_id,))).fetchone()
+                row = await aengine.fetch_optional(conn, _ENDING_DECISION, (session_id,))
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
