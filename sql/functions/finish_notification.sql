@@ -3,8 +3,9 @@
 -- the delivery is due again after undolog.retry_delay(attempt, 10 s, 1 h) (exponential
 -- backoff; settings undolog.notification_retry_base and undolog.notification_retry_cap),
 -- or failed once it has had max_attempts attempts. Answers the delivery's state, or
--- 'stale' when the attempt is no longer the delivery's current one (its claim expired and
--- another worker took it; or an operator retried or cancelled it): nothing is written.
+-- 'stale' when the attempt is no longer the delivery's current claim (it was reported
+-- already; its claim expired and another worker took it; an operator retried or cancelled
+-- it): nothing is written.
 -- UL025 no such delivery.
 CREATE OR REPLACE FUNCTION undolog.finish_notification(
     p_delivery_id uuid, p_attempt integer, p_error text
@@ -30,7 +31,10 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL025', MESSAGE = pg_catalog.format('no delivery %s', p_delivery_id);
     END IF;
-    IF v_row.state <> 'pending' OR v_row.attempts IS DISTINCT FROM p_attempt THEN
+    -- claimed_until is set by the claim and cleared by its report: a report without a
+    -- claim in force (a duplicate) is stale too
+    IF v_row.state <> 'pending' OR v_row.attempts IS DISTINCT FROM p_attempt
+        OR v_row.claimed_until IS NULL THEN
         RETURN 'stale';
     END IF;
     IF p_error IS NULL THEN
