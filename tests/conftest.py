@@ -188,6 +188,11 @@ BEFORE_REGISTRY = "f0d5453"
 BEFORE_REJECT_OPTION = "d65778e"
 
 
+# The engine before migration 0010 (notifications of approval requests): migrations
+# 0001-0006 with the repeatables of that time, which name no notification table.
+BEFORE_NOTIFICATIONS = "02c5242"
+
+
 def _engine_at(commit: str, dest: Path) -> Path:
     """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
@@ -212,6 +217,11 @@ def old_engine(tmp_path: Path) -> Path:
 @pytest.fixture
 def engine_before_reject_option(tmp_path: Path) -> Path:
     return _engine_at(BEFORE_REJECT_OPTION, tmp_path / "engine-before-reject-option")
+
+
+@pytest.fixture
+def engine_before_notifications(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_NOTIFICATIONS, tmp_path / "engine-before-notifications")
 
 
 @pytest.fixture

@@ -134,6 +134,7 @@ def test_upgrade_through_every_release_equals_fresh_install(
     admin: psycopg.Connection[Any],
     old_engine: Path,
     engine_before_reject_option: Path,
+    engine_before_notifications: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fresh = _fresh_db(admin, "mig_fresh")
@@ -143,7 +144,7 @@ def test_upgrade_through_every_release_equals_fresh_install(
     with psycopg.connect(upgraded, autocommit=True) as c:
         # one migration at a time, with a journal in use between them, as a user upgrades
         # each migration with the sources of the first release that had it
-        releases = [old_engine, engine_before_reject_option]
+        releases = [old_engine, engine_before_reject_option, engine_before_notifications]
         first: dict[str, Path] = {}
         for root in reversed(releases):
             first.update({m.name: root for m in available_migrations(root)})

@@ -142,10 +142,15 @@ def _args_text(args: Any) -> str:
     return text if len(text) <= ARGS_PREVIEW else text[:ARGS_PREVIEW] + " …"
 
 
+def _one_line(text: object) -> str:
+    """The agent's text on one line: no line break of it reaches a header or a summary."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+
+
 def summary(d: Delivery) -> str:
     """One line: which call asks for a decision."""
     return (
-        f"Approval requested: {d.tool_name or '(call of a dropped month)'}"
+        f"Approval requested: {_one_line(d.tool_name or '(call of a dropped month)')}"
         f" (step {d.step_index}) in session {d.session_id} of {d.owner_role}"
     )
 
@@ -183,7 +188,7 @@ def webhook_body(d: Delivery) -> bytes:
 def email_message(d: Delivery) -> EmailMessage:
     """The mail: a text part and an HTML part, every value from the call escaped."""
     msg = EmailMessage()
-    msg["Subject"] = f"[UndoLog] approval requested: {d.tool_name}"[:200]
+    msg["Subject"] = f"[UndoLog] approval requested: {_one_line(d.tool_name)}"[:200]
     msg["From"] = str(d.config["smtp_from"])
     msg["To"] = d.target
     msg["Date"] = formatdate(localtime=False)

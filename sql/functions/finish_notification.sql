@@ -16,7 +16,11 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_row undolog.undolog_notification_deliveries;
+    -- a record, not the table's row type: a database migrated to an earlier target
+    -- (with these sources) has no such type yet, and a declared type is resolved when
+    -- the function is created
+    v_row record;
+    v_state text;
     v_now timestamptz := clock_timestamp();
     v_base interval := undolog.setting_interval('undolog.notification_retry_base',
                                                 interval '10 seconds');
@@ -52,8 +56,8 @@ BEGIN
         next_attempt_at = v_now + undolog.retry_delay(d.attempts, v_base, v_cap),
         claimed_until = NULL
     WHERE d.session_id = v_row.session_id AND d.delivery_id = v_row.delivery_id
-    RETURNING d.state INTO v_row.state;
-    RETURN v_row.state;
+    RETURNING d.state INTO v_state;
+    RETURN v_state;
 END
 $$;
 

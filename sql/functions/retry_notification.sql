@@ -11,7 +11,8 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_row undolog.undolog_notification_deliveries;
+    -- a record, not the table's row type (see finish_notification.sql)
+    v_row record;
     v_request_state text;
     v_removed timestamptz;
     v_max integer := undolog.setting_integer('undolog.notification_max_attempts', 8, 1, 100);

@@ -494,3 +494,33 @@ def test_channel_commands_refuse_what_cannot_work(operator_dsn: str, hook: Hook)
     assert cli(operator_dsn, "notifications", "remove", "gen", "--by", "ops").returncode == 0
     listed = json.loads(cli(operator_dsn, "--json", "notifications", "list").stdout)
     assert [c["channel_name"] for c in listed] == ["ops-hook"]
+
+
+def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
+    from datetime import UTC, datetime
+
+    d = notifications.Delivery(
+        delivery_id=uuid.uuid4(),
+        session_id=uuid.uuid4(),
+        approval_id=uuid.uuid4(),
+        attempt=1,
+        max_attempts=8,
+        channel_name="m",
+        channel_kind="email",
+        target="a@example.test",
+        config={"smtp_from": "u@example.test"},
+        secret=None,
+        dashboard_url=None,
+        step_index=0,
+        tool_name="pay\r\nBcc: evil@example.test",
+        args={},
+        agent="x",
+        owner_role="x",
+        requested_at=datetime.now(UTC),
+        expires_at=None,
+    )
+    msg = notifications.email_message(d)
+    assert msg["Subject"] == "[UndoLog] approval requested: pay Bcc: evil@example.test"
+    parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
+    assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
+    assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
