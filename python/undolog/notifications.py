@@ -336,14 +336,18 @@ def deliver_due(
     limit: int = 100,
     timeout: float = 10.0,
     lease: timedelta = timedelta(minutes=5),
+    budget: float = 30.0,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[Outcome]:
     """One pass: queue the new requests' deliveries, then send the due ones (at most
-    ``limit``), each claimed, sent, and reported. ``conn`` in autocommit mode (each
-    claim and report its own transaction; nothing is held while sending)."""
+    ``limit``, and no new one once ``budget`` seconds have gone: receivers that hang
+    until their timeout must not hold the worker's undo walks back for long), each
+    claimed, sent, and reported. ``conn`` in autocommit mode (each claim and report its
+    own transaction; nothing is held while sending)."""
     enqueue(conn)
     done: list[Outcome] = []
-    while len(done) < limit and not should_stop():
+    until = time.monotonic() + budget
+    while len(done) < limit and not should_stop() and time.monotonic() < until:
         d = claim(conn, lease)
         if d is None:
             break

@@ -524,3 +524,16 @@ def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
     parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
     assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
     assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
+
+
+def test_a_pass_out_of_time_queues_but_sends_nothing_more(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    with psycopg.connect(operator_dsn, autocommit=True) as operator:
+        assert notifications.deliver_due(operator, budget=0) == []
+        [row] = deliveries(conn, approval_id)
+        assert (row["state"], row["attempts"]) == ("pending", 0) and hook.received == []
+        [sent] = notifications.deliver_due(operator, limit=1)
+    assert sent.state == "sent" and len(hook.received) == 1

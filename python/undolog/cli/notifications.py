@@ -75,7 +75,7 @@ def configure_notifications_parser(subparsers: Subparsers, common: Parser) -> No
     p.set_defaults(func=_cmd_add_email, needed_role=OPERATOR)
 
     p = notif.add_parser("remove", parents=[common], help="remove a channel (operator)")
-    p.add_argument("name", metavar="NAME")
+    p.add_argument("name", metavar="NAME", help="the channel's name")
     p.add_argument("--by", required=True, help="who decides (recorded)")
     p.set_defaults(func=_cmd_remove, needed_role=OPERATOR)
 
@@ -87,7 +87,7 @@ def configure_notifications_parser(subparsers: Subparsers, common: Parser) -> No
         "deliveries", parents=[common], help="each request's deliveries: sent, failed, why"
     )
     p.add_argument("--approval", metavar="APPROVAL", help="only this request's (id or prefix)")
-    p.add_argument("--state", choices=("pending", "sent", "failed", "cancelled"))
+    p.add_argument("--state", choices=("pending", "sent", "failed", "cancelled"), help="only those")
     p.add_argument("--limit", type=positive_int, default=50, help="newest first (default 50)")
     p.set_defaults(func=_cmd_deliveries)
 
