@@ -4,7 +4,7 @@
 -- a retry; what an agent reads. Logins are played with SET SESSION AUTHORIZATION
 -- (ownership is session_user), approver and operator with SET ROLE.
 BEGIN;
-SELECT plan(33);
+SELECT plan(35);
 
 \ir _helpers.psql
 
@@ -151,6 +151,12 @@ SELECT is((SELECT state FROM undolog.undolog_notification_deliveries
            WHERE approval_id = :'mine' AND channel_name = 'mail'),
           'cancelled', '... and its deliveries not sent are cancelled');
 RESET ROLE;
+
+-- Retention deletes a dropped month's requests: their deliveries go with them.
+SELECT cmp_ok(undolog.prune_month_rows(now() - interval '1 day', now() + interval '1 day'),
+              '>=', 2::bigint, 'retention prunes the month''s requests');
+SELECT is((SELECT count(*)::integer FROM undolog.undolog_notification_deliveries), 0,
+          '... and their deliveries with them');
 
 SELECT * FROM finish();
 ROLLBACK;
