@@ -54,6 +54,12 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'abandon_session'),
     ('undolog_operator', 'rollback_session'),
     ('undolog_approver', 'rollback_session'),
+    ('undolog_operator', 'add_notification_channel'),
+    ('undolog_operator', 'remove_notification_channel'),
+    ('undolog_operator', 'enqueue_notifications'),
+    ('undolog_operator', 'claim_notification'),
+    ('undolog_operator', 'finish_notification'),
+    ('undolog_operator', 'retry_notification'),
     ('undolog_agent', 'version'),
     ('undolog_approver', 'version'),
     ('undolog_operator', 'version');

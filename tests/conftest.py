@@ -212,6 +212,11 @@ BEFORE_REGISTRY = "f0d5453"
 BEFORE_REJECT_OPTION = "d65778e"
 
 
+# The last engine before the migrations of the current release (0007 on): 0001-0006 with
+# the repeatables of that time, which name none of the tables those migrations add.
+LAST_RELEASE = "02c5242"
+
+
 def _engine_at(commit: str, dest: Path) -> Path:
     """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
@@ -236,6 +241,11 @@ def old_engine(tmp_path: Path) -> Path:
 @pytest.fixture
 def engine_before_reject_option(tmp_path: Path) -> Path:
     return _engine_at(BEFORE_REJECT_OPTION, tmp_path / "engine-before-reject-option")
+
+
+@pytest.fixture
+def engine_last_release(tmp_path: Path) -> Path:
+    return _engine_at(LAST_RELEASE, tmp_path / "engine-last-release")
 
 
 @pytest.fixture

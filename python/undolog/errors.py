@@ -125,6 +125,23 @@ class ToolRegistrationMismatch(UndoLogError):
     sqlstate = "UL018"
 
 
+class UnknownNotification(UndoLogError):
+    """No live notification channel of that name, or no delivery of that id."""
+
+    sqlstate = "UL025"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
+
+
+class InvalidNotificationChannel(UndoLogError):
+    """A notification channel that cannot work (its kind, name, URL, an address, its SMTP
+    settings, a missing webhook secret), or a name already live."""
+
+    sqlstate = "UL026"
+    exit_code = EXIT_USAGE
+    http_status = HTTP_UNPROCESSABLE
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -279,6 +296,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         PartitionInUse,
         UnknownTool,
         ToolRegistrationMismatch,
+        UnknownNotification,
+        InvalidNotificationChannel,
         PermissionDenied,
     )
     if cls.sqlstate is not None

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine, saga
+from undolog import engine, notifications, saga
 from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
@@ -267,8 +267,17 @@ class Worker:
         loop: asyncio.AbstractEventLoop | None = None,
         only_known: bool = False,
         owners: Sequence[str] | None = None,
+        walk: bool = True,
+        notify: bool = False,
+        on_notified: Callable[[notifications.Outcome], None] | None = None,
     ) -> None:
         self.connect = connect
+        # walk: recover and walk (``undolog worker``); notify: deliver the notifications
+        # of approval requests after that (``undolog worker`` unless --no-notify, and
+        # ``undolog notify``, which does only this).
+        self.walk = walk
+        self.notify = notify
+        self.on_notified = on_notified
         # Walk only the sessions begun by these logins (undolog worker --owner ROLE): a
         # worker serves the agents whose compensations it holds, not every agent's. None:
         # every session. An empty sequence: the sessions of the worker's own login.
@@ -315,6 +324,28 @@ class Worker:
         conn = self._connection(retry_connect)
         if conn is None:
             return False
+        if self.walk and not self._walk_pass(conn):
+            return False
+        if self.notify and not self._stop.is_set():
+            try:
+                sent = notifications.deliver_due(conn, should_stop=self._stop.is_set)
+            except Exception as exc:
+                return self._fault(exc, "notifications")
+            for outcome in sent:
+                if outcome.error is not None:
+                    log.warning(
+                        "delivery %s (%s), attempt %d: %s; now %s",
+                        outcome.delivery_id,
+                        outcome.channel_name,
+                        outcome.attempt,
+                        outcome.error,
+                        outcome.state,
+                    )
+                if self.on_notified is not None:
+                    self.on_notified(outcome)
+        return True
+
+    def _walk_pass(self, conn: engine.Connection) -> bool:
         try:
             due = saga.recover(conn)
             if self.owners is not None and due:

@@ -151,6 +151,73 @@ def test_approval_round_trip_runs_the_refund_once_after_approval(dsn: str, workd
     assert waiting == [("delete_database",), ("refund",)]  # the others are left alone
 
 
+def test_notifications_reach_the_webhook_and_the_mailbox(dsn: str, workdir: Path) -> None:
+    """The tutorial's script against a real receiver process (examples/webhook_receiver.py,
+    checking the signature) and a real SMTP server (aiosmtpd)."""
+    import email
+    import email.policy
+    import socket
+
+    from aiosmtpd.controller import Controller
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    mails: list[email.message.EmailMessage] = []
+
+    class Mailbox:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+            assert isinstance(parsed, email.message.EmailMessage)
+            mails.append(parsed)
+            return "250 OK"
+
+    smtp = Controller(Mailbox(), hostname="127.0.0.1", port=free_port())
+    smtp.start()
+    secret = uuid.uuid4().hex
+    port = free_port()
+    receiver = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "webhook_receiver.py"), str(port)],
+        env=shell_env(None, HOOK_SECRET=secret),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert receiver.stdout is not None
+        assert receiver.stdout.readline().startswith("listening")
+        out = run_script(
+            "notifications.sh",
+            dsn,
+            workdir,
+            HOOK_SECRET=secret,
+            HOOK_URL=f"http://127.0.0.1:{port}/undolog",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=str(smtp.port),
+            DASHBOARD_URL="https://undolog.example.com",
+        )
+        announced = receiver.stdout.readline()
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=30)
+        smtp.stop()
+    link = re.search(
+        r"https://undolog\.example\.com/sessions/[0-9a-f-]{36}#approval-[0-9a-f-]{36}", announced
+    )
+    assert announced.startswith("refund {'cents': 1999, 'order': 42} waits: ") and link
+    assert re.search(r"ops-hook\s+webhook\s+sent\s+1\s+8", out)
+    assert re.search(r"oncall\s+email\s+sent\s+1\s+8", out)
+    assert re.search(r"approval [0-9a-f-]{36}: approved", out)
+    [mail] = mails
+    assert (
+        mail["To"] == "oncall@example.com"
+        and mail["Subject"] == "[UndoLog] approval requested: refund"
+    )
+    body = mail.get_body(("plain",))
+    assert body is not None and link[0] in body.get_content()
+
+
 def test_crash_recovery_replays_after_a_restart_and_the_worker_undoes_a_dead_agent(
     dsn: str, workdir: Path
 ) -> None:
@@ -274,6 +341,9 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
         "undolog.retry_cap": "10 minutes",
         "undolog.claim_timeout": "5 minutes",
         "undolog.retention_months": "24",
+        "undolog.notification_max_attempts": "12",
+        "undolog.notification_retry_base": "30 seconds",
+        "undolog.notification_retry_cap": "2 hours",
     }
     with psycopg.connect(dsn) as conn:
         for name, value in expected.items():
@@ -480,6 +550,8 @@ RUN_BY = {
     "approval_round_trip.py": "test_api.py::test_the_approval_round_trip_example_runs",
     "refund_approval.py": "refund_approval.sh",
     "refund_approval.sh": "test_approval_round_trip_runs_the_refund_once_after_approval",
+    "notifications.sh": "test_notifications_reach_the_webhook_and_the_mailbox",
+    "webhook_receiver.py": "test_notifications_reach_the_webhook_and_the_mailbox",
     "rejection_feedback.py": "test_reject_option.py::test_the_rejection_example_runs",
     "citus.sql": "test_the_citus_plan_names_every_journal_table_and_real_functions",
     "crash_recovery.py": "crash_recovery.sh",
