@@ -1,0 +1,167 @@
+"""OpenTelemetry spans for journaled calls, compensations and approval waits (the extra
+``undolog[otel]``: opentelemetry-api; the application configures the SDK and its
+exporter as it would for any library).
+
+Each span is started as a child of the caller's current span, so that a journaled call
+shows inside the agent's own trace. Names and attributes follow the OpenTelemetry GenAI
+semantic conventions where they apply: ``execute_tool {name}`` with
+``gen_ai.operation.name`` = ``execute_tool``, ``gen_ai.tool.name`` and
+``gen_ai.tool.call.id`` (the effect id of a call; the undo id of a compensation); the
+engine's own facts are ``undolog.*`` attributes.
+
+Without opentelemetry installed every hook is a shared no-op object: nothing is imported
+and nothing allocated per call. The decorator and the walk call these hooks and nothing
+else of OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from undolog._version import __version__
+from undolog.errors import AwaitingApprovalError
+
+INSTRUMENTATION = "undolog"
+
+
+class _NoSpan:
+    """What a hook yields when there is no tracing: takes attributes, keeps nothing."""
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+
+class _NoOp(contextlib.AbstractContextManager[_NoSpan]):
+    def __enter__(self) -> _NoSpan:
+        return NO_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+NO_OP = _NoOp()
+
+_tracer: Any = None
+_looked = False
+
+
+def _get_tracer() -> Any:
+    """The tracer, or None without opentelemetry. Looked for once, at the first hook: the
+    API's tracer delegates to whatever provider the application sets, also later."""
+    global _tracer, _looked
+    if not _looked:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _tracer = None
+        else:
+            _tracer = trace.get_tracer(INSTRUMENTATION, __version__)
+        _looked = True
+    return _tracer
+
+
+@contextlib.contextmanager
+def _span(name: str, attributes: dict[str, Any], tracer: Any) -> Iterator[Any]:
+    """A span around the block, current inside it. An exception is recorded and sets the
+    span's status to error, except AwaitingApprovalError: a call waiting for a person is
+    the gate doing its work, not a failure."""
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    with tracer.start_as_current_span(
+        name,
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except AwaitingApprovalError:
+            raise
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
+
+
+def tool_call(name: str, tier: str, step_index: int | None = None) -> Any:
+    """The span of one journaled call, around the decorator's whole work (intercept, the
+    body, commit or fail). ``called`` adds what intercept answered."""
+    tracer = _get_tracer()
+    if tracer is None:
+        return NO_OP
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+        "undolog.tier": str(getattr(tier, "value", tier)),
+    }
+    if step_index is not None:
+        attributes["undolog.step_index"] = step_index
+    return _span(f"execute_tool {name}", attributes, tracer)
+
+
+def called(
+    effect_id: uuid.UUID | None,
+    action: str,
+    session_id: uuid.UUID | None = None,
+    approval_id: uuid.UUID | None = None,
+) -> None:
+    """What intercept answered, on the current call's span: the effect id is the call id
+    (the same on every replay of the call)."""
+    tracer = _get_tracer()
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    if effect_id is not None:
+        span.set_attribute("gen_ai.tool.call.id", str(effect_id))
+    span.set_attribute("undolog.action", action)
+    if session_id is not None:
+        span.set_attribute("undolog.session.id", str(session_id))
+    if approval_id is not None:
+        span.set_attribute("undolog.approval.id", str(approval_id))
+
+
+def compensation(
+    name: str,
+    undo_id: uuid.UUID,
+    tool_name: str,
+    attempt: int,
+    session_id: uuid.UUID | None = None,
+) -> Any:
+    """The span of one compensation attempt (the walk runs the compensation inside it):
+    the compensation is the tool executed, its undo id the call id, the same for every
+    attempt at that entry."""
+    tracer = _get_tracer()
+    if tracer is None:
+        return NO_OP
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": str(undo_id),
+        "undolog.compensates": tool_name,
+        "undolog.attempt": attempt,
+    }
+    if session_id is not None:
+        attributes["undolog.session.id"] = str(session_id)
+    return _span(f"execute_tool {name}", attributes, tracer)
+
+
+def approval_wait(approval_id: uuid.UUID) -> Any:
+    """The span of a wait for a person's decision; the block sets
+    ``undolog.approval.decision`` (approved, rejected, expired, or timeout)."""
+    tracer = _get_tracer()
+    if tracer is None:
+        return NO_OP
+    return _span("undolog.approval_wait", {"undolog.approval.id": str(approval_id)}, tracer)
+
+
+__all__ = ["NO_OP", "approval_wait", "called", "compensation", "tool_call"]
