@@ -89,9 +89,10 @@ def _span(name: str, attributes: dict[str, Any], tracer: Any) -> Iterator[Any]:
             raise
 
 
-def tool_call(name: str, tier: str, step_index: int | None = None) -> Any:
+def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:
     """The span of one journaled call, around the decorator's whole work (intercept, the
-    body, commit or fail). ``called`` adds what intercept answered."""
+    body, commit or fail); ``tier`` is a ToolTier or its value. ``called`` adds what
+    intercept answered."""
     tracer = _get_tracer()
     if tracer is None:
         return NO_OP

@@ -30,7 +30,6 @@ from undolog import (
     CompensationDescriptor,
     ToolTier,
     UndoLog,
-    tracing,
     undolog_tool,
 )
 
@@ -61,9 +60,7 @@ tracer = trace.get_tracer("tests")
 ran: list[str] = []
 
 
-@undolog_tool(
-    tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("traced_undo")
-)
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("traced_undo"))
 def traced_create(name: str) -> dict[str, str]:
     ran.append(name)
     if name == "boom":
@@ -76,9 +73,7 @@ def traced_payout(cents: int) -> dict[str, int]:
     return {"paid": cents}
 
 
-@undolog_tool(
-    tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("traced_undo")
-)
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("traced_undo"))
 async def traced_acreate(name: str) -> dict[str, str]:
     return {"name": name}
 

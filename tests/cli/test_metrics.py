@@ -144,7 +144,7 @@ def test_an_agent_login_may_not_scrape(agent_dsn: str) -> None:
     assert code == 1 and out == ""
     assert json.loads(err)["sqlstate"] == "42501"
     args = type("Args", (), {"dsn": agent_dsn})()
-    scraper = Scraper(args)  # type: ignore[arg-type]
+    scraper = Scraper(args)
     try:
         samples = parse(scraper.text())
     finally:
@@ -156,7 +156,7 @@ def test_an_agent_login_may_not_scrape(agent_dsn: str) -> None:
 @pytest.fixture
 def served(operator_dsn: str) -> Iterator[str]:
     args = type("Args", (), {"dsn": operator_dsn})()
-    scraper = Scraper(args)  # type: ignore[arg-type]
+    scraper = Scraper(args)
     server = make_server(scraper, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -134,8 +134,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    bound_host, bound_port = server.server_address[:2]
-    print(f"UndoLog metrics on http://{bound_host}:{bound_port}/metrics", flush=True)
+    bound_port = server.server_address[1]
+    print(f"UndoLog metrics on http://{host}:{bound_port}/metrics", flush=True)
     try:
         server.serve_forever()
     finally:
