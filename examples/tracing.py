@@ -30,9 +30,7 @@ trace.set_tracer_provider(provider)
 tracer = trace.get_tracer("my-agent")
 
 
-@undolog_tool(
-    tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_account")
-)
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_account"))
 def create_account(email: str) -> dict[str, Any]:
     return {"account": email}
 
