@@ -113,7 +113,7 @@ def load(conn: Conn, sessions: int) -> None:
             INSERT INTO undolog.undolog_effect_history (session_id, effect_id, executed_at,
                 event, from_state, to_state, at, actor)
             SELECT {SESSION_ID}, md5('e' || i)::uuid, t,
-                   CASE WHEN i %% 200000 = 7 THEN 'late_commit' ELSE 'transition' END,
+                   CASE WHEN i %% 20000 = 4 THEN 'late_commit' ELSE 'transition' END,
                    'executing', 'committed', t, 'bench_agent'
             FROM generate_series(%(a)s::int, %(b)s::int) AS i,
                  LATERAL (SELECT {AT} AS t) AS c

@@ -132,9 +132,10 @@ METRICS: tuple[tuple[str, str, str], ...] = (
         "Seconds the oldest due session has waited for the worker (0 when none is due).",
     ),
     (
-        "undolog_late_results_total",
-        "counter",
-        "Results that arrived after the undo walk took their call (kept months).",
+        "undolog_late_results_recent",
+        "gauge",
+        "Results that arrived after the undo walk took their call, in the sessions walked "
+        "in the last 24 hours.",
     ),
     (
         "undolog_late_result_last_timestamp_seconds",
@@ -219,7 +220,7 @@ def _samples(results: Results) -> dict[str, list[str]]:
         out["undolog_worker_due_sessions"].append(_sample("undolog_worker_due_sessions", due))
         out["undolog_worker_lag_seconds"].append(_sample("undolog_worker_lag_seconds", lag))
     for late, last_at in results["late"]:
-        out["undolog_late_results_total"].append(_sample("undolog_late_results_total", late))
+        out["undolog_late_results_recent"].append(_sample("undolog_late_results_recent", late))
         if isinstance(last_at, datetime):
             out["undolog_late_result_last_timestamp_seconds"].append(
                 _sample("undolog_late_result_last_timestamp_seconds", last_at.timestamp())
