@@ -9,16 +9,17 @@ semantic conventions where they apply: ``execute_tool {name}`` with
 ``gen_ai.tool.call.id`` (the effect id of a call; the undo id of a compensation); the
 engine's own facts are ``undolog.*`` attributes.
 
-Without opentelemetry installed every hook is a shared no-op object: nothing is imported
-and nothing allocated per call. The decorator and the walk call these hooks and nothing
+Without opentelemetry installed, or while the application has set no tracer provider,
+every hook is a shared no-op object: nothing allocated per call (and without it
+installed, nothing imported). The decorator and the walk call these hooks and nothing
 else of OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from undolog._version import __version__
@@ -46,47 +47,75 @@ NO_SPAN = _NoSpan()
 NO_OP = _NoOp()
 
 _tracer: Any = None
+_trace: Any = None  # the opentelemetry.trace module, once found
+_idle: tuple[type, ...] = ()  # its providers that record nothing
+_span_kind: Any = None
+_status: Any = None
+_from_environment = False
 _looked = False
 
 
 def _get_tracer() -> Any:
-    """The tracer, or None without opentelemetry. Looked for once, at the first hook: the
-    API's tracer delegates to whatever provider the application sets, also later."""
-    global _tracer, _looked
+    """The tracer, or None: without opentelemetry, and while the application has set no
+    tracer provider (the API's own records nothing, and skipping it keeps a journaled
+    call as cheap as without the package). Looked for once, at the first hook; the
+    provider is asked at each, so that one set later is used from then on."""
+    global _tracer, _trace, _idle, _span_kind, _status, _looked, _from_environment
     if not _looked:
         try:
             from opentelemetry import trace
         except ImportError:
-            _tracer = None
+            trace = None
         else:
+            _trace = trace
             _tracer = trace.get_tracer(INSTRUMENTATION, __version__)
+            _idle = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+            _span_kind = trace.SpanKind.INTERNAL
+            _status = (trace.Status, trace.StatusCode.ERROR)
+            # a provider named by this variable is loaded at the first get_tracer_provider
+            _from_environment = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
         _looked = True
-    return _tracer
+    if _trace is None:
+        return None
+    # get_tracer_provider() reads os.environ at every call while none is set (~5 us);
+    # the API's module global says the same at once. Read through getattr, so that an
+    # API without it falls back to asking.
+    provider = getattr(_trace, "_TRACER_PROVIDER", _trace)
+    if provider is _trace:
+        provider = _trace.get_tracer_provider()
+    elif provider is None:
+        return _tracer if _from_environment else None
+    return None if isinstance(provider, _idle) else _tracer
 
 
-@contextlib.contextmanager
-def _span(name: str, attributes: dict[str, Any], tracer: Any) -> Iterator[Any]:
+class _Scope:
     """A span around the block, current inside it. An exception is recorded and sets the
     span's status to error, except AwaitingApprovalError: a call waiting for a person is
     the gate doing its work, not a failure."""
-    from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    with tracer.start_as_current_span(
-        name,
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except AwaitingApprovalError:
-            raise
-        except BaseException as exc:
-            span.record_exception(exc)
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(exc)))
-            raise
+    __slots__ = ("_current", "_span")
+
+    def __init__(self, name: str, attributes: dict[str, Any], tracer: Any) -> None:
+        self._current = tracer.start_as_current_span(
+            name,
+            kind=_span_kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._span: Any = None
+
+    def __enter__(self) -> Any:
+        self._span = self._current.__enter__()
+        return self._span
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Any:
+        if exc is not None and not isinstance(exc, AwaitingApprovalError):
+            status, error = _status
+            self._span.record_exception(exc)
+            self._span.set_attribute("error.type", type(exc).__qualname__)
+            self._span.set_status(status(error, str(exc)))
+        return self._current.__exit__(kind, exc, tb)
 
 
 def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:
@@ -104,7 +133,7 @@ def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:
     }
     if step_index is not None:
         attributes["undolog.step_index"] = step_index
-    return _span(f"execute_tool {name}", attributes, tracer)
+    return _Scope(f"execute_tool {name}", attributes, tracer)
 
 
 def called(
@@ -115,12 +144,9 @@ def called(
 ) -> None:
     """What intercept answered, on the current call's span: the effect id is the call id
     (the same on every replay of the call)."""
-    tracer = _get_tracer()
-    if tracer is None:
+    if _get_tracer() is None:
         return
-    from opentelemetry import trace
-
-    span = trace.get_current_span()
+    span = _trace.get_current_span()
     if effect_id is not None:
         span.set_attribute("gen_ai.tool.call.id", str(effect_id))
     span.set_attribute("undolog.action", action)
@@ -153,7 +179,7 @@ def compensation(
     }
     if session_id is not None:
         attributes["undolog.session.id"] = str(session_id)
-    return _span(f"execute_tool {name}", attributes, tracer)
+    return _Scope(f"execute_tool {name}", attributes, tracer)
 
 
 def approval_wait(approval_id: uuid.UUID) -> Any:
@@ -162,7 +188,7 @@ def approval_wait(approval_id: uuid.UUID) -> Any:
     tracer = _get_tracer()
     if tracer is None:
         return NO_OP
-    return _span("undolog.approval_wait", {"undolog.approval.id": str(approval_id)}, tracer)
+    return _Scope("undolog.approval_wait", {"undolog.approval.id": str(approval_id)}, tracer)
 
 
 __all__ = ["NO_OP", "approval_wait", "called", "compensation", "tool_call"]

@@ -266,3 +266,22 @@ def test_the_tracing_example_runs(dsn: str) -> None:
     assert lines[1].startswith("execute_tool delete_account under agent: operation=execute_tool")
     assert lines[2].startswith("agent under (root)")
     assert len(lines) == 3
+
+
+def test_until_the_application_sets_a_provider_the_hooks_are_no_ops(dsn: str) -> None:
+    """opentelemetry-api installed, no provider set: nothing would be recorded, so no span
+    is made; one set later is used from then on."""
+    code = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from undolog import tracing
+
+assert tracing.tool_call("make", "compensable") is tracing.NO_OP
+trace.set_tracer_provider(TracerProvider())
+with tracing.tool_call("make", "compensable") as span:
+    assert span.is_recording()
+print("ok")
+"""
+    done = _python(code, dsn)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
