@@ -26,10 +26,13 @@ from undolog.engine import translated
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # One statement per view, sent together in one round trip; their results come back in
-# this order.
+# this order (each sorted, so that the exposition's lines keep their places).
 QUERIES: tuple[tuple[str, str], ...] = (
-    ("sessions", "SELECT state, sessions, oldest_age_seconds FROM undolog.metrics_sessions"),
-    ("estimated", "SELECT state, sessions FROM undolog.metrics_sessions_estimated"),
+    (
+        "sessions",
+        "SELECT state, sessions, oldest_age_seconds FROM undolog.metrics_sessions ORDER BY state",
+    ),
+    ("estimated", "SELECT state, sessions FROM undolog.metrics_sessions_estimated ORDER BY state"),
     (
         "approvals",
         "SELECT pending, past_deadline, oldest_age_seconds FROM undolog.metrics_approvals",
@@ -37,9 +40,12 @@ QUERIES: tuple[tuple[str, str], ...] = (
     (
         "decisions",
         "SELECT decision, decided, waited_seconds_sum, p50_seconds, p90_seconds, "
-        "p99_seconds, window_seconds FROM undolog.metrics_approval_decisions",
+        "p99_seconds, window_seconds FROM undolog.metrics_approval_decisions ORDER BY decision",
     ),
-    ("calls", "SELECT tier, state, calls, window_seconds FROM undolog.metrics_calls"),
+    (
+        "calls",
+        "SELECT tier, state, calls, window_seconds FROM undolog.metrics_calls ORDER BY tier, state",
+    ),
     (
         "compensations",
         "SELECT attempts, failures, gave_up, in_flight, retrying, window_seconds "
@@ -134,7 +140,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     (
         "undolog_late_results_recent",
         "gauge",
-        "Results that arrived after the undo walk took their call, in the sessions walked "
+        "Results that arrived after the undo walk took their call, for the calls it claimed "
         "in the last 24 hours.",
     ),
     (
