@@ -65,7 +65,7 @@ def _get_tracer() -> Any:
         try:
             from opentelemetry import trace
         except ImportError:
-            trace = None
+            pass  # _trace stays None: every hook is the no-op
         else:
             _trace = trace
             _tracer = trace.get_tracer(INSTRUMENTATION, __version__)
