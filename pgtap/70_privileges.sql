@@ -44,6 +44,9 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'maintain_partitions'),
     ('undolog_operator', 'pending_partitions'),
     ('undolog_approver', 'pending_partitions'),
+    -- the metrics view of the finished sessions' volume reads it (its reader needs EXECUTE)
+    ('undolog_operator', 'session_state_estimates'),
+    ('undolog_approver', 'session_state_estimates'),
     ('undolog_operator', 'expire_approvals'),
     ('undolog_operator', 'recover'),
     ('undolog_operator', 'claim_compensation'),

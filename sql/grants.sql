@@ -113,6 +113,21 @@ GRANT SELECT ON undolog.notification_deliveries TO undolog_agent, undolog_approv
 GRANT SELECT ON undolog.session_state_history
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operator;
+-- The metrics views (`undolog metrics`, the dashboard's /metrics): counts over every
+-- login's sessions, so staff only; an agent reads its own sessions in sessions_list.
+GRANT SELECT ON
+undolog.metrics_sessions,
+undolog.metrics_sessions_estimated,
+undolog.metrics_approvals,
+undolog.metrics_approval_decisions,
+undolog.metrics_calls,
+undolog.metrics_compensations,
+undolog.metrics_worker,
+undolog.metrics_late_results
+TO undolog_approver, undolog_operator;
+-- metrics_sessions_estimated reads it: the statistics pg_stats hides from its readers.
+GRANT EXECUTE ON FUNCTION undolog.session_state_estimates()
+TO undolog_approver, undolog_operator;
 
 -- The runner's own records (sql/bootstrap.sql): which migrations and which repeatable
 -- sources are installed, for the operator and the approver's dashboard.

@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Final
 
+from undolog import tracing
 from undolog.engine import Connection, fetch_all, fetch_one
 from undolog.errors import UnknownApproval
 
@@ -93,7 +94,20 @@ def wait_for_decision(
     between is never missed; and it reads the state again every ``poll_interval``
     seconds in case a notification was lost (e.g. the connection was re-established).
     Raises UnknownApproval if the request does not exist or is not the caller's.
+    With OpenTelemetry, the wait is a span (undolog.tracing.approval_wait).
     """
+    with tracing.approval_wait(approval_id) as span:
+        decision = _wait_for_decision(conn, approval_id, timeout, poll_interval)
+        span.set_attribute("undolog.approval.decision", decision or "timeout")
+        return decision
+
+
+def _wait_for_decision(
+    conn: Connection,
+    approval_id: uuid.UUID,
+    timeout: float,
+    poll_interval: float,
+) -> str | None:
     if not conn.autocommit:
         raise ValueError("wait_for_decision needs a connection in autocommit mode")
     deadline = time.monotonic() + timeout

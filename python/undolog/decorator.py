@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import psycopg
 
-from undolog import engine
+from undolog import engine, tracing
 from undolog.context import ActiveSession, current_session
 from undolog.errors import (
     ApprovalRejectedError,
@@ -365,6 +365,10 @@ def _still_in_progress(
 def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with tracing.tool_call(spec.name, spec.tier):  # a span, when OpenTelemetry is there
+            return journaled(*args, **kwargs)
+
+    def journaled(*args: Any, **kwargs: Any) -> Any:
         session = current_session()
         if session.is_async:
             raise UndoLogError(
@@ -383,6 +387,7 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                     break
             else:
                 raise _still_in_progress(spec, session, call, got)
+        tracing.called(got.effect_id, got.action, session.session_id, got.approval_id)
         if got.action == "replay":
             return got.result_snapshot
         if got.action == "rejected":
@@ -411,6 +416,10 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with tracing.tool_call(spec.name, spec.tier):  # a span, when OpenTelemetry is there
+            return await journaled(*args, **kwargs)
+
+    async def journaled(*args: Any, **kwargs: Any) -> Any:
         session = current_session()
         if not session.is_async:
             raise UndoLogError(
@@ -428,6 +437,7 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                     break
             else:
                 raise _still_in_progress(spec, session, call, got)
+        tracing.called(got.effect_id, got.action, session.session_id, got.approval_id)
         if got.action == "replay":
             return got.result_snapshot
         if got.action == "rejected":

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine, notifications, saga
+from undolog import engine, notifications, saga, tracing
 from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
@@ -154,7 +154,10 @@ def run_walk(
         try:
             if fn is None:
                 raise LookupError(f"no compensation registered under {claim.name!r}")
-            _run(fn, _call_for(claim), loop)
+            with tracing.compensation(
+                claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
+            ):
+                _run(fn, _call_for(claim), loop)
         except Exception as exc:
             error = storable_error(f"{type(exc).__name__}: {exc}")
             try:

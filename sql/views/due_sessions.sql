@@ -12,6 +12,9 @@
 -- awaiting_approval and halted sessions wait for a person, not for a worker: never due.
 -- security_invoker: the reader's row-level security applies (recover() reads it as the
 -- owner and sees every session).
+-- The laterals repeat their ON condition inside (s.state = 'compensating'): planned as a
+-- one-time filter, it spares a failed or active session's row the two undo-stack lookups
+-- that the ON clause would only throw away.
 CREATE OR REPLACE VIEW undolog.due_sessions
 WITH (security_invoker = TRUE) AS
 SELECT
@@ -31,14 +34,16 @@ LEFT JOIN LATERAL (
         u.next_attempt_at,
         u.claimed_until
     FROM undolog.undolog_undo_stack AS u
-    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+    WHERE
+        u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+        AND s.state = 'compensating'
     ORDER BY u.stack_position DESC
     LIMIT 1
 ) AS head ON s.state = 'compensating'
 LEFT JOIN LATERAL (
     SELECT max(u.updated_at) AS last_at
     FROM undolog.undolog_undo_stack AS u
-    WHERE u.session_id = s.session_id
+    WHERE u.session_id = s.session_id AND s.state = 'compensating'
 ) AS moved ON s.state = 'compensating'
 WHERE
     s.state = 'failed'

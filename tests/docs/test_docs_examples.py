@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -389,6 +390,21 @@ def test_monitoring_queries_report_a_halted_session(dsn: str, workdir: Path) -> 
     assert halted.group(1) in psql_file("monitoring.sql", dsn, workdir)
 
 
+def test_metrics_script_prints_and_serves_the_metrics(dsn: str, workdir: Path) -> None:
+    with socket.socket() as probe:  # a port free now (the page's 9464 may be taken here)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = run_script("metrics.sh", dsn, workdir, UNDOLOG_METRICS_LISTEN=f"127.0.0.1:{port}")
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "undolog_up 1",
+        "undolog_halted_sessions 0",
+        "undolog_worker_lag_seconds 0",
+    ]
+    assert 'undolog_sessions{state="active"} 0' in lines
+    assert 'undolog_sessions{state="halted"} 0' in lines
+
+
 def test_archive_detaches_dumps_and_drops_an_old_month(dsn: str, workdir: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # the passage of time: a month of 2024 in the journal (created as maintenance would)
@@ -568,6 +584,10 @@ RUN_BY = {
     "halted_session.sh": "test_halted_session_retried_and_abandoned",
     "monitoring.sql": "test_monitoring_queries_report_a_halted_session",
     "archive.sh": "test_archive_detaches_dumps_and_drops_an_old_month",
+    "metrics.sh": "test_metrics_script_prints_and_serves_the_metrics",
+    "prometheus.yml": "cli/test_metrics.py::test_the_example_scrape_config_loads_the_alerts_*",
+    "prometheus_alerts.yml": "cli/test_metrics.py::test_the_example_alerts_name_only_*",
+    "tracing.py": "binding/test_tracing.py::test_the_tracing_example_runs",
 }
 
 

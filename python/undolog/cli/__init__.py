@@ -26,6 +26,7 @@
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
+    undolog metrics [--listen HOST:PORT] [--once]   serve GET /metrics to Prometheus
 
 SESSION and APPROVAL are a whole id or a unique prefix of one (``701f4cbc``; an ambiguous
 prefix is a usage error). Every command takes --dsn (default: UNDOLOG_DSN, then libpq's
@@ -60,6 +61,7 @@ from undolog.cli._errors import ErrorReport, describe_error, report
 from undolog.cli.approvals import configure_approvals_parser
 from undolog.cli.dashboard import configure_dashboard_parser
 from undolog.cli.mcp_proxy import configure_mcp_proxy_parser
+from undolog.cli.metrics import configure_metrics_parser
 from undolog.cli.migrate import configure_migrate_parser
 from undolog.cli.notifications import configure_notifications_parser
 from undolog.cli.partitions import configure_partitions_parser
@@ -139,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_mcp_proxy_parser,
         configure_partitions_parser,
         configure_dashboard_parser,
+        configure_metrics_parser,
     ):
         configure(sub, common)
     return parser

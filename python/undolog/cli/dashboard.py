@@ -27,6 +27,17 @@ def configure_dashboard_parser(subparsers: Subparsers, common: Parser) -> None:
         help="with --demo on a database the demo did not make: yes, create the demo's "
         "password logins (password 'demo') in it",
     )
+    p.add_argument(
+        "--metrics-token-file",
+        metavar="PATH",
+        help="a file holding the bearer token a scraper sends to GET /metrics "
+        "(default: UNDOLOG_METRICS_TOKEN; none: only a logged-in operator reads /metrics)",
+    )
+    p.add_argument(
+        "--metrics-dsn",
+        help="the login a scraper's /metrics reads as: approver or operator "
+        "(default: UNDOLOG_METRICS_DSN)",
+    )
     p.set_defaults(func=_cmd_dashboard)
 
 

@@ -45,6 +45,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog import errors
+from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
@@ -205,11 +206,28 @@ def engine_error(exc: psycopg.Error) -> tuple[int, str]:
 
 
 class Dashboard:
-    def __init__(self, dsn: str, *, idle_timeout: float = 30 * 60) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        idle_timeout: float = 30 * 60,
+        metrics_token: str | None = None,
+        metrics_dsn: str | None = None,
+    ) -> None:
         self.store = SessionStore(dsn, idle_timeout)
         self.throttle = LoginThrottle()
         self.env = make_env()
         self._reaper: asyncio.Task[None] | None = None
+        # /metrics for a scraper: a bearer token, and the login its scrapes read as (the
+        # one connection the dashboard holds that is not a person's). Both or neither.
+        if (metrics_token is None) != (metrics_dsn is None):
+            raise ValueError("metrics_token and metrics_dsn go together")
+        if metrics_token is not None and not metrics_token.strip():
+            raise ValueError("metrics_token is blank")
+        self.metrics_token = metrics_token.strip().encode() if metrics_token else None
+        self.metrics_dsn = metrics_dsn
+        self._metrics_conn: psycopg.AsyncConnection[Any] | None = None
+        self._metrics_lock = asyncio.Lock()
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -901,6 +919,64 @@ class Dashboard:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(task)
 
+    # --- metrics ----------------------------------------------------------------------
+
+    async def metrics(self, request: Request) -> Response:
+        """The engine's metrics for Prometheus: for a scraper with the configured bearer
+        token (read as the metrics login), or a logged-in operator (read on their own
+        connection). A scrape that cannot read the views answers undolog_up 0."""
+        header = request.headers.get("authorization")
+        if header is not None:
+            scheme, _, given = header.partition(" ")
+            # compare_digest: the time taken does not tell how much of a guess was right
+            if (
+                scheme.lower() != "bearer"
+                or self.metrics_token is None
+                or not hmac.compare_digest(given.strip().encode(), self.metrics_token)
+            ):
+                return PlainTextResponse(
+                    "wrong or unconfigured bearer token\n",
+                    401,
+                    headers={"WWW-Authenticate": 'Bearer realm="undolog metrics"'},
+                )
+            return self._exposition(await self._scrape_as_metrics_login())
+        ws = self.current(request)
+        if ws is None:
+            return PlainTextResponse(
+                "log in as an operator, or send the metrics bearer token\n",
+                401,
+                headers={"WWW-Authenticate": 'Bearer realm="undolog metrics"'},
+            )
+        if not ws.roles.operator:
+            return PlainTextResponse("only operators read the metrics\n", 403)
+        async with ws.db() as conn:
+            started = time.perf_counter()
+            try:
+                text = await undolog_metrics.ascrape(conn)
+            except (psycopg.Error, errors.UndoLogError) as exc:
+                text = undolog_metrics.failed(exc, time.perf_counter() - started)
+        return self._exposition(text)
+
+    @staticmethod
+    def _exposition(text: str) -> Response:
+        return Response(text, media_type=undolog_metrics.CONTENT_TYPE)
+
+    async def _scrape_as_metrics_login(self) -> str:
+        assert self.metrics_dsn is not None
+        async with self._metrics_lock:
+            started = time.perf_counter()
+            try:
+                if self._metrics_conn is None or self._metrics_conn.closed:
+                    self._metrics_conn = await psycopg.AsyncConnection.connect(
+                        self.metrics_dsn, autocommit=True
+                    )
+                return await undolog_metrics.ascrape(self._metrics_conn)
+            except (psycopg.Error, errors.UndoLogError) as exc:
+                log.warning("metrics scrape failed: %s", exc)
+                if self._metrics_conn is not None and self._metrics_conn.broken:
+                    await self._metrics_conn.close()
+                return undolog_metrics.failed(exc, time.perf_counter() - started)
+
     # --- the application --------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -918,6 +994,8 @@ class Dashboard:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
             await self.store.close_all()
+            if self._metrics_conn is not None:
+                await self._metrics_conn.close()
 
     def app(self) -> ASGIApp:
         routes = [
@@ -936,6 +1014,7 @@ class Dashboard:
             ),
             Route("/sessions/{session_id}/{action}", self.session_action, methods=["POST"]),
             Route("/events", self.events, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         app = Starlette(
@@ -972,10 +1051,20 @@ class Dashboard:
         return self.problem(request, self.current(request), 404, "Not found", "No such page.")
 
 
-def create_app(dsn: str, *, idle_timeout: float = 30 * 60) -> ASGIApp:
+def create_app(
+    dsn: str,
+    *,
+    idle_timeout: float = 30 * 60,
+    metrics_token: str | None = None,
+    metrics_dsn: str | None = None,
+) -> ASGIApp:
     """The dashboard for the database named by ``dsn`` (host, port, database; any user
-    or password in it is ignored: each person logs in as themselves)."""
-    return Dashboard(dsn, idle_timeout=idle_timeout).app()
+    or password in it is ignored: each person logs in as themselves). With
+    ``metrics_token`` and ``metrics_dsn`` (a login holding undolog_approver or
+    undolog_operator), GET /metrics also answers a scraper sending that bearer token."""
+    return Dashboard(
+        dsn, idle_timeout=idle_timeout, metrics_token=metrics_token, metrics_dsn=metrics_dsn
+    ).app()
 
 
 __all__ = ["Dashboard", "create_app"]

@@ -33,6 +33,8 @@ def serve(
     demo: bool = False,
     demo_logins_ok: bool = False,
     idle_timeout: float = 30 * 60,
+    metrics_token: str | None = None,
+    metrics_dsn: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -59,7 +61,9 @@ def serve(
         fill(dsn)
     print(f"UndoLog dashboard on http://{host}:{port}/ (Ctrl-C stops it)", flush=True)
     uvicorn.run(
-        create_app(dsn, idle_timeout=idle_timeout),
+        create_app(
+            dsn, idle_timeout=idle_timeout, metrics_token=metrics_token, metrics_dsn=metrics_dsn
+        ),
         host=host,
         port=port,
         log_level="info",
@@ -93,8 +97,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of /metrics for a scraper (also declared by undolog.cli.dashboard, which
+    cannot import this module: the extra may be missing)."""
+    parser.add_argument(
+        "--metrics-token-file",
+        metavar="PATH",
+        help="a file holding the bearer token a scraper sends to GET /metrics "
+        "(default: UNDOLOG_METRICS_TOKEN; none: only a logged-in operator reads /metrics)",
+    )
+    parser.add_argument(
+        "--metrics-dsn",
+        help="the login a scraper's /metrics reads as: approver or operator "
+        "(default: UNDOLOG_METRICS_DSN)",
+    )
+
+
+def metrics_access(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(token, dsn) of /metrics for a scraper: both, or neither (then an error)."""
+    path = getattr(args, "metrics_token_file", None)
+    if path:
+        with open(path, encoding="utf-8") as f:
+            token: str | None = f.read().strip()
+    else:
+        token = os.environ.get("UNDOLOG_METRICS_TOKEN", "").strip()
+    dsn = getattr(args, "metrics_dsn", None) or os.environ.get("UNDOLOG_METRICS_DSN")
+    token = token or None
+    if (token is None) != (dsn is None):
+        raise SystemExit(
+            "undolog dashboard: a metrics bearer token needs --metrics-dsn (or "
+            "UNDOLOG_METRICS_DSN) and the other way round"
+        )
+    return token, dsn
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     dsn = args.dsn if getattr(args, "dsn", None) is not None else os.environ.get("UNDOLOG_DSN", "")
+    metrics_token, metrics_dsn = metrics_access(args)
     return serve(
         dsn,
         args.host,
@@ -102,6 +141,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         demo=args.demo,
         demo_logins_ok=args.demo_logins_ok,
         idle_timeout=args.idle_timeout * 60,
+        metrics_token=metrics_token,
+        metrics_dsn=metrics_dsn,
     )
 
 
@@ -109,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="undolog dashboard", description=__doc__)
     parser.add_argument("--dsn", default=None, help="database (default: UNDOLOG_DSN, PG* vars)")
     add_arguments(parser)
+    add_metrics_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
 
