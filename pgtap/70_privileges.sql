@@ -51,6 +51,12 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'abandon_session'),
     ('undolog_operator', 'rollback_session'),
     ('undolog_approver', 'rollback_session'),
+    ('undolog_operator', 'rollback_to'),
+    ('undolog_approver', 'rollback_to'),
+    ('undolog_agent', 'rollback_to'),
+    ('undolog_operator', 'rollback_to_plan'),
+    ('undolog_approver', 'rollback_to_plan'),
+    ('undolog_agent', 'rollback_to_plan'),
     ('undolog_agent', 'version'),
     ('undolog_approver', 'version'),
     ('undolog_operator', 'version');

@@ -275,6 +275,13 @@ BEGIN
                 MESSAGE = pg_catalog.format('session %s is %s: the call cannot run',
                                             p_session_id, v_session_state);
         END IF;
+        -- Its entry was passed by a partial walk (rollback_to) that the session outlived:
+        -- run now, it would be an effect below the undo stack's floor that no walk undoes.
+        IF EXISTS (SELECT FROM undolog.undolog_undo_stack AS u
+                   WHERE u.effect_id = v_effect.effect_id AND u.session_id = p_session_id
+                     AND u.state = 'skipped') THEN
+            PERFORM undolog.refuse_undone_step(v_effect);
+        END IF;
         UPDATE undolog.undolog_effect_log AS e
         SET state = 'executing', attempts = e.attempts + 1, error = NULL
         WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
@@ -290,6 +297,12 @@ BEGIN
             RETURN QUERY SELECT v_effect.effect_id, 'rejected'::text, v_effect.state,
                                 NULL::jsonb, v_approval_id;
             RETURN;
+        END IF;
+        -- Undone by rollback_to, in a session that went on (or is about to).
+        IF v_session_state = 'active'
+           OR EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                      WHERE s.session_id = p_session_id AND s.undo_floor IS NOT NULL) THEN
+            PERFORM undolog.refuse_undone_step(v_effect);
         END IF;
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

@@ -31,7 +31,10 @@ LEFT JOIN LATERAL (
         u.next_attempt_at,
         u.claimed_until
     FROM undolog.undolog_undo_stack AS u
-    WHERE u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+    -- a partial walk (rollback_to) ends at its floor
+    WHERE
+        u.session_id = s.session_id AND u.state IN ('pending', 'compensating')
+        AND u.stack_position >= coalesce(s.undo_floor, 0)
     ORDER BY u.stack_position DESC
     LIMIT 1
 ) AS head ON s.state = 'compensating'
