@@ -298,8 +298,9 @@ BEGIN
                                 NULL::jsonb, v_approval_id;
             RETURN;
         END IF;
-        -- Undone by rollback_to, in a session that went on (or is about to).
-        IF v_session_state = 'active'
+        -- Undone by rollback_to: in these states a call is undone by nothing else (a
+        -- whole walk starts by leaving failed), or its partial walk is running or halted.
+        IF v_session_state IN ('active', 'awaiting_approval', 'completed', 'failed')
            OR EXISTS (SELECT FROM undolog.undolog_sessions AS s
                       WHERE s.session_id = p_session_id AND s.undo_floor IS NOT NULL) THEN
             PERFORM undolog.refuse_undone_step(v_effect);

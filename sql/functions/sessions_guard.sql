@@ -34,9 +34,13 @@ BEGIN
         END IF;
         -- A partial walk (rollback_to) starts with its floor and ends only from one: an
         -- active session is never sent to its walk, nor a walk back to active, otherwise.
-        IF (OLD.state = 'active' AND NEW.state = 'compensating' AND NEW.undo_floor IS NULL)
+        -- The floor is read through to_jsonb: the column comes with migration 0009, and
+        -- an upgrade applies this source before it (a field the record lacks would raise).
+        IF (OLD.state = 'active' AND NEW.state = 'compensating'
+            AND pg_catalog.to_jsonb(NEW) ->> 'undo_floor' IS NULL)
            OR (OLD.state = 'compensating' AND NEW.state = 'active'
-               AND (OLD.undo_floor IS NULL OR NEW.undo_floor IS NOT NULL)) THEN
+               AND (pg_catalog.to_jsonb(OLD) ->> 'undo_floor' IS NULL
+                    OR pg_catalog.to_jsonb(NEW) ->> 'undo_floor' IS NOT NULL)) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('invalid session transition %s -> %s',
@@ -56,9 +60,10 @@ BEGIN
             THEN pg_catalog.jsonb_build_object('error', NEW.error)
         -- A partial walk: who asked, why and down to which step, when it starts and ends.
         WHEN TG_OP = 'UPDATE' AND OLD.state = 'active' AND NEW.state = 'compensating'
-            THEN pg_catalog.jsonb_build_object('rollback_to', NEW.undo_to)
+            THEN pg_catalog.jsonb_build_object('rollback_to', pg_catalog.to_jsonb(NEW) -> 'undo_to')
         WHEN TG_OP = 'UPDATE' AND OLD.state = 'compensating' AND NEW.state = 'active'
-            THEN pg_catalog.jsonb_build_object('rolled_back_to', NEW.undo_to)
+            THEN pg_catalog.jsonb_build_object('rolled_back_to',
+                                               pg_catalog.to_jsonb(NEW) -> 'undo_to')
         -- Back to active after a refusal of a tool registered on_reject 'continue': which
         -- calls were refused, by whom and why (read from the requests decided in this
         -- transaction, so no caller can write this detail itself).
