@@ -96,6 +96,10 @@ INNER JOIN undolog.undolog_effect_log AS e
        AND e.executed_at = u.executed_at
 LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id AND u.compensation IS NOT NULL
 WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
+  -- a partial walk (rollback_to) does not go below its floor
+  AND u.stack_position >= coalesce(
+      (SELECT s.undo_floor FROM undolog.undolog_sessions AS s WHERE s.session_id = u.session_id),
+      0)
   AND NOT (e.state = 'pending'
            OR (u.compensation IS NULL AND e.state IN ('approved', 'rejected')))
 ORDER BY u.stack_position DESC
