@@ -279,7 +279,9 @@ BEGIN
         -- run now, it would be an effect below the undo stack's floor that no walk undoes.
         IF EXISTS (SELECT FROM undolog.undolog_undo_stack AS u
                    WHERE u.effect_id = v_effect.effect_id AND u.session_id = p_session_id
-                     AND u.state = 'skipped') THEN
+                     AND u.state = 'skipped')
+           AND EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                       WHERE s.session_id = p_session_id AND s.undo_to IS NOT NULL) THEN
             PERFORM undolog.refuse_undone_step(v_effect);
         END IF;
         UPDATE undolog.undolog_effect_log AS e
@@ -298,11 +300,13 @@ BEGIN
                                 NULL::jsonb, v_approval_id;
             RETURN;
         END IF;
-        -- Undone by rollback_to: in these states a call is undone by nothing else (a
-        -- whole walk starts by leaving failed), or its partial walk is running or halted.
-        IF v_session_state IN ('active', 'awaiting_approval', 'completed', 'failed')
-           OR EXISTS (SELECT FROM undolog.undolog_sessions AS s
-                      WHERE s.session_id = p_session_id AND s.undo_floor IS NOT NULL) THEN
+        -- Undone by rollback_to: the session had one, and in these states a call is
+        -- undone by nothing else (a whole walk starts by leaving failed), or its partial
+        -- walk is running or halted.
+        IF EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                   WHERE s.session_id = p_session_id AND s.undo_to IS NOT NULL
+                     AND (s.state IN ('active', 'awaiting_approval', 'completed', 'failed')
+                          OR s.undo_floor IS NOT NULL)) THEN
             PERFORM undolog.refuse_undone_step(v_effect);
         END IF;
         RAISE EXCEPTION USING
