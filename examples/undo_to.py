@@ -33,6 +33,8 @@ ul = UndoLog()
 def cancel(call: CompensationCall) -> None:
     bookings.pop(call.result["kind"], None)
     print(f"  undo: cancelled {call.result['kind']} {call.result['what']}")
+
+
 # --8<-- [end:tools]
 
 
