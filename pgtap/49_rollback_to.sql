@@ -1,7 +1,7 @@
 -- undolog.rollback_to: undo a live session down to a step, through the same walk as a
 -- failed session's, and let it go on.
 BEGIN;
-SELECT plan(56);
+SELECT plan(63);
 
 \ir _helpers.psql
 
@@ -127,6 +127,21 @@ SELECT is(undolog.rollback_session(:'s3', 'carol', 'stop it all'), 'compensating
           'a person rolls the whole session back while it walks');
 SELECT is(pg_temp.walk(:'s3'), ARRAY[0], 'the walk goes on');
 SELECT is(pg_temp.session_state(:'s3'), 'compensated', 'and the session ends compensated');
+
+-- rollback_last: the last n calls, in the walk's order, whatever their step indexes.
+SELECT pg_temp.new_session() AS s5 \gset
+SELECT pg_temp.call(:'s5', 5) AS m5 \gset
+SELECT pg_temp.call(:'s5', 1) AS m1 \gset
+SELECT pg_temp.call(:'s5', 3) AS m3 \gset
+SELECT pg_temp.refused(format('SELECT undolog.rollback_last(%L, 0, %L)', :'s5', 'r'),
+                       'UL008', 'a count of 0');
+SELECT pg_temp.refused(format('SELECT undolog.rollback_last(%L, 4, %L)', :'s5', 'r'),
+                       'UL021', 'more calls than there are');
+SELECT is(undolog.rollback_last(:'s5', 2, 'the last two', 'dan'), 'compensating',
+          'undo the last two calls');
+SELECT is(pg_temp.walk(:'s5'), ARRAY[3, 1], 'the two latest, last first, not step 5');
+SELECT is((SELECT reason FROM undolog.undolog_operator_actions WHERE session_id = :'s5'),
+          'last 2: the last two', 'recorded with its count');
 
 -- The agent itself: only where the database allows it.
 CREATE ROLE ul_t_self NOLOGIN IN ROLE undolog_agent;

@@ -57,6 +57,8 @@ TO undolog_operator, undolog_approver;
 -- inside); and what it would undo, first.
 GRANT EXECUTE ON FUNCTION undolog.rollback_to(uuid, integer, text, text)
 TO undolog_operator, undolog_approver, undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.rollback_last(uuid, integer, text, text)
+TO undolog_operator, undolog_approver, undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.rollback_to_plan(uuid, integer)
 TO undolog_operator, undolog_approver, undolog_agent;
 -- Which engine is installed: anyone of the engine's roles may ask.

@@ -119,3 +119,9 @@ async def rollback_to_plan(
     with translated():
         rows = await (await conn.execute(saga.ROLLBACK_TO_PLAN, (session_id, step))).fetchall()
     return saga.plan_of(rows)
+
+
+async def rollback_last(
+    conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
+) -> str:
+    return str((await _one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])

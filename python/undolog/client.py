@@ -42,7 +42,6 @@ from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.errors import (
     AwaitingApprovalError,
     InvalidStateTransition,
-    NothingToUndo,
     PermissionDenied,
     SessionNotActive,
     UnknownSession,
@@ -651,17 +650,8 @@ class SessionContext:
 # worker has not finished yet: calls are refused until it has).
 
 
-def _reason(reason: str | None, step: int) -> str:
-    return reason if reason is not None else f"the agent undid its calls from step {step} on"
-
-
-def _step_of_last(plan: Sequence[saga.PlannedUndo], n: int) -> int:
-    """The step undo_to takes to undo the last ``n`` calls of ``plan`` (the whole stack)."""
-    if n < 1:
-        raise ValueError(f"undo_last needs a count of 1 or more, not {n}")
-    if len(plan) < n:
-        raise NothingToUndo(f"undo_last({n}): the session has {len(plan)} call(s) left to undo")
-    return min(p.step_index for p in plan[:n])
+def _reason(reason: str | None, what: str) -> str:
+    return reason if reason is not None else f"the agent undid {what}"
 
 
 @dataclass
@@ -678,9 +668,22 @@ class Session(ActiveSession):
         """Undo this session's calls from the latest down to and including ``step``,
         last first, through the undo walk; answers the session's state after it (see
         above). Raises NothingToUndo when nothing at or after ``step`` is left to undo."""
+        assert isinstance(self.connection, psycopg.Connection)
+        why = _reason(reason, f"its calls from step {step} on")
+        saga.rollback_to(self.connection, self.session_id, step, why)
+        return self._walked(wait)
+
+    def undo_last(self, n: int = 1, reason: str | None = None, *, wait: float | None = None) -> str:
+        """Undo this session's last ``n`` calls still standing, last first (as undo_to).
+        NothingToUndo when fewer than ``n`` are left; InvalidArgument when ``n`` < 1."""
+        assert isinstance(self.connection, psycopg.Connection)
+        why = _reason(reason, f"its last {n} call(s)")
+        saga.rollback_last(self.connection, self.session_id, n, why)
+        return self._walked(wait)
+
+    def _walked(self, wait: float | None) -> str:
         assert isinstance(self.client, UndoLog) and isinstance(self.connection, psycopg.Connection)
         conn, sid = self.connection, self.session_id
-        saga.rollback_to(conn, sid, step, _reason(reason, step))
         self.state = "compensating"
         self.client._walk(conn, sid)
         deadline = time.monotonic() + (self.client.walk_wait if wait is None else wait)
@@ -689,12 +692,6 @@ class Session(ActiveSession):
             if self.state != "compensating" or time.monotonic() >= deadline:
                 return self.state
             time.sleep(walk.POLL)
-
-    def undo_last(self, n: int = 1, reason: str | None = None, *, wait: float | None = None) -> str:
-        """Undo this session's last ``n`` calls still to undo (undo_to their step)."""
-        assert isinstance(self.connection, psycopg.Connection)
-        plan = saga.rollback_to_plan(self.connection, self.session_id, 0)
-        return self.undo_to(_step_of_last(plan, n), reason, wait=wait)
 
 
 @dataclass
@@ -707,10 +704,24 @@ class AsyncSession(ActiveSession):
         self, step: int, reason: str | None = None, *, wait: float | None = None
     ) -> str:
         """As Session.undo_to, awaited."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its calls from step {step} on")
+        await aengine.rollback_to(self.connection, self.session_id, step, why)
+        return await self._walked(wait)
+
+    async def undo_last(
+        self, n: int = 1, reason: str | None = None, *, wait: float | None = None
+    ) -> str:
+        """As Session.undo_last, awaited."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its last {n} call(s)")
+        await aengine.rollback_last(self.connection, self.session_id, n, why)
+        return await self._walked(wait)
+
+    async def _walked(self, wait: float | None) -> str:
         assert isinstance(self.client, AsyncUndoLog)
         assert isinstance(self.connection, psycopg.AsyncConnection)
         conn, sid = self.connection, self.session_id
-        await aengine.rollback_to(conn, sid, step, _reason(reason, step))
         self.state = "compensating"
         await self.client.run_walk(sid)
         deadline = time.monotonic() + (self.client.walk_wait if wait is None else wait)
@@ -719,11 +730,3 @@ class AsyncSession(ActiveSession):
             if self.state != "compensating" or time.monotonic() >= deadline:
                 return self.state
             await asyncio.sleep(walk.POLL)
-
-    async def undo_last(
-        self, n: int = 1, reason: str | None = None, *, wait: float | None = None
-    ) -> str:
-        """As Session.undo_last, awaited."""
-        assert isinstance(self.connection, psycopg.AsyncConnection)
-        plan = await aengine.rollback_to_plan(self.connection, self.session_id, 0)
-        return await self.undo_to(_step_of_last(plan, n), reason, wait=wait)

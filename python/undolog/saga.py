@@ -132,6 +132,7 @@ SELECT stack_position, undo_id, effect_id, step_index, tool_name, tier, effect_s
 FROM undolog.rollback_to_plan(%s, %s)
 """
 ROLLBACK_TO = "SELECT undolog.rollback_to(%s, %s, %s, %s)"
+ROLLBACK_LAST = "SELECT undolog.rollback_last(%s, %s, %s, %s)"
 
 
 def plan_of(rows: list[tuple[Any, ...]]) -> list[PlannedUndo]:
@@ -149,3 +150,11 @@ def rollback_to(
     """Undo a live session's calls from the top of its stack down to ``step``, then let it
     go on: answers 'compensating' (the walk then runs, as a failed session's does)."""
     return _text(conn, ROLLBACK_TO, (session_id, step, reason, by))
+
+
+def rollback_last(
+    conn: Connection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
+) -> str:
+    """rollback_to for the session's last ``count`` calls still to undo, in the walk's
+    order: answers 'compensating'."""
+    return _text(conn, ROLLBACK_LAST, (session_id, count, reason, by))

@@ -17,6 +17,7 @@ import pytest
 from undolog import (
     AsyncUndoLog,
     CompensationDescriptor,
+    InvalidArgument,
     NothingToUndo,
     PermissionDenied,
     SessionNotActive,
@@ -145,7 +146,7 @@ def test_undo_last_counts_calls_and_refuses_more_than_there_are(dsn: str) -> Non
         book("c")
         with pytest.raises(NothingToUndo):
             s.undo_last(4)
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidArgument):
             s.undo_last(0)
         assert s.undo_last(2) == "active"
         assert undone == ["c", "b"]
