@@ -18,10 +18,13 @@ INSERT INTO session_states VALUES
 
 -- The machine: active -> completed | failed | awaiting_approval; failed -> compensating;
 -- awaiting_approval -> active (approved) | compensating (rejected);
--- compensating -> compensated | halted; halted -> compensating (a human resumes the walk).
+-- compensating -> compensated | halted; halted -> compensating (a human resumes the walk);
+-- active -> compensating -> active: a partial walk (rollback_to; the guard also wants its
+-- undo_floor, so a bare UPDATE is still refused below).
 CREATE TEMP TABLE expected_valid (from_state text, to_state text);
 INSERT INTO expected_valid VALUES
     ('active', 'completed'), ('active', 'failed'), ('active', 'awaiting_approval'),
+    ('active', 'compensating'), ('compensating', 'active'),
     ('failed', 'compensating'),
     ('awaiting_approval', 'active'), ('awaiting_approval', 'compensating'),
     ('compensating', 'compensated'), ('compensating', 'halted'),
@@ -44,7 +47,7 @@ SELECT results_eq(
 SELECT set_eq(
     $$SELECT from_state, to_state FROM all_pairs WHERE allowed$$,
     $$SELECT from_state, to_state FROM expected_valid$$,
-    'the allowed pairs are exactly the 9 expected ones'
+    'the allowed pairs are exactly the 11 expected ones'
 );
 SELECT is_empty($$SELECT * FROM all_pairs WHERE allowed IS NULL$$, 'no pair answers NULL');
 SELECT is_empty(
@@ -121,8 +124,12 @@ SELECT throws_ok(
 -- The guard and the validator agree on every pair: one session per (from, to), put in
 -- its from-state with triggers off, then moved by a direct UPDATE, triggers on.
 SET LOCAL session_replication_role = replica;
-INSERT INTO undolog.undolog_sessions (session_id, agent, state, lease_duration, lease_expires_at)
-SELECT gen_random_uuid(), 'matrix:' || a.to_state, a.from_state, '1 minute', now()
+-- The partial walk's pairs move as rollback_to and its walk move them: with the floor.
+INSERT INTO undolog.undolog_sessions
+    (session_id, agent, state, lease_duration, lease_expires_at, undo_floor, undo_to)
+SELECT gen_random_uuid(), 'matrix:' || a.to_state, a.from_state, '1 minute', now(),
+       CASE WHEN (a.from_state, a.to_state) = ('compensating', 'active') THEN 1 END,
+       CASE WHEN (a.from_state, a.to_state) = ('compensating', 'active') THEN '{}'::jsonb END
 FROM all_pairs AS a
 WHERE a.from_state <> a.to_state;
 SET LOCAL session_replication_role = DEFAULT;
@@ -139,7 +146,12 @@ BEGIN
         from_state := r.state;
         to_state := r.target;
         BEGIN
-            UPDATE undolog.undolog_sessions AS s SET state = r.target
+            UPDATE undolog.undolog_sessions AS s
+            SET state = r.target,
+                undo_floor = CASE WHEN (r.state, r.target) = ('active', 'compensating')
+                                  THEN 1 END,
+                undo_to = coalesce(s.undo_to, CASE WHEN r.target = 'compensating'
+                                                    THEN '{}'::jsonb END)
             WHERE s.session_id = r.session_id;
             accepted := true;
         EXCEPTION WHEN SQLSTATE 'UL001' THEN
@@ -156,7 +168,7 @@ SELECT is((SELECT count(*) FROM guard_outcomes), 42::bigint,
 SELECT set_eq(
     $$SELECT from_state, to_state FROM guard_outcomes WHERE accepted$$,
     $$SELECT from_state, to_state FROM expected_valid$$,
-    'the guard accepts exactly the expected pairs (and refuses the 33 others with UL001)'
+    'the guard accepts exactly the expected pairs (and refuses the 31 others with UL001)'
 );
 SELECT set_eq(
     $$SELECT h.from_state, h.to_state

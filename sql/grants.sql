@@ -66,6 +66,15 @@ GRANT EXECUTE ON FUNCTION undolog.claim_notification(interval) TO undolog_operat
 GRANT EXECUTE ON FUNCTION undolog.finish_notification(uuid, integer, text) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retry_notification(uuid, text) TO undolog_operator;
 
+-- Undo a live session down to a step and let it go on: a person, or the session's own
+-- agent where the database allows it (undolog.agent_rollback_to_allowed checks that,
+-- inside); and what it would undo, first.
+GRANT EXECUTE ON FUNCTION undolog.rollback_to(uuid, integer, text, text)
+TO undolog_operator, undolog_approver, undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.rollback_last(uuid, integer, text, text)
+TO undolog_operator, undolog_approver, undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.rollback_to_plan(uuid, integer)
+TO undolog_operator, undolog_approver, undolog_agent;
 -- Which engine is installed: anyone of the engine's roles may ask.
 GRANT EXECUTE ON FUNCTION undolog.version()
 TO undolog_agent, undolog_approver, undolog_operator;

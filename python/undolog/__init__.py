@@ -1,7 +1,7 @@
 """UndoLog: a PostgreSQL-backed safety net for AI agents' tool calls."""
 
 from undolog._version import __version__ as __version__
-from undolog.client import AsyncUndoLog, SessionContext, UndoLog
+from undolog.client import AsyncSession, AsyncUndoLog, Session, SessionContext, UndoLog
 from undolog.context import ActiveSession
 from undolog.decorator import undolog_tool
 from undolog.errors import (
@@ -20,6 +20,7 @@ from undolog.errors import (
     LateResult,
     LeaseLapsed,
     MalformedSignature,
+    NothingToUndo,
     NotInSession,
     PartitionInUse,
     PayloadTooLarge,
@@ -28,6 +29,7 @@ from undolog.errors import (
     SessionNotActive,
     SignatureError,
     SignatureMismatch,
+    StepUndone,
     UndoLogError,
     UnknownApproval,
     UnknownEffect,
@@ -46,6 +48,7 @@ __all__ = [
     "ApprovalAlreadyDecided",
     "ApprovalExpired",
     "ApprovalRejectedError",
+    "AsyncSession",
     "AsyncUndoLog",
     "AwaitingApprovalError",
     "CallInProgress",
@@ -61,15 +64,18 @@ __all__ = [
     "LeaseLapsed",
     "MalformedSignature",
     "NotInSession",
+    "NothingToUndo",
     "OnReject",
     "PartitionInUse",
     "PayloadTooLarge",
     "PermissionDenied",
     "ResultNotJSON",
+    "Session",
     "SessionContext",
     "SessionNotActive",
     "SignatureError",
     "SignatureMismatch",
+    "StepUndone",
     "ToolTier",
     "UndoLog",
     "UndoLogError",

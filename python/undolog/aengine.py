@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from undolog import engine
+from undolog import engine, saga
 from undolog.engine import Interception, Params, translated
 
 AsyncConnection = psycopg.AsyncConnection[Any]
@@ -115,3 +115,23 @@ async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
 
 async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
     return str((await _one(conn, engine.FAIL_SESSION, (session_id, error)))[0])
+
+
+async def rollback_to(
+    conn: AsyncConnection, session_id: uuid.UUID, step: int, reason: str, by: str | None = None
+) -> str:
+    return str((await _one(conn, saga.ROLLBACK_TO, (session_id, step, reason, by)))[0])
+
+
+async def rollback_to_plan(
+    conn: AsyncConnection, session_id: uuid.UUID, step: int
+) -> list[saga.PlannedUndo]:
+    with translated():
+        rows = await (await conn.execute(saga.ROLLBACK_TO_PLAN, (session_id, step))).fetchall()
+    return saga.plan_of(rows)
+
+
+async def rollback_last(
+    conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
+) -> str:
+    return str((await _one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])

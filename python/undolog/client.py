@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -36,7 +37,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from undolog import aengine, approvals, context, engine, walk
+from undolog import aengine, approvals, context, engine, saga, walk
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.errors import (
     AwaitingApprovalError,
@@ -47,6 +48,7 @@ from undolog.errors import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", "Session", "AsyncSession")
 DEFAULT_LEASE = timedelta(minutes=5)
 log = logging.getLogger("undolog")
 
@@ -144,10 +146,11 @@ class _Base:
         in_progress_wait: float | timedelta | None,
         sent: float,
         lease: timedelta,
-    ) -> ActiveSession:
+        kind: type[S],
+    ) -> S:
         """The session as the decorator sees it. Its lease runs from ``sent``, the moment
         begin_session was sent: the server's expiry is later, so no clocks are compared."""
-        return ActiveSession(
+        return kind(
             sid,
             conn,
             state,
@@ -156,6 +159,7 @@ class _Base:
             lease_deadline=sent + lease.total_seconds(),
             lease_seconds=lease.total_seconds(),
             registered_tools=self.registered_tools,
+            client=self,
         )
 
     def _walk(
@@ -277,13 +281,13 @@ class UndoLog(_Base):
         metadata: Mapping[str, Any] | None,
         lease: timedelta | None,
         in_progress_wait: float | timedelta | None,
-    ) -> Iterator[ActiveSession]:
+    ) -> Iterator[Session]:
         lease = lease or self.lease
         with self.connection() as conn:
             sent = time.monotonic()
             sid = engine.begin_session(conn, session_id, agent, metadata, lease)
             state = engine.session_state(conn, sid)
-            active = self._active(sid, conn, state, in_progress_wait, sent, lease)
+            active = self._active(sid, conn, state, in_progress_wait, sent, lease, Session)
             if not self.durable_results:
                 engine.set_async_results(conn, True)
             token = context.enter(active)
@@ -310,6 +314,8 @@ class UndoLog(_Base):
                     self._fail(conn, sid, _unknown(active))
                     self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
+                if active.state == "compensating":  # an undo_to the worker finished since
+                    active.state = engine.session_state(conn, sid)
                 if active.state == "active":
                     active.state = engine.complete_session(conn, sid)
             finally:
@@ -439,7 +445,7 @@ class AsyncUndoLog(_Base):
         metadata: Mapping[str, Any] | None = None,
         lease: timedelta | None = None,
         in_progress_wait: float | timedelta | None = None,
-    ) -> AsyncIterator[ActiveSession]:
+    ) -> AsyncIterator[AsyncSession]:
         """An async session (``async with``), yielding an ActiveSession; the arguments
         are UndoLog.session()'s."""
         lease = lease or self.lease
@@ -447,7 +453,7 @@ class AsyncUndoLog(_Base):
             sent = time.monotonic()
             sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
             state = await aengine.session_state(conn, sid)
-            active = self._active(sid, conn, state, in_progress_wait, sent, lease)
+            active = self._active(sid, conn, state, in_progress_wait, sent, lease, AsyncSession)
             if not self.durable_results:
                 await aengine.set_async_results(conn, True)
             token = context.enter(active)
@@ -470,6 +476,8 @@ class AsyncUndoLog(_Base):
                     await self._fail(conn, sid, _unknown(active))
                     await self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
+                if active.state == "compensating":  # an undo_to the worker finished since
+                    active.state = await aengine.session_state(conn, sid)
                 if active.state == "active":
                     active.state = await aengine.complete_session(conn, sid)
             finally:
@@ -596,10 +604,10 @@ class SessionContext:
     ) -> None:
         self._client = client
         self._args = (session_id, agent, metadata, lease, in_progress_wait)
-        self._sync: contextlib.AbstractContextManager[ActiveSession] | None = None
-        self._async: contextlib.AbstractAsyncContextManager[ActiveSession] | None = None
+        self._sync: contextlib.AbstractContextManager[Session] | None = None
+        self._async: contextlib.AbstractAsyncContextManager[AsyncSession] | None = None
 
-    def __enter__(self) -> ActiveSession:
+    def __enter__(self) -> Session:
         self._sync = self._client._session(*self._args)
         return self._sync.__enter__()
 
@@ -612,7 +620,7 @@ class SessionContext:
         assert self._sync is not None
         return self._sync.__exit__(exc_type, exc, tb)
 
-    async def __aenter__(self) -> ActiveSession:
+    async def __aenter__(self) -> AsyncSession:
         session_id, agent, metadata, lease, in_progress_wait = self._args
         self._async = self._client._async().session(
             session_id,
@@ -631,3 +639,94 @@ class SessionContext:
     ) -> bool | None:
         assert self._async is not None
         return await self._async.__aexit__(exc_type, exc, tb)
+
+
+# Undo to a point from inside the session (rollback_to). The binding waits for the walk:
+# it runs the walk here when this login may (the operator role), else it waits for
+# `undolog worker`, up to the client's walk_wait (or ``wait``) seconds, and answers the
+# session's state then: 'active' (undone; the session goes on, later calls take later
+# step indexes), 'halted' (the walk stopped at an irreversible call or a compensation
+# that failed for good: calls are refused until an operator acts) or 'compensating' (the
+# worker has not finished yet: calls are refused until it has).
+
+
+def _reason(reason: str | None, what: str) -> str:
+    return reason if reason is not None else f"the agent undid {what}"
+
+
+@dataclass
+class Session(ActiveSession):
+    """What ``with ul.session() as s`` yields: an ActiveSession that can also undo its
+    own latest calls (``s.undo_to(step)``, ``s.undo_last(n)``). The engine allows it to
+    an operator's login, or to the agent's own where the database allows it
+    (``ALTER DATABASE ... SET undolog.agent_rollback_to = on``; PermissionDenied
+    otherwise)."""
+
+    client: _Base | None = field(default=None, repr=False)
+
+    def undo_to(self, step: int, reason: str | None = None, *, wait: float | None = None) -> str:
+        """Undo this session's calls from the latest down to and including ``step``,
+        last first, through the undo walk; answers the session's state after it (see
+        above). Raises NothingToUndo when nothing at or after ``step`` is left to undo."""
+        assert isinstance(self.connection, psycopg.Connection)
+        why = _reason(reason, f"its calls from step {step} on")
+        saga.rollback_to(self.connection, self.session_id, step, why)
+        return self._walked(wait)
+
+    def undo_last(self, n: int = 1, reason: str | None = None, *, wait: float | None = None) -> str:
+        """Undo this session's last ``n`` calls still standing, last first (as undo_to).
+        NothingToUndo when fewer than ``n`` are left; InvalidArgument when ``n`` < 1."""
+        assert isinstance(self.connection, psycopg.Connection)
+        why = _reason(reason, f"its last {n} call(s)")
+        saga.rollback_last(self.connection, self.session_id, n, why)
+        return self._walked(wait)
+
+    def _walked(self, wait: float | None) -> str:
+        assert isinstance(self.client, UndoLog) and isinstance(self.connection, psycopg.Connection)
+        conn, sid = self.connection, self.session_id
+        self.state = "compensating"
+        self.client._walk(conn, sid)
+        deadline = time.monotonic() + (self.client.walk_wait if wait is None else wait)
+        while True:
+            self.state = engine.session_state(conn, sid)
+            if self.state != "compensating" or time.monotonic() >= deadline:
+                return self.state
+            time.sleep(walk.POLL)
+
+
+@dataclass
+class AsyncSession(ActiveSession):
+    """What ``async with ul.session() as s`` yields: as Session, its methods awaited."""
+
+    client: _Base | None = field(default=None, repr=False)
+
+    async def undo_to(
+        self, step: int, reason: str | None = None, *, wait: float | None = None
+    ) -> str:
+        """As Session.undo_to, awaited."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its calls from step {step} on")
+        await aengine.rollback_to(self.connection, self.session_id, step, why)
+        return await self._walked(wait)
+
+    async def undo_last(
+        self, n: int = 1, reason: str | None = None, *, wait: float | None = None
+    ) -> str:
+        """As Session.undo_last, awaited."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its last {n} call(s)")
+        await aengine.rollback_last(self.connection, self.session_id, n, why)
+        return await self._walked(wait)
+
+    async def _walked(self, wait: float | None) -> str:
+        assert isinstance(self.client, AsyncUndoLog)
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        conn, sid = self.connection, self.session_id
+        self.state = "compensating"
+        await self.client.run_walk(sid)
+        deadline = time.monotonic() + (self.client.walk_wait if wait is None else wait)
+        while True:
+            self.state = await aengine.session_state(conn, sid)
+            if self.state != "compensating" or time.monotonic() >= deadline:
+                return self.state
+            await asyncio.sleep(walk.POLL)

@@ -142,6 +142,22 @@ class InvalidNotificationChannel(UndoLogError):
     http_status = HTTP_UNPROCESSABLE
 
 
+class NothingToUndo(UndoLogError):
+    """rollback_to found nothing to undo at or after the step (calls already undone,
+    SAFE calls and steps not made yet have nothing to undo)."""
+
+    sqlstate = "UL021"
+    http_status = HTTP_CONFLICT
+
+
+class StepUndone(UndoLogError):
+    """A call made again (replay or retry) whose step a rollback_to undid, in a session
+    that went on: make it as a new step, at a later step index."""
+
+    sqlstate = "UL022"
+    http_status = HTTP_CONFLICT
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -298,6 +314,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         ToolRegistrationMismatch,
         UnknownNotification,
         InvalidNotificationChannel,
+        NothingToUndo,
+        StepUndone,
         PermissionDenied,
     )
     if cls.sqlstate is not None

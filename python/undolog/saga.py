@@ -111,3 +111,50 @@ def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: st
 def rollback_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
     """Stop an active or waiting session and have its work undone; answers its new state."""
     return _text(conn, "SELECT undolog.rollback_session(%s, %s, %s)", (session_id, by, reason))
+
+
+@dataclass(frozen=True)
+class PlannedUndo:
+    """One entry rollback_to would undo, in the walk's order (undolog.rollback_to_plan)."""
+
+    stack_position: int
+    undo_id: uuid.UUID
+    effect_id: uuid.UUID
+    step_index: int
+    tool_name: str
+    tier: str
+    effect_state: str
+    action: str  # 'undo' (compensated), 'skip' (never acted), 'stop' (the walk halts here)
+
+
+ROLLBACK_TO_PLAN = """
+SELECT stack_position, undo_id, effect_id, step_index, tool_name, tier, effect_state, action
+FROM undolog.rollback_to_plan(%s, %s)
+"""
+ROLLBACK_TO = "SELECT undolog.rollback_to(%s, %s, %s, %s)"
+ROLLBACK_LAST = "SELECT undolog.rollback_last(%s, %s, %s, %s)"
+
+
+def plan_of(rows: list[tuple[Any, ...]]) -> list[PlannedUndo]:
+    return [PlannedUndo(*row) for row in rows]
+
+
+def rollback_to_plan(conn: Connection, session_id: uuid.UUID, step: int) -> list[PlannedUndo]:
+    """What rollback_to(session, step) would undo, last first. Read only."""
+    return plan_of(fetch_all(conn, ROLLBACK_TO_PLAN, (session_id, step)))
+
+
+def rollback_to(
+    conn: Connection, session_id: uuid.UUID, step: int, reason: str, by: str | None = None
+) -> str:
+    """Undo a live session's calls from the top of its stack down to ``step``, then let it
+    go on: answers 'compensating' (the walk then runs, as a failed session's does)."""
+    return _text(conn, ROLLBACK_TO, (session_id, step, reason, by))
+
+
+def rollback_last(
+    conn: Connection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
+) -> str:
+    """rollback_to for the session's last ``count`` calls still to undo, in the walk's
+    order: answers 'compensating'."""
+    return _text(conn, ROLLBACK_LAST, (session_id, count, reason, by))

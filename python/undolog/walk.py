@@ -92,6 +92,10 @@ NEXT_COMPENSATION = """
 SELECT u.compensation_name
 FROM undolog.undo_stack_entries AS u
 WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
+  -- a partial walk (rollback_to) does not go below its floor
+  AND u.stack_position >= coalesce(
+      (SELECT s.undo_floor FROM undolog.sessions_list AS s WHERE s.session_id = u.session_id),
+      0)
   AND NOT (u.effect_state = 'pending'
            OR (u.compensation IS NULL AND u.effect_state IN ('approved', 'rejected')))
 ORDER BY u.stack_position DESC

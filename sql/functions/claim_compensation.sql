@@ -28,6 +28,10 @@
 -- The compensation answered is the one the effect's tool registration names; an entry
 -- whose descriptor disagrees with it halts the session instead (see below).
 --
+-- A partial walk (rollback_to: the session's undo_floor is set) hands out only entries
+-- at or above its floor; the claim that finds none left there sends the session back to
+-- active instead of compensated (no row).
+--
 -- UL002 unknown session; UL010 when the session has no walk to run (active, completed,
 -- awaiting_approval) or its walk is stopped (halted: an operator must act). A compensated
 -- session answers no row, so a late walker simply finds the walk over.
@@ -50,6 +54,7 @@ AS $$
 DECLARE
     v_timeout interval;
     v_max_default integer;
+    v_session undolog.undolog_sessions;
     v_state text;
     v_top_id uuid;
     v_entry undolog.undolog_undo_stack;
@@ -70,7 +75,8 @@ BEGIN
 
     -- The session row serialises the claims of one session and the session transitions
     -- they make; walkers of different sessions never wait for each other.
-    v_state := (undolog.lock_session(p_session_id)).state;
+    v_session := undolog.lock_session(p_session_id);
+    v_state := v_session.state;
     IF v_state = 'compensated' THEN
         RETURN;
     END IF;
@@ -93,8 +99,18 @@ BEGIN
         SELECT u.undo_id INTO v_top_id
         FROM undolog.undolog_undo_stack AS u
         WHERE u.session_id = p_session_id AND u.state IN ('pending', 'compensating')
+          AND u.stack_position >= coalesce(v_session.undo_floor, 0)
         ORDER BY u.stack_position DESC
         LIMIT 1;
+        IF NOT FOUND AND v_session.undo_floor IS NOT NULL THEN
+            -- A partial walk (rollback_to) reached its floor: the session goes on, with
+            -- a fresh lease (its agent may not have renewed it while the walk ran).
+            UPDATE undolog.undolog_sessions AS s
+            SET state = 'active', undo_floor = NULL,
+                lease_expires_at = now() + s.lease_duration
+            WHERE s.session_id = p_session_id;
+            RETURN;
+        END IF;
         IF NOT FOUND THEN
             PERFORM undolog.transition_session(p_session_id, 'compensated');
             RETURN;

@@ -275,6 +275,15 @@ BEGIN
                 MESSAGE = pg_catalog.format('session %s is %s: the call cannot run',
                                             p_session_id, v_session_state);
         END IF;
+        -- Its entry was passed by a partial walk (rollback_to) that the session outlived:
+        -- run now, it would be an effect below the undo stack's floor that no walk undoes.
+        IF EXISTS (SELECT FROM undolog.undolog_undo_stack AS u
+                   WHERE u.effect_id = v_effect.effect_id AND u.session_id = p_session_id
+                     AND u.state = 'skipped')
+           AND EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                       WHERE s.session_id = p_session_id AND s.undo_to IS NOT NULL) THEN
+            PERFORM undolog.refuse_undone_step(v_effect);
+        END IF;
         UPDATE undolog.undolog_effect_log AS e
         SET state = 'executing', attempts = e.attempts + 1, error = NULL
         WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
@@ -290,6 +299,15 @@ BEGIN
             RETURN QUERY SELECT v_effect.effect_id, 'rejected'::text, v_effect.state,
                                 NULL::jsonb, v_approval_id;
             RETURN;
+        END IF;
+        -- Undone by rollback_to: the session had one, and in these states a call is
+        -- undone by nothing else (a whole walk starts by leaving failed), or its partial
+        -- walk is running or halted.
+        IF EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                   WHERE s.session_id = p_session_id AND s.undo_to IS NOT NULL
+                     AND (s.state IN ('active', 'awaiting_approval', 'completed', 'failed')
+                          OR s.undo_floor IS NOT NULL)) THEN
+            PERFORM undolog.refuse_undone_step(v_effect);
         END IF;
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

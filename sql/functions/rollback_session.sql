@@ -3,7 +3,9 @@
 -- awaiting_approval -> every pending approval request of it is rejected by p_by, which
 --                      sends the session to compensating (decide_approval's rule); if
 --                      that sent it back to active instead (on_reject 'continue'), it is
---                      failed, as an active one.
+--                      failed, as an active one;
+-- compensating or halted in the partial walk of a rollback_to -> the walk goes on to the
+--                      bottom of the stack (the session ends compensated, not active).
 -- Recorded in undolog_operator_actions as 'rollback', with who and why; the worker (or
 -- any walker) then walks the undo stack LIFO. Answers the session's new state.
 -- UL008 blank p_by or p_reason; UL002 unknown session; UL001 any other state (a session
@@ -20,6 +22,7 @@ DECLARE
     v_state text;
     v_approval_id uuid;
     v_why text;
+    v_floor bigint;
 BEGIN
     PERFORM undolog.check_operator(p_by);
     IF undolog.is_blank(p_reason) OR length(p_reason) > 8192 THEN
@@ -28,7 +31,8 @@ BEGIN
             MESSAGE = 'p_reason must say why the session is rolled back: '
                       'non-blank text of at most 8192 characters';
     END IF;
-    SELECT s.state INTO v_state FROM undolog.lock_session(p_session_id) AS s;
+    SELECT s.state, s.undo_floor INTO v_state, v_floor
+    FROM undolog.lock_session(p_session_id) AS s;
     v_why := pg_catalog.format('rolled back by %s: %s', p_by, p_reason);
     IF v_state = 'active' THEN
         v_state := undolog.transition_session(p_session_id, 'failed', v_why);
@@ -51,6 +55,12 @@ BEGIN
         IF v_state = 'active' THEN
             v_state := undolog.transition_session(p_session_id, 'failed', v_why);
         END IF;
+    ELSIF v_floor IS NOT NULL THEN
+        -- A partial walk (rollback_to) running or halted: it becomes the whole walk, down
+        -- to the bottom of the stack, and the session ends compensated, not active.
+        UPDATE undolog.undolog_sessions AS s
+        SET undo_floor = NULL, error = left(v_why, 8192)
+        WHERE s.session_id = p_session_id;
     ELSE
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',

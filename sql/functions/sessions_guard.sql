@@ -32,6 +32,23 @@ BEGIN
                                             OLD.state, NEW.state),
                 DETAIL = pg_catalog.format('session %s', NEW.session_id);
         END IF;
+        -- A partial walk (rollback_to) starts with its floor and ends only from one: an
+        -- active session is never sent to its walk, nor a walk back to active, otherwise.
+        -- The floor is read through to_jsonb: the column comes with migration 0009, and
+        -- an upgrade applies this source before it (a field the record lacks would raise).
+        IF (OLD.state = 'active' AND NEW.state = 'compensating'
+            AND pg_catalog.to_jsonb(NEW) ->> 'undo_floor' IS NULL)
+           OR (OLD.state = 'compensating' AND NEW.state = 'active'
+               AND (pg_catalog.to_jsonb(OLD) ->> 'undo_floor' IS NULL
+                    OR pg_catalog.to_jsonb(NEW) ->> 'undo_floor' IS NOT NULL)) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL001',
+                MESSAGE = pg_catalog.format('invalid session transition %s -> %s',
+                                            OLD.state, NEW.state),
+                DETAIL = pg_catalog.format('session %s', NEW.session_id),
+                HINT = 'Only undolog.rollback_to starts a partial undo walk, and only its '
+                       'end sends the session back to active.';
+        END IF;
     END IF;
 
     INSERT INTO undolog.undolog_session_history (session_id, from_state, to_state, detail)
@@ -41,6 +58,12 @@ BEGIN
         NEW.state,
         CASE WHEN NEW.error IS NOT NULL AND NEW.state IN ('failed', 'halted')
             THEN pg_catalog.jsonb_build_object('error', NEW.error)
+        -- A partial walk: who asked, why and down to which step, when it starts and ends.
+        WHEN TG_OP = 'UPDATE' AND OLD.state = 'active' AND NEW.state = 'compensating'
+            THEN pg_catalog.jsonb_build_object('rollback_to', pg_catalog.to_jsonb(NEW) -> 'undo_to')
+        WHEN TG_OP = 'UPDATE' AND OLD.state = 'compensating' AND NEW.state = 'active'
+            THEN pg_catalog.jsonb_build_object('rolled_back_to',
+                                               pg_catalog.to_jsonb(NEW) -> 'undo_to')
         -- Back to active after a refusal of a tool registered on_reject 'continue': which
         -- calls were refused, by whom and why (read from the requests decided in this
         -- transaction, so no caller can write this detail itself).

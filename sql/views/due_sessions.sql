@@ -9,6 +9,9 @@
 --   expired), pending with its retry time passed (due since that time, or since the walk
 --   last moved if later), or there is no unfinished entry left (due since the last entry
 --   finished).
+-- A partial walk (rollback_to) needs no rule of its own: once nothing is left above its
+-- floor, the top unfinished entry is one below it, never claimed and so due since it was
+-- pushed, and the claim that follows sends the session back to active.
 -- awaiting_approval and halted sessions wait for a person, not for a worker: never due.
 -- security_invoker: the reader's row-level security applies (recover() reads it as the
 -- owner and sees every session).

@@ -17,7 +17,9 @@ SELECT
     s.halt_undo_id,
     s.resolved_by,
     s.resolved_at,
-    s.resolution
+    s.resolution,
+    s.undo_floor,
+    s.undo_to
 FROM undolog.undolog_sessions AS s;
 
 COMMENT ON VIEW undolog.sessions_list IS

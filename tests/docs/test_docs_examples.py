@@ -554,6 +554,29 @@ def test_every_include_resolves() -> None:
     assert seen >= 30
 
 
+def test_undo_to_a_point_by_the_agent_and_by_an_operator(dsn: str, workdir: Path) -> None:
+    out = run_script("undo_to.sh", dsn, workdir)
+    # the agent's own undo: the last two calls, last first, then it goes on
+    assert out.index("undo: cancelled car") < out.index("undo: cancelled hotel Grand")
+    assert "state after undo: active" in out
+    assert "bookings now: {'flight': 'LIS -> OSL, 3 May', 'hotel': 'Bristol, 3-6 May'}" in out
+    # the operator's: the plan, in order, then the walk; the held agent goes on
+    assert re.search(r"1\s+2\s+book\s+compensable\s+committed\s+undo", out)
+    assert re.search(r"2\s+1\s+book\s+compensable\s+committed\s+undo", out)
+    assert "nothing changed (--plan)" in out
+    assert "compensating (the walk undoes these, then the session goes on)" in out
+    assert "booked train: OSL -> BGO, 6 May" in out and "session completed" in out
+    assert '"rollback_to": {"at":' in out and '"by": "alice"' in out
+    with psycopg.connect(dsn) as conn:
+        actions = conn.execute(
+            "SELECT action, performed_by, reason FROM undolog.undolog_operator_actions"
+            " WHERE performed_by = 'alice'"
+        ).fetchall()
+        allowed = conn.execute("SELECT undolog.agent_rollback_to_allowed()").fetchone()
+    assert actions == [("rollback_to", "alice", "step 1: hotel and car were for the wrong week")]
+    assert allowed == (True,)
+
+
 # Which test runs each example file. A new example without a test here fails this check.
 RUN_BY = {
     "advisory_locks.sql": "test_hostile_probes.py::test_the_roles_page_advisory_lock_statements_*",
@@ -588,6 +611,8 @@ RUN_BY = {
     "prometheus.yml": "cli/test_metrics.py::test_the_example_scrape_config_loads_the_alerts_*",
     "prometheus_alerts.yml": "cli/test_metrics.py::test_the_example_alerts_name_only_*",
     "tracing.py": "binding/test_tracing.py::test_the_tracing_example_runs",
+    "undo_to.py": "undo_to.sh",
+    "undo_to.sh": "test_undo_to_a_point_by_the_agent_and_by_an_operator",
 }
 
 

@@ -1,5 +1,5 @@
 """``undolog sessions``: list and show sessions, and an operator's actions on one
-(resume, retry, abandon, rollback)."""
+(resume, retry, abandon, rollback, undo-to)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,24 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
             help="why (recorded)" + ("; required" if reason_required else ""),
         )
         p.set_defaults(func=_operator_action(action), needed_role=OPERATOR)
+    p = sessions.add_parser(
+        "undo-to",
+        parents=[common],
+        help="undo an active session's calls down to a step, last first; it then goes on",
+        description="Undo an active session's calls from the latest down to and including "
+        "STEP, last first, through the undo walk (`undolog worker` runs it), after which "
+        "the session goes on: its next calls take later steps, and a replay of an undone "
+        "step is refused (UL022). An irreversible call in the range halts the walk there, "
+        "as in any walk. Prints what will be undone, in that order.",
+    )
+    p.add_argument("session", metavar="SESSION", help=SESSION_HELP)
+    p.add_argument("step", metavar="STEP", type=_step, help="the lowest step to undo")
+    p.add_argument("--reason", required=True, help="why (recorded); required")
+    p.add_argument("--by", help="who acts (recorded; default: the login)")
+    p.add_argument(
+        "--plan", action="store_true", help="only print what would be undone; change nothing"
+    )
+    p.set_defaults(func=_cmd_sessions_undo_to, needed_role=OPERATOR)
 
 
 SESSION_COLUMNS = [
@@ -197,3 +215,45 @@ def _operator_action(action: str) -> Callable[[argparse.Namespace], int]:
         return EXIT_OK
 
     return run
+
+
+def _step(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a step index: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"a step index is 0 or more, not {number}")
+    return number
+
+
+PLAN_COLUMNS = ["order", "step_index", "tool_name", "tier", "effect_state", "action"]
+
+
+def _cmd_sessions_undo_to(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        sid = resolve_id(conn, "session", args.session)
+        plan = saga.rollback_to_plan(conn, sid, args.step)
+        state = None
+        if not args.plan:
+            state = saga.rollback_to(conn, sid, args.step, args.reason, args.by)
+    rows = [
+        {
+            "order": i,
+            "step_index": p.step_index,
+            "tool_name": p.tool_name,
+            "tier": p.tier,
+            "effect_state": p.effect_state,
+            "action": p.action,
+        }
+        for i, p in enumerate(plan, 1)
+    ]
+    if args.json:
+        print_json({"session_id": str(sid), "action": "undo-to", "state": state, "plan": rows})
+        return EXIT_OK
+    emit(args, rows, PLAN_COLUMNS, title="to undo, in this order:" if rows else "")
+    if state is None:
+        print(f"session {sid}: nothing changed (--plan)")
+    else:
+        print(f"session {sid}: {state} (the walk undoes these, then the session goes on)")
+    return EXIT_OK

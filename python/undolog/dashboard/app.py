@@ -751,6 +751,8 @@ class Dashboard:
         reason_field = form.get("reason")
         reason = reason_field.strip() if isinstance(reason_field, str) else ""
         target = str(session_id)
+        if action == "undo-to":
+            return await self._undo_to(request, ws, session_id, form)
         if action == "retry":
             undo_id = self._uuid(str(form.get("undo_id", "")))
             # retry_compensation takes the entry alone: the entry must be this session's,
@@ -820,6 +822,75 @@ class Dashboard:
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
+
+    async def _undo_to(
+        self, request: Request, ws: WebSession, session_id: uuid.UUID, form: FormData
+    ) -> Response:
+        """Undo from here: the first POST (a call's button) shows what will be undone, in
+        which order, with a one-time confirmation; only the second, from that page, with a
+        reason, undoes it. The confirmation is for that plan exactly (the entries it
+        lists): if the session moved on in between, the page is shown again."""
+        target = str(session_id)
+        try:
+            step = int(str(form.get("step", "")))
+        except ValueError:
+            step = -1
+        if step < 0:
+            return self.not_found(request, ws, "step of this session")
+        if not ws.roles.staff:
+            outcome = Outcome(target, False, "only an operator or approver undoes a session", 403)
+            return await self._show_session(request, ws, session_id, 403, [outcome])
+        async with ws.db() as conn:
+            try:
+                plan = await queries.rollback_to_plan(conn, session_id, step)
+            except psycopg.Error as exc:
+                status, text = engine_error(exc)
+                return await self._show_session(
+                    request, ws, session_id, status, [Outcome(target, False, text, status)]
+                )
+        key = [f"undo-to:{session_id}:{step}", *(str(r["undo_id"]) for r in plan)]
+        reason_field = form.get("reason")
+        reason = reason_field.strip() if isinstance(reason_field, str) else ""
+        nonce = form.get("confirm")
+        if nonce is None or not ws.take_confirm(nonce, key) or not reason:
+            return self.render(
+                request,
+                "undo_to.html",
+                ws,
+                200 if nonce is None else 409,
+                session_id=session_id,
+                step=step,
+                plan=plan,
+                token=ws.confirm_nonce(key),
+                stale=nonce is not None and bool(reason),
+                no_reason=nonce is not None and not reason,
+            )
+        if len(reason) > REASON_LIMIT:
+            outcome = Outcome(target, False, f"reason over {REASON_LIMIT} characters", 422)
+            return await self._show_session(request, ws, session_id, 422, [outcome])
+        async with ws.db() as conn:
+            try:
+                row = await (
+                    await conn.execute(
+                        "SELECT undolog.rollback_to(%s, %s, %s, %s)",
+                        (session_id, step, reason, ws.login),
+                    )
+                ).fetchone()
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
+                status, text = engine_error(exc)
+                return await self._show_session(
+                    request, ws, session_id, status, [Outcome(target, False, text, status)]
+                )
+        log.info("%s: undo-to step %s of %s", ws.login, step, session_id)
+        done = Outcome(
+            target,
+            True,
+            f"undo from step {step} by {ws.login}: now {row[0] if row else '?'}; "
+            f"the walk undoes {len(plan)} call(s), then the session goes on",
+        )
+        return self._after(request, ws, [done], f"/sessions/{session_id}")
 
     @staticmethod
     async def _undo_entry_of(ws: WebSession, session_id: uuid.UUID, undo_id: uuid.UUID) -> bool:

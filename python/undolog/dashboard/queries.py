@@ -483,3 +483,14 @@ async def decisions_page(conn: Conn, f: DecisionFilter) -> tuple[list[Row], str 
         params,
         f.after,
     )
+
+
+async def rollback_to_plan(conn: Conn, session_id: uuid.UUID, step: int) -> list[Row]:
+    """What undoing the session down to ``step`` would undo, in the walk's order (the
+    engine's undolog.rollback_to_plan: the same rule rollback_to applies)."""
+    return await rows(
+        conn,
+        "SELECT undo_id, step_index, tool_name, tier, effect_state, action"
+        " FROM undolog.rollback_to_plan(%s, %s)",
+        (session_id, step),
+    )

@@ -59,6 +59,13 @@ Roots = Literal["none", "client"] | tuple[str, ...]
 # where the client says a conversation ends (its _meta conversation key).
 Boundary = Literal["connection", "idle", "conversation"]
 BOUNDARIES: tuple[Boundary, ...] = ("connection", "idle", "conversation")
+# Whether the agent gets the proxy's own tool undolog__undo_last (undo its session's last
+# calls, undolog.rollback_last), and as what: "off" (the default: not listed) or "safe"
+# (answered by the proxy at once, not journaled: undoing is not itself undone). The
+# database must also allow the proxy's login to undo its own sessions, unless that login
+# is an operator's (ALTER DATABASE ... SET undolog.agent_rollback_to = on).
+UndoTool = Literal["off", "safe"]
+UNDO_TOOLS: tuple[UndoTool, ...] = ("off", "safe")
 
 # How long the clients wait for an answer to a request: 60 s is the TypeScript SDK's
 # default (Claude Desktop, MCP Inspector), and its progress notifications do not extend
@@ -119,6 +126,7 @@ class Policy:
     max_sessions_per_client: int = 64
     max_upstream_processes: int = 32
     session_boundary: Boundary = "connection"
+    undo_last_tool: UndoTool = "off"
     session_idle_seconds: float | None = None  # "idle" (and optionally "conversation")
 
     def tier_of(self, upstream: str, tool: str) -> ToolPolicy:
@@ -352,8 +360,20 @@ def load_policy(path: str | Path) -> Policy:
                 "max_upstream_processes",
                 "session_boundary",
                 "session_idle_seconds",
+                "undo_last_tool",
             },
         )
+        undo_tool = proxy.get("undo_last_tool", "off")
+        if undo_tool not in UNDO_TOOLS:
+            raise PolicyError(
+                f"proxy.undo_last_tool: one of {', '.join(UNDO_TOOLS)}, not {undo_tool!r}"
+                + (
+                    " (asking a person before an undo is not built: an operator undoes "
+                    "from the dashboard or `undolog sessions undo-to`)"
+                    if undo_tool == "irreversible"
+                    else ""
+                )
+            )
         boundary = proxy.get("session_boundary", "connection")
         if boundary not in BOUNDARIES:
             raise PolicyError(
@@ -424,6 +444,7 @@ def load_policy(path: str | Path) -> Policy:
             ),
             session_boundary=boundary,
             session_idle_seconds=idle,
+            undo_last_tool=undo_tool,
         )
     except PolicyError as exc:
         raise PolicyError(f"{path}: {exc}") from None

@@ -80,6 +80,8 @@ from undolog.signature import canonical_json
 log = logging.getLogger("undolog.mcp_proxy")
 
 SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id
+# The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
+UNDO_LAST_TOOL = "undolog__undo_last"
 # The client's name for a conversation (session_boundary = "conversation"): scoped to its
 # own connection, so naming another client's conversation reaches nothing of it.
 CONVERSATION_META_KEY = "undolog/conversation"
@@ -394,7 +396,63 @@ class McpProxy:
             out.append(
                 route.listed.model_copy(update={"name": exposed, "description": description})
             )
+        if self.policy.undo_last_tool != "off":
+            out.append(
+                types.Tool(
+                    name=UNDO_LAST_TOOL,
+                    description=(
+                        "Undo this session's last `count` journaled calls, the latest first, "
+                        "with their compensations; the session then goes on (a call made "
+                        "again afterwards is a new call). Stops at an irreversible call "
+                        "that may have acted. UndoLog tier: SAFE (answered by the proxy)."
+                    ),
+                    input_schema={
+                        "type": "object",
+                        "properties": {
+                            "count": {"type": "integer", "minimum": 1, "maximum": 1000},
+                            "reason": {"type": "string", "minLength": 1, "maxLength": 8192},
+                        },
+                        "required": ["count", "reason"],
+                    },
+                )
+            )
         return out
+
+    async def _undo_last(
+        self, ctx: ServerRequestContext[Any, Any], args: dict[str, Any]
+    ) -> types.CallToolResult:
+        """undolog__undo_last: rollback_last on the caller's session, then its walk here
+        (as for a session failed from outside), answering the session's state."""
+        count, reason = args.get("count"), args.get("reason")
+        if not isinstance(count, int) or isinstance(count, bool) or not isinstance(reason, str):
+            return _error(f"{UNDO_LAST_TOOL}: give count (a whole number) and reason (text)")
+        try:
+            ps = await self.session_for(ctx)
+        except (ValueError, UndoLogError, psycopg.Error) as exc:
+            return _error(f"{UNDO_LAST_TOOL}: {exc}")
+        if not ps.began:
+            return _error(f"{UNDO_LAST_TOOL}: this session made no journaled call to undo")
+        ps.inflight += 1
+        try:
+            try:
+                async with self.pool.connection() as conn:
+                    await aengine.rollback_last(conn, ps.session_id, count, reason)
+            except (UndoLogError, psycopg.Error) as exc:
+                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
+            await self._walk(ps.session_id, self._undoers(ps))
+            state = await self._state(ps)
+        finally:
+            ps.inflight -= 1
+            ps.last_call = time.monotonic()
+        words = {
+            "active": f"undid the last {count} call(s); the session goes on",
+            "halted": "the undo stopped at a call nothing can undo: a person must act, "
+            "and new calls are refused until then",
+            "compensating": "the undo is still running (the worker finishes it): new calls "
+            "are refused until it has",
+        }.get(state, f"the session is {state}")
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=words)])
+        return result.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -684,6 +742,8 @@ class McpProxy:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
     ) -> types.CallToolResult:
+        if name == UNDO_LAST_TOOL and self.policy.undo_last_tool != "off":
+            return await self._undo_last(ctx, args)
         route = self.routes.get(name)
         if route is None:
             return _error(f"unknown tool {name!r}")

@@ -1,0 +1,85 @@
+"""`undolog sessions undo-to`: the plan, the undo, and the refusals with their exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import psycopg
+
+from undolog import engine
+
+Conn = psycopg.Connection[Any]
+
+
+def undolog(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "undolog.cli", *args, "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _session(conn: Conn, calls: int) -> uuid.UUID:
+    sid = engine.begin_session(conn)
+    for step in range(calls):
+        got = engine.intercept(
+            conn, sid, step, "book", "compensable", {"n": step}, {"name": "unbook"}
+        )
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"n": step})
+    return sid
+
+
+def _state(conn: Conn, sid: uuid.UUID) -> str:
+    row = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_plan_then_undo_to(dsn: str, conn: Conn) -> None:
+    sid = _session(conn, 3)
+    plan = undolog(dsn, "sessions", "undo-to", str(sid), "1", "--plan", "--reason", "look")
+    assert plan.returncode == 0, plan.stderr
+    assert "nothing changed (--plan)" in plan.stdout and _state(conn, sid) == "active"
+    done = undolog(
+        dsn,
+        "sessions",
+        "undo-to",
+        str(sid)[:13],
+        "1",
+        "--by",
+        "ann",
+        "--reason",
+        "why",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["state"] == "compensating"
+    assert [(r["order"], r["step_index"], r["action"]) for r in answer["plan"]] == [
+        (1, 2, "undo"),
+        (2, 1, "undo"),
+    ]
+    assert _state(conn, sid) == "compensating"
+    again = undolog(dsn, "sessions", "undo-to", str(sid), "0", "--reason", "again")
+    assert again.returncode == 1 and "only an active session" in again.stderr  # UL001
+
+
+def test_refusals(dsn: str, conn: Conn) -> None:
+    sid = _session(conn, 1)
+    nothing = undolog(dsn, "sessions", "undo-to", str(sid), "5", "--reason", "r")
+    assert nothing.returncode == 1 and "nothing to undo at or after step 5" in nothing.stderr
+    negative = undolog(dsn, "sessions", "undo-to", str(sid), "-1", "--reason", "r")
+    assert negative.returncode == 2
+    no_reason = undolog(dsn, "sessions", "undo-to", str(sid), "0")
+    assert no_reason.returncode == 2
+    unknown = undolog(dsn, "sessions", "undo-to", str(uuid.uuid4()), "0", "--reason", "r")
+    assert unknown.returncode == 3
+    assert _state(conn, sid) == "active"

@@ -1,0 +1,346 @@
+"""Undo to a point (undolog.rollback_to): a live session's latest calls are undone, last
+first, through the undo walk of a failed session, and the session then goes on. Through
+the binding (session.undo_to / undo_last, sync and async), as the agent's own login where
+the database allows it, and racing the agent's next call on real concurrent connections."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import (
+    AsyncUndoLog,
+    CompensationDescriptor,
+    InvalidArgument,
+    NothingToUndo,
+    PermissionDenied,
+    SessionNotActive,
+    StepUndone,
+    ToolTier,
+    UndoLog,
+    engine,
+    saga,
+    undolog_tool,
+    walk,
+)
+from undolog.walk import CompensationCall
+
+Conn = psycopg.Connection[Any]
+undone: list[str] = []
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("unbook"))
+def book(room: str) -> dict[str, Any]:
+    return {"booking": room}
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("unbook"))
+async def abook(room: str) -> dict[str, Any]:
+    return {"booking": room}
+
+
+def _unbook(call: CompensationCall) -> None:
+    undone.append(call.result["booking"])
+
+
+def _app(dsn: str, client: type[UndoLog] | type[AsyncUndoLog] = UndoLog) -> Any:
+    ul = client(dsn, walk_wait=5.0)
+    ul.compensation("unbook")(_unbook)
+    return ul
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    undone.clear()
+
+
+def _history(conn: Conn, sid: uuid.UUID) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT from_state, to_state, detail FROM undolog.undolog_session_history"
+        " WHERE session_id = %s ORDER BY history_id",
+        (sid,),
+    ).fetchall()
+
+
+def _allow_agents(conn: Conn) -> None:
+    db = conn.info.dbname
+    conn.execute(f'ALTER DATABASE "{db}" SET undolog.agent_rollback_to = on')
+
+
+def test_undo_to_undoes_the_latest_calls_and_the_session_goes_on(dsn: str, conn: Conn) -> None:
+    ul = _app(dsn)
+    with ul.session(agent="travel") as s:
+        book("flight")
+        book("hotel")
+        book("car")
+        assert s.undo_to(1, "the customer changed the dates") == "active"
+        assert undone == ["car", "hotel"]
+        book("train")  # step 3: the session goes on at a later step
+    assert s.state == "completed"
+    steps = conn.execute(
+        "SELECT step_index, tool_name, state, args ->> 'room' FROM undolog.undolog_effect_log"
+        " WHERE session_id = %s ORDER BY step_index",
+        (s.session_id,),
+    ).fetchall()
+    assert steps == [
+        (0, "book", "committed", "flight"),
+        (1, "book", "compensated", "hotel"),
+        (2, "book", "compensated", "car"),
+        (3, "book", "committed", "train"),
+    ]
+    moves = [(f, t) for f, t, _ in _history(conn, s.session_id)]
+    assert moves == [
+        (None, "active"),
+        ("active", "compensating"),
+        ("compensating", "active"),
+        ("active", "completed"),
+    ]
+    asked = _history(conn, s.session_id)[1][2]["rollback_to"]
+    assert (asked["step"], asked["reason"], asked["login"]) == (
+        1,
+        "the customer changed the dates",
+        conn.info.user,
+    )
+    action = conn.execute(
+        "SELECT action, reason FROM undolog.undolog_operator_actions WHERE session_id = %s",
+        (s.session_id,),
+    ).fetchall()
+    assert action == [("rollback_to", "step 1: the customer changed the dates")]
+
+
+def test_a_rerun_of_the_session_replays_what_stands_and_refuses_an_undone_step(
+    dsn: str, conn: Conn
+) -> None:
+    ul = _app(dsn)
+    with ul.session(agent="travel") as s:
+        book("flight")
+        book("hotel")
+        assert s.undo_last(1) == "active"
+    assert undone == ["hotel"]
+    with (
+        pytest.raises(StepUndone, match=r"step 1 .* was undone by rollback_to"),
+        ul.session(s.session_id),
+    ):
+        book("flight")  # replays
+        book("hotel")  # was undone: refused, with what to do
+    assert undone == ["hotel"]  # the session had completed: the refusal undoes nothing
+    rows = conn.execute(
+        "SELECT step_index, state FROM undolog.undolog_effect_log WHERE session_id = %s"
+        " ORDER BY step_index",
+        (s.session_id,),
+    ).fetchall()
+    assert rows[1] == (1, "compensated")
+
+
+def test_undo_last_counts_calls_and_refuses_more_than_there_are(dsn: str) -> None:
+    ul = _app(dsn)
+    with ul.session() as s:
+        book("a")
+        book("b")
+        book("c")
+        with pytest.raises(NothingToUndo):
+            s.undo_last(4)
+        with pytest.raises(InvalidArgument):
+            s.undo_last(0)
+        assert s.undo_last(2) == "active"
+        assert undone == ["c", "b"]
+        with pytest.raises(NothingToUndo):
+            s.undo_to(1)  # already undone
+
+
+def test_async_session_undo_last(dsn: str) -> None:
+    ul = _app(dsn, AsyncUndoLog)
+
+    async def agent() -> str:
+        async with ul.session() as s:
+            await abook("x")
+            await abook("y")
+            assert await s.undo_last(1, "not y") == "active"
+            await abook("z")
+        return str(s.state)
+
+    assert asyncio.run(agent()) == "completed"
+    assert undone == ["y"]
+
+
+def test_the_agents_own_login_needs_the_database_to_allow_it(
+    agent_dsn: str, dsn: str, conn: Conn
+) -> None:
+    ul = _app(agent_dsn)
+    with ul.session() as s:
+        book("a")
+        book("b")
+        with pytest.raises(PermissionDenied, match="may not undo its own session"):
+            s.undo_last(1)
+        _allow_agents(conn)
+        # An agent login may not run the walk itself: it asks, and the worker walks.
+        assert s.undo_last(1, wait=0.0) == "compensating"
+        with pytest.raises(SessionNotActive):
+            book("c")  # refused while the walk runs (UL010)
+        assert walk.work(conn, {"unbook": _unbook}) == {s.session_id: "active"}
+        assert undone == ["b"]
+        book("c")
+    assert s.state == "completed"
+    asked = _history(conn, s.session_id)[1][2]["rollback_to"]
+    assert asked["by"] == asked["login"] != conn.info.user
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_operator_actions WHERE session_id = %s",
+        (s.session_id,),
+    ).fetchone() == (0,)
+
+
+def test_an_irreversible_call_in_the_range_halts_the_walk(dsn: str, conn: Conn) -> None:
+    sid = engine.begin_session(conn)
+    for step, (tool, tier) in enumerate(
+        [("book", "compensable"), ("wire", "irreversible"), ("book", "compensable")]
+    ):
+        args = {"room": f"r{step}"}
+        comp = {"name": "unbook"} if tier == "compensable" else None
+        got = engine.intercept(conn, sid, step, tool, tier, args, comp)
+        if got.action == "await_approval":
+            assert got.approval_id is not None
+            with psycopg.connect(dsn, autocommit=True) as other:  # a person approves
+                other.execute("SET SESSION AUTHORIZATION DEFAULT")
+                other.execute("CREATE ROLE approver_x IN ROLE undolog_approver")
+                other.execute("SET SESSION AUTHORIZATION approver_x")
+                other.execute("SELECT undolog.approve(%s, 'ann')", (got.approval_id,))
+                other.execute("RESET SESSION AUTHORIZATION")
+                other.execute("DROP ROLE approver_x")
+            got = engine.intercept(conn, sid, step, tool, tier, args, comp)
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"booking": f"r{step}"})
+    plan = saga.rollback_to_plan(conn, sid, 1)
+    assert [(p.step_index, p.action) for p in plan] == [(2, "undo"), (1, "stop")]
+    assert saga.rollback_to(conn, sid, 1, "undo the wire") == "compensating"
+    assert walk.run_walk(conn, sid, {"unbook": _unbook}, wait=1.0) == "halted"
+    assert undone == ["r2"]
+
+
+# Races with the agent's next call, on real concurrent connections.
+
+
+def _wait_until_blocked(observer: Conn, pid: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+def _in_thread(dsn: str, call: Any) -> tuple[list[object], threading.Thread, int]:
+    other = psycopg.connect(dsn, autocommit=True)
+    outcome: list[object] = []
+
+    def run() -> None:
+        with other:
+            try:
+                outcome.append(call(other))
+            except Exception as exc:  # asserted by the test
+                outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return outcome, thread, other.info.backend_pid
+
+
+def _call(c: Conn, sid: uuid.UUID, step: int) -> engine.Interception:
+    return engine.intercept(
+        c, sid, step, "book", "compensable", {"room": f"r{step}"}, {"name": "unbook"}
+    )
+
+
+def test_a_call_in_flight_when_rollback_to_is_asked_is_undone_with_the_rest(
+    dsn: str, conn: Conn
+) -> None:
+    sid = engine.begin_session(conn)
+    for step in range(2):
+        got = _call(conn, sid, step)
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"booking": f"r{step}"})
+    with psycopg.connect(dsn) as agent:  # the agent's next call, not committed yet
+        assert _call(agent, sid, 2).action == "execute"
+        outcome, thread, pid = _in_thread(
+            dsn, lambda c: saga.rollback_to(c, sid, 1, "undo from step 1")
+        )
+        _wait_until_blocked(conn, pid)  # rollback_to waits for the call to be journaled
+        agent.commit()
+    thread.join(timeout=10)
+    assert outcome == ["compensating"]
+    claimed = saga.claim_compensation(conn, sid)
+    assert claimed is not None and claimed.args == {"room": "r2"}  # the in-flight call first
+
+
+def test_a_call_made_while_rollback_to_commits_is_refused_then_goes_on_after_the_walk(
+    dsn: str, conn: Conn
+) -> None:
+    sid = engine.begin_session(conn)
+    for step in range(2):
+        got = _call(conn, sid, step)
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"booking": f"r{step}"})
+    with psycopg.connect(dsn) as person:
+        assert saga.rollback_to(person, sid, 1, "undo step 1") == "compensating"
+        outcome, thread, pid = _in_thread(dsn, lambda c: _call(c, sid, 2))
+        _wait_until_blocked(conn, pid)  # the agent's call waits for the session
+        person.commit()
+    thread.join(timeout=10)
+    [refused] = outcome
+    assert isinstance(refused, SessionNotActive)  # UL010, as during any walk
+    assert walk.run_walk(conn, sid, {"unbook": _unbook}, wait=1.0) == "active"
+    assert undone == ["r1"]
+    assert _call(conn, sid, 2).action == "execute"  # the session goes on
+
+
+def test_many_agent_calls_racing_rollback_to_are_each_undone_or_refused(
+    dsn: str, conn: Conn
+) -> None:
+    sid = engine.begin_session(conn)
+    got = _call(conn, sid, 0)
+    assert got.effect_id is not None
+    engine.commit(conn, got.effect_id, {"booking": "r0"})
+    start = threading.Barrier(5)
+    results: dict[int, object] = {}
+
+    def agent(step: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            start.wait()
+            try:
+                answer = _call(c, sid, step)
+                assert answer.effect_id is not None
+                engine.commit(c, answer.effect_id, {"booking": f"r{step}"})
+                results[step] = "made"
+            except Exception as exc:  # refused: asserted below
+                results[step] = exc
+
+    threads = [threading.Thread(target=agent, args=(step,)) for step in range(1, 5)]
+    for t in threads:
+        t.start()
+    with psycopg.connect(dsn, autocommit=True) as person:
+        start.wait()
+        saga.rollback_to(person, sid, 0, "undo everything so far")
+    for t in threads:
+        t.join(timeout=10)
+    state = walk.run_walk(conn, sid, {"unbook": _unbook}, wait=2.0)
+    made = sorted(step for step, r in results.items() if r == "made")
+    refused = [r for r in results.values() if r != "made"]
+    # A call journaled before the rollback took the session is undone with the rest; one
+    # after it is refused; none stands, and no body's result escaped the walk.
+    assert all(isinstance(r, SessionNotActive | psycopg.Error) for r in refused), refused
+    assert state == "active"
+    standing = conn.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s"
+        " AND state NOT IN ('compensated', 'pending')",
+        (sid,),
+    ).fetchone()
+    assert standing == (0,), (made, refused)
+    assert sorted(undone) == sorted(["r0", *[f"r{s}" for s in made]])
