@@ -3,14 +3,17 @@
 from undolog._version import __version__ as __version__
 from undolog.client import AsyncUndoLog, SessionContext, UndoLog
 from undolog.context import ActiveSession
-from undolog.decorator import undolog_tool
+from undolog.decorator import last_edit, undolog_tool
+from undolog.engine import ApprovalEdit
 from undolog.errors import (
     AppendOnlyViolation,
     ApprovalAlreadyDecided,
     ApprovalExpired,
+    ApprovalNotEditable,
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
+    EditChangesArguments,
     EngineNotInstalled,
     InvalidArgument,
     InvalidCompensation,
@@ -42,13 +45,16 @@ __all__ = [
     "ActiveSession",
     "AppendOnlyViolation",
     "ApprovalAlreadyDecided",
+    "ApprovalEdit",
     "ApprovalExpired",
+    "ApprovalNotEditable",
     "ApprovalRejectedError",
     "AsyncUndoLog",
     "AwaitingApprovalError",
     "CallInProgress",
     "CompensationCall",
     "CompensationDescriptor",
+    "EditChangesArguments",
     "EngineNotInstalled",
     "InvalidArgument",
     "InvalidCompensation",
@@ -76,6 +82,7 @@ __all__ = [
     "UnknownUndoEntry",
     "call_signature",
     "canonical_json",
+    "last_edit",
     "migrate",
     "undolog_tool",
 ]

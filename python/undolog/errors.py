@@ -125,6 +125,20 @@ class ToolRegistrationMismatch(UndoLogError):
     sqlstate = "UL018"
 
 
+class ApprovalNotEditable(ApprovalAlreadyDecided):
+    """An edit of an approval request that was already decided (or expired): the edit is
+    not recorded. A subclass of ApprovalAlreadyDecided: whoever catches that catches this."""
+
+    sqlstate = "UL023"
+
+
+class EditChangesArguments(InvalidArgument):
+    """Edited args that name other arguments than the call's: an edit changes values,
+    never which parameters the tool's body gets (reject the call instead)."""
+
+    sqlstate = "UL024"
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -279,6 +293,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         PartitionInUse,
         UnknownTool,
         ToolRegistrationMismatch,
+        ApprovalNotEditable,
+        EditChangesArguments,
         PermissionDenied,
     )
     if cls.sqlstate is not None

@@ -17,11 +17,15 @@ RETURNS TABLE (
     decided_at timestamptz,
     reason text
 )
-LANGUAGE sql
+-- PL/pgSQL, not SQL: a SQL body is validated when it is defined, which would tie this
+-- function to the column a migration (0008) adds after an older engine's repeatables.
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT a.approval_id, e.tool_name, e.args, a.approved_args, a.decided_by,
            a.decided_role, a.decided_at, a.reason
     FROM undolog.undolog_approval_requests AS a
@@ -33,7 +37,8 @@ AS $$
       AND a.approved_args IS NOT NULL
       AND (s.owner_role = session_user
            OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
-           OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER'))
+           OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER'));
+END
 $$;
 
 REVOKE ALL ON FUNCTION undolog.approval_edit(uuid, uuid) FROM public;

@@ -28,7 +28,8 @@
 -- (session FOR SHARE, then the effect FOR UPDATE), so a decision racing an intercept of
 -- the same call waits instead of deadlocking.
 --
--- p_args (an approval only: undolog.approve_edited) are the arguments the approver
+-- p_args (NULL but for an approval by undolog.approve_edited; no default, so that an
+-- engine being upgraded never holds two candidates for a call) are the arguments the approver
 -- approves instead of the requested ones. They are checked as intercept checks a call's
 -- (a JSON object, UL008; within the payload limits, UL009) and must name the same
 -- arguments as the request (UL024): an edit changes values, never the tool, the session
@@ -41,7 +42,7 @@
 -- the decision), before the checks of an approval.
 CREATE OR REPLACE FUNCTION undolog.decide_approval(
     p_approval_id uuid, p_decision text, p_decided_by text, p_reason text,
-    p_args jsonb DEFAULT NULL
+    p_args jsonb
 )
 RETURNS text
 LANGUAGE plpgsql
