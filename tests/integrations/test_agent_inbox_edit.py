@@ -67,7 +67,7 @@ class Inbox:
         builder.add_edge(START, "agent")
         builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
-        self.graph = builder.compile(checkpointer=InMemorySaver())
+        self.graph: Any = builder.compile(checkpointer=InMemorySaver())
 
     def run(self, input: Any) -> Any:
         return adapter.run(self.graph, self.ul, input, self.config, session_id=self.sid)

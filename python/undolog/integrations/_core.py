@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
@@ -39,7 +40,7 @@ import psycopg
 from undolog import aengine, engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
-from undolog.decorator import ToolSpec, _async_wrapper, tool_spec
+from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
@@ -184,6 +185,20 @@ def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None, str]
     compensation = tool.spec.compensation if tool.spec is not None else None
     on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
     return (tool.name, tool.tier.value, compensation.to_json() if compensation else None, on_reject)
+
+
+# --- a person's edit that the agent hears -------------------------------------------------
+
+
+def edited_reply(tool: ToolInfo, result: Any) -> Any:
+    """The model's answer to an IRREVERSIBLE call a person approved with edited
+    arguments: the edit first, in words (who, why, what changed), then the result as the
+    JSON the journal holds; ``result`` itself for any other call."""
+    edit = last_edit() if tool.tier is ToolTier.IRREVERSIBLE else None
+    if edit is None:
+        return result
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return f"{edit.note}\nResult: {text}"
 
 
 # --- a person's "no" that the agent hears -------------------------------------------------
