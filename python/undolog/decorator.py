@@ -101,11 +101,18 @@ def _edit_refused(spec: ToolSpec, call: PreparedCall, got: engine.Interception, 
     )
 
 
-def _noted(spec: ToolSpec, call: PreparedCall, edit: engine.ApprovalEdit | None) -> None:
+def _noted(
+    spec: ToolSpec, call: PreparedCall, edit: engine.ApprovalEdit | None, *, replayed: bool = False
+) -> None:
     _last_edit.set(edit)
-    if edit is not None:
-        log.warning(
-            "%s step %s: %s (approval %s)", spec.name, call.step_index, edit.note, edit.approval_id
+    if edit is not None:  # said once, when the body ran; a replay only at INFO
+        log.log(
+            logging.INFO if replayed else logging.WARNING,
+            "%s step %s: %s (approval %s)",
+            spec.name,
+            call.step_index,
+            edit.note,
+            edit.approval_id,
         )
 
 
@@ -464,7 +471,7 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             if spec.tier is ToolTier.IRREVERSIBLE:
-                _noted(spec, call, _replayed_edit(conn, session, got))
+                _noted(spec, call, _replayed_edit(conn, session, got), replayed=True)
             return got.result_snapshot
         if got.action == "rejected":
             raise _rejected(spec, session, call, got, _decision(conn, got))
@@ -526,7 +533,7 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                 raise _still_in_progress(spec, session, call, got)
         if got.action == "replay":
             if spec.tier is ToolTier.IRREVERSIBLE:
-                _noted(spec, call, await _areplayed_edit(conn, session, got))
+                _noted(spec, call, await _areplayed_edit(conn, session, got), replayed=True)
             return got.result_snapshot
         if got.action == "rejected":
             raise _rejected(spec, session, call, got, await _adecision(conn, got))
