@@ -168,6 +168,13 @@ def test_bad_edits_are_refused_and_decide_nothing(dsn: str, conn: Conn, password
     assert "{cents: 1</textarea>" in not_json.text  # the person's text is given back
     not_object = _review(client, waiting.approval_id, "[1, 2]")
     assert not_object.status_code == 422 and "must be a JSON object" in not_object.text
+    for hostile in (
+        '{"cents": 1, "note": "\\u0000"}',  # JSON may say U+0000; jsonb cannot hold it
+        '{"cents": 1, "note": ' + "[" * 70 + "]" * 70 + "}",  # past the nesting limit
+        '{"cents": 1, "note": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past the parser's
+    ):
+        answer = _review(client, waiting.approval_id, hostile)
+        assert answer.status_code == 422, answer.text[:300]
     # an edit that names another tool, session or argument: the engine refuses it (UL024)
     other = '{"cents": 1, "note": "", "tool_name": "drop_db", "session_id": "x"}'
     review = _review(client, waiting.approval_id, other)

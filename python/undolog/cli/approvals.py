@@ -82,7 +82,7 @@ def _edited_args(args: argparse.Namespace) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         flag = "--args" if path is None else f"--args-file {path}"
         raise UsageError(f"{flag} is not JSON: {exc}") from exc
 

@@ -51,7 +51,7 @@ from undolog import errors
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
-from undolog.signature import canonical_json
+from undolog.signature import canonical_json, check_storable
 
 log = logging.getLogger("undolog.dashboard")
 HERE = Path(__file__).parent
@@ -630,19 +630,26 @@ class Dashboard:
         text = args_field if isinstance(args_field, str) else ""
         reason = reason_field if isinstance(reason_field, str) else ""
         error: str | None = None
+        digest = ""
         try:
             edited = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             edited, error = None, f"The arguments are not JSON: {exc}"
         if error is None and not isinstance(edited, dict):
             error = "The arguments must be a JSON object."
+        if error is None:
+            try:  # what JSON can say but the journal cannot hold (U+0000, 65 levels deep)
+                check_storable(edited)
+                digest = _args_digest(edited)
+            except ValueError as exc:
+                error = f"The arguments cannot be journaled: {exc}"
         if error is not None:
             return self.render(
                 request, "edit.html", ws, 422, r=r, edited=text, reason=reason, error=error
             )
         # The nonce is for this request with these very arguments: what was shown is
         # what is approved.
-        bound = [f"{approval_id}:{_args_digest(edited)}"]
+        bound = [f"{approval_id}:{digest}"]
         nonce = form.get("confirm")
         if nonce is None or not ws.take_confirm(nonce, bound):
             return self.render(
