@@ -152,3 +152,34 @@ def test_an_edit_recorded_by_a_callable_gets_the_args(inbox: Inbox) -> None:
     assert seen == [(True, "carol", adapter.EDIT_REASON, {"args": {"cents": 7}})]
     inbox.run(command)
     assert inbox.world.payouts == [7]
+
+
+def test_the_openai_agents_and_pydantic_ai_reply_is_the_note_then_the_result(
+    inbox: Inbox,
+) -> None:
+    """Both adapters hand the model ``_core.edited_reply``: the note first, then the
+    result as JSON; a call approved as asked answers its result untouched."""
+    from undolog import AwaitingApprovalError
+    from undolog.integrations import _core
+
+    fns = make_tools(World())
+    tool = _core.describe(fns["payout_sync"])
+    sid = uuid.uuid4()
+    with pytest.raises(AwaitingApprovalError) as raised, inbox.ul.session(sid):
+        fns["payout_sync"](cents=900)
+    approval = uuid.UUID(str(raised.value.approval_id))
+    inbox.approver.approve(approval, "dora", "too much", args={"cents": 90})
+    with inbox.ul.session(sid):
+        result = fns["payout_sync"](cents=900)
+        reply = _core.edited_reply(tool, result)
+    assert result == {"paid": 90}
+    assert reply.startswith("Note: dora changed the arguments of this payout call")
+    assert "(reason: too much)" in reply and "cents: 900 -> 90" in reply
+    assert reply.endswith('Result: {"paid": 90}')
+    other = uuid.uuid4()
+    with pytest.raises(AwaitingApprovalError) as raised, inbox.ul.session(other):
+        fns["payout_sync"](cents=5)
+    inbox.approver.approve(uuid.UUID(str(raised.value.approval_id)), "dora")
+    with inbox.ul.session(other):
+        plain = fns["payout_sync"](cents=5)
+        assert _core.edited_reply(tool, plain) is plain
