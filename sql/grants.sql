@@ -28,9 +28,14 @@ GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.ending_decision(uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
+-- The arguments an approver approved instead of the requested ones: the agent runs the
+-- call's body with them.
+GRANT EXECUTE ON FUNCTION undolog.approval_edit(uuid, uuid)
+TO undolog_agent, undolog_approver, undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;
+GRANT EXECUTE ON FUNCTION undolog.approve_edited(uuid, text, jsonb, text) TO undolog_approver;
 GRANT EXECUTE ON FUNCTION undolog.reject(uuid, text, text) TO undolog_approver;
 
 -- The operator: the undo walk, its repairs, approval expiry and partition maintenance.

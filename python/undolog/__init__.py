@@ -3,14 +3,17 @@
 from undolog._version import __version__ as __version__
 from undolog.client import AsyncSession, AsyncUndoLog, Session, SessionContext, UndoLog
 from undolog.context import ActiveSession
-from undolog.decorator import undolog_tool
+from undolog.decorator import last_edit, undolog_tool
+from undolog.engine import ApprovalEdit
 from undolog.errors import (
     AppendOnlyViolation,
     ApprovalAlreadyDecided,
     ApprovalExpired,
+    ApprovalNotEditable,
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
+    EditChangesArguments,
     EngineNotInstalled,
     InvalidArgument,
     InvalidCompensation,
@@ -46,7 +49,9 @@ __all__ = [
     "ActiveSession",
     "AppendOnlyViolation",
     "ApprovalAlreadyDecided",
+    "ApprovalEdit",
     "ApprovalExpired",
+    "ApprovalNotEditable",
     "ApprovalRejectedError",
     "AsyncSession",
     "AsyncUndoLog",
@@ -54,6 +59,7 @@ __all__ = [
     "CallInProgress",
     "CompensationCall",
     "CompensationDescriptor",
+    "EditChangesArguments",
     "EngineNotInstalled",
     "InvalidArgument",
     "InvalidCompensation",
@@ -86,6 +92,7 @@ __all__ = [
     "UnknownUndoEntry",
     "call_signature",
     "canonical_json",
+    "last_edit",
     "migrate",
     "undolog_tool",
 ]

@@ -75,6 +75,16 @@ async def approval_decision(
     return engine.ApprovalDecision(*rows[0]) if rows else None
 
 
+async def approval_edit(
+    conn: AsyncConnection, session_id: uuid.UUID, effect_id: uuid.UUID
+) -> engine.ApprovalEdit | None:
+    """As engine.approval_edit, awaited."""
+    with translated():
+        query = await conn.execute(engine.APPROVAL_EDIT, (session_id, effect_id))
+        rows = await query.fetchall()
+    return engine.ApprovalEdit(*rows[0]) if rows else None
+
+
 async def intercept(
     conn: AsyncConnection,
     session_id: uuid.UUID,

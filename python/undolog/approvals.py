@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
+
+from psycopg.types.json import Jsonb
 
 from undolog import tracing
 from undolog.engine import Connection, fetch_all, fetch_one
@@ -38,15 +41,31 @@ def _decide(
 
 
 def approve(
-    conn: Connection, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
+    conn: Connection,
+    approval_id: uuid.UUID,
+    decided_by: str,
+    reason: str | None = None,
+    *,
+    args: Mapping[str, Any] | None = None,
 ) -> str:
     """Allow the call; answers ``'approved'``.
 
-    Raises UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (the deadline passed:
-    nothing is written), InvalidArgument (blank decided_by), SessionNotActive (the session
+    With ``args`` (edit, then approve): the call runs with these arguments instead of the
+    requested ones; the journal keeps both, and who edited (``decided_by``) and why
+    (``reason``). They are checked as any call's args, and must name the same arguments
+    as the call's (EditChangesArguments); the requested args themselves approve as asked.
+
+    Raises UnknownApproval, ApprovalAlreadyDecided (ApprovalNotEditable for an edit),
+    ApprovalExpired (the deadline passed: nothing is written), InvalidArgument (blank
+    decided_by, args not a JSON object), PayloadTooLarge, SessionNotActive (the session
     was sent to its undo walk meanwhile), PermissionDenied (not an approver).
     """
-    return _decide(conn, "approve", approval_id, decided_by, reason)
+    if args is None:
+        return _decide(conn, "approve", approval_id, decided_by, reason)
+    # Not a mapping (edited JSON is what a person typed): the engine refuses it, UL008.
+    edited = Jsonb(dict(args) if isinstance(args, Mapping) else args)
+    query = "SELECT undolog.approve_edited(%s, %s, %s, %s)"
+    return str(fetch_one(conn, query, (approval_id, decided_by, edited, reason))[0])
 
 
 def reject(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -379,9 +380,18 @@ class UndoLog(_Base):
         with self.connection() as conn:
             return walk.work(conn, self.compensations, wait=0.0, owners=owners)
 
-    def approve(self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None) -> str:
+    def approve(
+        self,
+        approval_id: uuid.UUID,
+        decided_by: str,
+        reason: str | None = None,
+        *,
+        args: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Allow the call; with ``args``, the call runs with these arguments instead of
+        the requested ones (edit, then approve: undolog.approve_edited)."""
         with self.connection() as conn:
-            return approvals.approve(conn, approval_id, decided_by, reason)
+            return approvals.approve(conn, approval_id, decided_by, reason, args=args)
 
     def reject(self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None) -> str:
         with self.connection() as conn:
@@ -540,11 +550,16 @@ class AsyncUndoLog(_Base):
         return await asyncio.to_thread(in_thread)
 
     async def approve(
-        self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
+        self,
+        approval_id: uuid.UUID,
+        decided_by: str,
+        reason: str | None = None,
+        *,
+        args: Mapping[str, Any] | None = None,
     ) -> str:
-        return await asyncio.to_thread(
-            self._sync_call, approvals.approve, approval_id, decided_by, reason
-        )
+        """As UndoLog.approve."""
+        edited = functools.partial(approvals.approve, args=args)
+        return await asyncio.to_thread(self._sync_call, edited, approval_id, decided_by, reason)
 
     async def reject(
         self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None

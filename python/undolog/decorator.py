@@ -17,6 +17,7 @@ seconds, then raises CallInProgress.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
@@ -55,6 +56,64 @@ R = TypeVar("R")
 # seconds; the first pause between asks (doubling, capped at 1 s).
 IN_PROGRESS_FIRST_PAUSE = 0.01
 log = logging.getLogger("undolog")
+
+# The edit behind the IRREVERSIBLE call made last in this context (see last_edit).
+_last_edit: contextvars.ContextVar[engine.ApprovalEdit | None] = contextvars.ContextVar(
+    "undolog_last_edit", default=None
+)
+
+
+def last_edit() -> engine.ApprovalEdit | None:
+    """The arguments a person approved the IRREVERSIBLE call made last in this context
+    (thread, task) with instead of the requested ones; None when it was approved as asked
+    (or the last journaled call was not IRREVERSIBLE). Its body ran with
+    ``approved_args``, and its result (returned, or replayed) is theirs: ``note`` says so
+    in words for a model. Each IRREVERSIBLE call sets it again."""
+    return _last_edit.get()
+
+
+class _EditRefused(UndoLogError):
+    """The body of an edited call could not be given its approved args."""
+
+
+def _edited_call(
+    spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any], edit: engine.ApprovalEdit
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The body's positional and keyword arguments with the approved args in place of
+    the requested ones (an instance or class of a method stays as it was called)."""
+    bound = spec.signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    for name, value in edit.approved_args.items():
+        if name not in spec.signature.parameters:
+            raise _EditRefused(f"{spec.name} has no parameter {name!r}")
+        kind = spec.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            value = tuple(value) if isinstance(value, list) else value
+        bound.arguments[name] = value
+    return bound.args, bound.kwargs
+
+
+def _edit_refused(spec: ToolSpec, call: PreparedCall, got: engine.Interception, why: str) -> str:
+    return (
+        f"{spec.name} step {call.step_index} was approved with edited args (approval "
+        f"{got.approval_id}), but {why}: the body was not run, with either the requested or "
+        "the approved args; the call is back to approved, for the same call made again"
+    )
+
+
+def _noted(
+    spec: ToolSpec, call: PreparedCall, edit: engine.ApprovalEdit | None, *, replayed: bool = False
+) -> None:
+    _last_edit.set(edit)
+    if edit is not None:  # said once, when the body ran; a replay only at INFO
+        log.log(
+            logging.INFO if replayed else logging.WARNING,
+            "%s step %s: %s (approval %s)",
+            spec.name,
+            call.step_index,
+            edit.note,
+            edit.approval_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -255,6 +314,31 @@ async def _adecision(
         return None
 
 
+def _replayed_edit(
+    conn: engine.Connection, session: ActiveSession, got: engine.Interception
+) -> engine.ApprovalEdit | None:
+    """The edit behind a replayed IRREVERSIBLE call: its result is the edited call's."""
+    assert got.effect_id is not None
+    try:
+        return engine.approval_edit(conn, session.session_id, got.effect_id)
+    except (UndoLogError, psycopg.Error):  # never hide the replayed result behind this read
+        log.warning("effect %s: reading its approval's edit failed", got.effect_id, exc_info=True)
+        return None
+
+
+async def _areplayed_edit(
+    conn: aengine.AsyncConnection, session: ActiveSession, got: engine.Interception
+) -> engine.ApprovalEdit | None:
+    from undolog import aengine
+
+    assert got.effect_id is not None
+    try:
+        return await aengine.approval_edit(conn, session.session_id, got.effect_id)
+    except (UndoLogError, psycopg.Error):
+        log.warning("effect %s: reading its approval's edit failed", got.effect_id, exc_info=True)
+        return None
+
+
 def _checked_result(spec: ToolSpec, session: ActiveSession, call: PreparedCall, result: Any) -> Any:
     try:
         json.dumps(result, allow_nan=False)
@@ -376,6 +460,8 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                 "make the tool async, or use a sync UndoLog"
             )
         conn = cast(engine.Connection, session.connection)
+        if spec.tier is ToolTier.IRREVERSIBLE:
+            _last_edit.set(None)
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
         got = _intercept(spec, session, params)
@@ -389,11 +475,24 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise _still_in_progress(spec, session, call, got)
         tracing.called(got.effect_id, got.action, session.session_id, got.approval_id)
         if got.action == "replay":
+            if spec.tier is ToolTier.IRREVERSIBLE:
+                _noted(spec, call, _replayed_edit(conn, session, got), replayed=True)
             return got.result_snapshot
         if got.action == "rejected":
             raise _rejected(spec, session, call, got, _decision(conn, got))
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
+        edit = None
+        if got.approval_id is not None:  # a person edited the args: run it with theirs
+            try:
+                edit = engine.approval_edit(conn, session.session_id, got.effect_id)
+                if edit is None:
+                    raise _EditRefused("its edit cannot be read by this login")
+                args, kwargs = _edited_call(spec, args, kwargs, edit)
+            except (UndoLogError, psycopg.Error, TypeError) as exc:
+                why = _edit_refused(spec, call, got, _describe(exc))
+                engine.fail(conn, got.effect_id, why)
+                raise UndoLogError(why) from exc
         _ensure_lease(spec, session, call)
         asynchronous = not session.durable_results
         try:
@@ -406,6 +505,8 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
             raise
         checked = _checked_result(spec, session, call, result)
         engine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
+        if spec.tier is ToolTier.IRREVERSIBLE:
+            _noted(spec, call, edit)
         return result
 
     return wrapper
@@ -426,6 +527,8 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                 f"{spec.name} is an async journaled tool inside a sync session: use AsyncUndoLog"
             )
         conn = cast(aengine.AsyncConnection, session.connection)
+        if spec.tier is ToolTier.IRREVERSIBLE:
+            _last_edit.set(None)
         call = _prepare(spec, session, args, kwargs)
         params = _intercept_params(spec, session, call)
         got = await _aintercept(spec, session, params)
@@ -439,11 +542,24 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                 raise _still_in_progress(spec, session, call, got)
         tracing.called(got.effect_id, got.action, session.session_id, got.approval_id)
         if got.action == "replay":
+            if spec.tier is ToolTier.IRREVERSIBLE:
+                _noted(spec, call, await _areplayed_edit(conn, session, got), replayed=True)
             return got.result_snapshot
         if got.action == "rejected":
             raise _rejected(spec, session, call, got, await _adecision(conn, got))
         _refuse_unless_executable(spec, session, got)
         assert got.effect_id is not None
+        edit = None
+        if got.approval_id is not None:  # a person edited the args: run it with theirs
+            try:
+                edit = await aengine.approval_edit(conn, session.session_id, got.effect_id)
+                if edit is None:
+                    raise _EditRefused("its edit cannot be read by this login")
+                args, kwargs = _edited_call(spec, args, kwargs, edit)
+            except (UndoLogError, psycopg.Error, TypeError) as exc:
+                why = _edit_refused(spec, call, got, _describe(exc))
+                await aengine.fail(conn, got.effect_id, why)
+                raise UndoLogError(why) from exc
         await _aensure_lease(spec, session, call)
         asynchronous = not session.durable_results
         try:
@@ -456,6 +572,8 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
             raise
         checked = _checked_result(spec, session, call, result)
         await aengine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
+        if spec.tier is ToolTier.IRREVERSIBLE:
+            _noted(spec, call, edit)
         return result
 
     return wrapper

@@ -9,6 +9,7 @@ errors of the project's class come out as ``UndoLogError`` subclasses (undolog.e
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ APPROVAL_DECISION = (
     "SELECT approval_id, session_id, effect_id, tool_name, decision, decided_by, decided_at,"
     " reason, on_reject, session_state, session_continues"
     " FROM undolog.approval_decision(%s)"
+)
+APPROVAL_EDIT = (
+    "SELECT approval_id, tool_name, requested_args, approved_args, decided_by, decided_role,"
+    " decided_at, reason FROM undolog.approval_edit(%s, %s)"
 )
 # The result record committed asynchronously (see commit() below).
 COMMIT_ASYNC = "SELECT undolog.commit(%s, %s, true)"
@@ -213,6 +218,66 @@ def approval_decision(conn: Connection, approval_id: uuid.UUID) -> ApprovalDecis
     login's to see (row-level security: an agent sees its own sessions' requests)."""
     rows = fetch_all(conn, APPROVAL_DECISION, (approval_id,))
     return ApprovalDecision(*rows[0]) if rows else None
+
+
+@dataclass(frozen=True)
+class ApprovalEdit:
+    """The arguments a person approved an IRREVERSIBLE call with instead of the requested
+    ones (undolog.approve_edited; read with undolog.approval_edit). The call's body runs
+    with ``approved_args``; the journal keeps both, who edited and why."""
+
+    approval_id: uuid.UUID
+    tool_name: str
+    requested_args: dict[str, Any]
+    approved_args: dict[str, Any]
+    decided_by: str
+    decided_role: str
+    decided_at: datetime
+    reason: str | None
+
+    @property
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """Each argument the edit changed: (requested value, approved value)."""
+        return {
+            name: (self.requested_args.get(name), value)
+            for name, value in self.approved_args.items()
+            if self.requested_args.get(name) != value
+        }
+
+    @property
+    def note(self) -> str:
+        """What the agent (a model) is told beside the call's result."""
+        changed = "; ".join(
+            f"{name}: {json.dumps(old, ensure_ascii=False)} -> "
+            f"{json.dumps(new, ensure_ascii=False)}"
+            for name, (old, new) in self.changes.items()
+        )
+        why = f" (reason: {self.reason})" if self.reason else " (no reason given)"
+        return (
+            f"Note: {self.decided_by} changed the arguments of this {self.tool_name} call "
+            f"before approving it{why}. It ran once, with the approved arguments, not the "
+            f"requested ones: {changed}."
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The edit as JSON-ready data (a framework's artifact, a tool result's meta)."""
+        return {
+            "approval_id": str(self.approval_id),
+            "tool": self.tool_name,
+            "requested_args": self.requested_args,
+            "approved_args": self.approved_args,
+            "edited_by": self.decided_by,
+            "reason": self.reason,
+        }
+
+
+def approval_edit(
+    conn: Connection, session_id: uuid.UUID, effect_id: uuid.UUID
+) -> ApprovalEdit | None:
+    """The edit of the call ``effect_id``'s approval, or None when its approval made no
+    edit (or it is not this login's to see: an agent sees its own sessions' calls)."""
+    rows = fetch_all(conn, APPROVAL_EDIT, (session_id, effect_id))
+    return ApprovalEdit(*rows[0]) if rows else None
 
 
 def intercept(

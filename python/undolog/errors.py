@@ -158,6 +158,20 @@ class StepUndone(UndoLogError):
     http_status = HTTP_CONFLICT
 
 
+class ApprovalNotEditable(ApprovalAlreadyDecided):
+    """An edit of an approval request that was already decided (or expired): the edit is
+    not recorded. A subclass of ApprovalAlreadyDecided: whoever catches that catches this."""
+
+    sqlstate = "UL023"
+
+
+class EditChangesArguments(InvalidArgument):
+    """Edited args that name other arguments than the call's: an edit changes values,
+    never which parameters the tool's body gets (reject the call instead)."""
+
+    sqlstate = "UL024"
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -316,6 +330,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         InvalidNotificationChannel,
         NothingToUndo,
         StepUndone,
+        ApprovalNotEditable,
+        EditChangesArguments,
         PermissionDenied,
     )
     if cls.sqlstate is not None

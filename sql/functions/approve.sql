@@ -12,7 +12,7 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
-    SELECT undolog.decide_approval(p_approval_id, 'approved', p_decided_by, p_reason)
+    SELECT undolog.decide_approval(p_approval_id, 'approved', p_decided_by, p_reason, NULL)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.approve(uuid, text, text) FROM public;

@@ -27,8 +27,22 @@
 -- Lock order is session, then approval request, then effect: the same order as intercept
 -- (session FOR SHARE, then the effect FOR UPDATE), so a decision racing an intercept of
 -- the same call waits instead of deadlocking.
+--
+-- p_args (NULL but for an approval by undolog.approve_edited; no default, so that an
+-- engine being upgraded never holds two candidates for a call) are the arguments the approver
+-- approves instead of the requested ones. They are checked as intercept checks a call's
+-- (a JSON object, UL008; within the payload limits, UL009) and must name the same
+-- arguments as the request (UL024): an edit changes values, never the tool, the session
+-- or which parameters the body gets. Arguments equal to the requested ones are no edit
+-- (approved_args stays NULL). An edit records approved_args on the request and an
+-- 'args_edited' row in the effect's history; the effect's args stay as requested, since
+-- they are the call's identity: the same call made again finds this approval, and
+-- intercept's answer 'execute' then names the approval, for undolog.approval_edit.
+-- An edit of a request no longer pending raises UL023 (no edit is ever recorded after
+-- the decision), before the checks of an approval.
 CREATE OR REPLACE FUNCTION undolog.decide_approval(
-    p_approval_id uuid, p_decision text, p_decided_by text, p_reason text
+    p_approval_id uuid, p_decision text, p_decided_by text, p_reason text,
+    p_args jsonb
 )
 RETURNS text
 LANGUAGE plpgsql
@@ -46,6 +60,8 @@ DECLARE
     v_why text;
     v_other undolog.undolog_approval_requests;
     v_other_why text;
+    v_requested_args jsonb;
+    v_approved_args jsonb;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
         RAISE EXCEPTION USING
@@ -55,6 +71,20 @@ BEGIN
     END IF;
     IF p_approval_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'approval_id is required';
+    END IF;
+    IF p_args IS NOT NULL THEN
+        IF p_decision <> 'approved' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL008',
+                MESSAGE = 'only an approval carries edited args: a refusal runs nothing';
+        END IF;
+        IF jsonb_typeof(p_args) <> 'object' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL008',
+                MESSAGE = pg_catalog.format('args must be a JSON object, not %s',
+                                            jsonb_typeof(p_args));
+        END IF;
+        PERFORM undolog.check_payload('args', p_args);
     END IF;
     -- Blank is any white space or invisible character, in any script (undolog.is_blank).
     IF p_decision <> 'expired'
@@ -114,6 +144,17 @@ BEGIN
         IF p_decision = 'expired' THEN
             RETURN NULL;
         END IF;
+        IF p_args IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL023',
+                MESSAGE = pg_catalog.format(
+                    'approval %s was already decided (%s): its args can no longer be edited',
+                    p_approval_id, v_request.state),
+                DETAIL = pg_catalog.format('%s at %s by %s', v_request.state,
+                                           v_request.decided_at,
+                                           coalesce(v_request.decided_by,
+                                                    'the engine (deadline)'));
+        END IF;
         RAISE EXCEPTION USING
             ERRCODE = 'UL014',
             MESSAGE = pg_catalog.format('approval %s was already decided: %s', p_approval_id,
@@ -152,11 +193,34 @@ BEGIN
     END IF;
 
     -- A call journaled before the registry existed has no registration: the rule.
-    SELECT e.tool_name, coalesce(t.on_reject, 'fail_session') INTO v_tool_name, v_on_reject
+    SELECT e.tool_name, coalesce(t.on_reject, 'fail_session'), e.args
+    INTO v_tool_name, v_on_reject, v_requested_args
     FROM undolog.undolog_effect_log AS e
     LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
     WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
       AND e.executed_at = v_request.executed_at;
+
+    IF p_args IS NOT NULL AND p_args IS DISTINCT FROM v_requested_args THEN
+        -- The body is called with these: a parameter it lacks, or one missing that has no
+        -- default, would fail it after a person approved it, or call what nobody asked.
+        IF ARRAY(SELECT k FROM jsonb_object_keys(p_args) AS k ORDER BY k)
+           IS DISTINCT FROM ARRAY(SELECT k FROM jsonb_object_keys(v_requested_args) AS k
+                                  ORDER BY k) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL024',
+                MESSAGE = pg_catalog.format(
+                    'approval %s: the edited args must name the same arguments as the call '
+                    'of %s', p_approval_id, coalesce(v_tool_name, '?')),
+                DETAIL = pg_catalog.format(
+                    'requested: %s; edited: %s',
+                    (SELECT string_agg(k, ', ' ORDER BY k)
+                     FROM jsonb_object_keys(v_requested_args) AS k),
+                    (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(p_args) AS k)),
+                HINT = 'An edit changes the values of the call''s arguments; to call '
+                       'something else, reject the call and say what to do instead.';
+        END IF;
+        v_approved_args := p_args;
+    END IF;
 
     v_why := CASE v_outcome
         WHEN 'approved' THEN NULL
@@ -179,8 +243,22 @@ BEGIN
         decided_at = now(),
         decided_by = p_decided_by,
         reason = p_reason,
-        decided_role = session_user
+        decided_role = session_user,
+        approved_args = v_approved_args
     WHERE a.approval_id = v_request.approval_id AND a.session_id = v_request.session_id;
+
+    IF v_approved_args IS NOT NULL THEN
+        -- The edit in the effect's own history, beside its pending -> approved row: what
+        -- runs differs from the effect's args, and the history says so, who and why.
+        INSERT INTO undolog.undolog_effect_history
+            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+        VALUES (
+            v_request.session_id, v_request.effect_id, v_request.executed_at, 'args_edited',
+            'approved', 'approved',
+            pg_catalog.jsonb_build_object('approval_id', v_request.approval_id,
+                                          'approved_args', v_approved_args,
+                                          'edited_by', p_decided_by, 'reason', p_reason));
+    END IF;
 
     IF v_outcome = 'approved' OR v_on_reject = 'continue' THEN
         IF v_session_state = 'awaiting_approval'
@@ -232,4 +310,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.decide_approval(uuid, text, text, text) FROM public;
+REVOKE ALL ON FUNCTION undolog.decide_approval(uuid, text, text, text, jsonb) FROM public;

@@ -19,7 +19,7 @@ BEGIN
         WHERE a.state = 'pending' AND a.expires_at <= now()
         ORDER BY a.session_id, a.approval_id
     LOOP
-        IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL) IS NOT NULL THEN
+        IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL) IS NOT NULL THEN
             RETURN NEXT v_approval_id;
         END IF;
     END LOOP;

@@ -1,7 +1,9 @@
 -- undolog.intercept: the one call an agent makes before a journaled tool body runs.
 -- One round trip; answers one row (effect_id, action, state, result_snapshot, approval_id)
 -- where action says what the caller does next:
---   execute         run the body, then commit() or fail()
+--   execute         run the body, then commit() or fail(). With an approval_id: an
+--                   approver edited the call's args (approve_edited): run the body with
+--                   the approved ones, read from undolog.approval_edit
 --   replay          do not run it: result_snapshot is the committed result
 --   await_approval  do not run it: a human must approve approval_id first
 --   in_progress     the same call is being intercepted or executed right now: ask again
@@ -288,8 +290,17 @@ BEGIN
         SET state = 'executing', attempts = e.attempts + 1, error = NULL
         WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
           AND e.executed_at = v_effect.executed_at;
+        -- An approved call whose approver edited its args: 'execute' names the approval,
+        -- and the body runs with the approved args (undolog.approval_edit), not these.
+        v_approval_id := NULL;
+        IF v_effect.tier = 'irreversible' THEN
+            SELECT a.approval_id INTO v_approval_id
+            FROM undolog.undolog_approval_requests AS a
+            WHERE a.effect_id = v_effect.effect_id AND a.session_id = v_effect.session_id
+              AND a.approved_args IS NOT NULL;
+        END IF;
         RETURN QUERY SELECT v_effect.effect_id, 'execute'::text, 'executing'::text,
-                            NULL::jsonb, NULL::uuid;
+                            NULL::jsonb, v_approval_id;
     ELSE
         -- Undone by the walk. When a human's refusal sent the session there, that refusal
         -- is the answer to a run of the session made again, whether or not the walk has

@@ -46,7 +46,7 @@ BEGIN
             CONTINUE WHEN (SELECT a.state FROM undolog.undolog_approval_requests AS a
                            WHERE a.session_id = p_session_id
                              AND a.approval_id = v_approval_id) <> 'pending';
-            PERFORM undolog.decide_approval(v_approval_id, 'rejected', p_by, v_why);
+            PERFORM undolog.decide_approval(v_approval_id, 'rejected', p_by, v_why, NULL);
         END LOOP;
         SELECT s.state INTO STRICT v_state
         FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;

@@ -219,6 +219,26 @@ def test_notifications_reach_the_webhook_and_the_mailbox(dsn: str, workdir: Path
     assert body is not None and link[0] in body.get_content()
 
 
+def test_edit_then_approve_runs_the_payout_once_with_the_approved_amount(
+    dsn: str, workdir: Path
+) -> None:
+    out = run(["bash", str(EXAMPLES / "edit_then_approve.sh")], shell_env(dsn), workdir).stdout
+    assert re.search(r"approval [0-9a-f-]{36}: approved, with edited args", out)
+    assert "decision: approved" in out
+    assert count(out, "paid 25000 cents to supplier-17") == 1  # once, the approved amount
+    assert "paid 250000" not in out
+    assert "Note: alice changed the arguments of this payout call before approving it" in out
+    assert "(reason: the invoice says 250.00, not 2500.00)" in out and "250000 -> 25000" in out
+    assert "requested {'cents': 250000, 'account': 'supplier-17'}, ran with" in out
+    # run, then replayed (from jsonb: its keys in jsonb's order)
+    assert "{'paid': 25000, 'to': 'supplier-17'}" in out
+    assert "{'to': 'supplier-17', 'paid': 25000}" in out
+    assert "payouts made: [('supplier-17', 25000)]" in out
+    # the journal's two argument sets, as the script's last query shows them
+    assert '{"cents": 250000, "account": "supplier-17"}' in out
+    assert '{"cents": 25000, "account": "supplier-17"}' in out
+
+
 def test_crash_recovery_replays_after_a_restart_and_the_worker_undoes_a_dead_agent(
     dsn: str, workdir: Path
 ) -> None:
@@ -593,6 +613,8 @@ RUN_BY = {
     "webhook_receiver.py": "test_notifications_reach_the_webhook_and_the_mailbox",
     "rejection_feedback.py": "test_reject_option.py::test_the_rejection_example_runs",
     "citus.sql": "test_the_citus_plan_names_every_journal_table_and_real_functions",
+    "edit_then_approve.py": "edit_then_approve.sh",
+    "edit_then_approve.sh": "test_edit_then_approve_runs_the_payout_once_with_the_approved_...",
     "crash_recovery.py": "crash_recovery.sh",
     "crash_recovery.sh": "test_crash_recovery_replays_after_a_restart_and_the_worker_...",
     "production.sh": "test_production_commands_run",

@@ -168,7 +168,7 @@ def _pay(fx: Fixture) -> tuple[Any, list[dict[str, Any]]]:
     assert request["action_request"] == {"action": "payout", "args": {"cents": 500}}
     assert request["config"] == {
         "allow_accept": True,
-        "allow_edit": False,
+        "allow_edit": True,
         "allow_respond": True,
         "allow_ignore": True,
     }
@@ -464,9 +464,12 @@ def test_agent_inbox_reads_the_thread_and_answers_with_a_human_response(fx: Fixt
     [pending] = graph.get_state(fx.config).interrupts
     [request] = pending.value
     assert request[adapter.APPROVAL_KEY] is None
-    with pytest.raises(ValueError, match="edit-then-approve is future work"):
+    with pytest.raises(ValueError, match="never its tool"):
         adapter.respond(
-            request, [{"type": "edit", "args": request["action_request"]}], fx.approver, "alice"
+            request,
+            [{"type": "edit", "args": {"action": "search", "args": {"query": "x"}}}],
+            fx.approver,
+            "alice",
         )
     assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
     command = adapter.respond(request, [{"type": "accept", "args": None}], fx.approver, "alice")

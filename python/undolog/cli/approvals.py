@@ -1,13 +1,21 @@
-"""``undolog approvals``: the requests waiting for a human, and a human's decision."""
+"""``undolog approvals``: the requests waiting for a human, and a human's decision.
+
+``approve --args JSON`` (or ``--args-file F``, ``-`` for standard input) approves the
+call with these arguments instead of the requested ones: edit, then approve
+(undolog.approve_edited). The journal keeps both, who edited (``--by``) and why
+(``--reason``); the agent's call then runs once, with the approved arguments."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from undolog import approvals
-from undolog.cli._common import EXIT_OK, Parser, Subparsers, connect, query
+from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit
 
@@ -23,6 +31,21 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
         p.add_argument("approval", metavar="APPROVAL", help="approval id or a unique prefix")
         p.add_argument("--by", required=True, help="who decides (recorded)")
         p.add_argument("--reason", help="why (recorded)")
+        if name == "approve":
+            edit = p.add_mutually_exclusive_group()
+            edit.add_argument(
+                "--args",
+                dest="edited_args",
+                metavar="JSON",
+                help="approve the call with these arguments instead (a JSON object "
+                "naming the same arguments as the call)",
+            )
+            edit.add_argument(
+                "--args-file",
+                dest="edited_args_file",
+                metavar="FILE",
+                help="as --args, read from FILE (- for standard input)",
+            )
         p.set_defaults(func=_decide(decide), needed_role="undolog_approver")
 
 
@@ -45,13 +68,41 @@ def _cmd_approvals_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _edited_args(args: argparse.Namespace) -> Any:
+    """The edited arguments of ``approve --args``/``--args-file`` (None: none given), as
+    parsed JSON: whether it is an object that fits the call is the engine's to say."""
+    text: str | None = getattr(args, "edited_args", None)
+    path: str | None = getattr(args, "edited_args_file", None)
+    if path is not None:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--args-file {path}: {exc.strerror or exc}") from exc
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        flag = "--args" if path is None else f"--args-file {path}"
+        raise UsageError(f"{flag} is not JSON: {exc}") from exc
+
+
 def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        edited = _edited_args(args)
         with connect(args) as conn:
             approval_id = resolve_id(conn, "approval", args.approval)
-            state = decide(conn, approval_id, args.by, args.reason)
+            if edited is None:
+                state = decide(conn, approval_id, args.by, args.reason)
+            else:
+                state = decide(conn, approval_id, args.by, args.reason, args=edited)
         if args.json:
-            print(json.dumps({"approval_id": str(approval_id), "state": state}))
+            out: dict[str, Any] = {"approval_id": str(approval_id), "state": state}
+            if edited is not None:
+                out["approved_args"] = edited
+            print(json.dumps(out))
+        elif edited is not None:
+            print(f"approval {approval_id}: {state}, with edited args")
         else:
             print(f"approval {approval_id}: {state}")
         return EXIT_OK

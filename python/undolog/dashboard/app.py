@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import difflib
+import hashlib
 import hmac
 import json
 import logging
@@ -28,6 +30,7 @@ from typing import Any
 import jinja2
 import markupsafe
 import psycopg
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
@@ -49,6 +52,7 @@ from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
+from undolog.signature import canonical_json, check_storable
 
 log = logging.getLogger("undolog.dashboard")
 HERE = Path(__file__).parent
@@ -195,6 +199,36 @@ class Outcome:
     ok: bool
     text: str
     status: int = 200
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _args_digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def args_changes(requested: Any, edited: Any) -> list[tuple[str, str, str]]:
+    """(argument, requested JSON, approved JSON) of each top-level argument the edit
+    changes, adds or drops ('' for absent), in name order."""
+    old = requested if isinstance(requested, dict) else {}
+    new = edited if isinstance(edited, dict) else {}
+    out: list[tuple[str, str, str]] = []
+    for name in sorted(set(old) | set(new)):
+        if name in old and name in new and old[name] == new[name]:
+            continue
+        before = json.dumps(old[name], ensure_ascii=False) if name in old else ""
+        after = json.dumps(new[name], ensure_ascii=False) if name in new else ""
+        out.append((name, before, after))
+    return out
+
+
+def args_diff(requested: Any, edited: Any) -> list[tuple[str, str]]:
+    """The line diff of the two argument sets as pretty JSON: (kind, line), kind '-' for
+    a requested line the edit removes, '+' for one it adds, ' ' for one it keeps."""
+    lines = difflib.ndiff(pretty_json(requested).splitlines(), pretty_json(edited).splitlines())
+    return [(line[0], line[2:]) for line in lines if line[:1] in ("-", "+", " ")]
 
 
 def engine_error(exc: psycopg.Error) -> tuple[int, str]:
@@ -557,6 +591,119 @@ class Dashboard:
         decision = row[0] if row else action
         log.info("%s: approval %s %s", ws.login, approval_id, decision)
         return Outcome(str(approval_id), True, f"{decision} by {ws.login}")
+
+    # --- edit, then approve -------------------------------------------------------------
+
+    async def _editable(
+        self, request: Request, ws: WebSession, id_text: str
+    ) -> tuple[uuid.UUID, queries.Row] | Response:
+        """The pending request an approver may edit, or the page that says why not."""
+        if not ws.roles.approver:
+            return self.problem(
+                request, ws, 403, "Approvers only", "Only an approver edits a call's arguments."
+            )
+        approval_id = self._uuid(id_text)
+        if approval_id is None:
+            return self.not_found(request, ws, "approval request")
+        async with ws.db() as conn:
+            found = await queries.edit_of(conn, approval_id)
+        if found is None:
+            return self.problem(
+                request,
+                ws,
+                409,
+                "Not pending",
+                f"Approval {approval_id} is not pending (already decided, or unknown): "
+                "its arguments can no longer be edited.",
+            )
+        return approval_id, found
+
+    async def edit_page(self, request: Request) -> Response:
+        ws = self.staff_only(
+            request, "Edit, then approve", "Only approvers edit a call's arguments."
+        )
+        if isinstance(ws, Response):
+            return ws
+        got = await self._editable(request, ws, request.path_params["approval_id"])
+        if isinstance(got, Response):
+            return got
+        _, r = got
+        return self.render(
+            request, "edit.html", ws, r=r, edited=pretty_json(r["args"]), reason="", error=None
+        )
+
+    async def edit_post(self, request: Request) -> Response:
+        """Step one (no ``confirm``): parse the edited JSON and show what changes, with a
+        one-time nonce for exactly this request and these arguments. Step two: the nonce
+        and the same arguments approve the call with them (undolog.approve_edited)."""
+        got_form = await self.posted(request)
+        if isinstance(got_form, Response):
+            return got_form
+        ws, form = got_form
+        got = await self._editable(request, ws, request.path_params["approval_id"])
+        if isinstance(got, Response):
+            return got
+        approval_id, r = got
+        args_field, reason_field = form.get("args"), form.get("reason")
+        text = args_field if isinstance(args_field, str) else ""
+        reason = reason_field if isinstance(reason_field, str) else ""
+        error: str | None = None
+        digest = ""
+        try:
+            edited = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            edited, error = None, f"The arguments are not JSON: {exc}"
+        if error is None and not isinstance(edited, dict):
+            error = "The arguments must be a JSON object."
+        if error is None:
+            try:  # what JSON can say but the journal cannot hold (U+0000, 65 levels deep)
+                check_storable(edited)
+                digest = _args_digest(edited)
+            except ValueError as exc:
+                error = f"The arguments cannot be journaled: {exc}"
+        if error is not None:
+            return self.render(
+                request, "edit.html", ws, 422, r=r, edited=text, reason=reason, error=error
+            )
+        # The nonce is for this request with these very arguments: what was shown is
+        # what is approved.
+        bound = [f"{approval_id}:{digest}"]
+        nonce = form.get("confirm")
+        if nonce is None or not ws.take_confirm(nonce, bound):
+            return self.render(
+                request,
+                "edit_confirm.html",
+                ws,
+                r=r,
+                edited=edited,
+                edited_text=json.dumps(edited, ensure_ascii=False),
+                diff=args_diff(r["args"], edited),
+                changes=args_changes(r["args"], edited),
+                reason=reason,
+                token=ws.confirm_nonce(bound),
+                stale=nonce is not None,
+            )
+        outcome = await self._approve_edited(ws, approval_id, edited, reason)
+        return self._after(request, ws, [outcome], "/approvals")
+
+    async def _approve_edited(
+        self, ws: WebSession, approval_id: uuid.UUID, edited: dict[str, Any], reason: str
+    ) -> Outcome:
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(
+                    "SELECT undolog.approve_edited(%s, %s, %s, %s)",
+                    (approval_id, ws.login, Jsonb(edited), reason.strip() or None),
+                )
+                row = await cur.fetchone()
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise
+                status, text = engine_error(exc)
+                return Outcome(str(approval_id), False, text, status)
+        log.info("%s: approval %s approved with edited args", ws.login, approval_id)
+        decision = row[0] if row else "approved"
+        return Outcome(str(approval_id), True, f"{decision} with edited arguments by {ws.login}")
 
     def _after(
         self, request: Request, ws: WebSession, outcomes: list[Outcome], back: str
@@ -1076,6 +1223,8 @@ class Dashboard:
             Route("/logout", self.logout, methods=["POST"]),
             Route("/approvals", self.inbox, methods=["GET"]),
             Route("/approvals/decide", self.decide, methods=["POST"]),
+            Route("/approvals/{approval_id}/edit", self.edit_page, methods=["GET"]),
+            Route("/approvals/{approval_id}/edit", self.edit_post, methods=["POST"]),
             Route("/decisions", self.decisions, methods=["GET"]),
             Route("/sessions", self.sessions, methods=["GET"]),
             Route("/sessions/counts", self.session_counts, methods=["GET"]),

@@ -147,6 +147,23 @@ async def pending_of(conn: Conn, approval_ids: list[uuid.UUID]) -> list[Row]:
     )
 
 
+async def edit_of(conn: Conn, approval_id: uuid.UUID) -> Row | None:
+    """A pending request as its edit page shows it: the call with its whole arguments
+    (an approver edits all of them), whose session, which login."""
+    found = await rows(
+        conn,
+        """
+        SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name, p.tier,
+               p.args, p.agent, p.owner_role, p.requested_by, p.purpose, p.requested_at,
+               p.expires_at, p.expired
+        FROM undolog.pending_approvals AS p
+        WHERE p.approval_id = %s
+        """,
+        (approval_id,),
+    )
+    return found[0] if found else None
+
+
 async def inbox_fingerprint(conn: Conn) -> str:
     row = await one(
         conn,

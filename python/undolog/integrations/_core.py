@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
@@ -39,7 +40,7 @@ import psycopg
 from undolog import aengine, engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
-from undolog.decorator import ToolSpec, _async_wrapper, tool_spec
+from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
@@ -53,7 +54,8 @@ T = TypeVar("T")
 
 # Who records a human's decision in UndoLog: a client logged in as the approver (never the
 # agent's login: the engine refuses a login approving its own call, 42501), or a callable
-# (approval_id, approved, decided_by, reason) that records it however the app does.
+# (approval_id, approved, decided_by, reason) that records it however the app does; an
+# approval with edited arguments calls it with them as the keyword ``args`` too.
 DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
 
@@ -172,6 +174,20 @@ def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None, str]
     compensation = tool.spec.compensation if tool.spec is not None else None
     on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
     return (tool.name, tool.tier.value, compensation.to_json() if compensation else None, on_reject)
+
+
+# --- a person's edit that the agent hears -------------------------------------------------
+
+
+def edited_reply(tool: ToolInfo, result: Any) -> Any:
+    """The model's answer to an IRREVERSIBLE call a person approved with edited
+    arguments: the edit first, in words (who, why, what changed), then the result as the
+    JSON the journal holds; ``result`` itself for any other call."""
+    edit = last_edit() if tool.tier is ToolTier.IRREVERSIBLE else None
+    if edit is None:
+        return result
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return f"{edit.note}\nResult: {text}"
 
 
 # --- a person's "no" that the agent hears -------------------------------------------------
@@ -393,31 +409,66 @@ async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.
     return str(row[0]) if row is not None else None
 
 
+def _recorded_by(
+    approver: DecisionRecorder,
+    approval_id: uuid.UUID,
+    approved: bool,
+    by: str,
+    reason: str | None,
+    args: Mapping[str, Any] | None,
+) -> object:
+    if args is None:
+        return approver(approval_id, approved, by, reason)
+    return cast(Callable[..., object], approver)(approval_id, approved, by, reason, args=args)
+
+
 def record_decision_sync(
-    approver: Approver, approval_id: uuid.UUID, approved: bool, by: str, reason: str | None
+    approver: Approver,
+    approval_id: uuid.UUID,
+    approved: bool,
+    by: str,
+    reason: str | None,
+    args: Mapping[str, Any] | None = None,
 ) -> None:
-    """Record a human's decision in UndoLog through the approver (sync callers)."""
+    """Record a human's decision in UndoLog through the approver (sync callers); ``args``
+    are an approval's edited arguments."""
     if isinstance(approver, UndoLog):
-        (approver.approve if approved else approver.reject)(approval_id, by, reason)
+        if approved:
+            approver.approve(approval_id, by, reason, args=args)
+        else:
+            approver.reject(approval_id, by, reason)
     elif isinstance(approver, AsyncUndoLog):
         raise TypeError("an AsyncUndoLog approver needs the async decision helper")
     else:
-        outcome = approver(approval_id, approved, by, reason)
+        outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
         if inspect.isawaitable(outcome):
             raise TypeError("an async decision recorder needs the async decision helper")
 
 
 async def record_decision(
-    approver: Approver, approval_id: uuid.UUID, approved: bool, by: str, reason: str | None
+    approver: Approver,
+    approval_id: uuid.UUID,
+    approved: bool,
+    by: str,
+    reason: str | None,
+    args: Mapping[str, Any] | None = None,
 ) -> None:
-    """Record a human's decision in UndoLog through the approver."""
+    """Record a human's decision in UndoLog through the approver; ``args`` are an
+    approval's edited arguments."""
     if isinstance(approver, AsyncUndoLog):
-        await (approver.approve if approved else approver.reject)(approval_id, by, reason)
+        if approved:
+            await approver.approve(approval_id, by, reason, args=args)
+        else:
+            await approver.reject(approval_id, by, reason)
     elif isinstance(approver, UndoLog):
-        decide = approver.approve if approved else approver.reject
-        await asyncio.to_thread(decide, approval_id, by, reason)
+        if approved:
+            await asyncio.to_thread(
+                functools.partial(approver.approve, args=args), approval_id, by, reason
+            )
+        else:
+            await asyncio.to_thread(approver.reject, approval_id, by, reason)
     else:
-        outcome = approver(approval_id, approved, by, reason)
+        outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
         if inspect.isawaitable(outcome):
             await outcome
 

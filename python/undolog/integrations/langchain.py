@@ -12,7 +12,8 @@ An IRREVERSIBLE call goes through LangGraph's own ``interrupt()`` until UndoLog 
 a yes, with a value in the Agent Inbox's shape: a list of one HumanInterrupt
 (``action_request``, ``config``, ``description``) carrying UndoLog's
 ``undolog_approval_id``, ``undolog_session_id`` and ``call_key``. ``respond`` records an
-Inbox HumanResponse (accept, ignore, response; edit is refused). ``stream``/``astream``
+Inbox HumanResponse (accept, edit, ignore, response): an edit approves the call with the
+person's arguments, and the call's ToolMessage tells the model so. ``stream``/``astream``
 wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap ``invoke``/``ainvoke``. A
 rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage.
 
@@ -36,6 +37,7 @@ sync or async SAFE tools, sync journaled tools) and ``arun`` (``ainvoke``,
 from __future__ import annotations
 
 import contextvars
+import json
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -50,6 +52,7 @@ from langgraph.types import Command, interrupt
 from undolog import engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import current_session
+from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _core
 from undolog.tiers import ToolTier
@@ -90,10 +93,10 @@ def _call_key() -> str | None:
     return f"{namespace}#{position}"
 
 
-ALLOWED = {"allow_accept": True, "allow_edit": False, "allow_respond": True, "allow_ignore": True}
+ALLOWED = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
 """What a person may answer an UndoLog interrupt with (Agent Inbox's HumanInterruptConfig):
-accept (approve), ignore (reject), respond (reject, with the text as the reason). Editing
-the arguments before approving is not supported yet."""
+accept (approve), edit (approve with the person's arguments: undolog.approve_edited),
+ignore (reject), respond (reject, with the text as the reason)."""
 
 
 def _approval_request(
@@ -109,7 +112,8 @@ def _approval_request(
             "config": dict(ALLOWED),
             "description": (
                 f"{tool.name} is IRREVERSIBLE: UndoLog runs it only once a person approves. "
-                "Accept to approve; ignore, or respond with a reason, to reject."
+                "Accept to approve, or edit its arguments to approve it with yours; "
+                "ignore, or respond with a reason, to reject."
             ),
             APPROVAL_KEY: None if wait.approval_id is None else str(wait.approval_id),
             SESSION_KEY: str(current_session().session_id),
@@ -178,6 +182,23 @@ def _refused(tool: _core.ToolInfo, error: ApprovalRejectedError) -> Any:
     )
 
 
+def _with_edit(result: Any) -> Any:
+    """The reply of a model's IRREVERSIBLE call a person approved with edited arguments:
+    a ToolMessage whose text says so first (who, why, what changed), then the result, with
+    the edit and the result as its artifact. A call a node made, or one approved as
+    asked, answers its result as it is (the node reads undolog.last_edit())."""
+    edit, call_id = last_edit(), _tool_call_id.get()
+    if edit is None or call_id is None:
+        return result
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return ToolMessage(
+        content=f"{edit.note}\nResult: {text}",
+        tool_call_id=call_id,
+        name=edit.tool_name,
+        artifact={"undolog_edit": edit.as_dict(), "result": result},
+    )
+
+
 class UndoLogTool(StructuredTool):
     """A StructuredTool that hands the tool call id of each call to its journaled body."""
 
@@ -215,9 +236,10 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
-                return fn(**kwargs)
+                result = fn(**kwargs)
         except ApprovalRejectedError as error:
             return _refused(info, error)
+        return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
 
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
@@ -226,9 +248,10 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
-                return await fn(**kwargs)
+                result = await fn(**kwargs)
         except ApprovalRejectedError as error:
             return _refused(info, error)
+        return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
 
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
@@ -429,25 +452,47 @@ async def aapproval_id(request: Any, ul: AsyncUndoLog | None = None) -> uuid.UUI
     return step[0]
 
 
-def _decision(response: Mapping[str, Any]) -> tuple[bool, str | None]:
-    """(approved, reason) of an Agent Inbox HumanResponse."""
+# The reason recorded for an Agent Inbox edit, which carries none of its own.
+EDIT_REASON = "edited in the Agent Inbox"
+
+
+def _decision(
+    response: Mapping[str, Any], request: Mapping[str, Any]
+) -> tuple[bool, str | None, dict[str, Any] | None]:
+    """(approved, reason, edited args) of an Agent Inbox HumanResponse to ``request``. An
+    edit's ActionRequest must name the request's tool: an edit changes the arguments of
+    the call that was asked about, never which tool runs."""
     kind, args = response.get("type"), response.get("args")
     if kind == "accept":
-        return True, None
+        return True, None, None
     if kind == "ignore":
-        return False, "ignored"
+        return False, "ignored", None
     if kind == "response":
-        return False, None if args is None else str(args)
+        return False, None if args is None else str(args), None
     if kind == "edit":
-        raise ValueError(
-            "an edit of an UndoLog approval request is not supported yet (edit-then-approve "
-            "is future work): respond with the change you want instead, which rejects the "
-            "call and tells the model why, so that it can make the call again"
-        )
-    raise ValueError(f"{response!r} is not a HumanResponse: its type is accept, ignore or response")
+        asked = request["action_request"]["action"]
+        if not isinstance(args, Mapping) or not isinstance(args.get("args"), Mapping):
+            raise ValueError(
+                f"{response!r}: an edit's args are an ActionRequest, "
+                '{"action": TOOL, "args": {...}}'
+            )
+        if args.get("action") != asked:
+            raise ValueError(
+                f"an edit of the {asked} call names the tool {args.get('action')!r}: an edit "
+                "changes the call's arguments, never its tool; respond instead, to reject "
+                "the call and tell the model what to do"
+            )
+        return True, EDIT_REASON, dict(args["args"])
+    raise ValueError(
+        f"{response!r} is not a HumanResponse: its type is accept, edit, ignore or response"
+    )
 
 
-def _answer(approved: bool, reason: str | None) -> Command[Any]:
+def _answer(
+    approved: bool, reason: str | None, args: Mapping[str, Any] | None = None, tool: str = ""
+) -> Command[Any]:
+    if approved and args is not None:
+        return Command(resume=[{"type": "edit", "args": {"action": tool, "args": dict(args)}}])
     if approved:
         return Command(resume=[{"type": "accept", "args": None}])
     if reason is None:
@@ -469,16 +514,24 @@ def decide(
     approved: bool,
     reason: str | None = None,
     ul: UndoLog | None = None,
+    args: Mapping[str, Any] | None = None,
 ) -> Command[Any]:
     """Record a human's decision on an interrupted call in UndoLog through the approver's
     login; answers the ``Command`` to resume the graph with (its resume value is the
     Agent Inbox HumanResponse of the decision). ``request`` is the interrupt, its value
     or its HumanInterrupt; one whose approval id is not filled in yet is looked up with
-    ``ul`` (or the approver, when it is an ``UndoLog``)."""
+    ``ul`` (or the approver, when it is an ``UndoLog``). ``args`` (an approval only): the
+    call runs with these arguments instead of the requested ones (edit, then approve)."""
+    _edit_is_an_approval(approved, args)
     client = _lookup_client(ul, approver)
     approval = approval_id(request, client if isinstance(client, UndoLog) else None)
-    _core.record_decision_sync(approver, approval, approved, decided_by, reason)
-    return _answer(approved, reason)
+    _core.record_decision_sync(approver, approval, approved, decided_by, reason, args)
+    return _answer(approved, reason, args, _request(request)["action_request"]["action"])
+
+
+def _edit_is_an_approval(approved: bool, args: Mapping[str, Any] | None) -> None:
+    if args is not None and not approved:
+        raise ValueError("edited args go with an approval: a refusal runs nothing")
 
 
 async def adecide(
@@ -489,12 +542,14 @@ async def adecide(
     approved: bool,
     reason: str | None = None,
     ul: AsyncUndoLog | None = None,
+    args: Mapping[str, Any] | None = None,
 ) -> Command[Any]:
     """``decide`` for an async approver."""
+    _edit_is_an_approval(approved, args)
     client = _lookup_client(ul, approver)
     approval = await aapproval_id(request, client if isinstance(client, AsyncUndoLog) else None)
-    await _core.record_decision(approver, approval, approved, decided_by, reason)
-    return _answer(approved, reason)
+    await _core.record_decision(approver, approval, approved, decided_by, reason, args)
+    return _answer(approved, reason, args, _request(request)["action_request"]["action"])
 
 
 def _one_response(response: Any) -> Mapping[str, Any]:
@@ -515,10 +570,12 @@ def respond(
     ul: UndoLog | None = None,
 ) -> Command[Any]:
     """``decide`` from an Agent Inbox HumanResponse (or the list of one the Inbox sends):
-    accept approves; ignore rejects; response rejects with its text as the reason. An
-    edit is refused (ValueError), before anything is recorded."""
-    approved, reason = _decision(_one_response(response))
-    return decide(request, approver, decided_by, approved=approved, reason=reason, ul=ul)
+    accept approves; edit approves with the ActionRequest's args instead of the requested
+    ones (its action must be the call's tool, else ValueError before anything is recorded;
+    the reason recorded is EDIT_REASON); ignore rejects; response rejects with its text as
+    the reason."""
+    approved, reason, args = _decision(_one_response(response), _request(request))
+    return decide(request, approver, decided_by, approved=approved, reason=reason, ul=ul, args=args)
 
 
 async def arespond(
@@ -530,5 +587,7 @@ async def arespond(
     ul: AsyncUndoLog | None = None,
 ) -> Command[Any]:
     """``respond`` for an async approver."""
-    approved, reason = _decision(_one_response(response))
-    return await adecide(request, approver, decided_by, approved=approved, reason=reason, ul=ul)
+    approved, reason, args = _decision(_one_response(response), _request(request))
+    return await adecide(
+        request, approver, decided_by, approved=approved, reason=reason, ul=ul, args=args
+    )

@@ -113,6 +113,9 @@ def _with_context(
             if refused is None:
                 raise
             return refused.message  # the session goes on: the model hears the "no"
+        told = _core.edited_reply(info, result)  # a person's edit: the model hears it
+        if told is not result:
+            return told
         return json.dumps(result) if as_json and not isinstance(result, str) else result
 
     hints = typing.get_type_hints(info.fn, include_extras=True)

@@ -67,12 +67,13 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
             raise ApprovalRequired()
         try:
             with _core.pinned_step(key):
-                return await body(*args, **kwargs)
+                result = await body(*args, **kwargs)
         except ApprovalRejectedError as error:
             refused = _core.refusal(info, error)
             if refused is None:
                 raise
             return refused.message  # the session goes on: the model hears the "no"
+        return _core.edited_reply(info, result)  # a person's edit: the model hears it
 
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(

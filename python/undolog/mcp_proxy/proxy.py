@@ -163,6 +163,15 @@ def _unknown(name: str, why: str) -> types.CallToolResult:
     )
 
 
+def _told_edit(result: types.CallToolResult, edit: engine.ApprovalEdit) -> types.CallToolResult:
+    """An edited call's result, with the edit first in words for the model (who changed
+    what, and why) and as data in its meta."""
+    note = types.TextContent(type="text", text=edit.note)
+    meta = dict(result.meta or {})
+    meta["undolog/edit"] = edit.as_dict()
+    return result.model_copy(update={"content": [note, *result.content], "meta": meta})
+
+
 def _error_text(result: types.CallToolResult) -> str:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     return ("upstream error: " + " ".join(texts))[:2000]
@@ -999,13 +1008,29 @@ class McpProxy:
             if isinstance(icpt, types.CallToolResult):
                 return icpt
             if icpt.action == "replay":
-                return types.CallToolResult.model_validate(icpt.result_snapshot)
+                replayed = types.CallToolResult.model_validate(icpt.result_snapshot)
+                assert icpt.effect_id is not None
+                edit = await self._edit(ps, icpt.effect_id)
+                return replayed if edit is None else _told_edit(replayed, edit)
             if icpt.action == "execute":
                 assert icpt.effect_id is not None
-                result, outcome = await self._execute(icpt.effect_id, name, route, upstream, args)
+                edit = None
+                if icpt.approval_id is not None:  # a person edited the args: run theirs
+                    edit = await self._edit(ps, icpt.effect_id)
+                    if edit is None:
+                        why = (
+                            f"{name} was approved with edited arguments (approval "
+                            f"{icpt.approval_id}) that could not be read: not run"
+                        )
+                        await self._record(engine.FAIL, icpt.effect_id, why)
+                        return _error(f"{why}; make the very same call again")
+                run_args = args if edit is None else edit.approved_args
+                result, outcome = await self._execute(
+                    icpt.effect_id, name, route, upstream, run_args
+                )
                 if outcome == "unknown":
                     ps.unknown[key] = 0
-                return result
+                return result if edit is None or outcome != "done" else _told_edit(result, edit)
             if icpt.action == "rejected":
                 return await self._rejected(ps, name, route, icpt.approval_id)
             if icpt.action == "in_progress" and key in ps.unknown:
@@ -1041,6 +1066,15 @@ class McpProxy:
             if decision != "approved":
                 return await self._rejected(ps, name, route, icpt.approval_id)
         return _error(f"{name}: the journal's answers did not settle; ask again")
+
+    async def _edit(self, ps: ProxySession, effect_id: uuid.UUID) -> engine.ApprovalEdit | None:
+        """The edit an approver made to the call's arguments (None: none, or unreadable)."""
+        try:
+            async with self.pool.connection() as conn:
+                return await aengine.approval_edit(conn, ps.session_id, effect_id)
+        except (UndoLogError, psycopg.Error) as exc:
+            log.warning("effect %s: reading its approval's edit failed: %s", effect_id, exc)
+            return None
 
     async def _rejected(
         self, ps: ProxySession, name: str, route: Route, approval_id: uuid.UUID | None
