@@ -21,6 +21,9 @@ SELECT create_distributed_table('undolog.undolog_operator_actions', 'session_id'
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_approval_requests', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
+-- The tool registry has no session: every worker reads it (intercept checks a new call
+-- against its tool's registration there), so it is a reference table.
+SELECT create_reference_table('undolog.undolog_tools');
 -- --8<-- [end:tables]
 
 -- --8<-- [start:functions]
@@ -31,6 +34,11 @@ SELECT create_distributed_function('undolog.heartbeat(uuid)',
 SELECT create_distributed_function(
     'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)',
     '$1', colocate_with => 'undolog.undolog_sessions');
+-- A call's result, in the session-first forms the binding sends.
+SELECT create_distributed_function('undolog.commit(uuid, uuid, jsonb, boolean)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.fail(uuid, uuid, text, boolean)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function('undolog.complete_session(uuid)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function('undolog.fail_session(uuid, text)',

@@ -496,6 +496,7 @@ RUN_BY = {
     "halted_session.sh": "test_halted_session_retried_and_abandoned",
     "monitoring.sql": "test_monitoring_queries_report_a_halted_session",
     "archive.sh": "test_archive_detaches_dumps_and_drops_an_old_month",
+    "unwaited_result.py": "binding/test_unwaited_results.py::test_the_reference_example_*",
 }
 
 
