@@ -12,8 +12,10 @@
 -- Two forms. commit(session_id, effect_id, result, async) names the effect's session
 -- first, as every hot function does, so that a distributed database routes it by its
 -- first argument to the session's node; UL003 when the effect is not of that session.
--- commit(effect_id, result, async), the original form, finds the session itself and
--- then is the same call. In both, p_async defaults to false.
+-- commit(effect_id, result, async), the original form, finds the session itself (the
+-- same lookup by effect id joined to the session's owner). In both, p_async defaults to
+-- false. Both bodies are inline rather than one calling the other: a nested PL/pgSQL
+-- call costs ~10 us, and each form is some client's hot path.
 -- The success path is inline (one lookup joining the registry to the session's owner,
 -- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
 -- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,
@@ -74,21 +76,35 @@ RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
 AS $$
 DECLARE
     v_session_id uuid;
+    v_executed_at timestamptz;
 BEGIN
-    SELECT r.session_id INTO v_session_id
-    FROM undolog.undolog_signature_registry AS r
-    WHERE r.effect_id = p_effect_id;
-    IF NOT FOUND THEN  -- UL003, after the payload check as it always came
-        IF NOT undolog.payload_fits(p_result) THEN
-            PERFORM undolog.check_payload('result', p_result);
-        END IF;
-        RETURN undolog.finish_execution(p_effect_id, 'committed',
-                                        coalesce(p_result, 'null'::jsonb), NULL);
+    IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
+        -- In the body, not a SET clause: a SET clause is undone when the function
+        -- returns, before the transaction commits.
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
-    RETURN undolog.commit(v_session_id, p_effect_id, p_result, p_async);
+    IF NOT undolog.payload_fits(p_result) THEN  -- uncompressed size, and depth
+        PERFORM undolog.check_payload('result', p_result);
+    END IF;
+    SELECT r.session_id, r.executed_at INTO v_session_id, v_executed_at
+    FROM undolog.undolog_signature_registry AS r
+    JOIN undolog.undolog_sessions AS s ON s.session_id = r.session_id
+    WHERE r.effect_id = p_effect_id AND s.owner_role = session_user;
+    IF FOUND THEN
+        UPDATE undolog.undolog_effect_log AS e
+        SET state = 'committed', result_snapshot = coalesce(p_result, 'null'::jsonb), error = NULL
+        WHERE e.session_id = v_session_id AND e.effect_id = p_effect_id
+          AND e.executed_at = v_executed_at AND e.state = 'executing';
+        IF FOUND THEN
+            RETURN 'committed';
+        END IF;
+    END IF;
+    RETURN undolog.finish_execution(p_effect_id, 'committed',
+                                    coalesce(p_result, 'null'::jsonb), NULL);
 END
 $$;
 
