@@ -8,13 +8,20 @@ call, before that call's body runs.
 
 import os
 
-from undolog import CompensationDescriptor, PayloadTooLarge, ToolTier, UndoLog, undolog_tool
+from undolog import (
+    CompensationCall,
+    CompensationDescriptor,
+    PayloadTooLarge,
+    ToolTier,
+    UndoLog,
+    undolog_tool,
+)
 
 ul = UndoLog(os.environ["UNDOLOG_DSN"])
 
 
 @ul.compensation("delete_report")
-def delete_report(call):
+def delete_report(call: CompensationCall) -> None:
     print("compensated", call.call_args)
 
 

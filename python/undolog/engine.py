@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
 import weakref
 from collections import deque
@@ -133,8 +134,8 @@ def intercept_params(
 
 def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, ...]:
     """One round trip that answers one row; the engine's errors translated."""
-    settle(conn)
-    with translated():
+    with wire_of(conn).lock, translated():  # no result is sent between settle and execute
+        settle(conn)
         row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError(f"no row from {query}")
@@ -143,8 +144,8 @@ def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, .
 
 def fetch_all(conn: Connection, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
     """One round trip that answers any number of rows; the engine's errors translated."""
-    settle(conn)
-    with translated():
+    with wire_of(conn).lock, translated():  # as fetch_one
+        settle(conn)
         return conn.execute(query, params).fetchall()
 
 
@@ -323,6 +324,10 @@ class _Wire:
     errors: list[Exception] = field(default_factory=list)
     # An async connection's reader of an unread result (aengine.send_result).
     reader: Any = None
+    # A sync connection's: held (before conn.lock) by whatever sends on the hot path and
+    # by fetch_one from its settle() to its own statement, so that no result is sent in
+    # between (psycopg would then read that result's answer as its own).
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 _wires: weakref.WeakKeyDictionary[Any, _Wire] = weakref.WeakKeyDictionary()
@@ -421,10 +426,13 @@ def settle(conn: Connection) -> None:
     """Read the answers still unread on this connection (their errors are kept for
     take_unsettled); nothing to do, and no round trip, when there are none."""
     wire = _wires.get(conn)
-    if wire is None or not wire.unread:
+    if wire is None:
         return
-    with conn.lock, contextlib.suppress(psycopg.Error):  # kept in wire.errors
-        conn.wait(settle_gen(conn, wire))
+    with wire.lock:
+        if not wire.unread:
+            return
+        with conn.lock, contextlib.suppress(psycopg.Error):  # kept in wire.errors
+            conn.wait(settle_gen(conn, wire))
 
 
 def take_unsettled(conn: Any) -> Exception | None:
@@ -502,7 +510,7 @@ def intercept_hot(conn: Connection, call: HotCall) -> Interception:
     """intercept in one round trip, with the answer to the result sent before it (its
     error, if any, kept for take_unsettled)."""
     wire = wire_of(conn)
-    with translated(), conn.lock:
+    with translated(), wire.lock, conn.lock:
         got: Interception = conn.wait(intercept_gen(conn, wire, call))
     return got
 
@@ -542,7 +550,7 @@ def send_result(
     read it now, and raise its error here (durable results)."""
     wire = wire_of(conn)
     name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
-    with translated(), conn.lock:
+    with translated(), wire.lock, conn.lock:
         conn.wait(send_gen(conn, wire, name, params, seg))
         if wait:
             conn.wait(settle_gen(conn, wire))
