@@ -34,10 +34,10 @@ SELECT create_distributed_function('undolog.heartbeat(uuid)',
 SELECT create_distributed_function(
     'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)',
     '$1', colocate_with => 'undolog.undolog_sessions');
--- A call's result, in the session-first forms the binding sends.
-SELECT create_distributed_function('undolog.commit(uuid, uuid, jsonb, boolean)',
+-- A call's result, with the session first, as the binding sends it.
+SELECT create_distributed_function('undolog.commit_effect(uuid, uuid, jsonb, boolean)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');
-SELECT create_distributed_function('undolog.fail(uuid, uuid, text, boolean)',
+SELECT create_distributed_function('undolog.fail_effect(uuid, uuid, text, boolean)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function('undolog.complete_session(uuid)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');

@@ -93,14 +93,14 @@ SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
           || '/' || current_setting('synchronous_commit'),
           'pending/on', 'fail(..., p_async => true) after an intent in the same transaction: pending, still durable');
 
--- The session-first form, fail(session_id, effect_id, error, async), as commit's.
-SELECT has_function('undolog', 'fail', ARRAY['uuid', 'uuid', 'text', 'boolean'],
-                    'undolog.fail(uuid, uuid, text, boolean) exists (session first)');
+-- fail_effect(session_id, effect_id, error, async): fail with the session first.
+SELECT has_function('undolog', 'fail_effect', ARRAY['uuid', 'uuid', 'text', 'boolean'],
+                    'undolog.fail_effect(uuid, uuid, text, boolean) exists (session first)');
 SELECT is(pg_temp.new_call('s1', 50), 'executing', 'setup: effect s1 executing');
 SELECT pg_temp.refused(
-    $$SELECT undolog.fail('fa000000-0000-4000-8000-0000000000ff'::uuid, pg_temp.eid('s1'), 'x')$$,
+    $$SELECT undolog.fail_effect('fa000000-0000-4000-8000-0000000000ff'::uuid, pg_temp.eid('s1'), 'x')$$,
     'UL003', 'session-first fail naming another session: UL003');
-SELECT is(undolog.fail('fa000000-0000-4000-8000-000000000001'::uuid, pg_temp.eid('s1'), 'boom'),
+SELECT is(undolog.fail_effect('fa000000-0000-4000-8000-000000000001'::uuid, pg_temp.eid('s1'), 'boom'),
           'pending', 'session-first fail of an executing effect: pending');
 SELECT is((SELECT error FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('s1')),
           'boom', 'its error is recorded');

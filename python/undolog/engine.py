@@ -296,8 +296,8 @@ _HOT: dict[bytes, bytes] = {
     b"undolog_hot_intercept": b"SELECT effect_id, action, state, result_snapshot, approval_id"
     b" FROM undolog.intercept($1::uuid, $2::integer, $3::text, $4::text, $5::jsonb, $6::text,"
     b" $7::jsonb)",
-    b"undolog_hot_commit": b"SELECT undolog.commit($1::uuid, $2::uuid, $3::jsonb, $4::boolean)",
-    b"undolog_hot_fail": b"SELECT undolog.fail($1::uuid, $2::uuid, $3::text, $4::boolean)",
+    b"undolog_hot_commit": b"SELECT undolog.commit_effect($1::uuid, $2::uuid, $3::jsonb, $4::boolean)",
+    b"undolog_hot_fail": b"SELECT undolog.fail_effect($1::uuid, $2::uuid, $3::text, $4::boolean)",
 }
 _PREPARED_MISSING = "26000"  # a DISCARD ALL (a pool's reset) dropped our statements
 PQGen = Generator[Any, Any, Any]
