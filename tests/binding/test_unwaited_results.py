@@ -214,3 +214,19 @@ def test_the_reference_example_runs_as_the_page_says(dsn: str) -> None:
         "raised: PayloadTooLarge",
         "session compensated",
     ], out
+
+
+def test_calls_go_on_after_a_discard_all_dropped_the_prepared_statements(dsn: str) -> None:
+    """A pool's reset (DISCARD ALL) drops the hot path's prepared statements: the next
+    call prepares them again and runs once."""
+    ul = UndoLog(dsn)
+    with ul.session(agent="t") as s:
+        act("one")
+        conn = s.connection
+        assert isinstance(conn, psycopg.Connection)
+        engine.settle(conn)
+        conn.execute("DISCARD ALL")
+        act("two")
+        act("three")
+    assert ran == ["one", "two", "three"]
+    assert effects(dsn, s.session_id) == [(0, "committed"), (1, "committed"), (2, "committed")]
