@@ -55,7 +55,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-from undolog import CompensationDescriptor, ToolTier, UndoLog, engine, undolog_tool
+from undolog import CompensationDescriptor, ToolTier, UndoLog, context, engine, undolog_tool
 from undolog.migrations import migrate
 from undolog.signature import call_signature
 
@@ -63,12 +63,13 @@ Conn = psycopg.Connection[Any]
 
 TOOL = "create_user"
 ENGINE_DB, DBOS_DB = "undolog_bench_agents", "undolog_bench_dbos"
-VARIANTS = ("floor", "sql_durable", "sql_async", "decorator", "replay", "dbos")
+VARIANTS = ("floor", "sql_durable", "sql_async", "decorator", "decorator_durable", "replay", "dbos")
 LABELS = {
     "floor": "floor INSERT+UPDATE",
     "sql_durable": "SQL, durable results",
     "sql_async": "SQL, async results",
     "decorator": "@undolog_tool (default)",
+    "decorator_durable": "@undolog_tool durable_results",
     "replay": "replay (intercept)",
     "dbos": "DBOS 3.4 step",
 }
@@ -76,7 +77,8 @@ ROUND_TRIPS = {
     "floor": 2,
     "sql_durable": 2,
     "sql_async": 2,
-    "decorator": 2,
+    "decorator": 1,  # the commit rides with the next call's intercept
+    "decorator_durable": 2,
     "replay": 1,
 }
 COMPENSATION = CompensationDescriptor.new("delete_user")
@@ -204,6 +206,13 @@ class Agent:
             return result_for(int(args["request_id"]))
 
         self.tool = create_user
+        # The same tool in a session whose results are durable and waited for.
+        self.ul_durable = UndoLog(dsn, lease=lease, durable_results=True)
+        self.active_durable = self.stack.enter_context(
+            self.ul_durable.session(agent=f"bench-deco-durable-{index}")
+        )
+        # The SQL variants' tool is registered as the decorator registers its own.
+        engine.register_tool(self.conn, TOOL, "compensable", COMPENSATION.to_json())
         # The replay pool: calls committed before any timing starts, each replayed once.
         for step in range(replay_pool):
             got = self._intercept("replay", step)
@@ -269,11 +278,28 @@ class Agent:
         self._run_sql("sql_async", first, calls, True)
 
     def run_decorator(self, first: int, calls: int) -> None:
+        self._run_decorator(self.active, first, calls)
+
+    def run_decorator_durable(self, first: int, calls: int) -> None:
+        self._run_decorator(self.active_durable, first, calls)
+
+    def _run_decorator(self, active: Any, first: int, calls: int) -> None:
         tool = self.tool
-        t0 = _now()
-        for step in range(first, first + calls):
-            tool(**make_args(step))
-        self.elapsed = (t0, _now())
+        token = context.enter(active)  # the variant's session (both are open)
+        try:
+            t0 = _now()
+            for step in range(first, first + calls):
+                tool(**make_args(step))
+            engine.settle(self._conn_of(active))  # the last answer is part of the block
+            self.elapsed = (t0, _now())
+        finally:
+            context.leave(token)
+
+    @staticmethod
+    def _conn_of(active: Any) -> Conn:
+        conn = active.connection
+        assert isinstance(conn, psycopg.Connection)
+        return conn
 
     def run_replay(self, first: int, calls: int) -> None:
         t0 = _now()
@@ -290,8 +316,8 @@ class Agent:
     def flush_stats(self) -> None:
         """Make this backend's WAL statistics visible now (they are otherwise flushed at
         most once a second)."""
-        for conn in (self.conn, self.active.connection):
-            assert isinstance(conn, psycopg.Connection)
+        for conn in (self.conn, self._conn_of(self.active), self._conn_of(self.active_durable)):
+            engine.settle(conn)
             conn.execute("SELECT pg_stat_force_next_flush()")
 
     def close(self) -> None:
@@ -466,7 +492,8 @@ def report_agents(results: dict[int, dict[str, Stats]]) -> None:
     print(
         "calls/s: median over rounds of (N x calls) / (first start .. last end); the profile "
         "columns:\nmedians per call. RT: round trips per call the code makes (psycopg, "
-        "autocommit: = stmts)."
+        "autocommit: = stmts;\nthe default decorator's commit is sent unwaited, its answer "
+        "read with the next call)."
     )
 
 
@@ -485,13 +512,13 @@ def targets_agents(results: dict[int, dict[str, Stats]]) -> list[tuple[str, str,
         else:
             rows.append((name, fmt.format(value), value >= goal))
 
-    add("decorator, 1 agent >= 1.0x floor", ratio(1, "decorator"), 1.0)
+    add("decorator, 1 agent >= 1.5x floor", ratio(1, "decorator"), 1.5)
     add("SQL durable, 1 agent >= 0.7x floor", ratio(1, "sql_durable"), 0.7)
-    add("decorator, 16 agents >= 0.8x floor", ratio(16, "decorator"), 0.8)
-    add("decorator, 64 agents >= 0.8x floor", ratio(64, "decorator"), 0.8)
+    add("decorator, 16 agents >= 1.0x floor", ratio(16, "decorator"), 1.0)
+    add("decorator, 64 agents >= 1.0x floor", ratio(64, "decorator"), 1.0)
     add("decorator vs DBOS, 1 agent >= 3x", ratio(1, "decorator", "dbos"), 3.0)
     add("decorator vs DBOS, 16 agents >= 3x", ratio(16, "decorator", "dbos"), 3.0)
-    add("replay, 1 agent >= 1.5x floor", ratio(1, "replay"), 1.5)
+    add("replay, 1 agent >= 2x floor", ratio(1, "replay"), 2.0)
     deco = results.get(1, {}).get("decorator")
     flushes = med(deco.flushes) if deco else None
     if flushes is None:

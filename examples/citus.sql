@@ -23,6 +23,10 @@ SELECT create_distributed_table('undolog.undolog_approval_requests', 'session_id
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_notification_deliveries', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
+
+-- The tool registry has no session: every worker reads it (intercept checks a new call
+-- against its tool's registration there), so it is a reference table.
+SELECT create_reference_table('undolog.undolog_tools');
 -- --8<-- [end:tables]
 
 -- --8<-- [start:functions]
@@ -33,6 +37,11 @@ SELECT create_distributed_function('undolog.heartbeat(uuid)',
 SELECT create_distributed_function(
     'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)',
     '$1', colocate_with => 'undolog.undolog_sessions');
+-- A call's result, with the session first, as the binding sends it.
+SELECT create_distributed_function('undolog.commit_effect(uuid, uuid, jsonb, boolean)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_function('undolog.fail_effect(uuid, uuid, text, boolean)',
+                                   '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function('undolog.complete_session(uuid)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function('undolog.fail_session(uuid, text)',

@@ -1,7 +1,7 @@
 -- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
 -- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
 BEGIN;
-SELECT plan(37);
+SELECT plan(48);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -130,5 +130,32 @@ SELECT ok(NOT EXISTS (SELECT FROM pg_proc AS p, unnest(p.proconfig) AS c
                       WHERE p.oid = 'undolog.commit(uuid, jsonb, boolean)'::regprocedure
                         AND c LIKE 'synchronous_commit=%'),
           'commit has no synchronous_commit SET clause (one would be undone before COMMIT)');
+-- commit_effect(session_id, effect_id, result, async): the same call with the session first,
+-- routable by its first argument; an effect of another session is unknown there (UL003).
+SELECT has_function('undolog', 'commit_effect', ARRAY['uuid', 'uuid', 'jsonb', 'boolean'],
+                    'undolog.commit_effect(uuid, uuid, jsonb, boolean) exists (session first)');
+SELECT is_definer('undolog', 'commit_effect', ARRAY['uuid', 'uuid', 'jsonb', 'boolean'],
+                  'the session-first form is SECURITY DEFINER');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000002', 10, 'a',
+              'compensable', '{}', pg_temp.sig('commit-s1'), '{"name": "undo"}')),
+          'execute', 'setup: effect s1 executing, in the second session');
+INSERT INTO fx SELECT 's1', r.effect_id FROM undolog.undolog_signature_registry AS r
+WHERE r.call_signature = pg_temp.sig('commit-s1');
+SELECT pg_temp.refused(
+    $$SELECT undolog.commit_effect('c0000000-0000-4000-8000-000000000001'::uuid, pg_temp.eid('s1'), '{}')$$,
+    'UL003', 'session-first commit naming another session: UL003');
+SELECT is(undolog.commit_effect('c0000000-0000-4000-8000-000000000002'::uuid, pg_temp.eid('s1'),
+                         '{"n": 1}'),
+          'committed', 'session-first commit of an executing effect: committed');
+SELECT is((SELECT result_snapshot FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('s1')),
+          '{"n": 1}'::jsonb, 'its result is cached');
+SELECT pg_temp.refused(
+    $$SELECT undolog.commit_effect('c0000000-0000-4000-8000-000000000002'::uuid, pg_temp.eid('s1'), '{}')$$,
+    'UL001', 'session-first commit twice: UL001');
+SELECT pg_temp.refused(
+    $$SELECT undolog.commit_effect('c0000000-0000-4000-8000-000000000002'::uuid,
+                            '99999999-9999-4999-8999-999999999999'::uuid, '{}')$$,
+    'UL003', 'session-first commit of an unknown effect: UL003');
+
 SELECT * FROM finish();
 ROLLBACK;

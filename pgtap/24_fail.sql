@@ -1,7 +1,7 @@
 -- undolog.fail(p_effect_id, p_error): the body reported an error; executing -> pending
 -- with the error, so that the same call may run again. UL003 unknown, UL001 not executing.
 BEGIN;
-SELECT plan(28);
+SELECT plan(34);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -92,6 +92,18 @@ SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
                         WHERE call_signature = pg_temp.sig('fail-async')), 'boom', true)
           || '/' || current_setting('synchronous_commit'),
           'pending/on', 'fail(..., p_async => true) after an intent in the same transaction: pending, still durable');
+
+-- fail_effect(session_id, effect_id, error, async): fail with the session first.
+SELECT has_function('undolog', 'fail_effect', ARRAY['uuid', 'uuid', 'text', 'boolean'],
+                    'undolog.fail_effect(uuid, uuid, text, boolean) exists (session first)');
+SELECT is(pg_temp.new_call('s1', 50), 'executing', 'setup: effect s1 executing');
+SELECT pg_temp.refused(
+    $$SELECT undolog.fail_effect('fa000000-0000-4000-8000-0000000000ff'::uuid, pg_temp.eid('s1'), 'x')$$,
+    'UL003', 'session-first fail naming another session: UL003');
+SELECT is(undolog.fail_effect('fa000000-0000-4000-8000-000000000001'::uuid, pg_temp.eid('s1'), 'boom'),
+          'pending', 'session-first fail of an executing effect: pending');
+SELECT is((SELECT error FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('s1')),
+          'boom', 'its error is recorded');
 
 SELECT * FROM finish();
 ROLLBACK;

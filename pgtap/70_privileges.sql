@@ -26,6 +26,8 @@ INSERT INTO allowed VALUES
     ('undolog_agent', 'intercept'),
     ('undolog_agent', 'commit'),
     ('undolog_agent', 'fail'),
+    ('undolog_agent', 'commit_effect'),
+    ('undolog_agent', 'fail_effect'),
     ('undolog_agent', 'complete_session'),
     ('undolog_agent', 'fail_session'),
     ('undolog_agent', 'register_tool'),

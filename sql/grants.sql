@@ -17,6 +17,9 @@ GRANT EXECUTE ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, te
 TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb, boolean) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text, boolean) TO undolog_agent;
+-- The same with the session first (routable by it on a distributed database).
+GRANT EXECUTE ON FUNCTION undolog.commit_effect(uuid, uuid, jsonb, boolean) TO undolog_agent;
+GRANT EXECUTE ON FUNCTION undolog.fail_effect(uuid, uuid, text, boolean) TO undolog_agent;
 -- The tools an agent's sessions may journal: an agent registers its own; an operator may
 -- register for an agent login (p_owner) and alone retires a registration.
 GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text, text)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -17,6 +19,7 @@ AsyncConnection = psycopg.AsyncConnection[Any]
 
 
 async def _one(conn: AsyncConnection, query: str, params: Params) -> tuple[Any, ...]:
+    await settle(conn)
     with translated():
         row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
     if row is None:
@@ -70,6 +73,7 @@ async def approval_decision(
     conn: AsyncConnection, approval_id: uuid.UUID
 ) -> engine.ApprovalDecision | None:
     """As engine.approval_decision, awaited."""
+    await settle(conn)
     with translated():
         rows = await (await conn.execute(engine.APPROVAL_DECISION, (approval_id,))).fetchall()
     return engine.ApprovalDecision(*rows[0]) if rows else None
@@ -145,3 +149,78 @@ async def rollback_last(
     conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
 ) -> str:
     return str((await _one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])
+
+
+# An async session's result is read by a task of its own, which holds the connection's
+# lock from the moment the result is sent until its answer is read: anything else on the
+# connection (a heartbeat, a framework integration's own query, the next intercept)
+# waits for the lock as for any statement in flight, and never finds the connection
+# busy. The agent's own work between two calls overlaps the wait.
+
+
+async def _read_then_release(conn: AsyncConnection, wire: engine._Wire) -> None:
+    try:
+        await conn.wait(engine.settle_gen(conn, wire))
+    except psycopg.Error:
+        pass  # kept in wire.errors
+    finally:
+        conn.lock.release()
+
+
+async def settle(conn: AsyncConnection) -> None:
+    """As engine.settle, awaited: the answers still unread are read (their errors kept
+    for engine.take_unsettled)."""
+    wire = engine._wires.get(conn)
+    if wire is None:
+        return
+    if (reader := wire.reader) is not None:
+        wire.reader = None
+        await asyncio.shield(reader)
+    if wire.unread:
+        async with conn.lock:
+            with contextlib.suppress(psycopg.Error):  # kept in wire.errors
+                await conn.wait(engine.settle_gen(conn, wire))
+
+
+async def intercept_hot(conn: AsyncConnection, call: engine.HotCall) -> Interception:
+    """As engine.intercept_hot, awaited (after the previous result's answer)."""
+    wire = engine.wire_of(conn)
+    await settle(conn)
+    with translated():
+        async with conn.lock:
+            got: Interception = await conn.wait(engine.intercept_gen(conn, wire, call))
+    return got
+
+
+async def send_result(
+    conn: AsyncConnection,
+    what: str,
+    session_id: uuid.UUID,
+    effect_id: uuid.UUID,
+    text: str,
+    *,
+    asynchronous: bool,
+    wait: bool,
+) -> None:
+    """As engine.send_result, awaited; unless ``wait``, its answer is read by a task
+    that holds the connection's lock until then."""
+    wire = engine.wire_of(conn)
+    name, params, seg = engine.result_params(wire, what, session_id, effect_id, text, asynchronous)
+    await settle(conn)
+    await conn.lock.acquire()
+    try:
+        with translated():
+            await conn.wait(engine.send_gen(conn, wire, name, params, seg))
+    except BaseException:
+        conn.lock.release()
+        raise
+    if not wait:
+        wire.reader = asyncio.create_task(_read_then_release(conn, wire))
+        return
+    try:
+        with contextlib.suppress(psycopg.Error):  # kept in wire.errors
+            await conn.wait(engine.settle_gen(conn, wire))
+    finally:
+        conn.lock.release()
+    if (err := engine.take_unsettled(conn)) is not None:
+        raise err

@@ -92,6 +92,25 @@ def _unknown(active: ActiveSession) -> str:
     )
 
 
+def _settled(conn: engine.Connection) -> Exception | None:
+    """Read the answer to the session's last result (sent without waiting): its error,
+    if any, is raised at the session's exit rather than lost."""
+    engine.settle(conn)
+    return engine.take_unsettled(conn)
+
+
+async def _asettled(conn: aengine.AsyncConnection) -> Exception | None:
+    await aengine.settle(conn)
+    return engine.take_unsettled(conn)
+
+
+def _note_unsettled(exc: BaseException, late: Exception | None) -> None:
+    """An exception is leaving the session: the last result's error rides on it."""
+    if late is not None:
+        log.warning("the session's last result was not recorded: %s", late)
+        exc.add_note(f"also, the session's last result was not recorded: {late!r}")
+
+
 def _conninfo_of(dsn: str, pool: ConnectionPool[Any] | AsyncConnectionPool[Any] | None) -> str:
     """Where a fresh connection of ours (the async walk, a LISTEN) goes: the pool's
     conninfo with the connection parameters of its kwargs (user, password, ...), so that
@@ -305,12 +324,17 @@ class UndoLog(_Base):
                 yield active
             except BaseException as exc:
                 self._stop(stop, beat)
+                _note_unsettled(exc, _settled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     self._fail(conn, sid, self._error_text(exc))
                 self._learn_state(conn, active)
                 raise
             else:
                 self._stop(stop, beat)
+                if (late := _settled(conn)) is not None:  # the last result's error
+                    self._fail(conn, sid, self._error_text(late))
+                    self._learn_state(conn, active)
+                    raise late
                 if active.unknown_outcome is not None:
                     self._fail(conn, sid, _unknown(active))
                     self._learn_state(conn, active)
@@ -476,12 +500,17 @@ class AsyncUndoLog(_Base):
                 yield active
             except BaseException as exc:
                 await self._stop(beat)
+                _note_unsettled(exc, await _asettled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     await self._fail(conn, sid, self._error_text(exc))
                 await self._learn_state(conn, active)
                 raise
             else:
                 await self._stop(beat)
+                if (late := await _asettled(conn)) is not None:  # the last result's error
+                    await self._fail(conn, sid, self._error_text(late))
+                    await self._learn_state(conn, active)
+                    raise late
                 if active.unknown_outcome is not None:
                     await self._fail(conn, sid, _unknown(active))
                     await self._learn_state(conn, active)

@@ -35,6 +35,7 @@ from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
+    InvalidArgument,
     LeaseLapsed,
     PermissionDenied,
     ResultNotJSON,
@@ -43,7 +44,7 @@ from undolog.errors import (
     UnknownSession,
     UnknownTool,
 )
-from undolog.signature import call_signature
+from undolog.signature import check_storable, signed_call
 from undolog.tiers import CompensationDescriptor, OnReject, ToolTier, check_on_reject
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class PreparedCall:
     step_index: int
     args: dict[str, Any]
     signature: str
+    hot: engine.HotCall
 
 
 def _prepare(
@@ -146,23 +148,24 @@ def _prepare(
 ) -> PreparedCall:
     arguments = spec.bind(args, kwargs)
     step = session.next_step()
-    return PreparedCall(
-        step, arguments, call_signature(session.session_id, step, spec.name, arguments)
-    )
-
-
-def _intercept_params(
-    spec: ToolSpec, session: ActiveSession, call: PreparedCall
-) -> tuple[Any, ...]:
-    return (
+    if step > engine.MAX_STEP_INDEX:
+        raise InvalidArgument(f"step_index must be an integer in 0..{engine.MAX_STEP_INDEX}")
+    signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
+    check_storable(arguments)  # what can be signed but not stored: refused before sending
+    hot = engine.HotCall(
         session.session_id,
-        call.step_index,
+        step,
         spec.name,
         spec.tier.value,
-        call.args,
-        spec.compensation.to_json() if spec.compensation else None,
-        call.signature,
+        args_json,
+        _compensation_json(spec),
+        signature,
     )
+    return PreparedCall(step, arguments, signature, hot)
+
+
+def _compensation_json(spec: ToolSpec) -> str | None:
+    return None if spec.compensation is None else json.dumps(spec.compensation.to_json())
 
 
 def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]:
@@ -199,30 +202,89 @@ async def _aregister(spec: ToolSpec, session: ActiveSession, *, again: bool = Fa
         session.registered_tools[key] = await aengine.register_tool(conn, *_registration(spec))
 
 
-def _intercept(
-    spec: ToolSpec, session: ActiveSession, params: tuple[Any, ...]
-) -> engine.Interception:
+def _intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> engine.Interception:
+    """intercept, in one round trip with the answer to the previous call's result (sent
+    without waiting). An error in that answer is raised here, before this call runs."""
     conn = cast(engine.Connection, session.connection)
-    _register(spec, session)
     try:
-        return engine.intercept(conn, *params)
-    except UnknownTool:
-        _register(spec, session, again=True)
-        return engine.intercept(conn, *params)
+        _register(spec, session)
+        try:
+            got = engine.intercept_hot(conn, call.hot)
+        except UnknownTool:
+            _register(spec, session, again=True)
+            got = engine.intercept_hot(conn, call.hot)
+    except BaseException as exc:
+        if (earlier := engine.take_unsettled(conn)) is not None:
+            raise earlier from exc
+        raise
+    if (earlier := engine.take_unsettled(conn)) is not None:
+        if got.action == "execute" and got.effect_id is not None:
+            # Journaled but not run: recorded as failed, so that nothing compensates it.
+            engine.send_result(
+                conn,
+                "fail",
+                session.session_id,
+                got.effect_id,
+                _not_run(earlier),
+                asynchronous=False,
+                wait=True,
+            )
+        raise earlier
+    return got
 
 
 async def _aintercept(
-    spec: ToolSpec, session: ActiveSession, params: tuple[Any, ...]
+    spec: ToolSpec, session: ActiveSession, call: PreparedCall
 ) -> engine.Interception:
+    """As _intercept, awaited."""
     from undolog import aengine
 
     conn = cast(aengine.AsyncConnection, session.connection)
-    await _aregister(spec, session)
     try:
-        return await aengine.intercept(conn, *params)
-    except UnknownTool:
-        await _aregister(spec, session, again=True)
-        return await aengine.intercept(conn, *params)
+        await _aregister(spec, session)
+        try:
+            got = await aengine.intercept_hot(conn, call.hot)
+        except UnknownTool:
+            await _aregister(spec, session, again=True)
+            got = await aengine.intercept_hot(conn, call.hot)
+    except BaseException as exc:
+        if (earlier := engine.take_unsettled(conn)) is not None:
+            raise earlier from exc
+        raise
+    if (earlier := engine.take_unsettled(conn)) is not None:
+        if got.action == "execute" and got.effect_id is not None:
+            await aengine.send_result(
+                conn,
+                "fail",
+                session.session_id,
+                got.effect_id,
+                _not_run(earlier),
+                asynchronous=False,
+                wait=True,
+            )
+        raise earlier
+    return got
+
+
+def _not_run(earlier: Exception) -> str:
+    return (
+        "not run: the result of the session's previous journaled call could not be "
+        f"recorded ({type(earlier).__name__}: {earlier})"
+    )
+
+
+def _result_json(spec: ToolSpec, session: ActiveSession, call: PreparedCall, result: Any) -> str:
+    """The result as the JSON text commit stores (ResultNotJSON when JSON cannot carry it
+    exactly: the call is then left executing, outcome unknown)."""
+    try:
+        return json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        session.unknown_outcome = f"{spec.name} step {call.step_index}"
+        raise ResultNotJSON(
+            f"{spec.name} returned {type(result).__name__}, which JSON cannot carry "
+            f"exactly ({exc}); the call is left executing, and the session will fail so "
+            "that the undo walk compensates it"
+        ) from exc
 
 
 def _refuse_unless_executable(
@@ -339,19 +401,6 @@ async def _areplayed_edit(
         return None
 
 
-def _checked_result(spec: ToolSpec, session: ActiveSession, call: PreparedCall, result: Any) -> Any:
-    try:
-        json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        session.unknown_outcome = f"{spec.name} step {call.step_index}"
-        raise ResultNotJSON(
-            f"{spec.name} returned {type(result).__name__}, which JSON cannot carry "
-            f"exactly ({exc}); the call is left executing, and the session will fail so "
-            "that the undo walk compensates it"
-        ) from exc
-    return result
-
-
 # A body does not start on a lease that may have lapsed: with less than this share of the
 # lease left (heartbeats renew it every third, so at least two thirds are normally left),
 # the lease is renewed first, and if that fails the body is not run.
@@ -463,12 +512,11 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         if spec.tier is ToolTier.IRREVERSIBLE:
             _last_edit.set(None)
         call = _prepare(spec, session, args, kwargs)
-        params = _intercept_params(spec, session, call)
-        got = _intercept(spec, session, params)
+        got = _intercept(spec, session, call)
         if got.action == "in_progress":
             for pause in _in_progress_pauses(spec, session, call, got):
                 time.sleep(pause)
-                got = engine.intercept(conn, *params)
+                got = _intercept(spec, session, call)
                 if got.action != "in_progress":
                     break
             else:
@@ -494,17 +542,34 @@ def _sync_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                 engine.fail(conn, got.effect_id, why)
                 raise UndoLogError(why) from exc
         _ensure_lease(spec, session, call)
-        asynchronous = not session.durable_results
+        # The result is sent and not waited for (unless durable_results): its answer is
+        # read with the session's next statement, and its error raised there.
+        durable = session.durable_results
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # the tool reported failure: it never took effect
-            engine.fail(conn, got.effect_id, _describe(exc), asynchronous=asynchronous)
+            engine.send_result(
+                conn,
+                "fail",
+                session.session_id,
+                got.effect_id,
+                _describe(exc),
+                asynchronous=not durable,
+                wait=durable,
+            )
             raise
         except BaseException:  # cancelled or interrupted: it may have acted
             session.unknown_outcome = f"{spec.name} step {call.step_index}"
             raise
-        checked = _checked_result(spec, session, call, result)
-        engine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
+        engine.send_result(
+            conn,
+            "commit",
+            session.session_id,
+            got.effect_id,
+            _result_json(spec, session, call, result),
+            asynchronous=not durable,
+            wait=durable,
+        )
         if spec.tier is ToolTier.IRREVERSIBLE:
             _noted(spec, call, edit)
         return result
@@ -530,12 +595,11 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
         if spec.tier is ToolTier.IRREVERSIBLE:
             _last_edit.set(None)
         call = _prepare(spec, session, args, kwargs)
-        params = _intercept_params(spec, session, call)
-        got = await _aintercept(spec, session, params)
+        got = await _aintercept(spec, session, call)
         if got.action == "in_progress":
             for pause in _in_progress_pauses(spec, session, call, got):
                 await asyncio.sleep(pause)
-                got = await aengine.intercept(conn, *params)
+                got = await _aintercept(spec, session, call)
                 if got.action != "in_progress":
                     break
             else:
@@ -561,17 +625,32 @@ def _async_wrapper(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]
                 await aengine.fail(conn, got.effect_id, why)
                 raise UndoLogError(why) from exc
         await _aensure_lease(spec, session, call)
-        asynchronous = not session.durable_results
+        durable = session.durable_results  # as the sync wrapper: unwaited unless durable
         try:
             result = await fn(*args, **kwargs)
         except Exception as exc:  # the tool reported failure: it never took effect
-            await aengine.fail(conn, got.effect_id, _describe(exc), asynchronous=asynchronous)
+            await aengine.send_result(
+                conn,
+                "fail",
+                session.session_id,
+                got.effect_id,
+                _describe(exc),
+                asynchronous=not durable,
+                wait=durable,
+            )
             raise
         except BaseException:  # cancelled or interrupted: it may have acted
             session.unknown_outcome = f"{spec.name} step {call.step_index}"
             raise
-        checked = _checked_result(spec, session, call, result)
-        await aengine.commit(conn, got.effect_id, checked, asynchronous=asynchronous)
+        await aengine.send_result(
+            conn,
+            "commit",
+            session.session_id,
+            got.effect_id,
+            _result_json(spec, session, call, result),
+            asynchronous=not durable,
+            wait=durable,
+        )
         if spec.tier is ToolTier.IRREVERSIBLE:
             _noted(spec, call, edit)
         return result

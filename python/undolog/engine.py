@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import weakref
+from collections import deque
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg import generators, pq
 from psycopg.types.json import Jsonb
 
 from undolog.errors import InvalidArgument, LateResult, translate
@@ -133,7 +138,8 @@ def intercept_params(
 
 def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, ...]:
     """One round trip that answers one row; the engine's errors translated."""
-    with translated():
+    with wire_of(conn).lock, translated():  # no result is sent between settle and execute
+        settle(conn)
         row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError(f"no row from {query}")
@@ -142,7 +148,8 @@ def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, .
 
 def fetch_all(conn: Connection, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
     """One round trip that answers any number of rows; the engine's errors translated."""
-    with translated():
+    with wire_of(conn).lock, translated():  # as fetch_one
+        settle(conn)
         return conn.execute(query, params).fetchall()
 
 
@@ -339,3 +346,279 @@ def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
 
 def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
     return str(fetch_one(conn, FAIL_SESSION, (session_id, error))[0])
+
+
+# The hot path: a journaled call's statements sent on the connection's libpq handle
+# (conn.pgconn) in pipeline mode, as named prepared statements with text parameters, each
+# followed by its own Sync, so that the server runs and commits each as soon as it
+# arrives. A result (commit or fail) is sent without waiting for its answer: the answer
+# is read by the connection's next statement (the next intercept, sent behind it in the
+# same pipeline, a heartbeat, anything through fetch_one, or settle()), and an error in
+# it is kept for the session to raise (take_unsettled) rather than lost.
+
+_HOT: dict[bytes, bytes] = {
+    b"undolog_hot_intercept": b"SELECT effect_id, action, state, result_snapshot, approval_id"
+    b" FROM undolog.intercept($1::uuid, $2::integer, $3::text, $4::text, $5::jsonb, $6::text,"
+    b" $7::jsonb)",
+    b"undolog_hot_commit": (
+        b"SELECT undolog.commit_effect($1::uuid, $2::uuid, $3::jsonb, $4::boolean)"
+    ),
+    b"undolog_hot_fail": b"SELECT undolog.fail_effect($1::uuid, $2::uuid, $3::text, $4::boolean)",
+}
+_PREPARED_MISSING = "26000"  # a DISCARD ALL (a pool's reset) dropped our statements
+PQGen = Generator[Any, Any, Any]
+
+
+@dataclass
+class _Segment:
+    """One statement sent and not yet read: what it was, and how many results (a PREPARE
+    sent first adds one) come before its Sync."""
+
+    what: str  # intercept | commit | fail
+    commands: int
+    effect_id: uuid.UUID | None = None
+
+
+@dataclass
+class _Wire:
+    """A connection's hot-path state."""
+
+    encoding: str
+    prepared: set[bytes] = field(default_factory=set)
+    unread: deque[_Segment] = field(default_factory=deque)
+    # Errors of results already read (commit, fail), not yet raised to the session.
+    errors: list[Exception] = field(default_factory=list)
+    # An async connection's reader of an unread result (aengine.send_result).
+    reader: Any = None
+    # A sync connection's: held (before conn.lock) by whatever sends on the hot path and
+    # by fetch_one from its settle() to its own statement, so that no result is sent in
+    # between (psycopg would then read that result's answer as its own).
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+_wires: weakref.WeakKeyDictionary[Any, _Wire] = weakref.WeakKeyDictionary()
+
+
+def wire_of(conn: Any) -> _Wire:
+    wire = _wires.get(conn)
+    if wire is None:
+        wire = _wires[conn] = _Wire(conn.info.encoding)
+    return wire
+
+
+def _text(value: str, wire: _Wire) -> bytes:
+    return value.encode(wire.encoding)
+
+
+def queue(conn: Any, wire: _Wire, name: bytes, params: list[bytes | None], seg: _Segment) -> None:
+    """Put one statement and its Sync in the output buffer (the caller flushes)."""
+    pgconn = conn.pgconn
+    if pgconn.pipeline_status == pq.PipelineStatus.OFF:
+        pgconn.enter_pipeline_mode()
+    if name not in wire.prepared:
+        pgconn.send_prepare(name, _HOT[name])
+        wire.prepared.add(name)
+        seg.commands = 2
+    pgconn.send_query_prepared(name, params)
+    pgconn.pipeline_sync()
+    wire.unread.append(seg)
+
+
+def read_gen(conn: Any, wire: _Wire) -> PQGen:
+    """Read the oldest unread statement's results up to its Sync: (answer, error)."""
+    pgconn = conn.pgconn
+    seg = wire.unread[0]
+    answer: Any = None
+    error: psycopg.Error | None = None
+    for _ in range(seg.commands):
+        for res in (yield from generators.fetch_many(pgconn)):
+            if res.status == pq.ExecStatus.FATAL_ERROR and error is None:
+                error = pg_errors.error_from_result(res, encoding=wire.encoding)
+            elif res.status == pq.ExecStatus.TUPLES_OK:
+                answer = res
+    yield from generators.fetch_many(pgconn)  # its PIPELINE_SYNC
+    wire.unread.popleft()
+    if error is not None and error.sqlstate in (_PREPARED_MISSING, "42P05"):
+        wire.prepared.clear()  # prepared again by the next statement
+    if not wire.unread:
+        pgconn.exit_pipeline_mode()
+    return answer, error
+
+
+def _result_error(seg: _Segment, answer: Any, error: psycopg.Error | None) -> Exception | None:
+    """What a commit's or fail's answer tells the session: None when all went well."""
+    if error is not None:
+        err = translate(error)
+        err.add_note(f"raised by the {seg.what} of effect {seg.effect_id}, sent without waiting")
+        return err
+    text = answer.get_value(0, 0) if answer is not None else None
+    if text == b"late":
+        assert seg.effect_id is not None
+        try:
+            check_late("late", seg.effect_id, seg.what)
+        except LateResult as late:
+            return late
+    return None
+
+
+def _lost(wire: _Wire, exc: psycopg.Error) -> None:
+    """The connection failed while answers were unread: each unread result's outcome is
+    unknown (it may or may not have been committed)."""
+    for seg in wire.unread:
+        if seg.what != "intercept":
+            err = translate(exc)
+            err.add_note(
+                f"the answer to the {seg.what} of effect {seg.effect_id} was lost with the "
+                "connection: whether it was recorded is unknown"
+            )
+            wire.errors.append(err)
+    wire.unread.clear()
+
+
+def settle_gen(conn: Any, wire: _Wire, keep: int = 0) -> PQGen:
+    """Read every unread result but the last ``keep``, keeping their errors."""
+    while len(wire.unread) > keep:
+        seg = wire.unread[0]
+        try:
+            answer, error = yield from read_gen(conn, wire)
+        except psycopg.Error as exc:
+            _lost(wire, exc)
+            raise
+        if (err := _result_error(seg, answer, error)) is not None:
+            wire.errors.append(err)
+
+
+def settle(conn: Connection) -> None:
+    """Read the answers still unread on this connection (their errors are kept for
+    take_unsettled); nothing to do, and no round trip, when there are none."""
+    wire = _wires.get(conn)
+    if wire is None:
+        return
+    with wire.lock:
+        if not wire.unread:
+            return
+        with conn.lock, contextlib.suppress(psycopg.Error):  # kept in wire.errors
+            conn.wait(settle_gen(conn, wire))
+
+
+def take_unsettled(conn: Any) -> Exception | None:
+    """The first error of a result sent without waiting (the others as notes on it), or
+    None; each error is answered once. Reads nothing: settle() first."""
+    wire = _wires.get(conn)
+    if wire is None or not wire.errors:
+        return None
+    first, *rest = wire.errors
+    wire.errors.clear()
+    for other in rest:
+        first.add_note(f"and: {type(other).__name__}: {other}")
+    return first
+
+
+def _uuid(value: bytes | None) -> uuid.UUID | None:
+    return None if value is None else uuid.UUID(value.decode())
+
+
+def interception_of(answer: Any) -> Interception:
+    value = answer.get_value
+    snapshot = value(0, 3)
+    return Interception(
+        _uuid(value(0, 0)),
+        value(0, 1).decode(),
+        None if (state := value(0, 2)) is None else state.decode(),
+        None if snapshot is None else json.loads(snapshot),
+        _uuid(value(0, 4)),
+    )
+
+
+@dataclass(frozen=True)
+class HotCall:
+    """A journaled call's intercept parameters, as text (args: the canonical JSON the
+    signature was computed over)."""
+
+    session_id: uuid.UUID
+    step_index: int
+    tool_name: str
+    tier: str
+    args_json: str
+    compensation_json: str | None
+    call_signature: str
+
+    def params(self, wire: _Wire) -> list[bytes | None]:
+        return [
+            str(self.session_id).encode(),
+            str(self.step_index).encode(),
+            _text(self.tool_name, wire),
+            self.tier.encode(),
+            _text(self.args_json, wire),
+            self.call_signature.encode(),
+            None if self.compensation_json is None else _text(self.compensation_json, wire),
+        ]
+
+
+def intercept_gen(conn: Any, wire: _Wire, call: HotCall) -> PQGen:
+    """intercept, sent behind whatever result is still unread, then read in order."""
+    queue(conn, wire, b"undolog_hot_intercept", call.params(wire), _Segment("intercept", 1))
+    yield from generators.send(conn.pgconn)
+    yield from settle_gen(conn, wire, keep=1)
+    try:
+        answer, error = yield from read_gen(conn, wire)
+    except psycopg.Error as exc:
+        _lost(wire, exc)
+        raise
+    if error is not None:
+        if error.sqlstate == _PREPARED_MISSING:  # after a DISCARD ALL: once more
+            return (yield from intercept_gen(conn, wire, call))
+        raise error
+    return interception_of(answer)
+
+
+def intercept_hot(conn: Connection, call: HotCall) -> Interception:
+    """intercept in one round trip, with the answer to the result sent before it (its
+    error, if any, kept for take_unsettled)."""
+    wire = wire_of(conn)
+    with translated(), wire.lock, conn.lock:
+        got: Interception = conn.wait(intercept_gen(conn, wire, call))
+    return got
+
+
+def result_params(
+    wire: _Wire, what: str, session_id: uuid.UUID, effect_id: uuid.UUID, text: str, asyn: bool
+) -> tuple[bytes, list[bytes | None], _Segment]:
+    name = b"undolog_hot_commit" if what == "commit" else b"undolog_hot_fail"
+    params: list[bytes | None] = [
+        str(session_id).encode(),
+        str(effect_id).encode(),
+        _text(text, wire),
+        b"true" if asyn else b"false",
+    ]
+    return name, params, _Segment(what, 1, effect_id)
+
+
+def send_gen(
+    conn: Any, wire: _Wire, name: bytes, params: list[bytes | None], seg: _Segment
+) -> PQGen:
+    queue(conn, wire, name, params, seg)
+    yield from generators.send(conn.pgconn)
+
+
+def send_result(
+    conn: Connection,
+    what: str,
+    session_id: uuid.UUID,
+    effect_id: uuid.UUID,
+    text: str,
+    *,
+    asynchronous: bool,
+    wait: bool,
+) -> None:
+    """Send a commit (``text``: the result's JSON) or a fail (``text``: the error) and
+    return at once; its answer is read by the connection's next statement. ``wait``:
+    read it now, and raise its error here (durable results)."""
+    wire = wire_of(conn)
+    name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
+    with translated(), wire.lock, conn.lock:
+        conn.wait(send_gen(conn, wire, name, params, seg))
+        if wait:
+            conn.wait(settle_gen(conn, wire))
+    if wait and (err := take_unsettled(conn)) is not None:
+        raise err

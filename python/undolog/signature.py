@@ -150,6 +150,14 @@ def call_signature(
     session_id: uuid.UUID | str, step_index: int, tool_name: str, args: Mapping[str, Any]
 ) -> str:
     """The 64-hex-digit BLAKE3 signature of one tool call."""
+    return signed_call(session_id, step_index, tool_name, args)[0]
+
+
+def signed_call(
+    session_id: uuid.UUID | str, step_index: int, tool_name: str, args: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The call's signature, and the canonical JSON of its args cut from the very bytes
+    that were signed (the binding sends it as the args: no second serialisation)."""
     # lowercase, hyphenated: what str() of a UUID always is, so skip parsing it again
     session = str(session_id if type(session_id) is uuid.UUID else uuid.UUID(str(session_id)))
     if isinstance(step_index, bool) or not isinstance(step_index, int) or step_index < 0:
@@ -161,7 +169,13 @@ def call_signature(
     # The limit applies to args; the preimage's array adds one level around them.
     plain = dict(args)
     fast = _scan(plain, MAX_NESTING_DEPTH, refuse_nul=False)
-    fast = fast and type(step_index) is int and step_index <= _MAX_SAFE_INT
-    fast = fast and type(tool_name) is str
-    preimage = _canonical([session, step_index, tool_name, plain], plain=fast)
-    return blake3.blake3(preimage).hexdigest()
+    head_fast = type(step_index) is int and step_index <= _MAX_SAFE_INT
+    head_fast = head_fast and type(tool_name) is str
+    preimage = _canonical([session, step_index, tool_name, plain], plain=fast and head_fast)
+    # preimage is head without its "]", a comma, the args' canonical JSON, and "]".
+    head = _canonical([session, step_index, tool_name], plain=head_fast)
+    if preimage.startswith(head[:-1] + b","):
+        args_json = preimage[len(head) : -1].decode()
+    else:  # not reached for any input rfc8785 and json agree on; kept exact all the same
+        args_json = _canonical(plain, plain=fast).decode()
+    return blake3.blake3(preimage).hexdigest(), args_json

@@ -8,8 +8,9 @@
 -- transaction that wrote anything earlier (an intercept's intent, the caller's own rows)
 -- keeps the client's setting, so an intent journaled in the same transaction is never
 -- made non-durable by the commit that follows it. The check is on the server's own
--- record of the transaction, which no client can forge. The two-argument form stays:
--- p_async defaults to false.
+-- record of the transaction, which no client can forge.
+-- The two-argument form stays: p_async defaults to false. commit_effect is the same
+-- call with the session id first (routable on a distributed database).
 -- The success path is inline (one lookup joining the registry to the session's owner,
 -- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
 -- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,

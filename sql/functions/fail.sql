@@ -4,8 +4,8 @@
 -- fail is its first write (a transaction that wrote an intent earlier keeps the client's
 -- setting); a lost fail leaves the effect executing, and the walk then compensates a
 -- call that never acted (compensations are idempotent). The two-argument form stays.
--- Answers 'pending', or
--- 'late' when the undo walk had already taken the effect (see finish_execution).
+-- Answers 'pending', or 'late' when the undo walk had already taken the effect (see
+-- finish_execution). fail_effect is the same call with the session id first.
 
 CREATE OR REPLACE FUNCTION undolog.fail(
     p_effect_id uuid, p_error text, p_async boolean DEFAULT FALSE

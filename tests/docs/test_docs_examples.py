@@ -635,6 +635,7 @@ RUN_BY = {
     "tracing.py": "binding/test_tracing.py::test_the_tracing_example_runs",
     "undo_to.py": "undo_to.sh",
     "undo_to.sh": "test_undo_to_a_point_by_the_agent_and_by_an_operator",
+    "unwaited_result.py": "binding/test_unwaited_results.py::test_the_reference_example_*",
 }
 
 

@@ -150,6 +150,7 @@ def test_binding_results_are_asynchronous_unless_durable_results(
         before = wal_syncs(monitor)
         for i in range(20):
             assert create_user(i) == {"user_id": i}
+        engine.settle(conn)  # the last result's answer, sent without waiting
         flush_stats(conn)
         flushes = wal_syncs(monitor) - before
     assert low <= flushes <= high, f"{flushes} WAL flushes for 20 calls (durable={durable})"
@@ -181,7 +182,7 @@ from datetime import timedelta
 from undolog import CompensationDescriptor, ToolTier, UndoLog, engine, undolog_tool
 
 dsn, ledger, mode = sys.argv[1:4]
-real_intercept = engine.intercept
+real_intercept = engine.intercept_hot
 
 
 def pause():
@@ -196,7 +197,7 @@ def intercept_then_pause(*args, **kwargs):
     return got
 
 
-engine.intercept = intercept_then_pause
+engine.intercept_hot = intercept_then_pause
 
 
 @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
@@ -335,13 +336,15 @@ def test_async_binding_renews_a_short_lease_and_refuses_a_lapsed_one(
 
     from undolog import AsyncUndoLog, LeaseLapsed, aengine
 
-    real_intercept = aengine.intercept
+    real_intercept = aengine.intercept_hot
 
-    async def intercept_then_recovery(*args: Any, **kwargs: Any) -> engine.Interception:
+    async def intercept_then_recovery(
+        conn: aengine.AsyncConnection, call: engine.HotCall
+    ) -> engine.Interception:
         """The call is journaled, then (the agent paused) recovery fails its session."""
-        got = await real_intercept(*args, **kwargs)
+        got = await real_intercept(conn, call)
         with psycopg.connect(dsn, autocommit=True) as other:
-            engine.fail_session(other, args[1], "lease expired")
+            engine.fail_session(other, call.session_id, "lease expired")
         return got
 
     async def scenario() -> None:
@@ -352,7 +355,7 @@ def test_async_binding_renews_a_short_lease_and_refuses_a_lapsed_one(
             assert await create_user_async(1) == {"user_id": 1}
             assert session.lease_deadline > time.monotonic() + 200
             # Lapsed, and recovery failed the session meanwhile: the body does not run.
-            monkeypatch.setattr(aengine, "intercept", intercept_then_recovery)
+            monkeypatch.setattr(aengine, "intercept_hot", intercept_then_recovery)
             session.lease_deadline = time.monotonic()
             await create_user_async(2)
 

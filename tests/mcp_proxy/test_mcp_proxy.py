@@ -615,7 +615,8 @@ def test_sigterm_ends_the_proxy_like_a_client_that_left(
             if "id" in message:
                 answer = json.loads(proxy.stdout.readline())
                 assert answer["id"] == message["id"] and "result" in answer, answer
-        assert effects(conn) == [("k", "committed")]
+        # recorded while the answer travels: the journal has it moments after the client
+        wait_for(lambda: effects(conn) == [("k", "committed")])
         proxy.send_signal(signal.SIGTERM)  # stdin still open: the client is still there
         assert proxy.wait(30) == 0
     finally:
@@ -861,7 +862,8 @@ def test_a_result_the_journal_cannot_hold_whole_is_still_undoable(
             assert len(big.structured_content["padding"]) == 2_000_000
             nul = await client.call_tool("make_with_nul", {"key": "nul"})
             assert not nul.is_error, text(nul)
-            assert effects(conn) == [("big", "committed"), ("nul", "committed")]
+            # the client has its answer before the journal has its result: wait for it
+            wait_for(lambda: effects(conn) == [("big", "committed"), ("nul", "committed")])
             (sid, _), *_ = sessions(conn)
             saga.rollback_session(conn, sid, "alice", "undo it all")
 
@@ -884,7 +886,7 @@ def test_the_call_after_an_upstream_crash_reconnects_first(
             assert crashed.is_error and "outcome is unknown" in text(crashed)
             after = await client.call_tool("make", {"key": "after"})
             assert not after.is_error, text(after)
-            assert effects(conn) == [("c", "executing"), ("after", "committed")]
+            wait_for(lambda: effects(conn) == [("c", "executing"), ("after", "committed")])
 
     run(body)
     wait_for(lambda: sessions(conn)[0][1] == "compensated")

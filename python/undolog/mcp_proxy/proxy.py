@@ -177,7 +177,7 @@ def _error_text(result: types.CallToolResult) -> str:
     return ("upstream error: " + " ".join(texts))[:2000]
 
 
-Outcome = Literal["done", "failed", "unknown"]
+Outcome = Literal["done", "ran", "failed", "unknown"]
 
 
 @dataclass
@@ -232,6 +232,11 @@ class ProxySession:
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
     client: Any = None
     ended: bool = False  # ended and not resumed since: not counted, pruned when settled
+    # The last COMPENSABLE call's result, being recorded while the client already has its
+    # answer (McpProxy._record_later), and what to tell the session's next call when it
+    # could not be: that call is then not run.
+    recording: asyncio.Task[None] | None = None
+    unrecorded: str | None = None
 
 
 class McpProxy:
@@ -689,6 +694,7 @@ class McpProxy:
         if ps.beat is not None:
             ps.beat.cancel()
             ps.beat = None
+        await self._settle(ps)  # the last result recorded (or known not to be) first
         if not ps.began:
             return
         ps.began = False  # a later call of the same session id begins it again
@@ -914,8 +920,11 @@ class McpProxy:
         route: Route,
         upstream: UpstreamConnection,
         args: dict[str, Any],
+        *,
+        wait: bool = True,
     ) -> tuple[types.CallToolResult, Outcome]:
-        """Forward a journaled call and record its outcome."""
+        """Forward a journaled call and record its outcome; ``wait`` False: a result is
+        not recorded here, the outcome is "ran" (the caller records it, _record_later)."""
         try:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
@@ -927,6 +936,15 @@ class McpProxy:
         if result.is_error:
             await self._record(engine.FAIL, effect_id, _error_text(result))
             return result, "failed"
+        if not wait:
+            return result, "ran"
+        unknown = await self._commit(effect_id, name, route, result)
+        return (result, "done") if unknown is None else (unknown, "unknown")
+
+    async def _commit(
+        self, effect_id: uuid.UUID, name: str, route: Route, result: types.CallToolResult
+    ) -> types.CallToolResult | None:
+        """Record a call's result: None, or the answer that its outcome is unknown."""
         try:
             try:
                 async with self.pool.connection() as conn:
@@ -938,10 +956,50 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
-            return _unknown(
-                name, f"it ran, but the journal could not record its result ({exc})"
-            ), "unknown"
-        return result, "done"
+            return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
+        return None
+
+    async def _record_later(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        result: types.CallToolResult,
+    ) -> None:
+        """The COMPENSABLE call's commit, while its answer is already on its way to the
+        client. When it cannot be recorded, the call's outcome is unknown to the journal:
+        the same call made again is that call (never run twice), the session's next call
+        is refused with the reason, and the session is rolled back when it ends (its
+        effect stays executing)."""
+        unknown = await self._commit(effect_id, name, route, result)
+        if unknown is not None:
+            ps.unknown[key] = step
+            _give_back(ps, key, step)
+            ps.unrecorded = f"the result of an earlier call of this session: {_error_text(unknown)}"
+
+    @staticmethod
+    async def _settle(ps: ProxySession) -> None:
+        """Wait for the last COMPENSABLE call's result to be recorded."""
+        if (recording := ps.recording) is not None:
+            with contextlib.suppress(Exception):
+                await recording
+            if ps.recording is recording:
+                ps.recording = None
+
+    async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
+        """After the session's last result is recorded: the refusal of this call when it
+        could not be (once; the session will be rolled back when it ends)."""
+        await self._settle(ps)
+        if (why := ps.unrecorded) is None:
+            return None
+        ps.unrecorded = None
+        return _error(
+            f"{name} was not run: {why}. Its outcome is unknown to the journal: this session "
+            "will be rolled back when it ends"
+        )
 
     async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
         try:
@@ -962,6 +1020,8 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON")
+        if (refused := await self._unrecorded(ps, name)) is not None:
+            return refused
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
             # after a restart, where numbering starts over), never a new step to run.
@@ -977,7 +1037,14 @@ class McpProxy:
             return types.CallToolResult.model_validate(icpt.result_snapshot)
         if icpt.action == "execute":
             assert icpt.effect_id is not None
-            result, outcome = await self._execute(icpt.effect_id, name, route, upstream, args)
+            result, outcome = await self._execute(
+                icpt.effect_id, name, route, upstream, args, wait=False
+            )
+            if outcome == "ran":  # the client's answer does not wait for the journal's
+                ps.recording = asyncio.create_task(
+                    self._record_later(ps, key, step, icpt.effect_id, name, route, result)
+                )
+                return result
             if outcome == "unknown":
                 ps.unknown[key] = step
             if outcome != "done":
@@ -1003,6 +1070,8 @@ class McpProxy:
         args: dict[str, Any],
     ) -> types.CallToolResult:
         key = _call_key(name, args) or name
+        if (refused := await self._unrecorded(ps, name)) is not None:
+            return refused
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
             icpt = await self._intercept(ps, 0, route, args, None)
             if isinstance(icpt, types.CallToolResult):

@@ -1,0 +1,232 @@
+"""A journaled call's result (commit or fail) is sent without waiting for its answer;
+the answer is read with the session's next statement. Every way that answer can go wrong
+is raised, before the next journaled call's body runs or at the session's exit: a late
+result, a result too large to journal, the connection lost in between. With
+``durable_results=True`` the call itself waits for the answer and raises it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import (
+    AsyncUndoLog,
+    CompensationDescriptor,
+    LateResult,
+    PayloadTooLarge,
+    ToolTier,
+    UndoLog,
+    engine,
+    undolog_tool,
+)
+
+BIG = 1024 * 1024 + 10  # characters: over the engine's payload limit (1 MiB of JSON)
+ran: list[str] = []
+
+
+def walk_takes_the_session(dsn: str, session_id: uuid.UUID) -> None:
+    """What recovery does to an agent paused past its lease: the session fails and the
+    walk claims its last call, so that call's result arrives late."""
+    with psycopg.connect(dsn, autocommit=True) as other:
+        engine.fail_session(other, session_id, "lease expired")
+        other.execute("SELECT * FROM undolog.claim_compensation(%s)", (session_id,))
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("undo"))
+def act(what: str, dsn: str = "", sid: str = "", big: int = 0) -> Any:
+    ran.append(what)
+    if what == "paused":
+        walk_takes_the_session(dsn, uuid.UUID(sid))
+    if what == "cut":  # the session's own backend goes away before the result is sent
+        with psycopg.connect(dsn, autocommit=True) as other:
+            other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'unwaited-victim'"
+            )
+    return {"done": what} if not big else "x" * big
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("undo"))
+async def aact(what: str, dsn: str = "", sid: str = "", big: int = 0) -> Any:
+    ran.append(what)
+    if what == "paused":
+        await asyncio.to_thread(walk_takes_the_session, dsn, uuid.UUID(sid))
+    return {"done": what} if not big else "x" * big
+
+
+def effects(dsn: str, sid: uuid.UUID) -> list[tuple[int, str]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT step_index, state FROM undolog.undolog_effect_log WHERE session_id = %s"
+            " ORDER BY step_index",
+            (sid,),
+        ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    ran.clear()
+
+
+def test_a_late_result_is_raised_before_the_next_call_runs(dsn: str) -> None:
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with (
+        pytest.raises(LateResult, match="after the undo walk had taken the call"),
+        ul.session(agent="t") as s,
+    ):
+        assert act("paused", dsn, str(s.session_id)) == {"done": "paused"}  # not waited
+        act("next")
+    assert ran == ["paused"]  # the next call's body never ran
+    assert s.state in ("compensating", "compensated", "halted")
+
+
+def test_a_late_result_is_raised_at_the_sessions_exit(dsn: str) -> None:
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(LateResult), ul.session(agent="t") as s:
+        act("paused", dsn, str(s.session_id))
+    assert ran == ["paused"]
+
+
+def test_a_result_too_large_fails_the_session_and_the_next_call_does_not_run(dsn: str) -> None:
+    ul = UndoLog(dsn)
+    undone: list[Any] = []
+    ul.compensation("undo")(lambda call: undone.append(call))
+    with pytest.raises(PayloadTooLarge, match="over the limit"), ul.session(agent="t") as s:
+        act("big", big=BIG)  # returns: its commit's answer is not read yet
+        act("next")
+    assert ran == ["big"]
+    # The big call's outcome is unrecorded, so the walk compensated it; the next call was
+    # journaled (in the same round trip) but never ran: recorded as failed, not undone.
+    assert effects(dsn, s.session_id) == [(0, "compensated"), (1, "pending")]
+    assert len(undone) == 1
+    assert s.state == "compensated"
+
+
+def test_a_result_too_large_is_raised_at_the_sessions_exit(dsn: str) -> None:
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(PayloadTooLarge), ul.session(agent="t") as s:
+        act("big", big=BIG)
+    assert effects(dsn, s.session_id) == [(0, "compensated")]
+
+
+def test_an_error_leaving_the_block_carries_the_last_results_error(dsn: str) -> None:
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(KeyError) as caught, ul.session(agent="t"):
+        act("big", big=BIG)
+        raise KeyError("the agent's own error")
+    assert any("PayloadTooLarge" in note for note in caught.value.__notes__)
+
+
+def test_a_connection_lost_before_the_answer_is_raised_not_lost(dsn: str) -> None:
+    victim = psycopg.conninfo.make_conninfo(dsn, application_name="unwaited-victim")
+    ul = UndoLog(victim)
+    with pytest.raises(psycopg.OperationalError) as caught, ul.session(agent="t") as s:
+        act("cut", dsn)  # its result may or may not be sent; its answer never comes
+        act("next")
+    assert ran == ["cut"]
+    text = str(caught.value) + " ".join(getattr(caught.value, "__notes__", []))
+    assert "connection" in text.lower() or "terminat" in text.lower()
+    # Nothing recorded the result: the call stays executing, outcome unknown, for
+    # recovery to fail the session and the walk to compensate it.
+    assert effects(dsn, s.session_id) == [(0, "executing")]
+
+
+def test_durable_results_wait_and_raise_at_the_call(dsn: str) -> None:
+    ul = UndoLog(dsn, durable_results=True)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(LateResult), ul.session(agent="t") as s:
+        try:
+            act("paused", dsn, str(s.session_id))
+        except LateResult:
+            ran.append("raised by the call itself")
+            raise
+    assert ran == ["paused", "raised by the call itself"]
+
+
+def test_async_late_result_is_raised_before_the_next_call_runs(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+
+    async def scenario() -> None:
+        async with ul.session(agent="t") as s:
+            assert await aact("paused", dsn, str(s.session_id)) == {"done": "paused"}
+            await aact("next")
+
+    with pytest.raises(LateResult):
+        asyncio.run(scenario())
+    assert ran == ["paused"]
+
+
+def test_async_result_too_large_is_raised_at_the_sessions_exit(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    sid: list[uuid.UUID] = []
+
+    async def scenario() -> None:
+        async with ul.session(agent="t") as s:
+            sid.append(s.session_id)
+            await aact("big", big=BIG)
+
+    with pytest.raises(PayloadTooLarge):
+        asyncio.run(scenario())
+    assert effects(dsn, sid[0]) == [(0, "compensated")]
+
+
+def test_results_in_a_row_each_answered(dsn: str) -> None:
+    """Many calls back to back: every result is committed, none waited for."""
+    ul = UndoLog(dsn)
+    with ul.session(agent="t") as s:
+        for i in range(30):
+            assert act(f"n{i}") == {"done": f"n{i}"}
+    assert effects(dsn, s.session_id) == [(i, "committed") for i in range(30)]
+    assert s.state == "completed"
+
+
+def test_the_reference_example_runs_as_the_page_says(dsn: str) -> None:
+    """docs/reference/python.md's example: the error raised by the next call, whose body
+    does not run, and the session compensated."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, str(root / "examples" / "unwaited_result.py")],
+        env={**os.environ, "UNDOLOG_DSN": dsn, "PYTHONPATH": str(root / "python")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [
+        "ran huge",
+        "compensated {'name': 'huge'}",
+        "raised: PayloadTooLarge",
+        "session compensated",
+    ], out
+
+
+def test_calls_go_on_after_a_discard_all_dropped_the_prepared_statements(dsn: str) -> None:
+    """A pool's reset (DISCARD ALL) drops the hot path's prepared statements: the next
+    call prepares them again and runs once."""
+    ul = UndoLog(dsn)
+    with ul.session(agent="t") as s:
+        act("one")
+        conn = s.connection
+        assert isinstance(conn, psycopg.Connection)
+        engine.settle(conn)
+        conn.execute("DISCARD ALL")
+        act("two")
+        act("three")
+    assert ran == ["one", "two", "three"]
+    assert effects(dsn, s.session_id) == [(0, "committed"), (1, "committed"), (2, "committed")]
