@@ -104,6 +104,7 @@ GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operato
 GRANT SELECT ON undolog.undolog_chain_heads TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_chain_anchors TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz),
+    undolog.assert_chain(uuid, timestamptz),
     undolog.chain_events(uuid, timestamptz),
     undolog.chain_hash(bytea, text),
     undolog.chain_genesis(),
