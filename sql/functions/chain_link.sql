@@ -7,6 +7,16 @@ RETURNS TABLE (seq bigint, prev bytea, hash bytea)
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    -- The head exists from the session's first row on: one UPDATE, whose RETURNING
+    -- gives the old head too (the new prev).
+    RETURN QUERY
+    UPDATE undolog.undolog_chain_heads AS h
+    SET seq = h.seq + 1, prev = h.head, head = undolog.chain_hash(h.head, p_canonical)
+    WHERE h.session_id = p_session_id
+    RETURNING h.seq, h.prev, h.head;
+    IF FOUND THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     INSERT INTO undolog.undolog_chain_heads AS h (session_id, seq, prev, head)
     VALUES (p_session_id, 1, undolog.chain_genesis(),
