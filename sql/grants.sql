@@ -99,25 +99,12 @@ GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operato
 -- sources are installed, for the operator and the approver's dashboard.
 -- The history chains (docs/operations/audit.md): an agent reads its own sessions' heads
 -- (the links themselves are columns of the history it reads); staff verify and export
--- every chain with their own privileges (verify_chain and chain_events are SECURITY
--- INVOKER and call the record functions); the operator writes anchors.
+-- every chain; the operator writes anchors.
 GRANT SELECT ON undolog.undolog_chain_heads TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_chain_anchors TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz),
     undolog.assert_chain(uuid, timestamptz),
-    undolog.chain_events(uuid, timestamptz),
-    undolog.chain_hash(bytea, text),
-    undolog.chain_genesis(),
-    undolog.chain_time(timestamptz),
-    undolog.anchor_record(bigint, timestamptz, jsonb),
-    undolog.chain_record_session_history(uuid, bigint, text, text, timestamptz, text, jsonb),
-    undolog.chain_record_effect_history(
-        uuid, uuid, timestamptz, bigint, text, text, text, timestamptz, text, jsonb),
-    undolog.chain_record_undo_history(
-        uuid, bigint, uuid, text, text, text, integer, timestamptz, text, jsonb),
-    undolog.chain_record_operator_action(uuid, bigint, text, uuid, text, text, timestamptz, text),
-    undolog.chain_record_approval_request(uuid, uuid, uuid, timestamptz, timestamptz, timestamptz),
-    undolog.chain_record_approval_decision(uuid, uuid, text, timestamptz, text, text, text)
+    undolog.chain_events(uuid, timestamptz)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
 

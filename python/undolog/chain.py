@@ -2,7 +2,7 @@
 
 Every history row (session, effect and undo history, operator actions, and an approval
 request's request and decision) carries a link of its session's chain, written by the
-engine's trigger (sql/functions/history_chain.sql)::
+engine's triggers (sql/functions/chain_<table>.sql)::
 
     hash = sha256(prev || canonical.encode("utf-8"))
 

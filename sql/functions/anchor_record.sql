@@ -7,7 +7,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'chain_anchors', 'anchor_id', p_anchor_id, 'at', undolog.chain_time(p_at),
         'heads', p_heads)::text
 $$;

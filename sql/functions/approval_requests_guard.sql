@@ -31,7 +31,7 @@ BEGIN
         RETURN NEW;
     END IF;
     -- The links into the history chain are identity too: the decision's is written by
-    -- undolog.history_chain, which fires after this guard, never by the UPDATE itself.
+    -- undolog.chain_approval_requests, which fires after this guard, never by the UPDATE itself.
     IF (NEW.approval_id, NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.requested_at,
         NEW.expires_at, NEW.chain_seq, NEW.chain_prev, NEW.chain_hash, NEW.decision_seq,
         NEW.decision_prev, NEW.decision_hash)

@@ -8,6 +8,8 @@ CREATE OR REPLACE FUNCTION undolog.assert_chain(
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_first record;

@@ -4,7 +4,8 @@
 -- record as computed now from its columns (undolog.chain_record_*). A row that was not
 -- changed hashes to its stored hash: hash = undolog.chain_hash(prev, canonical).
 -- The same rows are what `undolog export` writes and `undolog verify` checks. Read with
--- the caller's privileges: row-level security shows an agent only its own sessions.
+-- Staff only (grants.sql): an agent reads its own sessions' links in the history tables
+-- themselves, under their row-level security.
 CREATE OR REPLACE FUNCTION undolog.chain_events(
     p_session_id uuid DEFAULT NULL,
     p_since timestamptz DEFAULT NULL
@@ -13,9 +14,16 @@ RETURNS TABLE (
     session_id uuid, seq bigint, prev bytea, hash bytea, table_name text, row_key text,
     at timestamptz, canonical text
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+-- Planned for the arguments given: one session's rows are then read by their keys
+-- (a generic plan would scan every history for `p_session_id IS NULL OR ...`).
+SET plan_cache_mode = force_custom_plan
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT e.session_id, e.seq, e.prev, e.hash, e.table_name, e.row_key, e.at, e.canonical
     FROM (
         SELECT h.session_id, h.chain_seq AS seq, h.chain_prev AS prev, h.chain_hash AS hash,
@@ -65,7 +73,8 @@ AS $$
         WHERE a.state <> 'pending' OR a.decision_seq IS NOT NULL
     ) AS e
     WHERE (p_session_id IS NULL OR e.session_id = p_session_id)
-      AND (p_since IS NULL OR e.at >= p_since)
+      AND (p_since IS NULL OR e.at >= p_since);
+END
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz) FROM public;

@@ -8,7 +8,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'approval_requests', 'event', 'decision', 'session_id', p_session_id,
         'approval_id', p_approval_id, 'state', p_state,
         'decided_at', undolog.chain_time(p_decided_at), 'decided_by', p_decided_by,

@@ -8,7 +8,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'approval_requests', 'event', 'request', 'session_id', p_session_id,
         'approval_id', p_approval_id, 'effect_id', p_effect_id,
         'executed_at', undolog.chain_time(p_executed_at),

@@ -9,7 +9,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'effect_history', 'session_id', p_session_id, 'effect_id', p_effect_id,
         'executed_at', undolog.chain_time(p_executed_at), 'history_id', p_history_id,
         'event', p_event, 'from_state', p_from_state, 'to_state', p_to_state,

@@ -8,7 +8,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'operator_actions', 'session_id', p_session_id, 'action_id', p_action_id,
         'action', p_action, 'undo_id', p_undo_id, 'performed_by', p_performed_by,
         'reason', p_reason, 'at', undolog.chain_time(p_at), 'actor', p_actor)::text

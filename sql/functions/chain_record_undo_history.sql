@@ -9,7 +9,7 @@ RETURNS text
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.json_build_object(
         'table', 'undo_history', 'session_id', p_session_id, 'history_id', p_history_id,
         'undo_id', p_undo_id, 'event', p_event, 'from_state', p_from_state,
         'to_state', p_to_state, 'attempt', p_attempt, 'at', undolog.chain_time(p_at),

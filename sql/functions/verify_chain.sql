@@ -15,7 +15,8 @@
 -- and, when every session is verified, the anchors' own chain (table undolog_chain_anchors:
 -- altered, link, missing). From p_since on, a session's first row is checked against its
 -- own stored prev (the rows before it are not read; retention may have dropped them).
--- With the caller's privileges (SECURITY INVOKER): staff, who read every history.
+-- Staff only (grants.sql), who read every history anyway: SECURITY DEFINER, as every
+-- function a role calls.
 CREATE OR REPLACE FUNCTION undolog.verify_chain(
     p_session_id uuid DEFAULT NULL,
     p_since timestamptz DEFAULT NULL
@@ -26,6 +27,8 @@ RETURNS TABLE (
 )
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
 AS $$
     WITH e AS MATERIALIZED (
         SELECT * FROM undolog.chain_events(p_session_id, p_since)

@@ -5,7 +5,8 @@
 -- it (`undolog anchor export`), fixes every history row written before it: rewriting
 -- one means rewriting its session's chain from there, which no longer reaches the head
 -- the anchor recorded. Called by undolog.maintain_partitions and by operators.
--- Anchors are written one at a time (the table's lock); the heads are read from this
+-- Anchors are written one at a time, under the partition-maintenance lock (which
+-- maintain_partitions already holds: no lock on any table stronger than a write); the heads are read from this
 -- statement's snapshot, so a write not yet committed is in the next anchor.
 CREATE OR REPLACE FUNCTION undolog.write_anchor()
 RETURNS TABLE (anchor_id bigint, at timestamptz, sessions integer, hash text, canonical text)
@@ -22,7 +23,7 @@ DECLARE
     v_canonical text;
     v_hash bytea;
 BEGIN
-    LOCK TABLE undolog.undolog_chain_anchors IN SHARE ROW EXCLUSIVE MODE;
+    PERFORM undolog.lock_partition_maintenance();
     SELECT a.anchor_id, a.hash INTO v_id, v_prev
     FROM undolog.undolog_chain_anchors AS a
     ORDER BY a.anchor_id DESC
