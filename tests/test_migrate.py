@@ -16,7 +16,15 @@ import psycopg
 import pytest
 
 from pgcluster import bindir, schema_dump, throwaway_cluster
-from undolog import CompensationDescriptor, ToolTier, UndoLog, engine, migrations, undolog_tool
+from undolog import (
+    CompensationDescriptor,
+    ToolTier,
+    UndoLog,
+    chain,
+    engine,
+    migrations,
+    undolog_tool,
+)
 from undolog.migrations import (
     MigrationError,
     available_migrations,
@@ -147,12 +155,17 @@ def test_upgrade_through_every_release_equals_fresh_install(
         first: dict[str, Path] = {}
         for root in reversed(releases):
             first.update({m.name: root for m in available_migrations(root)})
+        # The migrations no release has yet are applied together, with this tree's
+        # sources, which may need every one of them (a trigger on a column the last adds).
+        unreleased = [m.name for m in available_migrations() if m.name not in first]
         for m in available_migrations():
+            if m.name in unreleased[1:]:
+                continue
             with monkeypatch.context() as patched:  # that release's own sources
                 if m.name in first:
                     root = first[m.name]
                     patched.setattr(migrations, "sql_root", lambda root=root: root)
-                migrate(c, target=m.name)
+                migrate(c, target=m.name if m.name in first else None)
             session = engine.begin_session(c)
             found = engine.intercept(
                 c,
@@ -165,6 +178,8 @@ def test_upgrade_through_every_release_equals_fresh_install(
             )
             assert found.effect_id is not None
             engine.commit(c, found.effect_id, {"id": 1})
+        # the rows journaled before the hash chains existed were linked by their migration
+        assert chain.verify(c).ok
     assert schema_dump(upgraded) == schema_dump(fresh)
 
 
