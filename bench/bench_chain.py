@@ -3,11 +3,12 @@
 A throwaway PostgreSQL (or ``--dsn``, a superuser's: the chain triggers are switched off
 and on), the engine installed, one session. Each round runs ``--calls`` new compensable
 calls, intercept then commit, each its own transaction as an agent's are, in one
-server-side loop (no round trips: only the engine's own time, as the CPU time of the server process, so that a loaded machine's
-waits for a CPU are not counted; Linux only, the server local; the throwaway server runs
-with fsync off, so that WAL flushes do not drown the difference), once with the chain triggers on and once off (the order alternates
-every round); the figure is the median difference per call. A new call writes two
-history rows (its creation executing, then committed): two links.
+server-side loop: no round trips, only the engine's own work, counted as the CPU time of
+the server process (Linux, a local server), so that a loaded machine's waits for a CPU
+are not counted. The throwaway server runs with fsync off, so that WAL flushes do not
+drown the difference. Each round runs with the chain triggers on and off (the order
+alternates); the figure is the median difference per call. A new call writes two history
+rows (its creation, executing, then committed): two links.
 
 A benchmark, not a test: it prints its figures and exits 0.
 """
@@ -26,9 +27,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from pgcluster import throwaway_cluster  # noqa: E402
-
-from undolog.migrations import migrate  # noqa: E402
+from pgcluster import throwaway_cluster
+from undolog.migrations import migrate
 
 LOOP = """
 DO $bench$
@@ -84,11 +84,11 @@ def run(dsn: str, rounds: int, calls: int) -> None:
                 conn.execute(LOOP % {"calls": calls})
                 per[on].append((cpu_seconds(pid) - before) * 1e6 / calls)
         switch(conn, True)
-    on, off = statistics.median(per[True]), statistics.median(per[False])
+    median_on, median_off = statistics.median(per[True]), statistics.median(per[False])
     diffs = [a - b for a, b in zip(per[True], per[False], strict=True)]
     print(f"new compensable call (intercept + commit), server-side, {rounds} rounds x {calls}")
-    print(f"  chain on   {on:8.1f} µs CPU per call")
-    print(f"  chain off  {off:8.1f} µs CPU per call")
+    print(f"  chain on   {median_on:8.1f} µs CPU per call")
+    print(f"  chain off  {median_off:8.1f} µs CPU per call")
     print(f"  added      {statistics.median(diffs):8.1f} µs per call (median of rounds)")
 
 

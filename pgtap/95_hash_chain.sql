@@ -87,7 +87,7 @@ SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'still clean after the d
 SELECT is((SELECT sessions FROM undolog.write_anchor()), 2, 'the first anchor: two heads');
 SELECT is((SELECT sessions FROM undolog.write_anchor()), 0, 'the next: none moved since');
 SELECT is((SELECT prev FROM undolog.undolog_chain_anchors WHERE anchor_id = 2),
-          (SELECT hash FROM undolog.undolog_chain_anchors WHERE anchor_id = 1),
+          (SELECT anchor_hash FROM undolog.undolog_chain_anchors WHERE anchor_id = 1),
           'anchors are chained');
 
 -- Tampering, as a superuser with every trigger off (each undone after its test).

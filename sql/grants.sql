@@ -102,9 +102,11 @@ GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operato
 -- every chain; the operator writes anchors.
 GRANT SELECT ON undolog.undolog_chain_heads TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_chain_anchors TO undolog_approver, undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz),
-    undolog.assert_chain(uuid, timestamptz),
-    undolog.chain_events(uuid, timestamptz)
+GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz)
+TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.assert_chain(uuid, timestamptz)
+TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
 

@@ -9,6 +9,7 @@ binding really have.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 import shlex
@@ -319,6 +320,16 @@ def test_monitoring_queries_report_a_halted_session(dsn: str, workdir: Path) -> 
     assert halted.group(1) in psql_file("monitoring.sql", dsn, workdir)
 
 
+def test_audit_verifies_exports_and_anchors(dsn: str, workdir: Path) -> None:
+    out = run_script("audit.sh", dsn, workdir)
+    assert out.count("match their chains") == 5  # three online, the file, the anchor
+    kept = json.loads((workdir / "anchor.json").read_text(encoding="utf-8"))
+    assert kept["anchor_id"] == 1 and len(kept["hash"]) == 64
+    exported = list(workdir.glob("session-*.jsonl"))
+    assert len(exported) == 1 and exported[0].read_text().count("\n") > 3
+    assert " assert_chain \n--------------\n            2" in out
+
+
 def test_archive_detaches_dumps_and_drops_an_old_month(dsn: str, workdir: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # the passage of time: a month of 2024 in the journal (created as maintenance would)
@@ -496,6 +507,7 @@ RUN_BY = {
     "halted_session.sh": "test_halted_session_retried_and_abandoned",
     "monitoring.sql": "test_monitoring_queries_report_a_halted_session",
     "archive.sh": "test_archive_detaches_dumps_and_drops_an_old_month",
+    "audit.sh": "test_audit_verifies_exports_and_anchors",
 }
 
 

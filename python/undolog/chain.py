@@ -255,7 +255,8 @@ def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         row = (
             conn.cursor(row_factory=dict_row)
             .execute(
-                "SELECT anchor_id, at, prev, hash, canonical FROM undolog.undolog_chain_anchors"
+                "SELECT anchor_id, written_at, prev, anchor_hash, canonical"
+                " FROM undolog.undolog_chain_anchors"
                 " ORDER BY anchor_id DESC LIMIT 1"
             )
             .fetchone()
@@ -264,9 +265,9 @@ def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         return None
     return {
         "anchor_id": row["anchor_id"],
-        "at": row["at"].isoformat(),
+        "written_at": row["written_at"].isoformat(),
         "prev": bytes(row["prev"]).hex(),
-        "hash": bytes(row["hash"]).hex(),
+        "hash": bytes(row["anchor_hash"]).hex(),
         "canonical": row["canonical"],
     }
 
@@ -298,7 +299,7 @@ def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[
         )
     with translated():
         row = conn.execute(
-            "SELECT hash, canonical FROM undolog.undolog_chain_anchors WHERE anchor_id = %s",
+            "SELECT anchor_hash, canonical FROM undolog.undolog_chain_anchors WHERE anchor_id = %s",
             (anchor_id,),
         ).fetchone()
     if row is None:

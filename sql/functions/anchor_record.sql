@@ -9,7 +9,8 @@ STABLE
 AS $$
     SELECT pg_catalog.json_build_object(
         'table', 'chain_anchors', 'anchor_id', p_anchor_id, 'at', undolog.chain_time(p_at),
-        'heads', p_heads)::text
+        'heads', p_heads
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.anchor_record(bigint, timestamptz, jsonb) FROM public;

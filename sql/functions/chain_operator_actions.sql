@@ -1,7 +1,8 @@
--- undolog.chain_operator_actions: BEFORE INSERT on undolog_operator_actions, FOR EACH ROW.
--- Links the row into its session's history chain (undolog.chain_link over its
+-- undolog.chain_operator_actions: BEFORE INSERT on undolog_operator_actions, FOR EACH
+-- ROW. Links the row into its session's history chain (undolog.chain_link over its
 -- canonical record) and stores the link in the row, whatever wrote it: what a caller put
--- in the chain columns is replaced. Because it is a trigger, no code path can write an unlinked row.
+-- in the chain columns is replaced. Because it is a trigger, no code path can write an
+-- unlinked row.
 CREATE OR REPLACE FUNCTION undolog.chain_operator_actions()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -12,8 +12,10 @@ AS $$
         'table', 'approval_requests', 'event', 'decision', 'session_id', p_session_id,
         'approval_id', p_approval_id, 'state', p_state,
         'decided_at', undolog.chain_time(p_decided_at), 'decided_by', p_decided_by,
-        'reason', p_reason, 'decided_role', p_decided_role)::text
+        'reason', p_reason, 'decided_role', p_decided_role
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_approval_decision(
-    uuid, uuid, text, timestamptz, text, text, text) FROM public;
+    uuid, uuid, text, timestamptz, text, text, text
+) FROM public;

@@ -13,8 +13,10 @@ AS $$
         'approval_id', p_approval_id, 'effect_id', p_effect_id,
         'executed_at', undolog.chain_time(p_executed_at),
         'requested_at', undolog.chain_time(p_requested_at),
-        'expires_at', undolog.chain_time(p_expires_at))::text
+        'expires_at', undolog.chain_time(p_expires_at)
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_approval_request(
-    uuid, uuid, uuid, timestamptz, timestamptz, timestamptz) FROM public;
+    uuid, uuid, uuid, timestamptz, timestamptz, timestamptz
+) FROM public;

@@ -13,8 +13,10 @@ AS $$
         'table', 'effect_history', 'session_id', p_session_id, 'effect_id', p_effect_id,
         'executed_at', undolog.chain_time(p_executed_at), 'history_id', p_history_id,
         'event', p_event, 'from_state', p_from_state, 'to_state', p_to_state,
-        'at', undolog.chain_time(p_at), 'actor', p_actor, 'detail', p_detail)::text
+        'at', undolog.chain_time(p_at), 'actor', p_actor, 'detail', p_detail
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_effect_history(
-    uuid, uuid, timestamptz, bigint, text, text, text, timestamptz, text, jsonb) FROM public;
+    uuid, uuid, timestamptz, bigint, text, text, text, timestamptz, text, jsonb
+) FROM public;

@@ -11,8 +11,10 @@ AS $$
     SELECT pg_catalog.json_build_object(
         'table', 'operator_actions', 'session_id', p_session_id, 'action_id', p_action_id,
         'action', p_action, 'undo_id', p_undo_id, 'performed_by', p_performed_by,
-        'reason', p_reason, 'at', undolog.chain_time(p_at), 'actor', p_actor)::text
+        'reason', p_reason, 'at', undolog.chain_time(p_at), 'actor', p_actor
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_operator_action(
-    uuid, bigint, text, uuid, text, text, timestamptz, text) FROM public;
+    uuid, bigint, text, uuid, text, text, timestamptz, text
+) FROM public;

@@ -16,8 +16,10 @@ AS $$
     SELECT pg_catalog.json_build_object(
         'table', 'session_history', 'session_id', p_session_id, 'history_id', p_history_id,
         'from_state', p_from_state, 'to_state', p_to_state, 'at', undolog.chain_time(p_at),
-        'actor', p_actor, 'detail', p_detail)::text
+        'actor', p_actor, 'detail', p_detail
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_session_history(
-    uuid, bigint, text, text, timestamptz, text, jsonb) FROM public;
+    uuid, bigint, text, text, timestamptz, text, jsonb
+) FROM public;

@@ -13,8 +13,10 @@ AS $$
         'table', 'undo_history', 'session_id', p_session_id, 'history_id', p_history_id,
         'undo_id', p_undo_id, 'event', p_event, 'from_state', p_from_state,
         'to_state', p_to_state, 'attempt', p_attempt, 'at', undolog.chain_time(p_at),
-        'actor', p_actor, 'detail', p_detail)::text
+        'actor', p_actor, 'detail', p_detail
+    )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_undo_history(
-    uuid, bigint, uuid, text, text, text, integer, timestamptz, text, jsonb) FROM public;
+    uuid, bigint, uuid, text, text, text, integer, timestamptz, text, jsonb
+) FROM public;

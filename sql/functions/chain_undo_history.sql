@@ -1,7 +1,7 @@
--- undolog.chain_undo_history: BEFORE INSERT on undolog_undo_history, FOR EACH ROW.
--- Links the row into its session's history chain (undolog.chain_link over its
--- canonical record) and stores the link in the row, whatever wrote it: what a caller put
--- in the chain columns is replaced. Because it is a trigger, no code path can write an unlinked row.
+-- undolog.chain_undo_history: BEFORE INSERT on undolog_undo_history, FOR EACH ROW. Links
+-- the row into its session's history chain (undolog.chain_link over its canonical record)
+-- and stores the link in the row, whatever wrote it: what a caller put in the chain
+-- columns is replaced. Because it is a trigger, no code path can write an unlinked row.
 CREATE OR REPLACE FUNCTION undolog.chain_undo_history()
 RETURNS trigger
 LANGUAGE plpgsql

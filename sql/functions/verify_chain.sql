@@ -55,7 +55,7 @@ AS $$
     anchors AS (
         SELECT a.*,
                pg_catalog.lag(a.anchor_id) OVER s AS before_id,
-               pg_catalog.lag(a.hash) OVER s AS before_hash
+               pg_catalog.lag(a.anchor_hash) OVER s AS before_hash
         FROM undolog.undolog_chain_anchors AS a
         WINDOW s AS (ORDER BY a.anchor_id)
     ),
@@ -118,12 +118,12 @@ AS $$
         SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
                'altered',
                pg_catalog.encode(undolog.chain_hash(
-                   a.prev, undolog.anchor_record(a.anchor_id, a.at, a.heads)), 'hex'),
-               pg_catalog.encode(a.hash, 'hex')
+                   a.prev, undolog.anchor_record(a.anchor_id, a.written_at, a.heads)), 'hex'),
+               pg_catalog.encode(a.anchor_hash, 'hex')
         FROM anchors AS a
         WHERE p_session_id IS NULL
-          AND (a.canonical <> undolog.anchor_record(a.anchor_id, a.at, a.heads)
-               OR a.hash <> undolog.chain_hash(a.prev, a.canonical))
+          AND (a.canonical <> undolog.anchor_record(a.anchor_id, a.written_at, a.heads)
+               OR a.anchor_hash <> undolog.chain_hash(a.prev, a.canonical))
         UNION ALL
         SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
                CASE WHEN a.anchor_id <> coalesce(a.before_id + 1, 1) THEN 'missing' ELSE 'link' END,

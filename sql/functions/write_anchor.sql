@@ -6,10 +6,13 @@
 -- one means rewriting its session's chain from there, which no longer reaches the head
 -- the anchor recorded. Called by undolog.maintain_partitions and by operators.
 -- Anchors are written one at a time, under the partition-maintenance lock (which
--- maintain_partitions already holds: no lock on any table stronger than a write); the heads are read from this
+-- maintain_partitions already holds: no lock on any table stronger than a write); the
+-- heads are read from this
 -- statement's snapshot, so a write not yet committed is in the next anchor.
 CREATE OR REPLACE FUNCTION undolog.write_anchor()
-RETURNS TABLE (anchor_id bigint, at timestamptz, sessions integer, hash text, canonical text)
+RETURNS TABLE (
+    anchor_id bigint, written_at timestamptz, sessions integer, hash text, canonical text
+)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
@@ -24,7 +27,7 @@ DECLARE
     v_hash bytea;
 BEGIN
     PERFORM undolog.lock_partition_maintenance();
-    SELECT a.anchor_id, a.hash INTO v_id, v_prev
+    SELECT a.anchor_id, a.anchor_hash INTO v_id, v_prev
     FROM undolog.undolog_chain_anchors AS a
     ORDER BY a.anchor_id DESC
     LIMIT 1;
@@ -43,7 +46,7 @@ BEGIN
 
     v_canonical := undolog.anchor_record(v_id, v_at, v_heads);
     v_hash := undolog.chain_hash(v_prev, v_canonical);
-    INSERT INTO undolog.undolog_chain_anchors AS a (anchor_id, at, heads, prev, canonical, hash)
+    INSERT INTO undolog.undolog_chain_anchors AS a (anchor_id, written_at, heads, prev, canonical, anchor_hash)
     VALUES (v_id, v_at, v_heads, v_prev, v_canonical, v_hash);
 
     INSERT INTO undolog.undolog_chain_anchored AS d (session_id, seq)

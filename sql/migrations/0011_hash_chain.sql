@@ -42,11 +42,11 @@ ADD COLUMN decision_hash bytea;
 -- session): one chain for the whole database, written by maintenance.
 CREATE TABLE undolog.undolog_chain_anchors (
     anchor_id bigint PRIMARY KEY,
-    at timestamptz NOT NULL,
+    written_at timestamptz NOT NULL,
     heads jsonb NOT NULL,
     prev bytea NOT NULL,
     canonical text NOT NULL,
-    hash bytea NOT NULL
+    anchor_hash bytea NOT NULL
 );
 
 COMMENT ON TABLE undolog.undolog_chain_anchors IS

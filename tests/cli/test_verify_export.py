@@ -133,7 +133,9 @@ def test_anchor_export_and_check(dsn: str, conn: Conn, tmp_path: Path) -> None:
     anchor = json.loads(written.stdout)
     assert anchor["anchor_id"] == 1 and len(anchor["hash"]) == 64
     assert undolog(dsn, "verify", "--anchor", str(kept)).returncode == 0
-    tamper(conn, "UPDATE undolog.undolog_chain_anchors SET at = at - interval '1 day'")
+    tamper(
+        conn, "UPDATE undolog.undolog_chain_anchors SET written_at = written_at - interval '1 day'"
+    )
     broken = undolog(dsn, "verify", "--anchor", str(kept))
     assert broken.returncode == 1
     assert "undolog_chain_anchors anchor_id=1" in broken.stdout

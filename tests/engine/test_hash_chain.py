@@ -241,7 +241,7 @@ def test_an_anchor_pins_the_heads_and_is_itself_chained(
     prev = chain.GENESIS
     with conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")
-        for table, key, seq, canonical in rows:
+        for table, _key, seq, canonical in rows:
             new = chain.chain_hash(prev, canonical)
             conn.execute(
                 f"UPDATE undolog.{table} SET chain_prev = %s, chain_hash = %s"
@@ -258,7 +258,7 @@ def test_an_anchor_pins_the_heads_and_is_itself_chained(
     assert findings[0].session_id == str(victim)
 
     # an anchor rewritten in the database no longer matches the one kept outside
-    tamper(conn, "UPDATE undolog.undolog_chain_anchors SET hash = sha256(hash) WHERE anchor_id = 1")
+    tamper(conn, "UPDATE undolog.undolog_chain_anchors SET anchor_hash = sha256(anchor_hash) WHERE anchor_id = 1")
     assert [f.problem for f in chain.check_anchor(conn, first)] == ["anchored"]
 
 
