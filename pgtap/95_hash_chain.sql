@@ -105,7 +105,7 @@ DELETE FROM undolog.undolog_session_history
 WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND to_state = 'awaiting_approval';
 SELECT results_eq(
     $$SELECT problem FROM undolog.verify_chain()$$,
-    $$VALUES ('link'), ('missing')$$,
+    $$VALUES ('missing'), ('link')$$,
     'a deleted row: the next one is missing its predecessor');
 ROLLBACK TO t;
 UPDATE undolog.undolog_session_history SET chain_seq = 3 - chain_seq

@@ -136,7 +136,10 @@ AS $$
     )
     SELECT f.session_id, f.seq, f.table_name, f.row_key, f.problem, f.expected, f.found
     FROM findings AS f
-    ORDER BY f.session_id NULLS LAST, f.seq NULLS FIRST, f.table_name, f.row_key, f.problem
+    ORDER BY f.session_id NULLS LAST, f.seq NULLS FIRST, f.table_name, f.row_key,
+             pg_catalog.array_position(
+                 ARRAY['unchained', 'missing', 'duplicate', 'link', 'altered', 'head', 'anchored'],
+                 f.problem)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.verify_chain(uuid, timestamptz) FROM public;
