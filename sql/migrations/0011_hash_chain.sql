@@ -66,6 +66,25 @@ ALTER TABLE undolog.undolog_chain_anchored ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON undolog.undolog_chain_anchored FROM public;
 
 -- undolog:after-repeatables
+-- A month of effect history created ahead and not attached yet (pending_partitions) is a
+-- plain table with the columns its parent had then: it gets the links' columns too, or
+-- its ATTACH would fail.
+DO $pending$
+DECLARE
+    v_name text;
+BEGIN
+    FOR v_name IN
+        SELECT p.name FROM undolog.pending_partitions() AS p (name)
+        WHERE p.name LIKE 'undolog\_effect\_history\_%'
+    LOOP
+        EXECUTE pg_catalog.format(
+            'ALTER TABLE undolog.%I ADD COLUMN IF NOT EXISTS chain_seq bigint, '
+            'ADD COLUMN IF NOT EXISTS chain_prev bytea, '
+            'ADD COLUMN IF NOT EXISTS chain_hash bytea', v_name);
+    END LOOP;
+END
+$pending$;
+
 -- The rows written before this migration get their chain, session by session, in the
 -- order they were written (time, then the history's own order). The append-only and
 -- approval guards would refuse these UPDATEs: the owner disables its own triggers for
