@@ -42,7 +42,7 @@ dashboard-demo: deps
 
 # Regenerates docs/img/dashboard.png from the browser test's inbox screenshot.
 dashboard-screenshot: deps
-	UNDOLOG_DOCS_SCREENSHOT=1 $(VENV)/bin/pytest -q tests/test_dashboard_browser.py -k approver
+	UNDOLOG_DOCS_SCREENSHOT=1 $(VENV)/bin/pytest -q tests/dashboard/test_dashboard_browser.py -k approver
 
 deps: system-deps $(STAMP) $(MCP_STAMP)
 

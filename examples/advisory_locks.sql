@@ -1,5 +1,5 @@
 -- docs/how-to/roles.md: advisory locks in the engine's database. Run as a superuser in
--- that database; tests/test_hostile_probes.py runs it and checks what each login may do.
+-- that database; tests/engine/test_hostile_logins.py runs it and checks what each login may do.
 -- Another application's role that needs advisory locks (here `jobs`, made if missing).
 DO $$
 BEGIN

@@ -21,6 +21,8 @@ SELECT create_distributed_table('undolog.undolog_operator_actions', 'session_id'
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_approval_requests', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_notification_deliveries', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_chain_heads', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_chain_anchored', 'session_id',

@@ -22,3 +22,11 @@ ALTER DATABASE :"DBNAME" SET undolog.claim_timeout = '5 minutes';
 -- month partitions older than 24 months go at the next maintenance (default 12)
 ALTER DATABASE :"DBNAME" SET undolog.retention_months = 24;
 -- --8<-- [end:retention]
+
+-- --8<-- [start:notifications]
+-- a notification of an approval request is tried 12 times before it is failed (default 8),
+-- waiting 30 s, 60 s, 120 s ... between attempts, never more than 2 hours
+ALTER DATABASE :"DBNAME" SET undolog.notification_max_attempts = 12;
+ALTER DATABASE :"DBNAME" SET undolog.notification_retry_base = '30 seconds';
+ALTER DATABASE :"DBNAME" SET undolog.notification_retry_cap = '2 hours';
+-- --8<-- [end:notifications]

@@ -112,7 +112,7 @@ SELECT lives_ok(
     'a result of exactly 1 MiB is accepted');
 
 -- p_async: the result commits asynchronously, for this transaction only, when asked, and
--- only when commit is the transaction's first write (tests/test_durability.py shows that
+-- only when commit is the transaction's first write (tests/engine/test_durability.py shows that
 -- case). Here the transaction journaled an intent first, so it stays durable.
 -- A client that turned synchronous_commit off still gets a durable intent.
 SET LOCAL synchronous_commit = off;

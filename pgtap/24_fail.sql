@@ -84,7 +84,7 @@ SELECT pg_temp.refused($$SELECT undolog.fail(NULL, 'x')$$,
 
 -- p_async => true: the transaction commits asynchronously (opt-in, this transaction only)
 -- only when fail is its first write; here an intent was journaled before in it, so it
--- stays durable (tests/test_durability.py shows the asynchronous case).
+-- stays durable (tests/engine/test_durability.py shows the asynchronous case).
 SELECT is((SELECT action FROM undolog.intercept('fa000000-0000-4000-8000-000000000001', 90, 'tool_z',
               'compensable', '{}', pg_temp.sig('fail-async'), '{"name": "undo"}')),
           'execute', 'setup: an executing effect');

@@ -26,6 +26,8 @@ GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_opera
 -- on): an agent reads its own sessions' requests, approver and operator every one.
 GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.ending_decision(uuid)
+TO undolog_agent, undolog_approver, undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;
@@ -52,6 +54,18 @@ TO undolog_operator, undolog_approver;
 GRANT EXECUTE ON FUNCTION undolog.rollback_session(uuid, text, text)
 TO undolog_operator, undolog_approver;
 
+-- Notifications of approval requests: an operator manages the channels and runs the
+-- delivery worker (claim_notification hands it the channel's secret, so it is the
+-- operator's alone); deliveries are read like the requests (row-level security).
+GRANT EXECUTE ON FUNCTION undolog.add_notification_channel(
+    text, text, text, jsonb, text, text, text
+) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.remove_notification_channel(text, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.enqueue_notifications() TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.claim_notification(interval) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.finish_notification(uuid, integer, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.retry_notification(uuid, text) TO undolog_operator;
+
 -- Which engine is installed: anyone of the engine's roles may ask.
 GRANT EXECUTE ON FUNCTION undolog.version()
 TO undolog_agent, undolog_approver, undolog_operator;
@@ -69,6 +83,8 @@ TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_approval_requests
 TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_notification_deliveries
+TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_tools TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.registered_tools TO undolog_agent, undolog_approver, undolog_operator;
 
@@ -83,6 +99,7 @@ GRANT SELECT ON undolog.sessions_overview TO undolog_agent, undolog_approver, un
 GRANT SELECT ON undolog.effect_timeline TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.pending_approvals TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.decided_approvals TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.notification_channels TO undolog_approver, undolog_operator;
 -- What a recovery worker must act on now (`undolog health` measures its lag).
 GRANT SELECT ON undolog.due_sessions TO undolog_approver, undolog_operator;
 -- The dashboard's views: unaggregated sessions (keyset pages), calls, undo stack,
@@ -91,6 +108,8 @@ GRANT SELECT ON undolog.sessions_list TO undolog_agent, undolog_approver, undolo
 GRANT SELECT ON undolog.session_calls TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undo_stack_entries TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_approvals TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.call_approvals TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.notification_deliveries TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_state_history
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operator;

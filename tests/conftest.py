@@ -1,11 +1,12 @@
-"""Every test runs against a real PostgreSQL, on a fresh database cloned from a template
-into which ``undolog migrate`` has installed the engine.
+"""Every test that touches the engine runs against a real PostgreSQL, on a fresh database
+cloned from a template into which ``undolog migrate`` has installed the engine.
 
-pytest_configure starts one throwaway cluster (tools/pgcluster.py) for every user, as the
-``postgres`` system user when we are root (initdb refuses root), and the
-``postgresql_noproc`` factory uses it. pytest-postgresql's own ``postgresql_proc`` is not
-used: it starts the server with fsync off, and tests/test_durability.py counts WAL flushes,
-which need a server that really flushes. ``--postgresql-port`` points at a server of yours.
+pytest_collection_modifyitems starts one throwaway cluster (tools/pgcluster.py) when a
+chosen test needs one, for every user, as the ``postgres`` system user when we are root
+(initdb refuses root), and the ``postgresql_noproc`` factory uses it. pytest-postgresql's
+own ``postgresql_proc`` is not used: it starts the server with fsync off, and
+tests/engine/test_durability.py counts WAL flushes, which need a server that really
+flushes. ``--postgresql-port`` points at a server of yours.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ def load_engine(
         migrate(conn)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not config.getoption("postgresql_port"):
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The throwaway cluster starts once collection shows a chosen test needs it, so the
+    pure tests (signature, policy parsing, argument types) run where no PostgreSQL is."""
+    needs_server = any("postgresql" in getattr(item, "fixturenames", ()) for item in items)
+    if needs_server and not config.getoption("postgresql_port"):
         cluster = _cluster_stack.enter_context(throwaway_cluster())
         config.option.postgresql_host = cluster.host
         config.option.postgresql_port = str(cluster.port)
@@ -62,6 +66,26 @@ def dsn(postgresql: psycopg.Connection[Any]) -> str:
     """Connection string of this test's fresh database (for extra connections)."""
     info = postgresql.info
     return f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+
+
+@pytest.fixture
+def fresh_db(conn: psycopg.Connection[Any]) -> Iterator[Callable[..., str]]:
+    """fresh_db(name=None) -> the DSN of a new empty database of the same cluster (no
+    engine in it), dropped when the test ends. Every test that needs a database other
+    than its own uses this one factory."""
+    made: list[str] = []
+
+    def make(name: str | None = None) -> str:
+        name = name or f"fresh_{uuid.uuid4().hex[:12]}"
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        info = conn.info
+        return f"host={info.host} port={info.port} user={info.user} dbname={name}"
+
+    yield make
+    for name in made:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -188,6 +212,11 @@ BEFORE_REGISTRY = "f0d5453"
 BEFORE_REJECT_OPTION = "d65778e"
 
 
+# The last engine before the migrations of the current release (0007 on): 0001-0006 with
+# the repeatables of that time, which name none of the tables those migrations add.
+LAST_RELEASE = "02c5242"
+
+
 def _engine_at(commit: str, dest: Path) -> Path:
     """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
@@ -212,6 +241,11 @@ def old_engine(tmp_path: Path) -> Path:
 @pytest.fixture
 def engine_before_reject_option(tmp_path: Path) -> Path:
     return _engine_at(BEFORE_REJECT_OPTION, tmp_path / "engine-before-reject-option")
+
+
+@pytest.fixture
+def engine_last_release(tmp_path: Path) -> Path:
+    return _engine_at(LAST_RELEASE, tmp_path / "engine-last-release")
 
 
 @pytest.fixture

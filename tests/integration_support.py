@@ -26,6 +26,8 @@ from undolog import (
 )
 
 AGENT_LOGIN = "undolog_it_agent"
+# An agent login and nothing more: what a deployment gives the agent's process.
+AGENT_ONLY_LOGIN = "undolog_it_agent_only"
 APPROVER_LOGIN = "undolog_it_approver"
 
 
@@ -37,12 +39,19 @@ def _ensure_login(admin: psycopg.Connection[Any], name: str, groups: tuple[str, 
         admin.execute(f"GRANT {group} TO {name}")
 
 
-def logins(dsn: str) -> tuple[str, str]:
-    """(agent dsn, approver dsn) on this test's database."""
+def logins(dsn: str, agent_only: bool = False) -> tuple[str, str]:
+    """(agent dsn, approver dsn) on this test's database. The agent's login is also an
+    operator (a failed run walks its own undo stack) unless ``agent_only``."""
+    agent = AGENT_ONLY_LOGIN if agent_only else AGENT_LOGIN
+    groups = (
+        ("undolog_agent",)
+        if agent_only
+        else ("undolog_agent", "undolog_operator", "undolog_approver")
+    )
     with psycopg.connect(dsn, autocommit=True) as admin:
-        _ensure_login(admin, AGENT_LOGIN, ("undolog_agent", "undolog_operator", "undolog_approver"))
+        _ensure_login(admin, agent, groups)
         _ensure_login(admin, APPROVER_LOGIN, ("undolog_approver",))
-    return make_conninfo(dsn, user=AGENT_LOGIN), make_conninfo(dsn, user=APPROVER_LOGIN)
+    return make_conninfo(dsn, user=agent), make_conninfo(dsn, user=APPROVER_LOGIN)
 
 
 @dataclass
@@ -135,9 +144,9 @@ class AsyncAgentFixture:
     """What the async frameworks' tests share: an agent login and an approver login, the
     world the tools act on, the tools, and one session id for the run and its resumes."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, agent_only: bool = False) -> None:
         self.admin_dsn = dsn
-        agent_dsn, approver_dsn = logins(dsn)
+        agent_dsn, approver_dsn = logins(dsn, agent_only)
         self.world = World()
         self.fns = make_tools(self.world)
         self.ul = AsyncUndoLog(agent_dsn)

@@ -24,6 +24,16 @@ async def _one(conn: AsyncConnection, query: str, params: Params) -> tuple[Any, 
     return row
 
 
+async def fetch_optional(
+    conn: AsyncConnection, query: str, params: Params = ()
+) -> tuple[Any, ...] | None:
+    """One round trip that answers at most one row (None: no row); the engine's errors
+    translated, as engine.fetch_all's."""
+    with translated():
+        row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
+    return row
+
+
 async def begin_session(
     conn: AsyncConnection,
     session_id: uuid.UUID | None = None,

@@ -72,7 +72,7 @@ def approval_state(conn: Connection, approval_id: uuid.UUID) -> str | None:
     (an agent reads only its own sessions' requests)."""
     rows = fetch_all(
         conn,
-        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        "SELECT state FROM undolog.session_approvals WHERE approval_id = %s",
         (approval_id,),
     )
     return str(rows[0][0]) if rows else None

@@ -86,7 +86,7 @@ FAIL_ASYNC = "SELECT undolog.fail(%s, %s, true)"
 ASYNC_RESULTS = "SELECT set_config('undolog.async_results', %s, false)"
 COMPLETE_SESSION = "SELECT undolog.complete_session(%s)"
 FAIL_SESSION = "SELECT undolog.fail_session(%s, %s)"
-SESSION_STATE = "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s"
+SESSION_STATE = "SELECT state FROM undolog.sessions_list WHERE session_id = %s"
 
 
 def begin_session_params(

@@ -125,6 +125,23 @@ class ToolRegistrationMismatch(UndoLogError):
     sqlstate = "UL018"
 
 
+class UnknownNotification(UndoLogError):
+    """No live notification channel of that name, or no delivery of that id."""
+
+    sqlstate = "UL025"
+    exit_code = EXIT_NOT_FOUND
+    http_status = HTTP_NOT_FOUND
+
+
+class InvalidNotificationChannel(UndoLogError):
+    """A notification channel that cannot work (its kind, name, URL, an address, its SMTP
+    settings, a missing webhook secret), or a name already live."""
+
+    sqlstate = "UL026"
+    exit_code = EXIT_USAGE
+    http_status = HTTP_UNPROCESSABLE
+
+
 class ChainMismatch(UndoLogError):
     """The history does not match its hash chain: a row was changed, deleted or moved
     with the append-only triggers disabled (``undolog.assert_chain``; ``undolog verify``
@@ -295,6 +312,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         PartitionInUse,
         UnknownTool,
         ToolRegistrationMismatch,
+        UnknownNotification,
+        InvalidNotificationChannel,
         ChainMismatch,
         ExportInvalid,
         PermissionDenied,

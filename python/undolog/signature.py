@@ -49,7 +49,8 @@ _MAX_SAFE_INT = 2**53 - 1
 # - floats never take it (ECMAScript number text: 1.0 -> 1, -0.0 -> 0, 1e21 -> 1e+21);
 # - lone surrogates make the UTF-8 encoding fail, and then rfc8785 decides.
 # Anything else, floats, subclasses, sets, bytes, non-string keys, goes to rfc8785, so the
-# bytes and the errors are those of rfc8785 for every input (tests/test_signature_fast_path).
+# bytes and the errors are those of rfc8785 for every input
+# (tests/binding/test_signature_fast_path.py).
 _JSON = json.JSONEncoder(
     ensure_ascii=False,
     allow_nan=False,

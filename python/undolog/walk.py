@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine, saga
+from undolog import engine, notifications, saga
 from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
@@ -86,18 +86,14 @@ def storable_error(text: str) -> str:
 # The compensation the next claim of a session would hand out, found the way
 # claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
 # barrier (the walk stops there, needing no compensation); no row when nothing is left.
-# The name is the effect's registration's (claim_compensation answers that one); an
-# effect journaled before the registry has no tool_id, and its descriptor names it.
+# The entry's descriptor is the registration's (intercept copies it; a claim halts the
+# walk when the two disagree), and an effect journaled before the registry has only it.
 NEXT_COMPENSATION = """
-SELECT coalesce(t.compensation ->> 'name', u.compensation ->> 'name')
-FROM undolog.undolog_undo_stack AS u
-INNER JOIN undolog.undolog_effect_log AS e
-    ON e.session_id = u.session_id AND e.effect_id = u.effect_id
-       AND e.executed_at = u.executed_at
-LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id AND u.compensation IS NOT NULL
+SELECT u.compensation_name
+FROM undolog.undo_stack_entries AS u
 WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
-  AND NOT (e.state = 'pending'
-           OR (u.compensation IS NULL AND e.state IN ('approved', 'rejected')))
+  AND NOT (u.effect_state = 'pending'
+           OR (u.compensation IS NULL AND u.effect_state IN ('approved', 'rejected')))
 ORDER BY u.stack_position DESC
 LIMIT 1
 """
@@ -187,7 +183,7 @@ def run_walk(
 # The sessions of ``due`` begun by one of the logins (none given: the worker's own), in
 # recover()'s order.
 _OWNED = """
-SELECT s.session_id FROM undolog.undolog_sessions AS s
+SELECT s.session_id FROM undolog.sessions_list AS s
 WHERE s.session_id = ANY (%s)
   AND s.owner_role = ANY (coalesce(nullif(%s::text[], '{}'), ARRAY[session_user::text]))
 """
@@ -271,8 +267,17 @@ class Worker:
         loop: asyncio.AbstractEventLoop | None = None,
         only_known: bool = False,
         owners: Sequence[str] | None = None,
+        walk: bool = True,
+        notify: bool = False,
+        on_notified: Callable[[notifications.Outcome], None] | None = None,
     ) -> None:
         self.connect = connect
+        # walk: recover and walk (``undolog worker``); notify: deliver the notifications
+        # of approval requests after that (``undolog worker`` unless --no-notify, and
+        # ``undolog notify``, which does only this).
+        self.walk = walk
+        self.notify = notify
+        self.on_notified = on_notified
         # Walk only the sessions begun by these logins (undolog worker --owner ROLE): a
         # worker serves the agents whose compensations it holds, not every agent's. None:
         # every session. An empty sequence: the sessions of the worker's own login.
@@ -319,6 +324,28 @@ class Worker:
         conn = self._connection(retry_connect)
         if conn is None:
             return False
+        if self.walk and not self._walk_pass(conn):
+            return False
+        if self.notify and not self._stop.is_set():
+            try:
+                sent = notifications.deliver_due(conn, should_stop=self._stop.is_set)
+            except Exception as exc:
+                return self._fault(exc, "notifications")
+            for outcome in sent:
+                if outcome.error is not None:
+                    log.warning(
+                        "delivery %s (%s), attempt %d: %s; now %s",
+                        outcome.delivery_id,
+                        outcome.channel_name,
+                        outcome.attempt,
+                        outcome.error,
+                        outcome.state,
+                    )
+                if self.on_notified is not None:
+                    self.on_notified(outcome)
+        return True
+
+    def _walk_pass(self, conn: engine.Connection) -> bool:
         try:
             due = saga.recover(conn)
             if self.owners is not None and due:

@@ -1,7 +1,8 @@
 -- undolog.undo_stack_entries: a session's undo stack as people read it (ORDER BY
 -- stack_position DESC is the walk's LIFO order): which call each entry undoes, with
 -- which compensation (NULL: a barrier in front of an irreversible call), its state,
--- attempts, next retry and last error. security_invoker: the undo stack's RLS applies.
+-- attempts, next retry and last error, and the state of the call it undoes (the walk
+-- skips an entry whose call never took effect). security_invoker: the undo stack's RLS applies.
 CREATE OR REPLACE VIEW undolog.undo_stack_entries
 WITH (security_invoker = TRUE) AS
 SELECT
@@ -20,7 +21,8 @@ SELECT
     u.last_error,
     u.claimed_by,
     u.claimed_until,
-    u.updated_at
+    u.updated_at,
+    e.state AS effect_state
 FROM undolog.undolog_undo_stack AS u
 -- LEFT: an entry outlives its effect's month if that partition was dropped.
 LEFT JOIN undolog.undolog_effect_log AS e

@@ -17,6 +17,12 @@
     undolog recover                            fail expired sessions; name walks to run
     undolog worker --app MODULE:OBJECT [--owner ROLE]... [--interval S] [--max-backoff S] [--once]
                                                recover and walk, with the app's compensations
+    undolog notifications add-webhook NAME URL --by NAME [--slack] [--secret-env VAR]
+    undolog notifications add-email NAME --to ADDR... --smtp-host H --from ADDR --by NAME
+    undolog notifications list | remove NAME --by NAME   the channels (never their secrets)
+    undolog notifications deliveries [--approval ID] [--state S]   sent, failed, why
+    undolog notifications retry DELIVERY --by NAME       send one again now
+    undolog notify [--interval S] [--once]     deliver notifications (the worker does too)
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
@@ -33,8 +39,8 @@ PG* variables) and --json (machine-readable output; errors then are one JSON obj
 
 Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
 unhealthy), 2 a usage error (bad flag or value, a value the engine refused, ambiguous id
-prefix, a worker that is misconfigured), 3 not found (unknown session or approval). An
-engine error's code is its class's, in the table of docs/reference/errors.md.
+prefix, a worker that is misconfigured), 3 not found (unknown session, approval, channel
+or delivery). An engine error's code is its class's, in the table of docs/reference/errors.md.
 
 ``undolog worker`` serves until SIGTERM or SIGINT: a halted session, a lost server
 (reconnected with backoff), a compensation that outlives its claim, or one session's error
@@ -60,6 +66,7 @@ from undolog.cli.audit import configure_audit_parser
 from undolog.cli.dashboard import configure_dashboard_parser
 from undolog.cli.mcp_proxy import configure_mcp_proxy_parser
 from undolog.cli.migrate import configure_migrate_parser
+from undolog.cli.notifications import configure_notifications_parser
 from undolog.cli.partitions import configure_partitions_parser
 from undolog.cli.sessions import configure_sessions_parser
 from undolog.cli.tools import configure_tools_parser
@@ -133,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_approvals_parser,
         configure_tools_parser,
         configure_worker_parser,  # recover, worker
+        configure_notifications_parser,  # notifications, notify
         configure_mcp_proxy_parser,
         configure_partitions_parser,
         configure_audit_parser,  # verify, export, anchor

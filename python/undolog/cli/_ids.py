@@ -10,11 +10,17 @@ from typing import Any
 import psycopg
 
 from undolog.cli._common import UsageError, query
-from undolog.errors import UnknownApproval, UnknownSession
+from undolog.errors import UndoLogError, UnknownApproval, UnknownNotification, UnknownSession
 
 _ID_TABLES = {
-    "session": ("undolog.undolog_sessions", "session_id"),
-    "approval": ("undolog.undolog_approval_requests", "approval_id"),
+    "session": ("undolog.sessions_list", "session_id"),
+    "approval": ("undolog.session_approvals", "approval_id"),
+    "delivery": ("undolog.notification_deliveries", "delivery_id"),
+}
+_NOT_FOUND: dict[str, type[UndoLogError]] = {
+    "session": UnknownSession,
+    "approval": UnknownApproval,
+    "delivery": UnknownNotification,
 }
 _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
@@ -49,8 +55,9 @@ def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID
         (uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))),
     )
     if not rows:
-        not_found = UnknownSession if kind == "session" else UnknownApproval
-        raise not_found(f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
+        raise _NOT_FOUND[kind](
+            f"unknown {kind} {given} (no {kind} id starts with it, or not yours)"
+        )
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         more = ", ..." if len(rows) > 3 else ""
@@ -76,8 +83,7 @@ def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: s
         ("%" + digits,),
     )
     if not rows:
-        not_found = UnknownSession if kind == "session" else UnknownApproval
-        raise not_found(f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+        raise _NOT_FOUND[kind](f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")

@@ -231,7 +231,7 @@ def _health_worker(
     )
     (row,) = query(
         conn,
-        "SELECT count(*) AS halted FROM undolog.undolog_sessions"
+        "SELECT count(*) AS halted FROM undolog.sessions_list"
         " WHERE state = 'halted' AND resolved_at IS NULL",
     )
     halted = int(row["halted"])

@@ -165,7 +165,7 @@ def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
     """The undo entry a halted session stopped at (what `sessions retry` retries)."""
     rows = query(
         conn,
-        "SELECT state, halt_undo_id FROM undolog.undolog_sessions WHERE session_id = %s",
+        "SELECT state, halt_undo_id FROM undolog.sessions_list WHERE session_id = %s",
         (sid,),
     )
     if not rows:

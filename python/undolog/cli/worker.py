@@ -65,6 +65,12 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         help="longest pause between reconnection attempts (default 30)",
     )
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    p.add_argument(
+        "--no-notify",
+        action="store_true",
+        help="do not deliver the notifications of approval requests (another worker, or "
+        "`undolog notify`, does)",
+    )
     p.set_defaults(func=_cmd_worker, needed_role=OPERATOR)
 
 
@@ -116,7 +122,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(line or f"session {sid}: {state}", flush=True)
 
     worker = Worker(
-        lambda: _connect_for_worker(args),
+        lambda: connect_for_worker(args),
         compensations,
         interval=args.interval,
         max_backoff=args.max_backoff,
@@ -126,6 +132,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         # --owner ROLE: only those logins' sessions; the proxy's worker, by default, only
         # its own login's (run it as the proxy's login, or name that login)
         owners=args.owner or ([] if args.mcp_config is not None else None),
+        # the approval requests' notifications (undolog notifications): several workers
+        # may deliver them at once, each claims its own
+        notify=not args.no_notify,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -156,7 +165,7 @@ _REFUSED_LOGIN = re.compile(
 )
 
 
-def _connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
+def connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
     try:
         return connect(args)
     except ConnectError as exc:

@@ -728,6 +728,8 @@ class Dashboard:
         action = request.path_params["action"]
         if session_id is None:
             return self.not_found(request, ws, "session")
+        if action == "notify-retry":
+            return await self._retry_notification(request, ws, session_id, form)
         reason_field = form.get("reason")
         reason = reason_field.strip() if isinstance(reason_field, str) else ""
         target = str(session_id)
@@ -768,6 +770,35 @@ class Dashboard:
                         raise  # the person's connection is gone: _database_error says so
                     status, text = engine_error(exc)
                     outcome = Outcome(target, False, text, status)
+        if outcome.ok:
+            return self._after(request, ws, [outcome], f"/sessions/{session_id}")
+        return await self._show_session(request, ws, session_id, outcome.status, [outcome])
+
+    async def _retry_notification(
+        self, request: Request, ws: WebSession, session_id: uuid.UUID, form: Any
+    ) -> Response:
+        """An operator sends a notification of one of this session's requests again."""
+        delivery_id = self._uuid(str(form.get("delivery_id", "")))
+        # retry_notification takes the delivery alone: it must be this session's
+        async with ws.db() as conn:
+            mine = delivery_id is not None and await queries.delivery_in_session(
+                conn, session_id, delivery_id
+            )
+        if delivery_id is None or not mine:
+            return self.not_found(request, ws, "notification of this session")
+        target = f"notification {delivery_id}"
+        async with ws.db() as conn:
+            try:
+                await conn.execute(
+                    "SELECT undolog.retry_notification(%s, %s)", (delivery_id, ws.login)
+                )
+                outcome = Outcome(target, True, f"due again now (by {ws.login})")
+                log.info("%s: notify-retry %s", ws.login, delivery_id)
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise
+                status, text = engine_error(exc)
+                outcome = Outcome(target, False, text, status)
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])

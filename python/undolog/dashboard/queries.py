@@ -68,6 +68,15 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
         """,
     )
     total = await one(conn, "SELECT count(*) AS n FROM undolog.pending_approvals")
+    notified = await rows(
+        conn,
+        "SELECT approval_id, channel_name, state, attempts, last_error"
+        " FROM undolog.notification_deliveries WHERE approval_id = ANY(%s)"
+        " ORDER BY channel_name",
+        ([p["approval_id"] for p in pending],),
+    )
+    for p in pending:
+        p["deliveries"] = [d for d in notified if d["approval_id"] == p["approval_id"]]
     if pending:
         prior = await rows(
             conn,
@@ -350,6 +359,16 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
         "FROM undolog.session_approvals WHERE session_id = %s ORDER BY requested_at",
         (session_id,),
     )
+    notified = await rows(
+        conn,
+        # the reader's row-level security applies: an agent reads its own sessions' only
+        "SELECT *, CASE WHEN state = 'pending' THEN next_attempt_at END AS next_try"
+        " FROM undolog.notification_deliveries WHERE session_id = %s"
+        " ORDER BY created_at, channel_name",
+        (session_id,),
+    )
+    for a in head["approvals"]:
+        a["deliveries"] = [d for d in notified if d["approval_id"] == a["approval_id"]]
     head["states"] = await rows(
         conn,
         "SELECT * FROM undolog.session_state_history WHERE session_id = %s ORDER BY history_id",
@@ -396,7 +415,10 @@ async def session_fingerprint(conn: Conn, session_id: uuid.UUID) -> str:
             (SELECT max(a.decided_at) FROM undolog.session_approvals AS a
              WHERE a.session_id = %(sid)s),
             (SELECT count(*) FROM undolog.session_approvals AS a
-             WHERE a.session_id = %(sid)s)) AS f
+             WHERE a.session_id = %(sid)s),
+            (SELECT max(coalesce(d.last_attempt_at, d.created_at))::text || count(*)
+             FROM undolog.notification_deliveries AS d
+             WHERE d.session_id = %(sid)s)) AS f
         """,
         {"sid": session_id},
     )
@@ -413,6 +435,17 @@ async def payload(
         "WHERE c.session_id = %s AND c.effect_id = %s",
         (session_id, effect_id),
     )
+
+
+async def delivery_in_session(conn: Conn, session_id: uuid.UUID, delivery_id: uuid.UUID) -> bool:
+    """Whether the notification delivery is one of this session's requests'."""
+    found = await one(
+        conn,
+        "SELECT 1 AS x FROM undolog.notification_deliveries"
+        " WHERE session_id = %s AND delivery_id = %s",
+        (session_id, delivery_id),
+    )
+    return found is not None
 
 
 async def undo_entry_in_session(conn: Conn, session_id: uuid.UUID, undo_id: uuid.UUID) -> bool:

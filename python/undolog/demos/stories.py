@@ -135,7 +135,7 @@ def story_rolls_back(ul: UndoLog, conn: psycopg.Connection[Any]) -> None:
     except ConnectionError as exc:
         say(f"   the agent failed: {exc}")
     state = conn.execute(
-        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session.session_id,)
+        "SELECT state FROM undolog.sessions_list WHERE session_id = %s", (session.session_id,)
     ).fetchone()
     say(
         f"   session {short_id(session.session_id)}: {state[0] if state else '?'}"

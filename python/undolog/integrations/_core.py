@@ -57,25 +57,14 @@ T = TypeVar("T")
 DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
 
-# The approval request of a call, found by its signature (an agent reads only its own
-# sessions' rows; approvers and operators read every row). An approved call that has not
-# run yet is held as pending while another request of its session is: nothing acts
-# while a person is being asked, and the engine answers it await_approval.
+# The approval request of a call, found by its signature (undolog.call_approvals: an
+# approved call that has not run yet is held as pending while another request of its
+# session is).
 _APPROVAL_OF_CALL = """
-SELECT a.approval_id,
-       CASE WHEN a.state = 'approved' AND e.state IN ('approved', 'pending')
-                 AND EXISTS (SELECT FROM undolog.undolog_approval_requests AS o
-                             WHERE o.session_id = a.session_id AND o.state = 'pending')
-            THEN 'pending' ELSE a.state END
-FROM undolog.undolog_signature_registry AS r
-JOIN undolog.undolog_approval_requests AS a
-  ON a.session_id = r.session_id AND a.effect_id = r.effect_id
-JOIN undolog.undolog_effect_log AS e
-  ON e.session_id = r.session_id AND e.effect_id = r.effect_id
- AND e.executed_at = r.executed_at
-WHERE r.session_id = %s AND r.call_signature = %s
+SELECT approval_id, state_for_the_agent FROM undolog.call_approvals
+WHERE session_id = %s AND call_signature = %s
 """
-_APPROVAL_STATE = "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s"
+_APPROVAL_STATE = "SELECT state FROM undolog.session_approvals WHERE approval_id = %s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,7 +287,7 @@ async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> W
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
     query = (session.session_id, _signature(session, tool, call_key, args))
-    row = await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query)
     return _answer(tool, call_key, args, row)
 
 
@@ -357,17 +346,14 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
     query = (session.session_id, _signature(session, tool, call_key, args))
-    if await (await conn.execute(_APPROVAL_OF_CALL, query)).fetchone() is None:
+    if await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query) is None:
         await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
 _APPROVAL_OF_STEP = """
-SELECT a.approval_id, a.state
-FROM undolog.undolog_effect_log AS e
-JOIN undolog.undolog_approval_requests AS a
-  ON a.session_id = e.session_id AND a.effect_id = e.effect_id
-WHERE e.session_id = %s AND e.step_index = %s AND e.tool_name = %s
-ORDER BY a.requested_at DESC
+SELECT approval_id, state FROM undolog.call_approvals
+WHERE session_id = %s AND step_index = %s AND tool_name = %s
+ORDER BY requested_at DESC
 LIMIT 1
 """
 
@@ -378,7 +364,7 @@ async def approval_of_step(
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
     params = (session_id, step_for(call_key), tool_name)
-    row = await (await conn.execute(_APPROVAL_OF_STEP, params)).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_OF_STEP, params)
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -403,7 +389,7 @@ def approval_of_step_sync(
 
 
 async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
-    row = await (await conn.execute(_APPROVAL_STATE, (approval_id,))).fetchone()
+    row = await aengine.fetch_optional(conn, _APPROVAL_STATE, (approval_id,))
     return str(row[0]) if row is not None else None
 
 
@@ -439,18 +425,9 @@ async def record_decision(
 # --- the UndoLog session of a framework run ---------------------------------------------
 
 # The decision that ended a session (a rejection, or an expiry, of a call whose tool
-# follows the default rule): the first, as undolog.session_refusal finds it. Requests
-# closed with it (asked at the same time) were decided a moment later.
-_ENDING_DECISION = """
-SELECT a.approval_id, a.state FROM undolog.undolog_approval_requests AS a
-JOIN undolog.undolog_effect_log AS e
-  ON e.session_id = a.session_id AND e.effect_id = a.effect_id
- AND e.executed_at = a.executed_at
-LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
-WHERE a.session_id = %s AND a.state IN ('rejected', 'expired')
-  AND coalesce(t.on_reject, 'fail_session') = 'fail_session'
-ORDER BY a.decided_at, a.approval_id LIMIT 1
-"""
+# follows the default rule): the first (undolog.ending_decision). Requests closed with it
+# (asked at the same time) were decided a moment later.
+_ENDING_DECISION = "SELECT approval_id, decision FROM undolog.ending_decision(%s)"
 
 
 # A session a run may go on in: active; waiting for a human (its committed calls replay,
@@ -524,7 +501,7 @@ async def framework_run(
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = await (await conn.execute(_ENDING_DECISION, (session_id,))).fetchone()
+                row = await aengine.fetch_optional(conn, _ENDING_DECISION, (session_id,))
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass

@@ -533,7 +533,7 @@ class McpProxy:
         async with self.pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    "SELECT session_id FROM undolog.undolog_sessions"
+                    "SELECT session_id FROM undolog.sessions_list"
                     " WHERE metadata->>'handle_sha256' = %s",
                     (_handle_hash(handle),),
                 )
@@ -994,7 +994,7 @@ class McpProxy:
             async with self.pool.connection() as conn:
                 row = await (
                     await conn.execute(
-                        "SELECT decided_by, reason, state FROM undolog.undolog_approval_requests"
+                        "SELECT decided_by, reason, state FROM undolog.session_approvals"
                         " WHERE approval_id = %s",
                         (approval_id,),
                     )
@@ -1063,8 +1063,7 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     row = await (
                         await conn.execute(
-                            "SELECT state FROM undolog.undolog_approval_requests"
-                            " WHERE approval_id = %s",
+                            "SELECT state FROM undolog.session_approvals WHERE approval_id = %s",
                             (approval_id,),
                         )
                     ).fetchone()

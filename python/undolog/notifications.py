@@ -1,0 +1,431 @@
+"""Notifications of approval requests: a webhook (signed JSON, or a Slack-compatible body)
+and e-mail over SMTP, delivered by a worker with retries.
+
+The agent's transaction writes nothing for this: :func:`deliver_due` (run by
+``undolog worker`` and ``undolog notify``, as an operator login) first asks the engine to
+add one delivery per pending request and live channel (``undolog.enqueue_notifications``),
+then claims the due deliveries one at a time (``FOR UPDATE SKIP LOCKED``: several
+workers never take the same one), sends each outside any transaction, and reports the
+outcome (``undolog.finish_notification``): sent, or due again after an exponential
+backoff, or failed after its last attempt. Every attempt is recorded on the delivery
+(``undolog.notification_deliveries``).
+
+A webhook's POST carries the header :data:`SIGNATURE_HEADER`,
+``t=<unix seconds>,v1=<hex>``, where ``<hex>`` is HMAC-SHA256 with the channel's secret
+of ``<unix seconds>.`` followed by the exact body bytes. A receiver recomputes it
+(:func:`verify`), compares in constant time, and refuses a timestamp older than a few
+minutes: a body replayed later fails. :data:`DELIVERY_HEADER` names the delivery, the
+same on every attempt: a receiver that got it twice (a worker that died after sending,
+before recording it) can tell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+import smtplib
+import ssl
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from typing import Any, Final
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from undolog.engine import Connection, fetch_one, translated
+
+SIGNATURE_HEADER: Final = "X-UndoLog-Signature"
+"""The webhook's signature header: ``t=<unix seconds>,v1=<hex HMAC-SHA256>``."""
+DELIVERY_HEADER: Final = "X-UndoLog-Delivery"
+"""The delivery's id, the same on every attempt of one delivery."""
+EVENT: Final = "approval.requested"
+"""The webhook body's ``event``."""
+DEFAULT_TOLERANCE: Final = 300.0
+"""How old (seconds) a signed timestamp :func:`verify` accepts by default."""
+# What a mail or a Slack message shows of the call's arguments (the dashboard has all).
+ARGS_PREVIEW = 2000
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One claimed delivery: what claim_notification answered."""
+
+    delivery_id: uuid.UUID
+    session_id: uuid.UUID
+    approval_id: uuid.UUID
+    attempt: int
+    max_attempts: int
+    channel_name: str
+    channel_kind: str
+    target: str
+    config: dict[str, Any]
+    secret: str | None
+    dashboard_url: str | None
+    step_index: int | None
+    tool_name: str | None
+    args: Any
+    agent: str | None
+    owner_role: str | None
+    requested_at: datetime
+    expires_at: datetime | None
+
+    @property
+    def url(self) -> str | None:
+        """The request in the dashboard, when the channel names the dashboard."""
+        return request_url(self.dashboard_url, self.session_id, self.approval_id)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one attempt: ``state`` is finish_notification's answer (sent,
+    pending: due again, failed: no attempt left, stale: no longer this worker's)."""
+
+    delivery_id: uuid.UUID
+    channel_name: str
+    attempt: int
+    state: str
+    error: str | None
+
+
+def request_url(base: str | None, session_id: uuid.UUID, approval_id: uuid.UUID) -> str | None:
+    """The dashboard's page of the request: its session's page, at the request."""
+    if not base:
+        return None
+    return f"{base.rstrip('/')}/sessions/{session_id}#approval-{approval_id}"
+
+
+# --- signing ----------------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def verify(
+    secret: str,
+    header: str | None,
+    body: bytes,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    now: float | None = None,
+) -> bool:
+    """Whether ``header`` (the :data:`SIGNATURE_HEADER` received) signs ``body`` with
+    ``secret`` at a time within ``tolerance`` seconds of ``now``: what a receiver checks."""
+    if not header:
+        return False
+    fields = dict(part.partition("=")[::2] for part in header.split(","))
+    stamp, given = fields.get("t", ""), fields.get("v1", "")
+    if not stamp.isdigit() or not given:
+        return False
+    if abs((time.time() if now is None else now) - int(stamp)) > tolerance:
+        return False
+    expected = sign(secret, int(stamp), body).partition(",v1=")[2]
+    return hmac.compare_digest(expected, given)
+
+
+# --- what is sent -----------------------------------------------------------------------
+
+
+def _args_text(args: Any) -> str:
+    text = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= ARGS_PREVIEW else text[:ARGS_PREVIEW] + " …"
+
+
+def _one_line(text: object) -> str:
+    """The agent's text on one line: no line break of it reaches a header or a summary."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+
+
+def summary(d: Delivery) -> str:
+    """One line: which call asks for a decision."""
+    return (
+        f"Approval requested: {_one_line(d.tool_name or '(call of a dropped month)')}"
+        f" (step {d.step_index}) in session {d.session_id} of {d.owner_role}"
+    )
+
+
+def webhook_body(d: Delivery) -> bytes:
+    """The POST body: the event as JSON, or ``{"text": ...}`` for format ``slack``."""
+    if d.config.get("format") == "slack":
+        # Slack's mrkdwn needs &, < and > escaped; everything else is plain text
+        def esc(text: str) -> str:
+            return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+        lines = [esc(summary(d)), f"args: `{esc(_args_text(d.args))}`"]
+        if d.expires_at is not None:
+            lines.append(f"decide before {d.expires_at.isoformat()}")
+        if d.url:
+            lines.append(f"<{d.url}|Open the request in the dashboard>")
+        return json.dumps({"text": "\n".join(lines)}).encode()
+    event = {
+        "event": EVENT,
+        "delivery_id": str(d.delivery_id),
+        "approval_id": str(d.approval_id),
+        "session_id": str(d.session_id),
+        "step_index": d.step_index,
+        "tool_name": d.tool_name,
+        "args": d.args,
+        "agent": d.agent,
+        "owner_role": d.owner_role,
+        "requested_at": d.requested_at.isoformat(),
+        "expires_at": d.expires_at.isoformat() if d.expires_at else None,
+        "url": d.url,
+    }
+    return json.dumps(event, ensure_ascii=False).encode()
+
+
+def email_message(d: Delivery) -> EmailMessage:
+    """The mail: a text part and an HTML part, every value from the call escaped."""
+    msg = EmailMessage()
+    msg["Subject"] = f"[UndoLog] approval requested: {_one_line(d.tool_name)}"[:200]
+    msg["From"] = str(d.config["smtp_from"])
+    msg["To"] = d.target
+    msg["Date"] = formatdate(localtime=False)
+    msg["Message-ID"] = make_msgid(idstring=str(d.delivery_id), domain="undolog")
+    rows = [
+        ("tool", str(d.tool_name)),
+        ("step", str(d.step_index)),
+        ("arguments", _args_text(d.args)),
+        ("session", str(d.session_id)),
+        ("login", str(d.owner_role)),
+        ("agent (its own name)", str(d.agent)),
+        ("requested", d.requested_at.isoformat()),
+        ("decide before", d.expires_at.isoformat() if d.expires_at else "no deadline"),
+        ("approval", str(d.approval_id)),
+    ]
+    text = [summary(d), ""] + [f"{k}: {v}" for k, v in rows]
+    if d.url:
+        text += ["", f"Open it in the dashboard to decide: {d.url}"]
+    msg.set_content("\n".join(text) + "\n")
+    cells = "".join(
+        f"<tr><th align=left>{html.escape(k)}</th><td><code>{html.escape(v)}</code></td></tr>"
+        for k, v in rows
+    )
+    link = (
+        f'<p><a href="{html.escape(d.url, quote=True)}">Open the request in the dashboard</a>'
+        " to decide.</p>"
+        if d.url
+        else ""
+    )
+    msg.add_alternative(
+        f"<html><body><p>{html.escape(summary(d))}</p><table>{cells}</table>{link}</body></html>",
+        subtype="html",
+    )
+    return msg
+
+
+# --- sending ----------------------------------------------------------------------------
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is a failure: following it would send the signed body elsewhere."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def send_webhook(d: Delivery, timeout: float) -> None:
+    """POST the body; raises on anything but a 2xx answer."""
+    body = webhook_body(d)
+    request = urllib.request.Request(
+        d.target,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "undolog-notify",
+            SIGNATURE_HEADER: sign(d.secret or "", int(time.time()), body),
+            DELIVERY_HEADER: str(d.delivery_id),
+        },
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"HTTP {exc.code} {exc.reason}") from exc
+    if not 200 <= status < 300:
+        raise RuntimeError(f"HTTP {status}")
+
+
+def send_email(d: Delivery, timeout: float) -> None:
+    """Hand the mail to the channel's SMTP server; raises if it does not take it."""
+    cfg = d.config
+    host, port = str(cfg["smtp_host"]), int(cfg["smtp_port"])
+    smtp: smtplib.SMTP
+    if cfg.get("ssl"):
+        smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        smtp = smtplib.SMTP(host, port, timeout=timeout)
+    with smtp:
+        if cfg.get("starttls"):
+            smtp.starttls(context=ssl.create_default_context())
+        if cfg.get("smtp_user"):
+            smtp.login(str(cfg["smtp_user"]), d.secret or "")
+        refused = smtp.send_message(email_message(d))
+    if refused:
+        raise RuntimeError(f"recipients refused: {', '.join(sorted(refused))}")
+
+
+SENDERS: dict[str, Callable[[Delivery, float], None]] = {
+    "webhook": send_webhook,
+    "email": send_email,
+}
+
+
+def _error_text(exc: BaseException) -> str:
+    # U+0000 (a server's answer may hold one) cannot be stored in a text column
+    text = " ".join(str(exc).split()).replace("\x00", "\ufffd")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- the worker's pass ------------------------------------------------------------------
+
+
+def enqueue(conn: Connection) -> int:
+    """Add the deliveries of pending requests not yet queued (operator); answers how
+    many."""
+    return int(fetch_one(conn, "SELECT undolog.enqueue_notifications()")[0])
+
+
+def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery | None:
+    """The oldest due delivery, now this worker's for ``lease`` (operator), or None."""
+    with translated():
+        row = (
+            conn.cursor(row_factory=dict_row)
+            .execute("SELECT * FROM undolog.claim_notification(%s)", (lease,))
+            .fetchone()
+        )
+    if row is None:
+        return None
+    row["config"] = dict(row["config"] or {})
+    return Delivery(**row)
+
+
+def finish(conn: Connection, d: Delivery, error: str | None) -> str:
+    """Record the attempt's outcome; answers the delivery's state (or ``'stale'``)."""
+    query = "SELECT undolog.finish_notification(%s, %s, %s)"
+    return str(fetch_one(conn, query, (d.delivery_id, d.attempt, error))[0])
+
+
+def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
+    """Send one claimed delivery; answers None when sent, or what went wrong."""
+    try:
+        SENDERS[d.channel_kind](d, timeout)
+    except Exception as exc:  # a channel's failure is recorded, never the worker's end
+        return _error_text(exc)
+    return None
+
+
+def deliver_due(
+    conn: Connection,
+    *,
+    limit: int = 100,
+    timeout: float = 10.0,
+    lease: timedelta = timedelta(minutes=5),
+    budget: float = 30.0,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[Outcome]:
+    """One pass: queue the new requests' deliveries, then send the due ones (at most
+    ``limit``, and no new one once ``budget`` seconds have gone: receivers that hang
+    until their timeout must not hold the worker's undo walks back for long), each
+    claimed, sent, and reported. ``conn`` in autocommit mode (each claim and report its
+    own transaction; nothing is held while sending)."""
+    enqueue(conn)
+    done: list[Outcome] = []
+    until = time.monotonic() + budget
+    while len(done) < limit and not should_stop() and time.monotonic() < until:
+        d = claim(conn, lease)
+        if d is None:
+            break
+        error = deliver(d, timeout)
+        state = finish(conn, d, error)
+        done.append(Outcome(d.delivery_id, d.channel_name, d.attempt, state, error))
+    return done
+
+
+# --- the operator's configuration -------------------------------------------------------
+
+
+def _add(
+    conn: Connection,
+    name: str,
+    kind: str,
+    target: str,
+    config: dict[str, Any],
+    secret: str | None,
+    dashboard_url: str | None,
+    by: str,
+) -> uuid.UUID:
+    query = "SELECT undolog.add_notification_channel(%s, %s, %s, %s, %s, %s, %s)"
+    params = (name, kind, target, Jsonb(config), secret, dashboard_url, by)
+    return uuid.UUID(str(fetch_one(conn, query, params)[0]))
+
+
+def add_webhook(
+    conn: Connection,
+    name: str,
+    url: str,
+    secret: str,
+    *,
+    by: str,
+    slack: bool = False,
+    dashboard_url: str | None = None,
+) -> uuid.UUID:
+    """Announce requests by POST to ``url``, signed with ``secret`` (operator)."""
+    config = {"format": "slack" if slack else "json"}
+    return _add(conn, name, "webhook", url, config, secret, dashboard_url, by)
+
+
+def add_email(
+    conn: Connection,
+    name: str,
+    recipients: Sequence[str],
+    *,
+    smtp_host: str,
+    smtp_port: int,
+    smtp_from: str,
+    by: str,
+    smtp_user: str | None = None,
+    password: str | None = None,
+    starttls: bool = False,
+    use_ssl: bool = False,
+    dashboard_url: str | None = None,
+) -> uuid.UUID:
+    """Announce requests by mail to ``recipients`` through an SMTP server (operator)."""
+    config: dict[str, Any] = {
+        "smtp_host": smtp_host,
+        "smtp_port": smtp_port,
+        "smtp_from": smtp_from,
+        "starttls": starttls,
+        "ssl": use_ssl,
+    }
+    if smtp_user:
+        config["smtp_user"] = smtp_user
+    target = ",".join(recipients)
+    return _add(conn, name, "email", target, config, password, dashboard_url, by)
+
+
+def remove_channel(conn: Connection, name: str, *, by: str) -> datetime:
+    """Remove a live channel; its deliveries not yet sent are cancelled (operator)."""
+    query = "SELECT undolog.remove_notification_channel(%s, %s)"
+    answer: datetime = fetch_one(conn, query, (name, by))[0]
+    return answer
+
+
+def retry(conn: Connection, delivery_id: uuid.UUID, *, by: str) -> int:
+    """Send a delivery again now (operator); answers its new max_attempts."""
+    return int(fetch_one(conn, "SELECT undolog.retry_notification(%s, %s)", (delivery_id, by))[0])

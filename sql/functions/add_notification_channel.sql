@@ -1,0 +1,112 @@
+-- undolog.add_notification_channel: an operator adds a channel that approval requests are
+-- announced through, recording who (p_by, the human) and which login. Answers its id.
+--   p_kind 'webhook': p_target the http(s) URL; p_config {"format": "json" | "slack"};
+--                     p_secret the HMAC-SHA256 key the bodies are signed with (required).
+--   p_kind 'email':   p_target the recipients, comma-separated; p_config {"smtp_host",
+--                     "smtp_port", "smtp_from", optional "smtp_user", "starttls", "ssl"};
+--                     p_secret the SMTP password, or NULL.
+--   p_dashboard_url   the dashboard's base URL, for the link to the request (or NULL).
+-- UL026 a definition that cannot work (kind, name, URL, address, config) or a name
+-- already live; UL008 a blank p_by.
+CREATE OR REPLACE FUNCTION undolog.add_notification_channel(
+    p_name text,
+    p_kind text,
+    p_target text,
+    p_config jsonb,
+    p_secret text,
+    p_dashboard_url text,
+    p_by text
+)
+RETURNS uuid
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_config jsonb := coalesce(p_config, '{}'::jsonb);
+    v_problem text;
+    v_address text;
+    v_id uuid;
+    -- An address without display name, spaces, commas or angle brackets: what goes into
+    -- a To: header as is (no header injection through a CR/LF either).
+    c_address constant text := '^[^@\s,<>"]+@[^@\s,<>"]+$';
+BEGIN
+    PERFORM undolog.check_operator(p_by);
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' THEN
+        v_problem := 'a name of letters, digits, "_", "." and "-" (at most 100)';
+    ELSIF p_kind IS NULL OR p_kind NOT IN ('webhook', 'email') THEN
+        v_problem := 'kind webhook or email';
+    ELSIF jsonb_typeof(v_config) <> 'object' THEN
+        v_problem := 'a config that is a JSON object';
+    ELSIF p_dashboard_url IS NOT NULL AND p_dashboard_url !~ '^https?://[^\s/?#]+[^\s]*$' THEN
+        v_problem := 'a dashboard URL of http(s)://host[/path]';
+    ELSIF p_kind = 'webhook' THEN
+        IF p_target IS NULL OR p_target !~ '^https?://[^\s/?#]+[^\s]*$' THEN
+            v_problem := 'a webhook URL of http(s)://host[/path]';
+        ELSIF coalesce(v_config ->> 'format', 'json') NOT IN ('json', 'slack')
+            OR (v_config - 'format') <> '{}'::jsonb THEN
+            v_problem := 'a webhook config of {"format": "json" | "slack"} only';
+        ELSIF undolog.is_blank(p_secret) OR length(p_secret) < 16 THEN
+            v_problem := 'a webhook secret (the HMAC key) of at least 16 characters';
+        END IF;
+    ELSE
+        IF p_target IS NULL OR btrim(p_target) = '' THEN
+            v_problem := 'at least one recipient';
+        ELSIF jsonb_typeof(v_config -> 'smtp_host') IS DISTINCT FROM 'string'
+            OR v_config ->> 'smtp_host' !~ '^[A-Za-z0-9.:\[\]-]+$' THEN
+            v_problem := 'an smtp_host';
+        ELSIF jsonb_typeof(v_config -> 'smtp_port') IS DISTINCT FROM 'number'
+            OR (v_config ->> 'smtp_port') !~ '^[0-9]{1,5}$'
+            OR (v_config ->> 'smtp_port')::integer NOT BETWEEN 1 AND 65535 THEN
+            v_problem := 'an smtp_port from 1 to 65535';
+        ELSIF jsonb_typeof(v_config -> 'smtp_from') IS DISTINCT FROM 'string'
+            OR v_config ->> 'smtp_from' !~ c_address THEN
+            v_problem := 'an smtp_from address';
+        ELSIF (v_config - ARRAY['smtp_host', 'smtp_port', 'smtp_from', 'smtp_user', 'starttls',
+                                'ssl']) <> '{}'::jsonb
+            OR jsonb_typeof(coalesce(v_config -> 'starttls', 'false')) <> 'boolean'
+            OR jsonb_typeof(coalesce(v_config -> 'ssl', 'false')) <> 'boolean'
+            OR jsonb_typeof(coalesce(v_config -> 'smtp_user', '""')) <> 'string' THEN
+            v_problem := 'an email config of smtp_host, smtp_port, smtp_from, and optionally '
+                         'smtp_user (text), starttls and ssl (booleans)';
+        ELSE
+            FOREACH v_address IN ARRAY pg_catalog.string_to_array(p_target, ',') LOOP
+                IF btrim(v_address) !~ c_address THEN
+                    v_problem := pg_catalog.format('recipients that are addresses, not %L',
+                                                   btrim(v_address));
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL026',
+            MESSAGE = 'invalid notification channel: it needs ' || v_problem;
+    END IF;
+    INSERT INTO undolog.undolog_notification_channels AS c (
+        channel_name, kind, destination, config, secret, dashboard_url, created_by, created_role
+    )
+    VALUES (
+        p_name, p_kind,
+        CASE WHEN p_kind = 'email'
+            THEN (SELECT pg_catalog.string_agg(btrim(a.x), ', ')
+                  FROM pg_catalog.unnest(pg_catalog.string_to_array(p_target, ',')) AS a (x))
+            ELSE p_target
+        END,
+        v_config, nullif(p_secret, ''), p_dashboard_url, p_by, session_user
+    )
+    ON CONFLICT (channel_name) WHERE removed_at IS NULL DO NOTHING
+    RETURNING c.channel_id INTO v_id;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL026',
+            MESSAGE = pg_catalog.format('a notification channel named %s exists: remove it first',
+                                        p_name);
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.add_notification_channel(
+    text, text, text, jsonb, text, text, text
+) FROM public;

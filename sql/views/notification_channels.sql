@@ -1,0 +1,36 @@
+-- undolog.notification_channels: the channels approval requests are announced through,
+-- live and removed, WITHOUT their secrets: has_secret says whether one is set. A
+-- webhook's URL is shown (destination) as its scheme and host only, since a Slack
+-- incoming-webhook URL is itself a credential (its path is the token). The view runs
+-- with its owner's rights (the table is the owner's alone): only approver and operator
+-- may select it.
+-- New columns go at the end: CREATE OR REPLACE VIEW keeps the existing ones in place.
+CREATE OR REPLACE VIEW undolog.notification_channels AS
+SELECT
+    c.channel_id,
+    c.channel_name,
+    c.kind,
+    CASE
+        WHEN c.kind = 'webhook'
+            THEN substring(c.destination FROM '^https?://[^/?#]+') || '/…'
+        ELSE c.destination
+    END AS destination,
+    CASE
+        WHEN c.kind = 'webhook' THEN coalesce(c.config ->> 'format', 'json')
+        ELSE 'email'
+    END AS body_format,
+    c.config - 'format' AS smtp,
+    c.secret IS NOT NULL AS has_secret,
+    c.dashboard_url,
+    c.created_at,
+    c.created_by,
+    c.created_role,
+    c.removed_at IS NULL AS live,
+    c.removed_at,
+    c.removed_by
+FROM undolog.undolog_notification_channels AS c;
+
+COMMENT ON VIEW undolog.notification_channels IS
+'Notification channels of approval requests, without their secrets.';
+
+REVOKE ALL ON undolog.notification_channels FROM public;

@@ -1,0 +1,439 @@
+"""The `undolog` command's rough edges, found by a newcomer, each held to its fix: exit
+codes, messages, JSON errors, id prefixes, the operator actions, health."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgcluster import free_port
+from undolog import engine, errors, saga
+from undolog.cli import build_parser, describe_error, main
+from undolog.migrations import available_migrations
+from undolog.walk import run_walk
+
+Conn = psycopg.Connection[Any]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def committed_session(
+    conn: Conn,
+    compensation: str = "undo",
+    session_id: uuid.UUID | None = None,
+    max_attempts: int = 1,
+) -> uuid.UUID:
+    sid = engine.begin_session(conn, session_id, agent="edges")
+    hit = engine.intercept(
+        conn,
+        sid,
+        0,
+        "create_user",
+        "compensable",
+        {"n": 1},
+        {"name": compensation, "max_attempts": max_attempts},
+    )
+    assert hit.effect_id is not None
+    engine.commit(conn, hit.effect_id, {"user_id": 1})
+    return sid
+
+
+def halted_session(conn: Conn) -> uuid.UUID:
+    """A session whose only compensation failed for good: halted, waiting for a person."""
+    sid = committed_session(conn)
+    engine.fail_session(conn, sid, "gave up")
+
+    def refuses(call: Any) -> None:
+        raise RuntimeError("the refund API is down")
+
+    assert run_walk(conn, sid, {"undo": refuses}, wait=0) == "halted"
+    return sid
+
+
+def test_halted_abandoned_and_halted_waiting_look_different_and_undone_means_compensated(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    waiting, abandoned = halted_session(conn), halted_session(conn)
+    done = committed_session(conn)
+    engine.fail_session(conn, done, "gave up")
+    assert run_walk(conn, done, {"undo": lambda call: None}, wait=0) == "compensated"
+    code, out, err = run(
+        capsys, "sessions", "abandon", str(abandoned)[:13], "--by", "alice", "--reason", "by hand"
+    )
+    assert (code, out.strip()) == (0, f"session {abandoned}: halted"), err
+    code, out, _ = run(capsys, "sessions", "list", "--dsn", dsn)
+    assert code == 0
+    line = {sid: next(x for x in out.splitlines() if str(sid) in x) for sid in (waiting, abandoned)}
+    assert "halted (needs operator)" in line[waiting]
+    assert "halted (abandoned)" in line[abandoned]
+    code, out, _ = run(capsys, "--dsn", dsn, "sessions", "list", "--json")
+    rows = {r["session_id"]: r for r in json.loads(out)}
+    assert rows[str(waiting)]["undone_calls"] == 0  # its compensation failed: not undone
+    assert rows[str(waiting)]["compensation_failed_calls"] == 1
+    assert rows[str(done)]["undone_calls"] == 1
+    assert rows[str(abandoned)]["resolved_by"] == "alice"
+    assert rows[str(waiting)]["resolved_by"] is None
+
+
+@pytest.fixture(autouse=True)
+def _dsn_env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UNDOLOG_DSN", dsn)
+
+
+def test_sessions_resume_retry_rollback(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:
+    retried, resumed = halted_session(conn), halted_session(conn)
+    code, out, err = run(capsys, "sessions", "retry", str(retried), "--by", "bob")
+    assert (code, out.strip()) == (0, f"session {retried}: compensating"), err
+    code, out, err = run(capsys, "--json", "sessions", "resume", str(resumed), "--by", "bob")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "session_id": str(resumed),
+        "action": "resume",
+        "state": "compensating",
+    }
+    live = committed_session(conn)
+    code, _, err = run(capsys, "sessions", "rollback", str(live), "--by", "carol")
+    assert code == 2 and "--reason" in err  # required, like the SQL requires it
+    code, out, err = run(
+        capsys, "sessions", "rollback", str(live), "--by", "carol", "--reason", "wrong customer"
+    )
+    assert (code, out.strip()) == (0, f"session {live}: failed"), err
+    actions = conn.execute(
+        "SELECT session_id, action, performed_by FROM undolog.undolog_operator_actions ORDER BY at"
+    ).fetchall()
+    assert actions == [
+        (retried, "retry", "bob"),
+        (resumed, "resume", "bob"),
+        (live, "rollback", "carol"),
+    ]
+    code, _, err = run(capsys, "sessions", "retry", str(live), "--by", "bob")
+    assert code == 2 and "not halted" in err
+    code, _, err = run(capsys, "sessions", "resume", str(live), "--by", " ")
+    assert code == 2 and "--by" in err and "p_by" not in err
+
+
+def test_id_prefixes_unique_ambiguous_and_unknown(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = engine.begin_session(conn, uuid.UUID("abcd1111-0000-4000-8000-000000000001"))
+    engine.begin_session(conn, uuid.UUID("abcd2222-0000-4000-8000-000000000002"))
+    code, out, err = run(capsys, "sessions", "show", "abcd1")
+    assert code == 0 and out.startswith(f"session {a} "), err
+    code, out, err = run(capsys, "sessions", "show", "abcd1111…")  # as the demo prints it
+    assert code == 0, err
+    code, _, err = run(capsys, "sessions", "show", "abcd")
+    assert code == 2 and "ambiguous" in err and str(a) in err
+    code, _, err = run(capsys, "sessions", "show", "ffff9")
+    assert code == 3 and "unknown session" in err
+    for bad in ("not-hex!", "-", "ab", ""):
+        code, _, err = run(capsys, "sessions", "show", bad)
+        assert code == 2 and "id prefix of at least 4" in err, bad
+    hit = engine.intercept(conn, a, 0, "pay", "irreversible", {"cents": 1})
+    assert hit.approval_id is not None
+    code, out, err = run(capsys, "approvals", "approve", str(hit.approval_id)[:8], "--by", "dora")
+    assert (code, out.strip()) == (0, f"approval {hit.approval_id}: approved"), err
+    code, _, err = run(capsys, "approvals", "reject", str(hit.approval_id), "--by", "\t")
+    assert code == 2 and err.startswith("undolog: --by must name who decides"), err
+
+
+def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "sessions", "list", "--state", "bogus")[0] == 2
+    assert run(capsys, "sessions", "list", "--limit", "-1")[0] == 2
+    code, _, err = run(capsys, "migrate", "--target", "9999_nope")
+    assert code == 2 and "0001_baseline" in err
+    code, _, err = run(capsys, "partitions", "ensure", "--older-than", "2025-01-01Z")
+    assert code == 2 and "--older-than" in err
+    assert run(capsys, "partitions", "ensure", "--force")[0] == 2
+    assert run(capsys, "partitions", "maintain", "--detach")[0] == 2
+    code, _, err = run(capsys, "partitions", "ensure", "--months-ahead", "500")
+    assert code == 2 and "--months-ahead must be between 0 and 120" in err
+    assert "p_months_ahead" not in err
+
+
+def test_migrate_to_a_target_the_database_is_past_says_so(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    latest = available_migrations()[-1].name  # the database has every migration there is
+    assert run(capsys, "migrate", "--target", latest)[1].strip() == "up to date"
+    # as a newer package would have left it: a migration after the target is recorded
+    conn.execute(
+        "INSERT INTO undolog.undolog_migrations (name, checksum) VALUES ('9999_later', 'x')"
+    )
+    code, out, _ = run(capsys, "migrate", "--target", latest)
+    assert code == 0
+    assert f"already past {latest} (it has 9999_later)" in out and "up to date" not in out
+
+
+def test_json_anywhere_and_errors_as_a_json_object(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    committed_session(conn)
+    for argv in (
+        ["--json", "sessions", "list"],
+        ["sessions", "--json", "list"],
+        ["sessions", "list", "--json"],
+    ):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and json.loads(out)[0]["agent"] == "edges", argv
+    code, out, err = run(capsys, "sessions", "--json", "show", str(uuid.uuid4()))
+    assert code == 3 and out == ""
+    assert json.loads(err)["sqlstate"] == "UL002"
+    code, _, err = run(capsys, "--json", "sessions", "list", "--state", "bogus")
+    body = json.loads(err)
+    assert code == 2 and set(body) == {"error", "sqlstate", "hint"} and "bogus" in body["error"]
+
+
+def test_partitions_drop_takes_the_readmes_instant_forms(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for instant in ("2020-01-01Z", "2020-01-01T00:00:00Z", "2020-01-01 00:00:00+00:00"):
+        code, out, err = run(capsys, "partitions", "drop", "--older-than", instant)
+        assert (code, out.strip()) == (0, "(none)"), (instant, err)
+    code, _, err = run(capsys, "partitions", "drop", "--older-than", "2020-01-01")
+    assert code == 2 and "no time zone" in err
+
+
+def _iter_actions(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
+    """Every option and argument of the parser and its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _iter_actions(sub)
+        else:
+            yield parser.prog, action
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    missing = [
+        f"{prog} {action.dest}"
+        for prog, action in _iter_actions(build_parser())
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert missing == []
+
+
+def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "health", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["healthy"] is True, err
+    assert [c["name"] for c in report["checks"]] == [
+        "connection",
+        "schema",
+        "locks",
+        "partitions",
+        "worker",
+        "operator",
+    ]
+    sid = committed_session(conn)
+    engine.fail_session(conn, sid, "gave up")  # and no worker walks it
+    halted_session(conn)
+    code, out, _ = run(capsys, "health", "--max-lag", "0")
+    assert code == 1 and "FAIL  worker" in out and "unhealthy" in out
+    assert "1 halted sessions wait for an operator" in out
+    assert run(capsys, "health", "--max-lag", "3600")[0] == 0
+
+
+def test_health_says_whether_advisory_locks_are_revoked_from_public(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "health")
+    assert code == 0 and "advisory-lock functions revoked from PUBLIC" in out
+    conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO PUBLIC")
+    code, out, _ = run(capsys, "--json", "health")
+    report = json.loads(out)
+    (locks,) = [c for c in report["checks"] if c["name"] == "locks"]
+    assert code == 1 and locks["ok"] is False
+    assert locks["public_advisory_functions"] == ["pg_advisory_lock(bigint)"]
+
+
+def test_health_counts_a_walk_whose_walker_died(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker that died mid-walk leaves its claim to expire: that session is due."""
+    sid = committed_session(conn)
+    engine.fail_session(conn, sid, "gave up")
+    # long enough that a loaded machine still reads health before the claim expires
+    claim = saga.claim_compensation(conn, sid, timedelta(seconds=2))
+    assert claim is not None
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "30")
+    worker = json.loads(out)["checks"][4]
+    assert code == 0 and worker["due_sessions"] == 0  # in flight under a live claim
+    time.sleep(2.2)  # the claim expires: nobody walks it
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "0.1")
+    worker = json.loads(out)["checks"][4]
+    assert code == 1 and worker["due_sessions"] == 1 and worker["ok"] is False
+
+
+def failed_session(conn: Conn, max_attempts: int = 1) -> uuid.UUID:
+    """A session with one committed compensable call, failed and not walked yet."""
+    sid = committed_session(conn, max_attempts=max_attempts)
+    engine.fail_session(conn, sid, "gave up")
+    return sid
+
+
+def test_health_and_recover_agree_on_every_kind_of_due_session(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule (undolog.due_sessions) for what a worker must act on: health counts
+    exactly the sessions recover() hands out, each kind of due and of not-due session."""
+    never_walked = failed_session(conn)
+    retry_passed = failed_session(conn, max_attempts=3)
+    claim = saga.claim_compensation(conn, retry_passed)
+    assert claim is not None
+    assert saga.fail_compensation(conn, claim.undo_id, "refund API down") == "retry"
+    claim_expired = failed_session(conn)
+    assert saga.claim_compensation(conn, claim_expired, timedelta(milliseconds=500))
+    nothing_left = failed_session(conn)  # its walk ends at the next claim
+    claim = saga.claim_compensation(conn, nothing_left)
+    assert claim is not None
+    saga.complete_compensation(conn, claim.undo_id)
+    lease_expired = engine.begin_session(conn, agent="died", lease=timedelta(seconds=1))
+    # not due: a walk under a live claim, a live agent, a halted session (a person's)
+    walking = failed_session(conn)
+    assert saga.claim_compensation(conn, walking, timedelta(minutes=5))
+    engine.begin_session(conn, agent="alive")
+    halted_session(conn)
+    time.sleep(1.2)  # the lease, the short claim and the first retry's backoff run out
+
+    due = {never_walked, retry_passed, claim_expired, nothing_left, lease_expired}
+    states = dict(conn.execute("SELECT session_id, state FROM undolog.due_sessions").fetchall())
+    assert set(states) == due
+    assert states[nothing_left] == "compensating" and states[lease_expired] == "active"
+    code, out, _ = run(capsys, "--json", "health", "--max-lag", "3600")
+    worker = json.loads(out)["checks"][4]
+    assert code == 0 and worker["due_sessions"] == len(due)
+    assert set(saga.recover(conn)) == due  # recover() fails the lapsed lease first
+    assert engine.session_state(conn, lease_expired) == "failed"
+
+
+@pytest.fixture
+def empty_db(fresh_db: Callable[..., str]) -> str:
+    """A database of the same cluster without the engine."""
+    return fresh_db()
+
+
+def test_a_database_without_the_engine_says_run_migrate(
+    empty_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "sessions", "list", "--dsn", empty_db)
+    assert code == 1
+    assert err.startswith(
+        "undolog: the UndoLog engine is not installed in this database: run `undolog migrate`"
+    )
+    code, out, _ = run(capsys, "health", "--dsn", empty_db)
+    assert code == 1 and "FAIL  schema" in out and "run `undolog migrate`" in out
+
+
+def test_no_dsn_or_a_refused_connection_names_undolog_dsn_and_dsn(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = f"host=127.0.0.1 port={free_port()} connect_timeout=2"
+    code, _, err = run(capsys, "sessions", "list", "--dsn", refused)
+    assert code == 1 and "UNDOLOG_DSN" in err and "--dsn" in err
+    monkeypatch.delenv("UNDOLOG_DSN")
+    monkeypatch.setenv("PGHOST", "/nonexistent-socket-dir")
+    code, _, err = run(capsys, "sessions", "list")
+    assert code == 1 and "no DSN given" in err and "UNDOLOG_DSN" in err
+    code, out, _ = run(capsys, "health", "--json")
+    assert code == 1 and json.loads(out)["checks"][0]["ok"] is False
+
+
+@pytest.fixture
+def nobody(conn: Conn, dsn: str) -> Iterator[str]:
+    """A login with no UndoLog role and no privilege."""
+    conn.execute("CREATE ROLE cli_nobody LOGIN")
+    yield psycopg.conninfo.make_conninfo(dsn, user="cli_nobody")
+    conn.execute("DROP OWNED BY cli_nobody")
+    conn.execute("DROP ROLE cli_nobody")
+
+
+def test_a_login_without_privileges_gets_a_hint_not_a_traceback(
+    nobody: str, empty_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "sessions", "list", "--dsn", nobody)
+    assert code == 1 and "permission denied" in err and "undolog_operator" in err
+    fresh_as_nobody = psycopg.conninfo.make_conninfo(empty_db, user="cli_nobody")
+    code, _, err = run(capsys, "migrate", "--dsn", fresh_as_nobody)
+    assert code == 1 and "permission denied for database" in err
+    assert "may create a schema" in err
+    demo = subprocess.run(
+        [sys.executable, "-m", "undolog.demos"],
+        env={**os.environ, "UNDOLOG_DSN": fresh_as_nobody},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert demo.returncode == 1 and "Traceback" not in demo.stderr
+    assert "demo stopped: permission denied" in demo.stderr and "hint:" in demo.stderr
+
+
+def test_an_installer_without_createrole_is_told_so(nobody: str) -> None:
+    with (
+        psycopg.connect(nobody, autocommit=True) as as_nobody,
+        pytest.raises(psycopg.Error) as refused,
+    ):
+        as_nobody.execute("CREATE ROLE undolog_agent_test NOLOGIN")
+    report = describe_error(refused.value)
+    assert report.sqlstate == "42501" and "CREATEROLE" in (report.hint or "")
+
+
+def test_a_closed_pipe_ends_quietly(dsn: str) -> None:
+    """`undolog install-sql | head -1`: far more than a pipe buffer, the reader gone."""
+    out = subprocess.run(
+        f"{sys.executable} -m undolog.cli install-sql | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+        executable="/bin/bash",
+    )
+    assert out.stdout == "BEGIN;\n"
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
+def test_the_command_and_the_dashboard_answer_an_error_from_one_table(conn: Conn) -> None:
+    """An engine refusal gets its class's exit code from the command and its class's HTTP
+    status from the dashboard (undolog.errors), whichever face meets it."""
+    from undolog.dashboard.app import engine_error
+
+    refusals = [
+        ("SELECT undolog.retry_compensation(%s, 'ops', 'why')", errors.UnknownUndoEntry, 3, 404),
+        ("SELECT undolog.resume_session(%s, 'ops', 'why')", errors.UnknownSession, 3, 404),
+        ("SELECT undolog.approve(%s, 'ops')", errors.UnknownApproval, 3, 404),
+        ("SELECT undolog.approve(%s, ' ')", errors.InvalidArgument, 2, 422),
+        ("SELECT undolog.approve(%s::text::uuid, 'ops')", errors.InvalidArgument, 2, 422),
+    ]
+    for sql, cls, code, status in refusals:
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(sql, ("not-a-uuid" if "::text" in sql else uuid.uuid4(),))
+        assert errors.classify(raised.value) is cls, sql
+        assert (cls.exit_code, cls.http_status) == (code, status)
+        assert describe_error(raised.value).code == code, sql
+        assert describe_error(errors.translate(raised.value)).code == code, sql
+        assert engine_error(raised.value)[0] == status, sql
+
+
+def test_a_permission_denied_names_the_role_the_command_needs(
+    nobody: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command's parser says which group role it needs; the hint names that one."""
+    approval = str(uuid.uuid4())
+    code, _, err = run(capsys, "approvals", "approve", approval, "--by", "x", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_approver, which this command needs" in err
+    code, _, err = run(capsys, "partitions", "ensure", "--dsn", nobody)
+    assert code == 1 and "grant the login undolog_operator, which this command needs" in err

@@ -1,0 +1,442 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Selenium (headless),
+against the real server (uvicorn) on a real PostgreSQL, with a real agent process
+waiting on a human's decision. Screenshots go to .tmp/screenshots/ (git-ignored);
+UNDOLOG_DOCS_SCREENSHOT=1 also writes docs/img/dashboard.png (make dashboard-screenshot).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from dashboard_helpers import (
+    PASSWORD,
+    active_session,
+    as_login,
+    create_logins,
+    halted_session,
+    password_auth,
+    waiting_session,
+    without_user,
+)
+from pgcluster import free_port
+from undolog.dashboard import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / ".tmp" / "screenshots"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+Conn = psycopg.Connection[Any]
+
+if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):  # pragma: no cover
+    pytest.fail(
+        "Chromium and its driver are missing: make deps installs them "
+        "(apt-get install chromium chromium-driver)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def passwords(undolog_server: Any) -> Iterator[bool]:
+    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
+    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
+        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
+            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
+                conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        create_logins(conn)
+        with password_auth(conn) as enforced:
+            yield enforced
+
+
+def _chromium(profile: Path, javascript: bool = True) -> webdriver.Chrome:
+    """A headless Chromium of its own profile; with JavaScript switched off unless
+    `javascript`."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1000",
+        "--lang=en-US",  # the time zone names the tests read ("GMT+9")
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2}
+        )
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    driver = _chromium(tmp_path_factory.mktemp("chromium-profile"))
+    driver.implicitly_wait(0)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def site(dsn: str, passwords: bool, browser: webdriver.Chrome) -> Iterator[str]:
+    """The real server (uvicorn, in a thread) on a free port; answers its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(without_user(dsn)),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        browser.get("about:blank")  # closes the page's event stream before the server stops
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def log_in(browser: webdriver.Chrome, site: str, login: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{site}/login")
+    browser.find_element(By.ID, "login").send_keys(login)
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "login-submit").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "whoami"))
+    assert browser.find_element(By.ID, "whoami").text == login
+
+
+def shot(browser: webdriver.Chrome, name: str) -> None:
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def start_agent(dsn: str, ledger: Path) -> tuple[subprocess.Popen[str], uuid.UUID]:
+    agent = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "dashboard_agent.py"), dsn, str(ledger)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert agent.stdout is not None
+    line = agent.stdout.readline().split()
+    assert line[:1] == ["waiting"], line
+    return agent, uuid.UUID(line[1])
+
+
+def finish(agent: subprocess.Popen[str]) -> list[str]:
+    out, _ = agent.communicate(timeout=30)
+    assert agent.returncode == 0, out
+    return out.split()
+
+
+def appears(browser: webdriver.Chrome, element_id: str, timeout: float = 5.0) -> float:
+    """Seconds until the element is on the page (which must not reload meanwhile)."""
+    started = time.monotonic()
+    WebDriverWait(browser, timeout, poll_frequency=0.05).until(
+        lambda b: b.find_elements(By.ID, element_id)
+    )
+    assert browser.execute_script("return window.undologMarker") == "not reloaded"
+    return time.monotonic() - started
+
+
+def test_approver_sees_a_request_live_approves_it_and_rejects_another(
+    browser: webdriver.Chrome, site: str, dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    agent_dsn = as_login(without_user(dsn), "dash_agent")
+    ledger = tmp_path / "ledger.txt"
+    conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '1 hour'")
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    assert browser.find_elements(By.ID, "inbox-empty")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+
+    agent, approval_id = start_agent(agent_dsn, ledger)
+    waited = appears(browser, f"req-{approval_id}")
+    print(f"request appeared live after {waited:.2f}s")
+    assert waited < 3.0
+    row = browser.find_element(By.ID, f"req-{approval_id}")
+    assert "<img src=x onerror=alert(1)>" in row.text  # shown as text, not markup
+    assert "book" in row.text  # what the session did before
+    countdown = row.find_element(By.CLASS_NAME, "countdown").text
+    assert re.fullmatch(r"expires in (1h 0m 0s|59m \d+s)", countdown), countdown
+    shot(browser, "inbox")
+    if os.environ.get("UNDOLOG_DOCS_SCREENSHOT") == "1":
+        (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
+        shutil.copy(SHOTS / "inbox.png", ROOT / "docs" / "img" / "dashboard.png")
+
+    # One click only asks: a page restates the call, and a second button approves it.
+    browser.find_element(By.ID, f"approve-{approval_id}").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+    asked = browser.find_element(By.ID, f"confirm-{approval_id}").text
+    assert "pay" in asked and "4200" in asked and "<img src=x onerror=alert(1)>" in asked
+    assert "dash_agent" in asked and "browser-agent" in asked and "agent's own claim" in asked
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")  # the argument is text
+    shot(browser, "confirm")
+    decided = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (approval_id,),
+    ).fetchone()
+    assert decided == ("pending",)
+    assert not ledger.exists() or ledger.read_text() == ""  # not paid yet
+    browser.find_element(By.ID, "confirm-approve").click()
+    WebDriverWait(browser, 15).until(lambda b: "approved by dash_approver" in b.page_source)
+    assert finish(agent)[-2:] == ["approved", "done"]
+    assert ledger.read_text().splitlines() == ["paid 4200"]  # the call ran, once
+
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    agent, second = start_agent(agent_dsn, ledger)
+    appears(browser, f"req-{second}")
+    browser.find_element(By.ID, f"reason-{second}").send_keys("not this month")
+    browser.find_element(By.ID, f"reject-{second}").click()
+    WebDriverWait(browser, 15).until(lambda b: "rejected by dash_approver" in b.page_source)
+    assert finish(agent)[-2:] == ["rejected", "done"]
+    assert ledger.read_text().splitlines() == ["paid 4200"]  # not paid again
+    row2 = conn.execute(
+        "SELECT state, decided_by, reason FROM undolog.undolog_approval_requests "
+        "WHERE approval_id = %s",
+        (second,),
+    ).fetchone()
+    assert row2 == ("rejected", "dash_approver", "not this month")
+    shot(browser, "inbox-after")
+
+    # both decisions, on the page of past decisions, filtered to the approver's own
+    browser.find_element(By.ID, "nav-decisions").click()
+    browser.find_element(By.ID, "f-mine").click()
+    browser.find_element(By.ID, "f-today").click()
+    browser.find_element(By.ID, "f-apply").click()
+    WebDriverWait(browser, 5).until(lambda b: "mine=1" in b.current_url)
+    shown = {
+        r.get_attribute("data-approval"): r.text
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.decision")
+    }
+    assert set(shown) == {str(approval_id), str(second)}
+    assert "Approved" in shown[str(approval_id)] and "Rejected" in shown[str(second)]
+    assert "not this month" in shown[str(second)]
+    assert "<img src=x onerror=alert(1)>" in shown[str(approval_id)]
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img")
+    shot(browser, "decisions-mine")
+
+
+def test_operator_resumes_a_halted_session_and_rolls_back_a_live_one(
+    browser: webdriver.Chrome, site: str, dsn: str, conn: Conn
+) -> None:
+    halted = halted_session(dsn)
+    live = active_session(without_user(dsn))
+    log_in(browser, site, "dash_operator")
+
+    browser.get(f"{site}/sessions/{halted}")
+    assert "booking API down" in browser.find_element(By.ID, "halted").text
+    shot(browser, "halted")
+    browser.find_element(By.ID, "resume-reason").send_keys("cancelled by phone")
+    browser.find_element(By.ID, "resume").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "operator-actions"))
+    assert "resume by dash_operator" in browser.find_element(By.ID, "operator-actions").text
+    assert not browser.find_elements(By.ID, "resume")
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (halted,)
+    ).fetchone()
+    assert state is not None and state[0] in ("compensating", "compensated")
+
+    browser.get(f"{site}/sessions/{live}")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    # The agent makes another call: the open page shows it without a reload.
+    with psycopg.connect(as_login(without_user(dsn), "dash_agent"), autocommit=True) as agent:
+        from undolog import engine
+
+        engine.intercept(agent, live, 1, "book", "compensable", {"item": "second"}, {"name": "x"})
+    waited = appears(browser, "call-1")
+    print(f"session page updated live after {waited:.2f}s")
+    browser.find_element(By.ID, "rollback-reason").send_keys("the customer cancelled")
+    browser.find_element(By.ID, "rollback").click()
+    WebDriverWait(browser, 5).until(lambda b: b.find_elements(By.ID, "operator-actions"))
+    assert "rollback by dash_operator" in browser.find_element(By.ID, "operator-actions").text
+    assert not browser.find_elements(By.ID, "rollback")
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (live,)
+    ).fetchone()
+    assert state == ("failed",)
+    shot(browser, "rolled-back")
+
+
+def test_an_agent_login_sees_only_its_sessions_and_no_decision_buttons(
+    browser: webdriver.Chrome, site: str, dsn: str
+) -> None:
+    own = waiting_session(without_user(dsn), login="dash_agent")
+    other = waiting_session(without_user(dsn), login="dash_agent2")
+    log_in(browser, site, "dash_agent")
+    browser.get(f"{site}/sessions")
+    listed = {
+        r.get_attribute("data-session")
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.session-row")
+    }
+    assert listed == {str(own.session_id)}
+    assert not browser.find_elements(By.ID, "nav-approvals")
+    browser.get(f"{site}/sessions/{own.session_id}")
+    assert "pending" in browser.find_element(By.ID, f"approval-{own.approval_id}").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.approve, button.reject")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#rollback, #resume, #abandon")
+    shot(browser, "agent-session")
+    browser.get(f"{site}/sessions/{other.session_id}")
+    assert "Not found" in browser.find_element(By.TAG_NAME, "h1").text
+
+
+def test_a_live_page_says_so_when_the_persons_connection_is_killed(
+    browser: webdriver.Chrome, site: str, conn: Conn
+) -> None:
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("window.undologMarker = 'not reloaded'")
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+    )
+    appears(browser, "live-status")
+    note = browser.find_element(By.ID, "live-status")
+    assert "connection to the database was closed" in note.text and "Log in again" in note.text
+    shot(browser, "connection-lost")
+
+
+def test_the_fifth_login_elsewhere_logs_the_oldest_page_out_and_says_why(
+    browser: webdriver.Chrome, site: str
+) -> None:
+    """The browser's web session is the oldest: four more logins of the same person (other
+    devices) replace it, its open page goes to the login page, which says why."""
+    import httpx
+
+    from dashboard_helpers import csrf_of
+    from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
+
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    elsewhere = [httpx.Client(base_url=site) for _ in range(MAX_SESSIONS_PER_LOGIN)]
+    try:
+        for client in elsewhere:
+            token = csrf_of(client.get("/login").text)
+            answer = client.post(
+                "/login", data={"csrf": token, "login": "dash_approver", "password": PASSWORD}
+            )
+            assert answer.status_code == 303
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "login-notice"))
+        notice = browser.find_element(By.ID, "login-notice").text
+        assert "logged out here because dash_approver logged in somewhere else" in notice
+        shot(browser, "replaced")
+        browser.get(f"{site}/approvals")  # the old cookie no longer works
+        assert browser.current_url.endswith("/login")
+        for client in elsewhere:
+            assert client.get("/approvals").status_code == 200
+    finally:
+        for client in elsewhere:
+            client.close()
+
+
+def test_times_are_shown_in_the_viewers_time_zone(
+    browser: webdriver.Chrome, site: str, dsn: str
+) -> None:
+    waiting = waiting_session(without_user(dsn))
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Tokyo"})
+    try:
+        log_in(browser, site, "dash_approver")
+        browser.get(f"{site}/sessions/{waiting.session_id}")
+        stamp = browser.find_element(By.CSS_SELECTOR, "#session-states time")
+        utc = stamp.get_attribute("datetime")
+        assert utc is not None
+        shown = stamp.text
+        assert shown.endswith("GMT+9"), shown
+        utc_hour = int(utc[11:13])
+        assert int(shown[11:13]) == (utc_hour + 9) % 24, (utc, shown)
+        assert (stamp.get_attribute("title") or "").endswith("UTC")  # the original, on hover
+        history = browser.find_element(By.CSS_SELECTOR, "pre.history").text
+        assert "GMT+9" in history, history
+        # "decided today" is the viewer's day: the page sends its zone
+        browser.get(f"{site}/decisions")
+        browser.find_element(By.ID, "f-today").click()
+        browser.find_element(By.ID, "f-apply").click()
+        WebDriverWait(browser, 5).until(lambda b: "tz=Asia" in b.current_url)
+        scope = browser.find_element(By.ID, "decisions-scope").text
+        assert "the start of today, Asia/Tokyo" in scope and "GMT+9" in scope
+        shot(browser, "decisions")
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_the_two_step_approval_works_without_javascript(
+    site: str, dsn: str, conn: Conn, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Chromium with JavaScript switched off: both steps are plain forms, and times read
+    in UTC."""
+    plain = _chromium(tmp_path_factory.mktemp("chromium-nojs"), javascript=False)
+    try:
+        waiting = waiting_session(without_user(dsn), cents=777)
+        log_in(plain, site, "dash_approver")
+        plain.get(f"{site}/approvals")
+        time.sleep(0.5)
+        # the page's script never ran: it would have opened the live stream
+        assert plain.find_element(By.ID, "live").get_attribute("data-live") is None
+        plain.get(f"{site}/sessions/{waiting.session_id}")
+        stamp = plain.find_element(By.CSS_SELECTOR, "#session-states time")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", stamp.text), stamp.text
+        plain.get(f"{site}/approvals")
+        plain.find_element(By.ID, f"approve-{waiting.approval_id}").click()
+        WebDriverWait(plain, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+        assert "777" in plain.find_element(By.ID, f"confirm-{waiting.approval_id}").text
+        state = conn.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("pending",)
+        plain.find_element(By.ID, "confirm-approve").click()
+        WebDriverWait(plain, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+        state = conn.execute(
+            "SELECT state, decided_by FROM undolog.undolog_approval_requests "
+            "WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("approved", "dash_approver")
+    finally:
+        plain.get("about:blank")
+        plain.quit()

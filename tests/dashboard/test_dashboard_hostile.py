@@ -1,0 +1,546 @@
+"""A hostile review of the dashboard: an attacker's and a careless person's requests,
+on a real PostgreSQL with real logins (the fixtures of test_dashboard.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from starlette.testclient import TestClient
+from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
+
+from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
+from undolog import engine
+from undolog.dashboard import create_app
+from undolog.dashboard.app import MAX_STREAMS, Dashboard
+from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
+
+Conn = psycopg.Connection[Any]
+__all__ = ["app_dsn", "passwords_checked", "web"]  # fixtures shared with test_dashboard
+
+
+def backends_of(conn: Conn, login: str) -> int:
+    """The dashboard's connections open as ``login`` (a closed one leaves within 2 s)."""
+    deadline = time.monotonic() + 2
+    while True:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s "
+            "AND application_name = 'undolog-dashboard'",
+            (login,),
+        ).fetchone()
+        assert row is not None
+        if int(row[0]) == 0 or time.monotonic() > deadline:
+            return int(row[0])
+        time.sleep(0.05)
+
+
+def test_a_connection_killed_server_side_says_log_in_again(web: TestClient, conn: Conn) -> None:
+    log_in(web, "dash_approver")
+    assert web.get("/approvals").status_code == 200
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+    )
+    page = web.get("/approvals")
+    assert page.status_code == 503
+    assert "connection to the database was closed" in page.text and "Log in" in page.text
+    assert web.get("/approvals").headers["location"] == "/login"  # that web session ended
+    assert backends_of(conn, "dash_approver") == 0
+
+
+def test_a_huge_body_is_refused_before_it_is_read_whole(web: TestClient) -> None:
+    """Starlette caps one form field at 1 MB but not the body: a thousand such fields, or
+    a file (spooled to disk), on the login form, which anyone may post."""
+    token = csrf_of(web.get("/login").text)
+    many = {f"pad{i}": "A" * 1_000_000 for i in range(3)}
+    fields = web.post("/login", data={"csrf": token, "login": "x", "password": "y", **many})
+    assert fields.status_code == 413
+    upload = web.post("/login", data={"csrf": token}, files={"f": ("f", b"A" * 3_000_000)})
+    assert upload.status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b"csrf=" + token.encode() + b"&pad="
+        for _ in range(3):
+            yield b"A" * 1_000_000
+
+    streamed = web.post(
+        "/login",
+        content=chunks(),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert streamed.status_code == 413
+    assert log_in(web, "dash_approver").status_code == 303  # a normal form still works
+
+
+def test_next_is_a_path_of_this_site_even_as_browsers_read_it(
+    web: TestClient, app_dsn: str
+) -> None:
+    """Browsers read '\\' as '/' and drop tabs and newlines in a URL: '/\\evil.example' and
+    '/\\t/evil.example' are '//evil.example', another site, in the outcome's Back link."""
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    for bad in ("/\\evil.example", "/\t/evil.example", "/\n/evil.example", "//evil.example"):
+        refused = web.post(  # a reject without a reason: the outcome page, with Back
+            "/approvals/decide",
+            data={"csrf": token, "next": bad, "reject_one": str(waiting.approval_id)},
+        )
+        assert refused.status_code == 422
+        assert 'href="/approvals" id="back"' in refused.text, repr(bad)
+    kept = web.post(
+        "/approvals/decide",
+        data={"csrf": token, "next": f"/sessions/{waiting.session_id}", "reject_one": "x"},
+    )
+    assert f'href="/sessions/{waiting.session_id}" id="back"' in kept.text
+
+
+def test_logging_in_again_ends_the_browsers_previous_web_session(
+    web: TestClient, conn: Conn
+) -> None:
+    """A new id at every login (no fixation), and the old one's server state and
+    connections do not linger after another login in the same browser."""
+    token = csrf_of(web.get("/login").text)  # a login form left open in another tab
+    assert log_in(web, "dash_approver").status_code == 303
+    first = web.cookies["undolog_session"]
+    web.cookies.set("undolog_login_csrf", token, path="/login")
+    again = web.post(
+        "/login", data={"csrf": token, "login": "dash_approver2", "password": PASSWORD}
+    )
+    assert again.status_code == 303 and web.cookies["undolog_session"] != first
+    assert backends_of(conn, "dash_approver") == 0
+    stale = TestClient(web.app, follow_redirects=False, cookies={"undolog_session": first})
+    assert stale.get("/approvals").status_code == 303  # the old id opens nothing
+    assert "dash_approver2" in web.get("/approvals").text
+
+
+@contextlib.contextmanager
+def serving(dashboard: Dashboard) -> Iterator[str]:
+    """The dashboard on real HTTP (uvicorn, in a thread): event streams need a server."""
+    from pgcluster import free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(dashboard.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_live_streams_are_bounded_per_person_and_freed_when_left(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Each stream re-reads the views twice a second on the person's one connection: a
+    script that opens hundreds must not get them, and a left page must give its slot back."""
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        with contextlib.ExitStack() as open_streams:
+            streams = [
+                open_streams.enter_context(client.stream("GET", "/events?view=inbox"))
+                for _ in range(MAX_STREAMS)
+            ]
+            assert {s.status_code for s in streams} == {200}
+            with client.stream("GET", "/events?view=inbox") as refused:
+                assert refused.status_code == 429
+            assert client.get("/approvals").status_code == 200  # pages still work
+        (ws,) = dashboard.store.sessions.values()
+        deadline = time.monotonic() + 5
+        while ws.waiters and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not ws.waiters  # every left stream gave its slot back
+        with client.stream("GET", "/events?view=inbox") as again:
+            assert again.status_code == 200
+
+
+def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(
+    app_dsn: str, passwords_checked: bool, conn: Conn
+) -> None:
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        with client.stream("GET", "/events?view=inbox") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith("retry:")
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+            )
+            events = [line for line in lines if line.startswith("event:")]
+        assert events[-1] == "event: lost"
+        assert not dashboard.store.sessions  # that web session ended
+        assert client.get("/approvals", follow_redirects=False).headers["location"] == "/login"
+
+
+EVIL = "\"'><img src=x onerror=alert(1)><script>alert(2)</script>"
+
+
+def test_agent_written_text_is_escaped_on_every_page_and_attribute(
+    web: TestClient, app_dsn: str
+) -> None:
+    """Agent name, metadata, tool name, argument keys and values, result, error, a
+    reason: none reaches any page (or an attribute: the quote is escaped) as markup."""
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as agent:
+        sid = engine.begin_session(agent, None, EVIL, {EVIL: EVIL}, timedelta(hours=1))
+        call = engine.intercept(
+            agent, sid, 0, EVIL, "compensable", {EVIL: EVIL * 100}, {"name": EVIL}
+        )
+        assert call.effect_id is not None
+        engine.commit(agent, call.effect_id, {EVIL: EVIL})
+        second = engine.intercept(agent, sid, 1, EVIL, "compensable", {"x": 1}, {"name": "c"})
+        assert second.effect_id is not None
+        engine.fail(agent, second.effect_id, EVIL)
+    waiting = waiting_session(app_dsn, note=EVIL)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{sid}").text)
+    assert (
+        web.post(f"/sessions/{sid}/rollback", data={"csrf": token, "reason": EVIL}).status_code
+        == 303
+    )
+    bad_filter = web.get("/sessions", params={"state": EVIL})
+    pages = [
+        web.get("/sessions"),
+        web.get("/sessions", params={"agent": EVIL, "q": EVIL, "since": "2000-01-01"}),
+        bad_filter,
+        web.get(f"/sessions/{sid}"),
+        web.get(f"/sessions/{sid}?fragment=1"),
+        web.get(f"/sessions/{sid}/calls/{call.effect_id}/args"),
+        web.get(f"/sessions/{sid}/calls/{call.effect_id}/result"),
+        web.get("/approvals"),
+        web.get(f"/sessions/{waiting.session_id}"),
+    ]
+    assert bad_filter.status_code == 422
+    for page in pages:
+        assert "<img src=x" not in page.text and "<script>alert" not in page.text, page.url
+        assert "&#34;&#39;&gt;&lt;img" in page.text or "&lt;img" in page.text, page.url
+    shown = web.get(f"/sessions/{sid}").text
+    assert shown.count("&lt;script&gt;alert(2)") >= 4  # agent, tool, error, reason at least
+
+
+def test_every_post_refuses_a_missing_forged_or_other_persons_token(
+    app_dsn: str, dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    halted = halted_session(dsn)
+    waiting = waiting_session(app_dsn)
+    undo = conn.execute(
+        "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = %s", (halted,)
+    ).fetchone()
+    assert undo is not None
+    app = create_app(app_dsn)
+    with (
+        TestClient(app, follow_redirects=False) as victim,
+        TestClient(app, follow_redirects=False) as attacker,
+    ):
+        log_in(victim, "dash_operator")
+        log_in(attacker, "dash_approver")
+        others = csrf_of(attacker.get("/approvals").text)
+        posts = {
+            "/approvals/decide": {"approve_one": str(waiting.approval_id)},
+            f"/sessions/{halted}/resume": {"reason": "r"},
+            f"/sessions/{halted}/abandon": {"reason": "r"},
+            f"/sessions/{halted}/retry": {"undo_id": str(undo[0]), "reason": "r"},
+            f"/sessions/{waiting.session_id}/rollback": {"reason": "r"},
+            "/logout": {},
+        }
+        for path, data in posts.items():
+            for token in (None, "", "forged", others):
+                sent = dict(data) if token is None else {**data, "csrf": token}
+                refused = victim.post(path, data=sent)
+                assert refused.status_code == 403, (path, token)
+        assert victim.get("/sessions").status_code == 200  # still logged in: no logout
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    states = conn.execute(
+        "SELECT session_id, state FROM undolog.undolog_sessions WHERE session_id = ANY(%s)",
+        ([halted, waiting.session_id],),
+    ).fetchall()
+    assert dict(states) == {halted: "halted", waiting.session_id: "awaiting_approval"}
+
+
+def test_a_retry_names_an_undo_entry_of_the_session_in_its_url(
+    web: TestClient, dsn: str, conn: Conn
+) -> None:
+    """/sessions/A/retry with B's undo entry must not retry B's compensation."""
+    a, b = halted_session(dsn), halted_session(dsn)
+    undo_b = conn.execute(
+        "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = %s", (b,)
+    ).fetchone()
+    assert undo_b is not None
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{a}").text)
+    wrong = web.post(
+        f"/sessions/{a}/retry", data={"csrf": token, "undo_id": str(undo_b[0]), "reason": "r"}
+    )
+    assert wrong.status_code == 404
+    assert conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (b,)
+    ).fetchone() == ("halted",)
+
+
+def test_the_password_is_in_no_log_page_or_cookie(
+    web: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    texts = []
+    for password in (PASSWORD, "wrong-" + PASSWORD, PASSWORD + "\x00x"):
+        page = web.get("/login")
+        answer = web.post(
+            "/login",
+            data={"csrf": csrf_of(page.text), "login": "dash_approver", "password": password},
+        )
+        texts += [answer.text, str(answer.headers)]
+        if answer.status_code == 303:
+            texts.append(web.get("/approvals").text)
+            web.post("/logout", data={"csrf": csrf_of(web.get("/approvals").text)})
+    texts.append(caplog.text)
+    assert "logged in" in caplog.text  # the log was captured
+    for text in texts:
+        assert PASSWORD not in text
+
+
+def test_it_listens_on_localhost_unless_told() -> None:
+    from undolog import cli
+    from undolog.dashboard import server
+
+    assert cli.build_parser().parse_args(["dashboard"]).host == "127.0.0.1"
+    assert server.DEFAULT_HOST == "127.0.0.1"
+
+
+def test_one_login_cannot_fill_the_dashboard_and_lock_everyone_out(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """Web sessions are capped for the whole dashboard; one login (an agent's, whose
+    password sits in its environment) logging in again and again must not take them all:
+    each login past the per-login cap replaces that login's oldest web session."""
+    dashboard = Dashboard(app_dsn)
+    dashboard.store.max_sessions = 6
+    with TestClient(dashboard.app(), follow_redirects=False) as client:
+        answers = []
+        for _ in range(dashboard.store.max_sessions + 2):
+            client.cookies.clear()
+            answers.append(log_in(client, "dash_agent").status_code)
+        assert answers == [303] * (dashboard.store.max_sessions + 2)
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+        assert len(held) == MAX_SESSIONS_PER_LOGIN
+        # two connections per web session, and none left over by the replaced ones
+        assert backends_of(conn, "dash_agent") == 2 * MAX_SESSIONS_PER_LOGIN
+        client.cookies.clear()
+        assert log_in(client, "dash_approver").status_code == 303  # others still get in
+        client.cookies.clear()
+        assert log_in(client, "dash_approver2").status_code == 303
+        # the dashboard is full (6): a login holding none is refused, one holding some
+        # replaces its own oldest
+        client.cookies.clear()
+        refused = log_in(client, "dash_operator")
+        assert refused.status_code == 401 and "too many people" in refused.text
+        client.cookies.clear()
+        assert log_in(client, "dash_approver").status_code == 303
+        assert len(dashboard.store.sessions) == 6
+    assert backends_of(conn, "dash_agent") == 0
+
+
+def test_an_idle_web_session_ends_its_open_streams_and_connections(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """An open live page is not activity: idle past the timeout, its stream says
+    'logout' and the person's connections close."""
+    dashboard = Dashboard(app_dsn, idle_timeout=1.0)
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_operator", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        started = time.monotonic()
+        with client.stream("GET", f"/events?view=session&id={uuid.uuid4()}") as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("event:")]
+        assert events[-1] == "event: logout" and time.monotonic() - started < 5
+        assert backends_of(conn, "dash_operator") == 0
+        assert client.get("/sessions", follow_redirects=False).headers["location"] == "/login"
+
+
+def test_an_agent_cannot_read_another_agents_call_by_its_ids(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    other = waiting_session(app_dsn, login="dash_agent2", note="secret of agent2")
+    effect = conn.execute(
+        "SELECT effect_id FROM undolog.undolog_effect_log WHERE session_id = %s AND step_index = 1",
+        (other.session_id,),
+    ).fetchone()
+    assert effect is not None
+    log_in(web, "dash_agent")
+    for which in ("args", "result"):
+        page = web.get(f"/sessions/{other.session_id}/calls/{effect[0]}/{which}")
+        assert page.status_code == 404 and "secret of agent2" not in page.text
+    token = csrf_of(web.get("/sessions").text)
+    for action in ("rollback", "resume", "abandon"):
+        refused = web.post(
+            f"/sessions/{other.session_id}/{action}", data={"csrf": token, "reason": "r"}
+        )
+        assert refused.status_code in (403, 404), action
+    assert approval_row(conn, other.approval_id)[0] == "pending"
+
+
+def test_a_login_that_may_not_log_in_is_refused_not_called_unreachable(
+    web: TestClient,
+) -> None:
+    """A careless person types the group role's name: PostgreSQL says it 'is not
+    permitted to log in'; the database is reachable, and the page must not say otherwise."""
+    refused = log_in(web, "undolog_approver")
+    assert refused.status_code == 401
+    assert "login refused" in refused.text and "cannot be reached" not in refused.text
+
+
+def test_a_decision_on_a_killed_connection_says_log_in_again(
+    web: TestClient, app_dsn: str, conn: Conn
+) -> None:
+    waiting = waiting_session(app_dsn)
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get("/approvals").text)
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
+    )
+    answer = web.post(
+        "/approvals/decide", data={"csrf": token, "approve_one": str(waiting.approval_id)}
+    )
+    assert answer.status_code == 503
+    assert "connection to the database was closed" in answer.text and "Log in" in answer.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+    assert web.get("/approvals").headers["location"] == "/login"
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get(f"/sessions/{waiting.session_id}").text)
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE usename = 'dash_operator' AND application_name = 'undolog-dashboard'"
+    )
+    rolled = web.post(
+        f"/sessions/{waiting.session_id}/rollback", data={"csrf": token, "reason": "stop"}
+    )
+    assert rolled.status_code == 503 and "Log in again" in rolled.text
+    assert approval_row(conn, waiting.approval_id)[0] == "pending"
+
+
+def test_an_empty_password_is_refused_not_called_unreachable(
+    web: TestClient, passwords_checked: bool
+) -> None:
+    if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
+        pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
+    for password in ("", "\x00"):  # libpq ends the password at a NUL: empty again
+        refused = log_in(web, "dash_approver", password)
+        assert refused.status_code == 401
+        assert "login refused" in refused.text and "cannot be reached" not in refused.text
+
+
+async def _login_async(base: str, login: str, password: str) -> tuple[int, str, Any]:
+    client = httpx.AsyncClient(base_url=base, timeout=30, limits=httpx.Limits(max_connections=None))
+    token = csrf_of((await client.get("/login")).text)
+    answer = await client.post("/login", data={"csrf": token, "login": login, "password": password})
+    return answer.status_code, answer.text, client
+
+
+def test_concurrent_logins_respect_the_per_login_cap(app_dsn: str, passwords_checked: bool) -> None:
+    """30 logins at once for one login: each gets in, and no more web sessions than the
+    cap stay (counting, replacing the oldest and adding are one step)."""
+    import asyncio
+
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base:
+
+        async def body() -> list[int]:
+            done = await asyncio.gather(
+                *(_login_async(base, "dash_agent", PASSWORD) for _ in range(30))
+            )
+            for _, _, client in done:
+                await client.aclose()
+            return [status for status, _, _ in done]
+
+        statuses = asyncio.run(body())
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+    assert statuses.count(303) == 30, statuses
+    assert len(held) == MAX_SESSIONS_PER_LOGIN
+
+
+def test_concurrent_live_streams_respect_the_cap(app_dsn: str, passwords_checked: bool) -> None:
+    """200 /events requests at once from one web session: at most MAX_STREAMS accepted."""
+    import asyncio
+
+    dashboard = Dashboard(app_dsn)
+    with serving(dashboard) as base:
+
+        async def body() -> list[int]:
+            status, _, client = await _login_async(base, "dash_approver", PASSWORD)
+            assert status == 303
+            client.timeout = httpx.Timeout(30)
+            async with contextlib.AsyncExitStack() as stack:
+
+                async def one() -> int:
+                    response = await stack.enter_async_context(
+                        client.stream("GET", "/events?view=inbox")
+                    )
+                    return int(response.status_code)
+
+                codes = await asyncio.gather(*(one() for _ in range(200)))
+            await client.aclose()
+            return list(codes)
+
+        codes = asyncio.run(body())
+    assert codes.count(200) == MAX_STREAMS, codes.count(200)
+    assert codes.count(429) == 200 - MAX_STREAMS
+
+
+def test_password_guessing_is_throttled_and_the_lockout_expires(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Concurrent wrong passwords: only the first few are tried, the rest (and then the
+    right password) are told to wait; once the lockout expired the right one works."""
+    import asyncio
+
+    if not passwords_checked:
+        pytest.skip("this cluster accepts any password")
+    dashboard = Dashboard(app_dsn)
+    dashboard.throttle.MAX_LOCKOUT = 1.0
+    with serving(dashboard) as base:
+
+        async def attempt(password: str) -> tuple[int, str]:
+            status, text, client = await _login_async(base, "dash_approver", password)
+            await client.aclose()
+            return status, text
+
+        async def guesses() -> list[tuple[int, str]]:
+            return list(await asyncio.gather(*(attempt(f"wrong{i}") for i in range(100))))
+
+        started = time.monotonic()
+        answers = asyncio.run(guesses())
+        elapsed = time.monotonic() - started
+        tried = [a for a in answers if a[0] == 401]
+        waited = [a for a in answers if a[0] == 429]
+        assert len(tried) <= dashboard.throttle.FREE + 2, (len(tried), elapsed)
+        assert waited and all("too many failed logins, try again in" in t for _, t in waited)
+        status, text = asyncio.run(attempt(PASSWORD))
+        assert status == 429 and "too many failed logins" in text
+        time.sleep(1.2)  # the lockout expires by itself
+        status, text = asyncio.run(attempt(PASSWORD))
+        assert status == 303, text
+        # a success resets: one wrong password later is simply refused, not throttled
+        assert asyncio.run(attempt("wrong"))[0] == 401
+    print(f"100 concurrent guesses: {len(tried)} tried, {len(waited)} throttled in {elapsed:.2f}s")

@@ -1,0 +1,335 @@
+"""What a newcomer copies in the first hour works as copied: the README's example and
+the tutorial's first block run on their own, no page sends to a package index for
+`undolog[...]` (the package is not published), and no shown shell block carries a
+script's shebang or `set -e` (pasted into a terminal, `set -e` closes it at the first
+failing command)."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from test_docs_examples import DOCS, EXAMPLES, ROOT, shell_env
+
+from undolog import EngineNotInstalled, UndoLog, UndoLogError
+from undolog import cli as cli_module
+from undolog.cli import _output, main
+from undolog.ids import short_id
+from undolog.migrations import engine_version
+
+FENCE = re.compile(r"^```(\S*)\s*$")
+SNIPPET_START = re.compile(r"#\s*--8<--\s*\[start:(\w+)\]")
+SNIPPET_END = re.compile(r"#\s*--8<--\s*\[end:(\w+)\]")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every top-level fenced block of a Markdown page."""
+    blocks: list[tuple[str, str]] = []
+    lang: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        fence = FENCE.match(line)
+        if fence and lang is None:
+            lang, body = fence.group(1), []
+        elif line.strip() == "```" and lang is not None:
+            blocks.append((lang, "\n".join(body) + "\n"))
+            lang = None
+        elif lang is not None:
+            body.append(line)
+    return blocks
+
+
+def snippet(path: Path, name: str) -> str:
+    """The lines between ``# --8<-- [start:name]`` and ``[end:name]``, as the page shows."""
+    out: list[str] = []
+    inside = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if (m := SNIPPET_START.search(line)) and m.group(1) == name:
+            inside = True
+        elif (m := SNIPPET_END.search(line)) and m.group(1) == name:
+            break
+        elif inside:
+            out.append(line)
+    assert out, f"no snippet {name} in {path}"
+    return "\n".join(out) + "\n"
+
+
+def run_python(code: str, dsn: str, tmp_path: Path) -> str:
+    script = tmp_path / "copied.py"
+    script.write_text(code, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env=shell_env(dsn),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## A short example", 1)[1]
+    return next(body for lang, body in fenced_blocks(section) if lang == "python")
+
+
+def test_the_readme_example_runs_as_copied(dsn: str, tmp_path: Path) -> None:
+    out = run_python(readme_example(), dsn, tmp_path)
+    assert "opened ada@example.com on plan team" in out
+    assert "undo: closed bob@example.com" in out
+
+
+def test_the_tutorials_first_block_runs_on_its_own(dsn: str, tmp_path: Path) -> None:
+    # Step 1 alone: the tools and their imports, declared and called outside a session.
+    code = snippet(EXAMPLES / "first_agent.py", "tools") + "print(lookup_plan(team_size=3))\n"
+    assert run_python(code, dsn, tmp_path).strip() == "team"
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def test_no_page_installs_the_unpublished_package_by_name() -> None:
+    # `pip install 'undolog[mcp]'` asks the index for a package that is not there;
+    # `-e '.[mcp]'` (the clone) and `'dist/undolog-...whl[mcp]'` (the wheel) work today.
+    by_name = re.compile(r"""pip install\s+(-U\s+)?["']?undolog(\[|["'\s]|$)""", re.M)
+    offenders = [
+        f"{page.relative_to(ROOT)}: {m.group(0)}"
+        for page in pages()
+        for m in by_name.finditer(page.read_text(encoding="utf-8"))
+        if "published"
+        not in page.read_text(encoding="utf-8")[max(0, m.start() - 200) : m.start()].lower()
+    ]
+    assert offenders == []
+
+
+def test_no_shown_shell_block_carries_a_shebang_or_set_e() -> None:
+    offenders: list[str] = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        shown = [body for lang, body in fenced_blocks(text) if lang in {"sh", "bash", "console"}]
+        # the pages include their shell blocks from examples/*.sh between snippet marks
+        for m in re.finditer(r'--8<--\s+"(examples/[^":]+\.sh):(\w+)"', text):
+            shown.append(snippet(ROOT / m.group(1), m.group(2)))
+        for m in re.finditer(r'--8<--\s+"(examples/[^":]+\.sh)"\s*$', text, re.M):
+            shown.append((ROOT / m.group(1)).read_text(encoding="utf-8"))
+        for body in shown:
+            for line in body.splitlines():
+                if line.startswith("#!") or re.match(r"\s*set -[a-z]*e", line):
+                    offenders.append(f"{page.relative_to(ROOT)}: {line}")
+    assert offenders == []
+
+
+@pytest.fixture
+def empty_dsn(fresh_db: Callable[..., str]) -> str:
+    """A real database of the same cluster with no engine in it."""
+    return fresh_db()
+
+
+def test_the_binding_on_a_database_without_the_engine_says_run_migrate(empty_dsn: str) -> None:
+    ul = UndoLog(empty_dsn)
+    with (
+        pytest.raises(EngineNotInstalled, match=r"run `undolog migrate`") as got,
+        ul.session(agent="newcomer"),
+    ):
+        pass
+    assert isinstance(got.value, UndoLogError)
+    assert isinstance(got.value.__cause__, psycopg.Error)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def agent_login(conn: Any, dsn: str) -> Iterator[str]:
+    """A login that holds undolog_agent only."""
+    conn.execute("CREATE ROLE first_hour_agent LOGIN IN ROLE undolog_agent")
+    yield psycopg.conninfo.make_conninfo(dsn, user="first_hour_agent")
+    conn.execute("DROP OWNED BY first_hour_agent")
+    conn.execute("DROP ROLE first_hour_agent")
+
+
+@pytest.mark.parametrize(
+    ("argv", "role"),
+    [
+        (["approvals", "approve", str(uuid.uuid4()), "--by", "a"], "undolog_approver"),
+        (["recover"], "undolog_operator"),
+    ],
+)
+def test_an_agent_login_is_told_the_role_it_lacks(
+    agent_login: str, argv: list[str], role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, *argv, "--dsn", agent_login)
+    assert code == 1 and "permission denied" in err
+    assert f"grant the login {role}" in err
+    assert "one of undolog_agent" not in err
+
+
+def test_status_without_the_engine_is_one_line(
+    empty_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "status", "--dsn", empty_dsn)
+    assert code == 1
+    assert out == "the UndoLog engine is not installed in this database: run `undolog migrate`\n"
+
+
+def test_a_table_fits_the_terminal_and_cuts_at_a_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    widths = _output.fit([36, 12, 60, 60, 19], 100)
+    assert sum(widths) + 2 * 4 <= 100 and min(widths) >= _output.MIN_COLUMN
+    assert _output.fit([36, 60], None) == [36, 60], "a pipe gets whole cells"
+    detail = "compensation delete_user failed: the refund API is down for maintenance"
+    cut = _output.cut(detail, 40)
+    assert len(cut) <= 40 and cut.endswith("…")
+    assert detail.startswith(cut[:-1]) and detail[len(cut) - 1] == " ", "cut at a word"
+    monkeypatch.setattr(_output, "terminal_width", lambda: 80)
+    rows = [{"a": "x" * 60, "b": "y " * 40, "c": "z"}]
+    args = cli_module.build_parser().parse_args(["sessions", "list"])
+    args.json = False
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    _output.emit(args, rows, ["a", "b", "c"])
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+
+
+def test_an_unknown_option_sends_to_the_subcommands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = cli(capsys, "approvals", "list", "--state", "bogus")
+    assert code == 2 and "see `undolog approvals list --help`" in err
+
+
+def test_a_bad_id_is_reported_in_plain_english(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "approvals", "approve", "zz", "--by", "a", "--dsn", dsn)
+    assert code == 2 and "'zz' is not an approval id" in err
+
+
+def test_roles_sql_runs_twice(dsn: str) -> None:
+    # two pages run it against the same database
+    for _ in range(2):
+        subprocess.run(
+            ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(EXAMPLES / "roles.sql")],
+            env=shell_env(dsn),
+            check=True,
+            capture_output=True,
+        )
+
+
+def test_short_ids_of_the_same_millisecond_differ_and_resolve(
+    conn: Any, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import engine
+
+    sids = [engine.begin_session(conn, agent="same-ms") for _ in range(5)]
+    shorts = {short_id(s) for s in sids}
+    assert len(shorts) == len(sids), "UUIDv7 ids of one moment share their start, not end"
+    code, out, _ = cli(capsys, "sessions", "show", short_id(sids[2]), "--dsn", dsn)
+    assert code == 0 and str(sids[2]) in out
+
+
+def test_a_failed_calls_timeline_says_what_pending_means(
+    conn: Any, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog import engine
+
+    sid = engine.begin_session(conn, agent="fails")
+    hit = engine.intercept(
+        conn, sid, 0, "send_email", "compensable", {"to": "x"}, {"name": "retract"}
+    )
+    assert hit.effect_id is not None
+    engine.fail(conn, hit.effect_id, "ConnectionError: " + "cannot deliver " * 10)
+    code, out, _ = cli(capsys, "sessions", "show", str(sid), "--dsn", dsn)
+    assert code == 0
+    assert "executing → pending: the call raised, took no effect" in out
+
+
+def test_version_names_the_engine_when_a_database_is_reachable(dsn: str, empty_dsn: str) -> None:
+    def version(url: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "undolog.cli", "--version"],
+            env={**shell_env(None), "UNDOLOG_DSN": url},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.splitlines()
+
+    package = f"undolog {engine_version()}"
+    assert version(dsn) == [package, f"engine in this database: {engine_version()}"]
+    assert version(empty_dsn)[1].startswith("engine in this database: not installed")
+    assert version("host=127.0.0.1 port=1") == [package]
+
+
+def missing_packages(tmp_path: Path, purpose: str) -> list[str]:
+    """What install-system-deps.sh would install on a machine with Python and nothing of
+    PostgreSQL 99 (no such release: none of it is there)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    python = bin_ / "python3"
+    if not python.exists():
+        python.symlink_to(sys.executable)
+    out = subprocess.run(
+        ["/bin/bash", str(ROOT / "tools/install-system-deps.sh"), "--for", purpose, "--print"],
+        env={"PATH": str(bin_), "PG_MAJOR": "99"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def test_the_demo_installs_the_server_only_and_the_tests_their_tools(tmp_path: Path) -> None:
+    assert missing_packages(tmp_path, "demo") == ["postgresql-99"]
+    for_test = missing_packages(tmp_path, "test")
+    assert for_test[0] == "postgresql-99" and "postgresql-99-pgtap" in for_test
+    assert "libtap-parser-sourcehandler-pgtap-perl" in for_test
+
+
+def test_make_demo_installs_the_package_without_the_development_extras(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    plan = subprocess.run(
+        ["make", "-n", "-W", "pyproject.toml", "demo", f"VENV={venv}"],
+        cwd=ROOT,
+        env={k: v for k, v in shell_env(None).items() if k != "UNDOLOG_DSN"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "install-system-deps.sh --for demo" in plan
+    assert f"{venv}/bin/pip install --disable-pip-version-check --progress-bar on -e .\n" in plan
+    assert ".[dev]" not in plan and "--quiet" not in plan
+
+
+APP = "examples.first_agent:ul"
+
+
+def test_the_worker_on_a_database_without_the_engine_stops_and_says_why(empty_dsn: str) -> None:
+    # a configuration fault no retry fixes: the worker exits 2 rather than retry forever
+    out = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "worker", "--once", "--app", APP],
+        env={**shell_env(None), "UNDOLOG_DSN": empty_dsn},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "run `undolog migrate`" in out.stderr

@@ -1,0 +1,348 @@
+"""A hostile login's probes that broke the engine, each as a test that failed before its
+fix: self-approval through another agent's session, compressed payloads past the limit,
+notifications naming other agents' sessions, an advisory lock any login could hold to
+stop maintenance, and blank-looking names, reasons and nesting past the limit
+(docs/design/roles.md: every login may be an adversary of every other)."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from undolog import approvals, engine, errors, saga
+
+Conn = psycopg.Connection[Any]
+UNDO = {"name": "undo"}
+# The advisory key partition maintenance used to take (undolog.partition_lock_key()).
+OLD_PARTITION_LOCK_KEY = 7557806069434771457
+
+
+def _sig() -> str:
+    return secrets.token_hex(32)
+
+
+# --- who made the call decides nothing about it ---------------------------------------
+
+
+def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
+    login: Callable[..., Conn],
+) -> None:
+    owner = login("undolog_agent")
+    both = login("undolog_agent", "undolog_approver")  # decides on any session's calls
+    other_approver = login("undolog_approver")
+    session = engine.begin_session(owner, agent="owner")
+    # It can no longer make a call in another agent's session at all: only the owner
+    # makes and reports a session's calls. In its own session, its call is its own.
+    with pytest.raises(errors.PermissionDenied, match="belongs to another role"):
+        engine.intercept(both, session, 0, "wire", "irreversible", {"cents": 5})
+    session = engine.begin_session(both, agent="both")
+    call = engine.intercept(both, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.action == "await_approval" and call.approval_id is not None
+    maker = both.execute(
+        "SELECT intercepted_by FROM undolog.undolog_effect_log WHERE effect_id = %s",
+        (call.effect_id,),
+    ).fetchone()
+    assert maker == (both.info.user,)
+    shown = other_approver.execute(
+        "SELECT requested_by FROM undolog.pending_approvals WHERE approval_id = %s",
+        (call.approval_id,),
+    ).fetchone()
+    assert shown == (both.info.user,)  # the approver sees who asked
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(both, call.approval_id, "me", "looks fine")
+    assert approvals.approval_state(other_approver, call.approval_id) == "pending"
+    # Another approver may; and the maker may still say no to its own call.
+    assert approvals.approve(other_approver, call.approval_id, "alice") == "approved"
+
+
+def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    call = engine.intercept(conn, session, 0, "send", "compensable", {}, UNDO)
+    with pytest.raises(errors.AppendOnlyViolation, match="maker"):
+        engine.fetch_all(
+            conn,
+            "UPDATE undolog.undolog_effect_log SET intercepted_by = 'someone else'"
+            " WHERE effect_id = %s",
+            (call.effect_id,),
+        )
+
+
+# --- the limit is the uncompressed size -----------------------------------------------
+
+
+def test_eight_mib_built_in_a_temp_table_is_refused_though_it_compresses(conn: Conn) -> None:
+    conn.execute(
+        "CREATE TEMP TABLE big AS SELECT jsonb_build_object('x', repeat('a', 8388608)) AS v"
+    )
+    stored = conn.execute("SELECT pg_column_size(v), octet_length(v::text) FROM big").fetchone()
+    assert stored is not None and stored[0] < 1048576 < stored[1]  # compressed in the table
+    session = engine.begin_session(conn)
+    with pytest.raises(errors.PayloadTooLarge, match="args is 8388617 bytes"):
+        engine.fetch_one(
+            conn,
+            "SELECT * FROM undolog.intercept(%s, 0, 't', 'compensable',"
+            " (SELECT v FROM big), %s, %s)",
+            (session, _sig(), Jsonb(UNDO)),
+        )
+    call = engine.intercept(conn, session, 0, "t", "compensable", {}, UNDO)
+    with pytest.raises(errors.PayloadTooLarge, match="result"):
+        engine.fetch_one(conn, "SELECT undolog.commit(%s, (SELECT v FROM big))", (call.effect_id,))
+    with pytest.raises(errors.PayloadTooLarge, match="metadata"):
+        engine.fetch_one(
+            conn, "SELECT undolog.begin_session(NULL, 'a', (SELECT v FROM big), '1 minute')"
+        )
+    with pytest.raises(errors.PayloadTooLarge, match="compensation"):
+        engine.fetch_one(
+            conn,
+            "SELECT * FROM undolog.intercept(%s, 1, 't', 'compensable', '{}', %s,"
+            " jsonb_build_object('name', 'undo', 'args', (SELECT v FROM big)))",
+            (session, _sig()),
+        )
+
+
+# --- a notification tells nobody anything ---------------------------------------------
+
+
+def test_notifications_carry_nothing_about_other_agents_sessions(
+    login: Callable[..., Conn],
+) -> None:
+    agent_a, agent_b = login("undolog_agent"), login("undolog_agent")
+    approver = login("undolog_approver")
+    agent_b.execute("LISTEN undolog_approvals")
+    session = engine.begin_session(agent_a, agent="a")
+    call = engine.intercept(agent_a, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    approvals.approve(approver, call.approval_id, "alice")
+    payloads = [n.payload for n in agent_b.notifies(timeout=5, stop_after=2)]
+    assert payloads == ["", ""]  # woken twice (request, decision), told nothing
+    # What B may re-read shows nothing of A's session either (row-level security).
+    assert approvals.approval_state(agent_b, call.approval_id) is None
+
+
+def test_a_payloadless_wake_up_ends_wait_for_decision_at_once(dsn: str, conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    call = engine.intercept(conn, session, 0, "wire", "irreversible", {})
+    assert call.approval_id is not None
+    timer = threading.Timer(0.3, approvals.approve, (conn, call.approval_id, "alice"))
+    timer.start()
+    with psycopg.connect(dsn, autocommit=True) as waiter:
+        # poll_interval is long: only the (empty) notification can end it this soon
+        assert approvals.wait_for_decision(waiter, call.approval_id, 20, 15) == "approved"
+    timer.join()
+
+
+# --- maintenance's lock is one agents cannot take -------------------------------------
+
+
+def test_an_agent_holding_the_old_advisory_key_does_not_stop_maintenance(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    agent = login("undolog_agent")
+    # An agent may no longer take any advisory lock (see the session-lock probes below);
+    # another login of the owner's holds the old key instead.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
+    holder = psycopg.connect(conn.info.dsn, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (OLD_PARTITION_LOCK_KEY,))
+    conn.execute("SET lock_timeout = '2s'")
+    done = conn.execute("SELECT * FROM undolog.maintain_partitions(3, 12)").fetchall()
+    assert all(action == "created" for action, _ in done)
+    assert conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall() == []
+    # Nor can an agent take the lock maintenance takes now.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR UPDATE")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT FROM undolog.undolog_maintenance_lock FOR KEY SHARE")
+    holder.close()
+
+
+# --- the session's advisory lock is the engine's alone ----------------------------------
+
+ADVISORY_CALLS = [
+    "pg_advisory_lock(1)",
+    "pg_advisory_lock(1, 2)",
+    "pg_advisory_lock_shared(1)",
+    "pg_try_advisory_lock(1)",
+    "pg_try_advisory_lock_shared(1, 2)",
+    "pg_advisory_xact_lock(1)",
+    "pg_advisory_xact_lock_shared(1)",
+    "pg_try_advisory_xact_lock(1, 2)",
+    "pg_try_advisory_xact_lock_shared(1)",
+    "pg_advisory_unlock(1)",
+    "pg_advisory_unlock_shared(1, 2)",
+    "pg_advisory_unlock_all()",
+]
+
+
+@pytest.mark.parametrize("call", ADVISORY_CALLS)
+def test_an_agent_login_cannot_call_an_advisory_lock_function(
+    login: Callable[..., Conn], call: str
+) -> None:
+    agent = login("undolog_agent")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute(f"SELECT pg_catalog.{call}")
+
+
+def test_sessions_sharing_their_last_64_bits_get_different_lock_keys(conn: Conn) -> None:
+    # Version 1 UUIDs made by one process: the same clock sequence and node.
+    node, clock_seq = 0x0242AC120002, 0x1234
+    ids = [uuid.uuid1(node=node, clock_seq=clock_seq) for _ in range(50)]
+    assert len({u.int & (2**64 - 1) for u in ids}) == 1
+    keys = conn.execute(
+        "SELECT count(DISTINCT undolog.session_lock_key(u)) FROM unnest(%s::uuid[]) AS u", (ids,)
+    ).fetchone()
+    assert keys == (50,)
+
+
+def test_a_login_squatting_a_session_key_neither_stalls_it_nor_keeps_it_alive(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    victim = login("undolog_agent")
+    squatter = login("undolog_agent")
+    sid = engine.begin_session(victim, agent="victim", lease=timedelta(seconds=1))
+    (key,) = conn.execute("SELECT undolog.session_lock_key(%s)", (sid,)).fetchone() or (None,)
+    # The key is there for anyone to read while the victim journals a call...
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        squatter.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (key,))
+    # ...and the victim's calls and heartbeats go on without waiting.
+    victim.execute("SET lock_timeout = '500ms'")
+    started = time.monotonic()
+    assert engine.intercept(victim, sid, 0, "create_user", "compensable", {}, UNDO).action == (
+        "execute"
+    )
+    engine.heartbeat(victim, sid)
+    assert time.monotonic() - started < 0.5
+    # The victim dies (its lease lapses): recovery fails it rather than skip it as alive.
+    conn.execute(
+        "UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 s'"
+        " WHERE session_id = %s",
+        (sid,),
+    )
+    assert sid in saga.recover(conn)
+    assert engine.session_state(conn, sid) == "failed"
+
+
+def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:
+    with psycopg.connect(dsn) as first:
+        first.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()  # holds it
+        waiting = conn.execute(
+            "SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
+            " WHERE c.relname = 'undolog_maintenance_lock' AND l.pid = %s",
+            (first.info.backend_pid,),
+        ).fetchone()
+        assert waiting == (1,)
+        conn.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            conn.execute("SELECT * FROM undolog.ensure_partitions(1)")
+        first.rollback()
+    conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()
+
+
+# --- blank is blank in every script; one nesting limit --------------------------------
+
+
+@pytest.mark.parametrize("blank", ["\t", " \t\n", "\u00a0", "\u200b", "\u00a0\u200b\u3000"])
+def test_blank_operators_reasons_and_names_are_refused(conn: Conn, blank: str) -> None:
+    unknown = uuid.uuid4()  # refused before the session is even looked up
+    with pytest.raises(errors.InvalidArgument, match="p_by"):
+        saga.resume_session(conn, unknown, blank)
+    with pytest.raises(errors.InvalidArgument, match="p_by"):
+        saga.abandon_session(conn, unknown, blank, "done by hand")
+    with pytest.raises(errors.InvalidArgument, match="p_reason"):
+        saga.abandon_session(conn, unknown, "alice", blank)
+    with pytest.raises(errors.InvalidArgument, match="p_reason"):
+        saga.rollback_session(conn, unknown, "alice", blank)
+    session = engine.begin_session(conn)
+    with pytest.raises(errors.InvalidArgument, match="tool_name"):
+        engine.intercept(conn, session, 0, blank, "compensable", {}, UNDO)
+    with pytest.raises(errors.InvalidCompensation, match="name"):
+        engine.intercept(conn, session, 0, "t", "compensable", {}, {"name": blank})
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (session,)
+    ).fetchone() == (0,)
+
+
+def test_visible_names_in_any_script_pass(conn: Conn) -> None:
+    session = engine.begin_session(conn)
+    for step, name in enumerate(["créer", "\u00a0x", "名前", "a\u200bb"]):
+        assert engine.intercept(conn, session, step, name, "compensable", {}, UNDO).action == (
+            "execute"
+        )
+
+
+def test_delete_of_the_undo_history_is_refused_even_when_empty(conn: Conn) -> None:
+    assert conn.execute("SELECT count(*) FROM undolog.undolog_undo_history").fetchone() == (0,)
+    with pytest.raises(errors.AppendOnlyViolation):
+        engine.fetch_one(conn, "DELETE FROM undolog.undolog_undo_history RETURNING 1")
+    with pytest.raises(errors.AppendOnlyViolation):
+        engine.fetch_one(conn, "UPDATE undolog.undolog_undo_history SET event = event RETURNING 1")
+
+
+def _nested_jsonb(depth: int) -> str:
+    """JSON text of an object of exactly ``depth`` levels: {"a": [[...]]}."""
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+def test_the_engine_enforces_the_same_nesting_limit_as_the_binding(conn: Conn) -> None:
+    depth = conn.execute("SELECT undolog.max_nesting_depth()").fetchone()
+    assert depth == (64,)
+    session = engine.begin_session(conn)
+    engine.register_tool(conn, "t", "compensable", UNDO)
+    query = "SELECT * FROM undolog.intercept(%s, %s, 't', 'compensable', %s::jsonb, %s, %s)"
+    ok = engine.fetch_one(conn, query, (session, 0, _nested_jsonb(64), _sig(), Jsonb(UNDO)))
+    assert ok[1] == "execute"
+    with pytest.raises(errors.PayloadTooLarge, match="limit of 64 levels"):
+        engine.fetch_one(conn, query, (session, 1, _nested_jsonb(65), _sig(), Jsonb(UNDO)))
+    with pytest.raises(errors.PayloadTooLarge, match="limit of 64 levels"):
+        engine.fetch_one(conn, query, (session, 1, _nested_jsonb(5000), _sig(), Jsonb(UNDO)))
+    with pytest.raises(errors.PayloadTooLarge, match="result nests deeper"):
+        engine.fetch_one(conn, "SELECT undolog.commit(%s, %s::jsonb)", (ok[0], _nested_jsonb(65)))
+    with pytest.raises(errors.PayloadTooLarge, match="metadata nests deeper"):
+        engine.fetch_one(
+            conn,
+            "SELECT undolog.begin_session(NULL, 'a', %s::jsonb, '1 minute')",
+            (_nested_jsonb(65),),
+        )
+    # Brackets inside strings are not nesting.
+    flat = '{"s": "' + "[" * 200 + '"}'
+    assert engine.fetch_one(conn, query, (session, 2, flat, _sig(), Jsonb(UNDO)))[1] == "execute"
+
+
+def test_the_roles_page_advisory_lock_statements_do_what_it_says(
+    login: Callable[..., Conn], conn: Conn, dsn: str
+) -> None:
+    # As after a migration by a database owner who is not a superuser: PUBLIC may still
+    # take advisory locks. The page's statements (examples/advisory_locks.sql), run by a
+    # superuser, take them away from everyone but the engine's owner and the granted role.
+    conn.execute(
+        "DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid::regprocedure"
+        " FROM pg_proc AS p WHERE p.pronamespace = 'pg_catalog'::regnamespace"
+        " AND p.proname ~ '^pg_(try_)?advisory_' LOOP"
+        " EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f); END LOOP; END $$"
+    )
+    agent = login("undolog_agent")
+    assert agent.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
+    agent.execute("SELECT pg_advisory_unlock(1)")
+    script = Path(__file__).resolve().parents[2] / "examples" / "advisory_locks.sql"
+    subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        agent.execute("SELECT pg_try_advisory_lock(1)")
+    with psycopg.connect(dsn, user="jobs", autocommit=True) as jobs:
+        assert jobs.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            jobs.execute("SELECT pg_advisory_lock_shared(1)")  # only what it was granted

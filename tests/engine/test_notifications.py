@@ -1,0 +1,539 @@
+"""Notifications of approval requests, with real processes: a local HTTP server checking
+the HMAC signature, a local SMTP server (aiosmtpd) receiving the mail, `undolog notify`
+run as the operator's command; failure then retry with backoff; two workers at once
+sending each delivery once; what an agent login may and may not read."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psycopg
+import pytest
+from aiosmtpd.controller import Controller
+from psycopg.conninfo import make_conninfo
+
+from undolog import engine, notifications
+from undolog.walk import Worker
+
+Conn = psycopg.Connection[Any]
+SECRET = "k" * 16 + secrets.token_hex(8)
+DASHBOARD = "https://undolog.example.test/dash"
+
+
+# --- the receivers ------------------------------------------------------------------------
+
+
+@dataclass
+class Hook:
+    """A webhook receiver: answers the next statuses of ``answers`` (then 200), records
+    every POST and whether its signature verified."""
+
+    url: str
+    answers: list[int] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    state = Hook(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            header = self.headers.get(notifications.SIGNATURE_HEADER)
+            with state.lock:
+                state.received.append(
+                    {
+                        "path": self.path,
+                        "body": body,
+                        "verified": notifications.verify(SECRET, header, body),
+                        "delivery": self.headers.get(notifications.DELIVERY_HEADER),
+                        "header": header,
+                    }
+                )
+                status = state.answers.pop(0) if state.answers else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/undolog"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Mailbox:
+    port: int
+    messages: list[EmailMessage] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        self.messages.append(parsed)
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def mailbox() -> Iterator[Mailbox]:
+    box = Mailbox(port=_free_port())
+    controller = Controller(box, hostname="127.0.0.1", port=box.port)
+    controller.start()
+    yield box
+    controller.stop()
+
+
+# --- logins and requests ------------------------------------------------------------------
+
+
+@pytest.fixture
+def logins(conn: Conn, dsn: str) -> Iterator[Callable[[str], str]]:
+    """logins("undolog_agent") -> the DSN of a new login holding that group role."""
+    made: list[str] = []
+
+    def make(group: str) -> str:
+        name = f"n_{group.removeprefix('undolog_')}_{secrets.token_hex(3)}"
+        conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE {group}")
+        made.append(name)
+        return make_conninfo(dsn, user=name)
+
+    yield make
+    for name in made:
+        conn.execute(f"DROP OWNED BY {name}")
+        conn.execute(f"DROP ROLE {name}")
+
+
+@pytest.fixture
+def operator_dsn(logins: Callable[[str], str]) -> str:
+    return logins("undolog_operator")
+
+
+def ask(
+    agent_dsn: str, args: dict[str, Any], tool: str = "wire_money"
+) -> tuple[uuid.UUID, uuid.UUID]:
+    """An IRREVERSIBLE call of the agent login that waits for a human: (session, approval)."""
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        sid = engine.begin_session(agent, agent="payments-bot")
+        answer = engine.intercept(agent, sid, 0, tool, "irreversible", args)
+    assert answer.action == "await_approval" and answer.approval_id is not None
+    return sid, answer.approval_id
+
+
+def notify_once(operator_dsn: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "--json", "notify", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", dsn, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def deliveries(conn: Conn, approval_id: uuid.UUID) -> list[dict[str, Any]]:
+    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+    return cur.execute(
+        "SELECT * FROM undolog.undolog_notification_deliveries WHERE approval_id = %s"
+        " ORDER BY channel_name",
+        (approval_id,),
+    ).fetchall()
+
+
+def add_webhook(operator_dsn: str, hook: Hook, *extra: str, name: str = "ops-hook") -> None:
+    env_run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "undolog.cli",
+            "--dsn",
+            operator_dsn,
+            "notifications",
+            "add-webhook",
+            name,
+            hook.url,
+            "--secret-env",
+            "HOOK_SECRET",
+            "--dashboard-url",
+            DASHBOARD,
+            "--by",
+            "ops@example.test",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**_env(), "HOOK_SECRET": SECRET},
+    )
+    assert env_run.returncode == 0, env_run.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def add_email(operator_dsn: str, mailbox: Mailbox) -> None:
+    out = cli(
+        operator_dsn,
+        "notifications",
+        "add-email",
+        "ops-mail",
+        "--to",
+        "oncall@example.test",
+        "--to",
+        "lead@example.test",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        str(mailbox.port),
+        "--from",
+        "undolog@example.test",
+        "--dashboard-url",
+        DASHBOARD,
+        "--by",
+        "ops@example.test",
+    )
+    assert out.returncode == 0, out.stderr
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+
+def test_a_request_reaches_the_webhook_signed_and_the_mail_escaped(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook, mailbox: Mailbox
+) -> None:
+    add_webhook(operator_dsn, hook)
+    add_email(operator_dsn, mailbox)
+    hostile = "<script>alert('x')</script> & <b>bold</b>"
+    sid, approval_id = ask(agent_dsn, {"to": hostile, "cents": 125000})
+    out = notify_once(operator_dsn)
+    assert out.returncode == 0, out.stderr
+    states = sorted(json.loads(line)["state"] for line in out.stdout.splitlines())
+    assert states == ["sent", "sent"]
+
+    [post] = hook.received
+    assert post["verified"] and post["path"] == "/hooks/undolog"
+    event = json.loads(post["body"])
+    assert event["event"] == "approval.requested"
+    assert event["approval_id"] == str(approval_id) and event["session_id"] == str(sid)
+    assert event["tool_name"] == "wire_money" and event["args"]["to"] == hostile
+    assert event["url"] == f"{DASHBOARD}/sessions/{sid}#approval-{approval_id}"
+    # a replay of that body with another timestamp, or a tampered body, does not verify
+    assert not notifications.verify(SECRET, post["header"], post["body"] + b" ")
+    assert not notifications.verify(
+        SECRET, post["header"], post["body"], now=int(post["header"][2:12]) + 3600
+    )
+
+    [mail] = mailbox.messages
+    assert mail["To"] == "oncall@example.test, lead@example.test"
+    assert mail["Subject"] == "[UndoLog] approval requested: wire_money"
+    text = mail.get_body(("plain",))
+    markup = mail.get_body(("html",))
+    assert text is not None and markup is not None
+    plain_text, html_text = text.get_content(), markup.get_content()
+    assert event["url"] in plain_text and f'href="{event["url"]}"' in html_text
+    assert "<script>" not in html_text and "<b>bold" not in html_text
+    assert "&lt;script&gt;" in html_text and "&amp;" in html_text
+
+    rows = deliveries(conn, approval_id)
+    assert [(r["channel_name"], r["state"], r["attempts"]) for r in rows] == [
+        ("ops-hook", "sent", 1),
+        ("ops-mail", "sent", 1),
+    ]
+    assert str(rows[0]["delivery_id"]) == post["delivery"]
+    # the next pass sends nothing again
+    assert notify_once(operator_dsn).stdout == ""
+    assert len(hook.received) == 1 and len(mailbox.messages) == 1
+
+
+def test_slack_format_posts_text_with_the_link(
+    operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook, "--slack", name="slack")
+    sid, approval_id = ask(agent_dsn, {"to": "<@here>"})
+    assert notify_once(operator_dsn).returncode == 0
+    [post] = hook.received
+    body = json.loads(post["body"])
+    assert list(body) == ["text"] and post["verified"]
+    assert f"<{DASHBOARD}/sessions/{sid}#approval-{approval_id}|" in body["text"]
+    assert "&lt;@here&gt;" in body["text"]  # an agent's text cannot ping a channel
+
+
+def test_a_failed_attempt_is_recorded_and_retried_with_backoff(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    hook.answers = [500]
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    first = notify_once(operator_dsn)
+    assert first.returncode == 0 and first.stdout, first.stderr
+    assert json.loads(first.stdout)["state"] == "pending", first.stderr
+    [row] = deliveries(conn, approval_id)
+    assert row["state"] == "pending" and row["attempts"] == 1
+    assert row["last_error"] == "RuntimeError: HTTP 500 Internal Server Error"
+    # due again 10 s after the first failure (undolog.retry_delay), so not on this pass
+    assert row["next_attempt_at"] - row["last_attempt_at"] >= notifications_delay(conn, 1)
+    assert notify_once(operator_dsn).stdout == ""
+    assert len(hook.received) == 1
+    conn.execute("UPDATE undolog.undolog_notification_deliveries SET next_attempt_at = now()")
+    assert notify_once(operator_dsn).returncode == 0
+    [row] = deliveries(conn, approval_id)
+    assert (row["state"], row["attempts"], row["last_error"]) == ("sent", 2, None)
+    assert len(hook.received) == 2 and hook.received[0]["delivery"] == hook.received[1]["delivery"]
+
+
+def notifications_delay(conn: Conn, attempt: int) -> Any:
+    row = conn.execute(
+        "SELECT undolog.retry_delay(%s, interval '10 seconds', interval '1 hour')", (attempt,)
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_the_last_failure_fails_the_delivery_and_retry_sends_it_again(
+    conn: Conn, dsn: str, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET undolog.notification_max_attempts = 2')
+    add_webhook(operator_dsn, hook)
+    hook.answers = [503, 503]
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    for _ in range(2):
+        assert notify_once(operator_dsn).returncode == 0
+        conn.execute("UPDATE undolog.undolog_notification_deliveries SET next_attempt_at = now()")
+    [row] = deliveries(conn, approval_id)
+    assert (row["state"], row["attempts"], row["max_attempts"]) == ("failed", 2, 2)
+    assert "503" in row["last_error"]
+    listed = cli(operator_dsn, "--json", "notifications", "deliveries", "--state", "failed")
+    assert [d["delivery_id"] for d in json.loads(listed.stdout)] == [str(row["delivery_id"])]
+    assert notify_once(operator_dsn).stdout == ""  # failed: no more attempts by itself
+
+    retried = cli(
+        operator_dsn, "notifications", "retry", str(row["delivery_id"])[:8], "--by", "ops"
+    )
+    assert retried.returncode == 0, retried.stderr
+    assert notify_once(operator_dsn).returncode == 0
+    [row] = deliveries(conn, approval_id)
+    assert (row["state"], row["attempts"], row["max_attempts"]) == ("sent", 3, 4)
+    assert len(hook.received) == 3
+
+
+def test_two_workers_at_once_send_each_delivery_once(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    asked = [ask(agent_dsn, {"n": i})[1] for i in range(12)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "notify", "--once"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=120) for w in workers]
+    assert all(w.returncode == 0 for w in workers), outputs
+    sent = [r["delivery"] for r in hook.received]
+    assert len(sent) == len(set(sent)) == 12
+    states = conn.execute(
+        "SELECT state, attempts, count(*) FROM undolog.undolog_notification_deliveries"
+        " WHERE approval_id = ANY(%s) GROUP BY 1, 2",
+        (asked,),
+    ).fetchall()
+    assert states == [("sent", 1, 12)]
+
+
+def test_the_worker_delivers_after_its_walks(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    ask(agent_dsn, {"to": "acme"})
+    seen: list[notifications.Outcome] = []
+    worker = Worker(
+        lambda: psycopg.connect(operator_dsn, autocommit=True),
+        {},
+        notify=True,
+        on_notified=seen.append,
+    )
+    assert worker.run(once=True)
+    assert [o.state for o in seen] == ["sent"] and len(hook.received) == 1
+    quiet = Worker(lambda: psycopg.connect(operator_dsn, autocommit=True), {})
+    _, other = ask(agent_dsn, {"to": "other"})
+    assert quiet.run(once=True)  # notify is off by default in the class (the CLI turns it on)
+    assert deliveries(conn, other) == []
+
+
+def test_a_request_decided_before_delivery_is_cancelled_not_sent(
+    conn: Conn,
+    dsn: str,
+    operator_dsn: str,
+    agent_dsn: str,
+    hook: Hook,
+    logins: Callable[[str], str],
+) -> None:
+    add_webhook(operator_dsn, hook)
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    hook.answers = [500]
+    assert notify_once(operator_dsn).returncode == 0  # queued, one failed attempt
+    with psycopg.connect(logins("undolog_approver"), autocommit=True) as approver:
+        approver.execute("SELECT undolog.reject(%s, 'lead', 'no')", (approval_id,))
+    conn.execute("UPDATE undolog.undolog_notification_deliveries SET next_attempt_at = now()")
+    assert notify_once(operator_dsn).stdout == ""
+    [row] = deliveries(conn, approval_id)
+    assert row["state"] == "cancelled" and len(hook.received) == 1
+    refused = cli(operator_dsn, "notifications", "retry", str(row["delivery_id"]), "--by", "ops")
+    assert refused.returncode == 1 and "its request is rejected" in refused.stderr
+
+
+def test_an_agent_reads_neither_secrets_nor_other_logins_deliveries(
+    conn: Conn, operator_dsn: str, hook: Hook, logins: Callable[[str], str]
+) -> None:
+    add_webhook(operator_dsn, hook)
+    mine_dsn, theirs_dsn = logins("undolog_agent"), logins("undolog_agent")
+    _, mine = ask(mine_dsn, {"to": "mine"})
+    _, theirs = ask(theirs_dsn, {"to": "theirs"})
+    assert notify_once(operator_dsn).returncode == 0
+    with psycopg.connect(mine_dsn, autocommit=True) as agent:
+        seen = agent.execute(
+            "SELECT approval_id, state FROM undolog.undolog_notification_deliveries"
+        ).fetchall()
+        assert seen == [(mine, "sent")]
+        for forbidden in (
+            "SELECT secret FROM undolog.undolog_notification_channels",
+            "SELECT * FROM undolog.notification_channels",
+            "SELECT * FROM undolog.claim_notification()",
+            "SELECT undolog.enqueue_notifications()",
+            f"SELECT undolog.retry_notification('{uuid.uuid4()}', 'me')",
+            "SELECT undolog.remove_notification_channel('ops-hook', 'me')",
+            "SELECT undolog.add_notification_channel('x', 'webhook', 'http://evil.test', '{}',"
+            " 'k0123456789abcdef', NULL, 'me')",
+            "UPDATE undolog.undolog_notification_deliveries SET state = 'sent'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                agent.execute(forbidden)
+    # staff read the channels without their secret, and the webhook's URL without its path
+    with psycopg.connect(logins("undolog_approver"), autocommit=True) as approver:
+        row = approver.execute(
+            "SELECT destination, has_secret FROM undolog.notification_channels"
+        ).fetchone()
+        assert row == (hook.url.split("/hooks")[0] + "/…", True)
+        assert (
+            len(approver.execute("SELECT FROM undolog.undolog_notification_deliveries").fetchall())
+            == 2
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            approver.execute("SELECT * FROM undolog.claim_notification()")
+    assert theirs != mine
+
+
+def test_channel_commands_refuse_what_cannot_work(operator_dsn: str, hook: Hook) -> None:
+    add_webhook(operator_dsn, hook)
+    again = cli(operator_dsn, "notifications", "add-webhook", "ops-hook", hook.url, "--by", "ops")
+    assert again.returncode == 2 and "exists" in again.stderr
+    bad_url = cli(operator_dsn, "notifications", "add-webhook", "x", "ftp://h/x", "--by", "ops")
+    assert bad_url.returncode == 2 and "webhook URL" in bad_url.stderr
+    bad_to = cli(
+        operator_dsn,
+        "notifications",
+        "add-email",
+        "m",
+        "--to",
+        "a@b.test\r\nBcc: evil@x.test",
+        "--smtp-host",
+        "localhost",
+        "--from",
+        "u@b.test",
+        "--by",
+        "ops",
+    )
+    assert bad_to.returncode == 2 and "recipients" in bad_to.stderr
+    gone = cli(operator_dsn, "notifications", "remove", "nope", "--by", "ops")
+    assert gone.returncode == 3 and "no notification channel named nope" in gone.stderr
+    made = cli(operator_dsn, "notifications", "add-webhook", "gen", hook.url, "--by", "ops")
+    assert made.returncode == 0 and "secret: " in made.stdout  # generated, shown once
+    listed = json.loads(cli(operator_dsn, "--json", "notifications", "list").stdout)
+    assert [c["channel_name"] for c in listed] == ["gen", "ops-hook"]
+    assert "secret" not in json.dumps(listed).replace("has_secret", "")
+    assert cli(operator_dsn, "notifications", "remove", "gen", "--by", "ops").returncode == 0
+    listed = json.loads(cli(operator_dsn, "--json", "notifications", "list").stdout)
+    assert [c["channel_name"] for c in listed] == ["ops-hook"]
+
+
+def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
+    from datetime import UTC, datetime
+
+    d = notifications.Delivery(
+        delivery_id=uuid.uuid4(),
+        session_id=uuid.uuid4(),
+        approval_id=uuid.uuid4(),
+        attempt=1,
+        max_attempts=8,
+        channel_name="m",
+        channel_kind="email",
+        target="a@example.test",
+        config={"smtp_from": "u@example.test"},
+        secret=None,
+        dashboard_url=None,
+        step_index=0,
+        tool_name="pay\r\nBcc: evil@example.test",
+        args={},
+        agent="x",
+        owner_role="x",
+        requested_at=datetime.now(UTC),
+        expires_at=None,
+    )
+    msg = notifications.email_message(d)
+    assert msg["Subject"] == "[UndoLog] approval requested: pay Bcc: evil@example.test"
+    parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
+    assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
+    assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
+
+
+def test_a_pass_out_of_time_queues_but_sends_nothing_more(
+    conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    with psycopg.connect(operator_dsn, autocommit=True) as operator:
+        assert notifications.deliver_due(operator, budget=0) == []
+        [row] = deliveries(conn, approval_id)
+        assert (row["state"], row["attempts"]) == ("pending", 0) and hook.received == []
+        [sent] = notifications.deliver_due(operator, limit=1)
+    assert sent.state == "sent" and len(hook.received) == 1

@@ -1,0 +1,169 @@
+"""The agent never chooses its call's tier or what undoes it: the engine admits a call
+only for a tool registered for the session's owner, the undo walk runs the registered
+compensation, and ``undolog worker --owner ROLE`` walks only the sessions of the logins it
+serves. Real processes where it matters: the worker is a subprocess of `undolog worker`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
+
+from undolog import UndoLog, engine, errors, undolog_tool
+from undolog.tiers import CompensationDescriptor, ToolTier
+
+Conn = psycopg.Connection[Any]
+PAYOUT = {"name": "mcp:payments/process_payout", "args": {"to": "mallory", "cents": 10**6}}
+
+__all__ = ["app_dir", "start_worker"]  # fixtures of test_worker, used here
+
+
+@pytest.fixture
+def agent_login(login: Callable[..., Conn]) -> Callable[[], Conn]:
+    """agent_login() -> an autocommit connection of a new LOGIN role holding undolog_agent."""
+    return lambda: login("undolog_agent")
+
+
+def _sid(c: Conn) -> uuid.UUID:
+    return engine.begin_session(c, agent="probe")
+
+
+@pytest.mark.unregistered_tools
+def test_a_call_naming_no_registered_tool_is_refused(agent_login: Callable[[], Conn]) -> None:
+    agent = agent_login()
+    sid = _sid(agent)
+    with pytest.raises(errors.UnknownTool, match="not registered"):
+        engine.intercept(agent, sid, 0, "drop_db", "compensable", {}, {"name": "undrop"})
+
+
+@pytest.mark.unregistered_tools
+def test_a_forged_descriptor_is_refused_and_nothing_is_journaled(
+    agent_login: Callable[[], Conn],
+) -> None:
+    agent = agent_login()
+    engine.register_tool(agent, "read_profile", "compensable", {"name": "noop"})
+    sid = _sid(agent)
+    with pytest.raises(errors.ToolRegistrationMismatch, match="differs from its registration"):
+        engine.intercept(agent, sid, 0, "read_profile", "compensable", {"id": 1}, PAYOUT)
+    with pytest.raises(errors.ToolRegistrationMismatch):
+        engine.intercept(agent, sid, 0, "read_profile", "irreversible", {"id": 1})
+    rows = agent.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert rows == (0,)
+
+
+@pytest.mark.unregistered_tools
+def test_another_agents_registration_admits_nothing(agent_login: Callable[[], Conn]) -> None:
+    a, b = agent_login(), agent_login()
+    engine.register_tool(a, "create_user", "compensable", {"name": "delete_user"})
+    sid = _sid(b)
+    with pytest.raises(errors.UnknownTool):
+        engine.intercept(b, sid, 0, "create_user", "compensable", {}, {"name": "delete_user"})
+
+
+@pytest.mark.unregistered_tools
+def test_the_decorator_registers_its_tool_once_per_connection(dsn: str, conn: Conn) -> None:
+    ul = UndoLog(dsn)
+    sent: list[str] = []
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
+    def create_user(email: str) -> dict[str, Any]:
+        return {"email": email}
+
+    real = engine.register_tool
+
+    def counting(*a: Any, **k: Any) -> uuid.UUID:
+        sent.append(a[1])
+        return real(*a, **k)
+
+    engine.register_tool = counting
+    try:
+        with ul.session(agent="t"):
+            create_user("a@example.com")
+            create_user("b@example.com")
+    finally:
+        engine.register_tool = real
+    assert sent == ["create_user"]
+    row = conn.execute(
+        "SELECT tier, compensation FROM undolog.undolog_tools WHERE tool_name = 'create_user'"
+    ).fetchone()
+    assert row == ("compensable", {"name": "delete_user", "args": {}})
+
+
+@pytest.mark.unregistered_tools
+def test_the_worker_walks_only_the_owners_it_serves(
+    dsn: str,
+    conn: Conn,
+    agent_login: Callable[[], Conn],
+    app_dir: Path,
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """A rogue agent login journals a harmless call whose registration (its own) names a
+    compensation the worker's app has, and fails its session: a worker that serves only
+    the trusted login does not run it. The trusted login's session is walked."""
+    trusted, rogue = agent_login(), agent_login()
+    for c in (trusted, rogue):
+        engine.register_tool(c, "create_user", "compensable", {"name": "delete_user"})
+    # The rogue cannot bring the payout as its call's compensation ...
+    rogue_sid = _sid(rogue)
+    with pytest.raises(errors.ToolRegistrationMismatch):
+        engine.intercept(rogue, rogue_sid, 0, "create_user", "compensable", {"u": 7}, PAYOUT)
+    # ... and what it may journal, the worker serving the trusted login leaves alone.
+    engine.fail_session(rogue, rogue_sid, "never mind")
+    rogue_sid = failed_session(rogue, "delete_user", 666)
+    trusted_sid = failed_session(trusted, "delete_user", 1)
+    worker = start_worker(dsn, "--owner", trusted.info.user)
+    wait_until(lambda: engine.session_state(conn, trusted_sid) == "compensated", what="walk")
+    time.sleep(0.5)  # a few more passes of the worker
+    worker.stop()
+    assert (app_dir / "undone.txt").read_text() == "1\n"
+    assert engine.session_state(conn, rogue_sid) in ("failed", "compensating")
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_undo_stack"
+        " WHERE session_id = %s AND state <> 'pending'",
+        (rogue_sid,),
+    ).fetchone() == (0,)
+
+
+def test_an_operator_lists_and_retires_a_registration_from_the_cli(
+    login: Callable[..., Conn], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from undolog.cli import main
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    engine.register_tool(agent, "send_mail", "compensable", {"name": "unsend"})
+    operator = login("undolog_operator")
+    as_operator = f"{dsn} user={operator.info.user}"
+    as_agent = f"{dsn} user={owner}"
+
+    assert main(["tools", "list", "--owner", owner, "--dsn", as_operator, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["tool_name"], row["tier"], row["live"]) == ("send_mail", "compensable", True)
+
+    # An agent cannot retire its own tool to change its tier: that is an operator's.
+    argv = ["tools", "retire", "send_mail", "--owner", owner, "--by", "mallory"]
+    assert main([*argv, "--reason", "mine", "--dsn", as_agent]) == 1
+    assert "undolog_operator" in capsys.readouterr().err
+    with pytest.raises(errors.ToolRegistrationMismatch):
+        engine.register_tool(agent, "send_mail", "irreversible", None)
+
+    argv = ["tools", "retire", "send_mail", "--owner", owner, "--by", "ada"]
+    assert main([*argv, "--reason", "it pays out now", "--dsn", as_operator]) == 0
+    assert "retired at" in capsys.readouterr().out
+    engine.register_tool(agent, "send_mail", "irreversible", None)  # its author may again
+    assert main(["tools", "list", "--owner", owner, "--all", "--dsn", as_operator, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted((r["tier"], r["live"], r["retire_reason"]) for r in rows) == [
+        ("compensable", False, "it pays out now"),
+        ("irreversible", True, None),
+    ]
