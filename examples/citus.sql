@@ -27,6 +27,10 @@ SELECT create_distributed_table('undolog.undolog_notification_deliveries', 'sess
 -- The tool registry has no session: every worker reads it (intercept checks a new call
 -- against its tool's registration there), so it is a reference table.
 SELECT create_reference_table('undolog.undolog_tools');
+SELECT create_distributed_table('undolog.undolog_chain_heads', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
+SELECT create_distributed_table('undolog.undolog_chain_anchored', 'session_id',
+                                colocate_with => 'undolog.undolog_sessions');
 -- --8<-- [end:tables]
 
 -- --8<-- [start:functions]

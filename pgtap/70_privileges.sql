@@ -78,6 +78,13 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'rollback_to_plan'),
     ('undolog_approver', 'rollback_to_plan'),
     ('undolog_agent', 'rollback_to_plan'),
+    ('undolog_approver', 'verify_chain'),
+    ('undolog_operator', 'verify_chain'),
+    ('undolog_approver', 'assert_chain'),
+    ('undolog_operator', 'assert_chain'),
+    ('undolog_approver', 'chain_events'),
+    ('undolog_operator', 'chain_events'),
+    ('undolog_operator', 'write_anchor'),
     ('undolog_agent', 'version'),
     ('undolog_approver', 'version'),
     ('undolog_operator', 'version');

@@ -148,6 +148,21 @@ TO undolog_approver, undolog_operator;
 
 -- The runner's own records (sql/bootstrap.sql): which migrations and which repeatable
 -- sources are installed, for the operator and the approver's dashboard.
+-- The history chains (docs/operations/audit.md): an agent reads its own sessions' heads
+-- (the links themselves are columns of the history it reads); staff verify and export
+-- every chain; the operator writes anchors.
+GRANT SELECT ON undolog.undolog_chain_heads TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_chain_anchors TO undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.chain_heads TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.chain_anchors TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz)
+TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.assert_chain(uuid, timestamptz)
+TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz)
+TO undolog_approver, undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
+
 GRANT SELECT ON undolog.undolog_migrations TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_repeatables TO undolog_approver, undolog_operator;
 

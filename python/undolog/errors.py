@@ -172,6 +172,22 @@ class EditChangesArguments(InvalidArgument):
     sqlstate = "UL024"
 
 
+class ChainMismatch(UndoLogError):
+    """The history does not match its hash chain: a row was changed, deleted or moved
+    with the append-only triggers disabled (``undolog.assert_chain``; ``undolog verify``
+    exits with this code when it finds any such row)."""
+
+    sqlstate = "UL027"
+
+
+class ExportInvalid(UndoLogError):
+    """A file given to ``undolog verify --file`` or ``--anchor`` is not a chain export or
+    an anchor at all (no header, a line that is not JSON)."""
+
+    sqlstate = "UL028"
+    exit_code = EXIT_USAGE
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -332,6 +348,8 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         StepUndone,
         ApprovalNotEditable,
         EditChangesArguments,
+        ChainMismatch,
+        ExportInvalid,
         PermissionDenied,
     )
     if cls.sqlstate is not None

@@ -30,15 +30,19 @@ BEGIN
     IF NEW IS NOT DISTINCT FROM OLD THEN
         RETURN NEW;
     END IF;
+    -- The links into the history chain are identity too: the decision's is written by
+    -- undolog.chain_approval_requests, which fires after this guard, never by the UPDATE itself.
     IF (NEW.approval_id, NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.requested_at,
-        NEW.expires_at)
+        NEW.expires_at, NEW.chain_seq, NEW.chain_prev, NEW.chain_hash, NEW.decision_seq,
+        NEW.decision_prev, NEW.decision_hash)
        IS DISTINCT FROM
        (OLD.approval_id, OLD.session_id, OLD.effect_id, OLD.executed_at, OLD.requested_at,
-        OLD.expires_at) THEN
+        OLD.expires_at, OLD.chain_seq, OLD.chain_prev, OLD.chain_hash, OLD.decision_seq,
+        OLD.decision_prev, OLD.decision_hash) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL011',
             MESSAGE = 'an approval request''s identity (id, session, effect, requested_at, '
-                      'expires_at) cannot change',
+                      'expires_at, chain links) cannot change',
             DETAIL = pg_catalog.format('approval %s', OLD.approval_id);
     END IF;
     IF OLD.state <> 'pending' THEN

@@ -10,7 +10,8 @@
 --      future month is built ahead as a table and attached with short lock waits; one
 --      whose locks stayed busy (an open read of the effect log holds the default
 --      partition) is left for the next run and answered as 'pending'
---      (create_month_partitions). Maintenance never queues for long behind an agent.
+--      (create_month_partitions). Maintenance never queues for long behind an agent;
+--   4. write an anchor of the history chains (undolog.write_anchor).
 -- Answers one row per partition touched: (action, partition), action 'created',
 -- 'dropped', 'skipped' or 'pending'. One transaction; serialised with ensure_partitions and
 -- drop_partitions by the partition-maintenance lock. The order keeps every
@@ -49,6 +50,8 @@ BEGIN
     FROM pg_catalog.generate_series(0, p_months_ahead) AS m,
          LATERAL undolog.create_month_partitions(undolog.utc_month(now(), m)) AS c (name);
     RETURN QUERY SELECT 'pending'::text, p.name FROM undolog.pending_partitions() AS p (name);
+    -- The scheduled run also anchors the history chains (undolog.write_anchor).
+    PERFORM undolog.write_anchor();
 END
 $$;
 

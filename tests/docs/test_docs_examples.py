@@ -9,6 +9,7 @@ binding really have.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 import shlex
@@ -425,6 +426,16 @@ def test_metrics_script_prints_and_serves_the_metrics(dsn: str, workdir: Path) -
     assert 'undolog_sessions{state="halted"} 0' in lines
 
 
+def test_audit_verifies_exports_and_anchors(dsn: str, workdir: Path) -> None:
+    out = run_script("audit.sh", dsn, workdir)
+    assert out.count("match their chains") == 5  # three online, the file, the anchor
+    kept = json.loads((workdir / "anchor.json").read_text(encoding="utf-8"))
+    assert kept["anchor_id"] == 1 and len(kept["hash"]) == 64
+    exported = list(workdir.glob("session-*.jsonl"))
+    assert len(exported) == 1 and exported[0].read_text().count("\n") > 3
+    assert " assert_chain \n--------------\n            2" in out
+
+
 def test_archive_detaches_dumps_and_drops_an_old_month(dsn: str, workdir: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # the passage of time: a month of 2024 in the journal (created as maintenance would)
@@ -636,6 +647,7 @@ RUN_BY = {
     "undo_to.py": "undo_to.sh",
     "undo_to.sh": "test_undo_to_a_point_by_the_agent_and_by_an_operator",
     "unwaited_result.py": "binding/test_unwaited_results.py::test_the_reference_example_*",
+    "audit.sh": "test_audit_verifies_exports_and_anchors",
 }
 
 

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from pgcluster import schema_dump
-from undolog import approvals, engine, migrations, saga
+from undolog import approvals, chain, engine, migrations, saga
 from undolog.migrations import (
     MigrationError,
     Repeatable,
@@ -48,6 +48,8 @@ RUNNER_TABLES = {
     "undolog_tools",
     # configuration like the tool registry: where approval requests are announced
     "undolog_notification_channels",
+    # the history chains' anchors: one chain for the whole database, on the coordinator
+    "undolog_chain_anchors",
 }
 
 
@@ -187,6 +189,9 @@ def test_upgrade_through_every_release_equals_a_fresh_install(
         journal = c.execute(
             "SELECT count(*) FILTER (WHERE tool_id IS NULL) FROM undolog.undolog_effect_log"
         ).fetchone()
+        # the rows journaled before the hash chains existed were linked by their migration
+        linked = chain.verify(c)
+    assert linked.ok and linked.rows > 10, linked.findings
     assert journal == (4,)  # the oldest release's journal survived; its rows have no tool
     assert fingerprint(upgraded) == fingerprint(fresh)
 
@@ -383,7 +388,7 @@ def test_citus_every_journal_table_carries_session_id(conn: Conn) -> None:
     }
     assert found >= RUNNER_TABLES  # the exemption names tables that exist
     tables = journal_tables(conn)
-    assert len(tables) == 10
+    assert len(tables) == 12  # with the chain heads and what the last anchor recorded
     without = conn.execute(
         "SELECT c.relname FROM pg_class AS c WHERE c.relname = ANY (%s)"
         " AND c.relnamespace = 'undolog'::regnamespace AND NOT EXISTS ("

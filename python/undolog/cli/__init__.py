@@ -27,6 +27,10 @@
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
     undolog metrics [--listen HOST:PORT] [--once]   serve GET /metrics to Prometheus
+    undolog verify [--session ID] [--since T] [--anchor F] | --file F
+                                               recompute the history's hash chains
+    undolog export SESSION [--output F]        a session's journal as JSON lines, with its chain
+    undolog anchor write | export [--write]    anchor the chains; print the latest anchor
 
 SESSION and APPROVAL are a whole id or a unique prefix of one (``701f4cbc``; an ambiguous
 prefix is a usage error). Every command takes --dsn (default: UNDOLOG_DSN, then libpq's
@@ -59,6 +63,7 @@ import psycopg
 from undolog.cli._common import EXIT_OK, ConnectError, Parser, UsageError
 from undolog.cli._errors import ErrorReport, describe_error, report
 from undolog.cli.approvals import configure_approvals_parser
+from undolog.cli.audit import configure_audit_parser
 from undolog.cli.dashboard import configure_dashboard_parser
 from undolog.cli.mcp_proxy import configure_mcp_proxy_parser
 from undolog.cli.metrics import configure_metrics_parser
@@ -140,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_notifications_parser,  # notifications, notify
         configure_mcp_proxy_parser,
         configure_partitions_parser,
+        configure_audit_parser,  # verify, export, anchor
         configure_dashboard_parser,
         configure_metrics_parser,
     ):

@@ -400,6 +400,18 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
         if staff
         else []
     )
+    # The history's hash chain, recomputed (staff only, as undolog.verify_chain): [] is
+    # verified clean, None not shown. One session's rows, read by their keys.
+    head["chain"] = (
+        await rows(
+            conn,
+            "SELECT seq, table_name, row_key, problem, expected, found"
+            " FROM undolog.verify_chain(%s)",
+            (session_id,),
+        )
+        if staff
+        else None
+    )
     purpose = (head.get("metadata") or {}).get("purpose")
     head["purpose"] = purpose if isinstance(purpose, str) else None
     head["halt_entry"] = next((u for u in head["undo"] if u.undo_id == head["halt_undo_id"]), None)

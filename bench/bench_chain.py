@@ -1,0 +1,114 @@
+"""What the history's hash chain adds to a new COMPENSABLE call (docs/operations/audit.md).
+
+A throwaway PostgreSQL (or ``--dsn``, a superuser's: the chain triggers are switched off
+and on), the engine installed, one session. Each round runs ``--calls`` new compensable
+calls, intercept then commit, each its own transaction as an agent's are, in one
+server-side loop: no round trips, only the engine's own work, counted as the CPU time of
+the server process (Linux, a local server), so that a loaded machine's waits for a CPU
+are not counted. The throwaway server runs with fsync off, so that WAL flushes do not
+drown the difference. Each round runs with the chain triggers on and off (the order
+alternates); the figure is the median difference per call. A new call writes two history
+rows (its creation, executing, then committed): two links.
+
+A benchmark, not a test: it prints its figures and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from pgcluster import throwaway_cluster
+from undolog.migrations import migrate
+
+LOOP = """
+DO $bench$
+DECLARE
+    v_session uuid := gen_random_uuid();
+    v_effect uuid;
+BEGIN
+    PERFORM undolog.begin_session(v_session, 'bench', '{}', '1 hour');
+    COMMIT;
+    FOR i IN 1..%(calls)s LOOP
+        SELECT i.effect_id INTO v_effect
+        FROM undolog.intercept(v_session, i, 'bench_tool', 'compensable',
+                               jsonb_build_object('i', i),
+                               encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex'),
+                               '{"name": "undo"}') AS i;
+        COMMIT;
+        PERFORM undolog.commit(v_effect, '{"ok": true}');
+        COMMIT;
+    END LOOP;
+END
+$bench$
+"""
+
+TRIGGERS = ("undolog_effect_history", "undolog_session_history")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the server process has used: on a loaded machine the
+    wall clock also counts the time it waited for a CPU."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switch(conn: psycopg.Connection[Any], on: bool) -> None:
+    verb = "ENABLE" if on else "DISABLE"
+    for table in TRIGGERS:
+        conn.execute(f"ALTER TABLE undolog.{table} {verb} TRIGGER {table}_chain")
+
+
+def run(dsn: str, rounds: int, calls: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+        conn.execute(
+            "SELECT undolog.register_tool('bench_tool', 'compensable', '{\"name\": \"undo\"}')"
+        )
+        conn.execute(LOOP % {"calls": 50})  # warm up
+        pid = conn.info.backend_pid
+        per: dict[bool, list[float]] = {True: [], False: []}
+        for r in range(rounds):
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                switch(conn, on)
+                before = cpu_seconds(pid)
+                conn.execute(LOOP % {"calls": calls})
+                per[on].append((cpu_seconds(pid) - before) * 1e6 / calls)
+        switch(conn, True)
+    median_on, median_off = statistics.median(per[True]), statistics.median(per[False])
+    diffs = [a - b for a, b in zip(per[True], per[False], strict=True)]
+    print(f"new compensable call (intercept + commit), server-side, {rounds} rounds x {calls}")
+    print(f"  chain on   {median_on:8.1f} µs CPU per call")
+    print(f"  chain off  {median_off:8.1f} µs CPU per call")
+    print(f"  added      {statistics.median(diffs):8.1f} µs per call (median of rounds)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default="", help="a server (superuser) instead of a new one")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args(argv)
+    if args.dsn:
+        run(args.dsn, args.rounds, args.calls)
+    else:
+        with throwaway_cluster() as cluster:
+            print(f"throwaway PostgreSQL on {cluster.host}:{cluster.port}")
+            with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET fsync = off")
+                conn.execute("SELECT pg_reload_conf()")
+            run(cluster.dsn, args.rounds, args.calls)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

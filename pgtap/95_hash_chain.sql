@@ -1,0 +1,134 @@
+-- The history's hash chains: every history row is linked into its session's chain as
+-- it is written (seq 1, 2, ...; hash = sha256(prev || canonical record)); an unchanged
+-- journal verifies clean; rows changed, deleted, reordered or slipped in with the
+-- triggers off are named by verify_chain (and assert_chain raises UL027); an approval
+-- request is linked when made and when decided, and its links cannot be written by an
+-- UPDATE; anchors chain the heads and catch a consistent rewrite; staff only.
+BEGIN;
+SELECT plan(30);
+\ir _helpers.psql
+
+SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
+SELECT pg_temp.tool('send_email', 'irreversible') AS tool_id \gset
+
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000001'),
+          'c0000000-0000-4000-8000-000000000001'::uuid, 'setup: a session');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 0,
+              'create_user', 'compensable', '{"name": "ada"}', pg_temp.sig('hc-c'),
+              '{"name": "delete_user"}')),
+          'execute', 'setup: a compensable call');
+SELECT lives_ok(
+    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+                             WHERE call_signature = pg_temp.sig('hc-c')), '{"id": 1}')$$,
+    'setup: it commits');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 1,
+              'send_email', 'irreversible', '{"to": "ada"}', pg_temp.sig('hc-i'))),
+          'await_approval', 'setup: an irreversible call');
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000002'),
+          'c0000000-0000-4000-8000-000000000002'::uuid, 'setup: another session');
+
+CREATE TEMP VIEW chain1 AS
+SELECT * FROM undolog.chain_events('c0000000-0000-4000-8000-000000000001');
+
+-- Linked as written.
+SELECT is((SELECT array_agg(seq ORDER BY seq) FROM chain1), ARRAY[1, 2, 3, 4, 5, 6]::bigint[],
+          'the session''s six history rows are links 1 to 6');
+SELECT is((SELECT array_agg(DISTINCT table_name ORDER BY table_name) FROM chain1),
+          ARRAY['undolog_approval_requests', 'undolog_effect_history',
+                'undolog_session_history'],
+          'of three tables');
+SELECT is((SELECT count(*) FROM chain1 AS c
+           WHERE c.hash <> sha256(c.prev || convert_to(c.canonical, 'UTF8'))), 0::bigint,
+          'each hash is sha256(prev || canonical record)');
+SELECT is((SELECT prev FROM chain1 WHERE seq = 1), undolog.chain_genesis(),
+          'the first link follows 32 zero bytes');
+SELECT is((SELECT count(*) FROM chain1 AS a JOIN chain1 AS b ON b.seq = a.seq + 1
+           WHERE b.prev <> a.hash), 0::bigint, 'each prev is the previous hash');
+SELECT is((SELECT (h.seq, h.head) FROM undolog.undolog_chain_heads AS h
+           WHERE h.session_id = 'c0000000-0000-4000-8000-000000000001'),
+          (SELECT (c.seq, c.hash) FROM chain1 AS c WHERE c.seq = 6),
+          'the head is the last link');
+SELECT is((SELECT max(seq) FROM undolog.chain_events('c0000000-0000-4000-8000-000000000002')),
+          1::bigint, 'the other session has a chain of its own');
+SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'an unchanged journal verifies clean');
+SELECT is(undolog.assert_chain(), 2::bigint, 'assert_chain: two sessions verified');
+
+-- The canonical record does not depend on the session's settings.
+CREATE TEMP TABLE records AS SELECT seq, canonical FROM chain1;
+SET LOCAL TimeZone = 'America/St_Johns';
+SET LOCAL DateStyle = 'German';
+SELECT is((SELECT count(*) FROM chain1 JOIN records USING (seq, canonical)), 6::bigint,
+          'the same records under another TimeZone and DateStyle');
+RESET TimeZone;
+RESET DateStyle;
+
+-- What a caller writes into the chain columns is replaced.
+INSERT INTO undolog.undolog_session_history (session_id, from_state, to_state, chain_seq,
+                                             chain_hash)
+VALUES ('c0000000-0000-4000-8000-000000000002', 'active', 'active', 42, '\x00');
+SELECT is((SELECT array_agg(chain_seq ORDER BY chain_seq) FROM undolog.undolog_session_history
+           WHERE session_id = 'c0000000-0000-4000-8000-000000000002'), ARRAY[1, 2]::bigint[],
+          'a forged chain_seq is replaced by the next link');
+
+-- An approval request: linked when made, again when decided; its links are identity.
+SELECT throws_ok(
+    $$UPDATE undolog.undolog_approval_requests SET chain_hash = '\x00'
+      WHERE session_id = 'c0000000-0000-4000-8000-000000000001'$$,
+    'UL011', NULL, 'an UPDATE cannot change a request''s link');
+UPDATE undolog.undolog_approval_requests
+SET state = 'expired', decided_at = now(), decided_role = 'pgtap'
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001';
+SELECT is((SELECT decision_seq FROM undolog.undolog_approval_requests
+           WHERE session_id = 'c0000000-0000-4000-8000-000000000001'), 7::bigint,
+          'the decision is the next link');
+SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'still clean after the decision');
+
+-- Anchors.
+SELECT is((SELECT sessions FROM undolog.write_anchor()), 2, 'the first anchor: two heads');
+SELECT is((SELECT sessions FROM undolog.write_anchor()), 0, 'the next: none moved since');
+SELECT is((SELECT prev FROM undolog.undolog_chain_anchors WHERE anchor_id = 2),
+          (SELECT anchor_hash FROM undolog.undolog_chain_anchors WHERE anchor_id = 1),
+          'anchors are chained');
+
+-- Tampering, as a superuser with every trigger off (each undone after its test).
+SET LOCAL session_replication_role = replica;
+SAVEPOINT t;
+UPDATE undolog.undolog_effect_history SET to_state = 'failed'
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND to_state = 'committed';
+SELECT results_eq(
+    $$SELECT table_name, problem FROM undolog.verify_chain()$$,
+    $$VALUES ('undolog_effect_history', 'altered')$$,
+    'a changed row is named');
+SELECT throws_ok('SELECT undolog.assert_chain()', 'UL027', NULL, 'assert_chain raises UL027');
+ROLLBACK TO t;
+DELETE FROM undolog.undolog_session_history
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND to_state = 'awaiting_approval';
+SELECT results_eq(
+    $$SELECT problem FROM undolog.verify_chain()$$,
+    $$VALUES ('missing'), ('link')$$,
+    'a deleted row: the next one is missing its predecessor');
+ROLLBACK TO t;
+UPDATE undolog.undolog_session_history SET chain_seq = 3 - chain_seq
+WHERE session_id = 'c0000000-0000-4000-8000-000000000002' AND chain_seq IN (1, 2);
+SELECT ok((SELECT bool_or(problem = 'link') FROM undolog.verify_chain(
+              'c0000000-0000-4000-8000-000000000002')), 'reordered rows break the links');
+ROLLBACK TO t;
+INSERT INTO undolog.undolog_operator_actions (session_id, action, performed_by)
+VALUES ('c0000000-0000-4000-8000-000000000002', 'abandon', 'mallory');
+SELECT results_eq($$SELECT problem FROM undolog.verify_chain()$$, $$VALUES ('unchained')$$,
+                  'a row slipped in behind the trigger is unchained');
+ROLLBACK TO t;
+SET LOCAL session_replication_role = origin;
+
+-- Staff only.
+SET LOCAL ROLE undolog_agent;
+SELECT throws_ok('SELECT * FROM undolog.verify_chain()', '42501', NULL,
+                 'an agent cannot run verify_chain');
+SELECT throws_ok('SELECT * FROM undolog.write_anchor()', '42501', NULL,
+                 'nor write an anchor');
+SELECT throws_ok('SELECT * FROM undolog.undolog_chain_anchors', '42501', NULL,
+                 'nor read the anchors');
+RESET ROLE;
+
+SELECT * FROM finish();
+ROLLBACK;

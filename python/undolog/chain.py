@@ -1,0 +1,323 @@
+"""The history's hash chains: verify them, export a session's, check an export offline.
+
+Every history row (session, effect and undo history, operator actions, and an approval
+request's request and decision) carries a link of its session's chain, written by the
+engine's triggers (sql/functions/chain_<table>.sql)::
+
+    hash = sha256(prev || canonical.encode("utf-8"))
+
+where ``prev`` is the previous link's hash (32 zero bytes for a session's first row) and
+``canonical`` the row's canonical record: a JSON text computed in SQL, from the row's
+columns, by ``undolog.chain_record_*``. The hash is defined once, in SQL
+(``undolog.chain_hash``); :func:`chain_hash` here computes the same over the same bytes,
+never re-encoding the record, so the two cannot disagree on how a row is written.
+
+Online, :func:`verify` asks ``undolog.verify_chain``; offline, :func:`verify_export`
+re-hashes the canonical records of an export (:func:`export_session`), without any
+database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from undolog.engine import translated
+from undolog.errors import ExportInvalid
+
+GENESIS = bytes(32)
+# The first line of an export names its format.
+EXPORT_FORMAT = "undolog-chain-export/1"
+
+
+def chain_hash(prev: bytes, canonical: str) -> bytes:
+    """One link: sha256(prev || canonical as UTF-8), as ``undolog.chain_hash``."""
+    return hashlib.sha256(prev + canonical.encode("utf-8")).digest()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A row that does not match its chain: where it is (table, key, its session and
+    seq), what is wrong (problem, as undolog.verify_chain names it), expected vs found."""
+
+    session_id: str | None
+    seq: int | None
+    table: str
+    key: str
+    problem: str
+    expected: str
+    found: str
+
+    def describe(self) -> str:
+        where = f"{self.table} {self.key}"
+        if self.session_id is not None:
+            where += f" (session {self.session_id}, seq {self.seq})"
+        return f"{self.problem}: {where}: expected {self.expected}, found {self.found}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a verification checked and found (findings in chain order; none: clean)."""
+
+    sessions: int
+    rows: int
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def verify(
+    conn: psycopg.Connection[Any],
+    session_id: uuid.UUID | None = None,
+    since: datetime | None = None,
+) -> Report:
+    """Recompute the chains in the database (one session, or all; rows from ``since``
+    on) and answer every row that does not match (``undolog.verify_chain``)."""
+    with translated():
+        cur = conn.cursor(row_factory=dict_row)
+        rows = cur.execute(
+            "SELECT session_id, seq, table_name, row_key, problem, expected, found"
+            " FROM undolog.verify_chain(%s, %s)",
+            (session_id, since),
+        ).fetchall()
+        counted = cur.execute(
+            "SELECT count(DISTINCT session_id) AS sessions, count(*) AS rows"
+            " FROM undolog.chain_events(%s, %s)",
+            (session_id, since),
+        ).fetchone()
+    findings = [
+        Finding(
+            None if r["session_id"] is None else str(r["session_id"]),
+            r["seq"],
+            r["table_name"],
+            r["row_key"],
+            r["problem"],
+            r["expected"],
+            r["found"],
+        )
+        for r in rows
+    ]
+    assert counted is not None
+    return Report(int(counted["sessions"]), int(counted["rows"]), findings)
+
+
+def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iterator[str]:
+    """The session's journal as JSON lines: a header (format, session, head), then one
+    line per history row in chain order, each with its link (seq, prev, hash, hex) and
+    its canonical record, as the text that was hashed and, for reading, as JSON."""
+    with translated():
+        cur = conn.cursor(row_factory=dict_row)
+        head = cur.execute(
+            "SELECT seq, head FROM undolog.chain_heads WHERE session_id = %s",
+            (session_id,),
+        ).fetchone()
+        rows = cur.execute(
+            "SELECT seq, prev, hash, table_name, row_key, at, canonical"
+            " FROM undolog.chain_events(%s) ORDER BY seq NULLS FIRST, table_name, row_key",
+            (session_id,),
+        ).fetchall()
+    yield json.dumps(
+        {
+            "format": EXPORT_FORMAT,
+            "session_id": str(session_id),
+            "head": None
+            if head is None
+            else {"seq": head["seq"], "hash": bytes(head["head"]).hex()},
+        }
+    )
+    for r in rows:
+        yield json.dumps(
+            {
+                "seq": r["seq"],
+                "table": r["table_name"],
+                "key": r["row_key"],
+                "prev": None if r["prev"] is None else bytes(r["prev"]).hex(),
+                "hash": None if r["hash"] is None else bytes(r["hash"]).hex(),
+                "canonical": r["canonical"],
+                "record": json.loads(r["canonical"]),
+            }
+        )
+
+
+def _hex(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw if len(raw) == 32 else None
+
+
+def verify_export(lines: Iterable[str]) -> Report:
+    """Check an export (:func:`export_session`) with no database: every line's hash is
+    sha256(prev || canonical), its prev is the previous line's hash, its seq follows,
+    its record is its canonical text, and the last line is the head. Raises
+    ExportInvalid (UL028) for a file that is not an export at all."""
+    it = iter(lines)
+    try:
+        header = json.loads(next(it))
+    except (StopIteration, ValueError) as exc:
+        raise ExportInvalid("not an UndoLog chain export: no header line") from exc
+    if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
+        raise ExportInvalid(f"not an UndoLog chain export (format {EXPORT_FORMAT!r} expected)")
+    session = str(header.get("session_id"))
+    findings: list[Finding] = []
+    before_seq: int | None = None
+    before_hash = GENESIS
+    count = 0
+    for number, line in enumerate(it, start=2):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ExportInvalid(f"line {number} is not JSON") from exc
+        if not isinstance(row, dict):
+            raise ExportInvalid(f"line {number} is not a JSON object")
+        count += 1
+        seq, canonical = row.get("seq"), row.get("canonical")
+        table, key = str(row.get("table")), str(row.get("key"))
+
+        def found(problem: str, expected: str, got: str) -> None:
+            findings.append(Finding(session, seq, table, key, problem, expected, got))  # noqa: B023
+
+        prev, stored = _hex(row.get("prev")), _hex(row.get("hash"))
+        if not isinstance(seq, int) or not isinstance(canonical, str) or not prev or not stored:
+            found("unchained", "a link of the chain", "no seq, prev, hash or canonical record")
+            continue
+        try:
+            record = json.loads(canonical)
+        except ValueError:
+            record = None
+        if record != row.get("record") or not isinstance(record, dict):
+            found("altered", "record = its canonical text", "a record that differs from it")
+        elif record.get("session_id") != session:
+            found("altered", f"a row of session {session}", f"session {record.get('session_id')}")
+        recomputed = chain_hash(prev, canonical)
+        if recomputed != stored:
+            found("altered", recomputed.hex(), stored.hex())
+        if before_seq is not None and seq == before_seq:
+            found("duplicate", f"seq {before_seq + 1}", f"seq {seq}")
+        else:
+            if seq != (1 if before_seq is None else before_seq + 1):
+                found("missing", f"seq {1 if before_seq is None else before_seq + 1}", f"seq {seq}")
+            if prev != before_hash:
+                found("link", before_hash.hex(), prev.hex())
+        before_seq, before_hash = seq, stored
+    head = header.get("head")
+    last = None if before_seq is None else {"seq": before_seq, "hash": before_hash.hex()}
+    if head != last:
+        findings.append(
+            Finding(
+                session,
+                None if not isinstance(head, dict) else head.get("seq"),
+                "undolog_chain_heads",
+                f"session_id={session}",
+                "head",
+                "no head" if last is None else f"seq {last['seq']} {last['hash']}",
+                "no head"
+                if not isinstance(head, dict)
+                else f"seq {head.get('seq')} {head.get('hash')}",
+            )
+        )
+    return Report(1, count, findings)
+
+
+def write_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Append an anchor of every session's chain head (``undolog.write_anchor``) and
+    answer it, as :func:`latest_anchor` does."""
+    with translated():
+        conn.execute("SELECT FROM undolog.write_anchor()")
+    anchor = latest_anchor(conn)
+    assert anchor is not None
+    return anchor
+
+
+def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    """The latest anchor, to keep where the database cannot rewrite it: its number,
+    time, previous and own hash (hex) and canonical record (hash = sha256(prev ||
+    canonical)). None before the first anchor."""
+    with translated():
+        row = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "SELECT anchor_id, written_at, prev, anchor_hash, canonical"
+                " FROM undolog.chain_anchors"
+                " ORDER BY anchor_id DESC LIMIT 1"
+            )
+            .fetchone()
+        )
+    if row is None:
+        return None
+    return {
+        "anchor_id": row["anchor_id"],
+        "written_at": row["written_at"].isoformat(),
+        "prev": bytes(row["prev"]).hex(),
+        "hash": bytes(row["anchor_hash"]).hex(),
+        "canonical": row["canonical"],
+    }
+
+
+def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[Finding]:
+    """Compare a kept anchor (:func:`latest_anchor`'s answer, from outside the database)
+    with the database's: the anchor must still be there, unchanged, and hash right.
+    With verify() clean, the chains up to it are then as they were when it was written."""
+    try:
+        anchor_id = int(anchor["anchor_id"])
+        prev, stored, canonical = _hex(anchor["prev"]), _hex(anchor["hash"]), anchor["canonical"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ExportInvalid("not an UndoLog anchor (anchor_id, prev, hash, canonical)") from exc
+    if prev is None or stored is None or not isinstance(canonical, str):
+        raise ExportInvalid("not an UndoLog anchor (prev and hash: 64 hex digits)")
+    key = f"anchor_id={anchor_id}"
+    findings: list[Finding] = []
+    if chain_hash(prev, canonical) != stored:
+        findings.append(
+            Finding(
+                None,
+                anchor_id,
+                "anchor file",
+                key,
+                "altered",
+                chain_hash(prev, canonical).hex(),
+                stored.hex(),
+            )
+        )
+    with translated():
+        row = conn.execute(
+            "SELECT anchor_hash, canonical FROM undolog.chain_anchors WHERE anchor_id = %s",
+            (anchor_id,),
+        ).fetchone()
+    if row is None:
+        findings.append(
+            Finding(
+                None, anchor_id, "undolog_chain_anchors", key, "missing", stored.hex(), "no anchor"
+            )
+        )
+    elif bytes(row[0]) != stored or row[1] != canonical:
+        findings.append(
+            Finding(
+                None,
+                anchor_id,
+                "undolog_chain_anchors",
+                key,
+                "anchored",
+                stored.hex(),
+                bytes(row[0]).hex(),
+            )
+        )
+    return findings

@@ -1,0 +1,80 @@
+-- undolog.chain_events: every link of the history chains, of one session (p_session_id)
+-- or all, from p_since on (the row's own time; NULL: from the start): where the row
+-- lives (table_name, row_key), its stored link (seq, prev, hash) and its canonical
+-- record as computed now from its columns (undolog.chain_record_*). A row that was not
+-- changed hashes to its stored hash: hash = undolog.chain_hash(prev, canonical).
+-- The same rows are what `undolog export` writes and `undolog verify` checks. Read with
+-- Staff only (grants.sql): an agent reads its own sessions' links in the history tables
+-- themselves, under their row-level security.
+CREATE OR REPLACE FUNCTION undolog.chain_events(
+    p_session_id uuid DEFAULT NULL,
+    p_since timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    session_id uuid, seq bigint, prev bytea, hash bytea, table_name text, row_key text,
+    at timestamptz, canonical text
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+-- Planned for the arguments given: one session's rows are then read by their keys
+-- (a generic plan would scan every history for `p_session_id IS NULL OR ...`).
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT e.session_id, e.seq, e.prev, e.hash, e.table_name, e.row_key, e.at, e.canonical
+    FROM (
+        SELECT h.session_id, h.chain_seq AS seq, h.chain_prev AS prev, h.chain_hash AS hash,
+               'undolog_session_history' AS table_name,
+               'history_id=' || h.history_id AS row_key, h.at,
+               undolog.chain_record_session_history(
+                   h.session_id, h.history_id, h.from_state, h.to_state, h.at, h.actor,
+                   h.detail) AS canonical
+        FROM undolog.undolog_session_history AS h
+        UNION ALL
+        SELECT h.session_id, h.chain_seq, h.chain_prev, h.chain_hash,
+               'undolog_effect_history', 'history_id=' || h.history_id, h.at,
+               undolog.chain_record_effect_history(
+                   h.session_id, h.effect_id, h.executed_at, h.history_id, h.event,
+                   h.from_state, h.to_state, h.at, h.actor, h.detail)
+        FROM undolog.undolog_effect_history AS h
+        UNION ALL
+        SELECT h.session_id, h.chain_seq, h.chain_prev, h.chain_hash,
+               'undolog_undo_history', 'history_id=' || h.history_id, h.at,
+               undolog.chain_record_undo_history(
+                   h.session_id, h.history_id, h.undo_id, h.event, h.from_state,
+                   h.to_state, h.attempt, h.at, h.actor, h.detail)
+        FROM undolog.undolog_undo_history AS h
+        UNION ALL
+        SELECT a.session_id, a.chain_seq, a.chain_prev, a.chain_hash,
+               'undolog_operator_actions', 'action_id=' || a.action_id, a.at,
+               undolog.chain_record_operator_action(
+                   a.session_id, a.action_id, a.action, a.undo_id, a.performed_by,
+                   a.reason, a.at, a.actor)
+        FROM undolog.undolog_operator_actions AS a
+        UNION ALL
+        SELECT a.session_id, a.chain_seq, a.chain_prev, a.chain_hash,
+               'undolog_approval_requests', 'approval_id=' || a.approval_id || ' request',
+               a.requested_at,
+               undolog.chain_record_approval_request(
+                   a.session_id, a.approval_id, a.effect_id, a.executed_at,
+                   a.requested_at, a.expires_at)
+        FROM undolog.undolog_approval_requests AS a
+        UNION ALL
+        SELECT a.session_id, a.decision_seq, a.decision_prev, a.decision_hash,
+               'undolog_approval_requests', 'approval_id=' || a.approval_id || ' decision',
+               a.decided_at,
+               undolog.chain_record_approval_decision(
+                   a.session_id, a.approval_id, a.state, a.decided_at, a.decided_by,
+                   a.reason, a.decided_role)
+        FROM undolog.undolog_approval_requests AS a
+        WHERE a.state <> 'pending' OR a.decision_seq IS NOT NULL
+    ) AS e
+    WHERE (p_session_id IS NULL OR e.session_id = p_session_id)
+      AND (p_since IS NULL OR e.at >= p_since);
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz) FROM public;

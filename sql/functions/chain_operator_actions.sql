@@ -1,0 +1,21 @@
+-- undolog.chain_operator_actions: BEFORE INSERT on undolog_operator_actions, FOR EACH
+-- ROW. Links the row into its session's history chain (undolog.chain_link over its
+-- canonical record) and stores the link in the row, whatever wrote it: what a caller put
+-- in the chain columns is replaced. Because it is a trigger, no code path can write an
+-- unlinked row.
+CREATE OR REPLACE FUNCTION undolog.chain_operator_actions()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT l.seq, l.prev, l.hash INTO NEW.chain_seq, NEW.chain_prev, NEW.chain_hash
+    FROM undolog.chain_link(
+        NEW.session_id,
+        undolog.chain_record_operator_action(
+            NEW.session_id, NEW.action_id, NEW.action, NEW.undo_id, NEW.performed_by,
+            NEW.reason, NEW.at, NEW.actor)) AS l;
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.chain_operator_actions() FROM public;

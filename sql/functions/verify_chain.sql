@@ -1,0 +1,145 @@
+-- undolog.verify_chain: recompute the history chains (undolog.chain_events) of one
+-- session or all, from p_since on, and answer every row that does not match, in chain
+-- order (none: the history is as it was written). problem is one of
+--   unchained  a row with no link: written with the chain trigger disabled
+--   altered    its columns no longer hash to its stored hash (expected: the hash the row
+--              has now, found: the stored one): a column was changed
+--   link       its prev is not the previous row's hash: rows reordered, or a row
+--              deleted and its successor's chain re-written
+--   missing    its seq does not follow the previous row's: rows deleted (or
+--              renumbered)
+--   duplicate  two rows at the same seq
+--   head       the session's head (undolog_chain_heads) is not its last row: rows
+--              deleted at the end, or the head changed
+--   anchored   an anchor recorded a head that the row at that seq no longer has
+-- and, when every session is verified, the anchors' own chain (table undolog_chain_anchors:
+-- altered, link, missing). From p_since on, a session's first row is checked against its
+-- own stored prev (the rows before it are not read; retention may have dropped them).
+-- Staff only (grants.sql), who read every history anyway: SECURITY DEFINER, as every
+-- function a role calls.
+CREATE OR REPLACE FUNCTION undolog.verify_chain(
+    p_session_id uuid DEFAULT NULL,
+    p_since timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    session_id uuid, seq bigint, table_name text, row_key text, problem text,
+    expected text, found text
+)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = undolog, pg_temp
+AS $$
+    WITH e AS MATERIALIZED (
+        SELECT * FROM undolog.chain_events(p_session_id, p_since)
+    ),
+    w AS (
+        SELECT e.*,
+               pg_catalog.lag(e.seq) OVER s AS before_seq,
+               pg_catalog.lag(e.hash) OVER s AS before_hash,
+               pg_catalog.row_number() OVER s AS n
+        FROM e
+        WHERE e.seq IS NOT NULL
+        WINDOW s AS (PARTITION BY e.session_id ORDER BY e.seq, e.table_name, e.row_key)
+    ),
+    last AS (
+        SELECT DISTINCT ON (w.session_id) w.session_id, w.seq, w.hash
+        FROM w
+        ORDER BY w.session_id, w.seq DESC
+    ),
+    heads AS (
+        SELECT h.session_id, h.seq, h.head
+        FROM undolog.undolog_chain_heads AS h
+        WHERE p_session_id IS NULL OR h.session_id = p_session_id
+    ),
+    anchors AS (
+        SELECT a.*,
+               pg_catalog.lag(a.anchor_id) OVER s AS before_id,
+               pg_catalog.lag(a.anchor_hash) OVER s AS before_hash
+        FROM undolog.undolog_chain_anchors AS a
+        WINDOW s AS (ORDER BY a.anchor_id)
+    ),
+    anchored AS (
+        SELECT a.anchor_id, x.key::uuid AS session_id, (x.value ->> 0)::bigint AS seq,
+               pg_catalog.decode(x.value ->> 1, 'hex') AS head
+        FROM undolog.undolog_chain_anchors AS a,
+             LATERAL pg_catalog.jsonb_each(a.heads) AS x
+        WHERE p_session_id IS NULL OR x.key = p_session_id::text
+    ),
+    findings AS (
+        SELECT e.session_id, e.seq, e.table_name, e.row_key, 'unchained' AS problem,
+               'a link of the chain' AS expected, 'no chain_seq, chain_prev or chain_hash' AS found
+        FROM e
+        WHERE e.seq IS NULL OR e.prev IS NULL OR e.hash IS NULL
+        UNION ALL
+        SELECT w.session_id, w.seq, w.table_name, w.row_key, 'altered',
+               pg_catalog.encode(undolog.chain_hash(w.prev, w.canonical), 'hex'),
+               pg_catalog.encode(w.hash, 'hex')
+        FROM w
+        WHERE w.prev IS NOT NULL AND w.hash IS NOT NULL
+          AND w.hash <> undolog.chain_hash(w.prev, w.canonical)
+        UNION ALL
+        SELECT w.session_id, w.seq, w.table_name, w.row_key, 'duplicate',
+               'seq ' || (w.before_seq + 1), 'seq ' || w.seq
+        FROM w
+        WHERE w.seq = w.before_seq
+        UNION ALL
+        SELECT w.session_id, w.seq, w.table_name, w.row_key, 'missing',
+               'seq ' || coalesce(w.before_seq + 1, 1), 'seq ' || w.seq
+        FROM w
+        WHERE (w.n = 1 AND p_since IS NULL AND w.seq <> 1) OR w.seq > w.before_seq + 1
+        UNION ALL
+        SELECT w.session_id, w.seq, w.table_name, w.row_key, 'link',
+               pg_catalog.encode(coalesce(w.before_hash, undolog.chain_genesis()), 'hex'),
+               coalesce(pg_catalog.encode(w.prev, 'hex'), 'NULL')
+        FROM w
+        WHERE w.seq IS DISTINCT FROM w.before_seq
+          AND (w.n > 1 OR p_since IS NULL)
+          AND w.prev IS DISTINCT FROM coalesce(w.before_hash, undolog.chain_genesis())
+        UNION ALL
+        SELECT coalesce(h.session_id, l.session_id), coalesce(h.seq, l.seq),
+               'undolog_chain_heads', 'session_id=' || coalesce(h.session_id, l.session_id),
+               'head',
+               coalesce('seq ' || l.seq || ' ' || pg_catalog.encode(l.hash, 'hex'), 'no head'),
+               coalesce('seq ' || h.seq || ' ' || pg_catalog.encode(h.head, 'hex'), 'no head')
+        FROM heads AS h
+        FULL JOIN last AS l ON l.session_id = h.session_id
+        WHERE (l.seq, l.hash) IS DISTINCT FROM (h.seq, h.head)
+          AND (l.session_id IS NOT NULL OR p_since IS NULL)
+        UNION ALL
+        SELECT a.session_id, a.seq, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
+               'anchored', pg_catalog.encode(a.head, 'hex'),
+               coalesce(pg_catalog.encode(r.hash, 'hex'), 'no row at seq ' || a.seq)
+        FROM anchored AS a
+        LEFT JOIN w AS r ON r.session_id = a.session_id AND r.seq = a.seq
+        WHERE r.hash IS DISTINCT FROM a.head
+          AND (r.session_id IS NOT NULL OR p_since IS NULL)
+        UNION ALL
+        SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
+               'altered',
+               pg_catalog.encode(undolog.chain_hash(
+                   a.prev, undolog.anchor_record(a.anchor_id, a.written_at, a.heads)), 'hex'),
+               pg_catalog.encode(a.anchor_hash, 'hex')
+        FROM anchors AS a
+        WHERE p_session_id IS NULL
+          AND (a.canonical <> undolog.anchor_record(a.anchor_id, a.written_at, a.heads)
+               OR a.anchor_hash <> undolog.chain_hash(a.prev, a.canonical))
+        UNION ALL
+        SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
+               CASE WHEN a.anchor_id <> coalesce(a.before_id + 1, 1) THEN 'missing' ELSE 'link' END,
+               pg_catalog.encode(coalesce(a.before_hash, undolog.chain_genesis()), 'hex'),
+               pg_catalog.encode(a.prev, 'hex')
+        FROM anchors AS a
+        WHERE p_session_id IS NULL
+          AND (a.prev <> coalesce(a.before_hash, undolog.chain_genesis())
+               OR a.anchor_id <> coalesce(a.before_id + 1, 1))
+    )
+    SELECT f.session_id, f.seq, f.table_name, f.row_key, f.problem, f.expected, f.found
+    FROM findings AS f
+    ORDER BY f.session_id NULLS LAST, f.seq NULLS FIRST, f.table_name, f.row_key,
+             pg_catalog.array_position(
+                 ARRAY['unchained', 'missing', 'duplicate', 'link', 'altered', 'head', 'anchored'],
+                 f.problem)
+$$;
+
+REVOKE ALL ON FUNCTION undolog.verify_chain(uuid, timestamptz) FROM public;

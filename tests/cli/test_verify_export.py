@@ -1,0 +1,151 @@
+"""`undolog verify`, `undolog export` and `undolog anchor` against a real database: a clean
+journal verifies (exit 0); a tampered one names the row (exit 1), online and from an
+export checked offline; a kept anchor catches a rewritten anchor; refusals are usage
+errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from undolog import engine
+
+Conn = psycopg.Connection[Any]
+
+
+def undolog(dsn: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    tail = ["--dsn", dsn] if dsn is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "undolog.cli", *args, *tail],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def journal(conn: Conn) -> uuid.UUID:
+    """A session with a committed call and an approval request: rows of three tables."""
+    session = engine.begin_session(conn, agent="verify-test")
+    found = engine.intercept(
+        conn,
+        session,
+        0,
+        "create_user",
+        "compensable",
+        {"email": "ada@example.com"},
+        {"name": "delete_user"},
+    )
+    assert found.effect_id is not None
+    engine.commit(conn, found.effect_id, {"user_id": 1})
+    payout = engine.intercept(conn, session, 1, "process_payout", "irreversible", {"cents": 5})
+    assert payout.approval_id is not None
+    return session
+
+
+def tamper(conn: Conn, sql: str, params: Any = ()) -> None:
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(sql, params)
+
+
+def test_clean_then_tampered_online(dsn: str, conn: Conn) -> None:
+    session = journal(conn)
+    clean = undolog(dsn, "verify")
+    assert clean.returncode == 0, clean.stderr
+    assert "rows of 1 sessions match their chains" in clean.stdout
+    tamper(
+        conn,
+        "UPDATE undolog.undolog_effect_history SET actor = 'someone else'"
+        " WHERE session_id = %s AND to_state = 'committed'",
+        (session,),
+    )
+    broken = undolog(dsn, "verify")
+    assert broken.returncode == 1
+    assert "altered: undolog_effect_history history_id=" in broken.stdout
+    assert f"session {session}" in broken.stdout
+    as_json = json.loads(undolog(dsn, "verify", "--json", "--session", str(session)[:8]).stdout)
+    assert as_json["ok"] is False
+    (finding,) = as_json["findings"]
+    assert finding["table"] == "undolog_effect_history" and finding["problem"] == "altered"
+    assert finding["expected"] != finding["found"]
+    # --since after every row: nothing to check, nothing wrong
+    assert undolog(dsn, "verify", "--since", "2999-01-01Z").returncode == 0
+
+
+def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None:
+    session = journal(conn)
+    out = tmp_path / "session.jsonl"
+    exported = undolog(dsn, "export", str(session), "--output", str(out))
+    assert exported.returncode == 0, exported.stderr
+    lines = out.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["session_id"] == str(session) and header["head"]["seq"] == len(lines) - 1
+    assert {json.loads(line)["table"] for line in lines[1:]} == {
+        "undolog_session_history",
+        "undolog_effect_history",
+        "undolog_approval_requests",
+    }
+    ok = undolog(None, "verify", "--file", str(out))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+    # the file itself edited: a record changed, a line dropped, two lines swapped
+    row = json.loads(lines[2])
+    row["record"]["to_state"] = "committed"
+    row["canonical"] = row["canonical"].replace('"executing"', '"committed"')
+    edited = [*lines[:2], json.dumps(row), *lines[3:]]
+    for name, text, problem in [
+        ("edited", edited, "altered"),
+        ("dropped", lines[:2] + lines[3:], "missing"),
+        ("swapped", [lines[0], lines[2], lines[1], *lines[3:]], "link"),
+    ]:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("\n".join(text) + "\n")
+        got = undolog(None, "verify", "--file", str(path), "--json")
+        assert got.returncode == 1, (name, got.stdout, got.stderr)
+        assert problem in [f["problem"] for f in json.loads(got.stdout)["findings"]], name
+
+    # the database tampered: its export says so too
+    tamper(
+        conn,
+        "DELETE FROM undolog.undolog_session_history WHERE session_id = %s"
+        " AND to_state = 'awaiting_approval'",
+        (session,),
+    )
+    undolog(dsn, "export", str(session), "--output", str(out))
+    offline = undolog(None, "verify", "--file", str(out))
+    assert offline.returncode == 1
+    assert "head: undolog_chain_heads" in offline.stdout or "missing" in offline.stdout
+
+
+def test_anchor_export_and_check(dsn: str, conn: Conn, tmp_path: Path) -> None:
+    journal(conn)
+    assert undolog(dsn, "anchor", "export").returncode == 2  # none yet
+    written = undolog(dsn, "anchor", "export", "--write")
+    assert written.returncode == 0, written.stderr
+    kept = tmp_path / "anchor.json"
+    kept.write_text(written.stdout)
+    anchor = json.loads(written.stdout)
+    assert anchor["anchor_id"] == 1 and len(anchor["hash"]) == 64
+    assert undolog(dsn, "verify", "--anchor", str(kept)).returncode == 0
+    tamper(
+        conn, "UPDATE undolog.undolog_chain_anchors SET written_at = written_at - interval '1 day'"
+    )
+    broken = undolog(dsn, "verify", "--anchor", str(kept))
+    assert broken.returncode == 1
+    assert "undolog_chain_anchors anchor_id=1" in broken.stdout
+
+
+def test_refusals(dsn: str, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("hello\n")
+    got = undolog(None, "verify", "--file", str(junk))
+    assert got.returncode == 2 and "not an UndoLog chain export" in got.stderr
+    both = undolog(dsn, "verify", "--file", str(junk), "--session", "abcd")
+    assert both.returncode == 2
+    assert undolog(None, "verify", "--file", str(tmp_path / "absent")).returncode == 2

@@ -1,0 +1,88 @@
+"""The session page's verify status: staff see whether the session's history matches
+its hash chain, and which rows do not; an agent's page has no such section."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+from dashboard_helpers import PASSWORD, create_logins, csrf_of, password_auth, without_user
+from undolog import engine
+from undolog.dashboard import create_app
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture(scope="session")
+def passwords_checked(undolog_server: Any) -> Iterator[bool]:
+    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
+    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
+        create_logins(conn)
+        with password_auth(conn) as enforced:
+            yield enforced
+
+
+def client_as(dsn: str, login: str) -> TestClient:
+    client = TestClient(create_app(without_user(dsn)), follow_redirects=False)
+    client.__enter__()
+    page = client.get("/login")
+    done = client.post(
+        "/login", data={"csrf": csrf_of(page.text), "login": login, "password": PASSWORD}
+    )
+    assert done.status_code == 303
+    return client
+
+
+def a_session(conn: Conn) -> uuid.UUID:
+    session = engine.begin_session(conn, agent="chain-page")
+    found = engine.intercept(
+        conn,
+        session,
+        0,
+        "create_user",
+        "compensable",
+        {"email": "ada@example.com"},
+        {"name": "delete_user"},
+    )
+    assert found.effect_id is not None
+    engine.commit(conn, found.effect_id, {"user_id": 1})
+    return session
+
+
+def test_staff_see_the_chain_verified_then_broken(
+    dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    session = a_session(conn)
+    web = client_as(dsn, "dash_operator")
+    page = web.get(f"/sessions/{session}")
+    assert page.status_code == 200
+    assert 'id="chain-status"' in page.text and "Verified: every history row" in page.text
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(
+            "UPDATE undolog.undolog_effect_history SET to_state = 'failed'"
+            " WHERE session_id = %s AND to_state = 'committed'",
+            (session,),
+        )
+    page = web.get(f"/sessions/{session}")
+    assert "1 history row(s) do not match their hash chain" in page.text
+    assert "<strong>altered</strong>: undolog_effect_history history_id=" in page.text
+    web.__exit__(None, None, None)
+
+
+def test_an_agent_page_has_no_chain_section(dsn: str, passwords_checked: bool) -> None:
+    agent_dsn = psycopg.conninfo.make_conninfo(
+        without_user(dsn), user="dash_agent", password=PASSWORD
+    )
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        session = a_session(agent)
+    web = client_as(dsn, "dash_agent")
+    page = web.get(f"/sessions/{session}")
+    assert page.status_code == 200 and "chain-page" in page.text
+    assert 'id="chain-status"' not in page.text
+    web.__exit__(None, None, None)
