@@ -85,7 +85,7 @@ COMPENSATION = CompensationDescriptor.new("delete_user")
 
 
 def make_args(i: int) -> dict[str, Any]:
-    """A tool call's arguments: ~200 bytes of JSON, as in bench_intercept.py."""
+    """A tool call's arguments: ~200 bytes of JSON."""
     return {
         "email": f"user{i:07d}@example.com",
         "name": "Ada Lovelace",
