@@ -25,7 +25,10 @@ SELECT
     s.agent,
     s.owner_role,
     e.intercepted_by AS requested_by,
-    e.tier
+    e.tier,
+    -- What the approver let run instead of the requested args (edit, then approve), or
+    -- NULL when the call ran as it was asked.
+    a.approved_args
 FROM undolog.undolog_approval_requests AS a
 INNER JOIN undolog.undolog_sessions AS s ON a.session_id = s.session_id
 LEFT JOIN undolog.undolog_effect_log AS e

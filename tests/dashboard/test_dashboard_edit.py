@@ -217,6 +217,12 @@ def test_html_in_edited_args_is_shown_escaped(dsn: str, conn: Conn, passwords: b
     assert _confirm(client, waiting.approval_id, review).status_code == 303
     assert _request(conn, waiting.approval_id)[1]["note"] == XSS + "</textarea><b>x</b>"
     assert _request(conn, waiting.approval_id)[3] == XSS
+    # the decisions page shows what ran instead of what was asked, escaped too
+    decisions = client.get("/decisions")
+    assert decisions.status_code == 200
+    row = decisions.text.split(f'id="decision-{waiting.approval_id}"', 1)[1].split("</tr>")[0]
+    assert "approved with edited arguments" in row
+    assert "&lt;/textarea&gt;&lt;b&gt;x&lt;/b&gt;" in row and "<b>x" not in row
 
 
 # --- in a real browser ------------------------------------------------------------------

@@ -504,7 +504,8 @@ async def decisions_page(conn: Conn, f: DecisionFilter) -> tuple[list[Row], str 
                length(d.args::text) AS args_length,
                d.decision, d.decided_by, d.decided_role, d.reason, d.decided_at,
                d.requested_at, d.waited, d.agent, d.owner_role, d.requested_by,
-               d.effect_state
+               d.effect_state,
+               left(d.approved_args::text, {CELL_CHARS}) AS approved_args_text
         FROM undolog.decided_approvals AS d
         """,
         ("d", "decided_at", "approval_id"),
