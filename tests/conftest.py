@@ -317,3 +317,35 @@ def _run_asking_example(
         agent.kill()  # if it is still waiting (a failed assertion above)
         agent.wait()
     return first, rest
+
+
+# --- the dashboard's tests ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def passwords_checked(undolog_server: Any) -> Iterator[bool]:
+    """The dashboard's test logins (tests/dashboard_helpers.py), which log in with real
+    passwords: True when they really authenticate by password (a pg_hba.conf line)."""
+    from dashboard_helpers import create_logins, password_auth
+
+    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
+    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
+        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
+            # the group roles come with the engine's template; make sure they exist now
+            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
+                conn.execute(f"CREATE ROLE {role} NOLOGIN")
+        create_logins(conn)
+        with password_auth(conn) as enforced:
+            yield enforced
+
+
+@pytest.fixture
+def web(dsn: str, passwords_checked: bool) -> Iterator[Any]:
+    """The dashboard (Starlette's TestClient) on this test's database, no one logged in."""
+    from starlette.testclient import TestClient
+
+    from dashboard_helpers import without_user
+    from undolog.dashboard import create_app
+
+    with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
+        yield client

@@ -10,7 +10,6 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -22,10 +21,8 @@ from dashboard_helpers import (
     active_session,
     as_login,
     confirm_form,
-    create_logins,
     csrf_of,
     halted_session,
-    password_auth,
     reject_one,
     waiting_session,
     without_user,
@@ -33,26 +30,6 @@ from dashboard_helpers import (
 from undolog.dashboard import create_app
 
 Conn = psycopg.Connection[Any]
-
-
-@pytest.fixture(scope="session")
-def passwords_checked(undolog_server: Any) -> Iterator[bool]:
-    """True when the test logins really authenticate by password (pg_hba.conf line)."""
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            # the group roles come with the engine's template; make sure they exist now
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
-
-
-@pytest.fixture
-def web(dsn: str, passwords_checked: bool) -> Iterator[TestClient]:
-    with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
-        yield client
 
 
 @pytest.fixture

@@ -30,9 +30,7 @@ from dashboard_helpers import (
     PASSWORD,
     active_session,
     as_login,
-    create_logins,
     halted_session,
-    password_auth,
     waiting_session,
     without_user,
 )
@@ -50,18 +48,6 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):  # pragma: n
         "(apt-get install chromium chromium-driver)",
         pytrace=False,
     )
-
-
-@pytest.fixture(scope="module")
-def passwords(undolog_server: Any) -> Iterator[bool]:
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
 
 
 def _chromium(profile: Path, javascript: bool = True) -> webdriver.Chrome:
@@ -102,7 +88,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
 
 
 @pytest.fixture
-def site(dsn: str, passwords: bool, browser: webdriver.Chrome) -> Iterator[str]:
+def site(dsn: str, passwords_checked: bool, browser: webdriver.Chrome) -> Iterator[str]:
     """The real server (uvicorn, in a thread) on a free port; answers its base URL."""
     port = free_port()
     config = uvicorn.Config(

@@ -29,9 +29,7 @@ from dashboard_helpers import (
     PASSWORD,
     as_login,
     book,
-    create_logins,
     csrf_of,
-    password_auth,
     pay,
     waiting_session,
     without_user,
@@ -43,18 +41,6 @@ from undolog.dashboard import create_app
 Conn = psycopg.Connection[Any]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 XSS = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-
-
-@pytest.fixture(scope="module")
-def passwords(undolog_server: Any) -> Iterator[bool]:
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
 
 
 def client_as(dsn: str, login: str) -> TestClient:
@@ -107,7 +93,7 @@ def _confirm(client: TestClient, approval_id: uuid.UUID, review: Any, **over: st
 
 
 def test_edit_shows_the_changes_then_approves_with_the_edited_args(
-    dsn: str, conn: Conn, passwords: bool
+    dsn: str, conn: Conn, passwords_checked: bool
 ) -> None:
     waiting = waiting_session(dsn, cents=50_000, note="rent")
     client = client_as(dsn, "dash_approver")
@@ -137,7 +123,7 @@ def test_edit_shows_the_changes_then_approves_with_the_edited_args(
 
 
 def test_the_nonce_is_for_these_args_once_and_a_decided_request_is_not_editable(
-    dsn: str, conn: Conn, passwords: bool
+    dsn: str, conn: Conn, passwords_checked: bool
 ) -> None:
     waiting = waiting_session(dsn, cents=900)
     client = client_as(dsn, "dash_approver")
@@ -160,7 +146,9 @@ def test_the_nonce_is_for_these_args_once_and_a_decided_request_is_not_editable(
     assert _request(conn, waiting.approval_id)[1] == {"cents": 90, "note": ""}
 
 
-def test_bad_edits_are_refused_and_decide_nothing(dsn: str, conn: Conn, passwords: bool) -> None:
+def test_bad_edits_are_refused_and_decide_nothing(
+    dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
     waiting = waiting_session(dsn, cents=700)
     client = client_as(dsn, "dash_approver")
     not_json = _review(client, waiting.approval_id, "{cents: 1")
@@ -185,7 +173,7 @@ def test_bad_edits_are_refused_and_decide_nothing(dsn: str, conn: Conn, password
     assert (state, approved, args, tool) == ("pending", None, {"cents": 700, "note": ""}, "pay")
 
 
-def test_agents_and_operators_cannot_edit(dsn: str, conn: Conn, passwords: bool) -> None:
+def test_agents_and_operators_cannot_edit(dsn: str, conn: Conn, passwords_checked: bool) -> None:
     waiting = waiting_session(dsn, cents=300)
     for login in ("dash_agent", "dash_operator"):
         client = client_as(dsn, login)
@@ -205,7 +193,9 @@ def test_agents_and_operators_cannot_edit(dsn: str, conn: Conn, passwords: bool)
     assert _request(conn, own.approval_id)[0] == "pending"
 
 
-def test_html_in_edited_args_is_shown_escaped(dsn: str, conn: Conn, passwords: bool) -> None:
+def test_html_in_edited_args_is_shown_escaped(
+    dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
     waiting = waiting_session(dsn, cents=100, note=XSS)
     client = client_as(dsn, "dash_approver")
     page = client.get(f"/approvals/{waiting.approval_id}/edit")
@@ -229,7 +219,7 @@ def test_html_in_edited_args_is_shown_escaped(dsn: str, conn: Conn, passwords: b
 
 
 @pytest.fixture
-def site(dsn: str, passwords: bool) -> Iterator[str]:
+def site(dsn: str, passwords_checked: bool) -> Iterator[str]:
     port = free_port()
     config = uvicorn.Config(
         create_app(without_user(dsn)), host="127.0.0.1", port=port, log_level="warning"

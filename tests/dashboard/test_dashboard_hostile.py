@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import uvicorn
 from starlette.testclient import TestClient
-from test_dashboard import app_dsn, approval_row, log_in, passwords_checked, web
+from test_dashboard import app_dsn, approval_row, log_in
 
 from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
 from undolog import engine
@@ -26,7 +26,7 @@ from undolog.dashboard.app import MAX_STREAMS, Dashboard
 from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
 
 Conn = psycopg.Connection[Any]
-__all__ = ["app_dsn", "passwords_checked", "web"]  # fixtures shared with test_dashboard
+__all__ = ["app_dsn"]  # a fixture shared with test_dashboard
 
 
 def backends_of(conn: Conn, login: str) -> int:

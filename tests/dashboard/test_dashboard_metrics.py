@@ -15,10 +15,8 @@ from starlette.testclient import TestClient
 
 from dashboard_helpers import (
     PASSWORD,
-    create_logins,
     csrf_of,
     halted_session,
-    password_auth,
     waiting_session,
     without_user,
 )
@@ -27,19 +25,6 @@ from undolog.metrics import CONTENT_TYPE
 
 Conn = psycopg.Connection[Any]
 TOKEN = "a-long-random-token-for-prometheus"
-
-
-@pytest.fixture(scope="session")
-def passwords_checked(undolog_server: Any) -> Iterator[bool]:
-    """The dashboard's test logins, authenticating by password where the cluster lets us."""
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
 
 
 def samples(text: str) -> dict[str, float]:

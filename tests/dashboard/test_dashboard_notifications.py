@@ -1,6 +1,6 @@
 """The dashboard shows each approval request's notifications (sent, failed, why, attempts,
 next try) on its session's page and in the inbox, and lets an operator send one again;
-real logins with passwords, a real webhook receiver, the real delivery code."""
+real logins with passwords_checked, a real webhook receiver, the real delivery code."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from starlette.testclient import TestClient
 
 from dashboard_helpers import (
     PASSWORD,
-    create_logins,
     csrf_of,
-    password_auth,
     waiting_session,
     without_user,
 )
@@ -27,18 +25,6 @@ from undolog.dashboard import create_app
 
 Conn = psycopg.Connection[Any]
 SECRET = "dashboard-hook-secret-0123"
-
-
-@pytest.fixture(scope="session")
-def passwords_checked(undolog_server: Any) -> Iterator[bool]:
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
 
 
 @pytest.fixture

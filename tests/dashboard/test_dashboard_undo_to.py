@@ -6,45 +6,22 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
-import pytest
 from starlette.testclient import TestClient
 
 from dashboard_helpers import (
     PASSWORD,
     as_login,
-    create_logins,
     csrf_of,
-    password_auth,
     without_user,
 )
 from undolog import engine, walk
-from undolog.dashboard import create_app
 from undolog.walk import CompensationCall
 
 Conn = psycopg.Connection[Any]
-
-
-@pytest.fixture(scope="session")
-def passwords_checked(undolog_server: Any) -> Iterator[bool]:
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        if conn.execute("SELECT to_regrole('undolog_agent')").fetchone() == (None,):
-            for role in ("undolog_agent", "undolog_approver", "undolog_operator"):
-                conn.execute(f"CREATE ROLE {role} NOLOGIN")
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
-
-
-@pytest.fixture
-def web(dsn: str, passwords_checked: bool) -> Iterator[TestClient]:
-    with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
-        yield client
 
 
 def log_in(client: TestClient, login: str) -> None:

@@ -4,27 +4,16 @@ its hash chain, and which rows do not; an agent's page has no such section."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from starlette.testclient import TestClient
 
-from dashboard_helpers import PASSWORD, create_logins, csrf_of, password_auth, without_user
+from dashboard_helpers import PASSWORD, csrf_of, without_user
 from undolog import engine
 from undolog.dashboard import create_app
 
 Conn = psycopg.Connection[Any]
-
-
-@pytest.fixture(scope="session")
-def passwords_checked(undolog_server: Any) -> Iterator[bool]:
-    dsn = f"host={undolog_server.host} port={undolog_server.port} user={undolog_server.user}"
-    with psycopg.connect(dsn + " dbname=postgres", autocommit=True) as conn:
-        create_logins(conn)
-        with password_auth(conn) as enforced:
-            yield enforced
 
 
 def client_as(dsn: str, login: str) -> TestClient:
