@@ -554,6 +554,7 @@ def run_journal(dsn: str, big_rows: int) -> tuple[list[float], list[float], int,
                 ]
                 lat: list[list[float]] = [[], []]
                 for k, conn in enumerate((small, big)):
+                    bp.register(conn)
                     bp.timed_calls(conn, sessions[k], 0, bp.WARMUP)
                 for r in range(bp.ROUNDS):
                     first = bp.WARMUP + r * bp.PER_ROUND

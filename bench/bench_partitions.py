@@ -150,6 +150,11 @@ def build(admin: Conn, base: str, dbname: str, months: list[tuple[int, int]]) ->
     log(f"  {dbname}: {total} calls loaded and vacuumed in {time.perf_counter() - started:.0f} s")
 
 
+def register(conn: Conn) -> None:
+    """intercept admits a registered tool only: the one tool these calls make."""
+    engine.register_tool(conn, "create_user", "compensable", COMPENSATION)
+
+
 def timed_calls(conn: Conn, session: uuid.UUID, first_step: int, count: int) -> list[float]:
     """Intercept (timed) then commit ``count`` new compensable calls."""
     latencies = []
@@ -199,6 +204,7 @@ def drop_month(
         try:
             with psycopg.connect(dsn_for(base, dbname), autocommit=True) as c:
                 session = engine.begin_session(c, agent="bench-during-drop")
+                register(c)
                 step = 0
                 while not stop.is_set():
                     wall, t0 = time.time(), time.perf_counter()
@@ -284,6 +290,7 @@ def run(base: str) -> dict[str, Any]:
         for conn in (small, big):
             row = conn.execute("SELECT count(*) FROM undolog.undolog_effect_log").fetchone()
             results.setdefault("rows", []).append(row[0] if row else 0)
+            register(conn)
         sessions = {
             "small": engine.begin_session(small, agent="bench", lease=timedelta(days=1)),
             "big": engine.begin_session(big, agent="bench", lease=timedelta(days=1)),
