@@ -126,7 +126,8 @@ GRANT SELECT ON undolog.session_calls TO undolog_agent, undolog_approver, undolo
 GRANT SELECT ON undolog.undo_stack_entries TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_approvals TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.call_approvals TO undolog_agent, undolog_approver, undolog_operator;
-GRANT SELECT ON undolog.notification_deliveries TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.notification_deliveries
+TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.session_state_history
 TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.operator_action_log TO undolog_approver, undolog_operator;
