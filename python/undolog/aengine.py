@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from undolog import engine, saga
 from undolog.engine import Interception, Params, translated
+from undolog.queries import QUERIES
 
 AsyncConnection = psycopg.AsyncConnection[Any]
 
@@ -124,11 +125,13 @@ async def set_async_results(conn: AsyncConnection, on: bool) -> None:
 
 
 async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
-    return str((await _one(conn, engine.COMPLETE_SESSION, (session_id,)))[0])
+    return str((await _one(conn, QUERIES["complete_session"], {"session_id": session_id}))[0])
 
 
 async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
-    return str((await _one(conn, engine.FAIL_SESSION, (session_id, error)))[0])
+    return str(
+        (await _one(conn, QUERIES["fail_session"], {"session_id": session_id, "error": error}))[0]
+    )
 
 
 async def rollback_to(

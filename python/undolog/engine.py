@@ -25,11 +25,13 @@ from psycopg import generators, pq
 from psycopg.types.json import Jsonb
 
 from undolog.errors import InvalidArgument, LateResult, translate
+from undolog.queries import QUERIES
 from undolog.signature import call_signature as sign
 from undolog.signature import check_storable
 
 Connection = psycopg.Connection[Any]
-Params = tuple[Any, ...]
+# Positional (%s) or named (%(name)s, the catalogue's: undolog.queries) parameters.
+Params = tuple[Any, ...] | Mapping[str, Any]
 
 # The engine's step_index is a PostgreSQL integer.
 MAX_STEP_INDEX = 2**31 - 1
@@ -94,8 +96,6 @@ FAIL = "SELECT undolog.fail(%s, %s)"
 FAIL_ASYNC = "SELECT undolog.fail(%s, %s, true)"
 # Replay bookkeeping on this connection commits asynchronously (read by intercept).
 ASYNC_RESULTS = "SELECT set_config('undolog.async_results', %s, false)"
-COMPLETE_SESSION = "SELECT undolog.complete_session(%s)"
-FAIL_SESSION = "SELECT undolog.fail_session(%s, %s)"
 SESSION_STATE = "SELECT state FROM undolog.sessions_list WHERE session_id = %s"
 
 
@@ -341,11 +341,13 @@ def set_async_results(conn: Connection, on: bool) -> None:
 
 
 def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
-    return str(fetch_one(conn, COMPLETE_SESSION, (session_id,))[0])
+    return str(fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id})[0])
 
 
 def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
-    return str(fetch_one(conn, FAIL_SESSION, (session_id, error))[0])
+    return str(
+        fetch_one(conn, QUERIES["fail_session"], {"session_id": session_id, "error": error})[0]
+    )
 
 
 # The hot path: a journaled call's statements sent on the connection's libpq handle
