@@ -9,6 +9,7 @@
 #   make dist     the wheel and sdist into dist/ (pip install dist/undolog-*.whl)
 #   make bench    N agents against the floor and DBOS (BENCH_ARGS=--quick: short)
 #   make bench-profile   where a journaled call's time goes
+#   make generate the sync modules from their async sources (make lint checks them)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -26,7 +27,7 @@ MCP_STAMP := $(MCP_SERVERS)/.installed-stamp
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-profile clean \
+.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-profile clean generate \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
@@ -84,9 +85,14 @@ lint-sql: deps
 	$(VENV)/bin/sqlfluff lint sql/
 
 lint-py: deps
+	$(PY) tools/async_to_sync.py --check
 	$(VENV)/bin/ruff check python tests bench tools examples
 	$(VENV)/bin/ruff format --check python tests bench tools examples
 	$(VENV)/bin/mypy
+
+# The sync modules generated from their async sources (tools/async_to_sync.py).
+generate: deps
+	$(PY) tools/async_to_sync.py
 
 pytest: deps
 	$(VENV)/bin/pytest -q

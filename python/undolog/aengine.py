@@ -19,7 +19,8 @@ from undolog.queries import QUERIES
 AsyncConnection = psycopg.AsyncConnection[Any]
 
 
-async def _one(conn: AsyncConnection, query: str, params: Params) -> tuple[Any, ...]:
+async def fetch_one(conn: AsyncConnection, query: str, params: Params = ()) -> tuple[Any, ...]:
+    """As engine.fetch_one, awaited."""
     await settle(conn)
     with translated():
         row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
@@ -38,6 +39,15 @@ async def fetch_optional(
     return row
 
 
+async def fetch_all(
+    conn: AsyncConnection, query: str, params: Params = ()
+) -> list[tuple[Any, ...]]:
+    """As engine.fetch_all, awaited."""
+    await settle(conn)
+    with translated():
+        return await (await conn.execute(query, params)).fetchall()
+
+
 async def begin_session(
     conn: AsyncConnection,
     session_id: uuid.UUID | None = None,
@@ -46,15 +56,15 @@ async def begin_session(
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
     params = engine.begin_session_params(session_id, agent, metadata, lease)
-    return uuid.UUID(str((await _one(conn, engine.BEGIN_SESSION, params))[0]))
+    return uuid.UUID(str((await fetch_one(conn, engine.BEGIN_SESSION, params))[0]))
 
 
 async def session_state(conn: AsyncConnection, session_id: uuid.UUID) -> str:
-    return str((await _one(conn, engine.SESSION_STATE, (session_id,)))[0])
+    return str((await fetch_one(conn, engine.SESSION_STATE, (session_id,)))[0])
 
 
 async def heartbeat(conn: AsyncConnection, session_id: uuid.UUID) -> datetime:
-    expires: datetime = (await _one(conn, engine.HEARTBEAT, (session_id,)))[0]
+    expires: datetime = (await fetch_one(conn, engine.HEARTBEAT, (session_id,)))[0]
     return expires
 
 
@@ -66,7 +76,7 @@ async def register_tool(
     on_reject: str = "fail_session",
 ) -> uuid.UUID:
     params = engine.register_tool_params(tool_name, tier, compensation, on_reject)
-    tool_id: uuid.UUID = (await _one(conn, engine.register_tool_query(params), params))[0]
+    tool_id: uuid.UUID = (await fetch_one(conn, engine.register_tool_query(params), params))[0]
     return tool_id
 
 
@@ -103,41 +113,47 @@ async def intercept(
     params = engine.intercept_params(
         session_id, step_index, tool_name, tier, args, compensation, call_signature
     )
-    return Interception(*(await _one(conn, engine.INTERCEPT, params)))
+    return Interception(*(await fetch_one(conn, engine.INTERCEPT, params)))
 
 
 async def commit(
     conn: AsyncConnection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
 ) -> None:
     query = engine.COMMIT_ASYNC if asynchronous else engine.COMMIT
-    engine.check_late((await _one(conn, query, (effect_id, Jsonb(result))))[0], effect_id, "commit")
+    engine.check_late(
+        (await fetch_one(conn, query, (effect_id, Jsonb(result))))[0], effect_id, "commit"
+    )
 
 
 async def fail(
     conn: AsyncConnection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False
 ) -> None:
     query = engine.FAIL_ASYNC if asynchronous else engine.FAIL
-    engine.check_late((await _one(conn, query, (effect_id, error)))[0], effect_id, "fail")
+    engine.check_late((await fetch_one(conn, query, (effect_id, error)))[0], effect_id, "fail")
 
 
 async def set_async_results(conn: AsyncConnection, on: bool) -> None:
-    await _one(conn, engine.ASYNC_RESULTS, ("on" if on else "off",))
+    await fetch_one(conn, engine.ASYNC_RESULTS, ("on" if on else "off",))
 
 
 async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
-    return str((await _one(conn, QUERIES["complete_session"], {"session_id": session_id}))[0])
+    return str((await fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id}))[0])
 
 
 async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
     return str(
-        (await _one(conn, QUERIES["fail_session"], {"session_id": session_id, "error": error}))[0]
+        (
+            await fetch_one(
+                conn, QUERIES["fail_session"], {"session_id": session_id, "error": error}
+            )
+        )[0]
     )
 
 
 async def rollback_to(
     conn: AsyncConnection, session_id: uuid.UUID, step: int, reason: str, by: str | None = None
 ) -> str:
-    return str((await _one(conn, saga.ROLLBACK_TO, (session_id, step, reason, by)))[0])
+    return str((await fetch_one(conn, saga.ROLLBACK_TO, (session_id, step, reason, by)))[0])
 
 
 async def rollback_to_plan(
@@ -151,7 +167,7 @@ async def rollback_to_plan(
 async def rollback_last(
     conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
 ) -> str:
-    return str((await _one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])
+    return str((await fetch_one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])
 
 
 # An async session's result is read by a task of its own, which holds the connection's

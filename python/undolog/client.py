@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -38,7 +37,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from undolog import aengine, approvals, context, engine, saga, walk
+from undolog import aapprovals, aengine, approvals, context, engine, saga, walk
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.errors import (
     AwaitingApprovalError,
@@ -587,15 +586,14 @@ class AsyncUndoLog(_Base):
         args: Mapping[str, Any] | None = None,
     ) -> str:
         """As UndoLog.approve."""
-        edited = functools.partial(approvals.approve, args=args)
-        return await asyncio.to_thread(self._sync_call, edited, approval_id, decided_by, reason)
+        async with self.connection() as conn:
+            return await aapprovals.approve(conn, approval_id, decided_by, reason, args=args)
 
     async def reject(
         self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
     ) -> str:
-        return await asyncio.to_thread(
-            self._sync_call, approvals.reject, approval_id, decided_by, reason
-        )
+        async with self.connection() as conn:
+            return await aapprovals.reject(conn, approval_id, decided_by, reason)
 
     async def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
         """One worker pass: recover() and walk every session it names (only those begun
@@ -609,10 +607,6 @@ class AsyncUndoLog(_Base):
 
         return await asyncio.to_thread(in_thread)
 
-    def _sync_call(self, fn: Callable[..., str], *args: Any) -> str:
-        with psycopg.connect(self._conninfo(), autocommit=True) as conn:
-            return fn(conn, *args)
-
     async def wait_for_decision(
         self,
         approval_id: uuid.UUID,
@@ -621,12 +615,10 @@ class AsyncUndoLog(_Base):
     ) -> str | None:
         """As UndoLog.wait_for_decision (seconds or timedeltas), awaited."""
         wait, poll = seconds(timeout), seconds(poll_interval)
-
-        def in_thread() -> str | None:
-            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
-                return approvals.wait_for_decision(conn, approval_id, wait, poll)
-
-        return await asyncio.to_thread(in_thread)
+        # A connection of its own, never the pool's: it LISTENs for the whole wait.
+        conninfo = self._conninfo()
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            return await aapprovals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:
         return _conninfo_of(self.dsn, self.pool)

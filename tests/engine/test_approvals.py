@@ -7,6 +7,7 @@ superuser may), so every call below also proves the role holds the grant it need
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from undolog import approvals, engine
+from undolog import AsyncUndoLog, aapprovals, approvals, engine
 from undolog.approvals import CHANNEL
 from undolog.errors import (
     ApprovalAlreadyDecided,
@@ -402,3 +403,64 @@ def test_a_decision_racing_an_intercept_of_the_same_call_waits_instead_of_deadlo
             agent, session_id, 0, "drop_database", "irreversible", {"name": "prod"}
         )
         assert run.action == "execute"
+
+
+# --- the async twin (undolog.aapprovals, the source approvals.py is generated from) -----
+
+
+def test_the_async_twin_decides_and_waits_on_an_async_connection(agent: Conn, dsn: str) -> None:
+    """aapprovals on psycopg.AsyncConnection: the wait is woken by the decision's
+    notification (the poll is 30 s), and the engine's refusals arrive translated."""
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+
+    async def scenario() -> tuple[str | None, float]:
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as waiter,
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as approver,
+        ):
+            await waiter.execute("SET ROLE undolog_agent")
+            await approver.execute("SET ROLE undolog_approver")
+            with pytest.raises(PermissionDenied):
+                await aapprovals.approve(waiter, approval_id, "the agent itself")
+            with pytest.raises(InvalidArgument, match="decided_by"):
+                await aapprovals.reject(approver, approval_id, " ")
+            assert await aapprovals.approval_state(approver, approval_id) == "pending"
+
+            async def decide_later() -> str:
+                await asyncio.sleep(0.3)
+                return await aapprovals.approve(approver, approval_id, "alice", "checked")
+
+            started = time.monotonic()
+            decider = asyncio.create_task(decide_later())
+            decision = await aapprovals.wait_for_decision(
+                waiter, approval_id, timeout=10, poll_interval=30
+            )
+            assert await decider == "approved"
+            with pytest.raises(ApprovalAlreadyDecided):
+                await aapprovals.reject(approver, approval_id, "bob")
+            with pytest.raises(UnknownApproval):
+                await aapprovals.wait_for_decision(waiter, uuid.uuid4(), timeout=1)
+            return decision, time.monotonic() - started
+
+    decision, took = asyncio.run(scenario())
+    assert decision == "approved"
+    assert took < 5
+    assert approvals.approval_state(agent, approval_id) == "approved"
+
+
+def test_async_undolog_decides_through_the_async_twin(agent: Conn, dsn: str) -> None:
+    """AsyncUndoLog.approve/reject/wait_for_decision run on the event loop (no thread)."""
+    first, second = _gated_call(agent).approval_id, _gated_call(agent, "wire_money").approval_id
+    assert first is not None and second is not None
+
+    async def scenario() -> tuple[str | None, str, str, str | None]:
+        ul = AsyncUndoLog(dsn)
+        pending = await ul.wait_for_decision(first, timeout=0.2, poll_interval=0.1)
+        approved = await ul.approve(first, "alice")
+        rejected = await ul.reject(second, "bob", "too much")
+        waited = await ul.wait_for_decision(second, timeout=2)
+        return pending, approved, rejected, waited
+
+    assert asyncio.run(scenario()) == (None, "approved", "rejected", "rejected")
