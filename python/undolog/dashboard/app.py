@@ -30,7 +30,6 @@ from typing import Any
 import jinja2
 import markupsafe
 import psycopg
-from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
@@ -47,7 +46,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import errors
+from undolog import aapprovals, errors
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
@@ -231,10 +230,14 @@ def args_diff(requested: Any, edited: Any) -> list[tuple[str, str]]:
     return [(line[0], line[2:]) for line in lines if line[:1] in ("-", "+", " ")]
 
 
-def engine_error(exc: psycopg.Error) -> tuple[int, str]:
-    """HTTP status and the engine's own words (message, detail, hint) for a refusal."""
-    diag = exc.diag
-    parts = [diag.message_primary or str(exc).strip()]
+def engine_error(exc: BaseException) -> tuple[int, str]:
+    """HTTP status and the engine's own words (message, detail, hint) for a refusal: a
+    database error, or the binding's UndoLogError translated from one."""
+    db = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if not isinstance(db, psycopg.Error):
+        return errors.http_status_of(exc), str(exc).strip()
+    diag = db.diag
+    parts = [diag.message_primary or str(db).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
     return errors.http_status_of(exc), " — ".join(parts)
 
@@ -576,19 +579,15 @@ class Dashboard:
             return Outcome(
                 str(approval_id), False, "only an approver decides approval requests", 403
             )
+        decide = aapprovals.approve if action == "approve" else aapprovals.reject
         async with ws.db() as conn:
             try:
-                cur = await conn.execute(
-                    f"SELECT undolog.{action}(%s, %s, %s)",
-                    (approval_id, ws.login, reason_or_none),
-                )
-                row = await cur.fetchone()
-            except psycopg.Error as exc:
+                decision = await decide(conn, approval_id, ws.login, reason_or_none)
+            except (errors.UndoLogError, psycopg.Error) as exc:
                 if conn.closed and isinstance(exc, psycopg.OperationalError):
                     raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
                 return Outcome(str(approval_id), False, text, status)
-        decision = row[0] if row else action
         log.info("%s: approval %s %s", ws.login, approval_id, decision)
         return Outcome(str(approval_id), True, f"{decision} by {ws.login}")
 
@@ -691,18 +690,15 @@ class Dashboard:
     ) -> Outcome:
         async with ws.db() as conn:
             try:
-                cur = await conn.execute(
-                    "SELECT undolog.approve_edited(%s, %s, %s, %s)",
-                    (approval_id, ws.login, Jsonb(edited), reason.strip() or None),
+                decision = await aapprovals.approve(
+                    conn, approval_id, ws.login, reason.strip() or None, args=edited
                 )
-                row = await cur.fetchone()
-            except psycopg.Error as exc:
+            except (errors.UndoLogError, psycopg.Error) as exc:
                 if conn.closed and isinstance(exc, psycopg.OperationalError):
                     raise
                 status, text = engine_error(exc)
                 return Outcome(str(approval_id), False, text, status)
         log.info("%s: approval %s approved with edited args", ws.login, approval_id)
-        decision = row[0] if row else "approved"
         return Outcome(str(approval_id), True, f"{decision} with edited arguments by {ws.login}")
 
     def _after(
