@@ -44,6 +44,7 @@ from undolog.errors import (
     AwaitingApprovalError,
     InvalidStateTransition,
     PermissionDenied,
+    SessionHalted,
     SessionNotActive,
     UnknownSession,
 )
@@ -102,6 +103,23 @@ def _settled(conn: engine.Connection) -> Exception | None:
 async def _asettled(conn: aengine.AsyncConnection) -> Exception | None:
     await aengine.settle(conn)
     return engine.take_unsettled(conn)
+
+
+def _halted(session_id: uuid.UUID, halt: engine.SessionHalt) -> SessionHalted:
+    return SessionHalted(
+        f"session {session_id} is halted: its undo_to walk stopped at undo entry "
+        f"{halt.halt_undo_id} ({halt.error}), so the session was not completed; an "
+        "operator moves it on (undolog sessions resume|retry|abandon)",
+        session_id=session_id,
+        halt_undo_id=halt.halt_undo_id,
+        error=halt.error,
+    )
+
+
+def _note_halt(exc: BaseException, session_id: uuid.UUID, halt: engine.SessionHalt) -> None:
+    """An exception is leaving a session whose undo_to walk halted: say so on it."""
+    if halt.halted_undo_to:
+        exc.add_note(str(_halted(session_id, halt)))
 
 
 def _note_unsettled(exc: BaseException, late: Exception | None) -> None:
@@ -327,7 +345,7 @@ class UndoLog(_Base):
                 _note_unsettled(exc, _settled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     self._fail(conn, sid, self._error_text(exc))
-                self._learn_state(conn, active)
+                self._learn_state(conn, active, exc)
                 raise
             else:
                 self._stop(stop, beat)
@@ -339,8 +357,11 @@ class UndoLog(_Base):
                     self._fail(conn, sid, _unknown(active))
                     self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
-                if active.state == "compensating":  # an undo_to the worker finished since
-                    active.state = engine.session_state(conn, sid)
+                if active.state != "active":  # an undo_to ran: where its walk is now
+                    halt = engine.session_halt(conn, sid)
+                    active.state = halt.state
+                    if halt.halted_undo_to:  # not completed: the operator moves it on
+                        raise _halted(sid, halt)
                 if active.state == "active":
                     active.state = engine.complete_session(conn, sid)
             finally:
@@ -351,11 +372,17 @@ class UndoLog(_Base):
                         engine.set_async_results(conn, False)
 
     @staticmethod
-    def _learn_state(conn: engine.Connection, active: ActiveSession) -> None:
+    def _learn_state(
+        conn: engine.Connection, active: ActiveSession, exc: BaseException | None = None
+    ) -> None:
         """Record in ``active.state`` where leaving the block left the session (never
-        replacing the exception that is leaving it)."""
+        replacing the exception that is leaving it, ``exc``, which a halted undo_to walk
+        is noted on)."""
         try:
-            active.state = engine.session_state(conn, active.session_id)
+            halt = engine.session_halt(conn, active.session_id)
+            active.state = halt.state
+            if exc is not None:
+                _note_halt(exc, active.session_id, halt)
         except Exception:
             log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 
@@ -503,7 +530,7 @@ class AsyncUndoLog(_Base):
                 _note_unsettled(exc, await _asettled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     await self._fail(conn, sid, self._error_text(exc))
-                await self._learn_state(conn, active)
+                await self._learn_state(conn, active, exc)
                 raise
             else:
                 await self._stop(beat)
@@ -515,8 +542,11 @@ class AsyncUndoLog(_Base):
                     await self._fail(conn, sid, _unknown(active))
                     await self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
-                if active.state == "compensating":  # an undo_to the worker finished since
-                    active.state = await aengine.session_state(conn, sid)
+                if active.state != "active":  # an undo_to ran: where its walk is now
+                    halt = await aengine.session_halt(conn, sid)
+                    active.state = halt.state
+                    if halt.halted_undo_to:  # not completed: the operator moves it on
+                        raise _halted(sid, halt)
                 if active.state == "active":
                     active.state = await aengine.complete_session(conn, sid)
             finally:
@@ -527,10 +557,15 @@ class AsyncUndoLog(_Base):
                         await aengine.set_async_results(conn, False)
 
     @staticmethod
-    async def _learn_state(conn: aengine.AsyncConnection, active: ActiveSession) -> None:
+    async def _learn_state(
+        conn: aengine.AsyncConnection, active: ActiveSession, exc: BaseException | None = None
+    ) -> None:
         """As UndoLog._learn_state."""
         try:
-            active.state = await aengine.session_state(conn, active.session_id)
+            halt = await aengine.session_halt(conn, active.session_id)
+            active.state = halt.state
+            if exc is not None:
+                _note_halt(exc, active.session_id, halt)
         except Exception:
             log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 

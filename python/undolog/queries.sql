@@ -8,3 +8,11 @@ SELECT undolog.complete_session(p_session_id => %(session_id)s)
 -- name: fail_session
 -- A session's end, when its agent failed: the undo walk is due.
 SELECT undolog.fail_session(p_session_id => %(session_id)s, p_error => %(error)s)
+
+-- name: session_halt
+-- Where a session stands at its block's exit after an undo walk: its state, and for a
+-- halted walk why it halted, the undo entry it stopped at, and whether it is the partial
+-- walk of an undo_to (rollback_to, rollback_last).
+SELECT s.state, s.error, s.halt_undo_id, s.undo_floor IS NOT NULL AS partial
+FROM undolog.sessions_list AS s
+WHERE s.session_id = %(session_id)s
