@@ -15,7 +15,8 @@ Leaving the block normally completes the session. An exception fails it, and the
 walk runs the registered compensations last-first. AwaitingApprovalError leaving it
 suspends the session (awaiting_approval) and runs no compensation. While the block is
 open a heartbeat renews the session's lease, so recovery does not take a slow agent for a
-dead one. Every journaled call is made on the session's connection in autocommit mode:
+dead one; it goes on while an ``undo_to`` walk is halted for an operator, and a block that
+ends with that walk still halted raises SessionHalted. Every journaled call is made on the session's connection in autocommit mode:
 the journal and the undo entry are durable before a tool body runs.
 """
 

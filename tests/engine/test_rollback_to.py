@@ -452,3 +452,38 @@ def test_async_a_halted_partial_walk_keeps_its_heartbeat_and_the_exit_raises_the
         asyncio.run(agent())
     assert raised.value.halt_undo_id is not None
     assert _lease_left(conn, raised.value.session_id)[0] == "halted"
+
+
+def test_async_a_partial_walk_resumed_while_the_block_is_open_goes_on_alive(
+    dsn: str, conn: Conn
+) -> None:
+    ul = _halting_app(dsn, AsyncUndoLog)
+
+    def operator(sid: uuid.UUID) -> None:
+        _past_the_lease_nothing_recovers_it(conn, sid, "halted")
+        assert saga.resume_session(conn, sid, "ops", "refunded by hand") == "compensating"
+        assert walk.run_walk(conn, sid, ul.compensations, wait=1.0) == "active"
+        _past_the_lease_nothing_recovers_it(conn, sid, "active")
+
+    async def agent() -> str:
+        async with ul.session(agent="shop") as s:
+            await abook("room")
+            await acharge("visa")
+            assert await s.undo_to(0, "the customer cancelled") == "halted"
+            await asyncio.to_thread(operator, s.session_id)
+            await abook("suite")
+        return str(s.state)
+
+    assert asyncio.run(agent()) == "completed"
+    assert undone == ["room"]
+
+
+def test_an_exception_leaving_a_halted_block_says_the_walk_halted(dsn: str) -> None:
+    ul = _halting_app(dsn)
+    with pytest.raises(SessionNotActive) as raised, ul.session() as s:
+        charge("visa")
+        assert s.undo_last(1) == "halted"
+        book("room")  # refused: the session is halted
+    assert not isinstance(raised.value, SessionHalted)  # the agent's own error leaves
+    assert any("is halted: its undo_to walk stopped" in n for n in raised.value.__notes__)
+    assert s.state == "halted"
