@@ -16,8 +16,9 @@ walk runs the registered compensations last-first. AwaitingApprovalError leaving
 suspends the session (awaiting_approval) and runs no compensation. While the block is
 open a heartbeat renews the session's lease, so recovery does not take a slow agent for a
 dead one; it goes on while an ``undo_to`` walk is halted for an operator, and a block that
-ends with that walk still halted raises SessionHalted. Every journaled call is made on the session's connection in autocommit mode:
-the journal and the undo entry are durable before a tool body runs.
+ends with that walk still halted raises SessionHalted. Every journaled call is made on
+the session's connection in autocommit mode: the journal and the undo entry are durable
+before a tool body runs.
 """
 
 from __future__ import annotations
