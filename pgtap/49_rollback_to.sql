@@ -1,7 +1,7 @@
 -- undolog.rollback_to: undo a live session down to a step, through the same walk as a
 -- failed session's, and let it go on.
 BEGIN;
-SELECT plan(63);
+SELECT plan(64);
 
 \ir _helpers.psql
 
@@ -106,6 +106,8 @@ SELECT results_eq(
 SELECT is(undolog.rollback_to(:'s2', 1, 'undo the mail'), 'compensating', 'undo to step 1');
 SELECT is(pg_temp.walk(:'s2'), ARRAY[2], 'the walk undoes step 2');
 SELECT is(pg_temp.session_state(:'s2'), 'halted', 'and halts at the irreversible call');
+SELECT ok(undolog.heartbeat(:'s2') > now(),
+          'the agent''s heartbeat goes on while the partial walk is halted');
 SELECT is(undolog.resume_session(:'s2', 'bob', 'handled by hand'), 'compensating',
           'a person resumes past it');
 SELECT is(pg_temp.walk(:'s2'), '{}'::integer[], 'nothing is left above the floor');

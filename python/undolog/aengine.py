@@ -140,6 +140,11 @@ async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
     return str((await fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id}))[0])
 
 
+async def session_halt(conn: AsyncConnection, session_id: uuid.UUID) -> engine.SessionHalt:
+    row = await _one(conn, QUERIES["session_halt"], {"session_id": session_id})
+    return engine.SessionHalt(*row)
+
+
 async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
     return str(
         (

@@ -15,8 +15,10 @@ Leaving the block normally completes the session. An exception fails it, and the
 walk runs the registered compensations last-first. AwaitingApprovalError leaving it
 suspends the session (awaiting_approval) and runs no compensation. While the block is
 open a heartbeat renews the session's lease, so recovery does not take a slow agent for a
-dead one. Every journaled call is made on the session's connection in autocommit mode:
-the journal and the undo entry are durable before a tool body runs.
+dead one; it goes on while an ``undo_to`` walk is halted for an operator, and a block that
+ends with that walk still halted raises SessionHalted. Every journaled call is made on
+the session's connection in autocommit mode: the journal and the undo entry are durable
+before a tool body runs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from undolog.errors import (
     AwaitingApprovalError,
     InvalidStateTransition,
     PermissionDenied,
+    SessionHalted,
     SessionNotActive,
     UnknownSession,
 )
@@ -101,6 +104,23 @@ def _settled(conn: engine.Connection) -> Exception | None:
 async def _asettled(conn: aengine.AsyncConnection) -> Exception | None:
     await aengine.settle(conn)
     return engine.take_unsettled(conn)
+
+
+def _halted(session_id: uuid.UUID, halt: engine.SessionHalt) -> SessionHalted:
+    return SessionHalted(
+        f"session {session_id} is halted: its undo_to walk stopped at undo entry "
+        f"{halt.halt_undo_id} ({halt.error}), so the session was not completed; an "
+        "operator moves it on (undolog sessions resume|retry|abandon)",
+        session_id=session_id,
+        halt_undo_id=halt.halt_undo_id,
+        error=halt.error,
+    )
+
+
+def _note_halt(exc: BaseException, session_id: uuid.UUID, halt: engine.SessionHalt) -> None:
+    """An exception is leaving a session whose undo_to walk halted: say so on it."""
+    if halt.halted_undo_to:
+        exc.add_note(str(_halted(session_id, halt)))
 
 
 def _note_unsettled(exc: BaseException, late: Exception | None) -> None:
@@ -326,7 +346,7 @@ class UndoLog(_Base):
                 _note_unsettled(exc, _settled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     self._fail(conn, sid, self._error_text(exc))
-                self._learn_state(conn, active)
+                self._learn_state(conn, active, exc)
                 raise
             else:
                 self._stop(stop, beat)
@@ -338,8 +358,11 @@ class UndoLog(_Base):
                     self._fail(conn, sid, _unknown(active))
                     self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
-                if active.state == "compensating":  # an undo_to the worker finished since
-                    active.state = engine.session_state(conn, sid)
+                if active.state != "active":  # an undo_to ran: where its walk is now
+                    halt = engine.session_halt(conn, sid)
+                    active.state = halt.state
+                    if halt.halted_undo_to:  # not completed: the operator moves it on
+                        raise _halted(sid, halt)
                 if active.state == "active":
                     active.state = engine.complete_session(conn, sid)
             finally:
@@ -350,11 +373,17 @@ class UndoLog(_Base):
                         engine.set_async_results(conn, False)
 
     @staticmethod
-    def _learn_state(conn: engine.Connection, active: ActiveSession) -> None:
+    def _learn_state(
+        conn: engine.Connection, active: ActiveSession, exc: BaseException | None = None
+    ) -> None:
         """Record in ``active.state`` where leaving the block left the session (never
-        replacing the exception that is leaving it)."""
+        replacing the exception that is leaving it, ``exc``, which a halted undo_to walk
+        is noted on)."""
         try:
-            active.state = engine.session_state(conn, active.session_id)
+            halt = engine.session_halt(conn, active.session_id)
+            active.state = halt.state
+            if exc is not None:
+                _note_halt(exc, active.session_id, halt)
         except Exception:
             log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 
@@ -502,7 +531,7 @@ class AsyncUndoLog(_Base):
                 _note_unsettled(exc, await _asettled(conn))
                 if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
                     await self._fail(conn, sid, self._error_text(exc))
-                await self._learn_state(conn, active)
+                await self._learn_state(conn, active, exc)
                 raise
             else:
                 await self._stop(beat)
@@ -514,8 +543,11 @@ class AsyncUndoLog(_Base):
                     await self._fail(conn, sid, _unknown(active))
                     await self._learn_state(conn, active)
                     raise InvalidStateTransition(_unknown(active))
-                if active.state == "compensating":  # an undo_to the worker finished since
-                    active.state = await aengine.session_state(conn, sid)
+                if active.state != "active":  # an undo_to ran: where its walk is now
+                    halt = await aengine.session_halt(conn, sid)
+                    active.state = halt.state
+                    if halt.halted_undo_to:  # not completed: the operator moves it on
+                        raise _halted(sid, halt)
                 if active.state == "active":
                     active.state = await aengine.complete_session(conn, sid)
             finally:
@@ -526,10 +558,15 @@ class AsyncUndoLog(_Base):
                         await aengine.set_async_results(conn, False)
 
     @staticmethod
-    async def _learn_state(conn: aengine.AsyncConnection, active: ActiveSession) -> None:
+    async def _learn_state(
+        conn: aengine.AsyncConnection, active: ActiveSession, exc: BaseException | None = None
+    ) -> None:
         """As UndoLog._learn_state."""
         try:
-            active.state = await aengine.session_state(conn, active.session_id)
+            halt = await aengine.session_halt(conn, active.session_id)
+            active.state = halt.state
+            if exc is not None:
+                _note_halt(exc, active.session_id, halt)
         except Exception:
             log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
 

@@ -344,6 +344,26 @@ def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
     return str(fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id})[0])
 
 
+@dataclass(frozen=True)
+class SessionHalt:
+    """A session's state as its block's exit reads it after an undo walk; ``error`` and
+    ``halt_undo_id`` say why and where a halted walk stopped; ``partial``: the walk is an
+    undo_to's (it stops at a floor, and the session goes on after it)."""
+
+    state: str
+    error: str | None
+    halt_undo_id: uuid.UUID | None
+    partial: bool
+
+    @property
+    def halted_undo_to(self) -> bool:
+        return self.state == "halted" and self.partial
+
+
+def session_halt(conn: Connection, session_id: uuid.UUID) -> SessionHalt:
+    return SessionHalt(*fetch_one(conn, QUERIES["session_halt"], {"session_id": session_id}))
+
+
 def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
     return str(
         fetch_one(conn, QUERIES["fail_session"], {"session_id": session_id, "error": error})[0]

@@ -224,6 +224,27 @@ class LeaseLapsed(SessionNotActive):
     Raised by the binding; the call stays in the journal for the undo walk."""
 
 
+class SessionHalted(SessionNotActive):
+    """The session's block ended while its undo walk was halted: an ``undo_to`` or
+    ``undo_last`` met a compensation that failed for good (or an irreversible call that
+    may have acted) and stopped there, and no operator has moved it on since. Raised by
+    the binding at the block's exit, instead of completing the session; the session stays
+    halted for an operator (resume, retry or abandon it). ``error`` is why the walk
+    halted, ``halt_undo_id`` the undo entry it stopped at."""
+
+    def __init__(
+        self,
+        message: str,
+        session_id: Any = None,
+        halt_undo_id: Any = None,
+        error: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.halt_undo_id = halt_undo_id
+        self.error = error
+
+
 class LateResult(InvalidStateTransition):
     """A commit or fail arrived for an effect that the undo walk had already taken
     (compensating, compensated, compensation_failed): its agent was paused past its

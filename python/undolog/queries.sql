@@ -37,3 +37,11 @@ SELECT * FROM undolog.expire_approvals()
 -- name: approval_state
 -- A request's state, as the caller may see it (an agent sees only its own sessions').
 SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
+
+-- name: session_halt
+-- Where a session stands at its block's exit after an undo walk: its state, and for a
+-- halted walk why it halted, the undo entry it stopped at, and whether it is the partial
+-- walk of an undo_to (rollback_to, rollback_last).
+SELECT s.state, s.error, s.halt_undo_id, s.undo_floor IS NOT NULL AS partial
+FROM undolog.sessions_list AS s
+WHERE s.session_id = %(session_id)s

@@ -1,5 +1,6 @@
 -- undolog.heartbeat: renew the lease of a live session (active, awaiting_approval, or in
--- the partial walk of a rollback_to) by its lease duration; answers the new expiry.
+-- the partial walk of a rollback_to, running or halted) by its lease duration; answers
+-- the new expiry.
 -- UL002 unknown session; 42501 another login's session (check_session_caller); UL010 a
 -- session that is no longer live.
 CREATE OR REPLACE FUNCTION undolog.heartbeat(p_session_id uuid)
@@ -13,9 +14,11 @@ DECLARE
     v_expires timestamptz;
 BEGIN
     PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
-    -- A session in a partial walk (rollback_to) goes on after it: its agent is alive.
+    -- A session in a partial walk (rollback_to) goes on after it, also once an operator
+    -- resumes a walk that halted: its agent is alive, its session block still open.
     IF v_session.state NOT IN ('active', 'awaiting_approval')
-       AND NOT (v_session.state = 'compensating' AND v_session.undo_floor IS NOT NULL) THEN
+       AND NOT (v_session.state IN ('compensating', 'halted')
+                AND v_session.undo_floor IS NOT NULL) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL010',
             MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',

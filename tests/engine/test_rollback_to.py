@@ -9,6 +9,7 @@ import asyncio
 import threading
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -20,6 +21,7 @@ from undolog import (
     InvalidArgument,
     NothingToUndo,
     PermissionDenied,
+    SessionHalted,
     SessionNotActive,
     StepUndone,
     ToolTier,
@@ -344,3 +346,144 @@ def test_many_agent_calls_racing_rollback_to_are_each_undone_or_refused(
     ).fetchone()
     assert standing == (0,), (made, refused)
     assert sorted(undone) == sorted(["r0", *[f"r{s}" for s in made]])
+
+
+# A walk halted inside the session block: a compensation that cannot be undone halts an
+# undo_to walk while the agent's block is still open. The block's heartbeat keeps the
+# session's lease (recover() must not take a halted agent for a dead one, nor the session
+# for abandoned once an operator resumes the walk and it goes on), and the block's exit
+# reads the halt and says so.
+
+LEASE = timedelta(seconds=1)
+
+
+@undolog_tool(
+    tier=ToolTier.COMPENSABLE,
+    compensation=CompensationDescriptor.new("uncharge", max_attempts=1),
+)
+def charge(card: str) -> dict[str, Any]:
+    return {"charge": card}
+
+
+@undolog_tool(
+    tier=ToolTier.COMPENSABLE,
+    compensation=CompensationDescriptor.new("uncharge", max_attempts=1),
+)
+async def acharge(card: str) -> dict[str, Any]:
+    return {"charge": card}
+
+
+def _uncharge(call: CompensationCall) -> None:
+    raise RuntimeError(f"the bank refuses to refund {call.result['charge']}")
+
+
+def _halting_app(dsn: str, client: type[UndoLog] | type[AsyncUndoLog] = UndoLog) -> Any:
+    ul = _app(dsn, client)
+    ul.lease = LEASE
+    ul.compensation("uncharge")(_uncharge)
+    return ul
+
+
+def _lease_left(conn: Conn, sid: uuid.UUID) -> tuple[str, float]:
+    row = conn.execute(
+        "SELECT state, extract(epoch FROM lease_expires_at - now())::float8"
+        " FROM undolog.sessions_list WHERE session_id = %s",
+        (sid,),
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), float(row[1])
+
+
+def _past_the_lease_nothing_recovers_it(conn: Conn, sid: uuid.UUID, state: str) -> None:
+    time.sleep(LEASE.total_seconds() * 3)
+    assert sid not in saga.recover(conn)
+    now, left = _lease_left(conn, sid)
+    assert now == state and left > 0, (now, left)  # the heartbeat renewed it meanwhile
+
+
+def test_a_halted_partial_walk_keeps_its_heartbeat_and_the_exit_raises_the_halt(
+    dsn: str, conn: Conn
+) -> None:
+    ul = _halting_app(dsn)
+    with (
+        pytest.raises(SessionHalted, match="the bank refuses to refund visa") as raised,
+        ul.session(agent="shop") as s,
+    ):
+        book("room")
+        charge("visa")
+        assert s.undo_to(0, "the customer cancelled") == "halted"
+        _past_the_lease_nothing_recovers_it(conn, s.session_id, "halted")
+    assert raised.value.session_id == s.session_id
+    assert raised.value.halt_undo_id is not None
+    assert s.state == "halted"
+    assert undone == []  # the walk stopped at the charge, above the room
+
+
+def test_a_partial_walk_resumed_while_the_block_is_open_goes_on_alive(dsn: str, conn: Conn) -> None:
+    ul = _halting_app(dsn)
+    with ul.session(agent="shop") as s:
+        book("room")
+        charge("visa")
+        assert s.undo_to(0, "the customer cancelled") == "halted"
+        _past_the_lease_nothing_recovers_it(conn, s.session_id, "halted")
+        assert saga.resume_session(conn, s.session_id, "ops", "refunded by hand") == "compensating"
+        assert walk.run_walk(conn, s.session_id, ul.compensations, wait=1.0) == "active"
+        assert undone == ["room"]
+        _past_the_lease_nothing_recovers_it(conn, s.session_id, "active")
+        book("suite")  # the session goes on
+    assert s.state == "completed"
+
+
+def test_async_a_halted_partial_walk_keeps_its_heartbeat_and_the_exit_raises_the_halt(
+    dsn: str, conn: Conn
+) -> None:
+    ul = _halting_app(dsn, AsyncUndoLog)
+
+    async def agent() -> uuid.UUID:
+        async with ul.session(agent="shop") as s:
+            await abook("room")
+            await acharge("visa")
+            assert await s.undo_to(0, "the customer cancelled") == "halted"
+            sid = s.session_id
+            await asyncio.to_thread(_past_the_lease_nothing_recovers_it, conn, sid, "halted")
+        raise AssertionError("the exit did not raise")
+
+    with pytest.raises(SessionHalted, match="halted") as raised:
+        asyncio.run(agent())
+    assert raised.value.halt_undo_id is not None
+    assert _lease_left(conn, raised.value.session_id)[0] == "halted"
+
+
+def test_async_a_partial_walk_resumed_while_the_block_is_open_goes_on_alive(
+    dsn: str, conn: Conn
+) -> None:
+    ul = _halting_app(dsn, AsyncUndoLog)
+
+    def operator(sid: uuid.UUID) -> None:
+        _past_the_lease_nothing_recovers_it(conn, sid, "halted")
+        assert saga.resume_session(conn, sid, "ops", "refunded by hand") == "compensating"
+        assert walk.run_walk(conn, sid, ul.compensations, wait=1.0) == "active"
+        _past_the_lease_nothing_recovers_it(conn, sid, "active")
+
+    async def agent() -> str:
+        async with ul.session(agent="shop") as s:
+            await abook("room")
+            await acharge("visa")
+            assert await s.undo_to(0, "the customer cancelled") == "halted"
+            await asyncio.to_thread(operator, s.session_id)
+            await abook("suite")
+        return str(s.state)
+
+    assert asyncio.run(agent()) == "completed"
+    assert undone == ["room"]
+
+
+def test_an_exception_leaving_a_halted_block_says_the_walk_halted(dsn: str) -> None:
+    ul = _halting_app(dsn)
+    with pytest.raises(SessionNotActive) as raised, ul.session() as s:
+        charge("visa")
+        assert s.undo_last(1) == "halted"
+        book("room")  # refused: the session is halted
+    assert not isinstance(raised.value, SessionHalted)  # the agent's own error leaves
+    assert any("is halted: its undo_to walk stopped" in n for n in raised.value.__notes__)
+    assert s.state == "halted"

@@ -1,17 +1,30 @@
 """The MCP proxy's optional tool undolog__undo_last (proxy.undo_last_tool): an agent
 undoes its session's last calls through undolog.rollback_last and the walk, with a real
-MCP client, the proxy process and tests/mcp_session_upstream.py."""
+MCP client, the proxy process and tests/mcp_session_upstream.py; under "irreversible" each
+undo is held for a human's approval first."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import ledger, ops, run, sessions, stdio_client, text
+from mcp import types
+from test_mcp_proxy import (
+    ledger,
+    ops,
+    pending_approval,
+    run,
+    sessions,
+    stdio_client,
+    text,
+    wait_for,
+)
 from test_mcp_proxy_sessions import session_policy
 
+from undolog import approvals
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 
 __all__ = ["ledger"]  # the fixture
@@ -54,5 +67,119 @@ def test_the_agent_undoes_its_last_calls_and_goes_on(
 
 def test_the_tool_is_off_by_default_and_its_tier_checked(tmp_path: Path, dsn: str) -> None:
     assert load_policy(session_policy(tmp_path)).undo_last_tool == "off"
-    with pytest.raises(PolicyError, match="asking a person before an undo is not built"):
-        load_policy(session_policy(tmp_path, proxy='undo_last_tool = "irreversible"'))
+    held = load_policy(session_policy(tmp_path, proxy='undo_last_tool = "irreversible"'))
+    assert held.undo_last_tool == "irreversible"
+    with pytest.raises(PolicyError, match="one of off, safe, irreversible, not 'ask'"):
+        load_policy(session_policy(tmp_path, proxy='undo_last_tool = "ask"'))
+
+
+def _undo_tool(tools: list[types.Tool]) -> types.Tool | None:
+    return next((t for t in tools if t.name == "undolog__undo_last"), None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "tier"),
+    [
+        ("", None),
+        ('undo_last_tool = "safe"', "SAFE"),
+        ('undo_last_tool = "irreversible"', "IRREVERSIBLE"),
+    ],
+)
+def test_the_tool_is_listed_only_when_on_with_its_tier(
+    tmp_path: Path, dsn: str, ledger: Path, setting: str, tier: str | None
+) -> None:
+    config = session_policy(tmp_path, proxy=setting)
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            tool = _undo_tool((await client.list_tools()).tools)
+            if tier is None:
+                assert tool is None
+                return
+            assert tool is not None and f"UndoLog tier: {tier}" in (tool.description or "")
+
+    run(body)
+
+
+def _put_three(client: Any) -> Any:
+    async def puts() -> None:
+        for key in ("a", "b", "c"):
+            assert not (await client.call_tool("put", {"key": key, "value": "1"})).is_error
+
+    return puts()
+
+
+def _store(seen: types.CallToolResult) -> Any:
+    assert seen.structured_content is not None, text(seen)
+    return seen.structured_content["store"]
+
+
+def test_an_irreversible_undo_is_held_until_a_human_approves_it(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    config = session_policy(tmp_path, proxy='undo_last_tool = "irreversible"')
+    undo = {"count": 2, "reason": "wrong dates"}
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            await _put_three(client)
+            call = asyncio.create_task(client.call_tool("undolog__undo_last", undo))
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            assert [s for _, s in sessions(conn)] == ["awaiting_approval"]
+            assert not [e for e in ops(ledger) if e["op"] == "forget"]  # held: nothing undone
+            requested = conn.execute(
+                "SELECT tool_name, args FROM undolog.pending_approvals WHERE approval_id = %s",
+                (approval_id,),
+            ).fetchone()
+            assert requested == ("undolog/undo_last", undo)
+            approvals.approve(conn, approval_id, "alice", "yes, undo them")
+            undone = await call
+            assert not undone.is_error, text(undone)
+            assert "undid the last 2 call(s); the session goes on" in text(undone)
+            assert _store(await client.call_tool("read_all", {})) == {"a": "1"}
+            again = await client.call_tool("undolog__undo_last", undo)  # the same undo
+            assert again.is_error and "nothing was undone" in text(again), text(again)
+            later = await client.call_tool("put", {"key": "d", "value": "1"})
+            assert not later.is_error, text(later)
+            assert _store(await client.call_tool("read_all", {})) == {"a": "1", "d": "1"}
+
+    run(body)
+    assert [e["key"] for e in ops(ledger) if e["op"] == "forget"] == ["c", "b"]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+    # the undo's own journal entry carries its approval; the walk it started passed it
+    own = conn.execute(
+        "SELECT e.state, u.state, a.state, a.decided_by FROM undolog.undolog_effect_log AS e"
+        " JOIN undolog.undolog_undo_stack AS u USING (session_id, effect_id)"
+        " JOIN undolog.session_approvals AS a USING (effect_id)"
+        " WHERE e.tool_name = 'undolog/undo_last'"
+    ).fetchall()
+    assert own == [("pending", "skipped", "approved", "alice")]
+
+
+def test_a_rejected_irreversible_undo_undoes_nothing_and_tells_the_model_why(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    config = session_policy(tmp_path, proxy='undo_last_tool = "irreversible"')
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            await _put_three(client)
+            call = asyncio.create_task(
+                client.call_tool("undolog__undo_last", {"count": 1, "reason": "undo c"})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "c is what the customer wants")
+            rejected = await call
+            assert rejected.is_error
+            said = text(rejected)
+            assert "REJECTED" in said and "bob rejected it" in said, said
+            assert "c is what the customer wants" in said and "Nothing was undone" in said
+            assert [s for _, s in sessions(conn)] == ["active"]
+            later = await client.call_tool("put", {"key": "d", "value": "1"})
+            assert not later.is_error, text(later)
+            seen = _store(await client.call_tool("read_all", {}))
+            assert seen == {"a": "1", "b": "1", "c": "1", "d": "1"}
+
+    run(body)
+    assert not [e for e in ops(ledger) if e["op"] == "forget"]
+    assert [s for _, s in sessions(conn)] == ["completed"]

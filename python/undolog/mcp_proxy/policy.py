@@ -60,12 +60,14 @@ Roots = Literal["none", "client"] | tuple[str, ...]
 Boundary = Literal["connection", "idle", "conversation"]
 BOUNDARIES: tuple[Boundary, ...] = ("connection", "idle", "conversation")
 # Whether the agent gets the proxy's own tool undolog__undo_last (undo its session's last
-# calls, undolog.rollback_last), and as what: "off" (the default: not listed) or "safe"
-# (answered by the proxy at once, not journaled: undoing is not itself undone). The
-# database must also allow the proxy's login to undo its own sessions, unless that login
-# is an operator's (ALTER DATABASE ... SET undolog.agent_rollback_to = on).
-UndoTool = Literal["off", "safe"]
-UNDO_TOOLS: tuple[UndoTool, ...] = ("off", "safe")
+# calls, undolog.rollback_last), and as what: "off" (the default: not listed), "safe"
+# (answered by the proxy at once, not journaled: undoing is not itself undone) or
+# "irreversible" (journaled as an irreversible call and held for a human's approval like
+# any other; a rejection undoes nothing and the session goes on). The database must also
+# allow the proxy's login to undo its own sessions, unless that login is an operator's
+# (ALTER DATABASE ... SET undolog.agent_rollback_to = on).
+UndoTool = Literal["off", "safe", "irreversible"]
+UNDO_TOOLS: tuple[UndoTool, ...] = ("off", "safe", "irreversible")
 
 # How long the clients wait for an answer to a request: 60 s is the TypeScript SDK's
 # default (Claude Desktop, MCP Inspector), and its progress notifications do not extend
@@ -367,12 +369,6 @@ def load_policy(path: str | Path) -> Policy:
         if undo_tool not in UNDO_TOOLS:
             raise PolicyError(
                 f"proxy.undo_last_tool: one of {', '.join(UNDO_TOOLS)}, not {undo_tool!r}"
-                + (
-                    " (asking a person before an undo is not built: an operator undoes "
-                    "from the dashboard or `undolog sessions undo-to`)"
-                    if undo_tool == "irreversible"
-                    else ""
-                )
             )
         boundary = proxy.get("session_boundary", "connection")
         if boundary not in BOUNDARIES:

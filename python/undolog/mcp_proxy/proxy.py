@@ -60,6 +60,7 @@ from undolog.approvals import CHANNEL, DECISIONS
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
+    NothingToUndo,
     PayloadTooLarge,
     PermissionDenied,
     SessionNotActive,
@@ -82,6 +83,10 @@ log = logging.getLogger("undolog.mcp_proxy")
 SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id
 # The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
 UNDO_LAST_TOOL = "undolog__undo_last"
+# Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
+# this tool (registered by the proxy; a rejection keeps the session), so that it is held
+# for a human's approval on the very path the upstreams' irreversible calls take.
+UNDO_LAST_UPSTREAM, UNDO_LAST_JOURNALED = "undolog", "undo_last"
 # The client's name for a conversation (session_boundary = "conversation"): scoped to its
 # own connection, so naming another client's conversation reaches nothing of it.
 CONVERSATION_META_KEY = "undolog/conversation"
@@ -304,6 +309,8 @@ class McpProxy:
         async with self.pool.connection() as conn:
             for route in self.routes.values():
                 await self._register(conn, route)
+            if self.policy.undo_last_tool == "irreversible":
+                await self._register(conn, self._undo_route())
 
     async def _register(self, conn: psycopg.AsyncConnection[Any], route: Route) -> None:
         if route.policy.tier == "safe":
@@ -411,26 +418,40 @@ class McpProxy:
                 route.listed.model_copy(update={"name": exposed, "description": description})
             )
         if self.policy.undo_last_tool != "off":
-            out.append(
-                types.Tool(
-                    name=UNDO_LAST_TOOL,
-                    description=(
-                        "Undo this session's last `count` journaled calls, the latest first, "
-                        "with their compensations; the session then goes on (a call made "
-                        "again afterwards is a new call). Stops at an irreversible call "
-                        "that may have acted. UndoLog tier: SAFE (answered by the proxy)."
-                    ),
-                    input_schema={
-                        "type": "object",
-                        "properties": {
-                            "count": {"type": "integer", "minimum": 1, "maximum": 1000},
-                            "reason": {"type": "string", "minLength": 1, "maxLength": 8192},
-                        },
-                        "required": ["count", "reason"],
-                    },
-                )
-            )
+            out.append(self._undo_route().listed)
         return out
+
+    def _undo_route(self) -> Route:
+        """The proxy's own undolog__undo_last, as listed (its description says its tier)
+        and, under "irreversible", as journaled."""
+        tier = {
+            "safe": "UndoLog tier: SAFE (answered by the proxy at once).",
+            "irreversible": (
+                "UndoLog tier: IRREVERSIBLE (runs only after a human approves it; it may "
+                "answer that it awaits approval: make the same call again later; a "
+                "rejection undoes nothing and the session goes on)."
+            ),
+        }.get(self.policy.undo_last_tool, "")
+        listed = types.Tool(
+            name=UNDO_LAST_TOOL,
+            description=(
+                "Undo this session's last `count` journaled calls, the latest first, "
+                "with their compensations; the session then goes on (a call made "
+                "again afterwards is a new call). Stops at an irreversible call "
+                f"that may have acted. {tier}"
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "count": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "reason": {"type": "string", "minLength": 1, "maxLength": 8192},
+                },
+                "required": ["count", "reason"],
+            },
+        )
+        # tell_model: registered on_reject "continue", a rejected undo keeps the session
+        held = ToolPolicy("irreversible", on_reject="tell_model")
+        return Route(UNDO_LAST_UPSTREAM, UNDO_LAST_JOURNALED, held, listed)
 
     async def _undo_last(
         self, ctx: ServerRequestContext[Any, Any], args: dict[str, Any]
@@ -448,9 +469,20 @@ class McpProxy:
             return _error(f"{UNDO_LAST_TOOL}: this session made no journaled call to undo")
         ps.inflight += 1
         try:
+            calls = count
+            if self.policy.undo_last_tool == "irreversible":
+                approved = await self._approved_undo(ctx, ps, count, reason)
+                if isinstance(approved, types.CallToolResult):
+                    return approved.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
+                calls = approved
             try:
                 async with self.pool.connection() as conn:
-                    await aengine.rollback_last(conn, ps.session_id, count, reason)
+                    await aengine.rollback_last(conn, ps.session_id, calls, reason)
+            except NothingToUndo:
+                return _error(
+                    f"{UNDO_LAST_TOOL}: nothing was undone: this session has fewer than "
+                    f"{count} calls left to undo"
+                )
             except (UndoLogError, psycopg.Error) as exc:
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
             await self._walk(ps.session_id, self._undoers(ps))
@@ -467,6 +499,97 @@ class McpProxy:
         }.get(state, f"the session is {state}")
         result = types.CallToolResult(content=[types.TextContent(type="text", text=words)])
         return result.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
+
+    async def _approved_undo(
+        self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, count: int, reason: str
+    ) -> int | types.CallToolResult:
+        """undo_last_tool = "irreversible": the undo journaled as an IRREVERSIBLE call and
+        held for a human, as any irreversible call is. Approved: how many of the stack's
+        entries rollback_last is to take (those above the undo's own, the undo's own
+        entry, then ``count`` calls); otherwise the answer for the model (held, rejected,
+        refused), nothing undone."""
+        route, args = self._undo_route(), {"count": count, "reason": reason}
+        for _ in range(3):  # await_approval -> (decision) -> execute, at most
+            icpt = await self._intercept(ps, 0, route, args, None)
+            if isinstance(icpt, types.CallToolResult):
+                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
+            if icpt.action == "execute":
+                assert icpt.effect_id is not None
+                return await self._undo_span(ps, icpt.effect_id, count)
+            if icpt.action == "rejected":
+                return await self._undo_rejected(icpt.approval_id)
+            if icpt.action != "await_approval":  # in_progress, replay: never a second undo
+                return _error(
+                    f"{UNDO_LAST_TOOL}: nothing was undone: this very undo (same count and "
+                    f"reason) is {icpt.action.replace('_', ' ')}: it is not made twice"
+                )
+            assert icpt.approval_id is not None
+            if ps.holds >= self.policy.max_holds_per_client:
+                return _error(
+                    f"NOT UNDONE YET, NOT HELD: the undo waits for a human to approve it "
+                    f"(approval {icpt.approval_id}), and this client already has as many "
+                    "calls held open as it may (proxy.max_holds_per_client). Make the very "
+                    "same call again later to learn the decision."
+                )
+            ps.holds += 1
+            try:
+                decision = await self._hold(ctx, icpt.approval_id)
+            finally:
+                ps.holds -= 1
+            if decision is None:
+                return _error(
+                    f"NOT UNDONE YET: {UNDO_LAST_TOOL} is irreversible here and waits for a "
+                    f"human to approve it (approval {icpt.approval_id}). Nothing was undone. "
+                    "Make the very same call again (same count and reason) after the "
+                    "decision: if approved the undo runs then, once; if rejected you are "
+                    "told why. Until the decision, this session's calls that act are "
+                    f"refused. (Approvers: undolog approvals approve {icpt.approval_id} "
+                    "--by NAME)"
+                )
+            if decision != "approved":
+                return await self._undo_rejected(icpt.approval_id)
+        return _error(f"{UNDO_LAST_TOOL}: the journal's answers did not settle; ask again")
+
+    async def _undo_span(
+        self, ps: ProxySession, effect_id: uuid.UUID, count: int
+    ) -> int | types.CallToolResult:
+        """The approved undo's own entry is no call to undo: reported as not acting (so
+        the walk passes it, and the same undo asked again is refused as undone), it is
+        counted with the entries above it (calls made after the approval) and ``count``
+        below it."""
+        await self._record(
+            engine.FAIL,
+            effect_id,
+            "approved; the undo itself is the rollback_last that follows, this entry only "
+            "carries its approval",
+        )
+        try:
+            async with self.pool.connection() as conn:
+                plan = await aengine.rollback_to_plan(conn, ps.session_id, 0)
+        except (UndoLogError, psycopg.Error) as exc:
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
+        above = next((i for i, p in enumerate(plan) if p.effect_id == effect_id), None)
+        if above is None:
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: its journal entry is gone")
+        return above + 1 + count
+
+    async def _undo_rejected(self, approval_id: uuid.UUID | None) -> types.CallToolResult:
+        decision = None
+        if approval_id is not None:
+            with contextlib.suppress(UndoLogError, psycopg.Error):
+                async with self.pool.connection() as conn:
+                    decision = await aengine.approval_decision(conn, approval_id)
+        if decision is not None and decision.decision == "expired":
+            what = "nobody approved it in time (its approval request expired)"
+        else:
+            who = decision.decided_by if decision is not None else None
+            what = f"{who or 'a human'} rejected it"
+        reason = decision.reason if decision is not None else None
+        why = f"; reason: {reason}" if reason else "; no reason was given"
+        return _error(
+            f"REJECTED: {UNDO_LAST_TOOL} was not run: {what}{why} (approval {approval_id}). "
+            "Nothing was undone; the session goes on and its calls stand."
+        )
 
     # -- sessions ----------------------------------------------------------------------
 
