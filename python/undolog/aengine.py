@@ -141,7 +141,7 @@ async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
 
 
 async def session_halt(conn: AsyncConnection, session_id: uuid.UUID) -> engine.SessionHalt:
-    row = await _one(conn, QUERIES["session_halt"], {"session_id": session_id})
+    row = await fetch_one(conn, QUERIES["session_halt"], {"session_id": session_id})
     return engine.SessionHalt(*row)
 
 
