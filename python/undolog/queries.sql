@@ -148,3 +148,121 @@ LIMIT 1
 -- name: anchor
 -- One anchor as the database holds it now, to compare with a kept copy.
 SELECT anchor_hash, canonical FROM undolog.chain_anchors WHERE anchor_id = %(anchor_id)s
+
+-- name: sessions_overview
+-- `undolog sessions list`: the sessions (in one state, or all), newest first.
+SELECT * FROM undolog.sessions_overview
+WHERE %(state)s::text IS NULL OR state = %(state)s
+ORDER BY created_at DESC
+LIMIT %(limit)s
+
+-- name: session_overview
+-- `undolog sessions show`: one session.
+SELECT * FROM undolog.sessions_overview WHERE session_id = %(session_id)s
+
+-- name: session_timeline
+-- `undolog sessions show`: the session's effect timeline, in order.
+SELECT * FROM undolog.effect_timeline WHERE session_id = %(session_id)s ORDER BY history_id
+
+-- name: session_halt
+-- A session's state and the undo entry its walk halted at (what `sessions retry` retries).
+SELECT state, halt_undo_id FROM undolog.sessions_list WHERE session_id = %(session_id)s
+
+-- name: session_ids_between
+-- The session ids in a range (an id prefix padded with 0s and fs): at most 4, to tell
+-- one match from an ambiguous prefix.
+SELECT DISTINCT session_id AS id FROM undolog.sessions_list
+WHERE session_id BETWEEN %(low)s AND %(high)s
+ORDER BY session_id
+LIMIT 4
+
+-- name: approval_ids_between
+-- As session_ids_between, for approval ids.
+SELECT DISTINCT approval_id AS id FROM undolog.session_approvals
+WHERE approval_id BETWEEN %(low)s AND %(high)s
+ORDER BY approval_id
+LIMIT 4
+
+-- name: delivery_ids_between
+-- As session_ids_between, for notification delivery ids.
+SELECT DISTINCT delivery_id AS id FROM undolog.notification_deliveries
+WHERE delivery_id BETWEEN %(low)s AND %(high)s
+ORDER BY delivery_id
+LIMIT 4
+
+-- name: session_ids_ending
+-- The session ids whose hex digits match a LIKE pattern (an id's end as short_id prints
+-- it): at most 4.
+SELECT DISTINCT session_id AS id FROM undolog.sessions_list
+WHERE replace(session_id::text, '-', '') LIKE %(pattern)s
+ORDER BY session_id
+LIMIT 4
+
+-- name: approval_ids_ending
+-- As session_ids_ending, for approval ids.
+SELECT DISTINCT approval_id AS id FROM undolog.session_approvals
+WHERE replace(approval_id::text, '-', '') LIKE %(pattern)s
+ORDER BY approval_id
+LIMIT 4
+
+-- name: delivery_ids_ending
+-- As session_ids_ending, for notification delivery ids.
+SELECT DISTINCT delivery_id AS id FROM undolog.notification_deliveries
+WHERE replace(delivery_id::text, '-', '') LIKE %(pattern)s
+ORDER BY delivery_id
+LIMIT 4
+
+-- name: pending_approvals
+-- `undolog approvals list`: the requests waiting for a human, oldest first.
+SELECT * FROM undolog.pending_approvals ORDER BY requested_at
+
+-- name: registered_tools
+-- `undolog tools list`: the registry (one owner's, or all; live only unless all).
+SELECT * FROM undolog.registered_tools
+WHERE (%(owner)s::text IS NULL OR owner_role = %(owner)s)
+  AND (live OR %(all)s)
+ORDER BY owner_role, tool_name, registered_at
+
+-- name: live_tool_registration
+-- The live registration of a tool for a login, that `undolog tools retire` ends.
+SELECT tool_id FROM undolog.registered_tools
+WHERE owner_role = %(owner)s AND tool_name = %(tool_name)s AND live
+
+-- name: retire_tool
+-- An operator ends a live registration (recorded); answers when.
+SELECT undolog.retire_tool(p_tool_id => %(tool_id)s, p_by => %(by)s, p_reason => %(reason)s) AS at
+
+-- name: engine_version
+-- The engine installed in a database (`undolog --version`), which may differ from the
+-- package's.
+SELECT undolog.version()
+
+-- name: public_advisory_functions
+-- `undolog health`: the advisory-lock functions of pg_catalog that any login of this
+-- database may still call (migration 0004_locks revokes them from PUBLIC when a superuser
+-- migrates).
+SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace
+  AND p.proname ~ '^pg_(try_)?advisory_'
+  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
+
+-- name: may_list_pending_partitions
+-- `undolog health`: whether this login may ask for the months still to attach.
+SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE') AS allowed
+
+-- name: pending_partitions
+-- `undolog health`: the months maintenance created ahead but could not attach yet.
+SELECT undolog.pending_partitions() AS name
+
+-- name: worker_lag
+-- `undolog health`: how many sessions are due for an undo walk, and how long the oldest
+-- has waited for a worker.
+SELECT count(*) AS due,
+    coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
+FROM undolog.due_sessions
+
+-- name: halted_sessions_unresolved
+-- `undolog health`: the halted sessions still waiting for an operator.
+SELECT count(*) AS halted FROM undolog.sessions_list
+WHERE state = 'halted' AND resolved_at IS NULL
