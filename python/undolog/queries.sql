@@ -266,3 +266,32 @@ FROM undolog.due_sessions
 -- `undolog health`: the halted sessions still waiting for an operator.
 SELECT count(*) AS halted FROM undolog.sessions_list
 WHERE state = 'halted' AND resolved_at IS NULL
+
+-- name: approval_of_call
+-- The approval request of a framework's call, found by its signature (undolog.call_approvals:
+-- an approved call that has not run yet is held as pending while another request of its
+-- session is).
+SELECT approval_id, state_for_the_agent FROM undolog.call_approvals
+WHERE session_id = %(session_id)s AND call_signature = %(call_signature)s
+
+-- name: approval_of_step
+-- The latest approval request of a session's call of a tool at a step (the framework's
+-- call key).
+SELECT approval_id, state FROM undolog.call_approvals
+WHERE session_id = %(session_id)s AND step_index = %(step_index)s AND tool_name = %(tool_name)s
+ORDER BY requested_at DESC
+LIMIT 1
+
+-- name: approval_state
+-- An approval request's state; no row when it does not exist or is not the caller's to
+-- read.
+SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
+
+-- name: ending_decision
+-- The decision that ended a session (a rejection, or an expiry, of a call whose tool
+-- follows the default rule): the first. No row when none did.
+SELECT approval_id, decision FROM undolog.ending_decision(p_session_id => %(session_id)s)
+
+-- name: role_exists
+-- The demo dashboard: whether a login already exists (altered, then, not created).
+SELECT FROM pg_catalog.pg_roles WHERE rolname = %(role)s
