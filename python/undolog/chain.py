@@ -32,6 +32,7 @@ from psycopg.rows import dict_row
 
 from undolog.engine import translated
 from undolog.errors import ExportInvalid
+from undolog.queries import QUERIES
 
 GENESIS = bytes(32)
 # The first line of an export names its format.
@@ -88,16 +89,9 @@ def verify(
     on) and answer every row that does not match (``undolog.verify_chain``)."""
     with translated():
         cur = conn.cursor(row_factory=dict_row)
-        rows = cur.execute(
-            "SELECT session_id, seq, table_name, row_key, problem, expected, found"
-            " FROM undolog.verify_chain(%s, %s)",
-            (session_id, since),
-        ).fetchall()
-        counted = cur.execute(
-            "SELECT count(DISTINCT session_id) AS sessions, count(*) AS rows"
-            " FROM undolog.chain_events(%s, %s)",
-            (session_id, since),
-        ).fetchone()
+        scope = {"session_id": session_id, "since": since}
+        rows = cur.execute(QUERIES["verify_chain"], scope).fetchall()
+        counted = cur.execute(QUERIES["chain_events_count"], scope).fetchone()
     findings = [
         Finding(
             None if r["session_id"] is None else str(r["session_id"]),
@@ -120,15 +114,8 @@ def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iter
     its canonical record, as the text that was hashed and, for reading, as JSON."""
     with translated():
         cur = conn.cursor(row_factory=dict_row)
-        head = cur.execute(
-            "SELECT seq, head FROM undolog.chain_heads WHERE session_id = %s",
-            (session_id,),
-        ).fetchone()
-        rows = cur.execute(
-            "SELECT seq, prev, hash, table_name, row_key, at, canonical"
-            " FROM undolog.chain_events(%s) ORDER BY seq NULLS FIRST, table_name, row_key",
-            (session_id,),
-        ).fetchall()
+        head = cur.execute(QUERIES["chain_head"], {"session_id": session_id}).fetchone()
+        rows = cur.execute(QUERIES["session_chain_events"], {"session_id": session_id}).fetchall()
     yield json.dumps(
         {
             "format": EXPORT_FORMAT,
@@ -241,7 +228,7 @@ def write_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Append an anchor of every session's chain head (``undolog.write_anchor``) and
     answer it, as :func:`latest_anchor` does."""
     with translated():
-        conn.execute("SELECT FROM undolog.write_anchor()")
+        conn.execute(QUERIES["write_anchor"])
     anchor = latest_anchor(conn)
     assert anchor is not None
     return anchor
@@ -252,15 +239,7 @@ def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     time, previous and own hash (hex) and canonical record (hash = sha256(prev ||
     canonical)). None before the first anchor."""
     with translated():
-        row = (
-            conn.cursor(row_factory=dict_row)
-            .execute(
-                "SELECT anchor_id, written_at, prev, anchor_hash, canonical"
-                " FROM undolog.chain_anchors"
-                " ORDER BY anchor_id DESC LIMIT 1"
-            )
-            .fetchone()
-        )
+        row = conn.cursor(row_factory=dict_row).execute(QUERIES["latest_anchor"]).fetchone()
     if row is None:
         return None
     return {
@@ -298,10 +277,7 @@ def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[
             )
         )
     with translated():
-        row = conn.execute(
-            "SELECT anchor_hash, canonical FROM undolog.chain_anchors WHERE anchor_id = %s",
-            (anchor_id,),
-        ).fetchone()
+        row = conn.execute(QUERIES["anchor"], {"anchor_id": anchor_id}).fetchone()
     if row is None:
         findings.append(
             Finding(

@@ -27,6 +27,7 @@ from psycopg.errors import Diagnostic
 
 from undolog.engine import Connection, translated
 from undolog.errors import InvalidArgument
+from undolog.queries import QUERIES
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,7 @@ def ensure(conn: Connection, months_ahead: int = 3) -> list[str]:
     effect log and its history, after moving any rows out of the default partitions into
     their months. Answers the partition names created; idempotent."""
     with translated(), _server_warnings_logged(conn):
-        rows = conn.execute(
-            "SELECT name FROM undolog.ensure_partitions(%s) AS name", (months_ahead,)
-        ).fetchall()
+        rows = conn.execute(QUERIES["ensure_partitions"], {"months_ahead": months_ahead}).fetchall()
     return [str(name) for (name,) in rows]
 
 
@@ -75,8 +74,8 @@ def drop(
         )
     with translated(), _server_warnings_logged(conn):
         rows = conn.execute(
-            "SELECT name FROM undolog.drop_partitions(%s, %s, %s) AS name",
-            (older_than, detach_only, force),
+            QUERIES["drop_partitions"],
+            {"older_than": older_than, "detach_only": detach_only, "force": force},
         ).fetchall()
     return [str(name) for (name,) in rows]
 
@@ -91,8 +90,8 @@ def maintain(
     month created ahead whose attachment waits for the next run: its locks were busy)."""
     with translated(), _server_warnings_logged(conn):
         rows = conn.execute(
-            "SELECT action, partition FROM undolog.maintain_partitions(%s, %s)",
-            (months_ahead, retention_months),
+            QUERIES["maintain_partitions"],
+            {"months_ahead": months_ahead, "retention_months": retention_months},
         ).fetchall()
     return [(str(action), str(partition)) for action, partition in rows]
 

@@ -45,3 +45,281 @@ SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
 SELECT s.state, s.error, s.halt_undo_id, s.undo_floor IS NOT NULL AS partial
 FROM undolog.sessions_list AS s
 WHERE s.session_id = %(session_id)s
+
+-- name: recover
+-- Fail the sessions whose lease expired; answers every session whose undo walk must run.
+SELECT * FROM undolog.recover()
+
+-- name: claim_compensation
+-- A walker's claim on a failed session's next compensation (strictly LIFO); no row when
+-- none is due.
+SELECT * FROM undolog.claim_compensation(
+    p_session_id => %(session_id)s, p_claim_timeout => %(claim_timeout)s
+)
+
+-- name: complete_compensation
+-- A walker's report that a claimed compensation succeeded (a stale attempt is refused).
+SELECT undolog.complete_compensation(p_undo_id => %(undo_id)s, p_attempt => %(attempt)s)
+
+-- name: fail_compensation
+-- A walker's report that a claimed compensation raised: answers 'retry' or
+-- 'compensation_failed'.
+SELECT undolog.fail_compensation(
+    p_undo_id => %(undo_id)s, p_error => %(error)s, p_attempt => %(attempt)s
+)
+
+-- name: resume_session
+-- An operator moves a halted walk on past the entry it stopped at.
+SELECT undolog.resume_session(p_session_id => %(session_id)s, p_by => %(by)s, p_reason => %(reason)s)
+
+-- name: retry_compensation
+-- An operator gives a compensation that failed for good one more attempt.
+SELECT undolog.retry_compensation(p_undo_id => %(undo_id)s, p_by => %(by)s, p_reason => %(reason)s)
+
+-- name: abandon_session
+-- An operator closes a halted session as resolved by hand.
+SELECT undolog.abandon_session(
+    p_session_id => %(session_id)s, p_by => %(by)s, p_reason => %(reason)s
+)
+
+-- name: rollback_session
+-- An operator stops an active or waiting session and has its work undone.
+SELECT undolog.rollback_session(
+    p_session_id => %(session_id)s, p_by => %(by)s, p_reason => %(reason)s
+)
+
+-- name: rollback_to_plan
+-- What rollback_to would undo, in the walk's order (read only); its columns are
+-- saga.PlannedUndo's fields, in order.
+SELECT stack_position, undo_id, effect_id, step_index, tool_name, tier, effect_state, action
+FROM undolog.rollback_to_plan(p_session_id => %(session_id)s, p_step_index => %(step)s)
+
+-- name: rollback_to
+-- Undo a live session's calls from the top of its stack down to a step, then go on.
+SELECT undolog.rollback_to(
+    p_session_id => %(session_id)s, p_step_index => %(step)s, p_reason => %(reason)s,
+    p_by => %(by)s
+)
+
+-- name: rollback_last
+-- Undo a live session's last calls still to undo, then go on.
+SELECT undolog.rollback_last(
+    p_session_id => %(session_id)s, p_count => %(count)s, p_reason => %(reason)s,
+    p_by => %(by)s
+)
+
+-- name: next_compensation
+-- The compensation the next claim of a session would hand out, found the way
+-- claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
+-- barrier (the walk stops there, needing no compensation); no row when nothing is left.
+-- The entry's descriptor is the registration's (intercept copies it; a claim halts the
+-- walk when the two disagree), and an effect journaled before the registry has only it.
+-- Read only: the walker asks it to name a compensation it lacks before claiming.
+SELECT u.compensation_name
+FROM undolog.undo_stack_entries AS u
+WHERE u.session_id = %(session_id)s AND u.state IN ('pending', 'compensating')
+  -- a partial walk (rollback_to) does not go below its floor
+  AND u.stack_position >= coalesce(
+      (SELECT s.undo_floor FROM undolog.sessions_list AS s WHERE s.session_id = u.session_id),
+      0)
+  AND NOT (u.effect_state = 'pending'
+           OR (u.compensation IS NULL AND u.effect_state IN ('approved', 'rejected')))
+ORDER BY u.stack_position DESC
+LIMIT 1
+
+-- name: sessions_owned_by
+-- The sessions among session_ids begun by one of the logins owners (an empty list: the
+-- worker's own login), for `undolog worker --owner`.
+SELECT s.session_id FROM undolog.sessions_list AS s
+WHERE s.session_id = ANY (%(session_ids)s)
+  AND s.owner_role = ANY (coalesce(nullif(%(owners)s::text[], '{}'), ARRAY[session_user::text]))
+
+-- name: ensure_partitions
+-- Create the journal's missing months, from the current one through months_ahead later.
+SELECT name FROM undolog.ensure_partitions(p_months_ahead => %(months_ahead)s) AS name
+
+-- name: drop_partitions
+-- Drop (or detach) the months that end at or before older_than.
+SELECT name FROM undolog.drop_partitions(
+    p_older_than => %(older_than)s, p_detach_only => %(detach_only)s, p_force => %(force)s
+) AS name
+
+-- name: maintain_partitions
+-- The scheduled maintenance: drain the defaults, drop past retention, create ahead.
+SELECT action, partition FROM undolog.maintain_partitions(
+    p_months_ahead => %(months_ahead)s, p_retention_months => %(retention_months)s
+)
+
+-- name: verify_chain
+-- The history rows (one session, or all; from since on) that do not match their chain.
+SELECT session_id, seq, table_name, row_key, problem, expected, found
+FROM undolog.verify_chain(p_session_id => %(session_id)s, p_since => %(since)s)
+
+-- name: chain_events_count
+-- How many sessions and history rows a verification over the same scope checked.
+SELECT count(DISTINCT session_id) AS sessions, count(*) AS rows
+FROM undolog.chain_events(p_session_id => %(session_id)s, p_since => %(since)s)
+
+-- name: chain_head
+-- A session's chain head (its last link), for the header of its export.
+SELECT seq, head FROM undolog.chain_heads WHERE session_id = %(session_id)s
+
+-- name: session_chain_events
+-- A session's history rows in chain order, each with its link and canonical record: the
+-- lines of its export.
+SELECT seq, prev, hash, table_name, row_key, at, canonical
+FROM undolog.chain_events(p_session_id => %(session_id)s)
+ORDER BY seq NULLS FIRST, table_name, row_key
+
+-- name: write_anchor
+-- Append an anchor of every session's chain head.
+SELECT FROM undolog.write_anchor()
+
+-- name: latest_anchor
+-- The latest anchor, to keep outside the database.
+SELECT anchor_id, written_at, prev, anchor_hash, canonical
+FROM undolog.chain_anchors
+ORDER BY anchor_id DESC
+LIMIT 1
+
+-- name: anchor
+-- One anchor as the database holds it now, to compare with a kept copy.
+SELECT anchor_hash, canonical FROM undolog.chain_anchors WHERE anchor_id = %(anchor_id)s
+
+-- name: sessions_overview
+-- `undolog sessions list`: the sessions (in one state, or all), newest first.
+SELECT * FROM undolog.sessions_overview
+WHERE %(state)s::text IS NULL OR state = %(state)s
+ORDER BY created_at DESC
+LIMIT %(limit)s
+
+-- name: session_overview
+-- `undolog sessions show`: one session.
+SELECT * FROM undolog.sessions_overview WHERE session_id = %(session_id)s
+
+-- name: session_timeline
+-- `undolog sessions show`: the session's effect timeline, in order.
+SELECT * FROM undolog.effect_timeline WHERE session_id = %(session_id)s ORDER BY history_id
+
+-- name: session_ids_between
+-- The session ids in a range (an id prefix padded with 0s and fs): at most 4, to tell
+-- one match from an ambiguous prefix.
+SELECT DISTINCT session_id AS id FROM undolog.sessions_list
+WHERE session_id BETWEEN %(low)s AND %(high)s
+ORDER BY session_id
+LIMIT 4
+
+-- name: approval_ids_between
+-- As session_ids_between, for approval ids.
+SELECT DISTINCT approval_id AS id FROM undolog.session_approvals
+WHERE approval_id BETWEEN %(low)s AND %(high)s
+ORDER BY approval_id
+LIMIT 4
+
+-- name: delivery_ids_between
+-- As session_ids_between, for notification delivery ids.
+SELECT DISTINCT delivery_id AS id FROM undolog.notification_deliveries
+WHERE delivery_id BETWEEN %(low)s AND %(high)s
+ORDER BY delivery_id
+LIMIT 4
+
+-- name: session_ids_ending
+-- The session ids whose hex digits match a LIKE pattern (an id's end as short_id prints
+-- it): at most 4.
+SELECT DISTINCT session_id AS id FROM undolog.sessions_list
+WHERE replace(session_id::text, '-', '') LIKE %(pattern)s
+ORDER BY session_id
+LIMIT 4
+
+-- name: approval_ids_ending
+-- As session_ids_ending, for approval ids.
+SELECT DISTINCT approval_id AS id FROM undolog.session_approvals
+WHERE replace(approval_id::text, '-', '') LIKE %(pattern)s
+ORDER BY approval_id
+LIMIT 4
+
+-- name: delivery_ids_ending
+-- As session_ids_ending, for notification delivery ids.
+SELECT DISTINCT delivery_id AS id FROM undolog.notification_deliveries
+WHERE replace(delivery_id::text, '-', '') LIKE %(pattern)s
+ORDER BY delivery_id
+LIMIT 4
+
+-- name: pending_approvals
+-- `undolog approvals list`: the requests waiting for a human, oldest first.
+SELECT * FROM undolog.pending_approvals ORDER BY requested_at
+
+-- name: registered_tools
+-- `undolog tools list`: the registry (one owner's, or all; live only unless all).
+SELECT * FROM undolog.registered_tools
+WHERE (%(owner)s::text IS NULL OR owner_role = %(owner)s)
+  AND (live OR %(all)s)
+ORDER BY owner_role, tool_name, registered_at
+
+-- name: live_tool_registration
+-- The live registration of a tool for a login, that `undolog tools retire` ends.
+SELECT tool_id FROM undolog.registered_tools
+WHERE owner_role = %(owner)s AND tool_name = %(tool_name)s AND live
+
+-- name: retire_tool
+-- An operator ends a live registration (recorded); answers when.
+SELECT undolog.retire_tool(p_tool_id => %(tool_id)s, p_by => %(by)s, p_reason => %(reason)s) AS at
+
+-- name: engine_version
+-- The engine installed in a database (`undolog --version`), which may differ from the
+-- package's.
+SELECT undolog.version()
+
+-- name: public_advisory_functions
+-- `undolog health`: the advisory-lock functions of pg_catalog that any login of this
+-- database may still call (migration 0004_locks revokes them from PUBLIC when a superuser
+-- migrates).
+SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = 'pg_catalog'::regnamespace
+  AND p.proname ~ '^pg_(try_)?advisory_'
+  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
+
+-- name: may_list_pending_partitions
+-- `undolog health`: whether this login may ask for the months still to attach.
+SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE') AS allowed
+
+-- name: pending_partitions
+-- `undolog health`: the months maintenance created ahead but could not attach yet.
+SELECT undolog.pending_partitions() AS name
+
+-- name: worker_lag
+-- `undolog health`: how many sessions are due for an undo walk, and how long the oldest
+-- has waited for a worker.
+SELECT count(*) AS due,
+    coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
+FROM undolog.due_sessions
+
+-- name: halted_sessions_unresolved
+-- `undolog health`: the halted sessions still waiting for an operator.
+SELECT count(*) AS halted FROM undolog.sessions_list
+WHERE state = 'halted' AND resolved_at IS NULL
+
+-- name: approval_of_call
+-- The approval request of a framework's call, found by its signature (undolog.call_approvals:
+-- an approved call that has not run yet is held as pending while another request of its
+-- session is).
+SELECT approval_id, state_for_the_agent FROM undolog.call_approvals
+WHERE session_id = %(session_id)s AND call_signature = %(call_signature)s
+
+-- name: approval_of_step
+-- The latest approval request of a session's call of a tool at a step (the framework's
+-- call key).
+SELECT approval_id, state FROM undolog.call_approvals
+WHERE session_id = %(session_id)s AND step_index = %(step_index)s AND tool_name = %(tool_name)s
+ORDER BY requested_at DESC
+LIMIT 1
+
+-- name: ending_decision
+-- The decision that ended a session (a rejection, or an expiry, of a call whose tool
+-- follows the default rule): the first. No row when none did.
+SELECT approval_id, decision FROM undolog.ending_decision(p_session_id => %(session_id)s)
+
+-- name: role_exists
+-- The demo dashboard: whether a login already exists (altered, then, not created).
+SELECT FROM pg_catalog.pg_roles WHERE rolname = %(role)s

@@ -13,12 +13,14 @@ class come out as ``UndoLogError`` subclasses (undolog.errors).
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from undolog.engine import Connection, fetch_all, fetch_one
+from undolog.queries import QUERIES
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,13 @@ class Claim:
         return dict(args)
 
 
-def _text(conn: Connection, query: str, params: tuple[Any, ...]) -> str:
+def _text(conn: Connection, query: str, params: dict[str, Any]) -> str:
     return str(fetch_one(conn, query, params)[0])
 
 
 def recover(conn: Connection) -> list[uuid.UUID]:
     """Fail the sessions whose lease expired; answer every session whose walk must run."""
-    rows = fetch_all(conn, "SELECT * FROM undolog.recover()")
+    rows = fetch_all(conn, QUERIES["recover"])
     return [uuid.UUID(str(r[0])) for r in rows]
 
 
@@ -60,7 +62,9 @@ def claim_compensation(
 ) -> Claim | None:
     """The session's next compensation (strictly LIFO), or None when none is due."""
     rows = fetch_all(
-        conn, "SELECT * FROM undolog.claim_compensation(%s, %s)", (session_id, claim_timeout)
+        conn,
+        QUERIES["claim_compensation"],
+        {"session_id": session_id, "claim_timeout": claim_timeout},
     )
     if not rows:
         return None
@@ -79,38 +83,50 @@ def claim_compensation(
 
 def complete_compensation(conn: Connection, undo_id: uuid.UUID, attempt: int | None = None) -> None:
     """The compensation succeeded. Pass the claim's attempt to refuse a stale report."""
-    fetch_one(conn, "SELECT undolog.complete_compensation(%s, %s)", (undo_id, attempt))
+    fetch_one(conn, QUERIES["complete_compensation"], {"undo_id": undo_id, "attempt": attempt})
 
 
 def fail_compensation(
     conn: Connection, undo_id: uuid.UUID, error: str, attempt: int | None = None
 ) -> str:
     """The compensation raised: answers 'retry' or 'compensation_failed' (session halted)."""
-    return _text(conn, "SELECT undolog.fail_compensation(%s, %s, %s)", (undo_id, error, attempt))
+    return _text(
+        conn,
+        QUERIES["fail_compensation"],
+        {"undo_id": undo_id, "error": error, "attempt": attempt},
+    )
 
 
 def resume_session(
     conn: Connection, session_id: uuid.UUID, by: str, reason: str | None = None
 ) -> str:
     """Move a halted walk on past the entry it stopped at; answers the new session state."""
-    return _text(conn, "SELECT undolog.resume_session(%s, %s, %s)", (session_id, by, reason))
+    return _text(
+        conn, QUERIES["resume_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
 
 
 def retry_compensation(
     conn: Connection, undo_id: uuid.UUID, by: str, reason: str | None = None
 ) -> str:
     """Give a compensation that failed for good one more attempt; answers the session state."""
-    return _text(conn, "SELECT undolog.retry_compensation(%s, %s, %s)", (undo_id, by, reason))
+    return _text(
+        conn, QUERIES["retry_compensation"], {"undo_id": undo_id, "by": by, "reason": reason}
+    )
 
 
 def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
     """Close a halted session as resolved by hand; it stays halted. Answers its state."""
-    return _text(conn, "SELECT undolog.abandon_session(%s, %s, %s)", (session_id, by, reason))
+    return _text(
+        conn, QUERIES["abandon_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
 
 
 def rollback_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:
     """Stop an active or waiting session and have its work undone; answers its new state."""
-    return _text(conn, "SELECT undolog.rollback_session(%s, %s, %s)", (session_id, by, reason))
+    return _text(
+        conn, QUERIES["rollback_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
 
 
 @dataclass(frozen=True)
@@ -127,12 +143,16 @@ class PlannedUndo:
     action: str  # 'undo' (compensated), 'skip' (never acted), 'stop' (the walk halts here)
 
 
-ROLLBACK_TO_PLAN = """
-SELECT stack_position, undo_id, effect_id, step_index, tool_name, tier, effect_state, action
-FROM undolog.rollback_to_plan(%s, %s)
-"""
-ROLLBACK_TO = "SELECT undolog.rollback_to(%s, %s, %s, %s)"
-ROLLBACK_LAST = "SELECT undolog.rollback_last(%s, %s, %s, %s)"
+def _positional(query: str) -> str:
+    """A catalogue query with its named parameters made positional, in the order they
+    appear: undolog.aengine still sends these three with tuples of arguments (in the
+    engine function's order), until it reads the catalogue too. One statement either way."""
+    return re.sub(r"%\(\w+\)s", "%s", query)
+
+
+ROLLBACK_TO_PLAN = _positional(QUERIES["rollback_to_plan"])
+ROLLBACK_TO = _positional(QUERIES["rollback_to"])
+ROLLBACK_LAST = _positional(QUERIES["rollback_last"])
 
 
 def plan_of(rows: list[tuple[Any, ...]]) -> list[PlannedUndo]:
@@ -141,7 +161,9 @@ def plan_of(rows: list[tuple[Any, ...]]) -> list[PlannedUndo]:
 
 def rollback_to_plan(conn: Connection, session_id: uuid.UUID, step: int) -> list[PlannedUndo]:
     """What rollback_to(session, step) would undo, last first. Read only."""
-    return plan_of(fetch_all(conn, ROLLBACK_TO_PLAN, (session_id, step)))
+    return plan_of(
+        fetch_all(conn, QUERIES["rollback_to_plan"], {"session_id": session_id, "step": step})
+    )
 
 
 def rollback_to(
@@ -149,7 +171,11 @@ def rollback_to(
 ) -> str:
     """Undo a live session's calls from the top of its stack down to ``step``, then let it
     go on: answers 'compensating' (the walk then runs, as a failed session's does)."""
-    return _text(conn, ROLLBACK_TO, (session_id, step, reason, by))
+    return _text(
+        conn,
+        QUERIES["rollback_to"],
+        {"session_id": session_id, "step": step, "reason": reason, "by": by},
+    )
 
 
 def rollback_last(
@@ -157,4 +183,8 @@ def rollback_last(
 ) -> str:
     """rollback_to for the session's last ``count`` calls still to undo, in the walk's
     order: answers 'compensating'."""
-    return _text(conn, ROLLBACK_LAST, (session_id, count, reason, by))
+    return _text(
+        conn,
+        QUERIES["rollback_last"],
+        {"session_id": session_id, "count": count, "reason": reason, "by": by},
+    )

@@ -30,6 +30,7 @@ from undolog.errors import (
     SessionNotActive,
     UndoLogError,
 )
+from undolog.queries import QUERIES
 
 log = logging.getLogger("undolog.walk")
 
@@ -83,26 +84,6 @@ def storable_error(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-# The compensation the next claim of a session would hand out, found the way
-# claim_compensation walks down (entries with nothing to undo are skipped): NULL for a
-# barrier (the walk stops there, needing no compensation); no row when nothing is left.
-# The entry's descriptor is the registration's (intercept copies it; a claim halts the
-# walk when the two disagree), and an effect journaled before the registry has only it.
-NEXT_COMPENSATION = """
-SELECT u.compensation_name
-FROM undolog.undo_stack_entries AS u
-WHERE u.session_id = %s AND u.state IN ('pending', 'compensating')
-  -- a partial walk (rollback_to) does not go below its floor
-  AND u.stack_position >= coalesce(
-      (SELECT s.undo_floor FROM undolog.sessions_list AS s WHERE s.session_id = u.session_id),
-      0)
-  AND NOT (u.effect_state = 'pending'
-           OR (u.compensation IS NULL AND u.effect_state IN ('approved', 'rejected')))
-ORDER BY u.stack_position DESC
-LIMIT 1
-"""
-
-
 def unknown_compensation(
     conn: engine.Connection,
     session_id: uuid.UUID,
@@ -110,7 +91,7 @@ def unknown_compensation(
 ) -> str | None:
     """The name of the compensation the session's walk needs next when ``compensations``
     has none by that name, else None. Read only: it claims nothing, uses no attempt."""
-    rows = engine.fetch_all(conn, NEXT_COMPENSATION, (session_id,))
+    rows = engine.fetch_all(conn, QUERIES["next_compensation"], {"session_id": session_id})
     name = rows[0][0] if rows else None
     return name if name is not None and name not in compensations else None
 
@@ -187,19 +168,13 @@ def run_walk(
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
 
 
-# The sessions of ``due`` begun by one of the logins (none given: the worker's own), in
-# recover()'s order.
-_OWNED = """
-SELECT s.session_id FROM undolog.sessions_list AS s
-WHERE s.session_id = ANY (%s)
-  AND s.owner_role = ANY (coalesce(nullif(%s::text[], '{}'), ARRAY[session_user::text]))
-"""
-
-
 def _owned_by(
     conn: engine.Connection, due: Sequence[uuid.UUID], owners: Sequence[str]
 ) -> list[uuid.UUID]:
-    owned = {r[0] for r in engine.fetch_all(conn, _OWNED, (list(due), list(owners)))}
+    """The sessions of ``due`` begun by one of the logins (none given: the worker's own),
+    in recover()'s order."""
+    params = {"session_ids": list(due), "owners": list(owners)}
+    owned = {r[0] for r in engine.fetch_all(conn, QUERIES["sessions_owned_by"], params)}
     return [sid for sid in due if sid in owned]
 
 

@@ -75,6 +75,7 @@ from undolog.cli.tools import configure_tools_parser
 from undolog.cli.worker import configure_worker_parser
 from undolog.errors import UndoLogError
 from undolog.migrations import MigrationError, engine_version
+from undolog.queries import QUERIES
 
 __all__ = ["ErrorReport", "build_parser", "describe_error", "main"]
 
@@ -104,7 +105,7 @@ def _engine_version_here(dsn: str) -> str | None:
         return None  # no database here: the package's version says all there is
     with conn:
         try:
-            row = conn.execute("SELECT undolog.version()").fetchone()
+            row = conn.execute(QUERIES["engine_version"]).fetchone()
         except psycopg.Error:
             return "not installed (run `undolog migrate`)"
     return str(row[0]) if row else None

@@ -11,11 +11,19 @@ import psycopg
 
 from undolog.cli._common import UsageError, query
 from undolog.errors import UndoLogError, UnknownApproval, UnknownNotification, UnknownSession
+from undolog.queries import QUERIES
 
-_ID_TABLES = {
-    "session": ("undolog.sessions_list", "session_id"),
-    "approval": ("undolog.session_approvals", "approval_id"),
-    "delivery": ("undolog.notification_deliveries", "delivery_id"),
+# The ids of each kind in a range (a prefix padded with 0s and fs), and ending with some
+# hex digits: at most 4 of them, to tell one match from an ambiguous text.
+_BETWEEN = {
+    "session": QUERIES["session_ids_between"],
+    "approval": QUERIES["approval_ids_between"],
+    "delivery": QUERIES["delivery_ids_between"],
+}
+_ENDING = {
+    "session": QUERIES["session_ids_ending"],
+    "approval": QUERIES["approval_ids_ending"],
+    "delivery": QUERIES["delivery_ids_ending"],
 }
 _NOT_FOUND: dict[str, type[UndoLogError]] = {
     "session": UnknownSession,
@@ -47,12 +55,10 @@ def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID
             f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of at least "
             f"{MIN_PREFIX} hex digits"
         )
-    table, column = _ID_TABLES[kind]
     rows = query(
         conn,
-        f"SELECT DISTINCT {column} AS id FROM {table} WHERE {column} BETWEEN %s AND %s"
-        f" ORDER BY {column} LIMIT 4",
-        (uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))),
+        _BETWEEN[kind],
+        {"low": uuid.UUID(digits.ljust(32, "0")), "high": uuid.UUID(digits.ljust(32, "f"))},
     )
     if not rows:
         raise _NOT_FOUND[kind](
@@ -75,13 +81,7 @@ def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: s
             f"{text!r} is not {_article(kind)} {kind} id, nor an id's end of at least "
             f"{MIN_PREFIX} hex digits"
         )
-    table, column = _ID_TABLES[kind]
-    rows = query(
-        conn,
-        f"SELECT DISTINCT {column} AS id FROM {table}"
-        f" WHERE replace({column}::text, '-', '') LIKE %s ORDER BY {column} LIMIT 4",
-        ("%" + digits,),
-    )
+    rows = query(conn, _ENDING[kind], {"pattern": "%" + digits})
     if not rows:
         raise _NOT_FOUND[kind](f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
     if len(rows) > 1:

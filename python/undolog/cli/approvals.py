@@ -18,6 +18,7 @@ from undolog import approvals
 from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit
+from undolog.queries import QUERIES
 
 
 def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -63,7 +64,7 @@ APPROVAL_COLUMNS = [
 
 def _cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(conn, "SELECT * FROM undolog.pending_approvals ORDER BY requested_at")
+        rows = query(conn, QUERIES["pending_approvals"])
     emit(args, rows, APPROVAL_COLUMNS)
     return EXIT_OK
 

@@ -35,6 +35,7 @@ from undolog.migrations import (
     migrate,
 )
 from undolog.migrations import status as migration_status
+from undolog.queries import QUERIES
 
 
 def configure_migrate_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -156,28 +157,13 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return _report_health(args, checks)
 
 
-# The advisory-lock functions of pg_catalog that any login of this database may still call
-# (migration 0004_locks revokes them from PUBLIC when a superuser migrates).
-_PUBLIC_ADVISORY = """
-SELECT coalesce(pg_catalog.array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}') AS open
-FROM pg_catalog.pg_proc AS p
-WHERE p.pronamespace = 'pg_catalog'::regnamespace
-  AND p.proname ~ '^pg_(try_)?advisory_'
-  AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
-"""
-
-
 def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
     """The months partition maintenance created ahead but could not attach yet (their
     locks were busy: an open read of the effect log); the next run attaches them."""
-    (row,) = query(
-        conn,
-        "SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE')"
-        " AS allowed",
-    )
+    (row,) = query(conn, QUERIES["may_list_pending_partitions"])
     if not row["allowed"]:
         return
-    pending = [str(r["name"]) for r in query(conn, "SELECT undolog.pending_partitions() AS name")]
+    pending = [str(r["name"]) for r in query(conn, QUERIES["pending_partitions"])]
     check(
         "partitions",
         True,
@@ -192,7 +178,7 @@ def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]
 def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
     """Whether the engine's advisory locks are its own: a login that may call
     pg_advisory_lock can hold a session's lock and stall its agent and its recovery."""
-    (row,) = query(conn, _PUBLIC_ADVISORY)
+    (row,) = query(conn, QUERIES["public_advisory_functions"])
     still_open = list(row["open"])
     check(
         "locks",
@@ -211,14 +197,7 @@ def _health_worker(
     """Worker lag: how long the oldest session due for an undo walk has waited for a
     worker. Halted sessions are reported (they wait for a person, not for the worker)
     but do not make the check fail."""
-    (row,) = query(
-        conn,
-        """
-        SELECT count(*) AS due,
-            coalesce(extract(EPOCH FROM now() - min(due_since)), 0)::float8 AS lag_seconds
-        FROM undolog.due_sessions
-        """,
-    )
+    (row,) = query(conn, QUERIES["worker_lag"])
     lag, due = max(float(row["lag_seconds"]), 0.0), int(row["due"])
     check(
         "worker",
@@ -229,11 +208,7 @@ def _health_worker(
         due_sessions=due,
         lag_seconds=round(lag, 3),
     )
-    (row,) = query(
-        conn,
-        "SELECT count(*) AS halted FROM undolog.sessions_list"
-        " WHERE state = 'halted' AND resolved_at IS NULL",
-    )
+    (row,) = query(conn, QUERIES["halted_sessions_unresolved"])
     halted = int(row["halted"])
     check(
         "operator",

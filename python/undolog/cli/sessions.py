@@ -26,6 +26,7 @@ from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit, plain, print_json, printable
 from undolog.engine import SESSION_STATES
 from undolog.errors import UnknownSession
+from undolog.queries import QUERIES
 
 SESSION_HELP = "session id, a unique prefix of it, or …its end"
 
@@ -111,12 +112,7 @@ def _shown_state(row: dict[str, Any]) -> str:
 
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(
-            conn,
-            "SELECT * FROM undolog.sessions_overview WHERE %(state)s::text IS NULL"
-            " OR state = %(state)s ORDER BY created_at DESC LIMIT %(limit)s",
-            {"state": args.state, "limit": args.limit},
-        )
+        rows = query(conn, QUERIES["sessions_overview"], {"state": args.state, "limit": args.limit})
     if args.json:
         emit(args, rows, SESSION_JSON_COLUMNS)
     else:
@@ -140,16 +136,10 @@ TIMELINE_COLUMNS = [
 def _cmd_sessions_show(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         sid = resolve_id(conn, "session", args.session)
-        session = query(
-            conn, "SELECT * FROM undolog.sessions_overview WHERE session_id = %s", (sid,)
-        )
+        session = query(conn, QUERIES["session_overview"], {"session_id": sid})
         if not session:
             raise UnknownSession(f"unknown session {sid} (or not yours to read)")
-        timeline = query(
-            conn,
-            "SELECT * FROM undolog.effect_timeline WHERE session_id = %s ORDER BY history_id",
-            (sid,),
-        )
+        timeline = query(conn, QUERIES["session_timeline"], {"session_id": sid})
     if args.json:
         print_json(
             {
@@ -181,11 +171,7 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
 
 def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
     """The undo entry a halted session stopped at (what `sessions retry` retries)."""
-    rows = query(
-        conn,
-        "SELECT state, halt_undo_id FROM undolog.sessions_list WHERE session_id = %s",
-        (sid,),
-    )
+    rows = query(conn, QUERIES["session_halt"], {"session_id": sid})
     if not rows:
         raise UnknownSession(f"unknown session {sid} (or not yours to read)")
     if rows[0]["halt_undo_id"] is None:

@@ -8,6 +8,7 @@ import json
 
 from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._output import emit
+from undolog.queries import QUERIES
 
 
 def configure_tools_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -43,13 +44,7 @@ TOOL_COLUMNS = [
 
 def _cmd_tools_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(
-            conn,
-            "SELECT * FROM undolog.registered_tools"
-            " WHERE (%(owner)s::text IS NULL OR owner_role = %(owner)s)"
-            " AND (live OR %(all)s) ORDER BY owner_role, tool_name, registered_at",
-            {"owner": args.owner, "all": args.all},
-        )
+        rows = query(conn, QUERIES["registered_tools"], {"owner": args.owner, "all": args.all})
     emit(args, rows, TOOL_COLUMNS)
     return EXIT_OK
 
@@ -59,10 +54,7 @@ def _cmd_tools_retire(args: argparse.Namespace) -> int:
     the tool again with another tier or compensation."""
     with connect(args) as conn:
         rows = query(
-            conn,
-            "SELECT tool_id FROM undolog.registered_tools"
-            " WHERE owner_role = %s AND tool_name = %s AND live",
-            (args.owner, args.tool),
+            conn, QUERIES["live_tool_registration"], {"owner": args.owner, "tool_name": args.tool}
         )
         if not rows:
             raise UsageError(
@@ -72,8 +64,8 @@ def _cmd_tools_retire(args: argparse.Namespace) -> int:
         tool_id = rows[0]["tool_id"]
         retired = query(
             conn,
-            "SELECT undolog.retire_tool(%s, %s, %s) AS at",
-            (tool_id, args.by, args.reason),
+            QUERIES["retire_tool"],
+            {"tool_id": tool_id, "by": args.by, "reason": args.reason},
         )[0]["at"]
     if args.json:
         print(json.dumps({"tool_id": str(tool_id), "retired_at": str(retired)}))

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from undolog import (
@@ -23,6 +24,7 @@ from undolog import (
     undolog_tool,
 )
 from undolog.demos import stories
+from undolog.queries import QUERIES
 from undolog.walk import CompensationCall
 
 DEMO_PASSWORD = "demo"
@@ -48,12 +50,16 @@ def wire_transfer(iban: str, cents: int, note: str) -> dict[str, Any]:
 
 def create_logins(conn: psycopg.Connection[Any]) -> None:
     for login, group in DEMO_LOGINS.items():
-        exists = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
-        verb = "ALTER" if exists else "CREATE"
+        exists = conn.execute(QUERIES["role_exists"], {"role": login}).fetchone()
+        # Role statements take no bind parameters: they are composed here, with the
+        # names quoted as identifiers and the password as a literal.
+        verb = sql.SQL("ALTER") if exists else sql.SQL("CREATE")
         conn.execute(
-            f"{verb} ROLE {login} LOGIN PASSWORD '{DEMO_PASSWORD}'"  # fixed names, no input
+            sql.SQL("{} ROLE {} LOGIN PASSWORD {}").format(
+                verb, sql.Identifier(login), sql.Literal(DEMO_PASSWORD)
+            )
         )
-        conn.execute(f"GRANT {group} TO {login}")
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login)))
 
 
 def as_login(dsn: str, login: str) -> str:

@@ -30,6 +30,7 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
+from undolog.engine import session_state
 from undolog.errors import UndoLogError, permission_hint
 from undolog.ids import short_id
 from undolog.migrations import MigrationError, describe_applied, migrate
@@ -134,11 +135,9 @@ def story_rolls_back(ul: UndoLog, conn: psycopg.Connection[Any]) -> None:
             send_email("bob@mail.invalid", "Your account")  # fails: never took effect
     except ConnectionError as exc:
         say(f"   the agent failed: {exc}")
-    state = conn.execute(
-        "SELECT state FROM undolog.sessions_list WHERE session_id = %s", (session.session_id,)
-    ).fetchone()
+    state = session_state(conn, session.session_id)
     say(
-        f"   session {short_id(session.session_id)}: {state[0] if state else '?'}"
+        f"   session {short_id(session.session_id)}: {state}"
         " (the failed send was skipped: it never took effect)\n"
     )
 

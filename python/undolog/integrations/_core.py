@@ -47,6 +47,7 @@ from undolog.errors import (
     SessionNotActive,
     UndoLogError,
 )
+from undolog.queries import QUERIES
 from undolog.signature import call_signature
 from undolog.tiers import ToolTier
 
@@ -58,15 +59,6 @@ T = TypeVar("T")
 # approval with edited arguments calls it with them as the keyword ``args`` too.
 DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
-
-# The approval request of a call, found by its signature (undolog.call_approvals: an
-# approved call that has not run yet is held as pending while another request of its
-# session is).
-_APPROVAL_OF_CALL = """
-SELECT approval_id, state_for_the_agent FROM undolog.call_approvals
-WHERE session_id = %s AND call_signature = %s
-"""
-_APPROVAL_STATE = "SELECT state FROM undolog.session_approvals WHERE approval_id = %s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +270,16 @@ class Waiting:
     approval_id: uuid.UUID | None
 
 
+def _call_of(
+    session: ActiveSession, tool: ToolInfo, call_key: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    """The parameters of approval_of_call: the call's session and signature."""
+    return {
+        "session_id": session.session_id,
+        "call_signature": _signature(session, tool, call_key, args),
+    }
+
+
 def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Waiting | None:
     if row is None:
         deferred = _deferred.get()
@@ -302,8 +304,8 @@ async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> W
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
-    query = (session.session_id, _signature(session, tool, call_key, args))
-    row = await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query)
+    params = _call_of(session, tool, call_key, args)
+    row = await aengine.fetch_optional(conn, QUERIES["approval_of_call"], params)
     return _answer(tool, call_key, args, row)
 
 
@@ -313,8 +315,9 @@ def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Wa
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
     args = tool.bind(kwargs)
-    query = (session.session_id, _signature(session, tool, call_key, args))
-    rows = engine.fetch_all(conn, _APPROVAL_OF_CALL, query)
+    rows = engine.fetch_all(
+        conn, QUERIES["approval_of_call"], _call_of(session, tool, call_key, args)
+    )
     return _answer(tool, call_key, args, rows[0] if rows else None)
 
 
@@ -361,17 +364,14 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
     args = tool.bind(kwargs)
-    query = (session.session_id, _signature(session, tool, call_key, args))
-    if await aengine.fetch_optional(conn, _APPROVAL_OF_CALL, query) is None:
+    params = _call_of(session, tool, call_key, args)
+    if await aengine.fetch_optional(conn, QUERIES["approval_of_call"], params) is None:
         await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
-_APPROVAL_OF_STEP = """
-SELECT approval_id, state FROM undolog.call_approvals
-WHERE session_id = %s AND step_index = %s AND tool_name = %s
-ORDER BY requested_at DESC
-LIMIT 1
-"""
+def _step_of(session_id: uuid.UUID, tool_name: str, call_key: str) -> dict[str, Any]:
+    """The parameters of approval_of_step: the call's session, step and tool."""
+    return {"session_id": session_id, "step_index": step_for(call_key), "tool_name": tool_name}
 
 
 async def approval_of_step(
@@ -379,8 +379,8 @@ async def approval_of_step(
 ) -> tuple[uuid.UUID, str] | None:
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
-    params = (session_id, step_for(call_key), tool_name)
-    row = await aengine.fetch_optional(conn, _APPROVAL_OF_STEP, params)
+    params = _step_of(session_id, tool_name, call_key)
+    row = await aengine.fetch_optional(conn, QUERIES["approval_of_step"], params)
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -400,12 +400,16 @@ def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) ->
 def approval_of_step_sync(
     conn: engine.Connection, session_id: uuid.UUID, tool_name: str, call_key: str
 ) -> tuple[uuid.UUID, str] | None:
-    rows = engine.fetch_all(conn, _APPROVAL_OF_STEP, (session_id, step_for(call_key), tool_name))
+    rows = engine.fetch_all(
+        conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key)
+    )
     return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
 
 
 async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
-    row = await aengine.fetch_optional(conn, _APPROVAL_STATE, (approval_id,))
+    row = await aengine.fetch_optional(
+        conn, QUERIES["approval_state"], {"approval_id": approval_id}
+    )
     return str(row[0]) if row is not None else None
 
 
@@ -476,9 +480,8 @@ async def record_decision(
 # --- the UndoLog session of a framework run ---------------------------------------------
 
 # The decision that ended a session (a rejection, or an expiry, of a call whose tool
-# follows the default rule): the first (undolog.ending_decision). Requests closed with it
+# follows the default rule) is the first (undolog.ending_decision): requests closed with it
 # (asked at the same time) were decided a moment later.
-_ENDING_DECISION = "SELECT approval_id, decision FROM undolog.ending_decision(%s)"
 
 
 # A session a run may go on in: active; waiting for a human (its committed calls replay,
@@ -552,7 +555,9 @@ async def framework_run(
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = await aengine.fetch_optional(conn, _ENDING_DECISION, (session_id,))
+                row = await aengine.fetch_optional(
+                    conn, QUERIES["ending_decision"], {"session_id": session_id}
+                )
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
@@ -592,7 +597,9 @@ def framework_run_sync(
                         requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                rows = engine.fetch_all(conn, _ENDING_DECISION, (session_id,))
+                rows = engine.fetch_all(
+                    conn, QUERIES["ending_decision"], {"session_id": session_id}
+                )
                 ended = _ended(session_id, active.state, rows[0] if rows else None)
     except _Suspended:
         pass
