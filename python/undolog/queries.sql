@@ -8,3 +8,12 @@ SELECT undolog.complete_session(p_session_id => %(session_id)s)
 -- name: fail_session
 -- A session's end, when its agent failed: the undo walk is due.
 SELECT undolog.fail_session(p_session_id => %(session_id)s, p_error => %(error)s)
+
+-- name: approval_session
+-- The session of an approval request the reader may see (a signed link names only the
+-- request): the dashboard's person, under their grants and row-level security.
+SELECT session_id FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
+
+-- name: listen_approvals
+-- The delivery worker's wake-up: a new approval request (or a decision) is NOTIFYed here.
+LISTEN undolog_approvals

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -537,3 +538,38 @@ def test_a_pass_out_of_time_queues_but_sends_nothing_more(
         assert (row["state"], row["attempts"]) == ("pending", 0) and hook.received == []
         [sent] = notifications.deliver_due(operator, limit=1)
     assert sent.state == "sent" and len(hook.received) == 1
+
+
+def test_a_listening_worker_sends_a_new_request_at_once_not_at_its_next_poll(
+    operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    seen: list[notifications.Outcome] = []
+    worker = Worker(
+        lambda: psycopg.connect(operator_dsn, autocommit=True),
+        {},
+        interval=60.0,  # the fallback poll: far longer than the test may wait
+        walk=False,
+        notify=True,
+        on_notified=seen.append,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not worker._listening:  # the first pass is done; the worker waits
+            assert time.monotonic() < deadline, "the worker never listened"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        for round_ in range(2):  # the second proves the first wake-up left it listening
+            asked = time.monotonic()
+            _, approval_id = ask(agent_dsn, {"to": f"acme-{round_}"})
+            while len(hook.received) < round_ + 1:
+                assert time.monotonic() - asked < 5, "not delivered well before the poll"
+                time.sleep(0.02)
+            assert json.loads(hook.received[round_]["body"])["approval_id"] == str(approval_id)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive(), "the worker did not stop while waiting for a NOTIFY"
+    assert [o.state for o in seen] == ["sent", "sent"]
