@@ -60,9 +60,7 @@ def signature(secret: str, approval_id: uuid.UUID, expires: int) -> str:
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def expiry(
-    ttl: int, deadline: datetime | None = None, *, now: float | None = None
-) -> int:
+def expiry(ttl: int, deadline: datetime | None = None, *, now: float | None = None) -> int:
     """When a link made now stops working: after ``ttl`` seconds, or at the request's
     ``deadline`` if that comes first (the request cannot be decided after it anyway)."""
     until = int(time.time() if now is None else now) + ttl

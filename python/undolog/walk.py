@@ -23,7 +23,6 @@ from typing import Any
 import psycopg
 
 from undolog import engine, notifications, saga, tracing
-from undolog.queries import QUERIES
 from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
@@ -31,6 +30,7 @@ from undolog.errors import (
     SessionNotActive,
     UndoLogError,
 )
+from undolog.queries import QUERIES
 
 log = logging.getLogger("undolog.walk")
 
