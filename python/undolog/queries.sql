@@ -17,3 +17,7 @@ SELECT session_id FROM undolog.session_approvals WHERE approval_id = %(approval_
 -- name: listen_approvals
 -- The delivery worker's wake-up: a new approval request (or a decision) is NOTIFYed here.
 LISTEN undolog_approvals
+
+-- name: listen_notifications
+-- The delivery worker's other wake-up: an operator's retry, or a new channel.
+LISTEN undolog_notifications

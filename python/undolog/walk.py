@@ -358,10 +358,12 @@ class Worker:
             self._listening = False
 
     def _listen(self, conn: engine.Connection) -> None:
-        """LISTEN for new approval requests; on failure, the worker only polls."""
+        """LISTEN for new approval requests (and for an operator's retry or new channel);
+        on failure, the worker only polls."""
         self._listening = False
         try:
             conn.execute(QUERIES["listen_approvals"])
+            conn.execute(QUERIES["listen_notifications"])
             if not conn.autocommit:
                 conn.commit()
         except psycopg.Error as exc:

@@ -568,8 +568,16 @@ def test_a_listening_worker_sends_a_new_request_at_once_not_at_its_next_poll(
                 assert time.monotonic() - asked < 5, "not delivered well before the poll"
                 time.sleep(0.02)
             assert json.loads(hook.received[round_]["body"])["approval_id"] == str(approval_id)
+        # an operator's retry wakes it too (retry_notification NOTIFYs)
+        with psycopg.connect(operator_dsn, autocommit=True) as op:
+            asked = time.monotonic()
+            notifications.retry(op, seen[0].delivery_id, by="ops@example.test")
+        while len(hook.received) < 3:
+            assert time.monotonic() - asked < 5, "a retry waited for the poll"
+            time.sleep(0.02)
     finally:
         worker.stop()
         thread.join(timeout=10)
     assert not thread.is_alive(), "the worker did not stop while waiting for a NOTIFY"
-    assert [o.state for o in seen] == ["sent", "sent"]
+    assert [o.state for o in seen] == ["sent", "sent", "sent"]
+    assert seen[2].delivery_id == seen[0].delivery_id and seen[2].attempt == 2
