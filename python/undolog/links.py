@@ -53,6 +53,13 @@ def ttl_from_env() -> int:
     return int(value)
 
 
+def check_env() -> None:
+    """Raises ValueError when the environment's key or lifetime cannot be used: what a
+    worker checks at start, rather than fail every delivery."""
+    secret_from_env()
+    ttl_from_env()
+
+
 def signature(secret: str, approval_id: uuid.UUID, expires: int) -> str:
     """The hex HMAC-SHA256 of ``v1.<approval id>.<expires>``: the version and the
     separators keep one link's fields from being re-cut into another's."""

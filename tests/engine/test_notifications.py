@@ -8,12 +8,14 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import re
 import secrets
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from psycopg.conninfo import make_conninfo
 
-from undolog import engine, notifications
+from undolog import engine, links, notifications
 from undolog.walk import Worker
 
 Conn = psycopg.Connection[Any]
@@ -581,3 +583,41 @@ def test_a_listening_worker_sends_a_new_request_at_once_not_at_its_next_poll(
     assert not thread.is_alive(), "the worker did not stop while waiting for a NOTIFY"
     assert [o.state for o in seen] == ["sent", "sent", "sent"]
     assert seen[2].delivery_id == seen[0].delivery_id and seen[2].attempt == 2
+
+
+def test_notify_refuses_a_short_link_key_and_signs_the_links_with_a_good_one(
+    operator_dsn: str, agent_dsn: str, mailbox: Mailbox
+) -> None:
+    add_email(operator_dsn, mailbox)
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    short = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "notify", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**_env(), links.SECRET_ENV: "short"},
+    )
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+    assert mailbox.messages == []
+    key = "engine-link-key-" + secrets.token_hex(8)
+    good = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "notify", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**_env(), links.SECRET_ENV: key, links.TTL_ENV: "600"},
+    )
+    assert good.returncode == 0, good.stderr
+    [mail] = mailbox.messages
+    text, markup = mail.get_body(("plain",)), mail.get_body(("html",))
+    assert text is not None and markup is not None
+    [link] = re.findall(rf"{DASHBOARD}/open/\S+", text.get_content())
+    split = urllib.parse.urlsplit(link)
+    query = urllib.parse.parse_qs(split.query)
+    assert split.path.endswith(f"/open/{approval_id}")
+    assert links.check(key, str(approval_id), query["exp"][0], query["sig"][0]) == "ok"
+    assert 0 < int(query["exp"][0]) - time.time() <= 600
+    # the HTML part's href is the same link, its & escaped
+    assert f'href="{link.replace("&", "&amp;")}"' in markup.get_content()

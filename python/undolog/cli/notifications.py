@@ -258,8 +258,7 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 def _cmd_notify(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="undolog notify: %(levelname)s %(message)s")
     try:  # a bad links key or lifetime would fail every delivery: say it once, at start
-        links.secret_from_env()
-        links.ttl_from_env()
+        links.check_env()
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
