@@ -68,8 +68,9 @@ def signature(secret: str, approval_id: uuid.UUID, expires: int) -> str:
 
 
 def expiry(ttl: int, deadline: datetime | None = None, *, now: float | None = None) -> int:
-    """When a link made now stops working: after ``ttl`` seconds, or at the request's
-    ``deadline`` if that comes first (the request cannot be decided after it anyway)."""
+    """When a link stops working: ``ttl`` seconds after ``now`` (the notifications count
+    from the request), or at the request's ``deadline`` if that comes first (the request
+    cannot be decided after it anyway)."""
     until = int(time.time() if now is None else now) + ttl
     if deadline is not None:
         until = min(until, int(deadline.timestamp()))

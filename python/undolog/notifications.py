@@ -87,7 +87,10 @@ class Delivery:
         secret = links.secret_from_env()
         if secret is None or not self.dashboard_url:
             return request_url(self.dashboard_url, self.session_id, self.approval_id)
-        expires = links.expiry(links.ttl_from_env(), self.expires_at)
+        # counted from the request, not from this attempt: every message of one request
+        # (the mail, the webhook, a retry) carries the same link
+        start = self.requested_at.timestamp()
+        expires = links.expiry(links.ttl_from_env(), self.expires_at, now=start)
         return links.signed_url(self.dashboard_url, self.approval_id, secret, expires)
 
 
@@ -164,7 +167,7 @@ def summary(d: Delivery) -> str:
 
 def webhook_body(d: Delivery) -> bytes:
     """The POST body: the event as JSON, or ``{"text": ...}`` for format ``slack``."""
-    url = d.url  # once: a signed link's expiry is of the moment it is made
+    url = d.url
     if d.config.get("format") == "slack":
         # Slack's mrkdwn needs &, < and > escaped; everything else is plain text
         def esc(text: str) -> str:
@@ -195,7 +198,7 @@ def webhook_body(d: Delivery) -> bytes:
 
 def email_message(d: Delivery) -> EmailMessage:
     """The mail: a text part and an HTML part, every value from the call escaped."""
-    url = d.url  # once: both parts carry the same link
+    url = d.url
     msg = EmailMessage()
     msg["Subject"] = f"[UndoLog] approval requested: {_one_line(d.tool_name)}"[:200]
     msg["From"] = str(d.config["smtp_from"])
