@@ -15,6 +15,13 @@ undolog notifications add-email oncall --to oncall@example.com \
     --dashboard-url "$DASHBOARD_URL" --by alice
 undolog notifications list
 # --8<-- [end:channels]
+# --8<-- [start:link-secret]
+# The links' key: from your secret store (here a new random one), at least 16 characters.
+# The delivery worker signs each message's link with it; give the dashboard the same one
+# (UNDOLOG_LINK_SECRET in its environment too) and it checks them.
+UNDOLOG_LINK_SECRET=${UNDOLOG_LINK_SECRET:-$(python -c "import secrets; print(secrets.token_hex(32))")}
+export UNDOLOG_LINK_SECRET
+# --8<-- [end:link-secret]
 # --8<-- [start:deliver]
 # The agent of the approvals tutorial asks for a refund and waits.
 log=$(mktemp -t undolog-agent.XXXXXX)

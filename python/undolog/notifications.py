@@ -41,6 +41,7 @@ from typing import Any, Final
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from undolog import links
 from undolog.engine import Connection, fetch_one, translated
 
 SIGNATURE_HEADER: Final = "X-UndoLog-Signature"
@@ -80,8 +81,17 @@ class Delivery:
 
     @property
     def url(self) -> str | None:
-        """The request in the dashboard, when the channel names the dashboard."""
-        return request_url(self.dashboard_url, self.session_id, self.approval_id)
+        """The request in the dashboard, when the channel names the dashboard: a signed,
+        expiring link when the worker holds the links' key (:data:`undolog.links.SECRET_ENV`),
+        the session's page otherwise."""
+        secret = links.secret_from_env()
+        if secret is None or not self.dashboard_url:
+            return request_url(self.dashboard_url, self.session_id, self.approval_id)
+        # counted from the request, not from this attempt: every message of one request
+        # (the mail, the webhook, a retry) carries the same link
+        start = self.requested_at.timestamp()
+        expires = links.expiry(links.ttl_from_env(), self.expires_at, now=start)
+        return links.signed_url(self.dashboard_url, self.approval_id, secret, expires)
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,7 @@ def summary(d: Delivery) -> str:
 
 def webhook_body(d: Delivery) -> bytes:
     """The POST body: the event as JSON, or ``{"text": ...}`` for format ``slack``."""
+    url = d.url
     if d.config.get("format") == "slack":
         # Slack's mrkdwn needs &, < and > escaped; everything else is plain text
         def esc(text: str) -> str:
@@ -165,8 +176,8 @@ def webhook_body(d: Delivery) -> bytes:
         lines = [esc(summary(d)), f"args: `{esc(_args_text(d.args))}`"]
         if d.expires_at is not None:
             lines.append(f"decide before {d.expires_at.isoformat()}")
-        if d.url:
-            lines.append(f"<{d.url}|Open the request in the dashboard>")
+        if url:
+            lines.append(f"<{url}|Open the request in the dashboard>")
         return json.dumps({"text": "\n".join(lines)}).encode()
     event = {
         "event": EVENT,
@@ -180,13 +191,14 @@ def webhook_body(d: Delivery) -> bytes:
         "owner_role": d.owner_role,
         "requested_at": d.requested_at.isoformat(),
         "expires_at": d.expires_at.isoformat() if d.expires_at else None,
-        "url": d.url,
+        "url": url,
     }
     return json.dumps(event, ensure_ascii=False).encode()
 
 
 def email_message(d: Delivery) -> EmailMessage:
     """The mail: a text part and an HTML part, every value from the call escaped."""
+    url = d.url
     msg = EmailMessage()
     msg["Subject"] = f"[UndoLog] approval requested: {_one_line(d.tool_name)}"[:200]
     msg["From"] = str(d.config["smtp_from"])
@@ -205,17 +217,17 @@ def email_message(d: Delivery) -> EmailMessage:
         ("approval", str(d.approval_id)),
     ]
     text = [summary(d), ""] + [f"{k}: {v}" for k, v in rows]
-    if d.url:
-        text += ["", f"Open it in the dashboard to decide: {d.url}"]
+    if url:
+        text += ["", f"Open it in the dashboard to decide: {url}"]
     msg.set_content("\n".join(text) + "\n")
     cells = "".join(
         f"<tr><th align=left>{html.escape(k)}</th><td><code>{html.escape(v)}</code></td></tr>"
         for k, v in rows
     )
     link = (
-        f'<p><a href="{html.escape(d.url, quote=True)}">Open the request in the dashboard</a>'
+        f'<p><a href="{html.escape(url, quote=True)}">Open the request in the dashboard</a>'
         " to decide.</p>"
-        if d.url
+        if url
         else ""
     )
     msg.add_alternative(

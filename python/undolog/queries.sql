@@ -323,3 +323,16 @@ SELECT approval_id, decision FROM undolog.ending_decision(p_session_id => %(sess
 -- name: role_exists
 -- The demo dashboard: whether a login already exists (altered, then, not created).
 SELECT FROM pg_catalog.pg_roles WHERE rolname = %(role)s
+
+-- name: approval_session
+-- The session of an approval request the reader may see (a signed link names only the
+-- request): the dashboard's person, under their grants and row-level security.
+SELECT session_id FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
+
+-- name: listen_approvals
+-- The delivery worker's wake-up: a new approval request (or a decision) is NOTIFYed here.
+LISTEN undolog_approvals
+
+-- name: listen_notifications
+-- The delivery worker's other wake-up: an operator's retry, or a new channel.
+LISTEN undolog_notifications

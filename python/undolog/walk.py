@@ -38,6 +38,8 @@ log = logging.getLogger("undolog.walk")
 # returns and leaves the rest to `undolog worker`.
 DEFAULT_WAIT = 10.0
 POLL = 0.2
+# How often a worker waiting for a NOTIFY looks whether it was asked to stop.
+WAKE_SLICE = 0.2
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,10 @@ class Worker:
         self.loop = loop
         self._stop = threading.Event()
         self._conn: engine.Connection | None = None
+        # whether self._conn LISTENs for new approval requests (notify only): then the
+        # pause between passes ends as soon as one is committed, and the interval is
+        # only the fallback (a lost notification, a retry's backoff coming due)
+        self._listening = False
 
     def stop(self) -> None:
         """Ask the worker to stop after the entry it holds (safe from a signal handler)."""
@@ -294,10 +300,50 @@ class Worker:
                 if once:
                     break
                 # after a lost connection, a short pause: never a busy loop of reconnects
-                self._stop.wait(self.interval if reached else self.first_backoff)
+                if reached:
+                    self._pause(self.interval)
+                else:
+                    self._stop.wait(self.first_backoff)
         finally:
             self._close()
         return reached
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` between two passes, or less: until :meth:`stop`, or until a
+        NOTIFY of a new approval request when listening (one committed during the pass
+        ends the pause at once: psycopg keeps it until it is read)."""
+        conn = self._conn
+        if not self._listening or conn is None or conn.closed:
+            self._stop.wait(seconds)
+            return
+        until = time.monotonic() + seconds
+        try:
+            while not self._stop.is_set():
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                if any(True for _ in conn.notifies(timeout=min(WAKE_SLICE, left), stop_after=1)):
+                    # the rest of a burst (a hundred requests at once): one pass for all
+                    for _ in conn.notifies(timeout=0):
+                        pass
+                    return
+        except psycopg.Error as exc:  # the next pass reconnects (and listens again)
+            log.warning("waiting for notifications: %s", _one_line(exc))
+            self._listening = False
+
+    def _listen(self, conn: engine.Connection) -> None:
+        """LISTEN for new approval requests (and for an operator's retry or new channel);
+        on failure, the worker only polls."""
+        self._listening = False
+        try:
+            conn.execute(QUERIES["listen_approvals"])
+            conn.execute(QUERIES["listen_notifications"])
+            if not conn.autocommit:
+                conn.commit()
+        except psycopg.Error as exc:
+            log.warning("cannot LISTEN (%s): polling every %.1f s", _one_line(exc), self.interval)
+            return
+        self._listening = True
 
     def run_pass(self, *, retry_connect: bool = True) -> bool:
         """One pass: recover(), then walk each session it names. Answers False when the
@@ -399,6 +445,8 @@ class Worker:
         while not self._stop.is_set():
             try:
                 self._conn = self.connect()
+                if self.notify:
+                    self._listen(self._conn)
             except psycopg.OperationalError as exc:
                 if not retry:
                     log.error("cannot reach the database (%s)", _one_line(exc))
@@ -415,6 +463,7 @@ class Worker:
         return None
 
     def _close(self) -> None:
+        self._listening = False
         if self._conn is not None:
             try:
                 self._conn.close()

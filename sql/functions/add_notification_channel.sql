@@ -103,6 +103,9 @@ BEGIN
             MESSAGE = pg_catalog.format('a notification channel named %s exists: remove it first',
                                         p_name);
     END IF;
+    -- the delivery workers LISTENing wake (at commit) and announce the pending requests
+    -- through the new channel at once
+    PERFORM pg_catalog.pg_notify('undolog_notifications', '');
     RETURN v_id;
 END
 $$;

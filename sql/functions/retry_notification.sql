@@ -3,7 +3,8 @@
 -- once, with undolog.notification_max_attempts (default 8) more attempts. p_by names the
 -- human (UL008 when blank). Answers the new max_attempts. UL025 no such delivery; UL001
 -- the request is no longer pending (nobody is to be asked any more) or its channel was
--- removed, or a worker is sending it now.
+-- removed, or a worker is sending it now. It wakes the delivery workers LISTENing on
+-- 'undolog_notifications' (at commit, empty payload: each re-reads what is due).
 CREATE OR REPLACE FUNCTION undolog.retry_notification(p_delivery_id uuid, p_by text)
 RETURNS integer
 LANGUAGE plpgsql
@@ -52,6 +53,7 @@ BEGIN
         max_attempts = d.attempts + v_max
     WHERE d.session_id = v_row.session_id AND d.delivery_id = v_row.delivery_id
     RETURNING d.max_attempts INTO v_max;
+    PERFORM pg_catalog.pg_notify('undolog_notifications', '');
     RETURN v_max;
 END
 $$;

@@ -6,6 +6,8 @@ UNDOLOG_DOCS_SCREENSHOT=1 also writes docs/img/dashboard.png (make dashboard-scr
 
 from __future__ import annotations
 
+import html
+import http.server
 import os
 import re
 import shutil
@@ -14,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from dashboard_helpers import (
     without_user,
 )
 from pgcluster import free_port
+from undolog import links
 from undolog.dashboard import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +88,17 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         yield driver
     finally:
         driver.quit()
+
+
+LINK_SECRET = "browser-link-secret-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def with_link_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The links' key in the environment, where create_app reads it: ask for it before
+    ``site``."""
+    monkeypatch.setenv(links.SECRET_ENV, LINK_SECRET)
+    return LINK_SECRET
 
 
 @pytest.fixture
@@ -426,3 +440,124 @@ def test_the_two_step_approval_works_without_javascript(
     finally:
         plain.get("about:blank")
         plain.quit()
+
+
+@pytest.fixture
+def mail_client() -> Iterator[Callable[[str], str]]:
+    """A page of ANOTHER site (localhost, where the dashboard is 127.0.0.1) holding a
+    link, as a mail client or a chat shows it: mail_client(link) -> the page's URL."""
+    pages: dict[str, bytes] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path, b"")
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def page(link: str) -> str:
+        path = f"/mail-{len(pages)}.html"
+        pages[path] = (
+            f'<html><body><a id="open" href="{html.escape(link, quote=True)}">Open the '
+            "request in the dashboard</a></body></html>"
+        ).encode()
+        return f"http://localhost:{server.server_address[1]}{path}"
+
+    yield page
+    server.shutdown()
+    server.server_close()
+
+
+def click_from_mail(browser: webdriver.Chrome, mail: str) -> None:
+    browser.get(mail)
+    browser.find_element(By.ID, "open").click()
+
+
+def test_a_signed_link_clicked_in_a_mail_opens_the_request_for_a_person_logged_in(
+    with_link_secret: str,
+    site: str,
+    dsn: str,
+    conn: Conn,
+    browser: webdriver.Chrome,
+    mail_client: Callable[[str], str],
+) -> None:
+    """The click comes from another site, so the SameSite=Strict session cookie is not
+    sent with it: the dashboard's own page goes on, and the person, already logged in,
+    lands on the request (not on the login page), then decides with the page's form."""
+    waiting = waiting_session(without_user(dsn), cents=4242)
+    link = links.signed_url(site, waiting.approval_id, with_link_secret, links.expiry(600))
+    log_in(browser, site, "dash_approver")
+    click_from_mail(browser, mail_client(link))
+    WebDriverWait(browser, 10).until(
+        lambda b: f"/sessions/{waiting.session_id}#approval-{waiting.approval_id}" in b.current_url
+    )
+    assert browser.find_element(By.ID, "whoami").text == "dash_approver"
+    shot(browser, "signed-link")
+    # the link opened the page; the request still waits for the person's decision
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (waiting.approval_id,),
+    ).fetchone()
+    assert state == ("pending",)
+    row = browser.find_element(By.ID, f"approval-{waiting.approval_id}")
+    row.find_element(By.CSS_SELECTOR, "button.approve").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+    browser.find_element(By.ID, "confirm-approve").click()
+    WebDriverWait(browser, 5).until(lambda b: "approved by dash_approver" in b.page_source)
+
+    # logged out: the login page first, then the request
+    browser.delete_all_cookies()
+    other = waiting_session(without_user(dsn), cents=99)
+    click_from_mail(
+        browser,
+        mail_client(links.signed_url(site, other.approval_id, with_link_secret, links.expiry(600))),
+    )
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "login"))
+    browser.find_element(By.ID, "login").send_keys("dash_approver")
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "login-submit").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: f"/sessions/{other.session_id}#approval-{other.approval_id}" in b.current_url
+    )
+    assert browser.find_element(By.ID, "whoami").text == "dash_approver"
+
+
+def test_a_tampered_or_expired_link_opens_nothing_and_says_what_to_do(
+    with_link_secret: str,
+    site: str,
+    dsn: str,
+    browser: webdriver.Chrome,
+    mail_client: Callable[[str], str],
+) -> None:
+    waiting = waiting_session(without_user(dsn))
+    log_in(browser, site, "dash_approver")
+    good = links.signed_url(site, waiting.approval_id, with_link_secret, links.expiry(600))
+    bad = {
+        "tampered": (good[:-1] + ("0" if good[-1] != "0" else "1"), "Link not valid"),
+        "wrong key": (
+            links.signed_url(
+                site, waiting.approval_id, "another-key-0123456789", links.expiry(600)
+            ),
+            "Link not valid",
+        ),
+        "expired": (
+            links.signed_url(site, waiting.approval_id, with_link_secret, int(time.time()) - 1),
+            "Link expired",
+        ),
+    }
+    for what, (link, title) in bad.items():
+        click_from_mail(browser, mail_client(link))
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "problem"))
+        assert browser.find_element(By.TAG_NAME, "h1").text == title, what
+        text = browser.find_element(By.ID, "problem").text
+        assert "opens nothing" in text and "log in and find" in text, (what, text)
+        assert str(waiting.session_id) not in browser.page_source, what
+        assert "4242" not in browser.page_source and "pay" not in text, what

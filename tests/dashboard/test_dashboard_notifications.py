@@ -4,6 +4,7 @@ real logins with passwords_checked, a real webhook receiver, the real delivery c
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from dashboard_helpers import (
     waiting_session,
     without_user,
 )
-from undolog import notifications
+from undolog import links, notifications
 from undolog.dashboard import create_app
 
 Conn = psycopg.Connection[Any]
@@ -131,3 +132,127 @@ def test_the_request_shows_its_notifications_and_an_operator_sends_one_again(
     assert "ops-hook" in mine.text and SECRET not in mine.text and "Send again" not in mine.text
     for client in (operator, approver, agent):
         client.__exit__(None, None, None)
+
+
+LINK_KEY = "dashboard-link-key-0123456789"
+
+
+@pytest.fixture
+def posted() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A webhook receiver that keeps each body: (its URL, the bodies as JSON)."""
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def linked_client(dsn: str, login: str | None = None, key: str | None = LINK_KEY) -> TestClient:
+    client = TestClient(create_app(without_user(dsn), link_secret=key), follow_redirects=False)
+    client.__enter__()
+    if login is not None:
+        page = client.get("/login")
+        answer = client.post(
+            "/login", data={"csrf": csrf_of(page.text), "login": login, "password": PASSWORD}
+        )
+        assert answer.status_code == 303 and answer.headers["location"] == "/"
+    return client
+
+
+def test_the_notifications_link_is_signed_and_opens_the_request_after_the_login(
+    dsn: str,
+    conn: Conn,
+    passwords_checked: bool,
+    posted: tuple[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, bodies = posted
+    conn.execute("SET ROLE undolog_operator")
+    notifications.add_webhook(
+        conn, "ops-hook", url, SECRET, by="ops", dashboard_url="http://testserver/"
+    )
+    conn.execute("RESET ROLE")
+    waiting = waiting_session(dsn, item="<b>room</b>")
+    monkeypatch.setenv(links.SECRET_ENV, LINK_KEY)  # the worker's environment
+    with psycopg.connect(dsn, autocommit=True) as su:
+        [sent] = deliver(su)
+    assert sent.state == "sent"
+    link = bodies[0]["url"]
+    assert link.startswith(f"http://testserver/open/{waiting.approval_id}?exp=")
+    path = link.removeprefix("http://testserver")
+
+    # nobody logged in (or a cross-site click, which sends no cookie): a page of this site
+    # that goes on, then the login, then the request
+    client = linked_client(dsn)
+    hop = client.get(path)
+    assert hop.status_code == 200
+    go = path.replace("?", "/go?", 1)
+    assert f'content="0; url={go.replace("&", "&amp;")}"' in hop.text
+    assert str(waiting.session_id) not in hop.text
+    to_login = client.get(go)
+    assert (to_login.status_code, to_login.headers["location"]) == (303, "/login")
+    page = client.get("/login")
+    logged_in = client.post(
+        "/login", data={"csrf": csrf_of(page.text), "login": "dash_approver", "password": PASSWORD}
+    )
+    assert (logged_in.status_code, logged_in.headers["location"]) == (303, go)
+    opened = client.get(go)
+    assert opened.status_code == 303
+    assert opened.headers["location"] == (
+        f"/sessions/{waiting.session_id}#approval-{waiting.approval_id}"
+    )
+    shown = client.get(opened.headers["location"])
+    assert 'name="approve_one"' in shown.text and "&lt;b&gt;room" in shown.text
+    client.__exit__(None, None, None)
+
+    # an agent login that may not see the request: the same link opens nothing
+    stranger = linked_client(dsn, "dash_agent2")
+    refused = stranger.get(go)
+    assert refused.status_code == 404 and str(waiting.session_id) not in refused.text
+    stranger.__exit__(None, None, None)
+
+    # a dashboard without the key (none given, none in the environment) checks no link,
+    # and says how to turn it on
+    monkeypatch.delenv(links.SECRET_ENV)
+    plain = linked_client(dsn, key=None)
+    off = plain.get(path)
+    assert off.status_code == 404 and links.SECRET_ENV in off.text
+    plain.__exit__(None, None, None)
+
+
+def test_a_bad_link_is_refused_before_any_read_and_echoes_nothing(
+    dsn: str, passwords_checked: bool
+) -> None:
+    waiting = waiting_session(dsn)
+    client = linked_client(dsn, "dash_approver")
+    good = links.signed_url("", waiting.approval_id, LINK_KEY, links.expiry(600))
+    hostile = '"><script>alert(1)</script>'
+    for path, status in [
+        (good.replace("sig=", "sig=0"), 403),
+        (good + hostile, 403),
+        (f"/open/{waiting.approval_id}?exp=1&sig={hostile}", 403),
+        (f"/open/{hostile}?exp=1&sig=00", 404),  # a slash in it: no such page
+        ("/open/%22%3E%3Cb%3Ebold?exp=1&sig=00", 403),
+        (f"/open/{waiting.approval_id}/go", 403),
+        (links.signed_url("", waiting.approval_id, LINK_KEY, 1_000_000_000), 410),
+    ]:
+        answer = client.get(path)
+        assert answer.status_code == status, path
+        assert "<script>alert" not in answer.text and "<b>bold" not in answer.text
+        assert str(waiting.session_id) not in answer.text
+        assert status == 404 or "approvals inbox" in answer.text
+    with pytest.raises(ValueError, match="at least 16"):
+        create_app(without_user(dsn), link_secret="short")
+    client.__exit__(None, None, None)

@@ -8,11 +8,14 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import re
 import secrets
 import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from psycopg.conninfo import make_conninfo
 
-from undolog import engine, notifications
+from undolog import engine, links, notifications
 from undolog.walk import Worker
 
 Conn = psycopg.Connection[Any]
@@ -537,3 +540,84 @@ def test_a_pass_out_of_time_queues_but_sends_nothing_more(
         assert (row["state"], row["attempts"]) == ("pending", 0) and hook.received == []
         [sent] = notifications.deliver_due(operator, limit=1)
     assert sent.state == "sent" and len(hook.received) == 1
+
+
+def test_a_listening_worker_sends_a_new_request_at_once_not_at_its_next_poll(
+    operator_dsn: str, agent_dsn: str, hook: Hook
+) -> None:
+    add_webhook(operator_dsn, hook)
+    seen: list[notifications.Outcome] = []
+    worker = Worker(
+        lambda: psycopg.connect(operator_dsn, autocommit=True),
+        {},
+        interval=60.0,  # the fallback poll: far longer than the test may wait
+        walk=False,
+        notify=True,
+        on_notified=seen.append,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not worker._listening:  # the first pass is done; the worker waits
+            assert time.monotonic() < deadline, "the worker never listened"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        for round_ in range(2):  # the second proves the first wake-up left it listening
+            asked = time.monotonic()
+            _, approval_id = ask(agent_dsn, {"to": f"acme-{round_}"})
+            while len(hook.received) < round_ + 1:
+                assert time.monotonic() - asked < 5, "not delivered well before the poll"
+                time.sleep(0.02)
+            assert json.loads(hook.received[round_]["body"])["approval_id"] == str(approval_id)
+        # an operator's retry wakes it too (retry_notification NOTIFYs)
+        with psycopg.connect(operator_dsn, autocommit=True) as op:
+            asked = time.monotonic()
+            notifications.retry(op, seen[0].delivery_id, by="ops@example.test")
+        while len(hook.received) < 3:
+            assert time.monotonic() - asked < 5, "a retry waited for the poll"
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive(), "the worker did not stop while waiting for a NOTIFY"
+    assert [o.state for o in seen] == ["sent", "sent", "sent"]
+    assert seen[2].delivery_id == seen[0].delivery_id and seen[2].attempt == 2
+
+
+def test_notify_refuses_a_short_link_key_and_signs_the_links_with_a_good_one(
+    operator_dsn: str, agent_dsn: str, mailbox: Mailbox
+) -> None:
+    add_email(operator_dsn, mailbox)
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    short = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "notify", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**_env(), links.SECRET_ENV: "short"},
+    )
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+    assert mailbox.messages == []
+    key = "engine-link-key-" + secrets.token_hex(8)
+    good = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", "--dsn", operator_dsn, "notify", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**_env(), links.SECRET_ENV: key, links.TTL_ENV: "600"},
+    )
+    assert good.returncode == 0, good.stderr
+    [mail] = mailbox.messages
+    text, markup = mail.get_body(("plain",)), mail.get_body(("html",))
+    assert text is not None and markup is not None
+    [link] = re.findall(rf"{DASHBOARD}/open/\S+", text.get_content())
+    split = urllib.parse.urlsplit(link)
+    query = urllib.parse.parse_qs(split.query)
+    assert split.path.endswith(f"/open/{approval_id}")
+    assert links.check(key, str(approval_id), query["exp"][0], query["sig"][0]) == "ok"
+    assert 0 < int(query["exp"][0]) - time.time() <= 600
+    # the HTML part's href is the same link, its & escaped
+    assert f'href="{link.replace("&", "&amp;")}"' in markup.get_content()

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import saga
+from undolog import links, saga
 from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -113,6 +113,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     compensations = getattr(app, "compensations", None)
     if not isinstance(compensations, dict):
         raise UsageError(f"--app {args.app} is not an UndoLog (it has no compensations)")
+    if not args.no_notify:
+        try:  # a bad links key or lifetime would fail every delivery: say it at start
+            links.check_env()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     logging.basicConfig(
         level=logging.INFO, format="undolog worker: %(levelname)s %(message)s", stream=sys.stderr
     )

@@ -46,17 +46,21 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import aapprovals, errors
+from undolog import aapprovals, errors, links
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
+from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable
 
 log = logging.getLogger("undolog.dashboard")
 HERE = Path(__file__).parent
 COOKIE = "undolog_session"
 LOGIN_CSRF_COOKIE = "undolog_login_csrf"
+# Where a signed link was going when it met the login page: the login goes on there.
+NEXT_COOKIE = "undolog_next"
+NEXT_SECONDS = 15 * 60
 # The engine's limit on a decision's or an operator action's reason (decide_approval,
 # rollback_session); resume and retry would cut a longer one silently, so the dashboard
 # refuses it for them too.
@@ -250,8 +254,14 @@ class Dashboard:
         idle_timeout: float = 30 * 60,
         metrics_token: str | None = None,
         metrics_dsn: str | None = None,
+        link_secret: str | None = None,
     ) -> None:
         self.store = SessionStore(dsn, idle_timeout)
+        # the key of the notifications' signed links (None: /open answers that links are
+        # not checked here); the delivery worker signs with the same one
+        if link_secret is not None and len(link_secret) < links.MIN_SECRET:
+            raise ValueError(f"link_secret must hold at least {links.MIN_SECRET} characters")
+        self.link_secret = link_secret
         self.throttle = LoginThrottle()
         self.env = make_env()
         self._reaper: asyncio.Task[None] | None = None
@@ -420,7 +430,8 @@ class Dashboard:
         previous = self.store.sessions.get(request.cookies.get(COOKIE) or "")
         if previous is not None:  # this browser's earlier web session: its cookie is replaced
             await self.store.logout(previous)
-        response = RedirectResponse("/", 303)
+        response = RedirectResponse(self._local(request.cookies.get(NEXT_COOKIE), "/"), 303)
+        response.delete_cookie(NEXT_COOKIE, path="/login")
         response.set_cookie(
             COOKIE,
             ws.sid,
@@ -447,6 +458,91 @@ class Dashboard:
         if ws is None:
             return RedirectResponse("/login", 303)
         return RedirectResponse("/approvals" if ws.roles.staff else "/sessions", 303)
+
+    # --- signed links -----------------------------------------------------------------
+
+    def _link_refused(self, request: Request) -> Response | None:
+        """The page of a link that opens nothing (checked before the database is read,
+        and saying nothing of any request), or None for a good one."""
+        ws = self.current(request)
+        inbox = "the approvals inbox" if ws is None or ws.roles.staff else "your sessions"
+        if self.link_secret is None:
+            return self.problem(
+                request,
+                ws,
+                404,
+                "Links not enabled",
+                "This dashboard does not check signed links (it was started without "
+                f"{links.SECRET_ENV}). Log in and find the request in {inbox}, or ask "
+                "your operator to give the dashboard the links' key.",
+            )
+        verdict = links.check(
+            self.link_secret,
+            request.path_params["approval_id"],
+            request.query_params.get("exp"),
+            request.query_params.get("sig"),
+        )
+        if verdict == "expired":
+            return self.problem(
+                request,
+                ws,
+                410,
+                "Link expired",
+                "This link's time is up, so it opens nothing. If the request still waits, "
+                f"log in and find it in {inbox}.",
+            )
+        if verdict != "ok":
+            return self.problem(
+                request,
+                ws,
+                403,
+                "Link not valid",
+                "This link is damaged, altered, or was not signed with this dashboard's "
+                "key, so it opens nothing. Copy the whole link from the notification "
+                f"again, or log in and find the request in {inbox}.",
+            )
+        return None
+
+    def _go_path(self, request: Request) -> str:
+        aid = request.path_params["approval_id"]
+        exp, sig = request.query_params["exp"], request.query_params["sig"]
+        return f"{links.PATH}/{aid}/go?exp={exp}&sig={sig}"
+
+    async def open_link(self, request: Request) -> Response:
+        """A notification's link: checked, then a page of this site that goes on to
+        :meth:`open_go` (the cross-site click did not carry the session cookie)."""
+        refused = self._link_refused(request)
+        if refused is not None:
+            return refused
+        return self.render(
+            request, "open_link.html", self.current(request), next=self._go_path(request)
+        )
+
+    async def open_go(self, request: Request) -> Response:
+        """The link's request on its session's page, for a person logged in who may see
+        it; the login page first (then back here) for anyone else."""
+        refused = self._link_refused(request)
+        if refused is not None:
+            return refused
+        ws = self.current(request)
+        if ws is None:
+            response = RedirectResponse("/login", 303)
+            response.set_cookie(
+                NEXT_COOKIE,
+                self._go_path(request),
+                max_age=NEXT_SECONDS,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path="/login",
+            )
+            return response
+        approval_id = uuid.UUID(request.path_params["approval_id"])
+        async with ws.db() as conn:
+            row = await queries.one(conn, QUERIES["approval_session"], {"approval_id": approval_id})
+        if row is None:
+            return self.not_found(request, ws, "approval request")
+        return RedirectResponse(f"/sessions/{row['session_id']}#approval-{approval_id}", 303)
 
     # --- approvals --------------------------------------------------------------------
 
@@ -1222,6 +1318,8 @@ class Dashboard:
             Route("/approvals/{approval_id}/edit", self.edit_page, methods=["GET"]),
             Route("/approvals/{approval_id}/edit", self.edit_post, methods=["POST"]),
             Route("/decisions", self.decisions, methods=["GET"]),
+            Route(links.PATH + "/{approval_id}", self.open_link, methods=["GET"]),
+            Route(links.PATH + "/{approval_id}/go", self.open_go, methods=["GET"]),
             Route("/sessions", self.sessions, methods=["GET"]),
             Route("/sessions/counts", self.session_counts, methods=["GET"]),
             Route("/sessions/{session_id}", self.session_page, methods=["GET"]),
@@ -1273,13 +1371,20 @@ def create_app(
     idle_timeout: float = 30 * 60,
     metrics_token: str | None = None,
     metrics_dsn: str | None = None,
+    link_secret: str | None = None,
 ) -> ASGIApp:
     """The dashboard for the database named by ``dsn`` (host, port, database; any user
     or password in it is ignored: each person logs in as themselves). With
     ``metrics_token`` and ``metrics_dsn`` (a login holding undolog_approver or
-    undolog_operator), GET /metrics also answers a scraper sending that bearer token."""
+    undolog_operator), GET /metrics also answers a scraper sending that bearer token.
+    ``link_secret`` (default: the environment's UNDOLOG_LINK_SECRET) is the key of the
+    notifications' signed links to requests (GET /open/...)."""
     return Dashboard(
-        dsn, idle_timeout=idle_timeout, metrics_token=metrics_token, metrics_dsn=metrics_dsn
+        dsn,
+        idle_timeout=idle_timeout,
+        metrics_token=metrics_token,
+        metrics_dsn=metrics_dsn,
+        link_secret=link_secret if link_secret is not None else links.secret_from_env(),
     ).app()
 
 
