@@ -27,12 +27,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "undolog"
 # async source -> generated sync module, both in the package.
 MODULES: dict[str, str] = {
     "aapprovals.py": "approvals.py",
+    "asaga.py": "saga.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
 NAMES: dict[str, str] = {
     "aapprovals": "approvals",
     "aengine": "engine",
+    "asaga": "saga",
     "AsyncConnection": "Connection",
     "AsyncIterator": "Iterator",
     "__aenter__": "__enter__",

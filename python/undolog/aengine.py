@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from undolog import engine, saga
+from undolog import engine
 from undolog.engine import Interception, Params, translated
 from undolog.queries import QUERIES
 
@@ -153,26 +153,6 @@ async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str)
             )
         )[0]
     )
-
-
-async def rollback_to(
-    conn: AsyncConnection, session_id: uuid.UUID, step: int, reason: str, by: str | None = None
-) -> str:
-    return str((await fetch_one(conn, saga.ROLLBACK_TO, (session_id, step, reason, by)))[0])
-
-
-async def rollback_to_plan(
-    conn: AsyncConnection, session_id: uuid.UUID, step: int
-) -> list[saga.PlannedUndo]:
-    with translated():
-        rows = await (await conn.execute(saga.ROLLBACK_TO_PLAN, (session_id, step))).fetchall()
-    return saga.plan_of(rows)
-
-
-async def rollback_last(
-    conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
-) -> str:
-    return str((await fetch_one(conn, saga.ROLLBACK_LAST, (session_id, count, reason, by)))[0])
 
 
 # An async session's result is read by a task of its own, which holds the connection's

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from undolog import aapprovals, aengine, approvals, context, engine, saga, walk
+from undolog import aapprovals, aengine, approvals, asaga, context, engine, saga, walk
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.errors import (
     AwaitingApprovalError,
@@ -779,7 +779,7 @@ class AsyncSession(ActiveSession):
         """As Session.undo_to, awaited."""
         assert isinstance(self.connection, psycopg.AsyncConnection)
         why = _reason(reason, f"its calls from step {step} on")
-        await aengine.rollback_to(self.connection, self.session_id, step, why)
+        await asaga.rollback_to(self.connection, self.session_id, step, why)
         return await self._walked(wait)
 
     async def undo_last(
@@ -788,7 +788,7 @@ class AsyncSession(ActiveSession):
         """As Session.undo_last, awaited."""
         assert isinstance(self.connection, psycopg.AsyncConnection)
         why = _reason(reason, f"its last {n} call(s)")
-        await aengine.rollback_last(self.connection, self.session_id, n, why)
+        await asaga.rollback_last(self.connection, self.session_id, n, why)
         return await self._walked(wait)
 
     async def _walked(self, wait: float | None) -> str:

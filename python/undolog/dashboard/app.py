@@ -46,7 +46,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import aapprovals, errors, links
+from undolog import aapprovals, asaga, errors, links
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
@@ -65,6 +65,16 @@ NEXT_SECONDS = 15 * 60
 # rollback_session); resume and retry would cut a longer one silently, so the dashboard
 # refuses it for them too.
 REASON_LIMIT = 8192
+# An operator's action on a session page: the binding's function, given the session's id
+# (the undo entry's for retry), the person's login and their reason; answers the state.
+OPERATOR_ACTIONS: dict[
+    str, Callable[[psycopg.AsyncConnection[Any], uuid.UUID, str, str], Awaitable[str]]
+] = {
+    "retry": asaga.retry_compensation,
+    "resume": asaga.resume_session,
+    "abandon": asaga.abandon_session,
+    "rollback": asaga.rollback_session,
+}
 POLL_SECONDS = 0.5
 # Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
 # on the person's one connection, so a script opening hundreds would swamp it (and the
@@ -998,12 +1008,10 @@ class Dashboard:
             # or a form for one session would retry another's compensation
             if undo_id is None or not await self._undo_entry_of(ws, session_id, undo_id):
                 return self.not_found(request, ws, "undo entry of this session")
-            call = "SELECT undolog.retry_compensation(%s, %s, %s)"
-            params: tuple[Any, ...] = (undo_id, ws.login, reason)
+            subject = undo_id
             target = f"undo entry {undo_id}"
-        elif action in ("resume", "abandon", "rollback"):
-            call = f"SELECT undolog.{action}_session(%s, %s, %s)"
-            params = (session_id, ws.login, reason)
+        elif action in OPERATOR_ACTIONS:
+            subject = session_id
         else:
             return self.not_found(request, ws, "action")
         if not reason:
@@ -1019,12 +1027,10 @@ class Dashboard:
         else:
             async with ws.db() as conn:
                 try:
-                    row = await (await conn.execute(call, params)).fetchone()
-                    outcome = Outcome(
-                        target, True, f"{action} by {ws.login}: now {row[0] if row else '?'}"
-                    )
+                    state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
+                    outcome = Outcome(target, True, f"{action} by {ws.login}: now {state}")
                     log.info("%s: %s %s", ws.login, action, target)
-                except psycopg.Error as exc:
+                except (errors.UndoLogError, psycopg.Error) as exc:
                     if conn.closed and isinstance(exc, psycopg.OperationalError):
                         raise  # the person's connection is gone: _database_error says so
                     status, text = engine_error(exc)
@@ -1109,13 +1115,8 @@ class Dashboard:
             return await self._show_session(request, ws, session_id, 422, [outcome])
         async with ws.db() as conn:
             try:
-                row = await (
-                    await conn.execute(
-                        "SELECT undolog.rollback_to(%s, %s, %s, %s)",
-                        (session_id, step, reason, ws.login),
-                    )
-                ).fetchone()
-            except psycopg.Error as exc:
+                state = await asaga.rollback_to(conn, session_id, step, reason, ws.login)
+            except (errors.UndoLogError, psycopg.Error) as exc:
                 if conn.closed and isinstance(exc, psycopg.OperationalError):
                     raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
@@ -1126,7 +1127,7 @@ class Dashboard:
         done = Outcome(
             target,
             True,
-            f"undo from step {step} by {ws.login}: now {row[0] if row else '?'}; "
+            f"undo from step {step} by {ws.login}: now {state}; "
             f"the walk undoes {len(plan)} call(s), then the session goes on",
         )
         return self._after(request, ws, [done], f"/sessions/{session_id}")

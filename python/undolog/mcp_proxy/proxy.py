@@ -55,7 +55,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from psycopg_pool import AsyncConnectionPool
 
-from undolog import aengine, engine, walk
+from undolog import aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL, DECISIONS
 from undolog.errors import (
     InvalidArgument,
@@ -477,7 +477,7 @@ class McpProxy:
                 calls = approved
             try:
                 async with self.pool.connection() as conn:
-                    await aengine.rollback_last(conn, ps.session_id, calls, reason)
+                    await asaga.rollback_last(conn, ps.session_id, calls, reason)
             except NothingToUndo:
                 return _error(
                     f"{UNDO_LAST_TOOL}: nothing was undone: this session has fewer than "
@@ -565,7 +565,7 @@ class McpProxy:
         )
         try:
             async with self.pool.connection() as conn:
-                plan = await aengine.rollback_to_plan(conn, ps.session_id, 0)
+                plan = await asaga.rollback_to_plan(conn, ps.session_id, 0)
         except (UndoLogError, psycopg.Error) as exc:
             return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
         above = next((i for i, p in enumerate(plan) if p.effect_id == effect_id), None)

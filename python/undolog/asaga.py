@@ -1,0 +1,166 @@
+"""The undo walk from Python: one function per SQL function of the saga, one round trip each.
+
+Two twins with the same functions: ``undolog.asaga`` on a ``psycopg.AsyncConnection``
+(awaited; the source, written by hand) and ``undolog.saga`` on a ``psycopg.Connection``
+(generated from it by tools/async_to_sync.py). Their records (Claim, PlannedUndo) are
+one type for both (undolog.saga_records).
+
+A walker loops on :func:`claim_compensation` for a failed session, runs the compensation
+it is handed (passing ``undo_id`` as the idempotency key), then reports the outcome with
+:func:`complete_compensation` or :func:`fail_compensation`. ``None`` from the claim means
+nothing is due right now: the walk is over when the session is no longer
+``compensating`` (``compensated``, or ``halted`` for an operator). :func:`recover` names
+the sessions whose walk must run. The operator functions move a halted session on.
+
+These functions need the ``undolog_operator`` role. Database errors of the project's
+class come out as ``UndoLogError`` subclasses (undolog.errors).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from undolog.aengine import AsyncConnection, fetch_all, fetch_one
+from undolog.queries import QUERIES
+from undolog.saga_records import Claim, PlannedUndo, plan_of
+
+__all__ = [
+    "Claim",
+    "PlannedUndo",
+    "abandon_session",
+    "claim_compensation",
+    "complete_compensation",
+    "fail_compensation",
+    "recover",
+    "resume_session",
+    "retry_compensation",
+    "rollback_last",
+    "rollback_session",
+    "rollback_to",
+    "rollback_to_plan",
+]
+
+
+async def _text(conn: AsyncConnection, query: str, params: dict[str, Any]) -> str:
+    row = await fetch_one(conn, query, params)
+    return str(row[0])
+
+
+async def recover(conn: AsyncConnection) -> list[uuid.UUID]:
+    """Fail the sessions whose lease expired; answer every session whose walk must run."""
+    rows = await fetch_all(conn, QUERIES["recover"])
+    return [uuid.UUID(str(r[0])) for r in rows]
+
+
+async def claim_compensation(
+    conn: AsyncConnection, session_id: uuid.UUID, claim_timeout: timedelta | None = None
+) -> Claim | None:
+    """The session's next compensation (strictly LIFO), or None when none is due."""
+    rows = await fetch_all(
+        conn,
+        QUERIES["claim_compensation"],
+        {"session_id": session_id, "claim_timeout": claim_timeout},
+    )
+    if not rows:
+        return None
+    (row,) = rows
+    undo_id, effect_id, tool_name, compensation, args, result_snapshot, attempt = row
+    return Claim(
+        undo_id=undo_id,
+        effect_id=effect_id,
+        tool_name=str(tool_name),
+        compensation=dict(compensation),
+        args=dict(args),
+        result_snapshot=result_snapshot,
+        attempt=int(attempt),
+    )
+
+
+async def complete_compensation(
+    conn: AsyncConnection, undo_id: uuid.UUID, attempt: int | None = None
+) -> None:
+    """The compensation succeeded. Pass the claim's attempt to refuse a stale report."""
+    await fetch_one(
+        conn, QUERIES["complete_compensation"], {"undo_id": undo_id, "attempt": attempt}
+    )
+
+
+async def fail_compensation(
+    conn: AsyncConnection, undo_id: uuid.UUID, error: str, attempt: int | None = None
+) -> str:
+    """The compensation raised: answers 'retry' or 'compensation_failed' (session halted)."""
+    return await _text(
+        conn,
+        QUERIES["fail_compensation"],
+        {"undo_id": undo_id, "error": error, "attempt": attempt},
+    )
+
+
+async def resume_session(
+    conn: AsyncConnection, session_id: uuid.UUID, by: str, reason: str | None = None
+) -> str:
+    """Move a halted walk on past the entry it stopped at; answers the new session state."""
+    return await _text(
+        conn, QUERIES["resume_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
+
+
+async def retry_compensation(
+    conn: AsyncConnection, undo_id: uuid.UUID, by: str, reason: str | None = None
+) -> str:
+    """Give a compensation that failed for good one more attempt; answers the session state."""
+    return await _text(
+        conn, QUERIES["retry_compensation"], {"undo_id": undo_id, "by": by, "reason": reason}
+    )
+
+
+async def abandon_session(
+    conn: AsyncConnection, session_id: uuid.UUID, by: str, reason: str
+) -> str:
+    """Close a halted session as resolved by hand; it stays halted. Answers its state."""
+    return await _text(
+        conn, QUERIES["abandon_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
+
+
+async def rollback_session(
+    conn: AsyncConnection, session_id: uuid.UUID, by: str, reason: str
+) -> str:
+    """Stop an active or waiting session and have its work undone; answers its new state."""
+    return await _text(
+        conn, QUERIES["rollback_session"], {"session_id": session_id, "by": by, "reason": reason}
+    )
+
+
+async def rollback_to_plan(
+    conn: AsyncConnection, session_id: uuid.UUID, step: int
+) -> list[PlannedUndo]:
+    """What rollback_to(session, step) would undo, last first. Read only."""
+    params = {"session_id": session_id, "step": step}
+    return plan_of(await fetch_all(conn, QUERIES["rollback_to_plan"], params))
+
+
+async def rollback_to(
+    conn: AsyncConnection, session_id: uuid.UUID, step: int, reason: str, by: str | None = None
+) -> str:
+    """Undo a live session's calls from the top of its stack down to ``step``, then let it
+    go on: answers 'compensating' (the walk then runs, as a failed session's does)."""
+    return await _text(
+        conn,
+        QUERIES["rollback_to"],
+        {"session_id": session_id, "step": step, "reason": reason, "by": by},
+    )
+
+
+async def rollback_last(
+    conn: AsyncConnection, session_id: uuid.UUID, count: int, reason: str, by: str | None = None
+) -> str:
+    """rollback_to for the session's last ``count`` calls still to undo, in the walk's
+    order: answers 'compensating'."""
+    return await _text(
+        conn,
+        QUERIES["rollback_last"],
+        {"session_id": session_id, "count": count, "reason": reason, "by": by},
+    )
