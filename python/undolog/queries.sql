@@ -336,3 +336,57 @@ LISTEN undolog_approvals
 -- name: listen_notifications
 -- The delivery worker's other wake-up: an operator's retry, or a new channel.
 LISTEN undolog_notifications
+
+-- name: enqueue_notifications
+-- The delivery worker (operator): queue a delivery of each pending request on each live
+-- channel not yet queued; answers how many.
+SELECT undolog.enqueue_notifications()
+
+-- name: claim_notification
+-- The oldest due delivery, now this worker's for the lease; no row when none is due.
+SELECT * FROM undolog.claim_notification(p_lease => %(lease)s)
+
+-- name: finish_notification
+-- One attempt's outcome (error NULL: sent); answers the delivery's state, or 'stale'.
+SELECT undolog.finish_notification(
+    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s
+)
+
+-- name: add_notification_channel
+-- An operator adds a channel (webhook or email) that announces approval requests.
+SELECT undolog.add_notification_channel(
+    p_name => %(name)s,
+    p_kind => %(kind)s,
+    p_target => %(target)s,
+    p_config => %(config)s,
+    p_secret => %(secret)s,
+    p_dashboard_url => %(dashboard_url)s,
+    p_by => %(by)s
+)
+
+-- name: remove_notification_channel
+-- An operator removes a live channel; its deliveries not yet sent are cancelled.
+SELECT undolog.remove_notification_channel(p_name => %(name)s, p_by => %(by)s)
+
+-- name: retry_notification
+-- An operator sends a delivery again now; answers its new max_attempts.
+SELECT undolog.retry_notification(p_delivery_id => %(delivery_id)s, p_by => %(by)s)
+
+-- name: notification_channels
+-- `undolog notify list`: the live channels, or every channel with all.
+SELECT * FROM undolog.notification_channels
+WHERE live OR %(all)s
+ORDER BY live DESC, channel_name, created_at
+
+-- name: notification_deliveries
+-- `undolog notify deliveries`: the latest deliveries, of one request or in one state when
+-- given; next_attempt only for a delivery still due.
+SELECT
+    *,
+    CASE WHEN state = 'pending' THEN next_attempt_at END AS next_attempt
+FROM undolog.notification_deliveries
+WHERE
+    (%(approval_id)s::uuid IS NULL OR approval_id = %(approval_id)s)
+    AND (%(state)s::text IS NULL OR state = %(state)s)
+ORDER BY created_at DESC, channel_name
+LIMIT %(limit)s
