@@ -33,7 +33,7 @@ UNDO = {"name": "delete_user", "args": {"soft": True}}
 DECIDER = "ada@example.com"
 
 # What the last release's views answered, to be answered the same after the upgrade: the
-# columns the old view had (a release may add columns, never change the old ones').
+# columns the old view had (a release may add columns, never change the old ones).
 VIEWS = ["session_state_history", "effect_timeline", "decided_approvals", "pending_approvals"]
 VIEWS_ORDER = {"session_state_history": "session_id, history_id"}
 NOW_DEPENDENT = {"age"}  # pending_approvals: now() - requested_at
@@ -182,10 +182,6 @@ def states(c: Conn, sid: uuid.UUID) -> list[tuple[str | None, str]]:
     return [(r[0], r[1]) for r in rows]
 
 
-def state(c: Conn, sid: uuid.UUID) -> str:
-    return engine.session_state(c, sid)
-
-
 @pytest.mark.unregistered_tools  # the old engine's registrations must serve on their own
 def test_an_upgrade_keeps_sessions_in_every_state(
     fresh_db: Callable[..., str],
@@ -206,7 +202,7 @@ def test_an_upgrade_keeps_sessions_in_every_state(
 
         # the same answers, straight after the upgrade
         assert answers(c, {view: names for view, (names, _) in before.items()}) == before
-        assert {name: state(c, old[name]) for name in STATES} == STATES
+        assert {name: engine.session_state(c, old[name]) for name in STATES} == STATES
 
         # the history chains: the migration that added them linked the rows written
         # before it (0011_hash_chain), so verify finds nothing to report
@@ -245,7 +241,7 @@ def test_an_upgrade_keeps_sessions_in_every_state(
         assert approvals.approve(c, old["awaiting_approval"], DECIDER, "fine") == "approved"
         for name, to in (("awaiting", {"to": "ada"}), ("approved", {"to": "bob"})):
             sid = old[name]
-            assert state(c, sid) == "active"
+            assert engine.session_state(c, sid) == "active"
             run = engine.intercept(c, sid, 0, "send_email", "irreversible", to)
             assert run.action == "execute" and run.effect_id is not None
             engine.commit(c, run.effect_id, {"sent": name})
@@ -265,7 +261,7 @@ def test_an_upgrade_keeps_sessions_in_every_state(
         assert (refused.action, refused.approval_id) == ("rejected", old["rejected_approval"])
         with pytest.raises(ApprovalAlreadyDecided):
             approvals.approve(c, old["rejected_approval"], DECIDER)
-        assert state(c, old["rejected"]) == "compensated"
+        assert engine.session_state(c, old["rejected"]) == "compensated"
 
         # the history: what the old release recorded, then what happened since
         walked = [("failed", "compensating"), ("compensating", "compensated")]
