@@ -29,12 +29,14 @@ MODULES: dict[str, str] = {
     "aapprovals.py": "approvals.py",
     "asaga.py": "saga.py",
     "aclient.py": "client_sync.py",
+    "adecorator.py": "decorator_sync.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
 NAMES: dict[str, str] = {
     "aapprovals": "approvals",
     "aclient": "client_sync",
+    "adecorator": "decorator_sync",
     "aengine": "engine",
     "asaga": "saga",
     "_acompat": "_compat",  # the pair holding what the twins do their own way

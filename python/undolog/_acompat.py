@@ -1,7 +1,7 @@
-"""What the async session client does its own way, for undolog.aclient: the heartbeat
-is an asyncio task, waits are awaited, and the undo walk (sync SQL) runs in a worker
-thread. undolog._compat is the sync pair, with the same names, for the module generated
-from aclient (tools/async_to_sync.py renames ``_acompat`` to ``_compat``)."""
+"""What the async twins do their own way, for undolog.aclient and undolog.adecorator:
+the heartbeat is an asyncio task, waits are awaited, and the undo walk (sync SQL) runs in
+a worker thread. undolog._compat is the sync pair, with the same names, for the modules
+generated from them (tools/async_to_sync.py renames ``_acompat`` to ``_compat``)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,7 @@ async def walking(
             return job(conn, loop)
 
     return await asyncio.to_thread(in_thread)
+
+
+# Which sessions this side's journaled tools run in (ActiveSession.is_async).
+ASYNC = True

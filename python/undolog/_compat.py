@@ -1,6 +1,6 @@
-"""What the sync session client does its own way (the pair of undolog._acompat, with
-the same names): the heartbeat is a daemon thread, waits block, and the undo walk runs
-on one of the client's connections."""
+"""What the sync twins (undolog.client_sync, undolog.decorator_sync) do their own way
+(the pair of undolog._acompat, with the same names): the heartbeat is a daemon thread,
+waits block, and the undo walk runs on one of the client's connections."""
 
 from __future__ import annotations
 
@@ -57,3 +57,7 @@ def walking(
         return job(on, None)
     with client.connection() as conn:
         return job(conn, None)
+
+
+# Which sessions this side's journaled tools run in (ActiveSession.is_async).
+ASYNC = False
