@@ -23,6 +23,7 @@ import inspect
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
@@ -140,7 +141,13 @@ class PreparedCall:
     step_index: int
     args: dict[str, Any]
     signature: str
-    hot: engine.HotCall
+    args_json: str  # the canonical JSON the signature was computed over
+
+    def hot(self, session: ActiveSession, tool_id: uuid.UUID) -> engine.HotCall:
+        """The call as intercept_tool sends it, for the tool's registration ``tool_id``."""
+        return engine.HotCall(
+            session.session_id, tool_id, self.step_index, self.args_json, self.signature
+        )
 
 
 def _prepare(
@@ -152,20 +159,7 @@ def _prepare(
         raise InvalidArgument(f"step_index must be an integer in 0..{engine.MAX_STEP_INDEX}")
     signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
     check_storable(arguments)  # what can be signed but not stored: refused before sending
-    hot = engine.HotCall(
-        session.session_id,
-        step,
-        spec.name,
-        spec.tier.value,
-        args_json,
-        _compensation_json(spec),
-        signature,
-    )
-    return PreparedCall(step, arguments, signature, hot)
-
-
-def _compensation_json(spec: ToolSpec) -> str | None:
-    return None if spec.compensation is None else json.dumps(spec.compensation.to_json())
+    return PreparedCall(step, arguments, signature, args_json)
 
 
 def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]:
@@ -182,24 +176,31 @@ def _registration(spec: ToolSpec) -> tuple[str, str, dict[str, Any] | None, str]
 
 
 # The engine admits a call only for a tool registered for the session's owner, and takes
-# the compensation from the registration: a tool's first call on a connection registers
-# it (idempotent; a different definition raises ToolRegistrationMismatch), the answer is
-# cached. A cached answer that the engine no longer knows (the tool was retired, or the
+# its tier and compensation from the registration: a tool's first call on a connection
+# registers it (idempotent; a different definition raises ToolRegistrationMismatch), and
+# the tool_id it answers is cached; every call then names the tool by that id
+# (intercept_tool), so that the engine checks the tool once, not on every call. A cached
+# id that the engine no longer admits (UnknownTool: the tool was retired, or the
 # connection's id was reused by another login's connection) is registered again once.
-def _register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> None:
+def _register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> uuid.UUID:
     key = _registration_key(spec, session)
-    if again or key not in session.registered_tools:
+    tool_id = None if again else session.registered_tools.get(key)
+    if tool_id is None:
         conn = cast(engine.Connection, session.connection)
-        session.registered_tools[key] = engine.register_tool(conn, *_registration(spec))
+        tool_id = session.registered_tools[key] = engine.register_tool(conn, *_registration(spec))
+    return tool_id
 
 
-async def _aregister(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> None:
+async def _aregister(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> uuid.UUID:
     from undolog import aengine
 
     key = _registration_key(spec, session)
-    if again or key not in session.registered_tools:
+    tool_id = None if again else session.registered_tools.get(key)
+    if tool_id is None:
         conn = cast(aengine.AsyncConnection, session.connection)
-        session.registered_tools[key] = await aengine.register_tool(conn, *_registration(spec))
+        tool_id = await aengine.register_tool(conn, *_registration(spec))
+        session.registered_tools[key] = tool_id
+    return tool_id
 
 
 def _intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> engine.Interception:
@@ -207,12 +208,12 @@ def _intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> en
     without waiting). An error in that answer is raised here, before this call runs."""
     conn = cast(engine.Connection, session.connection)
     try:
-        _register(spec, session)
+        tool_id = _register(spec, session)
         try:
-            got = engine.intercept_hot(conn, call.hot)
+            got = engine.intercept_hot(conn, call.hot(session, tool_id))
         except UnknownTool:
-            _register(spec, session, again=True)
-            got = engine.intercept_hot(conn, call.hot)
+            tool_id = _register(spec, session, again=True)
+            got = engine.intercept_hot(conn, call.hot(session, tool_id))
     except BaseException as exc:
         if (earlier := engine.take_unsettled(conn)) is not None:
             raise earlier from exc
@@ -241,12 +242,12 @@ async def _aintercept(
 
     conn = cast(aengine.AsyncConnection, session.connection)
     try:
-        await _aregister(spec, session)
+        tool_id = await _aregister(spec, session)
         try:
-            got = await aengine.intercept_hot(conn, call.hot)
+            got = await aengine.intercept_hot(conn, call.hot(session, tool_id))
         except UnknownTool:
-            await _aregister(spec, session, again=True)
-            got = await aengine.intercept_hot(conn, call.hot)
+            tool_id = await _aregister(spec, session, again=True)
+            got = await aengine.intercept_hot(conn, call.hot(session, tool_id))
     except BaseException as exc:
         if (earlier := engine.take_unsettled(conn)) is not None:
             raise earlier from exc
