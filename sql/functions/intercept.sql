@@ -34,6 +34,9 @@
 -- crash loses a counter, never an effect. Only when the replay is the transaction's
 -- first write (no transaction id before it): after an intent, or anything else written
 -- earlier in the same transaction, the client's setting stays.
+-- The body is journal_call's, shared with intercept_tool, which names the tool by its
+-- registration's id instead (the binding's hot path: the tool checked once, when it was
+-- registered, not on every call).
 CREATE OR REPLACE FUNCTION undolog.intercept(
     p_session_id uuid,
     p_step_index integer,
