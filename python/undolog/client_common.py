@@ -130,7 +130,8 @@ class _Base:
         self.durable_results = durable_results
         self.compensations: dict[str, Callable[..., Any]] = {}
         # Which decorated tools were registered (undolog.register_tool) on which of our
-        # connections: (id(connection), tool name) -> tool_id. See ActiveSession.
+        # connections: (id(connection), tool name) -> tool_id, which each call of the tool
+        # there names (intercept_tool). See ActiveSession and adecorator.register.
         self.registered_tools: dict[tuple[int, str], uuid.UUID] = {}
 
     def _in_progress_wait(self, given: float | timedelta | None) -> float:

@@ -11,6 +11,7 @@ import inspect
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,13 @@ class PreparedCall:
     step_index: int
     args: dict[str, Any]
     signature: str
-    hot: engine.HotCall
+    args_json: str  # the canonical JSON the signature was computed over
+
+    def hot(self, session: ActiveSession, tool_id: uuid.UUID) -> engine.HotCall:
+        """The call as intercept_tool sends it, for the tool's registration ``tool_id``."""
+        return engine.HotCall(
+            session.session_id, tool_id, self.step_index, self.args_json, self.signature
+        )
 
 
 def _prepare(
@@ -128,20 +135,7 @@ def _prepare(
         raise InvalidArgument(f"step_index must be an integer in 0..{engine.MAX_STEP_INDEX}")
     signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
     check_storable(arguments)  # what can be signed but not stored: refused before sending
-    hot = engine.HotCall(
-        session.session_id,
-        step,
-        spec.name,
-        spec.tier.value,
-        args_json,
-        _compensation_json(spec),
-        signature,
-    )
-    return PreparedCall(step, arguments, signature, hot)
-
-
-def _compensation_json(spec: ToolSpec) -> str | None:
-    return None if spec.compensation is None else json.dumps(spec.compensation.to_json())
+    return PreparedCall(step, arguments, signature, args_json)
 
 
 def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -54,15 +55,20 @@ from undolog.tiers import ToolTier
 
 
 # The engine admits a call only for a tool registered for the session's owner, and takes
-# the compensation from the registration: a tool's first call on a connection registers
-# it (idempotent; a different definition raises ToolRegistrationMismatch), the answer is
-# cached. A cached answer that the engine no longer knows (the tool was retired, or the
+# its tier and compensation from the registration: a tool's first call on a connection
+# registers it (idempotent; a different definition raises ToolRegistrationMismatch), and
+# the tool_id it answers is cached; every call then names the tool by that id
+# (intercept_tool), so that the engine checks the tool once, not on every call. A cached
+# id that the engine no longer admits (UnknownTool: the tool was retired, or the
 # connection's id was reused by another login's connection) is registered again once.
-def register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> None:
+def register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> uuid.UUID:
     key = _registration_key(spec, session)
-    if again or key not in session.registered_tools:
+    tool_id = None if again else session.registered_tools.get(key)
+    if tool_id is None:
         conn = cast(engine.Connection, session.connection)
-        session.registered_tools[key] = engine.register_tool(conn, *_registration(spec))
+        tool_id = engine.register_tool(conn, *_registration(spec))
+        session.registered_tools[key] = tool_id
+    return tool_id
 
 
 def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Interception:
@@ -70,12 +76,12 @@ def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Int
     without waiting). An error in that answer is raised here, before this call runs."""
     conn = cast(engine.Connection, session.connection)
     try:
-        register(spec, session)
+        tool_id = register(spec, session)
         try:
-            got = engine.intercept_hot(conn, call.hot)
+            got = engine.intercept_hot(conn, call.hot(session, tool_id))
         except UnknownTool:
-            register(spec, session, again=True)
-            got = engine.intercept_hot(conn, call.hot)
+            tool_id = register(spec, session, again=True)
+            got = engine.intercept_hot(conn, call.hot(session, tool_id))
     except BaseException as exc:
         if (earlier := take_unsettled(conn)) is not None:
             raise earlier from exc

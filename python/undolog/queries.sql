@@ -9,6 +9,17 @@ SELECT undolog.complete_session(p_session_id => %(session_id)s)
 -- A session's end, when its agent failed: the undo walk is due.
 SELECT undolog.fail_session(p_session_id => %(session_id)s, p_error => %(error)s)
 
+-- name: intercept_tool
+-- A journaled call of a registered tool, named by the tool_id register_tool answered:
+-- engine.intercept_tool, and the hot path, which prepares it with these parameters in
+-- this order as $1..$5 (engine.HOT_INTERCEPT_PARAMS). The casts type the hot path's
+-- text parameters.
+SELECT effect_id, action, state, result_snapshot, approval_id
+FROM undolog.intercept_tool(
+    p_session_id => %(session_id)s::uuid, p_tool_id => %(tool_id)s::uuid,
+    p_step_index => %(step_index)s::integer, p_args => %(args)s::jsonb,
+    p_call_signature => %(call_signature)s::text)
+
 -- name: approve
 -- A human allows an irreversible call (role undolog_approver): the agent's next try runs it.
 SELECT undolog.approve(
