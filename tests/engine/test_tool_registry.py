@@ -15,16 +15,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
 
 from undolog import UndoLog, engine, errors, undolog_tool
 from undolog.signature import call_signature
 from undolog.tiers import CompensationDescriptor, ToolTier
+from worker_support import WorkerProcess, app_dir, failed_session, start_worker, wait_until
 
 Conn = psycopg.Connection[Any]
 PAYOUT = {"name": "mcp:payments/process_payout", "args": {"to": "mallory", "cents": 10**6}}
 
-__all__ = ["app_dir", "start_worker"]  # fixtures of test_worker, used here
+__all__ = ["app_dir", "start_worker"]  # fixtures of worker_support, used here
 
 
 @pytest.fixture
