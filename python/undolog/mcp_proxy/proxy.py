@@ -60,6 +60,7 @@ from undolog.approvals import CHANNEL, DECISIONS
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
+    LateResult,
     NothingToUndo,
     PayloadTooLarge,
     PermissionDenied,
@@ -67,6 +68,7 @@ from undolog.errors import (
     SignatureError,
     UndoLogError,
 )
+from undolog.mcp_proxy.metrics import ProxyMetrics, UpstreamError
 from undolog.mcp_proxy.policy import (
     MappingError,
     Policy,
@@ -177,6 +179,15 @@ def _told_edit(result: types.CallToolResult, edit: engine.ApprovalEdit) -> types
     return result.model_copy(update={"content": [note, *result.content], "meta": meta})
 
 
+def upstream_error_kind(exc: Exception) -> UpstreamError:
+    """How an upstream call failed, as the metrics count it."""
+    if isinstance(exc, UpstreamDown):
+        return "down"
+    if isinstance(exc, OutcomeUnknown):
+        return "no_answer"
+    return "protocol"
+
+
 def _error_text(result: types.CallToolResult) -> str:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     return ("upstream error: " + " ".join(texts))[:2000]
@@ -258,6 +269,8 @@ class McpProxy:
                     raise ValueError(f"two upstream tools would both be called {exposed!r}")
                 self.routes[exposed] = route
         self.sessions: dict[uuid.UUID, ProxySession] = {}
+        self.metrics = ProxyMetrics(tuple(upstreams))
+        self.metrics.sessions = lambda: sum(1 for ps in self.sessions.values() if ps.began)
         self.by_handle: dict[str, ProxySession] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
@@ -889,10 +902,7 @@ class McpProxy:
         if shared:
             upstream = self.upstreams[route.upstream]
             if route.policy.tier == "safe":
-                try:
-                    return await upstream.call(route.tool, args)
-                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-                    return _error(f"{name}: {exc}")
+                return await self._safe(name, route, upstream, args)
             try:
                 await upstream.ensure_connected()  # nothing is journaled for a call not sent
             except UpstreamDown as exc:
@@ -911,10 +921,7 @@ class McpProxy:
                 except UpstreamDown as exc:
                     return _error(f"{name} was not run: {exc}")
             if route.policy.tier == "safe":
-                try:
-                    result = await upstream.call(route.tool, args)
-                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-                    result = _error(f"{name}: {exc}")
+                result = await self._safe(name, route, upstream, args)
             else:
                 try:
                     await self.begin(ps)
@@ -932,6 +939,21 @@ class McpProxy:
         return result.model_copy(
             update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
         )
+
+    async def _safe(
+        self, name: str, route: Route, upstream: UpstreamConnection, args: dict[str, Any]
+    ) -> types.CallToolResult:
+        """A SAFE call: forwarded as is, nothing journaled."""
+        try:
+            result = await upstream.call(route.tool, args)
+        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            self.metrics.call("safe", "failed")
+            self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
+            return _error(f"{name}: {exc}")
+        self.metrics.call("safe", "relayed")
+        if result.is_error:
+            self.metrics.upstream_error(route.upstream, "error_result")
+        return result
 
     async def _instance(self, ps: ProxySession, upstream: str) -> UpstreamConnection:
         """The session's own process of a per-session upstream, started at its first call
@@ -1052,22 +1074,32 @@ class McpProxy:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
             # It may have acted: the effect stays executing, so the walk compensates it.
+            self.metrics.upstream_error(route.upstream, "no_answer")
             return _unknown(name, str(exc)), "unknown"
         except (UpstreamDown, MCPError) as exc:
+            self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
             await self._record(engine.FAIL, effect_id, f"not run: {exc}"[:2000])
             return _error(f"{name} was not run: {exc}"), "failed"
         if result.is_error:
+            self.metrics.upstream_error(route.upstream, "error_result")
             await self._record(engine.FAIL, effect_id, _error_text(result))
             return result, "failed"
         if not wait:
             return result, "ran"
-        unknown = await self._commit(effect_id, name, route, result)
+        unknown = await self._commit(effect_id, name, route, result, answered=False)
         return (result, "done") if unknown is None else (unknown, "unknown")
 
     async def _commit(
-        self, effect_id: uuid.UUID, name: str, route: Route, result: types.CallToolResult
+        self,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        result: types.CallToolResult,
+        *,
+        answered: bool,
     ) -> types.CallToolResult | None:
-        """Record a call's result: None, or the answer that its outcome is unknown."""
+        """Record a call's result: None, or the answer that its outcome is unknown
+        (``answered``: the client already has the result)."""
         try:
             try:
                 async with self.pool.connection() as conn:
@@ -1079,6 +1111,9 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
+            self.metrics.unrecorded_result(
+                "late" if isinstance(exc, LateResult) else "error", answered
+            )
             return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
         return None
 
@@ -1097,7 +1132,7 @@ class McpProxy:
         the same call made again is that call (never run twice), the session's next call
         is refused with the reason, and the session is rolled back when it ends (its
         effect stays executing)."""
-        unknown = await self._commit(effect_id, name, route, result)
+        unknown = await self._commit(effect_id, name, route, result, answered=True)
         if unknown is not None:
             ps.unknown[key] = step
             _give_back(ps, key, step)
@@ -1140,11 +1175,24 @@ class McpProxy:
         upstream: UpstreamConnection,
         args: dict[str, Any],
     ) -> types.CallToolResult:
+        result, outcome = await self._compensable_call(ps, name, route, upstream, args)
+        self.metrics.call("compensable", outcome)
+        return result
+
+    async def _compensable_call(
+        self,
+        ps: ProxySession,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+    ) -> tuple[types.CallToolResult, str]:
+        """The call's answer, and its outcome as the metrics count it."""
         key = _call_key(name, args)
         if key is None:
-            return _error(f"{name}: the arguments cannot be journaled exactly as JSON")
+            return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
         if (refused := await self._unrecorded(ps, name)) is not None:
-            return refused
+            return refused, "refused"
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
             # after a restart, where numbering starts over), never a new step to run.
@@ -1155,33 +1203,34 @@ class McpProxy:
         icpt = await self._intercept(ps, step, route, args, self._descriptor(route))
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
-            return icpt
+            return icpt, "refused"
         if icpt.action == "replay":
-            return types.CallToolResult.model_validate(icpt.result_snapshot)
+            return types.CallToolResult.model_validate(icpt.result_snapshot), "replayed"
         if icpt.action == "execute":
             assert icpt.effect_id is not None
+            durable = self.policy.durable_results
             result, outcome = await self._execute(
-                icpt.effect_id, name, route, upstream, args, wait=False
+                icpt.effect_id, name, route, upstream, args, wait=durable
             )
             if outcome == "ran":  # the client's answer does not wait for the journal's
                 ps.recording = asyncio.create_task(
                     self._record_later(ps, key, step, icpt.effect_id, name, route, result)
                 )
-                return result
+                return result, "executed"
             if outcome == "unknown":
                 ps.unknown[key] = step
             if outcome != "done":
                 _give_back(ps, key, step)
-            return result
+            return result, {"done": "executed", "unknown": "unknown"}.get(outcome, "failed")
         if icpt.action == "in_progress" and key in ps.unknown:
-            return _unknown(name, "an earlier identical call got no answer")
+            return _unknown(name, "an earlier identical call got no answer"), "unknown"
         if icpt.action == "in_progress":
             return _error(
                 f"{name}: this very call is running now, or its outcome is unknown (the proxy "
                 "stopped while it ran): it will not be run twice; the session will be rolled "
                 "back when it ends"
-            )
-        return _error(f"{name}: unexpected journal answer {icpt.action!r}")
+            ), "refused"
+        return _error(f"{name}: unexpected journal answer {icpt.action!r}"), "refused"
 
     async def _irreversible(
         self,
@@ -1192,18 +1241,33 @@ class McpProxy:
         upstream: UpstreamConnection,
         args: dict[str, Any],
     ) -> types.CallToolResult:
+        result, outcome = await self._irreversible_call(ctx, ps, name, route, upstream, args)
+        self.metrics.call("irreversible", outcome)
+        return result
+
+    async def _irreversible_call(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        ps: ProxySession,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+    ) -> tuple[types.CallToolResult, str]:
+        """The call's answer, and its outcome as the metrics count it (each hold begun is
+        counted as it begins)."""
         key = _call_key(name, args) or name
         if (refused := await self._unrecorded(ps, name)) is not None:
-            return refused
+            return refused, "refused"
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
             icpt = await self._intercept(ps, 0, route, args, None)
             if isinstance(icpt, types.CallToolResult):
-                return icpt
+                return icpt, "refused"
             if icpt.action == "replay":
                 replayed = types.CallToolResult.model_validate(icpt.result_snapshot)
                 assert icpt.effect_id is not None
                 edit = await self._edit(ps, icpt.effect_id)
-                return replayed if edit is None else _told_edit(replayed, edit)
+                return (replayed if edit is None else _told_edit(replayed, edit)), "replayed"
             if icpt.action == "execute":
                 assert icpt.effect_id is not None
                 edit = None
@@ -1215,23 +1279,24 @@ class McpProxy:
                             f"{icpt.approval_id}) that could not be read: not run"
                         )
                         await self._record(engine.FAIL, icpt.effect_id, why)
-                        return _error(f"{why}; make the very same call again")
+                        return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
                 result, outcome = await self._execute(
                     icpt.effect_id, name, route, upstream, run_args
                 )
                 if outcome == "unknown":
                     ps.unknown[key] = 0
-                return result if edit is None or outcome != "done" else _told_edit(result, edit)
+                told = result if edit is None or outcome != "done" else _told_edit(result, edit)
+                return told, {"done": "approved", "unknown": "unknown"}.get(outcome, "failed")
             if icpt.action == "rejected":
-                return await self._rejected(ps, name, route, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
             if icpt.action == "in_progress" and key in ps.unknown:
-                return _unknown(name, "an earlier identical call got no answer")
+                return _unknown(name, "an earlier identical call got no answer"), "unknown"
             if icpt.action == "in_progress":
                 return _error(
                     f"{name}: this very call is running now, or its outcome is unknown: it "
                     "will not be run twice"
-                )
+                ), "refused"
             assert icpt.approval_id is not None
             cap = self.policy.max_holds_per_client
             if ps.holds >= cap:
@@ -1240,8 +1305,9 @@ class McpProxy:
                     f"{icpt.approval_id}), and this client already has {cap} irreversible "
                     "calls held open, the most it may (proxy.max_holds_per_client). Nothing "
                     "was done. Make the very same call again later to learn the decision."
-                )
+                ), "refused"
             ps.holds += 1
+            self.metrics.call("irreversible", "held")
             try:
                 decision = await self._hold(ctx, icpt.approval_id)
             finally:
@@ -1254,10 +1320,10 @@ class McpProxy:
                     "it runs then, once; if rejected you are told so. Until the decision, "
                     "this session's other calls that act are refused. (Approvers: "
                     f"undolog approvals approve {icpt.approval_id} --by NAME)"
-                )
+                ), "timed_out"
             if decision != "approved":
-                return await self._rejected(ps, name, route, icpt.approval_id)
-        return _error(f"{name}: the journal's answers did not settle; ask again")
+                return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
+        return _error(f"{name}: the journal's answers did not settle; ask again"), "refused"
 
     async def _edit(self, ps: ProxySession, effect_id: uuid.UUID) -> engine.ApprovalEdit | None:
         """The edit an approver made to the call's arguments (None: none, or unreadable)."""
@@ -1343,6 +1409,7 @@ class McpProxy:
         await self._listen()
         wake = asyncio.Event()
         self._held.add(wake)
+        self.metrics.holds += 1
         try:
             while True:
                 wake.clear()
@@ -1369,6 +1436,7 @@ class McpProxy:
                 if self._listening is None or self._listening.done():
                     await self._listen()
         finally:
+            self.metrics.holds -= 1
             self._held.discard(wake)
 
 
