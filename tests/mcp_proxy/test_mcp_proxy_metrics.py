@@ -1,0 +1,209 @@
+"""The proxy's own metrics and its durable_results setting, with real processes: the
+SDK's MCP client drives `undolog mcp-proxy` over stdio, in front of
+tests/mcp_upstream_server.py, and the test scrapes the proxy's GET /metrics over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from mcp import Client, StdioServerParameters
+from test_mcp_proxy import (
+    ROOT,
+    _env,
+    _proxy_args,
+    derived_policy,
+    free_port,
+    names,
+    pending_approval,
+    run,
+    sessions,
+    text,
+    wait_for,
+)
+
+from undolog import approvals, saga
+from undolog.mcp_proxy.metrics import METRIC_NAMES, OUTCOMES
+from undolog.metrics import CONTENT_TYPE
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
+
+
+def client(config: Path, dsn: str, ledger: Path, *extra: str, mode: str = "auto") -> Client:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[*_proxy_args(config, dsn), *extra],
+        env=_env(ledger),
+        cwd=str(ROOT),
+    )
+    return Client(params, mode=mode, read_timeout_seconds=60)
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def samples(exposition: str) -> dict[str, float]:
+    """Each sample line's name{labels} -> value (labels as written)."""
+    out: dict[str, float] = {}
+    for line in exposition.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        match = SAMPLE.match(line)
+        assert match, line
+        out[match[1] + (match[2] or "")] = float(match[3])
+    return out
+
+
+def calls(seen: dict[str, float], tier: str, outcome: str) -> float:
+    return seen[f'undolog_proxy_calls_total{{tier="{tier}",outcome="{outcome}"}}']
+
+
+async def ascrape(port: int) -> dict[str, float]:
+    status, ctype, body = await asyncio.to_thread(scrape, port)
+    assert status == 200 and ctype == CONTENT_TYPE
+    return samples(body)
+
+
+def test_metrics_count_each_tiers_outcomes(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    policy = derived_policy(tmp_path, hold_seconds=3)
+    # the policy's key (the command line's --metrics-listen would win over it)
+    policy.write_text(
+        policy.read_text().replace(
+            "[proxy]\n", f'[proxy]\nmetrics_listen = "127.0.0.1:{port}"\n', 1
+        )
+    )
+    payout = {"account": "acc-1", "amount_cents": 500}
+
+    async def body() -> None:
+        async with client(policy, dsn, ledger, mode="legacy") as mcp:
+            start = await ascrape(port)
+            assert {k.split("{")[0] for k in start} == METRIC_NAMES
+            for tier, outcomes in OUTCOMES.items():  # every counter there from the start
+                assert all(calls(start, tier, o) == 0 for o in outcomes)
+            assert start["undolog_proxy_holds_in_progress"] == 0
+
+            assert not (await mcp.call_tool("crm__lookup_user", {"email": "a@x"})).is_error
+            bad = await mcp.call_tool("crm__lookup_user", {})  # the upstream answers an error
+            assert bad.is_error
+            made = await mcp.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
+            assert not made.is_error
+
+            held = asyncio.create_task(mcp.call_tool("payments__process_payout", payout))
+            during = await asyncio.to_thread(
+                wait_for,
+                lambda: (s := scrape(port)) and "undolog_proxy_holds_in_progress 1" in s[2],
+            )
+            assert during
+            timed_out = await held
+            assert timed_out.is_error and "NOT RUN YET" in text(timed_out)
+            approval_id = pending_approval(conn)
+            assert approval_id is not None
+            approvals.approve(conn, approval_id, "alice", "checked")
+            paid = await mcp.call_tool("payments__process_payout", payout)
+            assert not paid.is_error, text(paid)
+            replayed = await mcp.call_tool("payments__process_payout", payout)
+            assert replayed.structured_content == paid.structured_content
+
+            ((sid, _),) = sessions(conn)
+            assert saga.rollback_session(conn, sid, "alice", "wrong customer") == "failed"
+            refused = await mcp.call_tool("crm__create_user", {"email": "b@x", "name": "B"})
+            assert refused.is_error
+
+            seen = await ascrape(port)
+            assert calls(seen, "safe", "relayed") == 2
+            assert calls(seen, "safe", "failed") == 0
+            assert calls(seen, "compensable", "executed") == 1
+            assert calls(seen, "compensable", "refused") == 1
+            assert calls(seen, "irreversible", "held") == 1
+            assert calls(seen, "irreversible", "timed_out") == 1
+            assert calls(seen, "irreversible", "approved") == 1
+            assert calls(seen, "irreversible", "replayed") == 1
+            assert calls(seen, "irreversible", "rejected") == 0
+            assert seen["undolog_proxy_holds_in_progress"] == 0
+            assert seen['undolog_proxy_upstream_errors_total{upstream="crm",kind="error_result"}']
+            assert seen['undolog_proxy_upstream_errors_total{upstream="crm",kind="down"}'] == 0
+            assert seen['undolog_proxy_unrecorded_results_total{reason="late"}'] == 0
+            assert seen["undolog_proxy_sessions"] == 1
+            status, _, missing = await asyncio.to_thread(scrape, port, "/other")
+            assert status == 404 and "GET /metrics" in missing
+
+    run(body)
+    assert names(ledger).count("process_payout") == 1
+
+
+def _slow_commits(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Every commit of a result takes ``seconds`` longer (a journal slow to record)."""
+    conn.execute(
+        f"""
+        CREATE FUNCTION public.test_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.state = 'committed' THEN PERFORM pg_sleep({seconds}); END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER slow_commit BEFORE UPDATE ON undolog.undolog_effect_log
+            FOR EACH ROW EXECUTE FUNCTION public.test_slow_commit();
+        """
+    )
+
+
+@pytest.mark.parametrize("setting", ["off", "policy", "flag"])
+def test_durable_results_answer_after_the_commit(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, tmp_path: Path, setting: str
+) -> None:
+    """durable_results (the policy's key or --durable-results): the client's answer comes
+    once its result is committed; without it the answer comes first and the result is
+    recorded after."""
+    durable = setting != "off"
+    policy = derived_policy(tmp_path, hold_seconds=3)
+    extra = ["--durable-results"] if setting == "flag" else []
+    if setting == "policy":
+        policy.write_text(
+            policy.read_text().replace("[proxy]\n", "[proxy]\ndurable_results = true\n", 1)
+        )
+    _slow_commits(conn, 1.5)
+
+    def state() -> str:
+        row = conn.execute(
+            "SELECT state FROM undolog.undolog_effect_log WHERE tool_name = 'crm/create_user'"
+        ).fetchone()
+        return "none" if row is None else str(row[0])
+
+    async def body() -> tuple[str, float]:
+        async with client(policy, dsn, ledger, *extra) as mcp:
+            started = time.monotonic()
+            made = await mcp.call_tool("crm__create_user", {"email": "a@x", "name": "A"})
+            took = time.monotonic() - started
+            assert not made.is_error, text(made)
+            seen = await asyncio.to_thread(state)
+            # either way the result is committed in the end (the session's next call, or
+            # its end, waits for the recording)
+            await asyncio.to_thread(wait_for, lambda: state() == "committed")
+            return seen, took
+
+    seen, took = asyncio.run(body())
+    if durable:
+        assert seen == "committed" and took >= 1.5
+    else:
+        assert seen == "executing" and took < 1.5
+    assert [s for _, s in sessions(conn)] == ["completed"]
