@@ -34,6 +34,7 @@ from undolog import approvals, saga
 from undolog.mcp_proxy.metrics import METRIC_NAMES, OUTCOMES
 from undolog.metrics import CONTENT_TYPE
 
+
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     return tmp_path / "ledger.jsonl"
@@ -207,3 +208,13 @@ def test_durable_results_answer_after_the_commit(
     else:
         assert seen == "executing" and took < 1.5
     assert [s for _, s in sessions(conn)] == ["completed"]
+
+
+def test_every_proxy_metric_is_documented() -> None:
+    page = (ROOT / "docs" / "mcp-proxy.md").read_text(encoding="utf-8")
+    table = page[page.index("## Metrics") : page.index("## Performance")]
+    for name in METRIC_NAMES:
+        assert f"| `{name}` |" in table, name
+    for outcomes in OUTCOMES.values():
+        for outcome in outcomes:
+            assert f"`{outcome}`" in table, outcome
