@@ -40,6 +40,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -78,7 +79,7 @@ from undolog.mcp_proxy.policy import (
     result_value,
 )
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
-from undolog.signature import canonical_json
+from undolog.signature import canonical_json, check_storable, signed_call
 
 log = logging.getLogger("undolog.mcp_proxy")
 
@@ -129,6 +130,11 @@ def _snapshot(result: types.CallToolResult) -> dict[str, Any]:
     data = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.pop("_meta", None)
     return data
+
+
+def _snapshot_json(result: types.CallToolResult) -> str:
+    """_snapshot's JSON, written by pydantic in one pass (the commit sends it as is)."""
+    return result.model_dump_json(by_alias=True, exclude_none=True, exclude={"meta"})
 
 
 def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception) -> dict[str, Any]:
@@ -272,6 +278,7 @@ class McpProxy:
         self.metrics = ProxyMetrics(tuple(upstreams))
         self.metrics.sessions = lambda: sum(1 for ps in self.sessions.values() if ps.began)
         self.by_handle: dict[str, ProxySession] = {}
+        self._descriptors: dict[tuple[str, str], str] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -1015,22 +1022,35 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
+    def _descriptor_json(self, route: Route) -> str:
+        """The compensation descriptor as the intercept sends it (written once a route)."""
+        key = (route.upstream, route.tool)
+        if (known := self._descriptors.get(key)) is None:
+            known = self._descriptors[key] = json.dumps(self._descriptor(route))
+        return known
+
     async def _intercept(
-        self, ps: ProxySession, step: int, route: Route, args: dict[str, Any], comp: Any
+        self,
+        ps: ProxySession,
+        step: int,
+        route: Route,
+        args: dict[str, Any],
+        comp_json: str | None,
     ) -> engine.Interception | types.CallToolResult:
-        """intercept(), or the tool error to answer when the journal refuses the call."""
-        tier = route.policy.tier
+        """intercept(), or the tool error to answer when the journal refuses the call. The
+        binding's pipelined path (engine.HotCall): the args' canonical JSON cut from the
+        bytes signed, a prepared statement, no adaptation of the parameters."""
+        tool = journal_name(route.upstream, route.tool)
         try:
+            if not 0 <= step <= engine.MAX_STEP_INDEX:
+                raise InvalidArgument(f"step_index must be in 0..{engine.MAX_STEP_INDEX}")
+            signature, args_json = signed_call(ps.session_id, step, tool, args)
+            check_storable(args)
+            call = engine.HotCall(
+                ps.session_id, step, tool, route.policy.tier, args_json, comp_json, signature
+            )
             async with self.pool.connection() as conn:
-                return await aengine.intercept(
-                    conn,
-                    ps.session_id,
-                    step,
-                    journal_name(route.upstream, route.tool),
-                    tier,
-                    args,
-                    comp,
-                )
+                return await aengine.intercept_hot(conn, call)
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1060,6 +1080,7 @@ class McpProxy:
 
     async def _execute(
         self,
+        ps: ProxySession,
         effect_id: uuid.UUID,
         name: str,
         route: Route,
@@ -1086,11 +1107,12 @@ class McpProxy:
             return result, "failed"
         if not wait:
             return result, "ran"
-        unknown = await self._commit(effect_id, name, route, result, answered=False)
+        unknown = await self._commit(ps, effect_id, name, route, result, answered=False)
         return (result, "done") if unknown is None else (unknown, "unknown")
 
     async def _commit(
         self,
+        ps: ProxySession,
         effect_id: uuid.UUID,
         name: str,
         route: Route,
@@ -1103,7 +1125,16 @@ class McpProxy:
         try:
             try:
                 async with self.pool.connection() as conn:
-                    await aengine.commit(conn, effect_id, _snapshot(result))
+                    # the pipelined path: a prepared statement, the JSON written once
+                    await aengine.send_result(
+                        conn,
+                        "commit",
+                        ps.session_id,
+                        effect_id,
+                        _snapshot_json(result),
+                        asynchronous=False,
+                        wait=True,
+                    )
             except (PayloadTooLarge, InvalidArgument) as exc:
                 # It ran and its result is known, but the journal cannot hold it whole
                 # (over the payload limit, or a U+0000 jsonb refuses): keep what the
@@ -1132,7 +1163,7 @@ class McpProxy:
         the same call made again is that call (never run twice), the session's next call
         is refused with the reason, and the session is rolled back when it ends (its
         effect stays executing)."""
-        unknown = await self._commit(effect_id, name, route, result, answered=True)
+        unknown = await self._commit(ps, effect_id, name, route, result, answered=True)
         if unknown is not None:
             ps.unknown[key] = step
             _give_back(ps, key, step)
@@ -1200,7 +1231,7 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        icpt = await self._intercept(ps, step, route, args, self._descriptor(route))
+        icpt = await self._intercept(ps, step, route, args, self._descriptor_json(route))
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
             return icpt, "refused"
@@ -1210,7 +1241,7 @@ class McpProxy:
             assert icpt.effect_id is not None
             durable = self.policy.durable_results
             result, outcome = await self._execute(
-                icpt.effect_id, name, route, upstream, args, wait=durable
+                ps, icpt.effect_id, name, route, upstream, args, wait=durable
             )
             if outcome == "ran":  # the client's answer does not wait for the journal's
                 ps.recording = asyncio.create_task(
@@ -1282,7 +1313,7 @@ class McpProxy:
                         return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
                 result, outcome = await self._execute(
-                    icpt.effect_id, name, route, upstream, run_args
+                    ps, icpt.effect_id, name, route, upstream, run_args
                 )
                 if outcome == "unknown":
                     ps.unknown[key] = 0
