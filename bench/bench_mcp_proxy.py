@@ -11,9 +11,11 @@ in the 2026-07-28 (per-request) protocol era. One run measures, in interleaved r
 - SAFE via the proxy (``echo``): target, at most 1 ms added over straight;
 - COMPENSABLE via the proxy (``lookup_user`` declared compensable, a new call each time):
   target, at most the engine's own round trips + 1 ms added over straight;
-- the engine's round trips alone: the same SQL the proxy sends for that call
-  (undolog.aengine intercept, then commit, with the same descriptor), each on a connection
-  taken from a pool configured as the proxy's.
+- the proxy process's CPU time per SAFE and COMPENSABLE call (from /proc: on a shared
+  machine the wall times swing with the load, the CPU a call costs much less);
+- the engine's round trips alone: the same SQL the proxy sends for that call (the
+  binding's pipelined intercept, then commit, with the same descriptor), each on a
+  connection taken from a pool configured as the proxy's.
 
 Medians and p90 over every call of every round. ``--in-process`` adds the proxy's
 COMPENSABLE path timed piece by piece in this process (no client hop). A benchmark, not
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -37,8 +40,9 @@ from typing import Any
 import psycopg
 from mcp import Client, StdioServerParameters
 
-from undolog import aengine
+from undolog import aengine, engine
 from undolog.migrations import migrate
+from undolog.signature import signed_call
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ["python", "tests/mcp_upstream_server.py"]
@@ -68,6 +72,29 @@ async def per_call(call: Callable[[int], Awaitable[object]], n: int, offset: int
         await call(offset + i)
         times.append(time.perf_counter() - start)
     return times
+
+
+def proxy_pid() -> int | None:
+    """The proxy's process: this process's child running `undolog.cli mcp-proxy`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"mcp-proxy" in cmdline:
+            return int(entry.name)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """The process's CPU time so far (user + system; 0 where /proc cannot tell)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def p90(values: list[float]) -> float:
@@ -111,25 +138,34 @@ async def main(calls: int, rounds: int, in_process_too: bool) -> None:
         k: [] for k in ("safe_direct", "safe_proxy", "comp_direct", "comp_proxy", "engine")
     }
     session = uuid.uuid4()
+    cpu: dict[str, float] = {"safe_proxy": 0.0, "comp_proxy": 0.0}
     async with direct, proxied:
+        pid = proxy_pid()
         await pool.open(wait=True)
         async with pool.connection() as conn:
             await aengine.begin_session(conn, session, agent="bench")
 
+        descriptor = json.dumps({"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}})
+
         async def engine_call(i: int) -> None:
+            # as the proxy sends them: the pipelined path's prepared statements
+            tool, args = "bench/lookup_user", {"email": f"e{i}@x"}
+            signature, args_json = signed_call(session, i, tool, args)
+            call = engine.HotCall(session, i, tool, "compensable", args_json, descriptor, signature)
             async with pool.connection() as conn:
-                icpt = await aengine.intercept(
-                    conn,
-                    session,
-                    i,
-                    "bench/lookup_user",
-                    "compensable",
-                    {"email": f"e{i}@x"},
-                    {"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}},
-                )
+                icpt = await aengine.intercept_hot(conn, call)
             assert icpt.effect_id is not None
+            result = json.dumps({"email": f"e{i}@x", "found": False})
             async with pool.connection() as conn:
-                await aengine.commit(conn, icpt.effect_id, {"email": f"e{i}@x", "found": False})
+                await aengine.send_result(
+                    conn,
+                    "commit",
+                    session,
+                    icpt.effect_id,
+                    result,
+                    asynchronous=False,
+                    wait=True,
+                )
 
         variants: dict[str, Callable[[int], Awaitable[object]]] = {
             "safe_direct": lambda i: direct.call_tool("echo", {"text": f"t{i}"}),
@@ -143,7 +179,10 @@ async def main(calls: int, rounds: int, in_process_too: bool) -> None:
                 await per_call(variant, 20, 10_000_000)
             for r in range(rounds):
                 for name, variant in variants.items():
+                    before = cpu_seconds(pid)
                     results[name].extend(await per_call(variant, calls, r * calls))
+                    if name in cpu:
+                        cpu[name] += cpu_seconds(pid) - before
         finally:
             await pool.close()
     med = {k: statistics.median(v) * 1000 for k, v in results.items()}
@@ -171,6 +210,12 @@ async def main(calls: int, rounds: int, in_process_too: bool) -> None:
         f"{'met' if comp_added <= comp_target else 'NOT met'} "
         f"(beyond the round trips: {comp_added - med['engine']:.3f} ms)"
     )
+    if pid is not None:
+        per = {k: v / (calls * rounds) * 1000 for k, v in cpu.items()}
+        print(
+            f"  the proxy process's CPU per call (less sensitive to load than the wall "
+            f"time): SAFE {per['safe_proxy']:.3f} ms, COMPENSABLE {per['comp_proxy']:.3f} ms"
+        )
     if in_process_too:
         os.environ.update(env)  # the upstream's command is `python` on this PATH
         await in_process(policy, dsn, calls * rounds)
