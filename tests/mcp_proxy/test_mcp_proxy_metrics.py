@@ -23,6 +23,7 @@ from test_mcp_proxy import (
     derived_policy,
     free_port,
     names,
+    ops,
     pending_approval,
     run,
     sessions,
@@ -218,3 +219,66 @@ def test_every_proxy_metric_is_documented() -> None:
     for outcomes in OUTCOMES.values():
         for outcome in outcomes:
             assert f"`{outcome}`" in table, outcome
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["answered-first", "durable"])
+def test_a_result_the_journal_cannot_record(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, tmp_path: Path, durable: bool
+) -> None:
+    """The journal fails the commit of a result (slowly: the session's next call comes
+    while it is still being recorded). Answered first, the next call is refused and
+    never reaches the upstream, its own journal entry recorded as never having acted;
+    durable, the call itself answers that its outcome is unknown. Counted either way."""
+    port = free_port()
+    policy = derived_policy(tmp_path, hold_seconds=3)
+    conn.execute(
+        """
+        CREATE FUNCTION public.test_failing_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.state = 'committed' AND NEW.args->>'email' = 'lost@x' THEN
+                PERFORM pg_sleep(1);
+                RAISE EXCEPTION 'the disk is full (a test)';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER failing_commit BEFORE UPDATE ON undolog.undolog_effect_log
+            FOR EACH ROW EXECUTE FUNCTION public.test_failing_commit();
+        """
+    )
+    extra = ["--metrics-listen", f"127.0.0.1:{port}", *(["--durable-results"] if durable else [])]
+
+    async def body() -> None:
+        async with client(policy, dsn, ledger, *extra) as mcp:
+            lost = await mcp.call_tool("crm__create_user", {"email": "lost@x", "name": "L"})
+            assert lost.is_error == durable, text(lost)
+            if durable:
+                assert "outcome is unknown" in text(lost)
+            after = await mcp.call_tool("crm__create_user", {"email": "next@x", "name": "N"})
+            if durable:
+                assert not after.is_error, text(after)
+            else:
+                assert after.is_error and "was not run" in text(after), text(after)
+                assert "disk is full" in text(after)
+                # told once: the session's calls after that are refused by the journal
+                # only once the session is rolled back (at its end)
+            seen = await ascrape(port)
+            assert seen['undolog_proxy_unrecorded_results_total{reason="error"}'] == 1
+            assert seen["undolog_proxy_late_answers_total"] == (0 if durable else 1)
+            assert calls(seen, "compensable", "unknown" if durable else "executed") >= 1
+            if not durable:
+                assert calls(seen, "compensable", "refused") == 1
+
+    run(body)
+    created = [e.get("email") for e in ops(ledger) if e["op"] == "create_user"]
+    assert created == (["lost@x", "next@x"] if durable else ["lost@x"])
+    states = dict(
+        conn.execute(
+            "SELECT args->>'email', state FROM undolog.undolog_effect_log"
+            " WHERE tool_name = 'crm/create_user'"
+        ).fetchall()
+    )
+    assert states["lost@x"] == "executing" or states["lost@x"].startswith("compensat")
+    if not durable:
+        # the refused call was journaled (its intercept overlapped the failing commit)
+        # and then recorded as never having acted
+        assert states.get("next@x") == "pending"

@@ -1022,6 +1022,27 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
+    async def _intercept_settling(
+        self,
+        ps: ProxySession,
+        step: int,
+        route: Route,
+        args: dict[str, Any],
+        comp_json: str | None,
+    ) -> engine.Interception | types.CallToolResult:
+        """The intercept of a call sent while the session's previous result is still being
+        recorded, on another connection: the two round trips overlap (the client's next
+        call commonly comes before the previous commit's answer). Answers once both
+        are done, so that the caller knows whether that result was recorded before this
+        call runs."""
+        sent = asyncio.ensure_future(self._intercept(ps, step, route, args, comp_json))
+        try:
+            await self._settle(ps)
+        except BaseException:
+            sent.cancel()
+            raise
+        return await sent
+
     def _descriptor_json(self, route: Route) -> str:
         """The compensation descriptor as the intercept sends it (written once a route)."""
         key = (route.upstream, route.tool)
@@ -1222,7 +1243,9 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
-        if (refused := await self._unrecorded(ps, name)) is not None:
+        recording = ps.recording
+        overlap = recording is not None and not recording.done()
+        if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
@@ -1231,7 +1254,19 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        icpt = await self._intercept(ps, step, route, args, self._descriptor_json(route))
+        comp_json = self._descriptor_json(route)
+        if overlap:
+            icpt = await self._intercept_settling(ps, step, route, args, comp_json)
+            if (refused := await self._unrecorded(ps, name)) is not None:
+                # the previous result could not be recorded: this call is not run, and
+                # the journal is told it never took effect
+                _give_back(ps, key, step)
+                if isinstance(icpt, engine.Interception) and icpt.action == "execute":
+                    assert icpt.effect_id is not None
+                    await self._record(engine.FAIL, icpt.effect_id, _error_text(refused))
+                return refused, "refused"
+        else:
+            icpt = await self._intercept(ps, step, route, args, comp_json)
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
             return icpt, "refused"
