@@ -17,7 +17,8 @@ in the 2026-07-28 (per-request) protocol era. One run measures, in interleaved r
   binding's pipelined intercept, then commit, with the same descriptor), each on a
   connection taken from a pool configured as the proxy's.
 
-Medians and p90 over every call of every round. ``--in-process`` adds the proxy's
+Medians and p90 over every call of every round. ``--durable-results`` runs the proxy
+with its COMPENSABLE answers waiting for their commit. ``--in-process`` adds the proxy's
 COMPENSABLE path timed piece by piece in this process (no client hop). A benchmark, not
 a test: it never fails.
 """
@@ -101,7 +102,7 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
 
-async def main(calls: int, rounds: int, in_process_too: bool) -> None:
+async def main(calls: int, rounds: int, in_process_too: bool, durable: bool = False) -> None:
     from psycopg_pool import AsyncConnectionPool
 
     from undolog.mcp_proxy.proxy import APPLICATION_NAME, POOL_SIZE
@@ -120,7 +121,16 @@ async def main(calls: int, rounds: int, in_process_too: bool) -> None:
     proxied = Client(
         StdioServerParameters(
             command=sys.executable,
-            args=["-m", "undolog.cli", "mcp-proxy", "--config", str(policy), "--dsn", dsn],
+            args=[
+                "-m",
+                "undolog.cli",
+                "mcp-proxy",
+                "--config",
+                str(policy),
+                "--dsn",
+                dsn,
+                *(["--durable-results"] if durable else []),
+            ],
             env=env,
             cwd=str(ROOT),
         )
@@ -273,5 +283,10 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--in-process", action="store_true", help="also time the path in process")
+    parser.add_argument(
+        "--durable-results",
+        action="store_true",
+        help="the proxy's COMPENSABLE answers wait for their commit (proxy.durable_results)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.rounds, args.in_process))
+    asyncio.run(main(args.calls, args.rounds, args.in_process, args.durable_results))
