@@ -336,11 +336,7 @@ def test_the_example_alerts_name_only_metrics_that_exist() -> None:
         assert named, f"{alert} names no UndoLog metric"
         families = {
             next(
-                (
-                    n[: -len(s)]
-                    for s in SUFFIXES
-                    if n.endswith(s) and n[: -len(s)] in known
-                ),
+                (n[: -len(s)] for s in SUFFIXES if n.endswith(s) and n[: -len(s)] in known),
                 n,
             )
             for n in named
