@@ -33,6 +33,7 @@ from test_mcp_proxy import (
 
 from undolog import approvals, saga
 from undolog.mcp_proxy.metrics import METRIC_NAMES, OUTCOMES
+from undolog.mcp_proxy.policy import PolicyError, load_policy
 from undolog.metrics import CONTENT_TYPE
 
 
@@ -282,3 +283,31 @@ def test_a_result_the_journal_cannot_record(
         # the refused call was journaled (its intercept overlapped the failing commit)
         # and then recorded as never having acted
         assert states.get("next@x") == "pending"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("durable_results = 1", "proxy.durable_results: expected true or false"),
+        ('metrics_listen = "nowhere"', "metrics_listen takes HOST:PORT"),
+        ("metrics_listen = 9465", 'proxy.metrics_listen: expected "HOST:PORT"'),
+    ],
+)
+def test_the_policy_refuses_bad_proxy_keys(tmp_path: Path, line: str, message: str) -> None:
+    policy = derived_policy(tmp_path, hold_seconds=3)
+    policy.write_text(policy.read_text().replace("[proxy]\n", f"[proxy]\n{line}\n", 1))
+    with pytest.raises(PolicyError, match=re.escape(message)):
+        load_policy(policy)
+
+
+def test_the_policy_reads_the_proxy_keys(tmp_path: Path) -> None:
+    policy = derived_policy(tmp_path, hold_seconds=3)
+    assert load_policy(policy).durable_results is False
+    assert load_policy(policy).metrics_listen is None
+    policy.write_text(
+        policy.read_text().replace(
+            "[proxy]\n", '[proxy]\ndurable_results = true\nmetrics_listen = "[::1]:0"\n', 1
+        )
+    )
+    loaded = load_policy(policy)
+    assert loaded.durable_results is True and loaded.metrics_listen == "[::1]:0"
