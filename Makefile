@@ -117,8 +117,10 @@ dist: deps
 
 # N agents (1, 4, 16, 64) side by side: floor, SQL durable/async, decorator, replay, DBOS;
 # its own throwaway cluster (pg_stat_statements preloaded). make bench BENCH_ARGS=--quick
+# Then what the history's hash chain adds to a new call (server CPU µs).
 bench: deps
 	$(PY) bench/bench_agents.py $(BENCH_ARGS)
+	$(PY) bench/bench_chain.py
 
 # Where a journaled call's time goes: server µs per statement, ablations, client CPU.
 bench-profile: deps

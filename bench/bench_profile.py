@@ -29,6 +29,10 @@ Client CPU is time.process_time() per call in this process (Python, psycopg, the
 socket), for the floor, the SQL API as the decorator uses it (call_signature, intercept,
 commit with asynchronous results), the decorator itself, and call_signature alone.
 
+``--entry`` picks the SQL API's intercept: ``intercept_tool`` (the default, the
+decorator's: the tool named by its registration's id, checked once when registered) or
+``intercept`` (the tool named, its tier and compensation checked on every call).
+
 A benchmark, not a test: it prints its figures and exits 0.
 """
 
@@ -113,11 +117,14 @@ def per_call_us(d: dict[tuple[str, bool], tuple[int, float]], pattern: str, call
 class Phase:
     """One connection's session in one database, making new calls or replays."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, entry: str = "intercept_tool") -> None:
         self.conn: Conn = psycopg.connect(dsn, autocommit=True)
         self.session = engine.begin_session(self.conn, agent="profile", lease=timedelta(hours=4))
         # once, untimed: the engine admits calls of registered tools only
-        engine.register_tool(self.conn, ba.TOOL, "compensable", ba.COMPENSATION.to_json())
+        self.tool_id = engine.register_tool(
+            self.conn, ba.TOOL, "compensable", ba.COMPENSATION.to_json()
+        )
+        self.entry = entry
         self.step = 0
         self.replay_pool = 200
         self.commit_wall = 0.0
@@ -129,6 +136,11 @@ class Phase:
 
     def intercept(self, step: int) -> engine.Interception:
         args = ba.make_args(step)
+        signature = call_signature(self.session, step, ba.TOOL, args)
+        if self.entry == "intercept_tool":  # as the decorator: the tool by its registration
+            return engine.intercept_tool(
+                self.conn, self.session, self.tool_id, step, args, signature
+            )
         return engine.intercept(
             self.conn,
             self.session,
@@ -137,7 +149,7 @@ class Phase:
             "compensable",
             args,
             ba.COMPENSATION.to_json(),
-            call_signature(self.session, step, ba.TOOL, args),
+            signature,
         )
 
     def new_call(self) -> float:
@@ -167,11 +179,12 @@ class Phase:
 
 
 def server_profile(
-    base: str, rounds: int, calls: int
+    base: str, rounds: int, calls: int, entry: str
 ) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[str, float, float]]]]:
     """Per variant: server µs of intercept (new), commit, intercept (replay), and the
     wall µs of a new call and of a replay; and the shipped engine's nested statements."""
-    phases = {v: Phase(make_conninfo(base, dbname=DB_PREFIX + v)) for v in VARIANTS}
+    phases = {v: Phase(make_conninfo(base, dbname=DB_PREFIX + v), entry) for v in VARIANTS}
+    called = f"undolog.{entry}("
     samples: dict[str, dict[str, list[float]]] = {
         v: {
             k: []
@@ -187,11 +200,11 @@ def server_profile(
             s["wall_new"].append(ph.new_calls(calls))
             s["wall_commit"].append(ph.commit_wall)
             d = delta(before, snapshot(ph.conn))
-            s["intercept"].append(per_call_us(d, "undolog.intercept(", calls))
+            s["intercept"].append(per_call_us(d, called, calls))
             s["commit"].append(per_call_us(d, "undolog.commit(", calls))
             before = snapshot(ph.conn)
             s["wall_replay"].append(ph.replays(calls))
-            s["replay"].append(per_call_us(delta(before, snapshot(ph.conn)), "intercept(", calls))
+            s["replay"].append(per_call_us(delta(before, snapshot(ph.conn)), called, calls))
         ba.log(f"  server profile: round {r + 1}/{rounds} done")
     # The nested statements of the shipped engine: one more phase each, tracked at every
     # level.
@@ -262,7 +275,7 @@ def flush_cost(dsn: str, calls: int) -> float:
     return float(statistics.median(times["on"]) - statistics.median(times["off"]))
 
 
-def client_cpu(dsn: str, rounds: int, calls: int) -> dict[str, float]:
+def client_cpu(dsn: str, rounds: int, calls: int, entry: str) -> dict[str, float]:
     """process_time() µs per call of this process for the floor, the SQL API, the
     decorator and call_signature alone (medians over the rounds)."""
     conn: Conn = psycopg.connect(dsn, autocommit=True)
@@ -279,7 +292,7 @@ def client_cpu(dsn: str, rounds: int, calls: int) -> dict[str, float]:
     def floor() -> None:
         floor_call(conn, uuid.uuid4().hex + uuid.uuid4().hex, floor_session, next(counter))
 
-    phase = Phase(dsn)  # the SQL API as the decorator uses it, on a connection of its own
+    phase = Phase(dsn, entry)  # the SQL API as the decorator uses it, on a connection of its own
 
     def sql_api() -> None:
         phase.new_call()
@@ -371,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dsn", default="", help="a server (superuser) instead of a new one")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000, help="calls per phase and round")
+    parser.add_argument(
+        "--entry",
+        choices=("intercept_tool", "intercept"),
+        default="intercept_tool",
+        help="the SQL API's intercept: by the tool's registration id (the decorator's) or by name",
+    )
     opts = parser.parse_args(argv)
     with ba.server(opts.dsn) as base:
         with psycopg.connect(base, autocommit=True) as admin:
@@ -387,10 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             shipped = make_conninfo(base, dbname=DB_PREFIX + "shipped")
             ba.log(f"server profile: {opts.rounds} rounds of {opts.calls} calls per phase")
-            medians, nested = server_profile(base, opts.rounds, opts.calls)
+            ba.log(f"intercept entry point: {opts.entry}")
+            medians, nested = server_profile(base, opts.rounds, opts.calls, opts.entry)
             ba.log("floor, client CPU, WAL flush ...")
             floor = floor_profile(shipped, opts.rounds, opts.calls)
-            cpu = client_cpu(shipped, opts.rounds, opts.calls)
+            cpu = client_cpu(shipped, opts.rounds, opts.calls, opts.entry)
             flush = flush_cost(shipped, opts.calls)
             report(medians, nested, floor, cpu, flush)
         finally:

@@ -25,7 +25,8 @@ SELECT create_distributed_table('undolog.undolog_notification_deliveries', 'sess
                                 colocate_with => 'undolog.undolog_sessions');
 
 -- The tool registry has no session: every worker reads it (intercept checks a new call
--- against its tool's registration there), so it is a reference table.
+-- against its tool's registration there, intercept_tool finds it by id), so it is a
+-- reference table.
 SELECT create_reference_table('undolog.undolog_tools');
 SELECT create_distributed_table('undolog.undolog_chain_heads', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
@@ -40,6 +41,10 @@ SELECT create_distributed_function('undolog.heartbeat(uuid)',
                                    '$1', colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_function(
     'undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)',
+    '$1', colocate_with => 'undolog.undolog_sessions');
+-- The binding's: the tool named by its registration (a reference table's row).
+SELECT create_distributed_function(
+    'undolog.intercept_tool(uuid, uuid, integer, jsonb, text)',
     '$1', colocate_with => 'undolog.undolog_sessions');
 -- A call's result, with the session first, as the binding sends it.
 SELECT create_distributed_function('undolog.commit_effect(uuid, uuid, jsonb, boolean)',

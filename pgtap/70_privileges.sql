@@ -24,6 +24,7 @@ INSERT INTO allowed VALUES
     ('undolog_agent', 'begin_session'),
     ('undolog_agent', 'heartbeat'),
     ('undolog_agent', 'intercept'),
+    ('undolog_agent', 'intercept_tool'),
     ('undolog_agent', 'commit'),
     ('undolog_agent', 'fail'),
     ('undolog_agent', 'commit_effect'),

@@ -27,7 +27,7 @@ SELECT throws_ok(
     'UL018', NULL, 'a live registration cannot change its compensation');
 SELECT throws_ok(
     $$SELECT undolog.register_tool('create_user', 'compensable', '{"nam": "x"}')$$,
-    'UL007', NULL, 'a registration is validated like a call (check_call)');
+    'UL007', NULL, 'a registration is validated like a call''s tool (check_tool)');
 SELECT throws_ok(
     $$SELECT undolog.register_tool('ship', 'safe')$$,
     'UL006', NULL, 'a registration''s tier is compensable or irreversible');

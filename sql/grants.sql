@@ -15,6 +15,9 @@ GRANT EXECUTE ON FUNCTION undolog.complete_session(uuid) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail_session(uuid, text) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.intercept(uuid, integer, text, text, jsonb, text, jsonb)
 TO undolog_agent;
+-- The same for a tool named by its registration's id (register_tool's answer).
+GRANT EXECUTE ON FUNCTION undolog.intercept_tool(uuid, uuid, integer, jsonb, text)
+TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.commit(uuid, jsonb, boolean) TO undolog_agent;
 GRANT EXECUTE ON FUNCTION undolog.fail(uuid, text, boolean) TO undolog_agent;
 -- The same with the session first (routable by it on a distributed database).

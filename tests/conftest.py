@@ -26,6 +26,7 @@ import pytest
 from pytest_postgresql import factories
 
 from pgcluster import throwaway_cluster
+from undolog import migrations
 from undolog.migrations import migrate
 
 _cluster_stack = contextlib.ExitStack()
@@ -246,6 +247,20 @@ def engine_before_reject_option(tmp_path: Path) -> Path:
 @pytest.fixture
 def engine_last_release(tmp_path: Path) -> Path:
     return _engine_at(LAST_RELEASE, tmp_path / "engine-last-release")
+
+
+@pytest.fixture
+def migrate_as() -> Callable[..., list[str]]:
+    """migrate_as(conn, root, target=None): ``undolog migrate`` as the release whose sql/
+    tree is ``root`` (one of the engine_* fixtures above) would run it: that release's
+    migrations and its own repeatables, not today's. Answers what migrate applied."""
+
+    def run(conn: psycopg.Connection[Any], root: Path, target: str | None = None) -> list[str]:
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr(migrations, "sql_root", lambda: root)
+            return migrate(conn, target=target)
+
+    return run
 
 
 @pytest.fixture

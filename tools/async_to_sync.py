@@ -28,15 +28,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "undolog"
 MODULES: dict[str, str] = {
     "aapprovals.py": "approvals.py",
     "asaga.py": "saga.py",
+    "aclient.py": "client_sync.py",
+    "adecorator.py": "decorator_sync.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
 NAMES: dict[str, str] = {
     "aapprovals": "approvals",
+    "aclient": "client_sync",
+    "adecorator": "decorator_sync",
     "aengine": "engine",
     "asaga": "saga",
+    "_acompat": "_compat",  # the pair holding what the twins do their own way
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",
+    "AsyncConnectionPool": "ConnectionPool",
     "AsyncIterator": "Iterator",
+    "AsyncSession": "Session",
+    "AsyncUndoLog": "SyncUndoLog",  # undolog.client's UndoLog adds the dual session()
+    "asynccontextmanager": "contextmanager",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "aclose": "close",

@@ -116,6 +116,19 @@ async def intercept(
     return Interception(*(await fetch_one(conn, engine.INTERCEPT, params)))
 
 
+async def intercept_tool(
+    conn: AsyncConnection,
+    session_id: uuid.UUID,
+    tool_id: uuid.UUID,
+    step_index: int,
+    args: Mapping[str, Any],
+    call_signature: str,
+) -> Interception:
+    """As engine.intercept_tool, awaited."""
+    params = engine.intercept_tool_params(session_id, tool_id, step_index, args, call_signature)
+    return Interception(*(await fetch_one(conn, QUERIES["intercept_tool"], params)))
+
+
 async def commit(
     conn: AsyncConnection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
 ) -> None:
@@ -187,7 +200,8 @@ async def settle(conn: AsyncConnection) -> None:
 
 
 async def intercept_hot(conn: AsyncConnection, call: engine.HotCall) -> Interception:
-    """As engine.intercept_hot, awaited (after the previous result's answer)."""
+    """As engine.intercept_hot (intercept_tool), awaited (after the previous result's
+    answer)."""
     wire = engine.wire_of(conn)
     await settle(conn)
     with translated():

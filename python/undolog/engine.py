@@ -304,6 +304,43 @@ def intercept(
     return Interception(*fetch_one(conn, INTERCEPT, params))
 
 
+def intercept_tool_params(
+    session_id: uuid.UUID,
+    tool_id: uuid.UUID,
+    step_index: int,
+    args: Mapping[str, Any],
+    call_signature: str,
+) -> dict[str, Any]:
+    """The parameters of the catalogue's intercept_tool. The signature is the caller's:
+    it is computed over the tool's name, which the id stands for."""
+    check_storable(args)
+    if not 0 <= step_index <= MAX_STEP_INDEX:
+        raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
+    return {
+        "session_id": session_id,
+        "tool_id": tool_id,
+        "step_index": step_index,
+        "args": Jsonb(dict(args)),
+        "call_signature": call_signature,
+    }
+
+
+def intercept_tool(
+    conn: Connection,
+    session_id: uuid.UUID,
+    tool_id: uuid.UUID,
+    step_index: int,
+    args: Mapping[str, Any],
+    call_signature: str,
+) -> Interception:
+    """Journal a call of the registered tool ``tool_id`` (register_tool's answer) before
+    its body runs: its name, tier and compensation are the registration's, checked when
+    it was registered. UnknownTool (UL017) when the id is not a live registration of
+    this login: register the tool again and call with the new id."""
+    params = intercept_tool_params(session_id, tool_id, step_index, args, call_signature)
+    return Interception(*fetch_one(conn, QUERIES["intercept_tool"], params))
+
+
 def commit(
     conn: Connection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
 ) -> None:
@@ -378,10 +415,22 @@ def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
 # same pipeline, a heartbeat, anything through fetch_one, or settle()), and an error in
 # it is kept for the session to raise (take_unsettled) rather than lost.
 
+# The catalogue's intercept_tool, its named parameters as these positional ones (HotCall's).
+HOT_INTERCEPT_PARAMS = ("session_id", "tool_id", "step_index", "args", "call_signature")
+
+
+def positional(query: str, names: tuple[str, ...]) -> bytes:
+    """A catalogue query with its named parameters as $1..$n, in ``names``' order, for a
+    statement prepared on the libpq handle."""
+    for n, name in enumerate(names, 1):
+        query = query.replace(f"%({name})s", f"${n}")
+    if "%(" in query:
+        raise ValueError(f"a parameter not in {names}: {query}")
+    return query.encode()
+
+
 _HOT: dict[bytes, bytes] = {
-    b"undolog_hot_intercept": b"SELECT effect_id, action, state, result_snapshot, approval_id"
-    b" FROM undolog.intercept($1::uuid, $2::integer, $3::text, $4::text, $5::jsonb, $6::text,"
-    b" $7::jsonb)",
+    b"undolog_hot_intercept_tool": positional(QUERIES["intercept_tool"], HOT_INTERCEPT_PARAMS),
     b"undolog_hot_commit": (
         b"SELECT undolog.commit_effect($1::uuid, $2::uuid, $3::jsonb, $4::boolean)"
     ),
@@ -554,32 +603,31 @@ def interception_of(answer: Any) -> Interception:
 
 @dataclass(frozen=True)
 class HotCall:
-    """A journaled call's intercept parameters, as text (args: the canonical JSON the
-    signature was computed over)."""
+    """A journaled call's intercept_tool parameters, as text (args: the canonical JSON
+    the signature was computed over); ``tool_id`` is the tool's registration
+    (register_tool's answer), which stands for its name, tier and compensation."""
 
     session_id: uuid.UUID
+    tool_id: uuid.UUID
     step_index: int
-    tool_name: str
-    tier: str
     args_json: str
-    compensation_json: str | None
     call_signature: str
 
     def params(self, wire: _Wire) -> list[bytes | None]:
+        # In HOT_INTERCEPT_PARAMS' order.
         return [
             str(self.session_id).encode(),
+            str(self.tool_id).encode(),
             str(self.step_index).encode(),
-            _text(self.tool_name, wire),
-            self.tier.encode(),
             _text(self.args_json, wire),
             self.call_signature.encode(),
-            None if self.compensation_json is None else _text(self.compensation_json, wire),
         ]
 
 
 def intercept_gen(conn: Any, wire: _Wire, call: HotCall) -> PQGen:
-    """intercept, sent behind whatever result is still unread, then read in order."""
-    queue(conn, wire, b"undolog_hot_intercept", call.params(wire), _Segment("intercept", 1))
+    """intercept_tool, sent behind whatever result is still unread, then read in order."""
+    name = b"undolog_hot_intercept_tool"
+    queue(conn, wire, name, call.params(wire), _Segment("intercept", 1))
     yield from generators.send(conn.pgconn)
     yield from settle_gen(conn, wire, keep=1)
     try:
@@ -595,8 +643,9 @@ def intercept_gen(conn: Any, wire: _Wire, call: HotCall) -> PQGen:
 
 
 def intercept_hot(conn: Connection, call: HotCall) -> Interception:
-    """intercept in one round trip, with the answer to the result sent before it (its
-    error, if any, kept for take_unsettled)."""
+    """intercept_tool in one round trip, with the answer to the result sent before it
+    (its error, if any, kept for take_unsettled). UnknownTool when ``call.tool_id`` is
+    no live registration of this login (retired since): register again, then retry."""
     wire = wire_of(conn)
     with translated(), wire.lock, conn.lock:
         got: Interception = conn.wait(intercept_gen(conn, wire, call))

@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb
 
 from undolog import links
 from undolog.engine import Connection, fetch_one, translated
+from undolog.queries import QUERIES
 
 SIGNATURE_HEADER: Final = "X-UndoLog-Signature"
 """The webhook's signature header: ``t=<unix seconds>,v1=<hex HMAC-SHA256>``."""
@@ -310,7 +311,7 @@ def _error_text(exc: BaseException) -> str:
 def enqueue(conn: Connection) -> int:
     """Add the deliveries of pending requests not yet queued (operator); answers how
     many."""
-    return int(fetch_one(conn, "SELECT undolog.enqueue_notifications()")[0])
+    return int(fetch_one(conn, QUERIES["enqueue_notifications"])[0])
 
 
 def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery | None:
@@ -318,7 +319,7 @@ def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery
     with translated():
         row = (
             conn.cursor(row_factory=dict_row)
-            .execute("SELECT * FROM undolog.claim_notification(%s)", (lease,))
+            .execute(QUERIES["claim_notification"], {"lease": lease})
             .fetchone()
         )
     if row is None:
@@ -329,8 +330,8 @@ def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery
 
 def finish(conn: Connection, d: Delivery, error: str | None) -> str:
     """Record the attempt's outcome; answers the delivery's state (or ``'stale'``)."""
-    query = "SELECT undolog.finish_notification(%s, %s, %s)"
-    return str(fetch_one(conn, query, (d.delivery_id, d.attempt, error))[0])
+    params = {"delivery_id": d.delivery_id, "attempt": d.attempt, "error": error}
+    return str(fetch_one(conn, QUERIES["finish_notification"], params)[0])
 
 
 def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
@@ -382,9 +383,16 @@ def _add(
     dashboard_url: str | None,
     by: str,
 ) -> uuid.UUID:
-    query = "SELECT undolog.add_notification_channel(%s, %s, %s, %s, %s, %s, %s)"
-    params = (name, kind, target, Jsonb(config), secret, dashboard_url, by)
-    return uuid.UUID(str(fetch_one(conn, query, params)[0]))
+    params = {
+        "name": name,
+        "kind": kind,
+        "target": target,
+        "config": Jsonb(config),
+        "secret": secret,
+        "dashboard_url": dashboard_url,
+        "by": by,
+    }
+    return uuid.UUID(str(fetch_one(conn, QUERIES["add_notification_channel"], params)[0]))
 
 
 def add_webhook(
@@ -433,11 +441,12 @@ def add_email(
 
 def remove_channel(conn: Connection, name: str, *, by: str) -> datetime:
     """Remove a live channel; its deliveries not yet sent are cancelled (operator)."""
-    query = "SELECT undolog.remove_notification_channel(%s, %s)"
-    answer: datetime = fetch_one(conn, query, (name, by))[0]
+    params = {"name": name, "by": by}
+    answer: datetime = fetch_one(conn, QUERIES["remove_notification_channel"], params)[0]
     return answer
 
 
 def retry(conn: Connection, delivery_id: uuid.UUID, *, by: str) -> int:
     """Send a delivery again now (operator); answers its new max_attempts."""
-    return int(fetch_one(conn, "SELECT undolog.retry_notification(%s, %s)", (delivery_id, by))[0])
+    params = {"delivery_id": delivery_id, "by": by}
+    return int(fetch_one(conn, QUERIES["retry_notification"], params)[0])

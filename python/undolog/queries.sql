@@ -9,6 +9,17 @@ SELECT undolog.complete_session(p_session_id => %(session_id)s)
 -- A session's end, when its agent failed: the undo walk is due.
 SELECT undolog.fail_session(p_session_id => %(session_id)s, p_error => %(error)s)
 
+-- name: intercept_tool
+-- A journaled call of a registered tool, named by the tool_id register_tool answered:
+-- engine.intercept_tool, and the hot path, which prepares it with these parameters in
+-- this order as $1..$5 (engine.HOT_INTERCEPT_PARAMS). The casts type the hot path's
+-- text parameters.
+SELECT effect_id, action, state, result_snapshot, approval_id
+FROM undolog.intercept_tool(
+    p_session_id => %(session_id)s::uuid, p_tool_id => %(tool_id)s::uuid,
+    p_step_index => %(step_index)s::integer, p_args => %(args)s::jsonb,
+    p_call_signature => %(call_signature)s::text)
+
 -- name: approve
 -- A human allows an irreversible call (role undolog_approver): the agent's next try runs it.
 SELECT undolog.approve(
@@ -336,3 +347,57 @@ LISTEN undolog_approvals
 -- name: listen_notifications
 -- The delivery worker's other wake-up: an operator's retry, or a new channel.
 LISTEN undolog_notifications
+
+-- name: enqueue_notifications
+-- The delivery worker (operator): queue a delivery of each pending request on each live
+-- channel not yet queued; answers how many.
+SELECT undolog.enqueue_notifications()
+
+-- name: claim_notification
+-- The oldest due delivery, now this worker's for the lease; no row when none is due.
+SELECT * FROM undolog.claim_notification(p_lease => %(lease)s)
+
+-- name: finish_notification
+-- One attempt's outcome (error NULL: sent); answers the delivery's state, or 'stale'.
+SELECT undolog.finish_notification(
+    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s
+)
+
+-- name: add_notification_channel
+-- An operator adds a channel (webhook or email) that announces approval requests.
+SELECT undolog.add_notification_channel(
+    p_name => %(name)s,
+    p_kind => %(kind)s,
+    p_target => %(target)s,
+    p_config => %(config)s,
+    p_secret => %(secret)s,
+    p_dashboard_url => %(dashboard_url)s,
+    p_by => %(by)s
+)
+
+-- name: remove_notification_channel
+-- An operator removes a live channel; its deliveries not yet sent are cancelled.
+SELECT undolog.remove_notification_channel(p_name => %(name)s, p_by => %(by)s)
+
+-- name: retry_notification
+-- An operator sends a delivery again now; answers its new max_attempts.
+SELECT undolog.retry_notification(p_delivery_id => %(delivery_id)s, p_by => %(by)s)
+
+-- name: notification_channels
+-- `undolog notify list`: the live channels, or every channel with all.
+SELECT * FROM undolog.notification_channels
+WHERE live OR %(all)s
+ORDER BY live DESC, channel_name, created_at
+
+-- name: notification_deliveries
+-- `undolog notify deliveries`: the latest deliveries, of one request or in one state when
+-- given; next_attempt only for a delivery still due.
+SELECT
+    *,
+    CASE WHEN state = 'pending' THEN next_attempt_at END AS next_attempt
+FROM undolog.notification_deliveries
+WHERE
+    (%(approval_id)s::uuid IS NULL OR approval_id = %(approval_id)s)
+    AND (%(state)s::text IS NULL OR state = %(state)s)
+ORDER BY created_at DESC, channel_name
+LIMIT %(limit)s

@@ -1,5 +1,6 @@
--- undolog.check_call: everything intercept refuses before it touches a table.
--- Each problem has its own SQLSTATE (README, "Errors") and a message that names it.
+-- undolog.check_call: everything intercept refuses before it touches a table: the call's
+-- own part (check_call_args) and its tool's (check_tool), in one expression when all is
+-- well. Each problem has its own SQLSTATE (README, "Errors") and a message that names it.
 CREATE OR REPLACE FUNCTION undolog.check_call(
     p_session_id uuid,
     p_step_index integer,
@@ -36,56 +37,11 @@ BEGIN
            END, false) THEN
         RETURN;
     END IF;
-    IF p_call_signature IS NULL OR p_call_signature !~ '^[0-9a-f]{64}$' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL004',
-            MESSAGE = 'call_signature must be 64 lowercase hex characters (BLAKE3-256)',
-            DETAIL = pg_catalog.format('got %s', coalesce(pg_catalog.quote_literal(
-                left(p_call_signature, 80)), 'NULL'));
-    END IF;
-    IF p_tier IS NULL OR p_tier NOT IN ('compensable', 'irreversible') THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL006',
-            MESSAGE = pg_catalog.format('tier must be compensable or irreversible, not %s',
-                                        coalesce(pg_catalog.quote_literal(p_tier), 'NULL')),
-            HINT = CASE WHEN lower(p_tier) = 'safe'
-                THEN 'SAFE tools are not journaled: call them directly.'
-                ELSE 'A tool''s author declares its tier: compensable or irreversible.' END;
-    END IF;
-    IF p_session_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'session_id is required';
-    END IF;
-    IF p_step_index IS NULL OR p_step_index < 0 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL008',
-            MESSAGE = pg_catalog.format('step_index must be an integer >= 0, not %s',
-                                        coalesce(p_step_index::text, 'NULL'));
-    END IF;
-    IF undolog.is_blank(p_tool_name) OR length(p_tool_name) > 200 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL008',
-            MESSAGE = 'tool_name must be non-blank text of at most 200 characters';
-    END IF;
-    IF p_args IS NULL OR jsonb_typeof(p_args) <> 'object' THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL008',
-            MESSAGE = pg_catalog.format('args must be a JSON object, not %s',
-                                        coalesce(jsonb_typeof(p_args), 'NULL'));
-    END IF;
-    PERFORM undolog.check_payload('args', p_args);
-    IF p_tier = 'compensable' AND p_compensation IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL007',
-            MESSAGE = 'a compensable call needs a compensation descriptor';
-    END IF;
-    IF p_tier = 'irreversible' AND p_compensation IS NOT NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL007',
-            MESSAGE = 'an irreversible call cannot carry a compensation: nothing can undo it';
-    END IF;
-    IF p_compensation IS NOT NULL THEN
-        PERFORM undolog.check_compensation(p_compensation);
-    END IF;
+    -- Otherwise the call's own part first, then its tool's: check_call_args and
+    -- check_tool name the problem (intercept_tool checks the first only, register_tool
+    -- the second).
+    PERFORM undolog.check_call_args(p_session_id, p_step_index, p_args, p_call_signature);
+    PERFORM undolog.check_tool(p_tool_name, p_tier, p_compensation);
 END
 $$;
 

@@ -8,7 +8,7 @@
 -- Idempotent: the same definition answers the live registration's tool_id. A different
 -- tier or compensation for a live registration is refused (UL018): only an operator may
 -- change what a tool does, by retiring it first (retire_tool, recorded) and registering
--- again. UL006/UL007/UL008/UL009 as for intercept (check_call validates the definition).
+-- again. UL006/UL007/UL008/UL009 as for intercept (check_tool validates the definition).
 -- p_on_reject says what a human's refusal of an IRREVERSIBLE tool's call does to the
 -- session: 'fail_session' (the default: the undo walk runs) or 'continue' (the refusal is
 -- recorded and the session stays active; decide_approval). It is part of the definition
@@ -35,10 +35,9 @@ DECLARE
     v_tool_compensation jsonb;
     v_tool_on_reject text;
 BEGIN
-    -- The tool's part of a call, checked by the very rules intercept applies to a call:
-    -- the session, step, args and signature given here are merely well-formed.
-    PERFORM undolog.check_call('00000000-0000-0000-0000-000000000000'::uuid, 0, p_tool_name,
-                               p_tier, '{}'::jsonb, repeat('0', 64), p_compensation);
+    -- The tool's part of a call, checked by the very rules intercept applies to a call
+    -- (check_call's own), once: intercept_tool's calls of it are not checked again.
+    PERFORM undolog.check_tool(p_tool_name, p_tier, p_compensation);
     IF p_on_reject IS NULL OR p_on_reject NOT IN ('fail_session', 'continue') THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',

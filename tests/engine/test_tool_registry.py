@@ -18,6 +18,7 @@ import pytest
 from test_worker import WorkerProcess, app_dir, failed_session, start_worker, wait_until
 
 from undolog import UndoLog, engine, errors, undolog_tool
+from undolog.signature import call_signature
 from undolog.tiers import CompensationDescriptor, ToolTier
 
 Conn = psycopg.Connection[Any]
@@ -97,6 +98,90 @@ def test_the_decorator_registers_its_tool_once_per_connection(dsn: str, conn: Co
         "SELECT tier, compensation FROM undolog.undolog_tools WHERE tool_name = 'create_user'"
     ).fetchone()
     assert row == ("compensable", {"name": "delete_user", "args": {}})
+
+
+@pytest.mark.unregistered_tools
+def test_a_call_by_tool_id_takes_the_registrations_tier_and_compensation(
+    agent_login: Callable[[], Conn],
+) -> None:
+    agent = agent_login()
+    tool_id = engine.register_tool(agent, "create_user", "compensable", {"name": "delete_user"})
+    sid = _sid(agent)
+    args = {"email": "a@example.com"}
+    signature = call_signature(sid, 0, "create_user", args)
+    got = engine.intercept_tool(agent, sid, tool_id, 0, args, signature)
+    assert (got.action, got.state) == ("execute", "executing")
+    assert got.effect_id is not None
+    engine.commit(agent, got.effect_id, {"user_id": 1})
+    # the same call by name: one journal
+    again = engine.intercept(
+        agent, sid, 0, "create_user", "compensable", args, {"name": "delete_user"}
+    )
+    assert (again.effect_id, again.action, again.result_snapshot) == (
+        got.effect_id,
+        "replay",
+        {"user_id": 1},
+    )
+
+
+@pytest.mark.unregistered_tools
+def test_another_logins_tool_id_admits_nothing(agent_login: Callable[[], Conn]) -> None:
+    a, b = agent_login(), agent_login()
+    tool_a = engine.register_tool(a, "create_user", "compensable", {"name": "delete_user"})
+    sid = _sid(b)
+    with pytest.raises(errors.UnknownTool, match=f"tool {tool_a} is not registered"):
+        engine.intercept_tool(b, sid, tool_a, 0, {}, call_signature(sid, 0, "create_user", {}))
+
+
+@pytest.mark.unregistered_tools
+def test_a_cached_tool_id_of_a_retired_tool_is_registered_again(dsn: str, conn: Conn) -> None:
+    """The decorator names its tool by the id it cached: once an operator retired that
+    registration, the engine refuses the id (UL017); the decorator registers the tool
+    again, once, and the call goes on under the new id, a new call or a replay."""
+    ul = UndoLog(dsn)
+    sent: list[str] = []
+    ran: list[str] = []
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("delete_user"))
+    def create_user(email: str) -> dict[str, Any]:
+        ran.append(email)
+        return {"email": email}
+
+    real = engine.register_tool
+
+    def counting(*a: Any, **k: Any) -> uuid.UUID:
+        sent.append(a[1])
+        return real(*a, **k)
+
+    def retire(tool_id: uuid.UUID) -> None:
+        conn.execute("SELECT undolog.retire_tool(%s, 'ada', 'moved')", (tool_id,))
+
+    engine.register_tool = counting
+    try:
+        with ul.session(agent="t") as session:
+            create_user("a@example.com")
+            (first,) = ul.registered_tools.values()
+            retire(first)
+            create_user("b@example.com")  # a new call under the cached, retired id
+            (second,) = ul.registered_tools.values()
+        assert sent == ["create_user", "create_user"]
+        assert second != first
+        retire(second)
+        with ul.session(session.session_id):  # its calls replay, under a third id
+            assert create_user("a@example.com") == {"email": "a@example.com"}
+            assert create_user("b@example.com") == {"email": "b@example.com"}
+        # the latest registration (the new session's connection may be another one)
+        third = list(ul.registered_tools.values())[-1]
+    finally:
+        engine.register_tool = real
+    assert sent == ["create_user"] * 3
+    assert third not in (first, second)
+    assert ran == ["a@example.com", "b@example.com"]  # replayed, not run again
+    rows = conn.execute(
+        "SELECT tool_id FROM undolog.undolog_effect_log WHERE session_id = %s ORDER BY step_index",
+        (session.session_id,),
+    ).fetchall()
+    assert rows == [(first,), (second,)]  # each effect keeps the registration it had
 
 
 @pytest.mark.unregistered_tools

@@ -148,7 +148,7 @@ def test_upgrade_through_every_release_equals_a_fresh_install(
     old_engine: Path,
     engine_before_reject_option: Path,
     engine_last_release: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    migrate_as: Any,
 ) -> None:
     """Each earlier release's migrations with that release's own sources, one at a time,
     with a journal in use between them, as a user upgrades; then the current release's
@@ -166,25 +166,23 @@ def test_upgrade_through_every_release_equals_a_fresh_install(
         for m in available_migrations():
             if m.name not in first:
                 break  # the current release: its sources are today's, applied at once
-            with monkeypatch.context() as patched:  # that release's own sources
-                patched.setattr(migrations, "sql_root", lambda root=first[m.name]: root)
-                migrate(c, target=m.name)
-                if first[m.name] is old_engine:  # the release before the registry
-                    if m.name == "0002_perf":
-                        use_the_journal(c)
-                    continue
-                session = engine.begin_session(c)
-                call = engine.intercept(
-                    c,
-                    session,
-                    0,
-                    "create_user",
-                    "compensable",
-                    {"email": f"{m.name}@example.com"},
-                    compensation={"name": "delete_user"},
-                )
-                assert call.effect_id is not None
-                engine.commit(c, call.effect_id, {"id": 1})
+            migrate_as(c, first[m.name], target=m.name)  # that release's own sources
+            if first[m.name] is old_engine:  # the release before the registry
+                if m.name == "0002_perf":
+                    use_the_journal(c)
+                continue
+            session = engine.begin_session(c)
+            call = engine.intercept(
+                c,
+                session,
+                0,
+                "create_user",
+                "compensable",
+                {"email": f"{m.name}@example.com"},
+                compensation={"name": "delete_user"},
+            )
+            assert call.effect_id is not None
+            engine.commit(c, call.effect_id, {"id": 1})
         migrate(c)
         journal = c.execute(
             "SELECT count(*) FILTER (WHERE tool_id IS NULL) FROM undolog.undolog_effect_log"

@@ -28,6 +28,7 @@ from undolog.cli._common import (
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit
 from undolog.cli.worker import connect_for_worker
+from undolog.queries import QUERIES
 from undolog.walk import Worker
 
 log = logging.getLogger("undolog.cli")
@@ -202,12 +203,7 @@ CHANNEL_COLUMNS = [
 
 def _cmd_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(
-            conn,
-            "SELECT * FROM undolog.notification_channels WHERE live OR %s"
-            " ORDER BY live DESC, channel_name, created_at",
-            (args.all,),
-        )
+        rows = query(conn, QUERIES["notification_channels"], {"all": args.all})
     emit(args, rows, CHANNEL_COLUMNS)
     return EXIT_OK
 
@@ -229,15 +225,8 @@ DELIVERY_COLUMNS = [
 def _cmd_deliveries(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         approval = resolve_id(conn, "approval", args.approval) if args.approval else None
-        rows = query(
-            conn,
-            "SELECT *, CASE WHEN state = 'pending' THEN next_attempt_at END AS next_attempt"
-            " FROM undolog.notification_deliveries"
-            " WHERE (%(a)s::uuid IS NULL OR approval_id = %(a)s)"
-            " AND (%(s)s::text IS NULL OR state = %(s)s)"
-            " ORDER BY created_at DESC, channel_name LIMIT %(n)s",
-            {"a": approval, "s": args.state, "n": args.limit},
-        )
+        params = {"approval_id": approval, "state": args.state, "limit": args.limit}
+        rows = query(conn, QUERIES["notification_deliveries"], params)
     for r in rows:  # the next try means something only for a delivery still due
         r["next_attempt_at"] = r.pop("next_attempt")
     emit(args, rows, DELIVERY_COLUMNS)

@@ -1054,9 +1054,8 @@ class Dashboard:
         target = f"notification {delivery_id}"
         async with ws.db() as conn:
             try:
-                await conn.execute(
-                    "SELECT undolog.retry_notification(%s, %s)", (delivery_id, ws.login)
-                )
+                params = {"delivery_id": delivery_id, "by": ws.login}
+                await conn.execute(QUERIES["retry_notification"], params)
                 outcome = Outcome(target, True, f"due again now (by {ws.login})")
                 log.info("%s: notify-retry %s", ws.login, delivery_id)
             except psycopg.Error as exc:

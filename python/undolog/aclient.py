@@ -1,0 +1,300 @@
+"""``AsyncUndoLog``, the async session client, and ``AsyncSession``, what its sessions yield.
+
+This module is the source, written by hand; undolog.client_sync, the sync twin of both
+classes (the core of undolog.client's UndoLog, and Session), is generated from it by
+tools/async_to_sync.py. What the twins do their own way (the heartbeat's task or thread,
+waits, where the undo walk runs) is in the pair undolog._acompat / undolog._compat; what
+they share without a twin is in undolog.client_common. See undolog.client for sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from undolog import _acompat, aapprovals, aengine, asaga, context, walk
+from undolog.client_common import (
+    _SESSION_GONE,
+    DEFAULT_LEASE,
+    ClientSession,
+    _Base,
+    _conninfo_of,
+    _default_dsn,
+    _halted,
+    _heartbeat_interval,
+    _note_halt,
+    _note_unsettled,
+    _reason,
+    _unknown,
+    log,
+    seconds,
+)
+from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
+from undolog.engine import take_unsettled
+from undolog.errors import AwaitingApprovalError, InvalidStateTransition
+
+
+async def _settled(conn: aengine.AsyncConnection) -> Exception | None:
+    """Read the answer to the session's last result (sent without waiting): its error,
+    if any, is raised at the session's exit rather than lost."""
+    await aengine.settle(conn)
+    return take_unsettled(conn)
+
+
+class AsyncUndoLog(_Base):
+    """Async client, built from a DSN or a ``psycopg_pool.AsyncConnectionPool``."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        walk_wait: float = walk.DEFAULT_WAIT,
+        in_progress_wait: float | timedelta = DEFAULT_IN_PROGRESS_WAIT,
+        durable_results: bool = False,
+    ) -> None:
+        super().__init__(lease, walk_wait, in_progress_wait, durable_results)
+        self.dsn = _default_dsn(dsn)
+        self.pool = pool
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[aengine.AsyncConnection]:
+        """An autocommit connection: from the pool (restored after) or a new one."""
+        if self.pool is None:
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                yield conn
+            return
+        async with self.pool.connection() as conn:
+            before = conn.autocommit
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    await conn.set_autocommit(before)
+
+    def session(
+        self,
+        session_id: uuid.UUID | None = None,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        lease: timedelta | None = None,
+        in_progress_wait: float | timedelta | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[AsyncSession]:
+        """An async session (``async with``), yielding an ActiveSession; the arguments
+        are UndoLog.session()'s."""
+        return self._session(session_id, agent, metadata, lease, in_progress_wait)
+
+    @contextlib.asynccontextmanager
+    async def _session(
+        self,
+        session_id: uuid.UUID | None,
+        agent: str | None,
+        metadata: Mapping[str, Any] | None,
+        lease: timedelta | None,
+        in_progress_wait: float | timedelta | None,
+    ) -> AsyncIterator[AsyncSession]:
+        lease = lease or self.lease
+        async with self.connection() as conn:
+            sent = time.monotonic()
+            sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
+            state = await aengine.session_state(conn, sid)
+            active = self._active(sid, conn, state, in_progress_wait, sent, lease, AsyncSession)
+            if not self.durable_results:
+                await aengine.set_async_results(conn, True)
+            token = context.enter(active)
+            stop = _acompat.Event()
+            beat = (
+                _acompat.spawn(self._beat, (conn, active, lease, stop), f"undolog-heartbeat-{sid}")
+                if active.state == "active"
+                else None
+            )
+            try:
+                yield active
+            except BaseException as exc:
+                await _acompat.stop(beat, stop)
+                _note_unsettled(exc, await _settled(conn))
+                if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
+                    await self._fail(conn, sid, self._error_text(exc))
+                await self._learn_state(conn, active, exc)
+                raise
+            else:
+                await _acompat.stop(beat, stop)
+                if (late := await _settled(conn)) is not None:  # the last result's error
+                    await self._fail(conn, sid, self._error_text(late))
+                    await self._learn_state(conn, active)
+                    raise late
+                if active.unknown_outcome is not None:
+                    await self._fail(conn, sid, _unknown(active))
+                    await self._learn_state(conn, active)
+                    raise InvalidStateTransition(_unknown(active))
+                if active.state != "active":  # an undo_to ran: where its walk is now
+                    halt = await aengine.session_halt(conn, sid)
+                    active.state = halt.state
+                    if halt.halted_undo_to:  # not completed: the operator moves it on
+                        raise _halted(sid, halt)
+                if active.state == "active":
+                    active.state = await aengine.complete_session(conn, sid)
+            finally:
+                await _acompat.stop(beat, stop)
+                context.leave(token)
+                if self.pool is not None and not self.durable_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        await aengine.set_async_results(conn, False)
+
+    @staticmethod
+    async def _learn_state(
+        conn: aengine.AsyncConnection, active: ActiveSession, exc: BaseException | None = None
+    ) -> None:
+        """Record in ``active.state`` where leaving the block left the session (never
+        replacing the exception that is leaving it, ``exc``, which a halted undo_to walk
+        is noted on)."""
+        try:
+            halt = await aengine.session_halt(conn, active.session_id)
+            active.state = halt.state
+            if exc is not None:
+                _note_halt(exc, active.session_id, halt)
+        except Exception:
+            log.debug("session %s: reading its state failed", active.session_id, exc_info=True)
+
+    async def _fail(self, conn: aengine.AsyncConnection, sid: uuid.UUID, error: str) -> None:
+        """Fail the session (if it is still active) and walk it. This bookkeeping never
+        replaces the exception that is leaving the session: its own errors are logged."""
+        try:
+            if await aengine.session_state(conn, sid) != "active":
+                return
+            await aengine.fail_session(conn, sid, error)
+            await self._after_failure(conn, sid)
+        except Exception:
+            log.exception("session %s: failing it and walking its undo stack failed", sid)
+
+    @staticmethod
+    async def _beat(
+        conn: aengine.AsyncConnection, active: ActiveSession, lease: timedelta, stop: _acompat.Event
+    ) -> None:
+        while not await stop.wait_timeout(_heartbeat_interval(lease)):
+            try:
+                sent = time.monotonic()
+                await aengine.heartbeat(conn, active.session_id)
+                active.lease_deadline = sent + lease.total_seconds()
+            except _SESSION_GONE:  # the session moved on: nothing left to keep alive
+                return
+            except Exception as exc:  # a passing fault (lock timeout, network): next beat
+                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
+
+    async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
+        """The failed session's undo walk, from the session (at its end, or undo_to): on
+        the session's own connection where that can carry it (the sync twin's)."""
+        await _acompat.walking(self, lambda c, loop: self._walk(c, session_id, loop), conn)
+
+    async def run_walk(self, session_id: uuid.UUID) -> str | None:
+        """Walk a failed session's undo stack with the registered compensations. (The
+        async client runs the walk's SQL on a sync connection in a worker thread, and
+        async compensations on its event loop.)"""
+        return await _acompat.walking(self, lambda conn, loop: self._walk(conn, session_id, loop))
+
+    async def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
+        """One worker pass: recover() and walk every session it names (only the sessions
+        begun by ``owners`` when given; an empty sequence: this login's own). (The async
+        client runs sync compensations in a worker thread, async ones on its event
+        loop.)"""
+        return await _acompat.walking(
+            self,
+            lambda conn, loop: walk.work(
+                conn, self.compensations, wait=0.0, loop=loop, owners=owners
+            ),
+        )
+
+    async def approve(
+        self,
+        approval_id: uuid.UUID,
+        decided_by: str,
+        reason: str | None = None,
+        *,
+        args: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Allow the call; with ``args``, the call runs with these arguments instead of
+        the requested ones (edit, then approve: undolog.approve_edited)."""
+        async with self.connection() as conn:
+            return await aapprovals.approve(conn, approval_id, decided_by, reason, args=args)
+
+    async def reject(
+        self, approval_id: uuid.UUID, decided_by: str, reason: str | None = None
+    ) -> str:
+        async with self.connection() as conn:
+            return await aapprovals.reject(conn, approval_id, decided_by, reason)
+
+    async def wait_for_decision(
+        self,
+        approval_id: uuid.UUID,
+        timeout: float | timedelta,
+        poll_interval: float | timedelta = 5.0,
+    ) -> str | None:
+        """Wait until a human decides (LISTEN/NOTIFY, slow poll as fallback); answers
+        'approved', 'rejected' or 'expired', or None on timeout. ``timeout`` and
+        ``poll_interval`` are seconds or timedeltas."""
+        wait, poll = seconds(timeout), seconds(poll_interval)
+        # A connection of its own, never the pool's: it LISTENs for the whole wait.
+        conninfo = self._conninfo()
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            return await aapprovals.wait_for_decision(conn, approval_id, wait, poll)
+
+    def _conninfo(self) -> str:
+        return _conninfo_of(self.dsn, self.pool)
+
+
+class AsyncSession(ClientSession):
+    """What ``with ul.session() as s`` yields (Session; for ``async with``, AsyncSession,
+    its methods awaited): an ActiveSession that can also undo its own latest calls
+    (``s.undo_to(step)``, ``s.undo_last(n)``). The engine allows it to an operator's
+    login, or to the agent's own where the database allows it (``ALTER DATABASE ... SET
+    undolog.agent_rollback_to = on``; PermissionDenied otherwise)."""
+
+    async def undo_to(
+        self, step: int, reason: str | None = None, *, wait: float | None = None
+    ) -> str:
+        """Undo this session's calls from the latest down to and including ``step``,
+        last first, through the undo walk; answers the session's state after it:
+        'active' (undone; the session goes on, later calls take later step indexes),
+        'halted' (the walk stopped at an irreversible call or a compensation that failed
+        for good: calls are refused until an operator acts) or 'compensating' (the
+        worker has not finished within the client's walk_wait, or ``wait``, seconds).
+        Raises NothingToUndo when nothing at or after ``step`` is left to undo."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its calls from step {step} on")
+        await asaga.rollback_to(self.connection, self.session_id, step, why)
+        return await self._walked(wait)
+
+    async def undo_last(
+        self, n: int = 1, reason: str | None = None, *, wait: float | None = None
+    ) -> str:
+        """Undo this session's last ``n`` calls still standing, last first (as undo_to).
+        NothingToUndo when fewer than ``n`` are left; InvalidArgument when ``n`` < 1."""
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        why = _reason(reason, f"its last {n} call(s)")
+        await asaga.rollback_last(self.connection, self.session_id, n, why)
+        return await self._walked(wait)
+
+    async def _walked(self, wait: float | None) -> str:
+        """The walk runs here when this login may (the operator role), else `undolog
+        worker` runs it; either way it is waited for, up to walk_wait (or ``wait``)."""
+        assert isinstance(self.client, AsyncUndoLog)
+        assert isinstance(self.connection, psycopg.AsyncConnection)
+        conn, sid = self.connection, self.session_id
+        self.state = "compensating"
+        await self.client._after_failure(conn, sid)
+        deadline = time.monotonic() + (self.client.walk_wait if wait is None else wait)
+        while True:
+            self.state = await aengine.session_state(conn, sid)
+            if self.state != "compensating" or time.monotonic() >= deadline:
+                return self.state
+            await _acompat.sleep(walk.POLL)
