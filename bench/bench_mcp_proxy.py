@@ -152,16 +152,18 @@ async def main(calls: int, rounds: int, in_process_too: bool, durable: bool = Fa
     async with direct, proxied:
         pid = proxy_pid()
         await pool.open(wait=True)
+        tool = "bench/lookup_user"
+        descriptor = {"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}}
         async with pool.connection() as conn:
             await aengine.begin_session(conn, session, agent="bench")
-
-        descriptor = json.dumps({"name": "mcp:bench/lookup_user", "args": {"email": "args.email"}})
+            # the proxy's own registration (the same definition answers the same id)
+            tool_id = await aengine.register_tool(conn, tool, "compensable", descriptor)
 
         async def engine_call(i: int) -> None:
             # as the proxy sends them: the pipelined path's prepared statements
-            tool, args = "bench/lookup_user", {"email": f"e{i}@x"}
+            args = {"email": f"e{i}@x"}
             signature, args_json = signed_call(session, i, tool, args)
-            call = engine.HotCall(session, i, tool, "compensable", args_json, descriptor, signature)
+            call = engine.HotCall(session, tool_id, i, args_json, signature)
             async with pool.connection() as conn:
                 icpt = await aengine.intercept_hot(conn, call)
             assert icpt.effect_id is not None

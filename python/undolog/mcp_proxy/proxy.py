@@ -40,7 +40,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
-import json
 import logging
 import secrets
 import time
@@ -68,6 +67,7 @@ from undolog.errors import (
     SessionNotActive,
     SignatureError,
     UndoLogError,
+    UnknownTool,
 )
 from undolog.mcp_proxy.metrics import ProxyMetrics, UpstreamError
 from undolog.mcp_proxy.policy import (
@@ -278,7 +278,8 @@ class McpProxy:
         self.metrics = ProxyMetrics(tuple(upstreams))
         self.metrics.sessions = lambda: sum(1 for ps in self.sessions.values() if ps.began)
         self.by_handle: dict[str, ProxySession] = {}
-        self._descriptors: dict[tuple[str, str], str] = {}
+        # journal name -> the registration's tool_id, for intercept_tool (see _register)
+        self._tool_ids: dict[str, uuid.UUID] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -333,11 +334,14 @@ class McpProxy:
                 await self._register(conn, self._undo_route())
 
     async def _register(self, conn: psycopg.AsyncConnection[Any], route: Route) -> None:
+        """Register the route's tool; the answered tool_id is what its calls name
+        (intercept_tool), so the engine checks the tool once, not on every call."""
         if route.policy.tier == "safe":
             return
-        await aengine.register_tool(
+        name = journal_name(route.upstream, route.tool)
+        self._tool_ids[name] = await aengine.register_tool(
             conn,
-            journal_name(route.upstream, route.tool),
+            name,
             route.policy.tier,
             self._descriptor(route) if route.policy.tier == "compensable" else None,
             # a rejection of a tell_model tool keeps the session active
@@ -530,7 +534,7 @@ class McpProxy:
         refused), nothing undone."""
         route, args = self._undo_route(), {"count": count, "reason": reason}
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args, None)
+            icpt = await self._intercept(ps, 0, route, args)
             if isinstance(icpt, types.CallToolResult):
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
             if icpt.action == "execute":
@@ -1028,14 +1032,13 @@ class McpProxy:
         step: int,
         route: Route,
         args: dict[str, Any],
-        comp_json: str | None,
     ) -> engine.Interception | types.CallToolResult:
         """The intercept of a call sent while the session's previous result is still being
         recorded, on another connection: the two round trips overlap (the client's next
         call commonly comes before the previous commit's answer). Answers once both
         are done, so that the caller knows whether that result was recorded before this
         call runs."""
-        sent = asyncio.ensure_future(self._intercept(ps, step, route, args, comp_json))
+        sent = asyncio.ensure_future(self._intercept(ps, step, route, args))
         try:
             await self._settle(ps)
         except BaseException:
@@ -1043,35 +1046,38 @@ class McpProxy:
             raise
         return await sent
 
-    def _descriptor_json(self, route: Route) -> str:
-        """The compensation descriptor as the intercept sends it (written once a route)."""
-        key = (route.upstream, route.tool)
-        if (known := self._descriptors.get(key)) is None:
-            known = self._descriptors[key] = json.dumps(self._descriptor(route))
-        return known
-
     async def _intercept(
         self,
         ps: ProxySession,
         step: int,
         route: Route,
         args: dict[str, Any],
-        comp_json: str | None,
     ) -> engine.Interception | types.CallToolResult:
-        """intercept(), or the tool error to answer when the journal refuses the call. The
-        binding's pipelined path (engine.HotCall): the args' canonical JSON cut from the
-        bytes signed, a prepared statement, no adaptation of the parameters."""
+        """intercept_tool(), or the tool error to answer when the journal refuses the call.
+        The binding's pipelined path (engine.HotCall): the tool named by its registration,
+        the args' canonical JSON cut from the bytes signed, a prepared statement, no
+        adaptation of the parameters."""
         tool = journal_name(route.upstream, route.tool)
         try:
             if not 0 <= step <= engine.MAX_STEP_INDEX:
                 raise InvalidArgument(f"step_index must be in 0..{engine.MAX_STEP_INDEX}")
             signature, args_json = signed_call(ps.session_id, step, tool, args)
             check_storable(args)
-            call = engine.HotCall(
-                ps.session_id, step, tool, route.policy.tier, args_json, comp_json, signature
-            )
             async with self.pool.connection() as conn:
-                return await aengine.intercept_hot(conn, call)
+                if (tool_id := self._tool_ids.get(tool)) is None:
+                    await self._register(conn, route)
+                    tool_id = self._tool_ids[tool]
+                call = engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
+                try:
+                    return await aengine.intercept_hot(conn, call)
+                except UnknownTool:
+                    # retired by an operator since: registered again once, as the
+                    # decorator does (a changed definition is refused, not replaced)
+                    await self._register(conn, route)
+                    call = engine.HotCall(
+                        ps.session_id, self._tool_ids[tool], step, args_json, signature
+                    )
+                    return await aengine.intercept_hot(conn, call)
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1254,9 +1260,8 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        comp_json = self._descriptor_json(route)
         if overlap:
-            icpt = await self._intercept_settling(ps, step, route, args, comp_json)
+            icpt = await self._intercept_settling(ps, step, route, args)
             if (refused := await self._unrecorded(ps, name)) is not None:
                 # the previous result could not be recorded: this call is not run, and
                 # the journal is told it never took effect
@@ -1266,7 +1271,7 @@ class McpProxy:
                     await self._record(engine.FAIL, icpt.effect_id, _error_text(refused))
                 return refused, "refused"
         else:
-            icpt = await self._intercept(ps, step, route, args, comp_json)
+            icpt = await self._intercept(ps, step, route, args)
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
             return icpt, "refused"
@@ -1326,7 +1331,7 @@ class McpProxy:
         if (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args, None)
+            icpt = await self._intercept(ps, 0, route, args)
             if isinstance(icpt, types.CallToolResult):
                 return icpt, "refused"
             if icpt.action == "replay":
