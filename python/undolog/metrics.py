@@ -8,7 +8,9 @@ keeps (docs/operations/monitoring.md lists each metric and says how it is bounde
 The views are granted to approver and operator only: an agent login cannot scrape.
 
 ``scrape(conn)`` and ``ascrape(aconn)`` answer the exposition's text; ``undolog metrics``
-serves it over HTTP, and the dashboard at ``/metrics``.
+serves it over HTTP, and the dashboard at ``/metrics``. ``sample``, ``family`` and
+``exposition`` are the text format's one definition, which the MCP proxy's own metrics
+(undolog.mcp_proxy.metrics) are written with too.
 """
 
 from __future__ import annotations
@@ -171,11 +173,26 @@ def _label_value(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _sample(name: str, value: Any, labels: Mapping[str, Any] | None = None) -> str:
+def sample(name: str, value: Any, labels: Mapping[str, Any] | None = None) -> str:
+    """One sample line of the exposition (labels escaped, numbers as Prometheus reads
+    them: NaN, +Inf, integers without a decimal point)."""
     if labels:
         inner = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items())
         return f"{name}{{{inner}}} {_number(value)}"
     return f"{name} {_number(value)}"
+
+
+_sample = sample
+
+
+def family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
+    """One metric's lines: its HELP, its TYPE, then its sample lines."""
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+
+
+def exposition(lines: Iterable[str]) -> str:
+    """The exposition's text from its lines (each family's, in order)."""
+    return "\n".join(lines) + "\n"
 
 
 def _samples(results: Results) -> dict[str, list[str]]:
@@ -242,15 +259,14 @@ def render(results: Results | None, duration: float, error: str | None = None) -
     if error is not None:
         lines.append("# scrape failed: " + " ".join(error.split()))
     for name, kind, help_text in METRICS:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
         if name == "undolog_up":
-            lines.append(_sample(name, 1 if results is not None else 0))
+            own = [_sample(name, 1 if results is not None else 0)]
         elif name == "undolog_scrape_duration_seconds":
-            lines.append(_sample(name, round(duration, 6)))
+            own = [_sample(name, round(duration, 6))]
         else:
-            lines.extend(samples.get(name, ()))
-    return "\n".join(lines) + "\n"
+            own = samples.get(name, [])
+        lines.extend(family(name, kind, help_text, own))
+    return exposition(lines)
 
 
 def _collect(sets: Iterable[Rows]) -> dict[str, Rows]:
@@ -313,8 +329,11 @@ __all__ = [
     "QUERIES",
     "aread",
     "ascrape",
+    "exposition",
     "failed",
+    "family",
     "read",
     "render",
+    "sample",
     "scrape",
 ]

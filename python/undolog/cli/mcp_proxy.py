@@ -16,6 +16,19 @@ def configure_mcp_proxy_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--config", required=True, help="the policy file (TOML)")
     p.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio")
     p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve the proxy's own metrics as GET /metrics there (Prometheus text format; "
+        "default: the policy's proxy.metrics_listen, else not served)",
+    )
+    p.add_argument(
+        "--durable-results",
+        action="store_true",
+        default=None,
+        help="a COMPENSABLE call's answer waits for its result's commit "
+        "(the policy's proxy.durable_results = true)",
+    )
+    p.add_argument(
         "--print-client-config",
         action="store_true",
         help="print a desktop client's mcpServers JSON for this proxy (absolute paths), exit",
@@ -45,4 +58,7 @@ def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
         except PolicyError as exc:
             print(f"undolog mcp-proxy: policy refused: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    return serve(args.config, dsn, args.http)
+    from undolog.mcp_proxy.server import Options
+
+    options = Options(metrics_listen=args.metrics_listen, durable_results=args.durable_results)
+    return serve(args.config, dsn, args.http, options)

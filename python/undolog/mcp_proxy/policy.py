@@ -28,6 +28,7 @@ from undolog.mcp_proxy.mapping import (
     resolve,
     result_value,
 )
+from undolog.mcp_proxy.metrics import parse_listen
 
 __all__ = [
     "ArgSource",
@@ -130,6 +131,12 @@ class Policy:
     session_boundary: Boundary = "connection"
     undo_last_tool: UndoTool = "off"
     session_idle_seconds: float | None = None  # "idle" (and optionally "conversation")
+    # a COMPENSABLE call's answer waits for its result's commit (off: it is recorded while
+    # the answer is on its way, and a result that cannot be recorded refuses the session's
+    # next call)
+    durable_results: bool = False
+    # HOST:PORT of the proxy's own GET /metrics (None: not served)
+    metrics_listen: str | None = None
 
     def tier_of(self, upstream: str, tool: str) -> ToolPolicy:
         return self.upstreams[upstream].tools.get(tool) or ToolPolicy(self.default_tier)
@@ -363,8 +370,21 @@ def load_policy(path: str | Path) -> Policy:
                 "session_boundary",
                 "session_idle_seconds",
                 "undo_last_tool",
+                "durable_results",
+                "metrics_listen",
             },
         )
+        durable = proxy.get("durable_results", False)
+        if not isinstance(durable, bool):
+            raise PolicyError("proxy.durable_results: expected true or false")
+        listen = proxy.get("metrics_listen")
+        if listen is not None:
+            if not isinstance(listen, str):
+                raise PolicyError('proxy.metrics_listen: expected "HOST:PORT"')
+            try:
+                parse_listen(listen)
+            except ValueError as exc:
+                raise PolicyError(f"proxy.{exc}") from None
         undo_tool = proxy.get("undo_last_tool", "off")
         if undo_tool not in UNDO_TOOLS:
             raise PolicyError(
@@ -441,6 +461,8 @@ def load_policy(path: str | Path) -> Policy:
             session_boundary=boundary,
             session_idle_seconds=idle,
             undo_last_tool=undo_tool,
+            durable_results=durable,
+            metrics_listen=listen,
         )
     except PolicyError as exc:
         raise PolicyError(f"{path}: {exc}") from None

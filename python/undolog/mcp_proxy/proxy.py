@@ -60,13 +60,16 @@ from undolog.approvals import CHANNEL, DECISIONS
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
+    LateResult,
     NothingToUndo,
     PayloadTooLarge,
     PermissionDenied,
     SessionNotActive,
     SignatureError,
     UndoLogError,
+    UnknownTool,
 )
+from undolog.mcp_proxy.metrics import ProxyMetrics, UpstreamError
 from undolog.mcp_proxy.policy import (
     MappingError,
     Policy,
@@ -76,7 +79,7 @@ from undolog.mcp_proxy.policy import (
     result_value,
 )
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
-from undolog.signature import canonical_json
+from undolog.signature import canonical_json, check_storable, signed_call
 
 log = logging.getLogger("undolog.mcp_proxy")
 
@@ -129,6 +132,11 @@ def _snapshot(result: types.CallToolResult) -> dict[str, Any]:
     return data
 
 
+def _snapshot_json(result: types.CallToolResult) -> str:
+    """_snapshot's JSON, written by pydantic in one pass (the commit sends it as is)."""
+    return result.model_dump_json(by_alias=True, exclude_none=True, exclude={"meta"})
+
+
 def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception) -> dict[str, Any]:
     """The journal's record of a result it cannot hold whole: a note, and as structured
     content only the values the compensation's ``result.`` paths read (a replay answers
@@ -175,6 +183,15 @@ def _told_edit(result: types.CallToolResult, edit: engine.ApprovalEdit) -> types
     meta = dict(result.meta or {})
     meta["undolog/edit"] = edit.as_dict()
     return result.model_copy(update={"content": [note, *result.content], "meta": meta})
+
+
+def upstream_error_kind(exc: Exception) -> UpstreamError:
+    """How an upstream call failed, as the metrics count it."""
+    if isinstance(exc, UpstreamDown):
+        return "down"
+    if isinstance(exc, OutcomeUnknown):
+        return "no_answer"
+    return "protocol"
 
 
 def _error_text(result: types.CallToolResult) -> str:
@@ -258,7 +275,11 @@ class McpProxy:
                     raise ValueError(f"two upstream tools would both be called {exposed!r}")
                 self.routes[exposed] = route
         self.sessions: dict[uuid.UUID, ProxySession] = {}
+        self.metrics = ProxyMetrics(tuple(upstreams))
+        self.metrics.sessions = lambda: sum(1 for ps in self.sessions.values() if ps.began)
         self.by_handle: dict[str, ProxySession] = {}
+        # journal name -> the registration's tool_id, for intercept_tool (see _register)
+        self._tool_ids: dict[str, uuid.UUID] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -313,11 +334,14 @@ class McpProxy:
                 await self._register(conn, self._undo_route())
 
     async def _register(self, conn: psycopg.AsyncConnection[Any], route: Route) -> None:
+        """Register the route's tool; the answered tool_id is what its calls name
+        (intercept_tool), so the engine checks the tool once, not on every call."""
         if route.policy.tier == "safe":
             return
-        await aengine.register_tool(
+        name = journal_name(route.upstream, route.tool)
+        self._tool_ids[name] = await aengine.register_tool(
             conn,
-            journal_name(route.upstream, route.tool),
+            name,
             route.policy.tier,
             self._descriptor(route) if route.policy.tier == "compensable" else None,
             # a rejection of a tell_model tool keeps the session active
@@ -510,7 +534,7 @@ class McpProxy:
         refused), nothing undone."""
         route, args = self._undo_route(), {"count": count, "reason": reason}
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args, None)
+            icpt = await self._intercept(ps, 0, route, args)
             if isinstance(icpt, types.CallToolResult):
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
             if icpt.action == "execute":
@@ -889,10 +913,7 @@ class McpProxy:
         if shared:
             upstream = self.upstreams[route.upstream]
             if route.policy.tier == "safe":
-                try:
-                    return await upstream.call(route.tool, args)
-                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-                    return _error(f"{name}: {exc}")
+                return await self._safe(name, route, upstream, args)
             try:
                 await upstream.ensure_connected()  # nothing is journaled for a call not sent
             except UpstreamDown as exc:
@@ -911,10 +932,7 @@ class McpProxy:
                 except UpstreamDown as exc:
                     return _error(f"{name} was not run: {exc}")
             if route.policy.tier == "safe":
-                try:
-                    result = await upstream.call(route.tool, args)
-                except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
-                    result = _error(f"{name}: {exc}")
+                result = await self._safe(name, route, upstream, args)
             else:
                 try:
                     await self.begin(ps)
@@ -932,6 +950,21 @@ class McpProxy:
         return result.model_copy(
             update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
         )
+
+    async def _safe(
+        self, name: str, route: Route, upstream: UpstreamConnection, args: dict[str, Any]
+    ) -> types.CallToolResult:
+        """A SAFE call: forwarded as is, nothing journaled."""
+        try:
+            result = await upstream.call(route.tool, args)
+        except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            self.metrics.call("safe", "failed")
+            self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
+            return _error(f"{name}: {exc}")
+        self.metrics.call("safe", "relayed")
+        if result.is_error:
+            self.metrics.upstream_error(route.upstream, "error_result")
+        return result
 
     async def _instance(self, ps: ProxySession, upstream: str) -> UpstreamConnection:
         """The session's own process of a per-session upstream, started at its first call
@@ -993,22 +1026,58 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
-    async def _intercept(
-        self, ps: ProxySession, step: int, route: Route, args: dict[str, Any], comp: Any
+    async def _intercept_settling(
+        self,
+        ps: ProxySession,
+        step: int,
+        route: Route,
+        args: dict[str, Any],
     ) -> engine.Interception | types.CallToolResult:
-        """intercept(), or the tool error to answer when the journal refuses the call."""
-        tier = route.policy.tier
+        """The intercept of a call sent while the session's previous result is still being
+        recorded, on another connection: the two round trips overlap (the client's next
+        call commonly comes before the previous commit's answer). Answers once both
+        are done, so that the caller knows whether that result was recorded before this
+        call runs."""
+        sent = asyncio.ensure_future(self._intercept(ps, step, route, args))
         try:
+            await self._settle(ps)
+        except BaseException:
+            sent.cancel()
+            raise
+        return await sent
+
+    async def _intercept(
+        self,
+        ps: ProxySession,
+        step: int,
+        route: Route,
+        args: dict[str, Any],
+    ) -> engine.Interception | types.CallToolResult:
+        """intercept_tool(), or the tool error to answer when the journal refuses the call.
+        The binding's pipelined path (engine.HotCall): the tool named by its registration,
+        the args' canonical JSON cut from the bytes signed, a prepared statement, no
+        adaptation of the parameters."""
+        tool = journal_name(route.upstream, route.tool)
+        try:
+            if not 0 <= step <= engine.MAX_STEP_INDEX:
+                raise InvalidArgument(f"step_index must be in 0..{engine.MAX_STEP_INDEX}")
+            signature, args_json = signed_call(ps.session_id, step, tool, args)
+            check_storable(args)
             async with self.pool.connection() as conn:
-                return await aengine.intercept(
-                    conn,
-                    ps.session_id,
-                    step,
-                    journal_name(route.upstream, route.tool),
-                    tier,
-                    args,
-                    comp,
-                )
+                if (tool_id := self._tool_ids.get(tool)) is None:
+                    await self._register(conn, route)
+                    tool_id = self._tool_ids[tool]
+                call = engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
+                try:
+                    return await aengine.intercept_hot(conn, call)
+                except UnknownTool:
+                    # retired by an operator since: registered again once, as the
+                    # decorator does (a changed definition is refused, not replaced)
+                    await self._register(conn, route)
+                    call = engine.HotCall(
+                        ps.session_id, self._tool_ids[tool], step, args_json, signature
+                    )
+                    return await aengine.intercept_hot(conn, call)
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1038,6 +1107,7 @@ class McpProxy:
 
     async def _execute(
         self,
+        ps: ProxySession,
         effect_id: uuid.UUID,
         name: str,
         route: Route,
@@ -1052,26 +1122,46 @@ class McpProxy:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
             # It may have acted: the effect stays executing, so the walk compensates it.
+            self.metrics.upstream_error(route.upstream, "no_answer")
             return _unknown(name, str(exc)), "unknown"
         except (UpstreamDown, MCPError) as exc:
+            self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
             await self._record(engine.FAIL, effect_id, f"not run: {exc}"[:2000])
             return _error(f"{name} was not run: {exc}"), "failed"
         if result.is_error:
+            self.metrics.upstream_error(route.upstream, "error_result")
             await self._record(engine.FAIL, effect_id, _error_text(result))
             return result, "failed"
         if not wait:
             return result, "ran"
-        unknown = await self._commit(effect_id, name, route, result)
+        unknown = await self._commit(ps, effect_id, name, route, result, answered=False)
         return (result, "done") if unknown is None else (unknown, "unknown")
 
     async def _commit(
-        self, effect_id: uuid.UUID, name: str, route: Route, result: types.CallToolResult
+        self,
+        ps: ProxySession,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        result: types.CallToolResult,
+        *,
+        answered: bool,
     ) -> types.CallToolResult | None:
-        """Record a call's result: None, or the answer that its outcome is unknown."""
+        """Record a call's result: None, or the answer that its outcome is unknown
+        (``answered``: the client already has the result)."""
         try:
             try:
                 async with self.pool.connection() as conn:
-                    await aengine.commit(conn, effect_id, _snapshot(result))
+                    # the pipelined path: a prepared statement, the JSON written once
+                    await aengine.send_result(
+                        conn,
+                        "commit",
+                        ps.session_id,
+                        effect_id,
+                        _snapshot_json(result),
+                        asynchronous=False,
+                        wait=True,
+                    )
             except (PayloadTooLarge, InvalidArgument) as exc:
                 # It ran and its result is known, but the journal cannot hold it whole
                 # (over the payload limit, or a U+0000 jsonb refuses): keep what the
@@ -1079,6 +1169,9 @@ class McpProxy:
                 async with self.pool.connection() as conn:
                     await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
+            self.metrics.unrecorded_result(
+                "late" if isinstance(exc, LateResult) else "error", answered
+            )
             return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
         return None
 
@@ -1097,7 +1190,7 @@ class McpProxy:
         the same call made again is that call (never run twice), the session's next call
         is refused with the reason, and the session is rolled back when it ends (its
         effect stays executing)."""
-        unknown = await self._commit(effect_id, name, route, result)
+        unknown = await self._commit(ps, effect_id, name, route, result, answered=True)
         if unknown is not None:
             ps.unknown[key] = step
             _give_back(ps, key, step)
@@ -1140,11 +1233,26 @@ class McpProxy:
         upstream: UpstreamConnection,
         args: dict[str, Any],
     ) -> types.CallToolResult:
+        result, outcome = await self._compensable_call(ps, name, route, upstream, args)
+        self.metrics.call("compensable", outcome)
+        return result
+
+    async def _compensable_call(
+        self,
+        ps: ProxySession,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+    ) -> tuple[types.CallToolResult, str]:
+        """The call's answer, and its outcome as the metrics count it."""
         key = _call_key(name, args)
         if key is None:
-            return _error(f"{name}: the arguments cannot be journaled exactly as JSON")
-        if (refused := await self._unrecorded(ps, name)) is not None:
-            return refused
+            return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
+        recording = ps.recording
+        overlap = recording is not None and not recording.done()
+        if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
+            return refused, "refused"
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
             # after a restart, where numbering starts over), never a new step to run.
@@ -1152,36 +1260,48 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        icpt = await self._intercept(ps, step, route, args, self._descriptor(route))
+        if overlap:
+            icpt = await self._intercept_settling(ps, step, route, args)
+            if (refused := await self._unrecorded(ps, name)) is not None:
+                # the previous result could not be recorded: this call is not run, and
+                # the journal is told it never took effect
+                _give_back(ps, key, step)
+                if isinstance(icpt, engine.Interception) and icpt.action == "execute":
+                    assert icpt.effect_id is not None
+                    await self._record(engine.FAIL, icpt.effect_id, _error_text(refused))
+                return refused, "refused"
+        else:
+            icpt = await self._intercept(ps, step, route, args)
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
-            return icpt
+            return icpt, "refused"
         if icpt.action == "replay":
-            return types.CallToolResult.model_validate(icpt.result_snapshot)
+            return types.CallToolResult.model_validate(icpt.result_snapshot), "replayed"
         if icpt.action == "execute":
             assert icpt.effect_id is not None
+            durable = self.policy.durable_results
             result, outcome = await self._execute(
-                icpt.effect_id, name, route, upstream, args, wait=False
+                ps, icpt.effect_id, name, route, upstream, args, wait=durable
             )
             if outcome == "ran":  # the client's answer does not wait for the journal's
                 ps.recording = asyncio.create_task(
                     self._record_later(ps, key, step, icpt.effect_id, name, route, result)
                 )
-                return result
+                return result, "executed"
             if outcome == "unknown":
                 ps.unknown[key] = step
             if outcome != "done":
                 _give_back(ps, key, step)
-            return result
+            return result, {"done": "executed", "unknown": "unknown"}.get(outcome, "failed")
         if icpt.action == "in_progress" and key in ps.unknown:
-            return _unknown(name, "an earlier identical call got no answer")
+            return _unknown(name, "an earlier identical call got no answer"), "unknown"
         if icpt.action == "in_progress":
             return _error(
                 f"{name}: this very call is running now, or its outcome is unknown (the proxy "
                 "stopped while it ran): it will not be run twice; the session will be rolled "
                 "back when it ends"
-            )
-        return _error(f"{name}: unexpected journal answer {icpt.action!r}")
+            ), "refused"
+        return _error(f"{name}: unexpected journal answer {icpt.action!r}"), "refused"
 
     async def _irreversible(
         self,
@@ -1192,18 +1312,33 @@ class McpProxy:
         upstream: UpstreamConnection,
         args: dict[str, Any],
     ) -> types.CallToolResult:
+        result, outcome = await self._irreversible_call(ctx, ps, name, route, upstream, args)
+        self.metrics.call("irreversible", outcome)
+        return result
+
+    async def _irreversible_call(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        ps: ProxySession,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+    ) -> tuple[types.CallToolResult, str]:
+        """The call's answer, and its outcome as the metrics count it (each hold begun is
+        counted as it begins)."""
         key = _call_key(name, args) or name
         if (refused := await self._unrecorded(ps, name)) is not None:
-            return refused
+            return refused, "refused"
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args, None)
+            icpt = await self._intercept(ps, 0, route, args)
             if isinstance(icpt, types.CallToolResult):
-                return icpt
+                return icpt, "refused"
             if icpt.action == "replay":
                 replayed = types.CallToolResult.model_validate(icpt.result_snapshot)
                 assert icpt.effect_id is not None
                 edit = await self._edit(ps, icpt.effect_id)
-                return replayed if edit is None else _told_edit(replayed, edit)
+                return (replayed if edit is None else _told_edit(replayed, edit)), "replayed"
             if icpt.action == "execute":
                 assert icpt.effect_id is not None
                 edit = None
@@ -1215,23 +1350,24 @@ class McpProxy:
                             f"{icpt.approval_id}) that could not be read: not run"
                         )
                         await self._record(engine.FAIL, icpt.effect_id, why)
-                        return _error(f"{why}; make the very same call again")
+                        return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
                 result, outcome = await self._execute(
-                    icpt.effect_id, name, route, upstream, run_args
+                    ps, icpt.effect_id, name, route, upstream, run_args
                 )
                 if outcome == "unknown":
                     ps.unknown[key] = 0
-                return result if edit is None or outcome != "done" else _told_edit(result, edit)
+                told = result if edit is None or outcome != "done" else _told_edit(result, edit)
+                return told, {"done": "approved", "unknown": "unknown"}.get(outcome, "failed")
             if icpt.action == "rejected":
-                return await self._rejected(ps, name, route, icpt.approval_id)
+                return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
             if icpt.action == "in_progress" and key in ps.unknown:
-                return _unknown(name, "an earlier identical call got no answer")
+                return _unknown(name, "an earlier identical call got no answer"), "unknown"
             if icpt.action == "in_progress":
                 return _error(
                     f"{name}: this very call is running now, or its outcome is unknown: it "
                     "will not be run twice"
-                )
+                ), "refused"
             assert icpt.approval_id is not None
             cap = self.policy.max_holds_per_client
             if ps.holds >= cap:
@@ -1240,8 +1376,9 @@ class McpProxy:
                     f"{icpt.approval_id}), and this client already has {cap} irreversible "
                     "calls held open, the most it may (proxy.max_holds_per_client). Nothing "
                     "was done. Make the very same call again later to learn the decision."
-                )
+                ), "refused"
             ps.holds += 1
+            self.metrics.call("irreversible", "held")
             try:
                 decision = await self._hold(ctx, icpt.approval_id)
             finally:
@@ -1254,10 +1391,10 @@ class McpProxy:
                     "it runs then, once; if rejected you are told so. Until the decision, "
                     "this session's other calls that act are refused. (Approvers: "
                     f"undolog approvals approve {icpt.approval_id} --by NAME)"
-                )
+                ), "timed_out"
             if decision != "approved":
-                return await self._rejected(ps, name, route, icpt.approval_id)
-        return _error(f"{name}: the journal's answers did not settle; ask again")
+                return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
+        return _error(f"{name}: the journal's answers did not settle; ask again"), "refused"
 
     async def _edit(self, ps: ProxySession, effect_id: uuid.UUID) -> engine.ApprovalEdit | None:
         """The edit an approver made to the call's arguments (None: none, or unreadable)."""
@@ -1343,6 +1480,7 @@ class McpProxy:
         await self._listen()
         wake = asyncio.Event()
         self._held.add(wake)
+        self.metrics.holds += 1
         try:
             while True:
                 wake.clear()
@@ -1369,6 +1507,7 @@ class McpProxy:
                 if self._listening is None or self._listening.done():
                     await self._listen()
         finally:
+            self.metrics.holds -= 1
             self._held.discard(wake)
 
 

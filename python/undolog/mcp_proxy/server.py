@@ -24,9 +24,10 @@ from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from undolog._version import __version__
+from undolog.mcp_proxy.metrics import parse_listen, serve_metrics
 from undolog.mcp_proxy.passthrough import Passthrough
 from undolog.mcp_proxy.policy import PolicyError, load_policy
-from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy
+from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy, upstream_error_kind
 from undolog.mcp_proxy.relay import Write, relaying_stdio
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
@@ -38,19 +39,49 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 STDIN_LINE_LIMIT = 64 * 1024 * 1024
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The command line's word over the policy's [proxy] table (None: the policy's)."""
+
+    metrics_listen: str | None = None
+    durable_results: bool | None = None
+
+
 @contextlib.asynccontextmanager
-async def running_proxy(config: str, dsn: str) -> AsyncIterator[McpProxy]:
+async def running_proxy(
+    config: str, dsn: str, options: Options = Options()
+) -> AsyncIterator[McpProxy]:
     """Load the policy, connect the upstreams, check the policy against their tools, open
-    the journal; close it all on the way out. PolicyError/UpstreamDown refuse to start."""
+    the journal, serve the proxy's metrics if asked; close it all on the way out.
+    PolicyError/UpstreamDown refuse to start (ValueError: a bad --metrics-listen)."""
     policy = load_policy(config)
+    if options.durable_results is not None:
+        policy = dataclasses.replace(policy, durable_results=options.durable_results)
+    listen = options.metrics_listen or policy.metrics_listen
+    address = parse_listen(listen) if listen else None
     upstreams = await connect_all(policy.upstreams, policy.call_timeout_seconds)
     try:
         policy.check_against({name: up.listing() for name, up in upstreams.items()})
         proxy = McpProxy(policy, dsn, upstreams)
         await proxy.open()
+        metrics_server: asyncio.Server | None = None
         try:
+            if address is not None:
+                try:
+                    metrics_server = await serve_metrics(proxy.metrics, *address)
+                except OSError as exc:
+                    raise ValueError(f"cannot serve metrics on {listen}: {exc}") from exc
+                bound = metrics_server.sockets[0].getsockname()
+                # stderr: over stdio, stdout is the client's
+                print(
+                    f"undolog mcp-proxy: metrics on http://{address[0]}:{bound[1]}/metrics",
+                    file=sys.stderr,
+                    flush=True,
+                )
             yield proxy
         finally:
+            if metrics_server is not None:
+                metrics_server.close()
             await proxy.close()
     finally:
         for up in upstreams.values():
@@ -210,7 +241,7 @@ class MessageRelay:
             return False  # reconnecting, or a 2026-era upstream: the SDK's path
         answer: Awaitable[dict[str, Any]]
         if route.policy.tier == "safe":
-            answer = self._safe(str(name), route.tool, upstream, args)
+            answer = self._safe(str(name), route.upstream, route.tool, upstream, args)
         else:
             template = self.contexts.get(modern)
             if template is None:
@@ -230,13 +261,19 @@ class MessageRelay:
         return True
 
     async def _safe(
-        self, name: str, tool: str, upstream: Any, args: dict[str, Any]
+        self, name: str, up_name: str, tool: str, upstream: Any, args: dict[str, Any]
     ) -> dict[str, Any]:
+        metrics = self.proxy.metrics
         try:
             result: dict[str, Any] = await upstream.call_raw(tool, args)
-            return result
         except (UpstreamDown, OutcomeUnknown, MCPError) as exc:
+            metrics.call("safe", "failed")
+            metrics.upstream_error(up_name, upstream_error_kind(exc))
             return {"content": [{"type": "text", "text": f"{name}: {exc}"}], "isError": True}
+        metrics.call("safe", "relayed")
+        if result.get("isError") is True:
+            metrics.upstream_error(up_name, "error_result")
+        return result
 
     async def _journaled(
         self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
@@ -290,14 +327,14 @@ async def _stdin_reader() -> asyncio.StreamReader | None:
     return reader
 
 
-async def _serve_stdio(config: str, dsn: str) -> None:
+async def _serve_stdio(config: str, dsn: str, options: Options) -> None:
     # SIGTERM stops the proxy as SIGINT does (asyncio.run cancels the main task), so that
     # its sessions end as when the client leaves, not left active to be undone once their
     # lease runs out. (Over HTTP, uvicorn handles both signals itself.)
     main = asyncio.current_task()
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
-    async with running_proxy(config, dsn) as proxy:
+    async with running_proxy(config, dsn, options) as proxy:
         reader = await _stdin_reader()
         if reader is not None:
             relay = MessageRelay(proxy)
@@ -310,10 +347,10 @@ async def _serve_stdio(config: str, dsn: str) -> None:
             await server.run(read, write, server.create_initialization_options())
 
 
-async def _serve_http(config: str, dsn: str, host: str, port: int) -> None:
+async def _serve_http(config: str, dsn: str, host: str, port: int, options: Options) -> None:
     import uvicorn
 
-    async with running_proxy(config, dsn) as proxy:
+    async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
         app = build_server(proxy).streamable_http_app(host=host)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
@@ -328,16 +365,16 @@ def parse_http(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(config: str, dsn: str, http: str | None = None) -> int:
+def serve(config: str, dsn: str, http: str | None = None, options: Options = Options()) -> int:
     """The command's body: exit code 2 for a refused policy, 1 for an unreachable upstream
     or journal."""
     logging.basicConfig(level=logging.INFO, format="undolog mcp-proxy: %(message)s")
     try:
         if http is None:
-            asyncio.run(_serve_stdio(config, dsn))
+            asyncio.run(_serve_stdio(config, dsn, options))
         else:
             host, port = parse_http(http)
-            asyncio.run(_serve_http(config, dsn, host, port))
+            asyncio.run(_serve_http(config, dsn, host, port, options))
     except PolicyError as exc:
         print(f"undolog mcp-proxy: policy refused: {exc}", file=sys.stderr)
         return EXIT_USAGE
