@@ -49,6 +49,18 @@ SELECT * FROM undolog.expire_approvals()
 -- A request's state, as the caller may see it (an agent sees only its own sessions').
 SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
 
+-- name: approval_outcome
+-- A refused request's outcome as the MCP proxy tells its client: who decided, why, and
+-- whether it was rejected or expired.
+SELECT decided_by, reason, state FROM undolog.session_approvals
+WHERE approval_id = %(approval_id)s
+
+-- name: session_of_handle
+-- The session the MCP proxy issued a handle for, found by the handle's hash in its
+-- metadata (after a restart of the proxy, which keeps no handle itself).
+SELECT session_id FROM undolog.sessions_list
+WHERE metadata ->> 'handle_sha256' = %(handle_sha256)s
+
 -- name: session_halt
 -- Where a session stands at its block's exit after an undo walk: its state, and for a
 -- halted walk why it halted, the undo entry it stopped at, and whether it is the partial

@@ -105,6 +105,7 @@ CONVERTED = [
     "demos/stories.py",
     "integrations/_core.py",
     "integrations/langchain.py",
+    "mcp_proxy/proxy.py",
     "notifications.py",
     "partitions.py",
     "saga.py",

@@ -79,6 +79,7 @@ from undolog.mcp_proxy.policy import (
     result_value,
 )
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
+from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable, signed_call
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -752,9 +753,7 @@ class McpProxy:
         async with self.pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    "SELECT session_id FROM undolog.sessions_list"
-                    " WHERE metadata->>'handle_sha256' = %s",
-                    (_handle_hash(handle),),
+                    QUERIES["session_of_handle"], {"handle_sha256": _handle_hash(handle)}
                 )
             ).fetchone()
         if row is None:
@@ -1416,11 +1415,7 @@ class McpProxy:
         with contextlib.suppress(Exception):
             async with self.pool.connection() as conn:
                 row = await (
-                    await conn.execute(
-                        "SELECT decided_by, reason, state FROM undolog.session_approvals"
-                        " WHERE approval_id = %s",
-                        (approval_id,),
-                    )
+                    await conn.execute(QUERIES["approval_outcome"], {"approval_id": approval_id})
                 ).fetchone()
                 if row is not None:
                     by, reason, state = row
@@ -1486,10 +1481,7 @@ class McpProxy:
                 wake.clear()
                 async with self.pool.connection() as conn:
                     row = await (
-                        await conn.execute(
-                            "SELECT state FROM undolog.session_approvals WHERE approval_id = %s",
-                            (approval_id,),
-                        )
+                        await conn.execute(QUERIES["approval_state"], {"approval_id": approval_id})
                     ).fetchone()
                 if row is not None and row[0] in DECISIONS:
                     return str(row[0])
