@@ -413,3 +413,42 @@ WHERE
     AND (%(state)s::text IS NULL OR state = %(state)s)
 ORDER BY created_at DESC, channel_name
 LIMIT %(limit)s
+
+-- name: metrics_sessions
+-- The metrics scrape (undolog.metrics sends these metrics_* reads as one script): the
+-- live sessions by state (exact), and the age of the oldest one's last change.
+SELECT state, sessions, oldest_age_seconds FROM undolog.metrics_sessions ORDER BY state
+
+-- name: metrics_sessions_estimated
+-- The metrics scrape: sessions by state, estimated from the planner's statistics.
+SELECT state, sessions FROM undolog.metrics_sessions_estimated ORDER BY state
+
+-- name: metrics_approvals
+-- The metrics scrape: the requests pending, past their deadline, and the oldest's age.
+SELECT pending, past_deadline, oldest_age_seconds FROM undolog.metrics_approvals
+
+-- name: metrics_approval_decisions
+-- The metrics scrape: the last hour's decisions by decision, and how long they waited.
+SELECT decision, decided, waited_seconds_sum, p50_seconds, p90_seconds, p99_seconds,
+    window_seconds
+FROM undolog.metrics_approval_decisions
+ORDER BY decision
+
+-- name: metrics_calls
+-- The metrics scrape: the calls journaled in the last five minutes, by tier and state.
+SELECT tier, state, calls, window_seconds FROM undolog.metrics_calls ORDER BY tier, state
+
+-- name: metrics_compensations
+-- The metrics scrape: the last five minutes' compensation attempts, failures, give-ups;
+-- the entries in flight or waiting for a retry now.
+SELECT attempts, failures, gave_up, in_flight, retrying, window_seconds
+FROM undolog.metrics_compensations
+
+-- name: metrics_worker
+-- The metrics scrape: the sessions due for an undo walk, and how long the oldest waited.
+SELECT due_sessions, oldest_due_age_seconds FROM undolog.metrics_worker
+
+-- name: metrics_late_results
+-- The metrics scrape: the late results (after the undo walk took their call) of the
+-- last day's walks.
+SELECT late_results, last_at FROM undolog.metrics_late_results

@@ -106,6 +106,7 @@ CONVERTED = [
     "integrations/_core.py",
     "integrations/langchain.py",
     "mcp_proxy/proxy.py",
+    "metrics.py",
     "notifications.py",
     "partitions.py",
     "saga.py",
