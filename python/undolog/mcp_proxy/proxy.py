@@ -583,7 +583,6 @@ class McpProxy:
         counted with the entries above it (calls made after the approval) and ``count``
         below it."""
         await self._record(
-            engine.FAIL,
             effect_id,
             "approved; the undo itself is the rollback_last that follows, this entry only "
             "carries its approval",
@@ -1125,11 +1124,11 @@ class McpProxy:
             return _unknown(name, str(exc)), "unknown"
         except (UpstreamDown, MCPError) as exc:
             self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
-            await self._record(engine.FAIL, effect_id, f"not run: {exc}"[:2000])
+            await self._record(effect_id, f"not run: {exc}"[:2000])
             return _error(f"{name} was not run: {exc}"), "failed"
         if result.is_error:
             self.metrics.upstream_error(route.upstream, "error_result")
-            await self._record(engine.FAIL, effect_id, _error_text(result))
+            await self._record(effect_id, _error_text(result))
             return result, "failed"
         if not wait:
             return result, "ran"
@@ -1216,11 +1215,13 @@ class McpProxy:
             "will be rolled back when it ends"
         )
 
-    async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
+    async def _record(self, effect_id: uuid.UUID, text: str) -> None:
+        """The call did not take effect (engine.fail, durably)."""
         try:
+            # the text is the upstream's: a U+0000 in it must not lose the outcome
+            error = walk.storable_error(text)
             async with self.pool.connection() as conn:
-                # the text is the upstream's: a U+0000 in it must not lose the outcome
-                await conn.execute(query, (effect_id, walk.storable_error(text)))
+                await conn.execute(QUERIES["fail"], engine.fail_params(effect_id, error, False))
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 
@@ -1267,7 +1268,7 @@ class McpProxy:
                 _give_back(ps, key, step)
                 if isinstance(icpt, engine.Interception) and icpt.action == "execute":
                     assert icpt.effect_id is not None
-                    await self._record(engine.FAIL, icpt.effect_id, _error_text(refused))
+                    await self._record(icpt.effect_id, _error_text(refused))
                 return refused, "refused"
         else:
             icpt = await self._intercept(ps, step, route, args)
@@ -1348,7 +1349,7 @@ class McpProxy:
                             f"{name} was approved with edited arguments (approval "
                             f"{icpt.approval_id}) that could not be read: not run"
                         )
-                        await self._record(engine.FAIL, icpt.effect_id, why)
+                        await self._record(icpt.effect_id, why)
                         return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
                 result, outcome = await self._execute(
