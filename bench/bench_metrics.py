@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from undolog.metrics import QUERIES, scrape
+from undolog.metrics import VIEWS, scrape
 from undolog.migrations import migrate
 
 Conn = psycopg.Connection[Any]
@@ -206,7 +206,7 @@ def measure(dsn: str, scrapes: int) -> list[float]:
 
 def plans(dsn: str) -> None:
     with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user=LOGIN), autocommit=True) as c:
-        for name, query in QUERIES:
+        for name, query in VIEWS:
             rows = c.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {query}").fetchall()
             text = "\n".join(r[0] for r in rows)
             scans = [

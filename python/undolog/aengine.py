@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from undolog import engine
 from undolog.engine import Interception, Params, translated
@@ -56,15 +55,17 @@ async def begin_session(
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
     params = engine.begin_session_params(session_id, agent, metadata, lease)
-    return uuid.UUID(str((await fetch_one(conn, engine.BEGIN_SESSION, params))[0]))
+    return uuid.UUID(str((await fetch_one(conn, QUERIES["begin_session"], params))[0]))
 
 
 async def session_state(conn: AsyncConnection, session_id: uuid.UUID) -> str:
-    return str((await fetch_one(conn, engine.SESSION_STATE, (session_id,)))[0])
+    row = await fetch_one(conn, QUERIES["session_state"], {"session_id": session_id})
+    return str(row[0])
 
 
 async def heartbeat(conn: AsyncConnection, session_id: uuid.UUID) -> datetime:
-    expires: datetime = (await fetch_one(conn, engine.HEARTBEAT, (session_id,)))[0]
+    row = await fetch_one(conn, QUERIES["heartbeat"], {"session_id": session_id})
+    expires: datetime = row[0]
     return expires
 
 
@@ -86,7 +87,8 @@ async def approval_decision(
     """As engine.approval_decision, awaited."""
     await settle(conn)
     with translated():
-        rows = await (await conn.execute(engine.APPROVAL_DECISION, (approval_id,))).fetchall()
+        query = await conn.execute(QUERIES["approval_decision"], {"approval_id": approval_id})
+        rows = await query.fetchall()
     return engine.ApprovalDecision(*rows[0]) if rows else None
 
 
@@ -95,7 +97,9 @@ async def approval_edit(
 ) -> engine.ApprovalEdit | None:
     """As engine.approval_edit, awaited."""
     with translated():
-        query = await conn.execute(engine.APPROVAL_EDIT, (session_id, effect_id))
+        query = await conn.execute(
+            QUERIES["approval_edit"], {"session_id": session_id, "effect_id": effect_id}
+        )
         rows = await query.fetchall()
     return engine.ApprovalEdit(*rows[0]) if rows else None
 
@@ -113,7 +117,7 @@ async def intercept(
     params = engine.intercept_params(
         session_id, step_index, tool_name, tier, args, compensation, call_signature
     )
-    return Interception(*(await fetch_one(conn, engine.INTERCEPT, params)))
+    return Interception(*(await fetch_one(conn, QUERIES["intercept"], params)))
 
 
 async def intercept_tool(
@@ -132,21 +136,19 @@ async def intercept_tool(
 async def commit(
     conn: AsyncConnection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
 ) -> None:
-    query = engine.COMMIT_ASYNC if asynchronous else engine.COMMIT
-    engine.check_late(
-        (await fetch_one(conn, query, (effect_id, Jsonb(result))))[0], effect_id, "commit"
-    )
+    params = engine.commit_params(effect_id, result, asynchronous)
+    engine.check_late((await fetch_one(conn, QUERIES["commit"], params))[0], effect_id, "commit")
 
 
 async def fail(
     conn: AsyncConnection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False
 ) -> None:
-    query = engine.FAIL_ASYNC if asynchronous else engine.FAIL
-    engine.check_late((await fetch_one(conn, query, (effect_id, error)))[0], effect_id, "fail")
+    params = engine.fail_params(effect_id, error, asynchronous)
+    engine.check_late((await fetch_one(conn, QUERIES["fail"], params))[0], effect_id, "fail")
 
 
 async def set_async_results(conn: AsyncConnection, on: bool) -> None:
-    await fetch_one(conn, engine.ASYNC_RESULTS, ("on" if on else "off",))
+    await fetch_one(conn, QUERIES["set_async_results"], {"value": "on" if on else "off"})
 
 
 async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:

@@ -71,32 +71,8 @@ def translated() -> Iterator[None]:
         raise err from exc
 
 
-# Each SQL function as (query, parameters), shared by this module and undolog.aengine.
-
-BEGIN_SESSION = "SELECT undolog.begin_session(%s, %s, %s, %s)"
-HEARTBEAT = "SELECT undolog.heartbeat(%s)"
-INTERCEPT = "SELECT * FROM undolog.intercept(%s, %s, %s, %s, %s, %s, %s)"
-COMMIT = "SELECT undolog.commit(%s, %s)"
-REGISTER_TOOL = "SELECT undolog.register_tool(%s, %s, %s)"
-# on_reject sent only when it is not the default: a default tool's registration is then
-# the same statement for an engine before on_reject existed.
-REGISTER_TOOL_ON_REJECT = "SELECT undolog.register_tool(%s, %s, %s, p_on_reject => %s)"
-APPROVAL_DECISION = (
-    "SELECT approval_id, session_id, effect_id, tool_name, decision, decided_by, decided_at,"
-    " reason, on_reject, session_state, session_continues"
-    " FROM undolog.approval_decision(%s)"
-)
-APPROVAL_EDIT = (
-    "SELECT approval_id, tool_name, requested_args, approved_args, decided_by, decided_role,"
-    " decided_at, reason FROM undolog.approval_edit(%s, %s)"
-)
-# The result record committed asynchronously (see commit() below).
-COMMIT_ASYNC = "SELECT undolog.commit(%s, %s, true)"
-FAIL = "SELECT undolog.fail(%s, %s)"
-FAIL_ASYNC = "SELECT undolog.fail(%s, %s, true)"
-# Replay bookkeeping on this connection commits asynchronously (read by intercept).
-ASYNC_RESULTS = "SELECT set_config('undolog.async_results', %s, false)"
-SESSION_STATE = "SELECT state FROM undolog.sessions_list WHERE session_id = %s"
+# Each SQL function's parameters for its catalogue query (undolog.queries), shared by this
+# module and undolog.aengine.
 
 
 def begin_session_params(
@@ -104,8 +80,13 @@ def begin_session_params(
     agent: str | None,
     metadata: Mapping[str, Any] | None,
     lease: timedelta,
-) -> Params:
-    return (session_id, agent, Jsonb(dict(metadata or {})), lease)
+) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "agent": agent,
+        "metadata": Jsonb(dict(metadata or {})),
+        "lease": lease,
+    }
 
 
 def intercept_params(
@@ -116,7 +97,7 @@ def intercept_params(
     args: Mapping[str, Any],
     compensation: Mapping[str, Any] | None = None,
     call_signature: str | None = None,
-) -> Params:
+) -> dict[str, Any]:
     """The signature is computed unless given. What can be signed but not stored (U+0000,
     nesting past the limit) is refused here, before anything is sent."""
     signature = call_signature or sign(session_id, step_index, tool_name, args)
@@ -125,15 +106,15 @@ def intercept_params(
         check_storable(compensation, "compensation")
     if not 0 <= step_index <= MAX_STEP_INDEX:
         raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
-    return (
-        session_id,
-        step_index,
-        tool_name,
-        tier,
-        Jsonb(dict(args)),
-        signature,
-        None if compensation is None else Jsonb(dict(compensation)),
-    )
+    return {
+        "session_id": session_id,
+        "step_index": step_index,
+        "tool_name": tool_name,
+        "tier": tier,
+        "args": Jsonb(dict(args)),
+        "call_signature": signature,
+        "compensation": None if compensation is None else Jsonb(dict(compensation)),
+    }
 
 
 def fetch_one(conn: Connection, query: str, params: Params = ()) -> tuple[Any, ...]:
@@ -160,16 +141,16 @@ def begin_session(
     metadata: Mapping[str, Any] | None = None,
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
-    row = fetch_one(conn, BEGIN_SESSION, begin_session_params(session_id, agent, metadata, lease))
-    return uuid.UUID(str(row[0]))
+    params = begin_session_params(session_id, agent, metadata, lease)
+    return uuid.UUID(str(fetch_one(conn, QUERIES["begin_session"], params)[0]))
 
 
 def session_state(conn: Connection, session_id: uuid.UUID) -> str:
-    return str(fetch_one(conn, SESSION_STATE, (session_id,))[0])
+    return str(fetch_one(conn, QUERIES["session_state"], {"session_id": session_id})[0])
 
 
 def heartbeat(conn: Connection, session_id: uuid.UUID) -> datetime:
-    expires: datetime = fetch_one(conn, HEARTBEAT, (session_id,))[0]
+    expires: datetime = fetch_one(conn, QUERIES["heartbeat"], {"session_id": session_id})[0]
     return expires
 
 
@@ -178,14 +159,24 @@ def register_tool_params(
     tier: str,
     compensation: Mapping[str, Any] | None,
     on_reject: str = "fail_session",
-) -> Params:
-    described = (tool_name, tier, Jsonb(dict(compensation)) if compensation is not None else None)
-    return described if on_reject == "fail_session" else (*described, on_reject)
+) -> dict[str, Any]:
+    """on_reject only when it is not the default: a default tool's registration is then
+    the same statement for an engine before on_reject existed (register_tool_query)."""
+    params: dict[str, Any] = {
+        "tool_name": tool_name,
+        "tier": tier,
+        "compensation": Jsonb(dict(compensation)) if compensation is not None else None,
+    }
+    if on_reject != "fail_session":
+        params["on_reject"] = on_reject
+    return params
 
 
-def register_tool_query(params: Params) -> str:
-    """The statement for register_tool_params' answer."""
-    return REGISTER_TOOL if len(params) == 3 else REGISTER_TOOL_ON_REJECT
+def register_tool_query(params: Mapping[str, Any]) -> str:
+    """The catalogue's statement for register_tool_params' answer."""
+    if "on_reject" in params:
+        return QUERIES["register_tool_on_reject"]
+    return QUERIES["register_tool"]
 
 
 def register_tool(
@@ -223,7 +214,7 @@ class ApprovalDecision:
 def approval_decision(conn: Connection, approval_id: uuid.UUID) -> ApprovalDecision | None:
     """The decision on an approval request, or None when it is unknown or not this
     login's to see (row-level security: an agent sees its own sessions' requests)."""
-    rows = fetch_all(conn, APPROVAL_DECISION, (approval_id,))
+    rows = fetch_all(conn, QUERIES["approval_decision"], {"approval_id": approval_id})
     return ApprovalDecision(*rows[0]) if rows else None
 
 
@@ -283,7 +274,9 @@ def approval_edit(
 ) -> ApprovalEdit | None:
     """The edit of the call ``effect_id``'s approval, or None when its approval made no
     edit (or it is not this login's to see: an agent sees its own sessions' calls)."""
-    rows = fetch_all(conn, APPROVAL_EDIT, (session_id, effect_id))
+    rows = fetch_all(
+        conn, QUERIES["approval_edit"], {"session_id": session_id, "effect_id": effect_id}
+    )
     return ApprovalEdit(*rows[0]) if rows else None
 
 
@@ -301,7 +294,7 @@ def intercept(
     params = intercept_params(
         session_id, step_index, tool_name, tier, args, compensation, call_signature
     )
-    return Interception(*fetch_one(conn, INTERCEPT, params))
+    return Interception(*fetch_one(conn, QUERIES["intercept"], params))
 
 
 def intercept_tool_params(
@@ -349,17 +342,22 @@ def commit(
     the undo walk compensates (outcome unknown). Inside a transaction of your own, that
     makes your own writes in it asynchronous too. LateResult when the walk had already
     taken the effect (the engine recorded the result and flagged the session)."""
-    row = fetch_one(conn, COMMIT_ASYNC if asynchronous else COMMIT, (effect_id, Jsonb(result)))
-    check_late(row[0], effect_id, "commit")
+    params = commit_params(effect_id, result, asynchronous)
+    check_late(fetch_one(conn, QUERIES["commit"], params)[0], effect_id, "commit")
 
 
 def fail(conn: Connection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False) -> None:
     """executing -> pending (the call never took effect); ``asynchronous`` as commit()."""
-    check_late(
-        fetch_one(conn, FAIL_ASYNC if asynchronous else FAIL, (effect_id, error))[0],
-        effect_id,
-        "fail",
-    )
+    params = fail_params(effect_id, error, asynchronous)
+    check_late(fetch_one(conn, QUERIES["fail"], params)[0], effect_id, "fail")
+
+
+def commit_params(effect_id: uuid.UUID, result: Any, asynchronous: bool) -> dict[str, Any]:
+    return {"effect_id": effect_id, "result": Jsonb(result), "async": asynchronous}
+
+
+def fail_params(effect_id: uuid.UUID, error: str, asynchronous: bool) -> dict[str, Any]:
+    return {"effect_id": effect_id, "error": error, "async": asynchronous}
 
 
 def check_late(answer: Any, effect_id: uuid.UUID, what: str) -> None:
@@ -374,7 +372,7 @@ def check_late(answer: Any, effect_id: uuid.UUID, what: str) -> None:
 
 def set_async_results(conn: Connection, on: bool) -> None:
     """Replay bookkeeping on this connection commits asynchronously (or no longer does)."""
-    fetch_one(conn, ASYNC_RESULTS, ("on" if on else "off",))
+    fetch_one(conn, QUERIES["set_async_results"], {"value": "on" if on else "off"})
 
 
 def complete_session(conn: Connection, session_id: uuid.UUID) -> str:
@@ -417,6 +415,9 @@ def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
 
 # The catalogue's intercept_tool, its named parameters as these positional ones (HotCall's).
 HOT_INTERCEPT_PARAMS = ("session_id", "tool_id", "step_index", "args", "call_signature")
+# The catalogue's commit_effect and fail_effect, as result_params sends them.
+HOT_COMMIT_PARAMS = ("session_id", "effect_id", "result", "async")
+HOT_FAIL_PARAMS = ("session_id", "effect_id", "error", "async")
 
 
 def positional(query: str, names: tuple[str, ...]) -> bytes:
@@ -429,12 +430,11 @@ def positional(query: str, names: tuple[str, ...]) -> bytes:
     return query.encode()
 
 
+# Built once, at import: a call sends only the statement's name and its parameters.
 _HOT: dict[bytes, bytes] = {
     b"undolog_hot_intercept_tool": positional(QUERIES["intercept_tool"], HOT_INTERCEPT_PARAMS),
-    b"undolog_hot_commit": (
-        b"SELECT undolog.commit_effect($1::uuid, $2::uuid, $3::jsonb, $4::boolean)"
-    ),
-    b"undolog_hot_fail": b"SELECT undolog.fail_effect($1::uuid, $2::uuid, $3::text, $4::boolean)",
+    b"undolog_hot_commit": positional(QUERIES["commit_effect"], HOT_COMMIT_PARAMS),
+    b"undolog_hot_fail": positional(QUERIES["fail_effect"], HOT_FAIL_PARAMS),
 }
 _PREPARED_MISSING = "26000"  # a DISCARD ALL (a pool's reset) dropped our statements
 PQGen = Generator[Any, Any, Any]
@@ -656,7 +656,7 @@ def result_params(
     wire: _Wire, what: str, session_id: uuid.UUID, effect_id: uuid.UUID, text: str, asyn: bool
 ) -> tuple[bytes, list[bytes | None], _Segment]:
     name = b"undolog_hot_commit" if what == "commit" else b"undolog_hot_fail"
-    params: list[bytes | None] = [
+    params: list[bytes | None] = [  # in HOT_COMMIT_PARAMS' (HOT_FAIL_PARAMS') order
         str(session_id).encode(),
         str(effect_id).encode(),
         _text(text, wire),

@@ -24,39 +24,24 @@ from typing import Any
 import psycopg
 
 from undolog.engine import translated
+from undolog.queries import QUERIES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# One statement per view, sent together in one round trip; their results come back in
-# this order (each sorted, so that the exposition's lines keep their places).
-QUERIES: tuple[tuple[str, str], ...] = (
-    (
-        "sessions",
-        "SELECT state, sessions, oldest_age_seconds FROM undolog.metrics_sessions ORDER BY state",
-    ),
-    ("estimated", "SELECT state, sessions FROM undolog.metrics_sessions_estimated ORDER BY state"),
-    (
-        "approvals",
-        "SELECT pending, past_deadline, oldest_age_seconds FROM undolog.metrics_approvals",
-    ),
-    (
-        "decisions",
-        "SELECT decision, decided, waited_seconds_sum, p50_seconds, p90_seconds, "
-        "p99_seconds, window_seconds FROM undolog.metrics_approval_decisions ORDER BY decision",
-    ),
-    (
-        "calls",
-        "SELECT tier, state, calls, window_seconds FROM undolog.metrics_calls ORDER BY tier, state",
-    ),
-    (
-        "compensations",
-        "SELECT attempts, failures, gave_up, in_flight, retrying, window_seconds "
-        "FROM undolog.metrics_compensations",
-    ),
-    ("worker", "SELECT due_sessions, oldest_due_age_seconds FROM undolog.metrics_worker"),
-    ("late", "SELECT late_results, last_at FROM undolog.metrics_late_results"),
+# One statement per view (the catalogue's metrics_*), sent together in one round trip;
+# their results come back in this order (each sorted, so that the exposition's lines keep
+# their places). The statements take no parameters: the script goes as one simple query.
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("sessions", QUERIES["metrics_sessions"]),
+    ("estimated", QUERIES["metrics_sessions_estimated"]),
+    ("approvals", QUERIES["metrics_approvals"]),
+    ("decisions", QUERIES["metrics_approval_decisions"]),
+    ("calls", QUERIES["metrics_calls"]),
+    ("compensations", QUERIES["metrics_compensations"]),
+    ("worker", QUERIES["metrics_worker"]),
+    ("late", QUERIES["metrics_late_results"]),
 )
-SCRIPT = ";\n".join(sql for _, sql in QUERIES)
+SCRIPT = ";\n".join(sql for _, sql in VIEWS)
 
 Rows = Sequence[Sequence[Any]]
 Results = Mapping[str, Rows]
@@ -270,7 +255,7 @@ def render(results: Results | None, duration: float, error: str | None = None) -
 
 
 def _collect(sets: Iterable[Rows]) -> dict[str, Rows]:
-    results = dict(zip((name for name, _ in QUERIES), sets, strict=True))
+    results = dict(zip((name for name, _ in VIEWS), sets, strict=True))
     return results
 
 
@@ -326,7 +311,7 @@ __all__ = [
     "CONTENT_TYPE",
     "METRICS",
     "METRIC_NAMES",
-    "QUERIES",
+    "VIEWS",
     "aread",
     "ascrape",
     "exposition",

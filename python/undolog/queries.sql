@@ -1,6 +1,24 @@
 -- The SQL that the Python binding, the CLI and the faces send, by name (undolog.queries).
 -- Named parameters, and the engine's functions called in named notation.
 
+-- name: begin_session
+-- A session's start (undolog.engine.begin_session): answers its id (the one given, or a
+-- new one); its lease runs from now.
+SELECT undolog.begin_session(
+    p_session_id => %(session_id)s,
+    p_agent => %(agent)s,
+    p_metadata => %(metadata)s,
+    p_lease => %(lease)s
+)
+
+-- name: heartbeat
+-- A live session's lease renewed: answers when it now expires.
+SELECT undolog.heartbeat(p_session_id => %(session_id)s)
+
+-- name: session_state
+-- A session's state, as the caller may see it.
+SELECT state FROM undolog.sessions_list WHERE session_id = %(session_id)s
+
 -- name: complete_session
 -- A session's end, when its agent finished without error.
 SELECT undolog.complete_session(p_session_id => %(session_id)s)
@@ -8,6 +26,37 @@ SELECT undolog.complete_session(p_session_id => %(session_id)s)
 -- name: fail_session
 -- A session's end, when its agent failed: the undo walk is due.
 SELECT undolog.fail_session(p_session_id => %(session_id)s, p_error => %(error)s)
+
+-- name: register_tool
+-- A tool of this login registered (idempotent): answers its tool_id. A tool that follows
+-- the default on_reject is registered without naming it, so that an engine from before
+-- on_reject existed takes the same statement (register_tool_on_reject otherwise).
+SELECT undolog.register_tool(
+    p_tool_name => %(tool_name)s, p_tier => %(tier)s, p_compensation => %(compensation)s
+)
+
+-- name: register_tool_on_reject
+-- As register_tool, for a tool whose rejected calls do not end the session the default way.
+SELECT undolog.register_tool(
+    p_tool_name => %(tool_name)s,
+    p_tier => %(tier)s,
+    p_compensation => %(compensation)s,
+    p_on_reject => %(on_reject)s
+)
+
+-- name: intercept
+-- A journaled call named by its tool's name, tier and compensation (engine.intercept:
+-- the path before the tool registry, and the tests').
+SELECT effect_id, action, state, result_snapshot, approval_id
+FROM undolog.intercept(
+    p_session_id => %(session_id)s,
+    p_step_index => %(step_index)s,
+    p_tool_name => %(tool_name)s,
+    p_tier => %(tier)s,
+    p_args => %(args)s,
+    p_call_signature => %(call_signature)s,
+    p_compensation => %(compensation)s
+)
 
 -- name: intercept_tool
 -- A journaled call of a registered tool, named by the tool_id register_tool answered:
@@ -19,6 +68,48 @@ FROM undolog.intercept_tool(
     p_session_id => %(session_id)s::uuid, p_tool_id => %(tool_id)s::uuid,
     p_step_index => %(step_index)s::integer, p_args => %(args)s::jsonb,
     p_call_signature => %(call_signature)s::text)
+
+-- name: commit
+-- executing -> committed: a call's result recorded (async: without waiting for the WAL
+-- flush). Answers 'late' when the undo walk had already taken the call.
+SELECT undolog.commit(p_effect_id => %(effect_id)s, p_result => %(result)s, p_async => %(async)s)
+
+-- name: fail
+-- executing -> pending: the call never took effect (async as for commit); 'late' as
+-- commit's.
+SELECT undolog.fail(p_effect_id => %(effect_id)s, p_error => %(error)s, p_async => %(async)s)
+
+-- name: commit_effect
+-- The hot path's commit (engine.send_result), prepared with these parameters in this
+-- order as $1..$4 (engine.HOT_COMMIT_PARAMS); the casts type its text parameters.
+SELECT undolog.commit_effect(
+    p_session_id => %(session_id)s::uuid, p_effect_id => %(effect_id)s::uuid,
+    p_result => %(result)s::jsonb, p_async => %(async)s::boolean)
+
+-- name: fail_effect
+-- The hot path's fail, as commit_effect (engine.HOT_FAIL_PARAMS).
+SELECT undolog.fail_effect(
+    p_session_id => %(session_id)s::uuid, p_effect_id => %(effect_id)s::uuid,
+    p_error => %(error)s::text, p_async => %(async)s::boolean)
+
+-- name: set_async_results
+-- Replay bookkeeping on this connection commits asynchronously ('on') or no longer does
+-- ('off'); intercept reads the setting.
+SELECT pg_catalog.set_config('undolog.async_results', %(value)s, false)
+
+-- name: approval_decision
+-- What became of an approval request (engine.ApprovalDecision's fields, in order); no row
+-- when it is unknown or not the caller's to see.
+SELECT approval_id, session_id, effect_id, tool_name, decision, decided_by, decided_at,
+    reason, on_reject, session_state, session_continues
+FROM undolog.approval_decision(p_approval_id => %(approval_id)s)
+
+-- name: approval_edit
+-- The arguments a person approved a call with instead of the requested ones
+-- (engine.ApprovalEdit's fields, in order); no row when the approval made no edit.
+SELECT approval_id, tool_name, requested_args, approved_args, decided_by, decided_role,
+    decided_at, reason
+FROM undolog.approval_edit(p_session_id => %(session_id)s, p_effect_id => %(effect_id)s)
 
 -- name: approve
 -- A human allows an irreversible call (role undolog_approver): the agent's next try runs it.
@@ -48,6 +139,18 @@ SELECT * FROM undolog.expire_approvals()
 -- name: approval_state
 -- A request's state, as the caller may see it (an agent sees only its own sessions').
 SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
+
+-- name: approval_outcome
+-- A refused request's outcome as the MCP proxy tells its client: who decided, why, and
+-- whether it was rejected or expired.
+SELECT decided_by, reason, state FROM undolog.session_approvals
+WHERE approval_id = %(approval_id)s
+
+-- name: session_of_handle
+-- The session the MCP proxy issued a handle for, found by the handle's hash in its
+-- metadata (after a restart of the proxy, which keeps no handle itself).
+SELECT session_id FROM undolog.sessions_list
+WHERE metadata ->> 'handle_sha256' = %(handle_sha256)s
 
 -- name: session_halt
 -- Where a session stands at its block's exit after an undo walk: its state, and for a
@@ -401,3 +504,42 @@ WHERE
     AND (%(state)s::text IS NULL OR state = %(state)s)
 ORDER BY created_at DESC, channel_name
 LIMIT %(limit)s
+
+-- name: metrics_sessions
+-- The metrics scrape (undolog.metrics sends these metrics_* reads as one script): the
+-- live sessions by state (exact), and the age of the oldest one's last change.
+SELECT state, sessions, oldest_age_seconds FROM undolog.metrics_sessions ORDER BY state
+
+-- name: metrics_sessions_estimated
+-- The metrics scrape: sessions by state, estimated from the planner's statistics.
+SELECT state, sessions FROM undolog.metrics_sessions_estimated ORDER BY state
+
+-- name: metrics_approvals
+-- The metrics scrape: the requests pending, past their deadline, and the oldest's age.
+SELECT pending, past_deadline, oldest_age_seconds FROM undolog.metrics_approvals
+
+-- name: metrics_approval_decisions
+-- The metrics scrape: the last hour's decisions by decision, and how long they waited.
+SELECT decision, decided, waited_seconds_sum, p50_seconds, p90_seconds, p99_seconds,
+    window_seconds
+FROM undolog.metrics_approval_decisions
+ORDER BY decision
+
+-- name: metrics_calls
+-- The metrics scrape: the calls journaled in the last five minutes, by tier and state.
+SELECT tier, state, calls, window_seconds FROM undolog.metrics_calls ORDER BY tier, state
+
+-- name: metrics_compensations
+-- The metrics scrape: the last five minutes' compensation attempts, failures, give-ups;
+-- the entries in flight or waiting for a retry now.
+SELECT attempts, failures, gave_up, in_flight, retrying, window_seconds
+FROM undolog.metrics_compensations
+
+-- name: metrics_worker
+-- The metrics scrape: the sessions due for an undo walk, and how long the oldest waited.
+SELECT due_sessions, oldest_due_age_seconds FROM undolog.metrics_worker
+
+-- name: metrics_late_results
+-- The metrics scrape: the late results (after the undo walk took their call) of the
+-- last day's walks.
+SELECT late_results, last_at FROM undolog.metrics_late_results

@@ -204,7 +204,7 @@ def test_listen_address_is_host_and_port() -> None:
 
 
 def test_label_values_are_escaped() -> None:
-    results: dict[str, Any] = {name: [] for name, _ in metrics.QUERIES}
+    results: dict[str, Any] = {name: [] for name, _ in metrics.VIEWS}
     results["calls"] = [('odd"tier\\', "line\nbreak", 3, 300.0)]
     text = metrics.render(results, 0.001)
     assert 'undolog_calls_recent{tier="odd\\"tier\\\\",state="line\\nbreak"} 3' in text
@@ -295,7 +295,7 @@ def test_every_metrics_view_reads_the_big_tables_through_an_index(
     (a sequential scan is allowed only on a table or partition the planner knows to be
     nearly empty)."""
     with psycopg.connect(operator_dsn, autocommit=True) as op:
-        for name, query in metrics.QUERIES:
+        for name, query in metrics.VIEWS:
             (plan,) = op.execute(f"EXPLAIN (FORMAT JSON) {query}").fetchone() or ()
             for node in _nodes(plan[0]["Plan"]):
                 relation = node.get("Relation Name", "")

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from undolog import ToolTier, UndoLog, engine, errors, undolog_tool
+from undolog.queries import QUERIES
 from undolog.signature import call_signature
 from undolog.tiers import CompensationDescriptor
 
@@ -64,7 +65,7 @@ def test_the_decorator_refuses_u0000_before_the_body_runs(dsn: str, conn: Conn) 
         # a lease PostgreSQL cannot parse
         ("SELECT undolog.begin_session(NULL, 'a', '{}', 'soon')", (), "22007", "InvalidArgument"),
         # a step of 2**31 is a bigint: no intercept takes it
-        (engine.INTERCEPT, "step", "42883", "InvalidArgument"),
+        (QUERIES["intercept"], "step", "42883", "InvalidArgument"),
         # JSON nested 100,000 deep overflows PostgreSQL's parser
         ("SELECT %s::jsonb", ("[" * 100_000,), "54001", "PayloadTooLarge"),
         # an interval out of range
@@ -76,7 +77,15 @@ def test_postgresql_refusals_map_to_documented_errors(
 ) -> None:
     session = engine.begin_session(conn, agent="test")
     if params == "step":
-        params = (session, 2**31, "t", "compensable", psycopg.types.json.Jsonb({}), "a" * 64, None)
+        params = {
+            "session_id": session,
+            "step_index": 2**31,
+            "tool_name": "t",
+            "tier": "compensable",
+            "args": psycopg.types.json.Jsonb({}),
+            "call_signature": "a" * 64,
+            "compensation": None,
+        }
     elif params == "sid":
         params = (session,)
     with pytest.raises(getattr(errors, exc)) as raised:

@@ -79,6 +79,7 @@ from undolog.mcp_proxy.policy import (
     result_value,
 )
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
+from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable, signed_call
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -582,7 +583,6 @@ class McpProxy:
         counted with the entries above it (calls made after the approval) and ``count``
         below it."""
         await self._record(
-            engine.FAIL,
             effect_id,
             "approved; the undo itself is the rollback_last that follows, this entry only "
             "carries its approval",
@@ -752,9 +752,7 @@ class McpProxy:
         async with self.pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    "SELECT session_id FROM undolog.sessions_list"
-                    " WHERE metadata->>'handle_sha256' = %s",
-                    (_handle_hash(handle),),
+                    QUERIES["session_of_handle"], {"handle_sha256": _handle_hash(handle)}
                 )
             ).fetchone()
         if row is None:
@@ -1126,11 +1124,11 @@ class McpProxy:
             return _unknown(name, str(exc)), "unknown"
         except (UpstreamDown, MCPError) as exc:
             self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
-            await self._record(engine.FAIL, effect_id, f"not run: {exc}"[:2000])
+            await self._record(effect_id, f"not run: {exc}"[:2000])
             return _error(f"{name} was not run: {exc}"), "failed"
         if result.is_error:
             self.metrics.upstream_error(route.upstream, "error_result")
-            await self._record(engine.FAIL, effect_id, _error_text(result))
+            await self._record(effect_id, _error_text(result))
             return result, "failed"
         if not wait:
             return result, "ran"
@@ -1217,11 +1215,13 @@ class McpProxy:
             "will be rolled back when it ends"
         )
 
-    async def _record(self, query: str, effect_id: uuid.UUID, text: str) -> None:
+    async def _record(self, effect_id: uuid.UUID, text: str) -> None:
+        """The call did not take effect (engine.fail, durably)."""
         try:
+            # the text is the upstream's: a U+0000 in it must not lose the outcome
+            error = walk.storable_error(text)
             async with self.pool.connection() as conn:
-                # the text is the upstream's: a U+0000 in it must not lose the outcome
-                await conn.execute(query, (effect_id, walk.storable_error(text)))
+                await conn.execute(QUERIES["fail"], engine.fail_params(effect_id, error, False))
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 
@@ -1268,7 +1268,7 @@ class McpProxy:
                 _give_back(ps, key, step)
                 if isinstance(icpt, engine.Interception) and icpt.action == "execute":
                     assert icpt.effect_id is not None
-                    await self._record(engine.FAIL, icpt.effect_id, _error_text(refused))
+                    await self._record(icpt.effect_id, _error_text(refused))
                 return refused, "refused"
         else:
             icpt = await self._intercept(ps, step, route, args)
@@ -1349,7 +1349,7 @@ class McpProxy:
                             f"{name} was approved with edited arguments (approval "
                             f"{icpt.approval_id}) that could not be read: not run"
                         )
-                        await self._record(engine.FAIL, icpt.effect_id, why)
+                        await self._record(icpt.effect_id, why)
                         return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
                 result, outcome = await self._execute(
@@ -1416,11 +1416,7 @@ class McpProxy:
         with contextlib.suppress(Exception):
             async with self.pool.connection() as conn:
                 row = await (
-                    await conn.execute(
-                        "SELECT decided_by, reason, state FROM undolog.session_approvals"
-                        " WHERE approval_id = %s",
-                        (approval_id,),
-                    )
+                    await conn.execute(QUERIES["approval_outcome"], {"approval_id": approval_id})
                 ).fetchone()
                 if row is not None:
                     by, reason, state = row
@@ -1486,10 +1482,7 @@ class McpProxy:
                 wake.clear()
                 async with self.pool.connection() as conn:
                     row = await (
-                        await conn.execute(
-                            "SELECT state FROM undolog.session_approvals WHERE approval_id = %s",
-                            (approval_id,),
-                        )
+                        await conn.execute(QUERIES["approval_state"], {"approval_id": approval_id})
                     ).fetchone()
                 if row is not None and row[0] in DECISIONS:
                     return str(row[0])
