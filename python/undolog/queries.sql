@@ -543,3 +543,262 @@ SELECT due_sessions, oldest_due_age_seconds FROM undolog.metrics_worker
 -- The metrics scrape: the late results (after the undo walk took their call) of the
 -- last day's walks.
 SELECT late_results, last_at FROM undolog.metrics_late_results
+
+-- name: dashboard_inbox
+-- The approvals inbox: the oldest pending requests first, at most %(limit)s, each with its
+-- arguments whole when short (args) or as a head (args_head).
+SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
+       CASE WHEN length(p.args::text) <= %(head)s::int THEN p.args END AS args,
+       left(p.args::text, %(head)s::int) AS args_head,
+       length(p.args::text) AS args_length,
+       p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
+       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
+FROM undolog.pending_approvals AS p
+ORDER BY p.requested_at, p.approval_id
+LIMIT %(limit)s::int
+
+-- name: dashboard_inbox_total
+-- The approvals inbox: how many requests are pending (the page shows the first ones).
+SELECT count(*) AS n FROM undolog.pending_approvals
+
+-- name: dashboard_inbox_deliveries
+-- The approvals inbox: the notifications sent for the requests shown.
+SELECT approval_id, channel_name, state, attempts, last_error
+FROM undolog.notification_deliveries
+WHERE approval_id = ANY(%(approval_ids)s)
+ORDER BY channel_name
+
+-- name: dashboard_inbox_prior_calls
+-- The approvals inbox: for each request (the three arrays, one element a request), the
+-- last %(prior)s calls its session made before it, oldest first.
+SELECT p.approval_id, c.step_index, c.tool_name, c.tier, c.state, c.replay_count,
+       left(c.args::text, %(cell)s::int) AS args_text, c.args_length
+FROM unnest(%(approval_ids)s::uuid[], %(session_ids)s::uuid[], %(step_indexes)s::int[])
+    AS p (approval_id, session_id, step_index)
+CROSS JOIN LATERAL (
+    SELECT c.step_index, c.tool_name, c.tier, c.state, c.replay_count, c.args,
+           c.args_length
+    FROM undolog.session_calls AS c
+    WHERE c.session_id = p.session_id AND c.step_index < p.step_index
+    ORDER BY c.step_index DESC
+    LIMIT %(prior)s::int
+) AS c
+ORDER BY p.approval_id, c.step_index
+
+-- name: dashboard_inbox_prior_counts
+-- The approvals inbox: for each request (as dashboard_inbox_prior_calls), how many calls
+-- its session made before it.
+SELECT p.approval_id, count(c.effect_id) AS n
+FROM unnest(%(approval_ids)s::uuid[], %(session_ids)s::uuid[], %(step_indexes)s::int[])
+    AS p (approval_id, session_id, step_index)
+LEFT JOIN undolog.session_calls AS c
+    ON c.session_id = p.session_id AND c.step_index < p.step_index
+GROUP BY p.approval_id
+
+-- name: dashboard_pending_of
+-- The pending requests among %(approval_ids)s, with what a person must see before
+-- approving one for good: the call, its arguments (whole when short, else a head),
+-- whose session and which login.
+SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name, p.tier,
+       CASE WHEN length(p.args::text) <= %(head)s::int THEN p.args END AS args,
+       left(p.args::text, %(head)s::int) AS args_head,
+       length(p.args::text) AS args_length,
+       p.agent, p.owner_role, p.requested_by, p.purpose, p.requested_at,
+       p.expires_at, p.expired
+FROM undolog.pending_approvals AS p
+WHERE p.approval_id = ANY(%(approval_ids)s)
+ORDER BY p.requested_at, p.approval_id
+
+-- name: dashboard_edit_of
+-- A pending request as its edit page shows it: the call with its whole arguments.
+SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name, p.tier,
+       p.args, p.agent, p.owner_role, p.requested_by, p.purpose, p.requested_at,
+       p.expires_at, p.expired
+FROM undolog.pending_approvals AS p
+WHERE p.approval_id = %(approval_id)s
+
+-- name: dashboard_inbox_fingerprint
+-- The approvals inbox's fingerprint: changes when a request comes, goes or expires.
+SELECT coalesce(md5(string_agg(p.approval_id::text || p.expired::text, ','
+                               ORDER BY p.approval_id)), '') AS f
+FROM undolog.pending_approvals AS p
+
+-- name: dashboard_sessions_page
+-- The sessions list: one page of %(limit)s sessions, newest first, by keyset after the
+-- cursor (%(after_at)s, %(after_id)s): never an OFFSET. Each filter is off when its
+-- parameter is NULL. Sent unprepared (a custom plan for each page): the planner then
+-- folds each NULL filter away and the keyset becomes an index range of
+-- undolog_sessions_recent_idx or _state_recent_idx; a generic plan could not.
+SELECT s.session_id, s.agent, s.owner_role, s.state, s.created_at, s.updated_at,
+       s.error, s.resolved_by,
+       (SELECT count(*) FROM undolog.session_calls AS c
+        WHERE c.session_id = s.session_id) AS calls
+FROM undolog.sessions_list AS s
+WHERE (%(state)s::text IS NULL OR s.state = %(state)s::text)
+  AND (%(agent)s::text IS NULL OR s.agent = %(agent)s::text)
+  AND (%(since)s::timestamptz IS NULL OR s.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR s.created_at < %(until)s::timestamptz)
+  AND (%(id_low)s::uuid IS NULL
+       OR s.session_id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
+  AND (%(tool)s::text IS NULL OR EXISTS (
+      SELECT FROM undolog.session_calls AS c
+      WHERE c.session_id = s.session_id AND c.tool_name = %(tool)s::text))
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (s.created_at, s.session_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY s.created_at DESC, s.session_id DESC
+LIMIT %(limit)s::int
+
+-- name: dashboard_state_counts
+-- The sessions list: how many sessions the person sees in each state.
+SELECT s.state, count(*) AS n FROM undolog.sessions_list AS s GROUP BY s.state
+
+-- name: dashboard_session
+-- One session's head, as the person may see it (none when they may not).
+SELECT * FROM undolog.sessions_list WHERE session_id = %(session_id)s
+
+-- name: dashboard_session_calls
+-- One session's calls (at most %(limit)s), each payload as compact JSON text cut at
+-- %(cell)s characters and its state history as lines: the text of each cell is made
+-- here, in C, rather than in Python and the template (a session of a thousand calls
+-- renders in well under 200 ms). The history is one object (effect id -> its lines),
+-- built once: joined as a table, the planner guesses one row for it and loops over it
+-- for every call.
+WITH history AS MATERIALIZED (
+    SELECT jsonb_object_agg(x.effect_id::text, x.lines) AS by_effect
+    FROM (
+        SELECT t.effect_id,
+               string_agg(
+                   to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '  '
+                   || coalesce(t.from_state, '∅') || ' → ' || t.to_state
+                   || CASE WHEN t.event <> 'transition' THEN ' (' || t.event || ')'
+                           ELSE '' END
+                   || '  ' || t.actor,
+                   E'\n' ORDER BY t.history_id) AS lines
+        FROM undolog.effect_timeline AS t
+        WHERE t.session_id = %(session_id)s
+        GROUP BY t.effect_id
+    ) AS x
+)
+SELECT c.effect_id, c.step_index, c.tool_name, c.tier, c.state, c.error, c.attempts,
+       c.replay_count, length(j.args) AS args_length, length(j.result) AS result_length,
+       c.last_replayed_at AS last_replayed,
+       left(j.args, %(cell)s::int) AS args_text,
+       left(j.result, %(cell)s::int) AS result_text,
+       coalesce((SELECT h.by_effect FROM history AS h) ->> c.effect_id::text, '')
+           AS history
+FROM undolog.session_calls AS c
+-- each payload turned into text once (the view's lengths would do it again)
+CROSS JOIN LATERAL (SELECT c.args::text AS args, c.result_snapshot::text AS result) AS j
+WHERE c.session_id = %(session_id)s
+ORDER BY c.step_index, c.executed_at
+LIMIT %(limit)s::int
+
+-- name: dashboard_session_undo
+-- One session's undo stack, top first. number: the entry's place in this session's stack
+-- (1 = the first pushed); stack_position counts across all sessions, so it reads 25-27
+-- for a third entry.
+SELECT u.undo_id, u.stack_position,
+       row_number() OVER (ORDER BY u.stack_position) AS number,
+       u.step_index, u.tool_name, u.compensation_name,
+       u.compensation IS NULL AS barrier, u.state, u.attempts, u.max_attempts,
+       u.last_error,
+       CASE WHEN u.state IN ('pending', 'compensating') AND u.attempts > 0
+            THEN u.next_attempt_at END AS next_retry
+FROM undolog.undo_stack_entries AS u
+WHERE u.session_id = %(session_id)s
+ORDER BY u.stack_position DESC
+
+-- name: dashboard_session_approvals
+-- One session's approval requests, in the order they were made.
+SELECT *, coalesce(expires_at <= now(), FALSE) AS expired
+FROM undolog.session_approvals
+WHERE session_id = %(session_id)s
+ORDER BY requested_at
+
+-- name: dashboard_session_deliveries
+-- One session's notifications; the reader's row-level security applies (an agent reads
+-- its own sessions' only).
+SELECT *, CASE WHEN state = 'pending' THEN next_attempt_at END AS next_try
+FROM undolog.notification_deliveries
+WHERE session_id = %(session_id)s
+ORDER BY created_at, channel_name
+
+-- name: dashboard_session_states
+-- One session's state history.
+SELECT * FROM undolog.session_state_history WHERE session_id = %(session_id)s
+ORDER BY history_id
+
+-- name: dashboard_session_actions
+-- What operators did to one session (staff only).
+SELECT * FROM undolog.operator_action_log WHERE session_id = %(session_id)s
+ORDER BY action_id
+
+-- name: dashboard_session_chain
+-- One session's history hash chain recomputed (staff only, as undolog.verify_chain): no
+-- row is verified clean.
+SELECT seq, table_name, row_key, problem, expected, found
+FROM undolog.verify_chain(p_session_id => %(session_id)s)
+
+-- name: dashboard_session_fingerprint
+-- One session page's fingerprint: changes when anything the page shows changes.
+SELECT concat_ws('|',
+    (SELECT s.state || s.updated_at::text FROM undolog.sessions_list AS s
+     WHERE s.session_id = %(session_id)s),
+    (SELECT max(t.history_id) FROM undolog.effect_timeline AS t
+     WHERE t.session_id = %(session_id)s),
+    (SELECT max(u.updated_at) FROM undolog.undo_stack_entries AS u
+     WHERE u.session_id = %(session_id)s),
+    (SELECT max(a.decided_at) FROM undolog.session_approvals AS a
+     WHERE a.session_id = %(session_id)s),
+    (SELECT count(*) FROM undolog.session_approvals AS a
+     WHERE a.session_id = %(session_id)s),
+    (SELECT max(coalesce(d.last_attempt_at, d.created_at))::text || count(*)
+     FROM undolog.notification_deliveries AS d
+     WHERE d.session_id = %(session_id)s)) AS f
+
+-- name: dashboard_call_args
+-- One call's arguments, whole (the page a payload's head links to).
+SELECT c.step_index, c.tool_name, c.args AS value
+FROM undolog.session_calls AS c
+WHERE c.session_id = %(session_id)s AND c.effect_id = %(effect_id)s
+
+-- name: dashboard_call_result
+-- One call's result, whole (as dashboard_call_args).
+SELECT c.step_index, c.tool_name, c.result_snapshot AS value
+FROM undolog.session_calls AS c
+WHERE c.session_id = %(session_id)s AND c.effect_id = %(effect_id)s
+
+-- name: dashboard_delivery_in_session
+-- Whether a notification delivery is one of this session's requests'.
+SELECT 1 AS x FROM undolog.notification_deliveries
+WHERE session_id = %(session_id)s AND delivery_id = %(delivery_id)s
+
+-- name: dashboard_undo_entry_in_session
+-- Whether the person sees an undo entry as one of this session's.
+SELECT 1 AS found FROM undolog.undo_stack_entries AS u
+WHERE u.undo_id = %(undo_id)s AND u.session_id = %(session_id)s
+
+-- name: dashboard_decisions_page
+-- Past decisions: one page of %(limit)s, newest decision first, by keyset after the
+-- cursor (%(after_at)s, %(after_id)s), each filter off when its parameter is NULL; sent
+-- unprepared, as dashboard_sessions_page.
+SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.tier,
+       left(d.args::text, %(cell)s::int) AS args_text,
+       length(d.args::text) AS args_length,
+       d.decision, d.decided_by, d.decided_role, d.reason, d.decided_at,
+       d.requested_at, d.waited, d.agent, d.owner_role, d.requested_by,
+       d.effect_state,
+       left(d.approved_args::text, %(cell)s::int) AS approved_args_text
+FROM undolog.decided_approvals AS d
+WHERE (%(since)s::timestamptz IS NULL OR d.decided_at >= %(since)s::timestamptz)
+  AND (%(by)s::text IS NULL OR d.decided_role = %(by)s::text)
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (d.decided_at, d.approval_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY d.decided_at DESC, d.approval_id DESC
+LIMIT %(limit)s::int
+
+-- name: dashboard_rollback_to_plan
+-- What undoing a session down to a step would undo, in the walk's order (the engine's
+-- undolog.rollback_to_plan: the same rule rollback_to applies).
+SELECT undo_id, step_index, tool_name, tier, effect_state, action
+FROM undolog.rollback_to_plan(p_session_id => %(session_id)s, p_step_index => %(step)s)

@@ -100,6 +100,7 @@ CONVERTED = [
     "cli/sessions.py",
     "cli/tools.py",
     "dashboard/app.py",
+    "dashboard/queries.py",
     "demos/__init__.py",
     "demos/__main__.py",
     "demos/dashboard.py",
