@@ -444,7 +444,8 @@ SELECT FROM pg_catalog.pg_roles WHERE rolname = %(role)s
 SELECT session_id FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
 
 -- name: listen_approvals
--- The delivery worker's wake-up: a new approval request (or a decision) is NOTIFYed here.
+-- The delivery worker's and the dashboard's wake-up: a new approval request (or a
+-- decision) is NOTIFYed here.
 LISTEN undolog_approvals
 
 -- name: listen_notifications
@@ -802,3 +803,11 @@ LIMIT %(limit)s::int
 -- undolog.rollback_to_plan: the same rule rollback_to applies).
 SELECT undo_id, step_index, tool_name, tier, effect_state, action
 FROM undolog.rollback_to_plan(p_session_id => %(session_id)s, p_step_index => %(step)s)
+
+-- name: dashboard_login_roles
+-- Who logged in to the dashboard, and which of the engine's roles (the three parameters,
+-- undolog.dashboard.websessions.ROLES) the login holds.
+SELECT session_user,
+       pg_catalog.pg_has_role(session_user, %(agent)s::name, 'USAGE') AS agent,
+       pg_catalog.pg_has_role(session_user, %(approver)s::name, 'USAGE') AS approver,
+       pg_catalog.pg_has_role(session_user, %(operator)s::name, 'USAGE') AS operator

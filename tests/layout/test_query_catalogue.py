@@ -101,6 +101,7 @@ CONVERTED = [
     "cli/tools.py",
     "dashboard/app.py",
     "dashboard/queries.py",
+    "dashboard/websessions.py",
     "demos/__init__.py",
     "demos/__main__.py",
     "demos/dashboard.py",

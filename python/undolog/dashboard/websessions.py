@@ -22,11 +22,10 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from undolog.queries import QUERIES
+
 log = logging.getLogger("undolog.dashboard")
 
-# The engine's channel for new requests and decisions (approvals.CHANNEL). A notification
-# is only a wake-up: pages re-read what changed through the views, as the person.
-WAKE_CHANNEL = "undolog_approvals"
 ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
 # Web sessions one login may hold at once (a person's browsers and devices): without it one
 # login, say an agent's whose password sits in its environment, logging in again and again
@@ -226,10 +225,8 @@ class SessionStore:
         try:
             row = await (
                 await conn.execute(
-                    "SELECT session_user, "
-                    + ", ".join(
-                        f"pg_catalog.pg_has_role(session_user, '{r}', 'USAGE')" for r in ROLES
-                    )
+                    QUERIES["dashboard_login_roles"],
+                    {"agent": ROLES[0], "approver": ROLES[1], "operator": ROLES[2]},
                 )
             ).fetchone()
             assert row is not None
@@ -249,7 +246,10 @@ class SessionStore:
                     await self._replace(min(held, key=lambda other: other.started))
                 listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 try:
-                    await listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                    # The engine's channel for new requests and decisions (approvals.CHANNEL):
+                    # a notification is only a wake-up, pages re-read what changed through
+                    # the views, as the person.
+                    await listener.execute(QUERIES["listen_approvals"])
                 except BaseException:
                     await listener.close()
                     raise
