@@ -629,7 +629,9 @@ FROM undolog.pending_approvals AS p
 -- cursor (%(after_at)s, %(after_id)s): never an OFFSET. Each filter is off when its
 -- parameter is NULL. Sent unprepared (a custom plan for each page): the planner then
 -- folds each NULL filter away and the keyset becomes an index range of
--- undolog_sessions_recent_idx or _state_recent_idx; a generic plan could not.
+-- undolog_sessions_recent_idx or _state_recent_idx; a generic plan could not. A piece:
+-- {tool_filter} is dashboard_sessions_by_tool when the search names a tool, else nothing
+-- (composed with psycopg.sql).
 SELECT s.session_id, s.agent, s.owner_role, s.state, s.created_at, s.updated_at,
        s.error, s.resolved_by,
        (SELECT count(*) FROM undolog.session_calls AS c
@@ -641,13 +643,23 @@ WHERE (%(state)s::text IS NULL OR s.state = %(state)s::text)
   AND (%(until)s::timestamptz IS NULL OR s.created_at < %(until)s::timestamptz)
   AND (%(id_low)s::uuid IS NULL
        OR s.session_id BETWEEN %(id_low)s::uuid AND %(id_high)s::uuid)
-  AND (%(tool)s::text IS NULL OR EXISTS (
-      SELECT FROM undolog.session_calls AS c
-      WHERE c.session_id = s.session_id AND c.tool_name = %(tool)s::text))
+  {tool_filter}
   AND (%(after_at)s::timestamptz IS NULL
        OR (s.created_at, s.session_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
 ORDER BY s.created_at DESC, s.session_id DESC
 LIMIT %(limit)s::int
+
+-- name: dashboard_sessions_by_tool
+-- A piece of dashboard_sessions_page: the sessions one of whose calls used tool %(tool)s.
+-- Spliced in only when the search names a tool, never as `%(tool)s IS NULL OR EXISTS`:
+-- the planner turns an EXISTS into a semi-join (which stops at the page's last row) only
+-- when it stands alone in the WHERE, before it folds away a NULL parameter's OR; inside
+-- an OR it stays a subplan, run for every session or hashed over every call of the tool
+-- (twice as slow for a rare tool over a million sessions).
+AND EXISTS (
+    SELECT FROM undolog.session_calls AS c
+    WHERE c.session_id = s.session_id AND c.tool_name = %(tool)s::text
+)
 
 -- name: dashboard_state_counts
 -- The sessions list: how many sessions the person sees in each state.
