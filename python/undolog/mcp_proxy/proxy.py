@@ -1061,21 +1061,20 @@ class McpProxy:
                 raise InvalidArgument(f"step_index must be in 0..{engine.MAX_STEP_INDEX}")
             signature, args_json = signed_call(ps.session_id, step, tool, args)
             check_storable(args)
+
+            def call_of(tool_id: uuid.UUID) -> engine.HotCall:
+                return engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
+
             async with self.pool.connection() as conn:
-                if (tool_id := self._tool_ids.get(tool)) is None:
+                if tool not in self._tool_ids:
                     await self._register(conn, route)
-                    tool_id = self._tool_ids[tool]
-                call = engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
                 try:
-                    return await aengine.intercept_hot(conn, call)
+                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
                 except UnknownTool:
                     # retired by an operator since: registered again once, as the
                     # decorator does (a changed definition is refused, not replaced)
                     await self._register(conn, route)
-                    call = engine.HotCall(
-                        ps.session_id, self._tool_ids[tool], step, args_json, signature
-                    )
-                    return await aengine.intercept_hot(conn, call)
+                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
