@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -46,6 +46,35 @@ async def _settled(conn: aengine.AsyncConnection) -> Exception | None:
     if any, is raised at the session's exit rather than lost."""
     await aengine.settle(conn)
     return take_unsettled(conn)
+
+
+Beat = Literal["kept", "gone", "retry"]
+
+# A session's lifecycle steps, shared by the with-block sessions below and by faces whose
+# sessions span many requests (the MCP proxy's): one beat, and failing a live session.
+
+
+async def beat(conn: aengine.AsyncConnection, session_id: uuid.UUID) -> Beat:
+    """One heartbeat of the session: "kept" (its lease renewed), "gone" (it moved on, or
+    is no longer this login's: nothing left to keep alive) or "retry" (a passing fault,
+    a lock timeout or the network, logged: the next beat tries again)."""
+    try:
+        await aengine.heartbeat(conn, session_id)
+    except _SESSION_GONE:
+        return "gone"
+    except Exception as exc:
+        log.warning("session %s: heartbeat failed, retrying: %s", session_id, exc)
+        return "retry"
+    return "kept"
+
+
+async def fail_if_active(conn: aengine.AsyncConnection, session_id: uuid.UUID, error: str) -> bool:
+    """Fail the session if it is still active (True), so that its undo walk runs;
+    False when it is not active (already failed, waiting for a decision, ended)."""
+    if await aengine.session_state(conn, session_id) != "active":
+        return False
+    await aengine.fail_session(conn, session_id, error)
+    return True
 
 
 class AsyncUndoLog(_Base):
@@ -170,10 +199,8 @@ class AsyncUndoLog(_Base):
         """Fail the session (if it is still active) and walk it. This bookkeeping never
         replaces the exception that is leaving the session: its own errors are logged."""
         try:
-            if await aengine.session_state(conn, sid) != "active":
-                return
-            await aengine.fail_session(conn, sid, error)
-            await self._after_failure(conn, sid)
+            if await fail_if_active(conn, sid, error):
+                await self._after_failure(conn, sid)
         except Exception:
             log.exception("session %s: failing it and walking its undo stack failed", sid)
 
@@ -182,14 +209,12 @@ class AsyncUndoLog(_Base):
         conn: aengine.AsyncConnection, active: ActiveSession, lease: timedelta, stop: _acompat.Event
     ) -> None:
         while not await stop.wait_timeout(_heartbeat_interval(lease)):
-            try:
-                sent = time.monotonic()
-                await aengine.heartbeat(conn, active.session_id)
-                active.lease_deadline = sent + lease.total_seconds()
-            except _SESSION_GONE:  # the session moved on: nothing left to keep alive
+            sent = time.monotonic()
+            beaten = await beat(conn, active.session_id)
+            if beaten == "gone":
                 return
-            except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
+            if beaten == "kept":
+                active.lease_deadline = sent + lease.total_seconds()
 
     async def _after_failure(self, conn: aengine.AsyncConnection, session_id: uuid.UUID) -> None:
         """The failed session's undo walk, from the session (at its end, or undo_to): on

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -48,6 +48,35 @@ def _settled(conn: engine.Connection) -> Exception | None:
     if any, is raised at the session's exit rather than lost."""
     engine.settle(conn)
     return take_unsettled(conn)
+
+
+Beat = Literal["kept", "gone", "retry"]
+
+# A session's lifecycle steps, shared by the with-block sessions below and by faces whose
+# sessions span many requests (the MCP proxy's): one beat, and failing a live session.
+
+
+def beat(conn: engine.Connection, session_id: uuid.UUID) -> Beat:
+    """One heartbeat of the session: "kept" (its lease renewed), "gone" (it moved on, or
+    is no longer this login's: nothing left to keep alive) or "retry" (a passing fault,
+    a lock timeout or the network, logged: the next beat tries again)."""
+    try:
+        engine.heartbeat(conn, session_id)
+    except _SESSION_GONE:
+        return "gone"
+    except Exception as exc:
+        log.warning("session %s: heartbeat failed, retrying: %s", session_id, exc)
+        return "retry"
+    return "kept"
+
+
+def fail_if_active(conn: engine.Connection, session_id: uuid.UUID, error: str) -> bool:
+    """Fail the session if it is still active (True), so that its undo walk runs;
+    False when it is not active (already failed, waiting for a decision, ended)."""
+    if engine.session_state(conn, session_id) != "active":
+        return False
+    engine.fail_session(conn, session_id, error)
+    return True
 
 
 class SyncUndoLog(_Base):
@@ -172,10 +201,8 @@ class SyncUndoLog(_Base):
         """Fail the session (if it is still active) and walk it. This bookkeeping never
         replaces the exception that is leaving the session: its own errors are logged."""
         try:
-            if engine.session_state(conn, sid) != "active":
-                return
-            engine.fail_session(conn, sid, error)
-            self._after_failure(conn, sid)
+            if fail_if_active(conn, sid, error):
+                self._after_failure(conn, sid)
         except Exception:
             log.exception("session %s: failing it and walking its undo stack failed", sid)
 
@@ -184,14 +211,12 @@ class SyncUndoLog(_Base):
         conn: engine.Connection, active: ActiveSession, lease: timedelta, stop: _compat.Event
     ) -> None:
         while not stop.wait_timeout(_heartbeat_interval(lease)):
-            try:
-                sent = time.monotonic()
-                engine.heartbeat(conn, active.session_id)
-                active.lease_deadline = sent + lease.total_seconds()
-            except _SESSION_GONE:  # the session moved on: nothing left to keep alive
+            sent = time.monotonic()
+            beaten = beat(conn, active.session_id)
+            if beaten == "gone":
                 return
-            except Exception as exc:  # a passing fault (lock timeout, network): next beat
-                log.warning("session %s: heartbeat failed, retrying: %s", active.session_id, exc)
+            if beaten == "kept":
+                active.lease_deadline = sent + lease.total_seconds()
 
     def _after_failure(self, conn: engine.Connection, session_id: uuid.UUID) -> None:
         """The failed session's undo walk, from the session (at its end, or undo_to): on

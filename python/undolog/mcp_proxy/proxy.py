@@ -44,7 +44,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,8 +55,9 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from psycopg_pool import AsyncConnectionPool
 
-from undolog import aengine, asaga, engine, walk
+from undolog import aclient, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL, DECISIONS
+from undolog.client_common import _heartbeat_interval
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
@@ -100,6 +101,13 @@ PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is h
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
+# How many sessions may keep one of the pool's connections between their calls (the rest
+# of the pool serves the others' statements, one checkout each; see _journal).
+HELD_CONNECTIONS = POOL_SIZE // 2
+# A commit sent without waiting is read by the session's next statement, or this many
+# seconds after it was sent when none came (a result the journal refused is then retried
+# reduced, or its call's outcome known to be unknown, without waiting for a next call).
+SETTLE_AFTER = 0.05
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -255,11 +263,30 @@ class ProxySession:
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
     client: Any = None
     ended: bool = False  # ended and not resumed since: not counted, pruned when settled
-    # The last COMPENSABLE call's result, being recorded while the client already has its
-    # answer (McpProxy._record_later), and what to tell the session's next call when it
-    # could not be: that call is then not run.
-    recording: asyncio.Task[None] | None = None
+    # The session's own journal connection while it holds one (McpProxy._journal), and
+    # the lock of everything sent on it.
+    conn: psycopg.AsyncConnection[Any] | None = None
+    conn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The last COMPENSABLE call's commit, sent on that connection while the client already
+    # has its answer, its own answer not read yet (McpProxy._send_commit): the session's
+    # next statement reads it. What to tell the session's next call when that result
+    # could not be recorded: that call is then not run.
+    pending: PendingCommit | None = None
+    settle_timer: asyncio.TimerHandle | None = None
     unrecorded: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingCommit:
+    """A COMPENSABLE call's commit sent and not yet answered: what its session needs to
+    know when the answer says it was not recorded."""
+
+    key: str
+    step: int
+    effect_id: uuid.UUID
+    name: str
+    route: Route
+    result: types.CallToolResult
 
 
 class McpProxy:
@@ -281,6 +308,7 @@ class McpProxy:
         self.by_handle: dict[str, ProxySession] = {}
         # journal name -> the registration's tool_id, for intercept_tool (see _register)
         self._tool_ids: dict[str, uuid.UUID] = {}
+        self._conns_held = 0  # sessions holding a journal connection of their own (_journal)
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -303,6 +331,7 @@ class McpProxy:
         self._held: set[asyncio.Event] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
+        self._settling: set[asyncio.Task[None]] = set()  # _settle_due's reads
         self.closing = False
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
@@ -775,7 +804,7 @@ class McpProxy:
         async with ps.begin_lock:
             if ps.began:
                 return
-            async with self.pool.connection() as conn:
+            async with self._journal(ps, hold=True) as conn:
                 await aengine.begin_session(
                     conn,
                     ps.session_id,
@@ -792,16 +821,22 @@ class McpProxy:
             ps.beat = asyncio.create_task(self._heartbeat(ps))
 
     async def _heartbeat(self, ps: ProxySession) -> None:
+        """The binding's heartbeat (aclient.beat), for a session that spans many requests;
+        a session failed from outside is walked here as soon as a beat finds it gone."""
+        every = _heartbeat_interval(_lease(self.policy))
         while True:
-            await asyncio.sleep(max(self.policy.lease_seconds / 3, 0.5))
+            await asyncio.sleep(every)
             try:
-                async with self.pool.connection() as conn:
-                    await aengine.heartbeat(conn, ps.session_id)
-            except SessionNotActive:
+                async with self._journal(ps) as conn:
+                    beaten = await aclient.beat(conn, ps.session_id)
+            except Exception as exc:  # no connection now: the next beat tries again
+                log.warning("session %s: heartbeat failed: %s", ps.session_id, exc)
+                continue
+            if beaten == "gone":
                 self.walk_soon(ps)
                 return
-            except Exception as exc:  # a passing fault: the next beat tries again
-                log.warning("session %s: heartbeat failed: %s", ps.session_id, exc)
+            if not ps.inflight and time.monotonic() - ps.last_call >= every:
+                await self._release(ps)  # quiet since the last beat: for other sessions
 
     async def end_session(self, ps: ProxySession) -> None:
         """The client is gone (or the session's idle gap passed): complete its session, or
@@ -840,18 +875,25 @@ class McpProxy:
             ps.beat.cancel()
             ps.beat = None
         await self._settle(ps)  # the last result recorded (or known not to be) first
-        if not ps.began:
-            return
-        ps.began = False  # a later call of the same session id begins it again
         try:
-            async with self.pool.connection() as conn:
+            if ps.began:
+                ps.began = False  # a later call of the same session id begins it again
+                await self._close_session(ps)
+        finally:
+            await self._release(ps)
+
+    async def _close_session(self, ps: ProxySession) -> None:
+        try:
+            async with self._journal(ps) as conn:
                 state = await aengine.session_state(conn, ps.session_id)
                 if state == "active":
                     try:
                         await aengine.complete_session(conn, ps.session_id)
                         return
                     except InvalidStateTransition as exc:
-                        await aengine.fail_session(conn, ps.session_id, str(exc))
+                        # a call whose outcome is unknown (still executing): failed, so
+                        # that the walk compensates it, as the binding's sessions do
+                        await aclient.fail_if_active(conn, ps.session_id, str(exc))
                 elif state not in ("failed", "compensating"):
                     return
             self.walk_soon(ps)
@@ -1024,25 +1066,57 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
-    async def _intercept_settling(
-        self,
-        ps: ProxySession,
-        step: int,
-        route: Route,
-        args: dict[str, Any],
-    ) -> engine.Interception | types.CallToolResult:
-        """The intercept of a call sent while the session's previous result is still being
-        recorded, on another connection: the two round trips overlap (the client's next
-        call commonly comes before the previous commit's answer). Answers once both
-        are done, so that the caller knows whether that result was recorded before this
-        call runs."""
-        sent = asyncio.ensure_future(self._intercept(ps, step, route, args))
-        try:
-            await self._settle(ps)
-        except BaseException:
-            sent.cancel()
-            raise
-        return await sent
+    @contextlib.asynccontextmanager
+    async def _journal(
+        self, ps: ProxySession, *, hold: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The connection for a statement of the session: its own while it holds one,
+        else one of the pool's for this statement. ``hold``: a journaled call's, which
+        takes one for the session to keep (from its first call to its end, or until it
+        has been quiet for a heartbeat: _release) while fewer than HELD_CONNECTIONS
+        sessions hold one. On its own connection a call's commit is sent without waiting
+        for its answer, and the session's next intercept goes out behind it in the same
+        pipeline, both answers read in one go (as the sync binding's sessions do)."""
+        async with ps.conn_lock:
+            if (
+                ps.conn is None
+                and hold
+                and self._conns_held < HELD_CONNECTIONS
+                and not self.closing
+            ):
+                self._conns_held += 1
+                try:
+                    ps.conn = await self.pool.getconn()
+                except BaseException:
+                    self._conns_held -= 1
+                    raise
+            if (conn := ps.conn) is not None:
+                try:
+                    yield conn
+                finally:
+                    if conn.broken or conn.closed:  # a new one at the session's next call
+                        await self._take_pending(ps, conn)
+                        await self._give_back_conn(ps)
+                return
+        async with self.pool.connection() as conn:
+            yield conn
+
+    async def _give_back_conn(self, ps: ProxySession) -> None:
+        """Return the session's own connection to the pool (under its lock)."""
+        conn, ps.conn = ps.conn, None
+        if conn is not None:
+            self._conns_held -= 1
+            await self.pool.putconn(conn)
+
+    async def _release(self, ps: ProxySession) -> None:
+        """The session gives its own connection back, once its last commit's answer is
+        read (and acted on)."""
+        async with ps.conn_lock:
+            if (conn := ps.conn) is None:
+                return
+            await aengine.settle(conn)
+            await self._take_pending(ps, conn)
+            await self._give_back_conn(ps)
 
     async def _intercept(
         self,
@@ -1054,7 +1128,9 @@ class McpProxy:
         """intercept_tool(), or the tool error to answer when the journal refuses the call.
         The binding's pipelined path (engine.HotCall): the tool named by its registration,
         the args' canonical JSON cut from the bytes signed, a prepared statement, no
-        adaptation of the parameters."""
+        adaptation of the parameters; sent behind the session's last commit, whose answer
+        it reads too (so that the caller knows, _unrecorded, whether that result was
+        recorded before this call runs)."""
         tool = journal_name(route.upstream, route.tool)
         try:
             if not 0 <= step <= engine.MAX_STEP_INDEX:
@@ -1065,16 +1141,19 @@ class McpProxy:
             def call_of(tool_id: uuid.UUID) -> engine.HotCall:
                 return engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
 
-            async with self.pool.connection() as conn:
-                if tool not in self._tool_ids:
-                    await self._register(conn, route)
+            async with self._journal(ps, hold=True) as conn:
                 try:
-                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
-                except UnknownTool:
-                    # retired by an operator since: registered again once, as the
-                    # decorator does (a changed definition is refused, not replaced)
-                    await self._register(conn, route)
-                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
+                    if tool not in self._tool_ids:
+                        await self._register(conn, route)
+                    try:
+                        return await intercept_behind(conn, call_of(self._tool_ids[tool]))
+                    except UnknownTool:
+                        # retired by an operator since: registered again once, as the
+                        # decorator does (a changed definition is refused, not replaced)
+                        await self._register(conn, route)
+                        return await intercept_behind(conn, call_of(self._tool_ids[tool]))
+                finally:
+                    await self._take_pending(ps, conn)
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1097,7 +1176,7 @@ class McpProxy:
 
     async def _state(self, ps: ProxySession) -> str:
         try:
-            async with self.pool.connection() as conn:
+            async with self._journal(ps) as conn:
                 return await aengine.session_state(conn, ps.session_id)
         except Exception:
             return "unknown"
@@ -1114,7 +1193,7 @@ class McpProxy:
         wait: bool = True,
     ) -> tuple[types.CallToolResult, Outcome]:
         """Forward a journaled call and record its outcome; ``wait`` False: a result is
-        not recorded here, the outcome is "ran" (the caller records it, _record_later)."""
+        not recorded here, the outcome is "ran" (the caller records it, _send_commit)."""
         try:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
@@ -1144,11 +1223,11 @@ class McpProxy:
         *,
         answered: bool,
     ) -> types.CallToolResult | None:
-        """Record a call's result: None, or the answer that its outcome is unknown
-        (``answered``: the client already has the result)."""
+        """Record a call's result and wait for it: None, or the answer that its outcome is
+        unknown (``answered``: the client already has the result)."""
         try:
-            try:
-                async with self.pool.connection() as conn:
+            async with self._journal(ps) as conn:
+                try:
                     # the pipelined path: a prepared statement, the JSON written once
                     await aengine.send_result(
                         conn,
@@ -1159,48 +1238,93 @@ class McpProxy:
                         asynchronous=False,
                         wait=True,
                     )
-            except (PayloadTooLarge, InvalidArgument) as exc:
-                # It ran and its result is known, but the journal cannot hold it whole
-                # (over the payload limit, or a U+0000 jsonb refuses): keep what the
-                # compensation reads, so that the call stays undoable, not unknown.
-                async with self.pool.connection() as conn:
-                    await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
+                except (PayloadTooLarge, InvalidArgument) as exc:
+                    await _commit_reduced(conn, effect_id, result, route, exc)
         except Exception as exc:
-            self.metrics.unrecorded_result(
-                "late" if isinstance(exc, LateResult) else "error", answered
-            )
-            return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
+            return self._not_recorded(name, exc, answered)
         return None
 
-    async def _record_later(
-        self,
-        ps: ProxySession,
-        key: str,
-        step: int,
-        effect_id: uuid.UUID,
-        name: str,
-        route: Route,
-        result: types.CallToolResult,
-    ) -> None:
-        """The COMPENSABLE call's commit, while its answer is already on its way to the
-        client. When it cannot be recorded, the call's outcome is unknown to the journal:
-        the same call made again is that call (never run twice), the session's next call
-        is refused with the reason, and the session is rolled back when it ends (its
-        effect stays executing)."""
-        unknown = await self._commit(ps, effect_id, name, route, result, answered=True)
-        if unknown is not None:
-            ps.unknown[key] = step
-            _give_back(ps, key, step)
-            ps.unrecorded = f"the result of an earlier call of this session: {_error_text(unknown)}"
+    def _not_recorded(self, name: str, exc: Exception, answered: bool) -> types.CallToolResult:
+        """A result the journal did not record: counted, and the answer that the call's
+        outcome is unknown."""
+        self.metrics.unrecorded_result("late" if isinstance(exc, LateResult) else "error", answered)
+        return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
 
-    @staticmethod
-    async def _settle(ps: ProxySession) -> None:
-        """Wait for the last COMPENSABLE call's result to be recorded."""
-        if (recording := ps.recording) is not None:
-            with contextlib.suppress(Exception):
-                await recording
-            if ps.recording is recording:
-                ps.recording = None
+    async def _send_commit(self, ps: ProxySession, pending: PendingCommit) -> None:
+        """The COMPENSABLE call's commit, sent while its answer is on its way to the
+        client; its own answer is read by the session's next statement (_take_pending).
+        A session without a connection of its own waits for it here."""
+        text = _snapshot_json(pending.result)
+        async with ps.conn_lock:
+            if (conn := ps.conn) is not None:
+                try:
+                    await send_unread(conn, ps.session_id, pending.effect_id, text)
+                except Exception as exc:
+                    self._unrecordable(ps, pending, exc)
+                else:
+                    ps.pending = pending
+                    self._settle_later(ps)
+                return
+        unknown = await self._commit(
+            ps, pending.effect_id, pending.name, pending.route, pending.result, answered=True
+        )
+        if unknown is not None:
+            self._unrecordable(ps, pending, unknown)
+
+    def _settle_later(self, ps: ProxySession) -> None:
+        """Read the session's last commit's answer SETTLE_AFTER from now if nothing else
+        has by then (one timer a session at a time, not one a call)."""
+        if ps.settle_timer is None and self.loop is not None:
+            ps.settle_timer = self.loop.call_later(SETTLE_AFTER, self._settle_due, ps, ps.pending)
+
+    def _settle_due(self, ps: ProxySession, pending: PendingCommit | None) -> None:
+        ps.settle_timer = None
+        if ps.pending is None:
+            return
+        if ps.pending is not pending:  # that one was read; a later commit is unread now
+            self._settle_later(ps)
+            return
+        task = asyncio.create_task(self._settle(ps))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _take_pending(self, ps: ProxySession, conn: psycopg.AsyncConnection[Any]) -> None:
+        """After the session's connection read the last commit's answer (under its lock):
+        a result the journal could not hold whole is committed reduced; one it could not
+        record at all makes the call's outcome unknown (_unrecordable)."""
+        pending, ps.pending = ps.pending, None
+        if pending is None or (err := engine.take_unsettled(conn)) is None:
+            return
+        if isinstance(err, (PayloadTooLarge, InvalidArgument)) and not conn.broken:
+            try:
+                await _commit_reduced(conn, pending.effect_id, pending.result, pending.route, err)
+                return
+            except Exception as exc:
+                err = exc
+        self._unrecordable(ps, pending, self._not_recorded(pending.name, err, answered=True))
+
+    def _unrecordable(
+        self, ps: ProxySession, pending: PendingCommit, why: types.CallToolResult | Exception
+    ) -> None:
+        """When a result the client has could not be recorded, the call's outcome is
+        unknown to the journal: the same call made again is that call (never run twice),
+        the session's next call is refused with the reason, and the session is rolled back
+        when it ends (its effect stays executing)."""
+        if isinstance(why, Exception):
+            why = self._not_recorded(pending.name, why, answered=True)
+        ps.unknown[pending.key] = pending.step
+        _give_back(ps, pending.key, pending.step)
+        ps.unrecorded = f"the result of an earlier call of this session: {_error_text(why)}"
+
+    async def _settle(self, ps: ProxySession) -> None:
+        """Read the answer to the session's last COMPENSABLE commit (no round trip when
+        its next statement already did)."""
+        if ps.pending is None:
+            return
+        async with ps.conn_lock:
+            if (conn := ps.conn) is not None:
+                await aengine.settle(conn)
+                await self._take_pending(ps, conn)
 
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
@@ -1215,12 +1339,17 @@ class McpProxy:
         )
 
     async def _record(self, effect_id: uuid.UUID, text: str) -> None:
-        """The call did not take effect (engine.fail, durably)."""
+        """The call did not take effect (aengine.fail, durably). Late (the undo walk had
+        taken the call: its lease lapsed), the engine kept the report in the effect's
+        history and flagged the session; counted as _commit counts a late result."""
         try:
             # the text is the upstream's: a U+0000 in it must not lose the outcome
             error = walk.storable_error(text)
             async with self.pool.connection() as conn:
-                await conn.execute(QUERIES["fail"], engine.fail_params(effect_id, error, False))
+                await aengine.fail(conn, effect_id, error)
+        except LateResult as late:
+            self.metrics.unrecorded_result("late", False)
+            log.warning("effect %s: %s", effect_id, late)
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 
@@ -1248,9 +1377,7 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
-        recording = ps.recording
-        overlap = recording is not None and not recording.done()
-        if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
+        if ps.pending is None and (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
@@ -1259,18 +1386,16 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        if overlap:
-            icpt = await self._intercept_settling(ps, step, route, args)
-            if (refused := await self._unrecorded(ps, name)) is not None:
-                # the previous result could not be recorded: this call is not run, and
-                # the journal is told it never took effect
-                _give_back(ps, key, step)
-                if isinstance(icpt, engine.Interception) and icpt.action == "execute":
-                    assert icpt.effect_id is not None
-                    await self._record(icpt.effect_id, _error_text(refused))
-                return refused, "refused"
-        else:
-            icpt = await self._intercept(ps, step, route, args)
+        # sent behind the session's last commit, reading its answer too
+        icpt = await self._intercept(ps, step, route, args)
+        if (refused := await self._unrecorded(ps, name)) is not None:
+            # the previous result could not be recorded: this call is not run, and the
+            # journal is told it never took effect
+            _give_back(ps, key, step)
+            if isinstance(icpt, engine.Interception) and icpt.action == "execute":
+                assert icpt.effect_id is not None
+                await self._record(icpt.effect_id, _error_text(refused))
+            return refused, "refused"
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
             return icpt, "refused"
@@ -1278,14 +1403,15 @@ class McpProxy:
             return types.CallToolResult.model_validate(icpt.result_snapshot), "replayed"
         if icpt.action == "execute":
             assert icpt.effect_id is not None
-            durable = self.policy.durable_results
+            # the client's answer does not wait for the journal's, unless the policy says
+            # so or the session has no connection of its own to carry the commit
+            wait = self.policy.durable_results or ps.conn is None
             result, outcome = await self._execute(
-                ps, icpt.effect_id, name, route, upstream, args, wait=durable
+                ps, icpt.effect_id, name, route, upstream, args, wait=wait
             )
-            if outcome == "ran":  # the client's answer does not wait for the journal's
-                ps.recording = asyncio.create_task(
-                    self._record_later(ps, key, step, icpt.effect_id, name, route, result)
-                )
+            if outcome == "ran":
+                pending = PendingCommit(key, step, icpt.effect_id, name, route, result)
+                await self._send_commit(ps, pending)
                 return result, "executed"
             if outcome == "unknown":
                 ps.unknown[key] = step
@@ -1524,6 +1650,45 @@ def _give_back(ps: ProxySession, key: str, step: int) -> None:
     """A call that never took effect does not use up its occurrence number."""
     if ps.occurrences.get(key) == step + 1:
         ps.occurrences[key] = step
+
+
+async def intercept_behind(
+    conn: psycopg.AsyncConnection[Any], call: engine.HotCall
+) -> engine.Interception:
+    """aengine.intercept_hot sent behind the result still unread on the connection (the
+    session's last commit, send_unread), both answers read in one go, as the sync
+    binding's engine.intercept_hot does; that result's error is kept for
+    engine.take_unsettled."""
+    wire = engine.wire_of(conn)
+    with engine.translated():
+        async with conn.lock:
+            got: engine.Interception = await conn.wait(engine.intercept_gen(conn, wire, call))
+    return got
+
+
+async def send_unread(
+    conn: psycopg.AsyncConnection[Any], session_id: uuid.UUID, effect_id: uuid.UUID, text: str
+) -> None:
+    """A commit sent on the pipelined path, its answer left for the connection's next
+    statement to read (intercept_behind, or anything through aengine's settle)."""
+    wire = engine.wire_of(conn)
+    name, params, seg = engine.result_params(wire, "commit", session_id, effect_id, text, False)
+    with engine.translated():
+        async with conn.lock:
+            await conn.wait(engine.send_gen(conn, wire, name, params, seg))
+
+
+async def _commit_reduced(
+    conn: psycopg.AsyncConnection[Any],
+    effect_id: uuid.UUID,
+    result: types.CallToolResult,
+    route: Route,
+    why: Exception,
+) -> None:
+    """It ran and its result is known, but the journal cannot hold it whole (over the
+    payload limit, or a U+0000 jsonb refuses): keep what the compensation reads, so that
+    the call stays undoable, not unknown."""
+    await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, why))
 
 
 class UpstreamCompensation:
