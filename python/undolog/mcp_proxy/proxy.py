@@ -101,12 +101,12 @@ PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is h
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
-# How many sessions may keep one of the pool's connections between their calls (the rest
-# of the pool serves the others' statements, one checkout each; see _journal).
-HELD_CONNECTIONS = POOL_SIZE // 2
-# A commit sent without waiting is read by the session's next statement, or this many
-# seconds after it was sent when none came (a result the journal refused is then retried
-# reduced, or its call's outcome known to be unknown, without waiting for a next call).
+# How many of the pool's connections sessions may keep between their calls, all sessions
+# together (the rest of the pool serves the others, a checkout a statement; see _conn).
+KEPT_CONNECTIONS = POOL_SIZE // 2
+# A commit sent without waiting is read once the session's next intercept is answered,
+# or this many seconds after it was sent when no call came (a result the journal refused
+# is then retried reduced, or its call's outcome known unknown, without a next call).
 SETTLE_AFTER = 0.05
 
 
@@ -263,15 +263,16 @@ class ProxySession:
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
     client: Any = None
     ended: bool = False  # ended and not resumed since: not counted, pruned when settled
-    # The session's own journal connection while it holds one (McpProxy._journal), and
-    # the lock of everything sent on it.
-    conn: psycopg.AsyncConnection[Any] | None = None
-    conn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # The last COMPENSABLE call's commit, sent on that connection while the client already
-    # has its answer, its own answer not read yet (McpProxy._send_commit): the session's
-    # next statement reads it. What to tell the session's next call when that result
-    # could not be recorded: that call is then not run.
+    # The pool's connections the session keeps between its calls (McpProxy._conn): a
+    # call's statements take one, and give it back when done.
+    kept: list[psycopg.AsyncConnection[Any]] = field(default_factory=list)
+    # The last COMPENSABLE call's commit, sent while the client already has its answer,
+    # its own answer not read yet (McpProxy._send_commit): read once the session's next
+    # intercept, sent meanwhile on another connection, is answered. What to tell the
+    # session's next call when that result could not be recorded: that call is then not
+    # run.
     pending: PendingCommit | None = None
+    settle_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     settle_timer: asyncio.TimerHandle | None = None
     unrecorded: str | None = None
 
@@ -281,6 +282,7 @@ class PendingCommit:
     """A COMPENSABLE call's commit sent and not yet answered: what its session needs to
     know when the answer says it was not recorded."""
 
+    conn: psycopg.AsyncConnection[Any]  # where it was sent
     key: str
     step: int
     effect_id: uuid.UUID
@@ -308,7 +310,7 @@ class McpProxy:
         self.by_handle: dict[str, ProxySession] = {}
         # journal name -> the registration's tool_id, for intercept_tool (see _register)
         self._tool_ids: dict[str, uuid.UUID] = {}
-        self._conns_held = 0  # sessions holding a journal connection of their own (_journal)
+        self._kept = 0  # the pool's connections sessions keep between calls (_conn)
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -804,7 +806,7 @@ class McpProxy:
         async with ps.begin_lock:
             if ps.began:
                 return
-            async with self._journal(ps, hold=True) as conn:
+            async with self._journal(ps) as conn:
                 await aengine.begin_session(
                     conn,
                     ps.session_id,
@@ -1066,57 +1068,49 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
-    @contextlib.asynccontextmanager
-    async def _journal(
-        self, ps: ProxySession, *, hold: bool = False
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """The connection for a statement of the session: its own while it holds one,
-        else one of the pool's for this statement. ``hold``: a journaled call's, which
-        takes one for the session to keep (from its first call to its end, or until it
-        has been quiet for a heartbeat: _release) while fewer than HELD_CONNECTIONS
-        sessions hold one. On its own connection a call's commit is sent without waiting
-        for its answer, and the session's next intercept goes out behind it in the same
-        pipeline, both answers read in one go (as the sync binding's sessions do)."""
-        async with ps.conn_lock:
-            if (
-                ps.conn is None
-                and hold
-                and self._conns_held < HELD_CONNECTIONS
-                and not self.closing
-            ):
-                self._conns_held += 1
-                try:
-                    ps.conn = await self.pool.getconn()
-                except BaseException:
-                    self._conns_held -= 1
-                    raise
-            if (conn := ps.conn) is not None:
-                try:
-                    yield conn
-                finally:
-                    if conn.broken or conn.closed:  # a new one at the session's next call
-                        await self._take_pending(ps, conn)
-                        await self._give_back_conn(ps)
-                return
-        async with self.pool.connection() as conn:
-            yield conn
+    async def _conn(self, ps: ProxySession) -> psycopg.AsyncConnection[Any]:
+        """A journal connection for the session's statements: one it keeps, else the
+        pool's. Each call's statements take one of their own, so that a call's intercept
+        goes out while the session's last commit is still on its way on another."""
+        if ps.kept:
+            self._kept -= 1
+            return ps.kept.pop()
+        return await self.pool.getconn()
 
-    async def _give_back_conn(self, ps: ProxySession) -> None:
-        """Return the session's own connection to the pool (under its lock)."""
-        conn, ps.conn = ps.conn, None
-        if conn is not None:
-            self._conns_held -= 1
+    async def _done(self, ps: ProxySession, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The statements on ``conn`` are done (nothing unread on it): the session keeps
+        it for its next call (two at most: a call's, and the last commit's) while fewer
+        than KEPT_CONNECTIONS are kept, else it goes back to the pool."""
+        if (
+            conn.broken
+            or conn.closed
+            or self.closing
+            or not ps.began
+            or len(ps.kept) >= 2
+            or self._kept >= KEPT_CONNECTIONS
+        ):
             await self.pool.putconn(conn)
+            return
+        ps.kept.append(conn)
+        self._kept += 1
+
+    @contextlib.asynccontextmanager
+    async def _journal(self, ps: ProxySession) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection for one of the session's statements (_conn), given back after."""
+        conn = await self._conn(ps)
+        try:
+            yield conn
+        finally:
+            await self._done(ps, conn)
 
     async def _release(self, ps: ProxySession) -> None:
-        """The session gives its own connection back, once its last commit's answer is
-        read (and acted on)."""
-        async with ps.conn_lock:
-            if (conn := ps.conn) is None:
-                return
-            await aengine.settle(conn)
-            await self._take_pending(ps, conn)
-            await self._give_back_conn(ps)
+        """The session gives the connections it keeps back to the pool, once its last
+        commit's answer is read (and acted on)."""
+        await self._settle(ps)
+        kept, ps.kept = ps.kept, []
+        self._kept -= len(kept)
+        for conn in kept:
+            await self.pool.putconn(conn)
 
     async def _intercept(
         self,
@@ -1128,9 +1122,9 @@ class McpProxy:
         """intercept_tool(), or the tool error to answer when the journal refuses the call.
         The binding's pipelined path (engine.HotCall): the tool named by its registration,
         the args' canonical JSON cut from the bytes signed, a prepared statement, no
-        adaptation of the parameters; sent behind the session's last commit, whose answer
-        it reads too (so that the caller knows, _unrecorded, whether that result was
-        recorded before this call runs)."""
+        adaptation of the parameters. Sent while the session's last commit may still be on
+        its way (on another connection); answered once both are, so that the caller knows
+        (_unrecorded) whether that result was recorded before this call runs."""
         tool = journal_name(route.upstream, route.tool)
         try:
             if not 0 <= step <= engine.MAX_STEP_INDEX:
@@ -1141,19 +1135,20 @@ class McpProxy:
             def call_of(tool_id: uuid.UUID) -> engine.HotCall:
                 return engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
 
-            async with self._journal(ps, hold=True) as conn:
-                try:
+            try:
+                async with self._journal(ps) as conn:
                     if tool not in self._tool_ids:
                         await self._register(conn, route)
                     try:
-                        return await intercept_behind(conn, call_of(self._tool_ids[tool]))
+                        return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
                     except UnknownTool:
                         # retired by an operator since: registered again once, as the
                         # decorator does (a changed definition is refused, not replaced)
                         await self._register(conn, route)
-                        return await intercept_behind(conn, call_of(self._tool_ids[tool]))
-                finally:
-                    await self._take_pending(ps, conn)
+                        return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
+            finally:
+                # the session's last commit, answered meanwhile on its own connection
+                await self._settle(ps)
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1252,24 +1247,20 @@ class McpProxy:
 
     async def _send_commit(self, ps: ProxySession, pending: PendingCommit) -> None:
         """The COMPENSABLE call's commit, sent while its answer is on its way to the
-        client; its own answer is read by the session's next statement (_take_pending).
-        A session without a connection of its own waits for it here."""
-        text = _snapshot_json(pending.result)
-        async with ps.conn_lock:
-            if (conn := ps.conn) is not None:
-                try:
-                    await send_unread(conn, ps.session_id, pending.effect_id, text)
-                except Exception as exc:
-                    self._unrecordable(ps, pending, exc)
-                else:
-                    ps.pending = pending
-                    self._settle_later(ps)
-                return
-        unknown = await self._commit(
-            ps, pending.effect_id, pending.name, pending.route, pending.result, answered=True
-        )
-        if unknown is not None:
-            self._unrecordable(ps, pending, unknown)
+        client, on a connection of the call's own; its answer is read once the session's
+        next intercept (sent on another) is answered, or soon after (_settle_later)."""
+        await self._settle(ps)  # a concurrent call's, if any: one unread at a time
+        try:
+            await send_unread(
+                pending.conn, ps.session_id, pending.effect_id, _snapshot_json(pending.result)
+            )
+        except Exception as exc:
+            self._unrecordable(ps, pending, exc)
+            await aengine.settle(pending.conn)
+            await self._done(ps, pending.conn)
+            return
+        ps.pending = pending
+        self._settle_later(ps)
 
     def _settle_later(self, ps: ProxySession) -> None:
         """Read the session's last commit's answer SETTLE_AFTER from now if nothing else
@@ -1288,21 +1279,6 @@ class McpProxy:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _take_pending(self, ps: ProxySession, conn: psycopg.AsyncConnection[Any]) -> None:
-        """After the session's connection read the last commit's answer (under its lock):
-        a result the journal could not hold whole is committed reduced; one it could not
-        record at all makes the call's outcome unknown (_unrecordable)."""
-        pending, ps.pending = ps.pending, None
-        if pending is None or (err := engine.take_unsettled(conn)) is None:
-            return
-        if isinstance(err, (PayloadTooLarge, InvalidArgument)) and not conn.broken:
-            try:
-                await _commit_reduced(conn, pending.effect_id, pending.result, pending.route, err)
-                return
-            except Exception as exc:
-                err = exc
-        self._unrecordable(ps, pending, self._not_recorded(pending.name, err, answered=True))
-
     def _unrecordable(
         self, ps: ProxySession, pending: PendingCommit, why: types.CallToolResult | Exception
     ) -> None:
@@ -1317,14 +1293,31 @@ class McpProxy:
         ps.unrecorded = f"the result of an earlier call of this session: {_error_text(why)}"
 
     async def _settle(self, ps: ProxySession) -> None:
-        """Read the answer to the session's last COMPENSABLE commit (no round trip when
-        its next statement already did)."""
-        if ps.pending is None:
+        """Read the answer to the session's last COMPENSABLE commit, and act on it: a
+        result the journal could not hold whole is committed reduced; one it could not
+        record at all makes the call's outcome unknown (_unrecordable)."""
+        if ps.pending is None and not ps.settle_lock.locked():
             return
-        async with ps.conn_lock:
-            if (conn := ps.conn) is not None:
-                await aengine.settle(conn)
-                await self._take_pending(ps, conn)
+        async with ps.settle_lock:
+            pending, ps.pending = ps.pending, None
+            if pending is None:
+                return
+            conn = pending.conn
+            await aengine.settle(conn)
+            err = engine.take_unsettled(conn)
+            try:
+                if isinstance(err, (PayloadTooLarge, InvalidArgument)) and not conn.broken:
+                    try:
+                        await _commit_reduced(
+                            conn, pending.effect_id, pending.result, pending.route, err
+                        )
+                        err = None
+                    except Exception as exc:
+                        err = exc
+            finally:
+                await self._done(ps, conn)
+            if err is not None:
+                self._unrecordable(ps, pending, err)
 
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
@@ -1403,14 +1396,13 @@ class McpProxy:
             return types.CallToolResult.model_validate(icpt.result_snapshot), "replayed"
         if icpt.action == "execute":
             assert icpt.effect_id is not None
-            # the client's answer does not wait for the journal's, unless the policy says
-            # so or the session has no connection of its own to carry the commit
-            wait = self.policy.durable_results or ps.conn is None
+            # the client's answer does not wait for the journal's, unless the policy says so
             result, outcome = await self._execute(
-                ps, icpt.effect_id, name, route, upstream, args, wait=wait
+                ps, icpt.effect_id, name, route, upstream, args, wait=self.policy.durable_results
             )
             if outcome == "ran":
-                pending = PendingCommit(key, step, icpt.effect_id, name, route, result)
+                conn = await self._conn(ps)
+                pending = PendingCommit(conn, key, step, icpt.effect_id, name, route, result)
                 await self._send_commit(ps, pending)
                 return result, "executed"
             if outcome == "unknown":
@@ -1652,25 +1644,12 @@ def _give_back(ps: ProxySession, key: str, step: int) -> None:
         ps.occurrences[key] = step
 
 
-async def intercept_behind(
-    conn: psycopg.AsyncConnection[Any], call: engine.HotCall
-) -> engine.Interception:
-    """aengine.intercept_hot sent behind the result still unread on the connection (the
-    session's last commit, send_unread), both answers read in one go, as the sync
-    binding's engine.intercept_hot does; that result's error is kept for
-    engine.take_unsettled."""
-    wire = engine.wire_of(conn)
-    with engine.translated():
-        async with conn.lock:
-            got: engine.Interception = await conn.wait(engine.intercept_gen(conn, wire, call))
-    return got
-
-
 async def send_unread(
     conn: psycopg.AsyncConnection[Any], session_id: uuid.UUID, effect_id: uuid.UUID, text: str
 ) -> None:
-    """A commit sent on the pipelined path, its answer left for the connection's next
-    statement to read (intercept_behind, or anything through aengine's settle)."""
+    """A commit sent on the pipelined path, its answer left unread for aengine.settle
+    (aengine.send_result, wait=False, without its reader task: the proxy reads it when
+    the session's next intercept has been answered, in that call's task)."""
     wire = engine.wire_of(conn)
     name, params, seg = engine.result_params(wire, "commit", session_id, effect_id, text, False)
     with engine.translated():
