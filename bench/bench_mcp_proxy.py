@@ -279,7 +279,7 @@ async def in_process(policy: Path, dsn: str, calls: int) -> None:
     print(f"In process, {calls} COMPENSABLE calls, median ms")
     print(
         f"  intercept {med['intercept']:.3f}  upstream {med['upstream']:.3f}  "
-        f"commit {med['commit']:.3f}  whole call {med['all']:.3f}"
+        f"commit (sent; durable: answered too) {med['commit']:.3f}  whole call {med['all']:.3f}"
     )
     print(f"  the proxy's own code beyond those: {own:.3f} ms")
 
