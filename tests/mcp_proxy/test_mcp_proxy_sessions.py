@@ -636,3 +636,28 @@ def test_on_reject_only_for_an_irreversible_tool(tmp_path: Path, dsn: str, ledge
     )
     assert done.returncode == 2 and "only an irreversible tool" in done.stderr, done.stderr
     assert time.monotonic() - started < 30
+
+
+def test_a_session_rolled_back_from_outside_is_walked_at_the_proxy_s_heartbeat(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The proxy's heartbeat (the binding's beat) finds a session rolled back from
+    outside no longer active, and walks it then: the client still connected, making no
+    further call. The session's last commit, its answer read by the proxy with no call
+    after it, is what the walk undoes."""
+    policy = session_policy(tmp_path, proxy="lease_seconds = 1.5")  # a beat every 0.5 s
+
+    async def body() -> None:
+        async with stdio_client(policy, dsn, ledger) as client:
+            put = await client.call_tool("put", {"key": "k", "value": "v"})
+            assert not put.is_error, text(put)
+            committed = "SELECT state FROM undolog.undolog_effect_log WHERE tool_name = 'kv/put'"
+            await asyncio.to_thread(
+                wait_for, lambda: conn.execute(committed).fetchone() == ("committed",)
+            )
+            (sid, _), *_ = sessions(conn)
+            saga.rollback_session(conn, sid, "alice", "undone from outside")
+            await asyncio.to_thread(wait_for, lambda: sessions(conn)[0][1] == "compensated")
+            assert names(ledger) == ["put", "forget"]
+
+    run(body)
