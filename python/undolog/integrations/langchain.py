@@ -54,7 +54,7 @@ from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import current_session
 from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
-from undolog.integrations import _core
+from undolog.integrations import _arun, _core, _run
 from undolog.tiers import ToolTier
 
 INTERRUPT = "__interrupt__"
@@ -144,9 +144,7 @@ def _name_approvals(session_id: uuid.UUID) -> Callable[[Any, engine.Connection],
     def fill(out: Any, conn: engine.Connection) -> None:
         for request in _unnamed(out):
             action = request["action_request"]["action"]
-            _fill(
-                request, _core.approval_of_step_sync(conn, session_id, action, request["call_key"])
-            )
+            _fill(request, _run.approval_of_step(conn, session_id, action, request["call_key"]))
 
     return fill
 
@@ -156,7 +154,7 @@ def _aname_approvals(session_id: uuid.UUID) -> Callable[[Any, Any], Awaitable[No
         for request in _unnamed(out):
             action = request["action_request"]["action"]
             _fill(
-                request, await _core.approval_of_step(conn, session_id, action, request["call_key"])
+                request, await _arun.approval_of_step(conn, session_id, action, request["call_key"])
             )
 
     return fill
@@ -232,7 +230,7 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
             # each resume asks UndoLog again: its record is what counts
-            while (wait := _core.waiting_sync(info, key, kwargs)) is not None:
+            while (wait := _run.waiting(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
@@ -244,7 +242,7 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
-            while (wait := await _core.waiting(info, key, kwargs)) is not None:
+            while (wait := await _arun.waiting(info, key, kwargs)) is not None:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
@@ -306,7 +304,7 @@ def run(
         with _graph_run():
             return graph.invoke(input, dict(config), **invoke_kwargs)
 
-    return _core.run_in_session_sync(
+    return _run.run_in_session(
         ul, session_id, agent_name, go, _interrupted, _name_approvals(session_id)
     )
 
@@ -327,7 +325,7 @@ async def arun(
         with _graph_run():
             return await graph.ainvoke(input, dict(config), **invoke_kwargs)
 
-    return await _core.run_in_session(
+    return await _arun.run_in_session(
         ul, session_id, agent_name, go, _interrupted, _aname_approvals(session_id)
     )
 
@@ -366,7 +364,7 @@ def stream(
     filled in once the stream has ended; resume with ``stream(graph, ul,
     decide(...), config, ...)``."""
     seen: list[Any] = []
-    with _core.framework_run_sync(
+    with _run.framework_run(
         ul, session_id, agent_name, _interrupted, _name_approvals(session_id)
     ) as box:
         with _graph_run():
@@ -388,7 +386,7 @@ async def astream(
 ) -> AsyncIterator[Any]:
     """``stream`` for ``graph.astream`` and an ``AsyncUndoLog``."""
     seen: list[Any] = []
-    async with _core.framework_run(
+    async with _arun.framework_run(
         ul, session_id, agent_name, _interrupted, _aname_approvals(session_id)
     ) as box:
         with _graph_run():
@@ -434,7 +432,7 @@ def approval_id(request: Any, ul: UndoLog | None = None) -> uuid.UUID:
     if ul is None:
         raise _not_requested(found)
     with ul.connection() as conn:
-        step = _core.approval_of_step_sync(conn, *_lookup_target(found))
+        step = _run.approval_of_step(conn, *_lookup_target(found))
     if step is None:
         raise _not_requested(found)
     return step[0]
@@ -446,7 +444,7 @@ async def aapproval_id(request: Any, ul: AsyncUndoLog | None = None) -> uuid.UUI
     if found.get(APPROVAL_KEY) is not None or ul is None:
         return approval_id(found)
     async with ul.connection() as conn:
-        step = await _core.approval_of_step(conn, *_lookup_target(found))
+        step = await _arun.approval_of_step(conn, *_lookup_target(found))
     if step is None:
         raise _not_requested(found)
     return step[0]
@@ -525,7 +523,7 @@ def decide(
     _edit_is_an_approval(approved, args)
     client = _lookup_client(ul, approver)
     approval = approval_id(request, client if isinstance(client, UndoLog) else None)
-    _core.record_decision_sync(approver, approval, approved, decided_by, reason, args)
+    _run.record_decision(approver, approval, approved, decided_by, reason, args)
     return _answer(approved, reason, args, _request(request)["action_request"]["action"])
 
 
@@ -548,7 +546,7 @@ async def adecide(
     _edit_is_an_approval(approved, args)
     client = _lookup_client(ul, approver)
     approval = await aapproval_id(request, client if isinstance(client, AsyncUndoLog) else None)
-    await _core.record_decision(approver, approval, approved, decided_by, reason, args)
+    await _arun.record_decision(approver, approval, approved, decided_by, reason, args)
     return _answer(approved, reason, args, _request(request)["action_request"]["action"])
 
 
