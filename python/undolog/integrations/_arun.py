@@ -49,8 +49,8 @@ T = TypeVar("T")
 async def _first(
     conn: aengine.AsyncConnection, query: str, params: dict[str, Any]
 ) -> tuple[Any, ...] | None:
-    """The first row of ``query`` (None: no row), the engine's errors translated."""
-    rows = await aengine.fetch_all(conn, QUERIES[query], params)
+    """The first row ``query`` answers (None: no row), the engine's errors translated."""
+    rows = await aengine.fetch_all(conn, query, params)
     return rows[0] if rows else None
 
 
@@ -71,7 +71,7 @@ async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> W
     session = current_session()
     args = tool.bind(kwargs)
     row = await _first(
-        _connection(session), "approval_of_call", _call_of(session, tool, call_key, args)
+        _connection(session), QUERIES["approval_of_call"], _call_of(session, tool, call_key, args)
     )
     return _answer(tool, call_key, args, row)
 
@@ -105,7 +105,7 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
     session = current_session()
     args = tool.bind(kwargs)
     params = _call_of(session, tool, call_key, args)
-    if await _first(_connection(session), "approval_of_call", params) is None:
+    if await _first(_connection(session), QUERIES["approval_of_call"], params) is None:
         await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
@@ -114,7 +114,7 @@ async def approval_of_step(
 ) -> tuple[uuid.UUID, str] | None:
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
-    row = await _first(conn, "approval_of_step", _step_of(session_id, tool_name, call_key))
+    row = await _first(conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key))
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -188,7 +188,7 @@ async def framework_run(
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = await _first(conn, "ending_decision", {"session_id": session_id})
+                row = await _first(conn, QUERIES["ending_decision"], {"session_id": session_id})
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
