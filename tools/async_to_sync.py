@@ -31,6 +31,7 @@ MODULES: dict[str, str] = {
     "aclient.py": "client_sync.py",
     "adecorator.py": "decorator_sync.py",
     "integrations/_arun.py": "integrations/_run.py",
+    "integrations/_alanggraph.py": "integrations/_langgraph.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
@@ -41,6 +42,15 @@ NAMES: dict[str, str] = {
     "aengine": "engine",
     "asaga": "saga",
     "_arun": "_run",
+    "_alanggraph": "_langgraph",
+    # the LangChain adapter's twins (integrations/_alanggraph.py) and LangGraph's methods
+    "aapproval_id": "approval_id",
+    "adecide": "decide",
+    "aget_state": "get_state",
+    "ainvoke": "invoke",
+    "arespond": "respond",
+    "arun": "run",
+    "astream": "stream",
     "_acompat": "_compat",  # the pair holding what the twins do their own way
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",

@@ -114,6 +114,22 @@ class Listener(Protocol):
         ...
 
 
+class Wakeup:
+    """A :class:`Listener` for a caller that reads its LISTEN connection itself and calls
+    ``set()`` at every notification (one reader, then, for all of its waits)."""
+
+    def __init__(self) -> None:
+        self._event = _acompat.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        woken = await self._event.wait_timeout(timeout)
+        self._event.clear()
+        return woken
+
+
 async def wait_for_decision(
     conn: AsyncConnection | AsyncConnectionPool[Any],
     approval_id: uuid.UUID,
@@ -136,7 +152,8 @@ async def wait_for_decision(
     With OpenTelemetry, the wait is a span (undolog.tracing.approval_wait).
 
     ``listener``: a LISTEN the caller keeps wakes the wait instead (see :class:`Listener`;
-    it must be listening before the call, so that no decision is missed). ``conn`` then
+    it must be listening before the call, so that no decision is missed; :class:`Wakeup`
+    is one). ``conn`` then
     only reads the state, and may be a pool (each read takes a connection for that read
     only). A notification is only a wake-up, either way: the decision is what the table
     says. ``on_progress(seconds_waited)`` is called (awaited, on the async side) as the

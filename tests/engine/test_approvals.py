@@ -8,7 +8,6 @@ superuser may), so every call below also proves the role holds the grant it need
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import threading
 import time
@@ -472,23 +471,19 @@ def test_async_undolog_decides_through_the_async_twin(agent: Conn, dsn: str) -> 
 # --- a wait woken by the caller's own LISTEN, with progress reports ----------------------
 
 
-class _RelayedListener:
+class _RelayedListener(aapprovals.Wakeup):
     """What a process that holds many waits keeps (the MCP proxy's one LISTEN): a task
-    reading one LISTEN connection sets this wake-up, which the wait takes."""
+    reading one LISTEN connection sets the wake-up of each wait; this one counts the
+    wake-ups its wait took."""
 
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.woken = 0
+    woken = 0
 
     async def relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
         async for _ in conn.notifies():
-            self.event.set()
+            self.set()
 
     async def wait(self, timeout: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
-        woken = self.event.is_set()
-        self.event.clear()
+        woken = await super().wait(timeout)
         self.woken += woken
         return woken
 

@@ -300,7 +300,7 @@ class McpProxy:
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
         self._listen_lock = asyncio.Lock()
-        self._held: set[_Wake] = set()
+        self._held: set[aapprovals.Wakeup] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -1476,9 +1476,11 @@ class McpProxy:
                 await ctx.session.report_progress(
                     round(waited, 1), hold, f"waiting for a human to approve {approval_id}"
                 )
+            if self._listening is None or self._listening.done():
+                await self._listen()  # it broke: listen again (the hold polls meanwhile)
 
         await self._listen()
-        wake = _Wake(self)
+        wake = aapprovals.Wakeup()
         self._held.add(wake)
         self.metrics.holds += 1
         try:
@@ -1494,29 +1496,6 @@ class McpProxy:
         finally:
             self.metrics.holds -= 1
             self._held.discard(wake)
-
-
-class _Wake:
-    """A held call's wake-up (an aapprovals.Listener): set by the proxy's one LISTEN
-    (_relay) at every notification, taken by the wait; the LISTEN connection is opened
-    again when it broke (the held calls poll meanwhile)."""
-
-    def __init__(self, proxy: McpProxy) -> None:
-        self.proxy = proxy
-        self.event = asyncio.Event()
-
-    def set(self) -> None:
-        self.event.set()
-
-    async def wait(self, timeout: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
-        woken = self.event.is_set()
-        self.event.clear()
-        listening = self.proxy._listening
-        if listening is None or listening.done():
-            await self.proxy._listen()
-        return woken
 
 
 def _lease(policy: Policy) -> Any:
