@@ -30,6 +30,8 @@ MODULES: dict[str, str] = {
     "asaga.py": "saga.py",
     "aclient.py": "client_sync.py",
     "adecorator.py": "decorator_sync.py",
+    "integrations/_arun.py": "integrations/_run.py",
+    "integrations/_alanggraph.py": "integrations/_langgraph.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
@@ -39,6 +41,16 @@ NAMES: dict[str, str] = {
     "adecorator": "decorator_sync",
     "aengine": "engine",
     "asaga": "saga",
+    "_arun": "_run",
+    "_alanggraph": "_langgraph",
+    # the LangChain adapter's twins (integrations/_alanggraph.py) and LangGraph's methods
+    "aapproval_id": "approval_id",
+    "adecide": "decide",
+    "aget_state": "get_state",
+    "ainvoke": "invoke",
+    "arespond": "respond",
+    "arun": "run",
+    "astream": "stream",
     "_acompat": "_compat",  # the pair holding what the twins do their own way
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",
@@ -109,7 +121,7 @@ def ruff(text: str, path: Path) -> str:
 
 def generated(source: Path, target: Path) -> str:
     text = source.read_text(encoding="utf-8")
-    return ruff(header(source.name) + to_sync(text), target)
+    return ruff(header(source.relative_to(PACKAGE).as_posix()) + to_sync(text), target)
 
 
 def main(argv: list[str] | None = None) -> int:

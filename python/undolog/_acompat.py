@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -18,6 +18,9 @@ T = TypeVar("T")
 Worker = asyncio.Task[None]
 
 sleep = asyncio.sleep
+
+# A wait's progress report (undolog.aapprovals.wait_for_decision's on_progress): awaited.
+Progress = Callable[[float], Awaitable[object]]
 
 
 class Event(asyncio.Event):

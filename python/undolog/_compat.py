@@ -20,6 +20,9 @@ Worker = threading.Thread
 
 sleep = time.sleep
 
+# A wait's progress report (undolog.approvals.wait_for_decision's on_progress).
+Progress = Callable[[float], object]
+
 
 class Event(threading.Event):
     """The heartbeat's stop signal."""
