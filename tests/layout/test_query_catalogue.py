@@ -107,6 +107,8 @@ CONVERTED = [
     "demos/dashboard.py",
     "demos/stories.py",
     "engine.py",
+    "engine_common.py",
+    "engine_wire.py",
     "integrations/_core.py",
     "integrations/langchain.py",
     "mcp_proxy/proxy.py",
