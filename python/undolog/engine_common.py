@@ -2,7 +2,8 @@
 without a twin: the types and constants of the engine's SQL API, the answers' records,
 each SQL function's parameters for its catalogue query (undolog.queries), and the
 translation of the engine's SQLSTATEs into UndoLogError subclasses (undolog.errors).
-Both engine modules re-export the public names, as ``engine.Interception`` and so on.
+Both engine modules re-export the records, the constants and translated
+(``engine.Interception``, ``aengine.SESSION_STATES`` ...).
 """
 
 from __future__ import annotations
