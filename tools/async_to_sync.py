@@ -30,6 +30,7 @@ MODULES: dict[str, str] = {
     "asaga.py": "saga.py",
     "aclient.py": "client_sync.py",
     "adecorator.py": "decorator_sync.py",
+    "aengine.py": "engine.py",
     "integrations/_arun.py": "integrations/_run.py",
     "integrations/_alanggraph.py": "integrations/_langgraph.py",
 }
@@ -103,10 +104,12 @@ def to_sync(text: str) -> str:
 
 
 def ruff(text: str, path: Path) -> str:
-    """Sort and prune the imports (an async-only import goes), then format."""
+    """Sort and prune the imports (an async-only import goes), merge the nested ``with``
+    statements that were an ``async with`` and a ``with`` in the source (SIM117), then
+    format."""
     name = str(path)
     fixed = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--fix", "--quiet", "--select", "I,F401",
+        [sys.executable, "-m", "ruff", "check", "--fix", "--quiet", "--select", "I,F401,SIM117",
          "--stdin-filename", name, "-"],
         input=text, capture_output=True, text=True, check=False,
     )  # fmt: skip

@@ -107,6 +107,8 @@ CONVERTED = [
     "demos/dashboard.py",
     "demos/stories.py",
     "engine.py",
+    "engine_common.py",
+    "engine_wire.py",
     "integrations/_alanggraph.py",
     "integrations/_arun.py",
     "integrations/_core.py",

@@ -57,6 +57,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from undolog import aapprovals, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL
+from undolog.engine_common import fail_params
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
@@ -1220,7 +1221,7 @@ class McpProxy:
             # the text is the upstream's: a U+0000 in it must not lose the outcome
             error = walk.storable_error(text)
             async with self.pool.connection() as conn:
-                await conn.execute(QUERIES["fail"], engine.fail_params(effect_id, error, False))
+                await conn.execute(QUERIES["fail"], fail_params(effect_id, error, False))
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
 
