@@ -71,8 +71,9 @@ ASYNC = False
 
 # The hot path's locks (undolog.engine_wire). A sync session's result is read by the
 # connection's next statement: the wire's lock is held (before conn.lock) by whatever
-# sends on the hot path and by fetch_one from its settle() to its own statement, so that
-# no result is sent in between (psycopg would then read that result's answer as its own).
+# sends on the hot path and by fetch_optional/fetch_all from their settle() to their own
+# statement, so that no result is sent in between (psycopg would then read that result's
+# answer as its own).
 
 
 def exclusive(wire: Wire) -> threading.RLock:

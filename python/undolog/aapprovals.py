@@ -160,6 +160,11 @@ async def wait_for_decision(
     wait begins and then every ``progress_every`` seconds until it ends, e.g. to tell a
     client that the request it made is still being worked on; what it raises ends the wait.
     """
+    if poll_interval <= 0 or (on_progress is not None and progress_every <= 0):
+        # either would read the state (and report) in a loop without pause
+        raise ValueError("poll_interval and progress_every must be positive")
+    if not isinstance(conn, AsyncConnectionPool) and not conn.autocommit:
+        raise ValueError("wait_for_decision needs a connection in autocommit mode")
     with tracing.approval_wait(approval_id) as span:
         waits = _Waits(timeout, poll_interval, on_progress, progress_every)
         if listener is not None:
@@ -220,8 +225,6 @@ async def _wait(
     waits: _Waits,
     listener: Listener,
 ) -> str | None:
-    if not isinstance(conn, AsyncConnectionPool) and not conn.autocommit:
-        raise ValueError("wait_for_decision needs a connection in autocommit mode")
     while True:
         state = await _state_on(conn, approval_id)
         if state is None:
@@ -254,8 +257,6 @@ class _Listening:
 async def _wait_listening(
     conn: AsyncConnection, approval_id: uuid.UUID, waits: _Waits
 ) -> str | None:
-    if not conn.autocommit:
-        raise ValueError("wait_for_decision needs a connection in autocommit mode")
     await conn.execute(f"LISTEN {CHANNEL}")
     try:
         return await _wait(conn, approval_id, waits, _Listening(conn))

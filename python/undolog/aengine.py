@@ -224,7 +224,8 @@ async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str)
 
 
 # The hot path (undolog.engine_wire): its statements are sent in pipeline mode, and a
-# result's answer is read later (undolog._acompat.read_later).
+# result's answer is read later (read_later in the pair _acompat/_compat: by a task of
+# its own on the async side, by the connection's next statement on the sync side).
 
 
 async def settle(conn: AsyncConnection) -> None:
@@ -263,9 +264,9 @@ async def send_result(
     wait: bool,
 ) -> None:
     """Send a commit (``text``: the result's JSON) or a fail (``text``: the error) and
-    return at once; its answer is read later, by the connection's next statement or a
-    task that holds the connection's lock until then. ``wait``: read it now, and raise
-    its error here (durable results)."""
+    return at once; its answer is read later (by the connection's next statement; on
+    an async connection, by a task that holds the connection's lock until then).
+    ``wait``: read it now, and raise its error here (durable results)."""
     wire = wire_of(conn)
     name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
     async with _acompat.exclusive(wire):

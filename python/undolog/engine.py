@@ -218,7 +218,8 @@ def fail_session(conn: Connection, session_id: uuid.UUID, error: str) -> str:
 
 
 # The hot path (undolog.engine_wire): its statements are sent in pipeline mode, and a
-# result's answer is read later (undolog._acompat.read_later).
+# result's answer is read later (read_later in the pair _acompat/_compat: by a task of
+# its own on the async side, by the connection's next statement on the sync side).
 
 
 def settle(conn: Connection) -> None:
@@ -255,9 +256,9 @@ def send_result(
     wait: bool,
 ) -> None:
     """Send a commit (``text``: the result's JSON) or a fail (``text``: the error) and
-    return at once; its answer is read later, by the connection's next statement or a
-    task that holds the connection's lock until then. ``wait``: read it now, and raise
-    its error here (durable results)."""
+    return at once; its answer is read later (by the connection's next statement; on
+    an async connection, by a task that holds the connection's lock until then).
+    ``wait``: read it now, and raise its error here (durable results)."""
     wire = wire_of(conn)
     name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
     with _compat.exclusive(wire):

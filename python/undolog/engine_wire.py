@@ -79,7 +79,8 @@ class Wire:
     # An async connection's reader of an unread result (undolog._acompat.read_later).
     reader: Any = None
     # A sync connection's: held (before conn.lock) by whatever sends on the hot path and
-    # by fetch_one from its settle() to its own statement (undolog._compat.exclusive).
+    # by fetch_optional/fetch_all from their settle() to their own statement
+    # (undolog._compat.exclusive).
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 

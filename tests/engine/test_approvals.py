@@ -589,3 +589,16 @@ def test_the_sync_wait_reports_its_progress_on_its_own_listen(agent: Conn) -> No
     assert decision is None
     assert len(waited) == 3, waited  # at 0, 0.2 and 0.4 s
     assert list(agent.notifies(timeout=0.2)) == []  # it cleaned up after itself
+
+
+def test_a_wait_refuses_a_pause_that_is_not_positive(agent: Conn) -> None:
+    """A zero poll or progress interval would read the state in a loop without pause: the
+    wait refuses it before it reads anything."""
+    approval_id = _gated_call(agent).approval_id
+    assert approval_id is not None
+    with pytest.raises(ValueError, match="must be positive"):
+        approvals.wait_for_decision(agent, approval_id, 0.5, 0)
+    with pytest.raises(ValueError, match="must be positive"):
+        approvals.wait_for_decision(
+            agent, approval_id, 0.5, 30, on_progress=lambda _: None, progress_every=0
+        )

@@ -46,14 +46,6 @@ from undolog.queries import QUERIES
 T = TypeVar("T")
 
 
-async def _first(
-    conn: aengine.AsyncConnection, query: str, params: dict[str, Any]
-) -> tuple[Any, ...] | None:
-    """The first row ``query`` answers (None: no row), the engine's errors translated."""
-    rows = await aengine.fetch_all(conn, query, params)
-    return rows[0] if rows else None
-
-
 def _connection(session: ActiveSession) -> aengine.AsyncConnection:
     conn = session.connection
     assert isinstance(conn, psycopg.AsyncConnection)
@@ -70,7 +62,7 @@ async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> W
     model turn's calls run side by side), which the engine would then refuse (UL010)."""
     session = current_session()
     args = tool.bind(kwargs)
-    row = await _first(
+    row = await aengine.fetch_optional(
         _connection(session), QUERIES["approval_of_call"], _call_of(session, tool, call_key, args)
     )
     return _answer(tool, call_key, args, row)
@@ -105,7 +97,10 @@ async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, A
     session = current_session()
     args = tool.bind(kwargs)
     params = _call_of(session, tool, call_key, args)
-    if await _first(_connection(session), QUERIES["approval_of_call"], params) is None:
+    if (
+        await aengine.fetch_optional(_connection(session), QUERIES["approval_of_call"], params)
+        is None
+    ):
         await _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
@@ -114,7 +109,9 @@ async def approval_of_step(
 ) -> tuple[uuid.UUID, str] | None:
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
-    row = await _first(conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key))
+    row = await aengine.fetch_optional(
+        conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key)
+    )
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -141,7 +138,7 @@ async def record_decision(
 ) -> None:
     """Record a human's decision in UndoLog through the approver; ``args`` are an
     approval's edited arguments. A client of the other side, or a decision recorder, is
-    for ``integrations._acompat.record_elsewhere``."""
+    for ``record_elsewhere`` in the pair ``integrations._acompat`` / ``_compat``."""
     if isinstance(approver, AsyncUndoLog):
         if approved:
             await approver.approve(approval_id, by, reason, args=args)
@@ -188,7 +185,9 @@ async def framework_run(
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = await _first(conn, QUERIES["ending_decision"], {"session_id": session_id})
+                row = await aengine.fetch_optional(
+                    conn, QUERIES["ending_decision"], {"session_id": session_id}
+                )
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass

@@ -48,12 +48,6 @@ from undolog.queries import QUERIES
 T = TypeVar("T")
 
 
-def _first(conn: engine.Connection, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The first row ``query`` answers (None: no row), the engine's errors translated."""
-    rows = engine.fetch_all(conn, query, params)
-    return rows[0] if rows else None
-
-
 def _connection(session: ActiveSession) -> engine.Connection:
     conn = session.connection
     assert isinstance(conn, psycopg.Connection)
@@ -70,7 +64,7 @@ def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting
     model turn's calls run side by side), which the engine would then refuse (UL010)."""
     session = current_session()
     args = tool.bind(kwargs)
-    row = _first(
+    row = engine.fetch_optional(
         _connection(session), QUERIES["approval_of_call"], _call_of(session, tool, call_key, args)
     )
     return _answer(tool, call_key, args, row)
@@ -101,7 +95,7 @@ def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -
     session = current_session()
     args = tool.bind(kwargs)
     params = _call_of(session, tool, call_key, args)
-    if _first(_connection(session), QUERIES["approval_of_call"], params) is None:
+    if engine.fetch_optional(_connection(session), QUERIES["approval_of_call"], params) is None:
         _request_deferred(session, [_Deferred(tool, call_key, args)])
 
 
@@ -110,7 +104,9 @@ def approval_of_step(
 ) -> tuple[uuid.UUID, str] | None:
     """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
     ``call_key``, read on a connection that may see the session (the agent's own)."""
-    row = _first(conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key))
+    row = engine.fetch_optional(
+        conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key)
+    )
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
@@ -135,7 +131,7 @@ def record_decision(
 ) -> None:
     """Record a human's decision in UndoLog through the approver; ``args`` are an
     approval's edited arguments. A client of the other side, or a decision recorder, is
-    for ``integrations._acompat.record_elsewhere``."""
+    for ``record_elsewhere`` in the pair ``integrations._acompat`` / ``_compat``."""
     if isinstance(approver, SyncUndoLog):
         if approved:
             approver.approve(approval_id, by, reason, args=args)
@@ -182,7 +178,9 @@ def framework_run(
                         requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
             else:
-                row = _first(conn, QUERIES["ending_decision"], {"session_id": session_id})
+                row = engine.fetch_optional(
+                    conn, QUERIES["ending_decision"], {"session_id": session_id}
+                )
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
