@@ -30,6 +30,9 @@ MODULES: dict[str, str] = {
     "asaga.py": "saga.py",
     "aclient.py": "client_sync.py",
     "adecorator.py": "decorator_sync.py",
+    "aengine.py": "engine.py",
+    "integrations/_arun.py": "integrations/_run.py",
+    "integrations/_alanggraph.py": "integrations/_langgraph.py",
 }
 
 # Names (NAME tokens, never text inside strings or comments) and their sync spelling.
@@ -39,6 +42,16 @@ NAMES: dict[str, str] = {
     "adecorator": "decorator_sync",
     "aengine": "engine",
     "asaga": "saga",
+    "_arun": "_run",
+    "_alanggraph": "_langgraph",
+    # the LangChain adapter's twins (integrations/_alanggraph.py) and LangGraph's methods
+    "aapproval_id": "approval_id",
+    "adecide": "decide",
+    "aget_state": "get_state",
+    "ainvoke": "invoke",
+    "arespond": "respond",
+    "arun": "run",
+    "astream": "stream",
     "_acompat": "_compat",  # the pair holding what the twins do their own way
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",
@@ -91,10 +104,12 @@ def to_sync(text: str) -> str:
 
 
 def ruff(text: str, path: Path) -> str:
-    """Sort and prune the imports (an async-only import goes), then format."""
+    """Sort and prune the imports (an async-only import goes), merge the nested ``with``
+    statements that were an ``async with`` and a ``with`` in the source (SIM117), then
+    format."""
     name = str(path)
     fixed = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--fix", "--quiet", "--select", "I,F401",
+        [sys.executable, "-m", "ruff", "check", "--fix", "--quiet", "--select", "I,F401,SIM117",
          "--stdin-filename", name, "-"],
         input=text, capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -109,7 +124,7 @@ def ruff(text: str, path: Path) -> str:
 
 def generated(source: Path, target: Path) -> str:
     text = source.read_text(encoding="utf-8")
-    return ruff(header(source.name) + to_sync(text), target)
+    return ruff(header(source.relative_to(PACKAGE).as_posix()) + to_sync(text), target)
 
 
 def main(argv: list[str] | None = None) -> int:

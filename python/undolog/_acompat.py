@@ -1,16 +1,19 @@
-"""What the async twins do their own way, for undolog.aclient and undolog.adecorator:
-the heartbeat is an asyncio task, waits are awaited, and the undo walk (sync SQL) runs in
-a worker thread. undolog._compat is the sync pair, with the same names, for the modules
-generated from them (tools/async_to_sync.py renames ``_acompat`` to ``_compat``)."""
+"""What the async twins do their own way, for undolog.aclient, undolog.adecorator and
+undolog.aengine: the heartbeat is an asyncio task, waits are awaited, the undo walk (sync
+SQL) runs in a worker thread, and a result sent without waiting is read by a task of its
+own. undolog._compat is the sync pair, with the same names, for the modules generated
+from them (tools/async_to_sync.py renames ``_acompat`` to ``_compat``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import psycopg
+
+from undolog.engine_wire import Wire, settle_gen
 
 T = TypeVar("T")
 
@@ -18,6 +21,9 @@ T = TypeVar("T")
 Worker = asyncio.Task[None]
 
 sleep = asyncio.sleep
+
+# A wait's progress report (undolog.aapprovals.wait_for_decision's on_progress): awaited.
+Progress = Callable[[float], Awaitable[object]]
 
 
 class Event(asyncio.Event):
@@ -67,3 +73,44 @@ async def walking(
 
 # Which sessions this side's journaled tools run in (ActiveSession.is_async).
 ASYNC = True
+
+
+# The hot path's locks (undolog.engine_wire). An async session's result is read by a task
+# of its own, which holds the connection's lock from the moment the result is sent until
+# its answer is read: anything else on the connection (a heartbeat, a framework
+# integration's own query, the next intercept) waits for the lock as for any statement in
+# flight, and never finds the connection busy. The agent's own work between two calls
+# overlaps the wait.
+
+
+class exclusive:  # a class rather than an asynccontextmanager: it is on the hot path
+    """Entered before a statement on a connection that may have an answer unread: the
+    reader of the last result sent without waiting is awaited first."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+
+    async def __aenter__(self) -> None:
+        if (reader := self.wire.reader) is not None:
+            self.wire.reader = None
+            await asyncio.shield(reader)
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+async def _read_then_release(conn: psycopg.AsyncConnection[Any], wire: Wire) -> None:
+    try:
+        await conn.wait(settle_gen(conn, wire))
+    except psycopg.Error:
+        pass  # kept in wire.errors
+    finally:
+        conn.lock.release()
+
+
+def read_later(conn: psycopg.AsyncConnection[Any], wire: Wire) -> None:
+    """Hand the connection's lock, held since the result was sent, to a task that reads
+    its answer and then releases it."""
+    wire.reader = asyncio.create_task(_read_then_release(conn, wire))

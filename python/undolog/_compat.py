@@ -1,6 +1,7 @@
-"""What the sync twins (undolog.client_sync, undolog.decorator_sync) do their own way
-(the pair of undolog._acompat, with the same names): the heartbeat is a daemon thread,
-waits block, and the undo walk runs on one of the client's connections."""
+"""What the sync twins (undolog.client_sync, undolog.decorator_sync, undolog.engine) do
+their own way (the pair of undolog._acompat, with the same names): the heartbeat is a
+daemon thread, waits block, the undo walk runs on one of the client's connections, and a
+result sent without waiting is read by the connection's next statement."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from typing import Any, Protocol, TypeVar
 
 import psycopg
 
+from undolog.engine_wire import Wire
+
 T = TypeVar("T")
 
 # A heartbeat running beside the session's block.
 Worker = threading.Thread
 
 sleep = time.sleep
+
+# A wait's progress report (undolog.approvals.wait_for_decision's on_progress).
+Progress = Callable[[float], object]
 
 
 class Event(threading.Event):
@@ -61,3 +67,22 @@ def walking(
 
 # Which sessions this side's journaled tools run in (ActiveSession.is_async).
 ASYNC = False
+
+
+# The hot path's locks (undolog.engine_wire). A sync session's result is read by the
+# connection's next statement: the wire's lock is held (before conn.lock) by whatever
+# sends on the hot path and by fetch_optional/fetch_all from their settle() to their own
+# statement, so that no result is sent in between (psycopg would then read that result's
+# answer as its own).
+
+
+def exclusive(wire: Wire) -> threading.RLock:
+    """Entered before a statement on a connection that may have an answer unread: no
+    result is sent on it meanwhile."""
+    return wire.lock
+
+
+def read_later(conn: psycopg.Connection[Any], wire: Wire) -> None:
+    """Release the connection's lock, held since the result was sent: its answer is read
+    by the connection's next statement."""
+    conn.lock.release()

@@ -14,20 +14,22 @@ passed. After an approval the agent makes the same call again and it executes, o
 Every new request and every decision wakes the listeners of the PostgreSQL channel
 :data:`CHANNEL` at commit, with an empty payload: any login may LISTEN, so a
 notification carries nothing (no ids) and each waiter re-reads the state it may see.
-:func:`wait_for_decision` listens and keeps a slow poll as a fallback, so that a missed
-notification only delays it.
+:func:`wait_for_decision` listens (or is woken by a :class:`Listener` the caller keeps)
+and keeps a slow poll as a fallback, so that a missed notification only delays it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
-from undolog import tracing
+from undolog import _acompat, tracing
 from undolog.aengine import AsyncConnection, fetch_all, fetch_one
 from undolog.errors import UnknownApproval
 from undolog.queries import QUERIES
@@ -101,11 +103,42 @@ async def approval_state(conn: AsyncConnection, approval_id: uuid.UUID) -> str |
     return str(rows[0][0]) if rows else None
 
 
+class Listener(Protocol):
+    """A LISTEN on :data:`CHANNEL` that the caller already keeps, for
+    :func:`wait_for_decision` to be woken by instead of listening itself (a process that
+    waits for many requests at once keeps one LISTEN connection for all of them)."""
+
+    async def wait(self, timeout: float) -> bool:
+        """Return True once a notification arrived since the last return (at once when
+        one did meanwhile), False after ``timeout`` seconds without one."""
+        ...
+
+
+class Wakeup:
+    """A :class:`Listener` for a caller that reads its LISTEN connection itself and calls
+    ``set()`` at every notification (one reader, then, for all of its waits)."""
+
+    def __init__(self) -> None:
+        self._event = _acompat.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        woken = await self._event.wait_timeout(timeout)
+        self._event.clear()
+        return woken
+
+
 async def wait_for_decision(
-    conn: AsyncConnection,
+    conn: AsyncConnection | AsyncConnectionPool[Any],
     approval_id: uuid.UUID,
     timeout: float,
     poll_interval: float = 5.0,
+    *,
+    listener: Listener | None = None,
+    on_progress: _acompat.Progress | None = None,
+    progress_every: float = 5.0,
 ) -> str | None:
     """Block until the request is decided; answers the decision, or None on timeout.
 
@@ -117,37 +150,115 @@ async def wait_for_decision(
     seconds in case a notification was lost (e.g. the connection was re-established).
     Raises UnknownApproval if the request does not exist or is not the caller's.
     With OpenTelemetry, the wait is a span (undolog.tracing.approval_wait).
+
+    ``listener``: a LISTEN the caller keeps wakes the wait instead (see :class:`Listener`;
+    it must be listening before the call, so that no decision is missed; :class:`Wakeup`
+    is one). ``conn`` then
+    only reads the state, and may be a pool (each read takes a connection for that read
+    only). A notification is only a wake-up, either way: the decision is what the table
+    says. ``on_progress(seconds_waited)`` is called (awaited, on the async side) as the
+    wait begins and then every ``progress_every`` seconds until it ends, e.g. to tell a
+    client that the request it made is still being worked on; what it raises ends the wait.
     """
+    if poll_interval <= 0 or (on_progress is not None and progress_every <= 0):
+        # either would read the state (and report) in a loop without pause
+        raise ValueError("poll_interval and progress_every must be positive")
+    if not isinstance(conn, AsyncConnectionPool) and not conn.autocommit:
+        raise ValueError("wait_for_decision needs a connection in autocommit mode")
     with tracing.approval_wait(approval_id) as span:
-        decision = await _wait_for_decision(conn, approval_id, timeout, poll_interval)
+        waits = _Waits(timeout, poll_interval, on_progress, progress_every)
+        if listener is not None:
+            decision = await _wait(conn, approval_id, waits, listener)
+        elif isinstance(conn, AsyncConnectionPool):
+            raise ValueError("wait_for_decision on a pool needs a listener")
+        else:
+            decision = await _wait_listening(conn, approval_id, waits)
         span.set_attribute("undolog.approval.decision", decision or "timeout")
         return decision
 
 
-async def _wait_for_decision(
-    conn: AsyncConnection,
-    approval_id: uuid.UUID,
-    timeout: float,
-    poll_interval: float,
+@dataclasses.dataclass
+class _Waits:
+    """When a wait ends, reads the state again and reports its progress."""
+
+    timeout: float
+    poll_interval: float
+    on_progress: _acompat.Progress | None
+    progress_every: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    next_progress: float = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.next_progress = self.started
+
+    def remaining(self) -> float:
+        return self.started + self.timeout - time.monotonic()
+
+    async def progress(self) -> None:
+        """Report the progress when it is due."""
+        now = time.monotonic()
+        if self.on_progress is not None and now >= self.next_progress:
+            self.next_progress = now + self.progress_every
+            await self.on_progress(now - self.started)
+
+    def pause(self) -> float:
+        """How long to sleep before the next read: the poll, the deadline or the next
+        progress report, whichever comes first."""
+        pause = min(self.poll_interval, self.remaining())
+        if self.on_progress is not None:
+            pause = min(pause, self.next_progress - time.monotonic())
+        return max(pause, 0.0)
+
+
+async def _state_on(
+    conn: AsyncConnection | AsyncConnectionPool[Any], approval_id: uuid.UUID
 ) -> str | None:
-    if not conn.autocommit:
-        raise ValueError("wait_for_decision needs a connection in autocommit mode")
-    deadline = time.monotonic() + timeout
+    if isinstance(conn, AsyncConnectionPool):
+        async with conn.connection() as taken:
+            return await approval_state(taken, approval_id)
+    return await approval_state(conn, approval_id)
+
+
+async def _wait(
+    conn: AsyncConnection | AsyncConnectionPool[Any],
+    approval_id: uuid.UUID,
+    waits: _Waits,
+    listener: Listener,
+) -> str | None:
+    while True:
+        state = await _state_on(conn, approval_id)
+        if state is None:
+            raise UnknownApproval(f"unknown approval {approval_id}")
+        if state in DECISIONS:
+            return state
+        if waits.remaining() <= 0:
+            return None
+        await waits.progress()
+        # One wake-up, payload-less (and any role may NOTIFY on the channel): the
+        # decision is what the table says, read again at the loop's top.
+        await listener.wait(waits.pause())
+
+
+class _Listening:
+    """The wait's own LISTEN, on ``conn`` (a Listener)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def wait(self, timeout: float) -> bool:
+        woken = False
+        # stop_after ends the generator itself, so no half-read one is left on the
+        # connection.
+        async for _ in self.conn.notifies(timeout=timeout, stop_after=1):
+            woken = True
+        return woken
+
+
+async def _wait_listening(
+    conn: AsyncConnection, approval_id: uuid.UUID, waits: _Waits
+) -> str | None:
     await conn.execute(f"LISTEN {CHANNEL}")
     try:
-        while True:
-            state = await approval_state(conn, approval_id)
-            if state is None:
-                raise UnknownApproval(f"unknown approval {approval_id}")
-            if state in DECISIONS:
-                return state
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            # One wake-up, payload-less (and any role may NOTIFY on the channel): the
-            # decision is what the table says, read again at the loop's top. stop_after
-            # ends the generator itself, so no half-read one is left on the connection.
-            async for _ in conn.notifies(timeout=min(poll_interval, remaining), stop_after=1):
-                pass
+        return await _wait(conn, approval_id, waits, _Listening(conn))
     finally:
         await conn.execute(f"UNLISTEN {CHANNEL}")

@@ -1,8 +1,22 @@
-"""undolog.engine for ``psycopg.AsyncConnection``: the same SQL functions, awaited."""
+"""The engine's SQL API from Python: one function per SQL function, one round trip each.
+
+These are the low-level calls the decorator, the session and the CLI build on. Two twins
+with the same functions: ``undolog.aengine`` on a ``psycopg.AsyncConnection`` (awaited;
+the source, written by hand) and ``undolog.engine`` on a ``psycopg.Connection``
+(generated from it by tools/async_to_sync.py). Any connection works (autocommit, or
+inside a transaction the caller owns). Database errors of the project's class come out
+as ``UndoLogError`` subclasses (undolog.errors).
+
+What the twins share without a twin (the answers' records, each function's parameters)
+is in undolog.engine_common, and the hot path's wire protocol (intercept_hot,
+send_result, settle) in undolog.engine_wire; both modules re-export the public names
+(``engine.Interception``, ``engine.HotCall``, ``engine.take_unsettled`` ...). How a
+result sent without waiting is read (a task of its own, or the connection's next
+statement) is the pair undolog._acompat / undolog._compat.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Mapping
@@ -11,18 +25,43 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine
-from undolog.engine import Interception, Params, translated
+from undolog import _acompat
+from undolog.engine_common import MAX_STEP_INDEX as MAX_STEP_INDEX
+from undolog.engine_common import SESSION_STATES as SESSION_STATES
+from undolog.engine_common import ApprovalDecision as ApprovalDecision
+from undolog.engine_common import ApprovalEdit as ApprovalEdit
+from undolog.engine_common import Interception as Interception
+from undolog.engine_common import Params as Params
+from undolog.engine_common import SessionHalt as SessionHalt
+from undolog.engine_common import (
+    begin_session_params,
+    check_late,
+    commit_params,
+    fail_params,
+    intercept_params,
+    intercept_tool_params,
+    register_tool_params,
+    register_tool_query,
+)
+from undolog.engine_common import translated as translated
+from undolog.engine_wire import HotCall as HotCall
+from undolog.engine_wire import (
+    intercept_gen,
+    result_params,
+    send_gen,
+    settle_gen,
+    wire_if_any,
+    wire_of,
+)
+from undolog.engine_wire import take_unsettled as take_unsettled
 from undolog.queries import QUERIES
 
 AsyncConnection = psycopg.AsyncConnection[Any]
 
 
 async def fetch_one(conn: AsyncConnection, query: str, params: Params = ()) -> tuple[Any, ...]:
-    """As engine.fetch_one, awaited."""
-    await settle(conn)
-    with translated():
-        row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
+    """One round trip that answers one row; the engine's errors translated."""
+    row = await fetch_optional(conn, query, params)
     if row is None:
         raise RuntimeError(f"no row from {query}")
     return row
@@ -32,19 +71,24 @@ async def fetch_optional(
     conn: AsyncConnection, query: str, params: Params = ()
 ) -> tuple[Any, ...] | None:
     """One round trip that answers at most one row (None: no row); the engine's errors
-    translated, as engine.fetch_all's."""
-    with translated():
-        row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
+    translated."""
+    async with _acompat.exclusive(wire_of(conn)):  # no result sent between settle and execute
+        await settle(conn)
+        with translated():
+            cursor = await conn.execute(query, params)
+            row: tuple[Any, ...] | None = await cursor.fetchone()
     return row
 
 
 async def fetch_all(
     conn: AsyncConnection, query: str, params: Params = ()
 ) -> list[tuple[Any, ...]]:
-    """As engine.fetch_all, awaited."""
-    await settle(conn)
-    with translated():
-        return await (await conn.execute(query, params)).fetchall()
+    """One round trip that answers any number of rows; the engine's errors translated."""
+    async with _acompat.exclusive(wire_of(conn)):  # as fetch_optional
+        await settle(conn)
+        with translated():
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchall()
 
 
 async def begin_session(
@@ -54,8 +98,9 @@ async def begin_session(
     metadata: Mapping[str, Any] | None = None,
     lease: timedelta = timedelta(minutes=5),
 ) -> uuid.UUID:
-    params = engine.begin_session_params(session_id, agent, metadata, lease)
-    return uuid.UUID(str((await fetch_one(conn, QUERIES["begin_session"], params))[0]))
+    params = begin_session_params(session_id, agent, metadata, lease)
+    row = await fetch_one(conn, QUERIES["begin_session"], params)
+    return uuid.UUID(str(row[0]))
 
 
 async def session_state(conn: AsyncConnection, session_id: uuid.UUID) -> str:
@@ -76,32 +121,32 @@ async def register_tool(
     compensation: Mapping[str, Any] | None,
     on_reject: str = "fail_session",
 ) -> uuid.UUID:
-    params = engine.register_tool_params(tool_name, tier, compensation, on_reject)
-    tool_id: uuid.UUID = (await fetch_one(conn, engine.register_tool_query(params), params))[0]
+    """Register a tool of this login (idempotent): answers its tool_id. UL018 when a
+    live registration of the name says otherwise (tier, compensation or on_reject);
+    UL008 for an on_reject other than 'fail_session' or 'continue'."""
+    params = register_tool_params(tool_name, tier, compensation, on_reject)
+    row = await fetch_one(conn, register_tool_query(params), params)
+    tool_id: uuid.UUID = row[0]
     return tool_id
 
 
 async def approval_decision(
     conn: AsyncConnection, approval_id: uuid.UUID
-) -> engine.ApprovalDecision | None:
-    """As engine.approval_decision, awaited."""
-    await settle(conn)
-    with translated():
-        query = await conn.execute(QUERIES["approval_decision"], {"approval_id": approval_id})
-        rows = await query.fetchall()
-    return engine.ApprovalDecision(*rows[0]) if rows else None
+) -> ApprovalDecision | None:
+    """The decision on an approval request, or None when it is unknown or not this
+    login's to see (row-level security: an agent sees its own sessions' requests)."""
+    rows = await fetch_all(conn, QUERIES["approval_decision"], {"approval_id": approval_id})
+    return ApprovalDecision(*rows[0]) if rows else None
 
 
 async def approval_edit(
     conn: AsyncConnection, session_id: uuid.UUID, effect_id: uuid.UUID
-) -> engine.ApprovalEdit | None:
-    """As engine.approval_edit, awaited."""
-    with translated():
-        query = await conn.execute(
-            QUERIES["approval_edit"], {"session_id": session_id, "effect_id": effect_id}
-        )
-        rows = await query.fetchall()
-    return engine.ApprovalEdit(*rows[0]) if rows else None
+) -> ApprovalEdit | None:
+    """The edit of the call ``effect_id``'s approval, or None when its approval made no
+    edit (or it is not this login's to see: an agent sees its own sessions' calls)."""
+    params = {"session_id": session_id, "effect_id": effect_id}
+    rows = await fetch_all(conn, QUERIES["approval_edit"], params)
+    return ApprovalEdit(*rows[0]) if rows else None
 
 
 async def intercept(
@@ -114,7 +159,8 @@ async def intercept(
     compensation: Mapping[str, Any] | None = None,
     call_signature: str | None = None,
 ) -> Interception:
-    params = engine.intercept_params(
+    """Journal a call before its body runs (the signature is computed unless given)."""
+    params = intercept_params(
         session_id, step_index, tool_name, tier, args, compensation, call_signature
     )
     return Interception(*(await fetch_one(conn, QUERIES["intercept"], params)))
@@ -128,87 +174,82 @@ async def intercept_tool(
     args: Mapping[str, Any],
     call_signature: str,
 ) -> Interception:
-    """As engine.intercept_tool, awaited."""
-    params = engine.intercept_tool_params(session_id, tool_id, step_index, args, call_signature)
+    """Journal a call of the registered tool ``tool_id`` (register_tool's answer) before
+    its body runs: its name, tier and compensation are the registration's, checked when
+    it was registered. UnknownTool (UL017) when the id is not a live registration of
+    this login: register the tool again and call with the new id."""
+    params = intercept_tool_params(session_id, tool_id, step_index, args, call_signature)
     return Interception(*(await fetch_one(conn, QUERIES["intercept_tool"], params)))
 
 
 async def commit(
     conn: AsyncConnection, effect_id: uuid.UUID, result: Any, *, asynchronous: bool = False
 ) -> None:
-    params = engine.commit_params(effect_id, result, asynchronous)
-    engine.check_late((await fetch_one(conn, QUERIES["commit"], params))[0], effect_id, "commit")
+    """executing -> committed. ``asynchronous``: this transaction commits without waiting
+    for its WAL flush; a result lost in a server crash leaves the effect executing, which
+    the undo walk compensates (outcome unknown). Inside a transaction of your own, that
+    makes your own writes in it asynchronous too. LateResult when the walk had already
+    taken the effect (the engine recorded the result and flagged the session)."""
+    params = commit_params(effect_id, result, asynchronous)
+    check_late((await fetch_one(conn, QUERIES["commit"], params))[0], effect_id, "commit")
 
 
 async def fail(
     conn: AsyncConnection, effect_id: uuid.UUID, error: str, *, asynchronous: bool = False
 ) -> None:
-    params = engine.fail_params(effect_id, error, asynchronous)
-    engine.check_late((await fetch_one(conn, QUERIES["fail"], params))[0], effect_id, "fail")
+    """executing -> pending (the call never took effect); ``asynchronous`` as commit()."""
+    params = fail_params(effect_id, error, asynchronous)
+    check_late((await fetch_one(conn, QUERIES["fail"], params))[0], effect_id, "fail")
 
 
 async def set_async_results(conn: AsyncConnection, on: bool) -> None:
+    """Replay bookkeeping on this connection commits asynchronously (or no longer does)."""
     await fetch_one(conn, QUERIES["set_async_results"], {"value": "on" if on else "off"})
 
 
 async def complete_session(conn: AsyncConnection, session_id: uuid.UUID) -> str:
-    return str((await fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id}))[0])
+    row = await fetch_one(conn, QUERIES["complete_session"], {"session_id": session_id})
+    return str(row[0])
 
 
-async def session_halt(conn: AsyncConnection, session_id: uuid.UUID) -> engine.SessionHalt:
+async def session_halt(conn: AsyncConnection, session_id: uuid.UUID) -> SessionHalt:
     row = await fetch_one(conn, QUERIES["session_halt"], {"session_id": session_id})
-    return engine.SessionHalt(*row)
+    return SessionHalt(*row)
 
 
 async def fail_session(conn: AsyncConnection, session_id: uuid.UUID, error: str) -> str:
-    return str(
-        (
-            await fetch_one(
-                conn, QUERIES["fail_session"], {"session_id": session_id, "error": error}
-            )
-        )[0]
-    )
+    params = {"session_id": session_id, "error": error}
+    row = await fetch_one(conn, QUERIES["fail_session"], params)
+    return str(row[0])
 
 
-# An async session's result is read by a task of its own, which holds the connection's
-# lock from the moment the result is sent until its answer is read: anything else on the
-# connection (a heartbeat, a framework integration's own query, the next intercept)
-# waits for the lock as for any statement in flight, and never finds the connection
-# busy. The agent's own work between two calls overlaps the wait.
-
-
-async def _read_then_release(conn: AsyncConnection, wire: engine._Wire) -> None:
-    try:
-        await conn.wait(engine.settle_gen(conn, wire))
-    except psycopg.Error:
-        pass  # kept in wire.errors
-    finally:
-        conn.lock.release()
+# The hot path (undolog.engine_wire): its statements are sent in pipeline mode, and a
+# result's answer is read later (read_later in the pair _acompat/_compat: by a task of
+# its own on the async side, by the connection's next statement on the sync side).
 
 
 async def settle(conn: AsyncConnection) -> None:
-    """As engine.settle, awaited: the answers still unread are read (their errors kept
-    for engine.take_unsettled)."""
-    wire = engine._wires.get(conn)
+    """Read the answers still unread on this connection (their errors are kept for
+    take_unsettled); nothing to do, and no round trip, when there are none."""
+    wire = wire_if_any(conn)
     if wire is None:
         return
-    if (reader := wire.reader) is not None:
-        wire.reader = None
-        await asyncio.shield(reader)
-    if wire.unread:
+    async with _acompat.exclusive(wire):
+        if not wire.unread:
+            return
         async with conn.lock:
             with contextlib.suppress(psycopg.Error):  # kept in wire.errors
-                await conn.wait(engine.settle_gen(conn, wire))
+                await conn.wait(settle_gen(conn, wire))
 
 
-async def intercept_hot(conn: AsyncConnection, call: engine.HotCall) -> Interception:
-    """As engine.intercept_hot (intercept_tool), awaited (after the previous result's
-    answer)."""
-    wire = engine.wire_of(conn)
-    await settle(conn)
+async def intercept_hot(conn: AsyncConnection, call: HotCall) -> Interception:
+    """intercept_tool in one round trip, with the answer to the result sent before it
+    (its error, if any, kept for take_unsettled). UnknownTool when ``call.tool_id`` is
+    no live registration of this login (retired since): register again, then retry."""
+    wire = wire_of(conn)
     with translated():
-        async with conn.lock:
-            got: Interception = await conn.wait(engine.intercept_gen(conn, wire, call))
+        async with _acompat.exclusive(wire), conn.lock:
+            got: Interception = await conn.wait(intercept_gen(conn, wire, call))
     return got
 
 
@@ -222,25 +263,27 @@ async def send_result(
     asynchronous: bool,
     wait: bool,
 ) -> None:
-    """As engine.send_result, awaited; unless ``wait``, its answer is read by a task
-    that holds the connection's lock until then."""
-    wire = engine.wire_of(conn)
-    name, params, seg = engine.result_params(wire, what, session_id, effect_id, text, asynchronous)
-    await settle(conn)
-    await conn.lock.acquire()
-    try:
-        with translated():
-            await conn.wait(engine.send_gen(conn, wire, name, params, seg))
-    except BaseException:
-        conn.lock.release()
-        raise
-    if not wait:
-        wire.reader = asyncio.create_task(_read_then_release(conn, wire))
-        return
-    try:
-        with contextlib.suppress(psycopg.Error):  # kept in wire.errors
-            await conn.wait(engine.settle_gen(conn, wire))
-    finally:
-        conn.lock.release()
-    if (err := engine.take_unsettled(conn)) is not None:
+    """Send a commit (``text``: the result's JSON) or a fail (``text``: the error) and
+    return at once; its answer is read later (by the connection's next statement; on
+    an async connection, by a task that holds the connection's lock until then).
+    ``wait``: read it now, and raise its error here (durable results)."""
+    wire = wire_of(conn)
+    name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
+    async with _acompat.exclusive(wire):
+        await conn.lock.acquire()
+        try:
+            with translated():
+                await conn.wait(send_gen(conn, wire, name, params, seg))
+        except BaseException:
+            conn.lock.release()
+            raise
+        if not wait:
+            _acompat.read_later(conn, wire)  # it releases the lock
+            return
+        try:
+            with contextlib.suppress(psycopg.Error):  # kept in wire.errors
+                await conn.wait(settle_gen(conn, wire))
+        finally:
+            conn.lock.release()
+    if (err := take_unsettled(conn)) is not None:
         raise err

@@ -61,7 +61,7 @@ FROM undolog.intercept(
 -- name: intercept_tool
 -- A journaled call of a registered tool, named by the tool_id register_tool answered:
 -- engine.intercept_tool, and the hot path, which prepares it with these parameters in
--- this order as $1..$5 (engine.HOT_INTERCEPT_PARAMS). The casts type the hot path's
+-- this order as $1..$5 (engine_wire.HOT_INTERCEPT_PARAMS). The casts type the hot path's
 -- text parameters.
 SELECT effect_id, action, state, result_snapshot, approval_id
 FROM undolog.intercept_tool(
@@ -81,13 +81,13 @@ SELECT undolog.fail(p_effect_id => %(effect_id)s, p_error => %(error)s, p_async 
 
 -- name: commit_effect
 -- The hot path's commit (engine.send_result), prepared with these parameters in this
--- order as $1..$4 (engine.HOT_COMMIT_PARAMS); the casts type its text parameters.
+-- order as $1..$4 (engine_wire.HOT_COMMIT_PARAMS); the casts type its text parameters.
 SELECT undolog.commit_effect(
     p_session_id => %(session_id)s::uuid, p_effect_id => %(effect_id)s::uuid,
     p_result => %(result)s::jsonb, p_async => %(async)s::boolean)
 
 -- name: fail_effect
--- The hot path's fail, as commit_effect (engine.HOT_FAIL_PARAMS).
+-- The hot path's fail, as commit_effect (engine_wire.HOT_FAIL_PARAMS).
 SELECT undolog.fail_effect(
     p_session_id => %(session_id)s::uuid, p_effect_id => %(effect_id)s::uuid,
     p_error => %(error)s::text, p_async => %(async)s::boolean)

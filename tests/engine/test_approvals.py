@@ -8,6 +8,7 @@ superuser may), so every call below also proves the role holds the grant it need
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from undolog import AsyncUndoLog, aapprovals, approvals, engine
 from undolog.approvals import CHANNEL
@@ -464,3 +466,139 @@ def test_async_undolog_decides_through_the_async_twin(agent: Conn, dsn: str) -> 
         return pending, approved, rejected, waited
 
     assert asyncio.run(scenario()) == (None, "approved", "rejected", "rejected")
+
+
+# --- a wait woken by the caller's own LISTEN, with progress reports ----------------------
+
+
+class _RelayedListener(aapprovals.Wakeup):
+    """What a process that holds many waits keeps (the MCP proxy's one LISTEN): a task
+    reading one LISTEN connection sets the wake-up of each wait; this one counts the
+    wake-ups its wait took."""
+
+    woken = 0
+
+    async def relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async for _ in conn.notifies():
+            self.set()
+
+    async def wait(self, timeout: float) -> bool:
+        woken = await super().wait(timeout)
+        self.woken += woken
+        return woken
+
+
+async def _as_agent(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SET ROLE undolog_agent")
+
+
+def test_a_caller_supplied_listener_wakes_a_wait_that_reads_on_a_pool(
+    agent: Conn, dsn: str
+) -> None:
+    """The wait LISTENs on nothing of its own: a decision made from another connection
+    reaches it through the caller's LISTEN (the poll is 30 s, so only the wake-up can end
+    it this fast), each read takes a pool connection for that read only, and the
+    progress callback is called from the start and then every 0.2 s."""
+    approval_id = _gated_call(agent).approval_id
+    assert approval_id is not None
+    waited: list[float] = []
+
+    async def on_progress(seconds: float) -> None:
+        waited.append(seconds)
+
+    async def scenario() -> tuple[str | None, float, int, list[str]]:
+        wake = _RelayedListener()
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listening,
+            AsyncConnectionPool(
+                dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, configure=_as_agent
+            ) as pool,
+        ):
+            await listening.execute(f"LISTEN {CHANNEL}")
+            relay = asyncio.create_task(wake.relay(listening))
+
+            async def decide_later() -> None:
+                await asyncio.sleep(0.7)
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+                    await c.execute("SET ROLE undolog_approver")
+                    await aapprovals.approve(c, approval_id, "alice")
+
+            started = time.monotonic()
+            decider = asyncio.create_task(decide_later())
+            decision = await aapprovals.wait_for_decision(
+                pool, approval_id, 10, 30, listener=wake,
+                on_progress=on_progress, progress_every=0.2,
+            )  # fmt: skip
+            took = time.monotonic() - started
+            await decider
+            relay.cancel()
+            async with pool.connection() as c:
+                channels = await (await c.execute("SELECT pg_listening_channels()")).fetchall()
+            return decision, took, wake.woken, [str(row[0]) for row in channels]
+
+    decision, took, woken, channels = asyncio.run(scenario())
+    assert decision == "approved"
+    assert took < 5
+    assert woken >= 1
+    assert channels == []  # the pool's connection never listened
+    assert len(waited) >= 3 and waited[0] < 0.1, waited
+    assert all(b - a >= 0.15 for a, b in itertools.pairwise(waited)), waited
+
+
+def test_a_wait_with_a_listener_answers_none_at_its_deadline(agent: Conn, dsn: str) -> None:
+    """Nobody decides: the deadline answers None, the progress reported until then."""
+    approval_id = _gated_call(agent).approval_id
+    assert approval_id is not None
+    waited: list[float] = []
+
+    async def on_progress(seconds: float) -> None:
+        waited.append(seconds)
+
+    async def scenario() -> tuple[str | None, float]:
+        wake = _RelayedListener()
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as reader:
+            await reader.execute("SET ROLE undolog_agent")
+            started = time.monotonic()
+            decision = await aapprovals.wait_for_decision(
+                reader, approval_id, 0.6, 30, listener=wake,
+                on_progress=on_progress, progress_every=0.25,
+            )  # fmt: skip
+            return decision, time.monotonic() - started
+
+    decision, took = asyncio.run(scenario())
+    assert decision is None
+    assert 0.6 <= took < 3
+    assert len(waited) == 3, waited  # at 0, 0.25 and 0.5 s
+    with pytest.raises(ValueError, match="needs a listener"):
+        asyncio.run(_wait_on_a_pool_alone(dsn, approval_id))
+
+
+async def _wait_on_a_pool_alone(dsn: str, approval_id: uuid.UUID) -> str | None:
+    async with AsyncConnectionPool(dsn, min_size=1, kwargs={"autocommit": True}) as pool:
+        return await aapprovals.wait_for_decision(pool, approval_id, 1)
+
+
+def test_the_sync_wait_reports_its_progress_on_its_own_listen(agent: Conn) -> None:
+    """The generated twin: on_progress is called (not awaited), the wait's own LISTEN."""
+    approval_id = _gated_call(agent).approval_id
+    assert approval_id is not None
+    waited: list[float] = []
+    decision = approvals.wait_for_decision(
+        agent, approval_id, 0.5, 30, on_progress=waited.append, progress_every=0.2
+    )
+    assert decision is None
+    assert len(waited) == 3, waited  # at 0, 0.2 and 0.4 s
+    assert list(agent.notifies(timeout=0.2)) == []  # it cleaned up after itself
+
+
+def test_a_wait_refuses_a_pause_that_is_not_positive(agent: Conn) -> None:
+    """A zero poll or progress interval would read the state in a loop without pause: the
+    wait refuses it before it reads anything."""
+    approval_id = _gated_call(agent).approval_id
+    assert approval_id is not None
+    with pytest.raises(ValueError, match="must be positive"):
+        approvals.wait_for_decision(agent, approval_id, 0.5, 0)
+    with pytest.raises(ValueError, match="must be positive"):
+        approvals.wait_for_decision(
+            agent, approval_id, 0.5, 30, on_progress=lambda _: None, progress_every=0
+        )

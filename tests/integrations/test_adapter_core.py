@@ -1,5 +1,6 @@
-"""What the adapters share (undolog.integrations._core), against a real PostgreSQL: its
-async reads raise the binding's errors, as its sync twins do."""
+"""The adapters' round trips (undolog.integrations._arun and its generated twin _run),
+against a real PostgreSQL: the async reads raise the binding's errors, as the sync twin's
+do."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from undolog import aapprovals
 from undolog.errors import PermissionDenied
-from undolog.integrations import _core
+from undolog.integrations import _arun, _run
 
 
 def test_async_and_sync_reads_raise_the_same_undolog_error(
@@ -23,11 +25,13 @@ def test_async_and_sync_reads_raise_the_same_undolog_error(
     nobody = login()
     name = nobody.info.user
     with pytest.raises(PermissionDenied):
-        _core.approval_of_step_sync(nobody, uuid.uuid4(), "payout", "call-1")
+        _run.approval_of_step(nobody, uuid.uuid4(), "payout", "call-1")
 
     async def read() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, user=name, autocommit=True) as c:
-            await _core.approval_state_async(c, uuid.uuid4())
+            with pytest.raises(PermissionDenied):
+                await _arun.approval_of_step(c, uuid.uuid4(), "payout", "call-1")
+            await aapprovals.approval_state(c, uuid.uuid4())  # what pydantic_ai reads
 
     with pytest.raises(PermissionDenied):
         asyncio.run(read())

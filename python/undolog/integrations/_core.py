@@ -31,13 +31,11 @@ import inspect
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import blake3
-import psycopg
 
-from undolog import aengine, engine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
 from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
@@ -47,7 +45,6 @@ from undolog.errors import (
     SessionNotActive,
     UndoLogError,
 )
-from undolog.queries import QUERIES
 from undolog.signature import call_signature
 from undolog.tiers import ToolTier
 
@@ -236,19 +233,6 @@ def refusal(tool: ToolInfo, error: ApprovalRejectedError) -> Refusal | None:
     )
 
 
-async def refusal_of(
-    conn: aengine.AsyncConnection, tool: str, approval_id: uuid.UUID
-) -> Refusal | None:
-    """The Refusal of a decided approval whose session goes on (None: it was not
-    refused, or the refusal ends the session)."""
-    decided = await aengine.approval_decision(conn, approval_id)
-    if decided is None or decided.decision not in ("rejected", "expired"):
-        return None
-    if not decided.session_continues or decided.on_reject != "continue":
-        return None
-    return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Deferred:
     tool: ToolInfo
@@ -292,35 +276,6 @@ def _answer(tool: ToolInfo, call_key: str, args: dict[str, Any], row: Any) -> Wa
     return Waiting(uuid.UUID(str(approval_id))) if state == "pending" else None
 
 
-async def waiting(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
-    """For an IRREVERSIBLE call: must a human decide first? None when the call may go
-    ahead (approved: it executes, once; committed: it replays; rejected: the decorator
-    raises ApprovalRejectedError). An approved call still waits while another request of
-    its session is pending. A call without an UndoLog request yet is noted, and
-    ``run_in_session`` requests its approval once the run has stopped: requesting it now
-    would suspend the session under the other calls the framework runs beside it (one
-    model turn's calls run side by side), which the engine would then refuse (UL010)."""
-    session = current_session()
-    conn = session.connection
-    assert isinstance(conn, psycopg.AsyncConnection)
-    args = tool.bind(kwargs)
-    params = _call_of(session, tool, call_key, args)
-    row = await aengine.fetch_optional(conn, QUERIES["approval_of_call"], params)
-    return _answer(tool, call_key, args, row)
-
-
-def waiting_sync(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> Waiting | None:
-    """``waiting`` in a sync session."""
-    session = current_session()
-    conn = session.connection
-    assert isinstance(conn, psycopg.Connection)
-    args = tool.bind(kwargs)
-    rows = engine.fetch_all(
-        conn, QUERIES["approval_of_call"], _call_of(session, tool, call_key, args)
-    )
-    return _answer(tool, call_key, args, rows[0] if rows else None)
-
-
 def _shown_calls(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Deferred]:
     """The noted calls the framework shows the person as waiting, in its order. Only
     they get a request: a call the framework stopped at but does not show (a LangGraph
@@ -333,84 +288,9 @@ def _shown_calls(deferred: list[_Deferred], shown: Sequence[str]) -> list[_Defer
     )
 
 
-async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None:
-    """Intercept the noted IRREVERSIBLE calls in order: the first writes its approval
-    request and suspends the session (awaiting_approval); each other one writes its own
-    request in the waiting session, so that all of them are asked at once. The session
-    goes on once every request is decided. A session that stopped taking calls (a
-    refusal ended it meanwhile) leaves the rest unasked."""
-    conn = session.connection
-    assert isinstance(conn, psycopg.AsyncConnection)
-    for call in deferred:
-        key = (id(conn), call.tool.name)
-        if key not in session.registered_tools:
-            session.registered_tools[key] = await aengine.register_tool(
-                conn, *_registration(call.tool)
-            )
-        try:
-            await aengine.intercept(
-                conn, *_intercept_params(session, call.tool, call.call_key, call.args)
-            )
-        except SessionNotActive:
-            return
-
-
-async def request_approval(tool: ToolInfo, call_key: str, kwargs: Mapping[str, Any]) -> None:
-    """Write the approval request of an IRREVERSIBLE call the framework holds as
-    interrupted, unless it has one: a framework that does not ask about that call again
-    when it resumes (OpenAI Agents keeps it in the RunState) still gets it asked, beside
-    any other request of the session that is waiting."""
-    session = current_session()
-    conn = session.connection
-    assert isinstance(conn, psycopg.AsyncConnection)
-    args = tool.bind(kwargs)
-    params = _call_of(session, tool, call_key, args)
-    if await aengine.fetch_optional(conn, QUERIES["approval_of_call"], params) is None:
-        await _request_deferred(session, [_Deferred(tool, call_key, args)])
-
-
 def _step_of(session_id: uuid.UUID, tool_name: str, call_key: str) -> dict[str, Any]:
     """The parameters of approval_of_step: the call's session, step and tool."""
     return {"session_id": session_id, "step_index": step_for(call_key), "tool_name": tool_name}
-
-
-async def approval_of_step(
-    conn: aengine.AsyncConnection, session_id: uuid.UUID, tool_name: str, call_key: str
-) -> tuple[uuid.UUID, str] | None:
-    """(approval id, state) of the IRREVERSIBLE call ``tool_name`` a framework knows by
-    ``call_key``, read on a connection that may see the session (the agent's own)."""
-    params = _step_of(session_id, tool_name, call_key)
-    row = await aengine.fetch_optional(conn, QUERIES["approval_of_step"], params)
-    return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
-
-
-def _request_deferred_sync(session: ActiveSession, deferred: list[_Deferred]) -> None:
-    conn = session.connection
-    assert isinstance(conn, psycopg.Connection)
-    for call in deferred:  # as _request_deferred
-        key = (id(conn), call.tool.name)
-        if key not in session.registered_tools:
-            session.registered_tools[key] = engine.register_tool(conn, *_registration(call.tool))
-        try:
-            engine.intercept(conn, *_intercept_params(session, call.tool, call.call_key, call.args))
-        except SessionNotActive:
-            return
-
-
-def approval_of_step_sync(
-    conn: engine.Connection, session_id: uuid.UUID, tool_name: str, call_key: str
-) -> tuple[uuid.UUID, str] | None:
-    rows = engine.fetch_all(
-        conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key)
-    )
-    return (uuid.UUID(str(rows[0][0])), str(rows[0][1])) if rows else None
-
-
-async def approval_state_async(conn: aengine.AsyncConnection, approval_id: uuid.UUID) -> str | None:
-    row = await aengine.fetch_optional(
-        conn, QUERIES["approval_state"], {"approval_id": approval_id}
-    )
-    return str(row[0]) if row is not None else None
 
 
 def _recorded_by(
@@ -424,57 +304,6 @@ def _recorded_by(
     if args is None:
         return approver(approval_id, approved, by, reason)
     return cast(Callable[..., object], approver)(approval_id, approved, by, reason, args=args)
-
-
-def record_decision_sync(
-    approver: Approver,
-    approval_id: uuid.UUID,
-    approved: bool,
-    by: str,
-    reason: str | None,
-    args: Mapping[str, Any] | None = None,
-) -> None:
-    """Record a human's decision in UndoLog through the approver (sync callers); ``args``
-    are an approval's edited arguments."""
-    if isinstance(approver, UndoLog):
-        if approved:
-            approver.approve(approval_id, by, reason, args=args)
-        else:
-            approver.reject(approval_id, by, reason)
-    elif isinstance(approver, AsyncUndoLog):
-        raise TypeError("an AsyncUndoLog approver needs the async decision helper")
-    else:
-        outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
-        if inspect.isawaitable(outcome):
-            raise TypeError("an async decision recorder needs the async decision helper")
-
-
-async def record_decision(
-    approver: Approver,
-    approval_id: uuid.UUID,
-    approved: bool,
-    by: str,
-    reason: str | None,
-    args: Mapping[str, Any] | None = None,
-) -> None:
-    """Record a human's decision in UndoLog through the approver; ``args`` are an
-    approval's edited arguments."""
-    if isinstance(approver, AsyncUndoLog):
-        if approved:
-            await approver.approve(approval_id, by, reason, args=args)
-        else:
-            await approver.reject(approval_id, by, reason)
-    elif isinstance(approver, UndoLog):
-        if approved:
-            await asyncio.to_thread(
-                functools.partial(approver.approve, args=args), approval_id, by, reason
-            )
-        else:
-            await asyncio.to_thread(approver.reject, approval_id, by, reason)
-    else:
-        outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
-        if inspect.isawaitable(outcome):
-            await outcome
 
 
 # --- the UndoLog session of a framework run ---------------------------------------------
@@ -518,124 +347,3 @@ def _shown(box: RunBox[T], stopped_for_human: Callable[[T], Sequence[str] | None
     if box.result is None:
         raise UndoLogError("the framework run answered nothing: set the run's result")
     return stopped_for_human(box.result)
-
-
-@contextlib.asynccontextmanager
-async def framework_run(
-    ul: AsyncUndoLog,
-    session_id: uuid.UUID,
-    agent: str | None,
-    stopped_for_human: Callable[[T], Sequence[str] | None],
-    requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
-) -> AsyncIterator[RunBox[T]]:
-    """The UndoLog session ``session_id`` (new or resumed) of a framework run made in the
-    block, which puts the run's result in the box it is given.
-
-    The block finishes: the session completes, unless the result stopped for a human
-    (``stopped_for_human(result)`` answers the call keys it shows as waiting, in order,
-    rather than None): then the session stays awaiting approval, the approvals noted by
-    ``waiting`` are requested, and ``requested(result, connection)`` may read their ids.
-    The block raises: the session fails and is rolled back (LIFO), and the error goes on.
-    A session a human ended (a rejected call) is walked and raises ApprovalRejectedError
-    instead of running the block."""
-    ended: UndoLogError | None = None
-    deferred: list[_Deferred] = []
-    token = _deferred.set(deferred)
-    try:
-        async with ul.session(session_id, agent=agent) as active:
-            conn = active.connection
-            assert isinstance(conn, psycopg.AsyncConnection)
-            if active.state in _RUNNABLE:
-                box: RunBox[T] = RunBox()
-                yield box
-                shown = _shown(box, stopped_for_human)
-                if shown is not None:
-                    await _request_deferred(active, _shown_calls(deferred, shown))
-                    if requested is not None:
-                        await requested(cast(T, box.result), conn)
-                    raise _Suspended("the run waits for a human", None, None)
-            else:
-                row = await aengine.fetch_optional(
-                    conn, QUERIES["ending_decision"], {"session_id": session_id}
-                )
-                ended = _ended(session_id, active.state, row)
-    except _Suspended:
-        pass
-    except ApprovalRejectedError:  # rejected mid-run: the session is compensating
-        await ul.run_walk(session_id)
-        raise
-    finally:
-        _deferred.reset(token)
-    if ended is not None:
-        await ul.run_walk(session_id)
-        raise ended
-
-
-@contextlib.contextmanager
-def framework_run_sync(
-    ul: UndoLog,
-    session_id: uuid.UUID,
-    agent: str | None,
-    stopped_for_human: Callable[[T], Sequence[str] | None],
-    requested: Callable[[T, engine.Connection], None] | None = None,
-) -> Iterator[RunBox[T]]:
-    """``framework_run`` for a sync run."""
-    ended: UndoLogError | None = None
-    deferred: list[_Deferred] = []
-    token = _deferred.set(deferred)
-    try:
-        with ul.session(session_id, agent=agent) as active:
-            conn = active.connection
-            assert isinstance(conn, psycopg.Connection)
-            if active.state in _RUNNABLE:
-                box: RunBox[T] = RunBox()
-                yield box
-                shown = _shown(box, stopped_for_human)
-                if shown is not None:
-                    _request_deferred_sync(active, _shown_calls(deferred, shown))
-                    if requested is not None:
-                        requested(cast(T, box.result), conn)
-                    raise _Suspended("the run waits for a human", None, None)
-            else:
-                rows = engine.fetch_all(
-                    conn, QUERIES["ending_decision"], {"session_id": session_id}
-                )
-                ended = _ended(session_id, active.state, rows[0] if rows else None)
-    except _Suspended:
-        pass
-    except ApprovalRejectedError:
-        ul.run_walk(session_id)
-        raise
-    finally:
-        _deferred.reset(token)
-    if ended is not None:
-        ul.run_walk(session_id)
-        raise ended
-
-
-async def run_in_session(
-    ul: AsyncUndoLog,
-    session_id: uuid.UUID,
-    agent: str | None,
-    run: Callable[[], Awaitable[T]],
-    stopped_for_human: Callable[[T], Sequence[str] | None],
-    requested: Callable[[T, aengine.AsyncConnection], Awaitable[None]] | None = None,
-) -> T:
-    """``run()`` inside ``framework_run``: its result."""
-    async with framework_run(ul, session_id, agent, stopped_for_human, requested) as box:
-        box.result = result = await run()
-    return result
-
-
-def run_in_session_sync(
-    ul: UndoLog,
-    session_id: uuid.UUID,
-    agent: str | None,
-    run: Callable[[], T],
-    stopped_for_human: Callable[[T], Sequence[str] | None],
-    requested: Callable[[T, engine.Connection], None] | None = None,
-) -> T:
-    """``run()`` inside ``framework_run_sync``: its result."""
-    with framework_run_sync(ul, session_id, agent, stopped_for_human, requested) as box:
-        box.result = result = run()
-    return result

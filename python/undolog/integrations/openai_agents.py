@@ -57,7 +57,7 @@ from agents.tool_context import ToolContext
 from undolog.client import AsyncUndoLog
 from undolog.context import current_session
 from undolog.errors import ApprovalRejectedError, AwaitingApprovalError, UndoLogError
-from undolog.integrations import _core
+from undolog.integrations import _arun, _core
 from undolog.tiers import ToolTier
 
 _CONTEXT_PARAMETER = "undolog_tool_context"
@@ -193,7 +193,7 @@ def tool(fn: Callable[..., Any], **options: Any) -> FunctionTool:
         bound = arguments(params)
         if bound is None:
             return True  # run stops; the malformed call is handed back to the SDK there
-        return await _core.waiting(info, call_id, bound) is not None
+        return await _arun.waiting(info, call_id, bound) is not None
 
     built = function_tool(
         call,
@@ -250,7 +250,7 @@ def _ask_the_rest(agent: Agent[Any]) -> Callable[[Any, Any], Awaitable[None]]:
                 continue
             kwargs = adapted.arguments(item.arguments or "{}")
             if adapted.tool.tier is ToolTier.IRREVERSIBLE and kwargs is not None:
-                await _core.request_approval(adapted.tool, item.call_id, kwargs)
+                await _arun.request_approval(adapted.tool, item.call_id, kwargs)
 
     return ask
 
@@ -293,7 +293,7 @@ async def run(
             raise _undolog_error(exc) from exc
         return result
 
-    return await _core.run_in_session(
+    return await _arun.run_in_session(
         ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
     )
 
@@ -344,7 +344,7 @@ async def run_streamed(
 
     The session is finished when the block ends (the events not read are drained
     first): completed, awaiting approval, or failed and undone, as with ``run``."""
-    async with _core.framework_run(
+    async with _arun.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
     ) as box:
         if isinstance(input, RunState):
@@ -365,7 +365,7 @@ async def _approval_of(
     if item.name is None or item.call_id is None:
         raise LookupError(f"approval item {item!r} names no function call")
     async with ul.connection() as conn:
-        found = await _core.approval_of_step(conn, session_id, item.name, item.call_id)
+        found = await _arun.approval_of_step(conn, session_id, item.name, item.call_id)
     if found is None:
         raise LookupError(f"{item.name} call {item.call_id} has no UndoLog approval request")
     return found
@@ -390,7 +390,7 @@ async def decide(
     """Record a human's decision on an interrupted call in UndoLog through the approver's
     login, then ``state.approve(item)`` / ``state.reject(item)``."""
     approval, _ = await _approval_of(ul, session_id, item)
-    await _core.record_decision(approver, approval, approved, decided_by, reason)
+    await _arun.record_decision(approver, approval, approved, decided_by, reason)
     if approved:
         state.approve(item)
     else:
@@ -403,7 +403,7 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
     for item in state.get_interruptions():
         if item.name is None or item.call_id is None:
             continue
-        found = await _core.approval_of_step(conn, session_id, item.name, item.call_id)
+        found = await _arun.approval_of_step(conn, session_id, item.name, item.call_id)
         if found is None:
             continue  # not an UndoLog call: the RunState's own decision stands
         approval, decision = found
@@ -416,5 +416,5 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
                 None,
             )
         else:  # the session goes on only for an on_reject="continue" tool
-            refused = await _core.refusal_of(conn, item.name, approval)
+            refused = await _arun.refusal_of(conn, item.name, approval)
             state.reject(item, rejection_message=None if refused is None else refused.message)

@@ -36,10 +36,10 @@ from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 
-from undolog import aengine
+from undolog import aapprovals, aengine
 from undolog.client import AsyncUndoLog
 from undolog.errors import ApprovalRejectedError
-from undolog.integrations import _core
+from undolog.integrations import _arun, _core
 from undolog.tiers import ToolTier
 
 APPROVAL_KEY = "undolog_approval_id"
@@ -62,7 +62,7 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
         if (
             info.tier is ToolTier.IRREVERSIBLE
             and key is not None
-            and await _core.waiting(info, key, bound) is not None
+            and await _arun.waiting(info, key, bound) is not None
         ):
             raise ApprovalRequired()
         try:
@@ -101,7 +101,7 @@ def _name_approvals(
     async def name(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
         requests = result.output
         for part in requests.approvals:
-            found = await _core.approval_of_step(
+            found = await _arun.approval_of_step(
                 conn, session_id, part.tool_name, part.tool_call_id
             )
             if found is not None:
@@ -113,7 +113,7 @@ def _name_approvals(
 def _session(
     session_id: uuid.UUID, agent_name: str | None, ul: AsyncUndoLog
 ) -> contextlib.AbstractAsyncContextManager[_core.RunBox[AgentRunResult[Any]]]:
-    return _core.framework_run(
+    return _arun.framework_run(
         ul, session_id, agent_name, _waiting_calls, _name_approvals(session_id)
     )
 
@@ -205,7 +205,7 @@ async def decide(
     tools = {part.tool_call_id: part.tool_name for part in requests.approvals}
     for call_id, approved in approvals.items():
         approval = approval_id(requests, call_id)
-        await _core.record_decision(approver, approval, approved, decided_by, reason)
+        await _arun.record_decision(approver, approval, approved, decided_by, reason)
         if approved:
             answers[call_id] = True
         else:  # heard by the model when the session goes on (an on_reject="continue" tool)
@@ -225,9 +225,9 @@ async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> Deferre
             if named is None:
                 continue
             approval = uuid.UUID(str(named))
-            state = await _core.approval_state_async(conn, approval)
+            state = await aapprovals.approval_state(conn, approval)
             if state in ("rejected", "expired"):
-                refused = await _core.refusal_of(conn, part.tool_name, approval)
+                refused = await _arun.refusal_of(conn, part.tool_name, approval)
                 answers[part.tool_call_id] = (
                     False if refused is None else ToolDenied(refused.message)
                 )

@@ -55,8 +55,8 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from psycopg_pool import AsyncConnectionPool
 
-from undolog import aclient, aengine, asaga, engine, walk
-from undolog.approvals import CHANNEL, DECISIONS
+from undolog import _acompat, aapprovals, aclient, aengine, asaga, engine, engine_wire, walk
+from undolog.approvals import CHANNEL
 from undolog.client_common import _heartbeat_interval
 from undolog.errors import (
     InvalidArgument,
@@ -330,7 +330,7 @@ class McpProxy:
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
         self._listen_lock = asyncio.Lock()
-        self._held: set[asyncio.Event] = set()
+        self._held: set[aapprovals.Wakeup] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
         self._settling: set[asyncio.Task[None]] = set()  # _settle_due's reads
@@ -443,8 +443,8 @@ class McpProxy:
     async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
         try:
             async for _ in conn.notifies():
-                for event in list(self._held):
-                    event.set()
+                for wake in list(self._held):
+                    wake.set()
         except Exception as exc:
             log.warning("the approvals LISTEN connection broke: %s", exc)
         finally:
@@ -1584,38 +1584,33 @@ class McpProxy:
     async def _hold(
         self, ctx: ServerRequestContext[Any, Any], approval_id: uuid.UUID
     ) -> str | None:
-        """Wait up to the policy's hold time for a decision (progress notifications while it
-        waits); answers the decision or None. A notification is only a wake-up: the
-        decision is what the table says."""
+        """Wait up to the policy's hold time for a decision (the binding's wait, woken by
+        the proxy's one LISTEN, with progress notifications so that the client's request
+        timeout starts again); answers the decision or None."""
         hold = self.policy.hold_seconds
-        started = time.monotonic()
-        deadline = started + hold
+
+        async def progress(waited: float) -> None:
+            with contextlib.suppress(Exception):  # a client gone meanwhile: the wait goes on
+                await ctx.session.report_progress(
+                    round(waited, 1), hold, f"waiting for a human to approve {approval_id}"
+                )
+            if self._listening is None or self._listening.done():
+                await self._listen()  # it broke: listen again (the hold polls meanwhile)
+
         await self._listen()
-        wake = asyncio.Event()
+        wake = aapprovals.Wakeup()
         self._held.add(wake)
         self.metrics.holds += 1
         try:
-            while True:
-                wake.clear()
-                async with self.pool.connection() as conn:
-                    row = await (
-                        await conn.execute(QUERIES["approval_state"], {"approval_id": approval_id})
-                    ).fetchone()
-                if row is not None and row[0] in DECISIONS:
-                    return str(row[0])
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                with contextlib.suppress(Exception):
-                    await ctx.session.report_progress(
-                        round(time.monotonic() - started, 1),
-                        hold,
-                        f"waiting for a human to approve {approval_id}",
-                    )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), min(PROGRESS_EVERY, remaining))
-                if self._listening is None or self._listening.done():
-                    await self._listen()
+            return await aapprovals.wait_for_decision(
+                self.pool,  # a connection for each read, never one for the whole hold
+                approval_id,
+                hold,
+                PROGRESS_EVERY,
+                listener=wake,
+                on_progress=progress,
+                progress_every=PROGRESS_EVERY,
+            )
         finally:
             self.metrics.holds -= 1
             self._held.discard(wake)
@@ -1650,11 +1645,13 @@ async def send_unread(
     """A commit sent on the pipelined path, its answer left unread for aengine.settle
     (aengine.send_result, wait=False, without its reader task: the proxy reads it when
     the session's next intercept has been answered, in that call's task)."""
-    wire = engine.wire_of(conn)
-    name, params, seg = engine.result_params(wire, "commit", session_id, effect_id, text, False)
+    wire = engine_wire.wire_of(conn)
+    name, params, seg = engine_wire.result_params(
+        wire, "commit", session_id, effect_id, text, False
+    )
     with engine.translated():
-        async with conn.lock:
-            await conn.wait(engine.send_gen(conn, wire, name, params, seg))
+        async with _acompat.exclusive(wire), conn.lock:
+            await conn.wait(engine_wire.send_gen(conn, wire, name, params, seg))
 
 
 async def _commit_reduced(

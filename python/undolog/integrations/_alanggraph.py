@@ -1,0 +1,160 @@
+"""The LangChain adapter's graph runs and decisions, as twins with the same functions:
+``undolog.integrations._alanggraph`` (``arun``, ``astream``, ``aapproval_id``,
+``adecide``, ``arespond``: ``ainvoke``/``astream`` and an ``AsyncUndoLog``; the source,
+written by hand) and ``undolog.integrations._langgraph`` (``run``, ``stream``, ...:
+``invoke``/``stream`` and an ``UndoLog``; generated from it by tools/async_to_sync.py).
+undolog.integrations.langchain is the public module; what the twins share is in
+undolog.integrations._langchain_common."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from langgraph.types import Command
+
+from undolog.aclient import AsyncUndoLog
+from undolog.integrations import _acompat, _arun
+from undolog.integrations._core import Approver
+from undolog.integrations._langchain_common import (
+    APPROVAL_KEY,
+    _answer,
+    _decision,
+    _edit_is_an_approval,
+    _fill,
+    _graph_run,
+    _interrupted,
+    _interrupts_in,
+    _lookup_client,
+    _lookup_target,
+    _not_requested,
+    _one_response,
+    _request,
+    _streamed_out,
+    _unnamed,
+)
+
+
+def _name_approvals(session_id: uuid.UUID) -> _acompat.Requested[Any]:
+    """What fills the approval ids into the interrupts of a run that stopped."""
+
+    async def fill(out: Any, conn: Any) -> None:
+        for request in _unnamed(out):
+            action = request["action_request"]["action"]
+            _fill(
+                request, await _arun.approval_of_step(conn, session_id, action, request["call_key"])
+            )
+
+    return fill
+
+
+async def arun(
+    graph: Any,
+    ul: AsyncUndoLog,
+    input: Any,
+    config: Mapping[str, Any],
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **invoke_kwargs: Any,
+) -> Any:
+    """``graph.invoke(input, config)`` (``arun``: ``graph.ainvoke``, with an
+    ``AsyncUndoLog``) inside UndoLog session ``session_id`` (begun, or resumed with the
+    same id; ``input`` is a ``Command(resume=...)`` to resume). A run that finishes
+    completes the session; one that raises fails it and its compensations run last-first;
+    one that stops at an interrupt leaves it awaiting approval. Resuming a session whose
+    call a human rejected undoes what came before and raises ApprovalRejectedError."""
+
+    async def go() -> Any:
+        with _graph_run():
+            return await graph.ainvoke(input, dict(config), **invoke_kwargs)
+
+    return await _arun.run_in_session(
+        ul, session_id, agent_name, go, _interrupted, _name_approvals(session_id)
+    )
+
+
+async def astream(
+    graph: Any,
+    ul: AsyncUndoLog,
+    input: Any,
+    config: Mapping[str, Any],
+    *,
+    session_id: uuid.UUID,
+    agent_name: str | None = None,
+    **stream_kwargs: Any,
+) -> AsyncIterator[Any]:
+    """``graph.stream(input, config, **stream_kwargs)`` (``astream``: ``graph.astream``,
+    with an ``AsyncUndoLog``) inside UndoLog session ``session_id``: the chunks, as
+    LangGraph yields them. Read it to the end: the session is finished then, as with
+    ``run`` (completed, awaiting approval, or failed and undone). An IRREVERSIBLE call
+    shows as an ``__interrupt__`` chunk whose approval id is filled in once the stream has
+    ended; resume with ``stream(graph, ul, decide(...), config, ...)``."""
+    seen: list[Any] = []
+    async with _arun.framework_run(
+        ul, session_id, agent_name, _interrupted, _name_approvals(session_id)
+    ) as box:
+        with _graph_run():
+            async for chunk in graph.astream(input, dict(config), **stream_kwargs):
+                seen.extend(_interrupts_in(chunk))
+                yield chunk
+        box.result = _streamed_out(seen, await graph.aget_state(dict(config)))
+
+
+async def aapproval_id(request: Any, ul: AsyncUndoLog | None = None) -> uuid.UUID:
+    """UndoLog's approval id of an interrupt (its value, or its HumanInterrupt). A value
+    read before ``run``/``stream`` filled the id in is looked up with ``ul``."""
+    found = _request(request)
+    if found.get(APPROVAL_KEY) is not None:
+        return uuid.UUID(str(found[APPROVAL_KEY]))
+    if ul is None:
+        raise _not_requested(found)
+    async with ul.connection() as conn:
+        step = await _arun.approval_of_step(conn, *_lookup_target(found))
+    if step is None:
+        raise _not_requested(found)
+    return step[0]
+
+
+async def adecide(
+    request: Any,
+    approver: Approver,
+    decided_by: str,
+    *,
+    approved: bool,
+    reason: str | None = None,
+    ul: AsyncUndoLog | None = None,
+    args: Mapping[str, Any] | None = None,
+) -> Command[Any]:
+    """Record a human's decision on an interrupted call in UndoLog through the approver's
+    login (``adecide``: an async approver); answers the ``Command`` to resume the graph
+    with (its resume value is the Agent Inbox HumanResponse of the decision). ``request``
+    is the interrupt, its value or its HumanInterrupt; one whose approval id is not filled
+    in yet is looked up with ``ul`` (or the approver, when it is a client of the same
+    side). ``args`` (an approval only): the call runs with these arguments instead of the
+    requested ones (edit, then approve)."""
+    _edit_is_an_approval(approved, args)
+    client = _lookup_client(ul, approver)
+    approval = await aapproval_id(request, client if isinstance(client, AsyncUndoLog) else None)
+    await _arun.record_decision(approver, approval, approved, decided_by, reason, args)
+    return _answer(approved, reason, args, _request(request)["action_request"]["action"])
+
+
+async def arespond(
+    request: Any,
+    response: Any,
+    approver: Approver,
+    decided_by: str,
+    *,
+    ul: AsyncUndoLog | None = None,
+) -> Command[Any]:
+    """``decide`` from an Agent Inbox HumanResponse (or the list of one the Inbox sends):
+    accept approves; edit approves with the ActionRequest's args instead of the requested
+    ones (its action must be the call's tool, else ValueError before anything is recorded;
+    the reason recorded is EDIT_REASON); ignore rejects; response rejects with its text as
+    the reason."""
+    approved, reason, args = _decision(_one_response(response), _request(request))
+    return await adecide(
+        request, approver, decided_by, approved=approved, reason=reason, ul=ul, args=args
+    )

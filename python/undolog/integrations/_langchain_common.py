@@ -1,0 +1,342 @@
+"""What the LangChain adapter's sync and async twins share (undolog.integrations.langchain
+is the public module; its runs and decisions are the twins undolog.integrations._alanggraph,
+the source, and _langgraph, generated from it): the tools, the Agent Inbox's request and
+response shapes, and how an UndoLog interrupt is read."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config
+from langgraph.types import Command, interrupt
+
+from undolog.client import AsyncUndoLog, UndoLog
+from undolog.context import current_session
+from undolog.decorator import last_edit
+from undolog.errors import ApprovalRejectedError
+from undolog.integrations import _arun, _core, _run
+from undolog.tiers import ToolTier
+
+INTERRUPT = "__interrupt__"
+"""The key of a graph's output that holds its interrupts."""
+
+APPROVAL_KEY = "undolog_approval_id"
+"""The key of an UndoLog HumanInterrupt naming the approval."""
+
+SESSION_KEY = "undolog_session_id"
+"""The key of an UndoLog HumanInterrupt naming the session of the call."""
+
+# The tool call id of the call being run (set by UndoLogTool.run/arun).
+_tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "undolog_langchain_tool_call_id", default=None
+)
+# Keyless calls so far in each node task of this graph run: a resumed run starts again at
+# 0, as LangGraph starts the interrupted node again from its beginning.
+_node_calls: contextvars.ContextVar[Counter[str] | None] = contextvars.ContextVar(
+    "undolog_langchain_node_calls", default=None
+)
+
+
+def _call_key() -> str | None:
+    call_id = _tool_call_id.get()
+    if call_id is not None:
+        return call_id
+    counts = _node_calls.get()
+    try:
+        namespace = get_config().get("configurable", {}).get("checkpoint_ns")
+    except RuntimeError:  # not inside a graph node
+        namespace = None
+    if counts is None or not namespace:
+        return None  # outside a graph run: the binding's own counter
+    position = counts[namespace]
+    counts[namespace] += 1
+    return f"{namespace}#{position}"
+
+
+ALLOWED = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
+"""What a person may answer an UndoLog interrupt with (Agent Inbox's HumanInterruptConfig):
+accept (approve), edit (approve with the person's arguments: undolog.approve_edited),
+ignore (reject), respond (reject, with the text as the reason)."""
+
+
+def _approval_request(
+    wait: _core.Waiting, tool: _core.ToolInfo, call_key: str, kwargs: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """An interrupt's value: one HumanInterrupt in a list, as LangGraph's Agent Inbox
+    reads it, with UndoLog's extra keys. A call asked about for the first time has no
+    approval id yet: ``run`` writes its request once the graph has stopped and fills it
+    in (``decide`` finds it by session and call key when it is still None)."""
+    return [
+        {
+            "action_request": {"action": tool.name, "args": tool.bind(kwargs)},
+            "config": dict(ALLOWED),
+            "description": (
+                f"{tool.name} is IRREVERSIBLE: UndoLog runs it only once a person approves. "
+                "Accept to approve, or edit its arguments to approve it with yours; "
+                "ignore, or respond with a reason, to reject."
+            ),
+            APPROVAL_KEY: None if wait.approval_id is None else str(wait.approval_id),
+            SESSION_KEY: str(current_session().session_id),
+            "call_key": call_key,
+        }
+    ]
+
+
+def _requests(value: Any) -> list[dict[str, Any]]:
+    """The UndoLog HumanInterrupts in an interrupt's value."""
+    items = value if isinstance(value, list) else [value]
+    return [i for i in items if isinstance(i, dict) and "call_key" in i and SESSION_KEY in i]
+
+
+def _fill(request: dict[str, Any], found: tuple[uuid.UUID, str] | None) -> None:
+    if found is not None:
+        request[APPROVAL_KEY] = str(found[0])
+
+
+def _unnamed(out: Any) -> Iterator[dict[str, Any]]:
+    for pending in out.get(INTERRUPT, ()):
+        for request in _requests(pending.value):
+            if request.get(APPROVAL_KEY) is None:
+                yield request
+
+
+def _refused(tool: _core.ToolInfo, error: ApprovalRejectedError) -> Any:
+    """A person's "no" to a call whose session goes on (an on_reject="continue" tool), as
+    the tool's reply: a ToolMessage for a model's call (status "error", the refusal as
+    its artifact), the message itself for a call a node made. Any other rejection ends
+    the session: the error goes on."""
+    refused = _core.refusal(tool, error)
+    if refused is None:
+        raise error
+    call_id = _tool_call_id.get()
+    if call_id is None:
+        return refused.message
+    return ToolMessage(
+        content=refused.message,
+        tool_call_id=call_id,
+        name=tool.name,
+        status="error",
+        artifact={"undolog_refusal": refused.as_dict()},
+    )
+
+
+def _with_edit(result: Any) -> Any:
+    """The reply of a model's IRREVERSIBLE call a person approved with edited arguments:
+    a ToolMessage whose text says so first (who, why, what changed), then the result, with
+    the edit and the result as its artifact. A call a node made, or one approved as
+    asked, answers its result as it is (the node reads undolog.last_edit())."""
+    edit, call_id = last_edit(), _tool_call_id.get()
+    if edit is None or call_id is None:
+        return result
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return ToolMessage(
+        content=f"{edit.note}\nResult: {text}",
+        tool_call_id=call_id,
+        name=edit.tool_name,
+        artifact={"undolog_edit": edit.as_dict(), "result": result},
+    )
+
+
+class UndoLogTool(StructuredTool):
+    """A StructuredTool that hands the tool call id of each call to its journaled body."""
+
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _tool_call_id.set(kwargs.get("tool_call_id"))
+        try:
+            return super().run(tool_input, *args, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _tool_call_id.set(kwargs.get("tool_call_id"))
+        try:
+            return await super().arun(tool_input, *args, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+
+def tool(fn: Callable[..., Any]) -> BaseTool:
+    """The LangChain tool of a ``@undolog_tool`` (name, docstring and argument schema
+    from the function); an IRREVERSIBLE one asks for a human through ``interrupt()``."""
+    info = _core.describe(fn)
+    if info.tier is ToolTier.SAFE:
+        if info.is_async:
+            return StructuredTool.from_function(
+                coroutine=fn, name=info.name, description=info.description
+            )
+        return StructuredTool.from_function(func=fn, name=info.name, description=info.description)
+
+    def call(**kwargs: Any) -> Any:
+        key = _call_key()
+        if info.tier is ToolTier.IRREVERSIBLE and key is not None:
+            # each resume asks UndoLog again: its record is what counts
+            while (wait := _run.waiting(info, key, kwargs)) is not None:
+                interrupt(_approval_request(wait, info, key, kwargs))
+        try:
+            with _core.pinned_step(key):
+                result = fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
+        return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
+
+    async def acall(**kwargs: Any) -> Any:
+        key = _call_key()
+        if info.tier is ToolTier.IRREVERSIBLE and key is not None:
+            while (wait := await _arun.waiting(info, key, kwargs)) is not None:
+                interrupt(_approval_request(wait, info, key, kwargs))
+        try:
+            with _core.pinned_step(key):
+                result = await fn(**kwargs)
+        except ApprovalRejectedError as error:
+            return _refused(info, error)
+        return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
+
+    schema = StructuredTool.from_function(
+        func=fn, name=info.name, description=info.description
+    ).args_schema
+    return UndoLogTool(
+        name=info.name,
+        description=info.description,
+        args_schema=schema,
+        func=None if info.is_async else call,
+        coroutine=acall if info.is_async else None,
+    )
+
+
+def tools(*fns: Callable[..., Any]) -> list[BaseTool]:
+    return [tool(fn) for fn in fns]
+
+
+@contextmanager
+def _graph_run() -> Iterator[None]:
+    token = _node_calls.set(Counter())
+    try:
+        yield
+    finally:
+        _node_calls.reset(token)
+
+
+def _interrupted(out: Any) -> list[str] | None:
+    """The call keys of the UndoLog interrupts the graph stopped at (None: it did not)."""
+    if not isinstance(out, Mapping) or not out.get(INTERRUPT):
+        return None
+    return [str(r["call_key"]) for p in out[INTERRUPT] for r in _requests(p.value)]
+
+
+def _streamed_out(chunks_interrupts: list[Any], snapshot: Any) -> dict[str, Any]:
+    """What ``run`` would have answered about a streamed graph's stop: the interrupts
+    seen in the stream (so that their approval ids are filled in the objects the caller
+    holds), else those of the thread's state."""
+    interrupts = chunks_interrupts or list(getattr(snapshot, "interrupts", ()) or ())
+    return {INTERRUPT: tuple(interrupts)} if interrupts else {}
+
+
+def _interrupts_in(chunk: Any) -> list[Any]:
+    """The interrupts a stream chunk carries (any stream_mode; with subgraphs=True or
+    several modes a chunk is a tuple whose last item is the payload)."""
+    payload = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
+    if isinstance(payload, Mapping) and payload.get(INTERRUPT):
+        return list(payload[INTERRUPT])
+    return []
+
+
+def _request(request: Any) -> Mapping[str, Any]:
+    """The UndoLog HumanInterrupt of an interrupt, its value, or the request itself."""
+    found = _requests(getattr(request, "value", request))
+    if len(found) != 1:
+        raise ValueError(
+            f"{request!r} is not one UndoLog approval request: pass the interrupt's "
+            "value (a list of one HumanInterrupt) or that HumanInterrupt"
+        )
+    return found[0]
+
+
+def _lookup_target(request: Mapping[str, Any]) -> tuple[uuid.UUID, str, str]:
+    return (
+        uuid.UUID(str(request[SESSION_KEY])),
+        str(request["action_request"]["action"]),
+        str(request["call_key"]),
+    )
+
+
+def _not_requested(request: Mapping[str, Any]) -> LookupError:
+    return LookupError(
+        f"{request['action_request']['action']} call {request['call_key']} has no UndoLog "
+        "approval request yet: another request of the session waits; decide that one, "
+        "resume, and this call is asked about then"
+    )
+
+
+EDIT_REASON = "edited in the Agent Inbox"
+
+
+def _decision(
+    response: Mapping[str, Any], request: Mapping[str, Any]
+) -> tuple[bool, str | None, dict[str, Any] | None]:
+    """(approved, reason, edited args) of an Agent Inbox HumanResponse to ``request``. An
+    edit's ActionRequest must name the request's tool: an edit changes the arguments of
+    the call that was asked about, never which tool runs."""
+    kind, args = response.get("type"), response.get("args")
+    if kind == "accept":
+        return True, None, None
+    if kind == "ignore":
+        return False, "ignored", None
+    if kind == "response":
+        return False, None if args is None else str(args), None
+    if kind == "edit":
+        asked = request["action_request"]["action"]
+        if not isinstance(args, Mapping) or not isinstance(args.get("args"), Mapping):
+            raise ValueError(
+                f"{response!r}: an edit's args are an ActionRequest, "
+                '{"action": TOOL, "args": {...}}'
+            )
+        if args.get("action") != asked:
+            raise ValueError(
+                f"an edit of the {asked} call names the tool {args.get('action')!r}: an edit "
+                "changes the call's arguments, never its tool; respond instead, to reject "
+                "the call and tell the model what to do"
+            )
+        return True, EDIT_REASON, dict(args["args"])
+    raise ValueError(
+        f"{response!r} is not a HumanResponse: its type is accept, edit, ignore or response"
+    )
+
+
+def _answer(
+    approved: bool, reason: str | None, args: Mapping[str, Any] | None = None, tool: str = ""
+) -> Command[Any]:
+    if approved and args is not None:
+        return Command(resume=[{"type": "edit", "args": {"action": tool, "args": dict(args)}}])
+    if approved:
+        return Command(resume=[{"type": "accept", "args": None}])
+    if reason is None:
+        return Command(resume=[{"type": "ignore", "args": None}])
+    return Command(resume=[{"type": "response", "args": reason}])
+
+
+def _lookup_client(ul: Any, approver: _core.Approver) -> Any:
+    return (
+        ul if ul is not None else approver if isinstance(approver, UndoLog | AsyncUndoLog) else None
+    )
+
+
+def _edit_is_an_approval(approved: bool, args: Mapping[str, Any] | None) -> None:
+    if args is not None and not approved:
+        raise ValueError("edited args go with an approval: a refusal runs nothing")
+
+
+def _one_response(response: Any) -> Mapping[str, Any]:
+    items = response if isinstance(response, list) else [response]
+    if len(items) != 1 or not isinstance(items[0], Mapping):
+        raise ValueError(
+            f"{response!r} is not one HumanResponse (the Agent Inbox sends a list of one)"
+        )
+    return items[0]
