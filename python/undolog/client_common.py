@@ -18,7 +18,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from undolog import aengine, engine, walk
-from undolog.context import ActiveSession
+from undolog.context import ActiveSession, RegistrationKey
 from undolog.errors import PermissionDenied, SessionHalted, SessionNotActive, UnknownSession
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,9 +130,9 @@ class _Base:
         self.durable_results = durable_results
         self.compensations: dict[str, Callable[..., Any]] = {}
         # Which decorated tools were registered (undolog.register_tool) on which of our
-        # connections: (id(connection), tool name) -> tool_id, which each call of the tool
+        # connections: (id(connection), definition) -> tool_id, which each call of the tool
         # there names (intercept_tool). See ActiveSession and adecorator.register.
-        self.registered_tools: dict[tuple[int, str], uuid.UUID] = {}
+        self.registered_tools: dict[RegistrationKey, uuid.UUID] = {}
 
     def _in_progress_wait(self, given: float | timedelta | None) -> float:
         return self.in_progress_wait if given is None else seconds(given)

@@ -18,6 +18,13 @@ import psycopg
 
 from undolog.errors import NotInSession
 
+# A tool's registration on a connection, the key of ActiveSession.registered_tools: the
+# connection (by id) and the whole definition (name, tier, compensation as canonical
+# JSON, on_reject), so that another definition under the same name is registered (and
+# refused, ToolRegistrationMismatch), never served the first definition's tool_id
+# (undolog.decorator_common.registration_key).
+RegistrationKey = tuple[int, str, str, str | None, str]
+
 # How long a journaled call whose earlier run is still executing (answered 'in_progress')
 # is asked again before CallInProgress is raised, by default.
 DEFAULT_IN_PROGRESS_WAIT = 30.0
@@ -60,7 +67,7 @@ class ActiveSession:
     # The tools registered through this session's connection: (id(connection), tool name)
     # -> tool_id, shared by every session of one UndoLog, so that register_tool is sent
     # once per connection and tool (the decorator's first call of it there).
-    registered_tools: dict[tuple[int, str], uuid.UUID] = field(default_factory=dict)
+    registered_tools: dict[RegistrationKey, uuid.UUID] = field(default_factory=dict)
     _steps: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

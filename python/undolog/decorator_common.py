@@ -7,6 +7,7 @@ decorator itself is undolog.decorator.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from undolog import engine
-from undolog.context import ActiveSession
+from undolog.context import ActiveSession, RegistrationKey
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
@@ -102,6 +103,11 @@ class ToolSpec:
     signature: inspect.Signature
     on_reject: OnReject = "fail_session"
 
+    @functools.cached_property
+    def definition(self) -> Definition:
+        """What its registration holds, hashable (computed once: it is on the hot path)."""
+        return definition_of(_registration(self))
+
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
@@ -138,8 +144,26 @@ def _prepare(
     return PreparedCall(step, arguments, signature, args_json)
 
 
-def _registration_key(spec: ToolSpec, session: ActiveSession) -> tuple[int, str]:
-    return (id(session.connection), spec.name)
+# A registration's (name, tier, compensation as canonical JSON, on_reject).
+Definition = tuple[str, str, str | None, str]
+
+
+def definition_of(registration: tuple[str, str, dict[str, Any] | None, str]) -> Definition:
+    name, tier, compensation, on_reject = registration
+    canonical = None if compensation is None else json.dumps(compensation, sort_keys=True)
+    return (name, tier, canonical, on_reject)
+
+
+def registration_key(conn: object, definition: Definition) -> RegistrationKey:
+    """The registered_tools key of a tool's definition on ``conn``. By the connection's
+    id: a new connection that reuses a closed one's id finds a tool_id of the same
+    client's login (or, another login's, is told UnknownTool and registers again); by the
+    whole definition: another definition under the same name registers, and is refused."""
+    return (id(conn), *definition)
+
+
+def _registration_key(spec: ToolSpec, session: ActiveSession) -> RegistrationKey:
+    return registration_key(session.connection, spec.definition)
 
 
 def _registration(spec: ToolSpec) -> tuple[str, str, dict[str, Any] | None, str]:

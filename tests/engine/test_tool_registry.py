@@ -185,6 +185,45 @@ def test_a_cached_tool_id_of_a_retired_tool_is_registered_again(dsn: str, conn: 
 
 
 @pytest.mark.unregistered_tools
+def test_another_definition_under_a_cached_name_is_refused_on_the_same_connection(
+    dsn: str, conn: Conn
+) -> None:
+    """Two decorated tools with one name and different compensations, called on the same
+    connection: the second is registered (its definition is not the cached one's) and
+    refused, never run under the first one's registration."""
+    ul = UndoLog(dsn)
+    ran: list[str] = []
+
+    @undolog_tool(
+        tier=ToolTier.COMPENSABLE, name="payout", compensation=CompensationDescriptor.new("undo")
+    )
+    def payout(cents: int) -> None:
+        ran.append(f"first {cents}")
+
+    @undolog_tool(
+        tier=ToolTier.COMPENSABLE,
+        name="payout",
+        compensation=CompensationDescriptor.new("undo", {"soft": True}),
+    )
+    def payout_soft(cents: int) -> None:
+        ran.append(f"second {cents}")
+
+    @ul.compensation("undo")
+    def undo(call: Any) -> None:
+        ran.append("undone")
+
+    with pytest.raises(errors.ToolRegistrationMismatch), ul.session(agent="t") as session:
+        payout(1)
+        payout_soft(2)
+    assert ran == ["first 1", "undone"]  # the session failed, and its one call was undone
+    rows = conn.execute(
+        "SELECT step_index FROM undolog.undolog_effect_log WHERE session_id = %s",
+        (session.session_id,),
+    ).fetchall()
+    assert rows == [(0,)]  # the second call was never journaled
+
+
+@pytest.mark.unregistered_tools
 def test_the_worker_walks_only_the_owners_it_serves(
     dsn: str,
     conn: Conn,

@@ -22,6 +22,7 @@ import psycopg
 from undolog import engine
 from undolog.client_sync import SyncUndoLog
 from undolog.context import ActiveSession, current_session
+from undolog.decorator_common import definition_of, registration_key
 from undolog.errors import ApprovalRejectedError, SessionNotActive, UndoLogError
 from undolog.integrations import _compat
 from undolog.integrations._core import (
@@ -78,7 +79,7 @@ def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None
     refusal ended it meanwhile) leaves the rest unasked."""
     conn = _connection(session)
     for call in deferred:
-        key = (id(conn), call.tool.name)
+        key = registration_key(conn, definition_of(_registration(call.tool)))
         if key not in session.registered_tools:
             session.registered_tools[key] = engine.register_tool(conn, *_registration(call.tool))
         try:
