@@ -643,8 +643,8 @@ def test_a_session_rolled_back_from_outside_is_walked_at_the_proxy_s_heartbeat(
 ) -> None:
     """The proxy's heartbeat (the binding's beat) finds a session rolled back from
     outside no longer active, and walks it then: the client still connected, making no
-    further call. The session's last commit, its answer read by the proxy with no call
-    after it, is what the walk undoes."""
+    further call. The session's last call, its result recorded with no call after it, is
+    what the walk undoes."""
     policy = session_policy(tmp_path, proxy="lease_seconds = 1.5")  # a beat every 0.5 s
 
     async def body() -> None:

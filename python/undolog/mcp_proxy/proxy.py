@@ -44,7 +44,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,7 +55,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from psycopg_pool import AsyncConnectionPool
 
-from undolog import _acompat, aapprovals, aclient, aengine, asaga, engine, engine_wire, walk
+from undolog import aapprovals, aclient, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL
 from undolog.client_common import _heartbeat_interval
 from undolog.errors import (
@@ -101,13 +101,6 @@ PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is h
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
-# How many of the pool's connections sessions may keep between their calls, all sessions
-# together (the rest of the pool serves the others, a checkout a statement; see _conn).
-KEPT_CONNECTIONS = POOL_SIZE // 2
-# A commit sent without waiting is read once the session's next intercept is answered,
-# or this many seconds after it was sent when no call came (a result the journal refused
-# is then retried reduced, or its call's outcome known unknown, without a next call).
-SETTLE_AFTER = 0.05
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -263,32 +256,11 @@ class ProxySession:
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
     client: Any = None
     ended: bool = False  # ended and not resumed since: not counted, pruned when settled
-    # The pool's connections the session keeps between its calls (McpProxy._conn): a
-    # call's statements take one, and give it back when done.
-    kept: list[psycopg.AsyncConnection[Any]] = field(default_factory=list)
-    # The last COMPENSABLE call's commit, sent while the client already has its answer,
-    # its own answer not read yet (McpProxy._send_commit): read once the session's next
-    # intercept, sent meanwhile on another connection, is answered. What to tell the
-    # session's next call when that result could not be recorded: that call is then not
-    # run.
-    pending: PendingCommit | None = None
-    settle_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    settle_timer: asyncio.TimerHandle | None = None
+    # The last COMPENSABLE call's result, being recorded while the client already has its
+    # answer (McpProxy._record_later), and what to tell the session's next call when it
+    # could not be: that call is then not run.
+    recording: asyncio.Task[None] | None = None
     unrecorded: str | None = None
-
-
-@dataclass(frozen=True)
-class PendingCommit:
-    """A COMPENSABLE call's commit sent and not yet answered: what its session needs to
-    know when the answer says it was not recorded."""
-
-    conn: psycopg.AsyncConnection[Any]  # where it was sent
-    key: str
-    step: int
-    effect_id: uuid.UUID
-    name: str
-    route: Route
-    result: types.CallToolResult
 
 
 class McpProxy:
@@ -310,7 +282,6 @@ class McpProxy:
         self.by_handle: dict[str, ProxySession] = {}
         # journal name -> the registration's tool_id, for intercept_tool (see _register)
         self._tool_ids: dict[str, uuid.UUID] = {}
-        self._kept = 0  # the pool's connections sessions keep between calls (_conn)
         # a 2026-era stdio process's sessions (no connection object to keep them on)
         self.process_state: dict[str, Any] = {}
         self.http_state: dict[str, Any] = {}  # stateless HTTP's sessions, counted together
@@ -333,7 +304,6 @@ class McpProxy:
         self._held: set[aapprovals.Wakeup] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
-        self._settling: set[asyncio.Task[None]] = set()  # _settle_due's reads
         self.closing = False
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
@@ -806,7 +776,7 @@ class McpProxy:
         async with ps.begin_lock:
             if ps.began:
                 return
-            async with self._journal(ps) as conn:
+            async with self.pool.connection() as conn:
                 await aengine.begin_session(
                     conn,
                     ps.session_id,
@@ -829,7 +799,7 @@ class McpProxy:
         while True:
             await asyncio.sleep(every)
             try:
-                async with self._journal(ps) as conn:
+                async with self.pool.connection() as conn:
                     beaten = await aclient.beat(conn, ps.session_id)
             except Exception as exc:  # no connection now: the next beat tries again
                 log.warning("session %s: heartbeat failed: %s", ps.session_id, exc)
@@ -837,8 +807,6 @@ class McpProxy:
             if beaten == "gone":
                 self.walk_soon(ps)
                 return
-            if not ps.inflight and time.monotonic() - ps.last_call >= every:
-                await self._release(ps)  # quiet since the last beat: for other sessions
 
     async def end_session(self, ps: ProxySession) -> None:
         """The client is gone (or the session's idle gap passed): complete its session, or
@@ -877,16 +845,11 @@ class McpProxy:
             ps.beat.cancel()
             ps.beat = None
         await self._settle(ps)  # the last result recorded (or known not to be) first
+        if not ps.began:
+            return
+        ps.began = False  # a later call of the same session id begins it again
         try:
-            if ps.began:
-                ps.began = False  # a later call of the same session id begins it again
-                await self._close_session(ps)
-        finally:
-            await self._release(ps)
-
-    async def _close_session(self, ps: ProxySession) -> None:
-        try:
-            async with self._journal(ps) as conn:
+            async with self.pool.connection() as conn:
                 state = await aengine.session_state(conn, ps.session_id)
                 if state == "active":
                     try:
@@ -1068,49 +1031,25 @@ class McpProxy:
             out["max_attempts"] = comp.max_attempts
         return out
 
-    async def _conn(self, ps: ProxySession) -> psycopg.AsyncConnection[Any]:
-        """A journal connection for the session's statements: one it keeps, else the
-        pool's. Each call's statements take one of their own, so that a call's intercept
-        goes out while the session's last commit is still on its way on another."""
-        if ps.kept:
-            self._kept -= 1
-            return ps.kept.pop()
-        return await self.pool.getconn()
-
-    async def _done(self, ps: ProxySession, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The statements on ``conn`` are done (nothing unread on it): the session keeps
-        it for its next call (two at most: a call's, and the last commit's) while fewer
-        than KEPT_CONNECTIONS are kept, else it goes back to the pool."""
-        if (
-            conn.broken
-            or conn.closed
-            or self.closing
-            or not ps.began
-            or len(ps.kept) >= 2
-            or self._kept >= KEPT_CONNECTIONS
-        ):
-            await self.pool.putconn(conn)
-            return
-        ps.kept.append(conn)
-        self._kept += 1
-
-    @contextlib.asynccontextmanager
-    async def _journal(self, ps: ProxySession) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A connection for one of the session's statements (_conn), given back after."""
-        conn = await self._conn(ps)
+    async def _intercept_settling(
+        self,
+        ps: ProxySession,
+        step: int,
+        route: Route,
+        args: dict[str, Any],
+    ) -> engine.Interception | types.CallToolResult:
+        """The intercept of a call sent while the session's previous result is still being
+        recorded, on another connection: the two round trips overlap (the client's next
+        call commonly comes before the previous commit's answer). Answers once both
+        are done, so that the caller knows whether that result was recorded before this
+        call runs."""
+        sent = asyncio.ensure_future(self._intercept(ps, step, route, args))
         try:
-            yield conn
-        finally:
-            await self._done(ps, conn)
-
-    async def _release(self, ps: ProxySession) -> None:
-        """The session gives the connections it keeps back to the pool, once its last
-        commit's answer is read (and acted on)."""
-        await self._settle(ps)
-        kept, ps.kept = ps.kept, []
-        self._kept -= len(kept)
-        for conn in kept:
-            await self.pool.putconn(conn)
+            await self._settle(ps)
+        except BaseException:
+            sent.cancel()
+            raise
+        return await sent
 
     async def _intercept(
         self,
@@ -1122,9 +1061,7 @@ class McpProxy:
         """intercept_tool(), or the tool error to answer when the journal refuses the call.
         The binding's pipelined path (engine.HotCall): the tool named by its registration,
         the args' canonical JSON cut from the bytes signed, a prepared statement, no
-        adaptation of the parameters. Sent while the session's last commit may still be on
-        its way (on another connection); answered once both are, so that the caller knows
-        (_unrecorded) whether that result was recorded before this call runs."""
+        adaptation of the parameters."""
         tool = journal_name(route.upstream, route.tool)
         try:
             if not 0 <= step <= engine.MAX_STEP_INDEX:
@@ -1135,20 +1072,16 @@ class McpProxy:
             def call_of(tool_id: uuid.UUID) -> engine.HotCall:
                 return engine.HotCall(ps.session_id, tool_id, step, args_json, signature)
 
-            try:
-                async with self._journal(ps) as conn:
-                    if tool not in self._tool_ids:
-                        await self._register(conn, route)
-                    try:
-                        return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
-                    except UnknownTool:
-                        # retired by an operator since: registered again once, as the
-                        # decorator does (a changed definition is refused, not replaced)
-                        await self._register(conn, route)
-                        return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
-            finally:
-                # the session's last commit, answered meanwhile on its own connection
-                await self._settle(ps)
+            async with self.pool.connection() as conn:
+                if tool not in self._tool_ids:
+                    await self._register(conn, route)
+                try:
+                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
+                except UnknownTool:
+                    # retired by an operator since: registered again once, as the
+                    # decorator does (a changed definition is refused, not replaced)
+                    await self._register(conn, route)
+                    return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
         except SessionNotActive as exc:
             state = await self._state(ps)
             if state in ("failed", "compensating"):
@@ -1171,7 +1104,7 @@ class McpProxy:
 
     async def _state(self, ps: ProxySession) -> str:
         try:
-            async with self._journal(ps) as conn:
+            async with self.pool.connection() as conn:
                 return await aengine.session_state(conn, ps.session_id)
         except Exception:
             return "unknown"
@@ -1188,7 +1121,7 @@ class McpProxy:
         wait: bool = True,
     ) -> tuple[types.CallToolResult, Outcome]:
         """Forward a journaled call and record its outcome; ``wait`` False: a result is
-        not recorded here, the outcome is "ran" (the caller records it, _send_commit)."""
+        not recorded here, the outcome is "ran" (the caller records it, _record_later)."""
         try:
             result = await upstream.call(route.tool, args)
         except OutcomeUnknown as exc:
@@ -1218,11 +1151,11 @@ class McpProxy:
         *,
         answered: bool,
     ) -> types.CallToolResult | None:
-        """Record a call's result and wait for it: None, or the answer that its outcome is
-        unknown (``answered``: the client already has the result)."""
+        """Record a call's result: None, or the answer that its outcome is unknown
+        (``answered``: the client already has the result)."""
         try:
-            async with self._journal(ps) as conn:
-                try:
+            try:
+                async with self.pool.connection() as conn:
                     # the pipelined path: a prepared statement, the JSON written once
                     await aengine.send_result(
                         conn,
@@ -1233,91 +1166,48 @@ class McpProxy:
                         asynchronous=False,
                         wait=True,
                     )
-                except (PayloadTooLarge, InvalidArgument) as exc:
-                    await _commit_reduced(conn, effect_id, result, route, exc)
+            except (PayloadTooLarge, InvalidArgument) as exc:
+                # It ran and its result is known, but the journal cannot hold it whole
+                # (over the payload limit, or a U+0000 jsonb refuses): keep what the
+                # compensation reads, so that the call stays undoable, not unknown.
+                async with self.pool.connection() as conn:
+                    await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, exc))
         except Exception as exc:
-            return self._not_recorded(name, exc, answered)
+            self.metrics.unrecorded_result(
+                "late" if isinstance(exc, LateResult) else "error", answered
+            )
+            return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
         return None
 
-    def _not_recorded(self, name: str, exc: Exception, answered: bool) -> types.CallToolResult:
-        """A result the journal did not record: counted, and the answer that the call's
-        outcome is unknown."""
-        self.metrics.unrecorded_result("late" if isinstance(exc, LateResult) else "error", answered)
-        return _unknown(name, f"it ran, but the journal could not record its result ({exc})")
-
-    async def _send_commit(self, ps: ProxySession, pending: PendingCommit) -> None:
-        """The COMPENSABLE call's commit, sent while its answer is on its way to the
-        client, on a connection of the call's own; its answer is read once the session's
-        next intercept (sent on another) is answered, or soon after (_settle_later)."""
-        await self._settle(ps)  # a concurrent call's, if any: one unread at a time
-        try:
-            await send_unread(
-                pending.conn, ps.session_id, pending.effect_id, _snapshot_json(pending.result)
-            )
-        except Exception as exc:
-            self._unrecordable(ps, pending, exc)
-            await aengine.settle(pending.conn)
-            await self._done(ps, pending.conn)
-            return
-        ps.pending = pending
-        self._settle_later(ps)
-
-    def _settle_later(self, ps: ProxySession) -> None:
-        """Read the session's last commit's answer SETTLE_AFTER from now if nothing else
-        has by then (one timer a session at a time, not one a call)."""
-        if ps.settle_timer is None and self.loop is not None:
-            ps.settle_timer = self.loop.call_later(SETTLE_AFTER, self._settle_due, ps, ps.pending)
-
-    def _settle_due(self, ps: ProxySession, pending: PendingCommit | None) -> None:
-        ps.settle_timer = None
-        if ps.pending is None:
-            return
-        if ps.pending is not pending:  # that one was read; a later commit is unread now
-            self._settle_later(ps)
-            return
-        task = asyncio.create_task(self._settle(ps))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    def _unrecordable(
-        self, ps: ProxySession, pending: PendingCommit, why: types.CallToolResult | Exception
+    async def _record_later(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        result: types.CallToolResult,
     ) -> None:
-        """When a result the client has could not be recorded, the call's outcome is
-        unknown to the journal: the same call made again is that call (never run twice),
-        the session's next call is refused with the reason, and the session is rolled back
-        when it ends (its effect stays executing)."""
-        if isinstance(why, Exception):
-            why = self._not_recorded(pending.name, why, answered=True)
-        ps.unknown[pending.key] = pending.step
-        _give_back(ps, pending.key, pending.step)
-        ps.unrecorded = f"the result of an earlier call of this session: {_error_text(why)}"
+        """The COMPENSABLE call's commit, while its answer is already on its way to the
+        client. When it cannot be recorded, the call's outcome is unknown to the journal:
+        the same call made again is that call (never run twice), the session's next call
+        is refused with the reason, and the session is rolled back when it ends (its
+        effect stays executing)."""
+        unknown = await self._commit(ps, effect_id, name, route, result, answered=True)
+        if unknown is not None:
+            ps.unknown[key] = step
+            _give_back(ps, key, step)
+            ps.unrecorded = f"the result of an earlier call of this session: {_error_text(unknown)}"
 
-    async def _settle(self, ps: ProxySession) -> None:
-        """Read the answer to the session's last COMPENSABLE commit, and act on it: a
-        result the journal could not hold whole is committed reduced; one it could not
-        record at all makes the call's outcome unknown (_unrecordable)."""
-        if ps.pending is None and not ps.settle_lock.locked():
-            return
-        async with ps.settle_lock:
-            pending, ps.pending = ps.pending, None
-            if pending is None:
-                return
-            conn = pending.conn
-            await aengine.settle(conn)
-            err = engine.take_unsettled(conn)
-            try:
-                if isinstance(err, (PayloadTooLarge, InvalidArgument)) and not conn.broken:
-                    try:
-                        await _commit_reduced(
-                            conn, pending.effect_id, pending.result, pending.route, err
-                        )
-                        err = None
-                    except Exception as exc:
-                        err = exc
-            finally:
-                await self._done(ps, conn)
-            if err is not None:
-                self._unrecordable(ps, pending, err)
+    @staticmethod
+    async def _settle(ps: ProxySession) -> None:
+        """Wait for the last COMPENSABLE call's result to be recorded."""
+        if (recording := ps.recording) is not None:
+            with contextlib.suppress(Exception):
+                await recording
+            if ps.recording is recording:
+                ps.recording = None
 
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
@@ -1370,7 +1260,9 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
-        if ps.pending is None and (refused := await self._unrecorded(ps, name)) is not None:
+        recording = ps.recording
+        overlap = recording is not None and not recording.done()
+        if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
@@ -1379,16 +1271,18 @@ class McpProxy:
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
-        # sent behind the session's last commit, reading its answer too
-        icpt = await self._intercept(ps, step, route, args)
-        if (refused := await self._unrecorded(ps, name)) is not None:
-            # the previous result could not be recorded: this call is not run, and the
-            # journal is told it never took effect
-            _give_back(ps, key, step)
-            if isinstance(icpt, engine.Interception) and icpt.action == "execute":
-                assert icpt.effect_id is not None
-                await self._record(icpt.effect_id, _error_text(refused))
-            return refused, "refused"
+        if overlap:
+            icpt = await self._intercept_settling(ps, step, route, args)
+            if (refused := await self._unrecorded(ps, name)) is not None:
+                # the previous result could not be recorded: this call is not run, and
+                # the journal is told it never took effect
+                _give_back(ps, key, step)
+                if isinstance(icpt, engine.Interception) and icpt.action == "execute":
+                    assert icpt.effect_id is not None
+                    await self._record(icpt.effect_id, _error_text(refused))
+                return refused, "refused"
+        else:
+            icpt = await self._intercept(ps, step, route, args)
         if isinstance(icpt, types.CallToolResult):
             _give_back(ps, key, step)
             return icpt, "refused"
@@ -1396,14 +1290,14 @@ class McpProxy:
             return types.CallToolResult.model_validate(icpt.result_snapshot), "replayed"
         if icpt.action == "execute":
             assert icpt.effect_id is not None
-            # the client's answer does not wait for the journal's, unless the policy says so
+            durable = self.policy.durable_results
             result, outcome = await self._execute(
-                ps, icpt.effect_id, name, route, upstream, args, wait=self.policy.durable_results
+                ps, icpt.effect_id, name, route, upstream, args, wait=durable
             )
-            if outcome == "ran":
-                conn = await self._conn(ps)
-                pending = PendingCommit(conn, key, step, icpt.effect_id, name, route, result)
-                await self._send_commit(ps, pending)
+            if outcome == "ran":  # the client's answer does not wait for the journal's
+                ps.recording = asyncio.create_task(
+                    self._record_later(ps, key, step, icpt.effect_id, name, route, result)
+                )
                 return result, "executed"
             if outcome == "unknown":
                 ps.unknown[key] = step
@@ -1637,34 +1531,6 @@ def _give_back(ps: ProxySession, key: str, step: int) -> None:
     """A call that never took effect does not use up its occurrence number."""
     if ps.occurrences.get(key) == step + 1:
         ps.occurrences[key] = step
-
-
-async def send_unread(
-    conn: psycopg.AsyncConnection[Any], session_id: uuid.UUID, effect_id: uuid.UUID, text: str
-) -> None:
-    """A commit sent on the pipelined path, its answer left unread for aengine.settle
-    (aengine.send_result, wait=False, without its reader task: the proxy reads it when
-    the session's next intercept has been answered, in that call's task)."""
-    wire = engine_wire.wire_of(conn)
-    name, params, seg = engine_wire.result_params(
-        wire, "commit", session_id, effect_id, text, False
-    )
-    with engine.translated():
-        async with _acompat.exclusive(wire), conn.lock:
-            await conn.wait(engine_wire.send_gen(conn, wire, name, params, seg))
-
-
-async def _commit_reduced(
-    conn: psycopg.AsyncConnection[Any],
-    effect_id: uuid.UUID,
-    result: types.CallToolResult,
-    route: Route,
-    why: Exception,
-) -> None:
-    """It ran and its result is known, but the journal cannot hold it whole (over the
-    payload limit, or a U+0000 jsonb refuses): keep what the compensation reads, so that
-    the call stays undoable, not unknown."""
-    await aengine.commit(conn, effect_id, _reduced_snapshot(result, route, why))
 
 
 class UpstreamCompensation:
