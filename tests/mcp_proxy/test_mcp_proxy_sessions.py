@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -661,3 +662,52 @@ def test_a_session_rolled_back_from_outside_is_walked_at_the_proxy_s_heartbeat(
             assert names(ledger) == ["put", "forget"]
 
     run(body)
+
+
+def test_parallel_calls_of_one_session_are_all_recorded_before_it_ends(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A client runs two COMPENSABLE calls of one session at once. The first to answer has
+    its commit held up (the test locks its effect row); the second's commit goes through;
+    then the session's idle gap ends it. The session's end waits for every call's result,
+    not only the last one's: it completes, and nothing is undone."""
+    policy = session_policy(tmp_path, proxy='session_boundary = "idle"\nsession_idle_seconds = 1')
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_first_commit() -> None:
+        with psycopg.connect(dsn) as holder:  # a transaction: the lock lasts until commit
+            find = (
+                "SELECT effect_id FROM undolog.undolog_effect_log"
+                " WHERE tool_name = 'kv/slow_make' AND args ->> 'key' = 'first' FOR UPDATE"
+            )
+            deadline = time.monotonic() + 20
+            while holder.execute(find).fetchone() is None and time.monotonic() < deadline:
+                holder.rollback()
+                time.sleep(0.02)
+            locked.set()
+            release.wait(30)
+
+    async def body() -> None:
+        holder = threading.Thread(target=hold_first_commit)
+        holder.start()
+        try:
+            async with stdio_client(policy, dsn, ledger) as client:
+                first = asyncio.ensure_future(
+                    client.call_tool("slow_make", {"key": "first", "seconds": 0.8})
+                )
+                await asyncio.to_thread(locked.wait, 20)
+                second = await client.call_tool("slow_make", {"key": "second", "seconds": 1.6})
+                assert not (await first).is_error and not second.is_error
+                await asyncio.sleep(2.5)  # the idle gap has passed: the session is ending
+                assert [state for _, state in sessions(conn)] == ["active"]  # it waits
+                release.set()
+                await asyncio.to_thread(
+                    wait_for, lambda: sessions(conn)[0][1] not in ("active", "compensating")
+                )
+        finally:
+            release.set()
+            holder.join()
+
+    run(body)
+    assert [state for _, state in sessions(conn)] == ["completed"]
+    assert names(ledger) == ["slow_make", "slow_make"]  # nothing undone

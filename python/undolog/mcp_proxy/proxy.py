@@ -256,10 +256,11 @@ class ProxySession:
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
     client: Any = None
     ended: bool = False  # ended and not resumed since: not counted, pruned when settled
-    # The last COMPENSABLE call's result, being recorded while the client already has its
-    # answer (McpProxy._record_later), and what to tell the session's next call when it
-    # could not be: that call is then not run.
-    recording: asyncio.Task[None] | None = None
+    # The COMPENSABLE calls' results being recorded while their clients already have the
+    # answers (McpProxy._record_later; one task each: a client may run calls of one
+    # session in parallel), and what to tell the session's next call when one could not
+    # be: that call is then not run.
+    recordings: set[asyncio.Task[None]] = field(default_factory=set)
     unrecorded: str | None = None
 
 
@@ -1202,12 +1203,13 @@ class McpProxy:
 
     @staticmethod
     async def _settle(ps: ProxySession) -> None:
-        """Wait for the last COMPENSABLE call's result to be recorded."""
-        if (recording := ps.recording) is not None:
-            with contextlib.suppress(Exception):
-                await recording
-            if ps.recording is recording:
-                ps.recording = None
+        """Wait until every COMPENSABLE result of the session sent so far is recorded (or
+        known not to be). Shielded: a waiter cancelled meanwhile (its client gave up on
+        its own call) does not cancel another call's recording."""
+        while ps.recordings:
+            waiting = list(ps.recordings)
+            await asyncio.shield(asyncio.gather(*waiting, return_exceptions=True))
+            ps.recordings.difference_update(waiting)
 
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
@@ -1260,8 +1262,7 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
-        recording = ps.recording
-        overlap = recording is not None and not recording.done()
+        overlap = any(not recording.done() for recording in ps.recordings)
         if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         if key in ps.unknown:
@@ -1295,9 +1296,11 @@ class McpProxy:
                 ps, icpt.effect_id, name, route, upstream, args, wait=durable
             )
             if outcome == "ran":  # the client's answer does not wait for the journal's
-                ps.recording = asyncio.create_task(
+                recording = asyncio.create_task(
                     self._record_later(ps, key, step, icpt.effect_id, name, route, result)
                 )
+                ps.recordings.add(recording)
+                recording.add_done_callback(ps.recordings.discard)
                 return result, "executed"
             if outcome == "unknown":
                 ps.unknown[key] = step
