@@ -19,11 +19,11 @@ from typing import Any
 
 from undolog import engine
 from undolog.context import ActiveSession, RegistrationKey
+from undolog.engine_common import check_step_index
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
-    InvalidArgument,
     LeaseLapsed,
     ResultNotJSON,
     UndoLogError,
@@ -137,8 +137,7 @@ def _prepare(
 ) -> PreparedCall:
     arguments = spec.bind(args, kwargs)
     step = session.next_step()
-    if step > engine.MAX_STEP_INDEX:
-        raise InvalidArgument(f"step_index must be an integer in 0..{engine.MAX_STEP_INDEX}")
+    check_step_index(step)
     signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
     check_storable(arguments)  # what can be signed but not stored: refused before sending
     return PreparedCall(step, arguments, signature, args_json)

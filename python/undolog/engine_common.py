@@ -65,6 +65,12 @@ def translated() -> Iterator[None]:
         raise err from exc
 
 
+def check_step_index(step_index: int) -> None:
+    """A call's step must fit the engine's integer: refused here, before anything is sent."""
+    if not 0 <= step_index <= MAX_STEP_INDEX:
+        raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
+
+
 # Each SQL function's parameters for its catalogue query (undolog.queries).
 
 
@@ -97,8 +103,7 @@ def intercept_params(
     check_storable(args)
     if compensation is not None:
         check_storable(compensation, "compensation")
-    if not 0 <= step_index <= MAX_STEP_INDEX:
-        raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
+    check_step_index(step_index)
     return {
         "session_id": session_id,
         "step_index": step_index,
@@ -145,8 +150,7 @@ def intercept_tool_params(
     """The parameters of the catalogue's intercept_tool. The signature is the caller's:
     it is computed over the tool's name, which the id stands for."""
     check_storable(args)
-    if not 0 <= step_index <= MAX_STEP_INDEX:
-        raise InvalidArgument(f"step_index must be an integer in 0..{MAX_STEP_INDEX}")
+    check_step_index(step_index)
     return {
         "session_id": session_id,
         "tool_id": tool_id,

@@ -58,6 +58,7 @@ from psycopg_pool import AsyncConnectionPool
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL
 from undolog.client_common import _heartbeat_interval
+from undolog.engine_common import check_step_index
 from undolog.errors import (
     InvalidArgument,
     InvalidStateTransition,
@@ -1065,8 +1066,7 @@ class McpProxy:
         adaptation of the parameters."""
         tool = journal_name(route.upstream, route.tool)
         try:
-            if not 0 <= step <= engine.MAX_STEP_INDEX:
-                raise InvalidArgument(f"step_index must be in 0..{engine.MAX_STEP_INDEX}")
+            check_step_index(step)
             signature, args_json = signed_call(ps.session_id, step, tool, args)
             check_storable(args)
 
@@ -1206,10 +1206,8 @@ class McpProxy:
         """Wait until every COMPENSABLE result of the session sent so far is recorded (or
         known not to be). Shielded: a waiter cancelled meanwhile (its client gave up on
         its own call) does not cancel another call's recording."""
-        while ps.recordings:
-            waiting = list(ps.recordings)
-            await asyncio.shield(asyncio.gather(*waiting, return_exceptions=True))
-            ps.recordings.difference_update(waiting)
+        while ps.recordings:  # each task leaves the set when done (_compensable_call)
+            await asyncio.shield(asyncio.gather(*ps.recordings, return_exceptions=True))
 
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
