@@ -99,8 +99,11 @@ function live() {
       const response = await fetch(root.dataset.fragment, { credentials: "same-origin" });
       if (response.status === 401 || response.redirected) { window.location = "/login"; return; }
       if (response.ok) {
+        // The body is read first: what the person types while it arrives is remembered
+        // too (no await between remember and restore, so no keystroke falls between).
+        const html = await response.text();
         const state = remember(root);
-        root.innerHTML = await response.text();
+        root.innerHTML = html;
         restore(root, state);
         wireSelectAll();
         countdowns();
