@@ -2,7 +2,7 @@
 -- docs/design/state-machines.md, checked for every (tier, from, to) triple, and the effect log's guard
 -- trigger that enforces it on every write, whoever makes it.
 BEGIN;
-SELECT plan(33);
+SELECT plan(41);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -98,6 +98,10 @@ CREATE FUNCTION pg_temp.fx_state(p_name text) RETURNS text LANGUAGE sql
 AS $$ SELECT e.state FROM undolog.undolog_effect_log AS e WHERE e.effect_id = pg_temp.fx(p_name) $$;
 CREATE FUNCTION pg_temp.fx_history(p_name text) RETURNS bigint LANGUAGE sql
 AS $$ SELECT count(*) FROM undolog.undolog_effect_history AS h WHERE h.effect_id = pg_temp.fx(p_name) $$;
+-- Every event of the effect's life: its history rows and the two its own row records
+-- (its creation and its commit, migration 0013), as undolog.effect_timeline shows them.
+CREATE FUNCTION pg_temp.fx_events(p_name text) RETURNS bigint LANGUAGE sql
+AS $$ SELECT count(*) FROM undolog.effect_timeline AS t WHERE t.effect_id = pg_temp.fx(p_name) $$;
 
 SELECT is(pg_temp.fx_state('comp'), 'executing', 'setup: the compensable effect is executing');
 SELECT is(pg_temp.fx_state('irr'), 'pending', 'setup: the irreversible effect is pending');
@@ -118,12 +122,16 @@ SELECT throws_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'compensating' WHERE effect_id = %L$$,
            pg_temp.fx('irr')),
     'UL001', NULL, 'guard refuses irreversible pending -> compensating');
-SELECT is(pg_temp.fx_state('comp') || '/' || pg_temp.fx_history('comp'), 'executing/1',
-          'refused updates left the compensable effect executing with its 1 history row');
-SELECT is(pg_temp.fx_state('irr') || '/' || pg_temp.fx_history('irr'), 'pending/1',
-          'refused updates left the irreversible effect pending with its 1 history row');
+-- A new call's creation is recorded in its own row, not as a history row: one event.
+SELECT is(pg_temp.fx_state('comp') || '/' || pg_temp.fx_history('comp') || '/'
+          || pg_temp.fx_events('comp'), 'executing/0/1',
+          'refused updates left the compensable effect executing, no history row, its creation its one event');
+SELECT is(pg_temp.fx_state('irr') || '/' || pg_temp.fx_history('irr') || '/'
+          || pg_temp.fx_events('irr'), 'pending/0/1',
+          'refused updates left the irreversible effect pending, no history row, its creation its one event');
 
--- Valid transitions are accepted and recorded, one history row each.
+-- Valid transitions are accepted and recorded, one event each: the commit in the row
+-- itself (committed_at, committed_by, its link), every other one as a history row.
 SELECT lives_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'committed' WHERE effect_id = %L$$,
            pg_temp.fx('comp')),
@@ -136,18 +144,28 @@ SELECT lives_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'approved' WHERE effect_id = %L$$,
            pg_temp.fx('irr')),
     'guard accepts irreversible pending -> approved');
+-- The whole life, in chain order: the creation and the commit from the row (no
+-- history_id), the rest from the history.
 SELECT results_eq(
-    format($$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L ORDER BY history_id$$, pg_temp.fx('comp')),
-    $$VALUES ('transition', NULL::text, 'executing'),
-             ('transition', 'executing', 'committed'), ('transition', 'committed', 'compensating')$$,
-    'the compensable effect''s history holds every transition, in order'
+    format($$SELECT event, from_state, to_state, history_id IS NULL AS in_row
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, pg_temp.fx('comp')),
+    $$VALUES ('transition', NULL::text, 'executing', true),
+             ('transition', 'executing', 'committed', true),
+             ('transition', 'committed', 'compensating', false)$$,
+    'the compensable effect''s timeline holds every transition, in order'
 );
 SELECT results_eq(
-    format($$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L ORDER BY history_id$$, pg_temp.fx('irr')),
-    $$VALUES ('transition', NULL::text, 'pending'), ('transition', 'pending', 'approved')$$,
-    'the irreversible effect''s history holds every transition, in order'
+    format($$SELECT event, from_state, to_state, history_id IS NULL AS in_row
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, pg_temp.fx('irr')),
+    $$VALUES ('transition', NULL::text, 'pending', true),
+             ('transition', 'pending', 'approved', false)$$,
+    'the irreversible effect''s timeline holds every transition, in order'
+);
+SELECT results_eq(
+    format($$SELECT committed_at IS NOT NULL, committed_by = session_user, chain_seq < commit_seq
+             FROM undolog.undolog_effect_log WHERE effect_id = %L$$, pg_temp.fx('comp')),
+    $$VALUES (true, true, true)$$,
+    'the direct UPDATE''s commit is recorded in the row: when, by this login, linked after the creation'
 );
 SELECT throws_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'committed' WHERE effect_id = %L$$,
@@ -167,9 +185,35 @@ SELECT lives_ok(
     format($$UPDATE undolog.undolog_effect_log SET error = 'note' WHERE effect_id = %L$$,
            pg_temp.fx('irr')),
     'an UPDATE that keeps the state is accepted');
-SELECT is(pg_temp.fx_history('irr'), 2::bigint, '... and writes no history row');
+SELECT is(pg_temp.fx_history('irr'), 1::bigint, '... and writes no history row');
 
--- The guard also checks INSERTs: an effect starts pending (or executing, compensable).
+-- The recorded creation and commit are identity: never changed, not even by the owner;
+-- the result is part of the recorded commit once it is made.
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET committed_at = committed_at - interval '1 second'
+             WHERE effect_id = %L$$, pg_temp.fx('comp')),
+    'UL011', NULL, 'guard refuses a change of committed_at');
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET commit_hash = '\x00'::bytea WHERE effect_id = %L$$,
+           pg_temp.fx('comp')),
+    'UL011', NULL, 'guard refuses a change of commit_hash');
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET chain_hash = '\x00'::bytea WHERE effect_id = %L$$,
+           pg_temp.fx('irr')),
+    'UL011', NULL, 'guard refuses a change of chain_hash (the creation''s link)');
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET result_snapshot = '{"forged": true}'
+             WHERE effect_id = %L$$, pg_temp.fx('comp')),
+    'UL011', NULL, 'guard refuses a change of a committed effect''s result_snapshot');
+SELECT results_eq(
+    format($$SELECT result_snapshot, commit_hash IS NOT NULL, chain_hash IS NOT NULL
+             FROM undolog.undolog_effect_log WHERE effect_id = %L$$, pg_temp.fx('comp')),
+    $$VALUES (NULL::jsonb, true, true)$$,
+    '... the committed effect''s result and links are as recorded');
+
+-- The guard also checks INSERTs: an effect starts as intercept writes it, a compensable
+-- one executing, an irreversible one pending (the creation record's state follows from
+-- the tier).
 SELECT throws_ok(
     $$INSERT INTO undolog.undolog_effect_log
         (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
@@ -182,6 +226,12 @@ SELECT throws_ok(
       VALUES (gen_random_uuid(), '11111111-1111-4111-8111-111111111111', now(),
               repeat('c', 64), 9, 't', 'irreversible', '{}', 'executing')$$,
     'UL001', NULL, 'guard refuses an irreversible effect inserted executing');
+SELECT throws_ok(
+    $$INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+      VALUES (gen_random_uuid(), '11111111-1111-4111-8111-111111111111', now(),
+              repeat('c', 64), 9, 't', 'compensable', '{}', 'pending')$$,
+    'UL001', NULL, 'guard refuses a compensable effect inserted pending');
 
 -- The guard and the validator agree on every triple: one effect per (tier, from, to),
 -- put in its from-state with triggers off (session_replication_role = replica), then
@@ -228,13 +278,25 @@ SELECT set_eq(
     $$SELECT tier, from_state, to_state FROM expected_valid$$,
     'the guard accepts exactly the expected triples (and refuses the 130 others with UL001)'
 );
-SELECT set_eq(
-    $$SELECT e.tier, h.from_state, h.to_state
-      FROM undolog.undolog_effect_history AS h
-      JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id, executed_at)
+-- Recorded once each: the timeline holds the history rows and the commits in their rows
+-- (the matrix rows were inserted with triggers off: no creation is recorded for them).
+SELECT bag_eq(
+    $$SELECT t.tier, t.from_state, t.to_state
+      FROM undolog.effect_timeline AS t
+      JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id)
       WHERE e.tool_name = 'matrix'$$,
     $$SELECT tier, from_state, to_state FROM expected_valid$$,
-    'each accepted transition wrote its history row, each refused one none'
+    'each accepted transition was recorded once, each refused one not at all'
+);
+SELECT results_eq(
+    $$SELECT e.tier, e.committed_by = session_user, e.commit_seq IS NOT NULL,
+             (SELECT count(*) FROM undolog.undolog_effect_history AS h
+              WHERE h.effect_id = e.effect_id)
+      FROM undolog.undolog_effect_log AS e
+      WHERE e.tool_name = 'matrix' AND e.committed_at IS NOT NULL ORDER BY e.tier$$,
+    $$VALUES ('compensable', true, true, 0::bigint),
+             ('irreversible', true, true, 0::bigint)$$,
+    'the two commits (executing -> committed) are recorded in their rows, linked, not as history rows'
 );
 
 SELECT * FROM finish();

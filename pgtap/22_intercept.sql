@@ -5,7 +5,7 @@
 -- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
 -- nothing.
 BEGIN;
-SELECT plan(162);
+SELECT plan(164);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -55,7 +55,8 @@ SELECT is(undolog.begin_session('5e550000-0000-4000-8000-000000000002'),
           '5e550000-0000-4000-8000-000000000002'::uuid, 'setup: session S2');
 
 ------------------------------------------------------------------------------------------
--- A new COMPENSABLE call: execute; effect executing; undo entry; two history rows.
+-- A new COMPENSABLE call: execute; effect executing; undo entry; its creation recorded
+-- in its own row (no history row), linked into the session's chain.
 ------------------------------------------------------------------------------------------
 SELECT is(pg_temp.call('c1', '5e550000-0000-4000-8000-000000000001', 0, 'create_user',
                        'compensable', '{"name": "ada"}', 'c1', '{"name": "delete_user"}'),
@@ -85,11 +86,14 @@ SELECT results_eq(
              NULL::integer, 'pending', 0
       FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c1')$$,
     'one undo-stack entry holds the descriptor, args defaulting to {}');
+SELECT is_empty(
+    $$SELECT * FROM undolog.undolog_effect_history WHERE effect_id = pg_temp.eid('c1')$$,
+    'no history row: the creation is recorded in the effect''s own row');
 SELECT results_eq(
-    $$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = pg_temp.eid('c1') ORDER BY history_id$$,
-    $$VALUES ('transition', NULL::text, 'executing')$$,
-    'one history row: NULL -> executing (created executing: pending -> executing in one step)');
+    $$SELECT event, from_state, to_state, actor = session_user, history_id, seq IS NOT NULL
+      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('c1') ORDER BY seq$$,
+    $$VALUES ('transition', NULL::text, 'executing', true, NULL::bigint, true)$$,
+    'its one event: NULL -> executing by this login, linked (created executing: pending -> executing in one step)');
 SELECT is(
     (SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
      WHERE effect_id = pg_temp.eid('c1')),
@@ -156,11 +160,14 @@ SELECT results_eq(
       FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('i1')$$,
     $$VALUES (1::bigint, 0::bigint, true)$$,
     'one barrier undo entry (compensation NULL), above the earlier calls');
+SELECT is_empty(
+    $$SELECT * FROM undolog.undolog_effect_history WHERE effect_id = pg_temp.eid('i1')$$,
+    'no history row: its creation too is recorded in its own row');
 SELECT results_eq(
-    $$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = pg_temp.eid('i1') ORDER BY history_id$$,
-    $$VALUES ('transition', NULL::text, 'pending')$$,
-    'one history row: NULL -> pending');
+    $$SELECT event, from_state, to_state, actor = session_user, history_id, seq IS NOT NULL
+      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('i1') ORDER BY seq$$,
+    $$VALUES ('transition', NULL::text, 'pending', true, NULL::bigint, true)$$,
+    'its one event: NULL -> pending by this login, linked');
 SELECT is(pg_temp.session_state('5e550000-0000-4000-8000-000000000001'), 'awaiting_approval',
           'the session is awaiting_approval');
 SELECT results_eq(
@@ -290,11 +297,13 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT state, attempts, error FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('r1')$$,
     $$VALUES ('executing', 2, NULL::text)$$, 'attempts 2, the old error cleared');
+-- The creation is in the row; the fail and the retry are history rows.
 SELECT results_eq(
-    $$SELECT from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = pg_temp.eid('r1') ORDER BY history_id$$,
-    $$VALUES (NULL::text, 'executing'), ('executing', 'pending'), ('pending', 'executing')$$,
-    'history: created executing, pending (failed), executing again');
+    $$SELECT from_state, to_state, history_id IS NULL AS in_row FROM undolog.effect_timeline
+      WHERE effect_id = pg_temp.eid('r1') ORDER BY seq$$,
+    $$VALUES (NULL::text, 'executing', true), ('executing', 'pending', false),
+             ('pending', 'executing', false)$$,
+    'timeline: created executing (in the row), pending (failed), executing again');
 SELECT is((SELECT count(*) FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('r1')),
           1::bigint, 'still one undo entry for the effect');
 

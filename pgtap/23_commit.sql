@@ -1,7 +1,7 @@
 -- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
 -- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
 BEGIN;
-SELECT plan(48);
+SELECT plan(49);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -47,11 +47,22 @@ SELECT results_eq(
       WHERE effect_id = pg_temp.eid('a')$$,
     $$VALUES ('committed', '{"user_id": 42, "tags": ["x"]}'::jsonb, NULL::text, 1)$$,
     'the effect is committed with its result cached');
+-- The commit is recorded in the effect's own row (migration 0013), not as a history row:
+-- when, by whom, linked into the session's chain after the call's creation.
 SELECT results_eq(
-    $$SELECT event, from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = pg_temp.eid('a') ORDER BY history_id DESC LIMIT 1$$,
-    $$VALUES ('transition', 'executing', 'committed')$$,
-    'history records executing -> committed');
+    $$SELECT committed_at IS NOT NULL, committed_by = session_user, chain_seq IS NOT NULL,
+             commit_seq > chain_seq, commit_hash IS NOT NULL,
+             (SELECT count(*) FROM undolog.undolog_effect_history AS h
+              WHERE h.effect_id = e.effect_id)
+      FROM undolog.undolog_effect_log AS e WHERE e.effect_id = pg_temp.eid('a')$$,
+    $$VALUES (true, true, true, true, true, 0::bigint)$$,
+    'the row records the commit: committed_at, committed_by this login, linked; no history row');
+SELECT results_eq(
+    $$SELECT event, from_state, to_state, history_id FROM undolog.effect_timeline
+      WHERE effect_id = pg_temp.eid('a') ORDER BY seq$$,
+    $$VALUES ('transition', NULL::text, 'executing', NULL::bigint),
+             ('transition', 'executing', 'committed', NULL::bigint)$$,
+    'the timeline shows its creation, then executing -> committed');
 SELECT results_eq(
     $$SELECT state, compensation FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('a')$$,
     $$VALUES ('pending', '{"name": "undo", "args": {}}'::jsonb)$$,

@@ -1,9 +1,10 @@
 -- Append-only, enforced in the database: history tables, the signature registry, an
--- effect's identity columns and the sessions table refuse UPDATE / DELETE / TRUNCATE
--- (UL011), even for the owner; TRUNCATE of a month partition directly too. Dropping or
--- detaching a whole partition (DDL) still works. No group role may write the tables.
+-- effect's identity columns (its recorded creation and commit among them) and the
+-- sessions table refuse UPDATE / DELETE / TRUNCATE (UL011), even for the owner; TRUNCATE
+-- of a month partition directly too. Dropping or detaching a whole partition (DDL) still
+-- works. No group role may write the tables.
 BEGIN;
-SELECT plan(79);
+SELECT plan(98);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -24,14 +25,22 @@ SELECT lives_ok(
 SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-000000000001', 1,
               'send_email', 'irreversible', '{"to": "ada"}', pg_temp.sig('ao-i'))),
           'await_approval', 'setup: an irreversible call');
+-- A call's creation and commit are recorded in its own row (migration 0013): the effect
+-- history gets rows from the other events, here a replay of the committed call.
+SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-000000000001', 0,
+              'create_user', 'compensable', '{"name": "ada"}', pg_temp.sig('ao-c'),
+              '{"name": "delete_user"}')),
+          'replay', 'setup: the compensable call again: a replay');
 
 CREATE TEMP TABLE month AS
 SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM') AS this_month;
 CREATE FUNCTION pg_temp.this_month(p_parent text) RETURNS text LANGUAGE sql
 AS $$ SELECT 'undolog.' || p_parent || '_' || this_month FROM month $$;
 
-SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_effect_history), '>=', 3::bigint,
-              'setup: effect history has rows');
+SELECT results_eq(
+    $$SELECT event, tableoid::regclass::text FROM undolog.undolog_effect_history$$,
+    $$SELECT 'replayed', pg_temp.this_month('undolog_effect_history')$$,
+    'setup: effect history has a row, the replay, in this month''s partition');
 SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_session_history), '>=', 2::bigint,
               'setup: session history has rows');
 SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 2::bigint,
@@ -81,7 +90,17 @@ FROM (VALUES
     ('step_index', 'step_index = 5'),
     ('tool_name', 'tool_name = ''drop_db'''),
     ('tier', 'tier = ''irreversible'''),
-    ('args', 'args = ''{"name": "eve"}''')
+    ('args', 'args = ''{"name": "eve"}'''),
+    -- the recorded creation and commit (migration 0013), the result with the commit
+    ('chain_seq', 'chain_seq = chain_seq + 1'),
+    ('chain_prev', 'chain_prev = chain_hash'),
+    ('chain_hash', 'chain_hash = commit_hash'),
+    ('committed_at', $q$committed_at = committed_at + interval '1 second'$q$),
+    ('committed_by', 'committed_by = ''mallory'''),
+    ('commit_seq', 'commit_seq = NULL'),
+    ('commit_prev', 'commit_prev = NULL'),
+    ('commit_hash', 'commit_hash = chain_hash'),
+    ('result_snapshot', 'result_snapshot = ''{"id": 2}''')
 ) AS v (col, assignment);
 SELECT pg_temp.refused(format('UPDATE %s SET tool_name = %L', pg_temp.this_month('undolog_effect_log'), 'x'),
                        'UL011', 'UPDATE of an identity column through this month''s partition: UL011');

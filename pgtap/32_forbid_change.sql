@@ -3,7 +3,7 @@
 -- through: the transaction-local setting names that very table (by oid) AND the current
 -- user owns it. Nobody else gets through, setting or not.
 BEGIN;
-SELECT plan(27);
+SELECT plan(28);
 
 CREATE FUNCTION pg_temp.sig(p_seed text) RETURNS text LANGUAGE sql IMMUTABLE
 AS $$ SELECT encode(sha256(convert_to(p_seed, 'UTF8')), 'hex') $$;
@@ -25,7 +25,8 @@ SELECT is(
        AND t.tgname = 'undolog_signature_registry_append_only'),
     true, 'the registry''s append-only trigger is a statement trigger');
 
--- Data: two registry rows, an effect in the default partition and one in this month.
+-- Data: two registry rows, an effect in the default partition and one in this month, and
+-- a history row in the history's default partition.
 INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
 VALUES ('f0000000-0000-4000-8000-000000000001', '5 minutes', now() + interval '5 minutes');
 INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
@@ -42,6 +43,14 @@ VALUES ('f1000000-0000-4000-8000-000000000001', 'f0000000-0000-4000-8000-0000000
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
            WHERE effect_id = 'f1000000-0000-4000-8000-000000000001'),
           'undolog.undolog_effect_log_default', 'setup: a 1999 effect sits in the default partition');
+-- A call's creation is recorded in its own row (migration 0013), not as a history row:
+-- the 1999 call fails (executing -> pending), which is one.
+UPDATE undolog.undolog_effect_log SET state = 'pending', error = 'boom'
+WHERE effect_id = 'f1000000-0000-4000-8000-000000000001';
+SELECT results_eq(
+    $$SELECT effect_id, from_state, to_state FROM undolog.undolog_effect_history_default$$,
+    $$VALUES ('f1000000-0000-4000-8000-000000000001'::uuid, 'executing', 'pending')$$,
+    'setup: its fail is a history row in the history''s default partition');
 
 -- Without the setting, even the owner is refused.
 SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,

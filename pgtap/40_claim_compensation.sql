@@ -92,10 +92,10 @@ SELECT results_eq(
 SELECT is(pg_temp.effect_state((SELECT effect_id FROM e3 WHERE step = 4)), 'compensating',
           '... its effect goes executing -> compensating');
 SELECT results_eq(
-    $$SELECT from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = (SELECT effect_id FROM e3 WHERE step = 4) ORDER BY history_id$$,
-    $$VALUES (NULL, 'executing'), ('executing', 'compensating')$$,
-    '... as its history shows'
+    $$SELECT from_state, to_state, history_id IS NULL AS in_row FROM undolog.effect_timeline
+      WHERE effect_id = (SELECT effect_id FROM e3 WHERE step = 4) ORDER BY seq$$,
+    $$VALUES (NULL, 'executing', true), ('executing', 'compensating', false)$$,
+    '... as its timeline shows (its creation in its row, the claim a history row)'
 );
 SELECT is(
     undolog.commit((SELECT effect_id FROM e3 WHERE step = 4), '{}'),

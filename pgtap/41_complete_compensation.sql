@@ -18,12 +18,14 @@ SELECT lives_ok(format('SELECT undolog.complete_compensation(%L)', :'u2'),
                 'completing the in-flight entry');
 SELECT is(pg_temp.entry_state(:'f2'), 'compensated', 'the entry is compensated');
 SELECT is(pg_temp.effect_state(:'f2'), 'compensated', 'the effect is compensated');
+-- Its creation and commit are recorded in its row (no history_id), the undoing as
+-- history rows.
 SELECT results_eq(
-    format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L ORDER BY history_id$$, :'f2'),
-    $$VALUES (NULL, 'executing'), ('executing', 'committed'),
-             ('committed', 'compensating'), ('compensating', 'compensated')$$,
-    'the effect history holds the whole life of the call and its undoing'
+    format($$SELECT from_state, to_state, history_id IS NULL AS in_row
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+    $$VALUES (NULL, 'executing', true), ('executing', 'committed', true),
+             ('committed', 'compensating', false), ('compensating', 'compensated', false)$$,
+    'the effect timeline holds the whole life of the call and its undoing'
 );
 SELECT results_eq(
     format($$SELECT from_state, to_state, attempt FROM undolog.undolog_undo_history

@@ -80,9 +80,10 @@ SELECT results_eq(
     'the undo history keeps every attempt''s error'
 );
 SELECT results_eq(
-    format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L AND history_id > 0 ORDER BY history_id OFFSET 2$$, :'f2'),
-    $$VALUES ('committed', 'compensating'), ('compensating', 'compensation_failed')$$,
+    format($$SELECT from_state, to_state FROM undolog.effect_timeline
+             WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+    $$VALUES (NULL, 'executing'), ('executing', 'committed'),
+             ('committed', 'compensating'), ('compensating', 'compensation_failed')$$,
     'the effect went compensating once, then compensation_failed'
 );
 SELECT pg_temp.refused(format('SELECT undolog.fail_compensation(%L, %L)', :'u2', 'again'), 'UL001',

@@ -36,11 +36,11 @@ SELECT is(undolog.retry_compensation(:'u2', 'alice', 'refund API is back'), 'com
 SELECT is(pg_temp.entry_state(:'f2') || '/' || pg_temp.effect_state(:'f2'), 'pending/compensating',
           'the entry is pending, the effect compensating');
 SELECT results_eq(
-    format($$SELECT from_state, to_state FROM undolog.undolog_effect_history
-             WHERE effect_id = %L ORDER BY history_id OFFSET 2$$, :'f2'),
-    $$VALUES ('committed', 'compensating'), ('compensating', 'compensation_failed'),
-             ('compensation_failed', 'compensating')$$,
-    'the effect history keeps the failed attempt, then compensation_failed -> compensating'
+    format($$SELECT from_state, to_state FROM undolog.effect_timeline
+             WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+    $$VALUES (NULL, 'executing'), ('executing', 'committed'), ('committed', 'compensating'),
+             ('compensating', 'compensation_failed'), ('compensation_failed', 'compensating')$$,
+    'the effect timeline keeps the failed attempt, then compensation_failed -> compensating'
 );
 SELECT results_eq(
     format($$SELECT action, undo_id, performed_by, reason FROM undolog.undolog_operator_actions

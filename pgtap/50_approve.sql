@@ -57,11 +57,12 @@ SELECT is(
     (SELECT state FROM undolog.undolog_effect_log WHERE effect_id = :'effect_a'),
     'approved', 'approve: effect pending -> approved'
 );
+-- Its creation is recorded in its own row (no history_id), the approval as a history row.
 SELECT results_eq(
-    $$SELECT from_state, to_state FROM undolog.undolog_effect_history
-      WHERE effect_id = '$$ || :'effect_a' || $$' ORDER BY history_id$$,
-    $$VALUES (NULL::text, 'pending'::text), ('pending', 'approved')$$,
-    'the effect history records pending -> approved'
+    $$SELECT from_state, to_state, history_id IS NULL AS in_row FROM undolog.effect_timeline
+      WHERE effect_id = '$$ || :'effect_a' || $$' ORDER BY seq$$,
+    $$VALUES (NULL::text, 'pending'::text, true), ('pending', 'approved', false)$$,
+    'the effect timeline records its creation, then pending -> approved in the history'
 );
 SELECT results_eq(
     $$SELECT state, lease_expires_at = now() + lease_duration FROM undolog.undolog_sessions
@@ -109,9 +110,9 @@ SELECT results_eq(
 );
 RESET ROLE;
 SELECT results_eq(
-    $$SELECT from_state, to_state FROM undolog.undolog_effect_history
+    $$SELECT from_state, to_state FROM undolog.effect_timeline
       WHERE effect_id = '$$ || :'effect_a' || $$' AND event = 'transition'
-      ORDER BY history_id$$,
+      ORDER BY seq$$,
     $$VALUES (NULL::text, 'pending'::text), ('pending', 'approved'), ('approved', 'executing'),
              ('executing', 'committed')$$,
     'approved -> executing -> committed, executing exactly once'

@@ -242,7 +242,8 @@ RESET ROLE;
 SELECT results_eq(
     $$SELECT state, decided_by, reason LIKE 'rolled back by olga: stop'
       FROM undolog.undolog_approval_requests
-      WHERE session_id = 'a5c00000-0000-4000-8000-000000000010' ORDER BY requested_at$$,
+      WHERE session_id = 'a5c00000-0000-4000-8000-000000000010'
+      ORDER BY requested_at, approval_id$$,
     $$VALUES ('rejected'::text, 'olga'::text, true), ('rejected', 'olga', false)$$,
     'both requests are rejected by the operator: the first with the reason, the other closed');
 

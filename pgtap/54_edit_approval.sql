@@ -111,8 +111,8 @@ SELECT results_eq(
               'e0000000-0000-4000-8000-000000000001'::uuid)$$,
     'the effect keeps the requested args, its tool and its session');
 SELECT results_eq(
-    $$SELECT event, from_state, to_state, detail FROM undolog.undolog_effect_history
-      WHERE effect_id = '$$ || :'effect_e' || $$' ORDER BY history_id$$,
+    $$SELECT event, from_state, to_state, detail FROM undolog.effect_timeline
+      WHERE effect_id = '$$ || :'effect_e' || $$' ORDER BY seq$$,
     $$VALUES ('transition'::text, NULL::text, 'pending'::text, NULL::jsonb),
              ('transition', 'pending', 'approved', NULL),
              ('args_edited', 'approved', 'approved',
@@ -120,7 +120,7 @@ SELECT results_eq(
                                  'approved_args', '{"amount": 100, "to": "acct-1"}'::jsonb,
                                  'edited_by', 'alice@example.com',
                                  'reason', 'over the daily limit'))$$,
-    'the effect history records the transition, then the edit, who and why');
+    'the effect timeline records its creation, the transition, then the edit, who and why');
 SELECT is(
     (SELECT state FROM undolog.undolog_sessions
      WHERE session_id = 'e0000000-0000-4000-8000-000000000001'),

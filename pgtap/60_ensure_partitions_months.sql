@@ -2,7 +2,7 @@
 -- history from the current UTC month through p_months_ahead months later; answers the
 -- names it created; idempotent; UL008 for a bad argument.
 BEGIN;
-SELECT plan(31);
+SELECT plan(35);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -83,6 +83,10 @@ SELECT is(undolog.begin_session('e0000000-0000-4000-8000-000000000001'),
 SELECT is((SELECT action FROM undolog.intercept('e0000000-0000-4000-8000-000000000001', 0, 't',
               'compensable', '{}', pg_temp.sig('part-1'), '{"name": "u"}')),
           'execute', 'setup: a call');
+-- Its creation is recorded in its own row (migration 0013); its fail is a history row.
+SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+                                       WHERE call_signature = pg_temp.sig('part-1')), 'boom')$$,
+                'setup: it fails');
 SELECT results_eq(
     $$SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
       UNION ALL
@@ -111,12 +115,33 @@ SELECT is((SELECT action FROM undolog.intercept('e0000000-0000-4000-8000-0000000
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
            WHERE call_signature = pg_temp.sig('part-2')),
           'undolog.undolog_effect_log_default', '... and lands in the default partition');
+SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+                                       WHERE call_signature = pg_temp.sig('part-2')), 'boom')$$,
+                'setup: it fails, a history row in the history''s default partition');
 SELECT lives_ok($$SELECT undolog.ensure_partitions(1)$$,
                 'ensure_partitions recreates the month although the default holds its rows');
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
            WHERE call_signature = pg_temp.sig('part-2')),
           'undolog.undolog_effect_log_' || pg_temp.month(0),
           '... and the row moved from the default into its month');
+SELECT results_eq(
+    $$SELECT h.tableoid::regclass::text, h.from_state, h.to_state
+      FROM undolog.undolog_effect_history AS h
+      JOIN undolog.undolog_signature_registry AS r USING (session_id, effect_id, executed_at)
+      WHERE r.call_signature = pg_temp.sig('part-2')$$,
+    $$VALUES ('undolog.undolog_effect_history_' || pg_temp.month(0), 'executing', 'pending')$$,
+    '... its history row with it');
+-- The creation recorded in the row moved with it, still linked (seq 4, after the
+-- session's start, part-1's creation and its fail) and hashing as written: the session's
+-- chain reports only the gap the dropped month left before it (seq 2 and 3 are gone).
+SELECT results_eq(
+    $$SELECT v.seq, v.table_name, v.row_key, v.problem
+      FROM undolog.verify_chain('e0000000-0000-4000-8000-000000000001') AS v
+      ORDER BY v.problem$$,
+    $$SELECT 4::bigint, 'undolog_effect_log', 'effect_id=' || r.effect_id || ' created', p.problem
+      FROM undolog.undolog_signature_registry AS r, (VALUES ('link'), ('missing')) AS p (problem)
+      WHERE r.call_signature = pg_temp.sig('part-2') ORDER BY p.problem$$,
+    '... its creation with it, still linked: the chain reports only the dropped month''s gap');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -4,7 +4,7 @@
 -- own TRUNCATE trigger, no grant), and filled with that month's rows from the default
 -- partitions, which it empties of them.
 BEGIN;
-SELECT plan(30);
+SELECT plan(31);
 SET LOCAL client_min_messages = error;
 
 \ir _helpers.psql
@@ -29,10 +29,12 @@ SELECT is_empty(
     'internal: no group role may call create_month_partitions');
 
 -- Effects written while February and March 2028 have no partition: the default takes them.
+-- Compensable fixture calls: each has two history rows (a fail and its retry) and its
+-- creation and commit recorded in its own row (migration 0013).
 CREATE TEMP TABLE fx (label text PRIMARY KEY, effect_id uuid);
 INSERT INTO fx (label, effect_id) VALUES
     ('feb-last', pg_temp.add_effect(pg_temp.add_session(), '2028-02-29 23:59:59.999999+00')),
-    ('mar-first', pg_temp.add_effect(pg_temp.add_session(), '2028-03-01 00:00:00+00', 'irreversible')),
+    ('mar-first', pg_temp.add_effect(pg_temp.add_session(), '2028-03-01 00:00:00+00')),
     ('feb-first', pg_temp.add_effect(pg_temp.add_session(), '2028-02-01 00:00:00+00'));
 CREATE TEMP TABLE effects_before AS
 SELECT e.* FROM undolog.undolog_effect_log AS e JOIN fx USING (effect_id);
@@ -41,8 +43,11 @@ SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id);
 CREATE TEMP TABLE registry_before AS SELECT * FROM undolog.undolog_signature_registry;
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_default), 3::bigint,
           'setup: three effects in the default partition');
-SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 5::bigint,
-          'setup: their five history rows in the history default');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 6::bigint,
+          'setup: their six history rows in the history default');
+SELECT is((SELECT count(*) FROM effects_before
+           WHERE chain_hash IS NOT NULL AND commit_hash IS NOT NULL AND committed_at IS NOT NULL),
+          3::bigint, 'setup: each effect''s row records its creation and its commit, linked');
 
 -- February 2028 (a leap month), created from a session ten hours ahead of UTC's month.
 SET LOCAL TimeZone = 'Pacific/Kiritimati';
@@ -66,8 +71,8 @@ SELECT is(pg_temp.home(effect_id), 'undolog.undolog_effect_log_default',
 FROM fx WHERE label = 'mar-first';
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_2028_02), 4::bigint,
           'the two February effects'' four history rows moved with them');
-SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 1::bigint,
-          'March''s history row is still in the default');
+SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 2::bigint,
+          'March''s two history rows are still in the default');
 
 -- March 2028 from Los Angeles, where 1 Mar 00:00 UTC is still 29 Feb.
 SET LOCAL TimeZone = 'America/Los_Angeles';
@@ -88,7 +93,7 @@ SELECT is_empty($$SELECT * FROM undolog.undolog_effect_history_default$$,
 SELECT set_eq(
     $$SELECT e.* FROM undolog.undolog_effect_log AS e JOIN fx USING (effect_id)$$,
     $$SELECT * FROM effects_before$$,
-    'the effects are unchanged, every column');
+    'the effects are unchanged, every column (the creation and commit recorded in them too)');
 SELECT set_eq(
     $$SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id)$$,
     $$SELECT * FROM history_before$$,

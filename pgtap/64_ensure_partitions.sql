@@ -4,7 +4,7 @@
 -- month, even a past one); idempotent; serialised by the partition-maintenance advisory
 -- lock; a no-op takes no lock that could stall an intercept; operator only.
 BEGIN;
-SELECT plan(35);
+SELECT plan(39);
 SET LOCAL client_min_messages = warning;
 
 \ir _helpers.psql
@@ -105,7 +105,9 @@ SELECT set_eq($$SELECT * FROM undolog.undolog_effect_history$$, $$SELECT * FROM 
 SELECT is_empty($$SELECT * FROM undolog.ensure_partitions(3)$$, 'drained: again, nothing');
 
 -- This month's partitions gone (nobody created them): a call still succeeds, into the
--- default; ensure_partitions brings the month back with the call in it; commit works.
+-- default, and so do its fail and its retry (history rows, into the history's default);
+-- ensure_partitions brings the month back with the call and its history in it; commit
+-- works. The call's creation and commit are recorded in its own row (migration 0013).
 SELECT lives_ok(format('DROP TABLE undolog.undolog_effect_log_%1$s, undolog.undolog_effect_history_%1$s',
                        pg_temp.month(0)),
                 'setup: this month''s partitions dropped');
@@ -118,6 +120,11 @@ SELECT * FROM undolog.intercept('e6000000-0000-4000-8000-000000000001', 0, 'crea
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
            WHERE effect_id = (SELECT effect_id FROM call)),
           'undolog.undolog_effect_log_default', 'the call was journaled, in the default partition');
+SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM call), 'timeout')$$, 'it fails');
+SELECT is((SELECT action FROM undolog.intercept('e6000000-0000-4000-8000-000000000001', 0,
+               'create_user', 'compensable', '{"name": "ada"}', repeat('e6', 32),
+               '{"name": "delete_user"}')),
+          'execute', 'the same call again: it executes again');
 SELECT set_eq($$SELECT * FROM undolog.ensure_partitions(0)$$, $$SELECT pg_temp.names(0)$$,
               'ensure_partitions(0) recreates this month');
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
@@ -129,9 +136,17 @@ SELECT results_eq(
     $$SELECT tableoid::regclass::text, from_state, to_state FROM undolog.undolog_effect_history
       WHERE effect_id = (SELECT effect_id FROM call) ORDER BY history_id$$,
     $$SELECT 'undolog.undolog_effect_history_' || pg_temp.month(0), f, t
-      FROM (VALUES (1, NULL, 'executing'), (2, 'executing', 'committed'))
+      FROM (VALUES (1, 'executing', 'pending'), (2, 'pending', 'executing'))
            AS v (n, f, t) ORDER BY n$$,
-    'its whole history is in this month''s history partition, the commit included');
+    'its history rows (the fail, the retry) are in this month''s history partition');
+SELECT results_eq(
+    $$SELECT from_state, to_state, history_id IS NULL AS in_row FROM undolog.effect_timeline
+      WHERE effect_id = (SELECT effect_id FROM call) ORDER BY seq$$,
+    $$VALUES (NULL, 'executing', true), ('executing', 'pending', false),
+             ('pending', 'executing', false), ('executing', 'committed', true)$$,
+    'its whole life in order: the creation (moved with its row), the fail, the retry, the commit');
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('e6000000-0000-4000-8000-000000000001')$$,
+                'the session''s chain verifies: the moved rows are linked as they were written');
 
 -- Bad arguments; roles.
 SELECT throws_ok($$SELECT undolog.ensure_partitions(-1)$$, 'UL008', NULL, 'months ahead -1: UL008');

@@ -4,7 +4,7 @@
 -- SESSION AUTHORIZATION (allowed to the superuser running the tests, rolled back with
 -- them); SET ROLE would leave session_user unchanged.
 BEGIN;
-SELECT plan(30);
+SELECT plan(32);
 
 CREATE ROLE ul_t_agent_a NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
@@ -16,7 +16,9 @@ CREATE FUNCTION pg_temp.sig(p_label text) RETURNS text LANGUAGE sql IMMUTABLE AS
     SELECT encode(sha256(convert_to(p_label, 'UTF8')), 'hex')
 $$;
 
--- Agent A: a compensable call (committed) and an irreversible one (awaiting approval).
+-- Agent A: a compensable call (committed, then replayed) and an irreversible one (awaiting
+-- approval). A call's creation and commit are recorded in its own row (migration 0013);
+-- the replay is a history row.
 SET SESSION AUTHORIZATION ul_t_agent_a;
 SELECT undolog.register_tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
 SELECT undolog.register_tool('drop_database', 'irreversible') AS tool_id \gset
@@ -25,19 +27,30 @@ SELECT effect_id AS effect_a1 FROM undolog.intercept(
     'aaaaaaaa-0000-4000-8000-000000000001', 0, 'create_user', 'compensable',
     '{"email": "a@example.com"}', pg_temp.sig('a-0'), '{"name": "delete_user"}') \gset
 SELECT undolog.commit(:'effect_a1', '{"user_id": 1}');
+SELECT action AS replay_a1 FROM undolog.intercept(
+    'aaaaaaaa-0000-4000-8000-000000000001', 0, 'create_user', 'compensable',
+    '{"email": "a@example.com"}', pg_temp.sig('a-0'), '{"name": "delete_user"}') \gset
 SELECT approval_id AS approval_a FROM undolog.intercept(
     'aaaaaaaa-0000-4000-8000-000000000001', 1, 'drop_database', 'irreversible',
     '{"name": "prod"}', pg_temp.sig('a-1')) \gset
 RESET SESSION AUTHORIZATION;
 
--- Agent B: one compensable call, still executing.
+-- Agent B: one compensable call that failed once and was retried (two history rows),
+-- executing again.
 SET SESSION AUTHORIZATION ul_t_agent_b;
 SELECT undolog.register_tool('send_email', 'compensable', '{"name": "recall_email"}') AS tool_id \gset
 SELECT undolog.begin_session('bbbbbbbb-0000-4000-8000-000000000001', 'agent-b');
 SELECT effect_id AS effect_b1 FROM undolog.intercept(
     'bbbbbbbb-0000-4000-8000-000000000001', 0, 'send_email', 'compensable',
     '{"to": "b@example.com"}', pg_temp.sig('b-0'), '{"name": "recall_email"}') \gset
+SELECT undolog.fail(:'effect_b1', 'smtp down');
+SELECT action AS retry_b1 FROM undolog.intercept(
+    'bbbbbbbb-0000-4000-8000-000000000001', 0, 'send_email', 'compensable',
+    '{"to": "b@example.com"}', pg_temp.sig('b-0'), '{"name": "recall_email"}') \gset
 RESET SESSION AUTHORIZATION;
+
+SELECT is(:'replay_a1' || '/' || :'retry_b1', 'replay/execute',
+          'setup: agent A''s call replayed, agent B''s executed again after its fail');
 
 SELECT results_eq(
     $$SELECT session_id, owner_role FROM undolog.undolog_sessions
@@ -66,9 +79,21 @@ SELECT is(
     (SELECT count(DISTINCT session_id)::int FROM undolog.undolog_effect_history), 1,
     'agent A reads the history of its own effects only'
 );
-SELECT cmp_ok(
-    (SELECT count(*)::int FROM undolog.undolog_effect_history), '>=', 3,
-    'and all of it'
+SELECT is(
+    (SELECT string_agg(event, ',') FROM undolog.undolog_effect_history), 'replayed',
+    'and all of it: the replay (its creations and the commit are in its effect rows)'
+);
+-- The timeline synthesises the in-row events from the effect rows, which the policies
+-- filter too (security_invoker).
+SELECT results_eq(
+    $$SELECT session_id, tool_name, from_state, to_state FROM undolog.effect_timeline
+      ORDER BY seq$$,
+    $$VALUES ('aaaaaaaa-0000-4000-8000-000000000001'::uuid, 'create_user'::text, NULL::text,
+              'executing'::text),
+             ('aaaaaaaa-0000-4000-8000-000000000001', 'create_user', 'executing', 'committed'),
+             ('aaaaaaaa-0000-4000-8000-000000000001', 'create_user', 'committed', 'committed'),
+             ('aaaaaaaa-0000-4000-8000-000000000001', 'drop_database', NULL, 'pending')$$,
+    'agent A reads the whole timeline of its own calls only'
 );
 SELECT is(
     (SELECT array_agg(DISTINCT session_id)::text FROM undolog.undolog_session_history),

@@ -1,7 +1,7 @@
 -- The views for people: sessions_overview and effect_timeline. They are security_invoker,
 -- so an agent sees only its own sessions in them, and staff see all.
 BEGIN;
-SELECT plan(10);
+SELECT plan(12);
 
 \ir _helpers.psql
 
@@ -38,16 +38,29 @@ SELECT results_eq(
     $$VALUES ('awaiting_approval'::text, 2::bigint, 1::bigint, 0::bigint, 1::bigint, 1::bigint)$$,
     'sessions_overview counts the session''s calls by state'
 );
+-- A call's creation and commit are recorded in its own row (migration 0013): the view
+-- synthesises them (no history_id, the maker and the committer as actor); the replay is
+-- a history row. seq, the event's place in the session's chain, orders them all.
 SELECT results_eq(
-    $$SELECT step_index, tool_name, event, from_state, to_state
+    $$SELECT step_index, tool_name, event, from_state, to_state, actor, history_id IS NULL
       FROM undolog.effect_timeline WHERE session_id = 'a1000000-0000-4000-8000-000000000001'
-      ORDER BY history_id$$,
-    $$VALUES (0, 'create_user', 'transition', NULL, 'executing'),
-             (0, 'create_user', 'transition', 'executing', 'committed'),
-             (0, 'create_user', 'replayed', 'committed', 'committed'),
-             (1, 'payout', 'transition', NULL, 'pending')$$,
+      ORDER BY seq$$,
+    $$VALUES (0, 'create_user', 'transition', NULL, 'executing', 'ul_t_agent_a', true),
+             (0, 'create_user', 'transition', 'executing', 'committed', 'ul_t_agent_a', true),
+             (0, 'create_user', 'replayed', 'committed', 'committed', 'ul_t_agent_a', false),
+             (1, 'payout', 'transition', NULL, 'pending', 'ul_t_agent_a', true)$$,
     'effect_timeline lists every event of the session''s calls in order'
 );
+SELECT is(
+    (SELECT count(DISTINCT seq) || '/' || count(*) FROM undolog.effect_timeline
+     WHERE session_id = 'a1000000-0000-4000-8000-000000000001'),
+    '4/4', 'each event has its own seq in the session''s chain'
+);
+SELECT is(
+    (SELECT a.attname::text FROM pg_attribute AS a
+     WHERE a.attrelid = 'undolog.effect_timeline'::regclass AND a.attnum > 0
+     ORDER BY a.attnum DESC LIMIT 1),
+    'seq', 'the timeline''s last column is seq');
 
 SET SESSION AUTHORIZATION ul_t_agent_b;
 SELECT is((SELECT array_agg(agent) FROM undolog.sessions_overview), ARRAY['agent-b'],

@@ -1,11 +1,12 @@
 -- The history's hash chains: every history row is linked into its session's chain as
--- it is written (seq 1, 2, ...; hash = sha256(prev || canonical record)); an unchanged
--- journal verifies clean; rows changed, deleted, reordered or slipped in with the
--- triggers off are named by verify_chain (and assert_chain raises UL027); an approval
+-- it is written (seq 1, 2, ...; hash = sha256(prev || canonical record)); so are a new
+-- call's creation and commit, recorded in its own effect row (migration 0013); an
+-- unchanged journal verifies clean; rows changed, deleted, reordered or slipped in with
+-- the triggers off are named by verify_chain (and assert_chain raises UL027); an approval
 -- request is linked when made and when decided, and its links cannot be written by an
 -- UPDATE; anchors chain the heads and catch a consistent rewrite; staff only.
 BEGIN;
-SELECT plan(30);
+SELECT plan(37);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -21,22 +22,45 @@ SELECT lives_ok(
     $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
                              WHERE call_signature = pg_temp.sig('hc-c')), '{"id": 1}')$$,
     'setup: it commits');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 0,
+              'create_user', 'compensable', '{"name": "ada"}', pg_temp.sig('hc-c'),
+              '{"name": "delete_user"}')),
+          'replay', 'setup: the same call again, a replay (an effect history row)');
 SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 1,
               'send_email', 'irreversible', '{"to": "ada"}', pg_temp.sig('hc-i'))),
           'await_approval', 'setup: an irreversible call');
 SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000002'),
           'c0000000-0000-4000-8000-000000000002'::uuid, 'setup: another session');
 
+SELECT effect_id AS hc_c FROM undolog.undolog_signature_registry
+WHERE call_signature = pg_temp.sig('hc-c') \gset
+SELECT effect_id AS hc_i FROM undolog.undolog_signature_registry
+WHERE call_signature = pg_temp.sig('hc-i') \gset
+
 CREATE TEMP VIEW chain1 AS
 SELECT * FROM undolog.chain_events('c0000000-0000-4000-8000-000000000001');
 
--- Linked as written.
-SELECT is((SELECT array_agg(seq ORDER BY seq) FROM chain1), ARRAY[1, 2, 3, 4, 5, 6]::bigint[],
-          'the session''s six history rows are links 1 to 6');
+-- Linked as written: the session's start, the call's creation and commit, its replay, the
+-- irreversible call's creation, its approval request, the session's wait.
+SELECT is((SELECT array_agg(seq ORDER BY seq) FROM chain1), ARRAY[1, 2, 3, 4, 5, 6, 7]::bigint[],
+          'the session''s seven recorded events are links 1 to 7');
 SELECT is((SELECT array_agg(DISTINCT table_name ORDER BY table_name) FROM chain1),
-          ARRAY['undolog_approval_requests', 'undolog_effect_history',
+          ARRAY['undolog_approval_requests', 'undolog_effect_history', 'undolog_effect_log',
                 'undolog_session_history'],
-          'of three tables');
+          'of four tables');
+SELECT results_eq(
+    $$SELECT seq, table_name, row_key FROM chain1 WHERE table_name = 'undolog_effect_log'
+      ORDER BY seq$$,
+    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%1$s created'),
+                    (3, 'undolog_effect_log', 'effect_id=%1$s committed'),
+                    (5, 'undolog_effect_log', 'effect_id=%2$s created')$$, :'hc_c', :'hc_i'),
+    'a new call''s creation and its commit are links of the chain, in its effect row');
+SELECT results_eq(
+    format($$SELECT effect_id, chain_seq, commit_seq FROM undolog.undolog_effect_log
+             WHERE effect_id IN (%L, %L) ORDER BY chain_seq$$, :'hc_c', :'hc_i'),
+    format($$VALUES (%L::uuid, 2::bigint, 3::bigint), (%L::uuid, 5::bigint, NULL::bigint)$$,
+           :'hc_c', :'hc_i'),
+    '... stored in the row (chain_seq, commit_seq); the pending call has no commit link');
 SELECT is((SELECT count(*) FROM chain1 AS c
            WHERE c.hash <> sha256(c.prev || convert_to(c.canonical, 'UTF8'))), 0::bigint,
           'each hash is sha256(prev || canonical record)');
@@ -46,18 +70,20 @@ SELECT is((SELECT count(*) FROM chain1 AS a JOIN chain1 AS b ON b.seq = a.seq + 
            WHERE b.prev <> a.hash), 0::bigint, 'each prev is the previous hash');
 SELECT is((SELECT (h.seq, h.head) FROM undolog.undolog_chain_heads AS h
            WHERE h.session_id = 'c0000000-0000-4000-8000-000000000001'),
-          (SELECT (c.seq, c.hash) FROM chain1 AS c WHERE c.seq = 6),
+          (SELECT (c.seq, c.hash) FROM chain1 AS c WHERE c.seq = 7),
           'the head is the last link');
 SELECT is((SELECT max(seq) FROM undolog.chain_events('c0000000-0000-4000-8000-000000000002')),
           1::bigint, 'the other session has a chain of its own');
 SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'an unchanged journal verifies clean');
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
+                'verify_chain of the untouched session, its in-row links included: nothing');
 SELECT is(undolog.assert_chain(), 2::bigint, 'assert_chain: two sessions verified');
 
 -- The canonical record does not depend on the session's settings.
 CREATE TEMP TABLE records AS SELECT seq, canonical FROM chain1;
 SET LOCAL TimeZone = 'America/St_Johns';
 SET LOCAL DateStyle = 'German';
-SELECT is((SELECT count(*) FROM chain1 JOIN records USING (seq, canonical)), 6::bigint,
+SELECT is((SELECT count(*) FROM chain1 JOIN records USING (seq, canonical)), 7::bigint,
           'the same records under another TimeZone and DateStyle');
 RESET TimeZone;
 RESET DateStyle;
@@ -79,7 +105,7 @@ UPDATE undolog.undolog_approval_requests
 SET state = 'expired', decided_at = now(), decided_role = 'pgtap'
 WHERE session_id = 'c0000000-0000-4000-8000-000000000001';
 SELECT is((SELECT decision_seq FROM undolog.undolog_approval_requests
-           WHERE session_id = 'c0000000-0000-4000-8000-000000000001'), 7::bigint,
+           WHERE session_id = 'c0000000-0000-4000-8000-000000000001'), 8::bigint,
           'the decision is the next link');
 SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'still clean after the decision');
 
@@ -94,12 +120,41 @@ SELECT is((SELECT prev FROM undolog.undolog_chain_anchors WHERE anchor_id = 2),
 SET LOCAL session_replication_role = replica;
 SAVEPOINT t;
 UPDATE undolog.undolog_effect_history SET to_state = 'failed'
-WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND to_state = 'committed';
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND event = 'replayed';
 SELECT results_eq(
     $$SELECT table_name, problem FROM undolog.verify_chain()$$,
     $$VALUES ('undolog_effect_history', 'altered')$$,
     'a changed row is named');
 SELECT throws_ok('SELECT undolog.assert_chain()', 'UL027', NULL, 'assert_chain raises UL027');
+ROLLBACK TO t;
+-- An effect row's recorded creation and commit are checked as its history rows are.
+UPDATE undolog.undolog_effect_log SET args = '{"name": "eve"}' WHERE effect_id = :'hc_c';
+SELECT results_eq(
+    $$SELECT seq, table_name, row_key, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
+    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%s created', 'altered')$$,
+           :'hc_c'),
+    'changed args of a call: its creation is named altered');
+ROLLBACK TO t;
+UPDATE undolog.undolog_effect_log SET result_snapshot = '{"id": 2}' WHERE effect_id = :'hc_c';
+SELECT results_eq(
+    $$SELECT seq, table_name, row_key, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
+    format($$VALUES (3::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'altered')$$,
+           :'hc_c'),
+    'a changed result of a committed call: its commit is named altered');
+ROLLBACK TO t;
+UPDATE undolog.undolog_effect_log SET commit_seq = NULL, commit_prev = NULL, commit_hash = NULL
+WHERE effect_id = :'hc_c';
+-- (and the link after it, the replay at seq 4, no longer follows seq 2)
+SELECT results_eq(
+    $$SELECT seq, table_name, CASE WHEN seq IS NULL THEN row_key END, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')
+      ORDER BY seq NULLS FIRST, problem$$,
+    format($$VALUES (NULL::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'unchained'),
+                    (4, 'undolog_effect_history', NULL, 'link'),
+                    (4, 'undolog_effect_history', NULL, 'missing')$$, :'hc_c'),
+    'a commit whose link was cleared (committed_at kept) is named unchained');
 ROLLBACK TO t;
 DELETE FROM undolog.undolog_session_history
 WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND to_state = 'awaiting_approval';

@@ -41,6 +41,28 @@ BEGIN
                    h.from_state, h.to_state, h.at, h.actor, h.detail)
         FROM undolog.undolog_effect_history AS h
         UNION ALL
+        -- A call's creation and its commit, recorded in its own row (migration 0013);
+        -- a call journaled before it has a history row for its creation instead (and for
+        -- its commit, when it committed before it). A commit without its link is
+        -- reported (unchained), as a decision is; a creation whose link was cleared
+        -- leaves a gap in the session's seq (missing).
+        SELECT e.session_id, e.chain_seq, e.chain_prev, e.chain_hash,
+               'undolog_effect_log', 'effect_id=' || e.effect_id || ' created', e.executed_at,
+               undolog.chain_record_effect_created(
+                   e.session_id, e.effect_id, e.executed_at, e.call_signature, e.step_index,
+                   e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id)
+        FROM undolog.undolog_effect_log AS e
+        WHERE e.chain_seq IS NOT NULL
+        UNION ALL
+        SELECT e.session_id, e.commit_seq, e.commit_prev, e.commit_hash,
+               'undolog_effect_log', 'effect_id=' || e.effect_id || ' committed',
+               e.committed_at,
+               undolog.chain_record_effect_committed(
+                   e.session_id, e.effect_id, e.executed_at, e.committed_at, e.committed_by,
+                   e.result_snapshot)
+        FROM undolog.undolog_effect_log AS e
+        WHERE e.committed_at IS NOT NULL OR e.commit_seq IS NOT NULL
+        UNION ALL
         SELECT h.session_id, h.chain_seq, h.chain_prev, h.chain_hash,
                'undolog_undo_history', 'history_id=' || h.history_id, h.at,
                undolog.chain_record_undo_history(

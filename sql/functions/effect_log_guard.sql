@@ -1,70 +1,122 @@
 -- undolog.effect_log_guard: BEFORE INSERT OR UPDATE on undolog_effect_log (cloned onto
 -- every partition). Identity columns never change; a state change must be one of
--- undolog.effect_transition_allowed; every state change and every replay is appended to
--- undolog_effect_history. Because it is a trigger, no code path can skip the history.
--- A new call is one history row (its creation in its starting state), not two.
+-- undolog.effect_transition_allowed; every state change and every replay is recorded,
+-- linked into the session's hash chain. Because it is a trigger, no code path can skip
+-- the record.
+-- A new call's two hot events are recorded in the row itself (migration 0013): its
+-- creation (executed_at, intercepted_by; linked in chain_*) and its commit (committed_at,
+-- committed_by, the result; linked in commit_*). A history row costs a partitioned insert
+-- and a trigger of its own on every journaled call; the link is computed here either way.
+-- Every other transition (fail, retry, approval, the walk) and every replay appends a row
+-- to undolog_effect_history, which links itself (undolog.chain_effect_history).
 CREATE OR REPLACE FUNCTION undolog.effect_log_guard()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_canonical text;
+    v_seq bigint;
+    v_prev bytea;
+    v_hash bytea;
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        -- A new effect starts pending; intercept may insert it already executing, which
-        -- is the pending -> executing transition and is recorded as such.
-        -- The tier and the starting state are checked here, not by CHECK constraints.
-        IF NOT coalesce(NEW.tier IN ('compensable', 'irreversible')
-                        AND (NEW.state = 'pending'
-                             OR (NEW.state = 'executing' AND NEW.tier = 'compensable')),
-                        false) THEN
+        -- A new effect starts as intercept writes it: a COMPENSABLE call executing (the
+        -- pending -> executing step taken in the same statement), an IRREVERSIBLE one
+        -- pending its approval. The creation record's state follows from the tier.
+        IF NOT coalesce((NEW.tier = 'compensable' AND NEW.state = 'executing')
+                        OR (NEW.tier = 'irreversible' AND NEW.state = 'pending'), false) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state);
         END IF;
-        -- One history row per insert, whatever the starting state: NULL -> pending, or
-        -- NULL -> executing for a COMPENSABLE call that intercept executes at once (the
-        -- pending -> executing step of the state machine, taken in the same statement).
-        INSERT INTO undolog.undolog_effect_history
-            (session_id, effect_id, executed_at, event, from_state, to_state)
-        VALUES (NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', NULL, NEW.state);
-        RETURN NEW;
-    END IF;
-
-    -- intercepted_by (who made the call) is identity too: approvals are refused by it;
-    -- so is tool_id, the registration the undo walk takes the compensation from.
-    IF (NEW.effect_id, NEW.session_id, NEW.executed_at, NEW.call_signature, NEW.step_index,
-        NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by, NEW.tool_id)
-       IS DISTINCT FROM
-       (OLD.effect_id, OLD.session_id, OLD.executed_at, OLD.call_signature, OLD.step_index,
-        OLD.tool_name, OLD.tier, OLD.args, OLD.intercepted_by, OLD.tool_id) THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL011',
-            MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args, maker, registration) cannot change',
-            DETAIL = pg_catalog.format('effect %s', OLD.effect_id);
-    END IF;
-    NEW.updated_at := now();
-
-    IF NEW.state <> OLD.state THEN
-        IF NOT undolog.effect_transition_allowed(NEW.tier, OLD.state, NEW.state) THEN
+        NEW.committed_at := NULL;
+        NEW.committed_by := NULL;
+        NEW.commit_seq := NULL;
+        NEW.commit_prev := NULL;
+        NEW.commit_hash := NULL;
+        v_canonical := undolog.chain_record_effect_created(
+            NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.call_signature,
+            NEW.step_index, NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by,
+            NEW.tool_id);
+    ELSE
+        -- intercepted_by (who made the call) is identity too: approvals are refused by
+        -- it; so is tool_id, the registration the undo walk takes the compensation from;
+        -- and so is every linked record: the creation's link, and the commit with its
+        -- result once made.
+        IF (NEW.effect_id, NEW.session_id, NEW.executed_at, NEW.call_signature,
+            NEW.step_index, NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by,
+            NEW.tool_id, NEW.chain_seq, NEW.chain_prev, NEW.chain_hash, NEW.committed_at,
+            NEW.committed_by, NEW.commit_seq, NEW.commit_prev, NEW.commit_hash)
+           IS DISTINCT FROM
+           (OLD.effect_id, OLD.session_id, OLD.executed_at, OLD.call_signature,
+            OLD.step_index, OLD.tool_name, OLD.tier, OLD.args, OLD.intercepted_by,
+            OLD.tool_id, OLD.chain_seq, OLD.chain_prev, OLD.chain_hash, OLD.committed_at,
+            OLD.committed_by, OLD.commit_seq, OLD.commit_prev, OLD.commit_hash)
+           OR (OLD.committed_at IS NOT NULL
+               AND NEW.result_snapshot IS DISTINCT FROM OLD.result_snapshot) THEN
             RAISE EXCEPTION USING
-                ERRCODE = 'UL001',
-                MESSAGE = pg_catalog.format('invalid %s effect transition %s -> %s',
-                                            NEW.tier, OLD.state, NEW.state),
-                DETAIL = pg_catalog.format('effect %s', NEW.effect_id);
+                ERRCODE = 'UL011',
+                MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args, maker, registration) and its recorded commit cannot change',
+                DETAIL = pg_catalog.format('effect %s', OLD.effect_id);
         END IF;
-        INSERT INTO undolog.undolog_effect_history
-            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
-        VALUES (
-            NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', OLD.state, NEW.state,
-            CASE WHEN NEW.error IS DISTINCT FROM OLD.error AND NEW.error IS NOT NULL
-                THEN pg_catalog.jsonb_build_object('error', NEW.error) END
-        );
-    ELSIF NEW.replay_count > OLD.replay_count THEN
-        INSERT INTO undolog.undolog_effect_history
-            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
-        VALUES (
-            NEW.session_id, NEW.effect_id, NEW.executed_at, 'replayed', OLD.state, NEW.state,
-            pg_catalog.jsonb_build_object('replay_count', NEW.replay_count)
-        );
+        NEW.updated_at := now();
+
+        IF NEW.state <> OLD.state THEN
+            IF NOT undolog.effect_transition_allowed(NEW.tier, OLD.state, NEW.state) THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'UL001',
+                    MESSAGE = pg_catalog.format('invalid %s effect transition %s -> %s',
+                                                NEW.tier, OLD.state, NEW.state),
+                    DETAIL = pg_catalog.format('effect %s', NEW.effect_id);
+            END IF;
+            IF NEW.state <> 'committed' THEN
+                INSERT INTO undolog.undolog_effect_history
+                    (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+                VALUES (
+                    NEW.session_id, NEW.effect_id, NEW.executed_at, 'transition', OLD.state,
+                    NEW.state,
+                    CASE WHEN NEW.error IS DISTINCT FROM OLD.error AND NEW.error IS NOT NULL
+                        THEN pg_catalog.jsonb_build_object('error', NEW.error) END
+                );
+                RETURN NEW;
+            END IF;
+            -- executing -> committed, the only way in: the commit, recorded here.
+            NEW.committed_at := pg_catalog.clock_timestamp();
+            NEW.committed_by := session_user;
+            v_canonical := undolog.chain_record_effect_committed(
+                NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.committed_at,
+                NEW.committed_by, NEW.result_snapshot);
+        ELSIF NEW.replay_count > OLD.replay_count THEN
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+            VALUES (
+                NEW.session_id, NEW.effect_id, NEW.executed_at, 'replayed', OLD.state,
+                NEW.state, pg_catalog.jsonb_build_object('replay_count', NEW.replay_count)
+            );
+            RETURN NEW;
+        ELSE
+            RETURN NEW;
+        END IF;
+    END IF;
+
+    -- The event's link: the session's head moves on (its row lock orders the session's
+    -- writers), inline as in undolog.chain_effect_history; chain_link makes the head.
+    UPDATE undolog.undolog_chain_heads AS h
+    SET seq = h.seq + 1, prev = h.head, head = undolog.chain_hash(h.head, v_canonical)
+    WHERE h.session_id = NEW.session_id
+    RETURNING h.seq, h.prev, h.head INTO v_seq, v_prev, v_hash;
+    IF NOT FOUND THEN
+        SELECT l.seq, l.prev, l.hash INTO v_seq, v_prev, v_hash
+        FROM undolog.chain_link(NEW.session_id, v_canonical) AS l;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        NEW.chain_seq := v_seq;
+        NEW.chain_prev := v_prev;
+        NEW.chain_hash := v_hash;
+    ELSE
+        NEW.commit_seq := v_seq;
+        NEW.commit_prev := v_prev;
+        NEW.commit_hash := v_hash;
     END IF;
     RETURN NEW;
 END

@@ -40,7 +40,8 @@ BEGIN
         FOR v_approval_id IN
             SELECT a.approval_id FROM undolog.undolog_approval_requests AS a
             WHERE a.session_id = p_session_id AND a.state = 'pending'
-            ORDER BY a.requested_at
+            -- approval_id breaks a tie: requests asked in one transaction share now()
+            ORDER BY a.requested_at, a.approval_id
         LOOP
             -- A rejection that ended the session closed the others with it.
             CONTINUE WHEN (SELECT a.state FROM undolog.undolog_approval_requests AS a

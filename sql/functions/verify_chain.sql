@@ -68,7 +68,7 @@ AS $$
     ),
     findings AS (
         SELECT e.session_id, e.seq, e.table_name, e.row_key, 'unchained' AS problem,
-               'a link of the chain' AS expected, 'no chain_seq, chain_prev or chain_hash' AS found
+               'a link of the chain' AS expected, 'no seq, prev or hash (chain_*, commit_* or decision_*)' AS found
         FROM e
         WHERE e.seq IS NULL OR e.prev IS NULL OR e.hash IS NULL
         UNION ALL

@@ -61,18 +61,18 @@ def test_clean_then_tampered_online(dsn: str, conn: Conn) -> None:
     assert "rows of 1 sessions match their chains" in clean.stdout
     tamper(
         conn,
-        "UPDATE undolog.undolog_effect_history SET actor = 'someone else'"
-        " WHERE session_id = %s AND to_state = 'committed'",
+        "UPDATE undolog.undolog_effect_log SET committed_by = 'someone else'"
+        " WHERE session_id = %s AND committed_at IS NOT NULL",
         (session,),
     )
     broken = undolog(dsn, "verify")
     assert broken.returncode == 1
-    assert "altered: undolog_effect_history history_id=" in broken.stdout
+    assert "altered: undolog_effect_log effect_id=" in broken.stdout
     assert f"session {session}" in broken.stdout
     as_json = json.loads(undolog(dsn, "verify", "--json", "--session", str(session)[:8]).stdout)
     assert as_json["ok"] is False
     (finding,) = as_json["findings"]
-    assert finding["table"] == "undolog_effect_history" and finding["problem"] == "altered"
+    assert finding["table"] == "undolog_effect_log" and finding["problem"] == "altered"
     assert finding["expected"] != finding["found"]
     # --since after every row: nothing to check, nothing wrong
     assert undolog(dsn, "verify", "--since", "2999-01-01Z").returncode == 0
@@ -88,7 +88,7 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
     assert header["session_id"] == str(session) and header["head"]["seq"] == len(lines) - 1
     assert {json.loads(line)["table"] for line in lines[1:]} == {
         "undolog_session_history",
-        "undolog_effect_history",
+        "undolog_effect_log",  # a call's creation and commit (its own row's links)
         "undolog_approval_requests",
     }
     ok = undolog(None, "verify", "--file", str(out))
@@ -96,8 +96,10 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
 
     # the file itself edited: a record changed, a line dropped, two lines swapped
     row = json.loads(lines[2])
-    row["record"]["to_state"] = "committed"
-    row["canonical"] = row["canonical"].replace('"executing"', '"committed"')
+    assert row["record"]["event"] == "created"
+    row["record"]["tool_name"] = "delete_user"
+    row["canonical"] = row["canonical"].replace('"create_user"', '"delete_user"')
+    assert row["canonical"] != json.loads(lines[2])["canonical"]
     edited = [*lines[:2], json.dumps(row), *lines[3:]]
     for name, text, problem in [
         ("edited", edited, "altered"),

@@ -50,17 +50,18 @@ def test_staff_see_the_chain_verified_then_broken(
     web = client_as(dsn, "dash_operator")
     page = web.get(f"/sessions/{session}")
     assert page.status_code == 200
-    assert 'id="chain-status"' in page.text and "Verified: every history row" in page.text
+    assert 'id="chain-status"' in page.text and "Verified: every recorded event" in page.text
     with conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")
         conn.execute(
-            "UPDATE undolog.undolog_effect_history SET to_state = 'failed'"
-            " WHERE session_id = %s AND to_state = 'committed'",
+            # the call's commit is a link of its own row: its result changed
+            "UPDATE undolog.undolog_effect_log SET result_snapshot = '{\"user_id\": 2}'"
+            " WHERE session_id = %s AND committed_at IS NOT NULL",
             (session,),
         )
     page = web.get(f"/sessions/{session}")
-    assert "1 history row(s) do not match their hash chain" in page.text
-    assert "<strong>altered</strong>: undolog_effect_history history_id=" in page.text
+    assert "1 recorded event(s) do not match their hash chain" in page.text
+    assert "<strong>altered</strong>: undolog_effect_log effect_id=" in page.text
     web.__exit__(None, None, None)
 
 

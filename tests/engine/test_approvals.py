@@ -179,8 +179,10 @@ def test_approve_then_the_same_call_executes_exactly_once(agent: Conn, approver:
     assert (replay.action, replay.result_snapshot) == ("replay", {"dropped": True})
 
     transitions = agent.execute(
-        "SELECT from_state, to_state FROM undolog.undolog_effect_history "
-        "WHERE effect_id = %s AND event = 'transition' ORDER BY history_id",
+        # the whole life: the creation and the commit are recorded in the effect's row,
+        # the rest as history rows; the timeline shows both in chain order
+        "SELECT from_state, to_state FROM undolog.effect_timeline "
+        "WHERE effect_id = %s AND event = 'transition' ORDER BY seq",
         (first.effect_id,),
     ).fetchall()
     assert transitions == [

@@ -151,9 +151,15 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
+        # a call's creation and its commit are links of its own row (migration 0013)
         (
-            "UPDATE undolog.undolog_effect_history SET to_state = 'failed'"
-            " WHERE session_id = %(s)s AND to_state = 'committed'",
+            'UPDATE undolog.undolog_effect_log SET result_snapshot = \'{"created": "z"}\''
+            " WHERE session_id = %(s)s AND committed_at IS NOT NULL",
+            "altered",
+        ),
+        (
+            'UPDATE undolog.undolog_effect_log SET args = \'{"name": "z"}\''
+            " WHERE session_id = %(s)s",
             "altered",
         ),
         (
@@ -162,9 +168,9 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
             "altered",
         ),
         (
-            "DELETE FROM undolog.undolog_effect_history WHERE session_id = %(s)s"
-            " AND to_state = 'committed' AND chain_seq = (SELECT min(chain_seq) FROM"
-            " undolog.undolog_effect_history WHERE session_id = %(s)s AND to_state = 'committed')",
+            "DELETE FROM undolog.undolog_effect_log WHERE session_id = %(s)s"
+            " AND chain_seq = (SELECT min(chain_seq) FROM undolog.undolog_effect_log"
+            " WHERE session_id = %(s)s)",
             "missing",
         ),
         (
@@ -174,8 +180,8 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
         ),
         # reordered: two rows swap places in the chain
         (
-            "UPDATE undolog.undolog_effect_history AS h SET chain_seq = CASE h.chain_seq"
-            " WHEN 2 THEN 3 ELSE 2 END WHERE session_id = %(s)s AND chain_seq IN (2, 3)",
+            "UPDATE undolog.undolog_effect_log SET chain_seq = commit_seq, commit_seq = chain_seq"
+            " WHERE session_id = %(s)s AND chain_seq = 2",
             "link",
         ),
         (
@@ -184,7 +190,15 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
             "unchained",
         ),
     ],
-    ids=["edit-effect", "edit-session", "delete-middle", "delete-last", "reorder", "insert"],
+    ids=[
+        "edit-result",
+        "edit-args",
+        "edit-session",
+        "delete-middle",
+        "delete-last",
+        "reorder",
+        "insert",
+    ],
 )
 def test_tampering_is_found_online_and_in_an_export(
     dsn: str, conn: Conn, agent_dsn: str, change: str, problem: str

@@ -79,16 +79,21 @@ def test_fail_then_retry_executes_again(conn: Conn) -> None:
     row = _effect(conn, first.effect_id)
     assert (row["state"], row["attempts"], row["result_snapshot"]) == ("committed", 2, None)
     history = conn.execute(
-        "SELECT from_state, to_state, detail FROM undolog.undolog_effect_history "
-        "WHERE effect_id = %s ORDER BY history_id",
+        "SELECT from_state, to_state, detail FROM undolog.effect_timeline "
+        "WHERE effect_id = %s ORDER BY seq",
         (first.effect_id,),
     ).fetchall()
     assert history == [
-        (None, "executing", None),  # created executing: one history row, not two
+        (None, "executing", None),  # created executing, in its own row (one event, not two)
         ("executing", "pending", {"error": "smtp timeout"}),
         ("pending", "executing", None),
-        ("executing", "committed", None),
+        ("executing", "committed", None),  # in its own row too
     ]
+    # only the two events between them are history rows
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_history WHERE effect_id = %s",
+        (first.effect_id,),
+    ).fetchone() == (2,)
 
 
 def test_duplicate_of_an_executing_call_is_in_progress(conn: Conn) -> None:

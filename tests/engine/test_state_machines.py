@@ -398,8 +398,10 @@ class EngineModel(RuleBasedStateMachine):
             assert row == (s.state, s.resolved)
         for e in self.effects:
             rows = self.conn.execute(
-                "SELECT event, from_state, to_state FROM undolog.undolog_effect_history"
-                " WHERE effect_id = %s ORDER BY history_id",
+                # the creation and the commit in the effect's row, the rest as history
+                # rows: the timeline holds every event, in chain order
+                "SELECT event, from_state, to_state FROM undolog.effect_timeline"
+                " WHERE effect_id = %s ORDER BY seq",
                 (e.effect_id,),
             ).fetchall()
             assert [tuple(r) for r in rows] == e.history, e.effect_id

@@ -253,6 +253,28 @@ def test_an_upgrade_keeps_sessions_in_every_state(
             ).fetchone()
             assert attempts == (1, "committed")
 
+        # a call journaled before the upgrade keeps its creation as a history row; what it
+        # did since is recorded as today's engine records it: its commit in its own row
+        life = c.execute(
+            "SELECT from_state, to_state, history_id IS NULL FROM undolog.effect_timeline"
+            " WHERE session_id = %s AND event = 'transition' ORDER BY seq",
+            (old["awaiting"],),
+        ).fetchall()
+        assert life == [
+            (None, "pending", False),
+            ("pending", "approved", False),
+            ("approved", "executing", False),
+            ("executing", "committed", True),
+        ]
+        # a call journaled after it: its creation and its commit, both in its own row
+        assert c.execute(
+            "SELECT chain_seq IS NOT NULL, commit_seq IS NOT NULL, committed_by = session_user,"
+            " (SELECT count(*) FROM undolog.undolog_effect_history AS h"
+            "  WHERE h.effect_id = e.effect_id)"
+            " FROM undolog.undolog_effect_log AS e WHERE e.effect_id = %s",
+            (new.effect_id,),
+        ).fetchone() == (True, True, True, 0)
+
         # the rejected call stays rejected
         assert approvals.approval_state(c, old["rejected_approval"]) == "rejected"
         refused = engine.intercept(
