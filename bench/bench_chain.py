@@ -87,7 +87,7 @@ def unlinked_guard(shipped: str) -> str:
     """The shipped guard without its link: every check and history row kept."""
     cut, found = GUARD_LINK.subn("", shipped)
     cut, records = GUARD_RECORD.subn("", cut)
-    if found != 1 or records != 2:
+    if found != 1 or records != 3:
         raise SystemExit("bench_chain: effect_log_guard's link not found; update GUARD_LINK")
     return cut
 

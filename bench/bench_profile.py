@@ -18,10 +18,10 @@ not in it; the top-level figure has them).
 Ablations are not proposals: each removes something a guarantee needs, to measure what
 that thing costs, which is the most a design that writes less could save by moving it:
   shipped        the engine as migrate installs it
-  no_guard       the effect log's guard trigger dropped: no history rows, no transition
-                 checks: what "history written by intercept/commit" could save at most
+  no_guard       the effect log's guard triggers dropped: no history rows, no links, no
+                 transition checks: what the guard still costs a new call (its commit)
   unpartitioned  the effect log and its history as plain tables (same columns, keys and
-                 guard trigger): what "no tuple routing on the hot path" could save at most
+                 the hot path's triggers): what "no tuple routing" could save at most
 What the registry costs is its own INSERT in the nested column (folding it into the
 effect row would save about that).
 
@@ -54,19 +54,24 @@ from psycopg.types.json import Jsonb
 
 import bench_agents as ba
 from undolog import ToolTier, UndoLog, engine, undolog_tool
+from undolog._sql import sql_root
 from undolog.migrations import migrate
 from undolog.signature import call_signature
 
 Conn = psycopg.Connection[Any]
 
 VARIANTS = ("shipped", "no_guard", "unpartitioned")
+SQL_ROOT = sql_root()
 DB_PREFIX = "undolog_bench_profile_"
 
 # Run as the superuser on a fresh install; the views that read the two tables go with
 # them (the ablated database serves only intercept and commit).
 ABLATIONS: dict[str, str] = {
     "shipped": "",
-    "no_guard": "DROP TRIGGER undolog_effect_log_guard ON undolog.undolog_effect_log",
+    "no_guard": """
+        DROP TRIGGER undolog_effect_log_guard ON undolog.undolog_effect_log;
+        DROP TRIGGER undolog_effect_log_guard_insert ON undolog.undolog_effect_log;
+    """,
     "unpartitioned": """
         CREATE TABLE undolog.plain_effect_log
             (LIKE undolog.undolog_effect_log INCLUDING DEFAULTS);
@@ -79,10 +84,16 @@ ABLATIONS: dict[str, str] = {
         DROP TABLE undolog.undolog_effect_log, undolog.undolog_effect_history CASCADE;
         ALTER TABLE undolog.plain_effect_log RENAME TO undolog_effect_log;
         ALTER TABLE undolog.plain_effect_history RENAME TO undolog_effect_history;
-        CREATE TRIGGER undolog_effect_log_guard
-        BEFORE INSERT OR UPDATE ON undolog.undolog_effect_log
-        FOR EACH ROW EXECUTE FUNCTION undolog.effect_log_guard();
-    """,
+    """
+    # the hot path's triggers as shipped, on the plain tables
+    + "".join(
+        (SQL_ROOT / "triggers" / f"{name}.sql").read_text("utf-8")
+        for name in (
+            "undolog_effect_log_guard",
+            "undolog_effect_log_guard_insert",
+            "undolog_effect_history_chain",
+        )
+    ),
 }
 
 STATS = """

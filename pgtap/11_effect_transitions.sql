@@ -2,7 +2,7 @@
 -- docs/design/state-machines.md, checked for every (tier, from, to) triple, and the effect log's guard
 -- trigger that enforces it on every write, whoever makes it.
 BEGIN;
-SELECT plan(41);
+SELECT plan(50);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -122,7 +122,8 @@ SELECT throws_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'compensating' WHERE effect_id = %L$$,
            pg_temp.fx('irr')),
     'UL001', NULL, 'guard refuses irreversible pending -> compensating');
--- A new call's creation is recorded in its own row, not as a history row: one event.
+-- A new call's creation is recorded in its own row, not as a history row: one event
+-- (the COMPENSABLE call's not linked yet: it is linked at its first change of state).
 SELECT is(pg_temp.fx_state('comp') || '/' || pg_temp.fx_history('comp') || '/'
           || pg_temp.fx_events('comp'), 'executing/0/1',
           'refused updates left the compensable effect executing, no history row, its creation its one event');
@@ -145,10 +146,12 @@ SELECT lives_ok(
            pg_temp.fx('irr')),
     'guard accepts irreversible pending -> approved');
 -- The whole life, in chain order: the creation and the commit from the row (no
--- history_id), the rest from the history.
+-- history_id), the rest from the history. The compensable call committed before any
+-- other change: its creation and its commit share the commit's one link (same seq), the
+-- creation first by its time (ORDER BY seq, at, as the view's comment says).
 SELECT results_eq(
     format($$SELECT event, from_state, to_state, history_id IS NULL AS in_row
-             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, pg_temp.fx('comp')),
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq, at$$, pg_temp.fx('comp')),
     $$VALUES ('transition', NULL::text, 'executing', true),
              ('transition', 'executing', 'committed', true),
              ('transition', 'committed', 'compensating', false)$$,
@@ -156,16 +159,27 @@ SELECT results_eq(
 );
 SELECT results_eq(
     format($$SELECT event, from_state, to_state, history_id IS NULL AS in_row
-             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, pg_temp.fx('irr')),
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq, at$$, pg_temp.fx('irr')),
     $$VALUES ('transition', NULL::text, 'pending', true),
              ('transition', 'pending', 'approved', false)$$,
     'the irreversible effect''s timeline holds every transition, in order'
 );
+-- Its commit was its first change: one link, commit_*, whose record is the whole call;
+-- chain_* stays NULL (the committed -> compensating above linked only a history row).
 SELECT results_eq(
-    format($$SELECT committed_at IS NOT NULL, committed_by = session_user, chain_seq < commit_seq
+    format($$SELECT committed_at IS NOT NULL, committed_by = session_user,
+                    commit_seq IS NOT NULL, chain_seq IS NULL, chain_prev IS NULL,
+                    chain_hash IS NULL
              FROM undolog.undolog_effect_log WHERE effect_id = %L$$, pg_temp.fx('comp')),
-    $$VALUES (true, true, true)$$,
-    'the direct UPDATE''s commit is recorded in the row: when, by this login, linked after the creation'
+    $$VALUES (true, true, true, true, true, true)$$,
+    'the direct UPDATE''s commit is recorded in the row: when, by this login, its one link (no chain_*)'
+);
+SELECT results_eq(
+    format($$SELECT count(*), count(DISTINCT seq)
+             FROM undolog.effect_timeline WHERE effect_id = %L AND history_id IS NULL$$,
+           pg_temp.fx('comp')),
+    $$VALUES (2::bigint, 1::bigint)$$,
+    '... its creation and its commit in the timeline share that one seq'
 );
 SELECT throws_ok(
     format($$UPDATE undolog.undolog_effect_log SET state = 'committed' WHERE effect_id = %L$$,
@@ -206,14 +220,25 @@ SELECT throws_ok(
              WHERE effect_id = %L$$, pg_temp.fx('comp')),
     'UL011', NULL, 'guard refuses a change of a committed effect''s result_snapshot');
 SELECT results_eq(
-    format($$SELECT result_snapshot, commit_hash IS NOT NULL, chain_hash IS NOT NULL
+    format($$SELECT result_snapshot, commit_hash IS NOT NULL, chain_hash IS NULL
              FROM undolog.undolog_effect_log WHERE effect_id = %L$$, pg_temp.fx('comp')),
     $$VALUES (NULL::jsonb, true, true)$$,
-    '... the committed effect''s result and links are as recorded');
+    '... the committed effect''s result and its one link (commit_*) are as recorded');
+-- events_in_row tells a row written since migration 0013 from an older one: identity too
+-- (flipped to false, a call would pass for one whose events are history rows).
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET events_in_row = false WHERE effect_id = %L$$,
+           pg_temp.fx('irr')),
+    'UL011', NULL, 'guard refuses a change of events_in_row');
+SELECT throws_ok(
+    format($$UPDATE undolog.undolog_effect_log SET events_in_row = false, state = 'executing'
+             WHERE effect_id = %L$$, pg_temp.fx('irr')),
+    'UL011', NULL, '... also together with a valid state change (approved -> executing)');
 
 -- The guard also checks INSERTs: an effect starts as intercept writes it, a compensable
 -- one executing, an irreversible one pending (the creation record's state follows from
--- the tier).
+-- the tier). The insert trigger's WHEN spares only the canonical compensable insert
+-- (compensable, executing): every other insert still fires the guard and is refused.
 SELECT throws_ok(
     $$INSERT INTO undolog.undolog_effect_log
         (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
@@ -232,16 +257,54 @@ SELECT throws_ok(
       VALUES (gen_random_uuid(), '11111111-1111-4111-8111-111111111111', now(),
               repeat('c', 64), 9, 't', 'compensable', '{}', 'pending')$$,
     'UL001', NULL, 'guard refuses a compensable effect inserted pending');
+-- The canonical compensable insert (what intercept writes) fires no trigger: it passes,
+-- marked events_in_row (the column's default), and is not linked (no chain_*, no
+-- commit_*): the session's head does not move.
+SELECT seq AS head_before FROM undolog.undolog_chain_heads
+WHERE session_id = '11111111-1111-4111-8111-111111111111' \gset
+SELECT lives_ok(
+    $$INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+      VALUES ('11111111-1111-4111-8111-0000000000c1', '11111111-1111-4111-8111-111111111111', now(),
+              repeat('c', 64), 9, 't', 'compensable', '{}', 'executing')$$,
+    'the canonical compensable insert (executing) passes');
+SELECT results_eq(
+    $$SELECT events_in_row, chain_seq, chain_prev, chain_hash, commit_seq, commit_prev, commit_hash
+      FROM undolog.undolog_effect_log WHERE effect_id = '11111111-1111-4111-8111-0000000000c1'$$,
+    $$VALUES (true, NULL::bigint, NULL::bytea, NULL::bytea, NULL::bigint, NULL::bytea, NULL::bytea)$$,
+    '... events_in_row, not linked (chain_* and commit_* NULL)');
+SELECT is((SELECT seq FROM undolog.undolog_chain_heads
+           WHERE session_id = '11111111-1111-4111-8111-111111111111'),
+          :head_before::bigint, '... the session''s head did not move');
+-- A compensable insert that says anything more (a forged record, link or older kind)
+-- fires the guard, which keeps none of it: the row is as intercept would have written it.
+SELECT lives_ok(
+    $$INSERT INTO undolog.undolog_effect_log
+        (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args,
+         state, events_in_row, committed_at, committed_by, chain_seq, chain_hash, replay_count)
+      VALUES ('11111111-1111-4111-8111-0000000000c2', '11111111-1111-4111-8111-111111111111', now(),
+              repeat('d', 64), 10, 't', 'compensable', '{}', 'executing', false, now(), 'forger',
+              7, '\x00', 3)$$,
+    'a compensable insert with a forged record passes the guard ...');
+SELECT results_eq(
+    $$SELECT events_in_row, committed_at, committed_by, chain_seq, chain_hash, replay_count
+      FROM undolog.undolog_effect_log WHERE effect_id = '11111111-1111-4111-8111-0000000000c2'$$,
+    $$VALUES (true, NULL::timestamptz, NULL::text, NULL::bigint, NULL::bytea, 0)$$,
+    '... which cleared it: in-row events to come, nothing recorded, not linked');
 
 -- The guard and the validator agree on every triple: one effect per (tier, from, to),
 -- put in its from-state with triggers off (session_replication_role = replica), then
--- moved to its to-state by a direct UPDATE, triggers on.
+-- moved to its to-state by a direct UPDATE, triggers on. They are written as rows from
+-- before migration 0013 (events_in_row false): no creation of theirs is recorded (an
+-- in-row row would be linked at its first change and its creation shown in the
+-- timeline), so the timeline holds exactly the transitions the guard accepted.
 SET LOCAL session_replication_role = replica;
 INSERT INTO undolog.undolog_effect_log
-    (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
+    (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state,
+     events_in_row)
 SELECT gen_random_uuid(), '11111111-1111-4111-8111-111111111111', now(),
        pg_temp.sig(a.tier || a.from_state || a.to_state), 100 + row_number() OVER (), 'matrix',
-       a.tier, jsonb_build_object('to', a.to_state), a.from_state
+       a.tier, jsonb_build_object('to', a.to_state), a.from_state, false
 FROM all_triples AS a
 WHERE a.from_state <> a.to_state;
 SET LOCAL session_replication_role = DEFAULT;
@@ -279,7 +342,8 @@ SELECT set_eq(
     'the guard accepts exactly the expected triples (and refuses the 130 others with UL001)'
 );
 -- Recorded once each: the timeline holds the history rows and the commits in their rows
--- (the matrix rows were inserted with triggers off: no creation is recorded for them).
+-- (the matrix rows were inserted with triggers off, as older rows: no creation is
+-- recorded for them, none is linked).
 SELECT bag_eq(
     $$SELECT t.tier, t.from_state, t.to_state
       FROM undolog.effect_timeline AS t
@@ -298,6 +362,10 @@ SELECT results_eq(
              ('irreversible', true, true, 0::bigint)$$,
     'the two commits (executing -> committed) are recorded in their rows, linked, not as history rows'
 );
+SELECT is_empty(
+    $$SELECT FROM undolog.undolog_effect_log
+      WHERE tool_name = 'matrix' AND (chain_seq IS NOT NULL OR events_in_row)$$,
+    '... and no older (events_in_row false) row got a creation link');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,7 +5,7 @@
 -- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
 -- nothing.
 BEGIN;
-SELECT plan(164);
+SELECT plan(166);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -56,7 +56,8 @@ SELECT is(undolog.begin_session('5e550000-0000-4000-8000-000000000002'),
 
 ------------------------------------------------------------------------------------------
 -- A new COMPENSABLE call: execute; effect executing; undo entry; its creation recorded
--- in its own row (no history row), linked into the session's chain.
+-- in its own row (no history row), not linked yet: intercept's insert fires no trigger,
+-- the call is linked at its first change of state (its commit, normally: one link).
 ------------------------------------------------------------------------------------------
 SELECT is(pg_temp.call('c1', '5e550000-0000-4000-8000-000000000001', 0, 'create_user',
                        'compensable', '{"name": "ada"}', 'c1', '{"name": "delete_user"}'),
@@ -90,10 +91,15 @@ SELECT is_empty(
     $$SELECT * FROM undolog.undolog_effect_history WHERE effect_id = pg_temp.eid('c1')$$,
     'no history row: the creation is recorded in the effect''s own row');
 SELECT results_eq(
-    $$SELECT event, from_state, to_state, actor = session_user, history_id, seq IS NOT NULL
-      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('c1') ORDER BY seq$$,
-    $$VALUES ('transition', NULL::text, 'executing', true, NULL::bigint, true)$$,
-    'its one event: NULL -> executing by this login, linked (created executing: pending -> executing in one step)');
+    $$SELECT event, from_state, to_state, actor = session_user, history_id, seq
+      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('c1') ORDER BY seq, at$$,
+    $$VALUES ('transition', NULL::text, 'executing', true, NULL::bigint, NULL::bigint)$$,
+    'its one event: NULL -> executing by this login (pending -> executing in one step), no seq yet');
+SELECT results_eq(
+    $$SELECT events_in_row, chain_seq, chain_prev, chain_hash, commit_seq, commit_prev, commit_hash
+      FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c1')$$,
+    $$VALUES (true, NULL::bigint, NULL::bytea, NULL::bytea, NULL::bigint, NULL::bytea, NULL::bytea)$$,
+    'the row: events_in_row, no link yet (chain_* and commit_* NULL)');
 SELECT is(
     (SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
      WHERE effect_id = pg_temp.eid('c1')),
@@ -165,9 +171,19 @@ SELECT is_empty(
     'no history row: its creation too is recorded in its own row');
 SELECT results_eq(
     $$SELECT event, from_state, to_state, actor = session_user, history_id, seq IS NOT NULL
-      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('i1') ORDER BY seq$$,
+      FROM undolog.effect_timeline WHERE effect_id = pg_temp.eid('i1') ORDER BY seq, at$$,
     $$VALUES ('transition', NULL::text, 'pending', true, NULL::bigint, true)$$,
     'its one event: NULL -> pending by this login, linked');
+-- An IRREVERSIBLE call is linked when it is inserted (a person may read it for hours
+-- before deciding): its creation's link in chain_*, before its approval request's.
+SELECT results_eq(
+    $$SELECT e.events_in_row, e.chain_seq IS NOT NULL, e.chain_prev IS NOT NULL,
+             e.chain_hash IS NOT NULL, e.chain_seq < a.chain_seq, e.commit_seq IS NULL
+      FROM undolog.undolog_effect_log AS e
+      JOIN undolog.undolog_approval_requests AS a USING (session_id, effect_id, executed_at)
+      WHERE e.effect_id = pg_temp.eid('i1')$$,
+    $$VALUES (true, true, true, true, true, true)$$,
+    'the row: events_in_row, linked at once in chain_* (before its approval request), no commit_*');
 SELECT is(pg_temp.session_state('5e550000-0000-4000-8000-000000000001'), 'awaiting_approval',
           'the session is awaiting_approval');
 SELECT results_eq(
@@ -297,10 +313,11 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT state, attempts, error FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('r1')$$,
     $$VALUES ('executing', 2, NULL::text)$$, 'attempts 2, the old error cleared');
--- The creation is in the row; the fail and the retry are history rows.
+-- The creation is in the row (linked by the fail, before the fail's history row); the
+-- fail and the retry are history rows.
 SELECT results_eq(
     $$SELECT from_state, to_state, history_id IS NULL AS in_row FROM undolog.effect_timeline
-      WHERE effect_id = pg_temp.eid('r1') ORDER BY seq$$,
+      WHERE effect_id = pg_temp.eid('r1') ORDER BY seq, at$$,
     $$VALUES (NULL::text, 'executing', true), ('executing', 'pending', false),
              ('pending', 'executing', false)$$,
     'timeline: created executing (in the row), pending (failed), executing again');

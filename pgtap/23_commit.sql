@@ -1,7 +1,7 @@
 -- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
 -- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
 BEGIN;
-SELECT plan(49);
+SELECT plan(59);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -48,21 +48,27 @@ SELECT results_eq(
     $$VALUES ('committed', '{"user_id": 42, "tags": ["x"]}'::jsonb, NULL::text, 1)$$,
     'the effect is committed with its result cached');
 -- The commit is recorded in the effect's own row (migration 0013), not as a history row:
--- when, by whom, linked into the session's chain after the call's creation.
+-- when, by whom. It was the call's first change of state, so it is the call's one link
+-- (commit_*, its record the whole call): the creation has no link of its own (chain_*
+-- NULL).
 SELECT results_eq(
-    $$SELECT committed_at IS NOT NULL, committed_by = session_user, chain_seq IS NOT NULL,
-             commit_seq > chain_seq, commit_hash IS NOT NULL,
+    $$SELECT committed_at IS NOT NULL, committed_by = session_user, commit_seq IS NOT NULL,
+             commit_prev IS NOT NULL, commit_hash IS NOT NULL, chain_seq IS NULL,
+             chain_prev IS NULL, chain_hash IS NULL,
              (SELECT count(*) FROM undolog.undolog_effect_history AS h
               WHERE h.effect_id = e.effect_id)
       FROM undolog.undolog_effect_log AS e WHERE e.effect_id = pg_temp.eid('a')$$,
-    $$VALUES (true, true, true, true, true, 0::bigint)$$,
-    'the row records the commit: committed_at, committed_by this login, linked; no history row');
+    $$VALUES (true, true, true, true, true, true, true, true, 0::bigint)$$,
+    'the row records the commit: when, by this login, one link (commit_*, no chain_*); no history row');
+-- Both events in the timeline, at the one link's seq: the creation first by its time.
 SELECT results_eq(
-    $$SELECT event, from_state, to_state, history_id FROM undolog.effect_timeline
-      WHERE effect_id = pg_temp.eid('a') ORDER BY seq$$,
-    $$VALUES ('transition', NULL::text, 'executing', NULL::bigint),
-             ('transition', 'executing', 'committed', NULL::bigint)$$,
-    'the timeline shows its creation, then executing -> committed');
+    $$SELECT event, from_state, to_state, history_id, seq = e.commit_seq
+      FROM undolog.effect_timeline AS t
+      JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id)
+      WHERE t.effect_id = pg_temp.eid('a') ORDER BY t.seq, t.at$$,
+    $$VALUES ('transition', NULL::text, 'executing', NULL::bigint, true),
+             ('transition', 'executing', 'committed', NULL::bigint, true)$$,
+    'the timeline shows its creation, then executing -> committed, both at the commit''s seq');
 SELECT results_eq(
     $$SELECT state, compensation FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('a')$$,
     $$VALUES ('pending', '{"name": "undo", "args": {}}'::jsonb)$$,
@@ -84,6 +90,51 @@ SELECT results_eq(
 SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('c'), '"done"')$$, 'commit with a scalar result');
 SELECT is((SELECT result_snapshot FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c')),
           '"done"'::jsonb, 'a scalar result is stored as given');
+
+-- The session's chain: a COMPENSABLE call's intercept moves its head by nothing (the
+-- insert fires no trigger), its commit by one link.
+SELECT seq AS head0 FROM undolog.undolog_chain_heads
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001' \gset
+SELECT is(pg_temp.new_call('d', 4, 'compensable'), 'executing', 'setup: effect d executing');
+SELECT is((SELECT seq FROM undolog.undolog_chain_heads
+           WHERE session_id = 'c0000000-0000-4000-8000-000000000001') - :head0,
+          0::bigint, 'the intercept of a compensable call adds no link to the session''s chain');
+SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('d'), '{"d": 1}')$$, 'commit of effect d');
+SELECT results_eq(
+    format($$SELECT h.seq - %s, e.commit_seq = h.seq, e.commit_hash = h.head, e.chain_seq IS NULL
+             FROM undolog.undolog_chain_heads AS h
+             JOIN undolog.undolog_effect_log AS e USING (session_id)
+             WHERE h.session_id = 'c0000000-0000-4000-8000-000000000001'
+               AND e.effect_id = pg_temp.eid('d')$$, :head0),
+    $$VALUES (1::bigint, true, true, true)$$,
+    '... its commit adds one: the head is its commit_* link, and it has no chain_* link');
+
+-- A call that failed, was retried, then committed: the fail was its first change, so it
+-- linked the creation (chain_*) before the fail's history row; the commit, later, has a
+-- link of its own (commit_*), after the retry's history row.
+SELECT is(pg_temp.new_call('f', 5, 'compensable'), 'executing', 'setup: effect f executing');
+SELECT lives_ok($$SELECT undolog.fail(pg_temp.eid('f'), 'boom')$$, 'setup: f fails');
+SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 5, 'tool_f',
+              'compensable', '{}', pg_temp.sig('commit-f'), '{"name": "undo"}')),
+          'execute', 'setup: f retried, executing again');
+SELECT lives_ok($$SELECT undolog.commit(pg_temp.eid('f'), '{"f": 1}')$$, 'commit of the retried f');
+SELECT results_eq(
+    $$SELECT e.chain_seq IS NOT NULL, e.commit_seq IS NOT NULL,
+             e.chain_seq < fail.chain_seq, fail.chain_seq < retry.chain_seq,
+             retry.chain_seq < e.commit_seq
+      FROM undolog.undolog_effect_log AS e
+      JOIN undolog.undolog_effect_history AS fail
+          ON fail.effect_id = e.effect_id
+         AND (fail.from_state, fail.to_state) = ('executing', 'pending')
+      JOIN undolog.undolog_effect_history AS retry
+          ON retry.effect_id = e.effect_id
+         AND (retry.from_state, retry.to_state) = ('pending', 'executing')
+      WHERE e.effect_id = pg_temp.eid('f')$$,
+    $$VALUES (true, true, true, true, true)$$,
+    'both links: chain_seq (creation) < the fail''s history row < the retry''s < commit_seq');
+SELECT is((SELECT e.commit_seq - e.chain_seq FROM undolog.undolog_effect_log AS e
+           WHERE e.effect_id = pg_temp.eid('f')),
+          3::bigint, '... consecutive: creation, fail, retry, commit');
 
 -- Refusals: SQLSTATE, and nothing written.
 SELECT pg_temp.refused($$SELECT undolog.commit(pg_temp.eid('a'), '{"user_id": 43}')$$,

@@ -4,7 +4,7 @@
 -- of a month partition directly too. Dropping or detaching a whole partition (DDL) still
 -- works. No group role may write the tables.
 BEGIN;
-SELECT plan(98);
+SELECT plan(108);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -91,9 +91,13 @@ FROM (VALUES
     ('tool_name', 'tool_name = ''drop_db'''),
     ('tier', 'tier = ''irreversible'''),
     ('args', 'args = ''{"name": "eve"}'''),
-    -- the recorded creation and commit (migration 0013), the result with the commit
-    ('chain_seq', 'chain_seq = chain_seq + 1'),
-    ('chain_prev', 'chain_prev = chain_hash'),
+    -- the recorded creation and commit (migration 0013), the result with the commit. This
+    -- call committed before any other change: its one link is commit_*, chain_* is NULL
+    -- and stays so (a creation link cannot be filled in afterwards; NULL + 1 would change
+    -- nothing, so non-NULL values are set).
+    ('events_in_row', 'events_in_row = false'),
+    ('chain_seq', 'chain_seq = commit_seq'),
+    ('chain_prev', 'chain_prev = commit_prev'),
     ('chain_hash', 'chain_hash = commit_hash'),
     ('committed_at', $q$committed_at = committed_at + interval '1 second'$q$),
     ('committed_by', 'committed_by = ''mallory'''),
@@ -101,6 +105,17 @@ FROM (VALUES
     ('commit_prev', 'commit_prev = NULL'),
     ('commit_hash', 'commit_hash = chain_hash'),
     ('result_snapshot', 'result_snapshot = ''{"id": 2}''')
+) AS v (col, assignment);
+-- The irreversible call was linked at its insert: its creation's link (chain_*) is as
+-- fixed as the rest.
+SELECT pg_temp.refused(format('UPDATE undolog.undolog_effect_log SET %s WHERE call_signature = %L',
+                              assignment, pg_temp.sig('ao-i')),
+                       'UL011', format('UPDATE of a linked creation''s %s: UL011', col))
+FROM (VALUES
+    ('chain_seq', 'chain_seq = chain_seq + 1'),
+    ('chain_prev', 'chain_prev = chain_hash'),
+    ('chain_hash', $q$chain_hash = '\x00'::bytea$q$),
+    ('events_in_row', 'events_in_row = false')
 ) AS v (col, assignment);
 SELECT pg_temp.refused(format('UPDATE %s SET tool_name = %L', pg_temp.this_month('undolog_effect_log'), 'x'),
                        'UL011', 'UPDATE of an identity column through this month''s partition: UL011');

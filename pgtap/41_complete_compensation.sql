@@ -1,6 +1,6 @@
 -- undolog.complete_compensation: an in-flight compensation succeeded.
 BEGIN;
-SELECT plan(36);
+SELECT plan(38);
 
 \ir _helpers.psql
 
@@ -19,13 +19,31 @@ SELECT lives_ok(format('SELECT undolog.complete_compensation(%L)', :'u2'),
 SELECT is(pg_temp.entry_state(:'f2'), 'compensated', 'the entry is compensated');
 SELECT is(pg_temp.effect_state(:'f2'), 'compensated', 'the effect is compensated');
 -- Its creation and commit are recorded in its row (no history_id), the undoing as
--- history rows.
+-- history rows. It committed before any other change: one link (its commit) stands for
+-- both, so the creation shows the commit's seq and comes first by its time (ORDER BY
+-- seq, at).
 SELECT results_eq(
     format($$SELECT from_state, to_state, history_id IS NULL AS in_row
-             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+             FROM undolog.effect_timeline WHERE effect_id = %L ORDER BY seq, at$$, :'f2'),
     $$VALUES (NULL, 'executing', true), ('executing', 'committed', true),
              ('committed', 'compensating', false), ('compensating', 'compensated', false)$$,
     'the effect timeline holds the whole life of the call and its undoing'
+);
+-- The walk taking a committed call writes only its history rows: no late creation link,
+-- chain_* stays NULL, the commit its one in-row link, before the undoing's links.
+SELECT results_eq(
+    format($$SELECT e.chain_seq, e.chain_prev, e.chain_hash, e.commit_seq IS NOT NULL
+             FROM undolog.undolog_effect_log AS e WHERE e.effect_id = %L$$, :'f2'),
+    $$VALUES (NULL::bigint, NULL::bytea, NULL::bytea, true)$$,
+    'the compensated call keeps chain_* NULL: its one link is its commit'
+);
+SELECT results_eq(
+    format($$SELECT t.seq = e.commit_seq, t.seq > e.commit_seq
+             FROM undolog.effect_timeline AS t
+             JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id)
+             WHERE t.effect_id = %L ORDER BY t.seq, t.at$$, :'f2'),
+    $$VALUES (true, false), (true, false), (false, true), (false, true)$$,
+    '... its creation and commit at the commit''s seq, compensating and compensated after it'
 );
 SELECT results_eq(
     format($$SELECT from_state, to_state, attempt FROM undolog.undolog_undo_history

@@ -79,9 +79,11 @@ SELECT results_eq(
              ('pending', 4, 'timeout 4'), ('compensation_failed', 5, 'timeout 5')$$,
     'the undo history keeps every attempt''s error'
 );
+-- ORDER BY seq, at: the call committed at once, so its creation and its commit share
+-- the commit's one link (seq); the creation comes first by its time.
 SELECT results_eq(
     format($$SELECT from_state, to_state FROM undolog.effect_timeline
-             WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+             WHERE effect_id = %L ORDER BY seq, at$$, :'f2'),
     $$VALUES (NULL, 'executing'), ('executing', 'committed'),
              ('committed', 'compensating'), ('compensating', 'compensation_failed')$$,
     'the effect went compensating once, then compensation_failed'

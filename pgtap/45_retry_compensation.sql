@@ -35,9 +35,11 @@ SELECT is(undolog.retry_compensation(:'u2', 'alice', 'refund API is back'), 'com
           'retry answers the session''s new state');
 SELECT is(pg_temp.entry_state(:'f2') || '/' || pg_temp.effect_state(:'f2'), 'pending/compensating',
           'the entry is pending, the effect compensating');
+-- ORDER BY seq, at: the call committed at once, so its creation and its commit share
+-- the commit's one link (seq); the creation comes first by its time.
 SELECT results_eq(
     format($$SELECT from_state, to_state FROM undolog.effect_timeline
-             WHERE effect_id = %L ORDER BY seq$$, :'f2'),
+             WHERE effect_id = %L ORDER BY seq, at$$, :'f2'),
     $$VALUES (NULL, 'executing'), ('executing', 'committed'), ('committed', 'compensating'),
              ('compensating', 'compensation_failed'), ('compensation_failed', 'compensating')$$,
     'the effect timeline keeps the failed attempt, then compensation_failed -> compensating'

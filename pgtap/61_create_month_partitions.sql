@@ -4,7 +4,7 @@
 -- own TRUNCATE trigger, no grant), and filled with that month's rows from the default
 -- partitions, which it empties of them.
 BEGIN;
-SELECT plan(31);
+SELECT plan(32);
 SET LOCAL client_min_messages = error;
 
 \ir _helpers.psql
@@ -108,8 +108,21 @@ SELECT has_pk('undolog', 'undolog_effect_log_2028_02', 'February''s effect log h
 SELECT set_eq(
     $$SELECT t.tgname::text FROM pg_trigger AS t
       WHERE t.tgrelid = 'undolog.undolog_effect_log_2028_02'::regclass$$,
-    ARRAY['undolog_effect_log_guard', 'undolog_effect_log_no_delete', 'undolog_effect_log_no_truncate'],
-    'February''s effect log has the guard, no-delete and no-truncate triggers');
+    ARRAY['undolog_effect_log_guard', 'undolog_effect_log_guard_insert',
+          'undolog_effect_log_no_delete', 'undolog_effect_log_no_truncate'],
+    'February''s effect log has the two guards (update, insert), no-delete and no-truncate triggers');
+-- The clones are the parent's triggers: the insert guard keeps its WHEN (a new
+-- COMPENSABLE call, executing, fires no trigger in the new month either).
+SELECT set_eq(
+    $$SELECT replace(pg_get_triggerdef(t.oid), t.tgrelid::regclass::text, 'T') FROM pg_trigger AS t
+      WHERE t.tgrelid = 'undolog.undolog_effect_log_2028_02'::regclass
+        AND t.tgname::text LIKE 'undolog_effect_log_guard%'$$,
+    $$SELECT replace(pg_get_triggerdef(t.oid), t.tgrelid::regclass::text, 'T') FROM pg_trigger AS t
+      WHERE t.tgrelid = 'undolog.undolog_effect_log'::regclass
+        AND t.tgname::text LIKE 'undolog_effect_log_guard%'
+        AND pg_get_triggerdef(t.oid) LIKE '%BEFORE UPDATE ON%'
+            <> (pg_get_triggerdef(t.oid) LIKE '%BEFORE INSERT ON% WHEN %')$$,
+    '... the guards as on the parent: BEFORE UPDATE, and BEFORE INSERT with its WHEN');
 SELECT throws_ok($$DELETE FROM undolog.undolog_effect_log_2028_02$$, 'UL011', NULL,
                  'DELETE from the new month is refused');
 SELECT throws_ok($$TRUNCATE undolog.undolog_effect_history_2028_03$$, 'UL011', NULL,

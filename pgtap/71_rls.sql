@@ -84,10 +84,11 @@ SELECT is(
     'and all of it: the replay (its creations and the commit are in its effect rows)'
 );
 -- The timeline synthesises the in-row events from the effect rows, which the policies
--- filter too (security_invoker).
+-- filter too (security_invoker). ORDER BY seq, at: the committed call's creation and commit
+-- share its commit's one link (seq), the creation first by its time.
 SELECT results_eq(
     $$SELECT session_id, tool_name, from_state, to_state FROM undolog.effect_timeline
-      ORDER BY seq$$,
+      ORDER BY seq, at$$,
     $$VALUES ('aaaaaaaa-0000-4000-8000-000000000001'::uuid, 'create_user'::text, NULL::text,
               'executing'::text),
              ('aaaaaaaa-0000-4000-8000-000000000001', 'create_user', 'executing', 'committed'),

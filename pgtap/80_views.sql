@@ -40,11 +40,13 @@ SELECT results_eq(
 );
 -- A call's creation and commit are recorded in its own row (migration 0013): the view
 -- synthesises them (no history_id, the maker and the committer as actor); the replay is
--- a history row. seq, the event's place in the session's chain, orders them all.
+-- a history row. seq, the event's place in the session's chain, orders them all, then
+-- at: the compensable call committed before any other change, so its creation and its
+-- commit share the commit's one link (the creation comes first by its time).
 SELECT results_eq(
     $$SELECT step_index, tool_name, event, from_state, to_state, actor, history_id IS NULL
       FROM undolog.effect_timeline WHERE session_id = 'a1000000-0000-4000-8000-000000000001'
-      ORDER BY seq$$,
+      ORDER BY seq, at$$,
     $$VALUES (0, 'create_user', 'transition', NULL, 'executing', 'ul_t_agent_a', true),
              (0, 'create_user', 'transition', 'executing', 'committed', 'ul_t_agent_a', true),
              (0, 'create_user', 'replayed', 'committed', 'committed', 'ul_t_agent_a', false),
@@ -52,9 +54,10 @@ SELECT results_eq(
     'effect_timeline lists every event of the session''s calls in order'
 );
 SELECT is(
-    (SELECT count(DISTINCT seq) || '/' || count(*) FROM undolog.effect_timeline
+    (SELECT count(DISTINCT seq) || '/' || count(seq) || '/' || count(*) FROM undolog.effect_timeline
      WHERE session_id = 'a1000000-0000-4000-8000-000000000001'),
-    '4/4', 'each event has its own seq in the session''s chain'
+    '3/4/4',
+    'every event has a seq: the committed call''s creation and commit share one, the others their own'
 );
 SELECT is(
     (SELECT a.attname::text FROM pg_attribute AS a

@@ -1,12 +1,14 @@
 -- The history's hash chains: every history row is linked into its session's chain as
 -- it is written (seq 1, 2, ...; hash = sha256(prev || canonical record)); so are a new
--- call's creation and commit, recorded in its own effect row (migration 0013); an
+-- call's creation and commit, recorded in its own effect row (migration 0013: a
+-- COMPENSABLE call that commits before any other change has one link, its commit's,
+-- whose record is the whole call; one still executing since its intercept has none); an
 -- unchanged journal verifies clean; rows changed, deleted, reordered or slipped in with
 -- the triggers off are named by verify_chain (and assert_chain raises UL027); an approval
 -- request is linked when made and when decided, and its links cannot be written by an
 -- UPDATE; anchors chain the heads and catch a consistent rewrite; staff only.
 BEGIN;
-SELECT plan(37);
+SELECT plan(55);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -40,10 +42,11 @@ WHERE call_signature = pg_temp.sig('hc-i') \gset
 CREATE TEMP VIEW chain1 AS
 SELECT * FROM undolog.chain_events('c0000000-0000-4000-8000-000000000001');
 
--- Linked as written: the session's start, the call's creation and commit, its replay, the
--- irreversible call's creation, its approval request, the session's wait.
-SELECT is((SELECT array_agg(seq ORDER BY seq) FROM chain1), ARRAY[1, 2, 3, 4, 5, 6, 7]::bigint[],
-          'the session''s seven recorded events are links 1 to 7');
+-- Linked as written: the session's start, the compensable call's commit (one link for its
+-- creation and its commit), its replay, the irreversible call's creation (linked at its
+-- insert), its approval request, the session's wait.
+SELECT is((SELECT array_agg(seq ORDER BY seq) FROM chain1), ARRAY[1, 2, 3, 4, 5, 6]::bigint[],
+          'the session''s six links are 1 to 6');
 SELECT is((SELECT array_agg(DISTINCT table_name ORDER BY table_name) FROM chain1),
           ARRAY['undolog_approval_requests', 'undolog_effect_history', 'undolog_effect_log',
                 'undolog_session_history'],
@@ -51,16 +54,16 @@ SELECT is((SELECT array_agg(DISTINCT table_name ORDER BY table_name) FROM chain1
 SELECT results_eq(
     $$SELECT seq, table_name, row_key FROM chain1 WHERE table_name = 'undolog_effect_log'
       ORDER BY seq$$,
-    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%1$s created'),
-                    (3, 'undolog_effect_log', 'effect_id=%1$s committed'),
-                    (5, 'undolog_effect_log', 'effect_id=%2$s created')$$, :'hc_c', :'hc_i'),
-    'a new call''s creation and its commit are links of the chain, in its effect row');
+    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%1$s committed'),
+                    (4, 'undolog_effect_log', 'effect_id=%2$s created')$$, :'hc_c', :'hc_i'),
+    'in the rows: the committed call''s one link is its commit, the pending one''s its creation');
 SELECT results_eq(
     format($$SELECT effect_id, chain_seq, commit_seq FROM undolog.undolog_effect_log
-             WHERE effect_id IN (%L, %L) ORDER BY chain_seq$$, :'hc_c', :'hc_i'),
-    format($$VALUES (%L::uuid, 2::bigint, 3::bigint), (%L::uuid, 5::bigint, NULL::bigint)$$,
+             WHERE effect_id IN (%L, %L) ORDER BY coalesce(chain_seq, commit_seq)$$,
            :'hc_c', :'hc_i'),
-    '... stored in the row (chain_seq, commit_seq); the pending call has no commit link');
+    format($$VALUES (%L::uuid, NULL::bigint, 2::bigint), (%L::uuid, 4::bigint, NULL::bigint)$$,
+           :'hc_c', :'hc_i'),
+    '... stored in the row: the committed call has no chain_seq, the pending one no commit_seq');
 SELECT is((SELECT count(*) FROM chain1 AS c
            WHERE c.hash <> sha256(c.prev || convert_to(c.canonical, 'UTF8'))), 0::bigint,
           'each hash is sha256(prev || canonical record)');
@@ -70,7 +73,7 @@ SELECT is((SELECT count(*) FROM chain1 AS a JOIN chain1 AS b ON b.seq = a.seq + 
            WHERE b.prev <> a.hash), 0::bigint, 'each prev is the previous hash');
 SELECT is((SELECT (h.seq, h.head) FROM undolog.undolog_chain_heads AS h
            WHERE h.session_id = 'c0000000-0000-4000-8000-000000000001'),
-          (SELECT (c.seq, c.hash) FROM chain1 AS c WHERE c.seq = 7),
+          (SELECT (c.seq, c.hash) FROM chain1 AS c WHERE c.seq = 6),
           'the head is the last link');
 SELECT is((SELECT max(seq) FROM undolog.chain_events('c0000000-0000-4000-8000-000000000002')),
           1::bigint, 'the other session has a chain of its own');
@@ -83,7 +86,7 @@ SELECT is(undolog.assert_chain(), 2::bigint, 'assert_chain: two sessions verifie
 CREATE TEMP TABLE records AS SELECT seq, canonical FROM chain1;
 SET LOCAL TimeZone = 'America/St_Johns';
 SET LOCAL DateStyle = 'German';
-SELECT is((SELECT count(*) FROM chain1 JOIN records USING (seq, canonical)), 7::bigint,
+SELECT is((SELECT count(*) FROM chain1 JOIN records USING (seq, canonical)), 6::bigint,
           'the same records under another TimeZone and DateStyle');
 RESET TimeZone;
 RESET DateStyle;
@@ -105,7 +108,7 @@ UPDATE undolog.undolog_approval_requests
 SET state = 'expired', decided_at = now(), decided_role = 'pgtap'
 WHERE session_id = 'c0000000-0000-4000-8000-000000000001';
 SELECT is((SELECT decision_seq FROM undolog.undolog_approval_requests
-           WHERE session_id = 'c0000000-0000-4000-8000-000000000001'), 8::bigint,
+           WHERE session_id = 'c0000000-0000-4000-8000-000000000001'), 7::bigint,
           'the decision is the next link');
 SELECT is_empty('SELECT * FROM undolog.verify_chain()', 'still clean after the decision');
 
@@ -127,33 +130,42 @@ SELECT results_eq(
     'a changed row is named');
 SELECT throws_ok('SELECT undolog.assert_chain()', 'UL027', NULL, 'assert_chain raises UL027');
 ROLLBACK TO t;
--- An effect row's recorded creation and commit are checked as its history rows are.
+-- An effect row's recorded creation and commit are checked as its history rows are. The
+-- committed call's one link, its commit, records the whole call: its args too.
 UPDATE undolog.undolog_effect_log SET args = '{"name": "eve"}' WHERE effect_id = :'hc_c';
 SELECT results_eq(
     $$SELECT seq, table_name, row_key, problem
       FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
-    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%s created', 'altered')$$,
+    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'altered')$$,
            :'hc_c'),
-    'changed args of a call: its creation is named altered');
+    'changed args of a committed call: its commit (its one link) is named altered');
+ROLLBACK TO t;
+UPDATE undolog.undolog_effect_log SET args = '{"to": "eve"}' WHERE effect_id = :'hc_i';
+SELECT results_eq(
+    $$SELECT seq, table_name, row_key, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
+    format($$VALUES (4::bigint, 'undolog_effect_log', 'effect_id=%s created', 'altered')$$,
+           :'hc_i'),
+    'changed args of a pending irreversible call: its creation is named altered');
 ROLLBACK TO t;
 UPDATE undolog.undolog_effect_log SET result_snapshot = '{"id": 2}' WHERE effect_id = :'hc_c';
 SELECT results_eq(
     $$SELECT seq, table_name, row_key, problem
       FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')$$,
-    format($$VALUES (3::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'altered')$$,
+    format($$VALUES (2::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'altered')$$,
            :'hc_c'),
     'a changed result of a committed call: its commit is named altered');
 ROLLBACK TO t;
 UPDATE undolog.undolog_effect_log SET commit_seq = NULL, commit_prev = NULL, commit_hash = NULL
 WHERE effect_id = :'hc_c';
--- (and the link after it, the replay at seq 4, no longer follows seq 2)
+-- (and the link after it, the replay at seq 3, no longer follows seq 1)
 SELECT results_eq(
     $$SELECT seq, table_name, CASE WHEN seq IS NULL THEN row_key END, problem
       FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000001')
       ORDER BY seq NULLS FIRST, problem$$,
     format($$VALUES (NULL::bigint, 'undolog_effect_log', 'effect_id=%s committed', 'unchained'),
-                    (4, 'undolog_effect_history', NULL, 'link'),
-                    (4, 'undolog_effect_history', NULL, 'missing')$$, :'hc_c'),
+                    (3, 'undolog_effect_history', NULL, 'link'),
+                    (3, 'undolog_effect_history', NULL, 'missing')$$, :'hc_c'),
     'a commit whose link was cleared (committed_at kept) is named unchained');
 ROLLBACK TO t;
 DELETE FROM undolog.undolog_session_history
@@ -173,6 +185,104 @@ VALUES ('c0000000-0000-4000-8000-000000000002', 'abandon', 'mallory');
 SELECT results_eq($$SELECT problem FROM undolog.verify_chain()$$, $$VALUES ('unchained')$$,
                   'a row slipped in behind the trigger is unchained');
 ROLLBACK TO t;
+SET LOCAL session_replication_role = origin;
+
+-- A COMPENSABLE call in flight (executing since its intercept) has no link yet: its
+-- session verifies clean, chain_events does not list it.
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000003'),
+          'c0000000-0000-4000-8000-000000000003'::uuid, 'setup: a third session');
+SELECT effect_id AS hc_f FROM undolog.intercept('c0000000-0000-4000-8000-000000000003', 0,
+    'create_user', 'compensable', '{"name": "fay"}', pg_temp.sig('hc-f'),
+    '{"name": "delete_user"}') \gset
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000003')$$,
+                'a session with an in-flight call verifies clean');
+SELECT is_empty(
+    format($$SELECT * FROM undolog.chain_events('c0000000-0000-4000-8000-000000000003')
+             WHERE row_key LIKE %L$$, 'effect_id=' || :'hc_f' || '%'),
+    '... chain_events does not list the in-flight call');
+-- Committed, it has exactly one link, its commit, whose record is the whole call: the
+-- call's args with the commit and its result.
+SELECT lives_ok(format($$SELECT undolog.commit(%L, '{"id": 3}')$$, :'hc_f'), 'setup: it commits');
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000003')$$,
+                'after its commit the session verifies clean');
+SELECT results_eq(
+    format($$SELECT row_key, seq FROM undolog.chain_events('c0000000-0000-4000-8000-000000000003')
+             WHERE row_key LIKE %L$$, 'effect_id=' || :'hc_f' || '%'),
+    format($$SELECT 'effect_id=' || %L || ' committed', commit_seq
+             FROM undolog.undolog_effect_log WHERE effect_id = %L$$, :'hc_f', :'hc_f'),
+    '... chain_events lists exactly one link for the call: ''... committed'', at its commit_seq');
+SELECT results_eq(
+    format($$SELECT c.canonical::jsonb ->> 'event', c.canonical::jsonb -> 'args',
+                    c.canonical::jsonb -> 'result', c.canonical::jsonb ->> 'tool_name',
+                    c.canonical::jsonb ->> 'tier', c.canonical::jsonb ->> 'call_signature',
+                    c.canonical::jsonb ->> 'committed_by' = session_user
+             FROM undolog.chain_events('c0000000-0000-4000-8000-000000000003') AS c
+             WHERE c.row_key = 'effect_id=' || %L || ' committed'$$, :'hc_f'),
+    $$VALUES ('committed', '{"name": "fay"}'::jsonb, '{"id": 3}'::jsonb, 'create_user',
+              'compensable', pg_temp.sig('hc-f'), true)$$,
+    '... its canonical record: the call (args, tool, tier, signature), its commit and result');
+SET LOCAL session_replication_role = replica;
+SAVEPOINT t3;
+UPDATE undolog.undolog_effect_log SET args = '{"name": "eve"}' WHERE effect_id = :'hc_f';
+SELECT results_eq(
+    $$SELECT table_name, row_key, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000003')$$,
+    format($$VALUES ('undolog_effect_log', 'effect_id=%s committed', 'altered')$$, :'hc_f'),
+    'its args changed behind the trigger: its commit is named altered');
+ROLLBACK TO t3;
+SET LOCAL session_replication_role = origin;
+
+-- A call whose first change is not its commit links its creation then: one the walk takes
+-- while executing (executing -> compensating) has its creation linked right before the
+-- claim's history row.
+SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000004'),
+          'c0000000-0000-4000-8000-000000000004'::uuid, 'setup: a fourth session');
+SELECT effect_id AS hc_w FROM undolog.intercept('c0000000-0000-4000-8000-000000000004', 0,
+    'create_user', 'compensable', '{"name": "walt"}', pg_temp.sig('hc-w'),
+    '{"name": "delete_user"}') \gset
+SELECT is(undolog.fail_session('c0000000-0000-4000-8000-000000000004', 'died mid-call'), 'failed',
+          'setup: its session fails with the call still executing');
+SELECT is((SELECT effect_id
+           FROM undolog.claim_compensation('c0000000-0000-4000-8000-000000000004')),
+          :'hc_w'::uuid, 'setup: the walk takes the executing call');
+SELECT results_eq(
+    format($$SELECT e.state, e.chain_seq + 1 = h.chain_seq, e.commit_seq IS NULL
+             FROM undolog.undolog_effect_log AS e
+             JOIN undolog.undolog_effect_history AS h USING (session_id, effect_id, executed_at)
+             WHERE e.effect_id = %L
+               AND (h.from_state, h.to_state) = ('executing', 'compensating')$$, :'hc_w'),
+    $$VALUES ('compensating', true, true)$$,
+    'a call the walk took while executing: its creation linked, then the history row, next link');
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000004')$$,
+                '... and its session verifies clean');
+
+-- A failed call (pending again, its creation linked by the fail) whose creation link is
+-- cleared behind the trigger is named unchained (and the fail's history row after it no
+-- longer follows its predecessor).
+SELECT effect_id AS hc_x FROM undolog.intercept('c0000000-0000-4000-8000-000000000003', 1,
+    'create_user', 'compensable', '{"name": "xia"}', pg_temp.sig('hc-x'),
+    '{"name": "delete_user"}') \gset
+SELECT lives_ok(format($$SELECT undolog.fail(%L, 'boom')$$, :'hc_x'), 'setup: a call that fails');
+SELECT results_eq(
+    format($$SELECT state, events_in_row, chain_seq IS NOT NULL FROM undolog.undolog_effect_log
+             WHERE effect_id = %L$$, :'hc_x'),
+    $$VALUES ('pending', true, true)$$,
+    'setup: it is pending, events_in_row, its creation linked');
+SELECT is_empty($$SELECT * FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000003')$$,
+                '... and the session verifies clean');
+SET LOCAL session_replication_role = replica;
+SAVEPOINT t4;
+UPDATE undolog.undolog_effect_log SET chain_seq = NULL, chain_prev = NULL, chain_hash = NULL
+WHERE effect_id = :'hc_x';
+SELECT results_eq(
+    $$SELECT seq IS NULL, table_name, CASE WHEN seq IS NULL THEN row_key END, problem
+      FROM undolog.verify_chain('c0000000-0000-4000-8000-000000000003')
+      ORDER BY seq NULLS FIRST, problem$$,
+    format($$VALUES (true, 'undolog_effect_log', 'effect_id=%s created', 'unchained'),
+                    (false, 'undolog_effect_history', NULL, 'link'),
+                    (false, 'undolog_effect_history', NULL, 'missing')$$, :'hc_x'),
+    'its creation link cleared: the creation is named unchained');
+ROLLBACK TO t4;
 SET LOCAL session_replication_role = origin;
 
 -- Staff only.

@@ -314,7 +314,7 @@ SELECT * FROM undolog.sessions_overview WHERE session_id = %(session_id)s
 -- name: session_timeline
 -- `undolog sessions show`: the session's effect timeline, in order.
 SELECT * FROM undolog.effect_timeline WHERE session_id = %(session_id)s
-ORDER BY seq, history_id
+ORDER BY seq, at
 
 -- name: session_ids_between
 -- The session ids in a range (an id prefix padded with 0s and fs): at most 4, to tell
@@ -687,7 +687,7 @@ WITH history AS MATERIALIZED (
                    || CASE WHEN t.event <> 'transition' THEN ' (' || t.event || ')'
                            ELSE '' END
                    || '  ' || t.actor,
-                   E'\n' ORDER BY t.seq, t.history_id) AS lines
+                   E'\n' ORDER BY t.seq, t.at) AS lines
         FROM undolog.effect_timeline AS t
         WHERE t.session_id = %(session_id)s
         GROUP BY t.effect_id
@@ -758,7 +758,9 @@ FROM undolog.verify_chain(p_session_id => %(session_id)s)
 SELECT concat_ws('|',
     (SELECT s.state || s.updated_at::text FROM undolog.sessions_list AS s
      WHERE s.session_id = %(session_id)s),
-    (SELECT max(t.seq) FROM undolog.effect_timeline AS t
+    -- a call still executing since its intercept has no seq yet: counted
+    (SELECT count(*)::text || ':' || coalesce(max(t.seq), 0)::text
+     FROM undolog.effect_timeline AS t
      WHERE t.session_id = %(session_id)s),
     (SELECT max(u.updated_at) FROM undolog.undo_stack_entries AS u
      WHERE u.session_id = %(session_id)s),

@@ -41,11 +41,13 @@ BEGIN
                    h.from_state, h.to_state, h.at, h.actor, h.detail)
         FROM undolog.undolog_effect_history AS h
         UNION ALL
-        -- A call's creation and its commit, recorded in its own row (migration 0013);
-        -- a call journaled before it has a history row for its creation instead (and for
-        -- its commit, when it committed before it). A commit without its link is
-        -- reported (unchained), as a decision is; a creation whose link was cleared
-        -- leaves a gap in the session's seq (missing).
+        -- A call's creation and its commit, recorded in its own row (migration 0013;
+        -- a call journaled before it has history rows for the events it had then). The
+        -- commit's record is the whole call: a COMPENSABLE call that committed before
+        -- any other change has that one link. A creation that should be linked and is
+        -- not (events_in_row, past its first change) is reported unchained, as is a
+        -- commit without its link; a COMPENSABLE call still executing since its
+        -- intercept is not linked yet.
         SELECT e.session_id, e.chain_seq, e.chain_prev, e.chain_hash,
                'undolog_effect_log', 'effect_id=' || e.effect_id || ' created', e.executed_at,
                undolog.chain_record_effect_created(
@@ -53,13 +55,16 @@ BEGIN
                    e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id)
         FROM undolog.undolog_effect_log AS e
         WHERE e.chain_seq IS NOT NULL
+           OR (e.events_in_row AND e.committed_at IS NULL
+               AND NOT (e.tier = 'compensable' AND e.state = 'executing'))
         UNION ALL
         SELECT e.session_id, e.commit_seq, e.commit_prev, e.commit_hash,
                'undolog_effect_log', 'effect_id=' || e.effect_id || ' committed',
                e.committed_at,
                undolog.chain_record_effect_committed(
-                   e.session_id, e.effect_id, e.executed_at, e.committed_at, e.committed_by,
-                   e.result_snapshot)
+                   e.session_id, e.effect_id, e.executed_at, e.call_signature, e.step_index,
+                   e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id, e.committed_at,
+                   e.committed_by, e.result_snapshot)
         FROM undolog.undolog_effect_log AS e
         WHERE e.committed_at IS NOT NULL OR e.commit_seq IS NOT NULL
         UNION ALL

@@ -1,9 +1,14 @@
 -- undolog.chain_record_effect_committed: the canonical record of an effect's commit, the
 -- second of the two events its own row records (migration 0013; see
--- undolog.chain_record_session_history): when, by whom, and the result replays return.
+-- undolog.chain_record_session_history): the whole call as its creation's record has it
+-- (undolog.chain_record_effect_created), then when and by whom it committed and the
+-- result replays return. A COMPENSABLE call that commits before any other change has no
+-- creation link of its own: this record, one link, stands for both events.
 CREATE OR REPLACE FUNCTION undolog.chain_record_effect_committed(
-    p_session_id uuid, p_effect_id uuid, p_executed_at timestamptz,
-    p_committed_at timestamptz, p_committed_by text, p_result_snapshot jsonb
+    p_session_id uuid, p_effect_id uuid, p_executed_at timestamptz, p_call_signature text,
+    p_step_index integer, p_tool_name text, p_tier text, p_args jsonb,
+    p_intercepted_by text, p_tool_id uuid, p_committed_at timestamptz,
+    p_committed_by text, p_result_snapshot jsonb
 )
 RETURNS text
 LANGUAGE sql
@@ -12,11 +17,15 @@ AS $$
     SELECT pg_catalog.json_build_object(
         'table', 'effect_log', 'event', 'committed', 'session_id', p_session_id,
         'effect_id', p_effect_id, 'executed_at', undolog.chain_time(p_executed_at),
+        'call_signature', p_call_signature, 'step_index', p_step_index,
+        'tool_name', p_tool_name, 'tier', p_tier, 'args', p_args,
+        'intercepted_by', p_intercepted_by, 'tool_id', p_tool_id,
         'committed_at', undolog.chain_time(p_committed_at), 'committed_by', p_committed_by,
         'result', p_result_snapshot
     )::text
 $$;
 
 REVOKE ALL ON FUNCTION undolog.chain_record_effect_committed(
-    uuid, uuid, timestamptz, timestamptz, text, jsonb
+    uuid, uuid, timestamptz, text, integer, text, text, jsonb, text, uuid, timestamptz, text,
+    jsonb
 ) FROM public;

@@ -96,7 +96,7 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
 
     # the file itself edited: a record changed, a line dropped, two lines swapped
     row = json.loads(lines[2])
-    assert row["record"]["event"] == "created"
+    assert row["record"]["event"] == "committed"  # the call's one link: the whole call
     row["record"]["tool_name"] = "delete_user"
     row["canonical"] = row["canonical"].replace('"create_user"', '"delete_user"')
     assert row["canonical"] != json.loads(lines[2])["canonical"]

@@ -182,7 +182,7 @@ def test_approve_then_the_same_call_executes_exactly_once(agent: Conn, approver:
         # the whole life: the creation and the commit are recorded in the effect's row,
         # the rest as history rows; the timeline shows both in chain order
         "SELECT from_state, to_state FROM undolog.effect_timeline "
-        "WHERE effect_id = %s AND event = 'transition' ORDER BY seq",
+        "WHERE effect_id = %s AND event = 'transition' ORDER BY seq, at",
         (first.effect_id,),
     ).fetchall()
     assert transitions == [

@@ -151,7 +151,7 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        # a call's creation and its commit are links of its own row (migration 0013)
+        # a call's creation and its commit are one link of its own row (migration 0013)
         (
             'UPDATE undolog.undolog_effect_log SET result_snapshot = \'{"created": "z"}\''
             " WHERE session_id = %(s)s AND committed_at IS NOT NULL",
@@ -169,7 +169,7 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
         ),
         (
             "DELETE FROM undolog.undolog_effect_log WHERE session_id = %(s)s"
-            " AND chain_seq = (SELECT min(chain_seq) FROM undolog.undolog_effect_log"
+            " AND commit_seq = (SELECT min(commit_seq) FROM undolog.undolog_effect_log"
             " WHERE session_id = %(s)s)",
             "missing",
         ),
@@ -180,8 +180,9 @@ def test_the_canonical_record_ignores_the_session_time_zone(conn: Conn) -> None:
         ),
         # reordered: two rows swap places in the chain
         (
-            "UPDATE undolog.undolog_effect_log SET chain_seq = commit_seq, commit_seq = chain_seq"
-            " WHERE session_id = %(s)s AND chain_seq = 2",
+            # the two calls' commits (each call's one link) swap places
+            "UPDATE undolog.undolog_effect_log AS e SET commit_seq = CASE e.commit_seq"
+            " WHEN 2 THEN 3 ELSE 2 END WHERE session_id = %(s)s AND commit_seq IN (2, 3)",
             "link",
         ),
         (

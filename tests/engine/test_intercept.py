@@ -80,7 +80,7 @@ def test_fail_then_retry_executes_again(conn: Conn) -> None:
     assert (row["state"], row["attempts"], row["result_snapshot"]) == ("committed", 2, None)
     history = conn.execute(
         "SELECT from_state, to_state, detail FROM undolog.effect_timeline "
-        "WHERE effect_id = %s ORDER BY seq",
+        "WHERE effect_id = %s ORDER BY seq, at",
         (first.effect_id,),
     ).fetchall()
     assert history == [

@@ -401,7 +401,7 @@ class EngineModel(RuleBasedStateMachine):
                 # the creation and the commit in the effect's row, the rest as history
                 # rows: the timeline holds every event, in chain order
                 "SELECT event, from_state, to_state FROM undolog.effect_timeline"
-                " WHERE effect_id = %s ORDER BY seq",
+                " WHERE effect_id = %s ORDER BY seq, at",
                 (e.effect_id,),
             ).fetchall()
             assert [tuple(r) for r in rows] == e.history, e.effect_id

@@ -257,7 +257,7 @@ def test_an_upgrade_keeps_sessions_in_every_state(
         # did since is recorded as today's engine records it: its commit in its own row
         life = c.execute(
             "SELECT from_state, to_state, history_id IS NULL FROM undolog.effect_timeline"
-            " WHERE session_id = %s AND event = 'transition' ORDER BY seq",
+            " WHERE session_id = %s AND event = 'transition' ORDER BY seq, at",
             (old["awaiting"],),
         ).fetchall()
         assert life == [
@@ -266,9 +266,10 @@ def test_an_upgrade_keeps_sessions_in_every_state(
             ("approved", "executing", False),
             ("executing", "committed", True),
         ]
-        # a call journaled after it: its creation and its commit, both in its own row
+        # a call journaled after it: its creation and its commit, both in its own row, one
+        # link (its commit's record is the whole call)
         assert c.execute(
-            "SELECT chain_seq IS NOT NULL, commit_seq IS NOT NULL, committed_by = session_user,"
+            "SELECT chain_seq IS NULL, commit_seq IS NOT NULL, committed_by = session_user,"
             " (SELECT count(*) FROM undolog.undolog_effect_history AS h"
             "  WHERE h.effect_id = e.effect_id)"
             " FROM undolog.undolog_effect_log AS e WHERE e.effect_id = %s",
