@@ -8,6 +8,7 @@
 #   make docs     the documentation site, warnings as errors, into site/
 #   make dist     the wheel and sdist into dist/ (pip install dist/undolog-*.whl)
 #   make bench    N agents against the floor and DBOS (BENCH_ARGS=--quick: short)
+#   make bench-ab  what an engine change saved: server CPU per call, BASE=REV vs the tree
 #   make bench-profile   where a journaled call's time goes
 #   make generate the sync modules from their async sources (make lint checks them)
 SHELL := /bin/bash
@@ -27,7 +28,7 @@ MCP_STAMP := $(MCP_SERVERS)/.installed-stamp
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-profile clean generate \
+.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-ab bench-profile clean generate \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
@@ -121,6 +122,12 @@ dist: deps
 bench: deps
 	$(PY) bench/bench_agents.py $(BENCH_ARGS)
 	$(PY) bench/bench_chain.py
+
+# Server CPU and WAL per new call of the engine at BASE against the working tree (and the
+# floor), measured inside the server: what an engine change saved. make bench-ab BASE=REV
+BASE ?= HEAD
+bench-ab: deps
+	$(PY) bench/bench_engine_ab.py $(BASE) .
 
 # Where a journaled call's time goes: server µs per statement, ablations, client CPU.
 bench-profile: deps

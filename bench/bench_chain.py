@@ -72,7 +72,7 @@ GUARD_LINK = re.compile(
     re.S,
 )
 # The canonical records the link hashes: built for nothing once the link is gone.
-GUARD_RECORD = re.compile(r"v_canonical := undolog\.chain_record_effect_\w+\([^;]*\);", re.S)
+GUARD_RECORD = re.compile(r"v_canonical := undolog\.chain_record_effect\([^;]*\);", re.S)
 
 
 def guard_source(conn: psycopg.Connection[Any]) -> str:

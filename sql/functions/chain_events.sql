@@ -50,9 +50,10 @@ BEGIN
         -- intercept is not linked yet.
         SELECT e.session_id, e.chain_seq, e.chain_prev, e.chain_hash,
                'undolog_effect_log', 'effect_id=' || e.effect_id || ' created', e.executed_at,
-               undolog.chain_record_effect_created(
-                   e.session_id, e.effect_id, e.executed_at, e.call_signature, e.step_index,
-                   e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id)
+               undolog.chain_record_effect(
+                   'created', e.session_id, e.effect_id, e.executed_at, e.call_signature,
+                   e.step_index, e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id,
+                   NULL, NULL, NULL)
         FROM undolog.undolog_effect_log AS e
         WHERE e.chain_seq IS NOT NULL
            OR (e.events_in_row AND e.committed_at IS NULL
@@ -61,10 +62,10 @@ BEGIN
         SELECT e.session_id, e.commit_seq, e.commit_prev, e.commit_hash,
                'undolog_effect_log', 'effect_id=' || e.effect_id || ' committed',
                e.committed_at,
-               undolog.chain_record_effect_committed(
-                   e.session_id, e.effect_id, e.executed_at, e.call_signature, e.step_index,
-                   e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id, e.committed_at,
-                   e.committed_by, e.result_snapshot)
+               undolog.chain_record_effect(
+                   'committed', e.session_id, e.effect_id, e.executed_at, e.call_signature,
+                   e.step_index, e.tool_name, e.tier, e.args, e.intercepted_by, e.tool_id,
+                   e.committed_at, e.committed_by, e.result_snapshot)
         FROM undolog.undolog_effect_log AS e
         WHERE e.committed_at IS NOT NULL OR e.commit_seq IS NOT NULL
         UNION ALL

@@ -48,10 +48,10 @@ BEGIN
         IF NEW.tier = 'compensable' THEN
             RETURN NEW;  -- linked at its first change of state
         END IF;
-        v_canonical := undolog.chain_record_effect_created(
-            NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.call_signature,
+        v_canonical := undolog.chain_record_effect(
+            'created', NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.call_signature,
             NEW.step_index, NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by,
-            NEW.tool_id);
+            NEW.tool_id, NULL, NULL, NULL);
     ELSE
         -- intercepted_by (who made the call) is identity too: approvals are refused by
         -- it; so is tool_id, the registration the undo walk takes the compensation from;
@@ -101,18 +101,19 @@ BEGIN
             -- too when the creation has none yet.
             NEW.committed_at := pg_catalog.clock_timestamp();
             NEW.committed_by := session_user;
-            v_canonical := undolog.chain_record_effect_committed(
-                NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.call_signature,
-                NEW.step_index, NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by,
-                NEW.tool_id, NEW.committed_at, NEW.committed_by, NEW.result_snapshot);
+            v_canonical := undolog.chain_record_effect(
+                'committed', NEW.session_id, NEW.effect_id, NEW.executed_at,
+                NEW.call_signature, NEW.step_index, NEW.tool_name, NEW.tier, NEW.args,
+                NEW.intercepted_by, NEW.tool_id, NEW.committed_at, NEW.committed_by,
+                NEW.result_snapshot);
         ELSIF NEW.events_in_row AND OLD.chain_seq IS NULL AND OLD.committed_at IS NULL THEN
             -- A COMPENSABLE call's first change is not its commit (it failed, or the
             -- walk took it while executing): its creation is linked now, then the
             -- change's history row. A committed call's link stands for its creation.
-            v_canonical := undolog.chain_record_effect_created(
-                NEW.session_id, NEW.effect_id, NEW.executed_at, NEW.call_signature,
-                NEW.step_index, NEW.tool_name, NEW.tier, NEW.args, NEW.intercepted_by,
-                NEW.tool_id);
+            v_canonical := undolog.chain_record_effect(
+                'created', NEW.session_id, NEW.effect_id, NEW.executed_at,
+                NEW.call_signature, NEW.step_index, NEW.tool_name, NEW.tier, NEW.args,
+                NEW.intercepted_by, NEW.tool_id, NULL, NULL, NULL);
         END IF;
     END IF;
 
