@@ -2,14 +2,15 @@
 
 A throwaway PostgreSQL (or ``--dsn``, a superuser's: the chain triggers are switched off
 and on), the engine installed, one session. Each round runs ``--calls`` new compensable
-calls, intercept then commit, each its own transaction as an agent's are, in one
+calls as the decorator makes them (intercept_tool, then commit_effect with an
+asynchronous result; bench_engine_ab.ENGINE_LOOP), each its own transaction, in one
 server-side loop: no round trips, only the engine's own work, counted as the CPU time of
 the server process (Linux, a local server), so that a loaded machine's waits for a CPU
 are not counted. The throwaway server runs with fsync off, so that WAL flushes do not
 drown the difference. Each round runs with the chain on and off (the order alternates);
-the figure is the median difference per call. A new call is two links, both in its own
-effect row (its creation and its commit, migration 0013), made by the effect log's guard
-trigger: "off" is that guard re-created without its link (the canonical record, its hash
+the figure is the median difference per call. A new call is one link, in its own effect
+row (its commit, whose record is the whole call: migration 0013), made by the effect
+log's guard trigger: "off" is that guard re-created without its link (the canonical record, its hash
 and the session head's update) and the history tables' chain triggers disabled. The
 shipped guard is put back at the end.
 
@@ -19,7 +20,6 @@ A benchmark, not a test: it prints its figures and exits 0.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import sys
@@ -31,39 +31,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
+from bench_engine_ab import ENGINE_LOOP as LOOP  # the decorator's calls, server-side
+from bench_engine_ab import cpu_seconds
 from pgcluster import throwaway_cluster
 from undolog.migrations import migrate
 
-LOOP = """
-DO $bench$
-DECLARE
-    v_session uuid := gen_random_uuid();
-    v_effect uuid;
-BEGIN
-    PERFORM undolog.begin_session(v_session, 'bench', '{}', '1 hour');
-    COMMIT;
-    FOR i IN 1..%(calls)s LOOP
-        SELECT i.effect_id INTO v_effect
-        FROM undolog.intercept(v_session, i, 'bench_tool', 'compensable',
-                               jsonb_build_object('i', i),
-                               encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex'),
-                               '{"name": "undo"}') AS i;
-        COMMIT;
-        PERFORM undolog.commit(v_effect, '{"ok": true}');
-        COMMIT;
-    END LOOP;
-END
-$bench$
-"""
-
 TRIGGERS = ("undolog_effect_history", "undolog_session_history")
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) the server process has used: on a loaded machine the
-    wall clock also counts the time it waited for a CPU."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # The guard's link: from the head's UPDATE to the end of its fallback (chain_link).
