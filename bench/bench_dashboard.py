@@ -13,8 +13,9 @@ database undolog_bench_dashboard and an operator login (bench_operator) and read
 The journal is bulk-loaded with set-based INSERT ... SELECT generate_series as the owner,
 guard triggers disabled during the load only: sessions (over four months, mostly
 completed, some of every other state), ``--calls`` effects each with one history row,
-plus one session of 1,000 calls with full histories, undo entries and approvals. The
-signature registry and other sessions' undo stacks are not loaded: no page reads them.
+plus one session of 1,000 calls with full histories, undo entries and approvals. Other
+sessions' undo entries (each holds its call's signature) are not loaded: no page reads
+them.
 Prints the numbers; never fails on a missed target.
 """
 
@@ -161,8 +162,8 @@ def load_big_session(conn: Conn, calls: int = 1000) -> None:
     conn.execute(
         """
         INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at,
-            compensation, state)
-        SELECT e.session_id, e.effect_id, e.executed_at,
+            call_signature, compensation, state)
+        SELECT e.session_id, e.effect_id, e.executed_at, e.call_signature,
                CASE e.tier WHEN 'compensable' THEN '{"name": "undo_it"}'::jsonb END, 'pending'
         FROM undolog.undolog_effect_log AS e WHERE e.session_id = %s ORDER BY e.step_index
         """,

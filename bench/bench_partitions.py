@@ -3,8 +3,8 @@
 1. intercept latency (median, p95) with 10 k rows vs 2 M rows in the journal (target:
    within 1.2x), measured in interleaved rounds so that a noisy machine hurts both alike;
 2. the time to drop a month of 50 k vs 500 k rows (target: under 1 s, independent of the
-   size), split into the pruning of the registry/undo/approval rows (row deletes, no lock
-   that blocks intercept) and the DDL (the only moment intercepts wait), and the worst
+   size), split into the pruning of the undo/approval rows (row deletes, no lock that
+   blocks intercept) and the DDL (the only moment intercepts wait), and the worst
    intercept latency seen by an agent running during the drop.
 
     .venv/bin/python tools/pgcluster.py run -- .venv/bin/python bench/bench_partitions.py
@@ -57,22 +57,24 @@ def dsn_for(base: str, dbname: str) -> str:
 
 def load_month(conn: Conn, offset: int, effects: int) -> None:
     """Journal ``effects`` calls spread over month ``offset``, as intercept and commit
-    would have: registry, effect, its two history rows (created executing, committed),
-    undo entry, approval (1 in 10); time-ordered effect ids, as intercept makes them."""
+    would have: effect, its two history rows (created executing, committed), undo entry
+    (with the call's signature, its exactly-once key), approval (1 in 10); effect ids that
+    carry their executed_at, as intercept makes them (undolog.effect_id_at)."""
     conn.execute("SELECT undolog.create_month_partitions(undolog.utc_month(now(), %s))", (offset,))
     conn.execute("DROP TABLE IF EXISTS stage")
     conn.execute(
         """
         CREATE TEMP TABLE stage AS
-        SELECT undolog.uuid_v7() AS effect_id,
+        SELECT undolog.effect_id_at(t.executed_at) AS effect_id,
                md5(%(tag)s || (g / 100))::uuid AS session_id,
-               lo + (hi - lo) * (g::float8 / %(n)s) AS executed_at,
+               t.executed_at,
                encode(sha256(convert_to(%(tag)s || g, 'UTF8')), 'hex') AS call_signature,
                CASE WHEN g %% 10 = 0 THEN 'irreversible' ELSE 'compensable' END AS tier,
                g
         FROM generate_series(0, %(n)s - 1) AS g,
              LATERAL (SELECT undolog.month_start(undolog.utc_month(now(), %(k)s)) AS lo,
-                             undolog.month_start(undolog.utc_month(now(), %(k)s + 1)) AS hi) AS b
+                             undolog.month_start(undolog.utc_month(now(), %(k)s + 1)) AS hi) AS b,
+             LATERAL (SELECT b.lo + (b.hi - b.lo) * (g::float8 / %(n)s) AS executed_at) AS t
         """,
         {"tag": f"bench:{offset}:", "n": effects, "k": offset},
     )
@@ -81,10 +83,6 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
         "lease_expires_at, created_at, updated_at) "
         "SELECT session_id, 'bench', 'completed', '5 minutes', min(executed_at), "
         "min(executed_at), max(executed_at) FROM stage GROUP BY session_id"
-    )
-    conn.execute(
-        "INSERT INTO undolog.undolog_signature_registry "
-        "SELECT session_id, call_signature, effect_id, executed_at FROM stage"
     )
     conn.execute(
         "INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, "
@@ -104,9 +102,9 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
     )
     conn.execute(
         "INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, "
-        "compensation, state, created_at) "
-        "SELECT session_id, effect_id, executed_at, CASE tier WHEN 'compensable' "
-        "THEN %s::jsonb END, 'pending', executed_at FROM stage ORDER BY g",
+        "call_signature, compensation, state, created_at) "
+        "SELECT session_id, effect_id, executed_at, call_signature, CASE tier "
+        "WHEN 'compensable' THEN %s::jsonb END, 'pending', executed_at FROM stage ORDER BY g",
         ('{"name": "delete_user", "args": {}}',),
     )
     conn.execute(
@@ -121,7 +119,6 @@ GUARDED = (
     "undolog_sessions",
     "undolog_effect_log",
     "undolog_effect_history",
-    "undolog_signature_registry",
     "undolog_undo_stack",
     "undolog_approval_requests",
 )
@@ -257,12 +254,9 @@ def drop_month(
 
 
 def settle(conn: Conn) -> None:
-    """Vacuum what a drop leaves behind (dead registry/undo rows, as autovacuum soon
+    """Vacuum what a drop leaves behind (dead undo/approval rows, as autovacuum soon
     would) and checkpoint, so that each measurement starts from the same state."""
-    conn.execute(
-        "VACUUM undolog.undolog_signature_registry, undolog.undolog_undo_stack, "
-        "undolog.undolog_approval_requests"
-    )
+    conn.execute("VACUUM undolog.undolog_undo_stack, undolog.undolog_approval_requests")
     conn.execute("CHECKPOINT")
 
 

@@ -22,8 +22,9 @@ that thing costs, which is the most a design that writes less could save by movi
                  transition checks: what the guard still costs a new call (its commit)
   unpartitioned  the effect log and its history as plain tables (same columns, keys and
                  the hot path's triggers): what "no tuple routing" could save at most
-What the registry costs is its own INSERT in the nested column (folding it into the
-effect row would save about that).
+A call's exactly-once key (session, signature) has no INSERT of its own: it is a column
+and a unique index of its undo entry (migration 0014), in the undo stack's INSERT in the
+nested column.
 
 Client CPU is time.process_time() per call in this process (Python, psycopg, the
 socket), for the floor, the SQL API as the decorator uses it (call_signature, intercept,

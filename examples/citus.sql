@@ -11,8 +11,8 @@ SELECT create_distributed_table('undolog.undolog_effect_log', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_effect_history', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
-SELECT create_distributed_table('undolog.undolog_signature_registry', 'session_id',
-                                colocate_with => 'undolog.undolog_sessions');
+-- A call's undo entry holds its exactly-once key: the unique index (session_id,
+-- call_signature) leads with the distribution column, so each shard enforces it alone.
 SELECT create_distributed_table('undolog.undolog_undo_stack', 'session_id',
                                 colocate_with => 'undolog.undolog_sessions');
 SELECT create_distributed_table('undolog.undolog_undo_history', 'session_id',

@@ -41,7 +41,7 @@ SELECT is(
 );
 
 -- Only the first 16 hex digits count: signatures that differ after them share a key
--- (the lock is a cheap filter; the signature registry decides identity).
+-- (the lock is a cheap filter; the undo stack's unique (session, signature) key decides identity).
 SELECT is(undolog.signature_lock_key('0123456789abcdef' || repeat('a', 48)),
           undolog.signature_lock_key('0123456789abcdef' || repeat('b', 48)),
           'signatures differing only after digit 16 share a key');

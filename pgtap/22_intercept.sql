@@ -5,7 +5,7 @@
 -- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
 -- nothing.
 BEGIN;
-SELECT plan(166);
+SELECT plan(171);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -74,19 +74,21 @@ SELECT results_eq(
               'compensable', '{"name": "ada"}'::jsonb, 'executing', NULL::jsonb, NULL::text,
               1, 0, NULL::timestamptz)$$,
     'the effect row holds the call, executing, attempt 1');
+-- The call's exactly-once key (session, signature) is its undo entry's (migration 0014):
+-- the entry maps the signature to the effect's key.
 SELECT results_eq(
-    $$SELECT session_id, effect_id, executed_at FROM undolog.undolog_signature_registry
+    $$SELECT session_id, effect_id, executed_at FROM undolog.undolog_undo_stack
       WHERE call_signature = pg_temp.sig('c1')$$,
     $$SELECT session_id, effect_id, executed_at FROM undolog.undolog_effect_log
       WHERE effect_id = pg_temp.eid('c1')$$,
-    'the signature registry maps the signature to the effect''s key');
+    'the undo entry maps the signature to the effect''s key');
 SELECT results_eq(
-    $$SELECT session_id, executed_at, compensation, max_attempts, state, attempts
+    $$SELECT session_id, executed_at, call_signature, compensation, max_attempts, state, attempts
       FROM undolog.undolog_undo_stack WHERE effect_id = pg_temp.eid('c1')$$,
-    $$SELECT session_id, executed_at, '{"name": "delete_user", "args": {}}'::jsonb,
+    $$SELECT session_id, executed_at, call_signature, '{"name": "delete_user", "args": {}}'::jsonb,
              NULL::integer, 'pending', 0
       FROM undolog.undolog_effect_log WHERE effect_id = pg_temp.eid('c1')$$,
-    'one undo-stack entry holds the descriptor, args defaulting to {}');
+    'one undo-stack entry holds the call''s signature and the descriptor, args defaulting to {}');
 SELECT is_empty(
     $$SELECT * FROM undolog.undolog_effect_history WHERE effect_id = pg_temp.eid('c1')$$,
     'no history row: the creation is recorded in the effect''s own row');
@@ -233,6 +235,14 @@ SELECT results_eq(
     'a replayed event is appended to the original''s history');
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_log WHERE call_signature = pg_temp.sig('c1')),
           1::bigint, 'a replay never creates a second effect');
+-- The replay's insert of an undo entry met the (session, signature) key and did nothing:
+-- the entry it found is the original's, and it is the only one.
+SELECT results_eq(
+    $$SELECT effect_id, undo_id FROM undolog.undolog_undo_stack
+      WHERE session_id = '5e550000-0000-4000-8000-000000000001'
+        AND call_signature = pg_temp.sig('c1')$$,
+    $$SELECT pg_temp.eid('c1'), pg_temp.undo_of(pg_temp.eid('c1'))$$,
+    '... nor a second undo entry: the signature''s one entry is the original effect''s');
 SELECT is(pg_temp.call('c1_replay2', '5e550000-0000-4000-8000-000000000001', 0, 'create_user',
                        'compensable', '{"name": "ada"}', 'c1', '{"name": "delete_user"}'),
           'replay', 'a second duplicate replays too');
@@ -290,12 +300,28 @@ SELECT ok((SELECT approval_id IS NOT NULL AND approval_id <> (SELECT approval_id
            FROM calls WHERE name = 'forged_i1'),
           '... with an approval request of its own, not i1''s');
 SELECT results_eq(
-    $$SELECT session_id, count(*) FROM undolog.undolog_signature_registry
+    $$SELECT session_id, count(*) FROM undolog.undolog_undo_stack
       WHERE call_signature IN (pg_temp.sig('c1'), pg_temp.sig('i1'))
       GROUP BY session_id ORDER BY session_id$$,
     $$VALUES ('5e550000-0000-4000-8000-000000000001'::uuid, 2::bigint),
              ('5e550000-0000-4000-8000-00000000000a'::uuid, 2::bigint)$$,
-    'the registry holds each signature once per session');
+    'the undo stack holds each signature once per session: one entry per call');
+SELECT results_eq(
+    $$SELECT u.effect_id FROM undolog.undolog_undo_stack AS u
+      WHERE u.session_id = '5e550000-0000-4000-8000-00000000000a'
+        AND u.call_signature = pg_temp.sig('c1')$$,
+    $$SELECT pg_temp.eid('forged_c1')$$,
+    '... S10''s entry for c1''s signature is its own call''s, a separate effect');
+-- Replayed in its own session, the forged call finds its own effect again, not c1's.
+SELECT is(pg_temp.call('forged_c1_again', '5e550000-0000-4000-8000-00000000000a', 0, 'create_user',
+                       'compensable', '{"name": "ada"}', 'c1', '{"name": "delete_user"}'),
+          'in_progress', 'c1''s signature again in S10: in_progress, S10''s call still executing');
+SELECT is((SELECT effect_id FROM calls WHERE name = 'forged_c1_again'), pg_temp.eid('forged_c1'),
+          '... naming S10''s effect, not c1''s');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_stack
+           WHERE session_id = '5e550000-0000-4000-8000-00000000000a'
+             AND call_signature = pg_temp.sig('c1')),
+          1::bigint, '... and S10 still has one entry for that signature');
 
 ------------------------------------------------------------------------------------------
 -- Fail, then the same call again: it executes again (attempt 2).

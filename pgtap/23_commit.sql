@@ -159,7 +159,7 @@ SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-0000000
           'execute', 'setup: an executing effect on it');
 SELECT pg_temp.refused(
     $$SELECT undolog.commit(
-        (SELECT effect_id FROM undolog.undolog_signature_registry
+        (SELECT effect_id FROM undolog.undolog_undo_stack
          WHERE call_signature = pg_temp.sig('commit-big')),
         jsonb_build_object('blob', repeat('x', 1048576)))$$,
     'UL009', 'a result over 1 MiB: UL009');
@@ -168,7 +168,7 @@ SELECT is((SELECT state FROM undolog.undolog_effect_log
           'executing', 'the effect is still executing: it can be committed with a smaller result');
 SELECT lives_ok(
     $$SELECT undolog.commit(
-        (SELECT effect_id FROM undolog.undolog_signature_registry
+        (SELECT effect_id FROM undolog.undolog_undo_stack
          WHERE call_signature = pg_temp.sig('commit-big')),
         jsonb_build_object('b', repeat('x', 1048576 - pg_column_size(jsonb_build_object('b', '')))))$$,
     'a result of exactly 1 MiB is accepted');
@@ -183,7 +183,7 @@ SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-0000000
           'execute', 'setup: another executing effect');
 SELECT is(current_setting('synchronous_commit'), 'on',
           'a client''s synchronous_commit = off is overridden by intercept: the intent commits durably');
-SELECT is(undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+SELECT is(undolog.commit((SELECT effect_id FROM undolog.undolog_undo_stack
                           WHERE call_signature = pg_temp.sig('commit-async')), '{"ok": 1}', true),
           'committed', 'commit(..., p_async => true) answers committed');
 SELECT is(current_setting('synchronous_commit'), 'on',
@@ -201,8 +201,8 @@ SELECT is_definer('undolog', 'commit_effect', ARRAY['uuid', 'uuid', 'jsonb', 'bo
 SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000002', 10, 'a',
               'compensable', '{}', pg_temp.sig('commit-s1'), '{"name": "undo"}')),
           'execute', 'setup: effect s1 executing, in the second session');
-INSERT INTO fx SELECT 's1', r.effect_id FROM undolog.undolog_signature_registry AS r
-WHERE r.call_signature = pg_temp.sig('commit-s1');
+INSERT INTO fx SELECT 's1', u.effect_id FROM undolog.undolog_undo_stack AS u
+WHERE u.call_signature = pg_temp.sig('commit-s1');
 SELECT pg_temp.refused(
     $$SELECT undolog.commit_effect('c0000000-0000-4000-8000-000000000001'::uuid, pg_temp.eid('s1'), '{}')$$,
     'UL003', 'session-first commit naming another session: UL003');

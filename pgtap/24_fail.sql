@@ -88,7 +88,7 @@ SELECT pg_temp.refused($$SELECT undolog.fail(NULL, 'x')$$,
 SELECT is((SELECT action FROM undolog.intercept('fa000000-0000-4000-8000-000000000001', 90, 'tool_z',
               'compensable', '{}', pg_temp.sig('fail-async'), '{"name": "undo"}')),
           'execute', 'setup: an executing effect');
-SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+SELECT is(undolog.fail((SELECT effect_id FROM undolog.undolog_undo_stack
                         WHERE call_signature = pg_temp.sig('fail-async')), 'boom', true)
           || '/' || current_setting('synchronous_commit'),
           'pending/on', 'fail(..., p_async => true) after an intent in the same transaction: pending, still durable');

@@ -1,7 +1,7 @@
--- Append-only, enforced in the database: history tables, the signature registry, an
--- effect's identity columns (its recorded creation and commit among them) and the
--- sessions table refuse UPDATE / DELETE / TRUNCATE (UL011), even for the owner; TRUNCATE
--- of a month partition directly too. Dropping or detaching a whole partition (DDL) still
+-- Append-only, enforced in the database: history tables, an effect's identity columns
+-- (its recorded creation and commit among them), an undo entry's signature (the call's
+-- exactly-once key) and the sessions table refuse UPDATE / DELETE / TRUNCATE (UL011),
+-- even for the owner; TRUNCATE of a month partition directly too. Dropping or detaching a whole partition (DDL) still
 -- works. No group role may write the tables.
 BEGIN;
 SELECT plan(108);
@@ -19,7 +19,7 @@ SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-0000000
               '{"name": "delete_user"}')),
           'execute', 'setup: a compensable call');
 SELECT lives_ok(
-    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_undo_stack
                              WHERE call_signature = pg_temp.sig('ao-c')), '{"id": 1}')$$,
     'setup: it commits');
 SELECT is((SELECT action FROM undolog.intercept('a0000000-0000-4000-8000-000000000001', 1,
@@ -43,8 +43,8 @@ SELECT results_eq(
     'setup: effect history has a row, the replay, in this month''s partition');
 SELECT cmp_ok((SELECT count(*) FROM undolog.undolog_session_history), '>=', 2::bigint,
               'setup: session history has rows');
-SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 2::bigint,
-          'setup: the registry has 2 rows');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_stack), 2::bigint,
+          'setup: the undo stack has 2 entries, one per call (its signature with it)');
 
 -- Session history.
 SELECT pg_temp.refused($$UPDATE undolog.undolog_session_history SET to_state = 'completed'$$,
@@ -70,13 +70,17 @@ SELECT pg_temp.refused(format('TRUNCATE %s', pg_temp.this_month('undolog_effect_
 SELECT pg_temp.refused($$TRUNCATE undolog.undolog_effect_history_default$$,
                        'UL011', 'TRUNCATE of the effect history default partition: UL011');
 
--- Signature registry.
-SELECT pg_temp.refused($$UPDATE undolog.undolog_signature_registry SET executed_at = now() - interval '1 day'$$,
-                       'UL011', 'UPDATE of the signature registry: UL011');
-SELECT pg_temp.refused($$DELETE FROM undolog.undolog_signature_registry$$,
-                       'UL011', 'DELETE of the signature registry: UL011');
-SELECT pg_temp.refused($$TRUNCATE undolog.undolog_signature_registry$$,
-                       'UL011', 'TRUNCATE of the signature registry: UL011');
+-- A call's exactly-once key, (session, signature), is its undo entry's (migration 0014):
+-- the undo stack's guard refuses a changed signature, of a compensation's entry and of an
+-- IRREVERSIBLE call's barrier alike. (The rest of the entry's guard: 47_undo_stack_guard.)
+SELECT pg_temp.refused(format('UPDATE undolog.undolog_undo_stack SET call_signature = %L WHERE call_signature = %L',
+                              pg_temp.sig('ao-other'), pg_temp.sig('ao-c')),
+                       'UL011', 'UPDATE of a compensation entry''s signature: UL011');
+SELECT pg_temp.refused(format('UPDATE undolog.undolog_undo_stack SET call_signature = %L WHERE call_signature = %L',
+                              pg_temp.sig('ao-other'), pg_temp.sig('ao-i')),
+                       'UL011', 'UPDATE of a barrier''s signature: UL011');
+SELECT pg_temp.refused($$UPDATE undolog.undolog_undo_stack SET call_signature = md5(call_signature) || md5(call_signature)$$,
+                       'UL011', 'UPDATE of every entry''s signature at once: UL011');
 
 -- Effect log: identity columns, DELETE, TRUNCATE.
 SELECT pg_temp.refused(format('UPDATE undolog.undolog_effect_log SET %s WHERE call_signature = %L',

@@ -18,22 +18,25 @@ SELECT is_empty(
         AND has_function_privilege(r.oid, 'undolog.set_append_only_bypass(regclass)', 'EXECUTE')$$,
     'no group role may call set_append_only_bypass (an internal helper)');
 
--- The registry's guard runs once per statement (0004), UPDATE and DELETE.
+-- The undo history is the plain append-only table retention deletes from through the
+-- bypass (prune_month_rows; the signature registry was the other until migration 0014).
+-- Its guard runs once per statement, UPDATE and DELETE.
 SELECT is(
     (SELECT (t.tgtype & 1) = 0 FROM pg_trigger AS t
-     WHERE t.tgrelid = 'undolog.undolog_signature_registry'::regclass
-       AND t.tgname = 'undolog_signature_registry_append_only'),
-    true, 'the registry''s append-only trigger is a statement trigger');
+     WHERE t.tgrelid = 'undolog.undolog_undo_history'::regclass
+       AND t.tgname = 'undolog_undo_history_append_only'),
+    true, 'the undo history''s append-only trigger is a statement trigger');
 
--- Data: two registry rows, an effect in the default partition and one in this month, and
--- a history row in the history's default partition.
+-- Data: two undo history rows (one of 1999, one of now), an effect in the default
+-- partition and one in this month, and a history row in the history's default partition.
 INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at)
 VALUES ('f0000000-0000-4000-8000-000000000001', '5 minutes', now() + interval '5 minutes');
-INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id, executed_at)
-VALUES ('f0000000-0000-4000-8000-000000000001', pg_temp.sig('fc-1'),
-        'f1000000-0000-4000-8000-000000000001', '1999-01-15 12:00+00'),
-       ('f0000000-0000-4000-8000-000000000001', pg_temp.sig('fc-2'),
-        'f1000000-0000-4000-8000-000000000002', now());
+INSERT INTO undolog.undolog_undo_history
+    (session_id, undo_id, event, from_state, to_state, attempt, at)
+VALUES ('f0000000-0000-4000-8000-000000000001', 'f2000000-0000-4000-8000-000000000001',
+        'transition', 'pending', 'compensating', 1, '1999-01-15 12:00+00'),
+       ('f0000000-0000-4000-8000-000000000001', 'f2000000-0000-4000-8000-000000000002',
+        'transition', 'pending', 'compensating', 1, now());
 INSERT INTO undolog.undolog_effect_log
     (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier, args, state)
 VALUES ('f1000000-0000-4000-8000-000000000001', 'f0000000-0000-4000-8000-000000000001',
@@ -53,19 +56,19 @@ SELECT results_eq(
     'setup: its fail is a history row in the history''s default partition');
 
 -- Without the setting, even the owner is refused.
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'owner, no bypass: DELETE of the registry refused (UL011)');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry WHERE false$$, 'UL011', NULL,
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
+                 'owner, no bypass: DELETE of the undo history refused (UL011)');
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history WHERE false$$, 'UL011', NULL,
                  'a DELETE matching no row is refused too (statement trigger)');
 SELECT throws_ok($$DELETE FROM undolog.undolog_effect_log_default$$, 'UL011', NULL,
                  'owner, no bypass: DELETE from the default partition refused');
 
 -- The setting must name this very table.
 SELECT FROM pg_temp.bypass('undolog.undolog_undo_stack');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'bypass naming another table: the registry still refuses DELETE');
-SELECT FROM set_config('undolog.append_only_bypass', 'undolog.undolog_signature_registry', true);
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
+                 'bypass naming another table: the undo history still refuses DELETE');
+SELECT FROM set_config('undolog.append_only_bypass', 'undolog.undolog_undo_history', true);
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
                  'bypass naming the table by name instead of oid: refused');
 SELECT FROM pg_temp.bypass('undolog.undolog_effect_log_default');
 SELECT throws_ok(
@@ -74,11 +77,11 @@ SELECT throws_ok(
     'UL011', NULL, 'bypass naming the default partition: this month''s partition still refuses');
 
 -- Only DELETE is ever let through.
-SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
-SELECT throws_ok($$UPDATE undolog.undolog_signature_registry SET executed_at = now()$$,
-                 'UL011', NULL, 'bypass on: UPDATE of the registry still refused');
-SELECT throws_ok($$TRUNCATE undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'bypass on: TRUNCATE of the registry still refused');
+SELECT FROM pg_temp.bypass('undolog.undolog_undo_history');
+SELECT throws_ok($$UPDATE undolog.undolog_undo_history SET at = now()$$,
+                 'UL011', NULL, 'bypass on: UPDATE of the undo history still refused');
+SELECT throws_ok($$TRUNCATE undolog.undolog_undo_history$$, 'UL011', NULL,
+                 'bypass on: TRUNCATE of the undo history still refused');
 SELECT FROM pg_temp.bypass('undolog.undolog_effect_history_default');
 SELECT throws_ok($$UPDATE undolog.undolog_effect_history_default SET detail = '{}'$$,
                  'UL011', NULL, 'bypass on: UPDATE of effect history still refused');
@@ -86,39 +89,39 @@ SELECT throws_ok($$UPDATE undolog.undolog_effect_history_default SET detail = '{
 -- A role that somebody wrongly granted DELETE, with the setting: refused, not the owner.
 CREATE ROLE undolog_test_misgranted NOLOGIN;
 GRANT USAGE ON SCHEMA undolog TO undolog_test_misgranted;
-GRANT SELECT, DELETE ON undolog.undolog_signature_registry TO undolog_test_misgranted;
+GRANT SELECT, DELETE ON undolog.undolog_undo_history TO undolog_test_misgranted;
 SET LOCAL ROLE undolog_test_misgranted;
-SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+SELECT FROM pg_temp.bypass('undolog.undolog_undo_history');
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
                  'a non-owner granted DELETE, bypass set: still refused (UL011)');
 RESET ROLE;
 
--- The group roles have no DELETE privilege at all.
+-- The group roles have no DELETE privilege at all (the operator reads the undo history).
 SET LOCAL ROLE undolog_operator;
-SELECT FROM pg_temp.bypass('undolog.undolog_signature_registry');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, '42501', NULL,
+SELECT FROM pg_temp.bypass('undolog.undolog_undo_history');
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, '42501', NULL,
                  'undolog_operator, bypass set: DELETE refused by privileges (42501)');
 RESET ROLE;
 SET LOCAL ROLE undolog_agent;
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, '42501', NULL,
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, '42501', NULL,
                  'undolog_agent: DELETE refused by privileges (42501)');
 RESET ROLE;
 
 -- The owner with the setting naming the table: the DELETE goes through.
 SELECT lives_ok(
-    $$SELECT undolog.set_append_only_bypass('undolog.undolog_signature_registry')$$,
-    'set_append_only_bypass opens the registry');
+    $$SELECT undolog.set_append_only_bypass('undolog.undolog_undo_history')$$,
+    'set_append_only_bypass opens the undo history');
 SELECT is(current_setting('undolog.append_only_bypass'),
-          'undolog.undolog_signature_registry'::regclass::oid::text,
+          'undolog.undolog_undo_history'::regclass::oid::text,
           '... as a transaction-local setting holding its oid');
 SELECT lives_ok(
-    $$DELETE FROM undolog.undolog_signature_registry WHERE executed_at < '2000-01-01'$$,
-    'owner, bypass on the registry: DELETE works');
-SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 1::bigint,
+    $$DELETE FROM undolog.undolog_undo_history WHERE at < '2000-01-01'$$,
+    'owner, bypass on the undo history: DELETE works');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_history), 1::bigint,
           '... it deleted the one row it matched');
 SELECT lives_ok($$SELECT undolog.set_append_only_bypass(NULL)$$, 'set_append_only_bypass(NULL)');
 SELECT is(current_setting('undolog.append_only_bypass'), '', '... closes it');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
                  'closed again: DELETE refused');
 
 -- Row triggers (a partition's cloned guard) honour it the same way.
@@ -131,12 +134,12 @@ SELECT FROM undolog.set_append_only_bypass(NULL);
 
 -- Transaction-local: a rolled-back subtransaction takes the setting with it.
 SAVEPOINT before_bypass;
-SELECT FROM undolog.set_append_only_bypass('undolog.undolog_signature_registry');
+SELECT FROM undolog.set_append_only_bypass('undolog.undolog_undo_history');
 ROLLBACK TO SAVEPOINT before_bypass;
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
                  'a bypass set in a rolled-back savepoint is gone');
-SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry), 1::bigint,
-          'the registry kept its row through every refused DELETE');
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_history), 1::bigint,
+          'the undo history kept its row through every refused DELETE');
 
 SELECT * FROM finish();
 ROLLBACK;

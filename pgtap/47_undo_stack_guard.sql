@@ -1,7 +1,7 @@
 -- The saga's schema: the undo stack's guard trigger and state machine, the append-only
 -- undo history and operator actions, the operator-only effect transition, internal helpers.
 BEGIN;
-SELECT plan(26);
+SELECT plan(29);
 
 \ir _helpers.psql
 
@@ -43,6 +43,24 @@ SELECT throws_ok(format($$UPDATE undolog.undolog_undo_stack SET effect_id = %L W
                  'UL011', NULL, 'the effect of an entry cannot change');
 SELECT throws_ok(format($$UPDATE undolog.undolog_undo_stack SET max_attempts = 99 WHERE undo_id = %L$$, :'u2'),
                  'UL011', NULL, 'the max_attempts of an entry cannot change');
+-- The entry holds its call's exactly-once key (migration 0014): a changed signature would
+-- let the same call run again under its old one, or make another call replay this one.
+SELECT throws_ok(format($$UPDATE undolog.undolog_undo_stack SET call_signature = %L WHERE undo_id = %L$$,
+                        pg_temp.sig('another call'), :'u2'),
+                 'UL011', 'an undo entry''s identity (id, session, position, effect, signature, '
+                          'compensation, max_attempts) cannot change',
+                 'the signature of an entry cannot change (UL011, naming the signature)');
+SELECT throws_ok(format($$UPDATE undolog.undolog_undo_stack AS u
+                          SET call_signature = CASE u.undo_id WHEN %1$L THEN %4$L ELSE %3$L END
+                          WHERE u.undo_id IN (%1$L, %2$L)$$,
+                        :'u1', :'u2', pg_temp.sig(:'s1' || '/1'), pg_temp.sig(:'s1' || '/2')),
+                 'UL011', NULL, 'two entries of a session cannot swap their signatures');
+SELECT results_eq(
+    format($$SELECT effect_id, call_signature FROM undolog.undolog_undo_stack
+             WHERE session_id = %L ORDER BY stack_position$$, :'s1'),
+    format($$VALUES (%L::uuid, %L::text), (%L, %L)$$,
+           :'f1', pg_temp.sig(:'s1' || '/1'), :'f2', pg_temp.sig(:'s1' || '/2')),
+    '... each entry keeps the signature its call was journaled under');
 SELECT throws_ok(format($$UPDATE undolog.undolog_undo_stack SET state = 'compensating' WHERE undo_id = %L$$, :'u2'),
                  '23514', NULL, 'an entry cannot be in flight without a claim expiry');
 SELECT c.attempt FROM undolog.claim_compensation(:'s1') AS c;

@@ -84,7 +84,7 @@ SELECT is((SELECT action FROM undolog.intercept('e0000000-0000-4000-8000-0000000
               'compensable', '{}', pg_temp.sig('part-1'), '{"name": "u"}')),
           'execute', 'setup: a call');
 -- Its creation is recorded in its own row (migration 0013); its fail is a history row.
-SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_undo_stack
                                        WHERE call_signature = pg_temp.sig('part-1')), 'boom')$$,
                 'setup: it fails');
 SELECT results_eq(
@@ -115,7 +115,7 @@ SELECT is((SELECT action FROM undolog.intercept('e0000000-0000-4000-8000-0000000
 SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
            WHERE call_signature = pg_temp.sig('part-2')),
           'undolog.undolog_effect_log_default', '... and lands in the default partition');
-SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_signature_registry
+SELECT lives_ok($$SELECT undolog.fail((SELECT effect_id FROM undolog.undolog_undo_stack
                                        WHERE call_signature = pg_temp.sig('part-2')), 'boom')$$,
                 'setup: it fails, a history row in the history''s default partition');
 SELECT lives_ok($$SELECT undolog.ensure_partitions(1)$$,
@@ -127,8 +127,8 @@ SELECT is((SELECT tableoid::regclass::text FROM undolog.undolog_effect_log
 SELECT results_eq(
     $$SELECT h.tableoid::regclass::text, h.from_state, h.to_state
       FROM undolog.undolog_effect_history AS h
-      JOIN undolog.undolog_signature_registry AS r USING (session_id, effect_id, executed_at)
-      WHERE r.call_signature = pg_temp.sig('part-2')$$,
+      JOIN undolog.undolog_undo_stack AS u USING (session_id, effect_id, executed_at)
+      WHERE u.call_signature = pg_temp.sig('part-2')$$,
     $$VALUES ('undolog.undolog_effect_history_' || pg_temp.month(0), 'executing', 'pending')$$,
     '... its history row with it');
 -- The creation recorded in the row moved with it, still linked (seq 4, after the
@@ -138,9 +138,9 @@ SELECT results_eq(
     $$SELECT v.seq, v.table_name, v.row_key, v.problem
       FROM undolog.verify_chain('e0000000-0000-4000-8000-000000000001') AS v
       ORDER BY v.problem$$,
-    $$SELECT 4::bigint, 'undolog_effect_log', 'effect_id=' || r.effect_id || ' created', p.problem
-      FROM undolog.undolog_signature_registry AS r, (VALUES ('link'), ('missing')) AS p (problem)
-      WHERE r.call_signature = pg_temp.sig('part-2') ORDER BY p.problem$$,
+    $$SELECT 4::bigint, 'undolog_effect_log', 'effect_id=' || u.effect_id || ' created', p.problem
+      FROM undolog.undolog_undo_stack AS u, (VALUES ('link'), ('missing')) AS p (problem)
+      WHERE u.call_signature = pg_temp.sig('part-2') ORDER BY p.problem$$,
     '... its creation with it, still linked: the chain reports only the dropped month''s gap');
 
 SELECT * FROM finish();

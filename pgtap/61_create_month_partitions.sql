@@ -40,7 +40,7 @@ CREATE TEMP TABLE effects_before AS
 SELECT e.* FROM undolog.undolog_effect_log AS e JOIN fx USING (effect_id);
 CREATE TEMP TABLE history_before AS
 SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id);
-CREATE TEMP TABLE registry_before AS SELECT * FROM undolog.undolog_signature_registry;
+CREATE TEMP TABLE undo_before AS SELECT * FROM undolog.undolog_undo_stack;
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_default), 3::bigint,
           'setup: three effects in the default partition');
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_history_default), 6::bigint,
@@ -98,8 +98,9 @@ SELECT set_eq(
     $$SELECT h.* FROM undolog.undolog_effect_history AS h JOIN fx USING (effect_id)$$,
     $$SELECT * FROM history_before$$,
     'the history rows are unchanged, ids included');
-SELECT set_eq($$SELECT * FROM undolog.undolog_signature_registry$$,
-              $$SELECT * FROM registry_before$$, 'the registry is untouched');
+SELECT set_eq($$SELECT * FROM undolog.undolog_undo_stack$$,
+              $$SELECT * FROM undo_before$$,
+              'the undo entries are untouched, the calls'' signatures (exactly-once keys) with them');
 SELECT is(current_setting('undolog.append_only_bypass', true), '',
           'the append-only bypass is closed again');
 

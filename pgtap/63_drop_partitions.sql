@@ -1,8 +1,8 @@
 -- undolog.drop_partitions(p_older_than, p_detach_only, p_force): drops (or detaches) every
 -- month of the effect log and its history that ends at or before the cut-off (UTC months,
--- whatever the session's TimeZone), one DDL each, with the registry, undo and approval
--- rows of those effects, through the append-only guards that still refuse everybody
--- else. A month holding effects of an unfinished session is refused (UL016, the sessions
+-- whatever the session's TimeZone), one DDL each, with the undo entries (each call's
+-- exactly-once key), their history and the approval rows of those effects, through the
+-- append-only guards that still refuse everybody else. A month holding effects of an unfinished session is refused (UL016, the sessions
 -- in DETAIL, nothing dropped) unless forced. Never the current month (UL008).
 BEGIN;
 SELECT plan(58);
@@ -21,12 +21,10 @@ CREATE FUNCTION pg_temp.strong_locks() RETURNS SETOF text LANGUAGE sql AS $$
 $$;
 -- The rows tied to the effects of a UTC month (YYYY_MM), in each table.
 CREATE FUNCTION pg_temp.rows_of(p_month text) RETURNS text LANGUAGE sql AS $$
-    SELECT format('effects=%s history=%s registry=%s undo=%s approvals=%s',
+    SELECT format('effects=%s history=%s undo=%s approvals=%s',
         (SELECT count(*) FROM undolog.undolog_effect_log AS t
          WHERE to_char(t.executed_at AT TIME ZONE 'UTC', 'YYYY_MM') = p_month),
         (SELECT count(*) FROM undolog.undolog_effect_history AS t
-         WHERE to_char(t.executed_at AT TIME ZONE 'UTC', 'YYYY_MM') = p_month),
-        (SELECT count(*) FROM undolog.undolog_signature_registry AS t
          WHERE to_char(t.executed_at AT TIME ZONE 'UTC', 'YYYY_MM') = p_month),
         (SELECT count(*) FROM undolog.undolog_undo_stack AS t
          WHERE to_char(t.executed_at AT TIME ZONE 'UTC', 'YYYY_MM') = p_month),
@@ -127,9 +125,9 @@ SELECT is((SELECT action FROM undolog.intercept('d6000000-0000-4000-8000-0000000
 CREATE TEMP TABLE this_month AS
 SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM') AS m,
        pg_temp.rows_of(to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM')) AS rows_before;
-SELECT is(pg_temp.rows_of('2024_01'), 'effects=2 history=2 registry=2 undo=2 approvals=1',
+SELECT is(pg_temp.rows_of('2024_01'), 'effects=2 history=2 undo=2 approvals=1',
           'setup: January 2024''s rows');
-SELECT is(pg_temp.rows_of('2024_02'), 'effects=2 history=2 registry=2 undo=2 approvals=1',
+SELECT is(pg_temp.rows_of('2024_02'), 'effects=2 history=2 undo=2 approvals=1',
           'setup: February 2024''s rows');
 
 -- The cut-off at the last microsecond of February (written from UTC+14): only January
@@ -141,9 +139,9 @@ SELECT results_eq(
     'UTC+14, cut-off 29 Feb 23:59:59.999999 UTC: January is dropped, effect log then history');
 SELECT hasnt_table('undolog', 'undolog_effect_log_2024_01', 'January''s effect log is gone');
 SELECT hasnt_table('undolog', 'undolog_effect_history_2024_01', 'January''s history is gone');
-SELECT is(pg_temp.rows_of('2024_01'), 'effects=0 history=0 registry=0 undo=0 approvals=0',
-          'no registry, undo or approval row of January is left');
-SELECT is(pg_temp.rows_of('2024_02'), 'effects=2 history=2 registry=2 undo=2 approvals=1',
+SELECT is(pg_temp.rows_of('2024_01'), 'effects=0 history=0 undo=0 approvals=0',
+          'no undo or approval row of January is left');
+SELECT is(pg_temp.rows_of('2024_02'), 'effects=2 history=2 undo=2 approvals=1',
           'February (a microsecond younger than the cut-off) is whole');
 SELECT is(current_setting('undolog.append_only_bypass', true), '',
           'the append-only bypass is closed after the drop');
@@ -154,9 +152,9 @@ SELECT results_eq(
     $$SELECT * FROM undolog.drop_partitions('2024-02-29 16:00:00')$$,
     $$VALUES ('undolog_effect_log_2024_02'), ('undolog_effect_history_2024_02')$$,
     'Los Angeles, cut-off 1 Mar 00:00 UTC: February (the leap month) is dropped');
-SELECT is(pg_temp.rows_of('2024_02'), 'effects=0 history=0 registry=0 undo=0 approvals=0',
+SELECT is(pg_temp.rows_of('2024_02'), 'effects=0 history=0 undo=0 approvals=0',
           'no row of February is left');
-SELECT is(pg_temp.rows_of('2024_03'), 'effects=2 history=2 registry=2 undo=2 approvals=1',
+SELECT is(pg_temp.rows_of('2024_03'), 'effects=2 history=2 undo=2 approvals=1',
           'March, starting exactly at the cut-off, is whole');
 SELECT is(pg_temp.rows_of(m), rows_before, 'this month is whole') FROM this_month;
 SET LOCAL TimeZone = 'UTC';
@@ -189,7 +187,7 @@ SELECT ok(position(fx.session_id::text IN refusal.e) = 0,
           'DETAIL does not name the completed session') FROM fx, refusal WHERE fx.label = 'apr-completed';
 SELECT is(pg_temp.rows_of('2024_04'), r, 'refused: April is whole') FROM april_before;
 SELECT is(pg_temp.rows_of('2024_05'), m, 'refused: May is whole') FROM april_before;
-SELECT is(pg_temp.rows_of('2024_03'), 'effects=2 history=2 registry=2 undo=2 approvals=1',
+SELECT is(pg_temp.rows_of('2024_03'), 'effects=2 history=2 undo=2 approvals=1',
           'refused: March, droppable, was not dropped either (all or nothing)');
 
 -- Detach only, forced: April leaves the journal but stays whole, as a plain table.
@@ -204,8 +202,8 @@ SELECT is_empty($$SELECT FROM pg_inherits WHERE inhrelid IN ('undolog.undolog_ef
                 '... no longer a partition');
 SELECT is((SELECT count(*) FROM undolog.undolog_effect_log_2024_04), 6::bigint,
           'the archived April keeps its six effects');
-SELECT is(pg_temp.rows_of('2024_04'), 'effects=0 history=0 registry=0 undo=0 approvals=0',
-          'the journal has no row of April left (registry and undo entries pruned)');
+SELECT is(pg_temp.rows_of('2024_04'), 'effects=0 history=0 undo=0 approvals=0',
+          'the journal has no row of April left (undo entries, their signatures with them, pruned)');
 SELECT throws_ok($$TRUNCATE undolog.undolog_effect_history_2024_04$$, 'UL011', NULL,
                  'the archived history still refuses TRUNCATE');
 SELECT is((SELECT state FROM undolog.undolog_sessions
@@ -219,7 +217,7 @@ SELECT results_eq(
     $$VALUES ('undolog_effect_log_2024_05'), ('undolog_effect_history_2024_05')$$,
     'undolog_operator, forced: May is dropped');
 RESET ROLE;
-SELECT is(pg_temp.rows_of('2024_05'), 'effects=0 history=0 registry=0 undo=0 approvals=0',
+SELECT is(pg_temp.rows_of('2024_05'), 'effects=0 history=0 undo=0 approvals=0',
           'no row of May is left');
 SELECT is(pg_temp.rows_of(m), rows_before, 'this month is still whole') FROM this_month;
 SET LOCAL ROLE undolog_agent;
@@ -227,11 +225,14 @@ SELECT throws_ok($$SELECT * FROM undolog.drop_partitions('2024-06-01 00:00+00')$
                  'undolog_agent: permission denied (42501)');
 RESET ROLE;
 
--- The journal is as append-only as before for everybody, the owner included.
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'after the drops: DELETE of the registry refused');
-SELECT throws_ok($$TRUNCATE undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'after the drops: TRUNCATE of the registry refused');
+-- The journal is as append-only as before for everybody, the owner included: the undo
+-- history, which the drops deleted from through the bypass, refuses again, and the live
+-- call's exactly-once key, its undo entry's signature, cannot change.
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
+                 'after the drops: DELETE of the undo history refused');
+SELECT throws_ok(format('UPDATE undolog.undolog_undo_stack SET call_signature = %L
+                         WHERE session_id = %L', repeat('d7', 32), 'd6000000-0000-4000-8000-000000000001'),
+                 'UL011', NULL, 'after the drops: the live call''s signature cannot change');
 SELECT throws_ok($$DELETE FROM undolog.undolog_effect_log$$, 'UL011', NULL,
                  'after the drops: DELETE of the effect log refused');
 SELECT throws_ok($$DELETE FROM undolog.undolog_effect_history$$, 'UL011', NULL,

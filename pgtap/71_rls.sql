@@ -4,7 +4,7 @@
 -- SESSION AUTHORIZATION (allowed to the superuser running the tests, rolled back with
 -- them); SET ROLE would leave session_user unchanged.
 BEGIN;
-SELECT plan(32);
+SELECT plan(33);
 
 CREATE ROLE ul_t_agent_a NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
@@ -114,8 +114,18 @@ SELECT is_empty(
       WHERE session_id = 'bbbbbbbb-0000-4000-8000-000000000001'$$,
     'asking for agent B''s session by id finds nothing'
 );
-SELECT throws_ok('SELECT * FROM undolog.undolog_signature_registry', '42501', NULL,
-                 'the agent cannot read the signature registry');
+-- A call's signature is its undo entry's (migration 0014): the agent reads the signatures
+-- of its own calls (the same facts it reads in its effect log), never another login's.
+SELECT set_eq(
+    'SELECT call_signature FROM undolog.undolog_undo_stack',
+    format('VALUES (%L), (%L)', pg_temp.sig('a-0'), pg_temp.sig('a-1')),
+    'agent A reads its own calls'' signatures in its undo entries'
+);
+SELECT is_empty(
+    format('SELECT FROM undolog.undolog_undo_stack WHERE call_signature = %L OR session_id = %L',
+           pg_temp.sig('b-0'), 'bbbbbbbb-0000-4000-8000-000000000001'),
+    'agent A cannot read agent B''s undo entry nor its signature, even asking by them'
+);
 SELECT throws_ok('SELECT * FROM undolog.pending_approvals', '42501', NULL,
                  'the agent cannot read pending_approvals (a view is not filtered by RLS)');
 SELECT throws_ok('SELECT * FROM undolog.decided_approvals', '42501', NULL,
@@ -199,11 +209,12 @@ SELECT results_eq(
 RESET SESSION AUTHORIZATION;
 
 SET SESSION AUTHORIZATION ul_t_operator;
-SELECT is(
-    (SELECT count(*)::int FROM undolog.undolog_signature_registry
-     WHERE session_id IN ('aaaaaaaa-0000-4000-8000-000000000001',
-                          'bbbbbbbb-0000-4000-8000-000000000001')),
-    3, 'the operator reads the signature registry'
+SELECT set_eq(
+    $$SELECT call_signature FROM undolog.undolog_undo_stack
+      WHERE session_id IN ('aaaaaaaa-0000-4000-8000-000000000001',
+                           'bbbbbbbb-0000-4000-8000-000000000001')$$,
+    format('VALUES (%L), (%L), (%L)', pg_temp.sig('a-0'), pg_temp.sig('a-1'), pg_temp.sig('b-0')),
+    'the operator reads every agent''s call signatures'
 );
 SELECT is(
     (SELECT count(*)::int FROM undolog.decided_approvals WHERE approval_id = :'approval_a'),

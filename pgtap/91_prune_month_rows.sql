@@ -1,14 +1,14 @@
--- undolog.prune_month_rows(p_from, p_to): deletes the registry, undo and approval rows of
--- the effects whose executed_at lies in [p_from, p_to), through the append-only guards,
--- and nothing else; answers how many rows it deleted. Internal: no group role may call it.
+-- undolog.prune_month_rows(p_from, p_to): deletes the undo entries (each call's
+-- exactly-once key since migration 0014), their history and the approval rows of the
+-- effects whose executed_at lies in [p_from, p_to), through the append-only guards, and
+-- nothing else; answers how many rows it deleted. Internal: no group role may call it.
 BEGIN;
 SELECT plan(11);
 
 \ir _helpers.psql
 
 CREATE FUNCTION pg_temp.plain_rows(p_from timestamptz, p_to timestamptz) RETURNS text LANGUAGE sql AS $$
-    SELECT format('registry=%s undo=%s approvals=%s',
-        (SELECT count(*) FROM undolog.undolog_signature_registry AS t WHERE t.executed_at >= p_from AND t.executed_at < p_to),
+    SELECT format('undo=%s approvals=%s',
         (SELECT count(*) FROM undolog.undolog_undo_stack AS t WHERE t.executed_at >= p_from AND t.executed_at < p_to),
         (SELECT count(*) FROM undolog.undolog_approval_requests AS t WHERE t.executed_at >= p_from AND t.executed_at < p_to))
 $$;
@@ -37,25 +37,26 @@ UPDATE undolog.undolog_undo_stack SET state = 'compensating', attempts = 1,
 WHERE executed_at IN ('1996-06-15 00:00:00+00', '1996-07-01 00:00:00+00');
 SELECT is((SELECT count(*) FROM undolog.undolog_undo_history), 2::bigint,
           'setup: two undo entries have history');
-SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'registry=3 undo=3 approvals=1',
-          'setup: June 1996 has 3 registry, 3 undo and 1 approval rows');
+SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'undo=3 approvals=1',
+          'setup: June 1996 has 3 undo and 1 approval rows');
 
-SELECT is(undolog.prune_month_rows('1996-06-01+00', '1996-07-01+00'), 8::bigint,
-          'pruning June answers 8 rows deleted');
+-- 3 undo entries, 1 undo history row, 1 approval request (no registry row any more).
+SELECT is(undolog.prune_month_rows('1996-06-01+00', '1996-07-01+00'), 5::bigint,
+          'pruning June answers 5 rows deleted');
 SELECT is((SELECT count(*) FROM undolog.undolog_undo_history AS h
            JOIN undolog.undolog_undo_stack AS u USING (undo_id, session_id)
            WHERE u.executed_at = '1996-07-01 00:00:00+00'), 1::bigint,
           'June''s undo history went with its entries; July''s stays');
-SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'registry=0 undo=0 approvals=0',
-          'June has no registry, undo or approval row left');
-SELECT is(pg_temp.plain_rows('1996-05-01+00', '1996-06-01+00'), 'registry=1 undo=1 approvals=1',
+SELECT is(pg_temp.plain_rows('1996-06-01+00', '1996-07-01+00'), 'undo=0 approvals=0',
+          'June has no undo or approval row left');
+SELECT is(pg_temp.plain_rows('1996-05-01+00', '1996-06-01+00'), 'undo=1 approvals=1',
           'May''s last microsecond is untouched');
-SELECT is(pg_temp.plain_rows('1996-07-01+00', '1996-08-01+00'), 'registry=1 undo=1 approvals=0',
+SELECT is(pg_temp.plain_rows('1996-07-01+00', '1996-08-01+00'), 'undo=1 approvals=0',
           'July''s first instant is untouched');
 SELECT set_eq($$SELECT * FROM undolog.undolog_effect_log$$, $$SELECT * FROM effects_before$$,
               'the effects themselves are untouched (their partitions go by DDL)');
-SELECT throws_ok($$DELETE FROM undolog.undolog_signature_registry$$, 'UL011', NULL,
-                 'afterwards the registry refuses DELETE again');
+SELECT throws_ok($$DELETE FROM undolog.undolog_undo_history$$, 'UL011', NULL,
+                 'afterwards the undo history refuses DELETE again');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -33,9 +33,9 @@ SELECT results_eq(
     'skip: February (a halted session) is reported and kept; January and March go');
 SELECT has_table('undolog', 'undolog_effect_log_1994_02', 'February''s effect log is kept');
 SELECT has_table('undolog', 'undolog_effect_history_1994_02', '... and its history with it');
-SELECT is((SELECT count(*) FROM undolog.undolog_signature_registry
+SELECT is((SELECT count(*) FROM undolog.undolog_undo_stack
            WHERE executed_at >= '1994-01-01+00' AND executed_at < '1994-04-01+00'),
-          1::bigint, 'only February''s registry row is left');
+          1::bigint, 'only February''s undo entry (its call''s signature) is left');
 SELECT results_eq(
     $$SELECT * FROM undolog.drop_old_partitions('1994-04-01+00', true, 'force')$$,
     $$VALUES ('detached', 'undolog_effect_log_1994_02'), ('detached', 'undolog_effect_history_1994_02')$$,

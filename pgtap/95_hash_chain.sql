@@ -21,7 +21,7 @@ SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-0000000
               '{"name": "delete_user"}')),
           'execute', 'setup: a compensable call');
 SELECT lives_ok(
-    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_signature_registry
+    $$SELECT undolog.commit((SELECT effect_id FROM undolog.undolog_undo_stack
                              WHERE call_signature = pg_temp.sig('hc-c')), '{"id": 1}')$$,
     'setup: it commits');
 SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-000000000001', 0,
@@ -34,9 +34,9 @@ SELECT is((SELECT action FROM undolog.intercept('c0000000-0000-4000-8000-0000000
 SELECT is(undolog.begin_session('c0000000-0000-4000-8000-000000000002'),
           'c0000000-0000-4000-8000-000000000002'::uuid, 'setup: another session');
 
-SELECT effect_id AS hc_c FROM undolog.undolog_signature_registry
+SELECT effect_id AS hc_c FROM undolog.undolog_undo_stack
 WHERE call_signature = pg_temp.sig('hc-c') \gset
-SELECT effect_id AS hc_i FROM undolog.undolog_signature_registry
+SELECT effect_id AS hc_i FROM undolog.undolog_undo_stack
 WHERE call_signature = pg_temp.sig('hc-i') \gset
 
 CREATE TEMP VIEW chain1 AS

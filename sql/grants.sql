@@ -108,9 +108,7 @@ TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_tools TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.registered_tools TO undolog_agent, undolog_approver, undolog_operator;
 
--- Internal or staff-only records: the signature index (the agent reads the same facts in
--- the effect log), the saga's undo history and operator decisions.
-GRANT SELECT ON undolog.undolog_signature_registry TO undolog_approver, undolog_operator;
+-- Staff-only records: the saga's undo history and operator decisions.
 GRANT SELECT ON undolog.undolog_undo_history TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_operator_actions TO undolog_approver, undolog_operator;
 

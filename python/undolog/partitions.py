@@ -65,9 +65,10 @@ def drop(
     force: bool = False,
 ) -> list[str]:
     """Drop every month partition that ends at or before ``older_than`` (timezone-aware;
-    never the current month), pruning the registry, undo and approval rows of those
-    effects. ``detach_only`` keeps the months as plain tables to archive; ``force`` drops
-    even months holding effects of unfinished sessions. Answers the names dropped."""
+    never the current month), pruning the undo entries (with their history) and approval
+    rows of those effects. ``detach_only`` keeps the months as plain tables to archive;
+    ``force`` drops even months holding effects of unfinished sessions. Answers the names
+    dropped."""
     if older_than.utcoffset() is None:
         raise InvalidArgument(
             f"older_than must be timezone-aware (months are UTC's), not {older_than!r}"

@@ -11,7 +11,7 @@
 -- record of the transaction, which no client can forge.
 -- The two-argument form stays: p_async defaults to false. commit_effect is the same
 -- call with the session id first (routable on a distributed database).
--- The success path is inline (one lookup joining the registry to the session's owner,
+-- The success path is inline (one lookup joining the undo entry to the session's owner,
 -- one UPDATE): commit runs once per journaled call, and nested PL/pgSQL calls through
 -- SET search_path cost ~10 us. Anything unusual (oversized result, unknown effect,
 -- another role's session, an effect that is not executing) goes through check_payload
@@ -38,10 +38,10 @@ BEGIN
     IF NOT undolog.payload_fits(p_result) THEN  -- uncompressed size, and depth
         PERFORM undolog.check_payload('result', p_result);
     END IF;
-    SELECT r.session_id, r.executed_at INTO v_session_id, v_executed_at
-    FROM undolog.undolog_signature_registry AS r
-    JOIN undolog.undolog_sessions AS s ON s.session_id = r.session_id
-    WHERE r.effect_id = p_effect_id AND s.owner_role = session_user;
+    SELECT u.session_id, u.executed_at INTO v_session_id, v_executed_at
+    FROM undolog.undolog_undo_stack AS u
+    JOIN undolog.undolog_sessions AS s ON s.session_id = u.session_id
+    WHERE u.effect_id = p_effect_id AND s.owner_role = session_user;
     IF FOUND THEN
         UPDATE undolog.undolog_effect_log AS e
         SET state = 'committed', result_snapshot = coalesce(p_result, 'null'::jsonb), error = NULL

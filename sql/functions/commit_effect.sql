@@ -17,7 +17,7 @@ SET search_path = undolog, pg_temp
 SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
 AS $$
 DECLARE
-    v_executed_at timestamptz;
+    v_session_id uuid;
 BEGIN
     IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
@@ -27,21 +27,25 @@ BEGIN
     IF NOT undolog.payload_fits(p_result) THEN  -- uncompressed size, and depth
         PERFORM undolog.check_payload('result', p_result);
     END IF;
-    SELECT r.executed_at INTO v_executed_at
-    FROM undolog.undolog_signature_registry AS r
-    JOIN undolog.undolog_sessions AS s ON s.session_id = r.session_id
-    WHERE r.effect_id = p_effect_id AND r.session_id = p_session_id
-      AND s.owner_role = session_user;
+    -- The effect's row by its primary key, its executed_at read from its id
+    -- (undolog.effect_id_at): one statement, one partition, no lookup first. The session
+    -- must be the caller's.
+    UPDATE undolog.undolog_effect_log AS e
+    SET state = 'committed', result_snapshot = coalesce(p_result, 'null'::jsonb), error = NULL
+    WHERE e.session_id = p_session_id AND e.effect_id = p_effect_id
+      AND e.executed_at = undolog.effect_time(p_effect_id) AND e.state = 'executing'
+      AND EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                  WHERE s.session_id = p_session_id AND s.owner_role = session_user);
     IF FOUND THEN
-        UPDATE undolog.undolog_effect_log AS e
-        SET state = 'committed', result_snapshot = coalesce(p_result, 'null'::jsonb), error = NULL
-        WHERE e.session_id = p_session_id AND e.effect_id = p_effect_id
-          AND e.executed_at = v_executed_at AND e.state = 'executing';
-        IF FOUND THEN
-            RETURN 'committed';
-        END IF;
-    ELSIF NOT EXISTS (SELECT FROM undolog.undolog_signature_registry AS r
-                      WHERE r.effect_id = p_effect_id AND r.session_id = p_session_id) THEN
+        RETURN 'committed';
+    END IF;
+    -- Anything else (not executing, journaled before 0014, another login's, unknown)
+    -- goes through finish_execution, which raises the documented errors; its key is
+    -- found by the effect id's own index.
+    SELECT u.session_id INTO v_session_id
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.effect_id = p_effect_id;
+    IF v_session_id IS DISTINCT FROM p_session_id THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL003',
             MESSAGE = pg_catalog.format('unknown effect %s in session %s', p_effect_id,

@@ -1,7 +1,7 @@
 -- undolog.drop_old_partitions: the work of drop_partitions and of maintain_partitions'
 -- retention. Drops (or detaches, p_detach_only) every partition of the effect log and of
--- its history whose range ends at or before p_older_than, after deleting the registry,
--- undo and approval rows of those effects. p_in_use says what to do with a month that
+-- its history whose range ends at or before p_older_than, after deleting the undo
+-- and approval rows of those effects. p_in_use says what to do with a month that
 -- holds effects of an unfinished session (undolog.unfinished_sessions):
 --   'refuse'  raise UL016 naming every such session, drop nothing;
 --   'skip'    keep that month (a WARNING names the sessions; answered as 'skipped');
@@ -105,7 +105,7 @@ BEGIN
         v_pruned_rows := v_pruned_rows + undolog.prune_month_rows(pg_catalog.lower(v_range),
                                                         pg_catalog.upper(v_range));
     END LOOP;
-    RAISE DEBUG 'undolog: pruned % registry/undo/approval rows in % ms', v_pruned_rows,
+    RAISE DEBUG 'undolog: pruned % undo/approval rows in % ms', v_pruned_rows,
         round(extract(epoch FROM pg_catalog.clock_timestamp() - v_started) * 1000, 1);
 
     -- ... then the months themselves, one DDL statement per partition. A history month is

@@ -1,10 +1,10 @@
 -- undolog.drop_partitions: drop every month partition of the effect log and of its
 -- history that lies wholly before p_older_than (its range ends at or before it), one DDL
--- statement each, with the signature registry, undo stack and approval request rows of
--- those effects. Answers the names dropped (or detached).
+-- statement each, with the undo stack (each call's exactly-once key) and approval request
+-- rows of those effects. Answers the names dropped (or detached).
 --   p_detach_only  detach the months instead: they leave the journal (no replay finds
---                  them, their registry/undo/approval rows go) but stay as plain tables
---                  to archive (pg_dump -t) and drop later.
+--                  them, their undo and approval rows go) but stay as plain tables to
+--                  archive (pg_dump -t) and drop later.
 --   p_force        drop even a month that holds effects of an unfinished session (active,
 --                  awaiting_approval, failed, compensating, halted): their undo walk
 --                  loses those entries. Without it such a month is refused: UL016, every

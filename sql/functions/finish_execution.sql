@@ -19,7 +19,7 @@ SET search_path = undolog, pg_temp
 SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
 AS $$
 DECLARE
-    v_key undolog.undolog_signature_registry := undolog.locate_effect(p_effect_id);
+    v_key undolog.undolog_undo_stack := undolog.locate_effect(p_effect_id);
     v_state text;
     v_event text := CASE p_to WHEN 'committed' THEN 'late_commit' ELSE 'late_fail' END;
 BEGIN

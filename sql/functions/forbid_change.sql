@@ -1,6 +1,6 @@
 -- undolog.forbid_change: trigger function for append-only tables, bound BEFORE UPDATE OR
 -- DELETE and BEFORE TRUNCATE. It refuses every change, with one exception: retention
--- must delete the registry, undo and approval rows of a dropped month, and
+-- must delete the undo and approval rows of a dropped month, and
 -- ensure_partitions must move rows out of the default partition, while no one else can
 -- delete. A DELETE passes only when both hold:
 --   1. the transaction-local setting undolog.append_only_bypass names this very table
@@ -30,11 +30,21 @@ BEGIN
         END IF;
         RETURN NULL;
     END IF;
+    IF TG_OP = 'UPDATE' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL011',
+            MESSAGE = pg_catalog.format('%s.%s is append-only: UPDATE is not allowed',
+                                        TG_TABLE_SCHEMA, TG_TABLE_NAME),
+            HINT = 'History is immutable; a correction is a new event.';
+    END IF;
+    -- DELETE or TRUNCATE: also on tables whose rows change state (sessions, effects, undo
+    -- entries), which are not append-only but keep every row.
     RAISE EXCEPTION USING
         ERRCODE = 'UL011',
-        MESSAGE = pg_catalog.format('%s.%s is append-only: %s is not allowed',
+        MESSAGE = pg_catalog.format('%s.%s keeps every row: %s is not allowed',
                                     TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP),
-        HINT = 'History is immutable; a correction is a new event.';
+        HINT = 'Rows leave the journal only with their month, by retention: '
+               'undolog partitions drop --older-than, or maintain --retention-months.';
 END
 $$;
 

@@ -108,11 +108,30 @@ BEGIN
     END IF;
     PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
 
-    INSERT INTO undolog.undolog_signature_registry
-        (session_id, call_signature, effect_id, executed_at)
-    VALUES (p_session_id, p_call_signature, undolog.uuid_v7(), now())
-    ON CONFLICT DO NOTHING
-    RETURNING undolog_signature_registry.effect_id, undolog_signature_registry.executed_at
+    -- By name (intercept): the live registration of the tool, found by one lookup of its
+    -- index, before the undo entry that carries its compensation; the call must agree
+    -- with it, which only a new call is held to below (a replay answers what it did).
+    -- By id (intercept_tool), it was found above. The session's owner is the caller
+    -- (check_session_caller above).
+    IF p_tool_id IS NULL THEN
+        SELECT t.tool_id, t.tier, t.compensation
+        INTO v_tool_id, v_tool_tier, v_tool_compensation
+        FROM undolog.undolog_tools AS t
+        WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
+          AND t.retired_at IS NULL;
+    END IF;
+
+    -- The exactly-once insert: the call's undo entry (its compensation, or an
+    -- IRREVERSIBLE call's barrier) holds the call's key, unique per session and signature.
+    INSERT INTO undolog.undolog_undo_stack
+        (session_id, effect_id, executed_at, call_signature, compensation, max_attempts)
+    VALUES
+        (p_session_id, undolog.effect_id_at(now()), now(), p_call_signature,
+         CASE WHEN p_tier = 'compensable' THEN v_tool_compensation - 'max_attempts' END,
+         CASE WHEN p_tier = 'compensable'
+              THEN (v_tool_compensation ->> 'max_attempts')::integer END)
+    ON CONFLICT (session_id, call_signature) DO NOTHING
+    RETURNING undolog_undo_stack.effect_id, undolog_undo_stack.executed_at
     INTO v_effect_id, v_executed_at;
 
     IF FOUND THEN
@@ -120,6 +139,7 @@ BEGIN
         -- a new COMPENSABLE call is refused, but a new IRREVERSIBLE one only asks too,
         -- with its own request, so that one model turn's irreversible calls are all asked
         -- at once. It holds the session's row lock (lock_session above), as a decision does.
+        -- A refusal here rolls the undo entry back with the transaction.
         IF v_session_state <> 'active'
            AND NOT (p_tier = 'irreversible' AND v_session_state = 'awaiting_approval') THEN
             RAISE EXCEPTION USING
@@ -127,16 +147,8 @@ BEGIN
                 MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
                                             p_session_id, v_session_state);
         END IF;
-        -- By name (intercept): one lookup of the live-registration index, and the call
-        -- must agree with it. By id (intercept_tool), it was found above.
         IF p_tool_id IS NULL THEN
-            -- The session's owner is the caller (check_session_caller above).
-            SELECT t.tool_id, t.tier, t.compensation
-            INTO v_tool_id, v_tool_tier, v_tool_compensation
-            FROM undolog.undolog_tools AS t
-            WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
-              AND t.retired_at IS NULL;
-            IF NOT FOUND THEN
+            IF v_tool_id IS NULL THEN
                 RAISE EXCEPTION USING
                     ERRCODE = 'UL017',
                     MESSAGE = pg_catalog.format('tool %s is not registered for %s',
@@ -172,18 +184,10 @@ BEGIN
              CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
              CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
         IF p_tier = 'compensable' THEN
-            INSERT INTO undolog.undolog_undo_stack
-                (session_id, effect_id, executed_at, compensation, max_attempts)
-            VALUES
-                (p_session_id, v_effect_id, v_executed_at,
-                 v_tool_compensation - 'max_attempts',
-                 (v_tool_compensation ->> 'max_attempts')::integer);
             RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
                                 NULL::jsonb, NULL::uuid;
             RETURN;
         END IF;
-        INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at)
-        VALUES (p_session_id, v_effect_id, v_executed_at);
         INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
         VALUES (p_session_id, v_effect_id, v_executed_at)
         RETURNING undolog_approval_requests.approval_id INTO v_approval_id;
@@ -196,14 +200,14 @@ BEGIN
     END IF;
 
     -- A call already journaled under this signature in this session: it must be the very
-    -- same call. Only this session's registry is searched (its primary key): the same
+    -- same call. Only this session's entries are searched (their unique key): the same
     -- signature under another session is a forged one and finds nothing of that session.
     SELECT e.* INTO v_effect
-    FROM undolog.undolog_signature_registry AS r
+    FROM undolog.undolog_undo_stack AS u
     JOIN undolog.undolog_effect_log AS e
-        ON e.session_id = r.session_id AND e.effect_id = r.effect_id
-       AND e.executed_at = r.executed_at
-    WHERE r.session_id = p_session_id AND r.call_signature = p_call_signature
+        ON e.session_id = u.session_id AND e.effect_id = u.effect_id
+       AND e.executed_at = u.executed_at
+    WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature
     FOR UPDATE OF e;
     IF (v_effect.session_id, v_effect.step_index, v_effect.tool_name, v_effect.tier, v_effect.args)
        IS DISTINCT FROM (p_session_id, p_step_index, p_tool_name, p_tier, p_args) THEN

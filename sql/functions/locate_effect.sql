@@ -1,23 +1,24 @@
 -- undolog.locate_effect: an effect's key (session_id, effect_id, executed_at) from its
--- id alone, through the signature registry; UL003 when there is no such effect.
+-- id alone, in its undo entry (every journaled call has exactly one); UL003 when there
+-- is no such effect.
 CREATE OR REPLACE FUNCTION undolog.locate_effect(p_effect_id uuid)
-RETURNS undolog.undolog_signature_registry
+RETURNS undolog.undolog_undo_stack
 LANGUAGE plpgsql
 STABLE
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_key undolog.undolog_signature_registry;
+    v_entry undolog.undolog_undo_stack;
 BEGIN
-    SELECT r.* INTO v_key
-    FROM undolog.undolog_signature_registry AS r
-    WHERE r.effect_id = p_effect_id;
+    SELECT u.* INTO v_entry
+    FROM undolog.undolog_undo_stack AS u
+    WHERE u.effect_id = p_effect_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL003',
             MESSAGE = pg_catalog.format('unknown effect %s', coalesce(p_effect_id::text, 'NULL'));
     END IF;
-    RETURN v_key;
+    RETURN v_entry;
 END
 $$;
 

@@ -1,8 +1,8 @@
 -- undolog.prune_month_rows: delete the rows of the plain tables that point into the
--- effects whose executed_at lies in [p_from, p_to): signature registry, undo stack (and
--- its entries' history), approval requests. Called by retention just before the month's
--- partitions go, in the same transaction. Answers the number of rows deleted.
--- Each DELETE goes through the append-only guard by undolog.set_append_only_bypass,
+-- effects whose executed_at lies in [p_from, p_to): undo stack (with each call's
+-- exactly-once key, and its entries' history), approval requests. Called by retention
+-- just before the month's partitions go, in the same transaction. Answers the number of
+-- rows deleted. Each DELETE goes through its table's guard by undolog.set_append_only_bypass,
 -- opened for that one table and statement and closed right after. These DELETEs take
 -- only ROW EXCLUSIVE locks: intercepts keep inserting meanwhile (a replay of one of these
 -- very calls waits for this transaction, then finds its session finished).
@@ -15,12 +15,6 @@ DECLARE
     v_total bigint := 0;
     v_count bigint;
 BEGIN
-    PERFORM undolog.set_append_only_bypass('undolog.undolog_signature_registry');
-    DELETE FROM undolog.undolog_signature_registry AS r
-    WHERE r.executed_at >= p_from AND r.executed_at < p_to;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    v_total := v_total + v_count;
-
     -- The history of those undo entries first, while the entries still say which they are.
     PERFORM undolog.set_append_only_bypass('undolog.undolog_undo_history');
     DELETE FROM undolog.undolog_undo_history AS h

@@ -1,7 +1,7 @@
 -- undolog.set_append_only_bypass: let the next DELETE on one append-only table through
 -- undolog.forbid_change, for this transaction only; NULL closes it again.
--- Partition maintenance must delete the rows tied to a dropped month (signature registry,
--- undo stack, approval requests) and move rows out of the default partition, while every
+-- Partition maintenance must delete the rows tied to a dropped month (undo stack,
+-- undo history, approval requests) and move rows out of the default partition, while every
 -- other DELETE stays refused. The setting names the table by oid (exact whatever the
 -- search_path or quoting); forbid_change also requires the current user to own the
 -- table, so a role that could set the (unprivileged, placeholder) setting gains nothing.

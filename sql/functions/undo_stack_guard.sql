@@ -1,5 +1,6 @@
 -- undolog.undo_stack_guard: BEFORE UPDATE on undolog_undo_stack. An entry's identity
--- (which effect, which compensation, where on the stack) never changes; its state follows
+-- (which effect, its call's signature, which compensation, where on the stack) never
+-- changes: the signature is the call's exactly-once key. Its state follows
 -- undolog.undo_transition_allowed; its attempt count never goes down; and every state
 -- change or re-claim is appended to undolog_undo_history, whoever makes it.
 -- Inserts are not guarded: intercept pushes entries on its hot path, always pending.
@@ -9,14 +10,14 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF (NEW.undo_id, NEW.session_id, NEW.stack_position, NEW.effect_id, NEW.executed_at,
-        NEW.compensation, NEW.max_attempts, NEW.created_at)
+        NEW.call_signature, NEW.compensation, NEW.max_attempts, NEW.created_at)
        IS DISTINCT FROM
        (OLD.undo_id, OLD.session_id, OLD.stack_position, OLD.effect_id, OLD.executed_at,
-        OLD.compensation, OLD.max_attempts, OLD.created_at) THEN
+        OLD.call_signature, OLD.compensation, OLD.max_attempts, OLD.created_at) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL011',
-            MESSAGE = 'an undo entry''s identity (id, session, position, effect, compensation, '
-                      'max_attempts) cannot change',
+            MESSAGE = 'an undo entry''s identity (id, session, position, effect, signature, '
+                      'compensation, max_attempts) cannot change',
             DETAIL = pg_catalog.format('undo entry %s', OLD.undo_id);
     END IF;
     IF NEW.attempts < OLD.attempts THEN

@@ -225,14 +225,10 @@ INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, call
 SELECT md5('e' || i)::uuid, md5('s' || i)::uuid, t, md5('a' || i) || md5('b' || i), 0,
        'create_user', 'compensable', '{}', 'committed', t
 FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT now() - interval '1 minute' * i AS t) AS c;
-INSERT INTO undolog.undolog_signature_registry (session_id, call_signature, effect_id,
-    executed_at)
-SELECT md5('s' || i)::uuid, md5('a' || i) || md5('b' || i), md5('e' || i)::uuid, t
-FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT now() - interval '1 minute' * i AS t) AS c;
 INSERT INTO undolog.undolog_undo_stack (undo_id, session_id, effect_id, executed_at,
-    compensation, state, created_at, updated_at)
+    call_signature, compensation, state, created_at, updated_at)
 SELECT md5('u' || i)::uuid, md5('s' || i)::uuid, md5('e' || i)::uuid, t,
-       '{"name": "delete_user"}', 'pending', t, t
+       md5('a' || i) || md5('b' || i), '{"name": "delete_user"}', 'pending', t, t
 FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT now() - interval '1 minute' * i AS t) AS c;
 INSERT INTO undolog.undolog_undo_history (session_id, undo_id, event, from_state, to_state,
     attempt, at)
@@ -251,7 +247,6 @@ FROM generate_series(1, %(n)s) AS i, LATERAL (SELECT now() - interval '1 minute'
 BIG_TABLES = (
     "undolog_sessions",
     "undolog_effect_log",
-    "undolog_signature_registry",
     "undolog_undo_stack",
     "undolog_undo_history",
     "undolog_approval_requests",

@@ -21,7 +21,6 @@ DELETE_USER = {"name": "delete_user"}
 def _journal_rows(conn: Conn) -> int:
     row = conn.execute(
         "SELECT (SELECT count(*) FROM undolog.undolog_effect_log)"
-        " + (SELECT count(*) FROM undolog.undolog_signature_registry)"
         " + (SELECT count(*) FROM undolog.undolog_undo_stack)"
     ).fetchone()
     assert row is not None

@@ -21,7 +21,6 @@ def _counts(conn: Conn) -> dict[str, int]:
         "undolog_sessions",
         "undolog_effect_log",
         "undolog_effect_history",
-        "undolog_signature_registry",
         "undolog_undo_stack",
         "undolog_approval_requests",
         "undolog_session_history",

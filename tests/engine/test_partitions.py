@@ -24,7 +24,6 @@ RETRACT = {"name": "retract_email"}
 JOURNAL_TABLES = (
     "undolog_effect_log",
     "undolog_effect_history",
-    "undolog_signature_registry",
     "undolog_undo_stack",
     "undolog_approval_requests",
 )
@@ -77,12 +76,6 @@ def fill_month(
             {"s": session_ids, "start": start, "end": end, "n": effects},
         )
         conn.execute(
-            "INSERT INTO undolog.undolog_signature_registry "
-            "(session_id, call_signature, effect_id, executed_at) "
-            "SELECT session_id, encode(sha256(convert_to(effect_id::text, 'UTF8')), 'hex'), "
-            "effect_id, executed_at FROM fill"
-        )
-        conn.execute(
             "INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, "
             "call_signature, step_index, tool_name, tier, args, state) "
             "SELECT effect_id, session_id, executed_at, "
@@ -98,7 +91,8 @@ def fill_month(
         )
         conn.execute(
             "INSERT INTO undolog.undolog_undo_stack (session_id, effect_id, executed_at, "
-            "compensation) SELECT session_id, effect_id, executed_at, CASE tier "
+            "call_signature, compensation) SELECT session_id, effect_id, executed_at, "
+            "encode(sha256(convert_to(effect_id::text, 'UTF8')), 'hex'), CASE tier "
             "WHEN 'compensable' THEN %s::jsonb END FROM fill ORDER BY g",
             ('{"name": "delete_user", "args": {}}',),
         )
@@ -242,7 +236,7 @@ def test_detach_only_keeps_the_month_as_a_plain_table(conn: Conn) -> None:
     assert name not in effect_months(conn)
     row = conn.execute(f"SELECT count(*) FROM undolog.{name}").fetchone()
     assert row == (200,)
-    assert ("undolog_signature_registry", month_name(conn, -3)) not in rows_per_month(conn)
+    assert ("undolog_undo_stack", month_name(conn, -3)) not in rows_per_month(conn)
 
 
 def test_maintain_drains_drops_past_retention_skips_live_months_and_creates_ahead(

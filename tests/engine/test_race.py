@@ -77,7 +77,7 @@ def test_sixteen_racers_execute_each_call_exactly_once(
 
     counts = conn.execute(
         "SELECT (SELECT count(*) FROM undolog.undolog_effect_log),"
-        " (SELECT count(*) FROM undolog.undolog_signature_registry),"
+        " (SELECT count(DISTINCT (session_id, call_signature)) FROM undolog.undolog_undo_stack),"
         " (SELECT count(*) FROM undolog.undolog_undo_stack),"
         " (SELECT count(*) FROM undolog.undolog_effect_log WHERE state = 'committed'),"
         " (SELECT sum(replay_count) FROM undolog.undolog_effect_log)"

@@ -150,6 +150,15 @@ def old_journal(c: Conn) -> dict[str, Any]:
         "rejected"
     )
     old.walk(got["rejected"])
+
+    # calls still running when the upgrade comes: their ids carry no executed_at (0014)
+    got["running"] = old.begin()
+    for step in (0, 1):
+        effect_id, action, *_ = old.call(
+            got["running"], step, "create_user", "compensable", {"r": step}
+        )
+        assert action == "execute"
+        got[f"running_{step}"] = effect_id
     return got
 
 
@@ -194,6 +203,10 @@ def test_an_upgrade_keeps_sessions_in_every_state(
         old = old_journal(c)
         before = answers(c)
         history_rows = c.execute("SELECT count(*) FROM undolog.undolog_session_history").fetchone()
+        keys = c.execute(
+            "SELECT session_id, call_signature, effect_id, executed_at"
+            " FROM undolog.undolog_signature_registry ORDER BY 1, 2"
+        ).fetchall()
 
         applied = migrate(c)
         current = [m.name for m in available_migrations()]
@@ -203,6 +216,34 @@ def test_an_upgrade_keeps_sessions_in_every_state(
         # the same answers, straight after the upgrade
         assert answers(c, {view: names for view, (names, _) in before.items()}) == before
         assert {name: engine.session_state(c, old[name]) for name in STATES} == STATES
+
+        # every call's exactly-once key moved into its undo entry (0014), the registry went
+        assert (
+            c.execute(
+                "SELECT session_id, call_signature, effect_id, executed_at"
+                " FROM undolog.undolog_undo_stack ORDER BY 1, 2"
+            ).fetchall()
+            == keys
+        )
+        assert c.execute("SELECT to_regclass('undolog.undolog_signature_registry')").fetchone() == (
+            None,
+        )
+        # a call running across the upgrade is committed, or failed, by the hot path's
+        # functions, although its id carries no executed_at; then it replays
+        running = old["running"]
+        committed = c.execute(
+            "SELECT undolog.commit_effect(%s, %s, %s)", (running, old["running_0"], Jsonb({"r": 0}))
+        ).fetchone()
+        failed = c.execute(
+            "SELECT undolog.fail_effect(%s, %s, 'boom')", (running, old["running_1"])
+        ).fetchone()
+        assert (committed, failed) == (("committed",), ("pending",))
+        again = engine.intercept(c, running, 0, "create_user", "compensable", {"r": 0}, UNDO)
+        assert (again.action, again.effect_id, again.result_snapshot) == (
+            "replay",
+            old["running_0"],
+            {"r": 0},
+        )
 
         # the history chains: the migration that added them linked the rows written
         # before it (0011_hash_chain), so verify finds nothing to report
@@ -315,4 +356,5 @@ STATES = {
     "awaiting": "awaiting_approval",
     "approved": "active",
     "rejected": "compensated",
+    "running": "active",
 }
