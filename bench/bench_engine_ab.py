@@ -9,8 +9,10 @@ are, in one server-side loop: no round trips, no client, only the engine's own w
 counted as the CPU time of the server process (Linux, a local server), so that a loaded
 machine's waits for a CPU are not counted, and the WAL it wrote (``pg_current_wal_lsn``).
 The floor is the same loop over one plain table (INSERT … ON CONFLICT DO NOTHING, then
-UPDATE). The order of the databases alternates every round; the figures are medians. The
-server runs with fsync off, so that WAL flushes do not drown the difference.
+UPDATE). A second table does the same for replays: intercept_tool of calls committed
+before the timing (the floor: the insert finds the key taken, then the row is read).
+The order of the databases alternates every round; the figures are medians. The server
+runs with fsync off, so that WAL flushes do not drown the difference.
 
     python bench/bench_engine_ab.py 11848db .            # before issue 23's v2 and now
     python bench/bench_engine_ab.py --rounds 9 --calls 4000 HEAD~1 .
@@ -69,6 +71,52 @@ END
 $bench$
 """
 
+# A replay: intercept_tool of a call committed before the timing, each its own
+# transaction; the session and its calls are made once per database (REPLAY_SETUP).
+REPLAY_SESSION = "00000000-0000-4000-8000-00000000ab01"
+REPLAY_SETUP = """
+DO $bench$
+DECLARE
+    v_session uuid := '%(session)s';
+    v_tool uuid;
+    v_effect uuid;
+BEGIN
+    PERFORM undolog.begin_session(v_session, 'bench', '{}', '1 hour');
+    SELECT t.tool_id INTO v_tool FROM undolog.undolog_tools AS t
+    WHERE t.tool_name = 'bench_tool' AND t.retired_at IS NULL;
+    FOR i IN 1..%(calls)s LOOP
+        SELECT c.effect_id INTO v_effect
+        FROM undolog.intercept_tool(
+            v_session, v_tool, i, jsonb_build_object('i', i),
+            encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex')) AS c;
+        PERFORM undolog.commit_effect(v_session, v_effect, '{"ok": true}', true);
+    END LOOP;
+END
+$bench$
+"""
+REPLAY_LOOP = """
+DO $bench$
+DECLARE
+    v_session uuid := '%(session)s';
+    v_tool uuid;
+    v_action text;
+BEGIN
+    SELECT t.tool_id INTO v_tool FROM undolog.undolog_tools AS t
+    WHERE t.tool_name = 'bench_tool' AND t.retired_at IS NULL;
+    FOR i IN 1..%(calls)s LOOP
+        SELECT c.action INTO v_action
+        FROM undolog.intercept_tool(
+            v_session, v_tool, i, jsonb_build_object('i', i),
+            encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex')) AS c;
+        IF v_action <> 'replay' THEN
+            RAISE EXCEPTION 'call %% answered %%, not replay', i, v_action;
+        END IF;
+        COMMIT;
+    END LOOP;
+END
+$bench$
+"""
+
 FLOOR_TABLE = """
 CREATE TABLE IF NOT EXISTS floor_calls (
     session_id uuid, call_signature text, args jsonb, state text, result jsonb,
@@ -90,6 +138,33 @@ BEGIN
         COMMIT;
         UPDATE floor_calls SET state = 'committed', result = '{"ok": true}'
         WHERE session_id = v_session AND call_signature = v_signature;
+        COMMIT;
+    END LOOP;
+END
+$bench$
+"""
+
+# The floor's replay: the insert finds the key taken, then the row is read.
+FLOOR_REPLAY_SETUP = """
+INSERT INTO floor_calls (session_id, call_signature, args, state, result)
+SELECT '%(session)s', encode(sha256(convert_to('%(session)s' || i, 'UTF8')), 'hex'),
+       jsonb_build_object('i', i), 'committed', '{"ok": true}'
+FROM generate_series(1, %(calls)s) AS i
+"""
+FLOOR_REPLAY_LOOP = """
+DO $bench$
+DECLARE
+    v_session uuid := '%(session)s';
+    v_signature text;
+    v_result jsonb;
+BEGIN
+    FOR i IN 1..%(calls)s LOOP
+        v_signature := encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex');
+        INSERT INTO floor_calls (session_id, call_signature, args, state)
+        VALUES (v_session, v_signature, jsonb_build_object('i', i), 'executing')
+        ON CONFLICT DO NOTHING;
+        SELECT f.result INTO v_result FROM floor_calls AS f
+        WHERE f.session_id = v_session AND f.call_signature = v_signature;
         COMMIT;
     END LOOP;
 END
@@ -138,7 +213,7 @@ def measure(conn: Conn, loop: str, calls: int) -> tuple[float, float]:
     pid = conn.info.backend_pid
     start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
     before = cpu_seconds(pid)
-    conn.execute(loop % {"calls": calls})
+    conn.execute(loop % {"calls": calls, "session": REPLAY_SESSION})
     cpu = (cpu_seconds(pid) - before) * 1e6 / calls
     row = conn.execute(
         "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (start[0] if start else None,)
@@ -151,9 +226,21 @@ def ratio(value: float, floor: float) -> str:
     return f"{value / floor:.2f}x" if floor > 0 else "n/a"
 
 
+# What each kind of call runs, for the floor and for an engine: its setup (once per
+# database, untimed) and its timed loop.
+KINDS = {
+    "new COMPENSABLE call": {"floor": ("", FLOOR_LOOP), "engine": ("", ENGINE_LOOP)},
+    "replay of a committed call": {
+        "floor": (FLOOR_REPLAY_SETUP, FLOOR_REPLAY_LOOP),
+        "engine": (REPLAY_SETUP, REPLAY_LOOP),
+    },
+}
+
+
 def run(dsn: str, revs: Sequence[str], rounds: int, calls: int) -> None:
     names = ["floor", *revs]
     conns: dict[str, Conn] = {}
+    figures: dict[str, dict[str, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, psycopg.connect(dsn, autocommit=True) as admin:
         for i, name in enumerate(names):
             db = f"undolog_bench_ab_{i}"
@@ -166,26 +253,36 @@ def run(dsn: str, revs: Sequence[str], rounds: int, calls: int) -> None:
             else:
                 install(db_dsn, tree_of(name, Path(tmp)))
                 conns[name] = psycopg.connect(db_dsn, autocommit=True)
-        loops = {name: FLOOR_LOOP if name == "floor" else ENGINE_LOOP for name in names}
-        for name in names:  # warm up: plans cached, the session's first rows written
-            conns[name].execute(loops[name] % {"calls": 100})
-        cpu: dict[str, list[float]] = {name: [] for name in names}
-        wal: dict[str, list[float]] = {name: [] for name in names}
-        for r in range(rounds):
-            for name in names if r % 2 == 0 else names[::-1]:
-                c, w = measure(conns[name], loops[name], calls)
-                cpu[name].append(c)
-                wal[name].append(w)
-            print(f"  round {r + 1}/{rounds} done", file=sys.stderr)
+        for kind, sides in KINDS.items():
+            loops = {n: sides["floor" if n == "floor" else "engine"] for n in names}
+            for name in names:  # set up; warm up: plans cached, the first rows written
+                setup, loop = loops[name]
+                if setup:
+                    conns[name].execute(setup % {"calls": calls, "session": REPLAY_SESSION})
+                conns[name].execute(loop % {"calls": 100, "session": REPLAY_SESSION})
+            cpu: dict[str, list[float]] = {name: [] for name in names}
+            wal: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(rounds):
+                for name in names if r % 2 == 0 else names[::-1]:
+                    c, w = measure(conns[name], loops[name][1], calls)
+                    cpu[name].append(c)
+                    wal[name].append(w)
+                print(f"  {kind}: round {r + 1}/{rounds} done", file=sys.stderr)
+            figures[kind] = {
+                n: (statistics.median(cpu[n]), statistics.median(wal[n])) for n in names
+            }
         for conn in conns.values():
             conn.close()
-    floor_cpu, floor_wal = statistics.median(cpu["floor"]), statistics.median(wal["floor"])
-    print(f"new COMPENSABLE call, server-side loop, {rounds} rounds x {calls} calls (medians)")
-    print(f"  {'engine':14} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
-    for name in names:
-        c, w = statistics.median(cpu[name]), statistics.median(wal[name])
-        label = "floor" if name == "floor" else ("working tree" if name == "." else name)
-        print(f"  {label:14} {c:8.1f} {ratio(c, floor_cpu):>9} {w:7.0f} {ratio(w, floor_wal):>9}")
+    for kind, medians in figures.items():
+        floor_cpu, floor_wal = medians["floor"]
+        print(f"{kind}, server-side loop, {rounds} rounds x {calls} calls (medians)")
+        print(f"  {'engine':14} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
+        for name in names:
+            c, w = medians[name]
+            label = "floor" if name == "floor" else ("working tree" if name == "." else name)
+            print(
+                f"  {label:14} {c:8.1f} {ratio(c, floor_cpu):>9} {w:7.0f} {ratio(w, floor_wal):>9}"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -108,95 +108,103 @@ BEGIN
     END IF;
     PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
 
-    -- By name (intercept): the live registration of the tool, found by one lookup of its
-    -- index, before the undo entry that carries its compensation; the call must agree
-    -- with it, which only a new call is held to below (a replay answers what it did).
-    -- By id (intercept_tool), it was found above. The session's owner is the caller
-    -- (check_session_caller above).
-    IF p_tool_id IS NULL THEN
-        SELECT t.tool_id, t.tier, t.compensation
-        INTO v_tool_id, v_tool_tier, v_tool_compensation
-        FROM undolog.undolog_tools AS t
-        WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
-          AND t.retired_at IS NULL;
-    END IF;
-
-    -- The exactly-once insert: the call's undo entry (its compensation, or an
-    -- IRREVERSIBLE call's barrier) holds the call's key, unique per session and signature.
-    INSERT INTO undolog.undolog_undo_stack
-        (session_id, effect_id, executed_at, call_signature, compensation, max_attempts)
-    VALUES
-        (p_session_id, undolog.effect_id_at(now()), now(), p_call_signature,
-         CASE WHEN p_tier = 'compensable' THEN v_tool_compensation - 'max_attempts' END,
-         CASE WHEN p_tier = 'compensable'
-              THEN (v_tool_compensation ->> 'max_attempts')::integer END)
-    ON CONFLICT (session_id, call_signature) DO NOTHING
-    RETURNING undolog_undo_stack.effect_id, undolog_undo_stack.executed_at
-    INTO v_effect_id, v_executed_at;
-
-    IF FOUND THEN
-        -- A new call. While a person is being asked (awaiting_approval), nothing acts:
-        -- a new COMPENSABLE call is refused, but a new IRREVERSIBLE one only asks too,
-        -- with its own request, so that one model turn's irreversible calls are all asked
-        -- at once. It holds the session's row lock (lock_session above), as a decision does.
-        -- A refusal here rolls the undo entry back with the transaction.
-        IF v_session_state <> 'active'
-           AND NOT (p_tier = 'irreversible' AND v_session_state = 'awaiting_approval') THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'UL010',
-                MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
-                                            p_session_id, v_session_state);
-        END IF;
+    -- A call made again (a replay: an agent run again after a crash) is found by its key
+    -- first: trying the insert would evaluate every default of a new entry (two ids, a
+    -- stack position) before finding the key taken. A new call pays one probe of the
+    -- undo stack's signature index for this.
+    PERFORM FROM undolog.undolog_undo_stack AS u
+    WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
+    IF NOT FOUND THEN
+        -- By name (intercept): the live registration of the tool, found by one lookup of its
+        -- index, before the undo entry that carries its compensation; the call must agree
+        -- with it, which only a new call is held to below (a replay answers what it did).
+        -- By id (intercept_tool), it was found above. The session's owner is the caller
+        -- (check_session_caller above).
         IF p_tool_id IS NULL THEN
-            IF v_tool_id IS NULL THEN
-                RAISE EXCEPTION USING
-                    ERRCODE = 'UL017',
-                    MESSAGE = pg_catalog.format('tool %s is not registered for %s',
-                                                p_tool_name, v_owner_role),
-                    HINT = 'Register it with undolog.register_tool (the binding does so for '
-                           'each decorated tool), or an operator registers it for this login.';
-            END IF;
-            IF v_tool_tier <> p_tier
-               OR (p_compensation IS DISTINCT FROM v_tool_compensation
-                   AND (p_compensation -> 'name', coalesce(p_compensation -> 'args', '{}'::jsonb),
-                        p_compensation -> 'max_attempts')
-                       IS DISTINCT FROM (v_tool_compensation -> 'name',
-                                         v_tool_compensation -> 'args',
-                                         v_tool_compensation -> 'max_attempts')) THEN
-                RAISE EXCEPTION USING
-                    ERRCODE = 'UL018',
-                    MESSAGE = pg_catalog.format('the call of %s differs from its registration',
-                                                p_tool_name),
-                    DETAIL = pg_catalog.format('registered: tier %s, compensation %s; called: '
-                                               'tier %s, compensation %s', v_tool_tier,
-                                               coalesce(v_tool_compensation::text, 'none'), p_tier,
-                                               coalesce(p_compensation::text, 'none')),
-                    HINT = 'A tool''s registration fixes its tier and compensation: an operator '
-                           'retires it first (undolog.retire_tool) to change them.';
-            END IF;
+            SELECT t.tool_id, t.tier, t.compensation
+            INTO v_tool_id, v_tool_tier, v_tool_compensation
+            FROM undolog.undolog_tools AS t
+            WHERE t.owner_role = v_owner_role AND t.tool_name = p_tool_name
+              AND t.retired_at IS NULL;
         END IF;
-        INSERT INTO undolog.undolog_effect_log
-            (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
-             args, state, attempts, tool_id)
+
+        -- The exactly-once insert: the call's undo entry (its compensation, or an
+        -- IRREVERSIBLE call's barrier) holds the call's key, unique per session and signature.
+        INSERT INTO undolog.undolog_undo_stack
+            (session_id, effect_id, executed_at, call_signature, compensation, max_attempts)
         VALUES
-            (v_effect_id, p_session_id, v_executed_at, p_call_signature, p_step_index,
-             p_tool_name, p_tier, p_args,
-             CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
-             CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
-        IF p_tier = 'compensable' THEN
-            RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
-                                NULL::jsonb, NULL::uuid;
+            (p_session_id, undolog.effect_id_at(now()), now(), p_call_signature,
+             CASE WHEN p_tier = 'compensable' THEN v_tool_compensation - 'max_attempts' END,
+             CASE WHEN p_tier = 'compensable'
+                  THEN (v_tool_compensation ->> 'max_attempts')::integer END)
+        ON CONFLICT (session_id, call_signature) DO NOTHING
+        RETURNING undolog_undo_stack.effect_id, undolog_undo_stack.executed_at
+        INTO v_effect_id, v_executed_at;
+
+        IF FOUND THEN
+            -- A new call. While a person is being asked (awaiting_approval), nothing acts:
+            -- a new COMPENSABLE call is refused, but a new IRREVERSIBLE one only asks too,
+            -- with its own request, so that one model turn's irreversible calls are all asked
+            -- at once. It holds the session's row lock (lock_session above), as a decision does.
+            -- A refusal here rolls the undo entry back with the transaction.
+            IF v_session_state <> 'active'
+               AND NOT (p_tier = 'irreversible' AND v_session_state = 'awaiting_approval') THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'UL010',
+                    MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
+                                                p_session_id, v_session_state);
+            END IF;
+            IF p_tool_id IS NULL THEN
+                IF v_tool_id IS NULL THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'UL017',
+                        MESSAGE = pg_catalog.format('tool %s is not registered for %s',
+                                                    p_tool_name, v_owner_role),
+                        HINT = 'Register it with undolog.register_tool (the binding does so for '
+                               'each decorated tool), or an operator registers it for this login.';
+                END IF;
+                IF v_tool_tier <> p_tier
+                   OR (p_compensation IS DISTINCT FROM v_tool_compensation
+                       AND (p_compensation -> 'name', coalesce(p_compensation -> 'args', '{}'::jsonb),
+                            p_compensation -> 'max_attempts')
+                           IS DISTINCT FROM (v_tool_compensation -> 'name',
+                                             v_tool_compensation -> 'args',
+                                             v_tool_compensation -> 'max_attempts')) THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'UL018',
+                        MESSAGE = pg_catalog.format('the call of %s differs from its registration',
+                                                    p_tool_name),
+                        DETAIL = pg_catalog.format('registered: tier %s, compensation %s; called: '
+                                                   'tier %s, compensation %s', v_tool_tier,
+                                                   coalesce(v_tool_compensation::text, 'none'), p_tier,
+                                                   coalesce(p_compensation::text, 'none')),
+                        HINT = 'A tool''s registration fixes its tier and compensation: an operator '
+                               'retires it first (undolog.retire_tool) to change them.';
+                END IF;
+            END IF;
+            INSERT INTO undolog.undolog_effect_log
+                (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
+                 args, state, attempts, tool_id)
+            VALUES
+                (v_effect_id, p_session_id, v_executed_at, p_call_signature, p_step_index,
+                 p_tool_name, p_tier, p_args,
+                 CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
+                 CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
+            IF p_tier = 'compensable' THEN
+                RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
+                                    NULL::jsonb, NULL::uuid;
+                RETURN;
+            END IF;
+            INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
+            VALUES (p_session_id, v_effect_id, v_executed_at)
+            RETURNING undolog_approval_requests.approval_id INTO v_approval_id;
+            IF v_session_state = 'active' THEN
+                PERFORM undolog.transition_session(p_session_id, 'awaiting_approval');
+            END IF;
+            RETURN QUERY SELECT v_effect_id, 'await_approval'::text, 'pending'::text,
+                                NULL::jsonb, v_approval_id;
             RETURN;
         END IF;
-        INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
-        VALUES (p_session_id, v_effect_id, v_executed_at)
-        RETURNING undolog_approval_requests.approval_id INTO v_approval_id;
-        IF v_session_state = 'active' THEN
-            PERFORM undolog.transition_session(p_session_id, 'awaiting_approval');
-        END IF;
-        RETURN QUERY SELECT v_effect_id, 'await_approval'::text, 'pending'::text,
-                            NULL::jsonb, v_approval_id;
-        RETURN;
     END IF;
 
     -- A call already journaled under this signature in this session: it must be the very
