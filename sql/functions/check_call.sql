@@ -18,11 +18,8 @@ BEGIN
     -- A well-formed call passes in one expression (each PL/pgSQL expression costs a few
     -- microseconds even when it passes); otherwise the checks below name the problem.
     IF coalesce(
-           p_call_signature ~ '^[0-9a-f]{64}$'
-           AND p_session_id IS NOT NULL AND p_step_index >= 0
+           undolog.call_args_ok(p_session_id, p_step_index, p_args, p_call_signature)
            AND NOT undolog.is_blank(p_tool_name) AND length(p_tool_name) <= 200
-           AND jsonb_typeof(p_args) = 'object'
-           AND undolog.payload_fits(p_args)
            AND CASE p_tier
                WHEN 'irreversible' THEN p_compensation IS NULL
                WHEN 'compensable' THEN

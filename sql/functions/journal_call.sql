@@ -53,7 +53,10 @@ BEGIN
         -- is checked, and the registration is found by its primary key. It must be the
         -- caller's, who must be the session's owner (check_session_caller below), and
         -- live: a retired one admits no call, a replay included.
-        PERFORM undolog.check_call_args(p_session_id, p_step_index, p_args, p_call_signature);
+        IF NOT undolog.call_args_ok(p_session_id, p_step_index, p_args, p_call_signature) THEN
+            PERFORM undolog.check_call_args(p_session_id, p_step_index, p_args,
+                                            p_call_signature);
+        END IF;
         SELECT t.tool_name, t.tier, t.compensation
         INTO p_tool_name, p_tier, v_tool_compensation
         FROM undolog.undolog_tools AS t
