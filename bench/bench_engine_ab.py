@@ -72,28 +72,10 @@ $bench$
 """
 
 # A replay: intercept_tool of a call committed before the timing, each its own
-# transaction; the session and its calls are made once per database (REPLAY_SETUP).
+# transaction; the session and its calls are made once per database (REPLAY_SETUP: the
+# new calls' loop, in the replayed session).
 REPLAY_SESSION = "00000000-0000-4000-8000-00000000ab01"
-REPLAY_SETUP = """
-DO $bench$
-DECLARE
-    v_session uuid := '%(session)s';
-    v_tool uuid;
-    v_effect uuid;
-BEGIN
-    PERFORM undolog.begin_session(v_session, 'bench', '{}', '1 hour');
-    SELECT t.tool_id INTO v_tool FROM undolog.undolog_tools AS t
-    WHERE t.tool_name = 'bench_tool' AND t.retired_at IS NULL;
-    FOR i IN 1..%(calls)s LOOP
-        SELECT c.effect_id INTO v_effect
-        FROM undolog.intercept_tool(
-            v_session, v_tool, i, jsonb_build_object('i', i),
-            encode(sha256(convert_to(v_session::text || i, 'UTF8')), 'hex')) AS c;
-        PERFORM undolog.commit_effect(v_session, v_effect, '{"ok": true}', true);
-    END LOOP;
-END
-$bench$
-"""
+REPLAY_SETUP = ENGINE_LOOP.replace("gen_random_uuid()", "'%(session)s'")
 REPLAY_LOOP = """
 DO $bench$
 DECLARE
