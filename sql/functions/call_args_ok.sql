@@ -16,7 +16,7 @@ STABLE  -- as payload_fits is
 PARALLEL SAFE
 AS $$
     SELECT coalesce(
-        p_call_signature ~ '^[0-9a-f]{64}$'
+        undolog.signature_well_formed(p_call_signature)
         AND p_session_id IS NOT NULL AND p_step_index >= 0
         AND pg_catalog.jsonb_typeof(p_args) = 'object'
         AND undolog.payload_fits(p_args),

@@ -19,7 +19,7 @@ BEGIN
     IF undolog.call_args_ok(p_session_id, p_step_index, p_args, p_call_signature) THEN
         RETURN;
     END IF;
-    IF p_call_signature IS NULL OR p_call_signature !~ '^[0-9a-f]{64}$' THEN
+    IF NOT coalesce(undolog.signature_well_formed(p_call_signature), FALSE) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL004',
             MESSAGE = 'call_signature must be 64 lowercase hex characters (BLAKE3-256)',

@@ -109,13 +109,16 @@ BEGIN
             MESSAGE = pg_catalog.format('unknown session %s', p_session_id),
             HINT = 'Call undolog.begin_session first.';
     END IF;
-    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+    IF v_owner_role IS DISTINCT FROM session_user THEN  -- it names the refusal
+        PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+    END IF;
 
     -- A call made again (a replay: an agent run again after a crash) is found by its key
     -- first: trying the insert would evaluate every default of a new entry (two ids, a
     -- stack position) before finding the key taken. A new call pays one probe of the
-    -- undo stack's signature index for this.
-    PERFORM FROM undolog.undolog_undo_stack AS u
+    -- undo stack's signature index for this; a replay gets its effect's primary key.
+    SELECT u.effect_id, u.executed_at INTO v_effect_id, v_executed_at
+    FROM undolog.undolog_undo_stack AS u
     WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
     IF NOT FOUND THEN
         -- By name (intercept): the live registration of the tool, found by one lookup of its
@@ -194,8 +197,10 @@ BEGIN
                  CASE p_tier WHEN 'compensable' THEN 'executing' ELSE 'pending' END,
                  CASE p_tier WHEN 'compensable' THEN 1 ELSE 0 END, v_tool_id);
             IF p_tier = 'compensable' THEN
-                RETURN QUERY SELECT v_effect_id, 'execute'::text, 'executing'::text,
-                                    NULL::jsonb, NULL::uuid;
+                effect_id := v_effect_id;
+                action := 'execute';
+                state := 'executing';
+                RETURN NEXT;
                 RETURN;
             END IF;
             INSERT INTO undolog.undolog_approval_requests (session_id, effect_id, executed_at)
@@ -210,42 +215,64 @@ BEGIN
         END IF;
     END IF;
 
-    -- A call already journaled under this signature in this session: it must be the very
-    -- same call. Only this session's entries are searched (their unique key): the same
-    -- signature under another session is a forged one and finds nothing of that session.
-    SELECT e.* INTO v_effect
-    FROM undolog.undolog_undo_stack AS u
-    JOIN undolog.undolog_effect_log AS e
-        ON e.session_id = u.session_id AND e.effect_id = u.effect_id
-       AND e.executed_at = u.executed_at
-    WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature
-    FOR UPDATE OF e;
-    IF (v_effect.session_id, v_effect.step_index, v_effect.tool_name, v_effect.tier, v_effect.args)
-       IS DISTINCT FROM (p_session_id, p_step_index, p_tool_name, p_tier, p_args) THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL005',
-            MESSAGE = pg_catalog.format(
-                'call_signature %s is journaled for a different call', p_call_signature),
-            DETAIL = 'The session, step, tool, tier or args differ from the journaled call''s.',
-            HINT = 'The signature is BLAKE3 of JCS([session_id, step_index, tool_name, args]).';
-    END IF;
+    -- A call already journaled under this signature in this session (only this session's
+    -- entries were searched: the same signature under another session is a forged one).
+    -- The common case, a committed call replayed, is one statement: its effect, by primary
+    -- key, counts the replay (the guard records it) if it is committed and the very same
+    -- call. Anything else is locked and read, and answered by its state below; a call
+    -- committed meanwhile (its commit raced the statement), or whose key this snapshot
+    -- did not see (the insert above found it taken), goes round once more, locked.
+    LOOP
+        IF v_effect_id IS NOT NULL THEN
+            UPDATE undolog.undolog_effect_log AS e
+            SET replay_count = e.replay_count + 1, last_replayed_at = now()
+            WHERE e.session_id = p_session_id AND e.effect_id = v_effect_id
+              AND e.executed_at = v_executed_at AND e.state = 'committed'
+              AND (e.step_index, e.tool_name, e.tier, e.args)
+                  IS NOT DISTINCT FROM (p_step_index, p_tool_name, p_tier, p_args)
+            RETURNING e.result_snapshot INTO result_snapshot;
+            IF FOUND THEN
+                IF v_wrote_before THEN
+                    -- Back to what the client had when this call began: durable when an
+                    -- earlier intercept of this transaction forced it so.
+                    PERFORM pg_catalog.set_config('synchronous_commit', v_client_sync, true);
+                ELSIF v_client_sync = 'off'
+                      OR pg_catalog.current_setting('undolog.async_results', true) = 'on' THEN
+                    PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+                END IF;
+                effect_id := v_effect_id;
+                action := 'replay';
+                state := 'committed';
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+
+        SELECT e.* INTO v_effect
+        FROM undolog.undolog_undo_stack AS u
+        JOIN undolog.undolog_effect_log AS e
+            ON e.session_id = u.session_id AND e.effect_id = u.effect_id
+           AND e.executed_at = u.executed_at
+        WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature
+        FOR UPDATE OF e;
+        IF (v_effect.session_id, v_effect.step_index, v_effect.tool_name, v_effect.tier,
+            v_effect.args)
+           IS DISTINCT FROM (p_session_id, p_step_index, p_tool_name, p_tier, p_args) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL005',
+                MESSAGE = pg_catalog.format(
+                    'call_signature %s is journaled for a different call', p_call_signature),
+                DETAIL = 'The session, step, tool, tier or args differ from the journaled '
+                         'call''s.',
+                HINT = 'The signature is BLAKE3 of JCS([session_id, step_index, tool_name, '
+                       'args]).';
+        END IF;
+        EXIT WHEN v_effect.state <> 'committed';
+        v_effect_id := v_effect.effect_id;
+        v_executed_at := v_effect.executed_at;
+    END LOOP;
 
     CASE v_effect.state
-    WHEN 'committed' THEN
-        IF v_wrote_before THEN
-            -- Back to what the client had when this call began: durable when an earlier
-            -- intercept of this transaction forced it so.
-            PERFORM pg_catalog.set_config('synchronous_commit', v_client_sync, true);
-        ELSIF v_client_sync = 'off'
-              OR pg_catalog.current_setting('undolog.async_results', true) = 'on' THEN
-            PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
-        END IF;
-        UPDATE undolog.undolog_effect_log AS e
-        SET replay_count = e.replay_count + 1, last_replayed_at = now()
-        WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
-          AND e.executed_at = v_effect.executed_at;
-        RETURN QUERY SELECT v_effect.effect_id, 'replay'::text, v_effect.state,
-                            v_effect.result_snapshot, NULL::uuid;
     WHEN 'executing' THEN
         RETURN QUERY SELECT v_effect.effect_id, 'in_progress'::text, v_effect.state,
                             NULL::jsonb, NULL::uuid;

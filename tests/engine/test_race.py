@@ -84,3 +84,61 @@ def test_sixteen_racers_execute_each_call_exactly_once(
     ).fetchone()
     replays = sum(n for (_, a), n in actions.items() if a == "replay")
     assert counts == (CALLS, CALLS, CALLS, CALLS, replays)
+
+
+def test_a_call_made_again_while_its_commit_is_in_flight_replays_its_result(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The replay's one statement finds the call still executing; the call's commit holds
+    its row. The replay then waits on that row, finds it committed, and answers with the
+    result, counted once: neither in_progress nor a second execution."""
+    session = engine.begin_session(conn, agent="race")
+    args = {"to": "ada@example.com"}
+    first = engine.intercept(
+        conn, session, 0, "send_email", "compensable", args, {"name": "retract_email"}
+    )
+    assert first.action == "execute" and first.effect_id is not None
+    answers: list[engine.Interception] = []
+    failures: list[BaseException] = []
+
+    def replay() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                answers.append(
+                    engine.intercept(
+                        c, session, 0, "send_email", "compensable", args, {"name": "retract_email"}
+                    )
+                )
+        except BaseException as exc:  # asserted below
+            failures.append(exc)
+
+    with psycopg.connect(dsn) as committer:  # one transaction, held open
+        engine.commit(committer, first.effect_id, {"sent": True})
+        replayer = threading.Thread(target=replay)
+        replayer.start()
+        waiting = 0
+        for _ in range(200):  # the replay waits on the committing transaction's row lock
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s",
+                ("%intercept%",),
+            ).fetchone()
+            waiting = int(row[0]) if row else 0
+            if waiting:
+                break
+            replayer.join(0.05)
+        assert waiting == 1
+        committer.commit()
+    replayer.join(30)
+
+    assert failures == []
+    assert [(a.action, a.effect_id, a.result_snapshot) for a in answers] == [
+        ("replay", first.effect_id, {"sent": True})
+    ]
+    counted = conn.execute(
+        "SELECT replay_count, (SELECT count(*) FROM undolog.undolog_effect_history AS h"
+        " WHERE h.effect_id = e.effect_id AND h.event = 'replayed')"
+        " FROM undolog.undolog_effect_log AS e WHERE e.effect_id = %s",
+        (first.effect_id,),
+    ).fetchone()
+    assert counted == (1, 1)
