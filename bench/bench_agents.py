@@ -23,6 +23,8 @@ Variants (every call a new step of the agent's session):
   decorator    a COMPENSABLE @undolog_tool in ``UndoLog.session()``, default settings
   replay       undolog.intercept of a call committed beforehand, replay bookkeeping
                asynchronous as the decorator's default (undolog.async_results = on)
+  replay deco  the decorator's replay: an agent run again in its ended session
+               (``UndoLog.session(session_id)``), each call answered from the journal
   dbos         DBOS 3.4 (the ``bench`` extra): one workflow per agent and block, one
                @DBOS.step per call, its system database on the same server
 
@@ -65,7 +67,16 @@ Conn = psycopg.Connection[Any]
 
 TOOL = "create_user"
 ENGINE_DB, DBOS_DB = "undolog_bench_agents", "undolog_bench_dbos"
-VARIANTS = ("floor", "sql_durable", "sql_async", "decorator", "decorator_durable", "replay", "dbos")
+VARIANTS = (
+    "floor",
+    "sql_durable",
+    "sql_async",
+    "decorator",
+    "decorator_durable",
+    "replay",
+    "replay_decorator",
+    "dbos",
+)
 LABELS = {
     "floor": "floor INSERT+UPDATE",
     "sql_durable": "SQL, durable results",
@@ -73,6 +84,7 @@ LABELS = {
     "decorator": "@undolog_tool (default)",
     "decorator_durable": "@undolog_tool durable_results",
     "replay": "replay (intercept)",
+    "replay_decorator": "replay (@undolog_tool)",
     "dbos": "DBOS 3.4 step",
 }
 ROUND_TRIPS = {
@@ -82,6 +94,7 @@ ROUND_TRIPS = {
     "decorator": 1,  # the commit rides with the next call's intercept
     "decorator_durable": 2,
     "replay": 1,
+    "replay_decorator": 1,
 }
 COMPENSATION = CompensationDescriptor.new("delete_user")
 
@@ -203,8 +216,11 @@ class Agent:
         self.ul = UndoLog(dsn, lease=lease)
         self.active = self.stack.enter_context(self.ul.session(agent=f"bench-deco-{index}"))
 
+        self.bodies_run = 0  # how many times the tool's body ran (a replay runs none)
+
         @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=COMPENSATION, name=TOOL)
         def create_user(**args: Any) -> dict[str, Any]:
+            self.bodies_run += 1
             return result_for(int(args["request_id"]))
 
         self.tool = create_user
@@ -220,6 +236,16 @@ class Agent:
             got = self._intercept("replay", step)
             assert got.effect_id is not None
             engine.commit(self.conn, got.effect_id, result_for(step), asynchronous=True)
+        # The decorator's replay pool: the same calls made through the tool in a session
+        # of their own, which ends; the agent is then run again in it, held open (the
+        # timed blocks replay its calls in order, as a re-run agent makes them).
+        self.replay_session = uuid.uuid4()
+        with self.ul.session(self.replay_session, agent=f"bench-replay-{index}"):
+            for step in range(replay_pool):
+                create_user(**make_args(step))
+        self.active_replay = self.stack.enter_context(
+            self.ul.session(self.replay_session, agent=f"bench-replay-{index}")
+        )
         # Replay bookkeeping as the decorator does it by default (asynchronous); this
         # changes no commit and no intercept of a new call, which stay as each variant asks.
         engine.set_async_results(self.conn, True)
@@ -284,6 +310,12 @@ class Agent:
 
     def run_decorator_durable(self, first: int, calls: int) -> None:
         self._run_decorator(self.active_durable, first, calls)
+
+    def run_replay_decorator(self, first: int, calls: int) -> None:
+        before = self.bodies_run
+        self._run_decorator(self.active_replay, first, calls)
+        if self.bodies_run != before:
+            raise RuntimeError(f"replay steps {first}..: the tool's body ran again")
 
     def _run_decorator(self, active: Any, first: int, calls: int) -> None:
         tool = self.tool
@@ -522,6 +554,7 @@ def targets_agents(results: dict[int, dict[str, Stats]]) -> list[tuple[str, str,
     add("decorator, 64 agents >= 1.0x floor", ratio(64, "decorator"), 1.0)
     add("SQL durable, 1 agent >= 0.9x floor", ratio(1, "sql_durable"), 0.9)
     add("replay, 1 agent >= 2x floor", ratio(1, "replay"), 2.0)
+    add("replay via @undolog_tool, 1 agent >= 2x floor", ratio(1, "replay_decorator"), 2.0)
     add("decorator vs DBOS, 1 agent >= 5x", ratio(1, "decorator", "dbos"), 5.0)
     add("decorator vs DBOS, 16 agents >= 5x", ratio(16, "decorator", "dbos"), 5.0)
     add(
