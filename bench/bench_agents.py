@@ -350,7 +350,8 @@ class Agent:
     def flush_stats(self) -> None:
         """Make this backend's WAL statistics visible now (they are otherwise flushed at
         most once a second)."""
-        for conn in (self.conn, self._conn_of(self.active), self._conn_of(self.active_durable)):
+        sessions = (self.active, self.active_durable, self.active_replay)
+        for conn in (self.conn, *(self._conn_of(active) for active in sessions)):
             engine.settle(conn)
             conn.execute("SELECT pg_stat_force_next_flush()")
 
