@@ -219,10 +219,11 @@ BEGIN
     -- entries were searched: the same signature under another session is a forged one).
     -- The common case, a committed call replayed, is one statement: its effect, by primary
     -- key, counts the replay (the guard records it) if it is committed and the very same
-    -- call. Anything else is locked and read, and answered by its state below; a call
-    -- committed meanwhile (its commit raced the statement), or whose key this snapshot
-    -- did not see (the insert above found it taken), goes round once more, locked.
-    LOOP
+    -- call. Anything else is locked and read, and answered by its state below. A call
+    -- found committed there (its commit, in flight, held the row: READ COMMITTED waits
+    -- for it and reads the committed version) is locked and known to be the same call,
+    -- so the statement's second pass counts it; a third would be a bug, not a race.
+    FOR v_pass IN 1..2 LOOP
         IF v_effect_id IS NOT NULL THEN
             UPDATE undolog.undolog_effect_log AS e
             SET replay_count = e.replay_count + 1, last_replayed_at = now()
@@ -268,6 +269,14 @@ BEGIN
                        'args]).';
         END IF;
         EXIT WHEN v_effect.state <> 'committed';
+        IF v_pass = 2 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'XX000',
+                MESSAGE = pg_catalog.format('effect %s is committed and locked, and its '
+                                            'replay was not counted', v_effect.effect_id),
+                HINT = 'A bug: the replay''s UPDATE and the UL005 check above must test the '
+                       'same columns.';
+        END IF;
         v_effect_id := v_effect.effect_id;
         v_executed_at := v_effect.executed_at;
     END LOOP;

@@ -100,10 +100,12 @@ def test_a_call_made_again_while_its_commit_is_in_flight_replays_its_result(
     assert first.action == "execute" and first.effect_id is not None
     answers: list[engine.Interception] = []
     failures: list[BaseException] = []
+    replayer_pid: list[int] = []
 
     def replay() -> None:
         try:
             with psycopg.connect(dsn, autocommit=True) as c:
+                replayer_pid.append(c.info.backend_pid)
                 answers.append(
                     engine.intercept(
                         c, session, 0, "send_email", "compensable", args, {"name": "retract_email"}
@@ -116,18 +118,18 @@ def test_a_call_made_again_while_its_commit_is_in_flight_replays_its_result(
         engine.commit(committer, first.effect_id, {"sent": True})
         replayer = threading.Thread(target=replay)
         replayer.start()
-        waiting = 0
-        for _ in range(200):  # the replay waits on the committing transaction's row lock
+        waiting = False
+        for _ in range(200):  # the replay waits for the committing transaction to end
             row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE %s",
-                ("%intercept%",),
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE pid = %s AND wait_event = 'transactionid'",
+                (replayer_pid[0] if replayer_pid else 0,),
             ).fetchone()
-            waiting = int(row[0]) if row else 0
+            waiting = bool(row and row[0])
             if waiting:
                 break
             replayer.join(0.05)
-        assert waiting == 1
+        assert waiting
         committer.commit()
     replayer.join(30)
 
