@@ -16,8 +16,6 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 SET plan_cache_mode = force_generic_plan  -- see intercept: run-time partition pruning
 AS $$
-DECLARE
-    v_session_id uuid;
 BEGIN
     IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
@@ -40,17 +38,9 @@ BEGIN
         RETURN 'committed';
     END IF;
     -- Anything else (not executing, journaled before 0014, another login's, unknown)
-    -- goes through finish_execution, which raises the documented errors; its key is
-    -- found by the effect id's own index.
-    SELECT u.session_id INTO v_session_id
-    FROM undolog.undolog_undo_stack AS u
-    WHERE u.effect_id = p_effect_id;
-    IF v_session_id IS DISTINCT FROM p_session_id THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL003',
-            MESSAGE = pg_catalog.format('unknown effect %s in session %s', p_effect_id,
-                                        p_session_id);
-    END IF;
+    -- goes through finish_execution, which raises the documented errors, once the
+    -- effect is known to be of this session.
+    PERFORM undolog.check_effect_session(p_session_id, p_effect_id);
     RETURN undolog.finish_execution(p_effect_id, 'committed',
                                     coalesce(p_result, 'null'::jsonb), NULL);
 END

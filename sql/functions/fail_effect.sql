@@ -11,22 +11,11 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
-DECLARE
-    v_session_id uuid;
 BEGIN
     IF p_async AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
         PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
     END IF;
-    -- By the effect id's own index, as finish_execution looks it up next.
-    SELECT u.session_id INTO v_session_id
-    FROM undolog.undolog_undo_stack AS u
-    WHERE u.effect_id = p_effect_id;
-    IF v_session_id IS DISTINCT FROM p_session_id THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL003',
-            MESSAGE = pg_catalog.format('unknown effect %s in session %s', p_effect_id,
-                                        p_session_id);
-    END IF;
+    PERFORM undolog.check_effect_session(p_session_id, p_effect_id);
     RETURN undolog.finish_execution(p_effect_id, 'pending', NULL,
                                     coalesce(left(p_error, 8192), 'failed'));
 END
