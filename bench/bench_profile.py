@@ -29,6 +29,11 @@ nested column.
 Client CPU is time.process_time() per call in this process (Python, psycopg, the
 socket), for the floor, the SQL API as the decorator uses it (call_signature, intercept,
 commit with asynchronous results), the decorator itself, and call_signature alone.
+On the throwaway server (no ``--dsn``), the same blocks also read each connection's
+server process's CPU time from /proc: what a call costs the server through the protocol,
+its two transactions and the caches it finds cold (the client ran between its
+statements), which neither pg_stat_statements nor bench_engine_ab.py's server-side loop
+counts.
 
 ``--entry`` picks the SQL API's intercept: ``intercept_tool`` (the default, the
 decorator's: the tool named by its registration's id, checked once when registered) or
@@ -54,6 +59,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import bench_agents as ba
+import bench_engine_ab as ab
 from undolog import ToolTier, UndoLog, engine, undolog_tool
 from undolog._sql import sql_root
 from undolog.migrations import migrate
@@ -295,9 +301,15 @@ def flush_cost(dsn: str, calls: int) -> float:
     return float(statistics.median(times["on"]) - statistics.median(times["off"]))
 
 
-def client_cpu(dsn: str, rounds: int, calls: int, entry: str) -> dict[str, float]:
+def client_cpu(
+    dsn: str, rounds: int, calls: int, entry: str, local: bool
+) -> tuple[dict[str, float], dict[str, float]]:
     """process_time() µs per call of this process for the floor, the SQL API, the
-    decorator and call_signature alone (medians over the rounds)."""
+    decorator and call_signature alone; and, on a server this process started (``local``),
+    the CPU time of each one's server process per call, read from /proc: the statements'
+    protocol, transactions and the caches they find cold included, which neither
+    pg_stat_statements nor bench_engine_ab's server-side loop counts (medians over the
+    rounds; the clock ticks in 10 ms steps, so one round of 1000 calls resolves 10 µs)."""
     conn: Conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(ba.FLOOR_DDL)
     ul = UndoLog(dsn, lease=timedelta(hours=4))
@@ -333,19 +345,36 @@ def client_cpu(dsn: str, rounds: int, calls: int, entry: str) -> dict[str, float
         "signature": signature,
     }
     samples: dict[str, list[float]] = {k: [] for k in kinds}
-    with ul.session(agent="profile-decorator"):
+    server: dict[str, list[float]] = {k: [] for k in ("floor", "sql", "decorator")}
+    with ul.session(agent="profile-decorator") as active:
+        deco_conn = active.connection
+        assert isinstance(deco_conn, psycopg.Connection)  # UndoLog, not AsyncUndoLog
+        backend = {
+            "floor": conn.info.backend_pid,
+            "sql": phase.conn.info.backend_pid,
+            "decorator": deco_conn.info.backend_pid,
+        }
         for r in range(rounds):
             names = list(kinds)
             names = names[r % len(names) :] + names[: r % len(names)]
             for name in names:
                 fn = kinds[name]
+                pid = backend.get(name) if local else None
+                s0 = ab.cpu_seconds(pid) if pid else 0.0
                 c0 = time.process_time()
                 for _ in range(calls):
                     fn()
+                if name == "decorator":
+                    engine.settle(deco_conn)  # its last commit is part of the round
                 samples[name].append((time.process_time() - c0) * 1e6 / calls)
+                if pid:
+                    server[name].append((ab.cpu_seconds(pid) - s0) * 1e6 / calls)
     conn.close()
     phase.conn.close()
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return (
+        {k: statistics.median(v) for k, v in samples.items()},
+        {k: statistics.median(v) for k, v in server.items() if v},
+    )
 
 
 def report(
@@ -353,6 +382,7 @@ def report(
     nested: dict[str, list[tuple[str, float, float]]],
     floor: dict[str, float],
     cpu: dict[str, float],
+    backend: dict[str, float],
     flush: float,
 ) -> None:
     print("\nserver µs per call (pg_stat_statements, executor run time, medians)")
@@ -380,6 +410,10 @@ def report(
     print("\nclient CPU µs per call (process_time, medians)")
     for name in ("floor", "sql", "decorator", "signature"):
         print(f"  {name:12} {cpu[name]:>7.1f}")
+    if backend:
+        print("\nserver process CPU µs per call (/proc: protocol, transactions, cold caches in)")
+        for name in ("floor", "sql", "decorator"):
+            print(f"  {name:12} {backend[name]:>7.1f}")
     print(
         f"\none WAL flush: {flush:.0f} µs (durable one-row INSERT minus asynchronous)"
         f"\nwall µs per call: floor {floor['wall']:.0f}, SQL new call "
@@ -430,9 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             medians, nested = server_profile(base, opts.rounds, opts.calls, opts.entry)
             ba.log("floor, client CPU, WAL flush ...")
             floor = floor_profile(shipped, opts.rounds, opts.calls)
-            cpu = client_cpu(shipped, opts.rounds, opts.calls, opts.entry)
+            cpu, backend = client_cpu(
+                shipped, opts.rounds, opts.calls, opts.entry, local=not opts.dsn
+            )
             flush = flush_cost(shipped, opts.calls)
-            report(medians, nested, floor, cpu, flush)
+            report(medians, nested, floor, cpu, backend, flush)
         finally:
             with psycopg.connect(base, autocommit=True) as admin:
                 for v in VARIANTS:
