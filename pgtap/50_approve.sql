@@ -47,7 +47,8 @@ SELECT is(
 RESET ROLE;
 
 SELECT results_eq(
-    $$SELECT state, decided_by, reason, decided_at = now(), decided_role = session_user::text
+    $$SELECT state, decided_by, reason, decided_at BETWEEN now() AND clock_timestamp(),
+             decided_role = session_user::text
       FROM undolog.undolog_approval_requests WHERE approval_id = '$$ || :'approval_a' || $$'$$,
     $$VALUES ('approved'::text, 'alice@example.com'::text, 'checked the backup'::text, true,
               true)$$,

@@ -171,7 +171,8 @@ SELECT results_eq(
 );
 RESET ROLE;
 SELECT results_eq(
-    $$SELECT state, decided_by, reason, decided_at = now(), decided_role = session_user::text
+    $$SELECT state, decided_by, reason, decided_at BETWEEN now() AND clock_timestamp(),
+             decided_role = session_user::text
       FROM undolog.undolog_approval_requests WHERE approval_id = '$$ || :'approval_2h' || $$'$$,
     $$VALUES ('expired'::text, NULL::text, NULL::text, true, true)$$,
     'the request is expired by the engine (no person decided)'

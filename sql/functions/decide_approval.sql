@@ -18,8 +18,11 @@
 --             once): each takes the same outcome and decider, its reason names this
 --             refusal, and its effect goes pending -> rejected (it never ran).
 --
--- The deadline (expires_at) is checked before anything is written. Once it has passed the
--- request is expired, whoever asks: approving it raises UL015 and writes nothing (a raise
+-- The deadline (expires_at) is checked before anything is written, against the clock
+-- (clock_timestamp, not now(): now() is when the transaction began, and a decider who
+-- opened one before the deadline could otherwise approve at any time after it); the
+-- same instant is the decision's decided_at. Once it has passed the request is expired,
+-- whoever asks: approving it raises UL015 and writes nothing (a raise
 -- rolls the transaction back, so the expiry itself is recorded by expire_approvals() or
 -- by a reject); rejecting it does not raise, since "do not run it" is what the human
 -- asked for, and records the outcome truthfully as 'expired' (with who closed it).
@@ -58,6 +61,7 @@ DECLARE
     v_tool_name text;
     v_on_reject text;
     v_why text;
+    v_decided_at timestamptz;
     v_other undolog.undolog_approval_requests;
     v_other_why text;
     v_requested_args jsonb;
@@ -163,7 +167,8 @@ BEGIN
                                        coalesce(v_request.decided_by, 'the engine (deadline)'));
     END IF;
 
-    IF v_request.expires_at <= now() THEN
+    v_decided_at := pg_catalog.clock_timestamp();
+    IF v_request.expires_at <= v_decided_at THEN
         IF p_decision = 'approved' THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL015',
@@ -240,7 +245,7 @@ BEGIN
 
     UPDATE undolog.undolog_approval_requests AS a
     SET state = v_outcome,
-        decided_at = now(),
+        decided_at = v_decided_at,
         decided_by = p_decided_by,
         reason = p_reason,
         decided_role = session_user,

@@ -65,8 +65,9 @@ BEGIN
             THEN pg_catalog.jsonb_build_object('rolled_back_to',
                                                pg_catalog.to_jsonb(NEW) -> 'undo_to')
         -- Back to active after a refusal of a tool registered on_reject 'continue': which
-        -- calls were refused, by whom and why (read from the requests decided in this
-        -- transaction, so no caller can write this detail itself).
+        -- calls were refused, by whom and why (read from the requests decided since this
+        -- transaction began, so no caller can write this detail itself; a decision's
+        -- decided_at is the clock's, at or after its transaction's now()).
         WHEN TG_OP = 'UPDATE' AND OLD.state = 'awaiting_approval' AND NEW.state = 'active'
             THEN (SELECT pg_catalog.jsonb_build_object('refused', pg_catalog.jsonb_agg(
                              pg_catalog.jsonb_build_object(
@@ -76,7 +77,7 @@ BEGIN
                              ORDER BY a.approval_id))
                   FROM undolog.undolog_approval_requests AS a
                   WHERE a.session_id = NEW.session_id AND a.state IN ('rejected', 'expired')
-                    AND a.decided_at = now()
+                    AND a.decided_at >= now()
                   HAVING pg_catalog.count(*) > 0)
         END
     );

@@ -260,6 +260,40 @@ def test_a_deadline_expires_in_real_time(
     assert row == ("expired", None, "rejected")
 
 
+def test_a_transaction_opened_before_the_deadline_cannot_approve_after_it(
+    agent: Conn, approver: Conn, conn: Conn
+) -> None:
+    # now() is when a transaction began: an approver who opened one before the deadline
+    # must not approve after it. The deadline is checked against the clock, and the
+    # decision's time is when it was made.
+    _set_database_timeout(conn, "300 milliseconds")
+    answer = _gated_call(agent)
+    assert answer.approval_id is not None
+    approver.autocommit = False
+    approver.execute("SELECT 1")  # the transaction starts before the deadline
+    time.sleep(0.5)
+    with pytest.raises(ApprovalExpired, match="can no longer be approved"):
+        approvals.approve(approver, answer.approval_id, "alice")
+    approver.rollback()
+    approver.autocommit = True
+    assert approvals.approval_state(approver, answer.approval_id) == "pending"
+
+    # Rejecting in such a transaction records the truth: expired, closed now.
+    _set_database_timeout(conn, "1 hour")
+    late = _gated_call(agent, "wire_money")
+    assert late.approval_id is not None
+    with approver.transaction():
+        started = approver.execute("SELECT now()").fetchone()
+        time.sleep(0.2)
+        assert approvals.reject(approver, late.approval_id, "bob") == "rejected"
+    row = approver.execute(
+        "SELECT decided_at FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (late.approval_id,),
+    ).fetchone()
+    assert started is not None and row is not None
+    assert row[0] > started[0]  # the decision's own time, not its transaction's start
+
+
 def test_each_refusal_has_its_exception_and_writes_nothing(agent: Conn, approver: Conn) -> None:
     answer = _gated_call(agent)
     approval_id = answer.approval_id
