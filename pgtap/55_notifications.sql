@@ -4,7 +4,7 @@
 -- a retry; what an agent reads. Logins are played with SET SESSION AUTHORIZATION
 -- (ownership is session_user), approver and operator with SET ROLE.
 BEGIN;
-SELECT plan(35);
+SELECT plan(38);
 
 \ir _helpers.psql
 
@@ -151,6 +151,25 @@ SELECT is((SELECT state FROM undolog.undolog_notification_deliveries
            WHERE approval_id = :'mine' AND channel_name = 'mail'),
           'cancelled', '... and its deliveries not sent are cancelled');
 RESET ROLE;
+
+-- A last attempt claimed and never reported (its worker stopped, or the send hung) is not
+-- claimed again once its lease has lapsed: it fails, saying why.
+UPDATE undolog.undolog_notification_deliveries
+SET attempts = max_attempts, claimed_until = now() - interval '1 day',
+    next_attempt_at = now() - interval '1 day'
+WHERE approval_id = :'mine' AND state = 'pending';
+SET ROLE ul_t_nt_operator;
+SELECT is((SELECT count(*)::integer FROM undolog.claim_notification()), 0,
+          'a delivery whose last attempt lapsed unreported is not claimed again');
+RESET ROLE;
+SELECT is((SELECT array_agg(DISTINCT state) FROM undolog.undolog_notification_deliveries
+           WHERE approval_id = :'mine' AND channel_name <> 'mail'),
+          ARRAY['failed'], '... it failed');
+SELECT ok((SELECT bool_and(last_error LIKE 'attempt % of % was claimed and not reported within '
+                           || 'its lease%' AND claimed_until IS NULL)
+           FROM undolog.undolog_notification_deliveries
+           WHERE approval_id = :'mine' AND channel_name <> 'mail'),
+          '... saying why');
 
 -- Retention deletes a dropped month's requests: their deliveries go with them.
 SELECT cmp_ok(undolog.prune_month_rows(now() - interval '1 day', now() + interval '1 day'),

@@ -5,7 +5,10 @@
 -- the same one, and one that dies holding it is replaced when p_lease has passed.
 -- The worker sends outside any transaction, then reports with finish_notification,
 -- giving back the attempt number it was handed (a claim that outlived its lease and was
--- taken again is then not reported twice). No row when nothing is due.
+-- taken again is then not reported twice). A delivery whose last attempt (max_attempts)
+-- was claimed and never reported within its lease (its worker died, or the send hung) is
+-- not taken again: it fails here, saying so, as a reported failure of its last attempt
+-- would (finish_notification), and the next due one is taken. No row when nothing is due.
 CREATE OR REPLACE FUNCTION undolog.claim_notification(p_lease interval DEFAULT interval '5 minutes')
 RETURNS TABLE (
     delivery_id uuid,
@@ -35,22 +38,34 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_session uuid;
     v_delivery uuid;
+    v_exhausted boolean;
 BEGIN
     IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008', MESSAGE = 'p_lease must be a positive interval of at most a day';
     END IF;
-    SELECT d.session_id, d.delivery_id INTO v_session, v_delivery
-    FROM undolog.undolog_notification_deliveries AS d
-    INNER JOIN undolog.undolog_approval_requests AS a
-        ON a.approval_id = d.approval_id AND a.session_id = d.session_id
-    WHERE d.state = 'pending' AND d.next_attempt_at <= v_now AND a.state = 'pending'
-    ORDER BY d.next_attempt_at
-    LIMIT 1
-    FOR UPDATE OF d SKIP LOCKED;
-    IF v_delivery IS NULL THEN
-        RETURN;
-    END IF;
+    LOOP
+        SELECT d.session_id, d.delivery_id, d.attempts >= d.max_attempts
+        INTO v_session, v_delivery, v_exhausted
+        FROM undolog.undolog_notification_deliveries AS d
+        INNER JOIN undolog.undolog_approval_requests AS a
+            ON a.approval_id = d.approval_id AND a.session_id = d.session_id
+        WHERE d.state = 'pending' AND d.next_attempt_at <= v_now AND a.state = 'pending'
+        ORDER BY d.next_attempt_at
+        LIMIT 1
+        FOR UPDATE OF d SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        EXIT WHEN NOT v_exhausted;
+        UPDATE undolog.undolog_notification_deliveries AS d
+        SET state = 'failed', claimed_until = NULL,
+            last_error = pg_catalog.format(
+                'attempt %s of %s was claimed and not reported within its lease (the '
+                'worker stopped, or the send hung); not sent again', d.attempts,
+                d.max_attempts)
+        WHERE d.session_id = v_session AND d.delivery_id = v_delivery;
+    END LOOP;
     UPDATE undolog.undolog_notification_deliveries AS d
     SET attempts = d.attempts + 1, last_attempt_at = v_now, next_attempt_at = v_now + p_lease,
         claimed_until = v_now + p_lease
