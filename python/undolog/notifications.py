@@ -21,12 +21,16 @@ before recording it) can tell.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import html
+import http.client
 import json
 import smtplib
+import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -174,7 +178,11 @@ def webhook_body(d: Delivery) -> bytes:
         def esc(text: str) -> str:
             return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
-        lines = [esc(summary(d)), f"args: `{esc(_args_text(d.args))}`"]
+        # A backtick in the agent's args would end the code span, and what follows would
+        # be formatted (bold, links) as if the notice said it: mrkdwn has no escape for
+        # one inside a span, so it becomes U+02CB, which looks alike.
+        args = esc(_args_text(d.args)).replace("`", "\u02cb")
+        lines = [esc(summary(d)), f"args: `{args}`"]
         if d.expires_at is not None:
             lines.append(f"decide before {d.expires_at.isoformat()}")
         if url:
@@ -248,10 +256,67 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class Connections:
+    """The connections one send opens, so that another thread can cut them off: a socket
+    timeout bounds each read, not the whole send, and a receiver answering one byte at a
+    time would otherwise hold the worker (and its undo walks) for as long as it likes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[http.client.HTTPConnection | smtplib.SMTP] = []
+        self._aborted = False
+
+    def add(self, conn: http.client.HTTPConnection | smtplib.SMTP) -> None:
+        with self._lock:
+            self._open.append(conn)
+            aborted = self._aborted
+        if aborted:  # the deadline passed while this one was being made
+            self._cut(conn)
+
+    def abort(self) -> None:
+        """Shut every socket down: a read blocked on one returns at once."""
+        with self._lock:
+            self._aborted = True
+            conns = list(self._open)
+        for conn in conns:
+            self._cut(conn)
+
+    @staticmethod
+    def _cut(conn: http.client.HTTPConnection | smtplib.SMTP) -> None:
+        sock = getattr(conn, "sock", None)
+        if isinstance(sock, socket.socket):
+            # not connected yet, or already closed: nothing to cut
+            with contextlib.suppress(OSError):
+                # the plain socket's shutdown, also for TLS: the descriptor, not the
+                # TLS session another thread is reading from
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-def send_webhook(d: Delivery, timeout: float) -> None:
+def _opener(conns: Connections) -> urllib.request.OpenerDirector:
+    """urllib's opener, refusing redirects, whose connections ``conns`` holds."""
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            def connect(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+                conn = http.client.HTTPConnection(host, **kwargs)
+                conns.add(conn)
+                return conn
+
+            return self.do_open(connect, req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            def connect(host: str, **kwargs: Any) -> http.client.HTTPSConnection:
+                conn = http.client.HTTPSConnection(host, **kwargs)
+                conns.add(conn)
+                return conn
+
+            return self.do_open(connect, req, context=ssl.create_default_context())
+
+    return urllib.request.build_opener(_NoRedirect, Http, Https)
+
+
+def send_webhook(d: Delivery, timeout: float, conns: Connections) -> None:
     """POST the body; raises on anything but a 2xx answer."""
     body = webhook_body(d)
     request = urllib.request.Request(
@@ -266,7 +331,7 @@ def send_webhook(d: Delivery, timeout: float) -> None:
         },
     )
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
+        with _opener(conns).open(request, timeout=timeout) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
         raise RuntimeError(f"HTTP {exc.code} {exc.reason}") from exc
@@ -274,16 +339,19 @@ def send_webhook(d: Delivery, timeout: float) -> None:
         raise RuntimeError(f"HTTP {status}")
 
 
-def send_email(d: Delivery, timeout: float) -> None:
+def send_email(d: Delivery, timeout: float, conns: Connections) -> None:
     """Hand the mail to the channel's SMTP server; raises if it does not take it."""
     cfg = d.config
     host, port = str(cfg["smtp_host"]), int(cfg["smtp_port"])
     smtp: smtplib.SMTP
+    # Made unconnected, so that ``conns`` holds it before connect() reads the greeting.
     if cfg.get("ssl"):
-        smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
+        smtp = smtplib.SMTP_SSL(timeout=timeout, context=ssl.create_default_context())
     else:
-        smtp = smtplib.SMTP(host, port, timeout=timeout)
+        smtp = smtplib.SMTP(timeout=timeout)
+    conns.add(smtp)
     with smtp:
+        smtp.connect(host, port)
         if cfg.get("starttls"):
             smtp.starttls(context=ssl.create_default_context())
         if cfg.get("smtp_user"):
@@ -293,7 +361,7 @@ def send_email(d: Delivery, timeout: float) -> None:
         raise RuntimeError(f"recipients refused: {', '.join(sorted(refused))}")
 
 
-SENDERS: dict[str, Callable[[Delivery, float], None]] = {
+SENDERS: dict[str, Callable[[Delivery, float, Connections], None]] = {
     "webhook": send_webhook,
     "email": send_email,
 }
@@ -335,12 +403,32 @@ def finish(conn: Connection, d: Delivery, error: str | None) -> str:
 
 
 def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
-    """Send one claimed delivery; answers None when sent, or what went wrong."""
-    try:
-        SENDERS[d.channel_kind](d, timeout)
-    except Exception as exc:  # a channel's failure is recorded, never the worker's end
-        return _error_text(exc)
-    return None
+    """Send one claimed delivery within ``timeout`` seconds in all; answers None when
+    sent, or what went wrong. The send runs in a thread of its own: past the deadline its
+    connections are cut off (a read blocked on one ends at once) and the attempt is a
+    failure, retried later like any other."""
+    conns = Connections()
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def send() -> None:
+        try:
+            SENDERS[d.channel_kind](d, timeout, conns)
+        except Exception as exc:  # a channel's failure is recorded, never the worker's end
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=send, name=f"undolog-notify-{d.delivery_id}", daemon=True).start()
+    if not done.wait(timeout):
+        conns.abort()
+        # A thread still resolving the host name cannot be cut off; it ends on its own.
+        done.wait(1.0)
+        return (
+            f"TimeoutError: the {d.channel_kind} channel did not take the message within "
+            f"{timeout:g} s in all (a slow or stalled receiver)"
+        )
+    return _error_text(failure[0]) if failure else None
 
 
 def deliver_due(

@@ -529,6 +529,96 @@ def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
     assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
 
 
+def _delivery(kind: str, target: str, config: dict[str, Any], args: Any) -> notifications.Delivery:
+    from datetime import UTC, datetime
+
+    return notifications.Delivery(
+        delivery_id=uuid.uuid4(),
+        session_id=uuid.uuid4(),
+        approval_id=uuid.uuid4(),
+        attempt=1,
+        max_attempts=8,
+        channel_name="c",
+        channel_kind=kind,
+        target=target,
+        config=config,
+        secret=SECRET,
+        dashboard_url=None,
+        step_index=0,
+        tool_name="pay",
+        args=args,
+        agent="x",
+        owner_role="x",
+        requested_at=datetime.now(UTC),
+        expires_at=None,
+    )
+
+
+def test_an_agents_backtick_cannot_end_the_slack_code_span() -> None:
+    d = _delivery("webhook", "http://127.0.0.1:9/", {"format": "slack"}, {"memo": "` *APPROVED* `"})
+    text = json.loads(notifications.webhook_body(d))["text"]
+    [args_line] = [line for line in text.splitlines() if line.startswith("args: ")]
+    # the span the notice opens is the only one: the agent's text stays inside it
+    assert args_line.count("`") == 2 and args_line.startswith("args: `") and args_line.endswith("`")
+    assert "\u02cb *APPROVED* \u02cb" in args_line
+
+
+@pytest.fixture
+def dripping() -> Iterator[Callable[[bytes, bytes], str]]:
+    """dripping(head, drop) -> host:port of a server that sends ``head``, then ``drop``
+    every 0.1 s for as long as the client stays: each read gets its bytes before a
+    socket timeout, so only a deadline for the whole send ends it."""
+    servers: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve(listener: socket.socket, head: bytes, drop: bytes) -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            with client:
+                try:
+                    client.sendall(head)
+                    while not stop.wait(0.1):
+                        client.sendall(drop)
+                except OSError:
+                    continue  # the client cut it off
+
+    def start(head: bytes, drop: bytes) -> str:
+        listener = socket.create_server(("127.0.0.1", 0))
+        servers.append(listener)
+        threading.Thread(target=serve, args=(listener, head, drop), daemon=True).start()
+        return f"127.0.0.1:{listener.getsockname()[1]}"
+
+    yield start
+    stop.set()
+    for listener in servers:
+        listener.close()
+
+
+def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
+    dripping: Callable[[bytes, bytes], str],
+) -> None:
+    webhook = dripping(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a")
+    host, port = dripping(b"", b"220-still greeting\r\n").split(":")
+    for d in (
+        _delivery("webhook", f"http://{webhook}/hook", {}, {"to": "acme"}),
+        _delivery(
+            "email",
+            "a@example.test",
+            {"smtp_from": "u@example.test", "smtp_host": host, "smtp_port": int(port)},
+            {"to": "acme"},
+        ),
+    ):
+        started = time.monotonic()
+        error = notifications.deliver(d, timeout=1.0)
+        took = time.monotonic() - started
+        assert error is not None and error.startswith("TimeoutError:"), error
+        assert "within 1 s in all" in error
+        assert took < 3.0, (d.channel_kind, took)  # not as long as the receiver drips
+
+
 def test_a_pass_out_of_time_queues_but_sends_nothing_more(
     conn: Conn, operator_dsn: str, agent_dsn: str, hook: Hook
 ) -> None:
