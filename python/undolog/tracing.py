@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import traceback
 import uuid
 from typing import Any
 
@@ -112,10 +113,34 @@ class _Scope:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Any:
         if exc is not None and not isinstance(exc, AwaitingApprovalError):
             status, error = _status
-            self._span.record_exception(exc)
+            # A tool's exception text is its author's, of any length: what the span
+            # carries is bounded (the SDK sets no limit unless the application does).
+            message = _bounded(str(exc), MESSAGE_LIMIT)
+            stacktrace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self._span.record_exception(
+                exc,
+                attributes={
+                    "exception.message": message,
+                    "exception.stacktrace": _bounded(stacktrace, STACKTRACE_LIMIT, keep_end=True),
+                },
+            )
             self._span.set_attribute("error.type", type(exc).__qualname__)
-            self._span.set_status(status(error, str(exc)))
+            self._span.set_status(status(error, message))
         return self._current.__exit__(kind, exc, tb)
+
+
+MESSAGE_LIMIT = 1024
+"""At most this many characters of an exception's text go into a span (its message and
+status description)."""
+STACKTRACE_LIMIT = 8192
+"""At most this many characters of its traceback: the end, where the raise is."""
+
+
+def _bounded(text: str, limit: int, *, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    cut = f" … ({len(text) - limit} characters left out) … "
+    return cut + text[-limit:] if keep_end else text[:limit] + cut
 
 
 def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:

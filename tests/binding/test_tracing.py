@@ -161,6 +161,27 @@ def test_a_failing_call_is_an_error_and_its_compensation_a_span(
     assert a["undolog.attempt"] == 1
 
 
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("traced_undo"))
+def traced_verbose(size: int) -> None:
+    raise RuntimeError("x" * size)
+
+
+def test_what_a_span_carries_of_an_exceptions_text_is_bounded(
+    dsn: str, spans: InMemorySpanExporter
+) -> None:
+    ul = UndoLog(dsn)
+    with pytest.raises(RuntimeError), ul.session(agent="t"):
+        traced_verbose(100_000)
+    (span,) = by_name(spans, "execute_tool traced_verbose")
+    (event,) = span.events
+    message = str((event.attributes or {})["exception.message"])
+    stacktrace = str((event.attributes or {})["exception.stacktrace"])
+    assert message.startswith("x" * 1024) and "(98976 characters left out)" in message
+    assert len(message) < 1100 and len(stacktrace) < 8300
+    assert stacktrace.rstrip().endswith("x" * 100)  # the end of the traceback: the raise
+    assert span.status.description == message
+
+
 def test_a_call_waiting_for_approval_is_no_error_and_the_wait_is_a_span(
     dsn: str, conn: Conn, login: Any, spans: InMemorySpanExporter
 ) -> None:
