@@ -162,12 +162,20 @@ def _one_line(text: object) -> str:
     return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
 
 
-def summary(d: Delivery) -> str:
-    """One line: which call asks for a decision."""
+def summary(d: Delivery, quote: Callable[[str], str] = str) -> str:
+    """One line: which call asks for a decision; ``quote`` marks up the tool's name (an
+    agent login registers it: any text)."""
     return (
-        f"Approval requested: {_one_line(d.tool_name or '(call of a dropped month)')}"
+        f"Approval requested: {quote(_one_line(d.tool_name or '(call of a dropped month)'))}"
         f" (step {d.step_index}) in session {d.session_id} of {d.owner_role}"
     )
+
+
+def _slack_code(text: str) -> str:
+    """``text`` as a Slack code span: mrkdwn has no escape for a backtick inside one, and
+    one would end the span, formatting what follows (bold, links) as if the notice said
+    it, so it becomes U+02CB, which looks alike."""
+    return "`" + text.replace("`", "\u02cb") + "`"
 
 
 def webhook_body(d: Delivery) -> bytes:
@@ -178,11 +186,8 @@ def webhook_body(d: Delivery) -> bytes:
         def esc(text: str) -> str:
             return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
-        # A backtick in the agent's args would end the code span, and what follows would
-        # be formatted (bold, links) as if the notice said it: mrkdwn has no escape for
-        # one inside a span, so it becomes U+02CB, which looks alike.
-        args = esc(_args_text(d.args)).replace("`", "\u02cb")
-        lines = [esc(summary(d)), f"args: `{args}`"]
+        # the agent's text (the tool's name, its args) only inside code spans
+        lines = [esc(summary(d, _slack_code)), f"args: {_slack_code(esc(_args_text(d.args)))}"]
         if d.expires_at is not None:
             lines.append(f"decide before {d.expires_at.isoformat()}")
         if url:

@@ -529,7 +529,9 @@ def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
     assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
 
 
-def _delivery(kind: str, target: str, config: dict[str, Any], args: Any) -> notifications.Delivery:
+def _delivery(
+    kind: str, target: str, config: dict[str, Any], args: Any, tool: str = "pay"
+) -> notifications.Delivery:
     from datetime import UTC, datetime
 
     return notifications.Delivery(
@@ -545,7 +547,7 @@ def _delivery(kind: str, target: str, config: dict[str, Any], args: Any) -> noti
         secret=SECRET,
         dashboard_url=None,
         step_index=0,
-        tool_name="pay",
+        tool_name=tool,
         args=args,
         agent="x",
         owner_role="x",
@@ -554,13 +556,21 @@ def _delivery(kind: str, target: str, config: dict[str, Any], args: Any) -> noti
     )
 
 
-def test_an_agents_backtick_cannot_end_the_slack_code_span() -> None:
-    d = _delivery("webhook", "http://127.0.0.1:9/", {"format": "slack"}, {"memo": "` *APPROVED* `"})
+def test_an_agents_backtick_cannot_end_a_slack_code_span() -> None:
+    d = _delivery(
+        "webhook",
+        "http://127.0.0.1:9/",
+        {"format": "slack"},
+        {"memo": "` *APPROVED* `"},
+        tool="pay` *by the CFO* `",
+    )
     text = json.loads(notifications.webhook_body(d))["text"]
-    [args_line] = [line for line in text.splitlines() if line.startswith("args: ")]
-    # the span the notice opens is the only one: the agent's text stays inside it
-    assert args_line.count("`") == 2 and args_line.startswith("args: `") and args_line.endswith("`")
-    assert "\u02cb *APPROVED* \u02cb" in args_line
+    first, args_line = text.splitlines()[:2]
+    # the spans the notice opens are the only ones: the agent's text stays inside them
+    assert first.startswith("Approval requested: `pay\u02cb *by the CFO* \u02cb` (step 0)")
+    assert first.count("`") == 2
+    assert args_line.count("`") == 2 and args_line.startswith("args: `")
+    assert args_line.endswith("`") and "\u02cb *APPROVED* \u02cb" in args_line
 
 
 @pytest.fixture
