@@ -1,7 +1,7 @@
 -- undolog.rollback_to: undo a live session down to a step, through the same walk as a
 -- failed session's, and let it go on.
 BEGIN;
-SELECT plan(64);
+SELECT plan(70);
 
 \ir _helpers.psql
 
@@ -144,6 +144,25 @@ SELECT is(undolog.rollback_last(:'s5', 2, 'the last two', 'dan'), 'compensating'
 SELECT is(pg_temp.walk(:'s5'), ARRAY[3, 1], 'the two latest, last first, not step 5');
 SELECT is((SELECT reason FROM undolog.undolog_operator_actions WHERE session_id = :'s5'),
           'last 2: the last two', 'recorded with its count');
+
+-- rollback_last counts the calls the walk would undo: a failed call at the top (the plan's
+-- skip) is not one of them, so "the last call" is the committed one below it.
+SELECT pg_temp.new_session() AS s6 \gset
+SELECT pg_temp.call(:'s6', 0) AS n0 \gset
+SELECT pg_temp.call(:'s6', 1) AS n1 \gset
+SELECT pg_temp.call(:'s6', 2, 'failed') AS n2 \gset
+SELECT is(undolog.rollback_last(:'s6', 1, 'the last call', 'dan'), 'compensating',
+          'undo the last call above a failed one');
+SELECT ok((SELECT undo_floor = (SELECT stack_position FROM undolog.undolog_undo_stack
+                                WHERE effect_id = :'n1')
+           FROM undolog.undolog_sessions WHERE session_id = :'s6'),
+          'the floor is the last committed call''s entry, not the failed call''s');
+SELECT is(pg_temp.walk(:'s6'), ARRAY[1], 'the walk undoes step 1 and passes the failed step 2');
+SELECT is(pg_temp.effect_state(:'n0'), 'committed', 'step 0 stands');
+SELECT pg_temp.new_session() AS s7 \gset
+SELECT pg_temp.call(:'s7', 0, 'failed') AS p0 \gset
+SELECT pg_temp.refused(format('SELECT undolog.rollback_last(%L, 1, %L)', :'s7', 'r'),
+                       'UL021', 'only a failed call: nothing to undo');
 
 -- The agent itself: only where the database allows it.
 CREATE ROLE ul_t_self NOLOGIN IN ROLE undolog_agent;

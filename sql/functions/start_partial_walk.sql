@@ -1,5 +1,6 @@
 -- undolog.start_partial_walk: what rollback_to and rollback_last do (see them), with the
--- floor taken from a step (p_count NULL) or from a count of calls from the top: checks,
+-- floor taken from a step (p_count NULL) or from a count, from the top, of the calls the
+-- walk would undo or stop at (rollback_to_plan's action other than skip): checks,
 -- who may, the floor, then active -> compensating with the session's undo_floor and
 -- undo_to, and the operator action. Callers are SECURITY DEFINER; session_user is the
 -- login that asked.
@@ -71,9 +72,14 @@ BEGIN
         FROM undolog.rollback_to_plan(p_session_id, p_step_index) AS p
         LIMIT 1;
     ELSE
-        -- The p_count-th unfinished entry from the top, in the walk's order.
+        -- The p_count-th call from the top that the walk would undo (or stop at), in
+        -- the walk's order. A call that never took effect (the plan's 'skip') is no
+        -- call to undo: counted, it would become the floor of a walk that undoes
+        -- nothing, and pass (and so forbid the retry of) a failed call at the top. The
+        -- plan's action is the one definition of what would be undone.
         SELECT p.stack_position INTO v_floor
         FROM undolog.rollback_to_plan(p_session_id, 0) AS p
+        WHERE p.action <> 'skip'
         ORDER BY p.stack_position DESC
         OFFSET p_count - 1 LIMIT 1;
     END IF;

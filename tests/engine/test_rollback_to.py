@@ -19,6 +19,7 @@ from undolog import (
     AsyncUndoLog,
     CompensationDescriptor,
     InvalidArgument,
+    LateResult,
     NothingToUndo,
     PermissionDenied,
     SessionHalted,
@@ -280,6 +281,45 @@ def test_a_call_in_flight_when_rollback_to_is_asked_is_undone_with_the_rest(
     assert outcome == ["compensating"]
     claimed = saga.claim_compensation(conn, sid)
     assert claimed is not None and claimed.args == {"room": "r2"}  # the in-flight call first
+
+
+def test_a_commit_after_the_partial_walk_took_the_call_is_late_and_says_why(
+    conn: Conn,
+) -> None:
+    sid = engine.begin_session(conn)
+    got = _call(conn, sid, 0)
+    assert got.effect_id is not None
+    assert saga.rollback_to(conn, sid, 0, "undo the call in flight") == "compensating"
+    assert saga.claim_compensation(conn, sid) is not None  # the walk takes it
+    with pytest.raises(LateResult) as late:
+        engine.commit(conn, got.effect_id, {"booking": "r0"})
+    # the lease did not lapse: the message must not say it did, and names rollback_to
+    assert "rollback_to" in str(late.value)
+    assert "lapsed while the agent was paused" not in str(late.value)
+
+
+def test_undo_last_does_not_count_a_failed_call_at_the_top(dsn: str, conn: Conn) -> None:
+    """A call that never took effect is no call to undo: "the last call" is the one
+    below it, and the walk undoes it (it used to undo nothing and end active)."""
+    sid = engine.begin_session(conn)
+    for step in range(3):
+        got = _call(conn, sid, step)
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"booking": f"r{step}"})
+    failed = _call(conn, sid, 3)
+    assert failed.effect_id is not None
+    engine.fail(conn, failed.effect_id, "the upstream refused it")
+    assert [p.action for p in saga.rollback_to_plan(conn, sid, 0)] == [
+        "skip",
+        "undo",
+        "undo",
+        "undo",
+    ]
+    assert saga.rollback_last(conn, sid, 1, "the last call was wrong") == "compensating"
+    assert walk.run_walk(conn, sid, {"unbook": _unbook}, wait=1.0) == "active"
+    assert undone == ["r2"]
+    with pytest.raises(NothingToUndo):  # three calls were left: r0, r1, and r2 is undone
+        saga.rollback_last(conn, sid, 3, "more than there are")
 
 
 def test_a_call_made_while_rollback_to_commits_is_refused_then_goes_on_after_the_walk(

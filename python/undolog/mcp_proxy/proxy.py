@@ -582,8 +582,9 @@ class McpProxy:
         self, ps: ProxySession, effect_id: uuid.UUID, count: int
     ) -> int | types.CallToolResult:
         """The approved undo's own entry is no call to undo: reported as not acting (so
-        the walk passes it, and the same undo asked again is refused as undone), it is
-        counted with the entries above it (calls made after the approval) and ``count``
+        the walk passes it, and the same undo asked again is refused as undone). What
+        ``rollback_last`` counts are calls still to undo (the plan's rows not marked
+        ``skip``): those above the entry (calls made after the approval), then ``count``
         below it."""
         await self._record(
             effect_id,
@@ -598,7 +599,7 @@ class McpProxy:
         above = next((i for i, p in enumerate(plan) if p.effect_id == effect_id), None)
         if above is None:
             return _error(f"{UNDO_LAST_TOOL}: nothing was undone: its journal entry is gone")
-        return above + 1 + count
+        return sum(1 for p in plan[:above] if p.action != "skip") + count
 
     async def _undo_rejected(self, approval_id: uuid.UUID | None) -> types.CallToolResult:
         decision = None
