@@ -14,7 +14,9 @@
 --   anchored   an anchor recorded a head that the row at that seq no longer has
 -- and, when every session is verified, the anchors' own chain (table undolog_chain_anchors:
 -- altered, link, missing). From p_since on, a session's first row is checked against its
--- own stored prev (the rows before it are not read; retention may have dropped them).
+-- own stored prev (the rows before it are not read; retention may have dropped them), and
+-- an anchored seq with no row is reported unless it lies before that first row (or, for
+-- a session with no row from p_since on, at or before its head).
 -- Staff only (grants.sql), who read every history anyway: SECURITY DEFINER, as every
 -- function a role calls.
 CREATE OR REPLACE FUNCTION undolog.verify_chain(
@@ -112,8 +114,16 @@ AS $$
                coalesce(pg_catalog.encode(r.hash, 'hex'), 'no row at seq ' || a.seq)
         FROM anchored AS a
         LEFT JOIN w AS r ON r.session_id = a.session_id AND r.seq = a.seq
+        LEFT JOIN w AS fw ON fw.session_id = a.session_id AND fw.n = 1
+        LEFT JOIN heads AS h ON h.session_id = a.session_id
         WHERE r.hash IS DISTINCT FROM a.head
-          AND (r.session_id IS NOT NULL OR p_since IS NULL)
+          -- From p_since on, the rows before the window are not read (retention may have
+          -- dropped them): an anchored seq with no row is excused below the session's
+          -- first row in the window only. At or above it, the row was deleted. With no
+          -- row in the window, up to the session's head only: heads never go back, so
+          -- an anchored seq past the head is a deleted tail (no head at all: reported).
+          AND (r.session_id IS NOT NULL OR p_since IS NULL
+               OR a.seq >= coalesce(fw.seq, h.seq + 1, 0))
         UNION ALL
         SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
                'altered',

@@ -326,6 +326,58 @@ def test_verify_since_starts_from_the_first_row_after(conn: Conn) -> None:
     assert chain.verify(conn, session, since=later[0]).ok
 
 
+def test_verify_since_finds_an_anchored_tail_deleted_in_the_window(conn: Conn) -> None:
+    """--since excuses an anchored seq with no row only before the window's first row
+    (retention's doing): the last links deleted and the head moved back are found with
+    or without it, and by assert_chain."""
+    cut = datetime.now(UTC)
+    session = engine.begin_session(conn, agent="tail")
+    calls = []
+
+    def call(step: int) -> None:
+        made = engine.intercept(
+            conn, session, step, "chain_create", "compensable", {"s": step}, {"name": "chain_undo"}
+        )
+        assert made.effect_id is not None
+        engine.commit(conn, made.effect_id, {"ok": step})
+        calls.append(made.effect_id)
+
+    for step in range(4):
+        call(step)
+    chain.write_anchor(conn)
+    call(4)
+    links = conn.execute(
+        "SELECT seq, hash, prev, at FROM undolog.chain_events(%s) ORDER BY seq", (session,)
+    ).fetchall()
+    anchored, after = links[-2], links[-1]
+
+    def found(**scope: Any) -> list[tuple[str, int | None, str]]:
+        return [(f.problem, f.seq, f.found) for f in chain.verify(conn, **scope).findings]
+
+    # the window starts after the anchored row: not read, as if retention dropped it
+    assert found(session_id=session, since=after[3]) == []
+
+    # the last two calls (their commits, the last two links, the anchored one first)
+    # deleted and the head moved back onto the link before them
+    tamper(conn, "DELETE FROM undolog.undolog_undo_stack WHERE effect_id = ANY(%s)", (calls[3:],))
+    tamper(conn, "DELETE FROM undolog.undolog_effect_log WHERE effect_id = ANY(%s)", (calls[3:],))
+    kept = links[-3]
+    tamper(
+        conn,
+        "UPDATE undolog.undolog_chain_heads SET seq = %s, head = %s, prev = %s"
+        " WHERE session_id = %s",
+        (kept[0], kept[1], kept[2], session),
+    )
+    expected = [("anchored", anchored[0], f"no row at seq {anchored[0]}")]
+    assert found() == expected
+    assert found(since=cut) == expected
+    assert found(session_id=session, since=cut) == expected
+    with pytest.raises(ChainMismatch, match="anchored"), engine.translated():
+        conn.execute("SELECT undolog.assert_chain(NULL, %s)", (cut,))
+    # no row of the session left in the window: the anchor lies past its head
+    assert found(session_id=session, since=after[3]) == expected
+
+
 def test_the_chain_columns_cannot_be_written_by_callers(conn: Conn) -> None:
     session = engine.begin_session(conn, agent="forged")
     conn.execute(
