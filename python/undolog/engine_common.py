@@ -171,10 +171,14 @@ def fail_params(effect_id: uuid.UUID, error: str, asynchronous: bool) -> dict[st
 def check_late(answer: Any, effect_id: uuid.UUID, what: str) -> None:
     """Raise LateResult when commit or fail answered 'late'."""
     if answer == "late":
+        # The engine answers 'late' whatever started the walk, so the text names every
+        # cause rather than guess one.
         raise LateResult(
             f"effect {effect_id}: this {what} arrived after the undo walk had taken the call "
-            "(its lease lapsed while the agent was paused); the engine recorded it in the "
-            "effect's history, which flags the session for an operator (needs_attention)"
+            "(the session was failed or rolled back, its lease lapsed, or rollback_to / "
+            "rollback_last undid the calls down to this one while it ran); the engine "
+            "recorded it in the effect's history, which flags the session for an operator "
+            "(needs_attention)"
         )
 
 

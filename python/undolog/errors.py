@@ -19,6 +19,9 @@ import psycopg
 
 # The faces' answers for an error: the command's exit codes (0 is success) ...
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+# ... the history's verdict, apart from every error, so that a script tells a tampered
+# history from a verification that could not finish (a timeout on a large journal) ...
+EXIT_MISMATCH = 4
 # ... and the dashboard's HTTP statuses
 HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT = 403, 404, 409
 HTTP_UNPROCESSABLE, HTTP_ERROR = 422, 500
@@ -178,6 +181,7 @@ class ChainMismatch(UndoLogError):
     exits with this code when it finds any such row)."""
 
     sqlstate = "UL027"
+    exit_code = EXIT_MISMATCH
 
 
 class ExportInvalid(UndoLogError):

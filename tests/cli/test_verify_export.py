@@ -1,11 +1,12 @@
 """`undolog verify`, `undolog export` and `undolog anchor` against a real database: a clean
-journal verifies (exit 0); a tampered one names the row (exit 1), online and from an
-export checked offline; a kept anchor catches a rewritten anchor; refusals are usage
-errors."""
+journal verifies (exit 0); a tampered one names the row (exit 4), online and from an
+export checked offline; a kept anchor catches a rewritten anchor; a verification the
+server cancels is a database error (exit 1) with a hint; refusals are usage errors."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -15,17 +16,21 @@ from typing import Any
 import psycopg
 
 from undolog import engine
+from undolog.errors import EXIT_MISMATCH
 
 Conn = psycopg.Connection[Any]
 
 
-def undolog(dsn: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+def undolog(
+    dsn: str | None, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     tail = ["--dsn", dsn] if dsn is not None else []
     return subprocess.run(
         [sys.executable, "-m", "undolog.cli", *args, *tail],
         capture_output=True,
         text=True,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -66,7 +71,7 @@ def test_clean_then_tampered_online(dsn: str, conn: Conn) -> None:
         (session,),
     )
     broken = undolog(dsn, "verify")
-    assert broken.returncode == 1
+    assert broken.returncode == EXIT_MISMATCH == 4, broken.stderr
     assert "altered: undolog_effect_log effect_id=" in broken.stdout
     assert f"session {session}" in broken.stdout
     as_json = json.loads(undolog(dsn, "verify", "--json", "--session", str(session)[:8]).stdout)
@@ -109,7 +114,7 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
         path = tmp_path / f"{name}.jsonl"
         path.write_text("\n".join(text) + "\n")
         got = undolog(None, "verify", "--file", str(path), "--json")
-        assert got.returncode == 1, (name, got.stdout, got.stderr)
+        assert got.returncode == EXIT_MISMATCH, (name, got.stdout, got.stderr)
         assert problem in [f["problem"] for f in json.loads(got.stdout)["findings"]], name
 
     # the database tampered: its export says so too
@@ -121,7 +126,7 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
     )
     undolog(dsn, "export", str(session), "--output", str(out))
     offline = undolog(None, "verify", "--file", str(out))
-    assert offline.returncode == 1
+    assert offline.returncode == EXIT_MISMATCH
     assert "head: undolog_chain_heads" in offline.stdout or "missing" in offline.stdout
 
 
@@ -139,7 +144,7 @@ def test_anchor_export_and_check(dsn: str, conn: Conn, tmp_path: Path) -> None:
         conn, "UPDATE undolog.undolog_chain_anchors SET written_at = written_at - interval '1 day'"
     )
     broken = undolog(dsn, "verify", "--anchor", str(kept))
-    assert broken.returncode == 1
+    assert broken.returncode == EXIT_MISMATCH
     assert "undolog_chain_anchors anchor_id=1" in broken.stdout
 
 
@@ -151,3 +156,34 @@ def test_refusals(dsn: str, tmp_path: Path) -> None:
     both = undolog(dsn, "verify", "--file", str(junk), "--session", "abcd")
     assert both.returncode == 2
     assert undolog(None, "verify", "--file", str(tmp_path / "absent")).returncode == 2
+
+
+def test_a_verification_the_server_cancels_is_a_database_error_with_a_hint(
+    dsn: str, conn: Conn
+) -> None:
+    """Not the verdict "rows do not match" (EXIT_MISMATCH): exit 1, and a hint to verify
+    less at once or give it more time. The history locked, the statement times out."""
+    journal(conn)
+    with conn.transaction():
+        conn.execute("LOCK TABLE undolog.undolog_session_history IN ACCESS EXCLUSIVE MODE")
+        got = undolog(dsn, "verify", "--json", env={"PGOPTIONS": "-c statement_timeout=200"})
+    assert got.returncode == 1, got.stdout + got.stderr
+    error = json.loads(got.stderr)
+    assert error["sqlstate"] == "57014"
+    assert "--session" in error["hint"] and "--since" in error["hint"]
+    assert "statement_timeout" in error["hint"]
+    with conn.transaction():
+        conn.execute("LOCK TABLE undolog.undolog_session_history IN ACCESS EXCLUSIVE MODE")
+        plain = undolog(dsn, "verify", env={"PGOPTIONS": "-c statement_timeout=200"})
+    assert plain.returncode == 1 and "hint: verify less at once" in plain.stderr
+
+
+def test_export_to_a_folder_that_does_not_exist_is_a_usage_error(
+    dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    session = journal(conn)
+    target = tmp_path / "absent" / "session.jsonl"
+    got = undolog(dsn, "export", str(session), "--output", str(target))
+    assert got.returncode == 2, got.stderr
+    assert f"cannot write {target}" in got.stderr
+    assert "Traceback" not in got.stderr

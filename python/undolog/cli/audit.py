@@ -4,9 +4,12 @@ chains (docs/operations/audit.md)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
+
+import psycopg
 
 from undolog import chain
 from undolog.cli._common import (
@@ -18,16 +21,28 @@ from undolog.cli._common import (
     connect,
     timestamptz,
 )
+from undolog.cli._errors import describe_error
+from undolog.cli._errors import report as report_error
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import print_json
 from undolog.errors import ChainMismatch, ExportInvalid
+
+# A verification too large for the server's limits: cancelled (statement_timeout, 57014),
+# out of memory or disk (class 53), past a program limit (class 54).
+_TOO_LARGE = ("57014", "53", "54")
+VERIFY_HINT = (
+    "verify less at once: one session (--session ID) or the rows from an instant on "
+    "(--since T); or give this run more time, e.g. PGOPTIONS='-c statement_timeout=0' "
+    "undolog verify ..."
+)
 
 
 def configure_audit_parser(subparsers: Subparsers, common: Parser) -> None:
     p = subparsers.add_parser(
         "verify",
         parents=[common],
-        help="recompute the history's hash chains; exit 1 when a row does not match",
+        help="recompute the history's hash chains; exit 4 when a row does not match "
+        "(1: a database error, the verification did not finish)",
     )
     p.add_argument("--session", default=None, help="only this session (id or unique prefix)")
     p.add_argument(
@@ -111,13 +126,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise ExportInvalid(f"{args.anchor} is not an anchor (not JSON)") from exc
         if not isinstance(anchor, dict):
             raise ExportInvalid(f"{args.anchor} is not an anchor (not a JSON object)")
-    with connect(args) as conn:
-        session = None if args.session is None else resolve_id(conn, "session", args.session)
-        report = chain.verify(conn, session, args.since)
-        if anchor is not None:
-            extra = chain.check_anchor(conn, anchor)
-            report = chain.Report(report.sessions, report.rows, report.findings + extra)
-    return _print_report(args, report, "verify")
+    try:
+        with connect(args) as conn:
+            session = None if args.session is None else resolve_id(conn, "session", args.session)
+            found = chain.verify(conn, session, args.since)
+            if anchor is not None:
+                extra = chain.check_anchor(conn, anchor)
+                found = chain.Report(found.sessions, found.rows, found.findings + extra)
+    except psycopg.Error as exc:
+        if not (exc.sqlstate or "").startswith(_TOO_LARGE):
+            raise  # main reports it, as any command's
+        # a verification too large for the server's limits: the server gives no hint,
+        # this says what to do about it (exit 1, a database error, not EXIT_MISMATCH)
+        failed = describe_error(exc, args)
+        return report_error(dataclasses.replace(failed, hint=failed.hint or VERIFY_HINT), args.json)
+    return _print_report(args, found, "verify")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -127,8 +150,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     text = "".join(f"{line}\n" for line in lines)
     if args.output is None:
         sys.stdout.write(text)
-    else:
+        return EXIT_OK
+    try:
         args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     return EXIT_OK
 
 
