@@ -16,17 +16,47 @@ serves it over HTTP, and the dashboard at ``/metrics``. ``sample``, ``family`` a
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from undolog.engine import translated
 from undolog.queries import QUERIES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# A scrape's bounds (``undolog metrics`` and the dashboard's /metrics): a server that
+# accepts and never answers, or a journal table held ACCESS EXCLUSIVE by a migration,
+# answers undolog_up 0 within Prometheus's default scrape_timeout (10 s), instead of
+# never. The DSN's own connect_timeout and options (or PGCONNECT_TIMEOUT, PGOPTIONS) win
+# over these.
+CONNECT_TIMEOUT = 3  # seconds to connect (libpq's connect_timeout)
+LOCK_TIMEOUT = "2s"  # a lock wait ends first, and its error says it was a lock
+STATEMENT_TIMEOUT = "5s"
+# How long a scrape waits for the one before it (one connection serves them in turn): past
+# it, a scrape stuck where no server-side timeout reaches (a server that stopped answering
+# once connected) makes the next ones answer undolog_up 0 instead of queueing. The
+# dashboard bounds its whole scrape, that wait included, by it.
+SCRAPE_TIMEOUT = 9.0
+
+
+def scrape_conninfo(dsn: str) -> str:
+    """``dsn`` with a scrape's bounds: CONNECT_TIMEOUT unless the DSN or PGCONNECT_TIMEOUT
+    sets one, and LOCK_TIMEOUT and STATEMENT_TIMEOUT ahead of the DSN's options (or
+    PGOPTIONS, which a DSN's options replace), so that a setting given there wins."""
+    params = conninfo_to_dict(dsn)
+    if params.get("connect_timeout") is None and not os.environ.get("PGCONNECT_TIMEOUT"):
+        params["connect_timeout"] = CONNECT_TIMEOUT
+    given = params.get("options") or os.environ.get("PGOPTIONS", "")
+    ours = f"-c lock_timeout={LOCK_TIMEOUT} -c statement_timeout={STATEMENT_TIMEOUT}"
+    params["options"] = f"{ours} {given}".strip()
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
 
 # One statement per view (the catalogue's metrics_*), sent together in one round trip;
 # their results come back in this order (each sorted, so that the exposition's lines keep

@@ -7,6 +7,7 @@ import argparse
 import datetime
 import os
 import re
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
 import psycopg
@@ -56,10 +57,14 @@ def dsn_of(args: argparse.Namespace) -> str:
     return str(args.dsn) if args.dsn is not None else os.environ.get("UNDOLOG_DSN", "")
 
 
-def connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
+def connect(
+    args: argparse.Namespace, conninfo: Callable[[str], str] = str
+) -> psycopg.Connection[Any]:
+    """The command's connection, to the DSN given (``conninfo`` adds the parameters a
+    command sets itself, such as a scrape's timeouts)."""
     dsn = dsn_of(args)
     try:
-        return psycopg.connect(dsn, autocommit=True)
+        return psycopg.connect(conninfo(dsn), autocommit=True)
     except psycopg.ProgrammingError as exc:  # the DSN itself does not parse
         raise UsageError(f"invalid --dsn / UNDOLOG_DSN: {one_line(exc)}") from exc
     except psycopg.OperationalError as exc:

@@ -6,7 +6,10 @@ Serves ``GET /metrics`` (the text exposition, format 0.0.4, of undolog.metrics) 
 SIGTERM or SIGINT; ``--once`` prints one scrape and exits. The login (--dsn) must hold
 undolog_approver or undolog_operator: the metrics views count every login's sessions.
 One connection serves every scrape, one at a time; a lost connection is opened again at
-the next scrape, and a scrape that cannot read the views answers ``undolog_up 0``.
+the next scrape, and a scrape that cannot read the views answers ``undolog_up 0``: so does
+one that the bounds below cut short (a server that accepts and never answers, a journal
+table locked by a migration). The server serves at most MAX_HANDLERS connections at once
+and closes one that sends no request within IDLE_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import http.server
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,6 +28,7 @@ from typing import Any
 import psycopg
 
 from undolog import metrics
+from undolog._argtypes import port_number
 from undolog.cli._common import (
     EXIT_OK,
     Parser,
@@ -36,14 +41,23 @@ from undolog.cli._common import (
 log = logging.getLogger("undolog.cli")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
+# The HTTP server: a connection holds a thread until it is answered, so connections that
+# never send a request must neither hold one for ever nor add threads without end.
+IDLE_TIMEOUT = 5.0  # seconds a client has to send its request (and to read the answer)
+MAX_HANDLERS = 16  # connections served at once; one more is closed at once
+
 
 def listen_address(value: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets: [::1]:9464)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {value!r}")
+    try:
+        if not sep or not port.isdigit():
+            raise argparse.ArgumentTypeError(value)
+        number = port_number(port)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {value!r}") from None
     host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
-    return host, int(port)
+    return host, number
 
 
 def configure_metrics_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -58,7 +72,8 @@ def configure_metrics_parser(subparsers: Subparsers, common: Parser) -> None:
         help=f"where to serve GET /metrics (default: {DEFAULT_LISTEN})",
     )
     p.add_argument("--once", action="store_true", help="print one scrape and exit")
-    p.set_defaults(func=_cmd_metrics)
+    # the metrics views are granted to approver and operator (sql/grants.sql)
+    p.set_defaults(func=_cmd_metrics, needed_role="undolog_approver (or undolog_operator)")
 
 
 class Scraper:
@@ -71,27 +86,83 @@ class Scraper:
         self.conn: psycopg.Connection[Any] | None = None
 
     def text(self) -> str:
-        with self.lock:
-            started = time.perf_counter()
-            try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = connect(self.args)
-                return metrics.scrape(self.conn)
-            except Exception as exc:  # reported as undolog_up 0; the next scrape tries again
-                log.warning("metrics scrape failed: %s", one_line(exc))
-                if self.conn is not None and self.conn.broken:
-                    self.conn.close()
-                return metrics.failed(exc, time.perf_counter() - started)
+        started = time.perf_counter()
+        # a scrape stuck past the server-side bounds (a server that stopped answering once
+        # connected) holds the lock: the scrapes after it answer undolog_up 0 within
+        # metrics.SCRAPE_TIMEOUT instead of queueing behind it
+        if not self.lock.acquire(timeout=metrics.SCRAPE_TIMEOUT):
+            stuck = TimeoutError(
+                f"the scrape before this one still runs after {metrics.SCRAPE_TIMEOUT} s"
+            )
+            log.warning("metrics scrape failed: %s", stuck)
+            return metrics.failed(stuck, time.perf_counter() - started)
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = connect(self.args, metrics.scrape_conninfo)
+            return metrics.scrape(self.conn)
+        except Exception as exc:  # reported as undolog_up 0; the next scrape tries again
+            log.warning("metrics scrape failed: %s", one_line(exc))
+            if self.conn is not None and self.conn.broken:
+                self.conn.close()
+            return metrics.failed(exc, time.perf_counter() - started)
+        finally:
+            self.lock.release()
 
     def close(self) -> None:
-        with self.lock:
-            if self.conn is not None:
-                self.conn.close()
+        # a scrape still stuck keeps its connection: the process is ending anyway
+        if self.lock.acquire(timeout=metrics.SCRAPE_TIMEOUT):
+            try:
+                if self.conn is not None:
+                    self.conn.close()
+            finally:
+                self.lock.release()
 
 
-def make_server(scraper: Scraper, host: str, port: int) -> http.server.ThreadingHTTPServer:
+class BoundedHTTPServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, as ThreadingHTTPServer, but at most ``max_handlers`` at
+    once: a connection over the cap is closed at once, never given a thread."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[http.server.BaseHTTPRequestHandler],
+        max_handlers: int,
+    ) -> None:
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(max_handlers)
+
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self.slots.release()
+            raise
+
+    def process_request_thread(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def make_server(
+    scraper: Scraper,
+    host: str,
+    port: int,
+    *,
+    idle_timeout: float = IDLE_TIMEOUT,
+    max_handlers: int = MAX_HANDLERS,
+) -> BoundedHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "undolog-metrics"
+        timeout = idle_timeout  # the socket's: a silent client is dropped, its thread freed
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -113,12 +184,12 @@ def make_server(scraper: Scraper, host: str, port: int) -> http.server.Threading
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s %s", self.address_string(), format % args)
 
-    return http.server.ThreadingHTTPServer((host, port), Handler)
+    return BoundedHTTPServer((host, port), Handler, max_handlers)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
     if args.once:
-        with connect(args) as conn:
+        with connect(args, metrics.scrape_conninfo) as conn:
             sys.stdout.write(metrics.scrape(conn))
         return EXIT_OK
     host, port = args.listen
