@@ -29,6 +29,7 @@
     undolog metrics [--listen HOST:PORT] [--once]   serve GET /metrics to Prometheus
     undolog verify [--session ID] [--since T] [--anchor F] | --file F
                                                recompute the history's hash chains
+                                               (exit 0 all match, 4 some do not)
     undolog export SESSION [--output F]        a session's journal as JSON lines, with its chain
     undolog anchor write | export [--write]    anchor the chains; print the latest anchor
 
@@ -183,6 +184,22 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _not_utf8(exc: UnicodeEncodeError, args: argparse.Namespace, argv: Sequence[str]) -> UsageError:
+    """A value PostgreSQL cannot take, its text being UTF-8: bytes of another encoding on
+    the command line or in UNDOLOG_DSN, which Python keeps as lone surrogates."""
+    bad = exc.object[exc.start : exc.end].encode("utf-8", "surrogateescape")
+    where = "a value given"
+    if args.dsn is None and exc.object == os.environ.get("UNDOLOG_DSN"):
+        where = "UNDOLOG_DSN"
+    for dest, value in vars(args).items():
+        if value == exc.object:
+            flag = f"--{dest.replace('_', '-')}"
+            given = any(word == flag or word.startswith(f"{flag}=") for word in argv)
+            # not given as a flag: a positional argument, whose metavar is its name's
+            where = flag if given else dest.upper()
+    return UsageError(f"{where} is not UTF-8 text ({bad!r}): PostgreSQL takes UTF-8 only")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -198,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             code = int(args.func(args))
         except (UndoLogError, psycopg.Error, MigrationError, UsageError, ConnectError) as exc:
             return report(describe_error(exc, args), args.json)
+        except UnicodeEncodeError as exc:  # raised by psycopg, encoding what it sends
+            return report(describe_error(_not_utf8(exc, args, argv)), args.json)
         sys.stdout.flush()
         return code
     except BrokenPipeError:

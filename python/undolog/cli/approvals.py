@@ -79,6 +79,11 @@ def _edited_args(args: argparse.Namespace) -> Any:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--args-file {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:  # JSON is UTF-8 text (RFC 8259)
+            byte = exc.object[exc.start : exc.start + 1].hex()
+            raise UsageError(
+                f"--args-file {path}: not UTF-8 text ({exc.reason}: 0x{byte})"
+            ) from exc
     if text is None:
         return None
     try:

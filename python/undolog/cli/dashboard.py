@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from undolog._argtypes import port_number
 from undolog.cli._common import EXIT_USAGE, Parser, Subparsers
 
 
@@ -15,7 +16,7 @@ def configure_dashboard_parser(subparsers: Subparsers, common: Parser) -> None:
         "dashboard", parents=[common], help="the web dashboard (extra: dashboard)"
     )
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8765, help="default: %(default)s")
+    p.add_argument("--port", type=port_number, default=8765, help="default: %(default)s")
     p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
     p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
     # the same flag as undolog.dashboard.server's, which cannot be imported here: the

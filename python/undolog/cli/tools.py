@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
+from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._output import emit
 from undolog.queries import QUERIES
 
@@ -26,7 +26,7 @@ def configure_tools_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--owner", required=True, help="the login the tool is registered for")
     p.add_argument("--by", required=True, help="who decides (recorded)")
     p.add_argument("--reason", required=True, help="why (recorded)")
-    p.set_defaults(func=_cmd_tools_retire)
+    p.set_defaults(func=_cmd_tools_retire, needed_role=OPERATOR)
 
 
 TOOL_COLUMNS = [

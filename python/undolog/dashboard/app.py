@@ -250,6 +250,10 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
     db = exc if isinstance(exc, psycopg.Error) else exc.__cause__
     if not isinstance(db, psycopg.Error):
         return errors.http_status_of(exc), str(exc).strip()
+    if isinstance(db, psycopg.DataError) and db.sqlstate is None:
+        # psycopg refused a value before sending it (a NUL character, which PostgreSQL
+        # text cannot hold): the person's input is at fault, and nothing was written
+        return 422, f"{str(db).strip()}: nothing was written"
     diag = db.diag
     parts = [diag.message_primary or str(db).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
@@ -834,8 +838,11 @@ class Dashboard:
         tz_name = q.get("tz", "").strip() or "UTC"
         try:
             zone = zoneinfo.ZoneInfo(tz_name)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            errors.append(f"tz: no such time zone ({tz_name!r}); use a name like Europe/Paris")
+        # OSError: a name that is a directory of the zone database (Europe), or too long
+        # to be a file name
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+            shown = tz_name if len(tz_name) <= 64 else tz_name[:64] + "…"
+            errors.append(f"tz: no such time zone ({shown!r}); use a name like Europe/Paris")
             zone = zoneinfo.ZoneInfo("UTC")
         today = q.get("today") == "1"
         mine = q.get("mine") == "1"
@@ -887,6 +894,9 @@ class Dashboard:
                 return None
             return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
 
+        for name in ("agent", "q"):  # compared in SQL, as text: which holds no NUL
+            if "\x00" in q.get(name, ""):
+                errors.append(f"{name}: holds a NUL character, which no session's text holds")
         state = q.get("state") or None
         if state is not None and state not in SESSION_STATES:
             errors.append(f"state: no such state ({state!r})")
@@ -1272,13 +1282,31 @@ class Dashboard:
         return Response(text, media_type=undolog_metrics.CONTENT_TYPE)
 
     async def _scrape_as_metrics_login(self) -> str:
+        """One scrape as the metrics login, bounded as `undolog metrics` bounds its own
+        (undolog.metrics.scrape_conninfo): its connection carries the server-side
+        timeouts, and the whole scrape, its wait for the one before it included, gets
+        undolog.metrics.SCRAPE_TIMEOUT."""
+        started = time.perf_counter()
+        task = asyncio.ensure_future(self._scrape_in_turn())
+        # asyncio.wait, not wait_for: wait_for would wait for the cancelled scrape to end,
+        # and psycopg spends up to 10 s more trying to cancel a query on a hung server
+        done, _ = await asyncio.wait({task}, timeout=undolog_metrics.SCRAPE_TIMEOUT)
+        if task in done:
+            return task.result()
+        task.cancel()  # it ends in the background: _scrape_in_turn drops its connection
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        stuck = TimeoutError(f"no answer within {undolog_metrics.SCRAPE_TIMEOUT} s")
+        log.warning("metrics scrape failed: %s", stuck)
+        return undolog_metrics.failed(stuck, time.perf_counter() - started)
+
+    async def _scrape_in_turn(self) -> str:
         assert self.metrics_dsn is not None
         async with self._metrics_lock:
             started = time.perf_counter()
             try:
                 if self._metrics_conn is None or self._metrics_conn.closed:
                     self._metrics_conn = await psycopg.AsyncConnection.connect(
-                        self.metrics_dsn, autocommit=True
+                        undolog_metrics.scrape_conninfo(self.metrics_dsn), autocommit=True
                     )
                 return await undolog_metrics.ascrape(self._metrics_conn)
             except (psycopg.Error, errors.UndoLogError) as exc:
@@ -1286,6 +1314,14 @@ class Dashboard:
                 if self._metrics_conn is not None and self._metrics_conn.broken:
                     await self._metrics_conn.close()
                 return undolog_metrics.failed(exc, time.perf_counter() - started)
+            except asyncio.CancelledError:
+                # cut short midway: what the connection was doing is unknown, so the next
+                # scrape opens another
+                conn, self._metrics_conn = self._metrics_conn, None
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                raise
 
     # --- the application --------------------------------------------------------------
 

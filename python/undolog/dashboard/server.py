@@ -18,6 +18,8 @@ import logging
 import os
 import sys
 
+from undolog._argtypes import port_number
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
@@ -76,7 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="listen address (default: %(default)s)"
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="default: %(default)s")
+    parser.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help="default: %(default)s"
+    )
     parser.add_argument(
         "--idle-timeout",
         type=float,
@@ -113,27 +117,40 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class MetricsAccessError(Exception):
+    """The flags of /metrics for a scraper do not make sense: a usage error (exit 2)."""
+
+
 def metrics_access(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """(token, dsn) of /metrics for a scraper: both, or neither (then an error)."""
     path = getattr(args, "metrics_token_file", None)
     if path:
-        with open(path, encoding="utf-8") as f:
-            token: str | None = f.read().strip()
+        try:
+            with open(path, encoding="utf-8") as f:
+                token: str | None = f.read().strip()
+        except OSError as exc:
+            raise MetricsAccessError(f"--metrics-token-file {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise MetricsAccessError(f"--metrics-token-file {path}: not UTF-8 text") from exc
     else:
         token = os.environ.get("UNDOLOG_METRICS_TOKEN", "").strip()
     dsn = getattr(args, "metrics_dsn", None) or os.environ.get("UNDOLOG_METRICS_DSN")
     token = token or None
     if (token is None) != (dsn is None):
-        raise SystemExit(
-            "undolog dashboard: a metrics bearer token needs --metrics-dsn (or "
-            "UNDOLOG_METRICS_DSN) and the other way round"
+        raise MetricsAccessError(
+            "a metrics bearer token needs --metrics-dsn (or UNDOLOG_METRICS_DSN) and the "
+            "other way round"
         )
     return token, dsn
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     dsn = args.dsn if getattr(args, "dsn", None) is not None else os.environ.get("UNDOLOG_DSN", "")
-    metrics_token, metrics_dsn = metrics_access(args)
+    try:
+        metrics_token, metrics_dsn = metrics_access(args)
+    except MetricsAccessError as exc:
+        print(f"undolog dashboard: {exc}", file=sys.stderr)
+        return 2
     return serve(
         dsn,
         args.host,

@@ -1,0 +1,117 @@
+"""Bad input on the command line gets a clear message and the documented exit code (2, a
+usage error), never a traceback; a permission denied names the role the command needs."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import engine
+from undolog.cli import main
+
+Conn = psycopg.Connection[Any]
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # as Python hands over such bytes in argv and environ
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def asked(conn: Conn) -> uuid.UUID:
+    """A pending approval request, of this test's login."""
+    session = engine.begin_session(conn, agent="cli-test")
+    got = engine.intercept(conn, session, 0, "process_payout", "irreversible", {"cents": 5})
+    assert got.approval_id is not None
+    return got.approval_id
+
+
+def test_an_args_file_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    latin1 = tmp_path / "args.json"
+    latin1.write_bytes(b'{"note": "caf\xe9"}')
+    approval = str(uuid.uuid4())
+    code, _, err = run(
+        capsys, "approvals", "approve", approval, "--by", "x", "--args-file", str(latin1)
+    )
+    assert code == 2 and f"--args-file {latin1}: not UTF-8 text" in err and "0xe9" in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe{}"), "utf-8"))
+    code, _, err = run(capsys, "approvals", "approve", approval, "--by", "x", "--args-file", "-")
+    assert code == 2 and "--args-file -: not UTF-8 text" in err
+
+
+def test_bytes_that_are_not_utf8_in_a_value_are_a_usage_error(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    approval = str(asked(conn))
+    code, _, err = run(capsys, "approvals", "approve", approval, "--by", NOT_UTF8, "--dsn", dsn)
+    assert code == 2 and "--by is not UTF-8 text (b'\\xff\\xfe')" in err
+    code, _, err = run(
+        capsys, "approvals", "reject", approval, "--by", "x", f"--reason=r{NOT_UTF8}", "--dsn", dsn
+    )
+    assert code == 2 and "--reason is not UTF-8 text" in err
+    assert conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s", (approval,)
+    ).fetchone() == ("pending",)
+    code, _, err = run(capsys, "approvals", "list", "--dsn", f"host={NOT_UTF8}", "--json")
+    assert code == 2 and "--dsn is not UTF-8 text" in err
+    monkeypatch.setenv("UNDOLOG_DSN", f"host={NOT_UTF8}")
+    code, _, err = run(capsys, "approvals", "list")
+    assert code == 2 and "UNDOLOG_DSN is not UTF-8 text" in err
+
+
+def test_a_missing_metrics_token_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nonexistent"
+    code, _, err = run(
+        capsys, "dashboard", "--metrics-token-file", str(missing), "--metrics-dsn", "dbname=x"
+    )
+    assert code == 2
+    assert err == f"undolog dashboard: --metrics-token-file {missing}: No such file or directory\n"
+    code, _, err = run(capsys, "dashboard", "--metrics-dsn", "dbname=x")  # and no token
+    assert code == 2 and "a metrics bearer token needs --metrics-dsn" in err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_a_usage_error(
+    port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "dashboard", "--port", port)
+    assert code == 2 and "--port" in err and "not a port number (0 to 65535)" in err
+    from undolog.dashboard import server  # python -m undolog.dashboard: the same check
+
+    with pytest.raises(SystemExit) as refused:
+        server.main(["--port", port])
+    assert refused.value.code == 2 and "not a port number" in capsys.readouterr().err
+
+
+def test_an_agent_is_told_the_role_metrics_needs(
+    agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "metrics", "--once", "--dsn", agent_dsn)
+    assert code == 1
+    assert "grant the login undolog_approver (or undolog_operator), which this command needs" in err
+
+
+def test_an_agent_is_told_the_role_tools_retire_needs(
+    agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:  # registers the agent's tool
+        session = engine.begin_session(agent, agent="a")
+        engine.intercept(agent, session, 0, "create_user", "compensable", {}, {"name": "undo"})
+        login = agent.info.user
+    code, _, err = run(
+        capsys, "tools", "retire", "create_user", "--owner", login, "--by", "x", "--reason", "r",
+        "--dsn", agent_dsn,
+    )  # fmt: skip
+    assert code == 1 and "grant the login undolog_operator, which this command needs" in err
