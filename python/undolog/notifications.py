@@ -300,23 +300,25 @@ class Connections:
 def _opener(conns: Connections) -> urllib.request.OpenerDirector:
     """urllib's opener, refusing redirects, whose connections ``conns`` holds."""
 
+    def tracked(
+        kind: type[http.client.HTTPConnection],
+    ) -> Callable[..., http.client.HTTPConnection]:
+        def connect(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            conn = kind(host, **kwargs)
+            conns.add(conn)
+            return conn
+
+        return connect
+
     class Http(urllib.request.HTTPHandler):
         def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            def connect(host: str, **kwargs: Any) -> http.client.HTTPConnection:
-                conn = http.client.HTTPConnection(host, **kwargs)
-                conns.add(conn)
-                return conn
-
-            return self.do_open(connect, req)
+            return self.do_open(tracked(http.client.HTTPConnection), req)
 
     class Https(urllib.request.HTTPSHandler):
         def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            def connect(host: str, **kwargs: Any) -> http.client.HTTPSConnection:
-                conn = http.client.HTTPSConnection(host, **kwargs)
-                conns.add(conn)
-                return conn
-
-            return self.do_open(connect, req, context=ssl.create_default_context())
+            return self.do_open(
+                tracked(http.client.HTTPSConnection), req, context=ssl.create_default_context()
+            )
 
     return urllib.request.build_opener(_NoRedirect, Http, Https)
 

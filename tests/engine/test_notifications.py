@@ -499,36 +499,6 @@ def test_channel_commands_refuse_what_cannot_work(operator_dsn: str, hook: Hook)
     assert [c["channel_name"] for c in listed] == ["ops-hook"]
 
 
-def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
-    from datetime import UTC, datetime
-
-    d = notifications.Delivery(
-        delivery_id=uuid.uuid4(),
-        session_id=uuid.uuid4(),
-        approval_id=uuid.uuid4(),
-        attempt=1,
-        max_attempts=8,
-        channel_name="m",
-        channel_kind="email",
-        target="a@example.test",
-        config={"smtp_from": "u@example.test"},
-        secret=None,
-        dashboard_url=None,
-        step_index=0,
-        tool_name="pay\r\nBcc: evil@example.test",
-        args={},
-        agent="x",
-        owner_role="x",
-        requested_at=datetime.now(UTC),
-        expires_at=None,
-    )
-    msg = notifications.email_message(d)
-    assert msg["Subject"] == "[UndoLog] approval requested: pay Bcc: evil@example.test"
-    parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
-    assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
-    assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
-
-
 def _delivery(
     kind: str, target: str, config: dict[str, Any], args: Any, tool: str = "pay"
 ) -> notifications.Delivery:
@@ -554,6 +524,21 @@ def _delivery(
         requested_at=datetime.now(UTC),
         expires_at=None,
     )
+
+
+def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
+    d = _delivery(
+        "email",
+        "a@example.test",
+        {"smtp_from": "u@example.test"},
+        {},
+        tool="pay\r\nBcc: evil@example.test",
+    )
+    msg = notifications.email_message(d)
+    assert msg["Subject"] == "[UndoLog] approval requested: pay Bcc: evil@example.test"
+    parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
+    assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
+    assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
 
 
 def test_an_agents_backtick_cannot_end_a_slack_code_span() -> None:
