@@ -747,6 +747,13 @@ ORDER BY history_id
 SELECT * FROM undolog.operator_action_log WHERE session_id = %(session_id)s
 ORDER BY action_id
 
+-- name: dashboard_session_chain_length
+-- How many records one session's history chain holds (its head's seq; staff read every
+-- head): the page recomputes the chain on each view only up to a bound.
+SELECT coalesce(max(h.seq), 0) AS records
+FROM undolog.chain_heads AS h
+WHERE h.session_id = %(session_id)s
+
 -- name: dashboard_session_chain
 -- One session's history hash chain recomputed (staff only, as undolog.verify_chain): no
 -- row is verified clean.

@@ -7,11 +7,13 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 from starlette.testclient import TestClient
 
 from dashboard_helpers import PASSWORD, csrf_of, without_user
 from undolog import engine
 from undolog.dashboard import create_app
+from undolog.dashboard import queries as dashboard_queries
 
 Conn = psycopg.Connection[Any]
 
@@ -75,4 +77,23 @@ def test_an_agent_page_has_no_chain_section(dsn: str, passwords_checked: bool) -
     page = web.get(f"/sessions/{session}")
     assert page.status_code == 200 and "chain-page" in page.text
     assert 'id="chain-status"' not in page.text
+    web.__exit__(None, None, None)
+
+
+def test_a_chain_too_long_to_verify_on_each_view_says_how_to_verify_it(
+    dsn: str, conn: Conn, passwords_checked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every view pays the recomputation: past the bound the page names the command
+    monkeypatch.setattr(dashboard_queries, "VERIFIED_ON_VIEW", 0)
+    session = a_session(conn)
+    web = client_as(dsn, "dash_operator")
+    page = web.get(f"/sessions/{session}")
+    assert page.status_code == 200 and 'id="chain-status"' in page.text
+    assert "Verified: every recorded event" not in page.text
+    records = conn.execute(
+        "SELECT seq FROM undolog.undolog_chain_heads WHERE session_id = %s", (session,)
+    ).fetchone()
+    assert records is not None and records[0] >= 1
+    assert f"{records[0]} recorded events: too many to verify on each view" in page.text
+    assert f"undolog verify --session {session}" in page.text
     web.__exit__(None, None, None)

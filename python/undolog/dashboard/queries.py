@@ -26,6 +26,10 @@ PRIOR_CALLS = 10
 # the whole value: one huge argument must not make a page of a thousand calls unreadable.
 HEAD_CHARS = 2000
 MAX_CALLS_SHOWN = 5000
+# A session page recomputes the session's hash chain on each view when it holds at most
+# this many records (200,000 took about 3 s on the 2-core test machine); a longer one
+# says how to verify it instead (undolog verify --session).
+VERIFIED_ON_VIEW = 20_000
 # A session's table of calls shows each payload as one line of compact JSON, cut here;
 # the call's own page shows it whole and pretty.
 CELL_CHARS = 300
@@ -254,8 +258,15 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
     head["states"] = await rows(conn, QUERIES["dashboard_session_states"], sid)
     head["actions"] = await rows(conn, QUERIES["dashboard_session_actions"], sid) if staff else []
     # The history's hash chain, recomputed (staff only, as undolog.verify_chain): [] is
-    # verified clean, None not shown. One session's rows, read by their keys.
-    head["chain"] = await rows(conn, QUERIES["dashboard_session_chain"], sid) if staff else None
+    # verified clean, None not shown. One session's rows, read by their keys: up to
+    # VERIFIED_ON_VIEW of them, since every view (and every live update) pays it.
+    head["chain"] = None
+    head["chain_records"] = 0
+    if staff:
+        length = await one(conn, QUERIES["dashboard_session_chain_length"], sid)
+        head["chain_records"] = int(length["records"]) if length else 0
+        if head["chain_records"] <= VERIFIED_ON_VIEW:
+            head["chain"] = await rows(conn, QUERIES["dashboard_session_chain"], sid)
     purpose = (head.get("metadata") or {}).get("purpose")
     head["purpose"] = purpose if isinstance(purpose, str) else None
     head["halt_entry"] = next((u for u in head["undo"] if u.undo_id == head["halt_undo_id"]), None)
