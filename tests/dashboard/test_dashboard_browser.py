@@ -173,6 +173,22 @@ def appears(browser: webdriver.Chrome, element_id: str, timeout: float = 5.0) ->
     return time.monotonic() - started
 
 
+def settled(browser: webdriver.Chrome, quiet: float = 0.5, timeout: float = 10.0) -> None:
+    """Until the live fragment has not been swapped for ``quiet`` seconds: one change can
+    bring several refreshes (the request, then its session's move), and a swap between
+    finding a button and clicking it moves what lies under the click."""
+    last, since = None, time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        now = browser.find_element(By.ID, "live").get_attribute("data-refreshed")
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the live fragment kept changing for {timeout} s")
+
+
 def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     browser: webdriver.Chrome, site: str, dsn: str, conn: Conn, tmp_path: Path
 ) -> None:
@@ -228,6 +244,7 @@ def test_approver_sees_a_request_live_approves_it_and_rejects_another(
     browser.execute_script("window.undologMarker = 'not reloaded'")
     agent, second = start_agent(agent_dsn, ledger)
     appears(browser, f"req-{second}")
+    settled(browser)
     browser.find_element(By.ID, f"reason-{second}").send_keys("not this month")
     browser.find_element(By.ID, f"reject-{second}").click()
     WebDriverWait(browser, DECIDED_WITHIN).until(
