@@ -8,6 +8,11 @@
 ALTER DATABASE :"DBNAME" SET undolog.approval_timeout = '4 hours';
 -- --8<-- [end:approval_timeout]
 
+-- --8<-- [start:max_pending_approvals]
+-- the sessions of one login may have 500 approval requests pending at once (default 100)
+ALTER DATABASE :"DBNAME" SET undolog.max_pending_approvals = 500;
+-- --8<-- [end:max_pending_approvals]
+
 -- --8<-- [start:walk]
 -- a compensation is tried 8 times before its session halts (default 5) ...
 ALTER DATABASE :"DBNAME" SET undolog.default_max_attempts = 8;

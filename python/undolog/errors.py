@@ -24,7 +24,7 @@ EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
 EXIT_MISMATCH = 4
 # ... and the dashboard's HTTP statuses
 HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT = 403, 404, 409
-HTTP_UNPROCESSABLE, HTTP_ERROR = 422, 500
+HTTP_UNPROCESSABLE, HTTP_TOO_MANY, HTTP_ERROR = 422, 429, 500
 
 
 class UndoLogError(Exception):
@@ -190,6 +190,15 @@ class ExportInvalid(UndoLogError):
 
     sqlstate = "UL028"
     exit_code = EXIT_USAGE
+
+
+class TooManyPendingApprovals(UndoLogError):
+    """A new IRREVERSIBLE call would open one approval request more than its login's
+    sessions may have pending at once (``undolog.max_pending_approvals``, 100 unless an
+    operator set it): nothing was journaled; decide or expire some, then call again."""
+
+    sqlstate = "UL029"
+    http_status = HTTP_TOO_MANY
 
 
 class PermissionDenied(UndoLogError):
@@ -375,6 +384,7 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         EditChangesArguments,
         ChainMismatch,
         ExportInvalid,
+        TooManyPendingApprovals,
         PermissionDenied,
     )
     if cls.sqlstate is not None

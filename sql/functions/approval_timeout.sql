@@ -1,7 +1,7 @@
 -- undolog.approval_timeout: how long a new approval request stays open, from the
 -- database's setting undolog.approval_timeout (ALTER DATABASE d SET
 -- undolog.approval_timeout = '4 hours'); NULL, the default, means no deadline.
--- Only the database-wide value counts, read from pg_db_role_setting: this runs inside the
+-- Only the database-wide value counts (undolog.database_setting): this runs inside the
 -- agent's intercept, and a session-level SET (which any role may do on a placeholder
 -- setting) would let an agent choose its own deadline.
 -- A value that is not a positive interval up to 10 years raises UL008 rather than
@@ -15,15 +15,7 @@ STABLE
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_setting text := (
-        SELECT substr(c.setting, length('undolog.approval_timeout=') + 1)
-        FROM pg_catalog.pg_db_role_setting AS d,
-             unnest(d.setconfig) AS c (setting)
-        WHERE d.setrole = 0
-          AND d.setdatabase = (SELECT oid FROM pg_catalog.pg_database
-                               WHERE datname = pg_catalog.current_database())
-          AND c.setting LIKE 'undolog.approval\_timeout=%'
-    );
+    v_setting text := undolog.database_setting('undolog.approval_timeout');
     v_timeout interval;
 BEGIN
     -- Unset (NULL) or reset ('' once the placeholder exists): no deadline.

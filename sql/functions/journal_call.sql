@@ -188,6 +188,9 @@ BEGIN
                                'retires it first (undolog.retire_tool) to change them.';
                 END IF;
             END IF;
+            IF p_tier = 'irreversible' THEN
+                PERFORM undolog.check_pending_approvals(v_owner_role);
+            END IF;
             INSERT INTO undolog.undolog_effect_log
                 (effect_id, session_id, executed_at, call_signature, step_index, tool_name, tier,
                  args, state, attempts, tool_id)

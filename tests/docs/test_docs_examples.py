@@ -30,6 +30,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import undolog
 from pgcluster import throwaway_cluster
 from undolog import engine
 from undolog import errors as undolog_errors
@@ -359,6 +360,7 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
     psql_file("settings.sql", dsn, workdir)
     expected = {
         "undolog.approval_timeout": "4 hours",
+        "undolog.max_pending_approvals": "500",
         "undolog.default_max_attempts": "8",
         "undolog.retry_base": "2 seconds",
         "undolog.retry_cap": "10 minutes",
@@ -373,7 +375,10 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
             assert conn.execute(f"SHOW {name}").fetchone() == (value,)
         # the engine reads them: a new approval request gets a deadline of 4 hours
         (timeout,) = conn.execute("SELECT undolog.approval_timeout()").fetchone() or (None,)
+        # ... and a login's sessions may have 500 requests pending at once
+        (bound,) = conn.execute("SELECT undolog.max_pending_approvals()").fetchone() or (None,)
     assert timeout == timedelta(hours=4)
+    assert bound == 500
 
 
 def test_session_in_sql(dsn: str, workdir: Path) -> None:
@@ -746,6 +751,8 @@ def test_the_errors_table_gives_each_class_its_exit_code_and_http_status() -> No
     assert set(documented) == set(classes), "a class without its row, or a row too many"
     for name, cls in classes.items():
         assert documented[name] == (cls.exit_code, cls.http_status), name
+    # "every one of them can be imported from undolog"
+    assert set(classes) <= set(undolog.__all__), set(classes) - set(undolog.__all__)
 
 
 def test_the_sql_reference_has_every_function_and_view(conn: Any) -> None:

@@ -26,6 +26,7 @@ from undolog.errors import (
     ApprovalExpired,
     InvalidArgument,
     PermissionDenied,
+    TooManyPendingApprovals,
     UnknownApproval,
 )
 
@@ -313,6 +314,41 @@ def test_each_refusal_has_its_exception_and_writes_nothing(agent: Conn, approver
     with pytest.raises(ApprovalAlreadyDecided, match="already decided"):
         approvals.reject(approver, approval_id, "bob")
     assert approvals.approval_state(approver, approval_id) == "approved"
+
+
+def test_a_login_asking_at_once_from_many_sessions_stops_at_its_bound(
+    agent: Conn, conn: Conn, dsn: str
+) -> None:
+    """undolog.max_pending_approvals bounds a login's pending requests exactly, even when
+    its sessions ask at the same moment on their own connections; the refused calls write
+    nothing, and the binding raises TooManyPendingApprovals."""
+    conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET undolog.max_pending_approvals = 5')
+    start = threading.Barrier(8)
+
+    def ask(_: int) -> str:
+        with _connect(dsn, "undolog_agent") as c:
+            session_id = engine.begin_session(c, agent="flood")
+            start.wait(timeout=10)
+            try:
+                engine.intercept(c, session_id, 0, "wire", "irreversible", {"n": 1})
+            except TooManyPendingApprovals as exc:
+                assert exc.sqlstate == "UL029"
+                return "refused"
+            return "asked"
+
+    engine.register_tool(agent, "wire", "irreversible", None)
+    threads: list[str] = []
+    workers = [threading.Thread(target=lambda i=i: threads.append(ask(i))) for i in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert sorted(threads) == ["asked"] * 5 + ["refused"] * 3
+    pending, effects = agent.execute(
+        "SELECT (SELECT count(*) FROM undolog.undolog_approval_requests WHERE state = 'pending'),"
+        " (SELECT count(*) FROM undolog.undolog_effect_log)"
+    ).fetchone() or (0, 0)
+    assert (pending, effects) == (5, 5)
 
 
 def test_a_refusal_that_ends_the_session_closes_its_other_request(

@@ -1,0 +1,39 @@
+-- undolog.check_pending_approvals: refuses a new approval request (UL029) when the
+-- sessions of p_owner_role already have undolog.max_pending_approvals() requests pending.
+-- Called by journal_call for a new IRREVERSIBLE call, which holds its session's locks;
+-- the login's own advisory lock, taken after them, makes the count exact between two of
+-- its sessions asking at once (nothing waits for it while holding it, so it cannot close
+-- a cycle). Counting stops at the bound: the check reads at most that many rows.
+CREATE OR REPLACE FUNCTION undolog.check_pending_approvals(p_owner_role text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = undolog, pg_temp
+AS $$
+DECLARE
+    v_max integer := undolog.max_pending_approvals();
+    v_pending integer;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('undolog.pending_approvals:' || p_owner_role, 0));
+    SELECT pg_catalog.count(*) INTO v_pending
+    FROM (SELECT
+          FROM undolog.undolog_approval_requests AS a
+          JOIN undolog.undolog_sessions AS s ON s.session_id = a.session_id
+          WHERE a.state = 'pending' AND s.owner_role = p_owner_role
+          LIMIT v_max) AS p;
+    IF v_pending >= v_max THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL029',
+            MESSAGE = pg_catalog.format('%s already has %s approval requests pending',
+                                        p_owner_role, v_pending),
+            DETAIL = pg_catalog.format('A login''s sessions may have at most %s requests '
+                                       'pending at once (undolog.max_pending_approvals); '
+                                       'this call was not journaled.', v_max),
+            HINT = 'Decide or expire some (undolog approvals list, or the dashboard''s inbox), '
+                   'then make the call again; an operator may raise the bound: ALTER DATABASE '
+                   '<db> SET undolog.max_pending_approvals = <n>.';
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION undolog.check_pending_approvals(text) FROM public;
