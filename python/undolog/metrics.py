@@ -23,8 +23,9 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
+from undolog._conninfo import with_connect_timeout
 from undolog.engine import translated
 from undolog.queries import QUERIES
 
@@ -49,13 +50,9 @@ def scrape_conninfo(dsn: str) -> str:
     """``dsn`` with a scrape's bounds: CONNECT_TIMEOUT unless the DSN or PGCONNECT_TIMEOUT
     sets one, and LOCK_TIMEOUT and STATEMENT_TIMEOUT ahead of the DSN's options (or
     PGOPTIONS, which a DSN's options replace), so that a setting given there wins."""
-    params = conninfo_to_dict(dsn)
-    if params.get("connect_timeout") is None and not os.environ.get("PGCONNECT_TIMEOUT"):
-        params["connect_timeout"] = CONNECT_TIMEOUT
-    given = params.get("options") or os.environ.get("PGOPTIONS", "")
+    given = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
     ours = f"-c lock_timeout={LOCK_TIMEOUT} -c statement_timeout={STATEMENT_TIMEOUT}"
-    params["options"] = f"{ours} {given}".strip()
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+    return with_connect_timeout(dsn, CONNECT_TIMEOUT, options=f"{ours} {given}".strip())
 
 
 # One statement per view (the catalogue's metrics_*), sent together in one round trip;

@@ -18,6 +18,7 @@ import pytest
 from test_metrics import operator_dsn, parse, run_cli, value
 
 from undolog import metrics as undolog_metrics
+from undolog.cli import _common as cli_common
 from undolog.cli.metrics import Scraper, make_server
 
 __all__ = ["operator_dsn"]  # a fixture shared with test_metrics
@@ -93,6 +94,33 @@ def test_a_server_that_never_answers_is_up_0_within_the_bound(silent_server: str
         BOUND + 5, lambda: run_cli("metrics", "--once", "--dsn", silent_server)
     )
     assert code == 1 and "timeout" in err and took < BOUND
+
+
+@pytest.mark.parametrize(
+    "command", [("sessions", "list"), ("approvals", "list"), ("health",), ("verify",)]
+)
+def test_every_command_gives_up_on_a_server_that_never_answers(
+    silent_server: str, command: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only the scrape: any command's connection is bounded (cli._common.CONNECT_TIMEOUT,
+    10 s; 1 s here), and says it timed out."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(cli_common, "CONNECT_TIMEOUT", 1)
+    (code, out, err), took = within(8, lambda: run_cli(*command, "--dsn", silent_server))
+    assert code == 1 and "timeout" in out + err and took < 5, out + err
+
+
+def test_a_dsn_or_pgconnect_timeout_sets_how_long_a_connection_waits(
+    silent_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_common, "CONNECT_TIMEOUT", 60)  # the user's own value wins
+    (code, _, _), took = within(
+        8, lambda: run_cli("sessions", "list", "--dsn", f"{silent_server} connect_timeout=1")
+    )
+    assert code == 1 and took < 5
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "1")
+    (code, _, _), took = within(8, lambda: run_cli("sessions", "list", "--dsn", silent_server))
+    assert code == 1 and took < 5
 
 
 def test_a_stuck_scrape_does_not_make_the_next_ones_queue(

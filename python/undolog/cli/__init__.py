@@ -42,7 +42,10 @@ PG* variables) and --json (machine-readable output; errors then are one JSON obj
 Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
 unhealthy), 2 a usage error (bad flag or value, a value the engine refused, ambiguous id
 prefix, a worker that is misconfigured), 3 not found (unknown session, approval, channel
-or delivery). An engine error's code is its class's, in the table of docs/reference/errors.md.
+or delivery), 4 ``verify`` found rows that do not match their chain. An engine error's
+code is its class's, in the table of docs/reference/errors.md. A connection waits
+10 seconds for the server unless the DSN's connect_timeout or PGCONNECT_TIMEOUT says
+otherwise.
 
 ``undolog worker`` serves until SIGTERM or SIGINT: a halted session, a lost server
 (reconnected with backoff), a compensation that outlives its claim, or one session's error
@@ -131,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="undolog",
         description="UndoLog: install, inspect, decide, recover.",
         parents=[common],
-        epilog="Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found.",
+        epilog=(
+            "Exit codes: 0 ok, 1 database or engine error, 2 usage error, 3 not found, "
+            "4 verify found rows that do not match their chain."
+        ),
     )
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="the package's version, and the engine's"

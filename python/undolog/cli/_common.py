@@ -13,6 +13,7 @@ from typing import Any, NoReturn, TypeAlias
 import psycopg
 from psycopg.rows import dict_row
 
+from undolog._conninfo import with_connect_timeout
 from undolog.engine import translated
 from undolog.errors import EXIT_ERROR as EXIT_ERROR
 from undolog.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
@@ -24,6 +25,10 @@ Rows = list[dict[str, Any]]
 # The group role of an operator's commands (a parser's needed_role: the hint of a
 # permission denied names it)
 OPERATOR = "undolog_operator"
+# Seconds a command waits for the database to answer its connection, unless the DSN's
+# connect_timeout or PGCONNECT_TIMEOUT says otherwise (a host that accepts and never
+# answers would hold it for ever)
+CONNECT_TIMEOUT = 10
 # What a command group's configure_<group>_parser adds its commands to
 Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
@@ -64,7 +69,9 @@ def connect(
     command sets itself, such as a scrape's timeouts)."""
     dsn = dsn_of(args)
     try:
-        return psycopg.connect(conninfo(dsn), autocommit=True)
+        return psycopg.connect(
+            with_connect_timeout(conninfo(dsn), CONNECT_TIMEOUT), autocommit=True
+        )
     except psycopg.ProgrammingError as exc:  # the DSN itself does not parse
         raise UsageError(f"invalid --dsn / UNDOLOG_DSN: {one_line(exc)}") from exc
     except psycopg.OperationalError as exc:

@@ -22,11 +22,15 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from undolog._conninfo import with_connect_timeout
 from undolog.queries import QUERIES
 
 log = logging.getLogger("undolog.dashboard")
 
 ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
+# Seconds a login waits for the database to answer its connection (a DSN or
+# PGCONNECT_TIMEOUT that sets one wins).
+CONNECT_TIMEOUT = 5
 # Web sessions one login may hold at once (a person's browsers and devices): without it one
 # login, say an agent's whose password sits in its environment, logging in again and again
 # would take every one of the dashboard's max_sessions and lock the approvers out. One more
@@ -127,9 +131,13 @@ def person_conninfo(dsn: str, login: str, password: str) -> str:
     params = conninfo_to_dict(dsn)
     for key in ("user", "password", "passfile", "service"):
         params.pop(key, None)
-    params.update(user=login, password=password, application_name="undolog-dashboard")
-    params.setdefault("connect_timeout", "5")
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+    return with_connect_timeout(
+        make_conninfo(**{k: str(v) for k, v in params.items() if v is not None}),
+        CONNECT_TIMEOUT,
+        user=login,
+        password=password,
+        application_name="undolog-dashboard",
+    )
 
 
 class LoginThrottle:
