@@ -25,6 +25,7 @@ import pytest
 import uvicorn
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -427,6 +428,47 @@ def test_times_are_shown_in_the_viewers_time_zone(
         shot(browser, "decisions")
     finally:
         browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_a_click_just_as_the_list_changes_lands_on_nothing(
+    browser: webdriver.Chrome, site: str, dsn: str, conn: Conn
+) -> None:
+    """A new request moves the inbox's rows: for a moment after the swap (dashboard.js
+    settle; 5 s here, 400 ms in use) a click on a button decides nothing, so a click aimed
+    at one row cannot reject the row that moved under it. Then the same click works."""
+    first = waiting_session(without_user(dsn), cents=101)
+    log_in(browser, site, "dash_approver")
+    browser.get(f"{site}/approvals")
+    WebDriverWait(browser, 5).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-live") == "open"
+    )
+    browser.execute_script("document.getElementById('live').dataset.settleMs = '5000'")
+    swapped = browser.find_element(By.ID, "live").get_attribute("data-refreshed")
+    second = waiting_session(without_user(dsn), cents=202)
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-refreshed") != swapped
+        and b.find_elements(By.ID, f"req-{second.approval_id}")
+    )
+    assert browser.find_element(By.ID, "live").get_attribute("data-settling") == "1"
+    # the pointer's own click at the button (WebDriver's element click refuses a button
+    # that would not take it)
+    ActionChains(browser).move_to_element(
+        browser.find_element(By.ID, f"reject-{first.approval_id}")
+    ).click().perform()
+    time.sleep(0.5)  # a form sent would be on its way
+    pending = conn.execute(
+        "SELECT count(*) FROM undolog.undolog_approval_requests WHERE state = 'pending'"
+    ).fetchone()
+    assert pending == (2,)
+    assert browser.find_elements(By.ID, f"req-{first.approval_id}")
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "live").get_attribute("data-settling") is None
+    )
+    ActionChains(browser).move_to_element(
+        browser.find_element(By.ID, f"approve-{first.approval_id}")
+    ).click().perform()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "confirm-approve"))
+    assert "101" in browser.find_element(By.ID, f"confirm-{first.approval_id}").text
 
 
 def test_the_two_step_approval_works_without_javascript(

@@ -88,6 +88,20 @@ function wireSelectAll() {
   });
 }
 
+// After a swap, the fragment's buttons and links take no click for a moment: a new request
+// or a decided one moves the rows, and a click aimed at what was there must not land on
+// the row that moved under the pointer (reject is one click). A person needs longer than
+// this to see the new rows and aim again. The keyboard is not held: focus stays on the
+// same element, by its id (restore).
+const SETTLE_MS = 400;
+
+function settle(root) {
+  clearTimeout(root.settleTimer);
+  root.dataset.settling = "1";
+  root.settleTimer = setTimeout(() => { delete root.dataset.settling; },
+                                Number(root.dataset.settleMs) || SETTLE_MS);
+}
+
 function live() {
   const root = document.getElementById("live");
   if (!root || !window.EventSource) return;
@@ -104,6 +118,7 @@ function live() {
         const html = await response.text();
         const state = remember(root);
         root.innerHTML = html;
+        settle(root);
         restore(root, state);
         wireSelectAll();
         countdowns();
