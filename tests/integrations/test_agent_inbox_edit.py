@@ -183,3 +183,17 @@ def test_the_openai_agents_and_pydantic_ai_reply_is_the_note_then_the_result(
     with inbox.ul.session(other):
         plain = fns["payout_sync"](cents=5)
         assert _core.edited_reply(tool, plain) is plain
+
+
+def test_an_edit_is_checked_against_the_tools_arguments(inbox: Inbox) -> None:
+    """A person's edit goes through the tool's argument schema, as the model's arguments
+    do: one that does not fit (a typo in a number) records nothing and never reaches the
+    body; one pydantic reads as the type ("5000" for an int) is recorded as that type."""
+    request = inbox.asked()
+    with pytest.raises(ValueError, match="cents"):
+        adapter.respond(request, _edit("payout", {"cents": "5,000"}), inbox.approver, "alice")
+    assert decisions(inbox.admin_dsn, inbox.sid) == [("pending", None)]
+    command = adapter.respond(request, _edit("payout", {"cents": "5000"}), inbox.approver, "al")
+    assert inbox.approved_args() == ({"cents": 5_000}, adapter.EDIT_REASON)
+    inbox.run(command)
+    assert inbox.world.payouts == [5_000]

@@ -555,3 +555,67 @@ def test_a_rejection_in_a_node_is_the_calls_answer(fx: Fixture) -> None:
     assert fx.run(graph, Command(resume="go on")) == {"done": True}
     assert said == ["bob rejected the gift call (no reason given). It did not run."]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def _onboard_graph(fx: Fixture) -> Any:
+    """A node that creates a user, then pays: LangGraph re-runs it from its start when it
+    is resumed."""
+    create_user, payout = fx.sync_tools[1], fx.sync_tools[2]
+
+    def onboard(state: Steps) -> Steps:
+        create_user.invoke({"email": "a@x", "name": "A"})
+        payout.invoke({"cents": 700})
+        return {"done": True}
+
+    builder = StateGraph(Steps)
+    builder.add_node("onboard", onboard)
+    builder.add_edge(START, "onboard")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_thread_resumed_under_another_session_is_refused(fx: Fixture) -> None:
+    """The thread waits on an interrupt of its run's session: resumed (or streamed, or
+    run again) with another session id it is refused before the graph runs, so the
+    re-run node does not make its committed calls again in a session whose journal does
+    not hold them, and no second request is asked. Its own session id resumes it."""
+    graph = _onboard_graph(fx)
+    out = fx.run(graph, {"done": False})
+    command = adapter.decide(out[adapter.INTERRUPT][0].value, fx.approver, "alice", approved=True)
+    other = uuid.uuid4()
+    with pytest.raises(ValueError, match=str(fx.sid)):
+        adapter.run(graph, fx.ul, command, fx.config, session_id=other)
+    with pytest.raises(ValueError, match=str(fx.sid)):
+        list(adapter.stream(graph, fx.ul, None, fx.config, session_id=other))
+    with pytest.raises(ValueError, match=str(fx.sid)):
+        asyncio.run(adapter.arun(graph, fx.aul, command, fx.config, session_id=other))
+    assert fx.world.runs == {"create_user:a@x": 1}
+    with psycopg.connect(fx.admin_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM undolog.undolog_sessions WHERE session_id = %s", (other,)
+        ).fetchone() == (0,)
+    assert fx.run(graph, command) == {"done": True}
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_an_async_graph_with_sync_journaled_tools(fx: Fixture) -> None:
+    """arun / astream (how LangGraph's server runs every graph) take sync @undolog_tool
+    tools too: each body runs in a worker thread, journaled by the async session."""
+    graph = _pay_graph(fx)  # the sync create_user and payout
+
+    async def scenario() -> Any:
+        out = await adapter.arun(graph, fx.aul, HELLO, fx.config, session_id=fx.sid)
+        request = out[adapter.INTERRUPT][0].value
+        command = await adapter.adecide(request, AsyncUndoLog(fx.approver.dsn), "al", approved=True)
+        return [
+            c async for c in adapter.astream(graph, fx.aul, command, fx.config, session_id=fx.sid)
+        ]
+
+    rest = asyncio.run(scenario())
+    assert rest and not any(adapter.INTERRUPT in c for c in rest)
+    assert fx.world.runs == {"create_user:a@x": 1, "payout": 1}
+    assert effects(fx.admin_dsn, fx.sid) == [
+        ("create_user", "committed", 0),
+        ("payout", "committed", 0),
+    ]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from agents import (
     Agent,
@@ -679,3 +681,54 @@ def test_a_run_resumed_with_one_of_two_decided_is_refused(fx: Fixture) -> None:
     assert asyncio.run(fx.run(agent, state)).final_output == "paid"
     assert sorted(fx.world.payouts) == [5, 7]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_an_irreversible_tool_renamed_with_name_override_is_decided_and_resumed(
+    fx: Fixture,
+) -> None:
+    """name_override changes the name the model calls; UndoLog journals the call under
+    the tool's own name. decide, approval_id and the resume find its request all the
+    same, and the approved call runs once."""
+    tools = [adapter.tool(fx.fns["payout"], name_override="send_money")]
+    agent = fx.agent(
+        [[function_call("send_money", {"cents": 5}, call_id="p1")], [assistant_message("paid")]],
+        tools,
+    )
+    result = asyncio.run(fx.run(agent, "pay"))
+    [item] = result.interruptions
+    [(asked, _)] = pending(fx.admin_dsn, fx.sid)
+    assert asyncio.run(adapter.approval_id(fx.ul, fx.sid, item)) == asked
+    state = result.to_state()
+    asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.payouts == [5]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_run_state_resumed_under_another_session_is_refused(fx: Fixture) -> None:
+    """A RunState resumed with a session id other than its run's: its interrupted call
+    was asked in the other session, so nothing runs and nothing is recorded (no second
+    request, no new session); resumed with its own session id, it goes on."""
+    agent, result = _pay(fx)
+    state = result.to_state()
+    item = result.interruptions[0]
+    asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    other = uuid.uuid4()
+    with pytest.raises(LookupError, match=str(other)):
+        asyncio.run(adapter.run(agent, fx.ul, state, session_id=other))
+
+    async def streamed() -> None:
+        async with adapter.run_streamed(agent, fx.ul, state, session_id=other):
+            pass
+
+    with pytest.raises(LookupError, match=str(other)):
+        asyncio.run(streamed())
+    with psycopg.connect(fx.admin_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM undolog.undolog_sessions WHERE session_id = %s", (other,)
+        ).fetchone() == (0,)
+    assert fx.world.payouts == []
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1

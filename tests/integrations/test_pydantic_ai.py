@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
-from pydantic_ai.tools import ToolDenied
+from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from integration_support import (
     AsyncAgentFixture,
@@ -450,3 +451,34 @@ def test_a_resume_told_yes_while_undolog_says_no_tells_the_model_no(fx: Fixture)
     resumed = _resume(fx, result, DeferredToolResults(approvals={"g1": True}))
     assert _told(resumed, "g1") == "bob rejected the gift call: no. It did not run."
     assert fx.world.payouts == []
+
+
+def test_decide_takes_pydantic_ais_own_answers(fx: Fixture) -> None:
+    """pydantic-ai's own answers work in ``decide``: ToolDenied(message) rejects (its
+    message the reason; it never approves), ToolApproved(override_args=...) approves
+    with the person's arguments (edit, then approve): the call runs once, with them, and
+    the model is told."""
+    result = _gift(fx)
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "alice", {"g1": ToolDenied("over budget")})
+    )
+    assert decisions(fx.admin_dsn, fx.sid) == [("rejected", "alice")]
+    resumed = _resume(fx, result, answers)
+    assert _told(resumed, "g1") == "alice rejected the gift call: over budget. It did not run."
+    assert fx.world.payouts == []
+
+    fx.sid = uuid.uuid4()
+    result, rest = _pay(fx)
+    edited = ToolApproved(override_args={"cents": 50})
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "bob", {"c2": edited}))
+    assert answers.approvals == {"c2": True}  # UndoLog runs it with the approved args
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [50]
+    assert _told(resumed, "c2").startswith("Note: bob changed the arguments of this payout call")
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "bob")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    with pytest.raises(TypeError, match="ToolApproved"):
+        asyncio.run(adapter.decide(result.output, fx.approver, "bob", {"c2": "yes"}))  # type: ignore[dict-item]

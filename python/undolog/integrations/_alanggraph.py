@@ -20,6 +20,7 @@ from undolog.integrations._core import Approver
 from undolog.integrations._langchain_common import (
     APPROVAL_KEY,
     _answer,
+    _checked_edit,
     _decision,
     _edit_is_an_approval,
     _fill,
@@ -32,8 +33,19 @@ from undolog.integrations._langchain_common import (
     _one_response,
     _request,
     _streamed_out,
+    _thread_session,
     _unnamed,
 )
+
+
+async def _same_session(graph: Any, config: Mapping[str, Any], session_id: uuid.UUID) -> None:
+    """Refuse, before a session is opened, a run of a thread that waits on an UndoLog
+    interrupt of another session."""
+    try:
+        snapshot = await graph.aget_state(dict(config))
+    except ValueError:  # no checkpointer: no interrupt to resume either
+        return
+    _thread_session(snapshot, session_id)
 
 
 def _name_approvals(session_id: uuid.UUID) -> _acompat.Requested[Any]:
@@ -64,12 +76,15 @@ async def arun(
     same id; ``input`` is a ``Command(resume=...)`` to resume). A run that finishes
     completes the session; one that raises fails it and its compensations run last-first;
     one that stops at an interrupt leaves it awaiting approval. Resuming a session whose
-    call a human rejected undoes what came before and raises ApprovalRejectedError."""
+    call a human rejected undoes what came before and raises ApprovalRejectedError. A
+    thread that waits on an UndoLog interrupt of another session raises ValueError, and
+    nothing runs."""
 
     async def go() -> Any:
         with _graph_run():
             return await graph.ainvoke(input, dict(config), **invoke_kwargs)
 
+    await _same_session(graph, config, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name, go, _interrupted, _name_approvals(session_id)
     )
@@ -92,6 +107,7 @@ async def astream(
     shows as an ``__interrupt__`` chunk whose approval id is filled in once the stream has
     ended; resume with ``stream(graph, ul, decide(...), config, ...)``."""
     seen: list[Any] = []
+    await _same_session(graph, config, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name, _interrupted, _name_approvals(session_id)
     ) as box:
@@ -133,12 +149,15 @@ async def adecide(
     is the interrupt, its value or its HumanInterrupt; one whose approval id is not filled
     in yet is looked up with ``ul`` (or the approver, when it is a client of the same
     side). ``args`` (an approval only): the call runs with these arguments instead of the
-    requested ones (edit, then approve)."""
+    requested ones (edit, then approve), read by the tool's argument schema as the
+    model's are (ValueError, and nothing recorded, when they do not fit)."""
     _edit_is_an_approval(approved, args)
+    asked = _request(request)
+    args = _checked_edit(asked, args)
     client = _lookup_client(ul, approver)
     approval = await aapproval_id(request, client if isinstance(client, AsyncUndoLog) else None)
     await _arun.record_decision(approver, approval, approved, decided_by, reason, args)
-    return _answer(approved, reason, args, _request(request)["action_request"]["action"])
+    return _answer(approved, reason, args, asked["action_request"]["action"])
 
 
 async def arespond(

@@ -17,6 +17,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.types import Command, interrupt
+from pydantic import BaseModel, ValidationError
 
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import current_session
@@ -33,6 +34,10 @@ APPROVAL_KEY = "undolog_approval_id"
 
 SESSION_KEY = "undolog_session_id"
 """The key of an UndoLog HumanInterrupt naming the session of the call."""
+
+# The argument schema of each tool built here, by name: a person's edit is checked
+# against it, as the model's arguments are.
+_schemas: dict[str, Any] = {}
 
 # The tool call id of the call being run (set by UndoLogTool.run/arun).
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -165,7 +170,10 @@ class UndoLogTool(StructuredTool):
 
 def tool(fn: Callable[..., Any]) -> BaseTool:
     """The LangChain tool of a ``@undolog_tool`` (name, docstring and argument schema
-    from the function); an IRREVERSIBLE one asks for a human through ``interrupt()``."""
+    from the function); an IRREVERSIBLE one asks for a human through ``interrupt()``. A
+    sync journaled tool works in a sync graph run and in an async one (``arun``,
+    ``astream``: its body runs in a worker thread, journaled by the async session); an
+    ``async def`` one only in an async run."""
     info = _core.describe(fn)
     if info.tier is ToolTier.SAFE:
         if info.is_async:
@@ -187,6 +195,8 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
             return _refused(info, error)
         return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
 
+    body = _core.awaitable_body(info)  # a sync journaled tool: its body in a worker thread
+
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
@@ -194,7 +204,7 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
-                result = await fn(**kwargs)
+                result = await body(**kwargs)
         except ApprovalRejectedError as error:
             return _refused(info, error)
         return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
@@ -202,12 +212,13 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
     ).args_schema
+    _schemas[info.name] = schema
     return UndoLogTool(
         name=info.name,
         description=info.description,
         args_schema=schema,
         func=None if info.is_async else call,
-        coroutine=acall if info.is_async else None,
+        coroutine=acall,
     )
 
 
@@ -246,6 +257,20 @@ def _interrupts_in(chunk: Any) -> list[Any]:
     if isinstance(payload, Mapping) and payload.get(INTERRUPT):
         return list(payload[INTERRUPT])
     return []
+
+
+def _thread_session(snapshot: Any, session_id: uuid.UUID) -> None:
+    """Refuse a run of a thread that waits on an UndoLog interrupt of another session:
+    LangGraph would re-run the interrupted node, whose committed calls the other
+    session's journal does not hold (they would act again), and ask its call again."""
+    for pending in getattr(snapshot, "interrupts", ()) or ():
+        for request in _requests(pending.value):
+            if str(request[SESSION_KEY]) != str(session_id):
+                raise ValueError(
+                    f"this thread waits on an UndoLog interrupt of session "
+                    f"{request[SESSION_KEY]}, not {session_id}: resume it with "
+                    f"session_id={request[SESSION_KEY]} (or run in a new thread)"
+                )
 
 
 def _request(request: Any) -> Mapping[str, Any]:
@@ -331,6 +356,30 @@ def _lookup_client(ul: Any, approver: _core.Approver) -> Any:
 def _edit_is_an_approval(approved: bool, args: Mapping[str, Any] | None) -> None:
     if args is not None and not approved:
         raise ValueError("edited args go with an approval: a refusal runs nothing")
+
+
+def _checked_edit(
+    request: Mapping[str, Any], args: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """A person's edited arguments read by the tool's argument schema, as LangChain reads
+    the model's (``"5000"`` for an int is 5000): an edit whose values do not fit raises
+    ValueError, and nothing is recorded. Which parameters an edit may name is the
+    engine's rule (EditChangesArguments). A tool not built in this process is not known
+    here: its edit goes as it is."""
+    if args is None:
+        return None
+    action = request["action_request"]
+    schema = _schemas.get(str(action["action"]))
+    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+        return dict(args)
+    try:
+        read = schema.model_validate({**action["args"], **args})
+    except ValidationError as error:
+        raise ValueError(
+            f"the edited {action['action']} arguments do not fit the tool: {error}"
+        ) from error
+    fitted = read.model_dump(mode="json")  # what the journal holds: JSON
+    return {name: fitted.get(name, v) for name, v in args.items()}
 
 
 def _one_response(response: Any) -> Mapping[str, Any]:

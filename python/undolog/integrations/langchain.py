@@ -31,7 +31,8 @@ made before comes back from the journal. A call made by a model carries its tool
 the node task's checkpoint namespace and its position in that run of the node (so call
 the adapted tool, not the bare function, inside a node). ``run`` (sync graph, ``UndoLog``,
 sync or async SAFE tools, sync journaled tools) and ``arun`` (``ainvoke``,
-``AsyncUndoLog``, async journaled tools) open the run's UndoLog session.
+``AsyncUndoLog``, sync or async journaled tools) open the run's UndoLog session; a
+thread that waits on an UndoLog interrupt of another session is refused (ValueError).
 """
 
 from undolog.integrations._alanggraph import aapproval_id, adecide, arespond, arun, astream

@@ -209,13 +209,20 @@ def tools(*fns: Callable[..., Any], **options: Any) -> list[FunctionTool]:
     return [tool(fn, **options) for fn in fns]
 
 
-def _adapted(agent: Agent[Any], item: ToolApprovalItem) -> _Adapted | None:
+def _adapted(agent: Agent[Any] | None, item: ToolApprovalItem) -> _Adapted | None:
     owner = getattr(item, "agent", None) or agent
-    for candidate in owner.tools:
+    for candidate in owner.tools if owner is not None else ():
         adapted = getattr(candidate, _ADAPTED, None)
         if isinstance(adapted, _Adapted) and getattr(candidate, "name", None) == item.name:
             return adapted
     return None
+
+
+def _journal_name(item: ToolApprovalItem, agent: Agent[Any] | None = None) -> str | None:
+    """The name UndoLog journals an interrupted call under: its ``@undolog_tool``'s, which
+    ``name_override`` does not change (the SDK's item carries the name the model called)."""
+    adapted = _adapted(agent, item)
+    return adapted.tool.name if adapted is not None else item.name
 
 
 def _malformed_answered(
@@ -255,6 +262,36 @@ def _ask_the_rest(agent: Agent[Any]) -> Callable[[Any, Any], Awaitable[None]]:
     return ask
 
 
+async def _same_session(
+    agent: Agent[Any], ul: AsyncUndoLog, input: object, session_id: uuid.UUID
+) -> None:
+    """Refuse, before a session is opened, a RunState resumed under a session id other
+    than its run's: its interrupted IRREVERSIBLE calls were asked in their own session,
+    and none of them has a request in ``session_id``. Resumed there, an approved call
+    would be asked again, and the run's own session would wait for ever."""
+    if not isinstance(input, RunState):
+        return
+    asked = [
+        (adapted.tool.name, item.call_id)
+        for item in input.get_interruptions()
+        if (adapted := _adapted(agent, item)) is not None
+        and adapted.tool.tier is ToolTier.IRREVERSIBLE
+        and item.call_id is not None
+        and adapted.arguments(item.arguments or "{}") is not None
+    ]
+    if not asked:
+        return
+    async with ul.connection() as conn:
+        for name, call_id in asked:
+            if await _arun.approval_of_step(conn, session_id, name, call_id) is not None:
+                return
+    raise LookupError(
+        f"this RunState's interrupted calls ({', '.join(c for _, c in asked)}) have no "
+        f"approval request in session {session_id}: resume it with the session id of the "
+        "run that stopped"
+    )
+
+
 def _undolog_error(exc: UserError) -> BaseException:
     """The SDK reports a tool's exception as UserError("Error running tool ..."): answer
     UndoLog's own error behind it, which says what to do next."""
@@ -279,8 +316,9 @@ async def run(
     Resuming a RunState, UndoLog's record is what counts: a call decided in UndoLog
     (through ``decide``, or elsewhere: CLI, dashboard, SQL) is approved or rejected in the
     RunState; one UndoLog has not decided raises AwaitingApprovalError and nothing runs,
-    whatever the RunState says. Resuming a session whose call a human rejected undoes
-    what came before and raises ApprovalRejectedError."""
+    whatever the RunState says. A RunState resumed under a session id other than its
+    run's raises LookupError before anything runs. Resuming a session whose call a human
+    rejected undoes what came before and raises ApprovalRejectedError."""
 
     async def go() -> RunResult:
         if isinstance(input, RunState):
@@ -293,6 +331,7 @@ async def run(
             raise _undolog_error(exc) from exc
         return result
 
+    await _same_session(agent, ul, input, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
     )
@@ -344,6 +383,7 @@ async def run_streamed(
 
     The session is finished when the block ends (the events not read are drained
     first): completed, awaiting approval, or failed and undone, as with ``run``."""
+    await _same_session(agent, ul, input, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
     ) as box:
@@ -362,10 +402,11 @@ async def run_streamed(
 async def _approval_of(
     ul: AsyncUndoLog, session_id: uuid.UUID, item: ToolApprovalItem
 ) -> tuple[uuid.UUID, str]:
-    if item.name is None or item.call_id is None:
+    name = _journal_name(item)
+    if name is None or item.call_id is None:
         raise LookupError(f"approval item {item!r} names no function call")
     async with ul.connection() as conn:
-        found = await _arun.approval_of_step(conn, session_id, item.name, item.call_id)
+        found = await _arun.approval_of_step(conn, session_id, name, item.call_id)
     if found is None:
         raise LookupError(f"{item.name} call {item.call_id} has no UndoLog approval request")
     return found
@@ -401,9 +442,10 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
     conn = current_session().connection
     assert isinstance(conn, psycopg.AsyncConnection)
     for item in state.get_interruptions():
-        if item.name is None or item.call_id is None:
+        name = _journal_name(item)
+        if name is None or item.call_id is None:
             continue
-        found = await _arun.approval_of_step(conn, session_id, item.name, item.call_id)
+        found = await _arun.approval_of_step(conn, session_id, name, item.call_id)
         if found is None:
             continue  # not an UndoLog call: the RunState's own decision stands
         approval, decision = found
@@ -416,5 +458,5 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
                 None,
             )
         else:  # the session goes on only for an on_reject="continue" tool
-            refused = await _arun.refusal_of(conn, item.name, approval)
+            refused = await _arun.refusal_of(conn, name, approval)
             state.reject(item, rejection_message=None if refused is None else refused.message)

@@ -191,25 +191,46 @@ def _undecided(requests: DeferredToolRequests) -> dict[str, bool | ToolApproved 
     return {part.tool_call_id: True for part in requests.approvals}
 
 
+Answer = bool | ToolApproved | ToolDenied
+"""A person's answer to a deferred call: approved or not, or pydantic-ai's own."""
+
+
+def _answer(answer: Answer, reason: str | None) -> tuple[bool, str | None, dict[str, Any] | None]:
+    """(approved, reason, edited args) of an answer. ``ToolDenied(message)`` rejects, its
+    message the reason when none is given; ``ToolApproved(override_args=...)`` approves
+    with the person's arguments (the engine runs the call with them: edit, then approve)."""
+    if isinstance(answer, bool):
+        return answer, reason, None
+    if isinstance(answer, ToolDenied):
+        return False, reason if reason is not None else answer.message, None
+    if isinstance(answer, ToolApproved):
+        return True, reason, answer.override_args
+    raise TypeError(f"{answer!r} is not an answer: True, False, ToolApproved or ToolDenied")
+
+
 async def decide(
     requests: DeferredToolRequests,
     approver: _core.Approver,
     decided_by: str,
-    approvals: Mapping[str, bool],
+    approvals: Mapping[str, Answer],
     reason: str | None = None,
 ) -> DeferredToolResults:
-    """Record a human's answers (``tool_call_id`` -> approved?) in UndoLog through the
-    approver's login, and answer the ``DeferredToolResults`` to resume with. The calls
-    not answered here go back to their tools, which ask UndoLog again."""
+    """Record a human's answers (``tool_call_id`` -> True, False, or pydantic-ai's own
+    ``ToolApproved(override_args=...)`` / ``ToolDenied(message)``) in UndoLog through the
+    approver's login, and answer the ``DeferredToolResults`` to resume with. An approval
+    with ``override_args`` is recorded with them (``undolog.approve_edited``): the call
+    runs once with the person's arguments, and the model is told. The calls not answered
+    here go back to their tools, which ask UndoLog again."""
     answers = _undecided(requests)
     tools = {part.tool_call_id: part.tool_name for part in requests.approvals}
-    for call_id, approved in approvals.items():
+    for call_id, answer in approvals.items():
+        approved, why, args = _answer(answer, reason)
         approval = approval_id(requests, call_id)
-        await _arun.record_decision(approver, approval, approved, decided_by, reason)
-        if approved:
+        await _arun.record_decision(approver, approval, approved, decided_by, why, args)
+        if approved:  # edited or not: the call runs with what UndoLog approved
             answers[call_id] = True
         else:  # heard by the model when the session goes on (an on_reject="continue" tool)
-            refused = _core.Refusal(tools[call_id], approval, "rejected", decided_by, reason)
+            refused = _core.Refusal(tools[call_id], approval, "rejected", decided_by, why)
             answers[call_id] = ToolDenied(refused.message)
     return DeferredToolResults(approvals=answers)
 
@@ -236,6 +257,7 @@ async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> Deferre
 
 __all__ = [
     "APPROVAL_KEY",
+    "Answer",
     "approval_id",
     "decide",
     "decisions",
