@@ -44,9 +44,9 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import mcp_types as types
 import psycopg
@@ -102,6 +102,7 @@ PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is h
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
+_T = TypeVar("_T")
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -263,6 +264,13 @@ class ProxySession:
     # be: that call is then not run.
     recordings: set[asyncio.Task[None]] = field(default_factory=set)
     unrecorded: str | None = None
+    # The journaled work of calls whose client gave up on them (notifications/cancelled,
+    # or it left) while they ran: it goes on to its end (McpProxy._finish), so that the
+    # journal learns what the upstream did; the session's end waits for it. given_up:
+    # a COMPENSABLE call's key -> its step and work, so that the same call made again
+    # is that call (its recorded result replayed), not a second execution.
+    finishing: set[asyncio.Future[Any]] = field(default_factory=set)
+    given_up: dict[str, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
 
 
 class McpProxy:
@@ -379,7 +387,7 @@ class McpProxy:
         self.closing = True
         for ps in list(self.sessions.values()):
             await self.end_session(ps)
-        for ps in self.sessions.values():
+        for ps in list(self.sessions.values()):  # a prune may forget one meanwhile
             if ps.walking is not None:
                 with contextlib.suppress(Exception):
                     await ps.walking
@@ -847,6 +855,8 @@ class McpProxy:
         if ps.beat is not None:
             ps.beat.cancel()
             ps.beat = None
+        while ps.finishing:  # calls whose client gave up on them, run to their end
+            await asyncio.wait(set(ps.finishing))
         await self._settle(ps)  # the last result recorded (or known not to be) first
         if not ps.began:
             return
@@ -943,7 +953,7 @@ class McpProxy:
                 result = await self._safe(name, route, upstream, args)
             else:
                 try:
-                    await self.begin(ps)
+                    await self._finish(ps, self.begin(ps))
                 except (UndoLogError, psycopg.Error) as exc:
                     return _error(f"{name} was not run: {exc}")
                 if route.policy.tier == "compensable":
@@ -1210,6 +1220,18 @@ class McpProxy:
         while ps.recordings:  # each task leaves the set when done (_compensable_call)
             await asyncio.shield(asyncio.gather(*ps.recordings, return_exceptions=True))
 
+    @staticmethod
+    async def _finish(ps: ProxySession, work: Awaitable[_T]) -> _T:
+        """Journaled work (a begin, an intercept, the upstream call and its record) that
+        runs to its end even when the client gives up on its call meanwhile (the SDK then
+        cancels the handler): cut short, the journal would keep a call executing whose
+        result the upstream gave, or a decision nobody acted on. The session's end waits
+        for it."""
+        task = asyncio.ensure_future(work)
+        ps.finishing.add(task)
+        task.add_done_callback(ps.finishing.discard)
+        return await asyncio.shield(task)
+
     async def _unrecorded(self, ps: ProxySession, name: str) -> types.CallToolResult | None:
         """After the session's last result is recorded: the refusal of this call when it
         could not be (once; the session will be rolled back when it ends)."""
@@ -1261,16 +1283,45 @@ class McpProxy:
         key = _call_key(name, args)
         if key is None:
             return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
-        overlap = any(not recording.done() for recording in ps.recordings)
+        if (given_up := ps.given_up.get(key)) is not None:
+            # the same call as one whose client gave up on it while it ran: that call
+            # again, once it has settled (its recorded result is then replayed)
+            await asyncio.wait([given_up[1]])
+        overlap = given_up is None and any(not rec.done() for rec in ps.recordings)
         if not overlap and (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
+        given_up = ps.given_up.pop(key, None)
         if key in ps.unknown:
             # The same call as one whose outcome is unknown: it is that call again (as
             # after a restart, where numbering starts over), never a new step to run.
             step = ps.unknown[key]
+        elif given_up is not None:
+            step = given_up[0]
+            ps.occurrences[key] = max(ps.occurrences.get(key, 0), step + 1)
         else:
             step = ps.occurrences.get(key, 0)
             ps.occurrences[key] = step + 1
+        work = asyncio.ensure_future(
+            self._compensable_step(ps, key, step, overlap, name, route, upstream, args)
+        )
+        try:
+            return await self._finish(ps, work)
+        except asyncio.CancelledError:
+            ps.given_up[key] = (step, work)
+            raise
+
+    async def _compensable_step(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        overlap: bool,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+    ) -> tuple[types.CallToolResult, str]:
+        """The numbered call, journaled and run (see _compensable_call)."""
         if overlap:
             icpt = await self._intercept_settling(ps, step, route, args)
             if (refused := await self._unrecorded(ps, name)) is not None:
@@ -1344,7 +1395,7 @@ class McpProxy:
         if (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args)
+            icpt = await self._finish(ps, self._intercept(ps, 0, route, args))
             if isinstance(icpt, types.CallToolResult):
                 return icpt, "refused"
             if icpt.action == "replay":
@@ -1365,8 +1416,8 @@ class McpProxy:
                         await self._record(icpt.effect_id, why)
                         return _error(f"{why}; make the very same call again"), "failed"
                 run_args = args if edit is None else edit.approved_args
-                result, outcome = await self._execute(
-                    ps, icpt.effect_id, name, route, upstream, run_args
+                result, outcome = await self._finish(
+                    ps, self._execute(ps, icpt.effect_id, name, route, upstream, run_args)
                 )
                 if outcome == "unknown":
                     ps.unknown[key] = 0

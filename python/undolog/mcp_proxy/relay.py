@@ -209,12 +209,14 @@ async def relaying_stdio(
                 if not line:
                     return
                 if hook is not None and (
-                    b'"tools/call"' in line or b'"notifications/initialized"' in line
+                    b'"tools/call"' in line
+                    or b'"notifications/initialized"' in line
+                    or b'"notifications/cancelled"' in line
                 ):
                     try:
                         decoded = json.loads(line)
-                    except ValueError:
-                        decoded = None
+                    except (ValueError, RecursionError):  # nesting past Python's stack
+                        decoded = None  # the SDK's parser answers it
                     if isinstance(decoded, dict) and hook(decoded, write_json):
                         continue
                 try:

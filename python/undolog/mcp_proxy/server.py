@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -196,7 +197,7 @@ class MessageRelay:
         self.server_info: dict[str, Any] = {}  # the proxy's, stamped on 2026-era answers
         self.initialized = False  # a handshake-era client: only after its handshake
         self.contexts: dict[bool, ServerRequestContext[Any, Any]] = {}  # by era: modern?
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.running: dict[str | int, asyncio.Task[None]] = {}  # by request id
 
     def served(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """A request the SDK served on this connection: its context, for the relay."""
@@ -205,6 +206,16 @@ class MessageRelay:
     def __call__(self, message: dict[str, Any], write: Write) -> bool:
         if message.get("method") == "notifications/initialized":
             self.initialized = True
+            return False
+        if message.get("method") == "notifications/cancelled":
+            # the client gave up on a call: as the SDK's server does for the requests it
+            # serves, its handler is cancelled and never answered (a journaled call still
+            # runs to its end, and the same call made again is that call: see the proxy)
+            params = message.get("params")
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            running = self.running.get(cancelled) if isinstance(cancelled, str | int) else None
+            if running is not None:
+                running.cancel()
             return False
         params = message.get("params")
         request_id = message.get("id")
@@ -256,9 +267,13 @@ class MessageRelay:
             )
             answer = self._journaled(ctx, str(name), args)
         task = asyncio.create_task(self._answer(request_id, answer, modern, write))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.running[request_id] = task
+        task.add_done_callback(functools.partial(self._done, request_id))
         return True
+
+    def _done(self, request_id: str | int, task: asyncio.Task[None]) -> None:
+        if self.running.get(request_id) is task:  # not a later request of the same id
+            del self.running[request_id]
 
     async def _safe(
         self, name: str, up_name: str, tool: str, upstream: Any, args: dict[str, Any]

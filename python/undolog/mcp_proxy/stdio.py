@@ -31,6 +31,9 @@ from mcp.shared.message import SessionMessage
 STDERR_TAIL_LINES = 20
 EXIT_GRACE_SECONDS = 2.0  # after stdin closes, as the MCP spec's shutdown asks
 KILL_GRACE_SECONDS = 2.0  # after SIGTERM to the process group, before SIGKILL
+# One message from an upstream is one line, at most this long (as the proxy's own stdin):
+# a longer one is dropped, so the call it answers gets no answer (outcome unknown)
+LINE_LIMIT = 64 * 1024 * 1024
 
 
 class UpstreamProcess:
@@ -86,14 +89,30 @@ class UpstreamProcess:
 
         async def from_stdout() -> None:
             assert process.stdout is not None
-            buffer = b""
+            # one buffer, scanned only where a chunk added to it: a long line (a big
+            # result) costs its length, not its length times its chunks
+            buffer = bytearray()
+            dropping = False  # the rest of a line over the limit, up to its newline
             try:
                 async with read_writer:
                     async for chunk in process.stdout:
-                        *lines, buffer = (buffer + chunk).split(b"\n")
-                        for line in lines:
-                            if line.strip():
+                        scan, start = len(buffer), 0
+                        buffer += chunk
+                        while (end := buffer.find(b"\n", scan)) != -1:
+                            line, start = bytes(buffer[start:end]), end + 1
+                            scan = start
+                            if dropping:
+                                dropping = False
+                            elif line.strip():
                                 await read_writer.send(_parse(line))
+                        del buffer[:start]
+                        if len(buffer) > LINE_LIMIT:
+                            buffer.clear()
+                            if not dropping:
+                                dropping = True
+                                await read_writer.send(
+                                    ValueError(f"upstream message over {LINE_LIMIT} bytes: dropped")
+                                )
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass  # the session went away, or shutdown closed the pipe
             # keep reading (and dropping) so that an upstream blocked writing can exit

@@ -1,0 +1,243 @@
+"""The MCP proxy against careless or hostile peers, with real processes: JSON-RPC lines
+written by hand to `undolog mcp-proxy` over stdio (a client that nests too deep, gives up
+on a call, leaves in the middle of one), in front of tests/mcp_session_upstream.py and
+tests/mcp_hostile_upstream.py (a result of tens of MiB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from test_mcp_proxy import ROOT, _env, _proxy_args, ledger, names, sessions, wait_for
+from test_mcp_proxy_sessions import effects, session_policy
+
+__all__ = ["ledger"]  # a fixture, used by name
+
+
+class Line:
+    """`undolog mcp-proxy` over stdio, written to line by line; answers read with a
+    deadline (a proxy that died reads as end of file)."""
+
+    def __init__(self, config: Path, dsn: str, ledger: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, *_proxy_args(config, dsn)],
+            env=_env(ledger),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.buffer = bytearray()
+        self.eof = False
+
+    def write(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data + b"\n")
+        self.process.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.write(json.dumps(message).encode())
+
+    def answer(self, request_id: int, timeout: float = 30) -> dict[str, Any] | None:
+        """The answer to that request, or None (end of file, or none in time)."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            while (end := self.buffer.find(b"\n")) != -1:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 1]
+                message: dict[str, Any] = json.loads(line)
+                if message.get("id") == request_id:
+                    return message
+            left = deadline - time.monotonic()
+            if self.eof or left <= 0:
+                return None
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 1 << 20)
+                self.eof = not chunk
+                self.buffer += chunk
+
+    def call(self, request_id: int, name: str, args: dict[str, Any], **meta: Any) -> None:
+        params: dict[str, Any] = {"name": name, "arguments": args}
+        if meta:
+            params["_meta"] = meta
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+    def start(self, list_tools: bool = False) -> None:
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "line", "version": "1"},
+                },
+            }
+        )
+        assert self.answer(0) is not None
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        if list_tools:  # after which the proxy relays COMPENSABLE calls itself
+            self.send({"jsonrpc": "2.0", "id": -1, "method": "tools/list", "params": {}})
+            assert self.answer(-1) is not None
+
+    def leave(self) -> int:
+        """Close stdin, as a client that quits; the proxy's exit code."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        try:
+            return self.process.wait(60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+
+
+def test_a_line_nested_too_deep_is_refused_and_the_proxy_goes_on(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A tools/call line nested past Python's recursion limit (json.loads raised
+    RecursionError in the proxy's stdin reader, which ended it: the proxy exited)."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    try:
+        line.start()
+        deep = "[" * 100_000 + "]" * 100_000
+        line.write(
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"put",'
+            b'"arguments":{"key":"k","value":' + deep.encode() + b"}}}"
+        )
+        line.call(2, "read_all", {})
+        answer = line.answer(2)
+        assert answer is not None, "the proxy died"
+        assert answer["result"]["structuredContent"]["store"] == {}
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == []
+
+
+@pytest.mark.parametrize("path", ["relayed", "sdk"])
+def test_a_call_its_client_gives_up_on_is_recorded_and_never_run_twice(
+    path: str, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """notifications/cancelled while a COMPENSABLE call runs upstream (what the TypeScript
+    SDK sends when its request times out). The SDK's server cancelled the handler: the
+    journal kept the call executing although the upstream answered; the relay answered
+    it anyway, to a client that ignores the answer. Either way the same call made again
+    was a new step, run upstream a second time. Now the call runs to its end and is
+    recorded, and the same call made again is that call, its result replayed."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    meta = {} if path == "relayed" else {"progressToken": "p"}  # the SDK's path
+    slow = {"key": "s", "seconds": 2}
+    try:
+        line.start(list_tools=path == "relayed")
+        line.call(1, "slow_make", slow, **meta)
+        wait_for(lambda: names(ledger) == ["slow_make"])  # running upstream
+        line.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 1, "reason": "timed out"},
+            }
+        )
+        wait_for(lambda: effects(conn) == [("kv/slow_make", 0, "committed")])
+        line.call(2, "slow_make", slow, **meta)
+        again = line.answer(2)
+        assert again is not None and not again["result"]["isError"], again
+        assert again["result"]["structuredContent"] == {"id": "s"}
+        assert names(ledger) == ["slow_make"]  # replayed, not run again
+        assert effects(conn) == [("kv/slow_make", 0, "committed")]
+        # a new identical call after that is a new call
+        line.call(3, "slow_make", {"key": "s", "seconds": 0}, **meta)
+        line.call(4, "slow_make", {"key": "s", "seconds": 0}, **meta)
+        for request_id in (3, 4):
+            made = line.answer(request_id)
+            assert made is not None and not made["result"]["isError"], made
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == ["slow_make"] * 3
+    assert [state for _, state in sessions(conn)] == ["completed"]
+
+
+@pytest.mark.parametrize("path", ["relayed", "sdk"])
+def test_a_client_that_leaves_mid_call_gets_the_call_recorded(
+    path: str, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The client quits while a COMPENSABLE call runs upstream: the call is recorded
+    once the upstream answers and the session completes (it was left executing, so the
+    session was failed and its calls undone, though every one of them had worked)."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    meta = {} if path == "relayed" else {"progressToken": "p"}
+    try:
+        line.start(list_tools=path == "relayed")
+        line.call(1, "put", {"key": "a", "value": "1"})
+        assert line.answer(1) is not None
+        line.call(2, "slow_make", {"key": "s", "seconds": 2}, **meta)
+        wait_for(lambda: names(ledger) == ["put", "slow_make"])
+    finally:
+        assert line.leave() == 0
+    assert sorted(effects(conn)) == [("kv/put", 0, "committed"), ("kv/slow_make", 0, "committed")]
+    assert [state for _, state in sessions(conn)] == ["completed"]
+    assert names(ledger) == ["put", "slow_make"]  # nothing undone
+
+
+def test_the_proxy_exits_cleanly_while_a_left_session_is_undone(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A session with a call of unknown outcome is undone when its client leaves; the
+    proxy, closing meanwhile, forgot the session under its own loop over the sessions
+    (RuntimeError: dictionary changed size during iteration, exit code 1)."""
+    line = Line(session_policy(tmp_path, timeout=1), dsn, ledger)
+    try:
+        line.start()
+        line.call(1, "slow_make", {"key": "s", "seconds": 2})
+        answer = line.answer(1)
+        assert answer is not None and "outcome is unknown" in json.dumps(answer), answer
+    finally:
+        assert line.leave() == 0
+    wait_for(lambda: [state for _, state in sessions(conn)] == ["compensated"])
+    assert names(ledger) == ["slow_make", "unmake"]
+
+
+BIG = """
+[proxy]
+call_timeout_seconds = 8
+[upstreams.h]
+command = ["python", "tests/mcp_hostile_upstream.py"]
+[upstreams.h.tools.make]
+tier = "safe"
+"""
+
+
+def test_a_big_upstream_result_is_read_in_linear_time(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A result of ~50 MB on one line (a big file read, say): the proxy joined the
+    upstream's stdout chunks by copying the whole line so far at each 64 KiB chunk,
+    quadratic (25 s for 64 MB, its event loop busy for every client meanwhile), so that
+    the call outran call_timeout_seconds. Now it answers in about as long as the upstream
+    takes to write it."""
+    config = tmp_path / "big.toml"
+    config.write_text(BIG)
+    line = Line(config, dsn, ledger)
+    try:
+        line.start()
+        size = 24 * 1024 * 1024  # twice over the wire: text and structured content
+        line.call(1, "make", {"key": "big", "size": size})
+        answer = line.answer(1, timeout=30)
+        assert answer is not None
+        result = answer["result"]
+        assert not result.get("isError"), str(result)[:500]
+        assert len(result["structuredContent"]["padding"]) == size
+    finally:
+        assert line.leave() == 0
