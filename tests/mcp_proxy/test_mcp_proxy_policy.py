@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import psycopg
 import pytest
 from mcp import Client, StdioServerParameters
@@ -35,6 +36,8 @@ from test_mcp_proxy import (
 
 from undolog import saga
 from undolog.mcp_proxy.mapping import ArgSource, resolve
+from undolog.mcp_proxy.policy import load_policy
+from undolog.mcp_proxy.proxy import build_routes
 
 MEMORY_POLICY = ROOT / "examples" / "mcp-proxy" / "memory-policy.toml"
 DOC = ROOT / "docs" / "mcp-proxy.md"
@@ -513,3 +516,31 @@ def test_the_worker_undoes_them_after_the_proxy_died(
     assert f"session {sid}: compensated" in worker.stdout, worker.stdout + worker.stderr
     assert graph(upstream_env) == {}
     assert notes.read_text() == "a b c\n"
+
+
+def test_a_tool_name_clients_may_refuse_is_named_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A desktop client, or the model API behind it, refuses a tool name outside
+    [A-Za-z0-9_-]{1,64} (and then, some of them, every tool of the server): the proxy says
+    which names, why, and how to hide one, when it lists the upstreams' tools."""
+    long_name = "customer_relationship_manager_of_the_eastern_region_office"
+    config = tmp_path / "policy.toml"
+    command = json.dumps([sys.executable, str(ROOT / "tests" / "mcp_upstream_server.py")])
+    config.write_text(
+        f"[upstreams.{long_name}]\ncommand = {command}\n[upstreams.files]\ncommand = {command}\n"
+    )
+    policy = load_policy(config)
+
+    def listed(*names: str) -> dict[str, types.Tool]:
+        return {n: types.Tool(name=n, input_schema={"type": "object"}) for n in names}
+
+    with caplog.at_level("WARNING", logger="undolog.mcp_proxy"):
+        build_routes(policy, long_name, listed("lookup_user"))
+        build_routes(policy, "files", listed("read.file", "write_file"))
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert f"tool '{long_name}__lookup_user'" in warned[0]
+    assert "71 characters long (1 to 64)" in warned[0]
+    assert f"upstreams.{long_name}.hide = ['lookup_user']" in warned[0]
+    assert "tool 'files__read.file'" in warned[1] and "holds '.'" in warned[1]

@@ -112,6 +112,23 @@ class Upstream:
     roots: Roots = "none"
 
 
+# A tool name every client takes: the model APIs behind desktop clients accept this
+# pattern (Anthropic's, and OpenAI's with 64 characters), and the MCP specification
+# (2025-11-25) asks for [A-Za-z0-9_.-]{1,128}. Some clients prefix the server's name too
+# (Claude Code: mcp__SERVER__), so a name near 64 may still be refused there.
+PORTABLE_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def unportable_name(name: str) -> str | None:
+    """Why a client may refuse a tool of this exposed name (None: it will not)."""
+    if PORTABLE_TOOL_NAME.fullmatch(name):
+        return None
+    if not 1 <= len(name) <= 64:
+        return f"it is {len(name)} characters long (1 to 64)"
+    odd = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9_-]", c)})
+    return f"it holds {' '.join(repr(c) for c in odd)}; only ASCII letters, digits, _ and -"
+
+
 @dataclass(frozen=True)
 class Policy:
     path: Path

@@ -79,6 +79,7 @@ from undolog.mcp_proxy.policy import (
     _walk_path,
     resolve,
     result_value,
+    unportable_name,
 )
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
 from undolog.queries import QUERIES
@@ -218,13 +219,25 @@ def build_routes(policy: Policy, upstream: str, tools: dict[str, types.Tool]) ->
     """The routes of an upstream's listed tools (those it does not hide), by exposed name,
     each with its policy: at start and when the upstream lists its tools again."""
     hidden = set(policy.upstreams[upstream].hide)
-    return {
+    routes = {
         policy.exposed_name(upstream, name): Route(
             upstream, name, policy.tier_of(upstream, name), tool
         )
         for name, tool in tools.items()
         if name not in hidden
     }
+    for exposed, route in routes.items():
+        if (why := unportable_name(exposed)) is not None:
+            log.warning(
+                "tool %r: some MCP clients and model APIs refuse this name (%s), and may "
+                "then refuse every tool of the proxy; hide it (upstreams.%s.hide = [%r]) "
+                "or give the upstream a shorter name",
+                exposed,
+                why,
+                upstream,
+                route.tool,
+            )
+    return routes
 
 
 @dataclass
