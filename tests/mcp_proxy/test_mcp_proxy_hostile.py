@@ -127,6 +127,30 @@ def test_a_line_nested_too_deep_is_refused_and_the_proxy_goes_on(
 
 
 @pytest.mark.parametrize("path", ["relayed", "sdk"])
+def test_arguments_nested_past_the_journals_limit_are_refused_saying_why(
+    path: str, tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """65 levels of nesting parse, but the journal keeps 64 at most: the call is refused
+    before anything runs, and the answer says it was the nesting."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    meta = {} if path == "relayed" else {"progressToken": "p"}
+    nested: Any = "v"
+    for _ in range(65):
+        nested = [nested]
+    try:
+        line.start(list_tools=path == "relayed")
+        line.call(1, "put", {"key": "k", "value": nested}, **meta)
+        answer = line.answer(1)
+        assert answer is not None
+        assert answer["result"]["isError"] is True
+        said = answer["result"]["content"][0]["text"]
+        assert "put was not run" in said and "64" in said and "nest" in said, said
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == []
+
+
+@pytest.mark.parametrize("path", ["relayed", "sdk"])
 def test_a_call_its_client_gives_up_on_is_recorded_and_never_run_twice(
     path: str, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

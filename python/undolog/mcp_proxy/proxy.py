@@ -1293,9 +1293,12 @@ class McpProxy:
         args: dict[str, Any],
     ) -> tuple[types.CallToolResult, str]:
         """The call's answer, and its outcome as the metrics count it."""
-        key = _call_key(name, args)
-        if key is None:
-            return _error(f"{name}: the arguments cannot be journaled exactly as JSON"), "refused"
+        try:
+            key = _key_of(name, args)
+        except SignatureError as exc:  # says why: too deep, a number JSON cannot hold, ...
+            return _error(f"{name} was not run: its arguments cannot be journaled: {exc}"), (
+                "refused"
+            )
         if (given_up := ps.given_up.get(key)) is not None:
             # the same call as one whose client gave up on it while it ran: that call
             # again, once it has settled (its recorded result is then replayed)
@@ -1586,9 +1589,15 @@ def _handle_hash(handle: str) -> str:
     return hashlib.sha256(handle.encode()).hexdigest()
 
 
+def _key_of(name: str, args: dict[str, Any]) -> str:
+    """The call's key in its session (its tool and canonical args); SignatureError when
+    the args cannot be signed, saying why."""
+    return name + "\x00" + canonical_json(args).decode()
+
+
 def _call_key(name: str, args: dict[str, Any]) -> str | None:
     try:
-        return name + "\x00" + canonical_json(args).decode()
+        return _key_of(name, args)
     except SignatureError:
         return None
 
