@@ -46,7 +46,7 @@ class Line:
     def send(self, message: dict[str, Any]) -> None:
         self.write(json.dumps(message).encode())
 
-    def answer(self, request_id: int, timeout: float = 30) -> dict[str, Any] | None:
+    def answer(self, request_id: int | None, timeout: float = 30) -> dict[str, Any] | None:
         """The answer to that request, or None (end of file, or none in time)."""
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
@@ -56,7 +56,10 @@ class Line:
                 line = bytes(self.buffer[:end])
                 del self.buffer[: end + 1]
                 message: dict[str, Any] = json.loads(line)
-                if message.get("id") == request_id:
+                # (a null id: an error answering a line without one, not a notification)
+                if message.get("id") == request_id and (
+                    request_id is not None or "error" in message
+                ):
                     return message
             left = deadline - time.monotonic()
             if self.eof or left <= 0:
@@ -124,6 +127,30 @@ def test_a_line_nested_too_deep_is_refused_and_the_proxy_goes_on(
     finally:
         assert line.leave() == 0
     assert names(ledger) == []
+
+
+def test_a_line_that_is_no_message_is_answered_as_json_rpc_says(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """Not JSON: a parse error (-32700) with a null id; JSON that is no JSON-RPC message:
+    an invalid request (-32600) with its id when it has one. The SDK dropped both
+    unanswered, leaving a client to wait for its timeout. Blank lines are skipped."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    try:
+        line.start()
+        line.write(b"")  # a blank line: nothing to answer
+        line.write(b"{not json")
+        unparsed = line.answer(None)  # JSON-RPC's null id
+        assert unparsed is not None
+        assert unparsed["error"]["code"] == -32700
+        line.write(b'{"jsonrpc": "2.0", "id": 7, "method": 42}')
+        invalid = line.answer(7)
+        assert invalid is not None and invalid["error"]["code"] == -32600
+        line.call(8, "read_all", {})
+        answer = line.answer(8)
+        assert answer is not None and answer["result"]["structuredContent"]["store"] == {}
+    finally:
+        assert line.leave() == 0
 
 
 @pytest.mark.parametrize("path", ["relayed", "sdk"])

@@ -208,6 +208,8 @@ async def relaying_stdio(
                     continue
                 if not line:
                     return
+                if not line.strip():
+                    continue
                 if hook is not None and (
                     b'"tools/call"' in line
                     or b'"notifications/initialized"' in line
@@ -222,7 +224,8 @@ async def relaying_stdio(
                 try:
                     message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 except Exception as exc:
-                    await read_writer.send(exc)
+                    # answered here, as JSON-RPC asks (the SDK would drop it unanswered)
+                    write_json(_unreadable(line, exc))
                     continue
                 await read_writer.send(SessionMessage(message))
 
@@ -246,3 +249,30 @@ async def relaying_stdio(
         transport.close()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:
+    """JSON-RPC's answer to a line that is not a message: a parse error (-32700) when it
+    is not JSON, an invalid request (-32600) when it is JSON of another shape; with the
+    request's id when it has a readable one, else null, as JSON-RPC 2.0 says."""
+    log.warning("client line refused: %s", " ".join(str(exc).split())[:300])
+    try:
+        decoded = json.loads(line)
+    except (ValueError, RecursionError):
+        return {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": types.PARSE_ERROR,
+                "message": "Parse error: not JSON, or nested too deep to read",
+            },
+        }
+    given = decoded.get("id") if isinstance(decoded, dict) else None
+    return {
+        "jsonrpc": "2.0",
+        "id": given if isinstance(given, str | int) and not isinstance(given, bool) else None,
+        "error": {
+            "code": types.INVALID_REQUEST,
+            "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
+        },
+    }
