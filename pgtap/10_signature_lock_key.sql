@@ -1,9 +1,10 @@
--- undolog.signature_lock_key(text): the bigint advisory-lock key of a call signature,
--- ('x' || left(sig, 16))::bit(64)::bigint (docs/design/signature.md: the
--- first 64 bits of the signature, after checking it is 64 hex digits, since a short
--- input would be silently padded).
+-- undolog.signature_lock_key(text) and undolog.session_lock_key(uuid): the bigint
+-- advisory-lock keys of a call signature and of a session, each undolog.advisory_key of
+-- its kind: the first 64 bits of sha256(kind || ':' || value). Both values are the
+-- agent's choice, so a key is never read from them directly: a signature whose first 16
+-- hex digits spell another lock's key (the migrate lock's) does not get that key.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'signature_lock_key', ARRAY['text'],
@@ -14,23 +15,42 @@ SELECT volatility_is('undolog', 'signature_lock_key', ARRAY['text'], 'immutable'
                      'it is IMMUTABLE');
 SELECT is_strict('undolog', 'signature_lock_key', ARRAY['text'], 'it is STRICT');
 SELECT is(undolog.signature_lock_key(NULL), NULL::bigint, 'NULL signature -> NULL key');
+SELECT is(undolog.session_lock_key(NULL), NULL::bigint, 'NULL session -> NULL key');
 
--- Known values, written out: the first 16 hex digits read as a signed 64-bit integer.
-SELECT is(undolog.signature_lock_key(repeat('0', 64)), 0::bigint, 'all zeros -> 0');
-SELECT is(undolog.signature_lock_key(repeat('f', 64)), -1::bigint, 'all f -> -1');
-SELECT is(undolog.signature_lock_key('7fffffffffffffff' || repeat('0', 48)),
-          9223372036854775807::bigint, '7fff... -> the largest bigint');
-SELECT is(undolog.signature_lock_key('8000000000000000' || repeat('f', 48)),
-          '-9223372036854775808'::bigint, '8000... -> the smallest bigint');
-SELECT is(undolog.signature_lock_key('0123456789abcdef' || repeat('0', 48)),
-          81985529216486895::bigint, '0123456789abcdef... -> 0x0123456789abcdef');
+-- The definition, written out with PostgreSQL's own sha256.
+SELECT is(undolog.advisory_key('signature', repeat('0', 64)),
+          ('x' || left(encode(sha256(convert_to('signature:' || repeat('0', 64), 'UTF8')), 'hex'),
+                       16))::bit(64)::bigint,
+          'advisory_key is the first 64 bits of sha256(kind:value)');
+SELECT is(undolog.advisory_key('signature', 'abc'),
+          ('x' || left(encode(sha256('signature:abc'::bytea), 'hex'), 16))::bit(64)::bigint,
+          '... for any text');
 
--- The formula of the contract, for a sample of real-looking signatures.
+-- The formula, for a sample of real-looking signatures and sessions.
 SELECT is_empty(
     $$SELECT s FROM (SELECT pg_temp.sig('formula-' || i) AS s FROM generate_series(1, 500) AS i) AS t
-      WHERE undolog.signature_lock_key(s) IS DISTINCT FROM ('x' || left(s, 16))::bit(64)::bigint$$,
-    'equals (''x'' || left(sig, 16))::bit(64)::bigint for 500 signatures'
+      WHERE undolog.signature_lock_key(s) IS DISTINCT FROM undolog.advisory_key('signature', s)$$,
+    'signature_lock_key(sig) = advisory_key(''signature'', sig) for 500 signatures'
 );
+SELECT is_empty(
+    $$SELECT u FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, 500)) AS t
+      WHERE undolog.session_lock_key(u) IS DISTINCT FROM undolog.advisory_key('session', u::text)$$,
+    'session_lock_key(id) = advisory_key(''session'', id) for 500 sessions'
+);
+
+-- No aiming: a signature spelling a key in its first 16 digits does not get that key.
+SELECT isnt(undolog.signature_lock_key('68e2b893c1f36800' || repeat('0', 48)),
+            ('x' || '68e2b893c1f36800')::bit(64)::bigint,
+            'a signature beginning with the migrate lock''s key in hex does not get it');
+SELECT is_empty(
+    $$SELECT s FROM (SELECT pg_temp.sig('aim-' || i) AS s FROM generate_series(1, 500) AS i) AS t
+      WHERE undolog.signature_lock_key(s) = ('x' || left(s, 16))::bit(64)::bigint$$,
+    'no key is the signature''s own first 64 bits (500 signatures)'
+);
+-- Each kind has keys of its own: the same text, two kinds, two keys.
+SELECT isnt(undolog.advisory_key('signature', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
+            undolog.session_lock_key('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
+            'a signature equal to a session''s id text does not get the session''s key');
 
 -- Deterministic: same input, same key, in one statement and across calls.
 SELECT is(undolog.signature_lock_key(pg_temp.sig('det')),
@@ -40,14 +60,10 @@ SELECT is(
     1::bigint, 'same signature -> one key over 50 calls'
 );
 
--- Only the first 16 hex digits count: signatures that differ after them share a key
--- (the lock is a cheap filter; the undo stack's unique (session, signature) key decides identity).
-SELECT is(undolog.signature_lock_key('0123456789abcdef' || repeat('a', 48)),
-          undolog.signature_lock_key('0123456789abcdef' || repeat('b', 48)),
-          'signatures differing only after digit 16 share a key');
-SELECT isnt(undolog.signature_lock_key('0123456789abcdee' || repeat('a', 48)),
-            undolog.signature_lock_key('0123456789abcdef' || repeat('a', 48)),
-            'signatures differing in digit 16 get different keys');
+-- Every digit counts: signatures differing only in their last digit get different keys.
+SELECT isnt(undolog.signature_lock_key('0123456789abcdef' || repeat('a', 48)),
+            undolog.signature_lock_key('0123456789abcdef' || repeat('a', 47) || 'b'),
+            'signatures differing only in their last digit get different keys');
 
 -- Distinct signatures -> distinct keys, for a sample of 10 000.
 SELECT is(

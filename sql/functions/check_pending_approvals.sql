@@ -14,7 +14,7 @@ DECLARE
     v_pending integer;
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('undolog.pending_approvals:' || p_owner_role, 0));
+        undolog.advisory_key('pending_approvals', p_owner_role));
     SELECT pg_catalog.count(*) INTO v_pending
     FROM (SELECT
           FROM undolog.undolog_approval_requests AS a

@@ -6,9 +6,10 @@
 -- rows of N agents' sessions share heap pages whose buffer locks they then queue on.
 -- A 64-bit hash of the whole id, not a part of it: version 1 UUIDs made by one process
 -- share their last 64 bits (clock sequence and node), and sessions sharing a key would
--- share a lock, one stalling the other and recover skipping both. Only the engine's
--- owner may take advisory locks in its database (migration 0004_locks), so knowing a key
--- (pg_locks shows it) lets no agent hold a session's lock.
+-- share a lock, one stalling the other and recover skipping both. The id is the agent's
+-- choice, so the hash is undolog.advisory_key's: no id it can pick has another lock's
+-- key. Only the engine's owner may take advisory locks in its database (migration
+-- 0004_locks), so knowing a key (pg_locks shows it) lets no agent hold a session's lock.
 CREATE OR REPLACE FUNCTION undolog.session_lock_key(p_session_id uuid)
 RETURNS bigint
 LANGUAGE sql
@@ -16,7 +17,7 @@ IMMUTABLE
 STRICT
 PARALLEL SAFE
 AS $$
-    SELECT pg_catalog.hashtextextended(p_session_id::text, 0)
+    SELECT undolog.advisory_key('session', p_session_id::text)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.session_lock_key(uuid) FROM public;

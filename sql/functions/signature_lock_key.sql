@@ -1,9 +1,9 @@
--- undolog.signature_lock_key: the advisory-lock key of a call signature.
--- Callers validate the signature first: a short string would be silently zero-padded.
--- The first 64 bits of the signature are enough: a signature is a BLAKE3 hash, uniform in
--- every bit, so two calls share a key only by chance (unlike a version 1 UUID's halves,
--- see session_lock_key). Only the engine's owner may take advisory locks (migration
--- 0004_locks), so no agent can hold a call's key to keep it in_progress.
+-- undolog.signature_lock_key: the advisory-lock key of a call signature
+-- (undolog.advisory_key 'signature'). The signature is the client's: the key is hashed
+-- from it, never read from its digits, so that no agent can send a signature whose key is
+-- another lock's (advisory_key says why). Two calls share a key only by chance. Only the
+-- engine's owner may take advisory locks (migration 0004_locks), so no agent can hold a
+-- call's key to keep it in_progress.
 CREATE OR REPLACE FUNCTION undolog.signature_lock_key(p_call_signature text)
 RETURNS bigint
 LANGUAGE sql
@@ -11,7 +11,7 @@ IMMUTABLE
 STRICT
 PARALLEL SAFE
 AS $$
-    SELECT ('x' || left(p_call_signature, 16))::bit(64)::bigint
+    SELECT undolog.advisory_key('signature', p_call_signature)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.signature_lock_key(text) FROM public;

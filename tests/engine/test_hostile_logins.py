@@ -21,6 +21,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from undolog import approvals, engine, errors, saga
+from undolog.migrations import MIGRATE_LOCK_KEY
 
 Conn = psycopg.Connection[Any]
 UNDO = {"name": "undo"}
@@ -192,6 +193,43 @@ def test_an_agent_login_cannot_call_an_advisory_lock_function(
     agent = login("undolog_agent")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent.execute(f"SELECT pg_catalog.{call}")
+
+
+def test_a_signature_spelling_another_locks_key_holds_nothing_of_it(
+    login: Callable[..., Conn], conn: Conn, dsn: str
+) -> None:
+    """The signature lock's key used to be the signature's first 64 bits, and the engine
+    cannot check a signature but for its form: an agent sent one spelling the migrate
+    lock's key, or another login's pending-approvals key, kept its transaction open, and
+    `undolog migrate` and that login's irreversible calls waited for it."""
+    squatter = login("undolog_agent")
+    victim = login("undolog_agent")
+    (pending_key,) = conn.execute(
+        "SELECT undolog.advisory_key('pending_approvals', %s)", (victim.info.user,)
+    ).fetchone() or (None,)
+    engine.register_tool(squatter, "put", "compensable", UNDO)
+    held = engine.begin_session(squatter, agent="squatter")
+    squatter.autocommit = False
+    for step, key in enumerate((MIGRATE_LOCK_KEY, pending_key)):
+        aimed = f"{key & (2**64 - 1):016x}" + "0" * 48
+        got = engine.intercept(
+            squatter, held, step, "put", "compensable", {"n": step}, UNDO, call_signature=aimed
+        )
+        assert got.action == "execute"
+    try:  # the squatter's transaction is open, holding its signatures' keys
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            (free,) = owner.execute(
+                "SELECT pg_catalog.pg_try_advisory_lock(%s)", (MIGRATE_LOCK_KEY,)
+            ).fetchone() or (False,)
+            assert free, "an agent holds the migrate lock"
+            owner.execute("SELECT pg_catalog.pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+        victim.execute("SET lock_timeout = '2s'")
+        engine.register_tool(victim, "wire", "irreversible", None)
+        asked = engine.begin_session(victim, agent="victim")
+        answer = engine.intercept(victim, asked, 0, "wire", "irreversible", {"cents": 1})
+        assert answer.action == "await_approval"
+    finally:
+        squatter.rollback()
 
 
 def test_sessions_sharing_their_last_64_bits_get_different_lock_keys(conn: Conn) -> None:
