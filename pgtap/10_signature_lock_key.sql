@@ -1,10 +1,10 @@
--- undolog.signature_lock_key(text) and undolog.session_lock_key(uuid): the bigint
+-- undolog.signature_lock_key(text) and undolog.session_lock_key(uuid, text): the bigint
 -- advisory-lock keys of a call signature and of a session, each undolog.advisory_key of
 -- its kind: the first 64 bits of sha256(kind || ':' || value). Both values are the
 -- agent's choice, so a key is never read from them directly: a signature whose first 16
 -- hex digits spell another lock's key (the migrate lock's) does not get that key.
 BEGIN;
-SELECT plan(17);
+SELECT plan(18);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'signature_lock_key', ARRAY['text'],
@@ -15,7 +15,7 @@ SELECT volatility_is('undolog', 'signature_lock_key', ARRAY['text'], 'immutable'
                      'it is IMMUTABLE');
 SELECT is_strict('undolog', 'signature_lock_key', ARRAY['text'], 'it is STRICT');
 SELECT is(undolog.signature_lock_key(NULL), NULL::bigint, 'NULL signature -> NULL key');
-SELECT is(undolog.session_lock_key(NULL), NULL::bigint, 'NULL session -> NULL key');
+SELECT is(undolog.session_lock_key(NULL, 'a'), NULL::bigint, 'NULL session -> NULL key');
 
 -- The definition, written out with PostgreSQL's own sha256.
 SELECT is(undolog.advisory_key('signature', repeat('0', 64)),
@@ -34,8 +34,9 @@ SELECT is_empty(
 );
 SELECT is_empty(
     $$SELECT u FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, 500)) AS t
-      WHERE undolog.session_lock_key(u) IS DISTINCT FROM undolog.advisory_key('session', u::text)$$,
-    'session_lock_key(id) = advisory_key(''session'', id) for 500 sessions'
+      WHERE undolog.session_lock_key(u, 'ann')
+            IS DISTINCT FROM undolog.advisory_key('session', u::text || ':ann')$$,
+    'session_lock_key(id, owner) = advisory_key(''session'', id:owner) for 500 sessions'
 );
 
 -- No aiming: a signature spelling a key in its first 16 digits does not get that key.
@@ -48,9 +49,12 @@ SELECT is_empty(
     'no key is the signature''s own first 64 bits (500 signatures)'
 );
 -- Each kind has keys of its own: the same text, two kinds, two keys.
-SELECT isnt(undolog.advisory_key('signature', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
-            undolog.session_lock_key('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),
-            'a signature equal to a session''s id text does not get the session''s key');
+SELECT isnt(undolog.advisory_key('signature', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11:ann'),
+            undolog.session_lock_key('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'ann'),
+            'a signature equal to a session''s key text does not get the session''s key');
+SELECT isnt(undolog.session_lock_key('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'ann'),
+            undolog.session_lock_key('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'bob'),
+            'a session''s key is its owner''s: another login naming it locks another key');
 
 -- Deterministic: same input, same key, in one statement and across calls.
 SELECT is(undolog.signature_lock_key(pg_temp.sig('det')),

@@ -201,6 +201,15 @@ class TooManyPendingApprovals(UndoLogError):
     http_status = HTTP_TOO_MANY
 
 
+class SessionBusy(UndoLogError):
+    """A session another transaction holds and does not let go of (its agent's, left
+    open), waited for ``undolog.session_lock_wait()`` (5 s): nothing was changed. Try
+    again; if it stays held, end that transaction."""
+
+    sqlstate = "UL030"
+    http_status = HTTP_CONFLICT
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -385,6 +394,7 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         ChainMismatch,
         ExportInvalid,
         TooManyPendingApprovals,
+        SessionBusy,
         PermissionDenied,
     )
     if cls.sqlstate is not None

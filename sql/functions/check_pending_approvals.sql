@@ -3,7 +3,9 @@
 -- Called by journal_call for a new IRREVERSIBLE call, which holds its session's locks;
 -- the login's own advisory lock, taken after them, makes the count exact between two of
 -- its sessions asking at once (nothing waits for it while holding it, so it cannot close
--- a cycle). Counting stops at the bound: the check reads at most that many rows.
+-- a cycle). Counting stops at the bound: the check reads at most that many rows. At READ
+-- COMMITTED only (check_read_committed): the count must see the requests asked while it
+-- waited for the lock.
 CREATE OR REPLACE FUNCTION undolog.check_pending_approvals(p_owner_role text)
 RETURNS void
 LANGUAGE plpgsql
@@ -13,6 +15,7 @@ DECLARE
     v_max integer := undolog.max_pending_approvals();
     v_pending integer;
 BEGIN
+    PERFORM undolog.check_read_committed('a new irreversible call');
     PERFORM pg_catalog.pg_advisory_xact_lock(
         undolog.advisory_key('pending_approvals', p_owner_role));
     SELECT pg_catalog.count(*) INTO v_pending

@@ -1,7 +1,8 @@
 -- undolog.complete_session: active -> completed. Answers the new state.
 -- Refused (UL001) while a call of the session is still executing: its outcome is unknown
 -- (the body may have acted, then crashed, been cancelled, or returned what JSON cannot
--- carry), so the session must fail instead and let the undo walk compensate it.
+-- carry), so the session must fail instead and let the undo walk compensate it. At READ
+-- COMMITTED only (check_read_committed): it must see a call journaled while it waited.
 CREATE OR REPLACE FUNCTION undolog.complete_session(p_session_id uuid)
 RETURNS text
 LANGUAGE plpgsql
@@ -9,10 +10,10 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_session undolog.undolog_sessions := undolog.lock_session(p_session_id);
     v_unknown record;
 BEGIN
-    PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
+    PERFORM undolog.check_read_committed('complete_session');
+    PERFORM undolog.lock_own_session(p_session_id);
     SELECT e.effect_id, e.step_index, e.tool_name INTO v_unknown
     FROM undolog.undolog_effect_log AS e
     WHERE e.session_id = p_session_id AND e.state = 'executing'

@@ -113,10 +113,10 @@ BEGIN
             MESSAGE = pg_catalog.format('unknown approval %s', p_approval_id);
     END IF;
 
+    -- Bounded: an agent's open transaction holding its session answers UL030 after
+    -- lock_session's wait, rather than stalling the person (or expire_approvals).
     SELECT s.state, s.owner_role INTO STRICT v_session_state, v_owner_role
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = v_session_id
-    FOR UPDATE;
+    FROM undolog.lock_session(v_session_id) AS s;
 
     -- Nobody approves their own call: a login that holds both the agent and the approver
     -- role must not say yes to what it asked for itself (a superuser may: it can anyway).

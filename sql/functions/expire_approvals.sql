@@ -1,9 +1,8 @@
 -- undolog.expire_approvals: for the operator's cron (next to recover()). Every pending
 -- request whose deadline has passed is expired through the same path as a rejection:
 -- request 'expired', effect rejected, session compensating. Answers the ids expired.
--- Requests are taken in session order, so that two sweeps running at once lock sessions
--- in the same order (one waits, then finds the requests decided and skips them) rather
--- than deadlocking.
+-- Requests are taken in session order. A session another transaction holds (an agent's
+-- left open, another sweep) is skipped, never waited for: the next sweep expires it.
 CREATE OR REPLACE FUNCTION undolog.expire_approvals()
 RETURNS SETOF uuid
 LANGUAGE plpgsql
@@ -12,6 +11,7 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_approval_id uuid;
+    v_session_id uuid;
 BEGIN
     FOR v_approval_id IN
         SELECT a.approval_id
@@ -19,6 +19,17 @@ BEGIN
         WHERE a.state = 'pending' AND a.expires_at <= now()
         ORDER BY a.session_id, a.approval_id
     LOOP
+        -- A session its agent holds in an open transaction is skipped, not waited for:
+        -- the next sweep expires its requests, and nobody else's wait on it.
+        SELECT a.session_id INTO v_session_id
+        FROM undolog.undolog_approval_requests AS a
+        WHERE a.approval_id = v_approval_id;
+        CONTINUE WHEN NOT EXISTS (
+            SELECT FROM undolog.undolog_sessions AS s
+            WHERE s.session_id = v_session_id
+              AND pg_catalog.pg_try_advisory_xact_lock(
+                  undolog.session_lock_key(s.session_id, s.owner_role))
+            FOR UPDATE SKIP LOCKED);
         IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL) IS NOT NULL THEN
             RETURN NEXT v_approval_id;
         END IF;

@@ -10,10 +10,9 @@ SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_session undolog.undolog_sessions := undolog.lock_session(p_session_id);
+    v_session undolog.undolog_sessions := undolog.lock_own_session(p_session_id);
     v_expires timestamptz;
 BEGIN
-    PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
     -- A session in a partial walk (rollback_to) goes on after it, also once an operator
     -- resumes a walk that halted: its agent is alive, its session block still open.
     IF v_session.state NOT IN ('active', 'awaiting_approval')

@@ -87,11 +87,14 @@ BEGIN
     -- lock_session's order. Under REPEATABLE READ or SERIALIZABLE, this transaction's
     -- snapshot may predate a fail_session that committed while it waited: FOR SHARE then
     -- raises the serialization failure that reading without a row lock would miss.
+    -- The lock is keyed by the caller's login, which must be the owner (checked below):
+    -- a login naming another's session locks a key of its own (session_lock_key).
     IF p_tier = 'irreversible' THEN
         SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.lock_session(p_session_id) AS s;
+        FROM undolog.lock_own_session(p_session_id) AS s;
     ELSE
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(undolog.session_lock_key(p_session_id));
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(
+            undolog.session_lock_key(p_session_id, session_user));
         IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
             SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
             FROM undolog.undolog_sessions AS s

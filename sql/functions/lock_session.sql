@@ -1,8 +1,13 @@
 -- undolog.lock_session: a session's row, locked FOR UPDATE, and its advisory lock
--- (session_lock_key) held exclusive, so that journaled calls in flight (intercept holds
--- it shared) finish first; UL002 when there is none. Every function that moves a session
--- on starts here, so they serialise on the row. Row first, then the advisory lock: the
--- order every path takes, so that none waits for the other in reverse.
+-- (session_lock_key, with its owner) held exclusive, so that journaled calls in flight
+-- (intercept holds it shared) finish first; UL002 when there is none. Every function that
+-- moves a session on starts here, so they serialise on the row. Row first, then the
+-- advisory lock: the order every path takes, so that none waits for the other in reverse.
+-- The wait is bounded: an agent may leave its own transaction open while it holds its
+-- session (an intercept, a heartbeat, a refused call), and a person's decision, a
+-- rollback or a walker must not wait on it for as long as it likes. Past
+-- session_lock_wait() (5 s, or the caller's own shorter lock_timeout), UL030 says who
+-- holds it, and nothing was changed. A session nobody holds is locked at once.
 CREATE OR REPLACE FUNCTION undolog.lock_session(p_session_id uuid)
 RETURNS undolog.undolog_sessions
 LANGUAGE plpgsql
@@ -10,18 +15,44 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_session undolog.undolog_sessions;
+    v_caller_wait text := pg_catalog.current_setting('lock_timeout');
+    v_wait interval := undolog.session_lock_wait();
 BEGIN
-    SELECT s.* INTO v_session
-    FROM undolog.undolog_sessions AS s
-    WHERE s.session_id = p_session_id
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
+    IF v_caller_wait <> '0' AND v_caller_wait::interval < v_wait THEN
+        v_wait := v_caller_wait::interval;  -- the caller's own, shorter
+    ELSE
+        PERFORM pg_catalog.set_config(
+            'lock_timeout', (pg_catalog.date_part('epoch', v_wait) * 1000)::bigint::text, true);
     END IF;
-    -- intercept never writes the session row, so the row read above stays current.
-    PERFORM pg_catalog.pg_advisory_xact_lock(undolog.session_lock_key(p_session_id));
+    BEGIN
+        SELECT s.* INTO v_session
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL002',
+                MESSAGE = pg_catalog.format('unknown session %s',
+                                            coalesce(p_session_id::text, 'NULL'));
+        END IF;
+        -- intercept never writes the session row, so the row read above stays current.
+        PERFORM pg_catalog.pg_advisory_xact_lock(
+            undolog.session_lock_key(p_session_id, v_session.owner_role));
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL030',
+            MESSAGE = pg_catalog.format('session %s is held by a transaction that has not '
+                                        'ended', p_session_id),
+            DETAIL = pg_catalog.format('Waited %s for it: another transaction holds it and '
+                                       'has not ended (the session''s agent is login %s). '
+                                       'Nothing was changed.', v_wait,
+                                       (SELECT s.owner_role FROM undolog.undolog_sessions AS s
+                                        WHERE s.session_id = p_session_id)),
+            HINT = 'Try again. If it stays held, end that transaction: its backend is in '
+                   'pg_stat_activity, idle in transaction, most likely under the agent''s '
+                   'login (pg_terminate_backend).';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_caller_wait, true);
     RETURN v_session;
 END
 $$;

@@ -25,7 +25,8 @@ BEGIN
           -- A call of the session being journaled right now (intercept holds the
           -- session's advisory lock shared): skipped like a locked row, the next run
           -- sees it.
-          AND pg_catalog.pg_try_advisory_xact_lock(undolog.session_lock_key(x.session_id))
+          AND pg_catalog.pg_try_advisory_xact_lock(
+              undolog.session_lock_key(x.session_id, x.owner_role))
         FOR UPDATE SKIP LOCKED
     )
     AND s.state = 'active';

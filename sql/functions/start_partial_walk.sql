@@ -42,9 +42,12 @@ BEGIN
             MESSAGE = 'an agent undoes its session as its own login: leave p_by out';
     END IF;
 
-    v_session := undolog.lock_session(p_session_id);
-    IF NOT v_staff THEN
-        PERFORM undolog.check_session_caller(p_session_id, v_session.owner_role);
+    -- It plans the walk from what it reads after the lock (check_read_committed).
+    PERFORM undolog.check_read_committed('rollback_to');
+    IF v_staff THEN
+        v_session := undolog.lock_session(p_session_id);
+    ELSE
+        v_session := undolog.lock_own_session(p_session_id);
         IF NOT undolog.agent_rollback_to_allowed() THEN
             RAISE EXCEPTION USING
                 ERRCODE = '42501',

@@ -198,7 +198,8 @@ def test_one_sessions_error_is_logged_and_the_others_are_walked(
         with caplog.at_level(logging.ERROR, logger="undolog.walk"):
             assert worker.run_pass() is True
         assert undone == [2] and state_of(conn, free) == "compensated"
-        assert f"session {locked}" in caplog.text and "LockNotAvailable" in caplog.text
+        assert f"session {locked}" in caplog.text and "SessionBusy" in caplog.text
+        assert "Waited 00:00:00.2" in caplog.text  # the login's own, shorter lock_timeout
     assert worker.run_pass() is True  # the lock is gone: walked now
     assert undone == [2, 1] and state_of(conn, locked) == "compensated"
     worker.stop()

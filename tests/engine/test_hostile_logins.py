@@ -204,9 +204,11 @@ def test_a_signature_spelling_another_locks_key_holds_nothing_of_it(
     `undolog migrate` and that login's irreversible calls waited for it."""
     squatter = login("undolog_agent")
     victim = login("undolog_agent")
-    (pending_key,) = conn.execute(
+    row = conn.execute(
         "SELECT undolog.advisory_key('pending_approvals', %s)", (victim.info.user,)
-    ).fetchone() or (None,)
+    ).fetchone()
+    assert row is not None
+    pending_key: int = row[0]
     engine.register_tool(squatter, "put", "compensable", UNDO)
     held = engine.begin_session(squatter, agent="squatter")
     squatter.autocommit = False
@@ -232,13 +234,103 @@ def test_a_signature_spelling_another_locks_key_holds_nothing_of_it(
         squatter.rollback()
 
 
+def test_a_login_naming_another_sessions_in_an_open_transaction_holds_nothing_of_it(
+    login: Callable[..., Conn],
+) -> None:
+    """A refused call stays in its transaction until that ends, locks and all: a
+    heartbeat or a complete_session naming another login's session took the session's row
+    and its lock before learning whose it was, and an intercept its lock, so the owner's
+    calls, heartbeats and completion waited for as long as the other kept it open."""
+    victim = login("undolog_agent")
+    squatter = login("undolog_agent")
+    engine.register_tool(victim, "put", "compensable", UNDO)
+    sid = engine.begin_session(victim, agent="victim")
+    holds = [psycopg.connect(squatter.info.dsn, password=None) for _ in range(3)]
+    try:
+        for held, statement in zip(
+            holds,
+            (
+                "SELECT undolog.heartbeat(%s)",
+                "SELECT undolog.complete_session(%s)",
+                "SELECT * FROM undolog.intercept(%s, 0, 'put', 'compensable', '{}', "
+                + "repeat('a', 64), '{\"name\": \"undo\"}')",
+            ),
+            strict=True,
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                held.execute(statement, (sid,))  # refused; the transaction stays open
+        victim.execute("SET lock_timeout = '2s'")
+        engine.heartbeat(victim, sid)
+        got = engine.intercept(victim, sid, 0, "put", "compensable", {"n": 1}, UNDO)
+        assert got.effect_id is not None
+        engine.commit(victim, got.effect_id, {"ok": True})
+        assert engine.complete_session(victim, sid) == "completed"
+    finally:
+        for held in holds:
+            held.close()
+
+
+def test_an_agents_open_transaction_holds_a_person_5_s_at_most_and_no_sweep(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    """An agent may hold its own session in a transaction it leaves open. A person's
+    rollback waited for it as long as it liked, and expire_approvals, walking the expired
+    requests in session order, waited there for every login's expiry. Now the person gets
+    SessionBusy (UL030) after lock_session's 5 s, and the sweep skips that session."""
+    holder = login("undolog_agent")
+    other = login("undolog_agent")
+    approver = login("undolog_approver")
+    conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '1 s'")
+    engine.register_tool(holder, "wire", "irreversible", None)
+    engine.register_tool(other, "wire", "irreversible", None)
+    held_sid = engine.begin_session(holder, agent="holder")
+    engine.intercept(holder, held_sid, 0, "wire", "irreversible", {"n": 1})
+    other_sid = engine.begin_session(other, agent="other")
+    engine.intercept(other, other_sid, 0, "wire", "irreversible", {"n": 2})
+    time.sleep(1.2)  # both requests are past their deadline
+    holder.autocommit = False
+    engine.intercept(holder, held_sid, 0, "wire", "irreversible", {"n": 1})  # holds its row
+    try:
+        expired = approvals.expire_approvals(conn)
+        states = dict(
+            conn.execute(
+                "SELECT session_id, state FROM undolog.undolog_approval_requests"
+            ).fetchall()
+        )
+        assert len(expired) == 1 and states == {held_sid: "pending", other_sid: "expired"}
+        started = time.monotonic()
+        with pytest.raises(errors.SessionBusy, match="held by a transaction"):
+            saga.rollback_session(approver, held_sid, "ann", "stop it")
+        assert 4.5 < time.monotonic() - started < 15
+    finally:
+        holder.rollback()
+    assert saga.rollback_session(approver, held_sid, "ann", "stop it") in ("failed", "compensating")
+
+
+def test_complete_session_refuses_a_snapshot_older_than_its_wait(
+    login: Callable[..., Conn],
+) -> None:
+    """Under REPEATABLE READ, complete_session's snapshot predated a call journaled while
+    it waited for the session, so it completed the session over a call still executing."""
+    agent = login("undolog_agent")
+    sid = engine.begin_session(agent, agent="rr")
+    agent.autocommit = False
+    agent.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with pytest.raises(errors.InvalidArgument, match="runs at READ COMMITTED, not REPEATABLE"):
+        engine.complete_session(agent, sid)
+    agent.rollback()
+    agent.autocommit = True
+    assert engine.complete_session(agent, sid) == "completed"
+
+
 def test_sessions_sharing_their_last_64_bits_get_different_lock_keys(conn: Conn) -> None:
     # Version 1 UUIDs made by one process: the same clock sequence and node.
     node, clock_seq = 0x0242AC120002, 0x1234
     ids = [uuid.uuid1(node=node, clock_seq=clock_seq) for _ in range(50)]
     assert len({u.int & (2**64 - 1) for u in ids}) == 1
     keys = conn.execute(
-        "SELECT count(DISTINCT undolog.session_lock_key(u)) FROM unnest(%s::uuid[]) AS u", (ids,)
+        "SELECT count(DISTINCT undolog.session_lock_key(u, 'ann')) FROM unnest(%s::uuid[]) AS u",
+        (ids,),
     ).fetchone()
     assert keys == (50,)
 
@@ -249,7 +341,9 @@ def test_a_login_squatting_a_session_key_neither_stalls_it_nor_keeps_it_alive(
     victim = login("undolog_agent")
     squatter = login("undolog_agent")
     sid = engine.begin_session(victim, agent="victim", lease=timedelta(seconds=1))
-    (key,) = conn.execute("SELECT undolog.session_lock_key(%s)", (sid,)).fetchone() or (None,)
+    (key,) = conn.execute(
+        "SELECT undolog.session_lock_key(%s, %s)", (sid, victim.info.user)
+    ).fetchone() or (None,)
     # The key is there for anyone to read while the victim journals a call...
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         squatter.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (key,))
