@@ -105,7 +105,8 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(undolog.session_lock_key(p_session_id, session_user));
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(
+        undolog.session_lock_key(p_session_id, session_user));
     SELECT s.state, s.owner_role INTO v_state, v_owner
     FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;
     IF v_owner IS DISTINCT FROM session_user THEN
