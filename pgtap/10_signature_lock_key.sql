@@ -11,8 +11,8 @@ SELECT has_function('undolog', 'signature_lock_key', ARRAY['text'],
                     'undolog.signature_lock_key(text) exists');
 SELECT function_returns('undolog', 'signature_lock_key', ARRAY['text'], 'bigint',
                         'it returns bigint');
-SELECT volatility_is('undolog', 'signature_lock_key', ARRAY['text'], 'immutable',
-                     'it is IMMUTABLE');
+SELECT volatility_is('undolog', 'signature_lock_key', ARRAY['text'], 'stable',
+                     'it is STABLE (advisory_key: so that it is inlined)');
 SELECT is_strict('undolog', 'signature_lock_key', ARRAY['text'], 'it is STRICT');
 SELECT is(undolog.signature_lock_key(NULL), NULL::bigint, 'NULL signature -> NULL key');
 SELECT is(undolog.session_lock_key(NULL, 'a'), NULL::bigint, 'NULL session -> NULL key');

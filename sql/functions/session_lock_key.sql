@@ -18,7 +18,7 @@
 CREATE OR REPLACE FUNCTION undolog.session_lock_key(p_session_id uuid, p_owner_role text)
 RETURNS bigint
 LANGUAGE sql
-IMMUTABLE
+STABLE
 STRICT
 PARALLEL SAFE
 AS $$

@@ -7,7 +7,7 @@
 CREATE OR REPLACE FUNCTION undolog.signature_lock_key(p_call_signature text)
 RETURNS bigint
 LANGUAGE sql
-IMMUTABLE
+STABLE
 STRICT
 PARALLEL SAFE
 AS $$
