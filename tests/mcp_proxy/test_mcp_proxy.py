@@ -48,6 +48,19 @@ def _proxy_args(config: Path, dsn: str) -> list[str]:
     return ["-m", "undolog.cli", "mcp-proxy", "--config", str(config), "--dsn", dsn]
 
 
+def stdio_proxy(config: Path, dsn: str, ledger: Path) -> subprocess.Popen[bytes]:
+    """`undolog mcp-proxy` over stdio, its pipes ours to write JSON-RPC lines to by hand
+    (its stderr dropped)."""
+    return subprocess.Popen(
+        [sys.executable, *_proxy_args(config, dsn)],
+        env=_env(ledger),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def ops(ledger: Path) -> list[dict[str, Any]]:
     if not ledger.exists():
         return []

@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import select
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import ROOT, _env, _proxy_args, ledger, names, sessions, wait_for
+from test_mcp_proxy import ledger, names, sessions, stdio_proxy, wait_for
 from test_mcp_proxy_sessions import effects, session_policy
 
 __all__ = ["ledger"]  # a fixture, used by name
@@ -27,14 +25,7 @@ class Line:
     deadline (a proxy that died reads as end of file)."""
 
     def __init__(self, config: Path, dsn: str, ledger: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, *_proxy_args(config, dsn)],
-            env=_env(ledger),
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        self.process = stdio_proxy(config, dsn, ledger)
         self.buffer = bytearray()
         self.eof = False
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,17 +17,15 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.context import ClientRequestContext
 from test_mcp_proxy import (
-    ROOT,
     SESSION,
     HttpProxy,
-    _env,
-    _proxy_args,
     http_proxies,
     ledger,
     ops,
     pending_approval,
     sessions,
     stdio_client,
+    stdio_proxy,
     text,
     wait_for,
 )
@@ -371,14 +367,7 @@ class Wire:
     """`undolog mcp-proxy` over stdio, spoken to line by line."""
 
     def __init__(self, config: Path, dsn: str, ledger: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, *_proxy_args(config, dsn)],
-            env=_env(ledger),
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        self.process = stdio_proxy(config, dsn, ledger)
         self.ids = 0
 
     def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
