@@ -13,17 +13,14 @@ DECLARE
     v_approval_id uuid;
     v_session_id uuid;
 BEGIN
-    FOR v_approval_id IN
-        SELECT a.approval_id
+    FOR v_approval_id, v_session_id IN
+        SELECT a.approval_id, a.session_id
         FROM undolog.undolog_approval_requests AS a
         WHERE a.state = 'pending' AND a.expires_at <= now()
         ORDER BY a.session_id, a.approval_id
     LOOP
         -- A session its agent holds in an open transaction is skipped, not waited for:
         -- the next sweep expires its requests, and nobody else's wait on it.
-        SELECT a.session_id INTO v_session_id
-        FROM undolog.undolog_approval_requests AS a
-        WHERE a.approval_id = v_approval_id;
         CONTINUE WHEN NOT EXISTS (
             SELECT FROM undolog.undolog_sessions AS s
             WHERE s.session_id = v_session_id

@@ -6,31 +6,16 @@
 -- under requests. Only the database-wide value counts (undolog.database_setting): this
 -- runs inside the agent's intercept, and its own SET must not lift its bound.
 -- A value that is not an integer from 1 to 1,000,000 raises UL008 rather than being
--- ignored, as undolog.approval_timeout does: intercept then writes nothing.
+-- ignored (undolog.integer_setting_value): intercept then writes nothing.
 CREATE OR REPLACE FUNCTION undolog.max_pending_approvals()
 RETURNS integer
-LANGUAGE plpgsql
+LANGUAGE sql
 STABLE
 SET search_path = undolog, pg_temp
 AS $$
-DECLARE
-    v_setting text := pg_catalog.btrim(undolog.database_setting('undolog.max_pending_approvals'));
-BEGIN
-    IF v_setting IS NULL OR v_setting = '' THEN
-        RETURN 100;
-    END IF;
-    -- At most 7 digits, so the cast cannot overflow.
-    IF v_setting !~ '^[0-9]{1,7}$' OR v_setting::integer NOT BETWEEN 1 AND 1000000 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL008',
-            MESSAGE = pg_catalog.format(
-                'undolog.max_pending_approvals must be an integer from 1 to 1000000, not %s',
-                pg_catalog.quote_literal(v_setting)),
-            HINT = 'e.g. ALTER DATABASE app SET undolog.max_pending_approvals = 500; '
-                   'empty or unset means 100.';
-    END IF;
-    RETURN v_setting::integer;
-END
+    SELECT undolog.integer_setting_value(
+        'undolog.max_pending_approvals',
+        undolog.database_setting('undolog.max_pending_approvals'), 100, 1, 1000000)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.max_pending_approvals() FROM public;
