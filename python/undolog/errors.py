@@ -34,6 +34,8 @@ class UndoLogError(Exception):
     # a database or engine error, unless the class says what else it is
     exit_code: ClassVar[int] = EXIT_ERROR
     http_status: ClassVar[int] = HTTP_ERROR
+    # what to do next: the engine's HINT, for an error translated from the database's
+    hint: str | None = None
 
 
 class InvalidStateTransition(UndoLogError):
@@ -425,6 +427,10 @@ def translate(exc: psycopg.Error) -> Exception:
         message += f" ({diag.message_detail})"
     err = cls(message)
     err.__cause__ = exc
+    if diag.message_hint:
+        # Every engine error says what to do next; a note shows it under the traceback.
+        err.hint = diag.message_hint
+        err.add_note(f"hint: {diag.message_hint}")
     return err
 
 

@@ -19,7 +19,9 @@ BEGIN
     IF undolog.is_blank(p_reason) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'p_reason must say how the session was resolved: non-empty text';
+            MESSAGE = 'p_reason must say how the session was resolved: non-empty text',
+            HINT = 'Say how it was resolved, e.g. ''refunded by hand, ticket 123'': undolog '
+                   'sessions abandon ID --by WHO --reason TEXT.';
     END IF;
     PERFORM undolog.lock_halted_session(p_session_id);
     UPDATE undolog.undolog_sessions AS s

@@ -81,7 +81,9 @@ BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL026',
-            MESSAGE = 'invalid notification channel: it needs ' || v_problem;
+            MESSAGE = 'invalid notification channel: it needs ' || v_problem,
+            HINT = 'Fix the channel''s settings and add it again: undolog notifications '
+                   'add-webhook --help (or add-email --help) lists what each needs.';
     END IF;
     INSERT INTO undolog.undolog_notification_channels AS c (
         channel_name, kind, destination, config, secret, dashboard_url, created_by, created_role
@@ -101,7 +103,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL026',
             MESSAGE = pg_catalog.format('a notification channel named %s exists: remove it first',
-                                        p_name);
+                                        p_name),
+            HINT = 'Choose another name, or remove the existing channel first: undolog '
+                   'notifications remove NAME.';
     END IF;
     -- the delivery workers LISTENing wake (at commit) and announce the pending requests
     -- through the new channel at once

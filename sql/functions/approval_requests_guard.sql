@@ -14,7 +14,10 @@ BEGIN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('an approval request starts pending, not %s',
-                                            NEW.state);
+                                            NEW.state),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         -- intercept does not set a deadline: the configured default applies.
         NEW.expires_at := coalesce(NEW.expires_at,
@@ -22,7 +25,10 @@ BEGIN
         IF NEW.expires_at <= NEW.requested_at THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL008',
-                MESSAGE = 'an approval request''s deadline must come after its request';
+                MESSAGE = 'an approval request''s deadline must come after its request',
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         RETURN NEW;
     END IF;
@@ -43,20 +49,28 @@ BEGIN
             ERRCODE = 'UL011',
             MESSAGE = 'an approval request''s identity (id, session, effect, requested_at, '
                       'expires_at, chain links) cannot change',
-            DETAIL = pg_catalog.format('approval %s', OLD.approval_id);
+            DETAIL = pg_catalog.format('approval %s', OLD.approval_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     IF OLD.state <> 'pending' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL014',
             MESSAGE = pg_catalog.format('approval %s was already decided (%s)',
-                                        OLD.approval_id, OLD.state);
+                                        OLD.approval_id, OLD.state),
+            HINT = 'A decision is final; nothing was changed. Read it in the session''s timeline: '
+                   'undolog sessions show ID.';
     END IF;
     IF NEW.state NOT IN ('approved', 'rejected', 'expired') THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('invalid approval transition %s -> %s',
                                         OLD.state, NEW.state),
-            DETAIL = pg_catalog.format('approval %s', OLD.approval_id);
+            DETAIL = pg_catalog.format('approval %s', OLD.approval_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     RETURN NEW;
 END

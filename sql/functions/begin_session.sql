@@ -21,18 +21,22 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('lease must be between 1 second and 1 day, not %s',
-                                        coalesce(p_lease::text, 'NULL'));
+                                        coalesce(p_lease::text, 'NULL')),
+            HINT = 'Pass a lease from ''1 second'' to ''1 day'' (the default is 5 minutes); a '
+                   'long-running agent renews it with undolog.heartbeat.';
     END IF;
     IF length(p_agent) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'agent must be at most 200 characters';
+            MESSAGE = 'agent must be at most 200 characters',
+            HINT = 'Name the agent in at most 200 characters; put longer details in metadata.';
     END IF;
     IF p_metadata IS NULL OR jsonb_typeof(p_metadata) <> 'object' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('metadata must be a JSON object, not %s',
-                                        coalesce(jsonb_typeof(p_metadata), 'NULL'));
+                                        coalesce(jsonb_typeof(p_metadata), 'NULL')),
+            HINT = 'Pass metadata as a JSON object, e.g. ''{"task": "refund"}'', or leave it out.';
     END IF;
     PERFORM undolog.check_payload('metadata', p_metadata);
 

@@ -28,7 +28,9 @@ BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL007',
-            MESSAGE = 'invalid compensation descriptor: ' || v_problem;
+            MESSAGE = 'invalid compensation descriptor: ' || v_problem,
+            HINT = 'A compensation is {"name": TOOL, "args": {...}, "max_attempts": N} with only '
+                   'name required: docs/reference/sql.md, register_tool.';
     END IF;
     PERFORM undolog.check_payload('compensation', p_compensation);
 END

@@ -21,7 +21,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL003',
             MESSAGE = pg_catalog.format('unknown effect %s in session %s', p_effect_id,
-                                        p_session_id);
+                                        p_session_id),
+            HINT = 'Pass the effect_id that intercept answered for this session''s call, with that '
+                   'session''s id.';
     END IF;
 END
 $$;

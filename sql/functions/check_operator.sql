@@ -9,7 +9,9 @@ BEGIN
     IF undolog.is_blank(p_by) OR length(p_by) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'p_by must name the operator: non-empty text of at most 200 characters';
+            MESSAGE = 'p_by must name the operator: non-empty text of at most 200 characters',
+            HINT = 'Pass p_by: who acts (for example ''alice''), non-blank, at most 200 '
+                   'characters.';
     END IF;
 END
 $$;

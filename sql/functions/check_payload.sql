@@ -15,12 +15,17 @@ BEGIN
             ERRCODE = 'UL009',
             MESSAGE = pg_catalog.format('%s is %s bytes of JSON, over the limit of %s bytes',
                                         p_what, pg_catalog.octet_length(p_value::text),
-                                        undolog.max_payload_bytes());
+                                        undolog.max_payload_bytes()),
+            HINT = 'Journal something smaller: return a reference (an id, a URL) instead of the '
+                   'whole object; an operator may raise the limit with ALTER DATABASE ... SET '
+                   'undolog.max_payload_bytes.';
     END IF;
     RAISE EXCEPTION USING
         ERRCODE = 'UL009',
         MESSAGE = pg_catalog.format('%s nests deeper than the limit of %s levels of objects '
-                                    'and arrays', p_what, undolog.max_nesting_depth());
+                                    'and arrays', p_what, undolog.max_nesting_depth()),
+        HINT = 'Flatten the JSON (fewer nested objects and arrays), or journal a reference to it '
+               'instead.';
 END
 $$;
 

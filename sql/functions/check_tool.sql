@@ -25,17 +25,22 @@ BEGIN
     IF undolog.is_blank(p_tool_name) OR length(p_tool_name) > 200 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'tool_name must be non-blank text of at most 200 characters';
+            MESSAGE = 'tool_name must be non-blank text of at most 200 characters',
+            HINT = 'Name the tool in 1 to 200 characters, as the agent calls it.';
     END IF;
     IF p_tier = 'compensable' AND p_compensation IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL007',
-            MESSAGE = 'a compensable call needs a compensation descriptor';
+            MESSAGE = 'a compensable call needs a compensation descriptor',
+            HINT = 'Give the tool its undo, e.g. {"name": "delete_user", "args": {}}, or declare '
+                   'it irreversible if nothing can undo it.';
     END IF;
     IF p_tier = 'irreversible' AND p_compensation IS NOT NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL007',
-            MESSAGE = 'an irreversible call cannot carry a compensation: nothing can undo it';
+            MESSAGE = 'an irreversible call cannot carry a compensation: nothing can undo it',
+            HINT = 'Leave the compensation out: an irreversible call waits for a person''s '
+                   'approval instead.';
     END IF;
     IF p_compensation IS NOT NULL THEN
         PERFORM undolog.check_compensation(p_compensation);

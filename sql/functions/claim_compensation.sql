@@ -69,7 +69,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('claim timeout must be a positive interval up to 1 day, not %s',
-                                        v_timeout);
+                                        v_timeout),
+            HINT = 'Set undolog.claim_timeout (or pass one) as an interval from ''1 second'' to '
+                   '''1 day'', e.g. ''5 minutes''.';
     END IF;
     v_max_default := undolog.setting_integer('undolog.default_max_attempts', 5, 1, 100);
 
@@ -87,7 +89,16 @@ BEGIN
                 CASE v_state
                     WHEN 'halted' THEN 'its undo walk is stopped until an operator acts'
                     ELSE 'there is no undo walk to run (only a failed session is undone)'
-                END);
+                END),
+            HINT = CASE v_state
+                WHEN 'halted' THEN pg_catalog.format(
+                    'Retry, resume or abandon its walk: undolog sessions retry|resume|abandon '
+                    '%s --by WHO (undolog sessions show %s says where it stopped).',
+                    p_session_id, p_session_id)
+                ELSE pg_catalog.format(
+                    'Only a failed session is walked: undolog sessions rollback %s --by WHO '
+                    '--reason TEXT fails a live one.', p_session_id)
+            END;
     END IF;
     IF v_state = 'failed' THEN
         PERFORM undolog.transition_session(p_session_id, 'compensating');

@@ -42,7 +42,9 @@ DECLARE
 BEGIN
     IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING
-            ERRCODE = 'UL008', MESSAGE = 'p_lease must be a positive interval of at most a day';
+            ERRCODE = 'UL008', MESSAGE = 'p_lease must be a positive interval of at most a day',
+            HINT = 'Pass a lease from ''1 second'' to ''1 day'', e.g. ''30 seconds'', or leave it '
+                   'out.';
     END IF;
     LOOP
         SELECT d.session_id, d.delivery_id, d.attempts >= d.max_attempts

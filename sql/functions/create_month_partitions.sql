@@ -46,7 +46,8 @@ DECLARE
     v_attached boolean;
 BEGIN
     IF p_month IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'p_month is required';
+        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'p_month is required',
+            HINT = 'Pass the month to create, e.g. date_trunc(''month'', now()).';
     END IF;
     FOREACH v_parent IN ARRAY ARRAY['undolog.undolog_effect_log'::regclass,
                                     'undolog.undolog_effect_history'::regclass] LOOP

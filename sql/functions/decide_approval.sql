@@ -71,22 +71,27 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('a decision is approved, rejected or expired, not %s',
-                                        coalesce(pg_catalog.quote_literal(p_decision), 'NULL'));
+                                        coalesce(pg_catalog.quote_literal(p_decision), 'NULL')),
+            HINT = 'Decide with undolog.approve, undolog.approve_edited or undolog.reject.';
     END IF;
     IF p_approval_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'approval_id is required';
+        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'approval_id is required',
+            HINT = 'Pass the approval_id of a request: undolog approvals list shows them.';
     END IF;
     IF p_args IS NOT NULL THEN
         IF p_decision <> 'approved' THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL008',
-                MESSAGE = 'only an approval carries edited args: a refusal runs nothing';
+                MESSAGE = 'only an approval carries edited args: a refusal runs nothing',
+                HINT = 'Reject without args, or approve with them: undolog.approve_edited.';
         END IF;
         IF jsonb_typeof(p_args) <> 'object' THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL008',
                 MESSAGE = pg_catalog.format('args must be a JSON object, not %s',
-                                            jsonb_typeof(p_args));
+                                            jsonb_typeof(p_args)),
+                HINT = 'Pass the edited args as a JSON object of the tool''s named arguments, as '
+                       'the call''s own.';
         END IF;
         PERFORM undolog.check_payload('args', p_args);
     END IF;
@@ -95,13 +100,15 @@ BEGIN
        AND (undolog.is_blank(p_decided_by) OR length(p_decided_by) > 200) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'decided_by must name who decides: non-blank text of at most 200 characters';
+            MESSAGE = 'decided_by must name who decides: non-blank text of at most 200 characters',
+            HINT = 'Pass who decides (for example ''alice''), non-blank, at most 200 characters.';
     END IF;
     IF length(p_reason) > 8192 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('reason is %s characters, over the limit of 8192',
-                                        length(p_reason));
+                                        length(p_reason)),
+            HINT = 'Give a shorter reason (at most 8192 characters); link to a longer document.';
     END IF;
 
     SELECT a.session_id INTO v_session_id
@@ -110,7 +117,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL013',
-            MESSAGE = pg_catalog.format('unknown approval %s', p_approval_id);
+            MESSAGE = pg_catalog.format('unknown approval %s', p_approval_id),
+            HINT = 'Check the id: undolog approvals list shows the pending requests, undolog '
+                   'sessions show ID every request of a session.';
     END IF;
 
     -- Bounded: an agent's open transaction holding its session answers UL030 after
@@ -157,14 +166,18 @@ BEGIN
                 DETAIL = pg_catalog.format('%s at %s by %s', v_request.state,
                                            v_request.decided_at,
                                            coalesce(v_request.decided_by,
-                                                    'the engine (deadline)'));
+                                                    'the engine (deadline)')),
+                HINT = 'The decision stands. If the call must run with other args, reject a new '
+                       'request for it instead, or ask the agent to call again.';
         END IF;
         RAISE EXCEPTION USING
             ERRCODE = 'UL014',
             MESSAGE = pg_catalog.format('approval %s was already decided: %s', p_approval_id,
                                         v_request.state),
             DETAIL = pg_catalog.format('%s at %s by %s', v_request.state, v_request.decided_at,
-                                       coalesce(v_request.decided_by, 'the engine (deadline)'));
+                                       coalesce(v_request.decided_by, 'the engine (deadline)')),
+            HINT = 'A decision is final; nothing was changed. Read it with undolog sessions show '
+                   '(the session''s timeline).';
     END IF;
 
     v_decided_at := pg_catalog.clock_timestamp();
@@ -184,7 +197,9 @@ BEGIN
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('approval %s is not past its deadline (%s)',
                                         p_approval_id,
-                                        coalesce(v_request.expires_at::text, 'none'));
+                                        coalesce(v_request.expires_at::text, 'none')),
+            HINT = 'Approve or reject it now, or wait for its deadline: undolog.expire_approvals() '
+                   'expires it then.';
     END IF;
 
     -- Approving is only meaningful while the session waits for it: if the session was

@@ -39,7 +39,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('p_in_use must be refuse, skip or force, not %s',
-                                        coalesce(pg_catalog.quote_literal(p_in_use), 'NULL'));
+                                        coalesce(pg_catalog.quote_literal(p_in_use), 'NULL')),
+            HINT = 'Pass p_in_use => ''refuse'' (stop at a month still in use), ''skip'' (keep it) '
+                   'or ''force'' (drop it anyway).';
     END IF;
 
     FOR v_month IN

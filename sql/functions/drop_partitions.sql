@@ -39,7 +39,8 @@ BEGIN
     IF p_detach_only IS NULL OR p_force IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'p_detach_only and p_force must be true or false, not NULL';
+            MESSAGE = 'p_detach_only and p_force must be true or false, not NULL',
+            HINT = 'Pass p_detach_only and p_force as true or false, or leave them out (false).';
     END IF;
     PERFORM undolog.lock_partition_maintenance();
     RETURN QUERY

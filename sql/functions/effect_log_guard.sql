@@ -31,7 +31,10 @@ BEGIN
                         OR (NEW.tier = 'irreversible' AND NEW.state = 'pending'), false) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
-                MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state);
+                MESSAGE = pg_catalog.format('a %s effect cannot start %s', NEW.tier, NEW.state),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         -- Nothing is recorded or linked by an insert but what the guard writes below.
         NEW.events_in_row := true;
@@ -73,7 +76,10 @@ BEGIN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL011',
                 MESSAGE = 'an effect''s identity (id, session, time, signature, step, tool, tier, args, maker, registration) and its recorded commit cannot change',
-                DETAIL = pg_catalog.format('effect %s', OLD.effect_id);
+                DETAIL = pg_catalog.format('effect %s', OLD.effect_id),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         NEW.updated_at := now();
 
@@ -93,7 +99,10 @@ BEGIN
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('invalid %s effect transition %s -> %s',
                                             NEW.tier, OLD.state, NEW.state),
-                DETAIL = pg_catalog.format('effect %s', NEW.effect_id);
+                DETAIL = pg_catalog.format('effect %s', NEW.effect_id),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         IF NEW.state = 'committed' THEN
             -- executing -> committed, the only way in: the commit, recorded here; its

@@ -58,7 +58,10 @@ BEGIN
     RAISE EXCEPTION USING
         ERRCODE = 'UL001',
         MESSAGE = pg_catalog.format('invalid effect transition %s -> %s', v_state, p_to),
-        DETAIL = pg_catalog.format('effect %s is %s, not executing', p_effect_id, v_state);
+        DETAIL = pg_catalog.format('effect %s is %s, not executing', p_effect_id, v_state),
+        HINT = 'Only an executing call takes a result: read the call''s state with undolog '
+               'sessions show ID. A late result of a call the walk took is answered ''late'' '
+               'instead.';
 END
 $$;
 

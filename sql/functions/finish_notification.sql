@@ -33,7 +33,8 @@ BEGIN
     FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
-            ERRCODE = 'UL025', MESSAGE = pg_catalog.format('no delivery %s', p_delivery_id);
+            ERRCODE = 'UL025', MESSAGE = pg_catalog.format('no delivery %s', p_delivery_id),
+            HINT = 'Pass the delivery_id that undolog.claim_notification answered.';
     END IF;
     -- claimed_until is set by the claim and cleared by its report: a report without a
     -- claim in force (a duplicate) is stale too

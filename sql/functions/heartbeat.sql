@@ -21,7 +21,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL010',
             MESSAGE = pg_catalog.format('session %s is %s: its lease cannot be renewed',
-                                        p_session_id, v_session.state);
+                                        p_session_id, v_session.state),
+            HINT = 'The session has ended and its lease no longer matters: begin a new session for '
+                   'new work (undolog.begin_session).';
     END IF;
     UPDATE undolog.undolog_sessions AS s
     SET lease_expires_at = now() + s.lease_duration

@@ -24,7 +24,9 @@ SET search_path = undolog, pg_temp
 AS $$
 BEGIN
     IF p_tool_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'tool_id is required';
+        RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'tool_id is required',
+            HINT = 'Pass the tool_id that undolog.register_tool answered (the binding does so for '
+                   'you).';
     END IF;
     RETURN QUERY SELECT * FROM undolog.journal_call(p_session_id, p_tool_id, p_step_index,
                                                     NULL, NULL, p_args, p_call_signature, NULL);

@@ -161,7 +161,14 @@ BEGIN
                 RAISE EXCEPTION USING
                     ERRCODE = 'UL010',
                     MESSAGE = pg_catalog.format('session %s is %s: new calls are refused',
-                                                p_session_id, v_session_state);
+                                                p_session_id, v_session_state),
+                    HINT = CASE v_session_state
+                        WHEN 'awaiting_approval'
+                        THEN 'Wait until its approval requests are decided (undolog approvals '
+                             'list), then call again.'
+                        ELSE 'Begin a new session for new calls (undolog.begin_session); this '
+                             'one answers only calls made again, from its journal.'
+                    END;
             END IF;
             IF p_tool_id IS NULL THEN
                 IF v_tool_id IS NULL THEN
@@ -328,7 +335,13 @@ BEGIN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL010',
                 MESSAGE = pg_catalog.format('session %s is %s: the call cannot run',
-                                            p_session_id, v_session_state);
+                                            p_session_id, v_session_state),
+                HINT = CASE v_session_state
+                    WHEN 'awaiting_approval'
+                    THEN 'Wait until its approval requests are decided (undolog approvals '
+                         'list), then call again.'
+                    ELSE 'Begin a new session for new calls (undolog.begin_session).'
+                END;
         END IF;
         -- Its entry was passed by a partial walk (rollback_to) that the session outlived:
         -- run now, it would be an effect below the undo stack's floor that no walk undoes.
@@ -376,7 +389,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('effect %s is %s: it was undone and cannot run again',
-                                        v_effect.effect_id, v_effect.state);
+                                        v_effect.effect_id, v_effect.state),
+            HINT = 'Its undo ran: begin a new session to do it again (undolog.begin_session); '
+                   'undolog sessions show ID says why it was undone.';
     END CASE;
 END
 $$;

@@ -16,7 +16,8 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL003',
-            MESSAGE = pg_catalog.format('unknown effect %s', coalesce(p_effect_id::text, 'NULL'));
+            MESSAGE = pg_catalog.format('unknown effect %s', coalesce(p_effect_id::text, 'NULL')),
+            HINT = 'Pass the effect_id that intercept answered for the call.';
     END IF;
     RETURN v_entry;
 END

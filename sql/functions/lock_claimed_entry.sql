@@ -18,14 +18,18 @@ BEGIN
             MESSAGE = pg_catalog.format('invalid undo entry transition %s -> %s',
                                         v_entry.state, p_to),
             DETAIL = pg_catalog.format('undo entry %s is %s, not in flight', p_undo_id,
-                                       v_entry.state);
+                                       v_entry.state),
+            HINT = 'Only a claimed entry takes a report: claim it again '
+                   '(undolog.claim_compensation); undolog sessions show ID gives its state.';
     END IF;
     IF p_attempt IS DISTINCT FROM NULL AND p_attempt <> v_entry.attempts THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('stale claim: attempt %s of undo entry %s was '
                                         'superseded by attempt %s', p_attempt, p_undo_id,
-                                        v_entry.attempts);
+                                        v_entry.attempts),
+            HINT = 'Another walker claimed the entry after this one''s claim expired: drop this '
+                   'report; the newer attempt reports instead.';
     END IF;
     RETURN v_entry;
 END

@@ -19,7 +19,8 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL012',
             MESSAGE = pg_catalog.format('unknown undo entry %s',
-                                        coalesce(p_undo_id::text, 'NULL'));
+                                        coalesce(p_undo_id::text, 'NULL')),
+            HINT = 'Check the id: undolog sessions show SESSION lists a session''s undo entries.';
     END IF;
     PERFORM FROM undolog.undolog_sessions AS s
     WHERE s.session_id = v_session_id

@@ -35,7 +35,8 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('p_months_ahead must be between 0 and 120, not %s',
-                                        coalesce(p_months_ahead::text, 'NULL'));
+                                        coalesce(p_months_ahead::text, 'NULL')),
+            HINT = 'Pass how many months ahead to create, from 0 to 120 (the default is 3).';
     END IF;
     PERFORM undolog.lock_partition_maintenance();
 

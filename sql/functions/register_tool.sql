@@ -66,7 +66,9 @@ BEGIN
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL008',
-                MESSAGE = pg_catalog.format('p_owner %s is not a role', p_owner);
+                MESSAGE = pg_catalog.format('p_owner %s is not a role', p_owner),
+                HINT = 'Create the login first (CREATE ROLE ... LOGIN IN ROLE undolog_agent), or '
+                       'name an existing one.';
         END IF;
     END IF;
     -- One stored form: args always present (an empty object when none), max_attempts

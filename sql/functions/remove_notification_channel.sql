@@ -20,7 +20,8 @@ BEGIN
     IF v_id IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL025',
-            MESSAGE = pg_catalog.format('no notification channel named %s', p_name);
+            MESSAGE = pg_catalog.format('no notification channel named %s', p_name),
+            HINT = 'Check the name: undolog notifications list shows the channels.';
     END IF;
     UPDATE undolog.undolog_notification_deliveries AS d
     SET state = 'cancelled', last_error = 'the channel was removed'

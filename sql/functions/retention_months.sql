@@ -22,7 +22,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('undolog.retention_months must be a whole number of '
-                                        'months, not %L', v_setting);
+                                        'months, not %L', v_setting),
+            HINT = 'Set it to a whole number of months, e.g. ALTER DATABASE ... SET '
+                   'undolog.retention_months = 12, or RESET it (keep every month).';
     END IF;
     IF v_months NOT BETWEEN 1 AND 1200 THEN
         RAISE EXCEPTION USING

@@ -18,7 +18,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_reason must say why the tool is retired: '
-                      'non-blank text of at most 8192 characters';
+                      'non-blank text of at most 8192 characters',
+            HINT = 'Say why, e.g. ''replaced by refund_v2'': undolog tools retire TOOL --owner '
+                   'LOGIN --by WHO --reason TEXT.';
     END IF;
     UPDATE undolog.undolog_tools AS t
     SET retired_at = clock_timestamp(), retired_by = p_by, retire_reason = p_reason,
@@ -28,7 +30,8 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = pg_catalog.format('tool %s is unknown or already retired', p_tool_id);
+            MESSAGE = pg_catalog.format('tool %s is unknown or already retired', p_tool_id),
+            HINT = 'Check the id: undolog tools list shows the live registrations.';
     END IF;
     RETURN v_at;
 END

@@ -25,7 +25,8 @@ BEGIN
     FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
-            ERRCODE = 'UL025', MESSAGE = pg_catalog.format('no delivery %s', p_delivery_id);
+            ERRCODE = 'UL025', MESSAGE = pg_catalog.format('no delivery %s', p_delivery_id),
+            HINT = 'Check the id: undolog notifications deliveries shows them.';
     END IF;
     SELECT a.state INTO v_request_state
     FROM undolog.undolog_approval_requests AS a
@@ -37,7 +38,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('delivery %s is being sent (claimed until %s)',
-                                        p_delivery_id, v_row.claimed_until);
+                                        p_delivery_id, v_row.claimed_until),
+            HINT = 'Wait until the claim ends; if it was sent meanwhile, there is nothing to '
+                   'retry.';
     END IF;
     IF v_request_state <> 'pending' OR v_removed IS NOT NULL THEN
         RAISE EXCEPTION USING
@@ -46,7 +49,9 @@ BEGIN
                 'delivery %s cannot be sent again: %s', p_delivery_id,
                 CASE WHEN v_removed IS NOT NULL THEN 'its channel was removed'
                      ELSE 'its request is ' || v_request_state END
-            );
+            ),
+            HINT = 'Nothing is waiting for it: a decided or expired request needs no announcement, '
+                   'and a removed channel sends nothing.';
     END IF;
     UPDATE undolog.undolog_notification_deliveries AS d
     SET state = 'pending', sent_at = NULL, next_attempt_at = clock_timestamp(),

@@ -29,7 +29,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_reason must say why the session is rolled back: '
-                      'non-blank text of at most 8192 characters';
+                      'non-blank text of at most 8192 characters',
+            HINT = 'Say why, e.g. ''wrong customer'': undolog sessions rollback ID --by WHO '
+                   '--reason TEXT.';
     END IF;
     SELECT s.state, s.undo_floor INTO v_state, v_floor
     FROM undolog.lock_session(p_session_id) AS s;

@@ -33,7 +33,8 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL'));
+            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL')),
+            HINT = 'Check the id: undolog sessions list shows the sessions.';
     END IF;
     PERFORM undolog.check_session_actor(p_session_id, v_owner);
     RETURN QUERY

@@ -12,14 +12,20 @@ BEGIN
         IF NEW.state <> 'active' THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL001',
-                MESSAGE = pg_catalog.format('a session starts active, not %s', NEW.state);
+                MESSAGE = pg_catalog.format('a session starts active, not %s', NEW.state),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
     ELSE
         IF (NEW.session_id, NEW.owner_role, NEW.created_at)
            IS DISTINCT FROM (OLD.session_id, OLD.owner_role, OLD.created_at) THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL011',
-                MESSAGE = 'a session''s identity (session_id, owner_role, created_at) cannot change';
+                MESSAGE = 'a session''s identity (session_id, owner_role, created_at) cannot change',
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         NEW.updated_at := now();
         IF NEW.state = OLD.state THEN
@@ -30,7 +36,10 @@ BEGIN
                 ERRCODE = 'UL001',
                 MESSAGE = pg_catalog.format('invalid session transition %s -> %s',
                                             OLD.state, NEW.state),
-                DETAIL = pg_catalog.format('session %s', NEW.session_id);
+                DETAIL = pg_catalog.format('session %s', NEW.session_id),
+                HINT = 'The journal changes only through undolog''s functions, and none of them '
+                       'asks for this: if one did, report it as a bug with the statement. Nothing '
+                       'was changed.';
         END IF;
         -- A partial walk (rollback_to) starts with its floor and ends only from one: an
         -- active session is never sent to its walk, nor a walk back to active, otherwise.

@@ -14,7 +14,10 @@ BEGIN
             ERRCODE = 'UL011',
             MESSAGE = 'a resolved session''s resolution (resolved_by, resolved_at, resolution) '
                       'cannot change',
-            DETAIL = pg_catalog.format('session %s', OLD.session_id);
+            DETAIL = pg_catalog.format('session %s', OLD.session_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     RETURN NEW;
 END

@@ -24,7 +24,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = pg_catalog.format('setting %s must be a positive interval, not %s',
-                                        p_name, pg_catalog.quote_literal(v_text));
+                                        p_name, pg_catalog.quote_literal(v_text)),
+            HINT = pg_catalog.format('Set it to a positive interval, e.g. ALTER DATABASE ... '
+                                     'SET %s = ''5 minutes'', or RESET it.', p_name);
     END IF;
     RETURN v_value;
 END

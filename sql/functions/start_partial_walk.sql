@@ -23,7 +23,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
             MESSAGE = 'p_reason must say why the session is undone to a step: '
-                      'non-blank text of at most 8192 characters';
+                      'non-blank text of at most 8192 characters',
+            HINT = 'Say why, e.g. ''wrong address from step 3 on'': undolog sessions undo-to ID '
+                   'STEP --reason TEXT.';
     END IF;
     IF (p_count IS NULL AND (p_step_index IS NULL OR p_step_index < 0))
        OR (p_count IS NOT NULL AND p_count < 1) THEN
@@ -33,13 +35,16 @@ BEGIN
                 THEN pg_catalog.format('p_step_index must be a step index >= 0, not %s',
                                        coalesce(p_step_index::text, 'NULL'))
                 ELSE pg_catalog.format('p_count must be 1 or more, not %s', p_count)
-            END;
+            END,
+            HINT = 'Name the step to undo down to (0 is the first call), or the number of calls to '
+                   'undo (1 or more).';
     END IF;
     PERFORM undolog.check_operator(v_by);
     IF NOT v_staff AND v_by <> session_user THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL008',
-            MESSAGE = 'an agent undoes its session as its own login: leave p_by out';
+            MESSAGE = 'an agent undoes its session as its own login: leave p_by out',
+            HINT = 'Call it without p_by: the session''s own login is recorded as who undid it.';
     END IF;
 
     -- It plans the walk from what it reads after the lock (check_read_committed).

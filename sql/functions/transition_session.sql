@@ -20,7 +20,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('invalid session transition %s -> %s', v_from, p_to),
-            DETAIL = pg_catalog.format('session %s', p_session_id);
+            DETAIL = pg_catalog.format('session %s', p_session_id),
+            HINT = 'Read the session''s state with undolog sessions show ID; '
+                   'docs/design/state-machines.md lists the moves each state allows.';
     END IF;
     UPDATE undolog.undolog_sessions AS s
     SET state = p_to, error = coalesce(left(p_error, 8192), s.error)

@@ -18,20 +18,29 @@ BEGIN
             ERRCODE = 'UL011',
             MESSAGE = 'an undo entry''s identity (id, session, position, effect, signature, '
                       'compensation, max_attempts) cannot change',
-            DETAIL = pg_catalog.format('undo entry %s', OLD.undo_id);
+            DETAIL = pg_catalog.format('undo entry %s', OLD.undo_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     IF NEW.attempts < OLD.attempts THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL011',
             MESSAGE = 'an undo entry''s attempt count never goes down',
-            DETAIL = pg_catalog.format('undo entry %s', OLD.undo_id);
+            DETAIL = pg_catalog.format('undo entry %s', OLD.undo_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     IF NEW.state <> OLD.state AND NOT undolog.undo_transition_allowed(OLD.state, NEW.state) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL001',
             MESSAGE = pg_catalog.format('invalid undo entry transition %s -> %s',
                                         OLD.state, NEW.state),
-            DETAIL = pg_catalog.format('undo entry %s', NEW.undo_id);
+            DETAIL = pg_catalog.format('undo entry %s', NEW.undo_id),
+            HINT = 'The journal changes only through undolog''s functions, and none of them asks '
+                   'for this: if one did, report it as a bug with the statement. Nothing was '
+                   'changed.';
     END IF;
     NEW.updated_at := now();
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -261,3 +262,16 @@ def test_in_progress_wait_on_an_async_session(dsn: str, conn: Conn) -> None:
     with pytest.raises(CallInProgress):
         asyncio.run(agent())
     assert time.monotonic() - started < 5 and undone == [4] and booked == []
+
+
+def test_an_engine_error_says_what_to_do_next_as_its_hint_and_a_note(conn: Conn) -> None:
+    """The engine's HINT (every error it raises has one) reaches the agent author: the
+    exception's ``hint``, and a note that its traceback shows under the message."""
+    sid = engine.begin_session(conn)
+    engine.complete_session(conn, sid)
+    with pytest.raises(undolog.SessionNotActive) as caught:
+        engine.intercept(conn, sid, 0, "pay", "irreversible", {"cents": 1})
+    err = caught.value
+    assert err.hint is not None and err.hint.startswith("Begin a new session"), err.hint
+    assert err.__notes__ == [f"hint: {err.hint}"]
+    assert "hint: Begin a new session" in "".join(traceback.format_exception(err))

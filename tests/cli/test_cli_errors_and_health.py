@@ -125,6 +125,8 @@ def test_sessions_resume_retry_rollback(conn: Conn, capsys: pytest.CaptureFixtur
     assert code == 2 and "not halted" in err
     code, _, err = run(capsys, "sessions", "resume", str(live), "--by", " ")
     assert code == 2 and "--by" in err and "p_by" not in err
+    # the engine's hint, in the command's words: what to pass instead
+    assert "\nhint: Pass --by: who acts" in err, err
 
 
 def test_id_prefixes_unique_ambiguous_and_unknown(

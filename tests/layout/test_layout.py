@@ -331,6 +331,47 @@ def test_every_sql_file_has_its_place() -> None:
     assert found == known
 
 
+def raise_statements(text: str) -> list[str]:
+    """Every ``RAISE EXCEPTION`` statement of a PL/pgSQL source, to its closing ``;``
+    (one outside a string literal)."""
+    found = []
+    for start in (m.start() for m in re.finditer(r"\bRAISE\s+EXCEPTION\b", text)):
+        i, quoted = start, False
+        while i < len(text) and (quoted or text[i] != ";"):
+            if text[i] == "'":
+                quoted = not quoted  # '' inside a literal toggles twice
+            i += 1
+        found.append(text[start : i + 1])
+    return found
+
+
+def test_every_error_of_the_engine_says_what_to_do_next() -> None:
+    """Each RAISE EXCEPTION of sql/functions names a SQLSTATE of the project's (UL, or
+    42501 for a login acting beyond its role) and a HINT: what the caller does next
+    (docs/reference/errors.md lists the SQLSTATEs). An internal invariant (XX000) says so
+    in its hint as well."""
+    missing = []
+    statements = 0
+    for path in sorted((SQL / "functions").glob("*.sql")):
+        for stmt in raise_statements(path.read_text(encoding="utf-8")):
+            statements += 1
+            line = stmt.splitlines()[0]
+            if not re.search(r"\bUSING\b", stmt):
+                missing.append(f"{path.name}: {line} (no USING ERRCODE, MESSAGE, HINT)")
+            elif not re.search(r"ERRCODE\s*=\s*'(UL\d{3}|42501|XX000)'", stmt):
+                missing.append(f"{path.name}: {line} (no project SQLSTATE)")
+            elif not re.search(r"\bHINT\s*=", stmt):
+                message = re.search(r"MESSAGE\s*=\s*(.{0,70})", stmt)
+                missing.append(f"{path.name}: no HINT for {message and message.group(1)}")
+    assert statements > 100
+    assert not missing, "\n".join(missing)
+
+
+def test_the_raise_scanner_ends_at_the_statement_not_a_semicolon_in_a_string() -> None:
+    text = "RAISE EXCEPTION USING ERRCODE = 'UL008', MESSAGE = 'a; b''c;', HINT = 'x';\nEND"
+    assert raise_statements(text) == [text[: text.index("\n")]]
+
+
 # --- Citus readiness ------------------------------------------------------------------
 
 KEYS_WITHOUT_SESSION_ID = """

@@ -94,8 +94,8 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(str(exc), None, hint, EXIT_ERROR)
     if isinstance(exc, UndoLogError) and exc.exit_code != EXIT_ERROR:
         # not found (3), or a value given on the command line refused (2): its message
-        # says which, and needs no hint
-        return ErrorReport(_flags(str(exc)), sqlstate, None, exc.exit_code)
+        # says which, and the engine's hint what to do (where to find the ids)
+        return ErrorReport(_flags(str(exc)), sqlstate, _engine_hint(exc), exc.exit_code)
     if sqlstate in _NO_ENGINE and args is not None:
         return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
     if sqlstate == "42501":
@@ -104,8 +104,17 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(_flags(message), sqlstate, hint, exit_code_of(exc))
     if isinstance(exc, psycopg.Error):
         primary = exc.diag.message_primary or one_line(exc)
-        return ErrorReport(_flags(primary), sqlstate, exc.diag.message_hint, exit_code_of(exc))
-    return ErrorReport(_flags(str(exc)), sqlstate, None, exit_code_of(exc))
+        return ErrorReport(_flags(primary), sqlstate, _engine_hint(exc), exit_code_of(exc))
+    return ErrorReport(_flags(str(exc)), sqlstate, _engine_hint(exc), exit_code_of(exc))
+
+
+def _engine_hint(exc: BaseException) -> str | None:
+    """The engine's HINT (every error it raises has one): on the database error itself,
+    or on the one an UndoLogError was translated from."""
+    for e in (exc, exc.__cause__):
+        if isinstance(e, psycopg.Error) and e.diag.message_hint:
+            return _flags(e.diag.message_hint)
+    return None
 
 
 def report(report: ErrorReport, as_json: bool) -> int:
