@@ -19,6 +19,7 @@ PY := $(VENV)/bin/python
 # The demo needs only the package; the checks need every extra and tool (.[dev]).
 CORE_STAMP := $(VENV)/.core-stamp
 STAMP := $(VENV)/.installed-stamp
+BUILD_STAMP := $(VENV)/.build-stamp
 # Starts a private PostgreSQL, runs the command with PG* and UNDOLOG_DSN set, stops it.
 WITH_PG := $(PY) tools/pgcluster.py run --
 # The reference MCP servers the proxy's tests run for real (npm; versions pinned in
@@ -34,7 +35,9 @@ DB_DIR ?= .pgdata
 test: lint pytest pgtap docs
 
 demo: demo-deps
-	@if [ -n "$${UNDOLOG_DSN:-}" ]; then $(PY) -m undolog.demos; \
+	@if [ -n "$${UNDOLOG_DSN:-}" ]; then \
+		echo "make demo: on the database of UNDOLOG_DSN (unset UNDOLOG_DSN: a throwaway PostgreSQL)" >&2; \
+		$(PY) -m undolog.demos; \
 	else $(WITH_PG) $(PY) -m undolog.demos; fi
 
 # The dashboard filled with the demo's sessions, on http://127.0.0.1:8765/ (Ctrl-C stops it).
@@ -113,8 +116,14 @@ db-stop:
 docs: deps
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-dist: deps
+# Only `build` (it builds in an isolated environment of its own): a wheel for your own
+# project needs none of the test stack that `make deps` installs.
+dist: $(BUILD_STAMP)
 	$(PY) -m build --outdir dist .
+
+$(BUILD_STAMP): | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check "build>=1.2"
+	touch $@
 
 # N agents (1, 4, 16, 64) side by side: floor, SQL durable/async, decorator, replay, DBOS;
 # its own throwaway cluster (pg_stat_statements preloaded). make bench BENCH_ARGS=--quick

@@ -3,7 +3,7 @@
 set -euo pipefail
 # --8<-- [start:shown]
 
-make deps                  # PostgreSQL 15 (Debian packages, when missing) and .venv
+make deps                  # what is missing: PostgreSQL 15, the test tools, .venv
 . .venv/bin/activate       # now `python` and `undolog` are the project's
 eval "$(make -s db)"       # a local PostgreSQL in .pgdata; sets UNDOLOG_DSN, PGHOST, ...
 undolog migrate            # installs the engine (schema undolog)

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,15 @@ def _as_cluster_owner(cmd: list[str]) -> list[str]:
     return cmd
 
 
+def _run_as_owner(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``cmd`` as the cluster's owner. As root it runs from ``/``: the postgres system user
+    may not enter the current folder (a clone under /root), and initdb and pg_ctl would
+    each print "could not change directory to ...: Permission denied"."""
+    if os.geteuid() == 0:
+        kwargs.setdefault("cwd", "/")
+    return subprocess.run(_as_cluster_owner(cmd), **kwargs)
+
+
 @contextlib.contextmanager
 def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
     """Start a private cluster; ``settings`` are extra ``-c name=value`` server options."""
@@ -109,22 +119,20 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
     user = "postgres" if is_root else os.environ.get("USER") or "postgres"
     port = free_port()
     try:
-        subprocess.run(
-            _as_cluster_owner(
-                [
-                    str(bin_ / "initdb"),
-                    "-D",
-                    str(datadir),
-                    "-A",
-                    "trust",
-                    "-U",
-                    user,
-                    "--no-sync",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                ]
-            ),
+        _run_as_owner(
+            [
+                str(bin_ / "initdb"),
+                "-D",
+                str(datadir),
+                "-A",
+                "trust",
+                "-U",
+                user,
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -137,27 +145,25 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
                 *(f"-c {s}" for s in settings),
             ]
         )
-        subprocess.run(
-            _as_cluster_owner(
-                [
-                    str(bin_ / "pg_ctl"),
-                    "-D",
-                    str(datadir),
-                    "-l",
-                    str(datadir / "server.log"),
-                    "-o",
-                    options,
-                    "-w",
-                    "start",
-                ]
-            ),
+        _run_as_owner(
+            [
+                str(bin_ / "pg_ctl"),
+                "-D",
+                str(datadir),
+                "-l",
+                str(datadir / "server.log"),
+                "-o",
+                options,
+                "-w",
+                "start",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
         yield Cluster(host="127.0.0.1", port=port, user=user, datadir=datadir)
     finally:
-        subprocess.run(
-            _as_cluster_owner([str(bin_ / "pg_ctl"), "-D", str(datadir), "-m", "fast", "stop"]),
+        _run_as_owner(
+            [str(bin_ / "pg_ctl"), "-D", str(datadir), "-m", "fast", "stop"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             check=False,
@@ -168,6 +174,8 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
 # The line start() appends to postgresql.conf; its port is read back on later starts.
 PORT_MARK = "# undolog local database (tools/pgcluster.py start)"
 DEFAULT_DIR = ".pgdata"
+# The clone: where `make db` keeps its cluster by default.
+CLONE = Path(__file__).resolve().parents[1]
 
 
 def crash_and_restart(cluster: Cluster, options: str) -> None:
@@ -175,15 +183,13 @@ def crash_and_restart(cluster: Cluster, options: str) -> None:
     start again with the server ``options`` it ran with."""
     ctl = str(bindir() / "pg_ctl")
     data = str(cluster.datadir)
-    subprocess.run(
-        _as_cluster_owner([ctl, "-D", data, "-m", "immediate", "stop"]),
+    _run_as_owner(
+        [ctl, "-D", data, "-m", "immediate", "stop"],
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    subprocess.run(
-        _as_cluster_owner(
-            [ctl, "-D", data, "-l", f"{data}/server.log", "-o", options, "-w", "start"]
-        ),
+    _run_as_owner(
+        [ctl, "-D", data, "-l", f"{data}/server.log", "-o", options, "-w", "start"],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -202,8 +208,8 @@ def _recorded_port(datadir: Path) -> int | None:
 
 
 def _is_running(datadir: Path) -> bool:
-    status = subprocess.run(
-        _as_cluster_owner([str(bindir() / "pg_ctl"), "-D", str(datadir), "status"]),
+    status = _run_as_owner(
+        [str(bindir() / "pg_ctl"), "-D", str(datadir), "status"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,
@@ -217,15 +223,16 @@ def _create(datadir: Path, user: str) -> int:
     datadir.chmod(0o700)
     if os.geteuid() == 0:
         shutil.chown(datadir, "postgres")
-        reachable = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", datadir])
+        reachable = _run_as_owner(["test", "-w", str(datadir)], check=False)
         if reachable.returncode != 0:
             raise RuntimeError(
                 f"the postgres system user cannot reach {datadir}: a folder above it is "
-                "closed to others (chmod o+x it, or choose another --dir)"
+                "closed to others (chmod o+x it), or keep the data where postgres can reach "
+                "it (make db DB_DIR=/some/where, or --dir)"
             )
     initdb = [str(bindir() / "initdb"), "-D", str(datadir), "-A", "trust", "-U", user]
-    subprocess.run(
-        _as_cluster_owner([*initdb, "-E", "UTF8", "--locale=C"]),
+    _run_as_owner(
+        [*initdb, "-E", "UTF8", "--locale=C"],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -253,18 +260,16 @@ def start_local(directory: Path) -> Cluster:
             raise RuntimeError(f"{datadir} was not created by pgcluster.py start")
         port = recorded
     if not _is_running(datadir):
-        started = subprocess.run(
-            _as_cluster_owner(
-                [
-                    str(bindir() / "pg_ctl"),
-                    "-D",
-                    str(datadir),
-                    "-l",
-                    str(datadir / "server.log"),
-                    "-w",
-                    "start",
-                ]
-            ),
+        started = _run_as_owner(
+            [
+                str(bindir() / "pg_ctl"),
+                "-D",
+                str(datadir),
+                "-l",
+                str(datadir / "server.log"),
+                "-w",
+                "start",
+            ],
             stdout=subprocess.DEVNULL,
             check=False,
         )
@@ -280,12 +285,43 @@ def stop_local(directory: Path) -> bool:
     datadir = directory.resolve()
     if not (datadir / "PG_VERSION").exists() or not _is_running(datadir):
         return False
-    subprocess.run(
-        _as_cluster_owner([str(bindir() / "pg_ctl"), "-D", str(datadir), "-m", "fast", "stop"]),
+    _run_as_owner(
+        [str(bindir() / "pg_ctl"), "-D", str(datadir), "-m", "fast", "stop"],
         stdout=subprocess.DEVNULL,
         check=True,
     )
     return True
+
+
+def command_for(action: str, datadir: Path) -> str:
+    """The command that starts or stops the cluster in ``datadir`` again, as the reader
+    reached it: ``make db``/``make db-stop`` (with ``DB_DIR`` when it is not the clone's
+    .pgdata) under make, else this tool by its path."""
+    if os.environ.get("MAKELEVEL"):
+        target = "db" if action == "start" else "db-stop"
+        if datadir == CLONE / DEFAULT_DIR:
+            return f"make {target}"
+        return f"make {target} DB_DIR={shlex.quote(str(datadir))}"
+    tool = shlex.quote(str(Path(__file__).resolve()))
+    return f"python3 {tool} {action} --dir {shlex.quote(str(datadir))}"
+
+
+def run_command(argv: list[str], env: dict[str, str]) -> int:
+    """``argv`` to its end. Ctrl-C reaches it too (the terminal signals the whole process
+    group): wait for it to shut down rather than end with a traceback, then the caller
+    stops the cluster. A second Ctrl-C, or 30 s, and it is killed."""
+    proc = subprocess.Popen(argv, env=env)
+    interrupted = False
+    while True:
+        try:
+            code = proc.wait(timeout=30 if interrupted else None)
+            return code if code >= 0 else 128 - code
+        except KeyboardInterrupt:
+            if interrupted:
+                proc.kill()
+            interrupted = True
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def export_line(cluster: Cluster) -> str:
@@ -307,7 +343,7 @@ def main(argv: list[str]) -> int:
                 f"pgcluster: throwaway PostgreSQL on {cluster.host}:{cluster.port}",
                 file=sys.stderr,
             )
-            return subprocess.run(argv[2:], env=env, check=False).returncode
+            return run_command(argv[2:], env)
     parser = argparse.ArgumentParser(
         prog="pgcluster.py", description="A local PostgreSQL that stays (or: run -- CMD)."
     )
@@ -323,13 +359,14 @@ def main(argv: list[str]) -> int:
             print(export_line(cluster))
             print(
                 f"pgcluster: PostgreSQL on {cluster.host}:{cluster.port}, data in "
-                f"{cluster.datadir}; stop it with: make db-stop",
+                f"{cluster.datadir}; stop it with: {command_for('stop', cluster.datadir)}",
                 file=sys.stderr,
             )
         elif stop_local(args.dir):
+            datadir = args.dir.resolve()
             print(
-                f"pgcluster: stopped the PostgreSQL in {args.dir.resolve()}; UNDOLOG_DSN in "
-                "your shell still points at it (make db starts it again)",
+                f"pgcluster: stopped the PostgreSQL in {datadir}; UNDOLOG_DSN in your shell "
+                f"still points at it ({command_for('start', datadir)} starts it again)",
                 file=sys.stderr,
             )
         else:

@@ -7,9 +7,14 @@ failing command)."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -333,3 +338,163 @@ def test_the_worker_on_a_database_without_the_engine_stops_and_says_why(empty_ds
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "run `undolog migrate`" in out.stderr
+
+
+# --- what the first-hour pages show is what the programs print ------------------------------
+
+
+def page_block_after(page: Path, lead: str) -> str:
+    """The fenced block that follows the paragraph ending with ``lead`` on ``page``."""
+    text = page.read_text(encoding="utf-8")
+    after = text[text.index(lead) + len(lead) :]
+    fence = re.search(r"^( *)```\S*\n(.*?)^\1```", after, re.M | re.S)
+    assert fence is not None, f"{page}: no block after {lead!r}"
+    indent = len(fence.group(1))  # a block inside a list item is indented with it
+    return "".join(line[indent:] for line in fence.group(2).splitlines(keepends=True))
+
+
+def test_the_first_agent_page_shows_what_the_example_prints(dsn: str, tmp_path: Path) -> None:
+    shown = page_block_after(DOCS / "tutorials" / "first-agent.md", "Run it:\n")
+    assert "first_agent" in shown  # the include of the command; the output follows it
+    printed = page_block_after(DOCS / "tutorials" / "first-agent.md", "It prints:\n")
+    # "…" stands for an id that differs on every run
+    pattern = "\n".join(
+        ".+".join(re.escape(part) for part in line.split("…")) for line in printed.splitlines()
+    )
+    out = run_python((EXAMPLES / "first_agent.py").read_text(encoding="utf-8"), dsn, tmp_path)
+    assert re.fullmatch(pattern + "\n", out), (
+        f"the page shows\n{printed}\nthe example prints\n{out}"
+    )
+
+
+def test_the_pages_show_the_line_make_db_prints() -> None:
+    from pgcluster import Cluster, export_line
+
+    shown = page_block_after(
+        DOCS / "how-to" / "local-database.md", "standard output, for example:\n"
+    )
+    line = shown.strip()
+    port = re.search(r"PGPORT=(\d+)", line)
+    assert port is not None
+    cluster = Cluster(host="127.0.0.1", port=int(port.group(1)), user="you", datadir=ROOT)
+    assert line == export_line(cluster)
+    # the quickstart names the same variables, in the same order
+    quickstart = (DOCS / "quickstart.md").read_text(encoding="utf-8")
+    named = re.search(r"`export ((?:\w+=\.\.\. ?)+)`", quickstart)
+    assert named is not None
+    exported = [word.split("=", 1)[0] for word in shlex.split(line)[1:]]
+    assert re.findall(r"(\w+)=", named.group(1)) == exported
+
+
+def closed_cwd(tmp_path: Path) -> Path:
+    """A folder no other user may enter: where a root's clone under /root stands."""
+    folder = tmp_path / "closed"
+    folder.mkdir(mode=0o700)
+    return folder
+
+
+def test_make_db_elsewhere_names_the_command_that_stops_it(tmp_path: Path) -> None:
+    # a folder the postgres system user can reach (as root the cluster runs as postgres)
+    folder = Path(tempfile.mkdtemp(prefix="undolog-db-"))
+    folder.chmod(0o755)
+    datadir = folder / "pgdata"
+    env = {k: v for k, v in shell_env(None).items() if k != "DB_DIR"}
+    try:
+        # from the clone, through make: the hint is the make command, with DB_DIR
+        started = subprocess.run(
+            ["make", "-s", "db", f"DB_DIR={datadir}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert started.stdout.startswith("export ")
+        hint = f"stop it with: make db-stop DB_DIR={datadir}"
+        assert hint in started.stderr
+        assert "could not change directory" not in started.stderr
+        # from a folder of its own (closed to others), by the tool's path: its own command
+        tool = ROOT / "tools" / "pgcluster.py"
+        again = subprocess.run(
+            [sys.executable, str(tool), "start", "--dir", str(datadir)],
+            cwd=closed_cwd(tmp_path),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert again.stdout == started.stdout
+        assert f"stop it with: python3 {tool} stop --dir {datadir}" in again.stderr
+        # the hint, as printed, stops it
+        stopped = subprocess.run(
+            ["make", "-s", "db-stop", f"DB_DIR={datadir}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert f"stopped the PostgreSQL in {datadir}" in stopped.stderr
+        assert f"(make db DB_DIR={datadir} starts it again)" in stopped.stderr
+    finally:
+        subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "pgcluster.py"), "stop", "--dir", str(datadir)],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_ctrl_c_stops_the_throwaway_database_without_a_traceback(tmp_path: Path) -> None:
+    """`make dashboard-demo` says "Ctrl-C stops it": the terminal sends SIGINT to the whole
+    process group, pgcluster.py run included. It waits for the command to end, then stops
+    and removes the cluster, and prints no traceback."""
+    command = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *_: sys.exit(0))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    python_c = [sys.executable, "-c", command]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "pgcluster.py"), "run", "--", *python_c],
+        cwd=closed_cwd(tmp_path),
+        env=shell_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "could not change directory" not in err
+    started = re.search(r"throwaway PostgreSQL on 127\.0\.0\.1:(\d+)", err)
+    assert started is not None
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(
+            f"host=127.0.0.1 port={started.group(1)} dbname=postgres", connect_timeout=5
+        )
+
+
+def test_make_dist_needs_only_build(tmp_path: Path) -> None:
+    # install.md: a wheel for your own project; not Chromium, Node.js and every extra
+    plan = subprocess.run(
+        ["make", "-n", "dist", f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT,
+        env=shell_env(None),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-m build --outdir dist ." in plan
+    assert "install-system-deps" not in plan and ".[dev]" not in plan and "npm" not in plan
+
+
+def test_make_demo_on_a_given_database_says_how_to_get_a_throwaway_one() -> None:
+    plan = subprocess.run(
+        ["make", "-n", "demo"], cwd=ROOT, env=shell_env(None), capture_output=True, text=True
+    ).stdout
+    assert "unset UNDOLOG_DSN: a throwaway PostgreSQL" in plan
