@@ -50,6 +50,24 @@ async def stop(worker: Worker | None, event: Event) -> None:
             await worker
 
 
+async def uncancelled(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work`` to its end even if this task is cancelled meanwhile, then raise the
+    cancellation: a session's exit must fail the session, not leave it active until its
+    lease runs out, also in an anyio cancel scope, which cancels every await inside it
+    again and again until the scope is left."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            cancelled = exc  # (or the work's own cancellation: task.result() raises it)
+    result = task.result()
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
 class _Client(Protocol):
     def _conninfo(self) -> str: ...
 

@@ -48,6 +48,12 @@ def stop(worker: Worker | None, event: Event) -> None:
         worker.join()
 
 
+def uncancelled(result: T) -> T:
+    """The sync pair of _acompat.uncancelled: the work has already run (a thread is not
+    cancelled while it waits)."""
+    return result
+
+
 class _Client(Protocol):
     def connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]: ...
 

@@ -9,15 +9,38 @@ says otherwise: what the user set wins.
 from __future__ import annotations
 
 import os
+import re
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+# What libpq quotes of a DSN that does not parse ("p%ss" in 'invalid percent-encoded
+# token: "p%ss"', "pa ss" in 'unexpected spaces found in "pa ss"'): often a password.
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def dsn_error(exc: psycopg.ProgrammingError) -> psycopg.ProgrammingError:
+    """The error of a DSN that does not parse, without the text of the DSN that libpq's
+    message quotes (a password, or a piece of one, when its special characters were not
+    quoted or percent-encoded), so that the error can be logged."""
+    text = " ".join(str(exc).split())
+    text = _QUOTED.sub(lambda m: m[0] if m[1] == "=" else '"…"', text)
+    return psycopg.ProgrammingError(
+        f"the DSN does not parse: {text} (what it quotes of the DSN is not shown: it may "
+        "be a password; quote a value with spaces in single quotes, percent-encode "
+        "% @ : / and spaces in a URI)"
+    )
 
 
 def with_connect_timeout(dsn: str, seconds: int, **params: str) -> str:
     """``dsn`` with ``params`` added (replacing the DSN's own) and ``connect_timeout``
     ``seconds`` unless the DSN or ``PGCONNECT_TIMEOUT`` sets one. Raises
-    psycopg.ProgrammingError when ``dsn`` does not parse."""
-    merged: dict[str, object] = {**conninfo_to_dict(dsn), **params}
+    psycopg.ProgrammingError when ``dsn`` does not parse (:func:`dsn_error`)."""
+    try:
+        parsed = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise dsn_error(exc) from None
+    merged: dict[str, object] = {**parsed, **params}
     if merged.get("connect_timeout") is None and not os.environ.get("PGCONNECT_TIMEOUT"):
         merged["connect_timeout"] = seconds
     return make_conninfo(**{k: str(v) for k, v in merged.items() if v is not None})

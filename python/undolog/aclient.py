@@ -20,6 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from undolog import _acompat, aapprovals, aengine, asaga, context, walk
+from undolog._conninfo import dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
     DEFAULT_LEASE,
@@ -29,6 +30,7 @@ from undolog.client_common import (
     _default_dsn,
     _halted,
     _heartbeat_interval,
+    _incomplete,
     _note_halt,
     _note_unsettled,
     _reason,
@@ -39,6 +41,15 @@ from undolog.client_common import (
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.engine import take_unsettled
 from undolog.errors import AwaitingApprovalError, InvalidStateTransition
+
+
+async def _connect(conninfo: str) -> aengine.AsyncConnection:
+    """A new autocommit connection; a DSN that does not parse is said without the text
+    libpq quotes of it (it may be a password: undolog._conninfo.dsn_error)."""
+    try:
+        return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+    except psycopg.ProgrammingError as exc:
+        raise dsn_error(exc) from None
 
 
 async def _settled(conn: aengine.AsyncConnection) -> Exception | None:
@@ -98,7 +109,7 @@ class AsyncUndoLog(_Base):
     async def connection(self) -> AsyncIterator[aengine.AsyncConnection]:
         """An autocommit connection: from the pool (restored after) or a new one."""
         if self.pool is None:
-            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            async with await _connect(self.dsn) as conn:
                 yield conn
             return
         async with self.pool.connection() as conn:
@@ -151,10 +162,7 @@ class AsyncUndoLog(_Base):
                 yield active
             except BaseException as exc:
                 await _acompat.stop(beat, stop)
-                _note_unsettled(exc, await _settled(conn))
-                if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
-                    await self._fail(conn, sid, self._error_text(exc))
-                await self._learn_state(conn, active, exc)
+                await _acompat.uncancelled(self._left(conn, active, exc))
                 raise
             else:
                 await _acompat.stop(beat, stop)
@@ -172,13 +180,36 @@ class AsyncUndoLog(_Base):
                     if halt.halted_undo_to:  # not completed: the operator moves it on
                         raise _halted(sid, halt)
                 if active.state == "active":
-                    active.state = await aengine.complete_session(conn, sid)
+                    try:
+                        active.state = await aengine.complete_session(conn, sid)
+                    except InvalidStateTransition as refused:
+                        # A call is still executing: one interrupted where the binding
+                        # could not see it (a cancellation caught by the agent while the
+                        # call was being journaled). Its outcome is unknown: fail the
+                        # session, so that the walk compensates it, rather than leave it
+                        # active until its lease runs out.
+                        await self._fail(conn, sid, self._error_text(refused))
+                        await self._learn_state(conn, active)
+                        refused.add_note(_incomplete(sid, active.state))
+                        raise
             finally:
                 await _acompat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:
                     with contextlib.suppress(Exception):  # a pooled connection: as it was
                         await aengine.set_async_results(conn, False)
+
+    async def _left(
+        self, conn: aengine.AsyncConnection, active: ActiveSession, exc: BaseException
+    ) -> str:
+        """The block was left by ``exc``: the last result's error noted on it, the
+        session failed and walked (unless ``exc`` suspends it for an approval); answers
+        the session's state then."""
+        _note_unsettled(exc, await _settled(conn))
+        if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
+            await self._fail(conn, active.session_id, self._error_text(exc))
+        await self._learn_state(conn, active, exc)
+        return active.state
 
     @staticmethod
     async def _learn_state(
@@ -270,7 +301,7 @@ class AsyncUndoLog(_Base):
         wait, poll = seconds(timeout), seconds(poll_interval)
         # A connection of its own, never the pool's: it LISTENs for the whole wait.
         conninfo = self._conninfo()
-        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        async with await _connect(conninfo) as conn:
             return await aapprovals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:

@@ -65,6 +65,20 @@ def _unknown(active: ActiveSession) -> str:
     )
 
 
+def _incomplete(session_id: uuid.UUID, state: str) -> str:
+    """Why a session block's end did not complete the session, and what follows."""
+    if state in ("compensating", "compensated", "halted"):
+        nxt = f"it was failed, and its undo walk compensates that call (now {state})"
+    elif state == "failed":
+        nxt = "it was failed: `undolog worker` compensates that call"
+    else:
+        nxt = (
+            f"it is {state}; if it stays active, recovery fails it when its lease runs out "
+            "and `undolog worker` compensates that call"
+        )
+    return f"session {session_id} was not completed: {nxt} (undolog sessions show {session_id})"
+
+
 def _halted(session_id: uuid.UUID, halt: engine.SessionHalt) -> SessionHalted:
     return SessionHalted(
         f"session {session_id} is halted: its undo_to walk stopped at undo entry "

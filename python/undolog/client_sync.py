@@ -22,6 +22,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from undolog import _compat, approvals, context, engine, saga, walk
+from undolog._conninfo import dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
     DEFAULT_LEASE,
@@ -31,6 +32,7 @@ from undolog.client_common import (
     _default_dsn,
     _halted,
     _heartbeat_interval,
+    _incomplete,
     _note_halt,
     _note_unsettled,
     _reason,
@@ -41,6 +43,15 @@ from undolog.client_common import (
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.engine import take_unsettled
 from undolog.errors import AwaitingApprovalError, InvalidStateTransition
+
+
+def _connect(conninfo: str) -> engine.Connection:
+    """A new autocommit connection; a DSN that does not parse is said without the text
+    libpq quotes of it (it may be a password: undolog._conninfo.dsn_error)."""
+    try:
+        return psycopg.Connection.connect(conninfo, autocommit=True)
+    except psycopg.ProgrammingError as exc:
+        raise dsn_error(exc) from None
 
 
 def _settled(conn: engine.Connection) -> Exception | None:
@@ -100,7 +111,7 @@ class SyncUndoLog(_Base):
     def connection(self) -> Iterator[engine.Connection]:
         """An autocommit connection: from the pool (restored after) or a new one."""
         if self.pool is None:
-            with psycopg.Connection.connect(self.dsn, autocommit=True) as conn:
+            with _connect(self.dsn) as conn:
                 yield conn
             return
         with self.pool.connection() as conn:
@@ -153,10 +164,7 @@ class SyncUndoLog(_Base):
                 yield active
             except BaseException as exc:
                 _compat.stop(beat, stop)
-                _note_unsettled(exc, _settled(conn))
-                if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
-                    self._fail(conn, sid, self._error_text(exc))
-                self._learn_state(conn, active, exc)
+                _compat.uncancelled(self._left(conn, active, exc))
                 raise
             else:
                 _compat.stop(beat, stop)
@@ -174,13 +182,34 @@ class SyncUndoLog(_Base):
                     if halt.halted_undo_to:  # not completed: the operator moves it on
                         raise _halted(sid, halt)
                 if active.state == "active":
-                    active.state = engine.complete_session(conn, sid)
+                    try:
+                        active.state = engine.complete_session(conn, sid)
+                    except InvalidStateTransition as refused:
+                        # A call is still executing: one interrupted where the binding
+                        # could not see it (a cancellation caught by the agent while the
+                        # call was being journaled). Its outcome is unknown: fail the
+                        # session, so that the walk compensates it, rather than leave it
+                        # active until its lease runs out.
+                        self._fail(conn, sid, self._error_text(refused))
+                        self._learn_state(conn, active)
+                        refused.add_note(_incomplete(sid, active.state))
+                        raise
             finally:
                 _compat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:
                     with contextlib.suppress(Exception):  # a pooled connection: as it was
                         engine.set_async_results(conn, False)
+
+    def _left(self, conn: engine.Connection, active: ActiveSession, exc: BaseException) -> str:
+        """The block was left by ``exc``: the last result's error noted on it, the
+        session failed and walked (unless ``exc`` suspends it for an approval); answers
+        the session's state then."""
+        _note_unsettled(exc, _settled(conn))
+        if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
+            self._fail(conn, active.session_id, self._error_text(exc))
+        self._learn_state(conn, active, exc)
+        return active.state
 
     @staticmethod
     def _learn_state(
@@ -270,7 +299,7 @@ class SyncUndoLog(_Base):
         wait, poll = seconds(timeout), seconds(poll_interval)
         # A connection of its own, never the pool's: it LISTENs for the whole wait.
         conninfo = self._conninfo()
-        with psycopg.Connection.connect(conninfo, autocommit=True) as conn:
+        with _connect(conninfo) as conn:
             return approvals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:

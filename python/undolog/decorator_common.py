@@ -186,7 +186,7 @@ def _result_json(spec: ToolSpec, session: ActiveSession, call: PreparedCall, res
     exactly: the call is then left executing, outcome unknown)."""
     try:
         return json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         session.unknown_outcome = f"{spec.name} step {call.step_index}"
         raise ResultNotJSON(
             f"{spec.name} returned {type(result).__name__}, which JSON cannot carry "

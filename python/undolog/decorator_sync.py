@@ -135,6 +135,37 @@ def ensure_lease(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> 
     _renewed(session, sent)
 
 
+def send_outcome(
+    spec: ToolSpec,
+    session: ActiveSession,
+    call: PreparedCall,
+    effect_id: uuid.UUID,
+    what: str,
+    text: str,
+) -> None:
+    """Send the body's outcome (commit or fail; waited for, and its error raised, when
+    durable_results). When it is not sent (cancelled or interrupted while the connection
+    was busy with a heartbeat or a query of the agent's, the connection lost) or, waited
+    for, not recorded (PayloadTooLarge ...), the call stays executing: its outcome is
+    unknown, and the session must fail rather than complete, also when the agent catches
+    the error and carries on."""
+    durable = session.durable_results
+    conn = cast(engine.Connection, session.connection)
+    try:
+        engine.send_result(
+            conn,
+            what,
+            session.session_id,
+            effect_id,
+            text,
+            asynchronous=not durable,
+            wait=durable,
+        )
+    except BaseException:  # not sent, or (durable) refused: the call is left executing
+        session.unknown_outcome = f"{spec.name} step {call.step_index}"
+        raise
+
+
 def wrap(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The journaled wrapper of the tool ``fn`` (signature and docstring kept)."""
 
@@ -183,32 +214,16 @@ def wrap(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         ensure_lease(spec, session, call)
         # The result is sent and not waited for (unless durable_results): its answer is
         # read with the session's next statement, and its error raised there.
-        durable = session.durable_results
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:  # the tool reported failure: it never took effect
-            engine.send_result(
-                conn,
-                "fail",
-                session.session_id,
-                got.effect_id,
-                _describe(exc),
-                asynchronous=not durable,
-                wait=durable,
-            )
+            send_outcome(spec, session, call, got.effect_id, "fail", _describe(exc))
             raise
         except BaseException:  # cancelled or interrupted: it may have acted
             session.unknown_outcome = f"{spec.name} step {call.step_index}"
             raise
-        engine.send_result(
-            conn,
-            "commit",
-            session.session_id,
-            got.effect_id,
-            _result_json(spec, session, call, result),
-            asynchronous=not durable,
-            wait=durable,
-        )
+        text = _result_json(spec, session, call, result)
+        send_outcome(spec, session, call, got.effect_id, "commit", text)
         if spec.tier is ToolTier.IRREVERSIBLE:
             _noted(spec, call, edit)
         return result

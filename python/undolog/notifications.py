@@ -157,9 +157,15 @@ def _args_text(args: Any) -> str:
     return text if len(text) <= ARGS_PREVIEW else text[:ARGS_PREVIEW] + " …"
 
 
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks, U+2028, format
+    characters such as a bidi override) as a space, its other spaces kept."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else " " for c in text)
+
+
 def _one_line(text: object) -> str:
     """The agent's text on one line: no line break of it reaches a header or a summary."""
-    return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return " ".join(_printable(str(text)).split())
 
 
 def summary(d: Delivery, quote: Callable[[str], str] = str) -> str:
@@ -187,7 +193,8 @@ def webhook_body(d: Delivery) -> bytes:
             return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
         # the agent's text (the tool's name, its args) only inside code spans
-        lines = [esc(summary(d, _slack_code)), f"args: {_slack_code(esc(_args_text(d.args)))}"]
+        args = _slack_code(esc(_printable(_args_text(d.args))))
+        lines = [esc(summary(d, _slack_code)), f"args: {args}"]
         if d.expires_at is not None:
             lines.append(f"decide before {d.expires_at.isoformat()}")
         if url:
@@ -219,13 +226,15 @@ def email_message(d: Delivery) -> EmailMessage:
     msg["To"] = d.target
     msg["Date"] = formatdate(localtime=False)
     msg["Message-ID"] = make_msgid(idstring=str(d.delivery_id), domain="undolog")
+    # Each value on its row's one line: an agent's line break (in its tool's name, its own
+    # name, U+2028 in an argument) must not forge a line of the notice, such as a link.
     rows = [
-        ("tool", str(d.tool_name)),
+        ("tool", _one_line(d.tool_name)),
         ("step", str(d.step_index)),
-        ("arguments", _args_text(d.args)),
+        ("arguments", _printable(_args_text(d.args))),
         ("session", str(d.session_id)),
-        ("login", str(d.owner_role)),
-        ("agent (its own name)", str(d.agent)),
+        ("login", _one_line(d.owner_role)),
+        ("agent (its own name)", _one_line(d.agent)),
         ("requested", d.requested_at.isoformat()),
         ("decide before", d.expires_at.isoformat() if d.expires_at else "no deadline"),
         ("approval", str(d.approval_id)),

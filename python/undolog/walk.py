@@ -145,8 +145,15 @@ def run_walk(
                 claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
             ):
                 _run(fn, _call_for(claim), loop)
-        except Exception as exc:
+        except BaseException as exc:
+            # Any raise is a failed attempt, sys.exit() and a cancelled async compensation
+            # (BaseExceptions) included: recorded, and the walk goes on, rather than the
+            # worker dying with the entry claimed until claim_timeout. Only an interrupt
+            # (Ctrl-C) ends the walk, once the attempt is recorded.
             error = storable_error(f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, Exception | SystemExit | asyncio.CancelledError):
+                _record_interrupted(conn, claim, error)
+                raise
             try:
                 outcome = saga.fail_compensation(conn, claim.undo_id, error, claim.attempt)
             except InvalidStateTransition as stale:
@@ -168,6 +175,23 @@ def run_walk(
             _stale(claim, stale)
             continue
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
+
+
+def _record_interrupted(conn: engine.Connection, claim: saga.Claim, error: str) -> None:
+    """An interrupted compensation's attempt, recorded as failed (never raising: the
+    interrupt goes on), so that the entry is due again after its backoff, not left
+    claimed until claim_timeout."""
+    try:
+        saga.fail_compensation(conn, claim.undo_id, error, claim.attempt)
+    except Exception:
+        log.warning(
+            "compensation %s of %s (undo %s) was interrupted and its attempt could not be "
+            "recorded: the entry is handed out again after undolog.claim_timeout",
+            claim.name,
+            claim.tool_name,
+            claim.undo_id,
+            exc_info=True,
+        )
 
 
 def _owned_by(

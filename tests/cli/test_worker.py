@@ -10,6 +10,7 @@ server is restarted with pg_ctl on a throwaway cluster of its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from pgcluster import _as_cluster_owner, bindir, throwaway_cluster
 from undolog.migrations import migrate
-from undolog.walk import Worker
+from undolog.walk import CompensationCall, Worker
 from worker_support import (
     Conn,
     WorkerProcess,
@@ -204,3 +205,65 @@ def test_one_sessions_error_is_logged_and_the_others_are_walked(
     assert undone == [2, 1] and state_of(conn, locked) == "compensated"
     worker.stop()
     assert worker.run() is False  # a stopped worker makes no pass
+
+
+def test_a_compensation_that_exits_or_is_cancelled_is_a_failed_attempt(
+    dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """sys.exit() in a compensation (a library's CLI helper), or an async one whose awaited
+    task was cancelled (asyncio.CancelledError, a BaseException): the attempt is recorded
+    as failed like any error, the session halts after its last attempt, and the worker
+    goes on with the sessions behind it instead of dying with the entry claimed."""
+    exits = failed_session(conn, "exits", 1, max_attempts=1)
+    cancelled = failed_session(conn, "cancelled", 2, max_attempts=1)
+    behind = failed_session(conn, "delete_user", 3)
+    undone: list[int] = []
+
+    def exit_now(call: CompensationCall) -> None:
+        raise SystemExit(3)
+
+    async def cancelled_inside(call: CompensationCall) -> None:
+        task = asyncio.create_task(asyncio.sleep(10))
+        task.cancel()
+        await task
+
+    compensations = {
+        "exits": exit_now,
+        "cancelled": cancelled_inside,
+        "delete_user": lambda call: undone.append(call.result["user_id"]),
+    }
+    worker = Worker(lambda: psycopg.connect(dsn, autocommit=True), compensations)
+    with caplog.at_level(logging.WARNING, logger="undolog.walk"):
+        assert worker.run(once=True) is True
+    assert undone == [3] and state_of(conn, behind) == "compensated"
+    assert state_of(conn, exits) == "halted" and state_of(conn, cancelled) == "halted"
+    errors = dict(
+        conn.execute(
+            "SELECT session_id, last_error FROM undolog.undolog_undo_stack"
+            " WHERE session_id IN (%s, %s)",
+            (exits, cancelled),
+        ).fetchall()
+    )
+    assert errors[exits].startswith("SystemExit: 3"), errors
+    assert errors[cancelled].startswith("CancelledError"), errors
+    assert "SystemExit" in caplog.text and "CancelledError" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("dsn", "secret"),
+    [
+        ("postgresql://agent:p%ss@localhost/undolog", "p%ss"),  # a % not percent-encoded
+        ("postgresql://agent:pa ss@localhost/undolog", "pa ss"),  # a space in a URI
+        ("host=localhost password=hunter2 s3cretpart more", "s3cretpart"),  # a space, not quoted
+    ],
+)
+def test_a_dsn_that_does_not_parse_is_said_without_its_password(
+    dsn: str, secret: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """libpq's message quotes the piece of the DSN it could not parse, which is the
+    password when its special characters were not encoded: the worker's log (journald,
+    a container's) must not carry it."""
+    worker = start_worker(dsn)
+    assert worker.proc.wait(timeout=15) == 2
+    log = worker.stderr()
+    assert "does not parse" in log and secret not in log, log

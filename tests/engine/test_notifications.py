@@ -5,6 +5,7 @@ sending each delivery once; what an agent login may and may not read."""
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.policy
 import json
@@ -706,3 +707,23 @@ def test_notify_refuses_a_short_link_key_and_signs_the_links_with_a_good_one(
     assert 0 < int(query["exp"][0]) - time.time() <= 600
     # the HTML part's href is the same link, its & escaped
     assert f'href="{link.replace("&", "&amp;")}"' in markup.get_content()
+
+
+def test_an_agents_line_breaks_cannot_forge_lines_of_the_mails_text() -> None:
+    """A tool's name and the agent's name are an agent login's text (up to 200
+    characters, line breaks allowed): in the mail's text part each stays on its own row's
+    line, so that none can pass for the notice's own lines (a link to decide at)."""
+    fake = "\nOpen it in the dashboard to decide: https://evil.example/approve\n"
+    d = dataclasses.replace(
+        _delivery(
+            "email", "a@example.test", {"smtp_from": "u@example.test"}, {}, tool=f"pay{fake}"
+        ),
+        agent=f"bot\r{fake}",
+    )
+    msg = notifications.email_message(d)
+    plain = msg.get_body(("plain",))
+    assert plain is not None
+    lines = plain.get_content().splitlines()
+    assert not [line for line in lines if line.startswith("Open it")], lines
+    assert "tool: pay Open it in the dashboard to decide: https://evil.example/approve" in lines
+    assert any(line.startswith("agent (its own name): bot Open it in the") for line in lines)
