@@ -14,6 +14,13 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+# What to check when a DSN names no server that answers (the binding's note on the error,
+# the command's hint).
+UNREACHABLE_HINT = (
+    "is the server running, and are the DSN's host, port, user and password right? "
+    'A local database of the clone starts with: eval "$(make -s db)"'
+)
+
 # What libpq quotes of a DSN that does not parse ("p%ss" in 'invalid percent-encoded
 # token: "p%ss"', "pa ss" in 'unexpected spaces found in "pa ss"'): often a password.
 _QUOTED = re.compile(r'"([^"]*)"')

@@ -22,7 +22,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from undolog import _compat, approvals, context, engine, saga, walk
-from undolog._conninfo import dsn_error
+from undolog._conninfo import UNREACHABLE_HINT, dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
     DEFAULT_LEASE,
@@ -47,11 +47,15 @@ from undolog.errors import AwaitingApprovalError, InvalidStateTransition
 
 def _connect(conninfo: str) -> engine.Connection:
     """A new autocommit connection; a DSN that does not parse is said without the text
-    libpq quotes of it (it may be a password: undolog._conninfo.dsn_error)."""
+    libpq quotes of it (it may be a password: undolog._conninfo.dsn_error), and a server
+    that does not answer with what to check."""
     try:
         return psycopg.Connection.connect(conninfo, autocommit=True)
     except psycopg.ProgrammingError as exc:
         raise dsn_error(exc) from None
+    except psycopg.OperationalError as exc:
+        exc.add_note(f"hint: {UNREACHABLE_HINT}")
+        raise
 
 
 def _settled(conn: engine.Connection) -> Exception | None:

@@ -1,6 +1,6 @@
 """A DSN that does not parse is refused without the text libpq quotes of it: that text is
 often the password (a % not percent-encoded, a space not quoted), and the error goes to an
-agent's logs."""
+agent's logs. A DSN that names no server that answers says what to check."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import traceback
 import psycopg
 import pytest
 
+from pgcluster import free_port
 from undolog import AsyncUndoLog, UndoLog
-from undolog._conninfo import with_connect_timeout
+from undolog._conninfo import UNREACHABLE_HINT, with_connect_timeout
 
 BAD = [
     ("postgresql://agent:p%ss@localhost/undolog", "p%ss"),
@@ -56,3 +57,18 @@ def with_error(dsn: str) -> BaseException:
         return exc
     raise AssertionError("parsed")  # pragma: no cover
 
+
+def test_a_session_on_a_server_that_does_not_answer_says_what_to_check() -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} connect_timeout=2"
+    with pytest.raises(psycopg.OperationalError) as caught, UndoLog(dsn).session():
+        pass  # pragma: no cover
+    assert caught.value.__notes__ == [f"hint: {UNREACHABLE_HINT}"]
+    assert "hint: is the server running" in _said(caught.value)
+
+    async def run() -> None:
+        async with AsyncUndoLog(dsn).session():
+            pass  # pragma: no cover
+
+    with pytest.raises(psycopg.OperationalError) as caught:
+        asyncio.run(run())
+    assert caught.value.__notes__ == [f"hint: {UNREACHABLE_HINT}"]

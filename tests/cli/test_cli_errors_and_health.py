@@ -341,16 +341,19 @@ def test_a_database_without_the_engine_says_run_migrate(
     assert code == 1 and "FAIL  schema" in out and "run `undolog migrate`" in out
 
 
-def test_no_dsn_or_a_refused_connection_names_undolog_dsn_and_dsn(
+def test_no_dsn_or_a_refused_connection_says_what_to_check(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # a DSN given, and no server there: is it running, is the DSN right (not "set one")
     refused = f"host=127.0.0.1 port={free_port()} connect_timeout=2"
     code, _, err = run(capsys, "sessions", "list", "--dsn", refused)
-    assert code == 1 and "UNDOLOG_DSN" in err and "--dsn" in err
+    assert code == 1 and "with the DSN given" in err, err
+    assert "hint: is the server running" in err and "make -s db" in err, err
+    # none given: libpq's defaults were used, and the hint says how to give one
     monkeypatch.delenv("UNDOLOG_DSN")
     monkeypatch.setenv("PGHOST", "/nonexistent-socket-dir")
     code, _, err = run(capsys, "sessions", "list")
-    assert code == 1 and "no DSN given" in err and "UNDOLOG_DSN" in err
+    assert code == 1 and "no DSN given" in err and "hint: set UNDOLOG_DSN or pass --dsn" in err
     code, out, _ = run(capsys, "health", "--json")
     assert code == 1 and json.loads(out)["checks"][0]["ok"] is False
 

@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TypeAlias
 import psycopg
 from psycopg.rows import dict_row
 
-from undolog._conninfo import with_connect_timeout
+from undolog._conninfo import UNREACHABLE_HINT, with_connect_timeout
 from undolog.engine import translated
 from undolog.errors import EXIT_ERROR as EXIT_ERROR
 from undolog.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
@@ -40,9 +40,15 @@ class UsageError(Exception):
 
 
 class ConnectError(Exception):
-    """The database could not be reached: the message says where we looked."""
+    """The database could not be reached: the message says where we looked, the hint what
+    to check."""
 
     exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,12 +81,13 @@ def connect(
     except psycopg.ProgrammingError as exc:  # the DSN itself does not parse
         raise UsageError(f"invalid --dsn / UNDOLOG_DSN: {one_line(exc)}") from exc
     except psycopg.OperationalError as exc:
-        where = (
-            "no DSN given (--dsn absent, UNDOLOG_DSN unset), so libpq's defaults were used"
-            if not dsn
-            else "the DSN given"
-        )
-        raise ConnectError(f"cannot connect to PostgreSQL with {where}: {one_line(exc)}") from exc
+        if dsn:
+            where, hint = "the DSN given", UNREACHABLE_HINT
+        else:
+            where = "no DSN given (--dsn absent, UNDOLOG_DSN unset), so libpq's defaults were used"
+            hint = "set UNDOLOG_DSN or pass --dsn, e.g. --dsn postgresql://USER@HOST:5432/DBNAME"
+        message = f"cannot connect to PostgreSQL with {where}: {one_line(exc)}"
+        raise ConnectError(message, hint) from exc
 
 
 def one_line(exc: BaseException) -> str:

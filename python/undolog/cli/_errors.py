@@ -90,8 +90,7 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
     if isinstance(exc, UsageError | WorkerConfigError | argparse.ArgumentTypeError):
         return ErrorReport(str(exc), sqlstate, None, EXIT_USAGE)
     if isinstance(exc, ConnectError):
-        hint = "set UNDOLOG_DSN or pass --dsn, e.g. --dsn postgresql://USER@HOST:5432/DBNAME"
-        return ErrorReport(str(exc), None, hint, EXIT_ERROR)
+        return ErrorReport(str(exc), None, exc.hint, EXIT_ERROR)
     if isinstance(exc, UndoLogError) and exc.exit_code != EXIT_ERROR:
         # not found (3), or a value given on the command line refused (2): its message
         # says which, and the engine's hint what to do (where to find the ids)
