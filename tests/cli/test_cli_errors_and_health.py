@@ -349,6 +349,16 @@ def test_no_dsn_or_a_refused_connection_says_what_to_check(
     code, _, err = run(capsys, "sessions", "list", "--dsn", refused)
     assert code == 1 and "with the DSN given" in err, err
     assert "hint: is the server running" in err and "make -s db" in err, err
+    demo = subprocess.run(
+        [sys.executable, "-m", "undolog.demos"],
+        env={**os.environ, "UNDOLOG_DSN": refused},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert demo.returncode == 1 and "Traceback" not in demo.stderr, demo.stderr
+    assert "hint: is the server running" in demo.stderr, demo.stderr
+    assert "unset UNDOLOG_DSN, and make demo starts a throwaway one" in demo.stderr
     # none given: libpq's defaults were used, and the hint says how to give one
     monkeypatch.delenv("UNDOLOG_DSN")
     monkeypatch.setenv("PGHOST", "/nonexistent-socket-dir")

@@ -30,6 +30,7 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
+from undolog._conninfo import UNREACHABLE_HINT
 from undolog.engine import session_state
 from undolog.errors import UndoLogError, permission_hint
 from undolog.ids import short_id
@@ -237,6 +238,12 @@ def _described(exc: Exception) -> tuple[str, str | None]:
     message = cause.diag.message_primary or " ".join(str(cause).split())
     if cause.sqlstate == "42501":
         return message, permission_hint(message)
+    if isinstance(cause, psycopg.OperationalError) and cause.sqlstate is None:
+        # no server answered UNDOLOG_DSN
+        return (
+            message,
+            f"{UNREACHABLE_HINT}; or unset UNDOLOG_DSN, and make demo starts a throwaway one",
+        )
     return message, cause.diag.message_hint
 
 
