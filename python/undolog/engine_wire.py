@@ -156,16 +156,23 @@ def _result_error(seg: Segment, answer: Any, error: psycopg.Error | None) -> Exc
 
 def _lost(wire: Wire, exc: psycopg.Error) -> None:
     """The connection failed while answers were unread: each unread result's outcome is
-    unknown (it may or may not have been committed)."""
-    for seg in wire.unread:
-        if seg.what != "intercept":
-            err = translate(exc)
-            err.add_note(
-                f"the answer to the {seg.what} of effect {seg.effect_id} was lost with the "
-                "connection: whether it was recorded is unknown"
-            )
-            wire.errors.append(err)
+    unknown (it may or may not have been committed). One error says so for all of them,
+    an object of its own: ``exc`` itself is raised to the caller, which raises this one
+    from it (a connection's error is not ours, and translate answers it unchanged)."""
+    lost = [seg for seg in wire.unread if seg.what != "intercept"]
     wire.unread.clear()
+    if not lost:
+        return
+    err = translate(exc)
+    if err is exc:
+        err = type(exc)(str(exc))
+        err.__cause__ = exc
+    for seg in lost:
+        err.add_note(
+            f"the answer to the {seg.what} of effect {seg.effect_id} was lost with the "
+            "connection: whether it was recorded is unknown"
+        )
+    wire.errors.append(err)
 
 
 def settle_gen(conn: Any, wire: Wire, keep: int = 0) -> PQGen:

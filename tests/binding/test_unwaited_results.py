@@ -135,6 +135,12 @@ def test_a_connection_lost_before_the_answer_is_raised_not_lost(dsn: str) -> Non
     assert ran == ["cut"]
     text = str(caught.value) + " ".join(getattr(caught.value, "__notes__", []))
     assert "connection" in text.lower() or "terminat" in text.lower()
+    # said once, by an error of its own raised from the connection's (not its own cause)
+    err = caught.value
+    assert err.__cause__ is not None and err.__cause__ is not err
+    notes = getattr(err, "__notes__", [])
+    assert sum("was lost with the connection" in note for note in notes) == 1, notes
+    assert not any(note.startswith("and: ") for note in notes), notes
     # Nothing recorded the result: the call stays executing, outcome unknown, for
     # recovery to fail the session and the walk to compensate it.
     assert effects(dsn, s.session_id) == [(0, "executing")]
