@@ -39,15 +39,39 @@ def dsn_error(exc: psycopg.ProgrammingError) -> psycopg.ProgrammingError:
     )
 
 
+def _parsed(dsn: str) -> dict[str, str | int | None]:
+    """``dsn``'s parameters; psycopg.ProgrammingError when it does not parse
+    (:func:`dsn_error`)."""
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise dsn_error(exc) from None
+
+
 def with_connect_timeout(dsn: str, seconds: int, **params: str) -> str:
     """``dsn`` with ``params`` added (replacing the DSN's own) and ``connect_timeout``
     ``seconds`` unless the DSN or ``PGCONNECT_TIMEOUT`` sets one. Raises
     psycopg.ProgrammingError when ``dsn`` does not parse (:func:`dsn_error`)."""
-    try:
-        parsed = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise dsn_error(exc) from None
-    merged: dict[str, object] = {**parsed, **params}
+    merged: dict[str, object] = {**_parsed(dsn), **params}
     if merged.get("connect_timeout") is None and not os.environ.get("PGCONNECT_TIMEOUT"):
         merged["connect_timeout"] = seconds
     return make_conninfo(**{k: str(v) for k, v in merged.items() if v is not None})
+
+
+# A connection that stays open for days (the worker's, the notifier's) learns of a silent
+# network partition in about a minute rather than the operating system's two hours: TCP
+# keepalives after 30 s idle, and a send left unacknowledged for 60 s ends it (the worker
+# then reconnects). libpq ignores both over a Unix-domain socket.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+
+
+def with_keepalives(dsn: str) -> str:
+    """``dsn`` with :data:`KEEPALIVES`, each unless the DSN sets it."""
+    parsed = _parsed(dsn)
+    return make_conninfo(dsn, **{k: v for k, v in KEEPALIVES.items() if k not in parsed})

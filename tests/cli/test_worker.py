@@ -267,3 +267,19 @@ def test_a_dsn_that_does_not_parse_is_said_without_its_password(
     assert worker.proc.wait(timeout=15) == 2
     log = worker.stderr()
     assert "does not parse" in log and secret not in log, log
+
+
+def test_the_workers_connection_learns_of_a_silent_partition_in_a_minute(dsn: str) -> None:
+    """TCP keepalives and a timeout for unacknowledged sends on the connection the worker
+    (and the notifier) keeps for days, each unless the DSN sets its own."""
+    import argparse
+
+    from undolog.cli.worker import connect_for_worker
+
+    tcp = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1")
+    with connect_for_worker(argparse.Namespace(dsn=tcp)) as conn:
+        params = conn.info.get_parameters()
+    assert (params["keepalives_idle"], params["tcp_user_timeout"]) == ("30", "60000"), params
+    own = psycopg.conninfo.make_conninfo(tcp, keepalives_idle="5")
+    with connect_for_worker(argparse.Namespace(dsn=own)) as conn:
+        assert conn.info.get_parameters()["keepalives_idle"] == "5"

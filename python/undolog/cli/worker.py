@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from undolog import links, saga
+from undolog._conninfo import with_keepalives
 from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -171,8 +172,10 @@ _REFUSED_LOGIN = re.compile(
 
 
 def connect_for_worker(args: argparse.Namespace) -> psycopg.Connection[Any]:
+    """The worker's (and the notifier's) connection, kept for days: with TCP keepalives,
+    so that a silent network partition ends it and the worker reconnects."""
     try:
-        return connect(args)
+        return connect(args, with_keepalives)
     except ConnectError as exc:
         if _REFUSED_LOGIN.search(str(exc)):
             raise WorkerConfigError(f"{exc}: fix --dsn / UNDOLOG_DSN") from exc
