@@ -170,38 +170,45 @@ class AsyncUndoLog(_Base):
                 raise
             else:
                 await _acompat.stop(beat, stop)
-                if (late := await _settled(conn)) is not None:  # the last result's error
-                    await self._fail(conn, sid, self._error_text(late))
-                    await self._learn_state(conn, active)
-                    raise late
-                if active.unknown_outcome is not None:
-                    await self._fail(conn, sid, _unknown(active))
-                    await self._learn_state(conn, active)
-                    raise InvalidStateTransition(_unknown(active))
-                if active.state != "active":  # an undo_to ran: where its walk is now
-                    halt = await aengine.session_halt(conn, sid)
-                    active.state = halt.state
-                    if halt.halted_undo_to:  # not completed: the operator moves it on
-                        raise _halted(sid, halt)
-                if active.state == "active":
-                    try:
-                        active.state = await aengine.complete_session(conn, sid)
-                    except InvalidStateTransition as refused:
-                        # A call is still executing: one interrupted where the binding
-                        # could not see it (a cancellation caught by the agent while the
-                        # call was being journaled). Its outcome is unknown: fail the
-                        # session, so that the walk compensates it, rather than leave it
-                        # active until its lease runs out.
-                        await self._fail(conn, sid, self._error_text(refused))
-                        await self._learn_state(conn, active)
-                        refused.add_note(_incomplete(sid, active.state))
-                        raise
+                await _acompat.uncancelled(self._ended(conn, active))
             finally:
                 await _acompat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:
                     with contextlib.suppress(Exception):  # a pooled connection: as it was
                         await aengine.set_async_results(conn, False)
+
+    async def _ended(self, conn: aengine.AsyncConnection, active: ActiveSession) -> str:
+        """The block ended: the session completed, or failed and walked when its last
+        result was refused or a call's outcome is unknown, or left to its undo_to walk;
+        answers the session's state then."""
+        sid = active.session_id
+        if (late := await _settled(conn)) is not None:  # the last result's error
+            await self._fail(conn, sid, self._error_text(late))
+            await self._learn_state(conn, active)
+            raise late
+        if active.unknown_outcome is not None:
+            await self._fail(conn, sid, _unknown(active))
+            await self._learn_state(conn, active)
+            raise InvalidStateTransition(_unknown(active))
+        if active.state != "active":  # an undo_to ran: where its walk is now
+            halt = await aengine.session_halt(conn, sid)
+            active.state = halt.state
+            if halt.halted_undo_to:  # not completed: the operator moves it on
+                raise _halted(sid, halt)
+        if active.state == "active":
+            try:
+                active.state = await aengine.complete_session(conn, sid)
+            except InvalidStateTransition as refused:
+                # A call is still executing: one interrupted where the binding could not
+                # see it (a cancellation caught by the agent while the call was being
+                # journaled). Its outcome is unknown: fail the session, so that the walk
+                # compensates it, rather than leave it active until its lease runs out.
+                await self._fail(conn, sid, self._error_text(refused))
+                await self._learn_state(conn, active)
+                refused.add_note(_incomplete(sid, active.state))
+                raise
+        return active.state
 
     async def _left(
         self, conn: aengine.AsyncConnection, active: ActiveSession, exc: BaseException

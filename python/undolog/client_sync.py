@@ -172,38 +172,45 @@ class SyncUndoLog(_Base):
                 raise
             else:
                 _compat.stop(beat, stop)
-                if (late := _settled(conn)) is not None:  # the last result's error
-                    self._fail(conn, sid, self._error_text(late))
-                    self._learn_state(conn, active)
-                    raise late
-                if active.unknown_outcome is not None:
-                    self._fail(conn, sid, _unknown(active))
-                    self._learn_state(conn, active)
-                    raise InvalidStateTransition(_unknown(active))
-                if active.state != "active":  # an undo_to ran: where its walk is now
-                    halt = engine.session_halt(conn, sid)
-                    active.state = halt.state
-                    if halt.halted_undo_to:  # not completed: the operator moves it on
-                        raise _halted(sid, halt)
-                if active.state == "active":
-                    try:
-                        active.state = engine.complete_session(conn, sid)
-                    except InvalidStateTransition as refused:
-                        # A call is still executing: one interrupted where the binding
-                        # could not see it (a cancellation caught by the agent while the
-                        # call was being journaled). Its outcome is unknown: fail the
-                        # session, so that the walk compensates it, rather than leave it
-                        # active until its lease runs out.
-                        self._fail(conn, sid, self._error_text(refused))
-                        self._learn_state(conn, active)
-                        refused.add_note(_incomplete(sid, active.state))
-                        raise
+                _compat.uncancelled(self._ended(conn, active))
             finally:
                 _compat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:
                     with contextlib.suppress(Exception):  # a pooled connection: as it was
                         engine.set_async_results(conn, False)
+
+    def _ended(self, conn: engine.Connection, active: ActiveSession) -> str:
+        """The block ended: the session completed, or failed and walked when its last
+        result was refused or a call's outcome is unknown, or left to its undo_to walk;
+        answers the session's state then."""
+        sid = active.session_id
+        if (late := _settled(conn)) is not None:  # the last result's error
+            self._fail(conn, sid, self._error_text(late))
+            self._learn_state(conn, active)
+            raise late
+        if active.unknown_outcome is not None:
+            self._fail(conn, sid, _unknown(active))
+            self._learn_state(conn, active)
+            raise InvalidStateTransition(_unknown(active))
+        if active.state != "active":  # an undo_to ran: where its walk is now
+            halt = engine.session_halt(conn, sid)
+            active.state = halt.state
+            if halt.halted_undo_to:  # not completed: the operator moves it on
+                raise _halted(sid, halt)
+        if active.state == "active":
+            try:
+                active.state = engine.complete_session(conn, sid)
+            except InvalidStateTransition as refused:
+                # A call is still executing: one interrupted where the binding could not
+                # see it (a cancellation caught by the agent while the call was being
+                # journaled). Its outcome is unknown: fail the session, so that the walk
+                # compensates it, rather than leave it active until its lease runs out.
+                self._fail(conn, sid, self._error_text(refused))
+                self._learn_state(conn, active)
+                refused.add_note(_incomplete(sid, active.state))
+                raise
+        return active.state
 
     def _left(self, conn: engine.Connection, active: ActiveSession, exc: BaseException) -> str:
         """The block was left by ``exc``: the last result's error noted on it, the

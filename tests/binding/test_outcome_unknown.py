@@ -6,6 +6,7 @@ call executing and carried on."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -169,3 +170,35 @@ def test_a_session_cancelled_by_an_anyio_scope_is_failed_and_walked(dsn: str, co
     anyio.run(agent)
     assert _states(conn, sid[0]) == ("compensated", ["compensated"])
     assert undone == ["slow{'n': 1}"]
+
+
+def test_an_exit_cancelled_while_it_completes_the_session_still_completes_it(
+    dsn: str, conn: Conn
+) -> None:
+    """The block ended, and its exit waits to complete the session (another transaction
+    holds the session's row) when an anyio cancel scope cancels it: the exit still
+    completes the session, then the cancellation goes on, rather than leave the session
+    active until its lease runs out and recovery undoes work that had finished."""
+    anyio = pytest.importorskip("anyio")
+    ul = AsyncUndoLog(dsn)
+    sid: list[uuid.UUID] = []
+    holder = psycopg.connect(dsn)  # its transaction holds the row until it rolls back
+    release = threading.Timer(1.2, holder.rollback)
+
+    async def agent() -> None:
+        with anyio.move_on_after(0.5) as scope:
+            async with ul.session() as s:
+                sid.append(s.session_id)
+                holder.execute(
+                    "SELECT FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE",
+                    (s.session_id,),
+                )
+                release.start()
+        assert scope.cancelled_caught
+
+    try:
+        anyio.run(agent)
+    finally:
+        release.join()
+        holder.close()
+    assert engine.session_state(conn, sid[0]) == "completed"
