@@ -141,7 +141,7 @@ SET LOCAL undolog.retry_base = '-1 second';
 SELECT pg_temp.refused(format('SELECT undolog.fail_compensation(%L, %L)', :'u5', 'x'), 'UL008',
                        'a negative retry_base GUC');
 SELECT throws_like(format('SELECT undolog.fail_compensation(%L, %L)', :'u5', 'x'),
-                   'setting undolog.retry_base must be a positive interval, not ''-1 second''',
+                   'undolog.retry_base must be a positive interval, not ''-1 second''',
                    '... named in the message');
 RESET undolog.retry_base;
 SET LOCAL undolog.retry_cap = 'forever';
