@@ -909,3 +909,43 @@ def test_the_call_after_an_upstream_crash_reconnects_first(
         ("unmake", "after"),
         ("unmake", "c"),
     ]
+
+
+def test_an_http_clients_safe_calls_in_flight_are_capped(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """proxy.max_safe_calls_per_client over streamable HTTP: SAFE calls touch no journal,
+    so nothing bounded how many one client had in flight (each an upstream request, on
+    upstreams every client shares). Past the bound a call is refused, saying so, and
+    nothing is sent; another client is not held back; once a call has answered, the
+    client's next one runs."""
+    config = tmp_path / "safe-cap.toml"
+    config.write_text(
+        "[proxy]\nmax_safe_calls_per_client = 2\n"
+        '[upstreams.crm]\ncommand = ["python", "tests/mcp_upstream_server.py"]\n'
+        '[upstreams.crm.tools.slow_echo]\ntier = "safe"\n'
+        '[upstreams.crm.tools.lookup_user]\ntier = "safe"\n'
+    )
+    proxy = HttpProxy(config, dsn, ledger)
+    http_proxies.append(proxy)
+
+    async def body() -> None:
+        async with proxy.client() as client, proxy.client() as other:
+            slow = [
+                asyncio.create_task(client.call_tool("slow_echo", {"text": t, "seconds": 4}))
+                for t in ("a", "b")
+            ]
+            await asyncio.sleep(1.5)  # both sent, both waiting for the upstream
+            refused = await client.call_tool("lookup_user", {"email": "a@x"})
+            assert refused.is_error, text(refused)
+            assert "max_safe_calls_per_client = 2" in text(refused), text(refused)
+            assert "NOT RUN" in text(refused)
+            elsewhere = await other.call_tool("lookup_user", {"email": "a@x"})
+            assert not elsewhere.is_error, text(elsewhere)
+            for task in slow:
+                assert not (await task).is_error
+            later = await client.call_tool("lookup_user", {"email": "a@x"})
+            assert not later.is_error, text(later)
+
+    run(body)
+    assert names(ledger) == ["slow_echo", "slow_echo"]

@@ -14,8 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import ledger, names, sessions, stdio_proxy, wait_for
+from test_mcp_proxy import free_port, ledger, names, sessions, stdio_proxy, wait_for
+from test_mcp_proxy_metrics import calls, samples, scrape
 from test_mcp_proxy_sessions import effects, session_policy
+
+from undolog.mcp_proxy.metrics import OUTCOMES
 
 __all__ = ["ledger"]  # a fixture, used by name
 
@@ -144,6 +147,39 @@ def test_a_line_that_is_no_message_is_answered_as_json_rpc_says(
         assert line.leave() == 0
 
 
+def test_no_call_is_served_before_the_initialize_request(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A client that sends notifications/initialized before (or without) its initialize
+    request: the relay took that notification as the end of the handshake and relayed
+    the SAFE calls after it, and the SDK's server, which takes it so too, served the
+    others (a COMPENSABLE call ran and was journaled). The MCP lifecycle begins with
+    initialize: until it comes, a call is answered with a JSON-RPC error (the SDK's own
+    for a request before the handshake), and nothing reaches the upstream."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    try:
+        line.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        line.call(1, "read_all", {})  # SAFE: the relay's
+        line.call(2, "put", {"key": "a", "value": "1"})  # COMPENSABLE: the SDK's path
+        line.send({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}})
+        for request_id in (1, 2, 3):
+            refused = line.answer(request_id)
+            assert refused is not None, "the proxy died"
+            assert "result" not in refused, refused
+            assert refused["error"]["code"] == -32602, refused
+        line.start()  # initialize, then notifications/initialized: calls are served
+        line.call(4, "put", {"key": "a", "value": "1"})
+        made = line.answer(4)
+        assert made is not None and not made["result"]["isError"], made
+        line.call(5, "read_all", {})
+        read = line.answer(5)
+        assert read is not None and read["result"]["structuredContent"]["store"] == {"a": "1"}
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == ["put"]
+    assert effects(conn) == [("kv/put", 0, "committed")]
+
+
 @pytest.mark.parametrize("path", ["relayed", "sdk"])
 def test_arguments_nested_past_the_journals_limit_are_refused_saying_why(
     path: str, tmp_path: Path, dsn: str, ledger: Path
@@ -209,6 +245,38 @@ def test_a_call_its_client_gives_up_on_is_recorded_and_never_run_twice(
         assert line.leave() == 0
     assert names(ledger) == ["slow_make"] * 3
     assert [state for _, state in sessions(conn)] == ["completed"]
+
+
+@pytest.mark.parametrize("path", ["relayed", "sdk"])
+def test_a_call_its_client_gives_up_on_is_counted_in_the_metrics(
+    path: str, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A COMPENSABLE call cancelled while it runs goes on to its end and is recorded,
+    but the proxy's metrics never counted it (the count came after the answer, which a
+    cancelled call never gets): it is counted with its outcome when it ends."""
+    port = free_port()
+    line = Line(session_policy(tmp_path, proxy=f'metrics_listen = "127.0.0.1:{port}"'), dsn, ledger)
+    meta = {} if path == "relayed" else {"progressToken": "p"}
+    try:
+        line.start(list_tools=path == "relayed")
+        line.call(1, "slow_make", {"key": "s", "seconds": 1}, **meta)
+        wait_for(lambda: names(ledger) == ["slow_make"])  # running upstream
+        line.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 1, "reason": "timed out"},
+            }
+        )
+        wait_for(lambda: effects(conn) == [("kv/slow_make", 0, "committed")])
+        wait_for(lambda: calls(samples(scrape(port)[2]), "compensable", "executed") == 1)
+        line.call(2, "put", {"key": "a", "value": "1"}, **meta)  # answered: counted too
+        assert line.answer(2) is not None
+        seen = samples(scrape(port)[2])
+        assert calls(seen, "compensable", "executed") == 2
+        assert sum(calls(seen, "compensable", o) for o in OUTCOMES["compensable"]) == 2
+    finally:
+        assert line.leave() == 0
 
 
 @pytest.mark.parametrize("path", ["relayed", "sdk"])

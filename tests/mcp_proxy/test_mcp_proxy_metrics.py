@@ -291,6 +291,10 @@ def test_a_result_the_journal_cannot_record(
         ("durable_results = 1", "proxy.durable_results: expected true or false"),
         ('metrics_listen = "nowhere"', "metrics_listen takes HOST:PORT"),
         ("metrics_listen = 9465", 'proxy.metrics_listen: expected "HOST:PORT"'),
+        (
+            "max_safe_calls_per_client = 0",
+            "proxy.max_safe_calls_per_client: expected a whole number from 1 to 10000",
+        ),
     ],
 )
 def test_the_policy_refuses_bad_proxy_keys(tmp_path: Path, line: str, message: str) -> None:
@@ -311,3 +315,4 @@ def test_the_policy_reads_the_proxy_keys(tmp_path: Path) -> None:
     )
     loaded = load_policy(policy)
     assert loaded.durable_results is True and loaded.metrics_listen == "[::1]:0"
+    assert loaded.max_safe_calls_per_client == 64  # the default

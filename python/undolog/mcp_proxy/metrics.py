@@ -28,8 +28,9 @@ log = logging.getLogger("undolog.mcp_proxy")
 # start, at 0, so that rate() and increase() see the first call).
 OUTCOMES: dict[str, tuple[str, ...]] = {
     # relayed: answered by the upstream (an error result included); failed: the upstream
-    # could not be reached or did not answer
-    "safe": ("relayed", "failed"),
+    # could not be reached or did not answer; refused: not sent, the client had
+    # proxy.max_safe_calls_per_client SAFE calls in flight already (over HTTP)
+    "safe": ("relayed", "failed", "refused"),
     # executed: ran, its result answered; replayed: answered from the journal, not run;
     # refused: not run (the journal or the proxy refused it); unknown: it may have acted
     # without its result reaching the journal; failed: the upstream did not run it or

@@ -145,6 +145,9 @@ class Policy:
     # per-session upstream processes running at once across all clients
     max_sessions_per_client: int = 64
     max_upstream_processes: int = 32
+    # SAFE calls one client may have in flight at once over streamable HTTP (a
+    # handshake-era MCP session; the stateless requests together count as one client)
+    max_safe_calls_per_client: int = 64
     session_boundary: Boundary = "connection"
     undo_last_tool: UndoTool = "off"
     session_idle_seconds: float | None = None  # "idle" (and optionally "conversation")
@@ -384,6 +387,7 @@ def load_policy(path: str | Path) -> Policy:
                 "max_holds_per_client",
                 "max_sessions_per_client",
                 "max_upstream_processes",
+                "max_safe_calls_per_client",
                 "session_boundary",
                 "session_idle_seconds",
                 "undo_last_tool",
@@ -474,6 +478,11 @@ def load_policy(path: str | Path) -> Policy:
             ),
             max_upstream_processes=_count(
                 proxy.get("max_upstream_processes", 32), "proxy.max_upstream_processes", 10000
+            ),
+            max_safe_calls_per_client=_count(
+                proxy.get("max_safe_calls_per_client", 64),
+                "proxy.max_safe_calls_per_client",
+                10000,
             ),
             session_boundary=boundary,
             session_idle_seconds=idle,

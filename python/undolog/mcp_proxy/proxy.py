@@ -99,6 +99,7 @@ UNDO_LAST_UPSTREAM, UNDO_LAST_JOURNALED = "undolog", "undo_last"
 CONVERSATION_META_KEY = "undolog/conversation"
 RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a session id
 UNDO_META_KEY = "undolog/undo_id"
+SAFE_CALLS_SLOT = "undolog.safe_calls"  # a client's SAFE calls in flight (over HTTP)
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
@@ -226,6 +227,22 @@ def build_routes(policy: Policy, upstream: str, tools: dict[str, types.Tool]) ->
         for name, tool in tools.items()
         if name not in hidden
     }
+    shadowed = routes.pop(UNDO_LAST_TOOL, None) if policy.undo_last_tool != "off" else None
+    if shadowed is not None:
+        # a client sees each name once, and calls by name: the proxy's own tool wins (the
+        # operator turned it on), everywhere, and the upstream's is not offered
+        log.warning(
+            "tool %r of upstream %r is not offered: the proxy's own %s (proxy.undo_last_tool "
+            '= "%s") has that name, and a client must see each name once; %s, or set '
+            'undo_last_tool = "off" to offer the upstream\'s',
+            UNDO_LAST_TOOL,
+            upstream,
+            UNDO_LAST_TOOL,
+            policy.undo_last_tool,
+            f"hide it (upstreams.{upstream}.hide = [{shadowed.tool!r}])"
+            if shadowed.tool == UNDO_LAST_TOOL
+            else f"give the upstream another name than {upstream!r}",
+        )
     for exposed, route in routes.items():
         if (why := unportable_name(exposed)) is not None:
             log.warning(
@@ -940,6 +957,45 @@ class McpProxy:
         route = self.routes.get(name)
         if route is None:
             return _error(f"unknown tool {name!r}")
+        if not (self.http and route.policy.tier == "safe"):
+            return await self._routed(ctx, name, route, args)
+        # over HTTP, where clients share the proxy and its upstreams, a client's SAFE
+        # calls in flight are bounded (its journaled calls are, by the journal's pool,
+        # its sessions and its holds): past the bound nothing is sent
+        state = self._client_state(ctx)
+        running: int = state.get(SAFE_CALLS_SLOT, 0)
+        cap = self.policy.max_safe_calls_per_client
+        if running >= cap:
+            self.metrics.call("safe", "refused")
+            return _error(
+                f"NOT RUN: {name} was not sent: this client already has {running} SAFE calls "
+                f"in flight, the most it may (proxy.max_safe_calls_per_client = {cap}). "
+                "Nothing was done. Make the call again once one of them has answered."
+            )
+        state[SAFE_CALLS_SLOT] = running + 1
+        try:
+            return await self._routed(ctx, name, route, args)
+        finally:
+            state[SAFE_CALLS_SLOT] -= 1
+
+    def _client_state(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """Where the proxy keeps what is per client (as for max_sessions_per_client): a
+        handshake-era connection's state, else the stateless HTTP requests' (one client),
+        else the 2026-era stdio process's."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            connection = client_connection(ctx)
+            if connection is not None:
+                state: dict[str, Any] = connection.state
+                return state
+        return self.http_state if self.http else self.process_state
+
+    async def _routed(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        route: Route,
+        args: dict[str, Any],
+    ) -> types.CallToolResult:
         shared = self.policy.upstreams[route.upstream].instances == "shared"
         if shared:
             upstream = self.upstreams[route.upstream]
@@ -1324,7 +1380,15 @@ class McpProxy:
             return await self._finish(ps, work)
         except asyncio.CancelledError:
             ps.given_up[key] = (step, work)
+            # the call goes on to its end unanswered: counted then, with its outcome
+            work.add_done_callback(self._count_given_up)
             raise
+
+    def _count_given_up(self, work: asyncio.Future[tuple[types.CallToolResult, str]]) -> None:
+        """The metrics of a COMPENSABLE call whose client gave up on it while it ran: its
+        outcome once it has run to its end (its client is not answered)."""
+        if not work.cancelled() and work.exception() is None:
+            self.metrics.call("compensable", work.result()[1])
 
     async def _compensable_step(
         self,

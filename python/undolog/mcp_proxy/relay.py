@@ -212,6 +212,7 @@ async def relaying_stdio(
                     continue
                 if hook is not None and (
                     b'"tools/call"' in line
+                    or b'"initialize"' in line
                     or b'"notifications/initialized"' in line
                     or b'"notifications/cancelled"' in line
                 ):

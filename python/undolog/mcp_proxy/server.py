@@ -195,7 +195,11 @@ class MessageRelay:
     def __init__(self, proxy: McpProxy) -> None:
         self.proxy = proxy
         self.server_info: dict[str, Any] = {}  # the proxy's, stamped on 2026-era answers
-        self.initialized = False  # a handshake-era client: only after its handshake
+        # a handshake-era client's calls are relayed only after its handshake: its
+        # initialize request, then its notifications/initialized
+        self.handshake = False
+        self.initialized = False
+        self.told_early = False  # logged a notifications/initialized sent before initialize
         self.contexts: dict[bool, ServerRequestContext[Any, Any]] = {}  # by era: modern?
         self.running: dict[str | int, asyncio.Task[None]] = {}  # by request id
 
@@ -204,8 +208,32 @@ class MessageRelay:
         self.contexts[ctx.protocol_version in MODERN_PROTOCOL_VERSIONS] = ctx
 
     def __call__(self, message: dict[str, Any], write: Write) -> bool:
-        if message.get("method") == "notifications/initialized":
-            self.initialized = True
+        method = message.get("method")
+        if method == "initialize" and "id" in message:
+            # the handshake begins (the SDK's server answers it); only params the SDK
+            # accepts open it, as only those open the SDK's own gate
+            with contextlib.suppress(ValueError):
+                types.InitializeRequestParams.model_validate(
+                    message.get("params") or {}, by_name=False
+                )
+                self.handshake = True
+            return False
+        if method == "notifications/initialized":
+            if not self.handshake:
+                # before (or without) initialize: the MCP lifecycle begins with it. The
+                # SDK's server would take this as the end of a handshake that never
+                # began and serve every request after it; dropped here, its gate stays
+                # closed: a request is answered with its JSON-RPC error until initialize
+                if not self.told_early:  # once: a client may send it again and again
+                    self.told_early = True
+                    log.warning(
+                        "notifications/initialized before the initialize request: ignored "
+                        "(requests other than ping are refused until initialize)"
+                    )
+                return True
+            params = message.get("params")
+            if params is None or isinstance(params, dict):  # else the SDK drops it too
+                self.initialized = True
             return False
         if message.get("method") == "notifications/cancelled":
             # the client gave up on a call: as the SDK's server does for the requests it
