@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -732,3 +733,50 @@ def test_a_run_state_resumed_under_another_session_is_refused(fx: Fixture) -> No
     assert asyncio.run(fx.run(agent, state)).final_output == "paid"
     assert fx.world.payouts == [500]
     assert fx.world.runs["create_user:a@x"] == 1
+
+
+def test_approving_an_irreversible_tool_for_the_rest_of_the_run_is_refused(
+    fx: Fixture,
+) -> None:
+    """``RunState.approve(item, always_approve=True)``: the SDK then runs the tool's
+    later calls without asking needs_approval, while UndoLog runs each IRREVERSIBLE call
+    only with a person's approval of that call. The resumed run paid 500, then ended at
+    the next payout with AwaitingApprovalError and no interruption to decide. Now the
+    resume is refused before anything runs, saying why and what to do; decided call by
+    call, each payout stops the run for its own approval."""
+    script = [
+        [function_call("payout", {"cents": 500}, call_id="c2")],
+        [function_call("payout", {"cents": 700}, call_id="c3")],
+        [assistant_message("paid")],
+    ]
+    agent, result = _stopped_at(fx, script, "c2")
+    item = result.interruptions[0]
+    state = result.to_state()
+    asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    state.approve(item, always_approve=True)
+    said = "payout was approved for the rest of the run (always_approve=True)"
+    with pytest.raises(ValueError, match=re.escape(said)) as refused:
+        asyncio.run(fx.run(agent, state))
+    assert "nothing was run" in str(refused.value)
+    assert "decide each waiting call alone" in str(refused.value)
+
+    async def streamed() -> None:
+        async with adapter.run_streamed(agent, fx.ul, state, session_id=fx.sid):
+            pass
+
+    with pytest.raises(ValueError, match=re.escape(said)):
+        asyncio.run(streamed())
+    assert fx.world.payouts == []
+    assert pending(fx.admin_dsn, fx.sid) == []
+    again = result.to_state()  # as the error says: the call alone
+    again.approve(item)
+    stopped = asyncio.run(fx.run(agent, again))
+    assert fx.world.payouts == [500]
+    assert [i.call_id for i in stopped.interruptions] == ["c3"]  # its own approval
+    state = stopped.to_state()
+    (next_item,) = stopped.interruptions
+    asyncio.run(adapter.decide(state, next_item, fx.ul, fx.sid, fx.approver, "bob", approved=True))
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.payouts == [500, 700]
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "bob")]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

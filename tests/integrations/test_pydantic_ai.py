@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
@@ -482,3 +483,42 @@ def test_decide_takes_pydantic_ais_own_answers(fx: Fixture) -> None:
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
     with pytest.raises(TypeError, match="ToolApproved"):
         asyncio.run(adapter.decide(result.output, fx.approver, "bob", {"c2": "yes"}))  # type: ignore[dict-item]
+
+
+def test_a_run_resumed_under_another_session_is_refused(fx: Fixture) -> None:
+    """A run resumed (deferred_tool_results) with a session id other than the one of the
+    run that deferred its calls: their calls were asked in the other session. Resumed
+    there, the payout was asked again in a second session, and the first was left
+    open for ever. Now nothing runs and nothing is recorded (no second
+    request, no new session), as with LangGraph and OpenAI Agents; resumed with its own
+    session id, it goes on."""
+    result, rest = _pay(fx)
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}))
+    history = result.all_messages()
+    other = uuid.uuid4()
+    resume = {"message_history": history, "deferred_tool_results": answers}
+    with pytest.raises(LookupError, match=f"no approval request in session {other}"):
+        asyncio.run(adapter.run(fx.agent([[TextPart("x")]]), fx.ul, session_id=other, **resume))
+
+    async def streamed() -> None:
+        agent = fx.agent([[TextPart("x")]])
+        async with adapter.run_stream(agent, fx.ul, session_id=other, **resume):
+            pass
+
+    async def walked() -> None:
+        async with adapter.iter(fx.agent([[TextPart("x")]]), fx.ul, session_id=other, **resume):
+            pass
+
+    for refused in (streamed, walked):
+        with pytest.raises(LookupError, match=str(other)):
+            asyncio.run(refused())
+    with psycopg.connect(fx.admin_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM undolog.undolog_sessions WHERE session_id = %s", (other,)
+        ).fetchone() == (0,)
+    assert fx.world.payouts == []
+    resumed = asyncio.run(fx.run(rest, **resume))
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+    assert fx.world.runs["create_user:a@x"] == 1
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -292,6 +292,45 @@ async def _same_session(
     )
 
 
+_PROBE = "undolog-probe-no-such-call"  # a call id no model gives: only a sticky decision
+
+
+def _approved_for_the_run(agent: Agent[Any], input: object) -> None:
+    """Refuse, before a session is opened, a RunState in which an IRREVERSIBLE tool was
+    approved for the rest of the run (``RunState.approve(item, always_approve=True)``):
+    the SDK would then run the tool's later calls without asking ``needs_approval``,
+    while UndoLog runs an IRREVERSIBLE call only once a person has approved that very
+    call (its approval covers its arguments), so each such call would end the run
+    waiting, with no interruption to decide. One approval per call is UndoLog's rule:
+    the caller is told so, and how to resume, before anything runs."""
+    if not isinstance(input, RunState):
+        return
+    context = getattr(input, "_context", None)  # the SDK keeps the decisions there
+    if context is None:
+        return
+    owners = [agent, *(getattr(i, "agent", None) for i in input.get_interruptions())]
+    for owner in {id(o): o for o in owners if o is not None}.values():
+        for candidate in getattr(owner, "tools", ()):
+            adapted = getattr(candidate, _ADAPTED, None)
+            if not isinstance(adapted, _Adapted) or adapted.tool.tier is not ToolTier.IRREVERSIBLE:
+                continue
+            try:
+                sticky = context.is_tool_approved(candidate.name, _PROBE)
+            except Exception:  # a decision the SDK cannot name by the tool alone
+                continue
+            if sticky is True:
+                raise ValueError(
+                    f"{candidate.name} was approved for the rest of the run "
+                    "(always_approve=True) in this RunState, and nothing was run: UndoLog "
+                    "runs an IRREVERSIBLE call only once a person has approved that very "
+                    f"call, so it cannot approve {candidate.name}'s later calls in advance. "
+                    "Take the stopped run's result.to_state() again, decide each waiting "
+                    "call alone (decide(...), which approves that call only, or "
+                    "state.approve(item) without always_approve), and resume: each later "
+                    f"{candidate.name} call stops the run for its own approval"
+                )
+
+
 def _undolog_error(exc: UserError) -> BaseException:
     """The SDK reports a tool's exception as UserError("Error running tool ..."): answer
     UndoLog's own error behind it, which says what to do next."""
@@ -317,8 +356,10 @@ async def run(
     (through ``decide``, or elsewhere: CLI, dashboard, SQL) is approved or rejected in the
     RunState; one UndoLog has not decided raises AwaitingApprovalError and nothing runs,
     whatever the RunState says. A RunState resumed under a session id other than its
-    run's raises LookupError before anything runs. Resuming a session whose call a human
-    rejected undoes what came before and raises ApprovalRejectedError."""
+    run's raises LookupError, and one in which an IRREVERSIBLE tool was approved with
+    ``always_approve=True`` ValueError (UndoLog approves each call on its own), before
+    anything runs. Resuming a session whose call a human rejected undoes what came
+    before and raises ApprovalRejectedError."""
 
     async def go() -> RunResult:
         if isinstance(input, RunState):
@@ -331,6 +372,7 @@ async def run(
             raise _undolog_error(exc) from exc
         return result
 
+    _approved_for_the_run(agent, input)
     await _same_session(agent, ul, input, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
@@ -383,6 +425,7 @@ async def run_streamed(
 
     The session is finished when the block ends (the events not read are drained
     first): completed, awaiting approval, or failed and undone, as with ``run``."""
+    _approved_for_the_run(agent, input)
     await _same_session(agent, ul, input, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
 from pydantic_ai._function_schema import function_schema
 from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
@@ -44,6 +45,7 @@ from undolog.tiers import ToolTier
 
 APPROVAL_KEY = "undolog_approval_id"
 """The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming UndoLog's approval."""
+_UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
 
 
 def tool(fn: Callable[..., Any]) -> Tool[Any]:
@@ -75,6 +77,7 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
             return refused.message  # the session goes on: the model hears the "no"
         return _core.edited_reply(info, result)  # a person's edit: the model hears it
 
+    setattr(call, _UNDOLOG_TOOL, info)  # how a resume finds the run's UndoLog tools
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(
         call,
@@ -110,6 +113,56 @@ def _name_approvals(
     return name
 
 
+def _irreversible_tools(
+    agent: Agent[Any, Any], run_kwargs: Mapping[str, Any]
+) -> dict[str, _core.ToolInfo]:
+    """The IRREVERSIBLE ``@undolog_tool`` tools (built by ``tool``) of the agent and of
+    the run's own toolsets, by name."""
+    found: dict[str, _core.ToolInfo] = {}
+    for toolset in [*agent.toolsets, *(run_kwargs.get("toolsets") or ())]:
+        for made in getattr(toolset, "tools", {}).values():
+            info = getattr(getattr(made, "function", None), _UNDOLOG_TOOL, None)
+            if isinstance(info, _core.ToolInfo) and info.tier is ToolTier.IRREVERSIBLE:
+                found[made.name] = info
+    return found
+
+
+async def _same_session(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    run_kwargs: Mapping[str, Any],
+    session_id: uuid.UUID,
+) -> None:
+    """Refuse, before a session is opened, a run resumed (``deferred_tool_results``)
+    under a session id other than the one of the run that deferred its calls: their
+    IRREVERSIBLE calls were asked in their own session, and none of them has a request
+    in ``session_id``. Resumed there, each would be asked again, in a second session,
+    and the first session would wait for ever."""
+    answers = run_kwargs.get("deferred_tool_results")
+    if not isinstance(answers, DeferredToolResults) or not answers.approvals:
+        return
+    tools = _irreversible_tools(agent, run_kwargs)
+    asked = [
+        (tools[part.tool_name].name, part.tool_call_id)
+        for message in run_kwargs.get("message_history") or ()
+        for part in getattr(message, "parts", ())
+        if isinstance(part, ToolCallPart)
+        and part.tool_call_id in answers.approvals
+        and part.tool_name in tools
+    ]
+    if not asked:
+        return
+    async with ul.connection() as conn:
+        for name, call_id in asked:
+            if await _arun.approval_of_step(conn, session_id, name, call_id) is not None:
+                return
+    raise LookupError(
+        f"this run's deferred calls ({', '.join(c for _, c in asked)}) have no approval "
+        f"request in session {session_id}: resume it with the session id of the run that "
+        "deferred them"
+    )
+
+
 def _session(
     session_id: uuid.UUID, agent_name: str | None, ul: AsyncUndoLog
 ) -> contextlib.AbstractAsyncContextManager[_core.RunBox[AgentRunResult[Any]]]:
@@ -130,7 +183,10 @@ async def run(
     resumed with the same id). A run that finishes completes the session; one that raises
     fails it and its compensations run last-first; one that ends with
     ``DeferredToolRequests`` leaves it awaiting approval. Resuming a session whose call a
-    human rejected undoes what came before and raises ApprovalRejectedError."""
+    human rejected undoes what came before and raises ApprovalRejectedError. A run resumed
+    under a session id other than the one of the run that deferred its calls raises
+    LookupError before anything runs."""
+    await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         box.result = result = await agent.run(**run_kwargs)
     return result
@@ -149,6 +205,7 @@ async def run_stream(
     block; the session is finished when the block ends (the stream is read to its end
     first), as with ``run``. After the block, ``streamed.result`` is the run's
     ``AgentRunResult``, whose ``DeferredToolRequests`` names UndoLog's approvals."""
+    await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         async with agent.run_stream(**run_kwargs) as streamed:
             yield streamed
@@ -170,6 +227,7 @@ async def iter(  # the name of the pydantic-ai call it wraps
     that walks the run's nodes; the session is finished when the block ends (the nodes
     not walked are run first), as with ``run``. After the block, ``agent_run.result`` is
     the run's ``AgentRunResult``."""
+    await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         async with agent.iter(**run_kwargs) as agent_run:
             yield agent_run
