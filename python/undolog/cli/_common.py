@@ -50,7 +50,6 @@ class ConnectError(Exception):
         self.hint = hint
 
 
-
 class Parser(argparse.ArgumentParser):
     """argparse, except that a usage error is raised (and reported by main, as JSON under
     --json) instead of printed here."""
