@@ -708,19 +708,30 @@ ORDER BY c.step_index, c.executed_at
 LIMIT %(limit)s::int
 
 -- name: dashboard_session_undo
--- One session's undo stack, top first. number: the entry's place in this session's stack
--- (1 = the first pushed); stack_position counts across all sessions, so it reads 25-27
--- for a third entry.
-SELECT u.undo_id, u.stack_position,
-       row_number() OVER (ORDER BY u.stack_position) AS number,
-       u.step_index, u.tool_name, u.compensation_name,
-       u.compensation IS NULL AS barrier, u.state, u.attempts, u.max_attempts,
-       u.last_error,
-       CASE WHEN u.state IN ('pending', 'compensating') AND u.attempts > 0
-            THEN u.next_attempt_at END AS next_retry
-FROM undolog.undo_stack_entries AS u
-WHERE u.session_id = %(session_id)s
-ORDER BY u.stack_position DESC
+-- One session's undo stack, top first: its top %(limit)s entries (the walk's next ones),
+-- and wherever they are the entry the walk halted at and every failed compensation (what
+-- an operator acts on). number: the entry's place in this session's stack (1 = the first
+-- pushed); stack_position counts across all sessions, so it reads 25-27 for a third
+-- entry. total: the session's entries, shown or not.
+SELECT e.undo_id, e.stack_position, e.number, e.step_index, e.tool_name,
+       e.compensation_name, e.barrier, e.state, e.attempts, e.max_attempts, e.last_error,
+       e.next_retry, e.total
+FROM (
+    SELECT u.undo_id, u.stack_position,
+           row_number() OVER (ORDER BY u.stack_position) AS number,
+           row_number() OVER (ORDER BY u.stack_position DESC) AS from_top,
+           count(*) OVER () AS total,
+           u.step_index, u.tool_name, u.compensation_name,
+           u.compensation IS NULL AS barrier, u.state, u.attempts, u.max_attempts,
+           u.last_error,
+           CASE WHEN u.state IN ('pending', 'compensating') AND u.attempts > 0
+                THEN u.next_attempt_at END AS next_retry
+    FROM undolog.undo_stack_entries AS u
+    WHERE u.session_id = %(session_id)s
+) AS e
+WHERE e.from_top <= %(limit)s OR e.undo_id = %(halt_undo_id)s
+   OR e.state = 'compensation_failed'
+ORDER BY e.stack_position DESC
 
 -- name: dashboard_session_approvals
 -- One session's approval requests, in the order they were made.

@@ -18,8 +18,10 @@ import hmac
 import json
 import logging
 import math
+import re
 import secrets
 import time
+import unicodedata
 import uuid
 import zoneinfo
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -76,6 +78,8 @@ OPERATOR_ACTIONS: dict[
     "rollback": asaga.rollback_session,
 }
 POLL_SECONDS = 0.5
+# The largest step index (a PostgreSQL integer): a larger one names no call of a session.
+PG_INT_MAX = 2**31 - 1
 # Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
 # on the person's one connection, so a script opening hundreds would swamp it (and the
 # database). A person's tabs need a few; a browser opens six at most per site anyway.
@@ -186,15 +190,66 @@ def _span(value: datetime.timedelta | None) -> str:
     return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
+# Characters a browser does not show as themselves: bidirectional controls (U+202E
+# turns the rest of a line around, so "acct-1234" can be the text 4321-tcca), other
+# format characters (zero-width ones, the invisible tag characters U+E0000-E007F that can
+# carry a hidden text), line and paragraph separators, control characters but tab and
+# newline. Escaping (HTML) does nothing to them: every value a page shows has them
+# written out instead.
+_UNSEEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cc"})
+_UNSEEN = re.compile(
+    "["
+    + "".join(
+        re.escape(chr(code))
+        for code in range(0x110000)
+        if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
+    )
+    + "]"
+)
+
+
+def _spelled(match: re.Match[str]) -> str:
+    """JSON's escape of one character (a UTF-16 pair beyond the BMP, as JSON spells it)."""
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def shown(value: str) -> str:
+    """``value`` with every character a browser would not show as itself (_UNSEEN)
+    written out as its escape, ``\\u202e``: in JSON text that is the same value
+    (outside a string JSON holds none of them), and in plain text it is seen."""
+    if value.isascii() and value.isprintable():
+        return value
+    return _UNSEEN.sub(_spelled, value)
+
+
+class Verbatim(str):
+    """A value sent back to the dashboard as typed (a person's reason in a hidden field,
+    a filter in its box): not spelled out by :func:`shown`, which would change it."""
+
+
+def _finalize(value: Any) -> Any:
+    # Markup is the dashboard's own (a macro's output: its values were finalized inside)
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup | Verbatim):
+        return shown(value)
+    return value
+
+
 def make_env() -> jinja2.Environment:
     # autoescape for every template, whatever its name: args, results, agent names and
-    # reasons are written by agents and must reach the page as text, never as markup.
+    # reasons are written by agents and must reach the page as text, never as markup;
+    # and every value's unseen characters are spelled out (_finalize).
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
     )
     env.filters.update(
+        verbatim=lambda v: Verbatim(v) if isinstance(v, str) else v,
         pretty=_pretty,
         compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
         ts=_ts,
@@ -242,6 +297,15 @@ def args_diff(requested: Any, edited: Any) -> list[tuple[str, str]]:
     a requested line the edit removes, '+' for one it adds, ' ' for one it keeps."""
     lines = difflib.ndiff(pretty_json(requested).splitlines(), pretty_json(edited).splitlines())
     return [(line[0], line[2:]) for line in lines if line[:1] in ("-", "+", " ")]
+
+
+def same_token(given: object, expected: str | None) -> bool:
+    """Whether a posted token is the expected one, in constant time. Compared as bytes:
+    hmac.compare_digest raises TypeError for a str holding any non-ASCII character, and
+    a posted field may hold anything (a 500 instead of the 'form expired' page)."""
+    if not isinstance(given, str) or not expected:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
 
 
 def engine_error(exc: BaseException) -> tuple[int, str]:
@@ -301,7 +365,8 @@ class Dashboard:
         **context: Any,
     ) -> HTMLResponse:
         flash: list[tuple[str, str]] = []
-        if ws is not None and name != "fragment":
+        # a fragment (a live refresh, the counts) shows no flash: it must not take it
+        if ws is not None and not name.endswith("_fragment.html"):
             flash, ws.flash = ws.flash, []
         html = self.env.get_template(name).render(
             request=request,
@@ -350,7 +415,7 @@ class Dashboard:
             )
         form = await request.form()
         token = form.get("csrf")
-        if not isinstance(token, str) or not hmac.compare_digest(token, ws.csrf):
+        if not same_token(token, ws.csrf):
             return self.problem(
                 request,
                 ws,
@@ -416,7 +481,7 @@ class Dashboard:
     async def login(self, request: Request) -> Response:
         form = await request.form()
         token, cookie = form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE)
-        if not (isinstance(token, str) and cookie and hmac.compare_digest(token, cookie)):
+        if not same_token(token, cookie):
             return self._login_form(
                 request, "The login form expired: nothing was sent. Try again.", 403
             )
@@ -646,6 +711,37 @@ class Dashboard:
                 )
         outcomes = [await self._decide_one(ws, *p) for p in picked]
         return self._after(request, ws, outcomes, back)
+
+    async def expire(self, request: Request) -> Response:
+        """An operator closes every request past its deadline (undolog.expire_approvals,
+        what `expire_approvals()` from cron does): each becomes expired, and its session
+        is undone (or goes on, for a tool registered on_reject="continue")."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        if not ws.roles.operator:
+            outcome = Outcome(
+                "expire", False, "only an operator closes the requests past their deadline", 403
+            )
+            return self._after(request, ws, [outcome], "/approvals")
+        async with ws.db() as conn:
+            try:
+                closed = await aapprovals.expire_approvals(conn)
+            except (errors.UndoLogError, psycopg.Error) as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
+                status, text = engine_error(exc)
+                return self._after(
+                    request, ws, [Outcome("expire", False, text, status)], "/approvals"
+                )
+        log.info("%s: expired %d request(s) past their deadline", ws.login, len(closed))
+        text = (
+            f"{len(closed)} request(s) past their deadline closed as expired by {ws.login}"
+            if closed
+            else "no request was past its deadline: nothing was closed"
+        )
+        return self._after(request, ws, [Outcome("expire", True, text)], "/approvals")
 
     async def _needs_confirming(
         self, ws: WebSession, picked: list[tuple[str, str, str]]
@@ -1089,19 +1185,25 @@ class Dashboard:
             step = int(str(form.get("step", "")))
         except ValueError:
             step = -1
-        if step < 0:
+        if not 0 <= step <= PG_INT_MAX:  # a step index is a PostgreSQL integer
             return self.not_found(request, ws, "step of this session")
         if not ws.roles.staff:
             outcome = Outcome(target, False, "only an operator or approver undoes a session", 403)
             return await self._show_session(request, ws, session_id, 403, [outcome])
+        # The refusal's page is shown once the connection is let go: _show_session takes
+        # it again, and the lock is not reentrant (inside, the person's every request
+        # from then on waited for ever).
+        refused: Outcome | None = None
         async with ws.db() as conn:
             try:
                 plan = await queries.rollback_to_plan(conn, session_id, step)
             except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
-                return await self._show_session(
-                    request, ws, session_id, status, [Outcome(target, False, text, status)]
-                )
+                refused = Outcome(target, False, text, status)
+        if refused is not None:
+            return await self._show_session(request, ws, session_id, refused.status, [refused])
         key = [f"undo-to:{session_id}:{step}", *(str(r["undo_id"]) for r in plan)]
         reason_field = form.get("reason")
         reason = reason_field.strip() if isinstance(reason_field, str) else ""
@@ -1129,9 +1231,9 @@ class Dashboard:
                 if conn.closed and isinstance(exc, psycopg.OperationalError):
                     raise  # the person's connection is gone: _database_error says so
                 status, text = engine_error(exc)
-                return await self._show_session(
-                    request, ws, session_id, status, [Outcome(target, False, text, status)]
-                )
+                refused = Outcome(target, False, text, status)
+        if refused is not None:  # shown with the connection let go, as above
+            return await self._show_session(request, ws, session_id, refused.status, [refused])
         log.info("%s: undo-to step %s of %s", ws.login, step, session_id)
         done = Outcome(
             target,
@@ -1351,6 +1453,7 @@ class Dashboard:
             Route("/logout", self.logout, methods=["POST"]),
             Route("/approvals", self.inbox, methods=["GET"]),
             Route("/approvals/decide", self.decide, methods=["POST"]),
+            Route("/approvals/expire", self.expire, methods=["POST"]),
             Route("/approvals/{approval_id}/edit", self.edit_page, methods=["GET"]),
             Route("/approvals/{approval_id}/edit", self.edit_post, methods=["POST"]),
             Route("/decisions", self.decisions, methods=["GET"]),

@@ -26,6 +26,9 @@ PRIOR_CALLS = 10
 # the whole value: one huge argument must not make a page of a thousand calls unreadable.
 HEAD_CHARS = 2000
 MAX_CALLS_SHOWN = 5000
+# "cut at" no length: a value shown whole (the largest PostgreSQL integer)
+WHOLE = 2**31 - 1
+MAX_UNDO_SHOWN = 5000
 # A session page recomputes the session's hash chain on each view when it holds at most
 # this many records (200,000 took about 3 s on the 2-core test machine); a longer one
 # says how to verify it instead (undolog verify --session).
@@ -57,10 +60,23 @@ async def one(conn: Conn, query: str, params: Any = ()) -> Row | None:
 # --- approvals inbox ----------------------------------------------------------------
 
 
+def _purpose_head(found: list[Row]) -> list[Row]:
+    """Each request's purpose (the agent's own words, up to the engine's payload limit of
+    1 MiB) cut at HEAD_CHARS, with its whole length: an agent must not make the inbox of
+    200 requests, or an approval's confirmation, hundreds of megabytes. Its session's
+    page shows it whole."""
+    for r in found:
+        purpose = r.get("purpose")
+        r["purpose_length"] = len(purpose) if isinstance(purpose, str) else 0
+        if isinstance(purpose, str) and len(purpose) > HEAD_CHARS:
+            r["purpose"] = purpose[:HEAD_CHARS]
+    return found
+
+
 async def inbox(conn: Conn) -> tuple[list[Row], int]:
     """Pending requests, oldest first, each with what its session did before it."""
-    pending = await rows(
-        conn, QUERIES["dashboard_inbox"], {"head": HEAD_CHARS, "limit": INBOX_LIMIT}
+    pending = _purpose_head(
+        await rows(conn, QUERIES["dashboard_inbox"], {"head": HEAD_CHARS, "limit": INBOX_LIMIT})
     )
     total = await one(conn, QUERIES["dashboard_inbox_total"])
     notified = await rows(
@@ -96,11 +112,15 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
 
 async def pending_of(conn: Conn, approval_ids: list[uuid.UUID]) -> list[Row]:
     """The pending requests among ``approval_ids``, with what a person must see before
-    approving one for good: the call, its arguments, whose session and which login."""
-    return await rows(
-        conn,
-        QUERIES["dashboard_pending_of"],
-        {"approval_ids": approval_ids, "head": HEAD_CHARS},
+    approving one for good: the call, its arguments whole (the engine's payload limit
+    bounds them; cut, an agent could pad them so that the argument that matters falls
+    past the cut), whose session and which login."""
+    return _purpose_head(
+        await rows(
+            conn,
+            QUERIES["dashboard_pending_of"],
+            {"approval_ids": approval_ids, "head": WHOLE},
+        )
     )
 
 
@@ -249,7 +269,16 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
     )
     head["calls"] = calls[:MAX_CALLS_SHOWN]
     head["calls_truncated"] = len(calls) > MAX_CALLS_SHOWN
-    head["undo"] = await records(conn, QUERIES["dashboard_session_undo"], sid)
+    # The undo stack has an entry per compensable call: as many as the calls, which an
+    # agent may make by the hundred thousand. The top MAX_UNDO_SHOWN are shown (the walk's
+    # next ones), and every entry the operator may act on (the one the walk halted at, a
+    # compensation that failed) wherever it is.
+    head["undo"] = await records(
+        conn,
+        QUERIES["dashboard_session_undo"],
+        {**sid, "limit": MAX_UNDO_SHOWN, "halt_undo_id": head["halt_undo_id"]},
+    )
+    head["undo_total"] = head["undo"][0].total if head["undo"] else 0
     head["approvals"] = await rows(conn, QUERIES["dashboard_session_approvals"], sid)
     # the reader's row-level security applies: an agent reads its own sessions' only
     notified = await rows(conn, QUERIES["dashboard_session_deliveries"], sid)
