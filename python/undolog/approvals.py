@@ -9,9 +9,9 @@ tools/async_to_sync.py).
 
 An IRREVERSIBLE call is journaled pending and its session waits (``intercept`` answers
 ``await_approval`` with an approval id). A human then calls :func:`approve` or
-:func:`reject` (database role ``undolog_approver``); the operator's cron calls
-:func:`expire_approvals` (role ``undolog_operator``) to close requests whose deadline
-passed. After an approval the agent makes the same call again and it executes, once.
+:func:`reject` (database role ``undolog_approver``); the worker calls
+:func:`expire_approvals` (role ``undolog_operator``) on each pass to close requests whose
+deadline passed. After an approval the agent makes the same call again and it executes, once.
 
 Every new request and every decision wakes the listeners of the PostgreSQL channel
 :data:`CHANNEL` at commit, with an empty payload: any login may LISTEN, so a

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine, notifications, saga, tracing
+from undolog import approvals, engine, notifications, saga, tracing
 from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
@@ -399,6 +399,12 @@ class Worker:
 
     def _walk_pass(self, conn: engine.Connection) -> bool:
         try:
+            # Requests past their deadline (undolog.approval_timeout) are closed as
+            # expired first, so that this pass walks the sessions that sends to their
+            # undo: nobody else would, and a deadline nobody enforces is none.
+            expired = approvals.expire_approvals(conn)
+            if expired:
+                log.info("closed %d approval request(s) past their deadline", len(expired))
             due = saga.recover(conn)
             if self.owners is not None and due:
                 due = _owned_by(conn, due, self.owners)

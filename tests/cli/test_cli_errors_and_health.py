@@ -153,6 +153,26 @@ def test_id_prefixes_unique_ambiguous_and_unknown(
     assert code == 2 and err.startswith("undolog: --by must name who decides"), err
 
 
+def test_approvals_expire_closes_the_requests_past_their_deadline(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator's command for undolog.expire_approvals (the worker runs it on each
+    pass): what was only SQL from cron."""
+    conn.execute(
+        f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '300 milliseconds'"
+    )
+    sid = engine.begin_session(conn)
+    late = engine.intercept(conn, sid, 0, "pay", "irreversible", {"cents": 1})
+    assert late.approval_id is not None
+    time.sleep(0.4)
+    code, out, err = run(capsys, "--json", "approvals", "expire")
+    assert code == 0, err
+    assert json.loads(out) == [{"approval_id": str(late.approval_id), "state": "expired"}]
+    assert engine.session_state(conn, sid) != "awaiting_approval"
+    code, out, err = run(capsys, "--json", "approvals", "expire")
+    assert (code, json.loads(out)) == (0, []), err
+
+
 def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "sessions", "list", "--state", "bogus")[0] == 2
     assert run(capsys, "sessions", "list", "--limit", "-1")[0] == 2

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -283,3 +284,36 @@ def test_the_workers_connection_learns_of_a_silent_partition_in_a_minute(dsn: st
     own = psycopg.conninfo.make_conninfo(tcp, keepalives_idle="5")
     with connect_for_worker(argparse.Namespace(dsn=own)) as conn:
         assert conn.info.get_parameters()["keepalives_idle"] == "5"
+
+
+def test_the_worker_closes_requests_past_their_deadline_and_undoes_their_sessions(
+    dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deadline (undolog.approval_timeout) nobody enforces is none: each pass closes the
+    requests past it as expired first, and walks the sessions that sends to their undo."""
+    from undolog import engine
+
+    conn.execute(
+        f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '300 milliseconds'"
+    )
+    sid = engine.begin_session(conn)
+    booked = engine.intercept(conn, sid, 0, "book", "compensable", {"n": 1}, {"name": "unbook"})
+    assert booked.effect_id is not None
+    engine.commit(conn, booked.effect_id, {"booking": 1})
+    asked = engine.intercept(conn, sid, 1, "pay", "irreversible", {"cents": 1})
+    assert asked.approval_id is not None
+    time.sleep(0.4)
+    undone: list[Any] = []
+    worker = Worker(
+        lambda: psycopg.connect(dsn, autocommit=True),
+        {"unbook": lambda call: undone.append(call.call_args)},
+    )
+    with caplog.at_level(logging.INFO, logger="undolog.walk"):
+        assert worker.run(once=True) is True
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (asked.approval_id,),
+    ).fetchone()
+    assert state == ("expired",)
+    assert state_of(conn, sid) == "compensated" and undone == [{"n": 1}]
+    assert "closed 1 approval request(s) past their deadline" in caplog.text

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from undolog import approvals
-from undolog.cli._common import EXIT_OK, Parser, Subparsers, UsageError, connect, query
+from undolog.cli._common import (
+    EXIT_OK,
+    OPERATOR,
+    Parser,
+    Subparsers,
+    UsageError,
+    connect,
+    query,
+)
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit
 from undolog.queries import QUERIES
@@ -48,6 +56,13 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
                 help="as --args, read from FILE (- for standard input)",
             )
         p.set_defaults(func=_decide(decide), needed_role="undolog_approver")
+    p = appr.add_parser(
+        "expire",
+        parents=[common],
+        help="close every request past its deadline as expired (operator; the worker "
+        "does it on each pass)",
+    )
+    p.set_defaults(func=_cmd_approvals_expire, needed_role=OPERATOR)
 
 
 APPROVAL_COLUMNS = [
@@ -91,6 +106,18 @@ def _edited_args(args: argparse.Namespace) -> Any:
     except (ValueError, RecursionError) as exc:
         flag = "--args" if path is None else f"--args-file {path}"
         raise UsageError(f"{flag} is not JSON: {exc}") from exc
+
+
+def _cmd_approvals_expire(args: argparse.Namespace) -> int:
+    """Every pending request past its deadline becomes expired, and its session goes on
+    as after a rejection (undolog.expire_approvals)."""
+    with connect(args) as conn:
+        expired = approvals.expire_approvals(conn)
+    emit(args, [{"approval_id": a, "state": "expired"} for a in expired], EXPIRED_COLUMNS)
+    return EXIT_OK
+
+
+EXPIRED_COLUMNS = ["approval_id", "state"]
 
 
 def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
