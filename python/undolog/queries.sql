@@ -44,6 +44,17 @@ SELECT undolog.register_tool(
     p_on_reject => %(on_reject)s
 )
 
+-- name: register_tool_for
+-- An operator registers (pins) a tool of an agent login, before the agent first runs it;
+-- idempotent, as register_tool.
+SELECT undolog.register_tool(
+    p_tool_name => %(tool_name)s,
+    p_tier => %(tier)s,
+    p_compensation => %(compensation)s,
+    p_owner => %(owner)s,
+    p_on_reject => %(on_reject)s
+) AS tool_id
+
 -- name: intercept
 -- A journaled call named by its tool's name, tier and compensation (engine.intercept:
 -- the path before the tool registry, and the tests').

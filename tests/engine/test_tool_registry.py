@@ -291,3 +291,34 @@ def test_an_operator_lists_and_retires_a_registration_from_the_cli(
         ("compensable", False, "it pays out now"),
         ("irreversible", True, None),
     ]
+
+
+def test_an_operator_registers_an_agents_tool_from_the_cli(
+    login: Callable[..., Conn], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator action register_tool(p_owner => ...) from the command line: the
+    agent's own registration must then agree with it."""
+    from undolog.cli import main
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    operator = login("undolog_operator")
+    as_operator = f"{dsn} user={operator.info.user}"
+    argv = ["tools", "register", "pay_out", "--owner", owner, "--tier", "irreversible"]
+    assert main([*argv, "--dsn", as_operator, "--json"]) == 0
+    tool_id = json.loads(capsys.readouterr().out)["tool_id"]
+    assert str(engine.register_tool(agent, "pay_out", "irreversible", None)) == tool_id
+    with pytest.raises(errors.ToolRegistrationMismatch):  # the agent cannot choose the tier
+        engine.register_tool(agent, "pay_out", "compensable", {"name": "refund"})
+    # the same registration again is the same tool; an agent may not pin another's
+    assert main([*argv, "--dsn", as_operator, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tool_id"] == tool_id
+    other = str(login("undolog_agent").info.user)
+    pin = ["tools", "register", "pay_out", "--owner", other, "--tier", "compensable"]
+    assert main([*pin, "--compensation", '{"name": "refund"}', "--dsn", f"{dsn} user={owner}"]) == 1
+    assert "only an operator may register a tool for" in capsys.readouterr().err
+    bad = ["tools", "register", "refund", "--owner", owner, "--tier", "compensable"]
+    assert main([*bad, "--compensation", "{nope", "--dsn", as_operator]) == 2
+    assert "--compensation is not JSON" in capsys.readouterr().err
+    assert main([*bad, "--dsn", as_operator]) == 1  # a compensable tool needs its undo
+    assert "hint: Give the tool its undo" in capsys.readouterr().err

@@ -1,10 +1,13 @@
 """``undolog tools``: the tool registry (each tool's tier and compensation), and an
-operator's retiring of a registration."""
+operator's registering of an agent login's tool (before the agent first runs it) and
+retiring of a registration."""
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from psycopg.types.json import Jsonb
 
 from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._output import emit
@@ -19,6 +22,34 @@ def configure_tools_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--owner", help="only this login's tools")
     p.add_argument("--all", action="store_true", help="retired registrations too")
     p.set_defaults(func=_cmd_tools_list)
+    p = tools.add_parser(
+        "register",
+        parents=[common],
+        help="register an agent login's tool, its tier and compensation (operator)",
+    )
+    p.add_argument("tool", metavar="TOOL", help="the tool's name, as the agent calls it")
+    p.add_argument("--owner", required=True, help="the agent login the tool is for")
+    p.add_argument(
+        "--tier",
+        required=True,
+        choices=("compensable", "irreversible"),
+        help="compensable (journaled, undone by its compensation) or irreversible (runs "
+        "once a person approves)",
+    )
+    p.add_argument(
+        "--compensation",
+        metavar="JSON",
+        help='what undoes a compensable call, e.g. \'{"name": "delete_user"}\' (a '
+        "compensation's name, and optionally static args and max_attempts)",
+    )
+    p.add_argument(
+        "--on-reject",
+        choices=("fail_session", "continue"),
+        default="fail_session",
+        help="what a person's refusal of an irreversible call does: undo the session "
+        "(fail_session, the default) or let the agent go on (continue)",
+    )
+    p.set_defaults(func=_cmd_tools_register, needed_role=OPERATOR)
     p = tools.add_parser(
         "retire", parents=[common], help="end a tool's registration (operator; recorded)"
     )
@@ -46,6 +77,34 @@ def _cmd_tools_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         rows = query(conn, QUERIES["registered_tools"], {"owner": args.owner, "all": args.all})
     emit(args, rows, TOOL_COLUMNS)
+    return EXIT_OK
+
+
+def _cmd_tools_register(args: argparse.Namespace) -> int:
+    """An operator pins an agent login's tool (its tier and compensation), so that the
+    agent's own registration must agree with it (UL018 otherwise)."""
+    compensation = None
+    if args.compensation is not None:
+        try:
+            compensation = json.loads(args.compensation)
+        except ValueError as exc:
+            raise UsageError(f"--compensation is not JSON: {exc}") from exc
+    with connect(args) as conn:
+        tool_id = query(
+            conn,
+            QUERIES["register_tool_for"],
+            {
+                "tool_name": args.tool,
+                "tier": args.tier,
+                "compensation": None if compensation is None else Jsonb(compensation),
+                "owner": args.owner,
+                "on_reject": args.on_reject,
+            },
+        )[0]["tool_id"]
+    if args.json:
+        print(json.dumps({"tool_id": str(tool_id)}))
+    else:
+        print(f"tool {args.tool} of {args.owner}: registered ({tool_id})")
     return EXIT_OK
 
 
