@@ -111,6 +111,26 @@ def approval_of_step(
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
 
 
+def refuse_another_session(
+    ul: SyncUndoLog, session_id: uuid.UUID, asked: list[tuple[str, str]], what: str
+) -> None:
+    """Refuse, before a session is opened, a run resumed under a session id other than
+    the one of the run that stopped: ``asked`` are its waiting IRREVERSIBLE calls (tool,
+    call key), and none has an approval request in ``session_id``. Resumed there, each
+    would be asked again in a second session while the first waited for ever. ``what``
+    names them in the error ("this RunState's interrupted calls")."""
+    if not asked:
+        return
+    with ul.connection() as conn:
+        for name, call_key in asked:
+            if approval_of_step(conn, session_id, name, call_key) is not None:
+                return
+    raise LookupError(
+        f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
+        f"{session_id}: resume it with the session id of the run that stopped"
+    )
+
+
 def refusal_of(conn: engine.Connection, tool: str, approval_id: uuid.UUID) -> Refusal | None:
     """The Refusal of a decided approval whose session goes on (None: it was not
     refused, or the refusal ends the session)."""

@@ -279,17 +279,7 @@ async def _same_session(
         and item.call_id is not None
         and adapted.arguments(item.arguments or "{}") is not None
     ]
-    if not asked:
-        return
-    async with ul.connection() as conn:
-        for name, call_id in asked:
-            if await _arun.approval_of_step(conn, session_id, name, call_id) is not None:
-                return
-    raise LookupError(
-        f"this RunState's interrupted calls ({', '.join(c for _, c in asked)}) have no "
-        f"approval request in session {session_id}: resume it with the session id of the "
-        "run that stopped"
-    )
+    await _arun.refuse_another_session(ul, session_id, asked, "this RunState's interrupted calls")
 
 
 _PROBE = "undolog-probe-no-such-call"  # a call id no model gives: only a sticky decision

@@ -150,17 +150,7 @@ async def _same_session(
         and part.tool_call_id in answers.approvals
         and part.tool_name in tools
     ]
-    if not asked:
-        return
-    async with ul.connection() as conn:
-        for name, call_id in asked:
-            if await _arun.approval_of_step(conn, session_id, name, call_id) is not None:
-                return
-    raise LookupError(
-        f"this run's deferred calls ({', '.join(c for _, c in asked)}) have no approval "
-        f"request in session {session_id}: resume it with the session id of the run that "
-        "deferred them"
-    )
+    await _arun.refuse_another_session(ul, session_id, asked, "this run's deferred calls")
 
 
 def _session(
