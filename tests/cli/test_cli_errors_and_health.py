@@ -32,6 +32,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def demo_on(dsn: str) -> subprocess.CompletedProcess[str]:
+    """`make demo` on the database ``dsn`` names (python -m undolog.demos)."""
+    return subprocess.run(
+        [sys.executable, "-m", "undolog.demos"],
+        env={**os.environ, "UNDOLOG_DSN": dsn},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def committed_session(
     conn: Conn,
     compensation: str = "undo",
@@ -369,13 +380,7 @@ def test_no_dsn_or_a_refused_connection_says_what_to_check(
     code, _, err = run(capsys, "sessions", "list", "--dsn", refused)
     assert code == 1 and "with the DSN given" in err, err
     assert "hint: is the server running" in err and "make -s db" in err, err
-    demo = subprocess.run(
-        [sys.executable, "-m", "undolog.demos"],
-        env={**os.environ, "UNDOLOG_DSN": refused},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    demo = demo_on(refused)
     assert demo.returncode == 1 and "Traceback" not in demo.stderr, demo.stderr
     assert "hint: is the server running" in demo.stderr, demo.stderr
     assert "unset UNDOLOG_DSN, and make demo starts a throwaway one" in demo.stderr
@@ -406,13 +411,7 @@ def test_a_login_without_privileges_gets_a_hint_not_a_traceback(
     code, _, err = run(capsys, "migrate", "--dsn", fresh_as_nobody)
     assert code == 1 and "permission denied for database" in err
     assert "may create a schema" in err
-    demo = subprocess.run(
-        [sys.executable, "-m", "undolog.demos"],
-        env={**os.environ, "UNDOLOG_DSN": fresh_as_nobody},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    demo = demo_on(fresh_as_nobody)
     assert demo.returncode == 1 and "Traceback" not in demo.stderr
     assert "demo stopped: permission denied" in demo.stderr and "hint:" in demo.stderr
 
