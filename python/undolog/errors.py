@@ -65,10 +65,12 @@ class SignatureMismatch(UndoLogError):
 
 class InvalidTier(UndoLogError):
     sqlstate = "UL006"
+    http_status = HTTP_UNPROCESSABLE
 
 
 class InvalidCompensation(UndoLogError):
     sqlstate = "UL007"
+    http_status = HTTP_UNPROCESSABLE
 
 
 class InvalidArgument(UndoLogError):
@@ -79,6 +81,7 @@ class InvalidArgument(UndoLogError):
 
 class PayloadTooLarge(UndoLogError):
     sqlstate = "UL009"
+    http_status = HTTP_UNPROCESSABLE
 
 
 class SessionNotActive(UndoLogError):
@@ -128,6 +131,7 @@ class ToolRegistrationMismatch(UndoLogError):
     retires it (``undolog.retire_tool``) before it can be registered again."""
 
     sqlstate = "UL018"
+    http_status = HTTP_CONFLICT
 
 
 class UnknownNotification(UndoLogError):
