@@ -855,3 +855,42 @@ SELECT session_user,
        pg_catalog.pg_has_role(session_user, %(agent)s::name, 'USAGE') AS agent,
        pg_catalog.pg_has_role(session_user, %(approver)s::name, 'USAGE') AS approver,
        pg_catalog.pg_has_role(session_user, %(operator)s::name, 'USAGE') AS operator
+
+-- name: dashboard_tools
+-- The Tools page: the registry as `undolog tools list` shows it (live registrations, or
+-- every one with all), at most %(limit)s; the reader's row-level security applies (an
+-- agent reads its own login's tools only).
+SELECT t.tool_id, t.owner_role, t.tool_name, t.tier, t.compensation, t.on_reject,
+       t.registered_at, t.registered_by, t.live, t.retired_at, t.retired_by, t.retire_reason
+FROM undolog.registered_tools AS t
+WHERE (t.live OR %(all)s::boolean)
+  AND (%(owner)s::text IS NULL OR t.owner_role = %(owner)s::text)
+ORDER BY t.live DESC, t.owner_role, t.tool_name, t.registered_at
+LIMIT %(limit)s::int
+
+-- name: dashboard_tool_of
+-- One registration, as the Tools page's retire confirmation restates it.
+SELECT t.tool_id, t.owner_role, t.tool_name, t.tier, t.compensation, t.on_reject,
+       t.registered_at, t.registered_by, t.live
+FROM undolog.registered_tools AS t
+WHERE t.tool_id = %(tool_id)s
+
+-- name: dashboard_channels
+-- The Notification channels page: the channels as `undolog notifications list` shows
+-- them, never their secrets (the view holds none: has_secret says whether one is set);
+-- live ones, or every one with all, at most %(limit)s.
+SELECT c.channel_id, c.channel_name, c.kind, c.body_format, c.destination, c.smtp,
+       c.has_secret, c.dashboard_url, c.created_by, c.created_role, c.created_at, c.live,
+       c.removed_at, c.removed_by
+FROM undolog.notification_channels AS c
+WHERE c.live OR %(all)s::boolean
+ORDER BY c.live DESC, c.channel_name, c.created_at
+LIMIT %(limit)s::int
+
+-- name: dashboard_live_channel
+-- The live channel of a name, as the Notification channels page's remove confirmation
+-- restates it.
+SELECT c.channel_id, c.channel_name, c.kind, c.body_format, c.destination, c.smtp,
+       c.has_secret, c.dashboard_url, c.created_by, c.created_at
+FROM undolog.notification_channels AS c
+WHERE c.channel_name = %(name)s AND c.live

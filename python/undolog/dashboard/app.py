@@ -32,6 +32,7 @@ from typing import Any
 import jinja2
 import markupsafe
 import psycopg
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
@@ -322,6 +323,10 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
     parts = [diag.message_primary or str(db).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
     return errors.http_status_of(exc), " — ".join(parts)
+
+
+TOOL_TIERS = ("compensable", "irreversible")
+ON_REJECTS = ("fail_session", "continue")
 
 
 class Dashboard:
@@ -1248,6 +1253,337 @@ class Dashboard:
         async with ws.db() as conn:
             return await queries.undo_entry_in_session(conn, session_id, undo_id)
 
+    # --- the tool registry ------------------------------------------------------------
+
+    async def tools_page(self, request: Request) -> Response:
+        """The tool registry, as `undolog tools list` shows it: what the person's login
+        may read (row-level security: an agent reads its own login's tools only). An
+        operator retires a live registration and registers a tool for an agent login."""
+        ws = self.current(request)
+        if ws is None:
+            return RedirectResponse("/login", 303)
+        q = request.query_params
+        everything = q.get("all") == "1"
+        owner = q.get("owner", "").strip() or None
+        if owner is not None and "\x00" in owner:  # compared in SQL, as text
+            return self.problem(
+                request, ws, 422, "Bad filter", "owner: holds a NUL character, which no login holds"
+            )
+        async with ws.db() as conn:
+            found, more = await queries.tools(conn, owner, everything)
+        return self.render(
+            request,
+            "tools.html",
+            ws,
+            tools=found,
+            more=more,
+            everything=everything,
+            owner=owner or "",
+            limit=queries.TOOLS_LIMIT,
+            tiers=TOOL_TIERS,
+            on_rejects=ON_REJECTS,
+        )
+
+    async def tools_retire(self, request: Request) -> Response:
+        """An operator ends a live registration (undolog.retire_tool, as `undolog tools
+        retire`): the first POST (the row's button) restates it and asks for a reason;
+        only the second, from that page with its one-time confirmation, retires it."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        if not ws.roles.operator:
+            return self._after(
+                request,
+                ws,
+                [
+                    Outcome(
+                        "retire", False, "only an operator retires a tool: nothing was written", 403
+                    )
+                ],
+                "/tools",
+            )
+        tool_id = self._uuid(str(form.get("tool_id", "")))
+        tool: queries.Row | None = None
+        if tool_id is not None:
+            async with ws.db() as conn:
+                tool = await queries.tool_of(conn, tool_id)
+        if tool_id is None or tool is None:
+            return self.not_found(request, ws, "tool registration")
+        target = f"tool {tool['tool_name']} of {tool['owner_role']}"
+        if not tool["live"]:
+            return self._after(
+                request,
+                ws,
+                [Outcome(target, False, "already retired: nothing was written", 409)],
+                "/tools",
+            )
+        reason_field = form.get("reason")
+        reason = reason_field.strip() if isinstance(reason_field, str) else ""
+        key = [f"retire-tool:{tool_id}"]
+        nonce = form.get("confirm")
+        confirmed = nonce is not None and ws.take_confirm(nonce, key)
+        problem: str | None = None
+        if nonce is not None and not confirmed:
+            problem = (
+                "That confirmation was already used or has expired: nothing was retired. "
+                "Read the registration again and confirm below."
+            )
+        elif confirmed and not reason:
+            problem = "Give a reason: nothing was retired."
+        elif confirmed and len(reason) > REASON_LIMIT:
+            problem = f"The reason is over {REASON_LIMIT} characters: nothing was retired."
+        if not confirmed or problem is not None:
+            return self.render(
+                request,
+                "tools_retire.html",
+                ws,
+                200 if nonce is None else 409 if not confirmed else 422,
+                t=tool,
+                token=ws.confirm_nonce(key),
+                problem=problem,
+                reason=Verbatim(reason),
+            )
+        # the refusal's page is shown once the connection is let go (see _undo_to)
+        outcome: Outcome
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(
+                    QUERIES["retire_tool"], {"tool_id": tool_id, "by": ws.login, "reason": reason}
+                )
+                await cur.fetchone()
+                outcome = Outcome(target, True, f"retired by {ws.login}")
+                log.info("%s: retired tool %s (%s)", ws.login, tool_id, target)
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
+                status, text = engine_error(exc)
+                outcome = Outcome(target, False, text, status)
+        return self._after(request, ws, [outcome], "/tools")
+
+    async def tools_register(self, request: Request) -> Response:
+        """An operator registers (pins) a tool for an agent login (undolog.register_tool
+        with p_owner, as `undolog tools register`): its tier, compensation, on_reject."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+
+        def field(name: str, default: str = "") -> str:
+            value = form.get(name)
+            return value.strip() if isinstance(value, str) else default
+
+        tool_name, owner = field("tool_name"), field("owner")
+        tier, on_reject = field("tier"), field("on_reject", "fail_session") or "fail_session"
+        target = f"tool {tool_name or '?'} of {owner or '?'}"
+        if not ws.roles.operator:
+            return self._after(
+                request,
+                ws,
+                [
+                    Outcome(
+                        target, False, "only an operator registers a tool: nothing was written", 403
+                    )
+                ],
+                "/tools",
+            )
+        problems: list[str] = []
+        if not tool_name:
+            problems.append("give the tool's name, as the agent calls it")
+        if not owner:
+            problems.append("give the agent login the tool is for")
+        if tier not in TOOL_TIERS:
+            problems.append(f"tier: {' or '.join(TOOL_TIERS)}")
+        if on_reject not in ON_REJECTS:
+            problems.append(f"on_reject: {' or '.join(ON_REJECTS)}")
+        compensation: Any = None
+        text = field("compensation")
+        if text:
+            try:
+                compensation = json.loads(text)
+                check_storable(compensation, "compensation")
+            except (ValueError, RecursionError) as exc:
+                problems.append(f"the compensation is not JSON that can be stored: {exc}")
+        if problems:
+            outcome = Outcome(target, False, "; ".join(problems) + ": nothing was written", 422)
+            return self._after(request, ws, [outcome], "/tools")
+        params = {
+            "tool_name": tool_name,
+            "tier": tier,
+            "compensation": None if compensation is None else Jsonb(compensation),
+            "owner": owner,
+            "on_reject": on_reject,
+        }
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(QUERIES["register_tool_for"], params)
+                row = await cur.fetchone()
+                assert row is not None
+                outcome = Outcome(target, True, f"registered as {tier} ({row[0]}) by {ws.login}")
+                log.info("%s: registered %s (%s)", ws.login, target, row[0])
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise
+                status, message = engine_error(exc)
+                outcome = Outcome(target, False, message, status)
+        return self._after(request, ws, [outcome], "/tools")
+
+    # --- notification channels --------------------------------------------------------
+
+    async def channels_page(self, request: Request) -> Response:
+        """The channels approval requests are announced through, as `undolog
+        notifications list` shows them: never their secrets (the view holds none)."""
+        ws = self.staff_only(
+            request,
+            "Notification channels",
+            "Only approvers and operators read the notification channels; "
+            "your sessions' requests' deliveries are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
+        everything = request.query_params.get("all") == "1"
+        async with ws.db() as conn:
+            found, more = await queries.channels(conn, everything)
+        return self.render(
+            request,
+            "notifications.html",
+            ws,
+            channels=found,
+            more=more,
+            everything=everything,
+            limit=queries.CHANNELS_LIMIT,
+        )
+
+    async def channels_add(self, request: Request) -> Response:
+        """An operator adds a webhook or an e-mail channel (undolog.add_notification_channel,
+        as `undolog notifications add-webhook` / `add-email`), recorded as by their login.
+        A webhook's key and an SMTP password go to the engine and are never shown."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        kind = request.path_params["kind"]
+        if kind not in ("webhook", "email"):
+            return self.not_found(request, ws, "kind of channel")
+
+        def field(name: str) -> str:
+            value = form.get(name)
+            return value.strip() if isinstance(value, str) else ""
+
+        name = field("name")
+        target = f"channel {name or '?'}"
+        if not ws.roles.operator:
+            outcome = Outcome(
+                target, False, "only an operator adds a channel: nothing was written", 403
+            )
+            return self._after(request, ws, [outcome], "/notifications")
+        config: dict[str, Any]
+        secret: str | None
+        if kind == "webhook":
+            destination = field("url")
+            config = {"format": "slack" if form.get("slack") == "1" else "json"}
+            given = form.get("secret")  # as typed: a key's spaces are its own
+            secret = given if isinstance(given, str) else ""
+        else:
+            recipients = [a.strip() for a in re.split(r"[,\n]", field("to")) if a.strip()]
+            destination = ",".join(recipients)
+            port_text = field("smtp_port") or "25"
+            try:
+                port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else 0
+            except ValueError:
+                port = 0
+            if not 1 <= port <= 65535:
+                outcome = Outcome(
+                    target,
+                    False,
+                    f"smtp_port: a port from 1 to 65535, not {port_text[:20]!r}: "
+                    "nothing was written",
+                    422,
+                )
+                return self._after(request, ws, [outcome], "/notifications")
+            config = {
+                "smtp_host": field("smtp_host"),
+                "smtp_port": port,
+                "smtp_from": field("smtp_from"),
+                "starttls": form.get("starttls") == "1",
+                "ssl": form.get("ssl") == "1",
+            }
+            if field("smtp_user"):
+                config["smtp_user"] = field("smtp_user")
+            given = form.get("password")
+            secret = given if isinstance(given, str) and given else None
+        params = {
+            "name": name,
+            "kind": kind,
+            "target": destination,
+            "config": Jsonb(config),
+            "secret": secret,
+            "dashboard_url": field("dashboard_url") or None,
+            "by": ws.login,
+        }
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(QUERIES["add_notification_channel"], params)
+                row = await cur.fetchone()
+                assert row is not None
+                outcome = Outcome(target, True, f"{kind} channel added ({row[0]}) by {ws.login}")
+                log.info("%s: added %s channel %s", ws.login, kind, name)
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise
+                status, message = engine_error(exc)
+                outcome = Outcome(target, False, message, status)
+        return self._after(request, ws, [outcome], "/notifications")
+
+    async def channels_remove(self, request: Request) -> Response:
+        """An operator removes a live channel (undolog.remove_notification_channel, as
+        `undolog notifications remove`): its deliveries not yet sent are cancelled. The
+        first POST restates the channel; only the second, confirmed, removes it."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        name_field = form.get("name")
+        name = name_field.strip() if isinstance(name_field, str) else ""
+        target = f"channel {name or '?'}"
+        if not ws.roles.operator:
+            outcome = Outcome(
+                target, False, "only an operator removes a channel: nothing was written", 403
+            )
+            return self._after(request, ws, [outcome], "/notifications")
+        channel: queries.Row | None = None
+        if name and "\x00" not in name:
+            async with ws.db() as conn:
+                channel = await queries.live_channel(conn, name)
+        if channel is None:
+            return self.not_found(request, ws, "live notification channel")
+        key = [f"remove-channel:{channel['channel_id']}"]
+        nonce = form.get("confirm")
+        if nonce is None or not ws.take_confirm(nonce, key):
+            return self.render(
+                request,
+                "channel_remove.html",
+                ws,
+                200 if nonce is None else 409,
+                c=channel,
+                token=ws.confirm_nonce(key),
+                stale=nonce is not None,
+            )
+        async with ws.db() as conn:
+            try:
+                cur = await conn.execute(
+                    QUERIES["remove_notification_channel"], {"name": name, "by": ws.login}
+                )
+                await cur.fetchone()
+                outcome = Outcome(target, True, f"removed by {ws.login}")
+                log.info("%s: removed channel %s", ws.login, name)
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise
+                status, message = engine_error(exc)
+                outcome = Outcome(target, False, message, status)
+        return self._after(request, ws, [outcome], "/notifications")
+
     # --- live updates -----------------------------------------------------------------
 
     async def events(self, request: Request) -> Response:
@@ -1466,6 +1802,12 @@ class Dashboard:
                 "/sessions/{session_id}/calls/{effect_id}/{which}", self.payload, methods=["GET"]
             ),
             Route("/sessions/{session_id}/{action}", self.session_action, methods=["POST"]),
+            Route("/tools", self.tools_page, methods=["GET"]),
+            Route("/tools/retire", self.tools_retire, methods=["POST"]),
+            Route("/tools/register", self.tools_register, methods=["POST"]),
+            Route("/notifications", self.channels_page, methods=["GET"]),
+            Route("/notifications/remove", self.channels_remove, methods=["POST"]),
+            Route("/notifications/add/{kind}", self.channels_add, methods=["POST"]),
             Route("/events", self.events, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

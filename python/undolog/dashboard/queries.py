@@ -361,3 +361,39 @@ async def rollback_to_plan(conn: Conn, session_id: uuid.UUID, step: int) -> list
     return await rows(
         conn, QUERIES["dashboard_rollback_to_plan"], {"session_id": session_id, "step": step}
     )
+
+
+# --- the tool registry, the notification channels ------------------------------------
+
+# The most registrations and channels a page lists: the rest are said to be left off
+# (`undolog tools list --owner`, `undolog notifications list` show every one).
+TOOLS_LIMIT = 500
+CHANNELS_LIMIT = 200
+
+
+async def tools(conn: Conn, owner: str | None, everything: bool) -> tuple[list[Row], bool]:
+    """The registrations the person may read (an agent: its own login's), live ones or
+    every one, at most TOOLS_LIMIT; and whether more were left off."""
+    found = await rows(
+        conn,
+        QUERIES["dashboard_tools"],
+        {"owner": owner, "all": everything, "limit": TOOLS_LIMIT + 1},
+    )
+    return found[:TOOLS_LIMIT], len(found) > TOOLS_LIMIT
+
+
+async def tool_of(conn: Conn, tool_id: uuid.UUID) -> Row | None:
+    return await one(conn, QUERIES["dashboard_tool_of"], {"tool_id": tool_id})
+
+
+async def channels(conn: Conn, everything: bool) -> tuple[list[Row], bool]:
+    """The notification channels (never their secrets), live ones or every one, at most
+    CHANNELS_LIMIT; and whether more were left off."""
+    found = await rows(
+        conn, QUERIES["dashboard_channels"], {"all": everything, "limit": CHANNELS_LIMIT + 1}
+    )
+    return found[:CHANNELS_LIMIT], len(found) > CHANNELS_LIMIT
+
+
+async def live_channel(conn: Conn, name: str) -> Row | None:
+    return await one(conn, QUERIES["dashboard_live_channel"], {"name": name})
