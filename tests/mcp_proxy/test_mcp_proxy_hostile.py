@@ -147,8 +147,18 @@ def test_a_line_that_is_no_message_is_answered_as_json_rpc_says(
         assert line.leave() == 0
 
 
+@pytest.mark.parametrize(
+    "initialized",
+    [
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        # the same JSON, escaped where a byte filter would not look
+        b'{"jsonrpc": "2.0", "method": "notifications\\/initialized"}',
+        b'{"jsonrpc": "2.0", "method": "notifications/\\u0069nitialized"}',
+    ],
+    ids=["plain", "escaped-slash", "escaped-letter"],
+)
 def test_no_call_is_served_before_the_initialize_request(
-    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+    initialized: bytes, tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
     """A client that sends notifications/initialized before (or without) its initialize
     request: the relay took that notification as the end of the handshake and relayed
@@ -158,7 +168,7 @@ def test_no_call_is_served_before_the_initialize_request(
     for a request before the handshake), and nothing reaches the upstream."""
     line = Line(session_policy(tmp_path), dsn, ledger)
     try:
-        line.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        line.write(initialized + b"\n")
         line.call(1, "read_all", {})  # SAFE: the relay's
         line.call(2, "put", {"key": "a", "value": "1"})  # COMPENSABLE: the SDK's path
         line.send({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}})

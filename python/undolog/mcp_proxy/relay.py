@@ -210,11 +210,16 @@ async def relaying_stdio(
                     return
                 if not line.strip():
                     continue
+                # The hook decides on the decoded message: a line it may concern, and every
+                # line with an escape in it (JSON may spell "notifications/initialized" as
+                # "notifications\/initialized" or with \u escapes, which a byte filter misses
+                # and the SDK's parser reads the same).
                 if hook is not None and (
                     b'"tools/call"' in line
                     or b'"initialize"' in line
                     or b'"notifications/initialized"' in line
                     or b'"notifications/cancelled"' in line
+                    or b"\\" in line
                 ):
                     try:
                         decoded = json.loads(line)
