@@ -146,12 +146,13 @@ def run_walk(
             ):
                 _run(fn, _call_for(claim), loop)
         except BaseException as exc:
-            # Any raise is a failed attempt, sys.exit() and a cancelled async compensation
-            # (BaseExceptions) included: recorded, and the walk goes on, rather than the
-            # worker dying with the entry claimed until claim_timeout. Only an interrupt
-            # (Ctrl-C) ends the walk, once the attempt is recorded.
+            # Any raise is a failed attempt, a cancelled async compensation's included:
+            # recorded, and the walk goes on. sys.exit() and an interrupt (Ctrl-C) are the
+            # program asking to stop (a SIGTERM handler's, Celery's WorkerShutdown): the
+            # attempt is recorded, so that the entry is not left claimed until
+            # claim_timeout, and then they go on up (the worker goes on with the others).
             error = storable_error(f"{type(exc).__name__}: {exc}")
-            if not isinstance(exc, Exception | SystemExit | asyncio.CancelledError):
+            if not isinstance(exc, Exception | asyncio.CancelledError):
                 _record_interrupted(conn, claim, error)
                 raise
             try:
@@ -428,6 +429,14 @@ class Worker:
             except Exception as exc:
                 if not self._fault(exc, f"session {sid}"):
                     return False
+                continue
+            except SystemExit as exc:  # a compensation called sys.exit(): not the worker
+                log.error(
+                    "session %s: a compensation raised SystemExit(%s) (sys.exit); its attempt "
+                    "is recorded as failed (going on with the rest)",
+                    sid,
+                    exc.code,
+                )
                 continue
             if state == "halted":
                 log.warning(

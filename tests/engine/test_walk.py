@@ -274,3 +274,29 @@ def test_recover_names_sessions_whose_walk_must_run(conn: Conn) -> None:
     assert saga.recover(conn) == [failed], "the final claim is still to be made"
     assert saga.claim_compensation(conn, failed) is None
     assert saga.recover(conn) == []
+
+
+def test_sys_exit_in_a_compensation_is_recorded_then_ends_the_walk(conn: Conn) -> None:
+    """sys.exit() while a compensation runs (a SIGTERM handler's, Celery's WorkerShutdown)
+    is the program asking to stop: the attempt is recorded as failed (the entry is not
+    left claimed until claim_timeout), and the SystemExit goes on up rather than being
+    taken for one failure more of the walk."""
+    from undolog.walk import run_walk
+
+    sid = make_session(conn, 2)
+    ran: list[int] = []
+
+    def cancel(call: Any) -> None:
+        ran.append(call.call_args["n"])
+        raise SystemExit(0)
+
+    with pytest.raises(SystemExit):
+        run_walk(conn, sid, {"cancel": cancel}, wait=5.0)
+    assert ran == [1]  # the top entry, once: the walk stopped there
+    rows = conn.execute(
+        "SELECT state, attempts, last_error FROM undolog.undolog_undo_stack"
+        " WHERE session_id = %s ORDER BY stack_position DESC",
+        (sid,),
+    ).fetchall()
+    assert rows[0][:2] == ("pending", 1) and rows[0][2] == "SystemExit: 0", rows
+    assert rows[1][:2] == ("pending", 0)
