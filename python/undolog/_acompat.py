@@ -50,22 +50,39 @@ async def stop(worker: Worker | None, event: Event) -> None:
             await worker
 
 
+def _anyio_shield() -> contextlib.AbstractContextManager[object]:
+    """A shielded anyio cancel scope, when anyio is installed (the MCP SDK's and
+    Starlette's, whose cancel scopes cancel a waiting task again at every turn of the
+    loop while the scope is cancelled: awaited unshielded, the exit would spin); else
+    nothing. asyncio's own cancellation still comes through: asyncio.shield handles it."""
+    try:
+        import anyio
+    except ImportError:  # not installed: no anyio scope can cancel us either
+        return contextlib.nullcontext()
+    return anyio.CancelScope(shield=True)
+
+
 async def uncancelled(work: Coroutine[Any, Any, T]) -> T:
     """Await ``work`` to its end even if this task is cancelled meanwhile, then raise the
-    cancellation: a session's exit must fail the session, not leave it active until its
-    lease runs out, also in an anyio cancel scope, which cancels every await inside it
-    again and again until the scope is left."""
+    cancellation (with the work's own error, if it raised one, as its context): a
+    session's exit must fail or complete the session, not leave it active until its lease
+    runs out, also in an anyio cancel scope, which cancels every await inside it until
+    the scope is left."""
     task = asyncio.ensure_future(work)
     cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError as exc:
-            cancelled = exc  # (or the work's own cancellation: task.result() raises it)
-    result = task.result()
-    if cancelled is not None:
-        raise cancelled
-    return result
+    with _anyio_shield():
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError as exc:
+                cancelled = exc  # (or the work's own cancellation: task.result() raises it)
+            except BaseException:  # the work's own error: task.result() has it
+                pass
+    if cancelled is None:
+        return task.result()
+    if not task.cancelled() and task.exception() is not None:
+        cancelled.__context__ = task.exception()  # said under the cancellation, not lost
+    raise cancelled
 
 
 class _Client(Protocol):

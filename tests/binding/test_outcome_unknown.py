@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -194,11 +195,43 @@ def test_an_exit_cancelled_while_it_completes_the_session_still_completes_it(
                     (s.session_id,),
                 )
                 release.start()
+            # the exit ran shielded: the scope's cancellation comes at the next await
+            await anyio.sleep(0)
+            raise AssertionError("not cancelled after the exit")  # pragma: no cover
         assert scope.cancelled_caught
 
+    cpu = time.process_time()
     try:
         anyio.run(agent)
     finally:
         release.join()
         holder.close()
     assert engine.session_state(conn, sid[0]) == "completed"
+    # the exit waited about 0.7 s for the row, without spinning on the scope's cancels
+    # (unshielded, anyio cancels the waiting task at every turn of the loop)
+    assert time.process_time() - cpu < 0.3
+
+
+def test_a_cancellation_during_the_exit_is_not_lost_when_the_exit_raises() -> None:
+    """The exit's work raised (a late result, a halted walk) while the task was being
+    cancelled: the cancellation goes on, the work's error under it, rather than the
+    error alone, which an agent may catch and carry on as if never cancelled."""
+    from undolog import _acompat
+
+    async def work() -> None:
+        await asyncio.sleep(0.2)
+        raise ValueError("the exit's own error")
+
+    async def main() -> BaseException:
+        task = asyncio.create_task(_acompat.uncancelled(work()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except BaseException as exc:  # what it raised is the point
+            return exc
+        raise AssertionError("the exit returned")
+
+    raised = asyncio.run(main())
+    assert isinstance(raised, asyncio.CancelledError), raised
+    assert isinstance(raised.__context__, ValueError)
