@@ -270,8 +270,9 @@ class SyncUndoLog(_Base):
         return _compat.walking(self, lambda conn, loop: self._walk(conn, session_id, loop))
 
     def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
-        """One worker pass: recover() and walk every session it names (only the sessions
-        begun by ``owners`` when given; an empty sequence: this login's own). (The async
+        """One worker pass: the approval requests past their deadline closed, recover(),
+        and every session it names walked (only the sessions begun by ``owners`` when
+        given; an empty sequence: this login's own). (The async
         client runs sync compensations in a worker thread, async ones on its event
         loop.)"""
         return _compat.walking(

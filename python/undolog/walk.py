@@ -217,6 +217,16 @@ def _stale(claim: saga.Claim, exc: UndoLogError) -> None:
     )
 
 
+def close_past_deadline(conn: engine.Connection) -> list[uuid.UUID]:
+    """Close the approval requests past their deadline (undolog.approval_timeout) as
+    expired, so that a worker pass then walks the sessions that sends to their undo:
+    nobody else would, and a deadline nobody enforces is none. Answers their ids."""
+    expired = approvals.expire_approvals(conn)
+    if expired:
+        log.info("closed %d approval request(s) past their deadline", len(expired))
+    return expired
+
+
 def work(
     conn: engine.Connection,
     compensations: Mapping[str, Callable[..., Any]],
@@ -225,8 +235,10 @@ def work(
     loop: asyncio.AbstractEventLoop | None = None,
     owners: Sequence[str] | None = None,
 ) -> dict[uuid.UUID, str]:
-    """One pass of the worker: recover() then walk every session it names (only those
-    begun by ``owners`` when given, as ``undolog worker --owner``; see Worker)."""
+    """One pass of the worker: the requests past their deadline closed, recover(), then
+    every session it names walked (only those begun by ``owners`` when given, as
+    ``undolog worker --owner``; see Worker)."""
+    close_past_deadline(conn)
     due = saga.recover(conn)
     if owners is not None and due:
         due = _owned_by(conn, due, owners)
@@ -400,12 +412,11 @@ class Worker:
 
     def _walk_pass(self, conn: engine.Connection) -> bool:
         try:
-            # Requests past their deadline (undolog.approval_timeout) are closed as
-            # expired first, so that this pass walks the sessions that sends to their
-            # undo: nobody else would, and a deadline nobody enforces is none.
-            expired = approvals.expire_approvals(conn)
-            if expired:
-                log.info("closed %d approval request(s) past their deadline", len(expired))
+            close_past_deadline(conn)
+        except Exception as exc:  # its own fault: recover() and the walks still run
+            if not self._fault(exc, "expire_approvals()"):
+                return False
+        try:
             due = saga.recover(conn)
             if self.owners is not None and due:
                 due = _owned_by(conn, due, self.owners)

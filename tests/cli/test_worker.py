@@ -317,3 +317,23 @@ def test_the_worker_closes_requests_past_their_deadline_and_undoes_their_session
     assert state == ("expired",)
     assert state_of(conn, sid) == "compensated" and undone == [{"n": 1}]
     assert "closed 1 approval request(s) past their deadline" in caplog.text
+
+
+def test_ul_work_is_the_workers_pass_deadlines_included(dsn: str, conn: Conn) -> None:
+    """ul.work() (a deployment's own loop of passes) closes the requests past their
+    deadline as the worker's pass does."""
+    from undolog import UndoLog, engine
+
+    conn.execute(
+        f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '300 milliseconds'"
+    )
+    sid = engine.begin_session(conn)
+    asked = engine.intercept(conn, sid, 0, "pay", "irreversible", {"cents": 1})
+    assert asked.approval_id is not None
+    time.sleep(0.4)
+    UndoLog(dsn).work()
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (asked.approval_id,),
+    ).fetchone()
+    assert state == ("expired",)
