@@ -23,7 +23,7 @@ SELECT throws_ok($$SELECT undolog.retention_months(1201)$$, 'UL008', NULL, 'argu
 SELECT throws_ok($$SELECT undolog.retention_months(-1)$$, 'UL008', NULL, 'argument -1: UL008');
 SET LOCAL undolog.retention_months = 'twelve';
 SELECT throws_ok($$SELECT undolog.retention_months()$$, 'UL008',
-                 'undolog.retention_months must be a whole number of months, not ''twelve''',
+                 'undolog.retention_months must be an integer from 1 to 1200, not ''twelve''',
                  'setting ''twelve'': UL008 naming it');
 SELECT is(undolog.retention_months(3), 3, 'a bad setting does not matter when the argument is given');
 SET LOCAL undolog.retention_months = '1.5';
