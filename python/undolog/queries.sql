@@ -894,3 +894,62 @@ SELECT c.channel_id, c.channel_name, c.kind, c.body_format, c.destination, c.smt
        c.has_secret, c.dashboard_url, c.created_by, c.created_at
 FROM undolog.notification_channels AS c
 WHERE c.channel_name = %(name)s AND c.live
+
+-- name: dashboard_partitions
+-- The Maintenance page: the partitions of the journal's partitioned tables (the effect
+-- log and its history: their months and each one's DEFAULT), newest month first, at most
+-- %(limit)s. Read from the catalog alone, so that it takes no lock on any of them and
+-- never queues behind maintenance: sizes and rows are pg_class's estimates as of the
+-- last VACUUM or ANALYZE (-1 rows: never counted), not pg_total_relation_size, which
+-- locks the table. The bounds are constants: pg_get_expr is given no relation (0), which
+-- it would otherwise open, and lock, to name columns.
+SELECT p.relname AS parent, c.relname AS name, b.bounds IS NULL AS is_default,
+       b.bounds[1]::timestamptz AS lower_bound, b.bounds[2]::timestamptz AS upper_bound,
+       c.reltuples::bigint AS est_rows,
+       (c.relpages::bigint + coalesce(t.relpages, 0)
+        + coalesce((SELECT sum(ic.relpages) FROM pg_catalog.pg_index AS x
+                    JOIN pg_catalog.pg_class AS ic ON ic.oid = x.indexrelid
+                    WHERE x.indrelid = c.oid), 0))
+       * pg_catalog.current_setting('block_size')::bigint AS est_bytes
+FROM pg_catalog.pg_class AS p
+JOIN pg_catalog.pg_inherits AS i ON i.inhparent = p.oid AND NOT i.inhdetachpending
+JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+LEFT JOIN pg_catalog.pg_class AS t ON t.oid = c.reltoastrelid
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.regexp_match(
+        pg_catalog.pg_get_expr(c.relpartbound, 0),
+        '^FOR VALUES FROM \(''([^'']+)''\) TO \(''([^'']+)''\)$'
+    ) AS bounds
+) AS b
+WHERE p.relnamespace = 'undolog'::regnamespace AND p.relkind = 'p'
+ORDER BY b.bounds IS NULL, b.bounds[1]::timestamptz DESC, p.relname
+LIMIT %(limit)s::int
+
+-- name: dashboard_retention
+-- The Maintenance page: the retention setting that maintenance reads (NULL: unset, 12
+-- months) and the start of the current UTC month, to say what a run would drop and create.
+SELECT nullif(pg_catalog.btrim(pg_catalog.current_setting('undolog.retention_months', true)), '')
+           AS setting,
+       pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+           AS month_start
+
+-- name: dashboard_anchors
+-- The Maintenance page: the latest anchors of the history chains, newest first, at most
+-- %(limit)s, each with how many sessions' heads it records and its hash (hex).
+SELECT a.anchor_id, a.written_at,
+       (SELECT count(*) FROM pg_catalog.jsonb_object_keys(a.heads)) AS sessions,
+       pg_catalog.encode(a.anchor_hash, 'hex') AS hash, pg_catalog.encode(a.prev, 'hex') AS prev
+FROM undolog.chain_anchors AS a
+ORDER BY a.anchor_id DESC
+LIMIT %(limit)s::int
+
+-- name: dashboard_write_anchor
+-- An operator writes an anchor from the Maintenance page (undolog.write_anchor, as
+-- `undolog anchor write`): answers it.
+SELECT anchor_id, written_at, sessions, hash FROM undolog.write_anchor()
+
+-- name: dashboard_maintenance_lock_timeout
+-- The Maintenance page's actions run in a transaction that waits at most this long for
+-- a lock (another maintenance run, a long reader), then gives up with nothing done,
+-- instead of queueing a strong lock that every agent's call would queue behind.
+SELECT pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true)

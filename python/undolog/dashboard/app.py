@@ -174,6 +174,18 @@ def _ts(value: datetime.datetime | None) -> markupsafe.Markup:
     )
 
 
+def _size(value: int | None) -> str:
+    """An estimated size in bytes, as a person reads it (1 KiB = 1024 bytes)."""
+    if value is None or value < 0:
+        return "-"
+    amount = float(value)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if amount < 1024:
+            return f"{amount:.0f} {unit}" if unit == "bytes" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} TiB"
+
+
 def _iso(value: datetime.datetime | None) -> str:
     return "" if value is None else value.astimezone(datetime.UTC).isoformat()
 
@@ -255,6 +267,7 @@ def make_env() -> jinja2.Environment:
         compact=lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":")),
         ts=_ts,
         iso=_iso,
+        size=_size,
         span=_span,
         short=lambda u: str(u)[:8],
         label=labels.label,
@@ -327,6 +340,69 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
 
 TOOL_TIERS = ("compensable", "irreversible")
 ON_REJECTS = ("fail_session", "continue")
+# What the Maintenance page's actions pass, as `undolog partitions maintain` and `ensure`
+# do by default: three months ahead, the retention of the database setting.
+MONTHS_AHEAD = 3
+DEFAULT_RETENTION_MONTHS = 12
+
+
+def _months_later(start: datetime.datetime, months: int) -> datetime.datetime:
+    """The first instant of the month ``months`` after (or before) ``start``'s month."""
+    index = start.year * 12 + start.month - 1 + months
+    return start.replace(year=index // 12, month=index % 12 + 1, day=1)
+
+
+def retention_of(setting: str | None) -> int | None:
+    """The months maintenance keeps for the setting undolog.retention_months (as
+    undolog.retention_months reads it), or None when maintenance would refuse it."""
+    if setting is None:
+        return DEFAULT_RETENTION_MONTHS
+    if re.fullmatch(r"[0-9]{1,4}", setting) and 1 <= int(setting) <= 1200:
+        return int(setting)
+    return None
+
+
+def maintenance_plan(
+    parts: list[queries.Row],
+    pending: list[str],
+    setting: str | None,
+    month_start: datetime.datetime,
+) -> dict[str, Any]:
+    """What `undolog partitions maintain` would do now, from the partitions listed: the
+    months past retention it would drop (unless an unfinished session holds one), the
+    months ahead it would create, the tables created ahead still to attach, and the
+    DEFAULT partitions holding rows to move into their months."""
+    current = month_start.astimezone(datetime.UTC)
+    months = retention_of(setting)
+    cutoff = None if months is None else _months_later(current, -months)
+    months_parts = [p for p in parts if not p["is_default"]]
+    to_drop = [p["name"] for p in months_parts if cutoff is not None and p["upper_bound"] <= cutoff]
+    to_create: list[str] = []
+    for parent in sorted({p["parent"] for p in parts}):
+        for n in range(MONTHS_AHEAD + 1):
+            start, end = _months_later(current, n), _months_later(current, n + 1)
+            if not any(
+                p["parent"] == parent and p["lower_bound"] < end and p["upper_bound"] > start
+                for p in months_parts
+            ):
+                name = f"{parent}_{start:%Y_%m}"
+                if name not in pending:
+                    to_create.append(name)
+    to_drain = [p["name"] for p in parts if p["is_default"] and p["est_rows"] > 0]
+    return {
+        "setting": setting,
+        "retention": months,
+        "cutoff": cutoff,
+        "to_drop": to_drop,
+        "to_create": to_create,
+        "pending": pending,
+        "to_drain": to_drain,
+        "months_ahead": MONTHS_AHEAD,
+    }
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names)
 
 
 class Dashboard:
@@ -1428,6 +1504,173 @@ class Dashboard:
                 outcome = Outcome(target, False, message, status)
         return self._after(request, ws, [outcome], "/tools")
 
+    # --- maintenance: the month partitions and the audit anchors ----------------------
+
+    async def maintenance_page(self, request: Request) -> Response:
+        """The journal's month partitions and what maintenance would do now (as `undolog
+        partitions maintain` and `undolog health` show them), and the latest anchors of
+        the history chains (`undolog anchor export`). Staff read it; operators act."""
+        ws = self.staff_only(
+            request,
+            "Maintenance",
+            "Only approvers and operators read the journal's partitions and anchors; "
+            "your sessions' records are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
+        async with ws.db() as conn:
+            parts, more = await queries.partitions(conn)
+            pending = await queries.pending_partitions(conn)
+            retention = await queries.retention(conn)
+            anchors, older = await queries.anchors(conn)
+        plan = maintenance_plan(parts, pending, retention["setting"], retention["month_start"])
+        return self.render(
+            request,
+            "maintenance.html",
+            ws,
+            partitions=parts,
+            more=more,
+            plan=plan,
+            anchors=anchors,
+            older=older,
+            partitions_limit=queries.PARTITIONS_LIMIT,
+            anchors_limit=queries.ANCHORS_LIMIT,
+        )
+
+    def _operator_only(self, request: Request, ws: WebSession, target: str, what: str) -> Response:
+        outcome = Outcome(target, False, f"only an operator {what}: nothing was done", 403)
+        return self._after(request, ws, [outcome], "/maintenance")
+
+    async def _maintenance_call(
+        self,
+        ws: WebSession,
+        target: str,
+        call: Callable[[queries.Conn], Awaitable[str]],
+    ) -> Outcome:
+        """Run one maintenance action on the person's connection, in a transaction that
+        waits at most queries.MAINTENANCE_LOCK_TIMEOUT for any lock (see
+        docs/operations/partitions.md: a strong lock queued behind a long reader would
+        stall every agent's call); the server's WARNINGs (a month kept for an unfinished
+        session) are added to what it says. A refusal is the engine's words, and the
+        transaction rolled back: nothing was done."""
+        warnings: list[str] = []
+
+        def heard(diag: psycopg.errors.Diagnostic) -> None:
+            if diag.severity_nonlocalized == "WARNING" and diag.message_primary:
+                detail = f" ({diag.message_detail})" if diag.message_detail else ""
+                warnings.append(f"{diag.message_primary}{detail}")
+
+        async with ws.db() as conn:
+            conn.add_notice_handler(heard)
+            try:
+                async with conn.transaction():
+                    await queries.bound_lock_waits(conn)
+                    text = await call(conn)
+                outcome = Outcome(target, True, "; ".join([text, *warnings]))
+            except psycopg.Error as exc:
+                if conn.closed and isinstance(exc, psycopg.OperationalError):
+                    raise  # the person's connection is gone: _database_error says so
+                status, message = engine_error(exc)
+                if isinstance(exc, psycopg.errors.LockNotAvailable):
+                    message += (
+                        f" (waited {queries.MAINTENANCE_LOCK_TIMEOUT}: another maintenance run "
+                        "or a long reader of the journal holds a lock it needs; try again later)"
+                    )
+                outcome = Outcome(target, False, f"{message}: nothing was done", status)
+            finally:
+                conn.remove_notice_handler(heard)
+        return outcome
+
+    async def maintenance_run(self, request: Request) -> Response:
+        """An operator runs partition maintenance now (undolog.maintain_partitions with
+        the defaults, as `undolog partitions maintain`): drain, retention, months ahead,
+        an anchor. The flash says which months were created, dropped, kept, pending."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        if not ws.roles.operator:
+            return self._operator_only(request, ws, "maintenance", "runs partition maintenance")
+
+        async def run(conn: queries.Conn) -> str:
+            cur = await conn.execute(
+                QUERIES["maintain_partitions"],
+                {"months_ahead": MONTHS_AHEAD, "retention_months": None},
+            )
+            done: dict[str, list[str]] = {}
+            for action, partition in await cur.fetchall():
+                done.setdefault(str(action), []).append(str(partition))
+            latest, _ = await queries.anchors(conn, 1)
+            said = [
+                f"{label} {_names(done[action])}"
+                for action, label in (
+                    ("created", "created"),
+                    ("dropped", "dropped"),
+                    ("detached", "detached"),
+                    ("skipped", "kept (an unfinished session holds it)"),
+                    ("pending", "left to attach on the next run (their locks were busy)"),
+                )
+                if done.get(action)
+            ] or ["no month to create or drop"]
+            if latest:
+                said.append(f"anchor #{latest[0]['anchor_id']} written")
+            log.info("%s: ran partition maintenance: %s", ws.login, done)
+            return f"run by {ws.login}: " + "; ".join(said)
+
+        outcome = await self._maintenance_call(ws, "maintenance", run)
+        return self._after(request, ws, [outcome], "/maintenance")
+
+    async def maintenance_ensure(self, request: Request) -> Response:
+        """An operator creates the coming months (undolog.ensure_partitions, as `undolog
+        partitions ensure`): the current month and MONTHS_AHEAD more; drops nothing."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        if not ws.roles.operator:
+            return self._operator_only(request, ws, "months ahead", "creates the coming months")
+
+        async def ensure(conn: queries.Conn) -> str:
+            cur = await conn.execute(QUERIES["ensure_partitions"], {"months_ahead": MONTHS_AHEAD})
+            created = [str(name) for (name,) in await cur.fetchall()]
+            pending = await queries.pending_partitions(conn)
+            log.info("%s: created the coming months: %s", ws.login, created)
+            said = (
+                f"created {_names(created)} by {ws.login}"
+                if created
+                else f"every month through {MONTHS_AHEAD} months ahead exists: nothing was created"
+            )
+            if pending:
+                said += (
+                    f"; left to attach on the next run (their locks were busy) {_names(pending)}"
+                )
+            return said
+
+        outcome = await self._maintenance_call(ws, "months ahead", ensure)
+        return self._after(request, ws, [outcome], "/maintenance")
+
+    async def maintenance_anchor(self, request: Request) -> Response:
+        """An operator writes an anchor of the history chains now (undolog.write_anchor,
+        as `undolog anchor write`); the flash says which, and its hash."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        if not ws.roles.operator:
+            return self._operator_only(request, ws, "anchor", "writes an anchor")
+
+        async def write(conn: queries.Conn) -> str:
+            row = await queries.one(conn, QUERIES["dashboard_write_anchor"])
+            assert row is not None
+            log.info("%s: wrote anchor %s", ws.login, row["anchor_id"])
+            return (
+                f"#{row['anchor_id']} written by {ws.login}: the heads of {row['sessions']} "
+                f"session(s) whose chain moved since the previous anchor; hash {row['hash']}"
+            )
+
+        outcome = await self._maintenance_call(ws, "anchor", write)
+        return self._after(request, ws, [outcome], "/maintenance")
+
     # --- notification channels --------------------------------------------------------
 
     async def channels_page(self, request: Request) -> Response:
@@ -1805,6 +2048,10 @@ class Dashboard:
             Route("/tools", self.tools_page, methods=["GET"]),
             Route("/tools/retire", self.tools_retire, methods=["POST"]),
             Route("/tools/register", self.tools_register, methods=["POST"]),
+            Route("/maintenance", self.maintenance_page, methods=["GET"]),
+            Route("/maintenance/run", self.maintenance_run, methods=["POST"]),
+            Route("/maintenance/ensure", self.maintenance_ensure, methods=["POST"]),
+            Route("/maintenance/anchor", self.maintenance_anchor, methods=["POST"]),
             Route("/notifications", self.channels_page, methods=["GET"]),
             Route("/notifications/remove", self.channels_remove, methods=["POST"]),
             Route("/notifications/add/{kind}", self.channels_add, methods=["POST"]),

@@ -397,3 +397,46 @@ async def channels(conn: Conn, everything: bool) -> tuple[list[Row], bool]:
 
 async def live_channel(conn: Conn, name: str) -> Row | None:
     return await one(conn, QUERIES["dashboard_live_channel"], {"name": name})
+
+
+# --- maintenance: the month partitions and the audit anchors -------------------------
+
+# The most partitions and anchors the Maintenance page lists (two tables' months over
+# the retention, and the latest anchors: far fewer, normally).
+PARTITIONS_LIMIT = 200
+ANCHORS_LIMIT = 20
+# How long the page's actions wait for a lock before giving up with nothing done.
+MAINTENANCE_LOCK_TIMEOUT = "5s"
+
+
+async def partitions(conn: Conn) -> tuple[list[Row], bool]:
+    """The journal's partitions (newest month first, the DEFAULT ones last) with their
+    estimated rows and size, at most PARTITIONS_LIMIT; and whether more were left off."""
+    found = await rows(conn, QUERIES["dashboard_partitions"], {"limit": PARTITIONS_LIMIT + 1})
+    return found[:PARTITIONS_LIMIT], len(found) > PARTITIONS_LIMIT
+
+
+async def pending_partitions(conn: Conn) -> list[str]:
+    """The months created ahead whose attachment waits for the next maintenance run."""
+    return [str(r["name"]) for r in await rows(conn, QUERIES["pending_partitions"])]
+
+
+async def retention(conn: Conn) -> Row:
+    found = await one(conn, QUERIES["dashboard_retention"])
+    assert found is not None
+    return found
+
+
+async def anchors(conn: Conn, limit: int | None = None) -> tuple[list[Row], bool]:
+    """The latest anchors, newest first, at most ANCHORS_LIMIT (or ``limit``); and whether
+    older ones were left off."""
+    shown = ANCHORS_LIMIT if limit is None else limit
+    found = await rows(conn, QUERIES["dashboard_anchors"], {"limit": shown + 1})
+    return found[:shown], len(found) > shown
+
+
+async def bound_lock_waits(conn: Conn) -> None:
+    """Within the caller's transaction: wait at most MAINTENANCE_LOCK_TIMEOUT for a lock."""
+    await conn.execute(
+        QUERIES["dashboard_maintenance_lock_timeout"], {"lock_timeout": MAINTENANCE_LOCK_TIMEOUT}
+    )
