@@ -146,9 +146,10 @@ def test_an_undo_the_engine_refuses_is_said_and_the_web_session_goes_on(
 
 # U+202E turns the rest of its line around: the text "4321-tcca" reads "acct-1234"
 FLIPPED = "\u202e4321-tcca"
-# invisible: a zero-width space, a tag character (a hidden "A"), a line separator
-HIDDEN = "pay\u200b\U000e0041\u2028"
-UNSEEN = re.compile("[\u202e\u200b\u2028\U000e0041]")
+# invisible: a zero-width space, a tag character (a hidden "A"), a line separator, a
+# variation selector supplement (a byte smuggled behind a letter), a Hangul filler
+HIDDEN = "pay\u200b\U000e0041\u2028\U000e0172\u3164"
+UNSEEN = re.compile("[\u202e\u200b\u2028\U000e0041\U000e0172\u3164]")
 
 
 def test_characters_a_browser_does_not_show_are_spelled_out_on_every_page(
@@ -192,7 +193,7 @@ def test_characters_a_browser_does_not_show_are_spelled_out_on_every_page(
         assert page.status_code == 200, name
         assert not UNSEEN.search(page.text.replace(f"no {FLIPPED}", "")), name
     assert "\\u202e4321-tcca" in pages["confirm"].text
-    assert "refund pay\\u200b\\udb40\\udc41\\u2028" in pages["confirm"].text
+    assert "refund pay\\u200b\\udb40\\udc41\\u2028\\udb40\\udd72\\u3164" in pages["confirm"].text
     assert "finance-bot \\u202e4321-tcca" in pages["inbox"].text
 
     # the edit page's JSON, spelled out, is the same arguments: approved unchanged

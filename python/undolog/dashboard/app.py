@@ -207,9 +207,31 @@ def _span(value: datetime.timedelta | None) -> str:
 # turns the rest of a line around, so "acct-1234" can be the text 4321-tcca), other
 # format characters (zero-width ones, the invisible tag characters U+E0000-E007F that can
 # carry a hidden text), line and paragraph separators, control characters but tab and
-# newline. Escaping (HTML) does nothing to them: every value a page shows has them
-# written out instead.
+# newline, and every other Default_Ignorable_Code_Point of Unicode (DerivedCoreProperties:
+# the 256 variation selectors, which can smuggle a byte each behind a visible letter, the
+# Hangul fillers, the Mongolian free variation selectors, the unassigned rest of the tag
+# plane). Escaping (HTML) does nothing to them: every value a page shows has them written
+# out instead.
 _UNSEEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cc"})
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
 _UNSEEN = re.compile(
     "["
     + "".join(
@@ -217,6 +239,7 @@ _UNSEEN = re.compile(
         for code in range(0x110000)
         if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
     )
+    + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
     + "]"
 )
 
