@@ -9,7 +9,6 @@ says otherwise: what the user set wins.
 from __future__ import annotations
 
 import os
-import re
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -21,17 +20,19 @@ UNREACHABLE_HINT = (
     'A local database of the clone starts with: eval "$(make -s db)"'
 )
 
-# What libpq quotes of a DSN that does not parse ("p%ss" in 'invalid percent-encoded
-# token: "p%ss"', "pa ss" in 'unexpected spaces found in "pa ss"'): often a password.
-_QUOTED = re.compile(r'"([^"]*)"')
-
 
 def dsn_error(exc: psycopg.ProgrammingError) -> psycopg.ProgrammingError:
     """The error of a DSN that does not parse, without the text of the DSN that libpq's
-    message quotes (a password, or a piece of one, when its special characters were not
-    quoted or percent-encoded), so that the error can be logged."""
+    message quotes ("p%ss" in 'invalid percent-encoded token: "p%ss"', a whole URI in
+    another): often a password, or a piece of one, when its special characters were not
+    quoted or percent-encoded. Everything from the first double quote to the last is
+    left out (a quoted piece may hold quotes itself), so that the error can be logged."""
     text = " ".join(str(exc).split())
-    text = _QUOTED.sub(lambda m: m[0] if m[1] == "=" else '"…"', text)
+    first, last = text.find('"'), text.rfind('"')
+    if first != -1 and last > first:
+        if text.startswith('missing "=" after "'):  # say which '=' is missing
+            first = text.index('"', len('missing "=" after '))
+        text = f'{text[:first]}"…"{text[last + 1 :]}'
     return psycopg.ProgrammingError(
         f"the DSN does not parse: {text} (what it quotes of the DSN is not shown: it may "
         "be a password; quote a value with spaces in single quotes, percent-encode "
@@ -41,11 +42,25 @@ def dsn_error(exc: psycopg.ProgrammingError) -> psycopg.ProgrammingError:
 
 def _parsed(dsn: str) -> dict[str, str | int | None]:
     """``dsn``'s parameters; psycopg.ProgrammingError when it does not parse
-    (:func:`dsn_error`)."""
+    (:func:`dsn_error`), or when its host holds an "@": libpq takes a URI's password
+    to its first unencoded "@", and the rest of it for the host, which a connection
+    error then quotes."""
     try:
-        return conninfo_to_dict(dsn)
+        parsed = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise dsn_error(exc) from None
+    if "@" in str(parsed.get("host") or ""):
+        raise psycopg.ProgrammingError(
+            'the DSN does not parse: its host holds an "@" (the host is not shown: it may '
+            "be the end of a password); percent-encode @ in a URI's user or password as %40"
+        )
+    return parsed
+
+
+def check_dsn(dsn: str) -> None:
+    """Raise psycopg.ProgrammingError, saying nothing of the DSN's text, when ``dsn`` would
+    make libpq say a piece of its password (:func:`_parsed`)."""
+    _parsed(dsn)
 
 
 def with_connect_timeout(dsn: str, seconds: int, **params: str) -> str:

@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from undolog import _acompat, aapprovals, aengine, asaga, context, walk
-from undolog._conninfo import UNREACHABLE_HINT, dsn_error
+from undolog._conninfo import UNREACHABLE_HINT, check_dsn, dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
     DEFAULT_LEASE,
@@ -47,6 +47,7 @@ async def _connect(conninfo: str) -> aengine.AsyncConnection:
     """A new autocommit connection; a DSN that does not parse is said without the text
     libpq quotes of it (it may be a password: undolog._conninfo.dsn_error), and a server
     that does not answer with what to check."""
+    check_dsn(conninfo)
     try:
         return await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.ProgrammingError as exc:

@@ -22,7 +22,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from undolog import _compat, approvals, context, engine, saga, walk
-from undolog._conninfo import UNREACHABLE_HINT, dsn_error
+from undolog._conninfo import UNREACHABLE_HINT, check_dsn, dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
     DEFAULT_LEASE,
@@ -49,6 +49,7 @@ def _connect(conninfo: str) -> engine.Connection:
     """A new autocommit connection; a DSN that does not parse is said without the text
     libpq quotes of it (it may be a password: undolog._conninfo.dsn_error), and a server
     that does not answer with what to check."""
+    check_dsn(conninfo)
     try:
         return psycopg.Connection.connect(conninfo, autocommit=True)
     except psycopg.ProgrammingError as exc:

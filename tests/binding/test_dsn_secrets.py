@@ -18,6 +18,10 @@ BAD = [
     ("postgresql://agent:p%ss@localhost/undolog", "p%ss"),
     ("postgresql://agent:pa ss@localhost/undolog", "pa ss"),
     ("host=localhost password=hunter2 s3cretpart more", "s3cretpart"),
+    # a quote inside the piece libpq quotes: everything between the outer quotes goes
+    ('host=localhost password=ab cd"secretend', "secretend"),
+    # an "@" not percent-encoded: libpq takes the password's tail for the host
+    ("postgresql://alice:s3cr@tail1234@localhost/db", "tail1234"),
 ]
 
 

@@ -256,6 +256,8 @@ def test_a_compensation_that_exits_or_is_cancelled_is_a_failed_attempt(
         ("postgresql://agent:p%ss@localhost/undolog", "p%ss"),  # a % not percent-encoded
         ("postgresql://agent:pa ss@localhost/undolog", "pa ss"),  # a space in a URI
         ("host=localhost password=hunter2 s3cretpart more", "s3cretpart"),  # a space, not quoted
+        ('host=localhost password=ab cd"secretend', "secretend"),  # a quote in the piece
+        ("postgresql://alice:s3cr@tail1234@localhost/db", "tail1234"),  # an "@" in it
     ],
 )
 def test_a_dsn_that_does_not_parse_is_said_without_its_password(
