@@ -4,6 +4,9 @@
 -- session's owner_role, which never changes and needs no lock to read. Checked after the
 -- lock, a login naming another's session would hold that session's row, in a refused
 -- call its open transaction keeps, against the owner's heartbeats and decisions.
+-- A session not found by that read is unknown (UL002) here and now: locked anyway, one
+-- its owner began in between would be found by lock_session's own read, and taken by a
+-- caller never checked (sessions are never deleted, so a session found is still there).
 CREATE OR REPLACE FUNCTION undolog.lock_own_session(p_session_id uuid)
 RETURNS undolog.undolog_sessions
 LANGUAGE plpgsql
@@ -15,9 +18,15 @@ BEGIN
     SELECT s.owner_role INTO v_owner_role
     FROM undolog.undolog_sessions AS s
     WHERE s.session_id = p_session_id;
-    IF FOUND THEN  -- else lock_session says UL002
-        PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL002',
+            MESSAGE = pg_catalog.format('unknown session %s',
+                                        coalesce(p_session_id::text, 'NULL')),
+            HINT = 'Check the id: undolog sessions list shows the sessions; an agent begins '
+                   'one with undolog.begin_session.';
     END IF;
+    PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
     RETURN undolog.lock_session(p_session_id);
 END
 $$;

@@ -478,3 +478,46 @@ def test_the_roles_page_advisory_lock_statements_do_what_it_says(
         assert jobs.execute("SELECT pg_try_advisory_lock(1)").fetchone() == (True,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             jobs.execute("SELECT pg_advisory_lock_shared(1)")  # only what it was granted
+
+
+def test_a_session_begun_while_another_login_names_it_is_still_not_theirs(
+    login: Callable[..., Conn],
+) -> None:
+    """The owner check of heartbeat and complete_session (lock_own_session) read the
+    session's owner, then locked its row: for an id not yet begun, the first read found
+    nothing and skipped the check, and when the owner's begin_session committed between
+    the two reads, another login renewed, or completed, that session. fail_session had
+    the same gap (a login that is an approver too passed its second check). The fault
+    suite found it once in 100,000 hostile calls; here another login calls them on each
+    id without pause while its owner begins it, 150 times."""
+    owner = login("undolog_agent")
+    other_dsn = login("undolog_agent", "undolog_approver").info.dsn
+    took: list[str] = []
+
+    def hammer(sid: uuid.UUID, begun: threading.Event) -> None:
+        with psycopg.connect(other_dsn, autocommit=True) as other:
+            while True:
+                done = begun.is_set()
+                for statement in ("fail_session", "heartbeat", "complete_session"):
+                    try:
+                        args = "%s, 'hostile'" if statement == "fail_session" else "%s"
+                        other.execute(f"SELECT undolog.{statement}({args})", (sid,))
+                        took.append(f"{statement} {sid}")
+                    except (psycopg.errors.InsufficientPrivilege, errors.UnknownSession):
+                        pass
+                    except psycopg.Error as exc:
+                        if exc.sqlstate != "UL002":
+                            raise
+                if done:  # one more round once the session surely exists
+                    return
+
+    for _ in range(150):
+        sid, begun = uuid.uuid4(), threading.Event()
+        thread = threading.Thread(target=hammer, args=(sid, begun))
+        thread.start()
+        time.sleep(0.002)
+        engine.begin_session(owner, sid, agent="owner")
+        begun.set()
+        thread.join()
+        assert engine.session_state(owner, sid) == "active"
+    assert took == []
