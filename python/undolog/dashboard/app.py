@@ -27,7 +27,7 @@ import zoneinfo
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 import markupsafe
@@ -56,6 +56,8 @@ from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionSt
 from undolog.engine import SESSION_STATES
 from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable
+
+T = TypeVar("T")
 
 log = logging.getLogger("undolog.dashboard")
 HERE = Path(__file__).parent
@@ -359,6 +361,15 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
     parts = [diag.message_primary or str(db).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
     return errors.http_status_of(exc), " — ".join(parts)
+
+
+def refused(conn: queries.Conn, exc: Exception, target: str) -> Outcome:
+    """The refusal of an action on `target`, to show the person; a connection that is
+    gone is raised again instead, for _database_error to say so."""
+    if conn.closed and isinstance(exc, psycopg.OperationalError):
+        raise exc
+    status, text = engine_error(exc)
+    return Outcome(target, False, text, status)
 
 
 TOOL_TIERS = ("compensable", "irreversible")
@@ -829,16 +840,9 @@ class Dashboard:
                 "expire", False, "only an operator closes the requests past their deadline", 403
             )
             return self._after(request, ws, [outcome], "/approvals")
-        async with ws.db() as conn:
-            try:
-                closed = await aapprovals.expire_approvals(conn)
-            except (errors.UndoLogError, psycopg.Error) as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                return self._after(
-                    request, ws, [Outcome("expire", False, text, status)], "/approvals"
-                )
+        closed = await self._attempt(ws, "expire", aapprovals.expire_approvals)
+        if isinstance(closed, Outcome):
+            return self._after(request, ws, [closed], "/approvals")
         log.info("%s: expired %d request(s) past their deadline", ws.login, len(closed))
         text = (
             f"{len(closed)} request(s) past their deadline closed as expired by {ws.login}"
@@ -890,16 +894,13 @@ class Dashboard:
                 str(approval_id), False, "only an approver decides approval requests", 403
             )
         decide = aapprovals.approve if action == "approve" else aapprovals.reject
-        async with ws.db() as conn:
-            try:
-                decision = await decide(conn, approval_id, ws.login, reason_or_none)
-            except (errors.UndoLogError, psycopg.Error) as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                return Outcome(str(approval_id), False, text, status)
-        log.info("%s: approval %s %s", ws.login, approval_id, decision)
-        return Outcome(str(approval_id), True, f"{decision} by {ws.login}")
+
+        async def decided(conn: queries.Conn) -> str:
+            decision = await decide(conn, approval_id, ws.login, reason_or_none)
+            log.info("%s: approval %s %s", ws.login, approval_id, decision)
+            return f"{decision} by {ws.login}"
+
+        return await self._act(ws, str(approval_id), decided)
 
     # --- edit, then approve -------------------------------------------------------------
 
@@ -998,18 +999,36 @@ class Dashboard:
     async def _approve_edited(
         self, ws: WebSession, approval_id: uuid.UUID, edited: dict[str, Any], reason: str
     ) -> Outcome:
+
+        async def approved(conn: queries.Conn) -> str:
+            decision = await aapprovals.approve(
+                conn, approval_id, ws.login, reason.strip() or None, args=edited
+            )
+            log.info("%s: approval %s approved with edited args", ws.login, approval_id)
+            return f"{decision} with edited arguments by {ws.login}"
+
+        return await self._act(ws, str(approval_id), approved)
+
+    @staticmethod
+    async def _attempt(
+        ws: WebSession, target: str, call: Callable[[queries.Conn], Awaitable[T]]
+    ) -> T | Outcome:
+        """Run one engine call on the person's connection: what it answers, or its
+        refusal as an Outcome (the engine's words and their HTTP status; nothing was
+        written). The connection is let go before the caller shows any page: the lock
+        is not reentrant (a page taking it again would wait for ever)."""
         async with ws.db() as conn:
             try:
-                decision = await aapprovals.approve(
-                    conn, approval_id, ws.login, reason.strip() or None, args=edited
-                )
+                return await call(conn)
             except (errors.UndoLogError, psycopg.Error) as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise
-                status, text = engine_error(exc)
-                return Outcome(str(approval_id), False, text, status)
-        log.info("%s: approval %s approved with edited args", ws.login, approval_id)
-        return Outcome(str(approval_id), True, f"{decision} with edited arguments by {ws.login}")
+                return refused(conn, exc, target)
+
+    async def _act(
+        self, ws: WebSession, target: str, call: Callable[[queries.Conn], Awaitable[str]]
+    ) -> Outcome:
+        """_attempt for an action whose answer is what the person is told it did."""
+        done = await self._attempt(ws, target, call)
+        return done if isinstance(done, Outcome) else Outcome(target, True, done)
 
     def _after(
         self, request: Request, ws: WebSession, outcomes: list[Outcome], back: str
@@ -1235,16 +1254,13 @@ class Dashboard:
                 422,
             )
         else:
-            async with ws.db() as conn:
-                try:
-                    state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
-                    outcome = Outcome(target, True, f"{action} by {ws.login}: now {state}")
-                    log.info("%s: %s %s", ws.login, action, target)
-                except (errors.UndoLogError, psycopg.Error) as exc:
-                    if conn.closed and isinstance(exc, psycopg.OperationalError):
-                        raise  # the person's connection is gone: _database_error says so
-                    status, text = engine_error(exc)
-                    outcome = Outcome(target, False, text, status)
+
+            async def acted(conn: queries.Conn) -> str:
+                state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
+                log.info("%s: %s %s", ws.login, action, target)
+                return f"{action} by {ws.login}: now {state}"
+
+            outcome = await self._act(ws, target, acted)
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
@@ -1262,17 +1278,14 @@ class Dashboard:
         if delivery_id is None or not mine:
             return self.not_found(request, ws, "notification of this session")
         target = f"notification {delivery_id}"
-        async with ws.db() as conn:
-            try:
-                params = {"delivery_id": delivery_id, "by": ws.login}
-                await conn.execute(QUERIES["retry_notification"], params)
-                outcome = Outcome(target, True, f"due again now (by {ws.login})")
-                log.info("%s: notify-retry %s", ws.login, delivery_id)
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise
-                status, text = engine_error(exc)
-                outcome = Outcome(target, False, text, status)
+
+        async def due_again(conn: queries.Conn) -> str:
+            params = {"delivery_id": delivery_id, "by": ws.login}
+            await conn.execute(QUERIES["retry_notification"], params)
+            log.info("%s: notify-retry %s", ws.login, delivery_id)
+            return f"due again now (by {ws.login})"
+
+        outcome = await self._act(ws, target, due_again)
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
@@ -1294,20 +1307,14 @@ class Dashboard:
         if not ws.roles.staff:
             outcome = Outcome(target, False, "only an operator or approver undoes a session", 403)
             return await self._show_session(request, ws, session_id, 403, [outcome])
-        # The refusal's page is shown once the connection is let go: _show_session takes
-        # it again, and the lock is not reentrant (inside, the person's every request
-        # from then on waited for ever).
-        refused: Outcome | None = None
-        async with ws.db() as conn:
-            try:
-                plan = await queries.rollback_to_plan(conn, session_id, step)
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                refused = Outcome(target, False, text, status)
-        if refused is not None:
-            return await self._show_session(request, ws, session_id, refused.status, [refused])
+        # A refusal's page is shown once _attempt has let the connection go:
+        # _show_session takes it again, and the lock is not reentrant (when it was shown
+        # inside, the person's every request from then on waited for ever).
+        plan = await self._attempt(
+            ws, target, lambda conn: queries.rollback_to_plan(conn, session_id, step)
+        )
+        if isinstance(plan, Outcome):
+            return await self._show_session(request, ws, session_id, plan.status, [plan])
         key = [f"undo-to:{session_id}:{step}", *(str(r["undo_id"]) for r in plan)]
         reason_field = form.get("reason")
         reason = reason_field.strip() if isinstance(reason_field, str) else ""
@@ -1328,16 +1335,11 @@ class Dashboard:
         if len(reason) > REASON_LIMIT:
             outcome = Outcome(target, False, f"reason over {REASON_LIMIT} characters", 422)
             return await self._show_session(request, ws, session_id, 422, [outcome])
-        async with ws.db() as conn:
-            try:
-                state = await asaga.rollback_to(conn, session_id, step, reason, ws.login)
-            except (errors.UndoLogError, psycopg.Error) as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                refused = Outcome(target, False, text, status)
-        if refused is not None:  # shown with the connection let go, as above
-            return await self._show_session(request, ws, session_id, refused.status, [refused])
+        state = await self._attempt(
+            ws, target, lambda conn: asaga.rollback_to(conn, session_id, step, reason, ws.login)
+        )
+        if isinstance(state, Outcome):  # shown with the connection let go, as above
+            return await self._show_session(request, ws, session_id, state.status, [state])
         log.info("%s: undo-to step %s of %s", ws.login, step, session_id)
         done = Outcome(
             target,
@@ -1443,21 +1445,16 @@ class Dashboard:
                 problem=problem,
                 reason=Verbatim(reason),
             )
-        # the refusal's page is shown once the connection is let go (see _undo_to)
-        outcome: Outcome
-        async with ws.db() as conn:
-            try:
-                cur = await conn.execute(
-                    QUERIES["retire_tool"], {"tool_id": tool_id, "by": ws.login, "reason": reason}
-                )
-                await cur.fetchone()
-                outcome = Outcome(target, True, f"retired by {ws.login}")
-                log.info("%s: retired tool %s (%s)", ws.login, tool_id, target)
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                outcome = Outcome(target, False, text, status)
+
+        async def retire(conn: queries.Conn) -> str:
+            cur = await conn.execute(
+                QUERIES["retire_tool"], {"tool_id": tool_id, "by": ws.login, "reason": reason}
+            )
+            await cur.fetchone()
+            log.info("%s: retired tool %s (%s)", ws.login, tool_id, target)
+            return f"retired by {ws.login}"
+
+        outcome = await self._act(ws, target, retire)
         return self._after(request, ws, [outcome], "/tools")
 
     async def tools_register(self, request: Request) -> Response:
@@ -1513,18 +1510,15 @@ class Dashboard:
             "owner": owner,
             "on_reject": on_reject,
         }
-        async with ws.db() as conn:
-            try:
-                cur = await conn.execute(QUERIES["register_tool_for"], params)
-                row = await cur.fetchone()
-                assert row is not None
-                outcome = Outcome(target, True, f"registered as {tier} ({row[0]}) by {ws.login}")
-                log.info("%s: registered %s (%s)", ws.login, target, row[0])
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise
-                status, message = engine_error(exc)
-                outcome = Outcome(target, False, message, status)
+
+        async def register(conn: queries.Conn) -> str:
+            cur = await conn.execute(QUERIES["register_tool_for"], params)
+            row = await cur.fetchone()
+            assert row is not None
+            log.info("%s: registered %s (%s)", ws.login, target, row[0])
+            return f"registered as {tier} ({row[0]}) by {ws.login}"
+
+        outcome = await self._act(ws, target, register)
         return self._after(request, ws, [outcome], "/tools")
 
     # --- maintenance: the month partitions and the audit anchors ----------------------
@@ -1591,15 +1585,13 @@ class Dashboard:
                     text = await call(conn)
                 outcome = Outcome(target, True, "; ".join([text, *warnings]))
             except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise  # the person's connection is gone: _database_error says so
-                status, message = engine_error(exc)
+                outcome = refused(conn, exc, target)
                 if isinstance(exc, psycopg.errors.LockNotAvailable):
-                    message += (
+                    outcome.text += (
                         f" (waited {queries.MAINTENANCE_LOCK_TIMEOUT}: another maintenance run "
                         "or a long reader of the journal holds a lock it needs; try again later)"
                     )
-                outcome = Outcome(target, False, f"{message}: nothing was done", status)
+                outcome.text += ": nothing was done"
             finally:
                 conn.remove_notice_handler(heard)
         return outcome
@@ -1787,18 +1779,15 @@ class Dashboard:
             "dashboard_url": field("dashboard_url") or None,
             "by": ws.login,
         }
-        async with ws.db() as conn:
-            try:
-                cur = await conn.execute(QUERIES["add_notification_channel"], params)
-                row = await cur.fetchone()
-                assert row is not None
-                outcome = Outcome(target, True, f"{kind} channel added ({row[0]}) by {ws.login}")
-                log.info("%s: added %s channel %s", ws.login, kind, name)
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise
-                status, message = engine_error(exc)
-                outcome = Outcome(target, False, message, status)
+
+        async def add(conn: queries.Conn) -> str:
+            cur = await conn.execute(QUERIES["add_notification_channel"], params)
+            row = await cur.fetchone()
+            assert row is not None
+            log.info("%s: added %s channel %s", ws.login, kind, name)
+            return f"{kind} channel added ({row[0]}) by {ws.login}"
+
+        outcome = await self._act(ws, target, add)
         return self._after(request, ws, [outcome], "/notifications")
 
     async def channels_remove(self, request: Request) -> Response:
@@ -1835,19 +1824,16 @@ class Dashboard:
                 token=ws.confirm_nonce(key),
                 stale=nonce is not None,
             )
-        async with ws.db() as conn:
-            try:
-                cur = await conn.execute(
-                    QUERIES["remove_notification_channel"], {"name": name, "by": ws.login}
-                )
-                await cur.fetchone()
-                outcome = Outcome(target, True, f"removed by {ws.login}")
-                log.info("%s: removed channel %s", ws.login, name)
-            except psycopg.Error as exc:
-                if conn.closed and isinstance(exc, psycopg.OperationalError):
-                    raise
-                status, message = engine_error(exc)
-                outcome = Outcome(target, False, message, status)
+
+        async def remove(conn: queries.Conn) -> str:
+            cur = await conn.execute(
+                QUERIES["remove_notification_channel"], {"name": name, "by": ws.login}
+            )
+            await cur.fetchone()
+            log.info("%s: removed channel %s", ws.login, name)
+            return f"removed by {ws.login}"
+
+        outcome = await self._act(ws, target, remove)
         return self._after(request, ws, [outcome], "/notifications")
 
     # --- live updates -----------------------------------------------------------------
