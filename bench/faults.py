@@ -30,7 +30,16 @@ compensation descriptor names a compensation its tool's registration does not
 that compensation, commit() and fail() of a victim's executing call, a call journaled into
 a victim's session, a victim's session lock taken (pg_advisory_lock on the keys pg_locks
 shows, and on the key formula), and an intent followed by an asynchronous commit in one
-transaction (synchronous_commit must stay on). Walkers serve only the victims' login.
+transaction (synchronous_commit must stay on). And on the newer surfaces: commit_effect and
+fail_effect of a victim's call (and a victim's effect named with its own session),
+complete_session, fail_session and abandon_session of a victim's session, a tool
+registered for the victims' login and their registration retired, intercept_tool naming
+the victims' registration or into a victim's session, approve and approve_edited of a
+request of its own session (self-approval), and the operator's worker functions
+(claim/complete_compensation of a victim's, claim/finish_notification). Not probed, since
+an approver may: rollback_to/rollback_last/rollback_session of a victim's session and
+deciding another login's request. Walkers serve only the victims' login. The summary
+counts each probe's attempts and refusals, by SQLSTATE against the documented one.
 
 Then recovery (`undolog.recover()` and the walk, by the suite itself) until every
 session has ended. Tool bodies and compensations append to a ledger outside the engine
@@ -104,6 +113,9 @@ PAYOUT = "fault_payout"
 VICTIM_LOGIN = "faults_agent"
 HOSTILE_LOGIN = "faults_hostile"
 HOSTILE_TOOL = "hostile_note"
+# An IRREVERSIBLE tool of its own: its call in a session of its own asks for approval, a
+# request this login (an approver) must not approve, edited or not.
+HOSTILE_WIRE = "hostile_wire"
 # Descriptors the hostile login registers and sends: its note's own undo, and the payout.
 OWN_UNDO = {"name": COMPENSATION, "args": {}}
 PAYOUT_TO_MALLORY = {"name": PAYOUT, "args": {"to": "mallory"}}
@@ -113,6 +125,35 @@ TEMPLATE = "faults_template"
 # Errors an agent must never see because maintenance ran beside it.
 MAINTENANCE_SQLSTATES = {"40P01", "55P03", "57014", "40001", "23514"}
 FINAL = ("completed", "compensated", "halted")
+# Each hostile probe, by the name it is recorded under, and the SQLSTATE its refusal
+# carries (docs/reference/errors.md). Only a success is a violation; a refusal with
+# another code is shown per probe in the summary (e.g. UL002 for a victim's session not
+# begun yet, or no code at all when a crash cut the connection).
+PROBES: dict[str, str | None] = {
+    "forged_descriptor": "UL018",  # a compensation its registration does not name
+    "async_after_intent": None,  # refused: synchronous_commit stayed on
+    "commit_victims_call": "42501",
+    "fail_victims_call": "42501",
+    "intercept_into_victim": "42501",
+    "heartbeat_victim": "42501",
+    "take_session_lock": "42501",  # EXECUTE revoked (0004_locks)
+    "commit_effect_victims_call": "42501",
+    "fail_effect_victims_call": "42501",
+    "commit_effect_in_own_session": "UL003",  # a victim's effect named with its own session
+    "complete_victim_session": "42501",
+    "fail_victim_session": "42501",
+    "abandon_victim_session": "42501",  # an operator's function: no EXECUTE
+    "register_tool_for_victim": "42501",  # p_owner is an operator's
+    "retire_victims_tool": "42501",  # an operator's function: no EXECUTE
+    "intercept_victims_tool": "UL017",  # intercept_tool naming another login's tool_id
+    "intercept_tool_into_victim": "42501",
+    "approve_own_request": "42501",  # no login approves a call of its own session
+    "approve_edited_own_request": "42501",
+    "claim_victims_compensation": "42501",  # the walk is an operator's: no EXECUTE
+    "complete_victims_compensation": "42501",
+    "claim_notification": "42501",  # the delivery worker's (it hands out secrets)
+    "finish_notification": "42501",
+}
 
 
 # --- the ledger: outside the engine -----------------------------------------------------
@@ -291,24 +332,67 @@ class Hostile:
         return rows
 
     def intercept_sql(
-        self, session: uuid.UUID, tool: str, descriptor: dict[str, Any]
+        self,
+        session: uuid.UUID,
+        tool: str,
+        descriptor: dict[str, Any] | None,
+        tier: str = "compensable",
     ) -> tuple[str, tuple[Any, ...]]:
         self.step += 1
         args = {"session": str(session), "step": self.step, "to": "mallory"}
         return (
-            "SELECT effect_id, action FROM undolog.intercept(%s, %s, %s, 'compensable',"
+            "SELECT effect_id, action, approval_id FROM undolog.intercept(%s, %s, %s, %s,"
             " %s::jsonb, %s, %s::jsonb)",
-            (session, self.step, tool, json.dumps(args),
-             call_signature(str(session), self.step, tool, args), json.dumps(descriptor)),
+            (session, self.step, tool, tier, json.dumps(args),
+             call_signature(str(session), self.step, tool, args),
+             None if descriptor is None else json.dumps(descriptor)),
         )  # fmt: skip
 
-    def register(self, tool: str, descriptor: dict[str, Any]) -> None:
+    def intercept_tool_sql(
+        self, session: uuid.UUID, tool_id: uuid.UUID, tool: str
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The same call by a registration's id (intercept_tool, the binding's path)."""
+        self.step += 1
+        args = {"session": str(session), "step": self.step, "to": "mallory"}
+        return (
+            "SELECT effect_id, action FROM undolog.intercept_tool(%s, %s, %s, %s::jsonb, %s)",
+            (session, tool_id, self.step, json.dumps(args),
+             call_signature(str(session), self.step, tool, args)),
+        )  # fmt: skip
+
+    def register(
+        self, tool: str, descriptor: dict[str, Any] | None, tier: str = "compensable"
+    ) -> uuid.UUID | None:
         """Its own tool, registered as any agent's is (before the registry: nothing)."""
         with contextlib.suppress(psycopg.errors.UndefinedFunction), self.conn.transaction():
-            self.conn.execute(
-                "SELECT undolog.register_tool(%s, 'compensable', %s::jsonb)",
-                (tool, json.dumps(descriptor)),
-            )
+            row = self.conn.execute(
+                "SELECT undolog.register_tool(%s, %s, %s::jsonb)",
+                (tool, tier, None if descriptor is None else json.dumps(descriptor)),
+            ).fetchone()
+            return None if row is None else uuid.UUID(str(row[0]))
+        return None
+
+    def victims_tool(self) -> uuid.UUID | None:
+        """A live registration of the victims' login: an approver reads the registry."""
+        row = self.conn.execute(
+            "SELECT tool_id FROM undolog.undolog_tools"
+            " WHERE owner_role = %s AND retired_at IS NULL LIMIT 1",
+            (VICTIM_LOGIN,),
+        ).fetchone()
+        return None if row is None else uuid.UUID(str(row[0]))
+
+    def victims_effects(self, victims: list[uuid.UUID]) -> list[tuple[uuid.UUID, uuid.UUID]]:
+        """(session, effect) of two victims' calls, executing ones first: an approver reads
+        every session's calls."""
+        return [
+            (uuid.UUID(str(sid)), uuid.UUID(str(eid)))
+            for sid, eid in self.conn.execute(
+                "SELECT session_id, effect_id FROM undolog.undolog_effect_log"
+                " WHERE session_id = ANY(%s) ORDER BY state = 'executing' DESC, random()"
+                " LIMIT 2",
+                (victims,),
+            ).fetchall()
+        ]
 
     def forged_descriptor(self, own: uuid.UUID) -> None:
         """A call of its registered tool naming a compensation the registration does not."""
@@ -367,18 +451,197 @@ class Hostile:
                 with contextlib.suppress(psycopg.Error):
                     self.conn.execute("SELECT pg_advisory_unlock(%s)", (signed,))
 
+    # --- the engine's newer surfaces, one method per probe ------------------------------
+    # Not probed, since the trust model lets an approver do them (docs/design/roles.md):
+    # rollback_to, rollback_last, rollback_to_plan and rollback_session of a victim's
+    # session, and approve/reject of a victim's request (the victims make none); nor
+    # reject of its own request (refusing runs nothing).
+
+    def commit_effect_victims_call(self, victims: list[uuid.UUID]) -> None:
+        """commit_effect (the binding's session-first commit) of a victim's call."""
+        for session, effect in self.victims_effects(victims):
+            self.attempt(
+                "commit_effect_victims_call",
+                "SELECT undolog.commit_effect(%s, %s, '{\"forged\": true}'::jsonb)",
+                (session, effect),
+            )
+
+    def fail_effect_victims_call(self, victims: list[uuid.UUID]) -> None:
+        """fail_effect of a victim's call: its compensation would be skipped."""
+        for session, effect in self.victims_effects(victims):
+            self.attempt(
+                "fail_effect_victims_call",
+                "SELECT undolog.fail_effect(%s, %s, 'forged')",
+                (session, effect),
+            )
+
+    def commit_effect_in_own_session(self, victims: list[uuid.UUID], own: uuid.UUID) -> None:
+        """A victim's effect named with its own session: the session it owns must not
+        carry another's effect through."""
+        for _, effect in self.victims_effects(victims)[:1]:
+            self.attempt(
+                "commit_effect_in_own_session",
+                "SELECT undolog.commit_effect(%s, %s, '{\"forged\": true}'::jsonb)",
+                (own, effect),
+            )
+
+    def complete_victim_session(self, victims: list[uuid.UUID]) -> None:
+        """complete_session of a victim's live session: its calls would stand unreviewed."""
+        victim = random.choice(victims)
+        self.attempt("complete_victim_session", "SELECT undolog.complete_session(%s)", (victim,))
+
+    def fail_victim_session(self, victims: list[uuid.UUID]) -> None:
+        """fail_session of a victim's live session: a person stops one with rollback_session
+        (recorded), never through the agent's own call."""
+        victim = random.choice(victims)
+        self.attempt("fail_victim_session", "SELECT undolog.fail_session(%s, 'forged')", (victim,))
+
+    def abandon_victim_session(self, victims: list[uuid.UUID]) -> None:
+        """abandon_session (an operator's): its work would be left without its undo."""
+        victim = random.choice(victims)
+        self.attempt(
+            "abandon_victim_session",
+            "SELECT undolog.abandon_session(%s, 'mallory', 'hostile')",
+            (victim,),
+        )
+
+    def register_tool_for_victim(self) -> None:
+        """A tool registered for the victims' login (p_owner, an operator's), naming the
+        payout: an agent registers only its own tools."""
+        self.attempt(
+            "register_tool_for_victim",
+            "SELECT undolog.register_tool('planted_tool', 'compensable', %s::jsonb, %s)",
+            (json.dumps(PAYOUT_TO_MALLORY), VICTIM_LOGIN),
+        )
+
+    def retire_victims_tool(self) -> None:
+        """retire_tool (an operator's) of the victims' registration: their calls would be
+        refused (UL017) until registered again, perhaps differently."""
+        tool_id = self.victims_tool()
+        if tool_id is not None:
+            self.attempt(
+                "retire_victims_tool",
+                "SELECT undolog.retire_tool(%s, 'mallory', 'hostile')",
+                (tool_id,),
+            )
+
+    def intercept_victims_tool(self, own: uuid.UUID) -> None:
+        """intercept_tool naming the victims' registration, in its own session."""
+        tool_id = self.victims_tool()
+        if tool_id is not None:
+            self.attempt("intercept_victims_tool", *self.intercept_tool_sql(own, tool_id, TOOL))
+
+    def intercept_tool_into_victim(self, victims: list[uuid.UUID], tool_id: uuid.UUID) -> None:
+        """intercept_tool of its own registration into a victim's session."""
+        self.attempt(
+            "intercept_tool_into_victim",
+            *self.intercept_tool_sql(random.choice(victims), tool_id, HOSTILE_TOOL),
+        )
+
+    def approve_own_request(self, approval_id: uuid.UUID) -> None:
+        """approve of a request of its own session (its own call): self-approval."""
+        self.attempt(
+            "approve_own_request",
+            "SELECT undolog.approve(%s, 'mallory', 'hostile')",
+            (approval_id,),
+        )
+
+    def approve_edited_own_request(self, approval_id: uuid.UUID, asking: uuid.UUID) -> None:
+        """approve_edited of a request of its own session: an edit is an approval too."""
+        edited = {"session": str(asking), "step": 0, "to": "mallory's other account"}
+        self.attempt(
+            "approve_edited_own_request",
+            "SELECT undolog.approve_edited(%s, 'mallory', %s::jsonb, 'hostile')",
+            (approval_id, json.dumps(edited)),
+        )
+
+    def claim_victims_compensation(self, victims: list[uuid.UUID]) -> None:
+        """claim_compensation (the walk's, an operator's) of a victim's session."""
+        victim = random.choice(victims)
+        self.attempt(
+            "claim_victims_compensation",
+            "SELECT * FROM undolog.claim_compensation(%s, interval '1 minute')",
+            (victim,),
+        )
+
+    def complete_victims_compensation(self, victims: list[uuid.UUID]) -> None:
+        """complete_compensation of a victim's undo entry (read from the undo stack, as an
+        approver may): the call would count as undone, and nothing undid it."""
+        row = self.conn.execute(
+            "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = ANY(%s)"
+            " ORDER BY state = 'compensating' DESC, random() LIMIT 1",
+            (victims,),
+        ).fetchone()
+        if row is not None:
+            self.attempt(
+                "complete_victims_compensation",
+                "SELECT undolog.complete_compensation(%s)",
+                (row[0],),
+            )
+
+    def claim_notification(self) -> None:
+        """claim_notification (the delivery worker's): it hands out the channel's secret."""
+        self.attempt("claim_notification", "SELECT * FROM undolog.claim_notification()")
+
+    def finish_notification(self) -> None:
+        """finish_notification of a delivery. No delivery exists in a trial (no channel),
+        so the id is made up: the refusal is the function's EXECUTE, before any lookup."""
+        self.attempt(
+            "finish_notification",
+            "SELECT undolog.finish_notification(%s, 1, NULL)",
+            (uuid.uuid4(),),
+        )
+
+    def newer_surfaces(
+        self,
+        victims: list[uuid.UUID],
+        own: uuid.UUID,
+        tool_id: uuid.UUID | None,
+        asking: tuple[uuid.UUID, uuid.UUID] | None,
+    ) -> None:
+        """Every probe above, once each."""
+        self.commit_effect_victims_call(victims)
+        self.fail_effect_victims_call(victims)
+        self.commit_effect_in_own_session(victims, own)
+        self.complete_victim_session(victims)
+        self.fail_victim_session(victims)
+        self.abandon_victim_session(victims)
+        self.register_tool_for_victim()
+        self.retire_victims_tool()
+        self.intercept_victims_tool(own)
+        if tool_id is not None:
+            self.intercept_tool_into_victim(victims, tool_id)
+        if asking is not None:
+            session, approval_id = asking
+            self.approve_own_request(approval_id)
+            self.approve_edited_own_request(approval_id, session)
+        self.claim_victims_compensation(victims)
+        self.complete_victims_compensation(victims)
+        self.claim_notification()
+        self.finish_notification()
+
 
 def run_hostile(args: argparse.Namespace) -> int:
     ledger = Ledger(Path(args.ledger))
     victims = [uuid.UUID(v) for v in args.victims.split(",")]
-    own, payout_session = uuid.uuid4(), uuid.uuid4()
+    own, payout_session, asking_session = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     deadline = time.monotonic() + args.seconds
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         hostile = Hostile(conn, ledger)
-        hostile.register(HOSTILE_TOOL, OWN_UNDO)
+        tool_id = hostile.register(HOSTILE_TOOL, OWN_UNDO)
         hostile.register("hostile_payout", PAYOUT_TO_MALLORY)
-        for session in (own, payout_session):
+        hostile.register(HOSTILE_WIRE, None, tier="irreversible")
+        for session in (own, payout_session, asking_session):
             conn.execute("SELECT undolog.begin_session(%s, 'hostile')", (session,))
+        # A request of its own session's call, which it must not approve (a session of
+        # its own, apart: one awaiting approval takes no compensable call).
+        asking = None
+        with contextlib.suppress(psycopg.Error):
+            row = conn.execute(
+                *hostile.intercept_sql(asking_session, HOSTILE_WIRE, None, tier="irreversible")
+            ).fetchone()
+            if row is not None and row[2] is not None:
+                asking = (asking_session, uuid.UUID(str(row[2])))
         # A tool of its own whose registration names the payout: the engine journals it
         # (its author may), but no worker that serves only the victims walks its session.
         with contextlib.suppress(psycopg.Error):
@@ -392,6 +655,7 @@ def run_hostile(args: argparse.Namespace) -> int:
                 random.choice(probes)(own)
                 hostile.victims_calls(victims)
                 hostile.session_locks(victims)
+                hostile.newer_surfaces(victims, own, tool_id, asking)
             except psycopg.OperationalError:  # the server restarted under it: log in again
                 time.sleep(0.2)
                 with contextlib.suppress(psycopg.OperationalError):
@@ -439,6 +703,8 @@ class Trial:
     late_acts: int = 0  # bodies that acted after their compensation, recorded as such
     hostile_attempts: int = 0  # with --hostile: what the hostile login tried ...
     hostile_refused: int = 0  # ... and what the engine refused
+    # (probe, its SQLSTATE, "succeeded", or "none": refused without one) -> attempts
+    probes: Counter[tuple[str, str]] = field(default_factory=Counter)
     # ... and not recorded: the journal says "compensated" of an effect that stands.
     unrecorded_late: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -623,6 +889,9 @@ def check(dsn: str, records: list[dict[str, Any]], trial: Trial) -> None:
     hostile = [r for r in records if r["kind"] == "hostile"]
     trial.hostile_attempts = len(hostile)
     trial.hostile_refused = sum(r["outcome"] == "refused" for r in hostile)
+    for r in hostile:
+        code = "succeeded" if r["outcome"] != "refused" else r.get("sqlstate") or "none"
+        trial.probes[(r["probe"], code)] += 1
     for probe, n in Counter(r["probe"] for r in hostile if r["outcome"] != "refused").items():
         v.append(f"a hostile login's {probe} was not refused ({n} times)")
     for r in records:
@@ -806,6 +1075,32 @@ def table(trials: list[Trial], elapsed: float) -> str:
     return "\n".join(lines)
 
 
+def probe_table(trials: list[Trial]) -> str:
+    """Per hostile probe: attempts, refusals, how many carried its documented SQLSTATE,
+    and every other outcome by code (a success is a violation, reported already)."""
+    seen: Counter[tuple[str, str]] = Counter()
+    for t in trials:
+        seen.update(t.probes)
+    names = [*PROBES, *sorted({p for p, _ in seen} - set(PROBES))]
+    lines = [
+        f"{'hostile probe':<30} {'tried':>6} {'refused':>7} {'expected':>8} {'as such':>7}  other"
+    ]
+    for name in names:
+        codes = {code: n for (p, code), n in seen.items() if p == name}
+        expected = PROBES.get(name)
+        tried = sum(codes.values())
+        refused = tried - codes.get("succeeded", 0)
+        as_such = codes.get(expected or "none", 0)
+        other = ", ".join(
+            f"{code} {n}" for code, n in sorted(codes.items()) if code != (expected or "none")
+        )
+        lines.append(
+            f"{name:<30} {tried:>6} {refused:>7} {expected or '-':>8} {as_such:>7}  "
+            f"{other or ('never tried' if not tried else '')}"
+        )
+    return "\n".join(lines)
+
+
 def run_suite(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     kinds = [*KINDS, *(["pause_body"] if args.late_acts else [])]
@@ -823,6 +1118,8 @@ def run_suite(args: argparse.Namespace) -> int:
                 print(f"trial {number} ({kind}): VIOLATION {violation}", flush=True)
             if args.progress:
                 print(f"trial {number} {kind}: {len(trial.violations)} violations", flush=True)
+    if args.hostile:
+        print(probe_table(trials), flush=True)
     print(table(trials, time.monotonic() - started), flush=True)
     return 1 if any(t.violations for t in trials) else 0
 
