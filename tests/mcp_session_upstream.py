@@ -69,9 +69,10 @@ async def unmake(id: str, idempotency_key: str) -> dict[str, Any]:
 
 
 @server.tool()
-async def pay(account: str, amount_cents: int) -> dict[str, Any]:
-    """Pay money out: cannot be undone."""
+async def pay(account: str, amount_cents: int, seconds: float = 0) -> dict[str, Any]:
+    """Pay money out: cannot be undone (and answer after ``seconds``)."""
     _record("pay", account=account, amount_cents=amount_cents)
+    await asyncio.sleep(seconds)
     return {"paid": amount_cents, "account": account}
 
 

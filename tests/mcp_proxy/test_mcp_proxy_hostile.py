@@ -14,10 +14,19 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import free_port, ledger, names, sessions, stdio_proxy, wait_for
+from test_mcp_proxy import (
+    free_port,
+    ledger,
+    names,
+    pending_approval,
+    sessions,
+    stdio_proxy,
+    wait_for,
+)
 from test_mcp_proxy_metrics import calls, samples, scrape
 from test_mcp_proxy_sessions import effects, session_policy
 
+from undolog import approvals
 from undolog.mcp_proxy.metrics import OUTCOMES
 
 __all__ = ["ledger"]  # a fixture, used by name
@@ -287,6 +296,41 @@ def test_a_call_its_client_gives_up_on_is_counted_in_the_metrics(
         assert sum(calls(seen, "compensable", o) for o in OUTCOMES["compensable"]) == 2
     finally:
         assert line.leave() == 0
+
+
+def test_an_approved_payout_its_client_gives_up_on_is_counted_in_the_metrics(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The same for an IRREVERSIBLE call, approved and then cancelled while it runs
+    upstream: it runs to its end, is recorded, and is counted as approved."""
+    port = free_port()
+    line = Line(session_policy(tmp_path, proxy=f'metrics_listen = "127.0.0.1:{port}"'), dsn, ledger)
+    payout = {"account": "acc-1", "amount_cents": 5, "seconds": 1}
+    try:
+        line.start(list_tools=True)
+        line.call(1, "pay", payout)  # held for hold_seconds, then "not run yet"
+        held = line.answer(1)
+        assert held is not None and "NOT RUN YET" in json.dumps(held), held
+        approval_id = pending_approval(conn)
+        assert approval_id is not None
+        approvals.approve(conn, approval_id, "alice", "checked")
+        line.call(2, "pay", payout)
+        wait_for(lambda: names(ledger) == ["pay"])  # approved, running upstream
+        line.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 2, "reason": "timed out"},
+            }
+        )
+        wait_for(lambda: effects(conn) == [("kv/pay", 0, "committed")])
+        wait_for(lambda: calls(samples(scrape(port)[2]), "irreversible", "approved") == 1)
+        seen = samples(scrape(port)[2])
+        assert calls(seen, "irreversible", "timed_out") == 1
+        assert sum(calls(seen, "irreversible", o) for o in OUTCOMES["irreversible"]) == 3
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == ["pay"]  # paid once
 
 
 @pytest.mark.parametrize("path", ["relayed", "sdk"])

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import logging
 import secrets
@@ -1377,18 +1378,29 @@ class McpProxy:
             self._compensable_step(ps, key, step, overlap, name, route, upstream, args)
         )
         try:
-            return await self._finish(ps, work)
+            return await self._to_its_end(ps, "compensable", work)
         except asyncio.CancelledError:
             ps.given_up[key] = (step, work)
-            # the call goes on to its end unanswered: counted then, with its outcome
-            work.add_done_callback(self._count_given_up)
             raise
 
-    def _count_given_up(self, work: asyncio.Future[tuple[types.CallToolResult, str]]) -> None:
-        """The metrics of a COMPENSABLE call whose client gave up on it while it ran: its
-        outcome once it has run to its end (its client is not answered)."""
+    async def _to_its_end(
+        self, ps: ProxySession, tier: str, work: Awaitable[tuple[types.CallToolResult, str]]
+    ) -> tuple[types.CallToolResult, str]:
+        """_finish for a call that acts upstream: when its client gives up on it, the call
+        goes on to its end unanswered and is counted in the metrics then, with its
+        outcome (the count otherwise comes with the answer, which it never gets)."""
+        task = asyncio.ensure_future(work)
+        try:
+            return await self._finish(ps, task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(self._count_given_up, tier))
+            raise
+
+    def _count_given_up(
+        self, tier: str, work: asyncio.Future[tuple[types.CallToolResult, str]]
+    ) -> None:
         if not work.cancelled() and work.exception() is None:
-            self.metrics.call("compensable", work.result()[1])
+            self.metrics.call(tier, work.result()[1])
 
     async def _compensable_step(
         self,
@@ -1495,14 +1507,11 @@ class McpProxy:
                         )
                         await self._record(icpt.effect_id, why)
                         return _error(f"{why}; make the very same call again"), "failed"
-                run_args = args if edit is None else edit.approved_args
-                result, outcome = await self._finish(
-                    ps, self._execute(ps, icpt.effect_id, name, route, upstream, run_args)
+                return await self._to_its_end(
+                    ps,
+                    "irreversible",
+                    self._approved_run(ps, key, icpt.effect_id, name, route, upstream, args, edit),
                 )
-                if outcome == "unknown":
-                    ps.unknown[key] = 0
-                told = result if edit is None or outcome != "done" else _told_edit(result, edit)
-                return told, {"done": "approved", "unknown": "unknown"}.get(outcome, "failed")
             if icpt.action == "rejected":
                 return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
             if icpt.action == "in_progress" and key in ps.unknown:
@@ -1539,6 +1548,26 @@ class McpProxy:
             if decision != "approved":
                 return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
         return _error(f"{name}: the journal's answers did not settle; ask again"), "refused"
+
+    async def _approved_run(
+        self,
+        ps: ProxySession,
+        key: str,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        upstream: UpstreamConnection,
+        args: dict[str, Any],
+        edit: engine.ApprovalEdit | None,
+    ) -> tuple[types.CallToolResult, str]:
+        """An approved IRREVERSIBLE call run upstream (with the approver's arguments when
+        edited) and recorded: its answer, and its outcome as the metrics count it."""
+        run_args = args if edit is None else edit.approved_args
+        result, outcome = await self._execute(ps, effect_id, name, route, upstream, run_args)
+        if outcome == "unknown":
+            ps.unknown[key] = 0
+        told = result if edit is None or outcome != "done" else _told_edit(result, edit)
+        return told, {"done": "approved", "unknown": "unknown"}.get(outcome, "failed")
 
     async def _edit(self, ps: ProxySession, effect_id: uuid.UUID) -> engine.ApprovalEdit | None:
         """The edit an approver made to the call's arguments (None: none, or unreadable)."""
