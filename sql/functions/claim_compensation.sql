@@ -7,7 +7,8 @@
 --
 -- The top unfinished entry (pending or in flight, highest stack_position) is the only
 -- candidate. No row when it is not available: in flight under a live claim, locked by
--- another transaction, or waiting for its retry time. A lower entry is never handed out
+-- another transaction (the entry, or its effect while a result of its call is recorded),
+-- or waiting for its retry time. A lower entry is never handed out
 -- instead: that would undo an older call before a newer one.
 -- On the way down, entries with nothing to undo are skipped (entry -> skipped):
 --   - a COMPENSABLE call that failed and was reported (effect pending): it never acted;
@@ -142,11 +143,32 @@ BEGIN
             RETURN;  -- waiting for its retry
         END IF;
 
-        SELECT e.* INTO STRICT v_effect
+        -- Its effect, not waited for either: a result of its call being recorded
+        -- (commit, fail, a late one: finish_execution) holds it, then links the result
+        -- into the session's chain, whose head this claim may hold already (the move to
+        -- compensating above, an entry skipped below): waiting here, each waited for the
+        -- other (40P01). No row then, as for a locked entry; the next claim takes it.
+        SELECT e.* INTO v_effect
         FROM undolog.undolog_effect_log AS e
         WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
           AND e.executed_at = v_entry.executed_at
-        FOR UPDATE;
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM undolog.undolog_effect_log AS e
+                       WHERE e.session_id = v_entry.session_id
+                         AND e.effect_id = v_entry.effect_id
+                         AND e.executed_at = v_entry.executed_at) THEN
+                RETURN;  -- another transaction holds the effect
+            END IF;
+            -- Unreachable through the API (an entry and its effect are written together
+            -- and dropped together): stop for a human rather than guess.
+            PERFORM undolog.halt_walk(
+                p_session_id, v_entry.undo_id,
+                pg_catalog.format('undo entry %s has no effect %s', v_entry.undo_id,
+                                  v_entry.effect_id)
+            );
+            RETURN;
+        END IF;
 
         IF v_entry.compensation IS NULL THEN
             -- A barrier. Anything but "it certainly never ran" halts: a human must judge
