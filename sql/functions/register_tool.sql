@@ -83,17 +83,24 @@ BEGIN
                     ELSE '{}'::jsonb END;
     END IF;
 
-    INSERT INTO undolog.undolog_tools AS t (owner_role, tool_name, tier, compensation, on_reject)
-    VALUES (v_owner, p_tool_name, p_tier, v_compensation, p_on_reject)
-    ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
-    RETURNING t.tool_id INTO v_tool_id;
-    IF FOUND THEN
-        RETURN v_tool_id;
-    END IF;
-    SELECT t.tool_id, t.tier, t.compensation, t.on_reject
-    INTO STRICT v_tool_id, v_tool_tier, v_tool_compensation, v_tool_on_reject
-    FROM undolog.undolog_tools AS t
-    WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
+    -- The live registration in the insert's way is read by a statement of its own, which
+    -- sees what committed since: one an operator retired in between is not there any
+    -- more, and the insert is made again (it then finds the way free, or a newer one).
+    LOOP
+        INSERT INTO undolog.undolog_tools AS t
+            (owner_role, tool_name, tier, compensation, on_reject)
+        VALUES (v_owner, p_tool_name, p_tier, v_compensation, p_on_reject)
+        ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
+        RETURNING t.tool_id INTO v_tool_id;
+        IF FOUND THEN
+            RETURN v_tool_id;
+        END IF;
+        SELECT t.tool_id, t.tier, t.compensation, t.on_reject
+        INTO v_tool_id, v_tool_tier, v_tool_compensation, v_tool_on_reject
+        FROM undolog.undolog_tools AS t
+        WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
+        EXIT WHEN FOUND;
+    END LOOP;
     IF (v_tool_tier, v_tool_compensation, v_tool_on_reject)
        IS DISTINCT FROM (p_tier, v_compensation, p_on_reject) THEN
         RAISE EXCEPTION USING
