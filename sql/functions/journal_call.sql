@@ -107,10 +107,7 @@ BEGIN
         END IF;
     END IF;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', p_session_id),
-            HINT = 'Call undolog.begin_session first.';
+        PERFORM undolog.unknown_session(p_session_id);
     END IF;
     IF v_owner_role IS DISTINCT FROM session_user THEN  -- it names the refusal
         PERFORM undolog.check_session_caller(p_session_id, v_owner_role);

@@ -19,12 +19,7 @@ BEGIN
     FROM undolog.undolog_sessions AS s
     WHERE s.session_id = p_session_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s',
-                                        coalesce(p_session_id::text, 'NULL')),
-            HINT = 'Check the id: undolog sessions list shows the sessions; an agent begins '
-                   'one with undolog.begin_session.';
+        PERFORM undolog.unknown_session(p_session_id);
     END IF;
     PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
     RETURN undolog.lock_session(p_session_id);

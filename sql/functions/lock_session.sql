@@ -30,12 +30,7 @@ BEGIN
         WHERE s.session_id = p_session_id
         FOR UPDATE;
         IF NOT FOUND THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'UL002',
-                MESSAGE = pg_catalog.format('unknown session %s',
-                                            coalesce(p_session_id::text, 'NULL')),
-                HINT = 'Check the id: undolog sessions list shows the sessions; an agent begins '
-                       'one with undolog.begin_session.';
+            PERFORM undolog.unknown_session(p_session_id);
         END IF;
         -- intercept never writes the session row, so the row read above stays current.
         PERFORM pg_catalog.pg_advisory_xact_lock(

@@ -31,10 +31,7 @@ BEGIN
     SELECT s.owner_role INTO v_owner
     FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL002',
-            MESSAGE = pg_catalog.format('unknown session %s', coalesce(p_session_id::text, 'NULL')),
-            HINT = 'Check the id: undolog sessions list shows the sessions.';
+        PERFORM undolog.unknown_session(p_session_id);
     END IF;
     PERFORM undolog.check_session_actor(p_session_id, v_owner);
     RETURN QUERY
