@@ -7,7 +7,8 @@
 -- p_attempt (optional, the attempt the claim answered) refuses a stale walker: if the
 -- entry was handed out again since, its completion belongs to the newer attempt.
 -- UL012 unknown undo id; UL001 when the entry is not in flight (completed twice, failed,
--- skipped, never claimed) or p_attempt is stale.
+-- skipped, never claimed) or p_attempt is stale; UL030 when another transaction holds the
+-- session past lock_session's wait: nothing was changed, report again.
 CREATE OR REPLACE FUNCTION undolog.complete_compensation(
     p_undo_id uuid, p_attempt integer DEFAULT NULL
 )

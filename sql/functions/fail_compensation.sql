@@ -9,8 +9,9 @@
 --                          compensation_failed and the session halts for an operator.
 -- Each attempt's error is kept in the undo history. p_attempt as in complete_compensation.
 -- UL012 unknown undo id; UL001 when the entry is not in flight or p_attempt is stale;
--- UL030 when the last attempt's failure cannot halt the session, which a transaction
--- holds (lock_session): nothing was changed.
+-- UL030 when another transaction holds the session past lock_session's wait: nothing was
+-- changed; the walker reports again, or the claim expires and the entry is handed out
+-- again (given up, if that was its last attempt).
 CREATE OR REPLACE FUNCTION undolog.fail_compensation(
     p_undo_id uuid, p_error text, p_attempt integer DEFAULT NULL
 )
@@ -28,14 +29,13 @@ DECLARE
         undolog.lock_claimed_entry(p_undo_id, p_attempt, 'pending');
 BEGIN
     IF v_entry.attempts >= coalesce(v_entry.max_attempts, v_max_default) THEN
-        -- Giving up writes the entry, the effect and the session (each with its
-        -- history, on the session's chain head) and halts the session, which takes its
-        -- advisory lock (lock_session). That lock, then the effect, are taken first, in
-        -- the order of the paths that write the same chain head: a call being journaled
-        -- holds the advisory lock shared, and a late result of this call holds the
-        -- effect FOR SHARE (finish_execution). Taken after the entry's history, each
+        -- Giving up writes the entry, the effect and the session, each with its history
+        -- on the session's chain head. The effect is locked before anything is written,
+        -- as the session and its advisory lock were (lock_claimed_entry): a late result
+        -- of this call holds the effect FOR SHARE (finish_execution) and then needs the
+        -- chain head, and a call of the session being journaled holds the advisory lock
+        -- shared and then needs it too. Either taken after the entry's history, each
         -- waited for the other (40P01).
-        PERFORM undolog.lock_session(v_entry.session_id);
         PERFORM FROM undolog.undolog_effect_log AS e
         WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
           AND e.executed_at = v_entry.executed_at

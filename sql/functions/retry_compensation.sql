@@ -7,7 +7,8 @@
 -- Any compensation_failed entry of the halted session may be retried, also one the walk
 -- was resumed past earlier: it is above the walk's position, so LIFO takes it next.
 -- Answers the session's new state. UL008 empty p_by; UL012 unknown undo id; UL001 when
--- the entry is not compensation_failed or its session is not halted (or abandoned).
+-- the entry is not compensation_failed or its session is not halted (or abandoned); UL030
+-- when another transaction holds the session past lock_session's wait.
 CREATE OR REPLACE FUNCTION undolog.retry_compensation(
     p_undo_id uuid, p_by text, p_reason text DEFAULT NULL
 )

@@ -307,6 +307,43 @@ def test_an_agents_open_transaction_holds_a_person_5_s_at_most_and_no_sweep(
     assert saga.rollback_session(approver, held_sid, "ann", "stop it") in ("failed", "compensating")
 
 
+def test_an_agents_open_transaction_holds_a_walkers_report_5_s_at_most(
+    login: Callable[..., Conn],
+) -> None:
+    """The same for a walker: while a person's "undo from here" walks a live session, its
+    agent goes on heartbeating it, and may leave that transaction open. The worker's
+    report of the compensation it had just run waited for it as long as it liked, and the
+    worker with it: every other session's walk waited. Now the report is SessionBusy
+    (UL030) after lock_session's 5 s, nothing recorded, and goes through once the agent
+    lets go."""
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    walker = login("undolog_operator")
+    sid = engine.begin_session(agent, agent="holder")
+    for step in (0, 1):
+        call = engine.intercept(
+            agent, sid, step, "book", "compensable", {"n": step}, {"name": "unbook"}
+        )
+        assert call.effect_id is not None
+        engine.commit(agent, call.effect_id, {"ok": step})
+    assert saga.rollback_to(approver, sid, 1, "wrong room", "ann") == "compensating"
+    claim = saga.claim_compensation(walker, sid)
+    assert claim is not None
+    walker.execute("SET statement_timeout = '20s'")  # "as long as it liked", here
+    agent.autocommit = False
+    engine.heartbeat(agent, sid)  # the walk is partial: its agent is alive, and holds it
+    try:
+        started = time.monotonic()
+        with pytest.raises(errors.SessionBusy, match="held by a transaction"):
+            saga.complete_compensation(walker, claim.undo_id, claim.attempt)
+        assert 4.5 < time.monotonic() - started < 15
+    finally:
+        agent.rollback()
+    saga.complete_compensation(walker, claim.undo_id, claim.attempt)
+    assert saga.claim_compensation(walker, sid) is None  # the walk ends at its floor
+    assert engine.session_state(walker, sid) == "active"
+
+
 def test_complete_session_refuses_a_snapshot_older_than_its_wait(
     login: Callable[..., Conn],
 ) -> None:
