@@ -85,6 +85,54 @@ def _walk_at_its_last_attempt(agent: Conn, operator: Conn) -> tuple[uuid.UUID, s
     return session, claim
 
 
+def _last_failures_beside(
+    login: Callable[..., Conn], race: Callable[[Conn, uuid.UUID, saga.Claim], None]
+) -> list[str]:
+    """60 sessions walked to their top entry's last attempt, whose failure the walker
+    reports while another connection of the agent runs ``race`` on that session and claim
+    without pause (at least twice before each report): what either side was refused."""
+    agent = login("undolog_agent")
+    operator = login("undolog_operator")
+    failures: list[str] = []
+    walked: list[tuple[uuid.UUID, saga.Claim]] = []  # the session being walked now
+    raced = threading.Semaphore(0)
+    done = threading.Event()
+
+    def racer() -> None:
+        with psycopg.connect(agent.info.dsn, autocommit=True) as c:
+            while not done.is_set():
+                if not walked:
+                    done.wait(0.001)
+                    continue
+                try:
+                    race(c, *walked[-1])
+                    raced.release()
+                except psycopg.Error as exc:
+                    failures.append(f"{race.__name__}: {exc.sqlstate}")
+
+    thread = threading.Thread(target=racer)
+    thread.start()
+    try:
+        for _ in range(60):
+            walked.append(_walk_at_its_last_attempt(agent, operator))
+            for _ in range(2):  # the race is under way
+                assert raced.acquire(timeout=30)
+            claim = walked[-1][1]
+            try:
+                answer = saga.fail_compensation(
+                    operator, claim.undo_id, "refund refused", claim.attempt
+                )
+                assert answer == "compensation_failed"
+            except (psycopg.Error, errors.UndoLogError) as exc:
+                failures.append(f"fail_compensation: {_sqlstate(exc)}")
+            while raced.acquire(blocking=False):
+                pass
+    finally:
+        done.set()
+        thread.join()
+    return failures
+
+
 # --- fail_compensation: the session's advisory lock before the effect and the chain ----
 
 
@@ -99,46 +147,11 @@ def test_a_last_failed_compensation_does_not_deadlock_a_replay_of_the_session(
     from its start, then writes its replay to the same chain head: each waited for the
     other, and PostgreSQL ended one of them (40P01). Here another connection of the agent
     replays the session's first call without pause while the walker reports, 60 times."""
-    agent = login("undolog_agent")
-    operator = login("undolog_operator")
-    agent_dsn = agent.info.dsn
-    failures: list[str] = []
-    walked: list[uuid.UUID] = []  # the session being walked now, replayed meanwhile
-    replayed = threading.Semaphore(0)
-    done = threading.Event()
 
-    def replayer() -> None:
-        with psycopg.connect(agent_dsn, autocommit=True) as c:
-            while not done.is_set():
-                if not walked:
-                    done.wait(0.001)
-                    continue
-                try:
-                    assert _replay(c, walked[-1], 0, "book", {"name": "unbook"}) == "replay"
-                    replayed.release()
-                except psycopg.Error as exc:
-                    failures.append(f"replay: {exc.sqlstate}")
+    def replay(c: Conn, session: uuid.UUID, _: saga.Claim) -> None:
+        assert _replay(c, session, 0, "book", {"name": "unbook"}) == "replay"
 
-    thread = threading.Thread(target=replayer)
-    thread.start()
-    try:
-        for _ in range(60):
-            session, claim = _walk_at_its_last_attempt(agent, operator)
-            walked.append(session)
-            for _ in range(2):  # the replays of this session are under way
-                assert replayed.acquire(timeout=30)
-            try:
-                answer = saga.fail_compensation(
-                    operator, claim.undo_id, "refund refused", claim.attempt
-                )
-                assert answer == "compensation_failed"
-            except (psycopg.Error, errors.UndoLogError) as exc:
-                failures.append(f"fail_compensation: {_sqlstate(exc)}")
-            while replayed.acquire(blocking=False):
-                pass
-    finally:
-        done.set()
-        thread.join()
+    failures = _last_failures_beside(login, replay)
     assert failures == [], f"{len(failures)} deadlocks in 60 reports: {failures}"
 
 
@@ -209,49 +222,12 @@ def test_a_last_failed_compensation_does_not_deadlock_a_late_result_of_its_call(
     late result, on the same chain head: each waited for the other, and PostgreSQL ended
     one of them (40P01). Here the agent's other connection sends the call's late result
     without pause while the walker reports, 60 times."""
-    agent = login("undolog_agent")
-    operator = login("undolog_operator")
-    agent_dsn = agent.info.dsn
-    failures: list[str] = []
-    late: list[uuid.UUID] = []  # the effect being undone now, whose result arrives late
-    sent = threading.Semaphore(0)
-    done = threading.Event()
 
-    def latecomer() -> None:
-        with psycopg.connect(agent_dsn, autocommit=True) as c:
-            while not done.is_set():
-                if not late:
-                    done.wait(0.001)
-                    continue
-                try:
-                    row = c.execute(
-                        "SELECT undolog.commit(%s, %s)", (late[-1], Jsonb({"done": 1}))
-                    ).fetchone()
-                    assert row == ("late",)
-                    sent.release()
-                except psycopg.Error as exc:
-                    failures.append(f"commit: {exc.sqlstate}")
+    def commit_late(c: Conn, _: uuid.UUID, claim: saga.Claim) -> None:
+        row = c.execute("SELECT undolog.commit(%s, %s)", (claim.effect_id, Jsonb({"done": 1})))
+        assert row.fetchone() == ("late",)
 
-    thread = threading.Thread(target=latecomer)
-    thread.start()
-    try:
-        for _ in range(60):
-            _, claim = _walk_at_its_last_attempt(agent, operator)
-            late.append(claim.effect_id)
-            for _ in range(2):  # the late results of this call are arriving
-                assert sent.acquire(timeout=30)
-            try:
-                answer = saga.fail_compensation(
-                    operator, claim.undo_id, "refund refused", claim.attempt
-                )
-                assert answer == "compensation_failed"
-            except (psycopg.Error, errors.UndoLogError) as exc:
-                failures.append(f"fail_compensation: {_sqlstate(exc)}")
-            while sent.acquire(blocking=False):
-                pass
-    finally:
-        done.set()
-        thread.join()
+    failures = _last_failures_beside(login, commit_late)
     assert failures == [], f"{len(failures)} deadlocks in 60 reports: {failures}"
 
 
