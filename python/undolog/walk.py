@@ -11,12 +11,13 @@ idempotent on ``undo_id``: after a crash the same entry may be handed out again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,8 @@ DEFAULT_WAIT = 10.0
 POLL = 0.2
 # How often a worker waiting for a NOTIFY looks whether it was asked to stop.
 WAKE_SLICE = 0.2
+# How often a compensation that has not returned is logged (it holds its walker).
+STILL_RUNNING_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,11 @@ def run_walk(
         try:
             if fn is None:
                 raise LookupError(f"no compensation registered under {claim.name!r}")
-            with tracing.compensation(
-                claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
+            with (
+                tracing.compensation(
+                    claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
+                ),
+                _said_while_running(claim),
             ):
                 _run(fn, _call_for(claim), loop)
         except BaseException as exc:
@@ -176,6 +182,36 @@ def run_walk(
             _stale(claim, stale)
             continue
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
+
+
+@contextlib.contextmanager
+def _said_while_running(claim: saga.Claim) -> Iterator[None]:
+    """Log, every STILL_RUNNING_EVERY seconds, that the compensation in hand has not
+    returned: the walker cannot stop it (a compensation must return), and an operator
+    looking at a worker that walks nothing else learns which call holds it."""
+    returned = threading.Event()
+    started = time.monotonic()
+
+    def watch() -> None:
+        while not returned.wait(STILL_RUNNING_EVERY):
+            log.warning(
+                "compensation %s of %s (undo %s, attempt %s) has not returned after %.0f s: "
+                "this walker serves nothing else until it does. Give its network calls "
+                "timeouts shorter than undolog.claim_timeout; after the claim timeout the "
+                "entry is handed out again",
+                claim.name,
+                claim.tool_name,
+                claim.undo_id,
+                claim.attempt,
+                time.monotonic() - started,
+            )
+
+    watcher = threading.Thread(target=watch, name="undolog-compensation-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        returned.set()
 
 
 def _record_interrupted(conn: engine.Connection, claim: saga.Claim, error: str) -> None:

@@ -300,3 +300,27 @@ def test_sys_exit_in_a_compensation_is_recorded_then_ends_the_walk(conn: Conn) -
     ).fetchall()
     assert rows[0][:2] == ("pending", 1) and rows[0][2] == "SystemExit: 0", rows
     assert rows[1][:2] == ("pending", 0)
+
+
+def test_a_compensation_that_does_not_return_is_said_while_it_runs(
+    conn: Conn, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compensation holds its walker until it returns (a walker cannot stop it). A
+    worker stuck in one showed nothing: the operator saw it walk nothing else. Now the
+    walk says, every STILL_RUNNING_EVERY seconds, which compensation of which call has
+    not returned and what to do; once it returns, nothing more is said."""
+    from undolog import walk
+
+    monkeypatch.setattr(walk, "STILL_RUNNING_EVERY", 0.1)
+    sid = make_session(conn, 1)
+
+    def cancel(call: Any) -> None:
+        time.sleep(0.35)
+
+    with caplog.at_level("WARNING", logger="undolog.walk"):
+        assert walk.run_walk(conn, sid, {"cancel": cancel}, wait=5.0) == "compensated"
+        said = [r.getMessage() for r in caplog.records if "has not returned" in r.getMessage()]
+        time.sleep(0.3)  # returned: the watch has ended
+        assert len([r for r in caplog.records if "has not returned" in r.getMessage()]) == len(said)
+    assert 2 <= len(said) <= 4, said
+    assert "compensation cancel of book" in said[0] and "claim_timeout" in said[0]
