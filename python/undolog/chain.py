@@ -253,8 +253,13 @@ def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
 
 def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[Finding]:
     """Compare a kept anchor (:func:`latest_anchor`'s answer, from outside the database)
-    with the database's: the anchor must still be there, unchanged, and hash right.
-    With verify() clean, the chains up to it are then as they were when it was written."""
+    with the database's: the anchor must still be there, unchanged, and hash right; and
+    the anchors before it, which the kept one pins through their chain, must still be
+    that chain: numbered from 1 without a gap, each hashing right over its canonical
+    record, each ``prev`` the hash before it (the kept anchor's ``prev`` for the last),
+    and the heads each records (which ``undolog.verify_chain`` compares with the rows)
+    the ones its canonical record names. With verify() clean, of every session or of
+    one, the chains up to it are then as they were when it was written."""
     try:
         anchor_id = int(anchor["anchor_id"])
         prev, stored, canonical = _hex(anchor["prev"]), _hex(anchor["hash"]), anchor["canonical"]
@@ -278,6 +283,10 @@ def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[
         )
     with translated():
         row = conn.execute(QUERIES["anchor"], {"anchor_id": anchor_id}).fetchone()
+        held = conn.cursor(row_factory=dict_row).execute(
+            QUERIES["anchors_up_to"], {"anchor_id": anchor_id}
+        )
+        chained = held.fetchall()
     if row is None:
         findings.append(
             Finding(
@@ -296,4 +305,37 @@ def check_anchor(conn: psycopg.Connection[Any], anchor: dict[str, Any]) -> list[
                 bytes(row[0]).hex(),
             )
         )
+    return findings + _anchor_chain(chained, anchor_id, prev)
+
+
+def _anchor_chain(rows: list[dict[str, Any]], kept_id: int, kept_prev: bytes) -> list[Finding]:
+    """The anchors 1..kept_id as the database holds them, checked as a chain ending in
+    the kept anchor (whose own hash and record check_anchor compares)."""
+    findings: list[Finding] = []
+
+    def found(anchor_id: int, problem: str, expected: str, got: str) -> None:
+        key = f"anchor_id={anchor_id}"
+        findings.append(
+            Finding(None, anchor_id, "undolog_chain_anchors", key, problem, expected, got)
+        )
+
+    before_id, before_hash = 0, GENESIS
+    for r in rows:
+        anchor_id, prev, stored = r["anchor_id"], bytes(r["prev"]), bytes(r["anchor_hash"])
+        if anchor_id != before_id + 1:
+            found(anchor_id, "missing", f"anchor_id={before_id + 1}", f"anchor_id={anchor_id}")
+        if prev != before_hash:
+            found(anchor_id, "link", before_hash.hex(), prev.hex())
+        if anchor_id < kept_id and chain_hash(prev, r["canonical"]) != stored:
+            found(anchor_id, "altered", chain_hash(prev, r["canonical"]).hex(), stored.hex())
+        try:
+            hashed_heads = json.loads(r["canonical"]).get("heads")
+        except (ValueError, AttributeError):
+            hashed_heads = None
+        if hashed_heads != r["heads"]:
+            found(anchor_id, "altered", "heads = the heads of its canonical record", "other heads")
+        before_id, before_hash = anchor_id, stored
+    linked = not any(f.seq == kept_id and f.problem == "link" for f in findings)
+    if before_id == kept_id and linked and bytes(rows[-1]["prev"]) != kept_prev:
+        found(kept_id, "link", kept_prev.hex(), bytes(rows[-1]["prev"]).hex())
     return findings

@@ -311,6 +311,14 @@ LIMIT 1
 -- One anchor as the database holds it now, to compare with a kept copy.
 SELECT anchor_hash, canonical FROM undolog.chain_anchors WHERE anchor_id = %(anchor_id)s
 
+-- name: anchors_up_to
+-- The anchors from the first through a kept one, in order: the chain that pins, through
+-- the kept anchor, the heads each of them records.
+SELECT anchor_id, heads, prev, canonical, anchor_hash
+FROM undolog.chain_anchors
+WHERE anchor_id <= %(anchor_id)s
+ORDER BY anchor_id
+
 -- name: sessions_overview
 -- `undolog sessions list`: the sessions (in one state, or all), newest first.
 SELECT * FROM undolog.sessions_overview

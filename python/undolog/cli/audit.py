@@ -131,7 +131,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             session = None if args.session is None else resolve_id(conn, "session", args.session)
             found = chain.verify(conn, session, args.since)
             if anchor is not None:
-                extra = chain.check_anchor(conn, anchor)
+                # the anchors' chain up to the kept one; verify of every session checks
+                # it too: each problem is listed once
+                seen = {(f.table, f.key, f.problem) for f in found.findings}
+                extra = [
+                    f
+                    for f in chain.check_anchor(conn, anchor)
+                    if (f.table, f.key, f.problem) not in seen
+                ]
                 found = chain.Report(found.sessions, found.rows, found.findings + extra)
     except psycopg.Error as exc:
         if not (exc.sqlstate or "").startswith(_TOO_LARGE):
