@@ -150,7 +150,8 @@ def wait_for_decision(
     before returning. It listens before it first reads the state, so a decision made in
     between is never missed; and it reads the state again every ``poll_interval``
     seconds in case a notification was lost (e.g. the connection was re-established).
-    Raises UnknownApproval if the request does not exist or is not the caller's.
+    Raises UnknownApproval if the request does not exist or is not the caller's, and
+    the connection's own error (psycopg.OperationalError) if it is lost while waiting.
     With OpenTelemetry, the wait is a span (undolog.tracing.approval_wait).
 
     ``listener``: a LISTEN the caller keeps wakes the wait instead (see :class:`Listener`;
@@ -259,4 +260,7 @@ def _wait_listening(conn: Connection, approval_id: uuid.UUID, waits: _Waits) -> 
     try:
         return _wait(conn, approval_id, waits, _Listening(conn))
     finally:
-        conn.execute(f"UNLISTEN {CHANNEL}")
+        # A connection lost while waiting: what it raised goes up as it is (an UNLISTEN
+        # would only add "the connection is closed"), and a new one listens to nothing.
+        if not conn.closed:
+            conn.execute(f"UNLISTEN {CHANNEL}")

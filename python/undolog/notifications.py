@@ -16,7 +16,8 @@ of ``<unix seconds>.`` followed by the exact body bytes. A receiver recomputes i
 (:func:`verify`), compares in constant time, and refuses a timestamp older than a few
 minutes: a body replayed later fails. :data:`DELIVERY_HEADER` names the delivery, the
 same on every attempt: a receiver that got it twice (a worker that died after sending,
-before recording it) can tell.
+before recording it) can tell. A mail carries it too, as the same header, and its
+``Message-ID`` is the delivery's, the same on every attempt.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
+from email.utils import formatdate
 from typing import Any, Final
 
 from psycopg.rows import dict_row
@@ -225,7 +226,10 @@ def email_message(d: Delivery) -> EmailMessage:
     msg["From"] = str(d.config["smtp_from"])
     msg["To"] = d.target
     msg["Date"] = formatdate(localtime=False)
-    msg["Message-ID"] = make_msgid(idstring=str(d.delivery_id), domain="undolog")
+    # The same on every attempt of the delivery (at least once: a mail may be sent twice),
+    # so that a mail client folds the copies into one and a receiver can tell.
+    msg["Message-ID"] = f"<{d.delivery_id}@undolog>"
+    msg[DELIVERY_HEADER] = str(d.delivery_id)
     # Each value on its row's one line: an agent's line break (in its tool's name, its own
     # name, U+2028 in an argument) must not forge a line of the notice, such as a link.
     rows = [
@@ -287,6 +291,16 @@ class Connections:
         if aborted:  # the deadline passed while this one was being made
             self._cut(conn)
 
+    def connected(self, conn: http.client.HTTPConnection | smtplib.SMTP) -> None:
+        """``conn`` has its socket: past the deadline (a slow resolver, a host dropping
+        SYNs: :meth:`abort` found no socket to cut then), cut it and raise, so that an
+        attempt already recorded as failed sends nothing afterwards."""
+        with self._lock:
+            aborted = self._aborted
+        if aborted:
+            self._cut(conn)
+            raise TimeoutError("the deadline passed while connecting; nothing was sent")
+
     def abort(self) -> None:
         """Shut every socket down: a read blocked on one returns at once."""
         with self._lock:
@@ -319,15 +333,24 @@ def _opener(conns: Connections) -> urllib.request.OpenerDirector:
 
         return connect
 
+    # A connection made only once the deadline passed sends nothing (Connections.connected)
+    class HttpConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            conns.connected(self)
+
+    class HttpsConnection(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()  # TCP, then TLS
+            conns.connected(self)
+
     class Http(urllib.request.HTTPHandler):
         def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(tracked(http.client.HTTPConnection), req)
+            return self.do_open(tracked(HttpConnection), req)
 
     class Https(urllib.request.HTTPSHandler):
         def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(
-                tracked(http.client.HTTPSConnection), req, context=ssl.create_default_context()
-            )
+            return self.do_open(tracked(HttpsConnection), req, context=ssl.create_default_context())
 
     return urllib.request.build_opener(_NoRedirect, Http, Https)
 
@@ -355,16 +378,36 @@ def send_webhook(d: Delivery, timeout: float, conns: Connections) -> None:
         raise RuntimeError(f"HTTP {status}")
 
 
+class _SMTP(smtplib.SMTP):
+    """An SMTP client whose connection, made only once the deadline passed, sends
+    nothing (:meth:`Connections.connected`)."""
+
+    conns: Connections | None = None
+
+    def connect(
+        self, host: str = "localhost", port: int = 0, source_address: Any = None
+    ) -> tuple[int, bytes]:
+        reply = super().connect(host, port, source_address)
+        if self.conns is not None:
+            self.conns.connected(self)
+        return reply
+
+
+class _SMTPSSL(_SMTP, smtplib.SMTP_SSL):
+    """:class:`_SMTP` over TLS from the start."""
+
+
 def send_email(d: Delivery, timeout: float, conns: Connections) -> None:
     """Hand the mail to the channel's SMTP server; raises if it does not take it."""
     cfg = d.config
     host, port = str(cfg["smtp_host"]), int(cfg["smtp_port"])
-    smtp: smtplib.SMTP
+    smtp: _SMTP
     # Made unconnected, so that ``conns`` holds it before connect() reads the greeting.
     if cfg.get("ssl"):
-        smtp = smtplib.SMTP_SSL(timeout=timeout, context=ssl.create_default_context())
+        smtp = _SMTPSSL(timeout=timeout, context=ssl.create_default_context())
     else:
-        smtp = smtplib.SMTP(timeout=timeout)
+        smtp = _SMTP(timeout=timeout)
+    smtp.conns = conns
     conns.add(smtp)
     with smtp:
         smtp.connect(host, port)
@@ -438,7 +481,8 @@ def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
     threading.Thread(target=send, name=f"undolog-notify-{d.delivery_id}", daemon=True).start()
     if not done.wait(timeout):
         conns.abort()
-        # A thread still resolving the host name cannot be cut off; it ends on its own.
+        # A thread still resolving the host name (or connecting) cannot be cut off; it
+        # ends on its own, and sends nothing once it has connected.
         done.wait(1.0)
         return (
             f"TimeoutError: the {d.channel_kind} channel did not take the message within "

@@ -8,7 +8,13 @@
 -- taken again is then not reported twice). A delivery whose last attempt (max_attempts)
 -- was claimed and never reported within its lease (its worker died, or the send hung) is
 -- not taken again: it fails here, saying so, as a reported failure of its last attempt
--- would (finish_notification), and the next due one is taken. No row when nothing is due.
+-- would (finish_notification), and the next due one is taken. A delivery of a channel
+-- removed meanwhile (an enqueue_notifications that committed after the removal, which
+-- could not cancel what it did not see yet) is cancelled here, as the removal would have,
+-- and the next due one is taken. A request past its deadline (expires_at) is not
+-- announced, though the worker has not marked it expired yet: nobody can approve it
+-- any more, and enqueue_notifications cancels its deliveries once it is. No row when
+-- nothing is due.
 CREATE OR REPLACE FUNCTION undolog.claim_notification(p_lease interval DEFAULT interval '5 minutes')
 RETURNS TABLE (
     delivery_id uuid,
@@ -39,6 +45,7 @@ DECLARE
     v_session uuid;
     v_delivery uuid;
     v_exhausted boolean;
+    v_removed boolean;
 BEGIN
     IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING
@@ -47,17 +54,26 @@ BEGIN
                    'out.';
     END IF;
     LOOP
-        SELECT d.session_id, d.delivery_id, d.attempts >= d.max_attempts
-        INTO v_session, v_delivery, v_exhausted
+        SELECT d.session_id, d.delivery_id, d.attempts >= d.max_attempts,
+               c.removed_at IS NOT NULL
+        INTO v_session, v_delivery, v_exhausted, v_removed
         FROM undolog.undolog_notification_deliveries AS d
         INNER JOIN undolog.undolog_approval_requests AS a
             ON a.approval_id = d.approval_id AND a.session_id = d.session_id
+        INNER JOIN undolog.undolog_notification_channels AS c ON c.channel_id = d.channel_id
         WHERE d.state = 'pending' AND d.next_attempt_at <= v_now AND a.state = 'pending'
+            AND (a.expires_at IS NULL OR a.expires_at > v_now)
         ORDER BY d.next_attempt_at
         LIMIT 1
         FOR UPDATE OF d SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN;
+        END IF;
+        IF v_removed THEN
+            UPDATE undolog.undolog_notification_deliveries AS d
+            SET state = 'cancelled', claimed_until = NULL, last_error = 'the channel was removed'
+            WHERE d.session_id = v_session AND d.delivery_id = v_delivery;
+            CONTINUE;
         END IF;
         EXIT WHEN NOT v_exhausted;
         UPDATE undolog.undolog_notification_deliveries AS d
