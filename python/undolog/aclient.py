@@ -166,13 +166,16 @@ class AsyncUndoLog(_Base):
             try:
                 yield active
             except BaseException as exc:
+                active.left = True
                 await _acompat.stop(beat, stop)
                 await _acompat.uncancelled(self._left(conn, active, exc))
                 raise
             else:
+                active.left = True
                 await _acompat.stop(beat, stop)
                 await _acompat.uncancelled(self._ended(conn, active))
             finally:
+                active.left = True
                 await _acompat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -242,13 +242,19 @@ async def settle(conn: AsyncConnection) -> None:
                 await conn.wait(settle_gen(conn, wire))
 
 
-async def intercept_hot(conn: AsyncConnection, call: HotCall) -> Interception:
+async def intercept_hot(
+    conn: AsyncConnection, call: HotCall, *, guard: Callable[[], None] | None = None
+) -> Interception:
     """intercept_tool in one round trip, with the answer to the result sent before it
     (its error, if any, kept for take_unsettled). UnknownTool when ``call.tool_id`` is
-    no live registration of this login (retired since): register again, then retry."""
+    no live registration of this login (retired since): register again, then retry.
+    ``guard`` is called with the connection held, just before anything is sent: what it
+    raises is raised, nothing sent (the decorator's: the session's block was left)."""
     wire = wire_of(conn)
     with translated():
         async with _acompat.exclusive(wire), conn.lock:
+            if guard is not None:
+                guard()
             got: Interception = await conn.wait(intercept_gen(conn, wire, call))
     return got
 
@@ -262,16 +268,20 @@ async def send_result(
     *,
     asynchronous: bool,
     wait: bool,
+    guard: Callable[[], None] | None = None,
 ) -> None:
     """Send a commit (``text``: the result's JSON) or a fail (``text``: the error) and
     return at once; its answer is read later (by the connection's next statement; on
     an async connection, by a task that holds the connection's lock until then).
-    ``wait``: read it now, and raise its error here (durable results)."""
+    ``wait``: read it now, and raise its error here (durable results). ``guard`` as
+    intercept_hot's."""
     wire = wire_of(conn)
     name, params, seg = result_params(wire, what, session_id, effect_id, text, asynchronous)
     async with _acompat.exclusive(wire):
         await conn.lock.acquire()
         try:
+            if guard is not None:
+                guard()
             with translated():
                 await conn.wait(send_gen(conn, wire, name, params, seg))
         except BaseException:

@@ -168,13 +168,16 @@ class SyncUndoLog(_Base):
             try:
                 yield active
             except BaseException as exc:
+                active.left = True
                 _compat.stop(beat, stop)
                 _compat.uncancelled(self._left(conn, active, exc))
                 raise
             else:
+                active.left = True
                 _compat.stop(beat, stop)
                 _compat.uncancelled(self._ended(conn, active))
             finally:
+                active.left = True
                 _compat.stop(beat, stop)
                 context.leave(token)
                 if self.pool is not None and not self.durable_results and not conn.closed:

@@ -69,6 +69,11 @@ class ActiveSession:
     # once per connection and tool (the decorator's first call of it there).
     registered_tools: dict[RegistrationKey, uuid.UUID] = field(default_factory=dict)
     _steps: itertools.count[int] = field(default_factory=itertools.count)
+    # Set when the session's block is left (before its exit's first statement): from then
+    # on no journaled statement of this session is sent on its connection, which may
+    # already serve another session (a pool's), so that a call still running in a task
+    # or thread the block did not wait for never reaches, or raises in, another session.
+    left: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -76,6 +81,17 @@ class ActiveSession:
 
     def next_step(self) -> int:
         return next(self._steps)
+
+    def check_in_block(self) -> None:
+        """Raise NotInSession once the session's block was left (the hot path's guard,
+        called with the connection held, before anything is sent)."""
+        if self.left:
+            raise NotInSession(
+                f"session {self.session_id}: a journaled call made after its block was "
+                "left (in a task or thread the block did not wait for): nothing of it was "
+                "sent. A call still executing when the block was left failed the "
+                "session, and the undo walk compensates it"
+            )
 
 
 _current: contextvars.ContextVar[ActiveSession | None] = contextvars.ContextVar(

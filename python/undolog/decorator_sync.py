@@ -75,29 +75,36 @@ def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Int
     """intercept, in one round trip with the answer to the previous call's result (sent
     without waiting). An error in that answer is raised here, before this call runs."""
     conn = cast(engine.Connection, session.connection)
+    guard = session.check_in_block
     try:
         tool_id = register(spec, session)
         try:
-            got = engine.intercept_hot(conn, call.hot(session, tool_id))
+            got = engine.intercept_hot(conn, call.hot(session, tool_id), guard=guard)
         except UnknownTool:
             tool_id = register(spec, session, again=True)
-            got = engine.intercept_hot(conn, call.hot(session, tool_id))
+            got = engine.intercept_hot(conn, call.hot(session, tool_id), guard=guard)
     except BaseException as exc:
-        if (earlier := take_unsettled(conn)) is not None:
+        # Once the block was left, what is unsettled is its exit's to raise (the
+        # connection may already serve another session).
+        if not session.left and (earlier := take_unsettled(conn)) is not None:
             raise earlier from exc
         raise
     if (earlier := take_unsettled(conn)) is not None:
         if got.action == "execute" and got.effect_id is not None:
             # Journaled but not run: recorded as failed, so that nothing compensates it.
-            engine.send_result(
-                conn,
-                "fail",
-                session.session_id,
-                got.effect_id,
-                _not_run(earlier),
-                asynchronous=False,
-                wait=True,
-            )
+            try:
+                engine.send_result(
+                    conn,
+                    "fail",
+                    session.session_id,
+                    got.effect_id,
+                    _not_run(earlier),
+                    asynchronous=False,
+                    wait=True,
+                    guard=guard,
+                )
+            except BaseException as exc:  # not recorded: still the earlier error raised
+                raise earlier from exc
         raise earlier
     return got
 
@@ -160,6 +167,7 @@ def send_outcome(
             text,
             asynchronous=not durable,
             wait=durable,
+            guard=session.check_in_block,
         )
     except BaseException:  # not sent, or (durable) refused: the call is left executing
         session.unknown_outcome = f"{spec.name} step {call.step_index}"
@@ -178,6 +186,7 @@ def wrap(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
         session = current_session()
         if session.is_async != _compat.ASYNC:
             raise _wrong_session(spec, session)
+        session.check_in_block()  # a task or thread that outlived the session's block
         conn = cast(engine.Connection, session.connection)
         if spec.tier is ToolTier.IRREVERSIBLE:
             _last_edit.set(None)
