@@ -85,8 +85,14 @@ def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Int
             got = engine.intercept_hot(conn, call.hot(session, tool_id), guard=guard)
     except BaseException as exc:
         # Once the block was left, what is unsettled is its exit's to raise (the
-        # connection may already serve another session).
-        if not session.left and (earlier := take_unsettled(conn)) is not None:
+        # connection may already serve another session). A cancellation or an interrupt
+        # goes on as it is, the earlier error left for the exit, which notes it on it:
+        # raised in its place, an agent that catches Exception would swallow it.
+        if (
+            isinstance(exc, Exception)
+            and not session.left
+            and (earlier := take_unsettled(conn)) is not None
+        ):
             raise earlier from exc
         raise
     if (earlier := take_unsettled(conn)) is not None:

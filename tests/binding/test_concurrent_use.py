@@ -23,6 +23,7 @@ from undolog import (
     PayloadTooLarge,
     ToolTier,
     UndoLog,
+    aengine,
     engine,
     undolog_tool,
 )
@@ -250,3 +251,36 @@ def test_a_gathered_call_cancelled_mid_body_fails_the_session_and_is_undone(dsn:
     sid = asyncio.run(scenario())
     assert sorted(state for _, state in effects(dsn, sid)) == ["compensated"] * 8
     assert len(undone) == 8
+
+
+def test_a_cancelled_intercept_is_cancelled_and_the_earlier_error_noted_at_the_exit(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next call's intercept cancelled (its task's timeout, an anyio scope) while the
+    last result's error waits to be raised: that error was raised in place of the
+    cancellation, so an agent catching Exception swallowed the cancellation. Now the
+    cancellation goes on, and the session's exit notes the earlier error on it."""
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+
+    async def cancelled(conn: Any, *args: Any, **kw: Any) -> Any:
+        await aengine.settle(conn)  # the last result's answer read: its error kept
+        raise asyncio.CancelledError  # then cancelled, waiting for its own answer
+
+    async def scenario() -> tuple[BaseException, str]:
+        try:
+            async with ul.session(agent="t") as s:
+                await aact("big", big=BIG)
+                monkeypatch.setattr(aengine, "intercept_hot", cancelled)
+                await aact("next")
+        except BaseException as exc:
+            monkeypatch.undo()
+            return exc, s.state
+        raise AssertionError("the session's block was not left by an error")
+
+    exc, state = asyncio.run(scenario())
+    assert isinstance(exc, asyncio.CancelledError), repr(exc)
+    assert any("PayloadTooLarge" in n or "payload" in n.lower() for n in exc.__notes__), (
+        exc.__notes__
+    )
+    assert state == "compensated"
