@@ -194,8 +194,18 @@ def take_unsettled(conn: Any) -> Exception | None:
     wire = _wires.get(conn)
     if wire is None or not wire.errors:
         return None
-    first, *rest = wire.errors
-    wire.errors.clear()
+    # Taken one at a time (list.pop is atomic): a thread of the same session that adds
+    # an error meanwhile (it reads an answer under the connection's lock, which this
+    # does not hold) neither loses it to a clear() nor has it taken twice.
+    taken: list[Exception] = []
+    while True:
+        try:
+            taken.append(wire.errors.pop(0))
+        except IndexError:
+            break
+    if not taken:
+        return None
+    first, *rest = taken
     for other in rest:
         first.add_note(f"and: {type(other).__name__}: {other}")
     return first
