@@ -34,18 +34,30 @@ from undolog.integrations._langchain_common import (
     _request,
     _streamed_out,
     _thread_session,
+    _unfinished_elsewhere,
+    _unfinished_run,
     _unnamed,
+    _with_session,
 )
 
 
-async def _same_session(graph: Any, config: Mapping[str, Any], session_id: uuid.UUID) -> None:
+async def _same_session(
+    graph: Any, ul: AsyncUndoLog, config: Mapping[str, Any], session_id: uuid.UUID
+) -> None:
     """Refuse, before a session is opened, a run of a thread that waits on an UndoLog
-    interrupt of another session."""
+    interrupt of another session, or that stopped midway in a run of another session
+    still open (the process died, or the run raised and its session was not ended): the
+    node LangGraph runs again would make that session's committed calls again."""
     try:
         snapshot = await graph.aget_state(dict(config))
     except ValueError:  # no checkpointer: no interrupt to resume either
         return
     _thread_session(snapshot, session_id)
+    other = _unfinished_run(snapshot, session_id)
+    if other is not None:
+        state = await _arun.open_session_state(ul, other)
+        if state is not None:
+            raise _unfinished_elsewhere(other, state, session_id)
 
 
 def _name_approvals(session_id: uuid.UUID) -> _acompat.Requested[Any]:
@@ -82,9 +94,9 @@ async def arun(
 
     async def go() -> Any:
         with _graph_run():
-            return await graph.ainvoke(input, dict(config), **invoke_kwargs)
+            return await graph.ainvoke(input, _with_session(config, session_id), **invoke_kwargs)
 
-    await _same_session(graph, config, session_id)
+    await _same_session(graph, ul, config, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name, go, _interrupted, _name_approvals(session_id)
     )
@@ -107,12 +119,14 @@ async def astream(
     shows as an ``__interrupt__`` chunk whose approval id is filled in once the stream has
     ended; resume with ``stream(graph, ul, decide(...), config, ...)``."""
     seen: list[Any] = []
-    await _same_session(graph, config, session_id)
+    await _same_session(graph, ul, config, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name, _interrupted, _name_approvals(session_id)
     ) as box:
         with _graph_run():
-            async for chunk in graph.astream(input, dict(config), **stream_kwargs):
+            async for chunk in graph.astream(
+                input, _with_session(config, session_id), **stream_kwargs
+            ):
                 seen.extend(_interrupts_in(chunk))
                 yield chunk
         box.result = _streamed_out(seen, await graph.aget_state(dict(config)))

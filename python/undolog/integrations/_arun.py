@@ -21,7 +21,12 @@ from undolog import aengine
 from undolog.aclient import AsyncUndoLog
 from undolog.context import ActiveSession, current_session
 from undolog.decorator_common import definition_of, registration_key
-from undolog.errors import ApprovalRejectedError, SessionNotActive, UndoLogError
+from undolog.errors import (
+    ApprovalRejectedError,
+    InvalidStateTransition,
+    SessionNotActive,
+    UndoLogError,
+)
 from undolog.integrations import _acompat
 from undolog.integrations._core import (
     _RUNNABLE,
@@ -132,8 +137,22 @@ async def refuse_another_session(
                 return
     raise LookupError(
         f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
-        f"{session_id}: resume it with the session id of the run that stopped"
+        f"{session_id}: resume it with the session id of the run that stopped, and nothing "
+        "was run (a state whose calls no session asked about, stale or edited, cannot be "
+        "resumed: take the stopped run's own state)"
     )
+
+
+async def open_session_state(ul: AsyncUndoLog, session_id: uuid.UUID) -> str | None:
+    """The state of session ``session_id`` when its run may go on and what its calls did
+    stands (active, awaiting approval, completed); None when it failed or was undone, or
+    this login cannot see it."""
+    async with ul.connection() as conn:
+        row = await aengine.fetch_optional(
+            conn, QUERIES["session_state"], {"session_id": session_id}
+        )
+    state = None if row is None else str(row[0])
+    return state if state in _RUNNABLE else None
 
 
 async def refusal_of(
@@ -191,6 +210,7 @@ async def framework_run(
     A session a human ended (a rejected call) is walked and raises ApprovalRejectedError
     instead of running the block."""
     ended: UndoLogError | None = None
+    finished = False  # the run ended without stopping for a human
     deferred: list[_Deferred] = []
     token = _deferred.set(deferred)
     try:
@@ -205,6 +225,7 @@ async def framework_run(
                     if requested is not None:
                         await requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
+                finished = True
             else:
                 row = await aengine.fetch_optional(
                     conn, QUERIES["ending_decision"], {"session_id": session_id}
@@ -212,6 +233,12 @@ async def framework_run(
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
+    except InvalidStateTransition:
+        # Another process that resumed the same session finished its run first and
+        # completed the session: this run ended too, and every call it made was journaled
+        # in the session before that (a call made after it is refused, and the run raises).
+        if not finished or await open_session_state(ul, session_id) != "completed":
+            raise
     except ApprovalRejectedError:  # rejected mid-run: the session is compensating
         await ul.run_walk(session_id)
         raise

@@ -273,6 +273,37 @@ def _thread_session(snapshot: Any, session_id: uuid.UUID) -> None:
                 )
 
 
+def _with_session(config: Mapping[str, Any], session_id: uuid.UUID) -> dict[str, Any]:
+    """The run's config, its session id added to its metadata: LangGraph keeps that
+    metadata in each checkpoint the run writes, so that a run of the thread made later
+    knows which session the thread's unfinished run belongs to."""
+    metadata = {**(config.get("metadata") or {}), SESSION_KEY: str(session_id)}
+    return {**config, "metadata": metadata}
+
+
+def _unfinished_run(snapshot: Any, session_id: uuid.UUID) -> uuid.UUID | None:
+    """The session of the run that stopped midway in this thread (its checkpoint still has
+    tasks to run: the process died, or the run raised) when it is not ``session_id``."""
+    if not getattr(snapshot, "next", ()):
+        return None
+    recorded = (getattr(snapshot, "metadata", None) or {}).get(SESSION_KEY)
+    if recorded is None or str(recorded) == str(session_id):
+        return None
+    try:
+        return uuid.UUID(str(recorded))
+    except ValueError:
+        return None
+
+
+def _unfinished_elsewhere(other: uuid.UUID, state: str, session_id: uuid.UUID) -> ValueError:
+    return ValueError(
+        f"this thread stopped in the middle of a run of UndoLog session {other} (now "
+        f"{state}), not {session_id}: LangGraph would run its unfinished node again, and "
+        "that node's calls already made in the other session would act again. Resume it "
+        f"with session_id={other} (or run in a new thread)"
+    )
+
+
 def _request(request: Any) -> Mapping[str, Any]:
     """The UndoLog HumanInterrupt of an interrupt, its value, or the request itself."""
     found = _requests(getattr(request, "value", request))

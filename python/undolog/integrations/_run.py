@@ -23,7 +23,12 @@ from undolog import engine
 from undolog.client_sync import SyncUndoLog
 from undolog.context import ActiveSession, current_session
 from undolog.decorator_common import definition_of, registration_key
-from undolog.errors import ApprovalRejectedError, SessionNotActive, UndoLogError
+from undolog.errors import (
+    ApprovalRejectedError,
+    InvalidStateTransition,
+    SessionNotActive,
+    UndoLogError,
+)
 from undolog.integrations import _compat
 from undolog.integrations._core import (
     _RUNNABLE,
@@ -127,8 +132,20 @@ def refuse_another_session(
                 return
     raise LookupError(
         f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
-        f"{session_id}: resume it with the session id of the run that stopped"
+        f"{session_id}: resume it with the session id of the run that stopped, and nothing "
+        "was run (a state whose calls no session asked about, stale or edited, cannot be "
+        "resumed: take the stopped run's own state)"
     )
+
+
+def open_session_state(ul: SyncUndoLog, session_id: uuid.UUID) -> str | None:
+    """The state of session ``session_id`` when its run may go on and what its calls did
+    stands (active, awaiting approval, completed); None when it failed or was undone, or
+    this login cannot see it."""
+    with ul.connection() as conn:
+        row = engine.fetch_optional(conn, QUERIES["session_state"], {"session_id": session_id})
+    state = None if row is None else str(row[0])
+    return state if state in _RUNNABLE else None
 
 
 def refusal_of(conn: engine.Connection, tool: str, approval_id: uuid.UUID) -> Refusal | None:
@@ -184,6 +201,7 @@ def framework_run(
     A session a human ended (a rejected call) is walked and raises ApprovalRejectedError
     instead of running the block."""
     ended: UndoLogError | None = None
+    finished = False  # the run ended without stopping for a human
     deferred: list[_Deferred] = []
     token = _deferred.set(deferred)
     try:
@@ -198,6 +216,7 @@ def framework_run(
                     if requested is not None:
                         requested(cast(T, box.result), conn)
                     raise _Suspended("the run waits for a human", None, None)
+                finished = True
             else:
                 row = engine.fetch_optional(
                     conn, QUERIES["ending_decision"], {"session_id": session_id}
@@ -205,6 +224,12 @@ def framework_run(
                 ended = _ended(session_id, active.state, row)
     except _Suspended:
         pass
+    except InvalidStateTransition:
+        # Another process that resumed the same session finished its run first and
+        # completed the session: this run ended too, and every call it made was journaled
+        # in the session before that (a call made after it is refused, and the run raises).
+        if not finished or open_session_state(ul, session_id) != "completed":
+            raise
     except ApprovalRejectedError:  # rejected mid-run: the session is compensating
         ul.run_walk(session_id)
         raise

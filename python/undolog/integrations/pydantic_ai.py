@@ -32,7 +32,7 @@ from typing import Any
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
 from pydantic_ai._function_schema import function_schema
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
@@ -127,22 +127,14 @@ def _irreversible_tools(
     return found
 
 
-async def _same_session(
-    agent: Agent[Any, Any],
-    ul: AsyncUndoLog,
-    run_kwargs: Mapping[str, Any],
-    session_id: uuid.UUID,
-) -> None:
-    """Refuse, before a session is opened, a run resumed (``deferred_tool_results``)
-    under a session id other than the one of the run that deferred its calls: their
-    IRREVERSIBLE calls were asked in their own session, and none of them has a request
-    in ``session_id``. Resumed there, each would be asked again, in a second session,
-    and the first session would wait for ever."""
+def _deferred_calls(agent: Agent[Any, Any], run_kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(UndoLog tool name, tool call id) of each IRREVERSIBLE call that a resumed run's
+    ``deferred_tool_results`` answers (none: the run resumes nothing)."""
     answers = run_kwargs.get("deferred_tool_results")
     if not isinstance(answers, DeferredToolResults) or not answers.approvals:
-        return
+        return []
     tools = _irreversible_tools(agent, run_kwargs)
-    asked = [
+    return [
         (tools[part.tool_name].name, part.tool_call_id)
         for message in run_kwargs.get("message_history") or ()
         for part in getattr(message, "parts", ())
@@ -150,7 +142,78 @@ async def _same_session(
         and part.tool_call_id in answers.approvals
         and part.tool_name in tools
     ]
+
+
+def _answers_the_last_calls(run_kwargs: Mapping[str, Any], session_id: uuid.UUID) -> None:
+    """Refuse, before a session is opened, ``deferred_tool_results`` that answer a call
+    the message history's last model response did not make (a stale or edited answer, or
+    the history of another run). pydantic-ai refuses it too, but from inside the run: the
+    session, waiting for a person, would then fail, and what it did would be undone,
+    although nothing of the resume ran."""
+    answers = run_kwargs.get("deferred_tool_results")
+    if not isinstance(answers, DeferredToolResults):
+        return
+    answered = [*answers.approvals, *answers.calls]
+    if not answered:
+        return
+    made: set[str] = set()
+    for message in reversed(list(run_kwargs.get("message_history") or ())):
+        if isinstance(message, ModelResponse):
+            made = {part.tool_call_id for part in message.tool_calls}
+            break
+    unknown = [call_id for call_id in answered if call_id not in made]
+    if unknown:
+        raise LookupError(
+            f"deferred_tool_results answers calls ({', '.join(unknown)}) that the last model "
+            "response of message_history did not make, and nothing was run: session "
+            f"{session_id} is as it was. Resume with the all_messages() of the run that "
+            "stopped, answering the calls of its DeferredToolRequests"
+        )
+
+
+async def _same_session(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    run_kwargs: Mapping[str, Any],
+    session_id: uuid.UUID,
+) -> dict[str, Any]:
+    """Refuse, before a session is opened, a run resumed (``deferred_tool_results``)
+    under a session id other than the one of the run that deferred its calls: their
+    IRREVERSIBLE calls were asked in their own session, and none of them has a request
+    in ``session_id``. Resumed there, each would be asked again, in a second session,
+    and the first session would wait for ever.
+
+    Answers the run's keyword arguments, whose ``DeferredToolResults`` UndoLog's record
+    decides: a "no" (``False``, ``ToolDenied``) to a call that UndoLog approved, or has
+    not decided, goes to the call's tool as a yes, and the tool asks UndoLog (the
+    approved call runs, once; the undecided one is deferred again). Told no by the run
+    alone, the approved call never ran while UndoLog said it was approved, and the
+    undecided one left the session waiting for ever after the run had ended."""
+    _answers_the_last_calls(run_kwargs, session_id)
+    asked = _deferred_calls(agent, run_kwargs)
     await _arun.refuse_another_session(ul, session_id, asked, "this run's deferred calls")
+    answers: DeferredToolResults | None = run_kwargs.get("deferred_tool_results")
+    said_no = [
+        (name, call_id)
+        for name, call_id in asked
+        if answers is not None
+        and (
+            answers.approvals[call_id] is False
+            or isinstance(answers.approvals[call_id], ToolDenied)
+        )
+    ]
+    if answers is None or not said_no:
+        return dict(run_kwargs)
+    approvals = dict(answers.approvals)
+    async with ul.connection() as conn:
+        for name, call_id in said_no:  # the tool asks UndoLog: its record decides
+            found = await _arun.approval_of_step(conn, session_id, name, call_id)
+            if found is not None and found[1] in ("approved", "pending"):
+                approvals[call_id] = True
+    return {
+        **run_kwargs,
+        "deferred_tool_results": dataclasses.replace(answers, approvals=approvals),
+    }
 
 
 def _session(
@@ -176,7 +239,7 @@ async def run(
     human rejected undoes what came before and raises ApprovalRejectedError. A run resumed
     under a session id other than the one of the run that deferred its calls raises
     LookupError before anything runs."""
-    await _same_session(agent, ul, run_kwargs, session_id)
+    run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         box.result = result = await agent.run(**run_kwargs)
     return result
@@ -195,7 +258,7 @@ async def run_stream(
     block; the session is finished when the block ends (the stream is read to its end
     first), as with ``run``. After the block, ``streamed.result`` is the run's
     ``AgentRunResult``, whose ``DeferredToolRequests`` names UndoLog's approvals."""
-    await _same_session(agent, ul, run_kwargs, session_id)
+    run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         async with agent.run_stream(**run_kwargs) as streamed:
             yield streamed
@@ -217,7 +280,7 @@ async def iter(  # the name of the pydantic-ai call it wraps
     that walks the run's nodes; the session is finished when the block ends (the nodes
     not walked are run first), as with ``run``. After the block, ``agent_run.result`` is
     the run's ``AgentRunResult``."""
-    await _same_session(agent, ul, run_kwargs, session_id)
+    run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         async with agent.iter(**run_kwargs) as agent_run:
             yield agent_run
