@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,10 @@ VERSION_PLACEHOLDER = "@UNDOLOG_VERSION@"
 # milliseconds; a holder for longer is a transaction a person must look at.
 DEFAULT_LOCK_TIMEOUT = "5s"
 LockTimeout = str | int | float | timedelta
+
+# How often migrate's backend checks, while it runs a statement, that migrate's process is
+# still there (PostgreSQL 14+): a killed migrate's transaction ends within this.
+CLIENT_CHECK_INTERVAL = "1s"
 
 _MIGRATION_NAME = re.compile(r"^[0-9]{4}_[a-z0-9_]+$")
 
@@ -188,6 +192,30 @@ def describe_applied(applied: list[str]) -> list[str]:
     return done + sources
 
 
+_SCHEMA_OWNER = """
+SELECT n.nspowner::regrole::text, current_user,
+       pg_catalog.pg_has_role(current_user, n.nspowner, 'USAGE')
+FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'undolog'
+"""
+
+
+def _check_owner(conn: psycopg.Connection[Any]) -> None:
+    """Only the engine's owner (or a member of that role, or a superuser) can replace its
+    objects; anyone else would fail on the first one, or earlier on the advisory lock
+    (0004_locks revokes it from PUBLIC), with PostgreSQL's bare permission error. Say so
+    first, naming the owner. A database without schema undolog is a fresh install."""
+    row = conn.execute(_SCHEMA_OWNER).fetchone()
+    if row is None or row[2]:
+        return
+    owner, login = row[0], row[1]
+    raise MigrationError(
+        f"migrate must run as the owner of the engine (login {owner}, which owns schema"
+        f" undolog, or a member of it); this login is {login}: nothing was applied. Run it"
+        f" again with the owner's login (--dsn '... user={owner}'); granting {login}"
+        " undolog_operator or another group role does not let it upgrade the engine"
+    )
+
+
 def _lock(conn: psycopg.Connection[Any], lock_timeout: LockTimeout) -> str:
     """Take the migrate lock, then bound every later lock wait of the transaction.
 
@@ -195,8 +223,18 @@ def _lock(conn: psycopg.Connection[Any], lock_timeout: LockTimeout) -> str:
     the first, which is making progress, then finds its work done. Every table lock after
     it waits at most ``lock_timeout``: a DDL statement waiting for a lock makes every
     agent statement on that table queue behind it, so the wait must be short, and a
-    transaction that holds a lock for long must make migrate fail, not hang."""
+    transaction that holds a lock for long must make migrate fail, not hang.
+
+    ``client_connection_check_interval``: a migrate whose process is killed (SIGKILL, a
+    lost deploy host) would otherwise leave its backend running the statement to its end
+    (a lock wait, a migration that rewrites a table), holding the locks agents queue
+    behind and the advisory lock the next migrate waits for; with it the backend notices
+    within a second that its client is gone and rolls everything back."""
     conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_KEY,))
+    conn.execute(
+        "SELECT pg_catalog.set_config('client_connection_check_interval', %s, true)",
+        (CLIENT_CHECK_INTERVAL,),
+    )
     setting = _lock_timeout_setting(lock_timeout)
     try:
         with conn.transaction():  # a savepoint: a refused value leaves the transaction usable
@@ -248,6 +286,8 @@ def _plan(
             raise MigrationError(f"unknown migration {target!r}; known: {', '.join(names)}")
         migrations = migrations[: names.index(target) + 1]
     applied = applied_migrations(conn)
+    if applied:
+        _refuse_a_newer_engine(conn)
     unknown = sorted(set(applied) - set(names))
     if unknown:
         # A newer release installed this database (downgrades are not supported), or a
@@ -273,6 +313,67 @@ def _plan(
         missing=_missing(conn, [r for r in sources if r.path not in changed]) if recorded else [],
     )
     return pending, sources, status
+
+
+_PEP440 = re.compile(
+    r"^v?(?P<release>[0-9]+(?:\.[0-9]+)*)"
+    r"(?:[-_.]?(?P<pre>a|b|rc)[-_.]?(?P<pre_n>[0-9]*))?"
+    r"(?:[-_.]?post[-_.]?(?P<post>[0-9]*))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev>[0-9]*))?(?:\+.*)?$"
+)
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
+
+
+def version_key(version: str) -> tuple[Any, ...] | None:
+    """A sort key for a release's version (PEP 440's public forms: 1.2, 1.2.0rc1,
+    1.2.post1, 1.2.dev3); None when the text is none of them."""
+    m = _PEP440.match(version.strip().lower())
+    if m is None:
+        return None
+    release = [int(part) for part in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()  # 1.2 == 1.2.0
+    dev = m["dev"] is not None
+    if m["pre"] is not None:
+        pre = (_PRE_RANK[m["pre"]], int(m["pre_n"] or 0))
+    elif dev and m["post"] is None:
+        pre = (-1, 0)  # 1.2.dev3 comes before 1.2a1
+    else:
+        pre = (3, 0)  # the final release
+    post = int(m["post"] or 0) if m["post"] is not None else -1
+    return (tuple(release), pre, post, 0 if dev else 1, int(m["dev"] or 0))
+
+
+def installed_engine_version(conn: psycopg.Connection[Any]) -> str | None:
+    """``undolog.version()`` of the engine in the database; None when there is none, or
+    this login may not call it."""
+    row = conn.execute(
+        "SELECT coalesce(pg_catalog.has_function_privilege("
+        "pg_catalog.to_regprocedure('undolog.version()'), 'EXECUTE'), false)"
+    ).fetchone()
+    if not (row and row[0]):
+        return None
+    row = conn.execute("SELECT undolog.version()").fetchone()
+    return str(row[0]) if row and row[0] is not None else None
+
+
+def _refuse_a_newer_engine(conn: psycopg.Connection[Any]) -> None:
+    """A package older than the engine in the database would put back its own, older
+    functions, views, triggers and policies (their files differ from the ones recorded,
+    so they look changed) under the newer release's tables: a downgrade, which is not
+    supported. A release that changed only functions has no migration this package could
+    miss, so the version is what tells."""
+    installed = installed_engine_version(conn)
+    if installed is None:
+        return
+    theirs, ours = version_key(installed), version_key(engine_version())
+    if theirs is not None and ours is not None and theirs > ours:
+        raise MigrationError(
+            f"the database runs the engine of undolog {installed}, newer than this package"
+            f" (undolog {engine_version()}): upgrade the package (pip install --upgrade"
+            " undolog) and run it again; an older package would put its older functions"
+            " back, and downgrades are not supported"
+        )
 
 
 # What each repeatable file defines, to find the objects a migration (a DROP ... CASCADE,
@@ -369,17 +470,25 @@ def _apply_repeatables(
 class _LockWaitExpired(Exception):
     """A statement of the migrate transaction gave up waiting for a lock (55P03)."""
 
-    def __init__(self, where: str, sql: str) -> None:
+    def __init__(self, where: str, sql: str, asked: datetime | None) -> None:
         super().__init__(where)
         self.where = where
         self.sql = sql
+        self.asked = asked  # the server's clock just before the statement was sent
 
 
 def _execute(conn: psycopg.Connection[Any], where: str, sql: str) -> None:
+    asked = None
+    if not where.startswith("functions/"):
+        # what may wait for a table lock: when it gives up, the holders to name are the
+        # transactions that began before this moment (_LOCK_HOLDERS). CREATE FUNCTION
+        # with check_function_bodies off locks no table.
+        row = conn.execute("SELECT pg_catalog.clock_timestamp()").fetchone()
+        asked = row[0] if row else None
     try:
         conn.execute(sql.encode("utf-8"))
     except psycopg.errors.LockNotAvailable as exc:
-        raise _LockWaitExpired(where, sql) from exc
+        raise _LockWaitExpired(where, sql, asked) from exc
     except psycopg.errors.DeadlockDetected as exc:
         # Re-creating triggers and policies locks table after table while agents lock
         # them in their own order; migrate's transaction is the one PostgreSQL ended.
@@ -397,19 +506,30 @@ def _execute(conn: psycopg.Connection[Any], where: str, sql: str) -> None:
 # table (ON undolog.x), a view, or any relation a migration names.
 _NAMED_RELATION = re.compile(r"\bundolog\.(\w+)")
 
+# Asked once migrate's transaction has rolled back: the agents that queued behind its lock
+# request hold the lock by then, and are not what blocked it. A transaction that held a
+# conflicting lock when migrate asked had begun before the statement that waited; one that
+# began since queued behind migrate. So only those are named, the oldest first.
 _LOCK_HOLDERS = """
-SELECT DISTINCT ON (a.pid) a.pid, a.usename, a.application_name, a.state,
-       extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int AS seconds,
-       left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 80) AS query,
-       c.relname, l.mode
-FROM pg_catalog.pg_locks AS l
-JOIN pg_catalog.pg_class AS c ON c.oid = l.relation
-JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
-WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
-  AND c.relnamespace = 'undolog'::regnamespace
-  AND (cardinality(%(names)s::text[]) = 0 OR c.relname = ANY (%(names)s::text[]))
-  AND (%(modes)s::text[] IS NULL OR l.mode = ANY (%(modes)s::text[]))
-ORDER BY a.pid, c.relname
+SELECT pid, usename, application_name, state, seconds, query, relname, mode
+FROM (
+    SELECT DISTINCT ON (a.pid) a.pid, a.usename, a.application_name, a.state,
+           coalesce(a.xact_start, a.query_start) AS since,
+           extract(epoch FROM now() - coalesce(a.xact_start, a.query_start))::int AS seconds,
+           left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 80) AS query,
+           c.relname, l.mode
+    FROM pg_catalog.pg_locks AS l
+    JOIN pg_catalog.pg_class AS c ON c.oid = l.relation
+    JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+      AND c.relnamespace = 'undolog'::regnamespace
+      AND (cardinality(%(names)s::text[]) = 0 OR c.relname = ANY (%(names)s::text[]))
+      AND (%(modes)s::text[] IS NULL OR l.mode = ANY (%(modes)s::text[]))
+      AND (%(asked)s::timestamptz IS NULL
+           OR coalesce(a.xact_start, a.query_start) <= %(asked)s::timestamptz)
+    ORDER BY a.pid, c.relname
+) AS holder
+ORDER BY since, pid
 LIMIT 5
 """
 
@@ -431,6 +551,16 @@ _BLOCKING_MODES: dict[str, list[str] | None] = {
 }
 
 
+def _terminate_advice(pids: list[int]) -> str:
+    """The SQL that ends these backends (pg_terminate_backend takes one pid)."""
+    if not pids:
+        return "SELECT pg_terminate_backend(PID)"
+    if len(pids) == 1:
+        return f"SELECT pg_terminate_backend({pids[0]})"
+    listed = ", ".join(str(p) for p in pids)
+    return f"SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{listed}]) AS pid"
+
+
 def _lock_timeout_error(
     conn: psycopg.Connection[Any], wait: _LockWaitExpired, setting: str
 ) -> MigrationLockTimeout:
@@ -448,7 +578,10 @@ def _lock_timeout_error(
     if kind == "functions" or wait.where == "validating the functions":
         names = []  # what a body reads: any of the engine's tables
     try:
-        rows = conn.execute(_LOCK_HOLDERS, {"names": names, "modes": modes}).fetchall()
+        rows = conn.execute(
+            _LOCK_HOLDERS,
+            {"names": names, "modes": modes, "asked": wait.asked},
+        ).fetchall()
     except psycopg.Error:
         rows = []
     holders = [
@@ -462,13 +595,13 @@ def _lock_timeout_error(
         if holders
         else "Its holder had ended by the time migrate looked (pg_locks shows no holder now)."
     )
-    pids = ", ".join(str(r[0]) for r in rows) or "PID"
     message = (
-        f"{wait.where}: gave up after lock_timeout {setting} waiting for a lock on {tables}"
-        f" that another transaction holds; nothing was applied (one transaction). {held}"
-        " Next: let that transaction finish (or end it: SELECT pg_terminate_backend("
-        f"{pids})) and run migrate again, or allow a longer wait with --lock-timeout"
-        " (agents' statements on that table queue behind migrate while it waits)."
+        f"{wait.where}: gave up after lock_timeout {setting} waiting for a lock on"
+        f" {tables} that another transaction holds; nothing was applied (one transaction)."
+        f" {held} Next: let that transaction finish (or end it:"
+        f" {_terminate_advice([int(r[0]) for r in rows])}) and run migrate again, or allow"
+        " a longer wait with --lock-timeout (agents' statements on that table queue behind"
+        " migrate while it waits)."
     )
     return MigrationLockTimeout(message, wait.where, holders)
 
@@ -493,6 +626,9 @@ def migrate(
     is bounded by ``lock_timeout`` (a PostgreSQL duration such as ``'5s'``, seconds as a
     number, or a timedelta; ``0`` waits without a limit): a transaction holding a table
     lock longer makes it raise MigrationLockTimeout, which names the holder.
+    Refused before anything is touched (MigrationError): a login that is not the engine's
+    owner (nor a member of it, nor a superuser), and an engine a newer release installed
+    (its ``undolog.version()`` is newer than this package's: a downgrade).
     ``conn`` must not be inside a transaction.
     """
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -500,6 +636,7 @@ def migrate(
     setting = ""
     try:
         with conn.transaction():
+            _check_owner(conn)
             setting = _lock(conn, lock_timeout)
             _execute(conn, "bootstrap.sql", (sql_root() / "bootstrap.sql").read_text("utf-8"))
             pending, sources, plan = _plan(conn, target)
@@ -544,6 +681,7 @@ def apply_repeatables(
     setting = ""
     try:
         with conn.transaction():
+            _check_owner(conn)
             setting = _lock(conn, lock_timeout)
             pending, sources, plan = _plan(conn, None)
             if pending:
