@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
+from undolog._version import __version__
+
 # The faces' answers for an error: the command's exit codes (0 is success) ...
 EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
 # ... the history's verdict, apart from every error, so that a script tells a tampered
@@ -229,6 +231,12 @@ class EngineNotInstalled(UndoLogError):
     ``__cause__``; ``sqlstate`` stays None, as it is PostgreSQL's, not the engine's."""
 
 
+class EngineOutdated(EngineNotInstalled):
+    """The database's engine has no function this package calls: it is an older
+    release's. Run ``undolog migrate`` with this package. The database's error (42883,
+    function undolog.* does not exist) is the ``__cause__``."""
+
+
 class SignatureError(UndoLogError, ValueError):
     """Arguments that JSON cannot carry exactly; raised before anything is written."""
 
@@ -416,12 +424,25 @@ _NO_ENGINE_SQLSTATES = ("3F000", "42P01")
 ENGINE_MISSING = "the UndoLog engine is not installed in this database: run `undolog migrate`"
 
 
+# One of its functions missing (42883, undefined_function): the engine is older than the
+# package, whose calls name their functions with the right argument types.
+ENGINE_OUTDATED = (
+    "the UndoLog engine in this database is older than this package (undolog {version}):"
+    " run `undolog migrate` with this package"
+)
+
+
 def translate(exc: psycopg.Error) -> Exception:
     """The UndoLogError for a database error, or the error itself if it is not ours."""
-    if exc.sqlstate in _NO_ENGINE_SQLSTATES and "undolog" in (exc.diag.message_primary or ""):
-        missing = EngineNotInstalled(f"{ENGINE_MISSING} ({exc.diag.message_primary})")
+    primary = exc.diag.message_primary or ""
+    if exc.sqlstate in _NO_ENGINE_SQLSTATES and "undolog" in primary:
+        missing = EngineNotInstalled(f"{ENGINE_MISSING} ({primary})")
         missing.__cause__ = exc
         return missing
+    if exc.sqlstate == "42883" and "undolog." in primary:
+        outdated = EngineOutdated(f"{ENGINE_OUTDATED.format(version=__version__)} ({primary})")
+        outdated.__cause__ = exc
+        return outdated
     cls = BY_SQLSTATE.get(exc.sqlstate or "")
     if cls is None:
         return exc
