@@ -34,12 +34,14 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def _server_warnings_logged(conn: Connection) -> Iterator[None]:
-    """Log the server's WARNINGs during the call (e.g. which sessions kept a month)."""
+    """Log the server's WARNINGs during the call (e.g. which sessions kept a month), each
+    with its hint: what the operator does about it."""
 
     def handler(diag: Diagnostic) -> None:
         if diag.severity_nonlocalized == "WARNING":
             detail = f" ({diag.message_detail})" if diag.message_detail else ""
-            log.warning("%s%s", diag.message_primary, detail)
+            hint = f" {diag.message_hint}" if diag.message_hint else ""
+            log.warning("%s%s.%s", diag.message_primary, detail, hint)
 
     conn.add_notice_handler(handler)
     try:

@@ -23,8 +23,10 @@
 -- the month to the next run: the table stays, still marked, and is answered by
 -- pending_partitions (maintain_partitions' 'pending' rows, `undolog health`). A future
 -- month receives no rows yet, so nothing is lost by attaching it a day later. The current
--- or a past month (catching up, rows to move out of the default) still waits for its
--- locks: see below.
+-- or a past month (catching up, rows to move out of the default) takes the same short
+-- tries: its rows stay in the default partition, where writes keep landing, until a run
+-- gets the locks (a WARNING says so); waiting instead queued every agent's call behind
+-- a long reader of the journal, for as long as the reader stayed.
 CREATE OR REPLACE FUNCTION undolog.create_month_partitions(p_month date)
 RETURNS SETOF text
 LANGUAGE plpgsql
@@ -80,10 +82,8 @@ BEGIN
         END IF;
 
         v_attached := false;
-        IF v_ahead THEN
-            PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
-        END IF;
-        FOR v_try IN 1..(CASE WHEN v_ahead THEN 3 ELSE 1 END) LOOP
+        PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+        FOR v_try IN 1..3 LOOP
             BEGIN
                 v_default := undolog.default_partition(v_parent);
                 IF v_default IS NOT NULL AND v_from <= now() THEN
@@ -140,23 +140,28 @@ BEGIN
                 v_attached := true;
                 EXIT;
             EXCEPTION WHEN lock_not_available THEN
-                -- Only with the short wait of a future month (a caller's own lock_timeout
-                -- on the current month is the caller's error); pause, agents go on.
-                IF NOT v_ahead THEN
-                    RAISE;
-                END IF;
+                -- The short wait ran out (the block rolled back, moved rows included):
+                -- pause, agents go on.
                 IF v_try < 3 THEN
                     PERFORM pg_catalog.pg_sleep(0.05 * v_try);
                 END IF;
             END;
         END LOOP;
-        IF v_ahead THEN
-            PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
-        END IF;
-        IF NOT v_attached THEN
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        IF NOT v_attached AND v_ahead THEN
             RAISE NOTICE USING MESSAGE = pg_catalog.format(
                 'undolog.%I is created but not yet attached (its locks were busy): the next '
                 'maintenance run attaches it', v_name);
+            CONTINUE;
+        ELSIF NOT v_attached THEN
+            RAISE WARNING USING
+                MESSAGE = pg_catalog.format(
+                    'undolog.%I is created but not yet attached, its month''s rows are still '
+                    'in %s (their locks stayed busy: a transaction reading the journal is open)',
+                    v_name, v_default),
+                HINT = 'Nothing is lost and writes go on into the default partition: the next '
+                       'maintenance run moves them. A transaction left open on the journal '
+                       '(pg_stat_activity: idle in transaction) holds the month off.';
             CONTINUE;
         END IF;
         RETURN NEXT v_name;

@@ -34,6 +34,10 @@ DECLARE
     v_range tstzrange;
     v_pruned_rows bigint := 0;
     v_started timestamptz;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    v_tries integer := CASE WHEN p_in_use = 'skip' THEN 3 ELSE 1 END;
+    v_names text[];
+    v_actions text[];
 BEGIN
     IF p_in_use IS NULL OR p_in_use NOT IN ('refuse', 'skip', 'force') THEN
         RAISE EXCEPTION USING
@@ -68,7 +72,12 @@ BEGIN
                                  || CASE WHEN pg_catalog.cardinality(v_sessions) > 50
                                      THEN pg_catalog.format(' and %s more',
                                                             pg_catalog.cardinality(v_sessions) - 50)
-                                     ELSE '' END;
+                                     ELSE '' END,
+                        HINT = 'Nothing is lost: the next maintenance run drops the month once '
+                               'those sessions are finished. An active or failed session '
+                               'finishes by itself (or: undolog sessions rollback); a halted '
+                               'one needs an operator (undolog sessions resume, retry or '
+                               'abandon).';
                     action := 'skipped';
                     partition_name := (SELECT c.relname FROM pg_catalog.pg_class AS c
                                        WHERE c.oid = v_month.partition_oid);
@@ -101,18 +110,8 @@ BEGIN
                    'a human), or pass p_force => true to drop their effects anyway.';
     END IF;
 
-    -- First the rows that point into the months, with no lock that blocks intercept ...
-    v_started := pg_catalog.clock_timestamp();
-    FOREACH v_range IN ARRAY v_prune_ranges LOOP
-        v_pruned_rows := v_pruned_rows + undolog.prune_month_rows(pg_catalog.lower(v_range),
-                                                        pg_catalog.upper(v_range));
-    END LOOP;
-    RAISE DEBUG 'undolog: pruned % undo/approval rows in % ms', v_pruned_rows,
-        round(extract(epoch FROM pg_catalog.clock_timestamp() - v_started) * 1000, 1);
-
-    -- ... then the months themselves, one DDL statement per partition. A history month is
-    -- kept with its effects' month, and goes with it otherwise. The list is read in full
-    -- before the first DROP changes the catalog under it.
+    -- The months to drop, read in full before the first DROP changes the catalog. A
+    -- history month is kept with its effects' month, and goes with it otherwise.
     SELECT pg_catalog.array_agg(p.parent ORDER BY p.parent_order, p.lower_bound),
            pg_catalog.array_agg(p.partition_oid ORDER BY p.parent_order, p.lower_bound)
     INTO v_parents, v_partitions
@@ -125,19 +124,72 @@ BEGIN
     ) AS p
     WHERE p.upper_bound <= p_older_than
       AND NOT pg_catalog.tstzrange(p.lower_bound, p.upper_bound) && ANY (v_kept);
+    SELECT pg_catalog.array_agg(c.relname::text ORDER BY x.i) INTO v_names
+    FROM pg_catalog.unnest(v_partitions) WITH ORDINALITY AS x (oid, i)
+    INNER JOIN pg_catalog.pg_class AS c ON c.oid = x.oid;
 
-    v_started := pg_catalog.clock_timestamp();
-    FOR v_i IN 1 .. coalesce(pg_catalog.cardinality(v_partitions), 0) LOOP
-        partition_name := (SELECT c.relname FROM pg_catalog.pg_class AS c
-                           WHERE c.oid = v_partitions[v_i]);
-        IF p_detach_only THEN
-            EXECUTE pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s',
-                                      v_parents[v_i], v_partitions[v_i]);
-            action := 'detached';
-        ELSE
-            EXECUTE pg_catalog.format('DROP TABLE %s', v_partitions[v_i]);
-            action := 'dropped';
+    -- First the rows that point into the months, with no lock that blocks intercept ...
+    -- then the months themselves, one DDL statement per partition. The DDL needs ACCESS
+    -- EXCLUSIVE on the parent, which any open read of the journal (an analyst's query
+    -- left open) holds off; a DDL statement waiting for it makes every agent's call queue
+    -- behind it. So, for maintain_partitions ('skip'), each try waits at most 50 ms, three
+    -- tries with pauses in which agents go on, and then the months are kept for the next
+    -- run ('skipped', with a WARNING): the block rolls back, pruned rows included, so a
+    -- kept month keeps its undo and approval rows. drop_partitions waits as the caller's
+    -- lock_timeout says.
+    BEGIN
+        v_started := pg_catalog.clock_timestamp();
+        FOREACH v_range IN ARRAY v_prune_ranges LOOP
+            v_pruned_rows := v_pruned_rows
+                             + undolog.prune_month_rows(pg_catalog.lower(v_range),
+                                                        pg_catalog.upper(v_range));
+        END LOOP;
+        RAISE DEBUG 'undolog: pruned % undo/approval rows in % ms', v_pruned_rows,
+            round(extract(epoch FROM pg_catalog.clock_timestamp() - v_started) * 1000, 1);
+
+        IF p_in_use = 'skip' THEN
+            PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
         END IF;
+        FOR v_try IN 1 .. v_tries LOOP
+            BEGIN
+                v_started := pg_catalog.clock_timestamp();
+                FOR v_i IN 1 .. coalesce(pg_catalog.cardinality(v_partitions), 0) LOOP
+                    IF p_detach_only THEN
+                        EXECUTE pg_catalog.format('ALTER TABLE %s DETACH PARTITION %s',
+                                                  v_parents[v_i], v_partitions[v_i]);
+                    ELSE
+                        EXECUTE pg_catalog.format('DROP TABLE %s', v_partitions[v_i]);
+                    END IF;
+                END LOOP;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                IF v_try = v_tries THEN
+                    RAISE;
+                END IF;
+                PERFORM pg_catalog.pg_sleep(0.05 * v_try);
+            END;
+        END LOOP;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        v_actions := pg_catalog.array_fill(
+            CASE WHEN p_detach_only THEN 'detached' ELSE 'dropped' END,
+            ARRAY[coalesce(pg_catalog.cardinality(v_names), 0)]);
+    EXCEPTION WHEN lock_not_available THEN
+        IF p_in_use <> 'skip' THEN
+            RAISE;
+        END IF;
+        RAISE WARNING USING
+            MESSAGE = pg_catalog.format(
+                '%s kept: their locks stayed busy (a transaction reading the journal is open)',
+                pg_catalog.array_to_string(v_names, ', ')),
+            HINT = 'Nothing is lost: the next maintenance run drops them. A transaction left '
+                   'open on undolog_effect_log (pg_stat_activity: idle in transaction) '
+                   'holds them off.';
+        v_actions := pg_catalog.array_fill('skipped'::text,
+                                           ARRAY[coalesce(pg_catalog.cardinality(v_names), 0)]);
+    END;
+    FOR v_i IN 1 .. coalesce(pg_catalog.cardinality(v_names), 0) LOOP
+        action := v_actions[v_i];
+        partition_name := v_names[v_i];
         RETURN NEXT;
     END LOOP;
     -- The DDL's start (epoch) lets a benchmark tell which calls waited for its lock.
