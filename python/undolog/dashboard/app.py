@@ -80,6 +80,9 @@ OPERATOR_ACTIONS: dict[
     "abandon": asaga.abandon_session,
     "rollback": asaga.rollback_session,
 }
+# The operator's actions on a halted session whose forms say which state of it the page
+# showed (`seen`): refused (409) when the session changed since.
+SEEN_ACTIONS = frozenset({"resume", "retry", "abandon"})
 POLL_SECONDS = 0.5
 # The largest step index (a PostgreSQL integer): a larger one names no call of a session.
 PG_INT_MAX = 2**31 - 1
@@ -503,6 +506,9 @@ class Dashboard:
         ws = self.store.get(request.cookies.get(COOKIE))
         if ws is not None:
             self.store.touch(ws)
+            # for _database_error: the web session may end (and leave the store) while
+            # this request still runs on its connection
+            request.state.ws = ws
         return ws
 
     def staff_only(self, request: Request, title: str, text: str) -> WebSession | Response:
@@ -1254,13 +1260,35 @@ class Dashboard:
                 422,
             )
         else:
+            # What the page showed (the session's updated_at): a halted session's forms
+            # carry it, so that a choice made on a page read before another operator moved
+            # the session on (resumed or retried it, and it halted again) is not applied to
+            # a halt this person never saw. A post without it (a script) acts as before.
+            seen = form.get("seen") if action in SEEN_ACTIONS else None
 
-            async def acted(conn: queries.Conn) -> str:
+            async def acted(conn: queries.Conn) -> str | None:
+                if isinstance(seen, str):
+                    head = await queries.one(
+                        conn, QUERIES["dashboard_session"], {"session_id": session_id}
+                    )
+                    if head is None or _iso(head["updated_at"]) != seen:
+                        return None
                 state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
                 log.info("%s: %s %s", ws.login, action, target)
                 return f"{action} by {ws.login}: now {state}"
 
-            outcome = await self._act(ws, target, acted)
+            done = await self._attempt(ws, target, acted)
+            if done is None:
+                outcome = Outcome(
+                    target,
+                    False,
+                    f"{action}: the session changed since you read it (another operator "
+                    "acted, or its walk moved on): nothing was done. Read it again below "
+                    "and choose again.",
+                    409,
+                )
+            else:
+                outcome = done if isinstance(done, Outcome) else Outcome(target, True, done)
         if outcome.ok:
             return self._after(request, ws, [outcome], f"/sessions/{session_id}")
         return await self._show_session(request, ws, session_id, outcome.status, [outcome])
@@ -1335,11 +1363,43 @@ class Dashboard:
         if len(reason) > REASON_LIMIT:
             outcome = Outcome(target, False, f"reason over {REASON_LIMIT} characters", 422)
             return await self._show_session(request, ws, session_id, 422, [outcome])
-        state = await self._attempt(
-            ws, target, lambda conn: asaga.rollback_to(conn, session_id, step, reason, ws.login)
-        )
+        confirmed = [r["undo_id"] for r in plan]
+
+        async def undo(conn: queries.Conn) -> str | None:
+            # The plan was checked above, but the agent may journal another call before
+            # rollback_to locks the session: what rollback_to marked is read again in its
+            # transaction (the session now locked, so it is exactly what the walk will
+            # undo), and a plan other than the one confirmed is rolled back and asked again.
+            async with conn.transaction():
+                state = await asaga.rollback_to(conn, session_id, step, reason, ws.login)
+                marked = await queries.rollback_to_plan(conn, session_id, step)
+                if [r["undo_id"] for r in marked] != confirmed:
+                    raise psycopg.Rollback()
+                return state
+            return None
+
+        state = await self._attempt(ws, target, undo)
         if isinstance(state, Outcome):  # shown with the connection let go, as above
             return await self._show_session(request, ws, session_id, state.status, [state])
+        if state is None:
+            plan = await self._attempt(
+                ws, target, lambda conn: queries.rollback_to_plan(conn, session_id, step)
+            )
+            if isinstance(plan, Outcome):
+                return await self._show_session(request, ws, session_id, plan.status, [plan])
+            key = [f"undo-to:{session_id}:{step}", *(str(r["undo_id"]) for r in plan)]
+            return self.render(
+                request,
+                "undo_to.html",
+                ws,
+                409,
+                session_id=session_id,
+                step=step,
+                plan=plan,
+                token=ws.confirm_nonce(key),
+                stale=True,
+                no_reason=False,
+            )
         log.info("%s: undo-to step %s of %s", ws.login, step, session_id)
         done = Outcome(
             target,
@@ -2079,21 +2139,32 @@ class Dashboard:
         """A page read that the database broke off. When the person's connection is gone
         (killed server-side, the server restarted) their web session cannot go on, since
         the password was never kept: end it and say so, instead of a bare 500."""
-        ws = self.store.sessions.get(request.cookies.get(COOKIE) or "")
+        ws: WebSession | None = getattr(request.state, "ws", None)
+        if ws is None:
+            ws = self.store.sessions.get(request.cookies.get(COOKIE) or "")
         if ws is None or not ws.conn.closed:
             log.warning("database error on %s: %s", request.url.path, exc)
             return self.problem(
                 request, ws, 503, "Database error", f"The database said: {exc}. Try again."
             )
-        log.warning("%s: the database connection was closed: %s", ws.login, exc)
+        if ws.closed:
+            # the web session ended under this request (logged out in another tab,
+            # replaced by a newer login, idle): its connection was closed midway, and
+            # the database may have done what was asked all the same
+            why = (
+                "Your web session ended while this was being done (you logged out in "
+                "another tab, a newer login replaced it, or it was idle too long)"
+            )
+        else:
+            log.warning("%s: the database connection was closed: %s", ws.login, exc)
+            why = "Your connection to the database was closed (the server ended it or restarted)"
         await self.store.logout(ws)
         response = self.problem(
             request,
             None,
             503,
             "Connection lost",
-            "Your connection to the database was closed (the server ended it or restarted), "
-            "so what you just asked for may not have been done. Log in again and look.",
+            f"{why}, so what you just asked for may not have been done. Log in again and look.",
         )
         response.delete_cookie(COOKIE, path="/")
         return response
