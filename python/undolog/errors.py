@@ -231,12 +231,6 @@ class EngineNotInstalled(UndoLogError):
     ``__cause__``; ``sqlstate`` stays None, as it is PostgreSQL's, not the engine's."""
 
 
-class EngineOutdated(EngineNotInstalled):
-    """The database's engine has no function this package calls: it is an older
-    release's. Run ``undolog migrate`` with this package. The database's error (42883,
-    function undolog.* does not exist) is the ``__cause__``."""
-
-
 class SignatureError(UndoLogError, ValueError):
     """Arguments that JSON cannot carry exactly; raised before anything is written."""
 
@@ -424,25 +418,21 @@ _NO_ENGINE_SQLSTATES = ("3F000", "42P01")
 ENGINE_MISSING = "the UndoLog engine is not installed in this database: run `undolog migrate`"
 
 
-# One of its functions missing (42883, undefined_function): the engine is older than the
-# package, whose calls name their functions with the right argument types.
-ENGINE_OUTDATED = (
-    "the UndoLog engine in this database is older than this package (undolog {version}):"
-    " run `undolog migrate` with this package"
+# 42883 on one of the engine's functions: an argument of a type it does not take, or the
+# function missing from an engine older than the package. Which of the two, only the
+# database's catalog says; the note names both.
+ENGINE_OLDER = (
+    "if no argument is of a wrong type, the engine in this database is older than this"
+    " package (undolog {version}): run `undolog migrate` with it (`undolog status` says)"
 )
 
 
 def translate(exc: psycopg.Error) -> Exception:
     """The UndoLogError for a database error, or the error itself if it is not ours."""
-    primary = exc.diag.message_primary or ""
-    if exc.sqlstate in _NO_ENGINE_SQLSTATES and "undolog" in primary:
-        missing = EngineNotInstalled(f"{ENGINE_MISSING} ({primary})")
+    if exc.sqlstate in _NO_ENGINE_SQLSTATES and "undolog" in (exc.diag.message_primary or ""):
+        missing = EngineNotInstalled(f"{ENGINE_MISSING} ({exc.diag.message_primary})")
         missing.__cause__ = exc
         return missing
-    if exc.sqlstate == "42883" and "undolog." in primary:
-        outdated = EngineOutdated(f"{ENGINE_OUTDATED.format(version=__version__)} ({primary})")
-        outdated.__cause__ = exc
-        return outdated
     cls = BY_SQLSTATE.get(exc.sqlstate or "")
     if cls is None:
         return exc
@@ -456,6 +446,8 @@ def translate(exc: psycopg.Error) -> Exception:
         # Every engine error says what to do next; a note shows it under the traceback.
         err.hint = diag.message_hint
         err.add_note(f"hint: {diag.message_hint}")
+    if exc.sqlstate == "42883" and "undolog." in message:
+        err.add_note(ENGINE_OLDER.format(version=__version__))
     return err
 
 

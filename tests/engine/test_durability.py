@@ -339,10 +339,10 @@ def test_async_binding_renews_a_short_lease_and_refuses_a_lapsed_one(
     real_intercept = aengine.intercept_hot
 
     async def intercept_then_recovery(
-        conn: aengine.AsyncConnection, call: engine.HotCall
+        conn: aengine.AsyncConnection, call: engine.HotCall, **options: Any
     ) -> engine.Interception:
         """The call is journaled, then (the agent paused) recovery fails its session."""
-        got = await real_intercept(conn, call)
+        got = await real_intercept(conn, call, **options)
         with psycopg.connect(dsn, autocommit=True) as other:
             engine.fail_session(other, call.session_id, "lease expired")
         return got
