@@ -43,6 +43,7 @@ import functools
 import hashlib
 import logging
 import secrets
+import select
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -54,6 +55,7 @@ import psycopg
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
@@ -106,6 +108,45 @@ COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
 _T = TypeVar("_T")
+
+
+def _still_open(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection is still open, without a round trip: a connection the
+    server ended meanwhile (a restart, ``pg_terminate_backend``) has its end of file (and
+    the server's FATAL notice) waiting on its socket, read here without blocking."""
+    pgconn = conn.pgconn
+    if conn.closed or pgconn.status != pq.ConnStatus.OK:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        # the FATAL notice is read first, the end of file on the next read
+        for _ in range(8):
+            if not poller.poll(0):
+                break
+            pgconn.consume_input()  # OperationalError: the server closed it
+    except (psycopg.Error, OSError):
+        return False
+    return pgconn.status == pq.ConnStatus.OK
+
+
+class JournalPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """The proxy's pool, which never hands out a connection the server has ended while
+    it sat idle. The plain pool gave each of them to the next call, which failed: after a
+    database restart, as many calls as the pool held connections were refused (and a
+    result recorded on one was lost: its session was rolled back). The check costs no
+    round trip (the pool's own ``check`` callback backs off a second and more after each
+    dead connection, which after a restart is every one of them)."""
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        for _ in range(POOL_SIZE + 1):
+            conn = await super().getconn(timeout)
+            if _still_open(conn):
+                return conn
+            log.info("a journal connection was ended by the server: replaced")
+            await conn.close()
+            await self.putconn(conn)  # closed: the pool discards it and makes another
+        return await super().getconn(timeout)
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -330,7 +371,7 @@ class McpProxy:
         # it starts, as the shared ones are
         self.wire_instance: Callable[[ProxySession, UpstreamConnection], None] | None = None
         self.http = False  # served over streamable HTTP (set by the server)
-        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+        self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = JournalPool(
             dsn,
             min_size=1,
             max_size=POOL_SIZE,

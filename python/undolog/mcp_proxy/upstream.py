@@ -168,7 +168,18 @@ class UpstreamConnection:
 
     async def ensure_connected(self) -> None:
         """Before a call is journaled: reconnect a lost upstream, or raise UpstreamDown so
-        that nothing is journaled for a call that cannot be sent."""
+        that nothing is journaled for a call that cannot be sent.
+
+        An upstream whose connection closed between calls (its process died, its server
+        ended the stream) is lost even when nothing was sent into it since: its tap saw
+        the end. Sent into it (the SDK's client session, whose owner task has not noticed,
+        takes the request), a call was answered "connection closed" and counted as of
+        unknown outcome, so that the session was rolled back for a call that never left
+        the proxy; a read was refused as unreachable, with no reconnection, ever."""
+        client, tap = self._client, self._tap
+        if client is not None and tap is not None and tap.closed:
+            log.warning("upstream %s: its connection closed; connecting again", self.spec.name)
+            self._lost(client)
         if self._client is None:
             await self.connect()
 
