@@ -202,3 +202,11 @@ def confirm_form(page: str) -> dict[str, list[str]]:
     ):
         fields.setdefault(html.unescape(name), []).append(html.unescape(value))
     return fields
+
+
+def session_state(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> str:
+    row = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    assert row is not None
+    return str(row[0])

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from test_unwaited_results import effects
 
 from undolog import (
     AsyncUndoLog,
@@ -55,16 +56,6 @@ def blocked(what: str) -> Any:
     started.set()
     assert release.wait(10)
     return {"done": what}
-
-
-def effects(dsn: str, sid: uuid.UUID) -> list[tuple[int, str]]:
-    with psycopg.connect(dsn, autocommit=True) as c:
-        rows = c.execute(
-            "SELECT step_index, state FROM undolog.undolog_effect_log WHERE session_id = %s"
-            " ORDER BY step_index",
-            (sid,),
-        ).fetchall()
-    return [(int(r[0]), str(r[1])) for r in rows]
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ from dashboard_helpers import (
     confirm_form,
     csrf_of,
     halted_session,
+    session_state,
     waiting_session,
     without_user,
 )
@@ -34,14 +35,6 @@ from undolog.walk import CompensationCall
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn"]  # a fixture shared with test_dashboard
-
-
-def session_state(conn: Conn, session_id: uuid.UUID) -> str:
-    row = conn.execute(
-        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
 
 
 def resolved_by(conn: Conn, session_id: uuid.UUID) -> str | None:

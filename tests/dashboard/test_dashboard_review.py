@@ -27,6 +27,7 @@ from dashboard_helpers import (
     book,
     confirm_form,
     csrf_of,
+    session_state,
     waiting_session,
 )
 from undolog import UndoLog, engine
@@ -36,14 +37,6 @@ from undolog.walk import CompensationCall
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn"]  # a fixture shared with test_dashboard
-
-
-def session_state(conn: Conn, session_id: uuid.UUID) -> str:
-    row = conn.execute(
-        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    assert row is not None
-    return str(row[0])
 
 
 # --- a token of any characters --------------------------------------------------------

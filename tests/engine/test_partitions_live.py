@@ -156,6 +156,27 @@ def _undo_rows(conn: Conn, sid: uuid.UUID) -> int:
     return int(row[0])
 
 
+def _maintain_behind_a_reader(dsn: str, months_ahead: int) -> list[tuple[str, str]]:
+    """maintain_partitions while an analyst's read of the journal stays open and four
+    agents journal calls: it must neither wait long nor stall or fail an agent's call.
+    Answers what it did."""
+    reader = psycopg.connect(dsn)
+    reader.execute("SELECT count(*) FROM undolog.undolog_effect_log").fetchone()
+    try:
+        with Agents(dsn, 4) as agents:
+            t0 = time.monotonic()
+            done, took = _maintain(dsn, months_ahead, timeout="6s")
+            time.sleep(0.2)
+    finally:
+        reader.close()
+    worst = agents.worst_ms(t0)
+    print(f"\nmaintain {took * 1000:.0f} ms, agents' worst call {worst:.0f} ms")
+    assert agents.failures == []
+    assert took < 3.0, f"maintain waited {took:.2f} s behind the reader"
+    assert worst < 1000, f"an agent's call waited {worst:.0f} ms behind maintenance"
+    return done
+
+
 def test_maintain_under_agents_drains_drops_creates_and_anchors(dsn: str, conn: Conn) -> None:
     """Draining a missed month (its rows in the DEFAULT partitions), dropping a month past
     retention and creating months ahead, four agents calling meanwhile: no call fails;
@@ -191,20 +212,7 @@ def test_a_long_reader_keeps_the_old_month_instead_of_stalling_agents(dsn: str, 
     briefly, keeps the month for the next run (skipped, with a warning), and goes on."""
     sid = _old_month(conn, 500)
     old = [_month_name(conn, p, -14) for p in ("undolog_effect_log", "undolog_effect_history")]
-    reader = psycopg.connect(dsn)
-    reader.execute("SELECT count(*) FROM undolog.undolog_effect_log").fetchone()
-    try:
-        with Agents(dsn, 4) as agents:
-            t0 = time.monotonic()
-            done, took = _maintain(dsn, 5, timeout="6s")
-            time.sleep(0.2)
-    finally:
-        reader.close()
-    worst = agents.worst_ms(t0)
-    print(f"\nmaintain {took * 1000:.0f} ms, agents' worst call {worst:.0f} ms")
-    assert agents.failures == []
-    assert took < 3.0, f"maintain waited {took:.2f} s behind the reader"
-    assert worst < 1000, f"an agent's call waited {worst:.0f} ms behind maintenance"
+    done = _maintain_behind_a_reader(dsn, 5)
     assert ("skipped", old[0]) in done and ("skipped", old[1]) in done, done
     # The months ahead: the history's attached, the effect log's pending (the reader
     # holds its DEFAULT partition too: documented, attached by the next run).
@@ -289,20 +297,7 @@ def test_a_long_reader_leaves_a_missed_month_in_the_default_instead_of_stalling_
     default partition (writes keep landing there) for the next run, with a warning."""
     _missed_month(conn, 2000)
     current = _month_name(conn, "undolog_effect_log", 0)
-    reader = psycopg.connect(dsn)
-    reader.execute("SELECT count(*) FROM undolog.undolog_effect_log").fetchone()
-    try:
-        with Agents(dsn, 4) as agents:
-            t0 = time.monotonic()
-            done, took = _maintain(dsn, 3, timeout="6s")
-            time.sleep(0.2)
-    finally:
-        reader.close()
-    worst = agents.worst_ms(t0)
-    print(f"\nmaintain {took * 1000:.0f} ms, agents' worst call {worst:.0f} ms")
-    assert agents.failures == []
-    assert took < 3.0, f"maintain waited {took:.2f} s behind the reader"
-    assert worst < 1000, f"an agent's call waited {worst:.0f} ms behind maintenance"
+    done = _maintain_behind_a_reader(dsn, 3)
     assert ("pending", current) in done, done
     assert _in_default(conn) >= 2000
     done, _ = _maintain(dsn, 3)

@@ -17,19 +17,15 @@ import asyncio
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import psycopg
 import pytest
 from agents import Agent, RunState, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 from pydantic_ai import Agent as PydanticAgent
@@ -37,6 +33,7 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import ToolDenied
+from test_langgraph import Chat, ScriptedChat, Steps, calls
 
 from integration_support import (
     AsyncAgentFixture,
@@ -384,37 +381,6 @@ def test_pydantic_ai_two_processes_resume_one_session_at_once(pfx: PydanticFixtu
 
 
 # --- LangGraph ---------------------------------------------------------------------------
-
-
-class ScriptedChat(BaseChatModel):
-    """Answers each call with the next scripted message."""
-
-    turns: list[Any]
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.turns.pop(0))])
-
-
-def calls(*made: tuple[str, str, dict[str, Any]]) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, i, a in made])
-
-
-class Chat(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-
-
-class Steps(TypedDict):
-    done: bool
 
 
 class GraphFixture:
