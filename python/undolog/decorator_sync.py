@@ -109,8 +109,11 @@ def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Int
                     wait=True,
                     guard=guard,
                 )
-            except BaseException as exc:  # not recorded: still the earlier error raised
+            except Exception as exc:  # not recorded: still the earlier error raised
                 raise earlier from exc
+            except BaseException as exc:  # a cancellation, an interrupt: it goes on
+                exc.add_note(f"also, the session's last result was not recorded: {earlier!r}")
+                raise
         raise earlier
     return got
 

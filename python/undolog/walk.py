@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import threading
@@ -19,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -28,6 +29,7 @@ from undolog.errors import (
     EngineNotInstalled,
     InvalidStateTransition,
     PermissionDenied,
+    SessionBusy,
     SessionNotActive,
     UndoLogError,
 )
@@ -43,6 +45,9 @@ POLL = 0.2
 WAKE_SLICE = 0.2
 # How often a compensation that has not returned is logged (it holds its walker).
 STILL_RUNNING_EVERY = 60.0
+# How many times a walker reports a compensation's outcome while its session is held.
+REPORT_TRIES = 3
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,11 @@ def run_walk(
                 _record_interrupted(conn, claim, error)
                 raise
             try:
-                outcome = saga.fail_compensation(conn, claim.undo_id, error, claim.attempt)
+                outcome = _reported(
+                    functools.partial(
+                        saga.fail_compensation, conn, claim.undo_id, error, claim.attempt
+                    )
+                )
             except InvalidStateTransition as stale:
                 _stale(claim, stale)
                 continue
@@ -177,11 +186,33 @@ def run_walk(
                 return engine.session_state(conn, session_id)
             continue
         try:
-            saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+            _reported(
+                functools.partial(saga.complete_compensation, conn, claim.undo_id, claim.attempt)
+            )
         except InvalidStateTransition as stale:
             _stale(claim, stale)
             continue
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
+
+
+def _reported(report: Callable[[], _R]) -> _R:
+    """A compensation's outcome, reported: again, REPORT_TRIES times in all, while
+    another transaction holds its session (SessionBusy: each try waited lock_session's
+    5 s, and nothing was recorded). Given up, the claim expires and the entry is handed
+    out again, so the compensation would run once more: better to wait a little here."""
+    for attempt in range(1, REPORT_TRIES + 1):
+        try:
+            return report()
+        except SessionBusy:
+            if attempt == REPORT_TRIES:
+                raise
+            log.warning(
+                "a compensation's report waited for its session, which another "
+                "transaction holds: trying again (%d of %d)",
+                attempt + 1,
+                REPORT_TRIES,
+            )
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -216,6 +216,29 @@ def test_an_earlier_results_error_is_raised_also_when_the_not_run_record_fails(
     assert s.state == "compensated"
 
 
+def test_an_interrupt_while_recording_the_not_run_call_goes_on(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same record interrupted (Ctrl-C, a cancellation) rather than failed: the
+    earlier error was raised in its place, so an agent catching Exception swallowed the
+    interrupt. Now the interrupt goes on, the earlier error noted on it."""
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    real = engine.send_result
+
+    def interrupted_on_not_run(conn: Any, what: str, *args: Any, wait: bool, **kw: Any) -> None:
+        if what == "fail" and wait:
+            raise KeyboardInterrupt
+        real(conn, what, *args, wait=wait, **kw)
+
+    monkeypatch.setattr(engine, "send_result", interrupted_on_not_run)
+    with pytest.raises(KeyboardInterrupt) as caught, ul.session(agent="t"):
+        act("big", big=BIG)
+        act("next")
+    assert any("PayloadTooLarge" in note for note in caught.value.__notes__), caught.value
+    assert ran == ["big"]
+
+
 def test_a_gathered_call_cancelled_mid_body_fails_the_session_and_is_undone(dsn: str) -> None:
     """One of the calls gathered in a session is cancelled (its timeout) while the others
     commit: its outcome is unknown, so the session fails and the walk undoes what ran."""

@@ -344,6 +344,47 @@ def test_an_agents_open_transaction_holds_a_walkers_report_5_s_at_most(
     assert engine.session_state(walker, sid) == "active"
 
 
+def test_a_walker_reports_again_while_an_agent_holds_its_session(
+    login: Callable[..., Conn], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The walk's side of the test above: the compensation ran, and its report met
+    SessionBusy; run_walk let it go up, the entry stayed claimed until claim_timeout and
+    the compensation would have run a second time. Now the walker reports again while
+    the session is held (REPORT_TRIES in all), and the compensation runs once."""
+    from undolog import walk
+
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    walker = login("undolog_operator")
+    sid = engine.begin_session(agent, agent="holder")
+    for step in (0, 1):
+        call = engine.intercept(
+            agent, sid, step, "book", "compensable", {"n": step}, {"name": "unbook"}
+        )
+        assert call.effect_id is not None
+        engine.commit(agent, call.effect_id, {"ok": step})
+    assert saga.rollback_to(approver, sid, 1, "wrong room", "ann") == "compensating"
+    ran: list[int] = []
+    holding = threading.Event()
+
+    def hold_for(seconds: float) -> None:
+        agent.autocommit = False
+        engine.heartbeat(agent, sid)  # the partial walk's agent, alive: holds the session
+        holding.set()
+        time.sleep(seconds)
+        agent.rollback()
+
+    def unbook(call: Any) -> None:
+        ran.append(call.call_args["n"])
+        threading.Thread(target=hold_for, args=(6.5,), daemon=True).start()
+        assert holding.wait(5)
+
+    with caplog.at_level("WARNING", logger="undolog.walk"):
+        state = walk.run_walk(walker, sid, {"unbook": unbook}, wait=20)
+    assert state == "active" and ran == [1]
+    assert any("trying again (2 of 3)" in r.getMessage() for r in caplog.records)
+
+
 def test_complete_session_refuses_a_snapshot_older_than_its_wait(
     login: Callable[..., Conn],
 ) -> None:
