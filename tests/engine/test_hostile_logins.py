@@ -307,15 +307,10 @@ def test_an_agents_open_transaction_holds_a_person_5_s_at_most_and_no_sweep(
     assert saga.rollback_session(approver, held_sid, "ann", "stop it") in ("failed", "compensating")
 
 
-def test_an_agents_open_transaction_holds_a_walkers_report_5_s_at_most(
-    login: Callable[..., Conn],
-) -> None:
-    """The same for a walker: while a person's "undo from here" walks a live session, its
-    agent goes on heartbeating it, and may leave that transaction open. The worker's
-    report of the compensation it had just run waited for it as long as it liked, and the
-    worker with it: every other session's walk waited. Now the report is SessionBusy
-    (UL030) after lock_session's 5 s, nothing recorded, and goes through once the agent
-    lets go."""
+def _partial_walk(login: Callable[..., Conn]) -> tuple[Conn, Conn, uuid.UUID]:
+    """An agent's session of two committed calls that a person undoes from step 1 (its
+    walk partial: the agent goes on heartbeating it); answers the agent's and a walker's
+    connections and the session."""
     agent = login("undolog_agent")
     approver = login("undolog_approver")
     walker = login("undolog_operator")
@@ -327,6 +322,19 @@ def test_an_agents_open_transaction_holds_a_walkers_report_5_s_at_most(
         assert call.effect_id is not None
         engine.commit(agent, call.effect_id, {"ok": step})
     assert saga.rollback_to(approver, sid, 1, "wrong room", "ann") == "compensating"
+    return agent, walker, sid
+
+
+def test_an_agents_open_transaction_holds_a_walkers_report_5_s_at_most(
+    login: Callable[..., Conn],
+) -> None:
+    """The same for a walker: while a person's "undo from here" walks a live session, its
+    agent goes on heartbeating it, and may leave that transaction open. The worker's
+    report of the compensation it had just run waited for it as long as it liked, and the
+    worker with it: every other session's walk waited. Now the report is SessionBusy
+    (UL030) after lock_session's 5 s, nothing recorded, and goes through once the agent
+    lets go."""
+    agent, walker, sid = _partial_walk(login)
     claim = saga.claim_compensation(walker, sid)
     assert claim is not None
     walker.execute("SET statement_timeout = '20s'")  # "as long as it liked", here
@@ -353,17 +361,7 @@ def test_a_walker_reports_again_while_an_agent_holds_its_session(
     the session is held (REPORT_TRIES in all), and the compensation runs once."""
     from undolog import walk
 
-    agent = login("undolog_agent")
-    approver = login("undolog_approver")
-    walker = login("undolog_operator")
-    sid = engine.begin_session(agent, agent="holder")
-    for step in (0, 1):
-        call = engine.intercept(
-            agent, sid, step, "book", "compensable", {"n": step}, {"name": "unbook"}
-        )
-        assert call.effect_id is not None
-        engine.commit(agent, call.effect_id, {"ok": step})
-    assert saga.rollback_to(approver, sid, 1, "wrong room", "ann") == "compensating"
+    agent, walker, sid = _partial_walk(login)
     ran: list[int] = []
     holding = threading.Event()
 

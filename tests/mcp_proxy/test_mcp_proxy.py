@@ -162,6 +162,21 @@ def sessions(conn: psycopg.Connection[Any]) -> list[tuple[uuid.UUID, str]]:
     ]
 
 
+def run_worker(dsn: str, config: Path, ledger: Path) -> subprocess.CompletedProcess[str]:
+    """`undolog worker --once` with the proxy's configuration (its compensations are the
+    upstreams' tools), as an operator would run it; it must succeed."""
+    worker = subprocess.run(
+        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(config)],
+        env=_env(ledger),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    return worker
+
+
 def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -550,15 +565,7 @@ def test_worker_walks_a_crashed_proxy_session(
     run(body)
     ((sid, _),) = sessions(conn)
     saga.rollback_session(conn, sid, "alice", "the proxy crashed")
-    worker = subprocess.run(
-        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(POLICY)],
-        env=_env(ledger),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert worker.returncode == 0, worker.stderr
+    worker = run_worker(dsn, POLICY, ledger)
     assert f"session {sid}: compensated" in worker.stdout
     assert names(ledger) == ["create_user", "send_email", "retract_email", "delete_user"]
 
@@ -582,15 +589,7 @@ def test_the_proxy_worker_leaves_other_applications_sessions_alone(
     assert made.effect_id is not None
     engine.commit(conn, made.effect_id, {"user_id": 5})
     engine.fail_session(conn, other, "its agent died")
-    worker = subprocess.run(
-        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(POLICY)],
-        env=_env(ledger),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert worker.returncode == 0, worker.stderr
+    run_worker(dsn, POLICY, ledger)
     assert sessions(conn) == [(other, "failed")]
     entry = conn.execute("SELECT state, attempts FROM undolog.undolog_undo_stack").fetchone()
     assert entry == ("pending", 0)

@@ -12,13 +12,12 @@ import json
 import os
 import select
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from test_mcp_proxy import ROOT, WORKER, _env, ledger, names, ops, sessions, wait_for
+from test_mcp_proxy import ledger, names, ops, run_worker, sessions, wait_for
 from test_mcp_proxy_hostile import Line
 from test_mcp_proxy_sessions import effects, session_policy
 
@@ -196,14 +195,6 @@ def test_a_compensation_whose_upstream_is_down_is_kept_for_the_worker(
     down.unlink()
     # the failed attempts' backoff, passed (as time would)
     conn.execute("UPDATE undolog.undolog_undo_stack SET next_attempt_at = now()")
-    worker = subprocess.run(
-        [*WORKER, "--once", "--dsn", dsn, "--mcp-config", str(config)],
-        env=_env(ledger),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert worker.returncode == 0, worker.stderr
+    run_worker(dsn, config, ledger)
     assert [state for _, state in sessions(conn)] == ["compensated"]
     assert names(ledger) == ["put", "slow_make", "unmake", "forget"]
