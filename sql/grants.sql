@@ -74,7 +74,8 @@ GRANT EXECUTE ON FUNCTION undolog.add_notification_channel(
 GRANT EXECUTE ON FUNCTION undolog.remove_notification_channel(text, text) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.enqueue_notifications() TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.claim_notification(interval) TO undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.finish_notification(uuid, integer, text) TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.finish_notification(uuid, integer, text, text)
+TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retry_notification(uuid, text) TO undolog_operator;
 
 -- Undo a live session down to a step and let it go on: a person, or the session's own

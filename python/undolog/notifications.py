@@ -18,6 +18,12 @@ minutes: a body replayed later fails. :data:`DELIVERY_HEADER` names the delivery
 same on every attempt: a receiver that got it twice (a worker that died after sending,
 before recording it) can tell. A mail carries it too, as the same header, and its
 ``Message-ID`` is the delivery's, the same on every attempt.
+
+A mail the SMTP server takes for some of the channel's recipients and refuses for others
+has reached the ones it took: it is sent, never retried (each retry would give them one
+more copy), and the refused addresses, with the server's answers, are recorded on the
+delivery as its warning (``last_error``) and logged. A mail refused for every recipient
+reached nobody, and is retried like any failure.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import hmac
 import html
 import http.client
 import json
+import logging
 import smtplib
 import socket
 import ssl
@@ -60,6 +67,8 @@ DEFAULT_TOLERANCE: Final = 300.0
 """How old (seconds) a signed timestamp :func:`verify` accepts by default."""
 # What a mail or a Slack message shows of the call's arguments (the dashboard has all).
 ARGS_PREVIEW = 2000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,13 +112,16 @@ class Delivery:
 @dataclass(frozen=True)
 class Outcome:
     """What became of one attempt: ``state`` is finish_notification's answer (sent,
-    pending: due again, failed: no attempt left, stale: no longer this worker's)."""
+    pending: due again, failed: no attempt left, stale: no longer this worker's);
+    ``error`` what failed it, ``warning`` what a sent one did not reach."""
 
     delivery_id: uuid.UUID
     channel_name: str
     attempt: int
     state: str
     error: str | None
+    warning: str | None = None
+    """What a sent attempt did not reach (the recipients an SMTP server refused), or None."""
 
 
 def request_url(base: str | None, session_id: uuid.UUID, approval_id: uuid.UUID) -> str | None:
@@ -355,8 +367,9 @@ def _opener(conns: Connections) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_NoRedirect, Http, Https)
 
 
-def send_webhook(d: Delivery, timeout: float, conns: Connections) -> None:
-    """POST the body; raises on anything but a 2xx answer."""
+def send_webhook(d: Delivery, timeout: float, conns: Connections) -> str | None:
+    """POST the body; raises on anything but a 2xx answer. One URL, one receiver:
+    nothing partial to warn of (None)."""
     body = webhook_body(d)
     request = urllib.request.Request(
         d.target,
@@ -376,6 +389,7 @@ def send_webhook(d: Delivery, timeout: float, conns: Connections) -> None:
         raise RuntimeError(f"HTTP {exc.code} {exc.reason}") from exc
     if not 200 <= status < 300:
         raise RuntimeError(f"HTTP {status}")
+    return None
 
 
 class _SMTP(smtplib.SMTP):
@@ -397,8 +411,35 @@ class _SMTPSSL(_SMTP, smtplib.SMTP_SSL):
     """:class:`_SMTP` over TLS from the start."""
 
 
-def send_email(d: Delivery, timeout: float, conns: Connections) -> None:
-    """Hand the mail to the channel's SMTP server; raises if it does not take it."""
+def _refusals(refused: dict[str, tuple[int, bytes]]) -> str:
+    """``refused`` (smtplib's: address -> the server's code and answer) on one line, as
+    ``a@x (550 5.1.1 no such user), b@y (...)``, in address order."""
+
+    def one(address: str, code: int, answer: bytes) -> str:
+        text = _one_line(answer.decode("utf-8", "replace"))
+        return f"{address} ({code} {text})" if text else f"{address} ({code})"
+
+    return ", ".join(one(address, *reply) for address, reply in sorted(refused.items()))
+
+
+def partial_warning(recipients: Sequence[str], refused: dict[str, tuple[int, bytes]]) -> str:
+    """The warning of a mail the server took for some of ``recipients`` and refused for
+    the others (``refused``): who has it, who not and why, and what the operator does."""
+    took = [r for r in recipients if r not in refused]
+    return (
+        f"sent to {len(took)} of {len(recipients)} recipients ({', '.join(took)}); "
+        f"refused: {_refusals(refused)}. Not sent again (the others would get it twice): "
+        "tell the refused ones yourself (the request waits in the dashboard's approvals "
+        "inbox), and fix the address or the server (a 5xx answer: refused for good; 4xx: "
+        "for now) before the next request."
+    )
+
+
+def send_email(d: Delivery, timeout: float, conns: Connections) -> str | None:
+    """Hand the mail to the channel's SMTP server; raises if it takes it for no
+    recipient. Taken for some and refused for others, the mail has reached the ones it
+    took: no error (sending it again would give them a second copy), and the answer is
+    the warning naming the refused ones (None when all took it)."""
     cfg = d.config
     host, port = str(cfg["smtp_host"]), int(cfg["smtp_port"])
     smtp: _SMTP
@@ -415,12 +456,20 @@ def send_email(d: Delivery, timeout: float, conns: Connections) -> None:
             smtp.starttls(context=ssl.create_default_context())
         if cfg.get("smtp_user"):
             smtp.login(str(cfg["smtp_user"]), d.secret or "")
-        refused = smtp.send_message(email_message(d))
-    if refused:
-        raise RuntimeError(f"recipients refused: {', '.join(sorted(refused))}")
+        msg = email_message(d)
+        try:
+            refused = smtp.send_message(msg)
+        except smtplib.SMTPRecipientsRefused as exc:  # nobody has it: retried
+            raise RuntimeError(f"every recipient refused: {_refusals(exc.recipients)}") from exc
+    if not refused:
+        return None
+    recipients = [a.strip() for a in d.target.split(",") if a.strip()]
+    return partial_warning(recipients, refused)
 
 
-SENDERS: dict[str, Callable[[Delivery, float, Connections], None]] = {
+# A sender raises when nothing was delivered; it answers a warning when the message was
+# delivered, but not to every recipient (a retry would repeat it to the others), or None.
+SENDERS: dict[str, Callable[[Delivery, float, Connections], str | None]] = {
     "webhook": send_webhook,
     "email": send_email,
 }
@@ -455,24 +504,42 @@ def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery
     return Delivery(**row)
 
 
-def finish(conn: Connection, d: Delivery, error: str | None) -> str:
-    """Record the attempt's outcome; answers the delivery's state (or ``'stale'``)."""
-    params = {"delivery_id": d.delivery_id, "attempt": d.attempt, "error": error}
+def finish(conn: Connection, d: Delivery, error: str | None, warning: str | None = None) -> str:
+    """Record the attempt's outcome: ``error`` None is sent (``warning``: what it did not
+    reach); answers the delivery's state (or ``'stale'``)."""
+    params = {
+        "delivery_id": d.delivery_id,
+        "attempt": d.attempt,
+        "error": error,
+        "warning": None if error is not None else warning,
+    }
     return str(fetch_one(conn, QUERIES["finish_notification"], params)[0])
 
 
 def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
     """Send one claimed delivery within ``timeout`` seconds in all; answers None when
-    sent, or what went wrong. The send runs in a thread of its own: past the deadline its
-    connections are cut off (a read blocked on one ends at once) and the attempt is a
-    failure, retried later like any other."""
+    sent (to every recipient or, a mail, to some: :func:`attempt` answers which were
+    refused), or what went wrong."""
+    return attempt(d, timeout)[0]
+
+
+def attempt(d: Delivery, timeout: float = 10.0) -> tuple[str | None, str | None]:
+    """Send one claimed delivery within ``timeout`` seconds in all; answers ``(error,
+    warning)``: error None when sent, with the warning of a mail some recipients refused
+    (it reached the others: it is sent, and not retried), or what went wrong. The send
+    runs in a thread of its own: past the deadline its connections are cut off (a read
+    blocked on one ends at once) and the attempt is a failure, retried later like any
+    other."""
     conns = Connections()
     failure: list[BaseException] = []
+    warning: list[str] = []
     done = threading.Event()
 
     def send() -> None:
         try:
-            SENDERS[d.channel_kind](d, timeout, conns)
+            note = SENDERS[d.channel_kind](d, timeout, conns)
+            if note is not None:
+                warning.append(note)
         except Exception as exc:  # a channel's failure is recorded, never the worker's end
             failure.append(exc)
         finally:
@@ -487,8 +554,10 @@ def deliver(d: Delivery, timeout: float = 10.0) -> str | None:
         return (
             f"TimeoutError: the {d.channel_kind} channel did not take the message within "
             f"{timeout:g} s in all (a slow or stalled receiver)"
-        )
-    return _error_text(failure[0]) if failure else None
+        ), None
+    if failure:
+        return _error_text(failure[0]), None
+    return None, (warning[0] if warning else None)
 
 
 def deliver_due(
@@ -512,9 +581,11 @@ def deliver_due(
         d = claim(conn, lease)
         if d is None:
             break
-        error = deliver(d, timeout)
-        state = finish(conn, d, error)
-        done.append(Outcome(d.delivery_id, d.channel_name, d.attempt, state, error))
+        error, warning = attempt(d, timeout)
+        state = finish(conn, d, error, warning)
+        if warning is not None:  # sent, but some were not told: the operator's to see
+            log.warning("delivery %s (%s): %s", d.delivery_id, d.channel_name, warning)
+        done.append(Outcome(d.delivery_id, d.channel_name, d.attempt, state, error, warning))
     return done
 
 

@@ -482,9 +482,11 @@ SELECT undolog.enqueue_notifications()
 SELECT * FROM undolog.claim_notification(p_lease => %(lease)s)
 
 -- name: finish_notification
--- One attempt's outcome (error NULL: sent); answers the delivery's state, or 'stale'.
+-- One attempt's outcome (error NULL: sent; warning: what a sent one did not reach);
+-- answers the delivery's state, or 'stale'.
 SELECT undolog.finish_notification(
-    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s
+    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s,
+    p_warning => %(warning)s
 )
 
 -- name: add_notification_channel
