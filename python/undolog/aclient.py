@@ -19,7 +19,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from undolog import _acompat, aapprovals, aengine, asaga, context, walk
+from undolog import _acompat, aapprovals, aengine, asaga, context, engine_check, walk
 from undolog._conninfo import UNREACHABLE_HINT, check_dsn, dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
@@ -40,7 +40,7 @@ from undolog.client_common import (
 )
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.engine import take_unsettled
-from undolog.errors import AwaitingApprovalError, InvalidStateTransition
+from undolog.errors import AwaitingApprovalError, InvalidStateTransition, UndoLogError
 
 
 async def _connect(conninfo: str) -> aengine.AsyncConnection:
@@ -55,6 +55,23 @@ async def _connect(conninfo: str) -> aengine.AsyncConnection:
     except psycopg.OperationalError as exc:
         exc.add_note(f"hint: {UNREACHABLE_HINT}")
         raise
+
+
+async def _first_use(conn: aengine.AsyncConnection, async_results: bool = False) -> None:
+    """Check, the first time the client uses ``conn``, that the engine in its database is
+    one this package works with (undolog.engine_check): EngineNotInstalled when there is
+    none, EngineVersionMismatch when it is too old or too new; nothing after that. With
+    ``async_results``, undolog.async_results is set on for the connection in the same
+    statement (a session's setting: the check then costs no round trip of its own)."""
+    if engine_check.checked(conn):
+        if async_results:
+            await aengine.set_async_results(conn, True)
+        return
+    try:
+        row = await aengine.fetch_one(conn, engine_check.statement(async_results))
+    except UndoLogError as exc:
+        raise engine_check.failed(exc) from exc.__cause__
+    engine_check.accept(conn, None if row[0] is None else str(row[0]))
 
 
 async def _settled(conn: aengine.AsyncConnection) -> Exception | None:
@@ -112,17 +129,35 @@ class AsyncUndoLog(_Base):
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[aengine.AsyncConnection]:
-        """An autocommit connection: from the pool (restored after) or a new one."""
+        """An autocommit connection: from the pool (restored after) or a new one. The
+        first time the client uses a connection, it checks that the engine in its
+        database is one this package works with (EngineNotInstalled,
+        EngineVersionMismatch): one round trip, once per connection."""
+        async with self._connection() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _connection(
+        self, async_results: bool = False
+    ) -> AsyncIterator[aengine.AsyncConnection]:
+        """connection(); with ``async_results`` (a session's, unless durable_results),
+        undolog.async_results is on while it is used, in the same statement as the
+        engine's check on a connection's first use (restored after, on a pooled one)."""
         if self.pool is None:
             async with await _connect(self.dsn) as conn:
+                await _first_use(conn, async_results)
                 yield conn
             return
         async with self.pool.connection() as conn:
             before = conn.autocommit
             await conn.set_autocommit(True)
             try:
+                await _first_use(conn, async_results)
                 yield conn
             finally:
+                if async_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        await aengine.set_async_results(conn, False)
                 if not conn.closed:
                     await conn.set_autocommit(before)
 
@@ -149,13 +184,11 @@ class AsyncUndoLog(_Base):
         in_progress_wait: float | timedelta | None,
     ) -> AsyncIterator[AsyncSession]:
         lease = lease or self.lease
-        async with self.connection() as conn:
+        async with self._connection(async_results=not self.durable_results) as conn:
             sent = time.monotonic()
             sid = await aengine.begin_session(conn, session_id, agent, metadata, lease)
             state = await aengine.session_state(conn, sid)
             active = self._active(sid, conn, state, in_progress_wait, sent, lease, AsyncSession)
-            if not self.durable_results:
-                await aengine.set_async_results(conn, True)
             token = context.enter(active)
             stop = _acompat.Event()
             beat = (
@@ -178,9 +211,6 @@ class AsyncUndoLog(_Base):
                 active.left = True
                 await _acompat.stop(beat, stop)
                 context.leave(token)
-                if self.pool is not None and not self.durable_results and not conn.closed:
-                    with contextlib.suppress(Exception):  # a pooled connection: as it was
-                        await aengine.set_async_results(conn, False)
 
     async def _ended(self, conn: aengine.AsyncConnection, active: ActiveSession) -> str:
         """The block ended: the session completed, or failed and walked when its last
@@ -271,7 +301,9 @@ class AsyncUndoLog(_Base):
         """Walk a failed session's undo stack with the registered compensations. (The
         async client runs the walk's SQL on a sync connection in a worker thread, and
         async compensations on its event loop.)"""
-        return await _acompat.walking(self, lambda conn, loop: self._walk(conn, session_id, loop))
+        return await _acompat.walking(
+            self, lambda conn, loop: self._walk(engine_check.check(conn), session_id, loop)
+        )
 
     async def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
         """One worker pass: the approval requests past their deadline closed, recover(),
@@ -282,7 +314,7 @@ class AsyncUndoLog(_Base):
         return await _acompat.walking(
             self,
             lambda conn, loop: walk.work(
-                conn, self.compensations, wait=0.0, loop=loop, owners=owners
+                engine_check.check(conn), self.compensations, wait=0.0, loop=loop, owners=owners
             ),
         )
 
@@ -318,6 +350,7 @@ class AsyncUndoLog(_Base):
         # A connection of its own, never the pool's: it LISTENs for the whole wait.
         conninfo = self._conninfo()
         async with await _connect(conninfo) as conn:
+            await _first_use(conn)
             return await aapprovals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from undolog import _compat, approvals, context, engine, saga, walk
+from undolog import _compat, approvals, context, engine, engine_check, saga, walk
 from undolog._conninfo import UNREACHABLE_HINT, check_dsn, dsn_error
 from undolog.client_common import (
     _SESSION_GONE,
@@ -42,7 +42,7 @@ from undolog.client_common import (
 )
 from undolog.context import DEFAULT_IN_PROGRESS_WAIT, ActiveSession
 from undolog.engine import take_unsettled
-from undolog.errors import AwaitingApprovalError, InvalidStateTransition
+from undolog.errors import AwaitingApprovalError, InvalidStateTransition, UndoLogError
 
 
 def _connect(conninfo: str) -> engine.Connection:
@@ -57,6 +57,23 @@ def _connect(conninfo: str) -> engine.Connection:
     except psycopg.OperationalError as exc:
         exc.add_note(f"hint: {UNREACHABLE_HINT}")
         raise
+
+
+def _first_use(conn: engine.Connection, async_results: bool = False) -> None:
+    """Check, the first time the client uses ``conn``, that the engine in its database is
+    one this package works with (undolog.engine_check): EngineNotInstalled when there is
+    none, EngineVersionMismatch when it is too old or too new; nothing after that. With
+    ``async_results``, undolog.async_results is set on for the connection in the same
+    statement (a session's setting: the check then costs no round trip of its own)."""
+    if engine_check.checked(conn):
+        if async_results:
+            engine.set_async_results(conn, True)
+        return
+    try:
+        row = engine.fetch_one(conn, engine_check.statement(async_results))
+    except UndoLogError as exc:
+        raise engine_check.failed(exc) from exc.__cause__
+    engine_check.accept(conn, None if row[0] is None else str(row[0]))
 
 
 def _settled(conn: engine.Connection) -> Exception | None:
@@ -114,17 +131,33 @@ class SyncUndoLog(_Base):
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[engine.Connection]:
-        """An autocommit connection: from the pool (restored after) or a new one."""
+        """An autocommit connection: from the pool (restored after) or a new one. The
+        first time the client uses a connection, it checks that the engine in its
+        database is one this package works with (EngineNotInstalled,
+        EngineVersionMismatch): one round trip, once per connection."""
+        with self._connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _connection(self, async_results: bool = False) -> Iterator[engine.Connection]:
+        """connection(); with ``async_results`` (a session's, unless durable_results),
+        undolog.async_results is on while it is used, in the same statement as the
+        engine's check on a connection's first use (restored after, on a pooled one)."""
         if self.pool is None:
             with _connect(self.dsn) as conn:
+                _first_use(conn, async_results)
                 yield conn
             return
         with self.pool.connection() as conn:
             before = conn.autocommit
             conn.set_autocommit(True)
             try:
+                _first_use(conn, async_results)
                 yield conn
             finally:
+                if async_results and not conn.closed:
+                    with contextlib.suppress(Exception):  # a pooled connection: as it was
+                        engine.set_async_results(conn, False)
                 if not conn.closed:
                     conn.set_autocommit(before)
 
@@ -151,13 +184,11 @@ class SyncUndoLog(_Base):
         in_progress_wait: float | timedelta | None,
     ) -> Iterator[Session]:
         lease = lease or self.lease
-        with self.connection() as conn:
+        with self._connection(async_results=not self.durable_results) as conn:
             sent = time.monotonic()
             sid = engine.begin_session(conn, session_id, agent, metadata, lease)
             state = engine.session_state(conn, sid)
             active = self._active(sid, conn, state, in_progress_wait, sent, lease, Session)
-            if not self.durable_results:
-                engine.set_async_results(conn, True)
             token = context.enter(active)
             stop = _compat.Event()
             beat = (
@@ -180,9 +211,6 @@ class SyncUndoLog(_Base):
                 active.left = True
                 _compat.stop(beat, stop)
                 context.leave(token)
-                if self.pool is not None and not self.durable_results and not conn.closed:
-                    with contextlib.suppress(Exception):  # a pooled connection: as it was
-                        engine.set_async_results(conn, False)
 
     def _ended(self, conn: engine.Connection, active: ActiveSession) -> str:
         """The block ended: the session completed, or failed and walked when its last
@@ -271,7 +299,9 @@ class SyncUndoLog(_Base):
         """Walk a failed session's undo stack with the registered compensations. (The
         async client runs the walk's SQL on a sync connection in a worker thread, and
         async compensations on its event loop.)"""
-        return _compat.walking(self, lambda conn, loop: self._walk(conn, session_id, loop))
+        return _compat.walking(
+            self, lambda conn, loop: self._walk(engine_check.check(conn), session_id, loop)
+        )
 
     def work(self, owners: Sequence[str] | None = None) -> dict[uuid.UUID, str]:
         """One worker pass: the approval requests past their deadline closed, recover(),
@@ -282,7 +312,7 @@ class SyncUndoLog(_Base):
         return _compat.walking(
             self,
             lambda conn, loop: walk.work(
-                conn, self.compensations, wait=0.0, loop=loop, owners=owners
+                engine_check.check(conn), self.compensations, wait=0.0, loop=loop, owners=owners
             ),
         )
 
@@ -316,6 +346,7 @@ class SyncUndoLog(_Base):
         # A connection of its own, never the pool's: it LISTENs for the whole wait.
         conninfo = self._conninfo()
         with _connect(conninfo) as conn:
+            _first_use(conn)
             return approvals.wait_for_decision(conn, approval_id, wait, poll)
 
     def _conninfo(self) -> str:

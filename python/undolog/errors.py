@@ -228,7 +228,29 @@ class PermissionDenied(UndoLogError):
 class EngineNotInstalled(UndoLogError):
     """The database has no UndoLog engine (schema undolog): run ``undolog migrate``.
     The database's own error (schema or relation undolog.* does not exist) is the
-    ``__cause__``; ``sqlstate`` stays None, as it is PostgreSQL's, not the engine's."""
+    ``__cause__``; ``sqlstate`` stays None, as it is PostgreSQL's, not the engine's.
+    Its subclass EngineVersionMismatch: an engine is there, but not one this package
+    works with."""
+
+
+class EngineVersionMismatch(EngineNotInstalled):
+    """The engine in the database is not one this package works with, found by the check
+    UndoLog and AsyncUndoLog run the first time they use a connection (before a session
+    begins: nothing was journaled). ``installed`` is the engine's ``undolog.version()``
+    (None when it has no such function), ``package`` this package's version.
+
+    An engine older than the package (a patch release too), or without
+    ``undolog.version()``: run ``undolog migrate`` with this package. One newer in its
+    major or minor version: upgrade the package. A newer patch release of the same
+    major.minor is accepted (undolog.engine_check has the rule, which ``migrate`` shares).
+    A subclass of EngineNotInstalled: the engine this package needs is not installed."""
+
+    def __init__(
+        self, message: str, installed: str | None = None, package: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.installed = installed
+        self.package = package or __version__
 
 
 class SignatureError(UndoLogError, ValueError):

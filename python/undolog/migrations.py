@@ -53,6 +53,7 @@ import psycopg
 
 from undolog._sql import sql_root
 from undolog._version import __version__
+from undolog.engine_check import is_newer
 
 # pg_advisory_xact_lock key held by every migrate transaction (arbitrary, fixed).
 MIGRATE_LOCK_KEY = 7557806069434771456
@@ -315,35 +316,6 @@ def _plan(
     return pending, sources, status
 
 
-_PEP440 = re.compile(
-    r"^v?(?P<release>[0-9]+(?:\.[0-9]+)*)"
-    r"(?:[-_.]?(?P<pre>a|b|rc)[-_.]?(?P<pre_n>[0-9]*))?"
-    r"(?:[-_.]?post[-_.]?(?P<post>[0-9]*))?"
-    r"(?:[-_.]?dev[-_.]?(?P<dev>[0-9]*))?(?:\+.*)?$"
-)
-_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
-
-
-def version_key(version: str) -> tuple[Any, ...] | None:
-    """A sort key for a release's version (PEP 440's public forms: 1.2, 1.2.0rc1,
-    1.2.post1, 1.2.dev3); None when the text is none of them."""
-    m = _PEP440.match(version.strip().lower())
-    if m is None:
-        return None
-    release = [int(part) for part in m["release"].split(".")]
-    while len(release) > 1 and release[-1] == 0:
-        release.pop()  # 1.2 == 1.2.0
-    dev = m["dev"] is not None
-    if m["pre"] is not None:
-        pre = (_PRE_RANK[m["pre"]], int(m["pre_n"] or 0))
-    elif dev and m["post"] is None:
-        pre = (-1, 0)  # 1.2.dev3 comes before 1.2a1
-    else:
-        pre = (3, 0)  # the final release
-    post = int(m["post"] or 0) if m["post"] is not None else -1
-    return (tuple(release), pre, post, 0 if dev else 1, int(m["dev"] or 0))
-
-
 def installed_engine_version(conn: psycopg.Connection[Any]) -> str | None:
     """``undolog.version()`` of the engine in the database; None when there is none, or
     this login may not call it."""
@@ -362,12 +334,12 @@ def _refuse_a_newer_engine(conn: psycopg.Connection[Any]) -> None:
     functions, views, triggers and policies (their files differ from the ones recorded,
     so they look changed) under the newer release's tables: a downgrade, which is not
     supported. A release that changed only functions has no migration this package could
-    miss, so the version is what tells."""
+    miss, so the version is what tells (undolog.engine_check orders versions, for the
+    clients' check too)."""
     installed = installed_engine_version(conn)
     if installed is None:
         return
-    theirs, ours = version_key(installed), version_key(engine_version())
-    if theirs is not None and ours is not None and theirs > ours:
+    if is_newer(installed, engine_version()):
         raise MigrationError(
             f"the database runs the engine of undolog {installed}, newer than this package"
             f" (undolog {engine_version()}): upgrade the package (pip install --upgrade"

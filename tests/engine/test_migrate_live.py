@@ -18,7 +18,8 @@ import pytest
 from psycopg import sql
 
 from undolog import migrations
-from undolog.migrations import MigrationError, MigrationLockTimeout, migrate, version_key
+from undolog.engine_check import version_key
+from undolog.migrations import MigrationError, MigrationLockTimeout, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,192 @@
+"""Is the engine in the database one this package works with?
+
+One rule, two users: ``undolog migrate`` refuses to put an older package's engine over a
+newer one (undolog.migrations), and the session clients (UndoLog, AsyncUndoLog) check, the
+first time they use a connection, that the engine answering on it is one this package can
+drive (undolog.aclient). Both compare ``undolog.version()`` (sql/functions/version.sql,
+written by migrate from python/undolog/_version.py) with the package's version, ordered
+by ``version_key``.
+
+What the clients accept, for a package of version P and an engine of version E:
+
+* E == P: the engine this package installs.
+* E older than P (a patch release too): refused, EngineVersionMismatch; run ``undolog
+  migrate`` with this package. The package's statements could otherwise meet a function
+  the engine does not have yet (42883), or worse, one whose meaning changed.
+* E newer than P with the same major.minor (0.1.3 for a 0.1.0 package; another host ran a
+  newer patch release's migrate): accepted. A patch release keeps every function an
+  earlier package of its series calls, with the same arguments and meaning.
+* E newer than P in its major or minor version (0.2.0 for a 0.1.x package): refused,
+  EngineVersionMismatch; upgrade this package.
+* E or P not a release's version (``version_key`` is None: a developer's build): not
+  compared, as migrate does not compare them.
+* no ``undolog.version()`` at all: no schema undolog, EngineNotInstalled (the database's
+  error, translated as any other statement's); the schema without that function, an
+  engine older than every release that has it, EngineVersionMismatch.
+
+The clients run the check once per connection (``checked``/``accept``): on a connection
+they open for a session it is the same statement as the session's setting of
+``undolog.async_results`` (no round trip of its own); otherwise one round trip, the first
+time the connection is used.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Any
+
+import psycopg
+
+from undolog import _version, engine
+from undolog.errors import EngineVersionMismatch, InvalidArgument, UndoLogError
+
+_PEP440 = re.compile(
+    r"^v?(?P<release>[0-9]+(?:\.[0-9]+)*)"
+    r"(?:[-_.]?(?P<pre>a|b|rc)[-_.]?(?P<pre_n>[0-9]*))?"
+    r"(?:[-_.]?post[-_.]?(?P<post>[0-9]*))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev>[0-9]*))?(?:\+.*)?$"
+)
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
+
+
+def version_key(version: str) -> tuple[Any, ...] | None:
+    """A sort key for a release's version (PEP 440's public forms: 1.2, 1.2.0rc1,
+    1.2.post1, 1.2.dev3); None when the text is none of them."""
+    m = _PEP440.match(version.strip().lower())
+    if m is None:
+        return None
+    release = [int(part) for part in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()  # 1.2 == 1.2.0
+    dev = m["dev"] is not None
+    if m["pre"] is not None:
+        pre = (_PRE_RANK[m["pre"]], int(m["pre_n"] or 0))
+    elif dev and m["post"] is None:
+        pre = (-1, 0)  # 1.2.dev3 comes before 1.2a1
+    else:
+        pre = (3, 0)  # the final release
+    post = int(m["post"] or 0) if m["post"] is not None else -1
+    return (tuple(release), pre, post, 0 if dev else 1, int(m["dev"] or 0))
+
+
+def _series(key: tuple[Any, ...]) -> tuple[int, int]:
+    """major.minor of a version_key (1 is 1.0)."""
+    release = (*key[0], 0, 0)
+    return (release[0], release[1])
+
+
+def is_newer(installed: str, package: str) -> bool:
+    """The engine's version is a later release than the package's (migrate's refusal)."""
+    theirs, ours = version_key(installed), version_key(package)
+    return theirs is not None and ours is not None and theirs > ours
+
+
+def mismatch(installed: str, package: str) -> str | None:
+    """Why an engine of version ``installed`` may not serve a package of version
+    ``package`` ("older" or "newer"), None when it may (the rule in this module's
+    docstring)."""
+    theirs, ours = version_key(installed), version_key(package)
+    if theirs is None or ours is None:
+        return None
+    if theirs < ours:
+        return "older"
+    if theirs > ours and _series(theirs) != _series(ours):
+        return "newer"
+    return None
+
+
+def refusal(installed: str | None, package: str | None = None) -> EngineVersionMismatch | None:
+    """The error for an engine that answers ``installed`` (None: it has no version()),
+    None when this package works with it."""
+    package = package or _version.__version__
+    if installed is None:
+        return EngineVersionMismatch(
+            "the engine in this database has no undolog.version(): it is older than this"
+            f" package (undolog {package}), or incomplete; run `undolog migrate` with this"
+            " package (`undolog status` says what it would apply). Nothing was sent but"
+            " this check",
+            installed=None,
+            package=package,
+        )
+    why = mismatch(installed, package)
+    if why == "older":
+        return EngineVersionMismatch(
+            f"the engine in this database is undolog {installed}, older than this package"
+            f" (undolog {package}): run `undolog migrate` with this package before using it"
+            " (`undolog status` says what it would apply). Nothing was sent but this check",
+            installed=installed,
+            package=package,
+        )
+    if why == "newer":
+        return EngineVersionMismatch(
+            f"the engine in this database is undolog {installed}, a newer release than this"
+            f" package (undolog {package}; only a newer patch release of the same major.minor"
+            " is accepted): upgrade the package (pip install --upgrade undolog). Nothing was"
+            " sent but this check",
+            installed=installed,
+            package=package,
+        )
+    return None
+
+
+# The connections whose engine was checked (psycopg.Connection and AsyncConnection alike).
+_checked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+# The check's statement: the version alone, or with the session's setting of
+# undolog.async_results (queries.sql's set_async_results, 'on') in the same round trip.
+# Where the schema is missing it fails as a whole (3F000), the setting with it.
+VERSION = "SELECT undolog.version()"
+VERSION_AND_ASYNC_RESULTS = (
+    "SELECT undolog.version(), pg_catalog.set_config('undolog.async_results', 'on', false)"
+)
+
+
+def checked(conn: Any) -> bool:
+    """The engine on ``conn`` was checked already (by this process)."""
+    return conn in _checked
+
+
+def statement(async_results: bool) -> str:
+    """The check's statement; with ``async_results``, it also sets undolog.async_results
+    on for the connection."""
+    return VERSION_AND_ASYNC_RESULTS if async_results else VERSION
+
+
+def failed(exc: UndoLogError) -> UndoLogError:
+    """What the check raises when its statement failed with ``exc`` (translated): no
+    schema undolog is EngineNotInstalled already; a schema without undolog.version()
+    (42883, translated to InvalidArgument) is an engine older than that function."""
+    cause = exc.__cause__
+    if (
+        isinstance(exc, InvalidArgument)
+        and isinstance(cause, psycopg.Error)
+        and cause.sqlstate == "42883"
+    ):
+        missing = refusal(None)
+        assert missing is not None
+        missing.__cause__ = cause
+        return missing
+    return exc
+
+
+def accept(conn: Any, installed: str | None) -> None:
+    """Judge the version ``conn``'s engine answered: raise EngineVersionMismatch, or
+    remember the connection as checked."""
+    refused = refusal(installed)
+    if refused is not None:
+        raise refused
+    _checked.add(conn)
+
+
+def check(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """The check on a sync connection (one round trip the first time; nothing after):
+    for the connections the async client opens for its undo walks. Answers ``conn``."""
+    if checked(conn):
+        return conn
+    try:
+        row = engine.fetch_one(conn, VERSION)
+    except UndoLogError as exc:
+        raise failed(exc) from exc.__cause__
+    accept(conn, None if row[0] is None else str(row[0]))
+    return conn
