@@ -476,8 +476,10 @@ SENDERS: dict[str, Callable[[Delivery, float, Connections], str | None]] = {
 
 
 def _error_text(exc: BaseException) -> str:
-    # U+0000 (a server's answer may hold one) cannot be stored in a text column
-    text = " ".join(str(exc).split()).replace("\x00", "\ufffd")
+    # A receiver's words (an HTTP reason phrase, an SMTP answer) on one printable line:
+    # no escape sequence or bell reaches the terminal that shows last_error, and no U+0000
+    # the text column would refuse.
+    text = _one_line(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

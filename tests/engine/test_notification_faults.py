@@ -231,3 +231,18 @@ def test_an_endless_answer_is_not_read(answering: Callable[[bytes], str]) -> Non
     started = time.monotonic()
     assert notifications.deliver(_delivery("webhook", url, {}, {}), timeout=5.0) is None
     assert time.monotonic() - started < 3.0
+
+
+def test_a_reason_phrase_with_control_characters_is_recorded_on_one_printable_line(
+    answering: Callable[[bytes], str],
+) -> None:
+    """A receiver's reason phrase is its own text: its escape sequences and bell (which a
+    terminal showing `undolog notifications deliveries` would obey) and format characters
+    become spaces in the recorded error, as the agent's text does in a mail."""
+    url = answering(
+        b"HTTP/1.1 503 Busy\x1b[2J\x1b]0;owned\x07 now\xe2\x80\xae\x0b\r\nContent-Length: 0\r\n\r\n"
+    )
+    error = notifications.deliver(_delivery("webhook", url, {}, {}), timeout=5.0)
+    assert error is not None and error.startswith("RuntimeError: HTTP 503 Busy"), error
+    assert error.isprintable(), repr(error)
+    assert "[2J" in error and "owned" in error  # the text is kept; only the controls went
