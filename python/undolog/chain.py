@@ -86,7 +86,10 @@ def verify(
     since: datetime | None = None,
 ) -> Report:
     """Recompute the chains in the database (one session, or all; rows from ``since``
-    on) and answer every row that does not match (``undolog.verify_chain``)."""
+    on) and answer every row that does not match (``undolog.verify_chain``), and every
+    row that hashes right but holds what the engine never writes there, a look-alike
+    its record writes the same way (problem ``impossible``:
+    ``undolog.chain_impossible_rows``, e.g. a committed result of SQL NULL)."""
     with translated():
         cur = conn.cursor(row_factory=dict_row)
         scope = {"session_id": session_id, "since": since}
@@ -153,7 +156,9 @@ def verify_export(lines: Iterable[str]) -> Report:
     """Check an export (:func:`export_session`) with no database: every line's hash is
     sha256(prev || canonical), its prev is the previous line's hash, its seq follows,
     its record is its canonical text, and the last line is the head. Raises
-    ExportInvalid (UL028) for a file that is not an export at all."""
+    ExportInvalid (UL028) for a file that is not an export at all. The records alone
+    cannot show an ``impossible`` row (a record writes SQL NULL and the JSON null
+    alike): only :func:`verify` reads the columns."""
     it = iter(lines)
     try:
         header = json.loads(next(it))

@@ -12,6 +12,10 @@
 --   head       the session's head (undolog_chain_heads) is not its last row: rows
 --              deleted at the end, or the head changed
 --   anchored   an anchor recorded a head that the row at that seq no longer has
+--   impossible it hashes right, but holds a value the engine never writes there, which
+--              its canonical record writes as it writes the one the engine wrote (the
+--              SQL NULL and the JSON null): undolog.chain_impossible_rows, whose rules
+--              these are (expected: what the engine writes, found: what is there)
 -- and, when every session is verified, the anchors' own chain (table undolog_chain_anchors:
 -- altered, link, missing). From p_since on, a session's first row is checked against its
 -- own stored prev (the rows before it are not read; retention may have dropped them), and
@@ -143,12 +147,16 @@ AS $$
         WHERE p_session_id IS NULL
           AND (a.prev <> coalesce(a.before_hash, undolog.chain_genesis())
                OR a.anchor_id <> coalesce(a.before_id + 1, 1))
+        UNION ALL
+        SELECT i.session_id, i.seq, i.table_name, i.row_key, i.problem, i.expected, i.found
+        FROM undolog.chain_impossible_rows(p_session_id, p_since) AS i
     )
     SELECT f.session_id, f.seq, f.table_name, f.row_key, f.problem, f.expected, f.found
     FROM findings AS f
     ORDER BY f.session_id NULLS LAST, f.seq NULLS FIRST, f.table_name, f.row_key,
              pg_catalog.array_position(
-                 ARRAY['unchained', 'missing', 'duplicate', 'link', 'altered', 'head', 'anchored'],
+                 ARRAY['unchained', 'missing', 'duplicate', 'link', 'altered', 'impossible',
+                       'head', 'anchored'],
                  f.problem)
 $$;
 

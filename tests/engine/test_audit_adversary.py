@@ -4,7 +4,8 @@ deletes, reorders or forges history rows, and rewrites what it can of the anchor
 auditor who kept an exported anchor must find every change to what that anchor covers,
 whether she verifies every session or one (`--session`). What the chain does not promise
 (the rows after the latest anchor, the rows before a `--since` window, two values that
-the canonical record writes alike) is pinned here too, so that a change to it is seen."""
+the canonical record writes alike, in an export checked offline) is pinned here too, so
+that a change to it is seen."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import psycopg
 import pytest
 
 from undolog import chain, engine
-from undolog.errors import EXIT_MISMATCH
+from undolog.errors import EXIT_MISMATCH, LateResult
 
 Conn = psycopg.Connection[Any]
 
@@ -319,14 +320,12 @@ def test_one_session_verified_against_a_kept_anchor_finds_a_rewritten_older_anch
 # back and the row still hashed to its stored link, so no verification could see it.
 # The times are spelled apart now (chain_time: a year BC, ±infinity), without changing
 # the record of any row the engine writes (it never writes those times). SQL NULL and
-# the JSON null are not: telling them apart changes the record of every row already
-# written that holds one of them. Its test pins the collision, strictly: when the record
-# is fixed it passes, and the xfail mark must go.
-
-COLLISION = (
-    "the canonical record writes both values alike (a collision); telling them apart"
-    " changes the canonical record of existing rows"
-)
+# the JSON null are still written alike (json_build_object): telling them apart in the
+# record would change the record of every row already written that holds one of them.
+# The engine's own invariants tell them apart instead (undolog.chain_impossible_rows,
+# problem 'impossible'): where the engine writes only one of the two, or neither, the
+# other is a change. Every column whose record conflates them is covered below; the
+# canonical record itself stays as it was (an export checked offline cannot tell them).
 
 
 def test_a_time_moved_to_its_year_bc_is_found(conn: Conn) -> None:
@@ -367,28 +366,165 @@ def test_an_approval_that_never_expires_made_to_have_expired_is_found(conn: Conn
     assert not chain.verify(conn, session).ok
 
 
-@pytest.mark.xfail(strict=True, reason=f"{COLLISION}: json_build_object writes null for both")
-def test_a_result_of_json_null_made_sql_null_is_found(conn: Conn) -> None:
+def walked_session(conn: Conn) -> uuid.UUID:
+    """A session whose one call was committed, then undone by the walk: history rows
+    with no detail (SQL NULL) in each of the three history tables."""
+    session = engine.begin_session(conn, agent="walked")
+    calls(conn, session, 1)
+    engine.fail_session(conn, session, "the agent gave up")
+    claim = conn.execute(
+        "SELECT undo_id, attempt FROM undolog.claim_compensation(%s)", (session,)
+    ).fetchone()
+    assert claim is not None
+    conn.execute("SELECT undolog.complete_compensation(%s, %s)", claim)
+    return session
+
+
+def test_a_result_of_json_null_made_sql_null_is_found(dsn: str, conn: Conn) -> None:
     """commit records a call that returned nothing as the JSON null; SQL NULL is "no
-    result recorded". The record writes both as null."""
+    result recorded". The record writes both as null; a committed call never holds SQL
+    NULL (commit writes coalesce(result, 'null')), so verify names the row."""
     session = engine.begin_session(conn, agent="nothing")
     found = engine.intercept(
         conn, session, 0, "adv_create", "compensable", {"n": 0}, {"name": "adv_undo"}
     )
     assert found.effect_id is not None
     engine.commit(conn, found.effect_id, None)
+    other = engine.begin_session(conn, agent="bystander")
+    calls(conn, other, 1)
     held = conn.execute(
         "SELECT result_snapshot IS NULL, result_snapshot = 'null'::jsonb"
         " FROM undolog.undolog_effect_log WHERE effect_id = %s",
         (found.effect_id,),
     ).fetchone()
     assert held == (False, True)
+    assert chain.verify(conn).ok
     tamper(
         conn,
         "UPDATE undolog.undolog_effect_log SET result_snapshot = NULL WHERE effect_id = %s",
         (found.effect_id,),
     )
+    key = f"effect_id={found.effect_id} committed"
+    expected = [("undolog_effect_log", key, "impossible", "result: SQL NULL")]
+    for report in (chain.verify(conn), chain.verify(conn, session)):
+        got = [(f.table, f.key, f.problem, f.found) for f in report.findings]
+        assert got == expected, report.findings
+    assert chain.verify(conn, other).ok  # one session verified: only its own rows
+    cli = undolog_cli(dsn, "verify", "--session", str(session))
+    assert cli.returncode == EXIT_MISMATCH, cli.stdout + cli.stderr
+    assert f"impossible: undolog_effect_log {key}" in cli.stdout
+
+
+@pytest.mark.parametrize("value", ["null", '{"ok": "forged"}'])
+def test_a_result_given_to_a_call_that_never_committed_is_found(conn: Conn, value: str) -> None:
+    """A call that failed (or that the walk took while it ran) never committed: it holds
+    no result, and its created record writes 'result' null whatever the column holds. A
+    result written there behind the triggers' back (one the compensation would be
+    handed) is named."""
+    session = engine.begin_session(conn, agent="uncommitted")
+    found = engine.intercept(
+        conn, session, 0, "adv_create", "compensable", {"n": 0}, {"name": "adv_undo"}
+    )
+    assert found.effect_id is not None
+    engine.fail(conn, found.effect_id, "the body raised")
+    assert chain.verify(conn, session).ok
+    tamper(
+        conn,
+        "UPDATE undolog.undolog_effect_log SET result_snapshot = %s::jsonb WHERE effect_id = %s",
+        (value, found.effect_id),
+    )
+    assert [(f.key, f.problem) for f in chain.verify(conn, session).findings] == [
+        (f"effect_id={found.effect_id} created", "impossible")
+    ]
+
+
+@pytest.mark.parametrize(
+    "table", ["undolog_session_history", "undolog_effect_history", "undolog_undo_history"]
+)
+def test_a_detail_of_sql_null_made_json_null_is_found(conn: Conn, table: str) -> None:
+    """A history row with nothing to add has no detail (SQL NULL); the engine never
+    writes the JSON null there (a detail is an object, or none). The record writes both
+    as null; verify names the row."""
+    session = walked_session(conn)
+    assert chain.verify(conn, session).ok
+    (seq,) = conn.execute(
+        f"SELECT min(chain_seq) FROM undolog.{table} WHERE session_id = %s AND detail IS NULL",
+        (session,),
+    ).fetchone() or (None,)
+    assert seq is not None
+    tamper(
+        conn,
+        f"UPDATE undolog.{table} SET detail = 'null'::jsonb"
+        " WHERE session_id = %s AND chain_seq = %s",
+        (session, seq),
+    )
+    report = chain.verify(conn, session)
+    assert [(f.table, f.seq, f.problem, f.found) for f in report.findings] == [
+        (table, seq, "impossible", "detail: JSON null")
+    ]
+
+
+def test_what_the_engine_writes_is_never_impossible(conn: Conn) -> None:
+    """The rules hold for every row the engine writes: results of None, a replay, a
+    failed call retried, the walk taking a running call and that call's late result of
+    None (recorded in a detail stripped of its nulls), each history with no detail."""
+    session = engine.begin_session(conn, agent="honest")
+    calls(conn, session, 1)
+    nothing = engine.intercept(
+        conn, session, 1, "adv_create", "compensable", {"n": 1}, {"name": "adv_undo"}
+    )
+    assert nothing.effect_id is not None
+    engine.commit(conn, nothing.effect_id, None)
+    again = engine.intercept(
+        conn, session, 1, "adv_create", "compensable", {"n": 1}, {"name": "adv_undo"}
+    )
+    assert again.action == "replay"
+    running = engine.intercept(
+        conn, session, 2, "adv_create", "compensable", {"n": 2}, {"name": "adv_undo"}
+    )
+    assert running.effect_id is not None
+    engine.fail(conn, running.effect_id, "the body raised")
+    retried = engine.intercept(
+        conn, session, 2, "adv_create", "compensable", {"n": 2}, {"name": "adv_undo"}
+    )
+    assert retried.effect_id == running.effect_id
+    engine.fail_session(conn, session, "the agent gave up")
+    late = False
+    while (
+        claim := conn.execute(
+            "SELECT undo_id, attempt FROM undolog.claim_compensation(%s)", (session,)
+        ).fetchone()
+    ) is not None:
+        if not late:
+            with pytest.raises(LateResult):
+                engine.commit(conn, running.effect_id, None)
+            late = True
+        conn.execute("SELECT undolog.complete_compensation(%s, %s)", claim)
+    events = conn.execute(
+        "SELECT array_agg(DISTINCT event) FROM undolog.undolog_effect_history"
+        " WHERE session_id = %s",
+        (session,),
+    ).fetchone()
+    assert events is not None and {"replayed", "late_commit"} <= set(events[0])
+    assert chain.verify(conn, session).ok, chain.verify(conn, session).findings
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.chain_impossible_rows(%s)", (session,)
+    ).fetchone() == (0,)
+
+
+def test_an_export_cannot_tell_sql_null_from_json_null(conn: Conn) -> None:
+    """Documented (Limits): the export holds the canonical record, which writes both
+    alike, so the offline check of an export made after the change finds nothing; the
+    online verify does."""
+    session = walked_session(conn)
+    tamper(
+        conn,
+        "UPDATE undolog.undolog_session_history SET detail = 'null'::jsonb"
+        " WHERE session_id = %s AND detail IS NULL",
+        (session,),
+    )
     assert not chain.verify(conn, session).ok
+    assert chain.verify_export(chain.export_session(conn, session)).ok
 
 
 @pytest.mark.parametrize(
