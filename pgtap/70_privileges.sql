@@ -62,6 +62,7 @@ INSERT INTO allowed VALUES
     ('undolog_operator', 'resume_session'),
     ('undolog_operator', 'retry_compensation'),
     ('undolog_operator', 'abandon_session'),
+    ('undolog_operator', 'expect_session'),
     ('undolog_operator', 'rollback_session'),
     ('undolog_approver', 'rollback_session'),
     ('undolog_operator', 'add_notification_channel'),

@@ -52,6 +52,10 @@ GRANT EXECUTE ON FUNCTION undolog.fail_compensation(uuid, text, integer) TO undo
 GRANT EXECUTE ON FUNCTION undolog.resume_session(uuid, text, text) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retry_compensation(uuid, text, text) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.abandon_session(uuid, text, text) TO undolog_operator;
+-- Locks a session and refuses (UL001) when it changed since the operator read it: called
+-- first in the transaction of one of the three actions above, so that a decision made on
+-- a page or a `sessions show` read earlier applies to that state only.
+GRANT EXECUTE ON FUNCTION undolog.expect_session(uuid, timestamptz) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.expire_approvals() TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.ensure_partitions(integer) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.drop_partitions(timestamptz, boolean, boolean)

@@ -19,7 +19,7 @@ class come out as ``UndoLogError`` subclasses (undolog.errors).
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from undolog.aengine import AsyncConnection, fetch_all, fetch_one
@@ -32,6 +32,7 @@ __all__ = [
     "abandon_session",
     "claim_compensation",
     "complete_compensation",
+    "expect_session",
     "fail_compensation",
     "recover",
     "resume_session",
@@ -123,6 +124,15 @@ async def abandon_session(
     return await _text(
         conn, QUERIES["abandon_session"], {"session_id": session_id, "by": by, "reason": reason}
     )
+
+
+async def expect_session(conn: AsyncConnection, session_id: uuid.UUID, seen: datetime) -> str:
+    """Lock the session and check that it is as it was read: its ``updated_at`` is
+    ``seen``; answers its state. Call it first in the transaction of
+    :func:`resume_session`, :func:`retry_compensation` or :func:`abandon_session`
+    (one transaction: ``conn.transaction()``) so that nobody moves the session between the
+    check and the action. Raises ``InvalidStateTransition`` (UL001) when it changed since."""
+    return await _text(conn, QUERIES["expect_session"], {"session_id": session_id, "seen": seen})
 
 
 async def rollback_session(

@@ -207,6 +207,11 @@ SELECT undolog.abandon_session(
     p_session_id => %(session_id)s, p_by => %(by)s, p_reason => %(reason)s
 )
 
+-- name: expect_session
+-- An operator's action on a session as it was read: first in the action's transaction,
+-- the session locked, and refused (UL001) when its updated_at is not the one seen.
+SELECT undolog.expect_session(p_session_id => %(session_id)s, p_seen => %(seen)s)
+
 -- name: rollback_session
 -- An operator stops an active or waiting session and has its work undone.
 SELECT undolog.rollback_session(

@@ -21,7 +21,7 @@ class come out as ``UndoLogError`` subclasses (undolog.errors).
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from undolog.engine import Connection, fetch_all, fetch_one
@@ -34,6 +34,7 @@ __all__ = [
     "abandon_session",
     "claim_compensation",
     "complete_compensation",
+    "expect_session",
     "fail_compensation",
     "recover",
     "resume_session",
@@ -119,6 +120,15 @@ def abandon_session(conn: Connection, session_id: uuid.UUID, by: str, reason: st
     return _text(
         conn, QUERIES["abandon_session"], {"session_id": session_id, "by": by, "reason": reason}
     )
+
+
+def expect_session(conn: Connection, session_id: uuid.UUID, seen: datetime) -> str:
+    """Lock the session and check that it is as it was read: its ``updated_at`` is
+    ``seen``; answers its state. Call it first in the transaction of
+    :func:`resume_session`, :func:`retry_compensation` or :func:`abandon_session`
+    (one transaction: ``conn.transaction()``) so that nobody moves the session between the
+    check and the action. Raises ``InvalidStateTransition`` (UL001) when it changed since."""
+    return _text(conn, QUERIES["expect_session"], {"session_id": session_id, "seen": seen})
 
 
 def rollback_session(conn: Connection, session_id: uuid.UUID, by: str, reason: str) -> str:

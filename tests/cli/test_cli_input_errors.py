@@ -115,3 +115,21 @@ def test_an_agent_is_told_the_role_tools_retire_needs(
         "--dsn", agent_dsn,
     )  # fmt: skip
     assert code == 1 and "grant the login undolog_operator, which this command needs" in err
+
+
+def test_an_agent_rolling_back_anothers_session_is_told_either_staff_role(
+    agent_dsn: str, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rollback_session is granted to operators and approvers both: the hint names both,
+    not the operator alone (an approver may stop a session too)."""
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        session = engine.begin_session(owner, agent="victim")
+    code, _, err = run(
+        capsys, "sessions", "rollback", str(session), "--by", "x", "--reason", "r",
+        "--dsn", agent_dsn,
+    )  # fmt: skip
+    assert code == 1
+    assert (
+        "grant the login undolog_operator (or undolog_approver), which this command needs"
+        in err
+    )

@@ -25,6 +25,8 @@ Rows = list[dict[str, Any]]
 # The group role of an operator's commands (a parser's needed_role: the hint of a
 # permission denied names it)
 OPERATOR = "undolog_operator"
+# ... of the commands a person of either staff role runs (stop or undo a session)
+PERSON = "undolog_operator (or undolog_approver)"
 # Seconds a command waits for the database to answer its connection, unless the DSN's
 # connect_timeout or PGCONNECT_TIMEOUT says otherwise (a host that accepts and never
 # answers would hold it for ever)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import uuid
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from undolog import saga
 from undolog.cli._common import (
     EXIT_OK,
     OPERATOR,
+    PERSON,
     Parser,
     Subparsers,
     UsageError,
@@ -56,7 +58,19 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
             required=reason_required,
             help="why (recorded)" + ("; required" if reason_required else ""),
         )
-        p.set_defaults(func=_operator_action(action), needed_role=OPERATOR)
+        if action in SEEN_ACTIONS:
+            p.add_argument(
+                "--seen",
+                type=_seen,
+                metavar="UPDATED_AT",
+                help="the session's updated_at as `sessions show` printed it: act only if the "
+                "session is still as it was then (checked under its lock, in the action's "
+                "transaction); refused (UL001, exit 1) when another operator or its walk "
+                "moved it since",
+            )
+        # rollback: a person stops a session, an approver as well (sql/grants.sql)
+        role = OPERATOR if action in SEEN_ACTIONS else PERSON
+        p.set_defaults(func=_operator_action(action), needed_role=role)
     p = sessions.add_parser(
         "undo-to",
         parents=[common],
@@ -74,7 +88,25 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument(
         "--plan", action="store_true", help="only print what would be undone; change nothing"
     )
-    p.set_defaults(func=_cmd_sessions_undo_to, needed_role=OPERATOR)
+    p.set_defaults(func=_cmd_sessions_undo_to, needed_role=PERSON)
+
+
+# The actions on a halted session that take --seen (undolog.expect_session).
+SEEN_ACTIONS = frozenset({"resume", "retry", "abandon"})
+
+
+def _seen(value: str) -> datetime.datetime:
+    try:
+        seen = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time as `sessions show` prints it: {value!r}"
+        ) from None
+    if seen.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} has no time zone: pass updated_at as `sessions show` prints it"
+        )
+    return seen
 
 
 SESSION_COLUMNS = [
@@ -162,6 +194,12 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     if s.get("resolved_at"):
         by, why = printable(s["resolved_by"]), printable(s["resolution"])
         print(f"abandoned by {by} at {s['resolved_at']}: {why}")
+    updated = s["updated_at"].isoformat()
+    if s["state"] == "halted" and not s.get("resolved_at"):
+        # what an operator's resume, retry or abandon passes to act on this state only
+        print(f"updated_at: {updated}  (--seen {updated}: act on this state only)")
+    else:
+        print(f"updated_at: {updated}")
     emit(args, timeline, TIMELINE_COLUMNS, title="\ntimeline:")
     if any(r["from_state"] == "executing" and r["to_state"] == "pending" for r in timeline):
         # the engine's word for a call that raised reads as "not started yet" otherwise
@@ -183,8 +221,11 @@ def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
 
 def _operator_action(action: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        with connect(args) as conn:
+        seen: datetime.datetime | None = getattr(args, "seen", None)
+        with connect(args) as conn, conn.transaction():
             sid = resolve_id(conn, "session", args.session)
+            if seen is not None:  # the session stays locked until the action commits
+                saga.expect_session(conn, sid, seen)
             if action == "resume":
                 state = saga.resume_session(conn, sid, args.by, args.reason)
             elif action == "retry":

@@ -1264,16 +1264,34 @@ class Dashboard:
             # carry it, so that a choice made on a page read before another operator moved
             # the session on (resumed or retried it, and it halted again) is not applied to
             # a halt this person never saw. A post without it (a script) acts as before.
-            seen = form.get("seen") if action in SEEN_ACTIONS else None
+            # The check is the engine's (undolog.expect_session), in the action's own
+            # transaction: it locks the session as the action does, so nobody can move it
+            # between the check and the action. A value that is no instant the page could
+            # have shown (no time zone) is a state the session is not in.
+            field = form.get("seen") if action in SEEN_ACTIONS else None
+            seen: datetime.datetime | None = None
+            if isinstance(field, str):
+                try:
+                    seen = datetime.datetime.fromisoformat(field)
+                except ValueError:
+                    seen = None
+                if seen is not None and seen.tzinfo is None:
+                    seen = None
 
             async def acted(conn: queries.Conn) -> str | None:
-                if isinstance(seen, str):
-                    head = await queries.one(
-                        conn, QUERIES["dashboard_session"], {"session_id": session_id}
-                    )
-                    if head is None or _iso(head["updated_at"]) != seen:
-                        return None
-                state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
+                checked = not isinstance(field, str)
+                if not checked and seen is None:
+                    return None
+                try:
+                    async with conn.transaction():
+                        if seen is not None:
+                            await asaga.expect_session(conn, session_id, seen)
+                            checked = True
+                        state = await OPERATOR_ACTIONS[action](conn, subject, ws.login, reason)
+                except errors.InvalidStateTransition:
+                    if checked:
+                        raise
+                    return None  # changed since it was read: rolled back, nothing done
                 log.info("%s: %s %s", ws.login, action, target)
                 return f"{action} by {ws.login}: now {state}"
 
