@@ -19,10 +19,11 @@ database.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -111,15 +112,11 @@ def verify(
     return Report(int(counted["sessions"]), int(counted["rows"]), findings)
 
 
-def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iterator[str]:
-    """The session's journal as JSON lines: a header (format, session, head), then one
-    line per history row in chain order, each with its link (seq, prev, hash, hex) and
-    its canonical record, as the text that was hashed and, for reading, as JSON."""
-    with translated():
-        cur = conn.cursor(row_factory=dict_row)
-        head = cur.execute(QUERIES["chain_head"], {"session_id": session_id}).fetchone()
-        rows = cur.execute(QUERIES["session_chain_events"], {"session_id": session_id}).fetchall()
-    yield json.dumps(
+def export_header(session_id: uuid.UUID, head: Mapping[str, Any] | None) -> str:
+    """The first line of a session's export: its format, the session and its chain's
+    head (``head``: the ``chain_head`` query's row, with ``seq`` and ``head``; None for
+    a session with no link yet). One line of JSON, without its newline."""
+    return json.dumps(
         {
             "format": EXPORT_FORMAT,
             "session_id": str(session_id),
@@ -128,18 +125,55 @@ def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iter
             else {"seq": head["seq"], "hash": bytes(head["head"]).hex()},
         }
     )
-    for r in rows:
-        yield json.dumps(
-            {
-                "seq": r["seq"],
-                "table": r["table_name"],
-                "key": r["row_key"],
-                "prev": None if r["prev"] is None else bytes(r["prev"]).hex(),
-                "hash": None if r["hash"] is None else bytes(r["hash"]).hex(),
-                "canonical": r["canonical"],
-                "record": json.loads(r["canonical"]),
-            }
-        )
+
+
+def export_line(row: Mapping[str, Any]) -> str:
+    """One history row's line of an export (``row``: the ``session_chain_events``
+    query's row): its link (seq, prev, hash, hex), where it lives (table, key) and its
+    canonical record, as the text that was hashed and, for reading, as JSON. One line of
+    JSON, without its newline."""
+    return json.dumps(
+        {
+            "seq": row["seq"],
+            "table": row["table_name"],
+            "key": row["row_key"],
+            "prev": None if row["prev"] is None else bytes(row["prev"]).hex(),
+            "hash": None if row["hash"] is None else bytes(row["hash"]).hex(),
+            "canonical": row["canonical"],
+            "record": json.loads(row["canonical"]),
+        }
+    )
+
+
+def export_lines(
+    session_id: uuid.UUID, head: Mapping[str, Any] | None, rows: Iterable[Mapping[str, Any]]
+) -> Iterator[str]:
+    """A session's export, from its head and its history rows in chain order (the
+    ``chain_head`` and ``session_chain_events`` queries' rows; read in one snapshot, the
+    head is the last row's): the header (:func:`export_header`), then a line per row
+    (:func:`export_line`). The one definition of the format, whoever reads the rows:
+    ``undolog export`` and the dashboard's download write each line and a newline."""
+    yield export_header(session_id, head)
+    for row in rows:
+        yield export_line(row)
+
+
+def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iterator[str]:
+    """The session's journal as JSON lines (:func:`export_lines`): a header (format,
+    session, head), then one line per history row in chain order, each with its link
+    (seq, prev, hash, hex) and its canonical record, as the text that was hashed and,
+    for reading, as JSON. The head and the rows are read in one snapshot (on an
+    autocommit connection, a read-only REPEATABLE READ transaction of its own; otherwise
+    the caller's transaction, whose isolation is the caller's): read apart, a call
+    journaled in between would put a row after the head, and the file would not verify."""
+    with translated(), contextlib.ExitStack() as snapshot:
+        if conn.autocommit:
+            snapshot.enter_context(conn.transaction())
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur = conn.cursor(row_factory=dict_row)
+        head = cur.execute(QUERIES["chain_head"], {"session_id": session_id}).fetchone()
+        rows = cur.execute(QUERIES["session_chain_events"], {"session_id": session_id}).fetchall()
+    yield from export_lines(session_id, head, rows)
 
 
 def _hex(value: Any) -> bytes | None:

@@ -15,8 +15,9 @@ from typing import Any
 
 import psycopg
 
-from undolog import engine
+from undolog import chain, engine
 from undolog.errors import EXIT_MISMATCH
+from undolog.queries import QUERIES
 
 Conn = psycopg.Connection[Any]
 
@@ -187,3 +188,27 @@ def test_export_to_a_folder_that_does_not_exist_is_a_usage_error(
     assert got.returncode == 2, got.stderr
     assert f"cannot write {target}" in got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_an_export_reads_its_head_and_rows_in_one_snapshot(dsn: str, conn: Conn) -> None:
+    """A call journaled between the export's read of the session's head and its read of
+    the rows must not land in the file after its head: the file would not verify."""
+    session = journal(conn)
+    other = psycopg.connect(dsn, autocommit=True)
+
+    class JournalsAfterTheHead(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            done = super().execute(query, params, **kwargs)
+            if query is QUERIES["chain_head"]:  # the agent goes on meanwhile
+                # a second request while the first waits: its call and its request linked
+                asked = engine.intercept(other, session, 2, "process_payout", "irreversible", {})
+                assert asked.approval_id is not None
+            return done
+
+    with other, psycopg.connect(dsn, autocommit=True) as reader:
+        reader.cursor_factory = JournalsAfterTheHead
+        lines = list(chain.export_session(reader, session))
+        report = chain.verify_export(lines)
+        assert report.ok, report
+        # the calls journaled meanwhile are in the journal, not in this export
+        assert len(list(chain.export_session(other, session))) > len(lines)

@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import jinja2
 import markupsafe
 import psycopg
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -49,7 +52,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import aapprovals, asaga, errors, links
+from undolog import aapprovals, asaga, chain, errors, links
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
@@ -91,6 +94,15 @@ PG_INT_MAX = 2**31 - 1
 # database). A person's tabs need a few; a browser opens six at most per site anyway.
 MAX_STREAMS = 16
 COUNTS_SECONDS = 5.0
+# A session's export (GET /sessions/{id}/export, as `undolog export`) is read and sent in
+# batches of at most EXPORT_ROWS rows, fewer when its lines are long (about
+# EXPORT_CHUNK_BYTES a batch): a session of a million records is never held whole. The
+# download holds the person's connection while it is sent; one whose client takes
+# nothing for EXPORT_STALL_SECONDS is given up (cut short, never ended as if complete).
+EXPORT_ROWS = 500
+EXPORT_CHUNK_BYTES = 1024 * 1024
+EXPORT_STALL_SECONDS = 60.0
+EXPORT_MEDIA_TYPE = "application/x-ndjson"
 
 SECURITY_HEADERS = [
     (
@@ -1221,6 +1233,117 @@ class Dashboard:
             return self.not_found(request, ws, "call")
         return self.render(request, "payload.html", ws, row=row, which=which, session_id=session_id)
 
+    async def session_export(self, request: Request) -> Response:
+        """A session's history rows with their hash chain, as `undolog export` writes
+        them (chain.export_header and chain.export_line: the same bytes), a download for
+        `undolog verify --file` to check offline. Staff only, like the session page's
+        History chain section (undolog.chain_events is granted to staff); anyone else
+        gets 403, logged out the login page. Read in one snapshot and sent batch by
+        batch (see EXPORT_ROWS)."""
+        ws = self.staff_only(
+            request,
+            "Export",
+            "Only approvers and operators export a session's history chain; your "
+            "sessions' records are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
+        session_id = self._uuid(request.path_params["session_id"])
+        if session_id is None:
+            return self.not_found(request, ws, "session")
+        send, receive = anyio.create_memory_object_stream[str](1)
+        producer = asyncio.ensure_future(self._export_chunks(ws, session_id, send))
+        producer.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            header = await receive.receive()
+        except anyio.EndOfStream:
+            receive.close()
+            try:
+                ended = await asyncio.shield(producer)
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError) and ws.conn.closed:
+                    raise  # the connection is gone: _database_error says so
+                status, text = engine_error(exc)
+                return self.problem(request, ws, status, "Export refused", text)
+            if ended == "missing":
+                return self.not_found(request, ws, "session")
+            raise RuntimeError(f"the export of session {session_id} stopped: {ended}") from None
+        filename = f"session-{session_id}.jsonl"  # as docs/operations/audit.md names it
+        return StreamingResponse(
+            self._export_stream(header, receive, producer),
+            media_type=EXPORT_MEDIA_TYPE,
+            headers={"content-disposition": f'attachment; filename="{filename}"'},
+        )
+
+    @staticmethod
+    async def _export_chunks(
+        ws: WebSession, session_id: uuid.UUID, send: MemoryObjectSendStream[str]
+    ) -> str:
+        """Read a session's export in one REPEATABLE READ READ ONLY transaction on the
+        person's connection (its head is then its last row's) and send it chunk by
+        chunk: the header's line, then the rows' lines, from a server-side cursor, in
+        batches. Runs in a task of its own, which nothing cancels (psycopg closes a
+        connection whose query is cancelled midway, and this one is the person's).
+        Answers "missing" (nothing sent) when the person may not see the session,
+        "sent" when every line was, "cut" when the download was closed or its client
+        took nothing for EXPORT_STALL_SECONDS; raises a database error."""
+
+        async def put(chunk: str) -> bool:
+            try:
+                with anyio.fail_after(EXPORT_STALL_SECONDS):
+                    await send.send(chunk)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
+                return False
+            return True
+
+        sid = {"session_id": session_id}
+        async with send, ws.db() as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await conn.set_read_only(True)
+            try:
+                async with conn.transaction():
+                    cur = conn.cursor(row_factory=dict_row)
+                    await cur.execute(QUERIES["session_state"], sid)
+                    if await cur.fetchone() is None:
+                        return "missing"
+                    await cur.execute(QUERIES["chain_head"], sid)
+                    head = await cur.fetchone()
+                    if not await put(chain.export_header(session_id, head) + "\n"):
+                        return "cut"
+                    rows = conn.cursor("undolog_export", row_factory=dict_row)
+                    await rows.execute(QUERIES["session_chain_events"], sid)
+                    size = EXPORT_ROWS
+                    while batch := await rows.fetchmany(size):
+                        chunk = "".join(chain.export_line(r) + "\n" for r in batch)
+                        if not await put(chunk):
+                            return "cut"
+                        # long lines: fewer of them in the next batch
+                        fit = EXPORT_CHUNK_BYTES * len(batch) // max(len(chunk), 1)
+                        size = max(1, min(EXPORT_ROWS, fit))
+                    await rows.close()
+            finally:
+                if not conn.closed:
+                    await conn.set_isolation_level(None)
+                    await conn.set_read_only(None)
+        return "sent"
+
+    @staticmethod
+    async def _export_stream(
+        header: str, receive: MemoryObjectReceiveStream[str], producer: asyncio.Future[str]
+    ) -> AsyncIterator[str]:
+        """The download's body: what _export_chunks sends. An export it could not finish
+        (a database error, a stall) raises, so that the response is cut short rather
+        than ended as if it were whole: a truncated file must not look complete."""
+        try:
+            yield header
+            async for chunk in receive:
+                yield chunk
+            ended = await asyncio.shield(producer)
+            if ended != "sent":
+                raise RuntimeError(f"the export stopped before its end: {ended}")
+        finally:
+            receive.close()  # the producer's next send fails: it ends and frees the lock
+
     async def session_action(self, request: Request) -> Response:
         got = await self.posted(request)
         if isinstance(got, Response):
@@ -2131,6 +2254,7 @@ class Dashboard:
             Route(
                 "/sessions/{session_id}/calls/{effect_id}/{which}", self.payload, methods=["GET"]
             ),
+            Route("/sessions/{session_id}/export", self.session_export, methods=["GET"]),
             Route("/sessions/{session_id}/{action}", self.session_action, methods=["POST"]),
             Route("/tools", self.tools_page, methods=["GET"]),
             Route("/tools/retire", self.tools_retire, methods=["POST"]),
