@@ -388,6 +388,18 @@ LIMIT 4
 -- `undolog approvals list`: the requests waiting for a human, oldest first.
 SELECT * FROM undolog.pending_approvals ORDER BY requested_at
 
+-- name: decided_approvals
+-- `undolog approvals decided`: past decisions, newest first (the dashboard's /decisions),
+-- from an instant on and of this login only when asked.
+SELECT d.approval_id, d.decided_at, d.decision, d.effect_state, d.tool_name, d.args,
+       d.approved_args, d.session_id, d.step_index, d.agent, d.owner_role, d.requested_by,
+       d.requested_at, d.decided_by, d.decided_role, d.reason, d.waited
+FROM undolog.decided_approvals AS d
+WHERE (%(since)s::timestamptz IS NULL OR d.decided_at >= %(since)s::timestamptz)
+  AND (NOT %(mine)s::boolean OR d.decided_role = session_user)
+ORDER BY d.decided_at DESC, d.approval_id DESC
+LIMIT %(limit)s::int
+
 -- name: registered_tools
 -- `undolog tools list`: the registry (one owner's, or all; live only unless all).
 SELECT * FROM undolog.registered_tools
@@ -962,6 +974,11 @@ LIMIT %(limit)s::int
 -- An operator writes an anchor from the Maintenance page (undolog.write_anchor, as
 -- `undolog anchor write`): answers it.
 SELECT anchor_id, written_at, sessions, hash FROM undolog.write_anchor()
+
+-- name: dashboard_lease_expired
+-- The active sessions whose lease ran out (their agent stopped heartbeating): what a
+-- recovery run from the Maintenance page (undolog.recover) is about to fail.
+SELECT d.session_id FROM undolog.due_sessions AS d WHERE d.state = 'active'
 
 -- name: dashboard_maintenance_lock_timeout
 -- The Maintenance page's actions run in a transaction that waits at most this long for

@@ -10,9 +10,14 @@
     undolog sessions retry SESSION --by NAME [--reason TEXT]     retry its failed compensation
     undolog sessions abandon SESSION --by NAME --reason TEXT     resolved by hand: stays halted
     undolog sessions rollback SESSION --by NAME --reason TEXT    undo an active/waiting session
+    undolog sessions undo-to SESSION STEP --reason TEXT [--plan]  undo down to a step, go on
     undolog approvals list                     requests waiting for a human
+    undolog approvals decided [--since T] [--mine]   past decisions: who, when, why
     undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]
+                                               (approve --args JSON: edit, then approve)
+    undolog approvals expire                   close the requests past their deadline
     undolog tools list [--owner ROLE] [--all]  registered tools: tier and compensation
+    undolog tools register TOOL --owner ROLE --tier T [--compensation JSON]   for an agent
     undolog tools retire TOOL --owner ROLE --by NAME --reason TEXT   end a registration
     undolog recover                            fail expired sessions; name walks to run
     undolog worker --app MODULE:OBJECT [--owner ROLE]... [--interval S] [--max-backoff S] [--once]
@@ -32,6 +37,8 @@
                                                (exit 0 all match, 4 some do not)
     undolog export SESSION [--output F]        a session's journal as JSON lines, with its chain
     undolog anchor write | export [--write]    anchor the chains; print the latest anchor
+    undolog dashboard [--host H] [--port P]    the web dashboard (extra: dashboard)
+    undolog mcp-proxy --config F               the MCP proxy (extra: mcp)
 
 SESSION and APPROVAL are a whole id or a unique prefix of one (``701f4cbc``; an ambiguous
 prefix is a usage error). Every command takes --dsn (default: UNDOLOG_DSN, then libpq's

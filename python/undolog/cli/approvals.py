@@ -22,7 +22,9 @@ from undolog.cli._common import (
     Subparsers,
     UsageError,
     connect,
+    positive_int,
     query,
+    timestamptz,
 )
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit
@@ -35,6 +37,27 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
     ).add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
     p = appr.add_parser("list", parents=[common], help="requests waiting for a human")
     p.set_defaults(func=_cmd_approvals_list, needed_role="undolog_approver (or undolog_operator)")
+    p = appr.add_parser(
+        "decided",
+        parents=[common],
+        help="past decisions, newest first: approved, rejected, expired; who and why",
+        description="Every decided request, newest decision first (the dashboard's Past "
+        "decisions): the decision and what became of the call, the tool and its "
+        "arguments (and the ones approved instead, for an edited approval), who asked "
+        "(the agent's claimed name, its logins), who decided (the name given, the login "
+        "that recorded it) and why, and how long it waited.",
+    )
+    p.add_argument(
+        "--since",
+        type=timestamptz,
+        default=None,
+        help="only decisions from this instant on (ISO 8601 with a zone, e.g. 2026-12-01Z)",
+    )
+    p.add_argument("--mine", action="store_true", help="only the decisions this login recorded")
+    p.add_argument("--limit", type=positive_int, default=50, help="at most this many (default 50)")
+    p.set_defaults(
+        func=_cmd_approvals_decided, needed_role="undolog_approver (or undolog_operator)"
+    )
     for name, decide in (("approve", approvals.approve), ("reject", approvals.reject)):
         p = appr.add_parser(name, parents=[common], help=f"{name} a request")
         p.add_argument("approval", metavar="APPROVAL", help="approval id or a unique prefix")
@@ -81,6 +104,42 @@ def _cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         rows = query(conn, QUERIES["pending_approvals"])
     emit(args, rows, APPROVAL_COLUMNS)
+    return EXIT_OK
+
+
+DECIDED_COLUMNS = [
+    "approval_id",
+    "decided_at",
+    "decision",
+    "effect_state",
+    "tool_name",
+    "args",
+    "agent",
+    "owner_role",
+    "decided_by",
+    "decided_role",
+    "reason",
+    "waited",
+]
+# --json carries these too
+DECIDED_JSON_COLUMNS = [
+    *DECIDED_COLUMNS,
+    "approved_args",
+    "session_id",
+    "step_index",
+    "requested_by",
+    "requested_at",
+]
+
+
+def _cmd_approvals_decided(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        rows = query(
+            conn,
+            QUERIES["decided_approvals"],
+            {"since": args.since, "mine": args.mine, "limit": args.limit},
+        )
+    emit(args, rows, DECIDED_JSON_COLUMNS if args.json else DECIDED_COLUMNS)
     return EXIT_OK
 
 

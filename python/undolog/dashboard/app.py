@@ -87,6 +87,8 @@ OPERATOR_ACTIONS: dict[
 # showed (`seen`): refused (409) when the session changed since.
 SEEN_ACTIONS = frozenset({"resume", "retry", "abandon"})
 POLL_SECONDS = 0.5
+# The sessions a recovery run names in its message (the sessions page lists them all).
+RECOVER_SHOWN = 10
 # The largest step index (a PostgreSQL integer): a larger one names no call of a session.
 PG_INT_MAX = 2**31 - 1
 # Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
@@ -1887,6 +1889,116 @@ class Dashboard:
         outcome = await self._maintenance_call(ws, "anchor", write)
         return self._after(request, ws, [outcome], "/maintenance")
 
+    async def maintenance_drop(self, request: Request) -> Response:
+        """An operator drops (or detaches) the months before a chosen month
+        (undolog.drop_partitions, as `undolog partitions drop --older-than`, with its
+        --detach and --force): the first POST restates the months it takes, with their
+        estimated rows; only the second, from that page with its one-time confirmation
+        for exactly those months and options, does it."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, form = got
+        if not ws.roles.operator:
+            return self._operator_only(request, ws, "drop", "drops months")
+        given = form.get("before")
+        before = given.strip() if isinstance(given, str) else ""
+        detach, force = form.get("detach") == "1", form.get("force") == "1"
+        found = re.fullmatch(r"([0-9]{4})-([0-9]{2})", before)
+        if found is None or int(found[1]) < 1 or not 1 <= int(found[2]) <= 12:
+            outcome = Outcome(
+                "drop",
+                False,
+                f"before: a month as YYYY-MM (the months before it go), not {before[:20]!r}: "
+                "nothing was done",
+                422,
+            )
+            return self._after(request, ws, [outcome], "/maintenance")
+        cutoff = datetime.datetime(int(found[1]), int(found[2]), 1, tzinfo=datetime.UTC)
+        async with ws.db() as conn:
+            parts, more = await queries.partitions(conn)
+            this_month = (await queries.retention(conn))["month_start"].astimezone(datetime.UTC)
+        if cutoff > this_month:
+            outcome = Outcome(
+                "drop",
+                False,
+                f"before: at most {this_month:%Y-%m}, the current month, which is being "
+                "written and is never dropped: nothing was done",
+                422,
+            )
+            return self._after(request, ws, [outcome], "/maintenance")
+        doomed = [p for p in parts if not p["is_default"] and p["upper_bound"] <= cutoff]
+        names = sorted(str(p["name"]) for p in doomed)
+        key = [f"drop-partitions:{cutoff:%Y-%m}:{detach}:{force}", *names]
+        nonce = form.get("confirm")
+        # more: the oldest partitions were left off the list, so what a drop takes could
+        # not all be shown: the page asks for the command instead, and drops nothing
+        if nonce is None or more or not doomed or not ws.take_confirm(nonce, key):
+            return self.render(
+                request,
+                "partitions_drop.html",
+                ws,
+                200 if nonce is None else 409,
+                doomed=doomed,
+                before=f"{cutoff:%Y-%m}",
+                cutoff=cutoff,
+                detach=detach,
+                force=force,
+                verb="detach" if detach else "drop",
+                done="detached" if detach else "dropped",
+                more=more,
+                limit=queries.PARTITIONS_LIMIT,
+                token=ws.confirm_nonce(key),
+                stale=nonce is not None and bool(doomed) and not more,
+            )
+        verb = "detached" if detach else "dropped"
+
+        async def drop(conn: queries.Conn) -> str:
+            params = {"older_than": cutoff, "detach_only": detach, "force": force}
+            cur = await conn.execute(QUERIES["drop_partitions"], params)
+            done = [str(name) for (name,) in await cur.fetchall()]
+            log.info("%s: %s the months before %s: %s", ws.login, verb, before, done)
+            if not done:
+                return f"no month ends by {cutoff:%Y-%m-%d}: nothing was {verb}"
+            return f"{verb} {_names(done)} by {ws.login}"
+
+        outcome = await self._maintenance_call(ws, "drop", drop)
+        return self._after(request, ws, [outcome], "/maintenance")
+
+    async def maintenance_recover(self, request: Request) -> Response:
+        """An operator runs recovery now (undolog.recover, as `undolog recover`, what each
+        pass of the worker does first): every active session whose lease expired is
+        failed, and the flash names the sessions whose undo walk must run (the worker,
+        which holds the application's compensations, walks them)."""
+        got = await self.posted(request)
+        if isinstance(got, Response):
+            return got
+        ws, _ = got
+        if not ws.roles.operator:
+            return self._operator_only(request, ws, "recover", "runs recovery")
+
+        async def recover(conn: queries.Conn) -> str:
+            # the active sessions whose lease ran out, read at the same now() as recover()
+            # reads them: which of those it names, it failed
+            async with conn.transaction():
+                found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
+                due = await asaga.recover(conn)
+            expired = {r["session_id"] for r in found}
+            failed = [s for s in due if s in expired]
+            log.info("%s: ran recovery: %d failed, %d due", ws.login, len(failed), len(due))
+            if not due:
+                return f"run by {ws.login}: no lease had expired and no undo walk is due"
+            shown = ", ".join(str(s) for s in due[:RECOVER_SHOWN])
+            more = f" and {len(due) - RECOVER_SHOWN} more" if len(due) > RECOVER_SHOWN else ""
+            return (
+                f"run by {ws.login}: {len(failed)} session(s) failed for an expired lease; "
+                f"{len(due)} session(s) whose undo walk must run (`undolog worker` walks "
+                f"them): {shown}{more}"
+            )
+
+        outcome = await self._act(ws, "recover", recover)
+        return self._after(request, ws, [outcome], "/maintenance")
+
     # --- notification channels --------------------------------------------------------
 
     async def channels_page(self, request: Request) -> Response:
@@ -2263,6 +2375,8 @@ class Dashboard:
             Route("/maintenance/run", self.maintenance_run, methods=["POST"]),
             Route("/maintenance/ensure", self.maintenance_ensure, methods=["POST"]),
             Route("/maintenance/anchor", self.maintenance_anchor, methods=["POST"]),
+            Route("/maintenance/recover", self.maintenance_recover, methods=["POST"]),
+            Route("/maintenance/drop", self.maintenance_drop, methods=["POST"]),
             Route("/notifications", self.channels_page, methods=["GET"]),
             Route("/notifications/remove", self.channels_remove, methods=["POST"]),
             Route("/notifications/add/{kind}", self.channels_add, methods=["POST"]),

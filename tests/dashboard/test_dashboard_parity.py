@@ -1,0 +1,412 @@
+"""Every operator action exists in the CLI and the dashboard, not only in SQL: the table of
+the functions sql/grants.sql grants to the approver and operator roles, each with its
+command and its dashboard place (or why it has none), checked against the parser and
+the dashboard's routes; and the dashboard's recovery (undolog.recover, as `undolog
+recover`) on a real PostgreSQL with real logins."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from starlette.routing import Route
+from starlette.testclient import TestClient
+from test_dashboard import log_in as first_log_in
+
+from dashboard_helpers import as_login, csrf_of, session_state
+from undolog import engine
+from undolog.cli import build_parser
+from undolog.dashboard.app import Dashboard
+
+Conn = psycopg.Connection[Any]
+GRANTS = Path(__file__).resolve().parents[2] / "sql" / "grants.sql"
+SESSION_ACTION = "/sessions/{session_id}/{action}"
+
+# function: (the command that does it, where the dashboard does it). None where a face
+# has no twin, with the reason in NOT_THERE: either it is not a person's action (the
+# worker's machinery, what an agent reads) or it is a gap still open.
+PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
+    "register_tool": (("tools", "register"), "/tools/register"),
+    "retire_tool": (("tools", "retire"), "/tools/retire"),
+    "approval_decision": (None, None),
+    "ending_decision": (None, None),
+    "approval_edit": (None, None),
+    "approve": (("approvals", "approve"), "/approvals/decide"),
+    "approve_edited": (("approvals", "approve"), "/approvals/{approval_id}/edit"),
+    "reject": (("approvals", "reject"), "/approvals/decide"),
+    "recover": (("recover",), "/maintenance/recover"),
+    "claim_compensation": (("worker",), None),
+    "complete_compensation": (("worker",), None),
+    "fail_compensation": (("worker",), None),
+    "resume_session": (("sessions", "resume"), SESSION_ACTION),
+    "retry_compensation": (("sessions", "retry"), SESSION_ACTION),
+    "abandon_session": (("sessions", "abandon"), SESSION_ACTION),
+    # a precondition of the three above (the state the person read), not an action
+    "expect_session": (("sessions", "resume"), SESSION_ACTION),
+    "expire_approvals": (("approvals", "expire"), "/approvals/expire"),
+    "ensure_partitions": (("partitions", "ensure"), "/maintenance/ensure"),
+    "drop_partitions": (("partitions", "drop"), "/maintenance/drop"),
+    "maintain_partitions": (("partitions", "maintain"), "/maintenance/run"),
+    "pending_partitions": (("health",), "/maintenance"),
+    "rollback_session": (("sessions", "rollback"), SESSION_ACTION),
+    "add_notification_channel": (("notifications", "add-webhook"), "/notifications/add/{kind}"),
+    "remove_notification_channel": (("notifications", "remove"), "/notifications/remove"),
+    "enqueue_notifications": (("notify",), None),
+    "claim_notification": (("notify",), None),
+    "finish_notification": (("notify",), None),
+    "retry_notification": (("notifications", "retry"), SESSION_ACTION),
+    "rollback_to": (("sessions", "undo-to"), SESSION_ACTION),
+    "rollback_last": (("sessions", "undo-to"), SESSION_ACTION),
+    "rollback_to_plan": (("sessions", "undo-to"), SESSION_ACTION),
+    "version": (("status",), None),
+    "session_state_estimates": (("metrics",), "/metrics"),
+    "verify_chain": (("verify",), "/sessions/{session_id}"),
+    "assert_chain": (("verify",), "/sessions/{session_id}"),
+    "chain_events": (("export",), "/sessions/{session_id}/export"),
+    "write_anchor": (("anchor", "write"), "/maintenance/anchor"),
+}
+NOT_THERE = {
+    "approval_decision": "the agent's binding reads it (what became of its request)",
+    "ending_decision": "the agent's binding reads it (whether its session goes on)",
+    "approval_edit": "the agent's binding reads it (the arguments approved instead)",
+    "claim_compensation": "the worker's: it runs the application's compensations",
+    "complete_compensation": "the worker's: it runs the application's compensations",
+    "fail_compensation": "the worker's: it runs the application's compensations",
+    "enqueue_notifications": "the delivery worker's (`undolog notify`)",
+    "claim_notification": "the delivery worker's: it hands out a channel's secret",
+    "finish_notification": "the delivery worker's (`undolog notify`)",
+    "version": "GAP (a read): no page says which engine is installed",
+}
+
+
+def granted_to_people() -> set[str]:
+    """The functions grants.sql grants to undolog_approver or undolog_operator."""
+    text = re.sub(r"--[^\n]*", "", GRANTS.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for grant in re.findall(r"GRANT EXECUTE ON FUNCTION(.*?);", text, re.S):
+        if "undolog_operator" in grant or "undolog_approver" in grant:
+            found.update(re.findall(r"undolog\.(\w+)\(", grant))
+    return found
+
+
+def commands() -> set[tuple[str, ...]]:
+    def walk(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> set[tuple[str, ...]]:
+        found = {words}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    found |= walk(child, (*words, name))
+        return found
+
+    return walk(build_parser(), ())
+
+
+def dashboard_paths() -> set[str]:
+    app: Any = Dashboard("host=nowhere.invalid").app()
+    while not hasattr(app, "routes"):  # the middlewares around the Starlette app
+        app = app.app
+    return {r.path for r in app.routes if isinstance(r, Route)}
+
+
+def test_every_function_people_are_granted_has_its_command_and_its_page() -> None:
+    granted = granted_to_people()
+    assert granted == set(PARITY), (
+        f"granted but not in the table: {granted - set(PARITY)}; "
+        f"in the table but not granted: {set(PARITY) - granted}"
+    )
+    known_commands, paths = commands(), dashboard_paths()
+    for function, (command, path) in PARITY.items():
+        if command is not None:
+            assert command in known_commands, (function, command)
+        if path is not None:
+            assert path in paths, (function, path)
+        if command is None or path is None:
+            assert NOT_THERE.get(function), f"{function}: say why a face has no twin"
+        else:
+            assert function not in NOT_THERE, f"{function} has both faces now"
+
+
+# --- recovery from the Maintenance page ---------------------------------------------------
+
+
+def log_in(web: TestClient, login: str) -> None:
+    """Log ``login`` in, in place of whoever the client was logged in as."""
+    web.cookies.clear()
+    assert first_log_in(web, login).status_code == 303
+
+
+def flash_of(page: str) -> list[str]:
+    return [html.unescape(t) for t in re.findall(r'<p class="flash ok">(.*?)</p>', page)]
+
+
+def lease_run_out(dsn: str) -> uuid.UUID:
+    """An agent's session whose agent died: its lease (one second) has run out."""
+    with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
+        sid = engine.begin_session(agent, None, "died", {}, timedelta(seconds=1))
+        deadline = time.monotonic() + 10
+        while agent.execute(
+            "SELECT lease_expires_at > now() FROM undolog.sessions_list WHERE session_id = %s",
+            (sid,),
+        ).fetchone() != (False,):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    return sid
+
+
+def test_an_operator_recovers_and_the_flash_names_the_walks_due(
+    web: TestClient, conn: Conn, dsn: str
+) -> None:
+    sid = lease_run_out(dsn)
+    log_in(web, "dash_operator")
+    page = web.get("/maintenance")
+    assert 'id="recovery-panel"' in page.text and 'id="recover-now"' in page.text
+    answer = web.post("/maintenance/recover", data={"csrf": csrf_of(page.text)})
+    assert answer.status_code == 303 and answer.headers["location"] == "/maintenance"
+    assert session_state(conn, sid) == "failed"
+    (error,) = conn.execute(
+        "SELECT error FROM undolog.undolog_sessions WHERE session_id = %s", (sid,)
+    ).fetchone() or (None,)
+    assert error == "lease expired"
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said == (
+        "recover: run by dash_operator: 1 session(s) failed for an expired lease; 1 "
+        f"session(s) whose undo walk must run (`undolog worker` walks them): {sid}"
+    )
+    # again: nothing failed now, the walk is still due (no worker ran it)
+    web.post("/maintenance/recover", data={"csrf": csrf_of(page.text)})
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith("recover: run by dash_operator: 0 session(s) failed")
+    assert said.endswith(str(sid))
+
+
+def test_a_recovery_with_nothing_to_do_says_so(web: TestClient) -> None:
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said == "recover: run by dash_operator: no lease had expired and no undo walk is due"
+
+
+def test_only_an_operator_recovers_and_nothing_is_done(
+    web: TestClient, conn: Conn, dsn: str
+) -> None:
+    sid = lease_run_out(dsn)
+    log_in(web, "dash_approver")
+    page = web.get("/maintenance")
+    assert 'id="recovery-panel"' in page.text and 'id="recover-now"' not in page.text
+    for login in ("dash_approver", "dash_agent"):
+        log_in(web, login)
+        token = csrf_of(web.get("/sessions").text)
+        answer = web.post("/maintenance/recover", data={"csrf": token})
+        assert answer.status_code == 403, login
+        assert "only an operator runs recovery: nothing was done" in html.unescape(answer.text)
+    log_in(web, "dash_operator")
+    answer = web.post("/maintenance/recover", data={"csrf": "stale"})
+    assert answer.status_code == 403 and "nothing was written" in answer.text
+    web.cookies.clear()
+    assert web.post("/maintenance/recover", data={"csrf": "x"}).status_code == 401
+    assert session_state(conn, sid) == "active"
+
+
+def test_the_engines_refusal_is_said_in_its_words(web: TestClient, conn: Conn, dsn: str) -> None:
+    """An operator whom the database refuses all the same (the grant is gone): 42501, in
+    PostgreSQL's words, and the session is left as it was."""
+    sid = lease_run_out(dsn)
+    conn.execute("REVOKE EXECUTE ON FUNCTION undolog.recover() FROM undolog_operator")
+    log_in(web, "dash_operator")
+    answer = web.post("/maintenance/recover", data={"csrf": csrf_of(web.get("/maintenance").text)})
+    assert answer.status_code == 403
+    assert "permission denied for function recover" in answer.text
+    assert session_state(conn, sid) == "active"
+
+
+@pytest.mark.parametrize("hostile", ['<script>alert("x")</script>'])
+def test_an_agents_name_is_not_in_the_flash(web: TestClient, dsn: str, hostile: str) -> None:
+    """The flash names sessions by their ids only: nothing an agent wrote reaches it."""
+    with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
+        engine.begin_session(agent, None, hostile, {"purpose": hostile}, timedelta(seconds=1))
+    time.sleep(1.1)
+    log_in(web, "dash_operator")
+    web.post("/maintenance/recover", data={"csrf": csrf_of(web.get("/maintenance").text)})
+    page = web.get("/maintenance").text
+    assert hostile not in page and "alert" not in page
+
+
+# --- dropping old months from the Maintenance page ----------------------------------------
+
+
+def journal_tables(conn: Conn) -> tuple[list[str], list[str]]:
+    """The journal's partitions (attached), and its plain tables left by a detach."""
+    attached = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent IN ('undolog.undolog_effect_log'::regclass, "
+            "'undolog.undolog_effect_history'::regclass) ORDER BY 1"
+        ).fetchall()
+    ]
+    plain = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class AS c WHERE c.relnamespace = 'undolog'::regnamespace "
+            "AND c.relkind = 'r' AND c.relname ~ '^undolog_effect_(log|history)_2024_01$' "
+            "AND NOT c.relispartition ORDER BY 1"
+        ).fetchall()
+    ]
+    return attached, plain
+
+
+OLD = ["undolog_effect_history_2024_01", "undolog_effect_log_2024_01"]
+
+
+def confirm_token(page: str) -> str:
+    found = re.search(r'name="confirm" value="([^"]+)"', page)
+    assert found is not None, "no confirmation on the page"
+    return found[1]
+
+
+def old_month(conn: Conn) -> None:
+    conn.execute("SELECT undolog.create_month_partitions('2024-01-01'::date)")
+
+
+def test_an_operator_drops_the_old_months_the_page_listed_first(
+    web: TestClient, conn: Conn
+) -> None:
+    old_month(conn)
+    log_in(web, "dash_operator")
+    page = web.get("/maintenance")
+    assert 'id="drop-form"' in page.text
+    token = csrf_of(page.text)
+    asked = web.post("/maintenance/drop", data={"csrf": token, "before": "2025-01"})
+    assert asked.status_code == 200
+    assert 'id="drop-confirm"' in asked.text and "Yes, drop these 2 partitions" in asked.text
+    assert asked.text.count('class="drop-row"') == 2
+    for name in OLD:
+        assert f'id="drop-{name}"' in asked.text
+    assert journal_tables(conn)[0].count("undolog_effect_log_2024_01") == 1  # not yet
+    done = web.post(
+        "/maintenance/drop",
+        data={"csrf": token, "before": "2025-01", "confirm": confirm_token(asked.text)},
+    )
+    assert done.status_code == 303 and done.headers["location"] == "/maintenance"
+    attached, plain = journal_tables(conn)
+    assert not set(OLD) & set(attached) and plain == []
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith("drop: dropped ") and said.endswith(" by dash_operator")
+    assert all(name in said for name in OLD)
+    # the same confirmation again: used up, nothing left to drop, nothing done
+    again = web.post(
+        "/maintenance/drop",
+        data={"csrf": token, "before": "2025-01", "confirm": confirm_token(asked.text)},
+    )
+    assert again.status_code == 409 and 'id="drop-none"' in again.text
+
+
+def test_detach_keeps_the_months_as_plain_tables(web: TestClient, conn: Conn) -> None:
+    old_month(conn)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    form = {"csrf": token, "before": "2025-01", "detach": "1"}
+    asked = web.post("/maintenance/drop", data=form)
+    assert "Yes, detach these 2 partitions" in asked.text and "plain tables" in asked.text
+    done = web.post("/maintenance/drop", data={**form, "confirm": confirm_token(asked.text)})
+    assert done.status_code == 303
+    attached, plain = journal_tables(conn)
+    assert not set(OLD) & set(attached) and plain == OLD
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith("drop: detached ")
+
+
+def test_a_confirmation_is_for_its_months_and_options_only(web: TestClient, conn: Conn) -> None:
+    """A confirmation given for a drop is no good for a forced one (nor for another
+    month): the page asks again, and nothing is dropped."""
+    old_month(conn)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    asked = web.post("/maintenance/drop", data={"csrf": token, "before": "2025-01"})
+    nonce = confirm_token(asked.text)
+    forced = web.post(
+        "/maintenance/drop",
+        data={"csrf": token, "before": "2025-01", "force": "1", "confirm": nonce},
+    )
+    assert forced.status_code == 409 and 'id="drop-stale"' in forced.text
+    assert 'id="drop-force-warning"' in forced.text
+    made_up = web.post(
+        "/maintenance/drop", data={"csrf": token, "before": "2025-01", "confirm": "made-up"}
+    )
+    assert made_up.status_code == 409 and 'id="drop-stale"' in made_up.text
+    assert set(OLD) <= set(journal_tables(conn)[0])
+
+
+@pytest.mark.parametrize(
+    ("before", "said"),
+    [
+        ("2025-13", "a month as YYYY-MM"),
+        ("<script>x</script>", "a month as YYYY-MM"),
+        ("", "a month as YYYY-MM"),
+        ("9999-12", "the current month, which is being written and is never dropped"),
+    ],
+)
+def test_a_month_that_is_not_one_is_refused(
+    web: TestClient, conn: Conn, before: str, said: str
+) -> None:
+    old_month(conn)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    answer = web.post("/maintenance/drop", data={"csrf": token, "before": before})
+    assert answer.status_code == 422
+    assert said in html.unescape(answer.text) and "nothing was done" in answer.text
+    assert "<script>x" not in answer.text
+    assert set(OLD) <= set(journal_tables(conn)[0])
+
+
+def test_only_an_operator_drops_months(web: TestClient, conn: Conn) -> None:
+    old_month(conn)
+    log_in(web, "dash_approver")
+    assert 'id="drop-form"' not in web.get("/maintenance").text
+    for login in ("dash_approver", "dash_agent"):
+        log_in(web, login)
+        token = csrf_of(web.get("/sessions").text)
+        answer = web.post("/maintenance/drop", data={"csrf": token, "before": "2025-01"})
+        assert answer.status_code == 403, login
+        assert "only an operator drops months: nothing was done" in html.unescape(answer.text)
+    log_in(web, "dash_operator")
+    answer = web.post("/maintenance/drop", data={"csrf": "stale", "before": "2025-01"})
+    assert answer.status_code == 403 and "nothing was written" in answer.text
+    assert set(OLD) <= set(journal_tables(conn)[0])
+
+
+def test_a_month_an_unfinished_session_holds_is_refused_in_the_engines_words(
+    web: TestClient, conn: Conn
+) -> None:
+    """The engine refuses a month an unfinished session holds (UL016, the sessions
+    named): said on the page, and nothing is dropped."""
+    old_month(conn)
+    session = engine.begin_session(conn, agent="old")
+    # a call of the live session, journaled as if in January 2024 (as the engine's own
+    # partition tests fill an old month)
+    conn.execute(
+        "INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, "
+        "call_signature, step_index, tool_name, tier, args, state) VALUES (gen_random_uuid(), "
+        "%s, '2024-01-15Z', repeat('a', 64), 0, 'book', 'compensable', '{}', 'executing')",
+        (session,),
+    )
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    asked = web.post("/maintenance/drop", data={"csrf": token, "before": "2025-01"})
+    done = web.post(
+        "/maintenance/drop",
+        data={"csrf": token, "before": "2025-01", "confirm": confirm_token(asked.text)},
+    )
+    # UL016's status, as docs/reference/errors.md gives it
+    assert done.status_code == 500, done.status_code
+    assert str(session) in done.text and "nothing was done" in done.text
+    assert set(OLD) <= set(journal_tables(conn)[0])
