@@ -129,7 +129,4 @@ def test_an_agent_rolling_back_anothers_session_is_told_either_staff_role(
         "--dsn", agent_dsn,
     )  # fmt: skip
     assert code == 1
-    assert (
-        "grant the login undolog_operator (or undolog_approver), which this command needs"
-        in err
-    )
+    assert "grant the login undolog_operator (or undolog_approver), which this command needs" in err
