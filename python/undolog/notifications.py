@@ -509,12 +509,10 @@ def claim(conn: Connection, lease: timedelta = timedelta(minutes=5)) -> Delivery
 def finish(conn: Connection, d: Delivery, error: str | None, warning: str | None = None) -> str:
     """Record the attempt's outcome: ``error`` None is sent (``warning``: what it did not
     reach); answers the delivery's state (or ``'stale'``)."""
-    params = {
-        "delivery_id": d.delivery_id,
-        "attempt": d.attempt,
-        "error": error,
-        "warning": None if error is not None else warning,
-    }
+    params = {"delivery_id": d.delivery_id, "attempt": d.attempt, "error": error}
+    if error is None and warning is not None:
+        warned = {"delivery_id": d.delivery_id, "attempt": d.attempt, "warning": warning}
+        return str(fetch_one(conn, QUERIES["finish_notification_warned"], warned)[0])
     return str(fetch_one(conn, QUERIES["finish_notification"], params)[0])
 
 

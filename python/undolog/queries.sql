@@ -499,10 +499,18 @@ SELECT undolog.enqueue_notifications()
 SELECT * FROM undolog.claim_notification(p_lease => %(lease)s)
 
 -- name: finish_notification
--- One attempt's outcome (error NULL: sent; warning: what a sent one did not reach);
--- answers the delivery's state, or 'stale'.
+-- One attempt's outcome (error NULL: sent); answers the delivery's state, or 'stale'.
+-- Without p_warning, so that a worker of this package reports to an engine before
+-- migration 0016 too (its mail would otherwise be sent again at every claim).
 SELECT undolog.finish_notification(
-    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s,
+    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => %(error)s
+)
+
+-- name: finish_notification_warned
+-- A sent attempt that did not reach everyone: the warning says what it did not reach
+-- (an e-mail's refused recipients), kept as the delivery's last_error.
+SELECT undolog.finish_notification(
+    p_delivery_id => %(delivery_id)s, p_attempt => %(attempt)s, p_error => NULL,
     p_warning => %(warning)s
 )
 

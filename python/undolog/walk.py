@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from undolog import approvals, engine, notifications, saga, tracing
+from undolog import approvals, engine, engine_check, notifications, saga, tracing
 from undolog.errors import (
     EngineNotInstalled,
+    EngineVersionMismatch,
     InvalidStateTransition,
     PermissionDenied,
     SessionBusy,
@@ -539,6 +540,8 @@ class Worker:
 
     @staticmethod
     def _config_error(exc: Exception) -> None:
+        if isinstance(exc, EngineVersionMismatch):  # it says which to upgrade, and how
+            raise WorkerConfigError(str(exc)) from exc
         if isinstance(exc, PermissionDenied):
             raise WorkerConfigError(
                 f"this login may not run undo walks ({exc}): the worker needs a login "
@@ -562,6 +565,14 @@ class Worker:
         while not self._stop.is_set():
             try:
                 self._conn = self.connect()
+                # an engine this package does not work with: a configuration error, as
+                # the clients' check says (a worker's report could fail after its
+                # compensation ran, or its mail was sent, and then run it again)
+                try:
+                    engine_check.check(self._conn)
+                except UndoLogError as exc:
+                    self._config_error(exc)
+                    raise
                 if self.notify:
                     self._listen(self._conn)
             except psycopg.OperationalError as exc:

@@ -26,6 +26,7 @@ from undolog import (
     ToolTier,
     UndoLog,
     undolog_tool,
+    walk,
 )
 from undolog._sql import sql_root
 from undolog._version import __version__ as PACKAGE
@@ -364,3 +365,21 @@ def test_the_check_costs_no_round_trip_of_its_own_with_async_results(
     first, *later = counts
     assert later[0] > 0 and set(later) == {later[0]}, counts
     assert first == later[0] + extra, counts
+
+
+@pytest.mark.parametrize(
+    ("installed", "says"), [(OLDER, "undolog migrate"), (NEWER_MINOR, "upgrade")]
+)
+def test_the_worker_refuses_an_engine_it_does_not_work_with(
+    dsn: str, conn: Conn, installed: str, says: str
+) -> None:
+    """`undolog worker` (WorkerRun) checks the engine on each connection it makes: a
+    worker whose report fails after the compensation ran, or the mail was sent, would do
+    it again at the next claim. The refusal is a configuration error that says which of
+    the two to upgrade."""
+    _engine_answers(conn, installed)
+    run = walk.Worker(lambda: psycopg.connect(dsn, autocommit=True), {}, interval=0.0)
+    with pytest.raises(walk.WorkerConfigError) as refused:
+        run.run(once=True)
+    assert says in str(refused.value) and installed in str(refused.value)
+    assert isinstance(refused.value.__cause__, EngineVersionMismatch)

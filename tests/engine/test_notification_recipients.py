@@ -209,3 +209,34 @@ def test_send_email_answers_the_refused_recipients_and_deliver_counts_it_sent(
     assert warning.startswith(f"sent to 1 of 2 recipients ({TOLD[0]}); refused: {REFUSED}")
     assert notifications.deliver(d, timeout=5.0) is None
     assert relay.received(TOLD[0]) == 2  # each call is a send of its own (no database here)
+
+
+def test_a_worker_of_this_package_reports_to_an_engine_before_its_warning(
+    conn: Conn, operator_dsn: str, agent_dsn: str, relay: Relay
+) -> None:
+    """The package is upgraded before `undolog migrate` (docs/how-to/upgrading.md): its
+    worker meets the engine's three-argument finish_notification. A mail that reached
+    everyone is reported without naming p_warning, so it is recorded as sent once; a
+    report naming it would fail after the send (42883), and the mail would go out again
+    at every claim."""
+    conn.execute("DROP FUNCTION undolog.finish_notification(uuid, integer, text, text)")
+    conn.execute(
+        "CREATE FUNCTION undolog.finish_notification(p_delivery_id uuid, p_attempt integer,"
+        " p_error text) RETURNS text LANGUAGE sql SECURITY DEFINER"
+        " SET search_path = undolog, pg_temp AS $$"
+        " UPDATE undolog.undolog_notification_deliveries SET state = 'sent', sent_at = now(),"
+        " claimed_until = NULL WHERE delivery_id = p_delivery_id AND p_error IS NULL"
+        " RETURNING 'sent' $$"
+    )
+    conn.execute(
+        "GRANT EXECUTE ON FUNCTION undolog.finish_notification(uuid, integer, text)"
+        " TO undolog_operator"
+    )
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        _channel(op, relay, TOLD)
+        _, approval_id = ask(agent_dsn, {"to": "acme"})
+        [outcome] = notifications.deliver_due(op)
+    assert (outcome.state, outcome.error) == ("sent", None)
+    assert [relay.received(a) for a in TOLD] == [1, 1]
+    [row] = deliveries(conn, approval_id)
+    assert row["state"] == "sent"
