@@ -162,12 +162,12 @@ def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iter
     """The session's journal as JSON lines (:func:`export_lines`): a header (format,
     session, head), then one line per history row in chain order, each with its link
     (seq, prev, hash, hex) and its canonical record, as the text that was hashed and,
-    for reading, as JSON. The head and the rows are read in one snapshot (on an
-    autocommit connection, a read-only REPEATABLE READ transaction of its own; otherwise
-    the caller's transaction, whose isolation is the caller's): read apart, a call
-    journaled in between would put a row after the head, and the file would not verify."""
+    for reading, as JSON. The head and the rows are read in one snapshot (a read-only
+    REPEATABLE READ transaction of its own, or, called inside a transaction, the
+    caller's, whose isolation is the caller's): read apart, a call journaled in between
+    would put a row after the head, and the file would not verify."""
     with translated(), contextlib.ExitStack() as snapshot:
-        if conn.autocommit:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             snapshot.enter_context(conn.transaction())
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur = conn.cursor(row_factory=dict_row)

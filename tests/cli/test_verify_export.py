@@ -212,3 +212,15 @@ def test_an_export_reads_its_head_and_rows_in_one_snapshot(dsn: str, conn: Conn)
         assert report.ok, report
         # the calls journaled meanwhile are in the journal, not in this export
         assert len(list(chain.export_session(other, session))) > len(lines)
+
+
+def test_an_export_inside_the_callers_transaction_reads_in_it(dsn: str, conn: Conn) -> None:
+    """Called in a transaction (a savepoint could not set its isolation), the export reads
+    in the caller's snapshot; on a connection of the other kind, in one of its own."""
+    session = journal(conn)
+    with psycopg.connect(dsn, autocommit=True) as auto, auto.transaction():
+        inside = list(chain.export_session(auto, session))
+    with psycopg.connect(dsn) as plain:  # not autocommit: idle, then its own transaction
+        own = list(chain.export_session(plain, session))
+        assert plain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert inside == own and chain.verify_export(own).ok
