@@ -177,13 +177,13 @@ def test_an_operator_recovers_and_the_flash_names_the_walks_due(
     assert error == "lease expired"
     (said,) = flash_of(web.get("/maintenance").text)
     assert said == (
-        "recover: run by dash_operator: 1 session(s) failed for an expired lease; 1 "
+        "recover: run by dash_operator: 1 session(s) whose lease had expired now failed; 1 "
         f"session(s) whose undo walk must run (`undolog worker` walks them): {sid}"
     )
     # again: nothing failed now, the walk is still due (no worker ran it)
     web.post("/maintenance/recover", data={"csrf": csrf_of(page.text)})
     (said,) = flash_of(web.get("/maintenance").text)
-    assert said.startswith("recover: run by dash_operator: 0 session(s) failed")
+    assert said.startswith("recover: run by dash_operator: 0 session(s) whose lease")
     assert said.endswith(str(sid))
 
 

@@ -1978,11 +1978,11 @@ class Dashboard:
             return self._operator_only(request, ws, "recover", "runs recovery")
 
         async def recover(conn: queries.Conn) -> str:
-            # the active sessions whose lease ran out, read at the same now() as recover()
-            # reads them: which of those it names, it failed
-            async with conn.transaction():
-                found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
-                due = await asaga.recover(conn)
+            # The active sessions whose lease had run out just before: those recover()
+            # then names are failed now, by this run or by a worker's at the same moment
+            # (each statement reads its own snapshot: who failed it is not told apart).
+            found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
+            due = await asaga.recover(conn)
             expired = {r["session_id"] for r in found}
             failed = [s for s in due if s in expired]
             log.info("%s: ran recovery: %d failed, %d due", ws.login, len(failed), len(due))
@@ -1991,12 +1991,13 @@ class Dashboard:
             shown = ", ".join(str(s) for s in due[:RECOVER_SHOWN])
             more = f" and {len(due) - RECOVER_SHOWN} more" if len(due) > RECOVER_SHOWN else ""
             return (
-                f"run by {ws.login}: {len(failed)} session(s) failed for an expired lease; "
-                f"{len(due)} session(s) whose undo walk must run (`undolog worker` walks "
-                f"them): {shown}{more}"
+                f"run by {ws.login}: {len(failed)} session(s) whose lease had expired now "
+                f"failed; {len(due)} session(s) whose undo walk must run (`undolog worker` "
+                f"walks them): {shown}{more}"
             )
 
-        outcome = await self._act(ws, "recover", recover)
+        # in a transaction whose lock waits are bounded, as the page's other actions
+        outcome = await self._maintenance_call(ws, "recover", recover)
         return self._after(request, ws, [outcome], "/maintenance")
 
     # --- notification channels --------------------------------------------------------
