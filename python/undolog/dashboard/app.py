@@ -20,6 +20,7 @@ import logging
 import math
 import re
 import secrets
+import tempfile
 import time
 import unicodedata
 import uuid
@@ -33,7 +34,6 @@ import anyio
 import jinja2
 import markupsafe
 import psycopg
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
@@ -96,14 +96,16 @@ PG_INT_MAX = 2**31 - 1
 # database). A person's tabs need a few; a browser opens six at most per site anyway.
 MAX_STREAMS = 16
 COUNTS_SECONDS = 5.0
-# A session's export (GET /sessions/{id}/export, as `undolog export`) is read and sent in
-# batches of at most EXPORT_ROWS rows, fewer when its lines are long (about
-# EXPORT_CHUNK_BYTES a batch): a session of a million records is never held whole. The
-# download holds the person's connection while it is sent; one whose client takes
-# nothing for EXPORT_STALL_SECONDS is given up (cut short, never ended as if complete).
+# A session's export (GET /sessions/{id}/export, as `undolog export`) is read whole in
+# one snapshot, as fast as the database gives it, into a spool: in memory up to
+# EXPORT_MEMORY_BYTES, then a temporary file; its rows are fetched in batches of at most
+# EXPORT_ROWS, fewer when its lines are long (about EXPORT_CHUNK_BYTES a batch), so a
+# session of a million records is never held whole. Only then, its transaction ended and
+# the person's connection free, is the spool sent, EXPORT_CHUNK_BYTES at a time: a client
+# that takes the file slowly holds no lock on the journal and no connection.
 EXPORT_ROWS = 500
 EXPORT_CHUNK_BYTES = 1024 * 1024
-EXPORT_STALL_SECONDS = 60.0
+EXPORT_MEMORY_BYTES = 8 * 1024 * 1024
 EXPORT_MEDIA_TYPE = "application/x-ndjson"
 
 SECURITY_HEADERS = [
@@ -1240,8 +1242,10 @@ class Dashboard:
         them (chain.export_header and chain.export_line: the same bytes), a download for
         `undolog verify --file` to check offline. Staff only, like the session page's
         History chain section (undolog.chain_events is granted to staff); anyone else
-        gets 403, logged out the login page. Read in one snapshot and sent batch by
-        batch (see EXPORT_ROWS)."""
+        gets 403, logged out the login page. Read whole in one snapshot into a spool
+        (_export_chunks), then sent from it, outside any transaction (_export_stream):
+        however slowly the client takes the file, it holds no lock and not the person's
+        connection."""
         ws = self.staff_only(
             request,
             "Export",
@@ -1253,98 +1257,109 @@ class Dashboard:
         session_id = self._uuid(request.path_params["session_id"])
         if session_id is None:
             return self.not_found(request, ws, "session")
-        send, receive = anyio.create_memory_object_stream[str](1)
-        producer = asyncio.ensure_future(self._export_chunks(ws, session_id, send))
-        producer.add_done_callback(lambda t: t.cancelled() or t.exception())
+        # The read runs in a task of its own, which nothing cancels: psycopg closes a
+        # connection whose query is cancelled midway, and this one is the person's. A
+        # request cancelled meanwhile leaves the read to end, and its spool is closed then.
+        reading = asyncio.ensure_future(self._export_chunks(ws, session_id))
+
+        def abandoned(task: asyncio.Future[tempfile.SpooledTemporaryFile[bytes] | None]) -> None:
+            if not task.cancelled() and task.exception() is None and (got := task.result()):
+                got.close()
+
         try:
-            header = await receive.receive()
-        except anyio.EndOfStream:
-            receive.close()
-            try:
-                ended = await asyncio.shield(producer)
-            except psycopg.Error as exc:
-                if isinstance(exc, psycopg.OperationalError) and ws.conn.closed:
-                    raise  # the connection is gone: _database_error says so
-                status, text = engine_error(exc)
-                return self.problem(request, ws, status, "Export refused", text)
-            if ended == "missing":
-                return self.not_found(request, ws, "session")
-            raise RuntimeError(f"the export of session {session_id} stopped: {ended}") from None
+            spool = await asyncio.shield(reading)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) and ws.conn.closed:
+                raise  # the connection is gone: _database_error says so
+            status, text = engine_error(exc)
+            return self.problem(request, ws, status, "Export refused", text)
+        except asyncio.CancelledError:
+            reading.add_done_callback(abandoned)
+            raise
+        if spool is None:
+            return self.not_found(request, ws, "session")
         filename = f"session-{session_id}.jsonl"  # as docs/operations/audit.md names it
-        return StreamingResponse(
-            self._export_stream(header, receive, producer),
-            media_type=EXPORT_MEDIA_TYPE,
-            headers={"content-disposition": f'attachment; filename="{filename}"'},
-        )
+        return self._export_stream(spool, filename)
 
     @staticmethod
     async def _export_chunks(
-        ws: WebSession, session_id: uuid.UUID, send: MemoryObjectSendStream[str]
-    ) -> str:
+        ws: WebSession, session_id: uuid.UUID
+    ) -> tempfile.SpooledTemporaryFile[bytes] | None:
         """Read a session's export in one REPEATABLE READ READ ONLY transaction on the
-        person's connection (its head is then its last row's) and send it chunk by
-        chunk: the header's line, then the rows' lines, from a server-side cursor, in
-        batches. Runs in a task of its own, which nothing cancels (psycopg closes a
-        connection whose query is cancelled midway, and this one is the person's).
-        Answers "missing" (nothing sent) when the person may not see the session,
-        "sent" when every line was, "cut" when the download was closed or its client
-        took nothing for EXPORT_STALL_SECONDS; raises a database error."""
-
-        async def put(chunk: str) -> bool:
-            try:
-                with anyio.fail_after(EXPORT_STALL_SECONDS):
-                    await send.send(chunk)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
-                return False
-            return True
-
+        person's connection (its head is then its last row's), as fast as the database
+        gives it, into a spool (in memory up to EXPORT_MEMORY_BYTES, then a temporary
+        file): the header's line, then the rows' lines, from a server-side cursor, in
+        batches, so that no more than a batch is held in a string at once. The
+        transaction has ended, the connection's settings are back, when this returns the
+        spool (at its end; the caller closes it), or None when the person may not see the
+        session; a database error is raised, the spool closed."""
+        # returned open, for the response to send and close: no `with` here
+        spool = tempfile.SpooledTemporaryFile(max_size=EXPORT_MEMORY_BYTES)  # noqa: SIM115
         sid = {"session_id": session_id}
-        async with send, ws.db() as conn:
-            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await conn.set_read_only(True)
-            try:
-                async with conn.transaction():
-                    cur = conn.cursor(row_factory=dict_row)
-                    await cur.execute(QUERIES["session_state"], sid)
-                    if await cur.fetchone() is None:
-                        return "missing"
-                    await cur.execute(QUERIES["chain_head"], sid)
-                    head = await cur.fetchone()
-                    if not await put(chain.export_header(session_id, head) + "\n"):
-                        return "cut"
-                    rows = conn.cursor("undolog_export", row_factory=dict_row)
-                    await rows.execute(QUERIES["session_chain_events"], sid)
-                    size = EXPORT_ROWS
-                    while batch := await rows.fetchmany(size):
-                        chunk = "".join(chain.export_line(r) + "\n" for r in batch)
-                        if not await put(chunk):
-                            return "cut"
-                        # long lines: fewer of them in the next batch
-                        fit = EXPORT_CHUNK_BYTES * len(batch) // max(len(chunk), 1)
-                        size = max(1, min(EXPORT_ROWS, fit))
-                    await rows.close()
-            finally:
-                if not conn.closed:
-                    await conn.set_isolation_level(None)
-                    await conn.set_read_only(None)
-        return "sent"
+        try:
+            async with ws.db() as conn:
+                await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+                await conn.set_read_only(True)
+                try:
+                    async with conn.transaction():
+                        cur = conn.cursor(row_factory=dict_row)
+                        await cur.execute(QUERIES["session_state"], sid)
+                        if await cur.fetchone() is None:
+                            spool.close()
+                            return None
+                        await cur.execute(QUERIES["chain_head"], sid)
+                        head = await cur.fetchone()
+                        header = chain.export_header(session_id, head) + "\n"
+                        await anyio.to_thread.run_sync(spool.write, header.encode("utf-8"))
+                        rows = conn.cursor("undolog_export", row_factory=dict_row)
+                        await rows.execute(QUERIES["session_chain_events"], sid)
+                        size = EXPORT_ROWS
+                        while batch := await rows.fetchmany(size):
+                            chunk = "".join(chain.export_line(r) + "\n" for r in batch)
+                            data = chunk.encode("utf-8")
+                            await anyio.to_thread.run_sync(spool.write, data)
+                            # long lines: fewer of them in the next batch
+                            fit = EXPORT_CHUNK_BYTES * len(batch) // max(len(data), 1)
+                            size = max(1, min(EXPORT_ROWS, fit))
+                        await rows.close()
+                finally:
+                    if not conn.closed:
+                        await conn.set_isolation_level(None)
+                        await conn.set_read_only(None)
+        except BaseException:
+            spool.close()
+            raise
+        return spool
 
     @staticmethod
-    async def _export_stream(
-        header: str, receive: MemoryObjectReceiveStream[str], producer: asyncio.Future[str]
-    ) -> AsyncIterator[str]:
-        """The download's body: what _export_chunks sends. An export it could not finish
-        (a database error, a stall) raises, so that the response is cut short rather
-        than ended as if it were whole: a truncated file must not look complete."""
-        try:
-            yield header
-            async for chunk in receive:
+    def _export_stream(spool: tempfile.SpooledTemporaryFile[bytes], filename: str) -> Response:
+        """The download: the spool, from its start, EXPORT_CHUNK_BYTES at a time, its
+        length said up front. Read whole before the response begins, so no database
+        error can cut it short. The spool is closed (its file, if any, deleted) as the
+        response ends, the client's leaving too: that ends the response, not the body's
+        generator, which is left suspended, so the response closes it."""
+        size = spool.seek(0, 2)
+        spool.seek(0)
+
+        async def body() -> AsyncIterator[bytes]:
+            while chunk := await anyio.to_thread.run_sync(spool.read, EXPORT_CHUNK_BYTES):
                 yield chunk
-            ended = await asyncio.shield(producer)
-            if ended != "sent":
-                raise RuntimeError(f"the export stopped before its end: {ended}")
-        finally:
-            receive.close()  # the producer's next send fails: it ends and frees the lock
+
+        class Spooled(StreamingResponse):
+            async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                try:
+                    await super().__call__(scope, receive, send)
+                finally:
+                    spool.close()
+
+        return Spooled(
+            body(),
+            media_type=EXPORT_MEDIA_TYPE,
+            headers={
+                "content-disposition": f'attachment; filename="{filename}"',
+                "content-length": str(size),
+            },
+        )
 
     async def session_action(self, request: Request) -> Response:
         got = await self.posted(request)
@@ -1787,9 +1802,11 @@ class Dashboard:
                     await queries.bound_lock_waits(conn)
                     text = await call(conn)
                 outcome = Outcome(target, True, "; ".join([text, *warnings]))
-            except psycopg.Error as exc:
+            except (errors.UndoLogError, psycopg.Error) as exc:  # the binding's, translated
                 outcome = refused(conn, exc, target)
-                if isinstance(exc, psycopg.errors.LockNotAvailable):
+                if isinstance(exc, psycopg.errors.LockNotAvailable) or isinstance(
+                    exc.__cause__, psycopg.errors.LockNotAvailable
+                ):
                     outcome.text += (
                         f" (waited {queries.MAINTENANCE_LOCK_TIMEOUT}: another maintenance run "
                         "or a long reader of the journal holds a lock it needs; try again later)"
