@@ -9,6 +9,10 @@ One function per SQL entry point, one round trip each, for a scheduler or the CL
 - ``drop``: drop (or detach) the months that end at or before a cut-off; refuses months
   that unfinished sessions hold (``PartitionInUse``, UL016) unless forced.
 
+And what they work on, for the CLI (``undolog partitions list|plan``) and the dashboard's
+Maintenance page alike: ``listed`` (the partitions, from the catalog only) and
+``maintenance_plan`` (what ``maintain`` would do now, from them).
+
 The connection's role needs ``undolog_operator``. With an autocommit connection each call
 is its own transaction; otherwise it joins the caller's, which must commit it (and holds
 the partition-maintenance lock until then). A server-side ``lock_timeout`` (e.g.
@@ -19,17 +23,30 @@ behind long readers of the journal. Errors come out as ``UndoLogError`` subclass
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import re
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from psycopg.errors import Diagnostic
+from psycopg.rows import dict_row
 
 from undolog.engine import Connection, translated
 from undolog.errors import InvalidArgument
 from undolog.queries import QUERIES
 
 log = logging.getLogger(__name__)
+
+# What `maintain` and `ensure` do by default: three months ahead, the retention of the
+# database setting (undolog.retention_months), else 12 months. The bounds are the
+# engine's (ensure_partitions, maintain_partitions, undolog.retention_months), which
+# refuse anything outside them with UL008.
+MONTHS_AHEAD = 3
+DEFAULT_RETENTION_MONTHS = 12
+MONTHS_AHEAD_RANGE = (0, 120)
+RETENTION_MONTHS_RANGE = (1, 1200)
 
 
 @contextlib.contextmanager
@@ -99,4 +116,122 @@ def maintain(
     return [(str(action), str(partition)) for action, partition in rows]
 
 
-__all__ = ["drop", "ensure", "maintain"]
+Row = dict[str, Any]
+
+
+def months_given(text: str, bounds: tuple[int, int]) -> int:
+    """A number of months a person typed (``--months-ahead``, ``--retention-months``, the
+    Maintenance page's fields), within ``bounds`` (MONTHS_AHEAD_RANGE,
+    RETENTION_MONTHS_RANGE: the engine's); ValueError saying what is wrong."""
+    low, high = bounds
+    try:
+        number = int(text.strip())
+    except ValueError:
+        raise ValueError(f"not a whole number: {text[:20]!r}") from None
+    if not low <= number <= high:
+        raise ValueError(f"must be from {low} to {high}, not {number}")
+    return number
+
+
+def listed(conn: Connection, limit: int | None = None) -> tuple[list[Row], bool]:
+    """The journal's partitions (the effect log's and its history's months, newest
+    first, then each one's DEFAULT), with the catalog's estimates of their rows and size
+    (``parent, name, is_default, lower_bound, upper_bound, est_rows, est_bytes``): read
+    from the catalog only, so no table is locked. At most ``limit`` (None: all); and
+    whether more were left off."""
+    cap = 2**31 - 2 if limit is None else limit
+    with translated():
+        rows = (
+            conn.cursor(row_factory=dict_row)
+            .execute(QUERIES["dashboard_partitions"], {"limit": cap + 1})
+            .fetchall()
+        )
+    return rows[:cap], len(rows) > cap
+
+
+def pending(conn: Connection) -> list[str]:
+    """The months created ahead whose attachment waits for the next maintenance run."""
+    with translated():
+        rows = conn.execute(QUERIES["pending_partitions"]).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def retention_setting(conn: Connection) -> tuple[str | None, dt.datetime]:
+    """The setting undolog.retention_months (None: unset) and the current UTC month's
+    first instant, as the database says them."""
+    with translated():
+        row = conn.execute(QUERIES["dashboard_retention"]).fetchone()
+    assert row is not None
+    return (None if row[0] is None else str(row[0])), row[1]
+
+
+def _months_later(start: dt.datetime, months: int) -> dt.datetime:
+    """The first instant of the month ``months`` after (or before) ``start``'s month."""
+    index = start.year * 12 + start.month - 1 + months
+    return start.replace(year=index // 12, month=index % 12 + 1, day=1)
+
+
+def retention_of(setting: str | None) -> int | None:
+    """The months maintenance keeps for the setting undolog.retention_months (as
+    undolog.retention_months reads it), or None when maintenance would refuse it."""
+    low, high = RETENTION_MONTHS_RANGE
+    if setting is None:
+        return DEFAULT_RETENTION_MONTHS
+    if re.fullmatch(r"[0-9]{1,4}", setting) and low <= int(setting) <= high:
+        return int(setting)
+    return None
+
+
+def maintenance_plan(
+    parts: list[Row],
+    pending: list[str],
+    setting: str | None,
+    month_start: dt.datetime,
+    months_ahead: int = MONTHS_AHEAD,
+    retention_months: int | None = None,
+) -> dict[str, Any]:
+    """What ``maintain(conn, months_ahead, retention_months)`` would do now, from the
+    partitions listed: the months past retention it would drop (unless an unfinished
+    session holds one), the months ahead it would create, the tables created ahead still
+    to attach, and the DEFAULT partitions holding rows to move into their months."""
+    current = month_start.astimezone(dt.UTC)
+    months = retention_of(setting) if retention_months is None else retention_months
+    cutoff = None if months is None else _months_later(current, -months)
+    months_parts = [p for p in parts if not p["is_default"]]
+    to_drop = [p["name"] for p in months_parts if cutoff is not None and p["upper_bound"] <= cutoff]
+    to_create: list[str] = []
+    for parent in sorted({p["parent"] for p in parts}):
+        for n in range(months_ahead + 1):
+            start, end = _months_later(current, n), _months_later(current, n + 1)
+            if not any(
+                p["parent"] == parent and p["lower_bound"] < end and p["upper_bound"] > start
+                for p in months_parts
+            ):
+                name = f"{parent}_{start:%Y_%m}"
+                if name not in pending:
+                    to_create.append(name)
+    to_drain = [p["name"] for p in parts if p["is_default"] and p["est_rows"] > 0]
+    return {
+        "setting": setting,
+        "retention": months,
+        "retention_given": retention_months is not None,
+        "cutoff": cutoff,
+        "to_drop": to_drop,
+        "to_create": to_create,
+        "pending": pending,
+        "to_drain": to_drain,
+        "months_ahead": months_ahead,
+    }
+
+
+__all__ = [
+    "drop",
+    "ensure",
+    "listed",
+    "maintain",
+    "maintenance_plan",
+    "months_given",
+    "pending",
+    "retention_of",
+    "retention_setting",
+]

@@ -324,12 +324,15 @@ FROM undolog.chain_anchors
 WHERE anchor_id <= %(anchor_id)s
 ORDER BY anchor_id
 
--- name: sessions_overview
--- `undolog sessions list`: the sessions (in one state, or all), newest first.
-SELECT * FROM undolog.sessions_overview
-WHERE %(state)s::text IS NULL OR state = %(state)s
-ORDER BY created_at DESC
-LIMIT %(limit)s
+-- name: sessions_overview_filtered
+-- `undolog sessions list`: the sessions of one page of the dashboard's sessions list
+-- ({page}: dashboard_sessions_page, composed with psycopg.sql, its filters and its limit:
+-- one rule for both faces, undolog.session_filter), as sessions_overview shows them,
+-- newest first. The ids are an array (an initplan), so the view's per-session counts
+-- are made for those sessions only.
+SELECT o.* FROM undolog.sessions_overview AS o
+WHERE o.session_id = ANY (ARRAY(SELECT page.session_id FROM ({page}) AS page))
+ORDER BY o.created_at DESC, o.session_id DESC
 
 -- name: session_overview
 -- `undolog sessions show`: one session.

@@ -129,3 +129,143 @@ def test_decided_refuses_an_agent_and_bad_flags_with_what_to_do(
     assert code == 2 and "ISO 8601" in err
     code, _, err = run(capsys, "approvals", "decided", "--limit", "0", "--dsn", dsn)
     assert code == 2 and "1 or more" in err
+
+
+# --- `undolog sessions list`: the dashboard's Sessions page filters, on the command line --
+
+
+def listed(capsys: pytest.CaptureFixture[str], dsn: str, *flags: str) -> list[str]:
+    code, out, err = run(capsys, "sessions", "list", "--json", "--dsn", dsn, *flags)
+    assert code == 0, err
+    return [r["session_id"] for r in json.loads(out)]
+
+
+def test_sessions_list_filters_as_the_sessions_page_does(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--agent, --since, --until, --id-prefix and --tool: the Sessions page's filters,
+    with the same query (undolog.session_filter), newest first, with the other flags."""
+    first = engine.begin_session(conn, agent="filter-a")
+    engine.intercept(conn, first, 0, "book_room", "irreversible", {"n": 1})
+    second = engine.begin_session(conn, agent="filter-b")
+    engine.intercept(conn, second, 0, "send_mail", "irreversible", {"n": 2})
+    third = engine.begin_session(conn, agent="filter-a")
+    created = dict(
+        conn.execute(
+            "SELECT session_id, created_at FROM undolog.sessions_list WHERE session_id = ANY(%s)",
+            ([first, second, third],),
+        ).fetchall()
+    )
+    assert created[first] < created[second] < created[third]
+    everyone = listed(capsys, dsn)
+    assert everyone[:3] == [str(third), str(second), str(first)]
+    assert listed(capsys, dsn, "--agent", "filter-a") == [str(third), str(first)]
+    assert listed(capsys, dsn, "--tool", "send_mail") == [str(second)]
+    assert listed(capsys, dsn, "--tool", "book_room", "--agent", "filter-b") == []
+    since, until = created[second].isoformat(), created[third].isoformat()
+    assert listed(capsys, dsn, "--since", since) == [str(third), str(second)]
+    assert listed(capsys, dsn, "--since", since, "--until", until) == [str(second)]
+    assert listed(capsys, dsn, "--until", since) == [str(first)]
+    prefix = str(second)[:8]
+    assert str(second) in listed(capsys, dsn, "--id-prefix", prefix)
+    assert listed(capsys, dsn, "--id-prefix", str(second)) == [str(second)]
+    assert listed(capsys, dsn, "--id-prefix", str(second), "--state", "failed") == []
+    assert listed(capsys, dsn, "--agent", "filter-a", "--limit", "1") == [str(third)]
+    # the table, not only --json
+    code, out, _ = run(capsys, "sessions", "list", "--agent", "filter-b", "--dsn", dsn)
+    assert code == 0 and str(second) in out and str(first) not in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--id-prefix", "abc"), "not a session id prefix"),
+        (("--id-prefix", "xyz12345"), "not a session id prefix"),
+        (("--since", "yesterday"), "ISO 8601"),
+        (("--until", "2025-01-01T00:00:00"), "no time zone"),
+    ],
+)
+def test_sessions_list_refuses_a_bad_filter(
+    dsn: str, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], said: str
+) -> None:
+    code, _, err = run(capsys, "sessions", "list", *flags, "--dsn", dsn)
+    assert code == 2 and said in err
+
+
+# --- `undolog partitions list|plan`: the Maintenance page's partitions and its plan --------
+
+OLD_MONTHS = ["undolog_effect_history_2024_01", "undolog_effect_log_2024_01"]
+
+
+def test_partitions_list_names_the_months_as_the_maintenance_page_does(
+    dsn: str, conn: Conn, login: Callable[..., Conn], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn.execute("SELECT undolog.create_month_partitions('2024-01-01'::date)")
+    approver = login("undolog_approver")  # staff read it, as the page
+    approver_dsn = psycopg.conninfo.make_conninfo(dsn, user=approver.info.user)
+    code, out, err = run(capsys, "partitions", "list", "--json", "--dsn", approver_dsn)
+    assert code == 0, err
+    rows = json.loads(out)
+    by_name = {r["name"]: r for r in rows}
+    assert set(OLD_MONTHS) <= set(by_name)
+    assert by_name["undolog_effect_log_2024_01"]["lower_bound"].startswith("2024-01-01")
+    assert by_name["undolog_effect_log_2024_01"]["parent"] == "undolog_effect_log"
+    assert [r["is_default"] for r in rows][-2:] == [True, True]  # the DEFAULTs last
+    months = [r["lower_bound"] for r in rows if not r["is_default"]]
+    assert months == sorted(months, reverse=True)  # newest first
+    code, out, _ = run(capsys, "partitions", "list", "--dsn", dsn)
+    assert code == 0 and "undolog_effect_log_2024_01" in out and "EST_ROWS" in out
+
+
+def test_partitions_plan_says_what_maintain_would_do_and_does_nothing(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn.execute("SELECT undolog.create_month_partitions('2024-01-01'::date)")
+    code, out, err = run(capsys, "partitions", "plan", "--json", "--dsn", dsn)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert sorted(plan["to_drop"]) == OLD_MONTHS
+    assert plan["retention"] == 12 and plan["months_ahead"] == 3 and plan["setting"] is None
+    code, out, _ = run(
+        capsys, "partitions", "plan", "--retention-months", "1200", "--json", "--dsn", dsn
+    )
+    longer = json.loads(out)
+    assert code == 0 and longer["to_drop"] == [] and longer["retention"] == 1200
+    # more months ahead than exist: the plan names them; nothing is created
+    code, out, _ = run(
+        capsys, "partitions", "plan", "--months-ahead", "120", "--json", "--dsn", dsn
+    )
+    ahead = json.loads(out)["to_create"]
+    assert code == 0 and len(ahead) >= 2 * 100
+    attached = conn.execute(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'undolog.undolog_effect_log'::regclass"
+    ).fetchone()
+    assert attached is not None and attached[0] < 100
+    code, out, _ = run(capsys, "partitions", "plan", "--dsn", dsn)
+    assert code == 0
+    assert "retention: keep 12 months (the default: undolog.retention_months is not set)" in out
+    assert "to drop (a month an unfinished session holds is kept): " + ", ".join(OLD_MONTHS) in out
+    # what maintain then does is what the plan said
+    code, out, _ = run(capsys, "partitions", "maintain", "--json", "--dsn", dsn)
+    dropped = sorted(r["partition"] for r in json.loads(out) if r["action"] == "dropped")
+    assert code == 0 and dropped == OLD_MONTHS
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--months-ahead", "121"), "must be from 0 to 120, not 121"),
+        (("--months-ahead", "-1"), "must be from 0 to 120, not -1"),
+        (("--retention-months", "0"), "must be from 1 to 1200, not 0"),
+        (("--retention-months", "two"), "not a whole number"),
+    ],
+)
+def test_partitions_plan_refuses_what_maintain_refuses(
+    dsn: str, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], said: str
+) -> None:
+    code, _, err = run(capsys, "partitions", "plan", *flags, "--dsn", dsn)
+    assert code == 2 and said in err
+    # maintain refuses the same values (the engine's UL008, a usage error too)
+    if "whole number" not in said:
+        code, _, err = run(capsys, "partitions", "maintain", *flags, "--dsn", dsn)
+        assert code == 2, err

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import re
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 from test_dashboard import log_in as first_log_in
 
+import undolog._version
 from dashboard_helpers import as_login, csrf_of, session_state
-from undolog import engine
-from undolog.cli import build_parser
+from undolog import engine, engine_check
+from undolog.cli import build_parser, main
 from undolog.dashboard.app import Dashboard
 
 Conn = psycopg.Connection[Any]
@@ -55,7 +57,7 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "ensure_partitions": (("partitions", "ensure"), "/maintenance/ensure"),
     "drop_partitions": (("partitions", "drop"), "/maintenance/drop"),
     "maintain_partitions": (("partitions", "maintain"), "/maintenance/run"),
-    "pending_partitions": (("health",), "/maintenance"),
+    "pending_partitions": (("partitions", "plan"), "/maintenance"),
     "rollback_session": (("sessions", "rollback"), SESSION_ACTION),
     "add_notification_channel": (("notifications", "add-webhook"), "/notifications/add/{kind}"),
     "remove_notification_channel": (("notifications", "remove"), "/notifications/remove"),
@@ -66,7 +68,7 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "rollback_to": (("sessions", "undo-to"), SESSION_ACTION),
     "rollback_last": (("sessions", "undo-to"), SESSION_ACTION),
     "rollback_to_plan": (("sessions", "undo-to"), SESSION_ACTION),
-    "version": (("status",), None),
+    "version": (("status",), "/maintenance"),
     "session_state_estimates": (("metrics",), "/metrics"),
     "verify_chain": (("verify",), "/sessions/{session_id}"),
     "assert_chain": (("verify",), "/sessions/{session_id}"),
@@ -83,7 +85,6 @@ NOT_THERE = {
     "enqueue_notifications": "the delivery worker's (`undolog notify`)",
     "claim_notification": "the delivery worker's: it hands out a channel's secret",
     "finish_notification": "the delivery worker's (`undolog notify`)",
-    "version": "GAP (a read): no page says which engine is installed",
 }
 
 
@@ -410,3 +411,139 @@ def test_a_month_an_unfinished_session_holds_is_refused_in_the_engines_words(
     assert done.status_code == 500, done.status_code
     assert str(session) in done.text and "nothing was done" in done.text
     assert set(OLD) <= set(journal_tables(conn)[0])
+
+
+# --- the sessions list's filters: the page's and `undolog sessions list`'s, one rule --------
+
+
+def page_ids(web: TestClient, **filters: str) -> list[str]:
+    answer = web.get("/sessions", params=filters)
+    assert answer.status_code == 200, answer.text
+    return re.findall(r'<tr class="session-row" data-session="([0-9a-f-]+)"', answer.text)
+
+
+def command_ids(capsys: pytest.CaptureFixture[str], dsn: str, *flags: str) -> list[str]:
+    assert main(["sessions", "list", "--json", "--dsn", dsn, *flags]) == 0
+    return [r["session_id"] for r in json.loads(capsys.readouterr().out)]
+
+
+def test_the_sessions_page_and_the_command_filter_alike(
+    web: TestClient, conn: Conn, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = []
+    for agent, tool in (("par-a", "book_room"), ("par-b", "send_mail"), ("par-a", None)):
+        sid = engine.begin_session(conn, agent=agent)
+        if tool:
+            engine.intercept(conn, sid, 0, tool, "irreversible", {})
+        made.append(str(sid))
+    row = conn.execute(
+        "SELECT created_at FROM undolog.sessions_list WHERE session_id = %s", (made[1],)
+    ).fetchone()
+    assert row is not None
+    since = row[0].isoformat()
+    log_in(web, "dash_operator")
+    for page, flags in (
+        ({"agent": "par-a"}, ("--agent", "par-a")),
+        ({"q": "send_mail"}, ("--tool", "send_mail")),
+        ({"q": made[1][:8]}, ("--id-prefix", made[1][:8])),
+        ({"since": since}, ("--since", since)),
+        ({"until": since, "agent": "par-a"}, ("--until", since, "--agent", "par-a")),
+        (
+            {"state": "awaiting_approval", "agent": "par-b"},
+            ("--state", "awaiting_approval", "--agent", "par-b"),
+        ),
+    ):
+        shown = page_ids(web, **page)
+        assert shown == command_ids(capsys, dsn, *flags), (page, flags)
+        assert shown, page  # each filter finds something
+    assert page_ids(web, agent="par-a") == [made[2], made[0]]
+
+
+# --- the Maintenance page: maintenance with the command's two options; the engine's version
+
+
+def maintenance_flash(page: str) -> list[str]:
+    return [html.unescape(t) for t in re.findall(r'<p class="flash ok">(.*?)</p>', page)]
+
+
+def month_ahead(n: int) -> str:
+    now = datetime.now(UTC)
+    index = now.year * 12 + now.month - 1 + n
+    return f"{index // 12}_{index % 12 + 1:02d}"
+
+
+def test_maintenance_runs_with_the_months_ahead_and_retention_given(
+    web: TestClient, conn: Conn
+) -> None:
+    old_month(conn)
+    log_in(web, "dash_operator")
+    page = web.get("/maintenance")
+    assert 'id="run-months-ahead"' in page.text and 'id="run-retention-months"' in page.text
+    token = csrf_of(page.text)
+    answer = web.post(
+        "/maintenance/run",
+        data={"csrf": token, "months_ahead": "5", "retention_months": " 1200 "},
+    )
+    assert answer.status_code == 303
+    attached = journal_tables(conn)[0]
+    assert set(OLD) <= set(attached)  # kept: 1200 months of retention
+    assert f"undolog_effect_log_{month_ahead(5)}" in attached
+    assert f"undolog_effect_history_{month_ahead(5)}" in attached
+    (said,) = maintenance_flash(web.get("/maintenance").text)
+    assert said.startswith(
+        "maintenance: run by dash_operator with 5 months ahead, keeping 1200 months: created "
+    )
+    # left empty: the defaults (three months ahead, the setting's 12 months)
+    web.post("/maintenance/run", data={"csrf": token, "months_ahead": "", "retention_months": ""})
+    (said,) = maintenance_flash(web.get("/maintenance").text)
+    assert said.startswith("maintenance: run by dash_operator: dropped ")
+    assert not set(OLD) & set(journal_tables(conn)[0])
+
+
+@pytest.mark.parametrize(
+    ("form", "said"),
+    [
+        ({"months_ahead": "121"}, "months ahead: must be from 0 to 120, not 121"),
+        ({"months_ahead": "-1"}, "months ahead: must be from 0 to 120, not -1"),
+        ({"months_ahead": "three"}, "months ahead: not a whole number: 'three'"),
+        ({"retention_months": "0"}, "retention months: must be from 1 to 1200, not 0"),
+        ({"retention_months": "1.5"}, "retention months: not a whole number: '1.5'"),
+        ({"months_ahead": "5", "retention_months": "<script>x</script>"}, "not a whole number"),
+    ],
+)
+def test_maintenance_refuses_what_the_command_refuses_and_does_nothing(
+    web: TestClient, conn: Conn, form: dict[str, str], said: str
+) -> None:
+    old_month(conn)
+    before = journal_tables(conn)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    answer = web.post("/maintenance/run", data={"csrf": token, **form})
+    assert answer.status_code == 422
+    text = html.unescape(answer.text)
+    assert said in text and "nothing was done" in text
+    assert "<script>x" not in answer.text
+    assert journal_tables(conn) == before
+    (anchors,) = conn.execute("SELECT count(*) FROM undolog.chain_anchors").fetchone() or (0,)
+    assert anchors == 0  # no run: a run writes an anchor
+
+
+def test_the_maintenance_page_says_which_engine_is_installed(
+    web: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_in(web, "dash_approver")  # a read: staff see it
+    page = web.get("/maintenance").text
+    package = undolog._version.__version__
+    assert f'<code id="engine-installed">undolog {package}</code>' in page  # migrate wrote it
+    assert f'<code id="engine-package">undolog {package}</code>' in page
+    assert 'id="engine-mismatch"' not in page
+    # a newer package than the engine (engine_check.mismatch: "older")
+    monkeypatch.setattr(undolog._version, "__version__", "999.0.0")
+    page = web.get("/maintenance").text
+    assert '<code id="engine-package">undolog 999.0.0</code>' in page
+    assert 'id="engine-mismatch"' in page and "run <code>undolog migrate</code>" in page
+    # an engine of a later minor release than the package: "newer"
+    monkeypatch.setattr(undolog._version, "__version__", "0.0.1")
+    assert engine_check.mismatch(package, "0.0.1") == "newer"
+    page = web.get("/maintenance").text
+    assert 'id="engine-mismatch"' in page and "upgrade the package" in page

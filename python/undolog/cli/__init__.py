@@ -4,7 +4,8 @@
     undolog status | migrate --check           is the engine up to date? (exit 0 yes, 1 no)
     undolog install-sql                        print the install as one plain SQL script
     undolog health [--max-lag SECONDS]         connection, engine schema, worker lag
-    undolog sessions list [--state S] [--limit N]   sessions, newest first
+    undolog sessions list [--state S] [--agent A] [--since T] [--until T] [--id-prefix HEX]
+                          [--tool NAME] [--limit N]   sessions, newest first
     undolog sessions show SESSION              one session and its effect timeline
     undolog sessions resume SESSION --by NAME [--reason TEXT]    move a halted walk on
     undolog sessions retry SESSION --by NAME [--reason TEXT]     retry its failed compensation
@@ -31,6 +32,8 @@
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
+    undolog partitions list | plan [--months-ahead N] [--retention-months N]
+                                               the months; what maintain would do now
     undolog metrics [--listen HOST:PORT] [--once]   serve GET /metrics to Prometheus
     undolog verify [--session ID] [--since T] [--anchor F] | --file F
                                                recompute the history's hash chains

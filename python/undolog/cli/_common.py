@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.sql import Composed
 
 from undolog._conninfo import UNREACHABLE_HINT, with_connect_timeout
 from undolog.engine import translated
@@ -95,7 +96,7 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def query(conn: psycopg.Connection[Any], sql: str, params: Any = ()) -> Rows:
+def query(conn: psycopg.Connection[Any], sql: str | Composed, params: Any = ()) -> Rows:
     with translated():
         return conn.cursor(row_factory=dict_row).execute(sql, params).fetchall()
 

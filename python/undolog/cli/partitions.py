@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 
 from undolog import partitions
-from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, connect, timestamptz
-from undolog.cli._output import emit
+from undolog.cli._common import (
+    EXIT_OK,
+    OPERATOR,
+    PERSON,
+    Parser,
+    Subparsers,
+    connect,
+    timestamptz,
+)
+from undolog.cli._output import emit, plain, print_json
 
 
 def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -15,6 +24,39 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
         "partitions", parents=[common], help="month partitions (operators)"
     ).add_subparsers(dest="partitions_command", required=True, metavar="ACTION")
     months_ahead_help = "months to create beyond the current one, 0 to 120 (default 3)"
+    p = parts.add_parser(
+        "list",
+        parents=[common],
+        help="the months that exist, with their estimated rows and size",
+        description="The effect log's and its history's month partitions, newest first, "
+        "then each one's DEFAULT partition, with their rows and size as the database "
+        "estimates them (read from the catalog only: no table is locked), as the "
+        "dashboard's Maintenance page lists them.",
+    )
+    p.set_defaults(func=_cmd_partitions_list, needed_role=PERSON)
+    p = parts.add_parser(
+        "plan",
+        parents=[common],
+        help="what `partitions maintain` would do now; change nothing",
+        description="What `undolog partitions maintain` (with the same flags) would do now, "
+        "as the dashboard's Maintenance page says it: the months past retention it would "
+        "drop (a month an unfinished session holds is kept), the months it would create, "
+        "the months created ahead still to attach, the DEFAULT partitions with rows to "
+        "move. Changes nothing.",
+    )
+    p.add_argument(
+        "--months-ahead",
+        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
+        default=partitions.MONTHS_AHEAD,
+        help=months_ahead_help,
+    )
+    p.add_argument(
+        "--retention-months",
+        type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
+        default=None,
+        help="keep this many past months, 1 to 1200 (default: the database setting, else 12)",
+    )
+    p.set_defaults(func=_cmd_partitions_plan, needed_role=PERSON)
     p = parts.add_parser("ensure", parents=[common], help="create the coming months")
     p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
     p.set_defaults(func=_cmd_partitions_ensure, needed_role=OPERATOR)
@@ -67,4 +109,75 @@ def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         done = partitions.maintain(conn, args.months_ahead, args.retention_months)
     emit(args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"])
+    return EXIT_OK
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            return partitions.months_given(value, (low, high))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+LIST_COLUMNS = [
+    "parent",
+    "name",
+    "is_default",
+    "lower_bound",
+    "upper_bound",
+    "est_rows",
+    "est_bytes",
+]
+
+
+def _cmd_partitions_list(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        rows, _ = partitions.listed(conn)
+    emit(args, rows, LIST_COLUMNS)
+    return EXIT_OK
+
+
+def _cmd_partitions_plan(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        rows, _ = partitions.listed(conn)
+        pending = partitions.pending(conn)
+        setting, month_start = partitions.retention_setting(conn)
+    plan = partitions.maintenance_plan(
+        rows, pending, setting, month_start, args.months_ahead, args.retention_months
+    )
+    if args.json:
+        print_json({k: plain(v) for k, v in plan.items()})
+        return EXIT_OK
+    if plan["retention"] is None:
+        print(
+            f"retention: the setting undolog.retention_months = {setting!r} is not a number "
+            "of months from 1 to 1200: maintenance would refuse to run until it is fixed"
+        )
+    else:
+        whence = (
+            "--retention-months"
+            if plan["retention_given"]
+            else "the default: undolog.retention_months is not set"
+            if setting is None
+            else f"undolog.retention_months = {setting}"
+        )
+        print(
+            f"retention: keep {plan['retention']} months ({whence}): drop the months that "
+            f"end by {plan['cutoff'].isoformat()}"
+        )
+    for key, label, none in (
+        ("to_drop", "to drop (a month an unfinished session holds is kept)", "none"),
+        (
+            "to_create",
+            f"to create (the current month and {plan['months_ahead']} ahead)",
+            "none, they exist",
+        ),
+        ("pending", "to attach (created ahead, their locks were busy)", "none"),
+        ("to_drain", "rows to move out of a DEFAULT partition", "none (by the estimates)"),
+    ):
+        print(f"{label}: {', '.join(plan[key]) or none}")
+    print("and write an anchor of the history chains")
     return EXIT_OK

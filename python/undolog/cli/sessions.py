@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from undolog import saga
 from undolog.cli._common import (
@@ -23,12 +24,14 @@ from undolog.cli._common import (
     connect,
     positive_int,
     query,
+    timestamptz,
 )
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit, plain, print_json, printable
 from undolog.engine import SESSION_STATES
 from undolog.errors import UnknownSession
 from undolog.queries import QUERIES
+from undolog.session_filter import SessionFilter, filter_params, id_prefix_range, sessions_query
 
 SESSION_HELP = "session id, a unique prefix of it, or …its end"
 
@@ -39,6 +42,27 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
     ).add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     p = sessions.add_parser("list", parents=[common], help="sessions, newest first")
     p.add_argument("--state", choices=SESSION_STATES, help="only sessions in this state")
+    p.add_argument("--agent", help="only sessions of this agent (its claimed name, exactly)")
+    p.add_argument(
+        "--since",
+        type=timestamptz,
+        metavar="INSTANT",
+        help="only sessions created at or after this instant: ISO 8601 with a zone, "
+        "e.g. 2025-01-01Z",
+    )
+    p.add_argument(
+        "--until",
+        type=timestamptz,
+        metavar="INSTANT",
+        help="only sessions created before this instant (as --since)",
+    )
+    p.add_argument(
+        "--id-prefix",
+        type=_id_prefix,
+        metavar="HEX",
+        help="only sessions whose id starts so: 4 to 32 hex digits (dashes allowed)",
+    )
+    p.add_argument("--tool", help="only sessions one of whose calls used this tool")
     p.add_argument("--limit", type=positive_int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=_cmd_sessions_list)
     p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
@@ -142,9 +166,32 @@ def _shown_state(row: dict[str, Any]) -> str:
     return "halted (abandoned)" if row.get("resolved_at") else "halted (needs operator)"
 
 
+def _id_prefix(value: str) -> str:
+    if id_prefix_range(value) is None:
+        raise argparse.ArgumentTypeError(
+            f"not a session id prefix (4 to 32 hex digits, dashes allowed): {value!r}"
+        )
+    return value
+
+
+# The dashboard's Sessions page filters with the same query and parameters
+# (undolog.session_filter): one rule for both faces.
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
+    params = filter_params(
+        SessionFilter(
+            state=args.state,
+            agent=args.agent,
+            since=args.since,
+            until=args.until,
+            id_prefix=args.id_prefix,
+            tool=args.tool,
+        )
+    )
+    statement = sql.SQL(QUERIES["sessions_overview_filtered"]).format(page=sessions_query(params))
     with connect(args) as conn:
-        rows = query(conn, QUERIES["sessions_overview"], {"state": args.state, "limit": args.limit})
+        rows = query(
+            conn, statement, {**params, "after_at": None, "after_id": None, "limit": args.limit}
+        )
     if args.json:
         emit(args, rows, SESSION_JSON_COLUMNS)
     else:

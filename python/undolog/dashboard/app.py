@@ -52,7 +52,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import aapprovals, asaga, chain, errors, links
+from undolog import _version, aapprovals, asaga, chain, engine_check, errors, links, partitions
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
@@ -394,64 +394,9 @@ def refused(conn: queries.Conn, exc: Exception, target: str) -> Outcome:
 TOOL_TIERS = ("compensable", "irreversible")
 ON_REJECTS = ("fail_session", "continue")
 # What the Maintenance page's actions pass, as `undolog partitions maintain` and `ensure`
-# do by default: three months ahead, the retention of the database setting.
-MONTHS_AHEAD = 3
-DEFAULT_RETENTION_MONTHS = 12
-
-
-def _months_later(start: datetime.datetime, months: int) -> datetime.datetime:
-    """The first instant of the month ``months`` after (or before) ``start``'s month."""
-    index = start.year * 12 + start.month - 1 + months
-    return start.replace(year=index // 12, month=index % 12 + 1, day=1)
-
-
-def retention_of(setting: str | None) -> int | None:
-    """The months maintenance keeps for the setting undolog.retention_months (as
-    undolog.retention_months reads it), or None when maintenance would refuse it."""
-    if setting is None:
-        return DEFAULT_RETENTION_MONTHS
-    if re.fullmatch(r"[0-9]{1,4}", setting) and 1 <= int(setting) <= 1200:
-        return int(setting)
-    return None
-
-
-def maintenance_plan(
-    parts: list[queries.Row],
-    pending: list[str],
-    setting: str | None,
-    month_start: datetime.datetime,
-) -> dict[str, Any]:
-    """What `undolog partitions maintain` would do now, from the partitions listed: the
-    months past retention it would drop (unless an unfinished session holds one), the
-    months ahead it would create, the tables created ahead still to attach, and the
-    DEFAULT partitions holding rows to move into their months."""
-    current = month_start.astimezone(datetime.UTC)
-    months = retention_of(setting)
-    cutoff = None if months is None else _months_later(current, -months)
-    months_parts = [p for p in parts if not p["is_default"]]
-    to_drop = [p["name"] for p in months_parts if cutoff is not None and p["upper_bound"] <= cutoff]
-    to_create: list[str] = []
-    for parent in sorted({p["parent"] for p in parts}):
-        for n in range(MONTHS_AHEAD + 1):
-            start, end = _months_later(current, n), _months_later(current, n + 1)
-            if not any(
-                p["parent"] == parent and p["lower_bound"] < end and p["upper_bound"] > start
-                for p in months_parts
-            ):
-                name = f"{parent}_{start:%Y_%m}"
-                if name not in pending:
-                    to_create.append(name)
-    to_drain = [p["name"] for p in parts if p["is_default"] and p["est_rows"] > 0]
-    return {
-        "setting": setting,
-        "retention": months,
-        "cutoff": cutoff,
-        "to_drop": to_drop,
-        "to_create": to_create,
-        "pending": pending,
-        "to_drain": to_drain,
-        "months_ahead": MONTHS_AHEAD,
-    }
+# do by default (the plan of what a run would do is undolog.partitions', as `undolog
+# partitions plan` prints it).
+MONTHS_AHEAD = partitions.MONTHS_AHEAD
 
 
 def _names(names: list[str]) -> str:
@@ -1758,7 +1703,20 @@ class Dashboard:
             pending = await queries.pending_partitions(conn)
             retention = await queries.retention(conn)
             anchors, older = await queries.anchors(conn)
-        plan = maintenance_plan(parts, pending, retention["setting"], retention["month_start"])
+            installed = await queries.engine_version(conn)
+        plan = partitions.maintenance_plan(
+            parts, pending, retention["setting"], retention["month_start"]
+        )
+        # the engine installed and this package (as `undolog status` and `--version` say
+        # them), and whether the package may drive that engine (engine_check's rule)
+        package = _version.__version__
+        versions = {
+            "installed": installed,
+            "package": package,
+            "mismatch": "missing"
+            if installed is None
+            else engine_check.mismatch(installed, package),
+        }
         return self.render(
             request,
             "maintenance.html",
@@ -1768,6 +1726,7 @@ class Dashboard:
             plan=plan,
             anchors=anchors,
             older=older,
+            versions=versions,
             partitions_limit=queries.PARTITIONS_LIMIT,
             anchors_limit=queries.ANCHORS_LIMIT,
         )
@@ -1817,21 +1776,42 @@ class Dashboard:
         return outcome
 
     async def maintenance_run(self, request: Request) -> Response:
-        """An operator runs partition maintenance now (undolog.maintain_partitions with
-        the defaults, as `undolog partitions maintain`): drain, retention, months ahead,
-        an anchor. The flash says which months were created, dropped, kept, pending."""
+        """An operator runs partition maintenance now (undolog.maintain_partitions, as
+        `undolog partitions maintain`, with its --months-ahead and --retention-months when
+        the form's fields are filled in, else their defaults): drain, retention, months
+        ahead, an anchor. The flash says which months were created, dropped, kept,
+        pending."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
-        ws, _ = got
+        ws, form = got
         if not ws.roles.operator:
             return self._operator_only(request, ws, "maintenance", "runs partition maintenance")
+        chosen: dict[str, int | None] = {"months_ahead": MONTHS_AHEAD, "retention_months": None}
+        options: list[str] = []  # what the person chose, for the flash
+        for field, bounds in (
+            ("months_ahead", partitions.MONTHS_AHEAD_RANGE),
+            ("retention_months", partitions.RETENTION_MONTHS_RANGE),
+        ):
+            given = form.get(field)
+            text = given.strip() if isinstance(given, str) else ""
+            if not text:
+                continue  # the default, as the command's without its flag
+            try:
+                chosen[field] = partitions.months_given(text, bounds)
+            except ValueError as exc:
+                outcome = Outcome(
+                    "maintenance",
+                    False,
+                    f"{field.replace('_', ' ')}: {exc}: nothing was done",
+                    errors.HTTP_UNPROCESSABLE,
+                )
+                return self._after(request, ws, [outcome], "/maintenance")
+            what = "{} months ahead" if field == "months_ahead" else "keeping {} months"
+            options.append(what.format(chosen[field]))
 
         async def run(conn: queries.Conn) -> str:
-            cur = await conn.execute(
-                QUERIES["maintain_partitions"],
-                {"months_ahead": MONTHS_AHEAD, "retention_months": None},
-            )
+            cur = await conn.execute(QUERIES["maintain_partitions"], chosen)
             done: dict[str, list[str]] = {}
             for action, partition in await cur.fetchall():
                 done.setdefault(str(action), []).append(str(partition))
@@ -1849,8 +1829,9 @@ class Dashboard:
             ] or ["no month to create or drop"]
             if latest:
                 said.append(f"anchor #{latest[0]['anchor_id']} written")
-            log.info("%s: ran partition maintenance: %s", ws.login, done)
-            return f"run by {ws.login}: " + "; ".join(said)
+            log.info("%s: ran partition maintenance (%s): %s", ws.login, chosen, done)
+            by = f"run by {ws.login}" + (f" with {', '.join(options)}" if options else "")
+            return f"{by}: " + "; ".join(said)
 
         outcome = await self._maintenance_call(ws, "maintenance", run)
         return self._after(request, ws, [outcome], "/maintenance")

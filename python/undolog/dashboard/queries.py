@@ -15,6 +15,8 @@ from psycopg.rows import dict_row, namedtuple_row
 
 from undolog.engine import SESSION_STATES
 from undolog.queries import QUERIES
+from undolog.session_filter import SessionFilter as SessionFilter
+from undolog.session_filter import filter_params, sessions_query
 
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Any]
@@ -139,16 +141,6 @@ async def inbox_fingerprint(conn: Conn) -> str:
 # --- sessions list --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SessionFilter:
-    state: str | None = None
-    agent: str | None = None
-    since: datetime.datetime | None = None
-    until: datetime.datetime | None = None
-    search: str | None = None
-    after: tuple[datetime.datetime, uuid.UUID] | None = None
-
-
 def encode_cursor(created_at: datetime.datetime, session_id: uuid.UUID) -> str:
     raw = f"{created_at.isoformat()}|{session_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -164,47 +156,13 @@ def decode_cursor(text: str) -> tuple[datetime.datetime, uuid.UUID]:
     return created_at, uuid.UUID(sid)
 
 
-def _uuid_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
-    """A hex prefix of a session id (as people copy them: 'a1b2c3d4') as an id range."""
-    hexpart = text.replace("-", "").lower()
-    if not (4 <= len(hexpart) <= 32) or any(c not in "0123456789abcdef" for c in hexpart):
-        return None
-    low = uuid.UUID(hexpart.ljust(32, "0"))
-    high = uuid.UUID(hexpart.ljust(32, "f"))
-    return low, high
-
-
 async def sessions_page(conn: Conn, f: SessionFilter) -> tuple[list[Row], str | None]:
-    """One page, newest first, by keyset: never an OFFSET, so page 1,000 costs page 1's."""
-    # A hex prefix (four digits or more, as people copy ids) finds sessions by id, on the
-    # primary key; anything else is a tool name that one of the calls used.
-    span = _uuid_prefix_range(f.search) if f.search else None
-    params = {
-        "state": f.state or None,
-        "agent": f.agent or None,
-        "since": f.since,
-        "until": f.until,
-        "id_low": span[0] if span else None,
-        "id_high": span[1] if span else None,
-        "tool": f.search if f.search and span is None else None,
-    }
-    query = _SESSIONS_BY_TOOL if params["tool"] is not None else _SESSIONS_PAGE
-    return await _keyset_page(conn, query, params, ("created_at", "session_id"), f.after)
-
-
-def _sessions_query(by_tool: bool) -> sql.Composed:
-    """The sessions page's query, with the tool filter or without: composed rather than
-    one query with ``%(tool)s IS NULL OR EXISTS (...)``, because the planner makes a
-    semi-join of an EXISTS (stopping at the page's last row) only when it stands alone in
-    the WHERE; inside an OR it stays a subplan, run for every session or hashed over
-    every call of the tool (a rare tool over a million sessions: 570 ms, against 256 ms
-    as a semi-join)."""
-    tool = sql.SQL(QUERIES["dashboard_sessions_by_tool"]) if by_tool else sql.SQL("")
-    return sql.SQL(QUERIES["dashboard_sessions_page"]).format(tool_filter=tool)
-
-
-_SESSIONS_PAGE = _sessions_query(False)
-_SESSIONS_BY_TOOL = _sessions_query(True)
+    """One page, newest first, by keyset: never an OFFSET, so page 1,000 costs page 1's.
+    The filter is undolog.session_filter's, as `undolog sessions list` applies it."""
+    params = filter_params(f)
+    return await _keyset_page(
+        conn, sessions_query(params), params, ("created_at", "session_id"), f.after
+    )
 
 
 async def _keyset_page(
@@ -425,6 +383,12 @@ async def retention(conn: Conn) -> Row:
     found = await one(conn, QUERIES["dashboard_retention"])
     assert found is not None
     return found
+
+
+async def engine_version(conn: Conn) -> str | None:
+    """The engine installed in the database (undolog.version(), as `undolog status`)."""
+    found = await records(conn, QUERIES["engine_version"])
+    return None if not found or found[0][0] is None else str(found[0][0])
 
 
 async def anchors(conn: Conn, limit: int | None = None) -> tuple[list[Row], bool]:
