@@ -96,8 +96,9 @@ def test_a_retry_after_a_timeout_is_not_run_again(
     """The upstream acts, then answers after the proxy stopped waiting: the outcome is
     unknown. The same call made again in the same session is that call (step 0 again),
     answered as unknown, and never reaches the upstream; the session is undone at its
-    end, that call's compensation once."""
-    config = session_policy(tmp_path, timeout=1.5)
+    end, that call's compensation once. (late_answer_seconds = 0: the proxy does not wait
+    for the answer after its timeout; test_mcp_proxy_late covers the wait.)"""
+    config = session_policy(tmp_path, proxy="late_answer_seconds = 0", timeout=1.5)
     slow = {"key": "s", "seconds": 4}
 
     async def body() -> None:

@@ -155,6 +155,11 @@ class Policy:
     # the answer is on its way, and a result that cannot be recorded refuses the session's
     # next call)
     durable_results: bool = False
+    # how long a journaled call that did not answer within call_timeout_seconds is still
+    # awaited in the background, its answer recorded if it comes (0: not awaited), and
+    # how many such calls the proxy awaits at once (past that, one is not awaited)
+    late_answer_seconds: float = 30.0
+    max_late_answers: int = 64
     # HOST:PORT of the proxy's own GET /metrics (None: not served)
     metrics_listen: str | None = None
 
@@ -392,9 +397,17 @@ def load_policy(path: str | Path) -> Policy:
                 "session_idle_seconds",
                 "undo_last_tool",
                 "durable_results",
+                "late_answer_seconds",
+                "max_late_answers",
                 "metrics_listen",
             },
         )
+        late = proxy.get("late_answer_seconds", 30.0)
+        if isinstance(late, bool) or not isinstance(late, int | float) or not 0 <= late <= 3600:
+            raise PolicyError(
+                "proxy.late_answer_seconds: expected a number of seconds in [0, 3600] "
+                "(0: a call that did not answer in time is not awaited further)"
+            )
         durable = proxy.get("durable_results", False)
         if not isinstance(durable, bool):
             raise PolicyError("proxy.durable_results: expected true or false")
@@ -488,6 +501,10 @@ def load_policy(path: str | Path) -> Policy:
             session_idle_seconds=idle,
             undo_last_tool=undo_tool,
             durable_results=durable,
+            late_answer_seconds=float(late),
+            max_late_answers=_count(
+                proxy.get("max_late_answers", 64), "proxy.max_late_answers", 10000
+            ),
             metrics_listen=listen,
         )
     except PolicyError as exc:

@@ -215,9 +215,18 @@ def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception
     }
 
 
-def _unknown(name: str, why: str) -> types.CallToolResult:
+def _unknown(name: str, why: str, late: float = 0.0) -> types.CallToolResult:
     """The answer to a call that may have acted without its result reaching the proxy, and
-    to that same call made again in the session."""
+    to that same call made again in the session. ``late``: the seconds its answer is still
+    awaited (0: it is not)."""
+    if late > 0:
+        return _error(
+            f"{name}: {why}. Its outcome is unknown for now: it will not be run again. The "
+            f"proxy waits up to {late:g} s more for the upstream's answer and records it if "
+            "it comes: making the same call again then answers that result (or, had it "
+            "failed, runs the call again); until then it gets this answer. If no answer "
+            "comes, this session will be rolled back when it ends."
+        )
     return _error(
         f"{name}: {why}. Its outcome is unknown: it will not be run again (making the same "
         "call again gets this answer), and this session will be rolled back when it ends."
@@ -343,6 +352,11 @@ class ProxySession:
     # is that call (its recorded result replayed), not a second execution.
     finishing: set[asyncio.Future[Any]] = field(default_factory=set)
     given_up: dict[str, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
+    # Calls of unknown outcome whose upstream answer is still awaited in the background
+    # (McpProxy._late_answer, at most proxy.late_answer_seconds each): the session's end
+    # and its walk wait for them, so that an answer that comes is recorded first.
+    late: set[asyncio.Task[None]] = field(default_factory=set)
+    late_until: dict[str, float] = field(default_factory=dict)  # key -> monotonic deadline
 
 
 class McpProxy:
@@ -386,6 +400,10 @@ class McpProxy:
         self._held: set[aapprovals.Wakeup] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
+        # every session's late-answer waiters (bounded by proxy.max_late_answers), and the
+        # session ends put off until theirs are over
+        self._late: set[asyncio.Task[None]] = set()
+        self._ending: set[asyncio.Task[None]] = set()
         self.closing = False
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
@@ -457,6 +475,16 @@ class McpProxy:
 
     async def close(self) -> None:
         self.closing = True
+        # Late answers are not awaited past the proxy's life: their calls stay of unknown
+        # outcome (nothing is recorded for them), and the session ends put off for them
+        # run now, as without the wait.
+        waiting = set(self._late)
+        for task in waiting:
+            task.cancel()
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
+        while self._ending:
+            await asyncio.gather(*set(self._ending), return_exceptions=True)
         for ps in list(self.sessions.values()):
             await self.end_session(ps)
         for ps in list(self.sessions.values()):  # a prune may forget one meanwhile
@@ -894,7 +922,17 @@ class McpProxy:
     async def end_session(self, ps: ProxySession) -> None:
         """The client is gone (or the session's idle gap passed): complete its session, or
         fail it and undo its work when the outcome of one of its calls is unknown. Its own
-        upstream processes close once its walk, if any, is over."""
+        upstream processes close once its walk, if any, is over.
+
+        A session with calls whose late answer is still awaited ends once they are over
+        (in the background, at most proxy.late_answer_seconds): an answer that comes is
+        recorded first, so that the session completes if it was the only unknown. Not
+        when the proxy is closing: the waits are cancelled then."""
+        if ps.late and not self.closing:
+            task = asyncio.create_task(self._end_after_late(ps, ps.last_call))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+            return
         try:
             await self._end(ps)
         finally:
@@ -906,6 +944,13 @@ class McpProxy:
             ps.ended = True
             if not self.closing:
                 self._prune_soon(ps)
+
+    async def _end_after_late(self, ps: ProxySession, last_call: float) -> None:
+        while ps.late:
+            await asyncio.wait(set(ps.late))
+        if not self.closing and (ps.inflight or ps.last_call != last_call):
+            return  # resumed meanwhile (a call came): its next end ends it
+        await self.end_session(ps)
 
     async def _close_instances(
         self, ps: ProxySession, ending: dict[str, UpstreamConnection]
@@ -953,7 +998,15 @@ class McpProxy:
     def walk_soon(self, ps: ProxySession) -> None:
         """Run the failed session's undo walk here, in the background (once at a time)."""
         if ps.walking is None or ps.walking.done():
-            ps.walking = asyncio.create_task(self._walk(ps.session_id, self._undoers(ps)))
+            ps.walking = asyncio.create_task(self._walk_after_late(ps))
+
+    async def _walk_after_late(self, ps: ProxySession) -> None:
+        """The walk, once the late answers still awaited for the session are over: a
+        result recorded before the walk takes its call is the one its compensation reads
+        (taken, the engine keeps it in the effect's history only, as 'late')."""
+        while ps.late:
+            await asyncio.wait(set(ps.late))
+        await self._walk(ps.session_id, self._undoers(ps))
 
     def _undoers(self, ps: ProxySession) -> dict[str, Callable[..., Any]]:
         """The compensations of this session's walk: a per-session upstream's run on the
@@ -1046,7 +1099,14 @@ class McpProxy:
             try:
                 await upstream.ensure_connected()  # nothing is journaled for a call not sent
             except UpstreamDown as exc:
-                return _error(f"{name} was not run: {exc}")
+                # with the handle of the session the call is in, when it has one (no
+                # session is begun for a call that cannot be sent), as every other answer
+                # of a journaled call carries it
+                refused = _error(f"{name} was not run: {exc}")
+                current = self.current_session(ctx)
+                if current is None:
+                    return refused
+                return refused.model_copy(update={"meta": {SESSION_META_KEY: current.handle}})
         try:
             ps = await self.session_for(ctx)
         except (ValueError, UndoLogError, psycopg.Error) as exc:
@@ -1055,12 +1115,15 @@ class McpProxy:
         # with a call on its way in
         ps.inflight += 1
         try:
+            down: UpstreamDown | None = None
             if not shared:
                 try:
                     upstream = await self._instance(ps, route.upstream)
                 except UpstreamDown as exc:
-                    return _error(f"{name} was not run: {exc}")
-            if route.policy.tier == "safe":
+                    down = exc
+            if down is not None:
+                result = _error(f"{name} was not run: {down}")
+            elif route.policy.tier == "safe":
                 result = await self._safe(name, route, upstream, args)
             else:
                 try:
@@ -1242,15 +1305,31 @@ class McpProxy:
         args: dict[str, Any],
         *,
         wait: bool = True,
+        key: str | None = None,
+        step: int = 0,
     ) -> tuple[types.CallToolResult, Outcome]:
         """Forward a journaled call and record its outcome; ``wait`` False: a result is
-        not recorded here, the outcome is "ran" (the caller records it, _record_later)."""
+        not recorded here, the outcome is "ran" (the caller records it, _record_later).
+        A call that does not answer in time is awaited in the background for
+        proxy.late_answer_seconds more (``key`` and ``step``: the call's, in its
+        session), within proxy.max_late_answers such calls at once."""
+        late = self.policy.late_answer_seconds
+        if key is None or len(self._late) >= self.policy.max_late_answers:
+            late = 0.0
         try:
-            result = await upstream.call(route.tool, args)
+            result = await upstream.call(route.tool, args, late_seconds=late)
         except OutcomeUnknown as exc:
-            # It may have acted: the effect stays executing, so the walk compensates it.
+            # It may have acted: the effect stays executing, so the walk compensates it
+            # (unless its late answer comes: _late_answer records it).
             self.metrics.upstream_error(route.upstream, "no_answer")
-            return _unknown(name, str(exc)), "unknown"
+            waited = 0.0
+            if (
+                exc.late is not None
+                and key is not None
+                and self._await_late(ps, key, step, effect_id, name, route, exc.late)
+            ):
+                waited = late
+            return _unknown(name, str(exc), waited), "unknown"
         except (UpstreamDown, MCPError) as exc:
             self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
             await self._record(effect_id, f"not run: {exc}"[:2000])
@@ -1263,6 +1342,80 @@ class McpProxy:
             return result, "ran"
         unknown = await self._commit(ps, effect_id, name, route, result, answered=False)
         return (result, "done") if unknown is None else (unknown, "unknown")
+
+    def _await_late(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        answer: asyncio.Future[types.CallToolResult],
+    ) -> bool:
+        """Await a timed-out call's answer in the background; False (and the answer given
+        up on) past proxy.max_late_answers, or when the proxy is closing."""
+        if self.closing or len(self._late) >= self.policy.max_late_answers:
+            answer.cancel()
+            return False
+        task = asyncio.create_task(self._late_answer(ps, key, step, effect_id, name, route, answer))
+        for tasks in (self._late, ps.late):
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        ps.late_until[key] = time.monotonic() + self.policy.late_answer_seconds
+        task.add_done_callback(lambda _: ps.late_until.pop(key, None))
+        return True
+
+    @staticmethod
+    def _still_unknown(ps: ProxySession, name: str, key: str) -> types.CallToolResult:
+        """The answer to a call made again while an identical one is of unknown outcome."""
+        until = ps.late_until.get(key)
+        left = 0.0 if until is None else max(until - time.monotonic(), 0.1)
+        return _unknown(name, "an earlier identical call got no answer", round(left, 1))
+
+    async def _late_answer(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        effect_id: uuid.UUID,
+        name: str,
+        route: Route,
+        answer: asyncio.Future[types.CallToolResult],
+    ) -> None:
+        """The answer of a call that did not answer in time, recorded if it comes: an
+        error result as the call not having acted (fail), a result committed. The engine
+        takes it while the effect is executing (its session active, or failed but not yet
+        walked past it): the call is then no longer of unknown outcome, and the same call
+        made again replays its result (or, failed, runs again). Once the walk has taken
+        the call, the engine keeps what came in the effect's history ('late', flagging
+        the session for an operator). No answer in time, the connection lost, or the
+        proxy closing: nothing is recorded, the outcome stays unknown."""
+        try:
+            result = await answer
+        except asyncio.CancelledError:
+            answer.cancel()
+            raise
+        except Exception as exc:
+            log.info("effect %s: no late answer from %s: %s", effect_id, route.upstream, exc)
+            return
+        if self.closing:
+            return
+        if result.is_error:
+            self.metrics.upstream_error(route.upstream, "error_result")
+            recorded = await self._record(effect_id, _error_text(result))
+        else:
+            # (answered=False: what the client was answered is that the outcome is unknown)
+            unrecorded = await self._commit(ps, effect_id, name, route, result, answered=False)
+            recorded = unrecorded is None
+        log.info(
+            "effect %s: the late answer of %s came and was %s",
+            effect_id,
+            name,
+            "recorded" if recorded else "not recorded (see the journal's effect history)",
+        )
+        if recorded and ps.unknown.get(key) == step:
+            del ps.unknown[key]  # the same call made again is that call, now known
 
     async def _commit(
         self,
@@ -1355,20 +1508,23 @@ class McpProxy:
             "will be rolled back when it ends"
         )
 
-    async def _record(self, effect_id: uuid.UUID, text: str) -> None:
+    async def _record(self, effect_id: uuid.UUID, text: str) -> bool:
         """The call did not take effect (aengine.fail, durably). Late (the undo walk had
         taken the call: its lease lapsed), the engine kept the report in the effect's
-        history and flagged the session; counted as _commit counts a late result."""
+        history and flagged the session; counted as _commit counts a late result. Answers
+        whether the effect now says so."""
         try:
             # the text is the upstream's: a U+0000 in it must not lose the outcome
             error = walk.storable_error(text)
             async with self.pool.connection() as conn:
                 await aengine.fail(conn, effect_id, error)
+            return True
         except LateResult as late:
             self.metrics.unrecorded_result("late", False)
             log.warning("effect %s: %s", effect_id, late)
         except Exception:
             log.exception("effect %s: recording its failure failed", effect_id)
+        return False
 
     async def _compensable(
         self,
@@ -1476,7 +1632,7 @@ class McpProxy:
             assert icpt.effect_id is not None
             durable = self.policy.durable_results
             result, outcome = await self._execute(
-                ps, icpt.effect_id, name, route, upstream, args, wait=durable
+                ps, icpt.effect_id, name, route, upstream, args, wait=durable, key=key, step=step
             )
             if outcome == "ran":  # the client's answer does not wait for the journal's
                 recording = asyncio.create_task(
@@ -1491,7 +1647,7 @@ class McpProxy:
                 _give_back(ps, key, step)
             return result, {"done": "executed", "unknown": "unknown"}.get(outcome, "failed")
         if icpt.action == "in_progress" and key in ps.unknown:
-            return _unknown(name, "an earlier identical call got no answer"), "unknown"
+            return self._still_unknown(ps, name, key), "unknown"
         if icpt.action == "in_progress":
             return _error(
                 f"{name}: this very call is running now, or its outcome is unknown (the proxy "
@@ -1556,7 +1712,7 @@ class McpProxy:
             if icpt.action == "rejected":
                 return await self._rejected(ps, name, route, icpt.approval_id), "rejected"
             if icpt.action == "in_progress" and key in ps.unknown:
-                return _unknown(name, "an earlier identical call got no answer"), "unknown"
+                return self._still_unknown(ps, name, key), "unknown"
             if icpt.action == "in_progress":
                 return _error(
                     f"{name}: this very call is running now, or its outcome is unknown: it "
@@ -1604,7 +1760,9 @@ class McpProxy:
         """An approved IRREVERSIBLE call run upstream (with the approver's arguments when
         edited) and recorded: its answer, and its outcome as the metrics count it."""
         run_args = args if edit is None else edit.approved_args
-        result, outcome = await self._execute(ps, effect_id, name, route, upstream, run_args)
+        result, outcome = await self._execute(
+            ps, effect_id, name, route, upstream, run_args, key=key, step=0
+        )
         if outcome == "unknown":
             ps.unknown[key] = 0
         told = result if edit is None or outcome != "done" else _told_edit(result, edit)

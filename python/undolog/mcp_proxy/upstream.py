@@ -29,7 +29,15 @@ class UpstreamDown(Exception):
 
 class OutcomeUnknown(Exception):
     """The call was sent but no answer came (timeout, or the connection broke meanwhile):
-    it may have acted."""
+    it may have acted. ``late``: when the caller asked for it (``call(late_seconds=)``)
+    and the call timed out, the answer still awaited, for at most ``late_seconds`` more
+    (its result, or an exception: none came); cancelling it gives up on it."""
+
+    def __init__(
+        self, message: str, late: asyncio.Future[types.CallToolResult] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.late = late
 
 
 class UpstreamConnection:
@@ -184,23 +192,58 @@ class UpstreamConnection:
             await self.connect()
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        late_seconds: float = 0.0,
     ) -> types.CallToolResult:
         """Call one tool. UpstreamDown: not sent (nothing ran); OutcomeUnknown: sent, no
-        answer; an MCPError the upstream answered with means the call was refused."""
+        answer; an MCPError the upstream answered with means the call was refused.
+
+        ``late_seconds`` > 0: a call that does not answer within the call timeout is not
+        given up on: the OutcomeUnknown raised then carries (``late``) the call still
+        waiting for its answer, for at most ``late_seconds`` more."""
+        if late_seconds <= 0:
+            return await self._call_once(tool, arguments, meta, self.call_timeout)
+        await self.ensure_connected()
+        attempt = asyncio.ensure_future(
+            self._call_once(tool, arguments, meta, self.call_timeout + late_seconds)
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(attempt), self.call_timeout)
+        except TimeoutError:
+            raise OutcomeUnknown(
+                f"upstream {self.spec.name!r} did not answer {tool} within {self.call_timeout:g} s",
+                late=attempt,
+            ) from None
+        except BaseException:
+            attempt.cancel()  # cancelled, or it failed itself (then a no-op)
+            raise
+
+    async def _call_once(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None,
+        timeout: float,
+    ) -> types.CallToolResult:
         await self.ensure_connected()
         if self.relayable() is not None:
-            return types.CallToolResult.model_validate(await self.call_raw(tool, arguments, meta))
+            return types.CallToolResult.model_validate(
+                await self.call_raw(tool, arguments, meta, timeout=timeout)
+            )
         client = self._client
         if client is None:
             raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
         try:
             request_meta = cast(types.RequestParamsMeta, dict(meta)) if meta else None
             return await client.call_tool(
-                tool, dict(arguments), read_timeout_seconds=self.call_timeout, meta=request_meta
+                tool, dict(arguments), read_timeout_seconds=timeout, meta=request_meta
             )
         except MCPError as exc:
-            raise self._unknown(client, tool, exc) from exc
+            raise self._unknown(client, tool, exc, timeout) from exc
         except Exception as exc:  # the transport broke under the call
             self._lost(client)
             raise OutcomeUnknown(
@@ -208,10 +251,17 @@ class UpstreamConnection:
             ) from exc
 
     async def call_raw(
-        self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """``call`` as one JSON-RPC message each way (the answer's result as it came),
-        with the same errors: the client at the far end validates the result."""
+        with the same errors: the client at the far end validates the result. ``timeout``:
+        the call timeout unless given."""
+        timeout = self.call_timeout if timeout is None else timeout
         await self.ensure_connected()
         client, tap = self._client, self.relayable()
         if client is None or tap is None:
@@ -220,10 +270,10 @@ class UpstreamConnection:
         if meta:
             params["_meta"] = dict(meta)
         try:
-            return await tap.request("tools/call", params, self.call_timeout)
+            return await tap.request("tools/call", params, timeout)
         except TimeoutError as exc:
             raise OutcomeUnknown(
-                f"upstream {self.spec.name!r} did not answer {tool} within {self.call_timeout:g} s"
+                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s"
             ) from exc
         except TapClosed as exc:
             self._lost(client)
@@ -231,14 +281,14 @@ class UpstreamConnection:
                 f"the connection to upstream {self.spec.name!r} closed during {tool}"
             ) from exc
         except MCPError as exc:
-            raise self._unknown(client, tool, exc) from exc
+            raise self._unknown(client, tool, exc, timeout) from exc
 
-    def _unknown(self, client: Client, tool: str, exc: MCPError) -> Exception:
+    def _unknown(self, client: Client, tool: str, exc: MCPError, timeout: float) -> Exception:
         """An MCPError as the caller should see it: a timeout or a closed connection means
         the outcome is unknown; anything else the upstream answered (a refusal)."""
         if exc.error.code == types.REQUEST_TIMEOUT:
             return OutcomeUnknown(
-                f"upstream {self.spec.name!r} did not answer {tool} within {self.call_timeout:g} s"
+                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s"
             )
         if exc.error.code == types.CONNECTION_CLOSED:
             self._lost(client)
