@@ -67,7 +67,7 @@ def _server_warnings_logged(conn: Connection) -> Iterator[None]:
         conn.remove_notice_handler(handler)
 
 
-def ensure(conn: Connection, months_ahead: int = 3) -> list[str]:
+def ensure(conn: Connection, months_ahead: int = MONTHS_AHEAD) -> list[str]:
     """Create the missing months (current UTC month + ``months_ahead``, 0..120) of the
     effect log and its history, after moving any rows out of the default partitions into
     their months. Answers the partition names created; idempotent."""
@@ -101,7 +101,7 @@ def drop(
 
 
 def maintain(
-    conn: Connection, months_ahead: int = 3, retention_months: int | None = None
+    conn: Connection, months_ahead: int = MONTHS_AHEAD, retention_months: int | None = None
 ) -> list[tuple[str, str]]:
     """Drain the defaults, drop the months past retention (``retention_months``, else the
     server setting ``undolog.retention_months``, else 12), create ``months_ahead`` months.
@@ -119,15 +119,24 @@ def maintain(
 Row = dict[str, Any]
 
 
+# How a number of months is written, wherever it comes from: ASCII digits alone (no sign,
+# no '_', no other script's digits, which int() would take), at most 9 of them, as the
+# engine reads an integer setting (undolog.integer_setting_value: '^[0-9]{1,9}$' after
+# trimming spaces, so '00012' is 12); then the range.
+MONTHS_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
 def months_given(text: str, bounds: tuple[int, int]) -> int:
-    """A number of months a person typed (``--months-ahead``, ``--retention-months``, the
-    Maintenance page's fields), within ``bounds`` (MONTHS_AHEAD_RANGE,
-    RETENTION_MONTHS_RANGE: the engine's); ValueError saying what is wrong."""
+    """A number of months a person typed (``--months-ahead``, ``--retention-months`` of
+    ``partitions plan``, ``ensure`` and ``maintain``, the Maintenance page's fields):
+    digits 0-9 alone, at most 9 of them (spaces around are trimmed), within ``bounds``
+    (MONTHS_AHEAD_RANGE, RETENTION_MONTHS_RANGE: the engine's); ValueError saying what is
+    wrong."""
     low, high = bounds
-    try:
-        number = int(text.strip())
-    except ValueError:
-        raise ValueError(f"not a whole number: {text[:20]!r}") from None
+    digits = text.strip(" \t")
+    if MONTHS_DIGITS.fullmatch(digits) is None:
+        raise ValueError(f"not a whole number in digits 0-9: {text[:20]!r}")
+    number = int(digits)
     if not low <= number <= high:
         raise ValueError(f"must be from {low} to {high}, not {number}")
     return number
@@ -172,13 +181,16 @@ def _months_later(start: dt.datetime, months: int) -> dt.datetime:
 
 
 def retention_of(setting: str | None) -> int | None:
-    """The months maintenance keeps for the setting undolog.retention_months (as
-    undolog.retention_months reads it), or None when maintenance would refuse it."""
+    """The months maintenance keeps for the setting undolog.retention_months, as the
+    engine reads it (undolog.integer_setting_value: spaces trimmed, empty or unset is
+    the default, else 1 to 9 digits 0-9 within the range, so '00012' is 12), or None
+    when maintenance would refuse it."""
     low, high = RETENTION_MONTHS_RANGE
-    if setting is None:
+    text = None if setting is None else setting.strip(" ")
+    if not text:
         return DEFAULT_RETENTION_MONTHS
-    if re.fullmatch(r"[0-9]{1,4}", setting) and low <= int(setting) <= high:
-        return int(setting)
+    if MONTHS_DIGITS.fullmatch(text) and low <= int(text) <= high:
+        return int(text)
     return None
 
 

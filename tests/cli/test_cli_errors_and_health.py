@@ -194,7 +194,7 @@ def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> 
     assert run(capsys, "partitions", "ensure", "--force")[0] == 2
     assert run(capsys, "partitions", "maintain", "--detach")[0] == 2
     code, _, err = run(capsys, "partitions", "ensure", "--months-ahead", "500")
-    assert code == 2 and "--months-ahead must be between 0 and 120" in err
+    assert code == 2 and "--months-ahead: must be from 0 to 120, not 500" in err
     assert "p_months_ahead" not in err
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import undolog.cli
-from undolog import approvals, engine
+from undolog import approvals, engine, partitions
 from undolog.cli import build_parser, main
 
 Conn = psycopg.Connection[Any]
@@ -255,17 +255,53 @@ def test_partitions_plan_says_what_maintain_would_do_and_does_nothing(
     ("flags", "said"),
     [
         (("--months-ahead", "121"), "must be from 0 to 120, not 121"),
-        (("--months-ahead", "-1"), "must be from 0 to 120, not -1"),
+        (("--months-ahead", "-1"), "not a whole number in digits 0-9: '-1'"),
         (("--retention-months", "0"), "must be from 1 to 1200, not 0"),
         (("--retention-months", "two"), "not a whole number"),
+        # what int() takes and a number of months is not: one rule, digits 0-9 alone
+        (("--months-ahead", "\u0663"), "not a whole number in digits 0-9"),  # Arabic-Indic 3
+        (("--months-ahead", "1_2"), "not a whole number in digits 0-9: '1_2'"),
+        (("--months-ahead", "+3"), "not a whole number in digits 0-9: '+3'"),
+        (("--months-ahead", "-0"), "not a whole number in digits 0-9: '-0'"),
+        (("--retention-months", "1_2"), "not a whole number in digits 0-9: '1_2'"),
+        (("--retention-months", "\uff11\uff12"), "not a whole number"),  # fullwidth 12
+        (("--retention-months", "0000000012"), "not a whole number"),  # 10 digits
+        (("--retention-months", ""), "not a whole number"),
     ],
 )
 def test_partitions_plan_refuses_what_maintain_refuses(
-    dsn: str, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], said: str
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], said: str
 ) -> None:
+    conn.execute("SELECT undolog.create_month_partitions('2024-01-01'::date)")
+    before = conn.execute("SELECT count(*) FROM pg_inherits").fetchone()
     code, _, err = run(capsys, "partitions", "plan", *flags, "--dsn", dsn)
     assert code == 2 and said in err
-    # maintain refuses the same values (the engine's UL008, a usage error too)
-    if "whole number" not in said:
-        code, _, err = run(capsys, "partitions", "maintain", *flags, "--dsn", dsn)
-        assert code == 2, err
+    # maintain (and ensure, for --months-ahead) refuse the same values, before any change
+    for action in ("maintain", "ensure") if flags[0] == "--months-ahead" else ("maintain",):
+        code, _, err = run(capsys, "partitions", action, *flags, "--dsn", dsn)
+        assert code == 2 and said in err, (action, err)
+    assert conn.execute("SELECT count(*) FROM pg_inherits").fetchone() == before
+
+
+def test_leading_zeros_are_read_as_the_engine_reads_them(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'00012' months: the engine's reading of the setting undolog.retention_months
+    (undolog.integer_setting_value) is 12, so the plan's is; a flag of '00012' is 12."""
+    dbname = conn.info.dbname
+    conn.execute(f"ALTER DATABASE \"{dbname}\" SET undolog.retention_months = '00012'")
+    with psycopg.connect(dsn, autocommit=True) as fresh:
+        got = fresh.execute("SELECT undolog.retention_months()").fetchone()
+    assert got == (12,)  # the engine's own reading
+    code, out, err = run(capsys, "partitions", "plan", "--json", "--dsn", dsn)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["setting"] == "00012" and plan["retention"] == 12
+    code, out, _ = run(capsys, "partitions", "plan", "--dsn", dsn)
+    assert "retention: keep 12 months (undolog.retention_months = 00012)" in out
+    code, out, _ = run(
+        capsys, "partitions", "plan", "--retention-months", "00012", "--json", "--dsn", dsn
+    )
+    assert code == 0 and json.loads(out)["retention"] == 12
+    assert partitions.retention_of(" 12 ") == 12 and partitions.retention_of("  ") == 12
+    assert partitions.retention_of("1_2") is None and partitions.retention_of("+12") is None

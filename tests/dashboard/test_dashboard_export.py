@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -509,3 +510,98 @@ def test_a_request_cancelled_while_the_file_is_read_leaves_the_connection_usable
     done = web.post("/maintenance/anchor", data={"csrf": csrf_of(page.text)})
     assert done.status_code == 303, done.text
     assert web.get(path).content == expected
+
+
+def test_a_download_that_stalls_is_cut_off_and_its_spool_closed(
+    dsn: str, web: TestClient, passwords_checked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that reads nothing for EXPORT_STALL_SECONDS (a paused download) is given
+    up: the response is cut short (never ended as if whole), its spool closed, and the
+    export's place given back (the person exports again at once)."""
+    monkeypatch.setattr(dashboard_app, "EXPORT_CHUNK_BYTES", 64)
+    monkeypatch.setattr(dashboard_app, "EXPORT_STALL_SECONDS", 0.2)
+    monkeypatch.setattr(dashboard_app, "EXPORT_PER_SESSION", 1)
+    made = spools(monkeypatch)
+    session = hostile_session(dsn)
+    expected = cli_export(dsn, session)
+    logged_in(web, "dash_operator")
+    paused: list[str] = []
+
+    async def paused_download() -> None:
+        paused.append("paused")
+        await asyncio.sleep(30)  # far beyond the limit: cancelled at it
+        paused.append("resumed")
+
+    started = time.monotonic()
+    sent = asgi_get(web, f"/sessions/{session}/export", pauses={1: paused_download})
+    took = time.monotonic() - started
+    assert paused == ["paused"] and took < 10
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert len(sent) == 2  # the start and the first chunk: no end of the body
+    assert all(m.get("more_body", True) for m in sent[1:])
+    assert len(made) == 1 and made[0].closed
+    got = web.get(f"/sessions/{session}/export")  # its place is free again
+    assert got.status_code == 200 and got.content == expected
+
+
+def test_one_person_sends_two_exports_at_once_and_the_process_a_bounded_number(
+    dsn: str, web: TestClient, passwords_checked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each export holds a spool until it ends: while a person's two are being sent, a
+    third is refused (429, a page saying one is still being sent), and allowed once one
+    of them ends. Beyond EXPORT_MAX in the whole process: 503 with Retry-After."""
+    monkeypatch.setattr(dashboard_app, "EXPORT_CHUNK_BYTES", 64)
+    made = spools(monkeypatch)
+    session = hostile_session(dsn)
+    expected = cli_export(dsn, session)
+    logged_in(web, "dash_operator")
+    path = f"/sessions/{session}/export"
+
+    async def three() -> None:
+        go = [asyncio.Event(), asyncio.Event()]
+        first: list[list[Message]] = [[], []]
+
+        def until_set(event: asyncio.Event) -> Callable[[], Awaitable[None]]:
+            async def wait() -> None:
+                await event.wait()
+
+            return wait
+
+        fetches = [
+            asyncio.ensure_future(asgi_fetch(web, path, first[i], pauses={1: until_set(go[i])}))
+            for i in range(2)
+        ]
+        for _ in range(100):
+            if all(len(f) == 2 for f in first):
+                break
+            await asyncio.sleep(0.05)
+        assert all(len(f) == 2 for f in first), first  # both paused, mid-download
+        third: list[Message] = []
+        await asyncio.wait_for(asgi_fetch(web, path, third), 5)
+        assert third[0]["status"] == 429
+        headers = dict(third[0]["headers"])
+        assert b"content-disposition" not in headers
+        text = b"".join(m.get("body", b"") for m in third).decode()
+        assert "still being sent" in text and "try again when one of them ends" in text
+        assert len(made) == 2  # the refused one made no spool
+        go[0].set()
+        await asyncio.wait_for(fetches[0], 5)
+        assert b"".join(m.get("body", b"") for m in first[0]) == expected
+        assert made[0].closed and not made[1].closed
+        again: list[Message] = []
+        await asyncio.wait_for(asgi_fetch(web, path, again), 5)
+        assert again[0]["status"] == 200
+        assert b"".join(m.get("body", b"") for m in again) == expected
+        # the process's cap: one export open, at most one in all
+        monkeypatch.setattr(dashboard_app, "EXPORT_MAX", 1)
+        busy: list[Message] = []
+        await asyncio.wait_for(asgi_fetch(web, path, busy), 5)
+        assert busy[0]["status"] == 503
+        assert dict(busy[0]["headers"])[b"retry-after"] == b"30"
+        go[1].set()
+        await asyncio.wait_for(fetches[1], 5)
+        assert all(spool.closed for spool in made)
+
+    assert web.portal is not None
+    web.portal.call(three)
+    assert web.get(path).content == expected  # every place given back

@@ -5,7 +5,7 @@
     undolog install-sql                        print the install as one plain SQL script
     undolog health [--max-lag SECONDS]         connection, engine schema, worker lag
     undolog sessions list [--state S] [--agent A] [--since T] [--until T] [--id-prefix HEX]
-                          [--tool NAME] [--limit N]   sessions, newest first
+                          [--tool NAME] [--limit N (1 to 10000)]   sessions, newest first
     undolog sessions show SESSION              one session and its effect timeline
     undolog sessions resume SESSION --by NAME [--reason TEXT]    move a halted walk on
     undolog sessions retry SESSION --by NAME [--reason TEXT]     retry its failed compensation
@@ -32,8 +32,9 @@
     undolog partitions ensure [--months-ahead N]
     undolog partitions drop --older-than INSTANT [--detach] [--force]
     undolog partitions maintain [--months-ahead N] [--retention-months N]
-    undolog partitions list | plan [--months-ahead N] [--retention-months N]
-                                               the months; what maintain would do now
+    undolog partitions list                    the months, their estimated rows and size
+    undolog partitions plan [--months-ahead N] [--retention-months N]
+                                               what maintain would do now; changes nothing
     undolog metrics [--listen HOST:PORT] [--once]   serve GET /metrics to Prometheus
     undolog verify [--session ID] [--since T] [--anchor F] | --file F
                                                recompute the history's hash chains

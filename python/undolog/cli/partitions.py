@@ -23,7 +23,14 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     parts = subparsers.add_parser(
         "partitions", parents=[common], help="month partitions (operators)"
     ).add_subparsers(dest="partitions_command", required=True, metavar="ACTION")
-    months_ahead_help = "months to create beyond the current one, 0 to 120 (default 3)"
+    months_ahead_help = (
+        "months to create beyond the current one, 0 to 120 (default "
+        f"{partitions.MONTHS_AHEAD}); digits 0-9 only"
+    )
+    retention_help = (
+        "keep this many past months, 1 to 1200 (default: the database setting "
+        "undolog.retention_months, else 12); digits 0-9 only"
+    )
     p = parts.add_parser(
         "list",
         parents=[common],
@@ -54,11 +61,16 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
         "--retention-months",
         type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
         default=None,
-        help="keep this many past months, 1 to 1200 (default: the database setting, else 12)",
+        help=retention_help,
     )
     p.set_defaults(func=_cmd_partitions_plan, needed_role=PERSON)
     p = parts.add_parser("ensure", parents=[common], help="create the coming months")
-    p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
+    p.add_argument(
+        "--months-ahead",
+        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
+        default=partitions.MONTHS_AHEAD,
+        help=months_ahead_help,
+    )
     p.set_defaults(func=_cmd_partitions_ensure, needed_role=OPERATOR)
     p = parts.add_parser("drop", parents=[common], help="drop (or detach) old months")
     p.add_argument(
@@ -72,12 +84,17 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--force", action="store_true", help="even months that unfinished sessions need")
     p.set_defaults(func=_cmd_partitions_drop, needed_role=OPERATOR)
     p = parts.add_parser("maintain", parents=[common], help="ensure, then apply retention")
-    p.add_argument("--months-ahead", type=int, default=3, help=months_ahead_help)
+    p.add_argument(
+        "--months-ahead",
+        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
+        default=partitions.MONTHS_AHEAD,
+        help=months_ahead_help,
+    )
     p.add_argument(
         "--retention-months",
-        type=int,
+        type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
         default=None,
-        help="keep this many past months (default: the database setting)",
+        help=retention_help,
     )
     p.set_defaults(func=_cmd_partitions_maintain, needed_role=OPERATOR)
 

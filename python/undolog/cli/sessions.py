@@ -63,7 +63,12 @@ def configure_sessions_parser(subparsers: Subparsers, common: Parser) -> None:
         help="only sessions whose id starts so: 4 to 32 hex digits (dashes allowed)",
     )
     p.add_argument("--tool", help="only sessions one of whose calls used this tool")
-    p.add_argument("--limit", type=positive_int, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--limit",
+        type=_list_limit,
+        default=50,
+        help=f"at most this many, 1 to {LIST_LIMIT_MAX:,} (default 50)",
+    )
     p.set_defaults(func=_cmd_sessions_list)
     p = sessions.add_parser("show", parents=[common], help="one session and its timeline")
     p.add_argument("session", metavar="SESSION", help=SESSION_HELP)
@@ -166,6 +171,18 @@ def _shown_state(row: dict[str, Any]) -> str:
     return "halted (abandoned)" if row.get("resolved_at") else "halted (needs operator)"
 
 
+# The most sessions one `sessions list` prints: its query's LIMIT is an integer (a larger
+# one failed, "integer out of range"), and a list longer than this is a job for SQL.
+LIST_LIMIT_MAX = 10_000
+
+
+def _list_limit(value: str) -> int:
+    number = positive_int(value)
+    if number > LIST_LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {LIST_LIMIT_MAX}, not {number}")
+    return number
+
+
 def _id_prefix(value: str) -> str:
     if id_prefix_range(value) is None:
         raise argparse.ArgumentTypeError(
@@ -180,11 +197,12 @@ def _cmd_sessions_list(args: argparse.Namespace) -> int:
     params = filter_params(
         SessionFilter(
             state=args.state,
-            agent=args.agent,
+            # stripped, blank meaning no filter, as the Sessions page reads its fields
+            agent=(args.agent or "").strip() or None,
             since=args.since,
             until=args.until,
             id_prefix=args.id_prefix,
-            tool=args.tool,
+            tool=(args.tool or "").strip() or None,
         )
     )
     statement = sql.SQL(QUERIES["sessions_overview_filtered"]).format(page=sessions_query(params))

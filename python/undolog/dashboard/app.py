@@ -102,10 +102,17 @@ COUNTS_SECONDS = 5.0
 # EXPORT_ROWS, fewer when its lines are long (about EXPORT_CHUNK_BYTES a batch), so a
 # session of a million records is never held whole. Only then, its transaction ended and
 # the person's connection free, is the spool sent, EXPORT_CHUNK_BYTES at a time: a client
-# that takes the file slowly holds no lock on the journal and no connection.
+# that takes the file slowly holds no lock on the journal and no connection. A client
+# that takes nothing for EXPORT_STALL_SECONDS (a paused download) is cut off, its spool
+# closed. A web session sends at most EXPORT_PER_SESSION exports at once (429 beyond),
+# the dashboard process EXPORT_MAX (503 beyond): each holds a spool until it ends.
 EXPORT_ROWS = 500
 EXPORT_CHUNK_BYTES = 1024 * 1024
 EXPORT_MEMORY_BYTES = 8 * 1024 * 1024
+EXPORT_STALL_SECONDS = 60.0
+EXPORT_PER_SESSION = 2
+EXPORT_MAX = 8
+EXPORT_RETRY_SECONDS = 30
 EXPORT_MEDIA_TYPE = "application/x-ndjson"
 
 SECURITY_HEADERS = [
@@ -420,6 +427,7 @@ class Dashboard:
             raise ValueError(f"link_secret must hold at least {links.MIN_SECRET} characters")
         self.link_secret = link_secret
         self.throttle = LoginThrottle()
+        self.exports = 0  # exports being read or sent, in all web sessions (EXPORT_MAX)
         self.env = make_env()
         self._reaper: asyncio.Task[None] | None = None
         # /metrics for a scraper: a bearer token, and the login its scrapes read as (the
@@ -1202,18 +1210,53 @@ class Dashboard:
         session_id = self._uuid(request.path_params["session_id"])
         if session_id is None:
             return self.not_found(request, ws, "session")
+        if ws.exports >= EXPORT_PER_SESSION:
+            return self.problem(
+                request,
+                ws,
+                429,
+                "Export refused",
+                f"You have {ws.exports} exports still being sent (at most "
+                f"{EXPORT_PER_SESSION} at once): try again when one of them ends.",
+            )
+        if self.exports >= EXPORT_MAX:
+            busy = self.problem(
+                request,
+                ws,
+                503,
+                "Export refused",
+                f"The dashboard is sending {self.exports} exports (at most {EXPORT_MAX} "
+                f"at once): try again in a moment.",
+            )
+            busy.headers["retry-after"] = str(EXPORT_RETRY_SECONDS)
+            return busy
+        # The export's places are taken here, in the same step as the counts, and given
+        # back once: when the read fails or finds nothing, or when the response ends.
+        ws.exports += 1
+        self.exports += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                ws.exports -= 1
+                self.exports -= 1
+
         # The read runs in a task of its own, which nothing cancels: psycopg closes a
         # connection whose query is cancelled midway, and this one is the person's. A
         # request cancelled meanwhile leaves the read to end, and its spool is closed then.
         reading = asyncio.ensure_future(self._export_chunks(ws, session_id))
 
         def abandoned(task: asyncio.Future[tempfile.SpooledTemporaryFile[bytes] | None]) -> None:
+            release()
             if not task.cancelled() and task.exception() is None and (got := task.result()):
                 got.close()
 
         try:
             spool = await asyncio.shield(reading)
         except psycopg.Error as exc:
+            release()
             if isinstance(exc, psycopg.OperationalError) and ws.conn.closed:
                 raise  # the connection is gone: _database_error says so
             status, text = engine_error(exc)
@@ -1221,10 +1264,19 @@ class Dashboard:
         except asyncio.CancelledError:
             reading.add_done_callback(abandoned)
             raise
+        except BaseException:
+            release()
+            raise
         if spool is None:
+            release()
             return self.not_found(request, ws, "session")
         filename = f"session-{session_id}.jsonl"  # as docs/operations/audit.md names it
-        return self._export_stream(spool, filename)
+        try:
+            return self._export_stream(spool, filename, release)
+        except BaseException:
+            release()
+            spool.close()
+            raise
 
     @staticmethod
     async def _export_chunks(
@@ -1260,11 +1312,16 @@ class Dashboard:
                         await rows.execute(QUERIES["session_chain_events"], sid)
                         size = EXPORT_ROWS
                         while batch := await rows.fetchmany(size):
-                            chunk = "".join(chain.export_line(r) + "\n" for r in batch)
-                            data = chunk.encode("utf-8")
+                            # the batch's text is dropped as it is encoded: one copy kept
+                            data = "".join(chain.export_line(r) + "\n" for r in batch).encode(
+                                "utf-8"
+                            )
+                            count = len(batch)
+                            del batch
                             await anyio.to_thread.run_sync(spool.write, data)
                             # long lines: fewer of them in the next batch
-                            fit = EXPORT_CHUNK_BYTES * len(batch) // max(len(data), 1)
+                            fit = EXPORT_CHUNK_BYTES * count // max(len(data), 1)
+                            del data
                             size = max(1, min(EXPORT_ROWS, fit))
                         await rows.close()
                 finally:
@@ -1277,12 +1334,17 @@ class Dashboard:
         return spool
 
     @staticmethod
-    def _export_stream(spool: tempfile.SpooledTemporaryFile[bytes], filename: str) -> Response:
+    def _export_stream(
+        spool: tempfile.SpooledTemporaryFile[bytes], filename: str, done: Callable[[], None]
+    ) -> Response:
         """The download: the spool, from its start, EXPORT_CHUNK_BYTES at a time, its
         length said up front. Read whole before the response begins, so no database
-        error can cut it short. The spool is closed (its file, if any, deleted) as the
-        response ends, the client's leaving too: that ends the response, not the body's
-        generator, which is left suspended, so the response closes it."""
+        error can cut it short. Each send must be taken within EXPORT_STALL_SECONDS: a
+        client that reads nothing that long (a paused download) is given up, the
+        response cut short (a TimeoutError, an OSError: as the client's leaving). The
+        spool is closed (its file, if any, deleted) and `done` called as the response
+        ends, however it ends: the client's leaving ends the response, not the body's
+        generator, which is left suspended, so the response closes the spool."""
         size = spool.seek(0, 2)
         spool.seek(0)
 
@@ -1292,10 +1354,15 @@ class Dashboard:
 
         class Spooled(StreamingResponse):
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                async def timed(message: Message) -> None:
+                    with anyio.fail_after(EXPORT_STALL_SECONDS):
+                        await send(message)
+
                 try:
-                    await super().__call__(scope, receive, send)
+                    await super().__call__(scope, receive, timed)
                 finally:
                     spool.close()
+                    done()
 
         return Spooled(
             body(),
@@ -1699,14 +1766,18 @@ class Dashboard:
         if isinstance(ws, Response):
             return ws
         async with ws.db() as conn:
-            parts, more = await queries.partitions(conn)
+            every = await queries.every_partition(conn)
             pending = await queries.pending_partitions(conn)
             retention = await queries.retention(conn)
             anchors, older = await queries.anchors(conn)
             installed = await queries.engine_version(conn)
+        # the plan from every partition, as `undolog partitions plan` makes it; only the
+        # table shown is cut
         plan = partitions.maintenance_plan(
-            parts, pending, retention["setting"], retention["month_start"]
+            every, pending, retention["setting"], retention["month_start"]
         )
+        shown = queries.PARTITIONS_LIMIT
+        parts, more = every[:shown], len(every) > shown
         # the engine installed and this package (as `undolog status` and `--version` say
         # them), and whether the package may drive that engine (engine_check's rule)
         package = _version.__version__
@@ -1794,8 +1865,8 @@ class Dashboard:
             ("retention_months", partitions.RETENTION_MONTHS_RANGE),
         ):
             given = form.get(field)
-            text = given.strip() if isinstance(given, str) else ""
-            if not text:
+            text = given if isinstance(given, str) else ""
+            if not text.strip(" \t"):
                 continue  # the default, as the command's without its flag
             try:
                 chosen[field] = partitions.months_given(text, bounds)

@@ -362,6 +362,7 @@ async def live_channel(conn: Conn, name: str) -> Row | None:
 # The most partitions and anchors the Maintenance page lists (two tables' months over
 # the retention, and the latest anchors: far fewer, normally).
 PARTITIONS_LIMIT = 200
+PG_INT_MAX = 2**31 - 1  # the queries' LIMIT is an integer
 ANCHORS_LIMIT = 20
 # How long the page's actions wait for a lock before giving up with nothing done.
 MAINTENANCE_LOCK_TIMEOUT = "5s"
@@ -372,6 +373,13 @@ async def partitions(conn: Conn) -> tuple[list[Row], bool]:
     estimated rows and size, at most PARTITIONS_LIMIT; and whether more were left off."""
     found = await rows(conn, QUERIES["dashboard_partitions"], {"limit": PARTITIONS_LIMIT + 1})
     return found[:PARTITIONS_LIMIT], len(found) > PARTITIONS_LIMIT
+
+
+async def every_partition(conn: Conn) -> list[Row]:
+    """Every partition of the journal, in the same order, with no limit (as `undolog
+    partitions list` and `plan` read them): what the page's plan is made from, which a
+    list cut at PARTITIONS_LIMIT (newest first, the DEFAULTs last) would get wrong."""
+    return await rows(conn, QUERIES["dashboard_partitions"], {"limit": PG_INT_MAX})
 
 
 async def pending_partitions(conn: Conn) -> list[str]:
@@ -386,8 +394,15 @@ async def retention(conn: Conn) -> Row:
 
 
 async def engine_version(conn: Conn) -> str | None:
-    """The engine installed in the database (undolog.version(), as `undolog status`)."""
-    found = await records(conn, QUERIES["engine_version"])
+    """The engine installed in the database (undolog.version(), as `undolog status`), or
+    None when it has no undolog.version() (42883: an engine older than that function, or
+    incomplete, as engine_check.failed reads it), which the page says. In a savepoint
+    (a transaction of its own in autocommit): the failure leaves the caller's usable."""
+    try:
+        async with conn.transaction():
+            found = await records(conn, QUERIES["engine_version"])
+    except psycopg.errors.UndefinedFunction:  # 42883
+        return None
     return None if not found or found[0][0] is None else str(found[0][0])
 
 

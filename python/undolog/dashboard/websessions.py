@@ -77,6 +77,7 @@ class WebSession:
     flash: list[tuple[str, str]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Event] = field(default_factory=set)
+    exports: int = 0  # exports being read or sent (app.EXPORT_PER_SESSION)
     listen_task: asyncio.Task[None] | None = None
     counts: tuple[float, dict[str, int]] | None = None  # (when, sessions per state)
     closed: bool = False
