@@ -4,6 +4,15 @@
 -- compensation -> 'args', the original call's args and result_snapshot (NULL when the
 -- call's outcome is unknown), passing undo_id as the idempotency key, then calls
 -- complete_compensation or fail_compensation.
+-- result_snapshot is the effect's; when it has none (the walk took the call while it was
+-- executing) and a result of the call arrived late since (a late_commit event in the
+-- effect's history: finish_execution), it is that result (the first, if several), so a
+-- compensation built from the result can run. The effect keeps no commit (its row is not
+-- changed), the late commit still flags the session for an operator, and a claim already
+-- handed out is not changed: the result reaches the entry's next attempt. A late error
+-- report (late_fail) carries no result: NULL, as before. A claim that hands a late result
+-- says so in a NOTICE naming the late_commit event (the row's columns stay as they were,
+-- for the clients that read them).
 --
 -- The top unfinished entry (pending or in flight, highest stack_position) is the only
 -- candidate. No row when it is not available: in flight under a live claim, locked by
@@ -62,6 +71,8 @@ DECLARE
     v_effect undolog.undolog_effect_log;
     v_attempt integer;
     v_registered jsonb;
+    v_result jsonb;
+    v_late_id bigint;
 BEGIN
     -- Every setting is read before anything is written: a bad one writes nothing.
     v_timeout := coalesce(p_claim_timeout,
@@ -250,9 +261,33 @@ BEGIN
             WHERE e.session_id = v_effect.session_id AND e.effect_id = v_effect.effect_id
               AND e.executed_at = v_effect.executed_at;
         END IF;
+        -- The call's result: the effect's, or, when it has none (the walk took the call
+        -- while it was executing), the first result that arrived late for it (its
+        -- late_commit event, recorded by finish_execution before this claim: it holds the
+        -- effect). The effect row is not changed: its recorded commit is the one it has.
+        -- The walker is told so in a NOTICE (which names the event), for its log.
+        v_result := v_effect.result_snapshot;
+        IF v_result IS NULL THEN
+            SELECT h.history_id, coalesce(h.detail -> 'result', 'null'::jsonb)
+            INTO v_late_id, v_result
+            FROM undolog.undolog_effect_history AS h
+            WHERE h.session_id = v_effect.session_id AND h.executed_at = v_effect.executed_at
+              AND h.effect_id = v_effect.effect_id AND h.event = 'late_commit'
+            ORDER BY h.history_id
+            LIMIT 1;
+            IF v_late_id IS NOT NULL THEN
+                RAISE NOTICE USING
+                    MESSAGE = pg_catalog.format(
+                        'undo entry %s (attempt %s) is handed the result that arrived late for '
+                        'effect %s (late_commit, effect history %s): the effect has none',
+                        v_entry.undo_id, v_attempt, v_effect.effect_id, v_late_id),
+                    HINT = 'The session is flagged for an operator (sessions_overview); '
+                           'undolog sessions show ID lists what arrived and when.';
+            END IF;
+        END IF;
         RETURN QUERY SELECT v_entry.undo_id, v_effect.effect_id, v_effect.tool_name,
                             coalesce(v_registered, v_entry.compensation), v_effect.args,
-                            v_effect.result_snapshot,
+                            v_result,
                             v_attempt;
         RETURN;
     END LOOP;

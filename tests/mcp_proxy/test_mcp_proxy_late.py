@@ -184,9 +184,9 @@ def test_an_answer_after_the_walk_took_the_call_is_kept_as_late(
 ) -> None:
     """(b) The walk (here `undolog worker`) took the call before its answer came: the
     engine takes the answer as late, keeping it (the result too) in the effect's history
-    and flagging the session for an operator. The compensation had no result to read
-    (the engine hands it the effect's result, which a late answer does not change), so
-    the walk does not undo the call with a made-up id."""
+    and flagging the session for an operator. The attempt claimed before it came had no
+    result to read, so it did not undo the call with a made-up id; a later attempt is
+    handed the late result (claim_compensation; test_mcp_proxy_late_walk follows it)."""
     line = Line(late_policy(tmp_path), dsn, ledger)
     config = tmp_path / "late.toml"
     try:
@@ -203,7 +203,9 @@ def test_an_answer_after_the_walk_took_the_call_is_kept_as_late(
     ((event, detail),) = late_events(conn)
     assert event == "late_commit" and detail["arrived"] == "committed"
     assert detail["result"]["structuredContent"] == {"id": "s"}
-    assert names(ledger) == ["slow_make"]
+    # never undone with a made-up id: not at all yet, or with the answer's own id
+    undone = [op for op in ops(ledger) if op["op"] == "unmake"]
+    assert names(ledger)[0] == "slow_make" and all(op["id"] == "s" for op in undone)
     attention = conn.execute(
         "SELECT needs_attention FROM undolog.sessions_overview WHERE session_id = %s", (sid,)
     ).fetchone()
