@@ -15,6 +15,7 @@ and pgtap/26_late_result.sql do.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ MAX_SESSIONS = 3
 # One attempt: a failed compensation gives up at once (no retry timing in the model).
 COMPENSATION = {"name": "undo", "max_attempts": 1}
 MISSING = object()
+# Runs of the machine at most, for its coverage (test_state_machines_agree_with_their_model)
+RUNS = 4
 
 
 @dataclass
@@ -412,6 +415,32 @@ class EngineModel(RuleBasedStateMachine):
             assert state == (e.state,)
 
 
+@pytest.fixture
+def hypothesis_without_local_constants(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hypothesis mixes the constants of the project's modules loaded in the process into
+    what it draws (5 % of its integers, rule choices among them), so which tests ran
+    before this one, or a constant added anywhere in the package, changes the machine's
+    sequences: with the dashboard's modules loaded, its walks never failed a compensation.
+    The model's coverage must not hang on that: the pool is emptied for it (a private
+    Hypothesis API: where it is gone, the runs below still accumulate coverage)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # pragma: no cover - another Hypothesis
+        yield
+        return
+    if not hasattr(providers, "_get_local_constants") or not hasattr(
+        providers, "CONSTANTS_CACHE"
+    ):  # pragma: no cover - another Hypothesis
+        yield
+        return
+    monkeypatch.setattr(providers, "_get_local_constants", Constants)
+    providers.CONSTANTS_CACHE.cache.clear()
+    yield
+    providers.CONSTANTS_CACHE.cache.clear()
+
+
+@pytest.mark.usefixtures("hypothesis_without_local_constants")
 def test_state_machines_agree_with_their_model(conn: Conn) -> None:
     seen: set[str] = set()  # every state the effects and sessions reached, and replays
 
@@ -423,19 +452,11 @@ def test_state_machines_agree_with_their_model(conn: Conn) -> None:
                 seen.update(f"session:{to}" for _, to in s.history)
 
     Machine.conn = conn
-    run_state_machine_as_test(
-        Machine,
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            database=None,
-            derandomize=True,  # the same sequences every run: the coverage check is stable
-        ),
-    )
-    # The machines were driven through their states, not merely built.
-    assert {
+    # The machines must be driven through their states, not merely built. The first run
+    # is derandomized (and blind to the package's constants: the fixture); a Hypothesis
+    # release may still draw other sequences, so the coverage is that of up to RUNS runs,
+    # each checked against the model all the same, until every state was reached.
+    reached = {
         "compensable:transition:compensated",
         "compensable:transition:compensation_failed",
         "compensable:replayed:committed",
@@ -444,4 +465,19 @@ def test_state_machines_agree_with_their_model(conn: Conn) -> None:
         "session:halted",
         "session:compensated",
         "session:completed",
-    } <= seen, seen
+    }
+    for run in range(RUNS):
+        run_state_machine_as_test(
+            Machine,
+            settings=settings(
+                max_examples=60,
+                stateful_step_count=40,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+                derandomize=run == 0,
+            ),
+        )
+        if reached <= seen:
+            break
+    assert reached <= seen, (reached - seen, seen)
