@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import test_check_then_act
 from psycopg.types.json import Jsonb
 
 from undolog import engine
@@ -33,19 +34,7 @@ def _ask(c: Conn, session: uuid.UUID, step: int) -> str:
     return str(row[0])
 
 
-def _waits(observer: Conn, pid: int, thread: threading.Thread) -> bool:
-    """Whether backend ``pid`` waits for a lock (True) before ``thread`` ends."""
-    for _ in range(400):
-        row = observer.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
-            (pid,),
-        ).fetchone()
-        if row and row[0]:
-            return True
-        if not thread.is_alive():
-            return False
-        thread.join(0.025)
-    raise AssertionError(f"backend {pid} neither waited nor ended")
+_waits = test_check_then_act._waits_or_ends  # one definition of "it waits"
 
 
 def test_two_transactions_asking_in_each_others_sessions_do_not_deadlock(

@@ -23,14 +23,6 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     parts = subparsers.add_parser(
         "partitions", parents=[common], help="month partitions (operators)"
     ).add_subparsers(dest="partitions_command", required=True, metavar="ACTION")
-    months_ahead_help = (
-        "months to create beyond the current one, 0 to 120 (default "
-        f"{partitions.MONTHS_AHEAD}); digits 0-9 only"
-    )
-    retention_help = (
-        "keep this many past months, 1 to 1200 (default: the database setting "
-        "undolog.retention_months, else 12); digits 0-9 only"
-    )
     p = parts.add_parser(
         "list",
         parents=[common],
@@ -51,26 +43,10 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
         "the months created ahead still to attach, the DEFAULT partitions with rows to "
         "move. Changes nothing.",
     )
-    p.add_argument(
-        "--months-ahead",
-        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
-        default=partitions.MONTHS_AHEAD,
-        help=months_ahead_help,
-    )
-    p.add_argument(
-        "--retention-months",
-        type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
-        default=None,
-        help=retention_help,
-    )
+    _months_options(p, retention=True)
     p.set_defaults(func=_cmd_partitions_plan, needed_role=PERSON)
     p = parts.add_parser("ensure", parents=[common], help="create the coming months")
-    p.add_argument(
-        "--months-ahead",
-        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
-        default=partitions.MONTHS_AHEAD,
-        help=months_ahead_help,
-    )
+    _months_options(p, retention=False)
     p.set_defaults(func=_cmd_partitions_ensure, needed_role=OPERATOR)
     p = parts.add_parser("drop", parents=[common], help="drop (or detach) old months")
     p.add_argument(
@@ -84,18 +60,7 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     p.add_argument("--force", action="store_true", help="even months that unfinished sessions need")
     p.set_defaults(func=_cmd_partitions_drop, needed_role=OPERATOR)
     p = parts.add_parser("maintain", parents=[common], help="ensure, then apply retention")
-    p.add_argument(
-        "--months-ahead",
-        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
-        default=partitions.MONTHS_AHEAD,
-        help=months_ahead_help,
-    )
-    p.add_argument(
-        "--retention-months",
-        type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
-        default=None,
-        help=retention_help,
-    )
+    _months_options(p, retention=True)
     p.set_defaults(func=_cmd_partitions_maintain, needed_role=OPERATOR)
 
 
@@ -127,6 +92,26 @@ def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
         done = partitions.maintain(conn, args.months_ahead, args.retention_months)
     emit(args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"])
     return EXIT_OK
+
+
+def _months_options(p: argparse.ArgumentParser, *, retention: bool) -> None:
+    """--months-ahead (and --retention-months) as plan, ensure and maintain take them:
+    one parser (partitions' bounds, digits 0-9 only), so they refuse the same values."""
+    p.add_argument(
+        "--months-ahead",
+        type=_bounded(*partitions.MONTHS_AHEAD_RANGE),
+        default=partitions.MONTHS_AHEAD,
+        help="months to create beyond the current one, 0 to 120 (default "
+        f"{partitions.MONTHS_AHEAD}); digits 0-9 only",
+    )
+    if retention:
+        p.add_argument(
+            "--retention-months",
+            type=_bounded(*partitions.RETENTION_MONTHS_RANGE),
+            default=None,
+            help="keep this many past months, 1 to 1200 (default: the database setting "
+            "undolog.retention_months, else 12); digits 0-9 only",
+        )
 
 
 def _bounded(low: int, high: int) -> Callable[[str], int]:
