@@ -39,9 +39,6 @@ DECLARE
     v_client_sync text := pg_catalog.current_setting('synchronous_commit');
     -- Whether this transaction wrote anything before this call (an intent among it).
     v_wrote_before boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL;
-    -- A new IRREVERSIBLE call's bounded wait for its login's lock (as lock_session's).
-    v_caller_wait text;
-    v_wait interval;
 BEGIN
     IF v_client_sync = 'off' THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
@@ -100,39 +97,13 @@ BEGIN
     -- an approved call made again) does not ask and does not take it: this probe of its
     -- key finds it (an entry, once written, stays; a probe that misses takes the lock for
     -- nothing, and the one after the session's locks decides). Keyed by the caller's
-    -- login, the owner (checked next). The wait is bounded as lock_session's: past
-    -- session_lock_wait() (or the caller's own shorter lock_timeout), UL030, nothing
-    -- changed. A compensable call takes none of this.
+    -- login, the owner (checked next); the wait is bounded (lock_pending_approvals). A
+    -- compensable call takes none of this.
     IF p_tier = 'irreversible' THEN
         PERFORM FROM undolog.undolog_undo_stack AS u
         WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
         IF NOT FOUND THEN
-            v_caller_wait := pg_catalog.current_setting('lock_timeout');
-            v_wait := undolog.session_lock_wait();
-            IF v_caller_wait <> '0' AND v_caller_wait::interval < v_wait THEN
-                v_wait := v_caller_wait::interval;  -- the caller's own, shorter
-            ELSE
-                PERFORM pg_catalog.set_config(
-                    'lock_timeout',
-                    (pg_catalog.date_part('epoch', v_wait) * 1000)::bigint::text, true);
-            END IF;
-            BEGIN
-                PERFORM pg_catalog.pg_advisory_xact_lock(
-                    undolog.advisory_key('pending_approvals', session_user));
-            EXCEPTION WHEN lock_not_available THEN
-                RAISE EXCEPTION USING
-                    ERRCODE = 'UL030',
-                    MESSAGE = pg_catalog.format('the approval requests of %s are being asked '
-                                                'by a transaction that has not ended',
-                                                session_user),
-                    DETAIL = pg_catalog.format('Waited %s for it: another transaction of this '
-                                               'login asked for an approval and has not '
-                                               'ended. Nothing was changed.', v_wait),
-                    HINT = 'Try again. If it stays held, end that transaction: its backend is '
-                           'in pg_stat_activity, idle in transaction, under this login '
-                           '(pg_terminate_backend).';
-            END;
-            PERFORM pg_catalog.set_config('lock_timeout', v_caller_wait, true);
+            PERFORM undolog.lock_pending_approvals(session_user);
         END IF;
         SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
         FROM undolog.lock_own_session(p_session_id) AS s;

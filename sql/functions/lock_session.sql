@@ -6,7 +6,7 @@
 -- The wait is bounded: an agent may leave its own transaction open while it holds its
 -- session (an intercept, a heartbeat, a refused call), and a person's decision, a
 -- rollback or a walker must not wait on it for as long as it likes. Past
--- session_lock_wait() (5 s, or the caller's own shorter lock_timeout), UL030 says who
+-- bound_lock_wait() (5 s, or the caller's own shorter lock_timeout), UL030 says who
 -- holds it, and nothing was changed. A session nobody holds is locked at once.
 CREATE OR REPLACE FUNCTION undolog.lock_session(p_session_id uuid)
 RETURNS undolog.undolog_sessions
@@ -15,15 +15,8 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_session undolog.undolog_sessions;
-    v_caller_wait text := pg_catalog.current_setting('lock_timeout');
-    v_wait interval := undolog.session_lock_wait();
+    v_bound record := undolog.bound_lock_wait();
 BEGIN
-    IF v_caller_wait <> '0' AND v_caller_wait::interval < v_wait THEN
-        v_wait := v_caller_wait::interval;  -- the caller's own, shorter
-    ELSE
-        PERFORM pg_catalog.set_config(
-            'lock_timeout', (pg_catalog.date_part('epoch', v_wait) * 1000)::bigint::text, true);
-    END IF;
     BEGIN
         SELECT s.* INTO v_session
         FROM undolog.undolog_sessions AS s
@@ -42,14 +35,14 @@ BEGIN
                                         'ended', p_session_id),
             DETAIL = pg_catalog.format('Waited %s for it: another transaction holds it and '
                                        'has not ended (the session''s agent is login %s). '
-                                       'Nothing was changed.', v_wait,
+                                       'Nothing was changed.', v_bound.p_wait,
                                        (SELECT s.owner_role FROM undolog.undolog_sessions AS s
                                         WHERE s.session_id = p_session_id)),
             HINT = 'Try again. If it stays held, end that transaction: its backend is in '
                    'pg_stat_activity, idle in transaction, most likely under the agent''s '
                    'login (pg_terminate_backend).';
     END;
-    PERFORM pg_catalog.set_config('lock_timeout', v_caller_wait, true);
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_session;
 END
 $$;
