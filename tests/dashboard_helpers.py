@@ -210,3 +210,13 @@ def session_state(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> str:
     ).fetchone()
     assert row is not None
     return str(row[0])
+
+
+def operator_actions(conn: psycopg.Connection[Any], sid: uuid.UUID) -> list[tuple[str, str]]:
+    """The session's operator actions, oldest first: (action, performed_by)."""
+    rows = conn.execute(
+        "SELECT action, performed_by FROM undolog.undolog_operator_actions "
+        "WHERE session_id = %s ORDER BY action_id",
+        (sid,),
+    ).fetchall()
+    return [(str(a), str(b)) for a, b in rows]

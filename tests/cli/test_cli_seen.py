@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dashboard_helpers import operator_actions
 from undolog import engine, saga
 from undolog.cli import main
 from undolog.walk import run_walk
@@ -70,15 +71,6 @@ def halt_again(conn: Conn, sid: uuid.UUID) -> None:
     assert run_walk(conn, sid, {"undo": refuses}, wait=0) == "halted"
 
 
-def actions(conn: Conn, sid: uuid.UUID) -> list[tuple[str, str]]:
-    rows = conn.execute(
-        "SELECT action, performed_by FROM undolog.undolog_operator_actions "
-        "WHERE session_id = %s ORDER BY action_id",
-        (sid,),
-    ).fetchall()
-    return [(str(a), str(b)) for a, b in rows]
-
-
 @pytest.mark.parametrize("action", ["resume", "retry", "abandon"])
 def test_seen_from_show_acts_and_a_stale_one_is_refused(
     conn: Conn, capsys: pytest.CaptureFixture[str], action: str
@@ -91,13 +83,13 @@ def test_seen_from_show_acts_and_a_stale_one_is_refused(
     assert code == 1, (out, err)
     assert "changed since it was read: it is halted" in err
     assert "\nhint: Read the session again (undolog sessions show ID" in err and "--seen" in err
-    assert actions(conn, sid) == [("retry", "another_operator")]
+    assert operator_actions(conn, sid) == [("retry", "another_operator")]
     fresh = shown_seen(capsys, sid)
     assert fresh != seen
     code, out, err = run(capsys, "--json", "sessions", action, str(sid), *by, "--seen", fresh)
     assert code == 0, err
     assert json.loads(out)["action"] == action
-    assert actions(conn, sid)[-1] == (action, "bob")
+    assert operator_actions(conn, sid)[-1] == (action, "bob")
 
 
 def test_show_json_carries_the_value_too_and_bad_values_are_usage_errors(
@@ -146,4 +138,4 @@ def test_a_move_committed_while_the_command_waits_for_the_session_is_not_acted_o
     out, err = waiting.communicate(timeout=30)
     assert waiting.returncode == 1, (out, err)
     assert "changed since it was read" in err
-    assert actions(conn, sid) == [("retry", "another_operator")]
+    assert operator_actions(conn, sid) == [("retry", "another_operator")]

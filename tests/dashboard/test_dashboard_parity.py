@@ -21,6 +21,7 @@ import pytest
 from starlette.routing import Route
 from starlette.testclient import TestClient
 from test_dashboard import log_in as first_log_in
+from test_dashboard_maintenance import partitions
 
 import undolog._version
 from dashboard_helpers import as_login, csrf_of, session_state
@@ -246,14 +247,7 @@ def test_an_agents_name_is_not_in_the_flash(web: TestClient, dsn: str, hostile: 
 
 def journal_tables(conn: Conn) -> tuple[list[str], list[str]]:
     """The journal's partitions (attached), and its plain tables left by a detach."""
-    attached = [
-        str(r[0])
-        for r in conn.execute(
-            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent IN ('undolog.undolog_effect_log'::regclass, "
-            "'undolog.undolog_effect_history'::regclass) ORDER BY 1"
-        ).fetchall()
-    ]
+    attached = partitions(conn)
     plain = [
         str(r[0])
         for r in conn.execute(

@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 from test_dashboard import log_in
 
-from dashboard_helpers import csrf_of, halted_session, session_state
+from dashboard_helpers import csrf_of, halted_session, operator_actions, session_state
 from undolog import errors, saga
 
 Conn = psycopg.Connection[Any]
@@ -53,15 +53,6 @@ def saga_session(conn: Conn, undo_id: uuid.UUID) -> uuid.UUID:
     ).fetchone()
     assert row is not None
     return uuid.UUID(str(row[0]))
-
-
-def operator_actions(conn: Conn, sid: uuid.UUID) -> list[tuple[str, str]]:
-    rows = conn.execute(
-        "SELECT action, performed_by FROM undolog.undolog_operator_actions "
-        "WHERE session_id = %s ORDER BY action_id",
-        (sid,),
-    ).fetchall()
-    return [(str(a), str(b)) for a, b in rows]
 
 
 def wait_for_lock_wait(dsn: str, application_name: str, timeout: float = 10.0) -> None:

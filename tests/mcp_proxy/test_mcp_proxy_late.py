@@ -11,6 +11,7 @@ records it as the engine allows."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,22 @@ def late_events(conn: psycopg.Connection[Any]) -> list[tuple[str, Any]]:
             " WHERE event IN ('late_commit', 'late_fail') ORDER BY effect_id"
         ).fetchall()
     ]
+
+
+def walked_before_its_answer(
+    line: Line, conn: psycopg.Connection[Any], dsn: str, config: Path, ledger: Path, seconds: float
+) -> uuid.UUID:
+    """A slow call of unknown outcome, its session rolled back and the call claimed by
+    `undolog worker` (one pass) while its answer is still awaited: it stays compensating,
+    its compensation not built (no result yet, so no result.id). Answers the session."""
+    line.start(list_tools=True)
+    slow(line, 1, "s", seconds)
+    assert "outcome is unknown for now" in said(line.answer(1))
+    ((sid, _),) = sessions(conn)
+    assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
+    run_worker(dsn, config, ledger)
+    assert effects(conn) == [(SLOW, 0, "compensating")]
+    return sid
 
 
 def test_a_late_answer_is_committed_and_the_same_call_replays_it(
@@ -190,13 +207,7 @@ def test_an_answer_after_the_walk_took_the_call_is_kept_as_late(
     line = Line(late_policy(tmp_path), dsn, ledger)
     config = tmp_path / "late.toml"
     try:
-        line.start(list_tools=True)
-        slow(line, 1, "s", 15)
-        assert "outcome is unknown for now" in said(line.answer(1))
-        ((sid, _),) = sessions(conn)
-        assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
-        run_worker(dsn, config, ledger)  # claims it: its compensation lacks result.id
-        assert effects(conn) == [(SLOW, 0, "compensating")]
+        sid = walked_before_its_answer(line, conn, dsn, config, ledger, 15)
         wait_for(lambda: late_events(conn), timeout=30)
     finally:
         assert line.leave() == 0

@@ -13,16 +13,10 @@ from typing import Any
 
 import psycopg
 from test_mcp_proxy import ledger, names, ops, run_worker, sessions, wait_for
-from test_mcp_proxy_faults import said
 from test_mcp_proxy_hostile import Line
-from test_mcp_proxy_late import late_events, late_policy, slow
-from test_mcp_proxy_sessions import effects
-
-from undolog import saga
+from test_mcp_proxy_late import late_events, late_policy, walked_before_its_answer
 
 __all__ = ["ledger"]  # a fixture, used by name
-
-SLOW = "kv/slow_make"
 
 
 def test_a_late_answer_reaches_the_compensation_at_its_next_attempt(
@@ -31,13 +25,7 @@ def test_a_late_answer_reaches_the_compensation_at_its_next_attempt(
     line = Line(late_policy(tmp_path), dsn, ledger)
     config = tmp_path / "late.toml"
     try:
-        line.start(list_tools=True)
-        slow(line, 1, "s", 4)
-        assert "outcome is unknown for now" in said(line.answer(1))
-        ((sid, _),) = sessions(conn)
-        assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
-        run_worker(dsn, config, ledger)  # claims it: no result yet, result.id is missing
-        assert effects(conn) == [(SLOW, 0, "compensating")]
+        sid = walked_before_its_answer(line, conn, dsn, config, ledger, 4)
         assert names(ledger) == ["slow_make"]  # the compensation was not run
         wait_for(lambda: late_events(conn), timeout=30)
     finally:

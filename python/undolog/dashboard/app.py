@@ -410,6 +410,39 @@ def _names(names: list[str]) -> str:
     return ", ".join(names)
 
 
+class _SpooledDownload(StreamingResponse):
+    """A spool sent EXPORT_CHUNK_BYTES at a time, each send taken within
+    EXPORT_STALL_SECONDS or the response is cut short; the spool is closed and ``done``
+    called as the response ends, however it ends (the client's leaving ends the response,
+    not the body's generator, which is left suspended)."""
+
+    def __init__(
+        self,
+        spool: tempfile.SpooledTemporaryFile[bytes],
+        done: Callable[[], None],
+        *,
+        media_type: str,
+        headers: dict[str, str],
+    ) -> None:
+        self.spool, self.done = spool, done
+        super().__init__(self._chunks(), media_type=media_type, headers=headers)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while chunk := await anyio.to_thread.run_sync(self.spool.read, EXPORT_CHUNK_BYTES):
+            yield chunk
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def timed(message: Message) -> None:
+            with anyio.fail_after(EXPORT_STALL_SECONDS):
+                await send(message)
+
+        try:
+            await super().__call__(scope, receive, timed)
+        finally:
+            self.spool.close()
+            self.done()
+
+
 class Dashboard:
     def __init__(
         self,
@@ -1347,25 +1380,9 @@ class Dashboard:
         generator, which is left suspended, so the response closes the spool."""
         size = spool.seek(0, 2)
         spool.seek(0)
-
-        async def body() -> AsyncIterator[bytes]:
-            while chunk := await anyio.to_thread.run_sync(spool.read, EXPORT_CHUNK_BYTES):
-                yield chunk
-
-        class Spooled(StreamingResponse):
-            async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-                async def timed(message: Message) -> None:
-                    with anyio.fail_after(EXPORT_STALL_SECONDS):
-                        await send(message)
-
-                try:
-                    await super().__call__(scope, receive, timed)
-                finally:
-                    spool.close()
-                    done()
-
-        return Spooled(
-            body(),
+        return _SpooledDownload(
+            spool,
+            done,
             media_type=EXPORT_MEDIA_TYPE,
             headers={
                 "content-disposition": f'attachment; filename="{filename}"',

@@ -945,9 +945,14 @@ class McpProxy:
             if not self.closing:
                 self._prune_soon(ps)
 
-    async def _end_after_late(self, ps: ProxySession, last_call: float) -> None:
+    @staticmethod
+    async def _late_answers_over(ps: ProxySession) -> None:
+        """Until no late answer of the session is awaited any more."""
         while ps.late:
             await asyncio.wait(set(ps.late))
+
+    async def _end_after_late(self, ps: ProxySession, last_call: float) -> None:
+        await self._late_answers_over(ps)
         if not self.closing and (ps.inflight or ps.last_call != last_call):
             return  # resumed meanwhile (a call came): its next end ends it
         await self.end_session(ps)
@@ -1004,8 +1009,7 @@ class McpProxy:
         """The walk, once the late answers still awaited for the session are over: a
         result recorded before the walk takes its call is the one its compensation reads
         (taken, the engine keeps it in the effect's history only, as 'late')."""
-        while ps.late:
-            await asyncio.wait(set(ps.late))
+        await self._late_answers_over(ps)
         await self._walk(ps.session_id, self._undoers(ps))
 
     def _undoers(self, ps: ProxySession) -> dict[str, Callable[..., Any]]:
