@@ -3,7 +3,7 @@
 -- checked for every (from, to) pair, and the sessions guard trigger that enforces it on
 -- every write and records every change in undolog_session_history.
 BEGIN;
-SELECT plan(24);
+SELECT plan(28);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'session_transition_allowed', ARRAY['text', 'text'],
@@ -178,6 +178,32 @@ SELECT set_eq(
     $$SELECT from_state, to_state FROM expected_valid$$,
     'each accepted change wrote its history row, each refused one none'
 );
+
+
+-- updated_at: every change of the row stamps a later one, also within one transaction
+-- (now() is the same all through it), so no two versions of a session share it
+-- (expect_session tells the version an operator read by it alone).
+SELECT pg_temp.new_session() AS stamped \gset
+SELECT s.updated_at AS stamp0 FROM undolog.undolog_sessions AS s
+WHERE s.session_id = :'stamped' \gset
+SELECT undolog.heartbeat(:'stamped');
+SELECT s.updated_at AS stamp1 FROM undolog.undolog_sessions AS s
+WHERE s.session_id = :'stamped' \gset
+SELECT ok(:'stamp1'::timestamptz > :'stamp0'::timestamptz,
+          'an update in the same transaction as the insert stamps a later updated_at');
+UPDATE undolog.undolog_sessions SET state = 'failed', error = 'x'
+WHERE session_id = :'stamped';
+SELECT s.updated_at AS stamp2 FROM undolog.undolog_sessions AS s
+WHERE s.session_id = :'stamped' \gset
+SELECT ok(:'stamp2'::timestamptz > :'stamp1'::timestamptz,
+          '... and the next one a later one still, whatever it changes');
+UPDATE undolog.undolog_sessions SET updated_at = :'stamp0'::timestamptz - interval '1 day'
+WHERE session_id = :'stamped';
+SELECT ok((SELECT s.updated_at FROM undolog.undolog_sessions AS s
+           WHERE s.session_id = :'stamped') > :'stamp2'::timestamptz,
+          'an update cannot set it back: the guard stamps it');
+SELECT ok(:'stamp0'::timestamptz >= now(),
+          'a row changed first in this transaction is stamped now() (never earlier)');
 
 SELECT * FROM finish();
 ROLLBACK;

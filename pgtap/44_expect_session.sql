@@ -2,7 +2,7 @@
 -- not at all (the dashboard's and `undolog sessions resume|retry|abandon --seen`'s check,
 -- made under the session's lock, in the action's own transaction).
 BEGIN;
-SELECT plan(20);
+SELECT plan(23);
 
 \ir _helpers.psql
 
@@ -17,9 +17,8 @@ SELECT is(pg_temp.session_state(:'s1'), 'halted', 'the session is halted at the 
 SELECT s.updated_at AS seen FROM undolog.undolog_sessions AS s WHERE s.session_id = :'s1' \gset
 
 SET LOCAL ROLE undolog_operator;
--- Stale: the session's updated_at is not the one the operator read. (In this one
--- transaction every change sets the same now(), so an earlier instant stands for a read
--- made before another operator's action.)
+-- Stale: the session's updated_at is not the one the operator read. (An earlier instant
+-- stands for a read made before another operator's action.)
 SELECT throws_ok(format('SELECT undolog.expect_session(%L, %L::timestamptz - interval ''1 microsecond'')',
                         :'s1', :'seen'),
                  'UL001', NULL, 'a session changed since it was read is refused (UL001)');
@@ -63,6 +62,29 @@ SELECT is((SELECT count(*) FROM pg_locks AS l
            WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
              AND l.mode = 'ExclusiveLock')::integer,
           :held + 1, 'it holds the session''s advisory lock exclusive until the transaction ends');
+
+
+-- A change made in the same instant as the read (here: in the same transaction, whose
+-- now() is the same all through) is still a change: the guard stamps every version of
+-- the row with a later updated_at, so the value read no longer matches.
+SELECT pg_temp.new_session() AS s4 \gset
+SELECT s.updated_at AS seen4 FROM undolog.undolog_sessions AS s WHERE s.session_id = :'s4' \gset
+SELECT undolog.heartbeat(:'s4');
+SET LOCAL ROLE undolog_operator;
+SELECT throws_ok(format('SELECT undolog.expect_session(%L, %L)', :'s4', :'seen4'), 'UL001', NULL,
+                 'a change in the same instant as the read is refused (UL001)');
+RESET ROLE;
+SELECT s.updated_at AS seen4b FROM undolog.undolog_sessions AS s WHERE s.session_id = :'s4' \gset
+SELECT undolog.fail_session(:'s4', 'x');
+SET LOCAL ROLE undolog_operator;
+SELECT throws_ok(format('SELECT undolog.expect_session(%L, %L)', :'s4', :'seen4b'), 'UL001', NULL,
+                 '... and so is the next one, after the value was read again');
+RESET ROLE;
+SELECT s.updated_at AS seen4c FROM undolog.undolog_sessions AS s WHERE s.session_id = :'s4' \gset
+SET LOCAL ROLE undolog_operator;
+SELECT is(undolog.expect_session(:'s4', :'seen4c'), 'failed',
+          'the value of the version now stored passes');
+RESET ROLE;
 
 -- Privileges: the operator role alone, as for resume, retry and abandon. An agent's
 -- login may not lock even its own session this way.

@@ -12,6 +12,7 @@ AS $$
 DECLARE
     v_approval_id uuid;
     v_session_id uuid;
+    v_owner_role text;
 BEGIN
     FOR v_approval_id, v_session_id IN
         SELECT a.approval_id, a.session_id
@@ -20,13 +21,42 @@ BEGIN
         ORDER BY a.session_id, a.approval_id
     LOOP
         -- A session its agent holds in an open transaction is skipped, not waited for:
-        -- the next sweep expires its requests, and nobody else's wait on it.
-        CONTINUE WHEN NOT EXISTS (
-            SELECT FROM undolog.undolog_sessions AS s
+        -- the next sweep expires its requests, and nobody else's wait on it. Its locks are
+        -- taken in the order of docs/design/state-machines.md (the row SKIP LOCKED, then
+        -- the advisory lock, tried), in a subtransaction rolled back when the session is
+        -- skipped, so that a skipped session keeps none of them (a transaction-level
+        -- advisory lock is released only so): neither its agent nor its walker waits for
+        -- the rest of this sweep. A request decided since it was read (a decision holds
+        -- the session's row, which is held now) is passed over the same way.
+        BEGIN
+            SELECT s.owner_role INTO v_owner_role
+            FROM undolog.undolog_sessions AS s
             WHERE s.session_id = v_session_id
-              AND pg_catalog.pg_try_advisory_xact_lock(
-                  undolog.session_lock_key(s.session_id, s.owner_role))
-            FOR UPDATE SKIP LOCKED);
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF NOT EXISTS (
+                SELECT FROM undolog.undolog_approval_requests AS a
+                WHERE a.approval_id = v_approval_id AND a.session_id = v_session_id
+                  AND a.state = 'pending') THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'UL030',
+                    MESSAGE = pg_catalog.format('approval %s was decided since the sweep '
+                                                'read it', v_approval_id),
+                    HINT = 'Skipped by this sweep (caught below, never raised to the '
+                           'caller): the decision stands.';
+            END IF;
+            IF NOT pg_catalog.pg_try_advisory_xact_lock(
+                   undolog.session_lock_key(v_session_id, v_owner_role)) THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'UL030',
+                    MESSAGE = pg_catalog.format('session %s is held by a transaction that '
+                                                'has not ended', v_session_id),
+                    HINT = 'Skipped by this sweep (caught below, never raised to the '
+                           'caller): the next sweep expires its requests.';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'UL030' THEN
+            CONTINUE;  -- skipped: raised above only, and never past this block
+        END;
         IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL) IS NOT NULL THEN
             RETURN NEXT v_approval_id;
         END IF;

@@ -14,22 +14,51 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
+DECLARE
+    v_session_id uuid;
+    v_owner_role text;
 BEGIN
-    -- The guard trigger validates active -> failed and writes the history row.
-    UPDATE undolog.undolog_sessions AS s
-    SET state = 'failed', error = 'lease expired'
-    WHERE s.session_id IN (
+    -- One session at a time, in the order of docs/design/state-machines.md: its row
+    -- (SKIP LOCKED), then its advisory lock, tried. Neither is waited for: a session
+    -- another transaction holds is skipped (a call of it being journaled right now holds
+    -- its advisory lock shared), and the next run sees it. A skipped session keeps none
+    -- of its locks here: both are taken in a subtransaction that is rolled back when the
+    -- advisory lock is not to be had (a transaction-level advisory lock is released only
+    -- so), and a row locked by someone else, or no longer an expired active one when
+    -- locked (its agent heartbeated meanwhile), is passed over before its advisory lock
+    -- is tried. (Tried in the scan's WHERE, the advisory lock of a row then skipped for
+    -- its row lock stayed held until this transaction ended.)
+    FOR v_session_id IN
         SELECT x.session_id
         FROM undolog.undolog_sessions AS x
         WHERE x.state = 'active' AND x.lease_expires_at <= now()
-          -- A call of the session being journaled right now (intercept holds the
-          -- session's advisory lock shared): skipped like a locked row, the next run
-          -- sees it.
-          AND pg_catalog.pg_try_advisory_xact_lock(
-              undolog.session_lock_key(x.session_id, x.owner_role))
-        FOR UPDATE SKIP LOCKED
-    )
-    AND s.state = 'active';
+        ORDER BY x.session_id
+    LOOP
+        BEGIN
+            SELECT x.owner_role INTO v_owner_role
+            FROM undolog.undolog_sessions AS x
+            WHERE x.session_id = v_session_id
+              AND x.state = 'active' AND x.lease_expires_at <= now()
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF NOT pg_catalog.pg_try_advisory_xact_lock(
+                   undolog.session_lock_key(v_session_id, v_owner_role)) THEN
+                -- Rolls the block back: the row lock taken above goes with it.
+                RAISE EXCEPTION USING
+                    ERRCODE = 'UL030',
+                    MESSAGE = pg_catalog.format('session %s is held by a transaction that '
+                                                'has not ended', v_session_id),
+                    HINT = 'Skipped by this run (caught below, never raised to the '
+                           'caller): the next run of recover() sees it.';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'UL030' THEN
+            CONTINUE;  -- skipped: raised above only, and never past this block
+        END;
+        -- The guard trigger validates active -> failed and writes the history row.
+        UPDATE undolog.undolog_sessions AS s
+        SET state = 'failed', error = 'lease expired'
+        WHERE s.session_id = v_session_id AND s.state = 'active';
+    END LOOP;
 
     -- undolog.due_sessions states which sessions are due; its active rows are the ones
     -- skipped above (held by a live transaction): not for the walk yet.

@@ -1,6 +1,7 @@
 -- undolog.sessions_guard: AFTER INSERT and BEFORE UPDATE on undolog_sessions.
--- Enforces the session state machine and identity columns, and appends every state
--- change to undolog_session_history, whoever makes it. The creation is recorded AFTER
+-- Enforces the session state machine and identity columns, stamps every change of the
+-- row with a later updated_at, and appends every state change to
+-- undolog_session_history, whoever makes it. The creation is recorded AFTER
 -- INSERT: a BEFORE INSERT trigger also fires for begin_session's INSERT ... ON CONFLICT
 -- that resumes an existing session, and would record a creation that did not happen.
 CREATE OR REPLACE FUNCTION undolog.sessions_guard()
@@ -27,7 +28,12 @@ BEGIN
                        'asks for this: if one did, report it as a bug with the statement. Nothing '
                        'was changed.';
         END IF;
-        NEW.updated_at := now();
+        -- Every version of the row gets a later updated_at than the one before, never
+        -- an equal one: now() is when the transaction began, the same for every change it
+        -- makes, and two transactions may begin in the same microsecond; expect_session
+        -- tells the version an operator read by this value alone. now(), unless that
+        -- would not move it on (then a microsecond past the old one).
+        NEW.updated_at := greatest(now(), OLD.updated_at + interval '1 microsecond');
         IF NEW.state = OLD.state THEN
             RETURN NEW;
         END IF;
