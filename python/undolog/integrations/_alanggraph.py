@@ -89,8 +89,8 @@ async def arun(
     completes the session; one that raises fails it and its compensations run last-first;
     one that stops at an interrupt leaves it awaiting approval. Resuming a session whose
     call a human rejected undoes what came before and raises ApprovalRejectedError. A
-    thread that waits on an UndoLog interrupt of another session raises ValueError, and
-    nothing runs."""
+    thread that waits on an UndoLog interrupt of another session raises
+    ResumedInAnotherSession (a ValueError), and nothing runs."""
 
     async def go() -> Any:
         with _graph_run():

@@ -32,6 +32,7 @@ from undolog.integrations._core import (
     _RUNNABLE,
     Approver,
     Refusal,
+    ResumedInAnotherSession,
     RunBox,
     ToolInfo,
     Waiting,
@@ -135,7 +136,7 @@ async def refuse_another_session(
         for name, call_key in asked:
             if await approval_of_step(conn, session_id, name, call_key) is not None:
                 return
-    raise LookupError(
+    raise ResumedInAnotherSession(
         f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
         f"{session_id}: resume it with the session id of the run that stopped, and nothing "
         "was run (a state whose calls no session asked about, stale or edited, cannot be "

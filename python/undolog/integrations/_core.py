@@ -40,6 +40,7 @@ from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
 from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
 from undolog.errors import (
+    HTTP_CONFLICT,
     ApprovalRejectedError,
     AwaitingApprovalError,
     SessionNotActive,
@@ -163,6 +164,49 @@ def _registration(tool: ToolInfo) -> tuple[str, str, dict[str, Any] | None, str]
     compensation = tool.spec.compensation if tool.spec is not None else None
     on_reject = tool.spec.on_reject if tool.spec is not None else "fail_session"
     return (tool.name, tool.tier.value, compensation.to_json() if compensation else None, on_reject)
+
+
+# --- a run's saved state belongs to its session ------------------------------------------
+
+SESSION_KEY = "undolog_session_id"
+"""The key under which an adapter records, in the state a framework saves when a run
+stops (a LangGraph interrupt and checkpoint, a pydantic-ai ModelResponse's metadata),
+the UndoLog session of the run that stopped."""
+
+
+class ResumedInAnotherSession(UndoLogError, LookupError, ValueError):
+    """A framework's saved state (a LangGraph thread, an OpenAI Agents RunState, a
+    pydantic-ai message history) resumed under an UndoLog session id other than the one
+    of the run that stopped: nothing was run, and no session was opened. Resumed there,
+    its calls would be asked or run again in a session whose journal does not hold what
+    the run did, while the run's own session waited for ever. Resume it with the session
+    id the error names. A LookupError and a ValueError too, as the adapters raised
+    before."""
+
+    http_status = HTTP_CONFLICT
+
+
+def refuse_recorded_session(
+    recorded: object, session_id: uuid.UUID, what: str, otherwise: str = ""
+) -> None:
+    """Refuse a resume under ``session_id`` of a saved state that recorded the session
+    ``recorded`` (None: it recorded none, nothing to refuse). ``what`` names the state
+    ("this thread waits on an UndoLog interrupt"), ``otherwise`` what else the caller may
+    do (" (or run in a new thread)")."""
+    if recorded is None or str(recorded) == str(session_id):
+        return
+    raise ResumedInAnotherSession(
+        f"{what} of session {recorded}, not {session_id}: resume it with "
+        f"session_id={recorded}{otherwise}. Nothing was run: resumed in another session, "
+        "its calls would be asked or made again in a session whose journal does not hold "
+        "what the run did, and its own session would wait for ever"
+    )
+
+
+def ran_with(requested: Mapping[str, Any], edit: Any) -> dict[str, Any]:
+    """The arguments an edited call ran with: the requested ones, with the person's
+    approved ones in their place (``edit`` is an undolog.last_edit())."""
+    return {**requested, **edit.approved_args}
 
 
 # --- a person's edit that the agent hears -------------------------------------------------

@@ -32,7 +32,7 @@ INTERRUPT = "__interrupt__"
 APPROVAL_KEY = "undolog_approval_id"
 """The key of an UndoLog HumanInterrupt naming the approval."""
 
-SESSION_KEY = "undolog_session_id"
+SESSION_KEY = _core.SESSION_KEY
 """The key of an UndoLog HumanInterrupt naming the session of the call."""
 
 # The argument schema of each tool built here, by name: a person's edit is checked
@@ -265,12 +265,12 @@ def _thread_session(snapshot: Any, session_id: uuid.UUID) -> None:
     session's journal does not hold (they would act again), and ask its call again."""
     for pending in getattr(snapshot, "interrupts", ()) or ():
         for request in _requests(pending.value):
-            if str(request[SESSION_KEY]) != str(session_id):
-                raise ValueError(
-                    f"this thread waits on an UndoLog interrupt of session "
-                    f"{request[SESSION_KEY]}, not {session_id}: resume it with "
-                    f"session_id={request[SESSION_KEY]} (or run in a new thread)"
-                )
+            _core.refuse_recorded_session(
+                request[SESSION_KEY],
+                session_id,
+                "this thread waits on an UndoLog interrupt",
+                " (or run in a new thread)",
+            )
 
 
 def _with_session(config: Mapping[str, Any], session_id: uuid.UUID) -> dict[str, Any]:
@@ -295,8 +295,10 @@ def _unfinished_run(snapshot: Any, session_id: uuid.UUID) -> uuid.UUID | None:
         return None
 
 
-def _unfinished_elsewhere(other: uuid.UUID, state: str, session_id: uuid.UUID) -> ValueError:
-    return ValueError(
+def _unfinished_elsewhere(
+    other: uuid.UUID, state: str, session_id: uuid.UUID
+) -> _core.ResumedInAnotherSession:
+    return _core.ResumedInAnotherSession(
         f"this thread stopped in the middle of a run of UndoLog session {other} (now "
         f"{state}), not {session_id}: LangGraph would run its unfinished node again, and "
         "that node's calls already made in the other session would act again. Resume it "

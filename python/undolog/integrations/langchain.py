@@ -32,10 +32,14 @@ the node task's checkpoint namespace and its position in that run of the node (s
 the adapted tool, not the bare function, inside a node). ``run`` (sync graph, ``UndoLog``,
 sync or async SAFE tools, sync journaled tools) and ``arun`` (``ainvoke``,
 ``AsyncUndoLog``, sync or async journaled tools) open the run's UndoLog session; a
-thread that waits on an UndoLog interrupt of another session is refused (ValueError).
+thread that waits on an UndoLog interrupt of another session is refused
+(``ResumedInAnotherSession``, a ValueError). An edited call's ``ToolMessage`` is the
+thread's record of what ran (``artifact["undolog_edit"]``); the AIMessage that asked for
+it keeps the model's arguments.
 """
 
 from undolog.integrations._alanggraph import aapproval_id, adecide, arespond, arun, astream
+from undolog.integrations._core import ResumedInAnotherSession
 from undolog.integrations._langchain_common import (
     ALLOWED,
     APPROVAL_KEY,
@@ -54,6 +58,7 @@ __all__ = [
     "EDIT_REASON",
     "INTERRUPT",
     "SESSION_KEY",
+    "ResumedInAnotherSession",
     "UndoLogTool",
     "aapproval_id",
     "adecide",

@@ -29,12 +29,13 @@ with it the session.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import inspect
 import json
 import typing
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -51,13 +52,16 @@ from agents import (
     function_tool,
 )
 from agents.function_schema import FuncSchema, function_schema
-from agents.items import ToolApprovalItem, TResponseInputItem
+from agents.items import ToolApprovalItem, ToolCallItem, TResponseInputItem
 from agents.tool_context import ToolContext
+from openai.types.responses import ResponseFunctionToolCall
 
 from undolog.client import AsyncUndoLog
 from undolog.context import current_session
+from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError, AwaitingApprovalError, UndoLogError
 from undolog.integrations import _arun, _core
+from undolog.integrations._core import ResumedInAnotherSession as ResumedInAnotherSession
 from undolog.tiers import ToolTier
 
 _CONTEXT_PARAMETER = "undolog_tool_context"
@@ -115,6 +119,7 @@ def _with_context(
             return refused.message  # the session goes on: the model hears the "no"
         told = _core.edited_reply(info, result)  # a person's edit: the model hears it
         if told is not result:
+            _record_edit(ctx)
             return told
         return json.dumps(result) if as_json and not isinstance(result, str) else result
 
@@ -134,6 +139,52 @@ def _with_context(
     call.__doc__ = info.fn.__doc__
     call.__module__ = info.fn.__module__
     return call
+
+
+# The arguments each call a person approved with edited arguments ran with, by call id,
+# in this run (set by run / run_streamed; the SDK runs each tool call in its own task).
+_edited: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar(
+    "undolog_openai_agents_edited", default=None
+)
+
+
+def _record_edit(ctx: ToolContext[Any]) -> None:
+    """Note the arguments a call a person approved with edited arguments ran with (the
+    requested ones, the person's in their place), for ``_edited_items``."""
+    edit, noted = last_edit(), _edited.get()
+    if edit is None or noted is None:
+        return
+    try:
+        requested = json.loads(ctx.tool_arguments or "{}")
+    except ValueError:
+        requested = {}
+    noted[ctx.tool_call_id] = _core.ran_with(requested if isinstance(requested, dict) else {}, edit)
+
+
+@contextlib.contextmanager
+def _noting_edits() -> Iterator[dict[str, dict[str, Any]]]:
+    noted: dict[str, dict[str, Any]] = {}
+    token = _edited.set(noted)
+    try:
+        yield noted
+    finally:
+        _edited.reset(token)
+
+
+def _edited_items(result: RunResult | RunResultStreaming, noted: dict[str, dict[str, Any]]) -> None:
+    """The run's record of the calls a person approved with edited arguments: each one's
+    ToolCallItem (its function call's ``arguments``, which ``to_state()`` keeps and a
+    later run sends the model) holds the arguments it ran with. The SDK hands a tool a
+    copy of the call, so the items are set once the run has answered; within the run,
+    the model heard the edit from the call's output (its note)."""
+    if not noted:
+        return
+    for item in result.new_items:
+        raw = getattr(item, "raw_item", None)
+        if not isinstance(item, ToolCallItem) or not isinstance(raw, ResponseFunctionToolCall):
+            continue
+        if raw.call_id in noted:
+            raw.arguments = json.dumps(noted[raw.call_id], ensure_ascii=False)
 
 
 def _arguments(info: _core.ToolInfo, schema: FuncSchema) -> Callable[[Any], dict[str, Any] | None]:
@@ -346,20 +397,24 @@ async def run(
     (through ``decide``, or elsewhere: CLI, dashboard, SQL) is approved or rejected in the
     RunState; one UndoLog has not decided raises AwaitingApprovalError and nothing runs,
     whatever the RunState says. A RunState resumed under a session id other than its
-    run's raises LookupError, and one in which an IRREVERSIBLE tool was approved with
-    ``always_approve=True`` ValueError (UndoLog approves each call on its own), before
-    anything runs. Resuming a session whose call a human rejected undoes what came
-    before and raises ApprovalRejectedError."""
+    run's raises ResumedInAnotherSession (a LookupError), and one in which an
+    IRREVERSIBLE tool was approved with ``always_approve=True`` ValueError (UndoLog
+    approves each call on its own), before anything runs. Resuming a session whose call
+    a human rejected undoes what came before and raises ApprovalRejectedError. A call a
+    person approved with edited arguments runs with them, and the result's ToolCallItem
+    holds them."""
 
     async def go() -> RunResult:
         if isinstance(input, RunState):
             await _apply_decisions(input, session_id)
         try:
-            result = await Runner.run(agent, input, **run_kwargs)
-            while (state := _malformed_answered(agent, result)) is not None:
-                result = await Runner.run(agent, state, **run_kwargs)
+            with _noting_edits() as noted:
+                result = await Runner.run(agent, input, **run_kwargs)
+                while (state := _malformed_answered(agent, result)) is not None:
+                    result = await Runner.run(agent, state, **run_kwargs)
         except UserError as exc:
             raise _undolog_error(exc) from exc
+        _edited_items(result, noted)
         return result
 
     _approved_for_the_run(agent, input)
@@ -422,13 +477,17 @@ async def run_streamed(
     ) as box:
         if isinstance(input, RunState):
             await _apply_decisions(input, session_id)
-        streamed = StreamedRun(agent, Runner.run_streamed(agent, input, **run_kwargs), run_kwargs)
-        try:
-            yield streamed
-            async for _ in streamed.stream_events():
-                pass  # what the block did not read
-        except UserError as exc:
-            raise _undolog_error(exc) from exc
+        with _noting_edits() as noted:
+            streamed = StreamedRun(
+                agent, Runner.run_streamed(agent, input, **run_kwargs), run_kwargs
+            )
+            try:
+                yield streamed
+                async for _ in streamed.stream_events():
+                    pass  # what the block did not read
+            except UserError as exc:
+                raise _undolog_error(exc) from exc
+        _edited_items(streamed.result, noted)
         box.result = streamed.result
 
 

@@ -26,25 +26,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
 from pydantic_ai._function_schema import function_schema
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+)
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 
 from undolog import aapprovals, aengine
 from undolog.client import AsyncUndoLog
+from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _arun, _core
+from undolog.integrations._core import SESSION_KEY, ResumedInAnotherSession
 from undolog.tiers import ToolTier
 
 APPROVAL_KEY = "undolog_approval_id"
 """The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming UndoLog's approval."""
+EDIT_KEY = "undolog_edit"
+"""The key of an edited call's ``ToolReturnPart.metadata`` holding the edit."""
 _UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
 
 
@@ -75,7 +87,10 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
             if refused is None:
                 raise
             return refused.message  # the session goes on: the model hears the "no"
-        return _core.edited_reply(info, result)  # a person's edit: the model hears it
+        told = _core.edited_reply(info, result)  # a person's edit: the model hears it
+        if told is result:
+            return result
+        return _edited_record(ctx, told)
 
     setattr(call, _UNDOLOG_TOOL, info)  # how a resume finds the run's UndoLog tools
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
@@ -88,6 +103,26 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     )
 
 
+def _edited_record(ctx: RunContext[Any], told: Any) -> ToolReturn:
+    """The history's record of a call a person approved with edited arguments: its
+    ToolCallPart's args become the ones it ran with (what the model sees on its next
+    turn, and what a saved history holds), and its ToolReturnPart carries the edit
+    (requested and approved args, who, why) as metadata, which the model does not see."""
+    edit = last_edit()
+    assert edit is not None  # edited_reply answered a note
+    for message in reversed(ctx.messages):
+        if not isinstance(message, ModelResponse):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id == ctx.tool_call_id:
+                part.args = _core.ran_with(part.args_as_dict(), edit)
+                break
+        else:
+            continue
+        break
+    return ToolReturn(return_value=told, metadata={EDIT_KEY: edit.as_dict()})
+
+
 def tools(*fns: Callable[..., Any]) -> list[Tool[Any]]:
     return [tool(fn) for fn in fns]
 
@@ -98,10 +133,47 @@ def _waiting_calls(result: AgentRunResult[Any]) -> list[str] | None:
     return [part.tool_call_id for part in result.output.approvals]
 
 
+def _mid_turn(history: Sequence[ModelMessage]) -> ModelResponse | None:
+    """The last model response of ``history`` when some of its tool calls have no
+    answer yet (the run stopped in the middle of that turn: its deferred calls wait)."""
+    answered = {
+        part.tool_call_id
+        for message in history
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart | RetryPromptPart)
+    }
+    for message in reversed(history):
+        if isinstance(message, ModelResponse):
+            waiting = any(call.tool_call_id not in answered for call in message.tool_calls)
+            return message if waiting else None
+    return None
+
+
+def _record_session(result: AgentRunResult[Any], session_id: uuid.UUID) -> None:
+    """Record the run's session in the metadata of the model response it stopped in
+    (pydantic-ai keeps it in ``all_messages()`` and its JSON; the model never sees it)."""
+    stopped = _mid_turn(result.all_messages())
+    if stopped is not None:
+        stopped.metadata = {**(stopped.metadata or {}), SESSION_KEY: str(session_id)}
+
+
+def _own_session(run_kwargs: Mapping[str, Any], session_id: uuid.UUID) -> None:
+    """Refuse a message history that stopped mid-turn in a run of another session."""
+    stopped = _mid_turn(list(run_kwargs.get("message_history") or ()))
+    if stopped is not None:
+        _core.refuse_recorded_session(
+            (stopped.metadata or {}).get(SESSION_KEY),
+            session_id,
+            "this message history stopped in the middle of a model turn in a run",
+        )
+
+
 def _name_approvals(
     session_id: uuid.UUID,
 ) -> Callable[[AgentRunResult[Any], aengine.AsyncConnection], Awaitable[None]]:
     async def name(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
+        _record_session(result, session_id)
         requests = result.output
         for part in requests.approvals:
             found = await _arun.approval_of_step(
@@ -177,8 +249,9 @@ async def _same_session(
     run_kwargs: Mapping[str, Any],
     session_id: uuid.UUID,
 ) -> dict[str, Any]:
-    """Refuse, before a session is opened, a run resumed (``deferred_tool_results``)
-    under a session id other than the one of the run that deferred its calls: their
+    """Refuse, before a session is opened, a run resumed (``deferred_tool_results``, or
+    a message history that stopped mid-turn, whose model response records its run's
+    session) under a session id other than the one of the run that deferred its calls: their
     IRREVERSIBLE calls were asked in their own session, and none of them has a request
     in ``session_id``. Resumed there, each would be asked again, in a second session,
     and the first session would wait for ever.
@@ -192,6 +265,7 @@ async def _same_session(
     _answers_the_last_calls(run_kwargs, session_id)
     asked = _deferred_calls(agent, run_kwargs)
     await _arun.refuse_another_session(ul, session_id, asked, "this run's deferred calls")
+    _own_session(run_kwargs, session_id)  # a history resumed with no answers too
     answers: DeferredToolResults | None = run_kwargs.get("deferred_tool_results")
     said_no = [
         (name, call_id)
@@ -238,7 +312,11 @@ async def run(
     ``DeferredToolRequests`` leaves it awaiting approval. Resuming a session whose call a
     human rejected undoes what came before and raises ApprovalRejectedError. A run resumed
     under a session id other than the one of the run that deferred its calls raises
-    LookupError before anything runs."""
+    ResumedInAnotherSession (a LookupError) before anything runs: the run that stops
+    records its session in the metadata of the model response it stopped in
+    (``SESSION_KEY``), and its deferred calls' requests are UndoLog's. A call a person
+    approved with edited arguments ran with them, and the history says so: its
+    ToolCallPart's args are those, its ToolReturnPart's metadata the edit (``EDIT_KEY``)."""
     run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
     async with _session(session_id, agent_name, ul) as box:
         box.result = result = await agent.run(**run_kwargs)
@@ -368,7 +446,10 @@ async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> Deferre
 
 __all__ = [
     "APPROVAL_KEY",
+    "EDIT_KEY",
+    "SESSION_KEY",
     "Answer",
+    "ResumedInAnotherSession",
     "approval_id",
     "decide",
     "decisions",
