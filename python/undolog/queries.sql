@@ -257,6 +257,15 @@ WHERE u.session_id = %(session_id)s AND u.state IN ('pending', 'compensating')
 ORDER BY u.stack_position DESC
 LIMIT 1
 
+-- name: claim_seconds_left
+-- The seconds left, by the server's clock (the one claimed_until was set by), to the claim
+-- of attempt `attempt` of an undo entry: a worker waits for the compensation until shortly
+-- before it expires. No row once that attempt is no longer in flight.
+SELECT extract(EPOCH FROM u.claimed_until - clock_timestamp())::float8 AS seconds_left
+FROM undolog.undo_stack_entries AS u
+WHERE u.session_id = %(session_id)s AND u.undo_id = %(undo_id)s
+  AND u.state = 'compensating' AND u.attempts = %(attempt)s
+
 -- name: sessions_owned_by
 -- The sessions among session_ids begun by one of the logins owners (an empty list: the
 -- worker's own login), for `undolog worker --owner`.

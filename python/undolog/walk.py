@@ -5,13 +5,16 @@ at an irreversible call that acted, retries with backoff and halts a session who
 compensation fails for good (undolog.saga). This module only runs the compensation it is
 handed and reports the outcome. A compensation is any callable registered by name
 (``@ul.compensation("delete_user")``) taking one ``CompensationCall``; it must be
-idempotent on ``undo_id``: after a crash the same entry may be handed out again.
+idempotent on ``undo_id``: after a crash the same entry may be handed out again, and
+after a worker gave up on a compensation that did not return (CompensationDeadline) its
+retry may run while the call given up on still does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -48,6 +51,17 @@ WAKE_SLICE = 0.2
 STILL_RUNNING_EVERY = 60.0
 # How many times a walker reports a compensation's outcome while its session is held.
 REPORT_TRIES = 3
+# A worker waits for a compensation until its claim has this much left (a tenth of what it
+# had, at most CLAIM_MARGIN seconds), so that the failed attempt is recorded by this worker,
+# with its reason, before the claim could be handed out again.
+CLAIM_MARGIN = 5.0
+# The least a worker waits for a compensation, however little its claim has left.
+MIN_COMPENSATION_WAIT = 0.5
+# How long past its deadline a worker waits for an async compensation it cancelled.
+ASYNC_CANCEL_GRACE = 0.25
+# How many compensations that did not return a worker leaves running (each holds a thread
+# and whatever it opened) before it claims nothing more until one of them returns.
+MAX_ABANDONED = 4
 _R = TypeVar("_R")
 
 
@@ -116,6 +130,7 @@ def run_walk(
     loop: asyncio.AbstractEventLoop | None = None,
     stop: threading.Event | None = None,
     only_known: bool = False,
+    deadline: CompensationDeadline | None = None,
 ) -> str:
     """Walk the session's undo stack until it is done, halted, or nothing is due within
     ``wait`` seconds. Answers the session's state then (compensated, halted, or still
@@ -129,10 +144,18 @@ def run_walk(
     ``only_known``: stop, without claiming, before an entry whose compensation is not in
     ``compensations`` (another application's walker has it), instead of counting it as a
     failed attempt.
+
+    ``deadline`` (the worker's): each compensation runs in a thread of its own and is
+    waited for until shortly before its claim expires; one that has not returned by then
+    is a failed attempt (CompensationTimeout), left running, and its outcome is never
+    recorded. At the deadline's ``max_abandoned`` the walk ends before its next claim.
+    Without it, the compensation runs in the caller's thread, for as long as it takes.
     """
-    deadline = time.monotonic() + wait
+    until = time.monotonic() + wait
     while True:
         if stop is not None and stop.is_set():
+            return engine.session_state(conn, session_id)
+        if deadline is not None and deadline.full:
             return engine.session_state(conn, session_id)
         if only_known and unknown_compensation(conn, session_id, compensations) is not None:
             return engine.session_state(conn, session_id)
@@ -142,7 +165,7 @@ def run_walk(
             return engine.session_state(conn, session_id)
         if claim is None:
             state = engine.session_state(conn, session_id)
-            if state != "compensating" or time.monotonic() >= deadline:
+            if state != "compensating" or time.monotonic() >= until:
                 return state
             time.sleep(POLL)
             continue
@@ -150,13 +173,17 @@ def run_walk(
         try:
             if fn is None:
                 raise LookupError(f"no compensation registered under {claim.name!r}")
+            limit = None if deadline is None else deadline.seconds_for(conn, session_id, claim)
             with (
                 tracing.compensation(
                     claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
                 ),
-                _said_while_running(claim),
+                _said_while_running(claim, limit),
             ):
-                _run(fn, _call_for(claim), loop)
+                if deadline is None or limit is None:
+                    _run(fn, _call_for(claim), loop)
+                else:
+                    deadline.run(fn, _call_for(claim), loop, claim, limit)
         except BaseException as exc:
             # Any raise is a failed attempt, a cancelled async compensation's included:
             # recorded, and the walk goes on. sys.exit() and an interrupt (Ctrl-C) are the
@@ -217,25 +244,30 @@ def _reported(report: Callable[[], _R]) -> _R:
 
 
 @contextlib.contextmanager
-def _said_while_running(claim: saga.Claim) -> Iterator[None]:
+def _said_while_running(claim: saga.Claim, limit: float | None = None) -> Iterator[None]:
     """Log, every STILL_RUNNING_EVERY seconds, that the compensation in hand has not
-    returned: the walker cannot stop it (a compensation must return), and an operator
-    looking at a worker that walks nothing else learns which call holds it."""
+    returned: an operator looking at a walker that walks nothing else learns which call
+    holds it, and (``limit``: the worker's deadline) until when."""
     returned = threading.Event()
     started = time.monotonic()
+    until = (
+        "this walker serves nothing else until it does"
+        if limit is None
+        else f"this worker waits for it until {limit:.0f} s, then records the attempt as failed"
+    )
 
     def watch() -> None:
         while not returned.wait(STILL_RUNNING_EVERY):
             log.warning(
                 "compensation %s of %s (undo %s, attempt %s) has not returned after %.0f s: "
-                "this walker serves nothing else until it does. Give its network calls "
-                "timeouts shorter than undolog.claim_timeout; after the claim timeout the "
-                "entry is handed out again",
+                "%s. Give its network calls timeouts shorter than undolog.claim_timeout; "
+                "after the claim timeout the entry is handed out again",
                 claim.name,
                 claim.tool_name,
                 claim.undo_id,
                 claim.attempt,
                 time.monotonic() - started,
+                until,
             )
 
     watcher = threading.Thread(target=watch, name="undolog-compensation-watch", daemon=True)
@@ -244,6 +276,213 @@ def _said_while_running(claim: saga.Claim) -> Iterator[None]:
         yield
     finally:
         returned.set()
+
+
+class CompensationTimeout(TimeoutError):
+    """A compensation did not return within the worker's deadline: its attempt is
+    recorded as failed with this error, and the call is left running, unrecorded."""
+
+
+class _Attempt:
+    """One compensation running in a thread of its own, and what came of it. Its outcome
+    is read by the walker only if it ended before the walker gave up on it: once
+    abandoned, nothing it does is recorded (the walker already failed its attempt, and a
+    later attempt of the same entry may be running or done: a report now would be refused
+    as stale at best, and must not be tried)."""
+
+    def __init__(self, claim: saga.Claim) -> None:
+        self.claim = claim
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    def run(self, target: Callable[[], object]) -> None:
+        """The thread's body: the compensation, its outcome kept (never raised here)."""
+        try:
+            target()
+        except BaseException as exc:  # SystemExit included: the walker's to judge
+            self.error = exc
+        finally:
+            with self._lock:
+                self.done.set()
+                abandoned = self._abandoned
+            if abandoned:
+                claim = self.claim
+                log.warning(
+                    "compensation %s of %s (undo %s, attempt %s), abandoned, %s after %.0f s: "
+                    "its outcome is not recorded (its attempt was recorded as failed; the "
+                    "entry's later attempts, with the same undo_id, decide)",
+                    claim.name,
+                    claim.tool_name,
+                    claim.undo_id,
+                    claim.attempt,
+                    "returned" if self.error is None else f"raised {_one_line(self.error)}",
+                    time.monotonic() - self.started,
+                )
+
+    def abandon(self) -> bool:
+        """Give up on it unless it has ended; answers whether it was given up."""
+        with self._lock:
+            if self.done.is_set():
+                return False
+            self._abandoned = True
+            return True
+
+
+class CompensationDeadline:
+    """How a worker runs compensations so that one that never returns (a network call
+    without a timeout) cannot hold it: in a daemon thread, waited for until shortly
+    before its claim expires (or ``timeout`` seconds, when given), then given up as a
+    failed attempt (CompensationTimeout) and left running. The claim's idempotency key
+    makes the retry safe beside it. A thread cannot be stopped from outside, so at most
+    ``max_abandoned`` are left running: at that bound the worker claims nothing until one
+    returns. An async compensation is cancelled at the deadline instead (on ``loop``, or
+    in the thread's own event loop), so it leaves no thread behind if it lets itself be
+    cancelled."""
+
+    def __init__(self, timeout: float | None = None, max_abandoned: int = MAX_ABANDONED) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"a compensation timeout must be positive, not {timeout}")
+        if max_abandoned < 1:
+            raise ValueError(f"max_abandoned must be 1 or more, not {max_abandoned}")
+        self.timeout = timeout
+        self.max_abandoned = max_abandoned
+        self._abandoned: list[_Attempt] = []
+        self._said_full = 0.0
+
+    def abandoned(self) -> list[_Attempt]:
+        """The abandoned compensations still running (those that ended are forgotten)."""
+        self._abandoned = [a for a in self._abandoned if not a.done.is_set()]
+        return list(self._abandoned)
+
+    @property
+    def full(self) -> bool:
+        """Whether the bound is reached: claim nothing (said every STILL_RUNNING_EVERY)."""
+        running = self.abandoned()
+        if len(running) < self.max_abandoned:
+            self._said_full = 0.0
+            return False
+        now = time.monotonic()
+        if now - self._said_full >= STILL_RUNNING_EVERY:
+            self._said_full = now
+            log.error(
+                "%d abandoned compensation(s) have not returned (%s): this worker claims "
+                "nothing until one does (max_abandoned %d). Find why they hang (a network "
+                "call without a timeout); restarting the worker ends them, and their entries "
+                "are retried with the same undo_id",
+                len(running),
+                ", ".join(
+                    f"{a.claim.name} undo {a.claim.undo_id} attempt {a.claim.attempt}"
+                    for a in running
+                ),
+                self.max_abandoned,
+            )
+        return True
+
+    def seconds_for(
+        self, conn: engine.Connection, session_id: uuid.UUID, claim: saga.Claim
+    ) -> float:
+        """How long to wait for the claim's compensation: ``timeout``, else until its
+        claim has a tenth of its time left (CLAIM_MARGIN seconds at most)."""
+        if self.timeout is not None:
+            return self.timeout
+        row = engine.fetch_optional(
+            conn,
+            QUERIES["claim_seconds_left"],
+            {"session_id": session_id, "undo_id": claim.undo_id, "attempt": claim.attempt},
+        )
+        # no row: the attempt is no longer in flight (its report will be refused anyway)
+        left = float(row[0]) if row is not None and row[0] is not None else 0.0
+        return max(left - min(CLAIM_MARGIN, left / 10), MIN_COMPENSATION_WAIT)
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        call: CompensationCall,
+        loop: asyncio.AbstractEventLoop | None,
+        claim: saga.Claim,
+        seconds: float,
+    ) -> None:
+        """Run the compensation, waiting at most ``seconds``: its error raised, or
+        CompensationTimeout."""
+        if inspect.iscoroutinefunction(fn) and loop is not None:
+            future = asyncio.run_coroutine_threadsafe(fn(call), loop)
+            try:
+                future.result(timeout=seconds)
+            except TimeoutError:
+                if future.done():  # the compensation's own TimeoutError
+                    raise
+                future.cancel()  # the task is cancelled on its loop
+                raise self._timed_out(claim, seconds, "its task was cancelled") from None
+            return
+        wait = seconds
+        if inspect.iscoroutinefunction(fn):
+            # Cancelled in its own loop at the deadline, and waited for a little longer,
+            # so that one that lets itself be cancelled ends here, leaving no thread.
+            when = time.monotonic() + seconds  # asyncio's loop.time() is time.monotonic()
+            wait = seconds + ASYNC_CANCEL_GRACE
+
+            async def bounded() -> None:
+                timeout = asyncio.timeout_at(when)
+                try:
+                    async with timeout:
+                        await fn(call)
+                except TimeoutError:
+                    if not timeout.expired():  # the compensation's own TimeoutError
+                        raise
+                    raise self._timed_out(claim, seconds, "it was cancelled") from None
+
+            def target() -> None:
+                asyncio.run(bounded())
+
+        else:
+
+            def target() -> None:
+                fn(call)
+
+        attempt = _Attempt(claim)
+        # the caller's context (the compensation's tracing span) goes with it
+        body = functools.partial(contextvars.copy_context().run, target)
+        thread = threading.Thread(
+            target=attempt.run,
+            args=(body,),
+            name=f"undolog-compensation-{claim.name}",
+            daemon=True,  # an abandoned one must not keep the process from exiting
+        )
+        thread.start()
+        if attempt.done.wait(wait) or not attempt.abandon():
+            if attempt.error is not None:
+                raise attempt.error
+            return
+        self._abandoned.append(attempt)
+        running = len(self.abandoned())
+        raise self._timed_out(
+            claim,
+            seconds,
+            f"it is left running in an abandoned thread ({running} of at most "
+            f"{self.max_abandoned})",
+        )
+
+    @staticmethod
+    def _timed_out(claim: saga.Claim, seconds: float, left: str) -> CompensationTimeout:
+        log.warning(
+            "compensation %s of %s (undo %s, attempt %s) did not return within %.1f s: %s, "
+            "its attempt is recorded as failed and retried with the same undo_id, and "
+            "whatever it does from now on is not recorded. Give its network calls timeouts "
+            "shorter than that",
+            claim.name,
+            claim.tool_name,
+            claim.undo_id,
+            claim.attempt,
+            seconds,
+            left,
+        )
+        return CompensationTimeout(
+            f"did not return within {seconds:.1f} s (the worker's deadline, before its claim "
+            "expires): the attempt was given up and its outcome is not recorded"
+        )
 
 
 def _record_interrupted(conn: engine.Connection, claim: saga.Claim, error: str) -> None:
@@ -339,9 +578,13 @@ class Worker:
     It outlives every fault a running system meets: a halted session is logged and the
     rest are walked; a session whose walk raises is logged and skipped until the next
     pass; a lost server is reconnected with exponential backoff (``first_backoff``
-    doubling up to ``max_backoff`` seconds, each attempt logged). It stops only when
-    :meth:`stop` is called (between two entries: the one in hand is finished first) or on
-    a :class:`WorkerConfigError`.
+    doubling up to ``max_backoff`` seconds, each attempt logged); a compensation that
+    does not return is waited for until shortly before its claim expires (or
+    ``compensation_timeout`` seconds), then its attempt is recorded as failed and it is
+    left running, unrecorded, in a thread of its own (CompensationDeadline; at
+    ``max_abandoned`` such threads the worker claims nothing until one returns). It stops
+    only when :meth:`stop` is called (between two entries: the one in hand is finished
+    first, or given up at its deadline) or on a :class:`WorkerConfigError`.
     """
 
     def __init__(
@@ -359,8 +602,12 @@ class Worker:
         walk: bool = True,
         notify: bool = False,
         on_notified: Callable[[notifications.Outcome], None] | None = None,
+        compensation_timeout: float | None = None,
+        max_abandoned: int = MAX_ABANDONED,
     ) -> None:
         self.connect = connect
+        # one compensation that never returns must not hold every other session's walk
+        self.deadline = CompensationDeadline(compensation_timeout, max_abandoned)
         # walk: recover and walk (``undolog worker``); notify: deliver the notifications
         # of approval requests after that (``undolog worker`` unless --no-notify, and
         # ``undolog notify``, which does only this).
@@ -388,12 +635,19 @@ class Worker:
         self._listening = False
 
     def stop(self) -> None:
-        """Ask the worker to stop after the entry it holds (safe from a signal handler)."""
+        """Ask the worker to stop after the entry it holds (safe from a signal handler):
+        waited for until it returns or its deadline passes. Abandoned compensations are
+        daemon threads: they end with the process."""
         self._stop.set()
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def abandoned(self) -> int:
+        """How many compensations given up at their deadline are still running."""
+        return len(self.deadline.abandoned())
 
     def run(self, *, once: bool = False) -> bool:
         """Serve until stopped (or one pass with ``once``). Answers whether the last pass
@@ -491,7 +745,7 @@ class Worker:
         except Exception as exc:
             return self._fault(exc, "recover()")
         for sid in due:
-            if self._stop.is_set():
+            if self._stop.is_set() or self.deadline.full:
                 break
             try:
                 if self.only_known and unknown_compensation(conn, sid, self.compensations):
@@ -504,6 +758,7 @@ class Worker:
                     loop=self.loop,
                     stop=self._stop,
                     only_known=self.only_known,
+                    deadline=self.deadline,
                 )
             except Exception as exc:
                 if not self._fault(exc, f"session {sid}"):

@@ -79,7 +79,9 @@ def test_a_stale_claim_is_an_ordinary_event(
     conn.execute(f"ALTER DATABASE {dbname} SET undolog.claim_timeout = '1 s'")
     (app_dir / "slow_seconds").write_text("2.5")
     sid = failed_session(conn, "slow", 7)
-    worker = start_worker(dsn)
+    # a deadline past the 1 s claim: by default the worker gives the attempt up before its
+    # claim expires, and no other walker could take it over while it runs
+    worker = start_worker(dsn, "--compensation-timeout", "10")
     wait_until(lambda: (app_dir / "started-1").exists(), what="the slow compensation")
     time.sleep(1.2)  # its claim expires while it runs: another walker takes the entry over
     conn.execute("SET undolog.claim_timeout = '1 min'")

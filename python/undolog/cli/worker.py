@@ -65,6 +65,14 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         metavar="SECONDS",
         help="longest pause between reconnection attempts (default 30)",
     )
+    p.add_argument(
+        "--compensation-timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="how long to wait for a compensation before its attempt is recorded as failed "
+        "and the call left running, unrecorded (default: until shortly before its claim, "
+        "undolog.claim_timeout, expires)",
+    )
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     p.add_argument(
         "--no-notify",
@@ -73,6 +81,13 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         "`undolog notify`, does)",
     )
     p.set_defaults(func=_cmd_worker, needed_role=OPERATOR)
+
+
+def _positive_seconds(value: str) -> float:
+    number = non_negative_float(value)
+    if number == 0:  # a compensation given no time at all would fail every attempt
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return number
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
@@ -141,6 +156,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         # the approval requests' notifications (undolog notifications): several workers
         # may deliver them at once, each claims its own
         notify=not args.no_notify,
+        compensation_timeout=args.compensation_timeout,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
