@@ -172,6 +172,9 @@ GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
 
 GRANT SELECT ON undolog.undolog_migrations TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_repeatables TO undolog_approver, undolog_operator;
+-- The clients' engine check (python/undolog/engine_check.py) reads, on an agent's
+-- connection too, the names of the migrations applied: that column only.
+GRANT SELECT (name) ON undolog.undolog_migrations TO undolog_agent;
 
 -- The engine's owner may take advisory locks, which migration 0004_locks revokes from
 -- PUBLIC in this database: its SECURITY DEFINER functions hold sessions' and call

@@ -71,7 +71,7 @@ async def _first_use(conn: aengine.AsyncConnection, async_results: bool = False)
         row = await aengine.fetch_one(conn, engine_check.statement(async_results))
     except UndoLogError as exc:
         raise engine_check.failed(exc) from exc.__cause__
-    engine_check.accept(conn, None if row[0] is None else str(row[0]))
+    engine_check.accept(conn, row)
 
 
 async def _settled(conn: aengine.AsyncConnection) -> Exception | None:

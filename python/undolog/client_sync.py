@@ -73,7 +73,7 @@ def _first_use(conn: engine.Connection, async_results: bool = False) -> None:
         row = engine.fetch_one(conn, engine_check.statement(async_results))
     except UndoLogError as exc:
         raise engine_check.failed(exc) from exc.__cause__
-    engine_check.accept(conn, None if row[0] is None else str(row[0]))
+    engine_check.accept(conn, row)
 
 
 def _settled(conn: engine.Connection) -> Exception | None:

@@ -24,22 +24,58 @@ What the clients accept, for a package of version P and an engine of version E:
   error, translated as any other statement's); the schema without that function, an
   engine older than every release that has it, EngineVersionMismatch.
 
+Between releases the version says nothing: a tree that added a migration keeps the
+version of the tree before it. So, when E == P, the check also compares the migrations
+the engine has applied (the names ``undolog migrate`` records in ``undolog_migrations``,
+sql/bootstrap.sql) with those this package ships (``sql/migrations``,
+``shipped_migrations``):
+
+* a migration the package ships that the database has not applied: refused,
+  EngineVersionMismatch naming the first one missing; run ``undolog migrate`` with this
+  package. (A database migrated by an older tree of this version: before, the check
+  passed and the package's statements met the older engine, 42883 or worse.)
+* every one of them applied, and maybe more (a newer tree of this version migrated the
+  database): accepted, as a newer patch release is.
+* E newer than P (a newer patch release): the migrations are not compared; the version
+  rule's promise holds whatever this tree ships that the release does not.
+
+``missing_migrations`` is that set difference, and ``migrate`` plans its pending
+migrations with it (undolog.migrations): one definition for both.
+
+What the rule does not see: a tree that changed a function, view, trigger, policy or
+grant without a migration. ``undolog migrate`` records a checksum per source
+(``undolog_repeatables``), but no digest of the whole set: computing one in the check's
+statement (over some 200 rows) took the server some 170 µs more a connection, ten times
+the statement, and recording one needs a place to keep it (a new table or column: a
+migration). Nor could an equal version tell which of two trees is the newer, as the
+migrations can (more of them is fine). Between releases, run ``undolog migrate`` after
+changing a source (``undolog status`` lists what differs).
+
 The clients run the check once per connection (``checked``/``accept``): on a connection
 they open for a session it is the same statement as the session's setting of
 ``undolog.async_results`` (no round trip of its own); otherwise one round trip, the first
-time the connection is used.
+time the connection is used. The statement reads the engine's version and the names of
+its applied migrations (``undolog_agent`` may read that one column: sql/grants.sql); an
+agent of an engine whose grants predate that is refused (42501 on
+``undolog_migrations``: this package's grants were never applied; run ``undolog
+migrate``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from undolog import _version, engine
-from undolog.errors import EngineVersionMismatch, InvalidArgument, UndoLogError
+from undolog._sql import sql_root
+from undolog.errors import EngineVersionMismatch, InvalidArgument, PermissionDenied, UndoLogError
+from undolog.queries import QUERIES
 
 _PEP440 = re.compile(
     r"^v?(?P<release>[0-9]+(?:\.[0-9]+)*)"
@@ -96,9 +132,43 @@ def mismatch(installed: str, package: str) -> str | None:
     return None
 
 
-def refusal(installed: str | None, package: str | None = None) -> EngineVersionMismatch | None:
+def migration_files(root: Path) -> list[Path]:
+    """What ``root``/migrations holds, in name order: the migrations a package ships
+    (undolog.migrations.available_migrations checks their names)."""
+    return sorted((root / "migrations").iterdir())
+
+
+@functools.cache
+def shipped_migrations() -> tuple[str, ...]:
+    """The names of the migrations this package ships (sql/migrations), in apply order;
+    read once per process."""
+    return tuple(p.stem for p in migration_files(sql_root()) if p.suffix == ".sql")
+
+
+def missing_migrations(applied: Iterable[str], shipped: Iterable[str] | None = None) -> list[str]:
+    """The migrations of ``shipped`` (this package's by default) that ``applied`` lacks,
+    in apply order: what the check refuses an engine of this version for, and what
+    ``migrate`` applies."""
+    done = set(applied)
+    return [
+        name for name in (shipped_migrations() if shipped is None else shipped) if name not in done
+    ]
+
+
+def _same_version(installed: str, package: str) -> bool:
+    theirs, ours = version_key(installed), version_key(package)
+    return installed == package or (theirs is not None and theirs == ours)
+
+
+def refusal(
+    installed: str | None,
+    package: str | None = None,
+    applied: Sequence[str] | None = None,
+) -> EngineVersionMismatch | None:
     """The error for an engine that answers ``installed`` (None: it has no version()),
-    None when this package works with it."""
+    None when this package works with it. ``applied``: the names of the engine's applied
+    migrations, compared with this package's when the versions are the same (None: not
+    compared)."""
     package = package or _version.__version__
     if installed is None:
         return EngineVersionMismatch(
@@ -127,19 +197,30 @@ def refusal(installed: str | None, package: str | None = None) -> EngineVersionM
             installed=installed,
             package=package,
         )
+    missing = [] if applied is None else missing_migrations(applied)
+    if missing and _same_version(installed, package):
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return EngineVersionMismatch(
+            f"the engine in this database is undolog {installed}, this package's version,"
+            f" but it lacks this package's migration {missing[0]}{more} (another tree of"
+            " this version migrated it): run `undolog migrate` with this package before"
+            " using it (`undolog status` says what it would apply). Nothing was sent but"
+            " this check",
+            installed=installed,
+            package=package,
+        )
     return None
 
 
 # The connections whose engine was checked (psycopg.Connection and AsyncConnection alike).
 _checked: weakref.WeakSet[Any] = weakref.WeakSet()
 
-# The check's statement: the version alone, or with the session's setting of
-# undolog.async_results (queries.sql's set_async_results, 'on') in the same round trip.
-# Where the schema is missing it fails as a whole (3F000), the setting with it.
-VERSION = "SELECT undolog.version()"
-VERSION_AND_ASYNC_RESULTS = (
-    "SELECT undolog.version(), pg_catalog.set_config('undolog.async_results', 'on', false)"
-)
+# The check's statement (queries.sql): the version and the applied migrations' names,
+# alone or with the session's setting of undolog.async_results in the same round trip.
+# Where the schema is missing it fails as a whole (3F000), the setting with it; where
+# version() is missing, 42883 (both found before the runner's table is read).
+VERSION = QUERIES["engine_check"]
+VERSION_AND_ASYNC_RESULTS = QUERIES["engine_check_and_async_results"]
 
 
 def checked(conn: Any) -> bool:
@@ -156,7 +237,9 @@ def statement(async_results: bool) -> str:
 def failed(exc: UndoLogError) -> UndoLogError:
     """What the check raises when its statement failed with ``exc`` (translated): no
     schema undolog is EngineNotInstalled already; a schema without undolog.version()
-    (42883, translated to InvalidArgument) is an engine older than that function."""
+    (42883, translated to InvalidArgument) is an engine older than that function; a login
+    that may not read the migrations' names (42501 on undolog_migrations) is on an engine
+    whose grants predate this package's."""
     cause = exc.__cause__
     if (
         isinstance(exc, InvalidArgument)
@@ -167,13 +250,32 @@ def failed(exc: UndoLogError) -> UndoLogError:
         assert missing is not None
         missing.__cause__ = cause
         return missing
+    if (
+        isinstance(exc, PermissionDenied)
+        and isinstance(cause, psycopg.Error)
+        and "undolog_migrations" in (cause.diag.message_primary or "")
+    ):
+        package = _version.__version__
+        refused = EngineVersionMismatch(
+            "this login may not read the engine's record of its migrations (undolog_migrations),"
+            f" which the grants of this package (undolog {package}) let every agent read:"
+            " the engine in this database was migrated by an older package or tree; run"
+            " `undolog migrate` with this package before using it (`undolog status` says"
+            " what it would apply). Nothing was sent but this check",
+            installed=None,
+            package=package,
+        )
+        refused.__cause__ = cause
+        return refused
     return exc
 
 
-def accept(conn: Any, installed: str | None) -> None:
-    """Judge the version ``conn``'s engine answered: raise EngineVersionMismatch, or
-    remember the connection as checked."""
-    refused = refusal(installed)
+def accept(conn: Any, row: Sequence[Any]) -> None:
+    """Judge what ``conn``'s engine answered to the check's statement (its version, its
+    applied migrations' names separated by spaces, NULL for none): raise
+    EngineVersionMismatch, or remember the connection as checked."""
+    installed = None if row[0] is None else str(row[0])
+    refused = refusal(installed, applied=str(row[1] or "").split())
     if refused is not None:
         raise refused
     _checked.add(conn)
@@ -188,5 +290,5 @@ def check(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         row = engine.fetch_one(conn, VERSION)
     except UndoLogError as exc:
         raise failed(exc) from exc.__cause__
-    accept(conn, None if row[0] is None else str(row[0]))
+    accept(conn, row)
     return conn

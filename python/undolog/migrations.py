@@ -53,7 +53,7 @@ import psycopg
 
 from undolog._sql import sql_root
 from undolog._version import __version__
-from undolog.engine_check import is_newer
+from undolog.engine_check import is_newer, migration_files, missing_migrations
 
 # pg_advisory_xact_lock key held by every migrate transaction (arbitrary, fixed).
 MIGRATE_LOCK_KEY = 7557806069434771456
@@ -121,9 +121,8 @@ class MigrationError(RuntimeError):
 
 
 def available_migrations(root: Path | None = None) -> list[Migration]:
-    base = (root or sql_root()) / "migrations"
     found = []
-    for path in sorted(base.iterdir()):
+    for path in migration_files(root or sql_root()):
         if path.suffix != ".sql" or not path.is_file():
             raise MigrationError(f"{path}: a migration is one file NNNN_name.sql")
         if not _MIGRATION_NAME.match(path.stem):
@@ -303,7 +302,10 @@ def _plan(
                 f"migration {m.name} was changed after it was applied "
                 "(checksum differs); write a new migration instead"
             )
-    pending = [m for m in migrations if m.name not in applied]
+    # the same set difference the clients' engine check refuses an engine of this
+    # version for (undolog.engine_check)
+    missing = set(missing_migrations(applied, [m.name for m in migrations]))
+    pending = [m for m in migrations if m.name in missing]
     sources = repeatables()
     recorded = applied_repeatables(conn)
     changed = [r.path for r in sources if recorded.get(r.path) != r.checksum]

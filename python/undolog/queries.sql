@@ -108,6 +108,23 @@ SELECT undolog.fail_effect(
 -- ('off'); intercept reads the setting.
 SELECT pg_catalog.set_config('undolog.async_results', %(value)s, false)
 
+-- name: engine_check
+-- The clients' engine check (undolog.engine_check): the engine's version, and the names
+-- of the migrations `undolog migrate` recorded, separated by spaces (a name holds none),
+-- NULL for none (the runner's own table, sql/bootstrap.sql; undolog_agent may read that
+-- column). No schema: 3F000; no version(): 42883, both before the table is read.
+SELECT
+    undolog.version(),
+    (SELECT pg_catalog.string_agg(m.name, ' ') FROM undolog.undolog_migrations AS m)
+
+-- name: engine_check_and_async_results
+-- engine_check, and undolog.async_results set on for the connection (set_async_results,
+-- 'on') in the same round trip: a session's first statement. Fails as a whole.
+SELECT
+    undolog.version(),
+    (SELECT pg_catalog.string_agg(m.name, ' ') FROM undolog.undolog_migrations AS m),
+    pg_catalog.set_config('undolog.async_results', 'on', false)
+
 -- name: approval_decision
 -- What became of an approval request (engine.ApprovalDecision's fields, in order); no row
 -- when it is unknown or not the caller's to see.
