@@ -16,7 +16,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = '42501',
             MESSAGE = pg_catalog.format('session %s belongs to another role', p_session_id),
-            HINT = 'An agent acts only on the sessions its own login began.';
+            HINT = 'An agent acts only on the sessions its own login began. If your login never '
+                   'began this id, another login began it first: begin with a new random id '
+                   '(leave the id out, or a UUID version 4), never one others can guess.';
     END IF;
 END
 $$;
