@@ -10,8 +10,9 @@ One function per SQL entry point, one round trip each, for a scheduler or the CL
   that unfinished sessions hold (``PartitionInUse``, UL016) unless forced.
 
 And what they work on, for the CLI (``undolog partitions list|plan``) and the dashboard's
-Maintenance page alike: ``listed`` (the partitions, from the catalog only) and
-``maintenance_plan`` (what ``maintain`` would do now, from them).
+Maintenance page alike: ``listed`` (the partitions, from the catalog only),
+``maintenance_plan`` (what ``maintain`` would do now, from them) and ``months_to_drop``
+(the months a ``drop`` at a cut-off takes, from them).
 
 The connection's role needs ``undolog_operator``. With an autocommit connection each call
 is its own transaction; otherwise it joins the caller's, which must commit it (and holds
@@ -194,6 +195,16 @@ def retention_of(setting: str | None) -> int | None:
     return None
 
 
+def months_to_drop(parts: list[Row], cutoff: dt.datetime) -> list[Row]:
+    """The months of ``parts`` (every partition, as ``listed(conn)`` reads them: a list
+    cut short would miss the oldest) that a drop at ``cutoff`` takes: each month of the
+    effect log and of its history that ends at or before it, as undolog.drop_partitions
+    chooses them (never a DEFAULT partition), in the order given. One rule for `undolog
+    partitions plan` (its to_drop, at the retention's cut-off) and the Maintenance
+    page's "Drop old months" list and confirmation."""
+    return [p for p in parts if not p["is_default"] and p["upper_bound"] <= cutoff]
+
+
 def maintenance_plan(
     parts: list[Row],
     pending: list[str],
@@ -210,7 +221,7 @@ def maintenance_plan(
     months = retention_of(setting) if retention_months is None else retention_months
     cutoff = None if months is None else _months_later(current, -months)
     months_parts = [p for p in parts if not p["is_default"]]
-    to_drop = [p["name"] for p in months_parts if cutoff is not None and p["upper_bound"] <= cutoff]
+    to_drop = [] if cutoff is None else [p["name"] for p in months_to_drop(parts, cutoff)]
     to_create: list[str] = []
     for parent in sorted({p["parent"] for p in parts}):
         for n in range(months_ahead + 1):
@@ -243,6 +254,7 @@ __all__ = [
     "maintain",
     "maintenance_plan",
     "months_given",
+    "months_to_drop",
     "pending",
     "retention_of",
     "retention_setting",

@@ -410,6 +410,16 @@ def _names(names: list[str]) -> str:
     return ", ".join(names)
 
 
+class _DropChanged(Exception):
+    """The months a confirmed drop took were not those confirmed (``names``: the months
+    in one set and not the other): raised inside the drop's transaction, which it rolls
+    back, so nothing is dropped."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(_names(names))
+        self.names = names
+
+
 class _SpooledDownload(StreamingResponse):
     """A spool sent EXPORT_CHUNK_BYTES at a time, each send taken within
     EXPORT_STALL_SECONDS or the response is cut short; the spool is closed and ``done``
@@ -1811,6 +1821,7 @@ class Dashboard:
             ws,
             partitions=parts,
             more=more,
+            hidden=len(every) - len(parts),
             plan=plan,
             anchors=anchors,
             older=older,
@@ -2002,7 +2013,9 @@ class Dashboard:
             return self._after(request, ws, [outcome], "/maintenance")
         cutoff = datetime.datetime(int(found[1]), int(found[2]), 1, tzinfo=datetime.UTC)
         async with ws.db() as conn:
-            parts, more = await queries.partitions(conn)
+            # every partition, not the page's list (cut at PARTITIONS_LIMIT, newest
+            # first): what a drop takes is the oldest months, all of them
+            parts = await queries.every_partition(conn)
             this_month = (await queries.retention(conn))["month_start"].astimezone(datetime.UTC)
         if cutoff > this_month:
             outcome = Outcome(
@@ -2013,18 +2026,19 @@ class Dashboard:
                 422,
             )
             return self._after(request, ws, [outcome], "/maintenance")
-        doomed = [p for p in parts if not p["is_default"] and p["upper_bound"] <= cutoff]
+        # the same rule as `undolog partitions plan`, over every partition: the page
+        # lists each month it takes, and the confirmation is for exactly those
+        doomed = partitions.months_to_drop(parts, cutoff)
         names = sorted(str(p["name"]) for p in doomed)
         key = [f"drop-partitions:{cutoff:%Y-%m}:{detach}:{force}", *names]
         nonce = form.get("confirm")
-        # more: the oldest partitions were left off the list, so what a drop takes could
-        # not all be shown: the page asks for the command instead, and drops nothing
-        if nonce is None or more or not doomed or not ws.take_confirm(nonce, key):
+
+        def asked(status: int, *, stale: bool = False, changed: str = "") -> Response:
             return self.render(
                 request,
                 "partitions_drop.html",
                 ws,
-                200 if nonce is None else 409,
+                status,
                 doomed=doomed,
                 before=f"{cutoff:%Y-%m}",
                 cutoff=cutoff,
@@ -2032,23 +2046,38 @@ class Dashboard:
                 force=force,
                 verb="detach" if detach else "drop",
                 done="detached" if detach else "dropped",
-                more=more,
-                limit=queries.PARTITIONS_LIMIT,
                 token=ws.confirm_nonce(key),
-                stale=nonce is not None and bool(doomed) and not more,
+                stale=stale,
+                changed=changed,
             )
+
+        if nonce is None or not doomed or not ws.take_confirm(nonce, key):
+            return asked(200 if nonce is None else 409, stale=nonce is not None and bool(doomed))
         verb = "detached" if detach else "dropped"
 
         async def drop(conn: queries.Conn) -> str:
             params = {"older_than": cutoff, "detach_only": detach, "force": force}
             cur = await conn.execute(QUERIES["drop_partitions"], params)
             done = [str(name) for (name,) in await cur.fetchall()]
+            if sorted(done) != names:
+                # a month attached (or gone) since the list was read: the engine took
+                # other months than those confirmed, so its transaction is rolled back
+                raise _DropChanged(sorted(set(done) ^ set(names)))
             log.info("%s: %s the months before %s: %s", ws.login, verb, before, done)
             if not done:
                 return f"no month ends by {cutoff:%Y-%m-%d}: nothing was {verb}"
             return f"{verb} {_names(done)} by {ws.login}"
 
-        outcome = await self._maintenance_call(ws, "drop", drop)
+        try:
+            outcome = await self._maintenance_call(ws, "drop", drop)
+        except _DropChanged as exc:
+            log.warning("%s: the months before %s changed at the drop: %s", ws.login, before, exc)
+            async with ws.db() as conn:
+                parts = await queries.every_partition(conn)
+            doomed = partitions.months_to_drop(parts, cutoff)
+            names = sorted(str(p["name"]) for p in doomed)
+            key = [f"drop-partitions:{cutoff:%Y-%m}:{detach}:{force}", *names]
+            return asked(409, changed=_names(exc.names))
         return self._after(request, ws, [outcome], "/maintenance")
 
     async def maintenance_recover(self, request: Request) -> Response:
