@@ -54,12 +54,17 @@ BEGIN
                     HINT = 'Skipped by this sweep (caught below, never raised to the '
                            'caller): the next sweep expires its requests.';
             END IF;
+            -- Decided by the subtransaction that locked the session's row (one locking
+            -- and another updating would need a multixact). Its locks are held now, so its
+            -- own bounded waits (UL030) cannot fire; if one did, the request would be
+            -- skipped like a held session, and expired by the next sweep.
+            IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL)
+               IS NOT NULL THEN
+                RETURN NEXT v_approval_id;
+            END IF;
         EXCEPTION WHEN SQLSTATE 'UL030' THEN
-            CONTINUE;  -- skipped: raised above only, and never past this block
+            CONTINUE;  -- skipped: the session is held, or the request decided meanwhile
         END;
-        IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL) IS NOT NULL THEN
-            RETURN NEXT v_approval_id;
-        END IF;
     END LOOP;
 END
 $$;

@@ -51,13 +51,15 @@ BEGIN
                     HINT = 'Skipped by this run (caught below, never raised to the '
                            'caller): the next run of recover() sees it.';
             END IF;
+            -- The guard trigger validates active -> failed and writes the history row.
+            -- Updated by the subtransaction that locked it: a row locked by one
+            -- (sub)transaction and updated by another would need a multixact.
+            UPDATE undolog.undolog_sessions AS s
+            SET state = 'failed', error = 'lease expired'
+            WHERE s.session_id = v_session_id AND s.state = 'active';
         EXCEPTION WHEN SQLSTATE 'UL030' THEN
-            CONTINUE;  -- skipped: raised above only, and never past this block
+            CONTINUE;  -- skipped: raised above only (the update raises no UL030)
         END;
-        -- The guard trigger validates active -> failed and writes the history row.
-        UPDATE undolog.undolog_sessions AS s
-        SET state = 'failed', error = 'lease expired'
-        WHERE s.session_id = v_session_id AND s.state = 'active';
     END LOOP;
 
     -- undolog.due_sessions states which sessions are due; its active rows are the ones
