@@ -3,7 +3,8 @@
 The engine's metrics (undolog.metrics, ``undolog metrics``) are read from the journal and
 cover every login; these are the proxy's view, which the journal cannot see: SAFE calls
 (never journaled), calls refused before they reached the journal, held calls waiting
-now, results the proxy could not record after answering, and its upstreams' failures.
+now, results the proxy could not record after answering, the answers it awaited after
+their call's timeout (late answers), and its upstreams' failures.
 They live in the process (a restart starts the counters at 0, as Prometheus expects of a
 counter) and are served by ``--metrics-listen HOST:PORT`` (or the policy's
 ``proxy.metrics_listen``) as ``GET /metrics``, in the text format of undolog.metrics.
@@ -55,6 +56,13 @@ UPSTREAM_ERRORS: tuple[UpstreamError, ...] = ("down", "no_answer", "protocol", "
 # Why a result the upstream gave could not be recorded: the undo walk had taken its call
 # (late), or the journal failed (error).
 UNRECORDED = ("late", "error")
+# Calls that did not answer within call_timeout_seconds, whose answer the proxy awaits in
+# the background (proxy.late_answer_seconds): how the answer that came was recorded
+# (committed: a result; failed: an error result, the call not having acted), and why
+# one was given up on (expired: no answer within the wait, or the connection broke;
+# bound: not awaited at all, proxy.max_late_answers were awaited already).
+LATE_RECORDED = ("committed", "failed")
+LATE_GIVEN_UP = ("expired", "bound")
 
 # Every metric's name, type and help, in the exposition's order (the docs list these).
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -80,6 +88,25 @@ METRICS: tuple[tuple[str, str, str], ...] = (
         "(counted in unrecorded_results_total too).",
     ),
     (
+        "undolog_proxy_late_answers_awaited_total",
+        "counter",
+        "Journaled calls that did not answer within call_timeout_seconds whose answer was "
+        "then awaited in the background (proxy.late_answer_seconds).",
+    ),
+    (
+        "undolog_proxy_late_answers_recorded_total",
+        "counter",
+        "Answers that came late and were recorded, by outcome (committed: a result; "
+        "failed: an error result, the call not having acted).",
+    ),
+    (
+        "undolog_proxy_late_answers_given_up_total",
+        "counter",
+        "Calls of unknown outcome whose answer was given up on, by reason (expired: none "
+        "came within late_answer_seconds, or the connection broke; bound: not awaited, "
+        "max_late_answers were awaited already).",
+    ),
+    (
         "undolog_proxy_upstream_errors_total",
         "counter",
         "Upstream failures, by upstream and kind (down: not reachable; no_answer: no "
@@ -99,6 +126,9 @@ class ProxyMetrics:
         self.holds = 0
         self.unrecorded: dict[str, int] = dict.fromkeys(UNRECORDED, 0)
         self.late_answers = 0
+        self.late_awaited = 0
+        self.late_recorded: dict[str, int] = dict.fromkeys(LATE_RECORDED, 0)
+        self.late_given_up: dict[str, int] = dict.fromkeys(LATE_GIVEN_UP, 0)
         self.upstream_errors: dict[tuple[str, str], int] = {
             (up, kind): 0 for up in upstreams for kind in UPSTREAM_ERRORS
         }
@@ -117,6 +147,15 @@ class ProxyMetrics:
         if answered:
             self.late_answers += 1
 
+    def late_answer(self, event: str) -> None:
+        """A late answer's course: "awaited", one of LATE_RECORDED, or of LATE_GIVEN_UP."""
+        if event == "awaited":
+            self.late_awaited += 1
+        elif event in self.late_recorded:
+            self.late_recorded[event] += 1
+        else:
+            self.late_given_up[event] = self.late_given_up.get(event, 0) + 1
+
     def text(self) -> str:
         samples: dict[str, list[str]] = {
             "undolog_proxy_calls_total": [
@@ -133,6 +172,17 @@ class ProxyMetrics:
             ],
             "undolog_proxy_late_answers_total": [
                 sample("undolog_proxy_late_answers_total", self.late_answers)
+            ],
+            "undolog_proxy_late_answers_awaited_total": [
+                sample("undolog_proxy_late_answers_awaited_total", self.late_awaited)
+            ],
+            "undolog_proxy_late_answers_recorded_total": [
+                sample("undolog_proxy_late_answers_recorded_total", n, {"outcome": outcome})
+                for outcome, n in self.late_recorded.items()
+            ],
+            "undolog_proxy_late_answers_given_up_total": [
+                sample("undolog_proxy_late_answers_given_up_total", n, {"reason": reason})
+                for reason, n in self.late_given_up.items()
             ],
             "undolog_proxy_upstream_errors_total": [
                 sample("undolog_proxy_upstream_errors_total", n, {"upstream": up, "kind": kind})

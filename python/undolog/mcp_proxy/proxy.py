@@ -41,6 +41,7 @@ import concurrent.futures
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import secrets
 import select
@@ -48,7 +49,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import mcp_types as types
 import psycopg
@@ -104,6 +105,15 @@ RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a 
 UNDO_META_KEY = "undolog/undo_id"
 SAFE_CALLS_SLOT = "undolog.safe_calls"  # a client's SAFE calls in flight (over HTTP)
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
+# a walk waits for its session's late answers at most late_answer_seconds and this (the
+# time to record an answer that came at the last moment)
+LATE_RECORD_SECONDS = 5.0
+# where a handshake-era connection's logging/setLevel is kept (server.py sets it): the
+# least level of the notifications/message it is sent (none set: every level)
+LOG_LEVEL_SLOT = "undolog.log_level"
+LATE_NOTICE_LEVEL = "notice"
+NOTICE_ARGS_LIMIT = 4096  # a late-answer notice carries the call's arguments up to this
+_LOG_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least severe first
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
@@ -621,7 +631,9 @@ class McpProxy:
                 )
             except (UndoLogError, psycopg.Error) as exc:
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
-            await self._walk(ps.session_id, self._undoers(ps))
+            # as the session's end walk: the late answers awaited for the session first,
+            # so that a result that comes is the one the compensation reads
+            await self._walk_after_late(ps)
             state = await self._state(ps)
         finally:
             ps.inflight -= 1
@@ -946,10 +958,20 @@ class McpProxy:
                 self._prune_soon(ps)
 
     @staticmethod
-    async def _late_answers_over(ps: ProxySession) -> None:
-        """Until no late answer of the session is awaited any more."""
+    async def _late_answers_over(ps: ProxySession, within: float | None = None) -> None:
+        """Until no late answer of the session is awaited any more, or ``within`` seconds
+        passed (None: no bound)."""
+        deadline = None if within is None else time.monotonic() + within
         while ps.late:
-            await asyncio.wait(set(ps.late))
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                log.warning(
+                    "session %s: its walk waited %g s for late answers: it goes on",
+                    ps.session_id,
+                    within,
+                )
+                return
+            await asyncio.wait(set(ps.late), timeout=left)
 
     async def _end_after_late(self, ps: ProxySession, last_call: float) -> None:
         await self._late_answers_over(ps)
@@ -1008,8 +1030,12 @@ class McpProxy:
     async def _walk_after_late(self, ps: ProxySession) -> None:
         """The walk, once the late answers still awaited for the session are over: a
         result recorded before the walk takes its call is the one its compensation reads
-        (taken, the engine keeps it in the effect's history only, as 'late')."""
-        await self._late_answers_over(ps)
+        (taken, the engine keeps it in the effect's history only, as 'late'). Every walk
+        the proxy runs (the session's end, a rollback from outside, undolog__undo_last)
+        waits here, at most proxy.late_answer_seconds and the time to record what came:
+        each answer awaited is given up on by then."""
+        within = self.policy.late_answer_seconds + LATE_RECORD_SECONDS
+        await self._late_answers_over(ps, within)
         await self._walk(ps.session_id, self._undoers(ps))
 
     def _undoers(self, ps: ProxySession) -> dict[str, Callable[..., Any]]:
@@ -1318,7 +1344,8 @@ class McpProxy:
         proxy.late_answer_seconds more (``key`` and ``step``: the call's, in its
         session), within proxy.max_late_answers such calls at once."""
         late = self.policy.late_answer_seconds
-        if key is None or len(self._late) >= self.policy.max_late_answers:
+        bound = late > 0 and key is not None and len(self._late) >= self.policy.max_late_answers
+        if key is None or bound:
             late = 0.0
         try:
             result = await upstream.call(route.tool, args, late_seconds=late)
@@ -1326,6 +1353,8 @@ class McpProxy:
             # It may have acted: the effect stays executing, so the walk compensates it
             # (unless its late answer comes: _late_answer records it).
             self.metrics.upstream_error(route.upstream, "no_answer")
+            if bound:  # past proxy.max_late_answers: its answer is not awaited
+                self.metrics.late_answer("bound")
             waited = 0.0
             if (
                 exc.late is not None
@@ -1361,7 +1390,10 @@ class McpProxy:
         up on) past proxy.max_late_answers, or when the proxy is closing."""
         if self.closing or len(self._late) >= self.policy.max_late_answers:
             answer.cancel()
+            if not self.closing:
+                self.metrics.late_answer("bound")
             return False
+        self.metrics.late_answer("awaited")
         task = asyncio.create_task(self._late_answer(ps, key, step, effect_id, name, route, answer))
         for tasks in (self._late, ps.late):
             tasks.add(task)
@@ -1402,16 +1434,21 @@ class McpProxy:
             raise
         except Exception as exc:
             log.info("effect %s: no late answer from %s: %s", effect_id, route.upstream, exc)
+            self.metrics.late_answer("expired")
             return
         if self.closing:
             return
         if result.is_error:
             self.metrics.upstream_error(route.upstream, "error_result")
             recorded = await self._record(effect_id, _error_text(result))
+            outcome = "failed"
         else:
             # (answered=False: what the client was answered is that the outcome is unknown)
             unrecorded = await self._commit(ps, effect_id, name, route, result, answered=False)
             recorded = unrecorded is None
+            outcome = "committed"
+        if recorded:
+            self.metrics.late_answer(outcome)
         log.info(
             "effect %s: the late answer of %s came and was %s",
             effect_id,
@@ -1420,6 +1457,72 @@ class McpProxy:
         )
         if recorded and ps.unknown.get(key) == step:
             del ps.unknown[key]  # the same call made again is that call, now known
+        if recorded:
+            await self._tell_late(ps, key, step, effect_id, name, outcome)
+
+    async def _tell_late(
+        self,
+        ps: ProxySession,
+        key: str,
+        step: int,
+        effect_id: uuid.UUID,
+        name: str,
+        outcome: str,
+    ) -> None:
+        """Tell the client, while its MCP session is still open, that a call it was
+        answered "outcome unknown" got its late answer, recorded: a notifications/message
+        (the MCP logging notification, which a client hears through its logging
+        callback) at level notice, on the connection's own stream. Only a handshake-era
+        connection has a stream to be told on after its request was answered (a 2026-era
+        client's log messages ride the request's own answer); a client gone, or one
+        whose logging/setLevel asked for less, is not told, and nothing else changes."""
+        connection = ps.owner
+        if connection is None:
+            return
+        with contextlib.suppress(Exception):
+            wanted = connection.state.get(LOG_LEVEL_SLOT)
+            if wanted is not None and _LOG_LEVELS.index(wanted) > _LOG_LEVELS.index(
+                LATE_NOTICE_LEVEL
+            ):
+                return
+        state = await self._state(ps)
+        if state in ("failed", "compensating"):
+            then = (
+                f"it is now recorded ({outcome}); the session is {state}, being rolled "
+                "back: the call is undone as that answer says, and is not made again"
+            )
+        elif outcome == "failed":
+            then = (
+                "it answered an error, recorded as the call not having acted: making the "
+                "same call again (same tool, same arguments, in this session) runs it again"
+            )
+        else:
+            then = (
+                "its result is now recorded: making the same call again (same tool, same "
+                "arguments, in this session) returns it, without running it again"
+            )
+            if state != "active":
+                then += f" (the session is {state} now)"
+        data: dict[str, Any] = {
+            "message": (
+                f"Late result: the call of {name} you were answered 'outcome unknown' "
+                f"(journal entry {effect_id}, this session's handle in 'session') got its "
+                f"answer after all; {then}."
+            ),
+            "tool": name,
+            "effect_id": str(effect_id),
+            "step": step,
+            "session": ps.handle,
+            "outcome": outcome,
+        }
+        arguments = key.partition("\x00")[2]  # the call's canonical JSON
+        if arguments and len(arguments) <= NOTICE_ARGS_LIMIT:
+            data["arguments"] = json.loads(arguments)
+        params = {"level": LATE_NOTICE_LEVEL, "logger": "undolog.mcp_proxy", "data": data}
+        try:
+            await asyncio.wait_for(connection.notify("notifications/message", params), 10.0)
+        except Exception as exc:  # the client went away meanwhile: it is not told
+            log.info("effect %s: the client was not told of its late answer: %s", effect_id, exc)
 
     async def _commit(
         self,

@@ -28,7 +28,13 @@ from undolog._version import __version__
 from undolog.mcp_proxy.metrics import parse_listen, serve_metrics
 from undolog.mcp_proxy.passthrough import Passthrough
 from undolog.mcp_proxy.policy import PolicyError, load_policy
-from undolog.mcp_proxy.proxy import SESSION_META_KEY, McpProxy, upstream_error_kind
+from undolog.mcp_proxy.proxy import (
+    LOG_LEVEL_SLOT,
+    SESSION_META_KEY,
+    McpProxy,
+    client_connection,
+    upstream_error_kind,
+)
 from undolog.mcp_proxy.relay import Write, relaying_stdio
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
@@ -158,6 +164,12 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
     server.add_notification_handler(
         "notifications/initialized", types.NotificationParams, passthrough.client_initialized
     )
+    # The proxy tells a handshake-era client of a late result with notifications/message
+    # (McpProxy._tell_late); a server that sends them declares the logging capability,
+    # which the SDK derives from a logging/setLevel handler: the level a client sets
+    # is kept on its connection, and a late-result notice (level notice) below it is
+    # not sent.
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_log_level)
     # The SDK wraps every request in an OpenTelemetry span by default; the proxy sits on
     # the path of every tool call, so it keeps only what it needs.
     server.middleware = []
@@ -166,6 +178,15 @@ def build_server(proxy: McpProxy, relay: MessageRelay | None = None) -> Server[A
             by_alias=True, mode="json", exclude_none=True
         )
     return server
+
+
+async def set_log_level(
+    ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+) -> types.EmptyResult:
+    connection = client_connection(ctx)
+    if connection is not None:
+        connection.state[LOG_LEVEL_SLOT] = params.level
+    return types.EmptyResult()
 
 
 # a SAFE call's _meta may hold only these to be relayed unparsed (anything else, such as

@@ -1,0 +1,299 @@
+"""Late answers (a journaled call answered after call_timeout_seconds) as the agent and
+the operator see them, with real processes: the SDK's MCP client (its ClientSession,
+through mcp.Client) drives `undolog mcp-proxy` over stdio in front of real upstream
+servers whose tools act at once and answer after a delay.
+
+- undolog__undo_last's walk waits for the late answers of its session, as the session's
+  end walk does: it undoes the call with its real result instead of halting for a human.
+- The proxy's metrics count the late answers awaited, recorded and given up.
+- The client whose MCP session is still open is told of a late result
+  (notifications/message, its logging callback), naming the call and that making it
+  again returns it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import psycopg
+import pytest
+from test_mcp_proxy import (
+    ROOT,
+    SESSION,
+    HttpProxy,
+    free_port,
+    http_proxies,
+    ledger,
+    names,
+    ops,
+    run,
+    sessions,
+    text,
+    wait_for,
+)
+from test_mcp_proxy_late import SLOW, late_events, late_policy
+from test_mcp_proxy_metrics import ascrape, client
+from test_mcp_proxy_sessions import effects
+
+from undolog.mcp_proxy.metrics import LATE_GIVEN_UP, LATE_RECORDED
+
+__all__ = ["http_proxies", "ledger"]  # fixtures, used by name
+
+
+def test_undo_last_waits_for_the_late_answer_of_the_call_it_undoes(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The agent undoes a call whose answer is still awaited (slow_make, undone by the id
+    its result gives: `result.id`). The undo's walk took the call at once, before its
+    result came: the compensation could not be built and the walk halted for a human.
+    Now the walk waits for the late answer first (as the session's end walk does): the
+    result is committed, the call undone with the real id, and the session goes on.
+    (Before, a retry of the walk could still be handed the result once it came, but
+    only as a late result: the session was flagged for an operator.)"""
+    config = late_policy(tmp_path, proxy='late_answer_seconds = 20\nundo_last_tool = "safe"')
+
+    async def body() -> None:
+        async with client(config, dsn, ledger, mode="legacy") as mcp:
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 5})
+            assert first.is_error and "outcome is unknown for now" in text(first), text(first)
+            began = time.monotonic()
+            undone = await mcp.call_tool("undolog__undo_last", {"count": 1, "reason": "oops"})
+            took = time.monotonic() - began
+            assert not undone.is_error, text(undone)
+            assert "undid the last 1 call(s); the session goes on" in text(undone), text(undone)
+            assert took < 20, f"the undo took {took:.1f} s"
+            assert effects(conn) == [(SLOW, 0, "compensated")]
+            later = await mcp.call_tool("put", {"key": "a", "value": "1"})
+            assert not later.is_error, text(later)
+
+    run(body)
+    assert names(ledger) == ["slow_make", "unmake", "put"]
+    assert ops(ledger)[1]["id"] == "s"  # built from the late result
+    assert [state for _, state in sessions(conn)] == ["completed"]
+    assert late_events(conn) == []  # committed before the walk took the call
+    flagged = conn.execute("SELECT needs_attention FROM undolog.sessions_overview").fetchall()
+    assert flagged == [(False,)]
+
+
+LATE_UPSTREAM = '''
+import asyncio, json, os
+from typing import Any
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("late")
+
+def record(op: str, key: str) -> None:
+    with open(os.environ["UPSTREAM_LEDGER"], "a") as ledger:
+        ledger.write(json.dumps({"op": op, "key": key}) + "\\n")
+
+@server.tool()
+async def slow_make(key: str, seconds: float) -> dict[str, Any]:
+    """Act at once, answer after a delay."""
+    record("slow_make", key)
+    await asyncio.sleep(seconds)
+    return {"id": key}
+
+@server.tool()
+async def slow_fail(key: str, seconds: float) -> dict[str, Any]:
+    """Answer an error after a delay."""
+    record("slow_fail", key)
+    await asyncio.sleep(seconds)
+    raise ValueError("refused, late")
+
+@server.tool()
+async def unmake(key: str, idempotency_key: str) -> dict[str, Any]:
+    record("unmake", key)
+    return {"unmade": key}
+
+server.run()
+'''
+
+
+def late_counts(seen: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in seen.items() if k.startswith("undolog_proxy_late_answers_")}
+
+
+def test_late_answers_are_counted(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """Awaited (three calls), recorded (one committed, one an error result: failed),
+    given up (one past max_late_answers = 1: the bound; one with no answer within
+    late_answer_seconds: expired), read from the proxy's GET /metrics."""
+    script = tmp_path / "late_upstream.py"
+    script.write_text(LATE_UPSTREAM)
+    comp = 'compensation.unmake = { key = "args.key", idempotency_key = "undo_id" }\n'
+    config = tmp_path / "late.toml"
+    config.write_text(
+        "[proxy]\ncall_timeout_seconds = 1.5\nlate_answer_seconds = 3\nmax_late_answers = 1\n"
+        f'[upstreams.kv]\ncommand = ["python", "{script}"]\nhide = ["unmake"]\n'
+        f'[upstreams.kv.tools.slow_make]\ntier = "compensable"\n{comp}'
+        f'[upstreams.kv.tools.slow_fail]\ntier = "compensable"\n{comp}'
+    )
+    port = free_port()
+
+    async def body() -> None:
+        async with client(
+            config, dsn, ledger, "--metrics-listen", f"127.0.0.1:{port}", mode="legacy"
+        ) as mcp:
+            start = late_counts(await ascrape(port))
+            assert start == {
+                "undolog_proxy_late_answers_total": 0,
+                "undolog_proxy_late_answers_awaited_total": 0,
+                'undolog_proxy_late_answers_recorded_total{outcome="committed"}': 0,
+                'undolog_proxy_late_answers_recorded_total{outcome="failed"}': 0,
+                'undolog_proxy_late_answers_given_up_total{reason="expired"}': 0,
+                'undolog_proxy_late_answers_given_up_total{reason="bound"}': 0,
+            }, start
+            # a: awaited and committed; b, made while a is awaited: past the bound
+            a = await mcp.call_tool("slow_make", {"key": "a", "seconds": 2.5})
+            assert "waits up to 3 s" in text(a), text(a)
+            b = await mcp.call_tool("slow_make", {"key": "b", "seconds": 10})
+            assert b.is_error and "waits up to" not in text(b), text(b)
+            # c: awaited, its error result recorded (failed)
+            c = await mcp.call_tool("slow_fail", {"key": "c", "seconds": 2.5})
+            assert "waits up to 3 s" in text(c), text(c)
+            await asyncio.sleep(1.5)
+            # d: awaited, no answer in time (expired)
+            d = await mcp.call_tool("slow_make", {"key": "d", "seconds": 20})
+            assert "waits up to 3 s" in text(d), text(d)
+            await asyncio.sleep(4)
+            seen = late_counts(await ascrape(port))
+            assert seen == {
+                "undolog_proxy_late_answers_total": 0,
+                "undolog_proxy_late_answers_awaited_total": 3,
+                'undolog_proxy_late_answers_recorded_total{outcome="committed"}': 1,
+                'undolog_proxy_late_answers_recorded_total{outcome="failed"}': 1,
+                'undolog_proxy_late_answers_given_up_total{reason="expired"}': 1,
+                'undolog_proxy_late_answers_given_up_total{reason="bound"}': 1,
+            }, seen
+
+    run(body)
+    wait_for(lambda: [state for _, state in sessions(conn)] == ["compensated"])
+    states = sorted(state for _, _, state in effects(conn))
+    assert states == ["compensated", "compensated", "compensated", "pending"], states
+
+
+def test_the_client_is_told_of_a_late_result(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The call is answered "outcome unknown"; its result comes later and is committed.
+    The client, its MCP session still open, gets a notifications/message (its logging
+    callback) naming the tool, the call's journal entry and the session's handle, and
+    saying that making the same call again returns the result: which it does."""
+    told: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        told.append(params)
+
+    config = late_policy(tmp_path)
+    params = client(config, dsn, ledger, mode="legacy")
+    params.logging_callback = on_log
+
+    async def body() -> None:
+        async with params as mcp:
+            # a server that sends notifications/message declares the logging capability
+            assert mcp.server_capabilities.logging is not None
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 4})
+            assert first.is_error and "outcome is unknown for now" in text(first), text(first)
+            handle = (first.meta or {})[SESSION]
+            assert told == []
+            for _ in range(200):
+                if told:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(told) == 1, told
+            note = told[0]
+            ((effect_id,),) = conn.execute(
+                "SELECT effect_id FROM undolog.undolog_effect_log"
+            ).fetchall()
+            assert note.level == "notice" and note.logger == "undolog.mcp_proxy"
+            data = note.data
+            assert isinstance(data, dict), data
+            assert data["tool"] == "slow_make" and data["outcome"] == "committed", data
+            assert data["effect_id"] == str(effect_id) and data["session"] == handle, data
+            assert data["arguments"] == {"key": "s", "seconds": 4}, data
+            said = data["message"]
+            assert "slow_make" in said and str(effect_id) in said, said
+            assert "making the same call again" in said and "returns" in said, said
+            again = await mcp.call_tool("slow_make", {"key": "s", "seconds": 4})
+            assert not again.is_error and again.structured_content == {"id": "s"}
+
+    run(body)
+    assert names(ledger) == ["slow_make"]
+    assert [state for _, state in sessions(conn)] == ["completed"]
+
+
+def test_a_late_result_whose_client_has_gone_is_recorded_all_the_same(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Over streamable HTTP the client ends its MCP session while the answer is awaited:
+    nobody is told, the answer is recorded, the session completes, and the proxy serves
+    the next client."""
+    proxy = HttpProxy(late_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+
+    async def gone() -> None:
+        async with proxy.client() as mcp:
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 4})
+            assert first.is_error and "outcome is unknown for now" in text(first), text(first)
+
+    async def next_client() -> None:
+        async with proxy.client() as mcp:
+            put = await mcp.call_tool("put", {"key": "a", "value": "1"})
+            assert not put.is_error, text(put)
+
+    run(gone)
+    wait_for(lambda: [state for _, state in sessions(conn)] == ["completed"], timeout=30)
+    assert effects(conn) == [(SLOW, 0, "committed")]
+    run(next_client)
+    assert proxy.process.poll() is None
+    assert names(ledger) == ["slow_make", "put"]
+
+
+# logging/setLevel is of the handshake era (deprecated by 2026-07-28, SEP-2577): still
+# what such a client sends, so the proxy honours it
+@pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
+def test_a_client_that_set_a_higher_log_level_is_not_told(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """logging/setLevel above notice: the late result is recorded (and replayed) as
+    before, but no notifications/message is sent."""
+    told: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        told.append(params)
+
+    params = client(late_policy(tmp_path), dsn, ledger, mode="legacy")
+    params.logging_callback = on_log
+
+    async def body() -> None:
+        async with params as mcp:
+            await mcp.set_logging_level("warning")
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 3})
+            assert "outcome is unknown for now" in text(first), text(first)
+            await asyncio.to_thread(wait_for, lambda: effects(conn) == [(SLOW, 0, "committed")])
+            await asyncio.sleep(1)
+            again = await mcp.call_tool("slow_make", {"key": "s", "seconds": 3})
+            assert not again.is_error and again.structured_content == {"id": "s"}
+            assert told == []
+
+    run(body)
+    assert names(ledger) == ["slow_make"]
+
+
+def test_the_late_answer_labels_are_documented() -> None:
+    page = (ROOT / "docs" / "mcp-proxy.md").read_text(encoding="utf-8")
+    table = page[page.index("## Metrics") : page.index("## Performance")]
+    for name, labels in (
+        ("undolog_proxy_late_answers_recorded_total", LATE_RECORDED),
+        ("undolog_proxy_late_answers_given_up_total", LATE_GIVEN_UP),
+    ):
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert all(f"`{label}`" in row for label in labels), row
