@@ -25,7 +25,9 @@ def test_a_late_answer_reaches_the_compensation_at_its_next_attempt(
     line = Line(late_policy(tmp_path), dsn, ledger)
     config = tmp_path / "late.toml"
     try:
-        sid = walked_before_its_answer(line, conn, dsn, config, ledger, 4)
+        # answered after 8 s: the rollback and a worker pass (a process of its own) must
+        # come first, after the 2 s call timeout; 4 s left too little on a loaded machine
+        sid = walked_before_its_answer(line, conn, dsn, config, ledger, 8)
         assert names(ledger) == ["slow_make"]  # the compensation was not run
         wait_for(lambda: late_events(conn), timeout=30)
     finally:
