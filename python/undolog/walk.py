@@ -60,8 +60,12 @@ MIN_COMPENSATION_WAIT = 0.5
 # How long past its deadline a worker waits for an async compensation it cancelled.
 ASYNC_CANCEL_GRACE = 0.25
 # How many compensations that did not return a worker leaves running (each holds a thread
-# and whatever it opened) before it claims nothing more until one of them returns.
+# and whatever it opened) before it ends (WorkerStuck), for its supervisor to restart it.
 MAX_ABANDONED = 4
+# How long a stopping worker still waits for the compensation in hand before it gives it
+# up: one about to return is recorded, and a hung one does not outlast a supervisor's
+# stop timeout (systemd's 90 s, Docker's 10 s) nor keep its entry claimed.
+STOP_GRACE = 2.0
 _R = TypeVar("_R")
 
 
@@ -146,10 +150,13 @@ def run_walk(
     failed attempt.
 
     ``deadline`` (the worker's): each compensation runs in a thread of its own and is
-    waited for until shortly before its claim expires; one that has not returned by then
-    is a failed attempt (CompensationTimeout), left running, and its outcome is never
-    recorded. At the deadline's ``max_abandoned`` the walk ends before its next claim.
-    Without it, the compensation runs in the caller's thread, for as long as it takes.
+    waited for until shortly before its claim expires (or until ``stop`` is set); one
+    that has not returned by then is a failed attempt (CompensationTimeout), left
+    running, and its outcome is never recorded. At the deadline's ``max_abandoned`` the
+    walk ends before its next claim (the worker then ends: WorkerStuck). A claim no
+    longer in flight when its compensation would start (it expired and was handed out
+    again) is not run. Without it, the compensation runs in the caller's thread, for as
+    long as it takes.
     """
     until = time.monotonic() + wait
     while True:
@@ -170,10 +177,25 @@ def run_walk(
             time.sleep(POLL)
             continue
         fn = compensations.get(claim.name)
+        # Read before the try below, whose handler fails the attempt: the compensation has
+        # not run, so a fault here (a lost connection: the worker reconnects; the claim
+        # expires and the entry is handed out again) must not use one of max_attempts.
+        limit = None
+        if deadline is not None and fn is not None:
+            limit = deadline.seconds_for(conn, session_id, claim)
+            if limit is None:
+                log.warning(
+                    "compensation %s of %s (undo %s, attempt %s) not run: its claim is no "
+                    "longer this worker's (it expired and the entry was handed out again)",
+                    claim.name,
+                    claim.tool_name,
+                    claim.undo_id,
+                    claim.attempt,
+                )
+                continue
         try:
             if fn is None:
                 raise LookupError(f"no compensation registered under {claim.name!r}")
-            limit = None if deadline is None else deadline.seconds_for(conn, session_id, claim)
             with (
                 tracing.compensation(
                     claim.name, claim.undo_id, claim.tool_name, claim.attempt, session_id
@@ -183,7 +205,7 @@ def run_walk(
                 if deadline is None or limit is None:
                     _run(fn, _call_for(claim), loop)
                 else:
-                    deadline.run(fn, _call_for(claim), loop, claim, limit)
+                    deadline.run(fn, _call_for(claim), loop, claim, limit, stop)
         except BaseException as exc:
             # Any raise is a failed attempt, a cancelled async compensation's included:
             # recorded, and the walk goes on. sys.exit() and an interrupt (Ctrl-C) are the
@@ -283,12 +305,32 @@ class CompensationTimeout(TimeoutError):
     recorded as failed with this error, and the call is left running, unrecorded."""
 
 
+class CompensationStopped(CompensationTimeout):
+    """The worker was stopped (SIGTERM, :meth:`Worker.stop`) while a compensation ran, and
+    it had not returned STOP_GRACE seconds later: it is given up, its attempt recorded as
+    failed with this error (retried with the same undo_id), and the call left running,
+    unrecorded, until the process ends."""
+
+
+class WorkerStuck(UndoLogError):
+    """A worker left ``max_abandoned`` compensations running that did not return (a
+    thread cannot be stopped from inside the process): it ends, so that whatever
+    supervises it restarts it, which ends them. Their attempts were recorded as failed;
+    their entries are retried with the same undo_id, and one whose compensation always
+    hangs reaches max_attempts and halts its session for an operator. ``undolog worker``
+    exits 75 on it. ``hung``: the abandoned claims still running."""
+
+    def __init__(self, message: str, hung: Sequence[saga.Claim] = ()) -> None:
+        super().__init__(message)
+        self.hung = list(hung)
+
+
 class _Attempt:
-    """One compensation running in a thread of its own, and what came of it. Its outcome
-    is read by the walker only if it ended before the walker gave up on it: once
-    abandoned, nothing it does is recorded (the walker already failed its attempt, and a
-    later attempt of the same entry may be running or done: a report now would be refused
-    as stale at best, and must not be tried)."""
+    """One compensation running in a thread of its own (or a task on the worker's loop),
+    and what came of it. Its outcome is read by the walker only if it ended before the
+    walker gave up on it: once abandoned, nothing it does is recorded (the walker already
+    failed its attempt, and a later attempt of the same entry may be running or done: a
+    report now would be refused as stale at best, and must not be tried)."""
 
     def __init__(self, claim: saga.Claim) -> None:
         self.claim = claim
@@ -303,24 +345,40 @@ class _Attempt:
         try:
             target()
         except BaseException as exc:  # SystemExit included: the walker's to judge
-            self.error = exc
-        finally:
-            with self._lock:
-                self.done.set()
-                abandoned = self._abandoned
-            if abandoned:
-                claim = self.claim
-                log.warning(
-                    "compensation %s of %s (undo %s, attempt %s), abandoned, %s after %.0f s: "
-                    "its outcome is not recorded (its attempt was recorded as failed; the "
-                    "entry's later attempts, with the same undo_id, decide)",
-                    claim.name,
-                    claim.tool_name,
-                    claim.undo_id,
-                    claim.attempt,
-                    "returned" if self.error is None else f"raised {_one_line(self.error)}",
-                    time.monotonic() - self.started,
-                )
+            self.finish(exc)
+        else:
+            self.finish(None)
+
+    async def run_async(self, compensation: Any) -> None:
+        """A task's body on the worker's loop: the compensation awaited, its outcome
+        kept (a cancellation goes on up, so that the task ends cancelled)."""
+        try:
+            await compensation
+        except BaseException as exc:
+            self.finish(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self.finish(None)
+
+    def finish(self, error: BaseException | None) -> None:
+        self.error = error
+        with self._lock:
+            self.done.set()
+            abandoned = self._abandoned
+        if abandoned:
+            claim = self.claim
+            log.warning(
+                "compensation %s of %s (undo %s, attempt %s), abandoned, %s after %.0f s: "
+                "its outcome is not recorded (its attempt was recorded as failed; the "
+                "entry's later attempts, with the same undo_id, decide)",
+                claim.name,
+                claim.tool_name,
+                claim.undo_id,
+                claim.attempt,
+                "returned" if error is None else f"raised {_one_line(error)}",
+                time.monotonic() - self.started,
+            )
 
     def abandon(self) -> bool:
         """Give up on it unless it has ended; answers whether it was given up."""
@@ -330,17 +388,48 @@ class _Attempt:
             self._abandoned = True
             return True
 
+    def outcome(self) -> None:
+        """What it came to, once ended: its error raised, or nothing."""
+        if self.error is not None:
+            raise self.error
+
+    def wait(self, seconds: float, stop: threading.Event | None) -> bool:
+        """Wait until it ends (True), or ``seconds`` pass (False); once ``stop`` is set,
+        STOP_GRACE seconds more at most. In slices of WAKE_SLICE, so that a stopping
+        worker does not wait out the deadline (some 295 s with the default claim)."""
+        until = time.monotonic() + seconds
+        stopping = False
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return self.done.is_set()
+            if self.done.wait(min(WAKE_SLICE, left) if stop is not None else left):
+                return True
+            if stop is not None and stop.is_set() and not stopping:
+                stopping = True
+                until = min(until, time.monotonic() + STOP_GRACE)
+
 
 class CompensationDeadline:
     """How a worker runs compensations so that one that never returns (a network call
     without a timeout) cannot hold it: in a daemon thread, waited for until shortly
     before its claim expires (or ``timeout`` seconds, when given), then given up as a
     failed attempt (CompensationTimeout) and left running. The claim's idempotency key
-    makes the retry safe beside it. A thread cannot be stopped from outside, so at most
-    ``max_abandoned`` are left running: at that bound the worker claims nothing until one
-    returns. An async compensation is cancelled at the deadline instead (on ``loop``, or
-    in the thread's own event loop), so it leaves no thread behind if it lets itself be
-    cancelled."""
+    makes the retry safe beside it.
+
+    A compensation therefore runs in a thread of its own, not the caller's (nor the
+    main thread), a new thread for each attempt: signal-based timeouts (``signal.alarm``,
+    SIGALRM handlers) cannot be used in it (Python runs signal handlers in the main thread
+    only, and ``signal.signal`` refuses to be called elsewhere), and thread-local state
+    set elsewhere is not there. Use the libraries' own timeouts.
+
+    A thread cannot be stopped from outside, so at most ``max_abandoned`` are left
+    running: at that bound the worker ends (WorkerStuck), for its supervisor to restart
+    it. An async compensation is cancelled at the deadline instead (on ``loop``, or in
+    the thread's own event loop), so it leaves nothing behind if it lets itself be
+    cancelled; a task on ``loop`` that ignores its cancellation is counted as abandoned.
+    A stopping worker (``stop`` set) waits STOP_GRACE seconds more at most, then gives
+    the compensation up (CompensationStopped)."""
 
     def __init__(self, timeout: float | None = None, max_abandoned: int = MAX_ABANDONED) -> None:
         if timeout is not None and not timeout > 0:
@@ -350,7 +439,6 @@ class CompensationDeadline:
         self.timeout = timeout
         self.max_abandoned = max_abandoned
         self._abandoned: list[_Attempt] = []
-        self._said_full = 0.0
 
     def abandoned(self) -> list[_Attempt]:
         """The abandoned compensations still running (those that ended are forgotten)."""
@@ -359,33 +447,34 @@ class CompensationDeadline:
 
     @property
     def full(self) -> bool:
-        """Whether the bound is reached: claim nothing (said every STILL_RUNNING_EVERY)."""
+        """Whether the bound is reached: claim nothing more (the worker ends)."""
+        return len(self.abandoned()) >= self.max_abandoned
+
+    def stuck(self) -> WorkerStuck:
+        """The error a worker at the bound ends with, naming the calls that hold it."""
         running = self.abandoned()
-        if len(running) < self.max_abandoned:
-            self._said_full = 0.0
-            return False
-        now = time.monotonic()
-        if now - self._said_full >= STILL_RUNNING_EVERY:
-            self._said_full = now
-            log.error(
-                "%d abandoned compensation(s) have not returned (%s): this worker claims "
-                "nothing until one does (max_abandoned %d). Find why they hang (a network "
-                "call without a timeout); restarting the worker ends them, and their entries "
-                "are retried with the same undo_id",
-                len(running),
-                ", ".join(
-                    f"{a.claim.name} undo {a.claim.undo_id} attempt {a.claim.attempt}"
-                    for a in running
-                ),
-                self.max_abandoned,
+        return WorkerStuck(
+            f"{len(running)} abandoned compensation(s) have not returned ("
+            + "; ".join(
+                f"{a.claim.name} of {a.claim.tool_name} (undo {a.claim.undo_id}, attempt "
+                f"{a.claim.attempt}, running for {time.monotonic() - a.started:.0f} s)"
+                for a in running
             )
-        return True
+            + f"; max_abandoned {self.max_abandoned}): a thread cannot be stopped, so this "
+            "worker process must be restarted (run it under a supervisor that restarts it), "
+            "which ends them. Their attempts were recorded as failed; their entries are "
+            "retried with the same undo_id, and after max_attempts their sessions halt for "
+            "an operator. Find why they hang (a network call without a timeout)",
+            [a.claim for a in running],
+        )
 
     def seconds_for(
         self, conn: engine.Connection, session_id: uuid.UUID, claim: saga.Claim
-    ) -> float:
+    ) -> float | None:
         """How long to wait for the claim's compensation: ``timeout``, else until its
-        claim has a tenth of its time left (CLAIM_MARGIN seconds at most)."""
+        claim has a tenth of its time left (CLAIM_MARGIN seconds at most). None when the
+        attempt is no longer in flight (its claim expired and another walker took the
+        entry over): the compensation must not run."""
         if self.timeout is not None:
             return self.timeout
         row = engine.fetch_optional(
@@ -393,8 +482,9 @@ class CompensationDeadline:
             QUERIES["claim_seconds_left"],
             {"session_id": session_id, "undo_id": claim.undo_id, "attempt": claim.attempt},
         )
-        # no row: the attempt is no longer in flight (its report will be refused anyway)
-        left = float(row[0]) if row is not None and row[0] is not None else 0.0
+        if row is None:
+            return None
+        left = float(row[0]) if row[0] is not None else 0.0
         return max(left - min(CLAIM_MARGIN, left / 10), MIN_COMPENSATION_WAIT)
 
     def run(
@@ -404,18 +494,13 @@ class CompensationDeadline:
         loop: asyncio.AbstractEventLoop | None,
         claim: saga.Claim,
         seconds: float,
+        stop: threading.Event | None = None,
     ) -> None:
-        """Run the compensation, waiting at most ``seconds``: its error raised, or
-        CompensationTimeout."""
+        """Run the compensation, waiting at most ``seconds`` (less once ``stop`` is
+        set): its error raised, or CompensationTimeout (CompensationStopped)."""
+        attempt = _Attempt(claim)
         if inspect.iscoroutinefunction(fn) and loop is not None:
-            future = asyncio.run_coroutine_threadsafe(fn(call), loop)
-            try:
-                future.result(timeout=seconds)
-            except TimeoutError:
-                if future.done():  # the compensation's own TimeoutError
-                    raise
-                future.cancel()  # the task is cancelled on its loop
-                raise self._timed_out(claim, seconds, "its task was cancelled") from None
+            self._run_on_loop(fn, call, loop, attempt, seconds, stop)
             return
         wait = seconds
         if inspect.iscoroutinefunction(fn):
@@ -442,7 +527,6 @@ class CompensationDeadline:
             def target() -> None:
                 fn(call)
 
-        attempt = _Attempt(claim)
         # the caller's context (the compensation's tracing span) goes with it
         body = functools.partial(contextvars.copy_context().run, target)
         thread = threading.Thread(
@@ -452,17 +536,75 @@ class CompensationDeadline:
             daemon=True,  # an abandoned one must not keep the process from exiting
         )
         thread.start()
-        if attempt.done.wait(wait) or not attempt.abandon():
-            if attempt.error is not None:
-                raise attempt.error
+        if attempt.wait(wait, stop) or not attempt.abandon():
+            attempt.outcome()
             return
         self._abandoned.append(attempt)
-        running = len(self.abandoned())
-        raise self._timed_out(
+        raise self._given_up(
+            claim, seconds, stop, "it is left running in an abandoned thread", counted=True
+        )
+
+    def _run_on_loop(
+        self,
+        fn: Callable[..., Any],
+        call: CompensationCall,
+        loop: asyncio.AbstractEventLoop,
+        attempt: _Attempt,
+        seconds: float,
+        stop: threading.Event | None,
+    ) -> None:
+        """An async compensation as a task on the worker's loop: cancelled at the
+        deadline; one that ignores its cancellation is counted as abandoned."""
+        claim = attempt.claim
+        future = asyncio.run_coroutine_threadsafe(attempt.run_async(fn(call)), loop)
+        if attempt.wait(seconds, stop):
+            attempt.outcome()  # it ended, however close to the deadline: its own outcome
+            return
+        future.cancel()  # the task is cancelled on its loop
+        if attempt.done.wait(ASYNC_CANCEL_GRACE) or not attempt.abandon():
+            if not isinstance(attempt.error, asyncio.CancelledError):
+                attempt.outcome()  # it returned or raised before the cancellation came
+                return
+            raise self._given_up(claim, seconds, stop, "its task was cancelled") from None
+        self._abandoned.append(attempt)
+        raise self._given_up(
             claim,
             seconds,
-            f"it is left running in an abandoned thread ({running} of at most "
-            f"{self.max_abandoned})",
+            stop,
+            "its task ignored its cancellation and is left running",
+            counted=True,
+        )
+
+    def _given_up(
+        self,
+        claim: saga.Claim,
+        seconds: float,
+        stop: threading.Event | None,
+        left: str,
+        *,
+        counted: bool = False,
+    ) -> CompensationTimeout:
+        if counted:
+            left += f" ({len(self.abandoned())} of at most {self.max_abandoned})"
+        if stop is not None and stop.is_set():
+            return self._stopped(claim, left)
+        return self._timed_out(claim, seconds, left)
+
+    @staticmethod
+    def _stopped(claim: saga.Claim, left: str) -> CompensationStopped:
+        log.warning(
+            "compensation %s of %s (undo %s, attempt %s) given up: the worker is stopping, "
+            "%s; its attempt is recorded as failed and retried with the same undo_id, and "
+            "whatever it does from now on is not recorded",
+            claim.name,
+            claim.tool_name,
+            claim.undo_id,
+            claim.attempt,
+            left,
+        )
+        return CompensationStopped(
+            f"the worker was stopped while it ran (and it had not returned {STOP_GRACE:.0f} s "
+            "later): the attempt was given up and its outcome is not recorded"
         )
 
     @staticmethod
@@ -581,10 +723,12 @@ class Worker:
     doubling up to ``max_backoff`` seconds, each attempt logged); a compensation that
     does not return is waited for until shortly before its claim expires (or
     ``compensation_timeout`` seconds), then its attempt is recorded as failed and it is
-    left running, unrecorded, in a thread of its own (CompensationDeadline; at
-    ``max_abandoned`` such threads the worker claims nothing until one returns). It stops
-    only when :meth:`stop` is called (between two entries: the one in hand is finished
-    first, or given up at its deadline) or on a :class:`WorkerConfigError`.
+    left running, unrecorded, in a thread of its own (CompensationDeadline). It stops
+    when :meth:`stop` is called (between two entries: a compensation in hand that has not
+    returned within STOP_GRACE seconds is given up, its attempt recorded as failed), on a
+    :class:`WorkerConfigError`, and on :class:`WorkerStuck` once ``max_abandoned``
+    compensations it gave up on are still running: only ending the process ends them, so
+    run it under a supervisor that restarts it.
     """
 
     def __init__(
@@ -635,9 +779,11 @@ class Worker:
         self._listening = False
 
     def stop(self) -> None:
-        """Ask the worker to stop after the entry it holds (safe from a signal handler):
-        waited for until it returns or its deadline passes. Abandoned compensations are
-        daemon threads: they end with the process."""
+        """Ask the worker to stop (safe from a signal handler): nothing more is claimed,
+        and a compensation in hand that has not returned within STOP_GRACE seconds is
+        given up (CompensationStopped: its attempt recorded as failed, retried with the
+        same undo_id). Abandoned compensations are daemon threads: they end with the
+        process."""
         self._stop.set()
 
     @property
@@ -651,7 +797,9 @@ class Worker:
 
     def run(self, *, once: bool = False) -> bool:
         """Serve until stopped (or one pass with ``once``). Answers whether the last pass
-        reached the database. Raises WorkerConfigError."""
+        reached the database. Raises WorkerConfigError, and WorkerStuck when
+        ``max_abandoned`` compensations it gave up on are still running (restart the
+        process: that ends them)."""
         reached = False
         try:
             while not self._stop.is_set():
@@ -745,8 +893,9 @@ class Worker:
         except Exception as exc:
             return self._fault(exc, "recover()")
         for sid in due:
-            if self._stop.is_set() or self.deadline.full:
+            if self._stop.is_set():
                 break
+            self._check_stuck()
             try:
                 if self.only_known and unknown_compensation(conn, sid, self.compensations):
                     continue
@@ -781,7 +930,15 @@ class Worker:
                 )
             if self.on_walked is not None:
                 self.on_walked(sid, state)
+        self._check_stuck()
         return True
+
+    def _check_stuck(self) -> None:
+        """At max_abandoned compensations still running the worker could claim nothing
+        more for ever (and an entry whose compensation always hangs would never reach
+        max_attempts): it ends, for its supervisor to restart it."""
+        if not self._stop.is_set() and self.deadline.full:
+            raise self.deadline.stuck()
 
     def _fault(self, exc: Exception, where: str) -> bool:
         """Log a fault; answers False if it lost the connection (reconnect next pass)."""

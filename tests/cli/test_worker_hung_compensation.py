@@ -2,7 +2,8 @@
 (docs/operations/worker.md, "A compensation that does not return"): the worker waits for
 it until shortly before its claim expires, records the attempt as failed, leaves the call
 in an abandoned thread whose outcome is never recorded, and serves the other sessions; at
-``max_abandoned`` such threads it claims nothing more until one ends.
+``max_abandoned`` such threads it ends (WorkerStuck; `undolog worker` exits 75) for its
+supervisor to restart it. A stopping worker gives a hung compensation up within seconds.
 
 A real worker against a real database: Worker in this process where the test must hold
 the compensation on a threading.Event, ``undolog worker`` as a subprocess for its option.
@@ -11,6 +12,7 @@ the compensation on a threading.Event, ``undolog worker`` as a subprocess for it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -22,7 +24,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from undolog.walk import CompensationCall, Worker
+from undolog import saga
+from undolog.saga import Claim
+from undolog.walk import CompensationCall, CompensationDeadline, Worker, WorkerStuck
 from worker_support import Conn, WorkerProcess, failed_session, state_of, wait_until
 
 # A claim of 2 s: the worker gives a compensation some 1.8 s; retries are due 100 ms later.
@@ -124,31 +128,67 @@ def test_a_hung_compensation_is_failed_at_its_deadline_and_the_others_are_served
     assert "stale claim" not in caplog.text
 
 
-def test_at_max_abandoned_the_worker_claims_nothing_until_one_returns(
-    conn: Conn, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+def run_in_thread(worker: Worker) -> tuple[threading.Thread, list[BaseException]]:
+    """worker.run() in a daemon thread; what it raised, if anything, in the list."""
+    raised: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+def test_at_max_abandoned_the_worker_ends_and_a_restart_halts_the_session(
+    conn: Conn, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One abandoned thread allowed: after A's, the worker leaves B failed and A's retry
-    unclaimed, and says why; once A's call returns, it walks both."""
+    """A compensation that always hangs (max_attempts 3), two abandoned threads allowed:
+    attempts 1 and 2 are given up, and then the worker ends with WorkerStuck (a thread
+    cannot be stopped: only a restart ends them) instead of claiming nothing for ever.
+    A new worker (the restart) makes attempt 3, the last: the session halts."""
     release = threading.Event()
+    calls: list[int] = []
 
     def hangs(call: CompensationCall) -> None:
+        calls.append(call.attempt)
         release.wait()
 
-    hung = failed_session(conn, "hangs", 1)
+    def worker() -> Worker:
+        return Worker(
+            lambda: psycopg.connect(dsn, autocommit=True, options=FAST_CLAIMS),
+            {"hangs": hangs},
+            interval=0.1,
+            max_abandoned=2,
+        )
+
+    hung = failed_session(conn, "hangs", 1, max_attempts=3)
     caplog.set_level(logging.INFO, logger="undolog.walk")
+    first = worker()
+    restarted = worker()
     try:
-        serve({"hangs": hangs, "delete_user": lambda call: None}, max_abandoned=1)
-        wait_until(lambda: attempts(conn, hung) == ("compensating", 1), what="A's claim")
-        other = failed_session(conn, "delete_user", 2)
-        wait_until(lambda: "claims nothing" in caplog.text, what="the bound's log line")
-        time.sleep(1.0)  # passes go by: nothing is claimed
-        assert state_of(conn, other) == "failed"
-        assert attempts(conn, hung) == ("pending", 1)
+        thread, raised = run_in_thread(first)
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the worker at its bound did not end"
+        assert len(raised) == 1 and isinstance(raised[0], WorkerStuck), raised
+        message = str(raised[0])
+        assert "hangs" in message and "restart" in message, message
+        assert str(hung) in message or "attempt 2" in message, message
+        assert attempts(conn, hung) == ("pending", 2) and calls == [1, 2]
+        # the restart: its own threads, none abandoned yet
+        thread, raised = run_in_thread(restarted)
+        wait_until(lambda: state_of(conn, hung) == "halted", what="the last attempt's halt")
+        assert attempts(conn, hung) == ("compensation_failed", 3) and calls == [1, 2, 3]
+        assert "did not return within" in (last_error(conn, hung) or "")
+        time.sleep(0.3)
+        assert thread.is_alive() and not raised  # one abandoned of two: it serves on
     finally:
+        first.stop()
+        restarted.stop()
         release.set()
-    wait_until(lambda: state_of(conn, other) == "compensated", what="B, once A returned")
-    wait_until(lambda: state_of(conn, hung) == "compensated", what="A's retry")
-    assert attempts(conn, hung) == ("compensated", 2)
 
 
 def test_a_hung_async_compensation_is_cancelled_at_its_deadline(
@@ -236,3 +276,209 @@ def test_undolog_worker_compensation_timeout(dsn: str, conn: Conn, tmp_path: Pat
         assert worker.stop() == 0  # the abandoned thread does not hold the exit
     finally:
         worker.kill()
+
+
+ALWAYS_HANGS = """
+import time
+from undolog import UndoLog
+
+ul = UndoLog()
+
+@ul.compensation("hangs")
+def hangs(call):
+    time.sleep(3600)
+"""
+
+
+def test_undolog_worker_at_its_bound_exits_75_and_a_restart_halts_the_session(
+    dsn: str, conn: Conn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`undolog worker` with its 4 abandoned calls exits 75 (WorkerStuck: restart me),
+    naming them; restarted, it makes the last attempt (the 5th) and the session halts."""
+    (tmp_path / "agentapp.py").write_text(ALWAYS_HANGS)
+    monkeypatch.setenv("PGOPTIONS", "-c undolog.retry_base=50ms")
+    hung = failed_session(conn, "hangs", 1)
+    worker = WorkerProcess(dsn, tmp_path, "--compensation-timeout", "0.3")
+    try:
+        assert worker.proc.wait(timeout=20) == 75
+        assert attempts(conn, hung) == ("pending", 4)
+        err = worker.stderr()
+        assert "WorkerStuck" in err or "stuck" in err, err
+        assert "hangs" in err and "restart" in err, err
+    finally:
+        worker.kill()
+    restarted = WorkerProcess(dsn, tmp_path, "--compensation-timeout", "0.3")
+    try:
+        wait_until(lambda: state_of(conn, hung) == "halted", what="the 5th attempt's halt")
+        assert attempts(conn, hung) == ("compensation_failed", 5)
+        assert restarted.stop() == 0
+    finally:
+        restarted.kill()
+
+
+def test_sigterm_gives_up_a_hung_compensation_at_once(dsn: str, conn: Conn, tmp_path: Path) -> None:
+    """SIGTERM while a compensation hangs (the default deadline: some 295 s): the worker
+    gives it up after STOP_GRACE (2 s), records its attempt as failed, and exits 0 within
+    a few seconds, before a supervisor's kill, leaving nothing claimed."""
+    (tmp_path / "agentapp.py").write_text(APP)
+    hung = failed_session(conn, "hangs", 1)
+    worker = WorkerProcess(dsn, tmp_path)
+    try:
+        wait_until(lambda: attempts(conn, hung) == ("compensating", 1), what="A's claim")
+        time.sleep(0.3)  # it runs
+        started = time.monotonic()
+        assert worker.stop(timeout=10) == 0
+        assert time.monotonic() - started < 4
+        assert attempts(conn, hung) == ("pending", 1)
+        error = last_error(conn, hung) or ""
+        assert "stopped" in error, error
+    finally:
+        worker.kill()
+
+
+def test_an_async_compensation_that_ignores_cancellation_counts_as_abandoned(
+    conn: Conn, serve: Callable[..., Worker]
+) -> None:
+    """Worker(loop=...): a task that swallows its cancellation goes on running on the
+    loop: it is counted among the abandoned (max_abandoned), and its late end is not
+    recorded."""
+    release = threading.Event()
+    loop = asyncio.new_event_loop()
+    running = threading.Thread(target=loop.run_forever, daemon=True)
+    running.start()
+
+    async def stubborn(call: CompensationCall) -> None:
+        if call.attempt == 1:
+            while not release.is_set():
+                with contextlib.suppress(asyncio.CancelledError):  # ignores it
+                    await asyncio.sleep(0.05)
+
+    try:
+        hung = failed_session(conn, "stubborn", 1)
+        worker = serve({"stubborn": stubborn}, loop=loop)
+        wait_until(lambda: state_of(conn, hung) == "compensated", what="A's retry")
+        assert worker.abandoned == 1
+        before = history(conn, hung)
+        release.set()
+        wait_until(lambda: worker.abandoned == 0, what="the stubborn task's end")
+        time.sleep(0.2)
+        assert history(conn, hung) == before
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        running.join(5)
+        loop.close()
+
+
+def test_an_async_compensation_that_returns_at_its_deadline_is_a_success(
+    conn: Conn, serve: Callable[..., Worker]
+) -> None:
+    """Worker(loop=...): a compensation whose task ends just past its deadline (here it
+    blocks its loop, so its cancellation cannot be delivered) returned: its attempt is
+    recorded as done, not failed."""
+    loop = asyncio.new_event_loop()
+    running = threading.Thread(target=loop.run_forever, daemon=True)
+    running.start()
+
+    async def late(call: CompensationCall) -> None:
+        time.sleep(0.6)  # blocks the loop past the 0.5 s deadline, then returns
+
+    try:
+        sid = failed_session(conn, "late", 1)
+        serve({"late": late}, loop=loop, compensation_timeout=0.5)
+        wait_until(lambda: state_of(conn, sid) == "compensated", what="the walk")
+        assert [h[:3] for h in history(conn, sid)] == [
+            ("pending", "compensating", 1),
+            ("compensating", "compensated", 1),
+        ], history(conn, sid)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        running.join(5)
+        loop.close()
+
+
+class _Hooked(CompensationDeadline):
+    """The worker's deadline, with ``before`` run (on a real database) just before it
+    reads how long the claim has left: a race made to happen."""
+
+    def __init__(self, before: Callable[[Claim], None]) -> None:
+        super().__init__()
+        self.before = before
+
+    def seconds_for(self, conn: Any, session_id: uuid.UUID, claim: Claim) -> float | None:
+        self.before(claim)
+        return super().seconds_for(conn, session_id, claim)
+
+
+def test_a_claim_taken_over_before_its_compensation_runs_is_not_run(
+    conn: Conn, dsn: str, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim expires and another walker takes the entry (attempt 2) before this
+    worker starts its compensation: it does not run it (its claim is no longer its
+    own), and says so."""
+    calls: list[int] = []
+    sid = failed_session(conn, "noted", 1)
+    other = psycopg.connect(dsn, autocommit=True)
+
+    def taken_over(claim: Claim) -> None:
+        if claim.attempt == 1:
+            time.sleep(2.1)  # the 2 s claim expires
+            taken = saga.claim_compensation(other, sid)
+            assert taken is not None and taken.attempt == 2
+
+    caplog.set_level(logging.INFO, logger="undolog.walk")
+    try:
+        worker = serve({"noted": lambda call: calls.append(call.attempt)})
+        worker.deadline = _Hooked(taken_over)
+        wait_until(lambda: "no longer this worker's" in caplog.text, what="the log line")
+        time.sleep(0.3)
+        assert calls == []
+        assert attempts(conn, sid) == ("compensating", 2)
+        assert "did not return" not in caplog.text
+    finally:
+        other.close()
+
+
+def test_a_failure_to_read_the_claims_deadline_uses_no_attempt(
+    conn: Conn, dsn: str, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The query for the claim's time left fails (a lock timeout here): the compensation
+    never ran, so no attempt is recorded as failed; the entry is walked later."""
+    calls: list[int] = []
+    sid = failed_session(conn, "noted", 1)
+    locker = psycopg.connect(dsn)
+    walker: list[Any] = []
+
+    def refused(claim: Claim) -> None:
+        if claim.attempt == 1:
+            locker.execute("LOCK TABLE undolog.undolog_undo_stack IN ACCESS EXCLUSIVE MODE")
+            walker[0].execute("SET lock_timeout = '100ms'")
+
+    def connect() -> Any:
+        c = psycopg.connect(dsn, autocommit=True, options=FAST_CLAIMS)
+        walker[:] = [c]
+        return c
+
+    class Released(_Hooked):
+        def seconds_for(self, conn: Any, session_id: uuid.UUID, claim: Claim) -> float | None:
+            try:
+                return super().seconds_for(conn, session_id, claim)
+            finally:
+                locker.rollback()
+                conn.execute("RESET lock_timeout")
+
+    caplog.set_level(logging.INFO, logger="undolog.walk")
+    try:
+        worker = Worker(connect, {"noted": lambda call: calls.append(call.attempt)}, interval=0.1)
+        worker.deadline = Released(refused)
+        thread, raised = run_in_thread(worker)
+        wait_until(lambda: state_of(conn, sid) == "compensated", what="the walk")
+        assert calls == [2]
+        # attempt 1 was never failed (its claim expired, and attempt 2 ran)
+        assert ("compensating", "pending", 1) not in [h[:3] for h in history(conn, sid)]
+        assert not any("lock" in (h[3] or "").lower() for h in history(conn, sid))
+        worker.stop()
+        thread.join(10)
+        assert not raised
+    finally:
+        locker.close()

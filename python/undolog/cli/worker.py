@@ -32,7 +32,12 @@ from undolog.cli._common import (
     non_negative_float,
 )
 from undolog.cli._output import emit
-from undolog.walk import Worker, WorkerConfigError
+from undolog.walk import Worker, WorkerConfigError, WorkerStuck
+
+# `undolog worker`'s exit status when compensations it gave up on still run (WorkerStuck):
+# sysexits' EX_TEMPFAIL, "try again later". Only a new process ends them: its supervisor
+# restarts it (systemd Restart=on-failure, Docker restart: on-failure).
+EXIT_STUCK = 75
 
 log = logging.getLogger("undolog.cli")
 
@@ -161,7 +166,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        log.warning("%s: finishing the entry in hand, then exiting (again: exit at once)", name)
+        log.warning(
+            "%s: finishing the entry in hand, then exiting; a compensation that has not "
+            "returned within 2 s is given up (its attempt recorded as failed, retried with "
+            "the same undo_id) (again: exit at once)",
+            name,
+        )
         # a second signal gets the default action: the process ends, the claim expires
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -170,6 +180,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         reached = worker.run(once=args.once)
+    except WorkerStuck as exc:
+        log.error("stuck (WorkerStuck): %s", exc)
+        log.error("exiting with status %d, for its supervisor to restart it", EXIT_STUCK)
+        return EXIT_STUCK
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
