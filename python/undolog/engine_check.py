@@ -28,7 +28,8 @@ Between releases the version says nothing: a tree that added a migration keeps t
 version of the tree before it. So, when E == P, the check also compares the migrations
 the engine has applied (the names ``undolog migrate`` records in ``undolog_migrations``,
 sql/bootstrap.sql) with those this package ships (``sql/migrations``,
-``shipped_migrations``):
+``shipped_migrations``, read then only, once a process; a package installed without
+those files, a frozen build, skips the comparison and judges the version alone):
 
 * a migration the package ships that the database has not applied: refused,
   EngineVersionMismatch naming the first one missing; run ``undolog migrate`` with this
@@ -148,11 +149,17 @@ def shipped_migrations() -> tuple[str, ...]:
 def missing_migrations(applied: Iterable[str], shipped: Iterable[str] | None = None) -> list[str]:
     """The migrations of ``shipped`` (this package's by default) that ``applied`` lacks,
     in apply order: what the check refuses an engine of this version for, and what
-    ``migrate`` applies."""
+    ``migrate`` applies. A package whose sql/migrations cannot be read (a frozen install
+    that ships no SQL files: FileNotFoundError) lacks nothing by default: its check judges
+    the version alone, as before the comparison, rather than failing every connection
+    (``migrate`` passes ``shipped`` itself, and fails there on its own)."""
+    if shipped is None:
+        try:
+            shipped = shipped_migrations()
+        except FileNotFoundError:
+            return []
     done = set(applied)
-    return [
-        name for name in (shipped_migrations() if shipped is None else shipped) if name not in done
-    ]
+    return [name for name in shipped if name not in done]
 
 
 def _same_version(installed: str, package: str) -> bool:
@@ -197,8 +204,10 @@ def refusal(
             installed=installed,
             package=package,
         )
-    missing = [] if applied is None else missing_migrations(applied)
-    if missing and _same_version(installed, package):
+    # between releases only: the package's migrations are read when the versions are equal
+    compared = applied is not None and _same_version(installed, package)
+    missing = missing_migrations(applied) if compared and applied is not None else []
+    if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         return EngineVersionMismatch(
             f"the engine in this database is undolog {installed}, this package's version,"
@@ -210,6 +219,28 @@ def refusal(
             package=package,
         )
     return None
+
+
+def judgement(
+    installed: str | None, applied: Iterable[str] | None, package: str | None = None
+) -> tuple[str | None, str | None]:
+    """What a page that shows the engine says of it, by the clients' one rule (``refusal``):
+    (None, None) when this package's clients work with it; else why not, "missing" (no
+    ``undolog.version()``), "older", "newer" (``mismatch``), or "migrations" (the
+    package's version, without a migration it ships: ``applied`` are the engine's applied
+    migrations' names, None when they could not be read, not compared), and for
+    "migrations" the first missing one."""
+    package = package or _version.__version__
+    if installed is None:
+        return "missing", None
+    why = mismatch(installed, package)
+    if why is not None:
+        return why, None
+    if applied is not None and _same_version(installed, package):
+        missing = missing_migrations(applied)
+        if missing:
+            return "migrations", missing[0]
+    return None, None
 
 
 # The connections whose engine was checked (psycopg.Connection and AsyncConnection alike).

@@ -237,7 +237,9 @@ class EngineVersionMismatch(EngineNotInstalled):
     """The engine in the database is not one this package works with, found by the check
     UndoLog and AsyncUndoLog run the first time they use a connection (before a session
     begins: nothing was journaled). ``installed`` is the engine's ``undolog.version()``
-    (None when it has no such function), ``package`` this package's version.
+    (None when it could not be read: the engine has no such function, or its grants are
+    older than the check's and this login may not read undolog_migrations), ``package``
+    this package's version.
 
     An engine older than the package (a patch release too), or without
     ``undolog.version()``: run ``undolog migrate`` with this package. One newer in its
@@ -382,6 +384,19 @@ class ApprovalRejectedError(UndoLogError):
         self.decided_at = decided_at
         self.session_continues = session_continues
         self.decision = decision
+
+
+class ResumedInAnotherSession(UndoLogError, LookupError, ValueError):
+    """A framework's saved state (a LangGraph thread, an OpenAI Agents RunState, a
+    pydantic-ai message history) resumed under an UndoLog session id other than the one
+    of the run that stopped: nothing was run, and no session was opened. Resumed there,
+    its calls would be asked or run again in a session whose journal does not hold what
+    the run did, while the run's own session waited for ever. Resume it with the session
+    id of the run that stopped (the message names it where the saved state recorded it).
+    Raised by the framework adapters (undolog.integrations, which re-export it); a
+    LookupError and a ValueError too, as the adapters raised before."""
+
+    http_status = HTTP_CONFLICT
 
 
 # PostgreSQL's own refusals of input, raised before an engine function runs: bad input all

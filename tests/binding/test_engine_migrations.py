@@ -241,3 +241,49 @@ def test_the_worker_refuses_an_engine_missing_a_migration(behind: tuple[str, Con
         run.run(once=True)
     assert LAST in str(refused.value) and "undolog migrate" in str(refused.value)
     assert isinstance(refused.value.__cause__, EngineVersionMismatch)
+
+
+def test_the_migrations_are_read_only_when_the_versions_are_equal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The comparison is made between releases only: an engine of another version is
+    judged by its version, and the package's migrations are not listed for it."""
+    listed: list[str] = []
+
+    def shipped() -> tuple[str, ...]:
+        listed.append("read")
+        return tuple(SHIPPED)
+
+    monkeypatch.setattr(engine_check, "shipped_migrations", shipped)
+    assert engine_check.refusal(_newer_patch(), PACKAGE, applied=SHIPPED[:-1]) is None
+    assert listed == []
+    assert engine_check.refusal(PACKAGE, PACKAGE, applied=SHIPPED[:-1]) is not None
+    assert listed == ["read"]
+
+
+def test_a_package_whose_migrations_cannot_be_read_skips_the_comparison(
+    monkeypatch: pytest.MonkeyPatch, conn: Conn, dsn: str
+) -> None:
+    """A frozen install without sql/migrations on disk: the check judges the version
+    alone, rather than failing every connection with FileNotFoundError."""
+
+    def gone() -> tuple[str, ...]:
+        raise FileNotFoundError("sql/migrations")
+
+    monkeypatch.setattr(engine_check, "shipped_migrations", gone)
+    assert engine_check.missing_migrations(SHIPPED[:-1]) == []
+    assert engine_check.refusal(PACKAGE, PACKAGE, applied=SHIPPED[:-1]) is None
+    conn.execute("DELETE FROM undolog.undolog_migrations WHERE name = %s", (LAST,))
+    _sync(dsn)
+    assert ran == ["note 1"]
+    # the version rule still holds
+    assert engine_check.refusal("0.0.0", PACKAGE, applied=[]) is not None
+
+
+def test_the_dashboard_rule_names_the_first_missing_migration() -> None:
+    """engine_check.judgement: what the Maintenance page says, by the clients' one rule."""
+    assert engine_check.judgement(PACKAGE, SHIPPED, PACKAGE) == (None, None)
+    assert engine_check.judgement(PACKAGE, SHIPPED[:-1], PACKAGE) == ("migrations", LAST)
+    assert engine_check.judgement(None, [], PACKAGE) == ("missing", None)
+    assert engine_check.judgement(_newer_patch(), SHIPPED[:-1], PACKAGE) == (None, None)
+    assert engine_check.judgement("0.0.0", SHIPPED, PACKAGE)[0] == "older"

@@ -320,3 +320,31 @@ def test_the_lists_are_bounded(web: TestClient, conn: Conn, monkeypatch: Any) ->
     assert page.text.count('class="partition-row"') == 2 and 'id="partitions-more"' in page.text
     assert page.text.count('class="anchor-row"') == 1 and 'id="anchors-more"' in page.text
     assert 'id="anchor-2"' in page.text  # the latest
+
+
+def test_the_engine_banner_warns_of_a_missing_migration(
+    fresh_db: Any, passwords_checked: bool
+) -> None:
+    """An engine of this package's version migrated by an older tree (every migration but
+    the last): every client refuses it (engine_check's one rule), and so the page warns,
+    naming the first migration missing; once migrated, no warning."""
+    from dashboard_helpers import without_user
+    from undolog import _version
+    from undolog.dashboard import create_app
+    from undolog.migrations import available_migrations, migrate
+
+    shipped = [m.name for m in available_migrations()]
+    dsn = fresh_db()
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        migrate(owner, shipped[-2])
+        assert owner.execute("SELECT undolog.version()").fetchone() == (_version.__version__,)
+        with TestClient(create_app(without_user(dsn)), follow_redirects=False) as web:
+            log_in(web, "dash_approver")
+            page = web.get("/maintenance")
+            assert page.status_code == 200, page.text
+            assert 'id="engine-mismatch"' in page.text
+            assert shipped[-1] in page.text
+            assert "run <code>undolog migrate</code> with this package" in page.text
+            migrate(owner)
+            page = web.get("/maintenance")
+            assert 'id="engine-mismatch"' not in page.text

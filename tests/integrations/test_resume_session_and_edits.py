@@ -35,12 +35,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolApproved
 
+import undolog
 from integration_support import effects, pending, session_state
 from undolog import UndoLogError
+from undolog.errors import ResumedInAnotherSession, exit_code_of, http_status_of
 from undolog.integrations import langchain as lc_adapter
 from undolog.integrations import openai_agents as oa_adapter
 from undolog.integrations import pydantic_ai as pa_adapter
-from undolog.integrations._core import ResumedInAnotherSession
 
 
 def _no_session(dsn: str, session_id: uuid.UUID) -> bool:
@@ -172,10 +173,20 @@ def test_pydantic_ai_an_edit_is_the_tool_call_parts_args(pfx: pa.Fixture) -> Non
             result.output, pfx.approver, "bob", {"c2": ToolApproved(override_args={"cents": 50})}
         )
     )
-    resumed = asyncio.run(
-        pfx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
-    )
+    history = result.all_messages()
+    resumed = asyncio.run(pfx.run(rest, message_history=history, deferred_tool_results=answers))
     assert pfx.world.payouts == [50]
+    # the stopped run's objects, and the caller's history, keep the model's arguments
+    assert [p.args_as_dict() for p in result.output.approvals] == [{"cents": 500}]
+    for messages in (history, result.all_messages()):
+        [asked] = [
+            p
+            for m in messages
+            if isinstance(m, ModelResponse)
+            for p in m.parts
+            if isinstance(p, ToolCallPart) and p.tool_call_id == "c2"
+        ]
+        assert asked.args_as_dict() == {"cents": 500}
     [part] = [
         p
         for m in resumed.all_messages()
@@ -204,6 +215,11 @@ def test_openai_agents_an_edit_is_the_run_items_arguments(ofx: oa.Fixture) -> No
     asyncio.run(ofx.approver.approve(approval, "bob", "too much", args={"cents": 50}))
     resumed = asyncio.run(ofx.run(agent, result.to_state()))
     assert ofx.world.payouts == [50]
+    # the first run's items keep the model's arguments
+    firsts: list[Any] = [i.raw_item for i in result.new_items if isinstance(i, ToolCallItem)]
+    assert [json.loads(r.arguments) for r in firsts if r.call_id == "c2"] == [{"cents": 500}]
+    asked: list[Any] = [i.raw_item for i in result.interruptions]
+    assert [json.loads(r.arguments) for r in asked] == [{"cents": 500}]
     raws: list[Any] = [i.raw_item for i in resumed.new_items if isinstance(i, ToolCallItem)]
     [called] = [raw for raw in raws if raw.call_id == "c2"]
     assert json.loads(called.arguments) == {"cents": 50}
@@ -285,3 +301,110 @@ def test_openai_agents_a_streamed_run_records_the_edit_too(ofx: oa.Fixture) -> N
     assert ofx.world.payouts == [70]
     raws: list[Any] = [i.raw_item for i in run.new_items if isinstance(i, ToolCallItem)]
     assert [json.loads(r.arguments) for r in raws if r.call_id == "c2"] == [{"cents": 70}]
+
+
+def test_openai_agents_a_streamed_edit_leaves_the_first_runs_items(ofx: oa.Fixture) -> None:
+    agent, result = oa._pay(ofx)
+    [(approval, _)] = pending(ofx.admin_dsn, ofx.sid)
+    asyncio.run(ofx.approver.approve(approval, "bob", None, args={"cents": 70}))
+
+    async def streamed() -> Any:
+        async with oa_adapter.run_streamed(
+            agent, ofx.ul, result.to_state(), session_id=ofx.sid
+        ) as run:
+            pass
+        return run
+
+    run = asyncio.run(streamed())
+    raws: list[Any] = [i.raw_item for i in run.new_items if isinstance(i, ToolCallItem)]
+    assert [json.loads(r.arguments) for r in raws if r.call_id == "c2"] == [{"cents": 70}]
+    firsts: list[Any] = [i.raw_item for i in result.new_items if isinstance(i, ToolCallItem)]
+    assert [json.loads(r.arguments) for r in firsts if r.call_id == "c2"] == [{"cents": 500}]
+
+
+# --- the error is the binding's ------------------------------------------------------------
+
+
+def test_resumed_in_another_session_is_an_error_of_the_binding() -> None:
+    """Its exit code and HTTP status are its class's in undolog.errors (the errors
+    table's test reads that module), importable from undolog, and every adapter
+    exports that one class."""
+    assert undolog.ResumedInAnotherSession is ResumedInAnotherSession
+    assert ResumedInAnotherSession.__module__ == "undolog.errors"
+    for adapter in (pa_adapter, oa_adapter, lc_adapter):
+        assert adapter.ResumedInAnotherSession is ResumedInAnotherSession
+    refused = ResumedInAnotherSession("x")
+    assert isinstance(refused, LookupError) and isinstance(refused, ValueError)
+    assert (exit_code_of(refused), http_status_of(refused)) == (1, 409)
+
+
+# --- the refusal names the session to resume with -----------------------------------------
+
+
+def test_pydantic_ai_answers_resumed_under_another_session_name_the_stopped_one(
+    pfx: pa.Fixture,
+) -> None:
+    """Resumed with deferred_tool_results under another session id, the history's record
+    is read first: the message names the session to resume with."""
+    result = _pay_mid_turn(pfx)
+    answers = asyncio.run(pa_adapter.decide(result.output, pfx.approver, "alice", {"c2": True}))
+    other = uuid.uuid4()
+    agent = pfx.agent([[TextPart("x")]])
+    with pytest.raises(ResumedInAnotherSession, match=f"session_id={pfx.sid}"):
+        asyncio.run(
+            pa_adapter.run(
+                agent,
+                pfx.ul,
+                session_id=other,
+                message_history=result.all_messages(),
+                deferred_tool_results=answers,
+            )
+        )
+    assert _no_session(pfx.admin_dsn, other)
+    assert pfx.world.payouts == []
+
+
+def test_openai_agents_refusal_says_where_to_find_the_session(ofx: oa.Fixture) -> None:
+    """A RunState has no room for its session: the refusal names the session id it was
+    resumed under and says to take the stopped run's own, as the docs say."""
+    agent, result = oa._pay(ofx)
+    other = uuid.uuid4()
+    with pytest.raises(ResumedInAnotherSession) as refused:
+        asyncio.run(oa_adapter.run(agent, ofx.ul, result.to_state(), session_id=other))
+    message = str(refused.value)
+    assert f"no approval request in session {other}" in message
+    assert "resume it with the session id of the run that stopped" in message
+    assert str(ofx.sid) not in message  # never a session the query cannot vouch for
+
+
+# --- a mid-turn history whose record was stripped ------------------------------------------
+
+
+def test_pydantic_ai_mid_turn_history_without_its_record_is_refused_too(
+    pfx: pa.Fixture,
+) -> None:
+    """The stopped run's history saved as JSON with the session's record stripped from
+    its metadata, resumed under another session id with no deferred_tool_results: the
+    still-unanswered IRREVERSIBLE call (the payout) has no request in that session, so
+    the database check refuses it; under its own session id it goes on."""
+    result = _pay_mid_turn(pfx)
+    raw = json.loads(ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    for message in raw:
+        if message.get("kind") == "response" and message.get("metadata"):
+            message["metadata"].pop("undolog_session_id", None)
+    stripped = ModelMessagesTypeAdapter.validate_python(raw)
+    assert "undolog_session_id" not in json.dumps(raw)
+    other = uuid.uuid4()
+    agent = pfx.agent([[TextPart("x")]])
+    with pytest.raises(ResumedInAnotherSession, match=f"session {other}"):
+        asyncio.run(pa_adapter.run(agent, pfx.ul, session_id=other, message_history=stripped))
+    assert _no_session(pfx.admin_dsn, other)
+    assert pfx.world.payouts == []
+    # its own session: not refused (the payout is asked again, and waits)
+    own = asyncio.run(
+        pa_adapter.run(
+            pfx.agent([[TextPart("x")]]), pfx.ul, session_id=pfx.sid, message_history=stripped
+        )
+    )
+    assert isinstance(own.output, DeferredToolRequests)
+    assert pfx.world.payouts == []

@@ -1798,6 +1798,7 @@ class Dashboard:
             retention = await queries.retention(conn)
             anchors, older = await queries.anchors(conn)
             installed = await queries.engine_version(conn)
+            applied = None if installed is None else await _applied_migrations(conn)
         # the plan from every partition, as `undolog partitions plan` makes it; only the
         # table shown is cut
         plan = partitions.maintenance_plan(
@@ -1806,14 +1807,15 @@ class Dashboard:
         shown = queries.PARTITIONS_LIMIT
         parts, more = every[:shown], len(every) > shown
         # the engine installed and this package (as `undolog status` and `--version` say
-        # them), and whether the package may drive that engine (engine_check's rule)
+        # them), and whether the package's clients work with that engine (engine_check's
+        # one rule: the version, and between releases the migrations applied)
         package = _version.__version__
+        why, first_missing = engine_check.judgement(installed, applied, package)
         versions = {
             "installed": installed,
             "package": package,
-            "mismatch": "missing"
-            if installed is None
-            else engine_check.mismatch(installed, package),
+            "mismatch": why,
+            "first_missing": first_missing,
         }
         return self.render(
             request,
@@ -2543,6 +2545,18 @@ class Dashboard:
 
     async def _404(self, request: Request, exc: Exception) -> Response:
         return self.problem(request, self.current(request), 404, "Not found", "No such page.")
+
+
+async def _applied_migrations(conn: Any) -> list[str] | None:
+    """The names of the migrations the engine has applied (engine_check's statement, as
+    the clients read them), None when they cannot be read: not compared. In a savepoint,
+    as queries.engine_version: a failure leaves the caller's connection usable."""
+    try:
+        async with conn.transaction():
+            found = await queries.records(conn, engine_check.VERSION)
+    except psycopg.Error:
+        return None
+    return str(found[0][1] or "").split() if found else None
 
 
 def create_app(

@@ -123,24 +123,36 @@ async def approval_of_step(
 
 
 async def refuse_another_session(
-    ul: AsyncUndoLog, session_id: uuid.UUID, asked: list[tuple[str, str]], what: str
+    ul: AsyncUndoLog,
+    session_id: uuid.UUID,
+    asked: list[tuple[str, str]],
+    what: str,
+    recorded: object = None,
 ) -> None:
     """Refuse, before a session is opened, a run resumed under a session id other than
     the one of the run that stopped: ``asked`` are its waiting IRREVERSIBLE calls (tool,
     call key), and none has an approval request in ``session_id``. Resumed there, each
     would be asked again in a second session while the first waited for ever. ``what``
-    names them in the error ("this RunState's interrupted calls")."""
+    names them in the error ("this RunState's interrupted calls"); ``recorded``, the
+    session the saved state records for its run (None: none), is the one the error says
+    to resume with. UndoLog does not look the calls up in other sessions: call keys
+    repeat from run to run, and another login's session is not this one's to name."""
     if not asked:
         return
     async with ul.connection() as conn:
         for name, call_key in asked:
             if await approval_of_step(conn, session_id, name, call_key) is not None:
                 return
+    with_which = (
+        "the session id of the run that stopped"
+        if recorded is None
+        else f"session_id={recorded}, the session the stopped run recorded"
+    )
     raise ResumedInAnotherSession(
         f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
-        f"{session_id}: resume it with the session id of the run that stopped, and nothing "
-        "was run (a state whose calls no session asked about, stale or edited, cannot be "
-        "resumed: take the stopped run's own state)"
+        f"{session_id}: resume it with {with_which}, and nothing was run (a state whose "
+        "calls no session asked about, stale or edited, cannot be resumed: take the "
+        "stopped run's own state)"
     )
 
 

@@ -40,12 +40,12 @@ from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
 from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
 from undolog.errors import (
-    HTTP_CONFLICT,
     ApprovalRejectedError,
     AwaitingApprovalError,
     SessionNotActive,
     UndoLogError,
 )
+from undolog.errors import ResumedInAnotherSession as ResumedInAnotherSession  # the adapters'
 from undolog.signature import call_signature
 from undolog.tiers import ToolTier
 
@@ -172,18 +172,6 @@ SESSION_KEY = "undolog_session_id"
 """The key under which an adapter records, in the state a framework saves when a run
 stops (a LangGraph interrupt and checkpoint, a pydantic-ai ModelResponse's metadata),
 the UndoLog session of the run that stopped."""
-
-
-class ResumedInAnotherSession(UndoLogError, LookupError, ValueError):
-    """A framework's saved state (a LangGraph thread, an OpenAI Agents RunState, a
-    pydantic-ai message history) resumed under an UndoLog session id other than the one
-    of the run that stopped: nothing was run, and no session was opened. Resumed there,
-    its calls would be asked or run again in a session whose journal does not hold what
-    the run did, while the run's own session waited for ever. Resume it with the session
-    id the error names. A LookupError and a ValueError too, as the adapters raised
-    before."""
-
-    http_status = HTTP_CONFLICT
 
 
 def refuse_recorded_session(

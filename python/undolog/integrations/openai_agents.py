@@ -179,12 +179,26 @@ def _edited_items(result: RunResult | RunResultStreaming, noted: dict[str, dict[
     the model heard the edit from the call's output (its note)."""
     if not noted:
         return
+    replaced: dict[int, ToolCallItem] = {}  # id(the shared item) -> this result's own
     for item in result.new_items:
         raw = getattr(item, "raw_item", None)
         if not isinstance(item, ToolCallItem) or not isinstance(raw, ResponseFunctionToolCall):
             continue
         if raw.call_id in noted:
-            raw.arguments = json.dumps(noted[raw.call_id], ensure_ascii=False)
+            arguments = json.dumps(noted[raw.call_id], ensure_ascii=False)
+            own = raw.model_copy(update={"arguments": arguments})
+            replaced[id(item)] = dataclasses.replace(item, raw_item=own)
+    if not replaced:
+        return
+    # A new item in this result's lists, never the item itself: a resumed run shares its
+    # items with the result it was resumed from (the caller's first result, its
+    # interruptions), which keep the model's arguments. Every list of the result that
+    # holds the item gets the same new one (the SDK matches its lists by identity), in a
+    # new list: a list may be shared too.
+    for name in ("new_items", "_model_input_items"):
+        items = getattr(result, name, None)
+        if isinstance(items, list):
+            setattr(result, name, [replaced.get(id(i), i) for i in items])
 
 
 def _arguments(info: _core.ToolInfo, schema: FuncSchema) -> Callable[[Any], dict[str, Any] | None]:

@@ -111,16 +111,30 @@ def _edited_record(ctx: RunContext[Any], told: Any) -> ToolReturn:
     edit = last_edit()
     assert edit is not None  # edited_reply answered a note
     for message in reversed(ctx.messages):
-        if not isinstance(message, ModelResponse):
+        if not isinstance(message, ModelResponse) or not isinstance(message.parts, list):
             continue
-        for part in message.parts:
+        for i, part in enumerate(message.parts):
             if isinstance(part, ToolCallPart) and part.tool_call_id == ctx.tool_call_id:
-                part.args = _core.ran_with(part.args_as_dict(), edit)
+                # a new part in the run's own copy of the response (_own_copy): the part
+                # the caller holds (the stopped run's DeferredToolRequests, all_messages()
+                # and the history passed in) keeps the model's arguments
+                ran = _core.ran_with(part.args_as_dict(), edit)
+                message.parts[i] = dataclasses.replace(part, args=ran)
                 break
         else:
             continue
         break
     return ToolReturn(return_value=told, metadata={EDIT_KEY: edit.as_dict()})
+
+
+def _own_copy(history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The message history a run is given: each ModelResponse rebuilt with a list of
+    parts of its own, so that what the run writes into it (an edited call's args,
+    ``_edited_record``) is not written into the objects the caller still holds."""
+    return [
+        dataclasses.replace(m, parts=list(m.parts)) if isinstance(m, ModelResponse) else m
+        for m in history
+    ]
 
 
 def tools(*fns: Callable[..., Any]) -> list[Tool[Any]]:
@@ -133,16 +147,21 @@ def _waiting_calls(result: AgentRunResult[Any]) -> list[str] | None:
     return [part.tool_call_id for part in result.output.approvals]
 
 
-def _mid_turn(history: Sequence[ModelMessage]) -> ModelResponse | None:
-    """The last model response of ``history`` when some of its tool calls have no
-    answer yet (the run stopped in the middle of that turn: its deferred calls wait)."""
-    answered = {
+def _answered(history: Sequence[ModelMessage]) -> set[str]:
+    """The tool call ids that ``history`` holds an answer to (a return or a retry)."""
+    return {
         part.tool_call_id
         for message in history
         if isinstance(message, ModelRequest)
         for part in message.parts
         if isinstance(part, ToolReturnPart | RetryPromptPart)
     }
+
+
+def _mid_turn(history: Sequence[ModelMessage]) -> ModelResponse | None:
+    """The last model response of ``history`` when some of its tool calls have no
+    answer yet (the run stopped in the middle of that turn: its deferred calls wait)."""
+    answered = _answered(history)
     for message in reversed(history):
         if isinstance(message, ModelResponse):
             waiting = any(call.tool_call_id not in answered for call in message.tool_calls)
@@ -158,15 +177,40 @@ def _record_session(result: AgentRunResult[Any], session_id: uuid.UUID) -> None:
         stopped.metadata = {**(stopped.metadata or {}), SESSION_KEY: str(session_id)}
 
 
-def _own_session(run_kwargs: Mapping[str, Any], session_id: uuid.UUID) -> None:
-    """Refuse a message history that stopped mid-turn in a run of another session."""
+def _recorded_session(run_kwargs: Mapping[str, Any]) -> object:
+    """The session a mid-turn message history records for the run that stopped (None:
+    not mid-turn, or no record)."""
     stopped = _mid_turn(list(run_kwargs.get("message_history") or ()))
-    if stopped is not None:
-        _core.refuse_recorded_session(
-            (stopped.metadata or {}).get(SESSION_KEY),
-            session_id,
-            "this message history stopped in the middle of a model turn in a run",
-        )
+    return None if stopped is None else (stopped.metadata or {}).get(SESSION_KEY)
+
+
+def _own_session(run_kwargs: Mapping[str, Any], session_id: uuid.UUID) -> None:
+    """Refuse a message history that stopped mid-turn in a run of another session (the
+    session its model response records), naming the session to resume with."""
+    _core.refuse_recorded_session(
+        _recorded_session(run_kwargs),
+        session_id,
+        "this message history stopped in the middle of a model turn in a run",
+    )
+
+
+def _unanswered_calls(
+    agent: Agent[Any, Any], run_kwargs: Mapping[str, Any]
+) -> list[tuple[str, str]]:
+    """(UndoLog tool name, tool call id) of each IRREVERSIBLE call of a mid-turn
+    history's last model response that has no answer yet: the calls its run deferred,
+    which UndoLog asked about in that run's session."""
+    history = list(run_kwargs.get("message_history") or ())
+    stopped = _mid_turn(history)
+    if stopped is None:
+        return []
+    answered = _answered(history)
+    tools = _irreversible_tools(agent, run_kwargs)
+    return [
+        (tools[call.tool_name].name, call.tool_call_id)
+        for call in stopped.tool_calls
+        if call.tool_call_id not in answered and call.tool_name in tools
+    ]
 
 
 def _name_approvals(
@@ -264,8 +308,16 @@ async def _same_session(
     undecided one left the session waiting for ever after the run had ended."""
     _answers_the_last_calls(run_kwargs, session_id)
     asked = _deferred_calls(agent, run_kwargs)
-    await _arun.refuse_another_session(ul, session_id, asked, "this run's deferred calls")
-    _own_session(run_kwargs, session_id)  # a history resumed with no answers too
+    # a mid-turn history resumed with no answers (its record stripped, or never kept):
+    # its unanswered IRREVERSIBLE calls were asked in the session of the run that stopped
+    waiting = asked or _unanswered_calls(agent, run_kwargs)
+    what = "this run's deferred calls" if asked else "this message history's unanswered calls"
+    # the history's record names the session to resume with, whichever check refuses
+    recorded = _recorded_session(run_kwargs)
+    named = None if recorded is None or str(recorded) == str(session_id) else recorded
+    await _arun.refuse_another_session(ul, session_id, waiting, what, named)
+    _own_session(run_kwargs, session_id)  # refused by the record alone, whatever its answers
+    run_kwargs = _with_own_history(run_kwargs)
     answers: DeferredToolResults | None = run_kwargs.get("deferred_tool_results")
     said_no = [
         (name, call_id)
@@ -288,6 +340,14 @@ async def _same_session(
         **run_kwargs,
         "deferred_tool_results": dataclasses.replace(answers, approvals=approvals),
     }
+
+
+def _with_own_history(run_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's keyword arguments, its message_history (if any) the run's own copy."""
+    history = run_kwargs.get("message_history")
+    if history is None:
+        return dict(run_kwargs)
+    return {**run_kwargs, "message_history": _own_copy(history)}
 
 
 def _session(
