@@ -297,3 +297,198 @@ def test_the_late_answer_labels_are_documented() -> None:
     ):
         row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
         assert all(f"`{label}`" in row for label in labels), row
+
+
+def test_an_undo_whose_client_gave_up_during_the_late_wait_still_walks(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """undolog__undo_last waits for a late answer before its walk; its client gives up
+    on it meanwhile (a 3 s read timeout: the SDK cancels the request, the proxy's handler
+    is cancelled). The walk goes on all the same, as the session's walk task: once the
+    answer comes the call is undone with its result and the session goes on. (The walk
+    used to run inside the handler: cancelled, it never ran, and the session stayed
+    compensating, refusing new calls and a retried undo.)"""
+    config = late_policy(tmp_path, proxy='late_answer_seconds = 30\nundo_last_tool = "safe"')
+
+    async def body() -> None:
+        async with client(config, dsn, ledger, mode="legacy") as mcp:
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 12})
+            assert "outcome is unknown for now" in text(first), text(first)
+            with pytest.raises(Exception):  # noqa: B017 (the SDK's timeout error)
+                await mcp.call_tool(
+                    "undolog__undo_last", {"count": 1, "reason": "oops"}, read_timeout_seconds=3
+                )
+            # the answer comes ~7 s later; then the walk (a worker thread)
+            await asyncio.to_thread(
+                wait_for, lambda: effects(conn) == [(SLOW, 0, "compensated")], 40
+            )
+            await asyncio.to_thread(
+                wait_for, lambda: [s for _, s in sessions(conn)] == ["active"], 20
+            )
+            later = await mcp.call_tool("put", {"key": "a", "value": "1"})
+            assert not later.is_error, text(later)
+
+    run(body)
+    assert names(ledger) == ["slow_make", "unmake", "put"]
+    assert ops(ledger)[1]["id"] == "s"  # built from the late result
+
+
+def test_an_undo_waiting_for_a_late_answer_reports_progress(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A client that asked for progress (a progressToken) hears from the undo while it
+    waits for the late answer, as a held call does (so that its timeout starts again)."""
+    config = late_policy(tmp_path, proxy='late_answer_seconds = 30\nundo_last_tool = "safe"')
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    async def body() -> None:
+        async with client(config, dsn, ledger, mode="legacy") as mcp:
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 10})
+            assert "outcome is unknown for now" in text(first), text(first)
+            undone = await mcp.call_tool(
+                "undolog__undo_last",
+                {"count": 1, "reason": "oops"},
+                progress_callback=on_progress,
+            )
+            assert "undid the last 1 call(s)" in text(undone), text(undone)
+
+    run(body)
+    assert heard, "no progress while the undo waited"
+    assert any(message and "late answer" in message for _, _, message in heard), heard
+    assert effects(conn) == [(SLOW, 0, "compensated")]
+
+
+def test_a_late_result_during_a_partial_undo_is_not_said_undone(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """slow_make (answered late), put, then undolog__undo_last(count=1): the session is
+    compensating when slow_make's answer comes, but the undo takes put only. The notice
+    must not say that slow_make is undone (it stays committed): it says the session is
+    being rolled back and what happens if the rollback reaches the call."""
+    told: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        told.append(params)
+
+    config = late_policy(tmp_path, proxy='late_answer_seconds = 20\nundo_last_tool = "safe"')
+    params = client(config, dsn, ledger, mode="legacy")
+    params.logging_callback = on_log
+
+    async def body() -> None:
+        async with params as mcp:
+            first = await mcp.call_tool("slow_make", {"key": "a", "seconds": 7})
+            assert "outcome is unknown for now" in text(first), text(first)
+            put = await mcp.call_tool("put", {"key": "b", "value": "1"})
+            assert not put.is_error, text(put)
+            undone = await mcp.call_tool("undolog__undo_last", {"count": 1, "reason": "b"})
+            assert "undid the last 1 call(s)" in text(undone), text(undone)
+            for _ in range(100):
+                if told:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(told) == 1, told
+            said = told[0].data["message"]
+            assert "is undone as that answer says" not in said, said
+            assert "not made again" not in said, said
+            if "rolled back" in said:
+                assert "if the rollback reaches this call" in said, said
+            assert sorted(effects(conn)) == [("kv/put", 0, "compensated"), (SLOW, 0, "committed")]
+
+    run(body)
+    assert names(ledger) == ["slow_make", "put", "forget"]
+
+
+SLOW_REFUSING_UPSTREAM = '''
+import asyncio, json, os
+from typing import Any
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+server = MCPServer("late")
+
+def record(op: str, key: str) -> None:
+    with open(os.environ["UPSTREAM_LEDGER"], "a") as ledger:
+        ledger.write(json.dumps({"op": op, "key": key}) + "\\n")
+
+@server.tool()
+async def slow_refuse(key: str, seconds: float) -> dict[str, Any]:
+    """Refuse (a JSON-RPC error: nothing done) after a delay."""
+    record("slow_refuse", key)
+    await asyncio.sleep(seconds)
+    raise MCPError(code=-32602, message="refused: bad key (nothing done)")
+
+@server.tool()
+async def slow_make(key: str, seconds: float, pad: str = "") -> dict[str, Any]:
+    record("slow_make", key)
+    await asyncio.sleep(seconds)
+    return {"id": key}
+
+@server.tool()
+async def unmake(key: str, idempotency_key: str) -> dict[str, Any]:
+    record("unmake", key)
+    return {"unmade": key}
+
+server.run()
+'''
+
+
+def test_a_late_json_rpc_error_is_recorded_as_not_run(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The upstream refuses the call with a JSON-RPC error after the call's timeout: as on
+    the normal path, the call did nothing and is recorded "not run" (counted recorded
+    failed, not given up), the client is told, the same call made again runs again, and
+    the session completes with no compensation. (It was taken for no answer: the effect
+    stayed executing and the session was rolled back, compensating a call that did
+    nothing.) A call whose arguments are over 4096 characters is told without them."""
+    script = tmp_path / "up.py"
+    script.write_text(SLOW_REFUSING_UPSTREAM)
+    comp = 'compensation.unmake = { key = "args.key", idempotency_key = "undo_id" }\n'
+    config = tmp_path / "late.toml"
+    config.write_text(
+        "[proxy]\ncall_timeout_seconds = 1.5\nlate_answer_seconds = 15\n"
+        f'[upstreams.kv]\ncommand = ["python", "{script}"]\nhide = ["unmake"]\n'
+        f'[upstreams.kv.tools.slow_refuse]\ntier = "compensable"\n{comp}'
+        f'[upstreams.kv.tools.slow_make]\ntier = "compensable"\n{comp}'
+    )
+    port = free_port()
+    told: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        told.append(params)
+
+    params = client(config, dsn, ledger, "--metrics-listen", f"127.0.0.1:{port}", mode="legacy")
+    params.logging_callback = on_log
+
+    async def body() -> None:
+        async with params as mcp:
+            first = await mcp.call_tool("slow_refuse", {"key": "x", "seconds": 4})
+            assert "outcome is unknown for now" in text(first), text(first)
+            big = await mcp.call_tool("slow_make", {"key": "y", "seconds": 3, "pad": "p" * 5000})
+            assert "outcome is unknown for now" in text(big), text(big)
+            for _ in range(300):
+                if len(told) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            by_tool = {note.data["tool"]: note.data for note in told}
+            assert sorted(by_tool) == ["slow_make", "slow_refuse"], told
+            assert by_tool["slow_refuse"]["outcome"] == "failed", by_tool
+            assert "runs it again" in by_tool["slow_refuse"]["message"], by_tool
+            assert "arguments" in by_tool["slow_refuse"], by_tool
+            assert "arguments" not in by_tool["slow_make"], by_tool
+            seen = late_counts(await ascrape(port))
+            assert seen['undolog_proxy_late_answers_recorded_total{outcome="failed"}'] == 1, seen
+            assert seen['undolog_proxy_late_answers_given_up_total{reason="expired"}'] == 0, seen
+            ((error,),) = conn.execute(
+                "SELECT error FROM undolog.undolog_effect_log WHERE tool_name = 'kv/slow_refuse'"
+            ).fetchall()
+            assert "not run" in str(error) and "refused: bad key" in str(error), error
+            again = await mcp.call_tool("slow_refuse", {"key": "x", "seconds": 0})
+            assert again.is_error and "was not run" in text(again), text(again)
+
+    run(body)
+    assert names(ledger) == ["slow_refuse", "slow_make", "slow_refuse"]
+    assert [state for _, state in sessions(conn)] == ["completed"]

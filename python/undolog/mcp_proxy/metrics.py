@@ -58,9 +58,10 @@ UPSTREAM_ERRORS: tuple[UpstreamError, ...] = ("down", "no_answer", "protocol", "
 UNRECORDED = ("late", "error")
 # Calls that did not answer within call_timeout_seconds, whose answer the proxy awaits in
 # the background (proxy.late_answer_seconds): how the answer that came was recorded
-# (committed: a result; failed: an error result, the call not having acted), and why
-# one was given up on (expired: no answer within the wait, or the connection broke;
-# bound: not awaited at all, proxy.max_late_answers were awaited already).
+# (committed: a result; failed: an error result or a JSON-RPC error, the call not having
+# acted), and why one was given up on (expired: no answer within the wait, or the
+# connection broke; bound: a call that timed out not awaited at all,
+# proxy.max_late_answers were awaited already).
 LATE_RECORDED = ("committed", "failed")
 LATE_GIVEN_UP = ("expired", "bound")
 
@@ -97,14 +98,14 @@ METRICS: tuple[tuple[str, str, str], ...] = (
         "undolog_proxy_late_answers_recorded_total",
         "counter",
         "Answers that came late and were recorded, by outcome (committed: a result; "
-        "failed: an error result, the call not having acted).",
+        "failed: an error result or a JSON-RPC error, the call not having acted).",
     ),
     (
         "undolog_proxy_late_answers_given_up_total",
         "counter",
         "Calls of unknown outcome whose answer was given up on, by reason (expired: none "
-        "came within late_answer_seconds, or the connection broke; bound: not awaited, "
-        "max_late_answers were awaited already).",
+        "came within late_answer_seconds, or the connection broke; bound: timed out and "
+        "not awaited, max_late_answers were awaited already).",
     ),
     (
         "undolog_proxy_upstream_errors_total",

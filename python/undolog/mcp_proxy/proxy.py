@@ -414,6 +414,8 @@ class McpProxy:
         # session ends put off until theirs are over
         self._late: set[asyncio.Task[None]] = set()
         self._ending: set[asyncio.Task[None]] = set()
+        # the notices of late results being sent (_tell_late), cancelled by close()
+        self._telling: set[asyncio.Task[None]] = set()
         self.closing = False
         # Only the policy's compensations can run: the walk takes the name from the
         # registration the proxy made at start (open), and an upstream tool no policy
@@ -493,6 +495,11 @@ class McpProxy:
             task.cancel()
         if waiting:
             await asyncio.gather(*waiting, return_exceptions=True)
+        telling = set(self._telling)
+        for task in telling:
+            task.cancel()
+        if telling:
+            await asyncio.gather(*telling, return_exceptions=True)
         while self._ending:
             await asyncio.gather(*set(self._ending), return_exceptions=True)
         for ps in list(self.sessions.values()):
@@ -632,8 +639,11 @@ class McpProxy:
             except (UndoLogError, psycopg.Error) as exc:
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
             # as the session's end walk: the late answers awaited for the session first,
-            # so that a result that comes is the one the compensation reads
-            await self._walk_after_late(ps)
+            # so that a result that comes is the one the compensation reads. The walk is
+            # the session's walk task, awaited shielded: a client that gives up on the
+            # undo meanwhile (its timeout, notifications/cancelled) leaves it running,
+            # never the session compensating with no walk.
+            await self._await_walk(ctx, ps, self._walk_now(ps))
             state = await self._state(ps)
         finally:
             ps.inflight -= 1
@@ -1027,6 +1037,42 @@ class McpProxy:
         if ps.walking is None or ps.walking.done():
             ps.walking = asyncio.create_task(self._walk_after_late(ps))
 
+    def _walk_now(self, ps: ProxySession) -> asyncio.Task[None]:
+        """A walk of what the session has to undo now (undolog__undo_last's), as its walk
+        task: after the walk running, if any (which may have passed what is now to undo)."""
+        running = ps.walking
+        if running is None or running.done():
+            ps.walking = asyncio.create_task(self._walk_after_late(ps))
+        else:
+            ps.walking = asyncio.create_task(self._walk_after(ps, running))
+        return ps.walking
+
+    async def _walk_after(self, ps: ProxySession, running: asyncio.Task[None]) -> None:
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(running)
+        await self._walk_after_late(ps)
+
+    async def _await_walk(
+        self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, walking: asyncio.Task[None]
+    ) -> None:
+        """Until the walk is over, with progress notifications every PROGRESS_EVERY s to a
+        client that asked for them (a progressToken), as a held call gets, so that its
+        request timeout starts again. The walk is shielded from this wait: cancelled (the
+        client gave up), asyncio.wait leaves the walk running, as the session's."""
+        began = time.monotonic()
+        while True:
+            await asyncio.wait({walking}, timeout=PROGRESS_EVERY)
+            if walking.done():
+                return
+            said = (
+                "waiting for a late answer of this session before undoing "
+                f"(at most {self.policy.late_answer_seconds + LATE_RECORD_SECONDS:g} s)"
+                if ps.late
+                else "undoing"
+            )
+            with contextlib.suppress(Exception):  # a client gone meanwhile: the walk goes on
+                await ctx.session.report_progress(round(time.monotonic() - began, 1), None, said)
+
     async def _walk_after_late(self, ps: ProxySession) -> None:
         """The walk, once the late answers still awaited for the session are over: a
         result recorded before the walk takes its call is the one its compensation reads
@@ -1353,7 +1399,7 @@ class McpProxy:
             # It may have acted: the effect stays executing, so the walk compensates it
             # (unless its late answer comes: _late_answer records it).
             self.metrics.upstream_error(route.upstream, "no_answer")
-            if bound:  # past proxy.max_late_answers: its answer is not awaited
+            if bound and exc.timed_out:  # past proxy.max_late_answers: not awaited
                 self.metrics.late_answer("bound")
             waited = 0.0
             if (
@@ -1394,7 +1440,11 @@ class McpProxy:
                 self.metrics.late_answer("bound")
             return False
         self.metrics.late_answer("awaited")
-        task = asyncio.create_task(self._late_answer(ps, key, step, effect_id, name, route, answer))
+        # the connection the call came on, the one to tell (if it still owns the session)
+        told = ps.owner
+        task = asyncio.create_task(
+            self._late_answer(ps, key, step, effect_id, name, route, answer, told)
+        )
         for tasks in (self._late, ps.late):
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -1418,27 +1468,36 @@ class McpProxy:
         name: str,
         route: Route,
         answer: asyncio.Future[types.CallToolResult],
+        connection: Any = None,
     ) -> None:
         """The answer of a call that did not answer in time, recorded if it comes: an
-        error result as the call not having acted (fail), a result committed. The engine
-        takes it while the effect is executing (its session active, or failed but not yet
-        walked past it): the call is then no longer of unknown outcome, and the same call
-        made again replays its result (or, failed, runs again). Once the walk has taken
-        the call, the engine keeps what came in the effect's history ('late', flagging
-        the session for an operator). No answer in time, the connection lost, or the
-        proxy closing: nothing is recorded, the outcome stays unknown."""
+        error result, or a JSON-RPC error (the upstream refused the call: "not run", as
+        on the normal path), as the call not having acted (fail), a result committed.
+        The engine takes it while the effect is executing (its session active, or failed
+        but not yet walked past it): the call is then no longer of unknown outcome, and
+        the same call made again replays its result (or, failed, runs again). Once the
+        walk has taken the call, the engine keeps what came in the effect's history
+        ('late', flagging the session for an operator). No answer in time, the connection
+        lost, or the proxy closing: nothing is recorded, the outcome stays unknown."""
+        refused: MCPError | None = None
         try:
             result = await answer
         except asyncio.CancelledError:
             answer.cancel()
             raise
+        except MCPError as exc:  # a JSON-RPC error the upstream answered: nothing done
+            refused = exc
         except Exception as exc:
             log.info("effect %s: no late answer from %s: %s", effect_id, route.upstream, exc)
             self.metrics.late_answer("expired")
             return
         if self.closing:
             return
-        if result.is_error:
+        if refused is not None:
+            self.metrics.upstream_error(route.upstream, upstream_error_kind(refused))
+            recorded = await self._record(effect_id, f"not run: {refused}"[:2000])
+            outcome = "failed"
+        elif result.is_error:
             self.metrics.upstream_error(route.upstream, "error_result")
             recorded = await self._record(effect_id, _error_text(result))
             outcome = "failed"
@@ -1457,12 +1516,20 @@ class McpProxy:
         )
         if recorded and ps.unknown.get(key) == step:
             del ps.unknown[key]  # the same call made again is that call, now known
-        if recorded:
-            await self._tell_late(ps, key, step, effect_id, name, outcome)
+        if recorded and connection is not None:
+            # Told in a task of its own: this wait's slot (proxy.max_late_answers, and the
+            # session's, which its end and its walks wait for) is free as it returns; the
+            # proxy's close cancels a notice still being sent.
+            telling = asyncio.create_task(
+                self._tell_late(ps, connection, key, step, effect_id, name, outcome)
+            )
+            self._telling.add(telling)
+            telling.add_done_callback(self._telling.discard)
 
     async def _tell_late(
         self,
         ps: ProxySession,
+        connection: Any,
         key: str,
         step: int,
         effect_id: uuid.UUID,
@@ -1475,9 +1542,10 @@ class McpProxy:
         callback) at level notice, on the connection's own stream. Only a handshake-era
         connection has a stream to be told on after its request was answered (a 2026-era
         client's log messages ride the request's own answer); a client gone, or one
-        whose logging/setLevel asked for less, is not told, and nothing else changes."""
-        connection = ps.owner
-        if connection is None:
+        whose logging/setLevel asked for less, is not told, and nothing else changes.
+        Only ``connection``, the one the call came on, is told, and only while it still
+        owns the session (not a connection that took the session over since)."""
+        if ps.owner is not connection:
             return
         with contextlib.suppress(Exception):
             wanted = connection.state.get(LOG_LEVEL_SLOT)
@@ -1487,10 +1555,19 @@ class McpProxy:
                 return
         state = await self._state(ps)
         if state in ("failed", "compensating"):
-            then = (
-                f"it is now recorded ({outcome}); the session is {state}, being rolled "
-                "back: the call is undone as that answer says, and is not made again"
-            )
+            # A rollback may take the whole session or (undolog__undo_last) its last calls
+            # only: what it does to this call is not known yet, so it is not said.
+            if outcome == "failed":
+                then = (
+                    "it answered an error, recorded as the call not having acted (nothing "
+                    f"of it to undo); the session is {state}, being rolled back"
+                )
+            else:
+                then = (
+                    f"its result is now recorded; the session is {state}, being rolled "
+                    "back (the whole session, or its last calls): if the rollback reaches "
+                    "this call, it is undone with this result; if not, the call stands"
+                )
         elif outcome == "failed":
             then = (
                 "it answered an error, recorded as the call not having acted: making the "
@@ -1630,6 +1707,7 @@ class McpProxy:
             self.metrics.unrecorded_result("late", False)
             log.warning("effect %s: %s", effect_id, late)
         except Exception:
+            self.metrics.unrecorded_result("error", False)
             log.exception("effect %s: recording its failure failed", effect_id)
         return False
 

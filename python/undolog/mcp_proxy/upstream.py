@@ -31,13 +31,19 @@ class OutcomeUnknown(Exception):
     """The call was sent but no answer came (timeout, or the connection broke meanwhile):
     it may have acted. ``late``: when the caller asked for it (``call(late_seconds=)``)
     and the call timed out, the answer still awaited, for at most ``late_seconds`` more
-    (its result, or an exception: none came); cancelling it gives up on it."""
+    (its result, or an exception: none came); cancelling it gives up on it.
+    ``timed_out``: no answer within the timeout (else the connection broke)."""
 
     def __init__(
-        self, message: str, late: asyncio.Future[types.CallToolResult] | None = None
+        self,
+        message: str,
+        late: asyncio.Future[types.CallToolResult] | None = None,
+        *,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message)
         self.late = late
+        self.timed_out = timed_out or late is not None
 
 
 class UpstreamConnection:
@@ -273,7 +279,8 @@ class UpstreamConnection:
             return await tap.request("tools/call", params, timeout)
         except TimeoutError as exc:
             raise OutcomeUnknown(
-                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s"
+                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s",
+                timed_out=True,
             ) from exc
         except TapClosed as exc:
             self._lost(client)
@@ -288,7 +295,8 @@ class UpstreamConnection:
         the outcome is unknown; anything else the upstream answered (a refusal)."""
         if exc.error.code == types.REQUEST_TIMEOUT:
             return OutcomeUnknown(
-                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s"
+                f"upstream {self.spec.name!r} did not answer {tool} within {timeout:g} s",
+                timed_out=True,
             )
         if exc.error.code == types.CONNECTION_CLOSED:
             self._lost(client)
