@@ -63,9 +63,13 @@ ASYNC_CANCEL_GRACE = 0.25
 # and whatever it opened) before it ends (WorkerStuck), for its supervisor to restart it.
 MAX_ABANDONED = 4
 # How long a stopping worker still waits for the compensation in hand before it gives it
-# up: one about to return is recorded, and a hung one does not outlast a supervisor's
-# stop timeout (systemd's 90 s, Docker's 10 s) nor keep its entry claimed.
-STOP_GRACE = 2.0
+# up: one that works (a few seconds' API call) returns and is recorded, so a restart costs
+# it no failed attempt, and a hung one does not outlast a supervisor's stop timeout
+# (Docker's 10 s default, systemd's 90 s) nor keep its entry claimed. Given up, its
+# attempt is recorded as failed: the engine counts a claim as an attempt when it is made,
+# so leaving it to expire would use the attempt all the same, and only delay the retry
+# by undolog.claim_timeout.
+STOP_GRACE = 5.0
 _R = TypeVar("_R")
 
 
@@ -177,12 +181,19 @@ def run_walk(
             time.sleep(POLL)
             continue
         fn = compensations.get(claim.name)
-        # Read before the try below, whose handler fails the attempt: the compensation has
-        # not run, so a fault here (a lost connection: the worker reconnects; the claim
-        # expires and the entry is handed out again) must not use one of max_attempts.
+        # Read before the try below, whose handler records the compensation's failure: it
+        # has not run, so a fault here (a lost connection: the worker reconnects) is not
+        # recorded as its error. The claim expires and the entry is handed out again, its
+        # attempt counted when it was claimed, as after a crash.
         limit = None
         if deadline is not None and fn is not None:
-            limit = deadline.seconds_for(conn, session_id, claim)
+            try:
+                limit = deadline.seconds_for(conn, session_id, claim)
+            except Exception:
+                raise
+            except BaseException as exc:  # an interrupt: recorded, as one while it runs
+                _record_interrupted(conn, claim, storable_error(f"{type(exc).__name__}: {exc}"))
+                raise
             if limit is None:
                 log.warning(
                     "compensation %s of %s (undo %s, attempt %s) not run: its claim is no "

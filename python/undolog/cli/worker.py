@@ -32,7 +32,7 @@ from undolog.cli._common import (
     non_negative_float,
 )
 from undolog.cli._output import emit
-from undolog.walk import Worker, WorkerConfigError, WorkerStuck
+from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck
 
 # `undolog worker`'s exit status when compensations it gave up on still run (WorkerStuck):
 # sysexits' EX_TEMPFAIL, "try again later". Only a new process ends them: its supervisor
@@ -168,9 +168,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         name = signal.Signals(signum).name
         log.warning(
             "%s: finishing the entry in hand, then exiting; a compensation that has not "
-            "returned within 2 s is given up (its attempt recorded as failed, retried with "
+            "returned within %.0f s is given up (its attempt recorded as failed, retried with "
             "the same undo_id) (again: exit at once)",
             name,
+            STOP_GRACE,
         )
         # a second signal gets the default action: the process ends, the claim expires
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
