@@ -1006,6 +1006,7 @@ class McpProxy:
                 await up.close()
 
     async def _end(self, ps: ProxySession) -> None:
+        await self._partial_walk_over(ps)
         if ps.beat is not None:
             ps.beat.cancel()
             ps.beat = None
@@ -1032,6 +1033,18 @@ class McpProxy:
         except Exception:
             log.exception("session %s: ending it failed", ps.session_id)
 
+    async def _partial_walk_over(self, ps: ProxySession) -> None:
+        """Until the walk running for the session is over, while the session is
+        compensating (its heartbeat still beating): an undolog__undo_last walk puts it
+        back to active when done, and ending it meanwhile as a whole-session walk would
+        leave it active with no owner (recover() failing it at its lease's expiry, a
+        worker undoing every call the agent kept). Bounded as the walk is (its late
+        answers awaited at most proxy.late_answer_seconds, the walk's own bounds)."""
+        while ps.began and ps.walking is not None and not ps.walking.done():
+            if await self._state(ps) != "compensating":
+                return
+            await asyncio.wait({ps.walking})  # never raises the walk's error
+
     def walk_soon(self, ps: ProxySession) -> None:
         """Run the failed session's undo walk here, in the background (once at a time)."""
         if ps.walking is None or ps.walking.done():
@@ -1048,8 +1061,9 @@ class McpProxy:
         return ps.walking
 
     async def _walk_after(self, ps: ProxySession, running: asyncio.Task[None]) -> None:
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(running)
+        # the earlier walk over (its error never raised here); this task's own
+        # cancellation is passed on, not swallowed into a walk run anyway
+        await asyncio.wait({running})
         await self._walk_after_late(ps)
 
     async def _await_walk(
