@@ -189,10 +189,9 @@ def run_walk(
         if deadline is not None and fn is not None:
             try:
                 limit = deadline.seconds_for(conn, session_id, claim)
-            except Exception:
-                raise
-            except BaseException as exc:  # an interrupt: recorded, as one while it runs
-                _record_interrupted(conn, claim, storable_error(f"{type(exc).__name__}: {exc}"))
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # an interrupt: recorded, as while it runs
+                    _record_interrupted(conn, claim, storable_error(f"{type(exc).__name__}: {exc}"))
                 raise
             if limit is None:
                 log.warning(

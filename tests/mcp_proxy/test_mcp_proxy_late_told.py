@@ -78,16 +78,23 @@ def test_undo_last_waits_for_the_late_answer_of_the_call_it_undoes(
     assert flagged == [(False,)]
 
 
-LATE_UPSTREAM = '''
+UPSTREAM_HEAD = """
 import asyncio, json, os
 from typing import Any
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
 server = MCPServer("late")
 
 def record(op: str, key: str) -> None:
     with open(os.environ["UPSTREAM_LEDGER"], "a") as ledger:
         ledger.write(json.dumps({"op": op, "key": key}) + "\\n")
+"""
+"""The start of this file's upstream servers: imports, the server, the ledger."""
+
+LATE_UPSTREAM = (
+    UPSTREAM_HEAD
+    + '''
 
 @server.tool()
 async def slow_make(key: str, seconds: float) -> dict[str, Any]:
@@ -110,6 +117,7 @@ async def unmake(key: str, idempotency_key: str) -> dict[str, Any]:
 
 server.run()
 '''
+)
 
 
 def late_counts(seen: dict[str, float]) -> dict[str, float]:
@@ -401,17 +409,9 @@ def test_a_late_result_during_a_partial_undo_is_not_said_undone(
     assert names(ledger) == ["slow_make", "put", "forget"]
 
 
-SLOW_REFUSING_UPSTREAM = '''
-import asyncio, json, os
-from typing import Any
-from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
-
-server = MCPServer("late")
-
-def record(op: str, key: str) -> None:
-    with open(os.environ["UPSTREAM_LEDGER"], "a") as ledger:
-        ledger.write(json.dumps({"op": op, "key": key}) + "\\n")
+SLOW_REFUSING_UPSTREAM = (
+    UPSTREAM_HEAD
+    + '''
 
 @server.tool()
 async def slow_refuse(key: str, seconds: float) -> dict[str, Any]:
@@ -433,6 +433,7 @@ async def unmake(key: str, idempotency_key: str) -> dict[str, Any]:
 
 server.run()
 '''
+)
 
 
 def test_a_late_json_rpc_error_is_recorded_as_not_run(
