@@ -1,7 +1,7 @@
 -- undolog.begin_session(p_session_id, p_agent, p_metadata, p_lease): start a session, or
 -- resume it (an active one has its lease renewed; any other is answered unchanged).
 BEGIN;
-SELECT plan(32);
+SELECT plan(34);
 \ir _helpers.psql
 
 SELECT has_function('undolog', 'begin_session', ARRAY['uuid', 'text', 'jsonb', 'interval'],
@@ -110,6 +110,9 @@ SELECT pg_temp.refused(
     $$SELECT undolog.begin_session(gen_random_uuid(), NULL,
                                    jsonb_build_object('blob', repeat('x', 1100000)))$$,
     'UL009', 'metadata over 1 MiB: UL009');
+SELECT pg_temp.refused(
+    $$SELECT undolog.begin_session(gen_random_uuid(), NULL, '{"budget": -1e400}')$$,
+    'UL008', 'metadata holding a number no double holds (-1e400): UL008');
 
 SELECT throws_ok($$SELECT undolog.begin_session(NULL, repeat('a', 201))$$,
     'UL008', 'agent must be at most 200 characters', 'an agent name over 200 characters: UL008');

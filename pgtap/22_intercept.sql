@@ -5,7 +5,7 @@
 -- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
 -- nothing.
 BEGIN;
-SELECT plan(171);
+SELECT plan(184);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -486,10 +486,25 @@ FROM (VALUES
     ('args over 1 MiB: UL009', 'UL009', NULL, NULL, NULL, NULL,
      $q$jsonb_build_object('blob', repeat('x', 1048576))$q$, NULL, NULL),
     ('compensation over 1 MiB: UL009', 'UL009', NULL, NULL, NULL, NULL, NULL, NULL,
-     $q$jsonb_build_object('name', 'd', 'args', jsonb_build_object('blob', repeat('x', 1048576)))$q$)
+     $q$jsonb_build_object('name', 'd', 'args', jsonb_build_object('blob', repeat('x', 1048576)))$q$),
+    -- numbers no finite double holds: a few bytes of jsonb, refused before any is printed
+    ('args holding 1e131071 (131,072 digits as text): UL008', 'UL008', NULL, NULL, NULL, NULL,
+     $q$'{"a": [1, {"n": 1e131071}]}'::jsonb$q$, NULL, NULL),
+    ('args holding -1e309: UL008', 'UL008', NULL, NULL, NULL, NULL,
+     $q$'{"n": -1e309}'::jsonb$q$, NULL, NULL),
+    ('args holding 1e-400 (a double reads it as 0): UL008', 'UL008', NULL, NULL, NULL, NULL,
+     $q$'{"n": 1e-400}'::jsonb$q$, NULL, NULL),
+    ('compensation args holding 1e400: UL008', 'UL008', NULL, NULL, NULL, NULL, NULL, NULL,
+     $q$'{"name": "d", "args": {"n": 1e400}}'::jsonb$q$),
+    ('args of 4,000 numbers 1e131071 (500 MB as text): UL008', 'UL008', NULL, NULL, NULL, NULL,
+     $q$(SELECT jsonb_object_agg('k' || i, '1e131071'::jsonb) FROM generate_series(1, 4000) AS i)$q$,
+     NULL, NULL),
+    ('args of 10,000 zeros 0e-16383 (160 MB as text): UL009', 'UL009', NULL, NULL, NULL, NULL,
+     $q$(SELECT jsonb_object_agg('k' || i, '0e-16383'::jsonb) FROM generate_series(1, 10000) AS i)$q$,
+     NULL, NULL)
 ) AS v (d, e, s, st, t, ti, a, g, c);
 
-SELECT is((SELECT count(*) FROM bad_calls), 37::bigint, 'setup: 37 bad calls');
+SELECT is((SELECT count(*) FROM bad_calls), 43::bigint, 'setup: 43 bad calls');
 SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, compensation)
 FROM bad_calls ORDER BY n;
 
@@ -509,6 +524,13 @@ SELECT is(
         '5e550000-0000-4000-8000-000000000002', 21, repeat('t', 200), 'compensable', '{}',
         pg_temp.sig('tool-200'), '{"name": "d", "max_attempts": 1}')),
     'execute', 'a tool name of 200 characters, max_attempts 1: accepted');
+SELECT is(
+    (SELECT action FROM undolog.intercept(
+        '5e550000-0000-4000-8000-000000000002', 22, 'at_limit', 'compensable',
+        '{"max": 1.7976931348623157e308, "min": -4.9406564584124654e-324, "big": 1e300,
+          "tenth": 0.1, "safe": 9007199254740991, "zero": -0.0, "id": 18446744073709551615}',
+        pg_temp.sig('doubles'), '{"name": "d", "max_attempts": 100}')),
+    'execute', 'args of numbers a double holds (its largest, its smallest, a 64-bit id): accepted');
 
 SELECT * FROM finish();
 ROLLBACK;

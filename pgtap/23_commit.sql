@@ -1,7 +1,7 @@
 -- undolog.commit(p_effect_id, p_result): the body succeeded; executing -> committed, the
 -- result cached for replays. UL003 unknown effect, UL001 not executing, UL009 too large.
 BEGIN;
-SELECT plan(59);
+SELECT plan(61);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -163,6 +163,12 @@ SELECT pg_temp.refused(
          WHERE call_signature = pg_temp.sig('commit-big')),
         jsonb_build_object('blob', repeat('x', 1048576)))$$,
     'UL009', 'a result over 1 MiB: UL009');
+SELECT pg_temp.refused(
+    $$SELECT undolog.commit(
+        (SELECT effect_id FROM undolog.undolog_undo_stack
+         WHERE call_signature = pg_temp.sig('commit-big')),
+        '{"id": 7, "total": 1e131071}')$$,
+    'UL008', 'a result holding a number no double holds (1e131071): UL008');
 SELECT is((SELECT state FROM undolog.undolog_effect_log
            WHERE call_signature = pg_temp.sig('commit-big')),
           'executing', 'the effect is still executing: it can be committed with a smaller result');

@@ -1,24 +1,43 @@
--- undolog.check_payload: refuse a jsonb argument over the payload limits (UL009): more
--- than max_payload_bytes of JSON text (uncompressed: see undolog.payload_fits), or nested
--- deeper than max_nesting_depth levels.
+-- undolog.check_payload: refuse a jsonb argument outside the payload limits
+-- (undolog.payload_fits), in this order, so that nothing oversized is ever printed:
+-- a number no finite double holds (UL008: bad input, as PostgreSQL's own 22003 for a
+-- number out of range for its type), then more than max_payload_bytes of JSON text
+-- (uncompressed; measured by undolog.payload_text_bytes, which does not print what is
+-- certainly over), then nesting deeper than max_nesting_depth levels (UL009 both).
 CREATE OR REPLACE FUNCTION undolog.check_payload(p_what text, p_value jsonb)
 RETURNS void
 LANGUAGE plpgsql
 IMMUTABLE
 AS $$
+DECLARE
+    v_bytes bigint;
 BEGIN
     IF undolog.payload_fits(p_value) THEN
         RETURN;
     END IF;
-    IF pg_catalog.octet_length(p_value::text) > undolog.max_payload_bytes() THEN
+    IF NOT undolog.numbers_fit(p_value) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format(
+                '%s holds a number no finite double holds: beyond the largest '
+                '(1.7976931348623157e308), or not 0 but closer to 0 than the smallest '
+                '(4.9406564584124654e-324)', p_what),
+            HINT = 'JSON readers (Python, JavaScript) cannot read such a number: send it as a '
+                   'string (e.g. "1e400"), or journal a reference to it instead.';
+    END IF;
+    v_bytes := undolog.payload_text_bytes(p_value);
+    IF v_bytes IS NULL OR v_bytes > undolog.max_payload_bytes() THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL009',
-            MESSAGE = pg_catalog.format('%s is %s bytes of JSON, over the limit of %s bytes',
-                                        p_what, pg_catalog.octet_length(p_value::text),
-                                        undolog.max_payload_bytes()),
+            MESSAGE = CASE
+                WHEN v_bytes IS NULL  -- certainly over: not printed to count it
+                    THEN pg_catalog.format('%s is over the limit of %s bytes of JSON', p_what,
+                                           undolog.max_payload_bytes())
+                ELSE pg_catalog.format('%s is %s bytes of JSON, over the limit of %s bytes',
+                                       p_what, v_bytes, undolog.max_payload_bytes())
+            END,
             HINT = 'Journal something smaller: return a reference (an id, a URL) instead of the '
-                   'whole object; an operator may raise the limit with ALTER DATABASE ... SET '
-                   'undolog.max_payload_bytes.';
+                   'whole object.';
     END IF;
     RAISE EXCEPTION USING
         ERRCODE = 'UL009',

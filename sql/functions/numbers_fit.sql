@@ -1,0 +1,29 @@
+-- undolog.numbers_fit: whether every JSON number in a jsonb value is one a finite IEEE
+-- double holds: zero, or a magnitude from 4.9406564584124654e-324 (the smallest positive
+-- subnormal, 2^-1074, to 17 digits, rounded down) to 1.7976931348623158e308 (the largest
+-- finite double, to 17 digits, rounded up). Every double is within (its shortest decimal
+-- too), and every number within reads, in Python, JavaScript or any IEEE parser, as a
+-- finite double, non-zero when it is: what is refused would read as infinity or as 0.
+-- Such a number is a few bytes as jsonb but can print as 131,072 digits (1e131071): a
+-- payload of them costs seconds and gigabytes to print, and Python's json refuses an
+-- integer of more than 4,300 digits, so one stored breaks every reader of its row.
+-- Integers are not held to the signature's ±(2^53-1): a result may carry a 64-bit id,
+-- which JSON carries exactly and Python reads back exactly; the binding refuses what it
+-- cannot sign before sending it.
+-- The walk compares numbers as they are stored (numeric): nothing is printed. NULL for a
+-- NULL value.
+CREATE OR REPLACE FUNCTION undolog.numbers_fit(p_value jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT NOT pg_catalog.jsonb_path_exists(
+        p_value,
+        'strict $.** ? (@.type() == "number"
+                        && !(@ <= 1.7976931348623158e308 && @ >= -1.7976931348623158e308
+                             && (@ >= 4.9406564584124654e-324 || @ <= -4.9406564584124654e-324
+                                 || @ == 0)))')
+$$;
+
+REVOKE ALL ON FUNCTION undolog.numbers_fit(jsonb) FROM public;
