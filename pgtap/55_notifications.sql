@@ -4,7 +4,7 @@
 -- a retry; what an agent reads. Logins are played with SET SESSION AUTHORIZATION
 -- (ownership is session_user), approver and operator with SET ROLE.
 BEGIN;
-SELECT plan(38);
+SELECT plan(42);
 
 \ir _helpers.psql
 
@@ -71,6 +71,27 @@ SELECT throws_ok($$SELECT undolog.remove_notification_channel('nope', 'ops')$$,
                  'UL025', NULL, 'removing an unknown channel is UL025');
 SELECT is((SELECT destination FROM undolog.notification_channels WHERE channel_name = 'hook'),
           'https://hooks.test/…', 'the view shows a webhook''s scheme and host, not its path');
+SELECT throws_ok($$SELECT undolog.add_notification_channel('h2', 'webhook',
+                   'https://bot:T0KEN@h.test/x', '{}', 'k0123456789abcdef', NULL, 'ops')$$,
+                 'UL026', NULL, 'a webhook URL with user info (a credential) is refused');
+SELECT throws_ok($$SELECT undolog.add_notification_channel('h3', 'webhook', 'https://h.test',
+                   '{}', 'k0123456789abcdef', 'https://me:pw@dash.test', 'ops')$$,
+                 'UL026', NULL, '... and so is a dashboard URL with user info');
+RESET ROLE;
+-- a channel whose URL holds user info (added before it was refused; removed, so that it
+-- announces nothing here): the view shows its scheme and host alone
+INSERT INTO undolog.undolog_notification_channels (
+    channel_name, kind, destination, secret, created_by, created_role, removed_at, removed_by,
+    removed_role
+)
+VALUES ('old', 'webhook', 'https://bot:T0KEN@x@hooks.test:8443/p?q=1', 'k0123456789abcdef',
+        'ops', 'ops', now(), 'ops', 'ops');
+SET ROLE ul_t_nt_approver;
+SELECT is((SELECT destination FROM undolog.notification_channels WHERE channel_name = 'old'),
+          'https://hooks.test:8443/…', 'the view shows no user info of a webhook''s URL');
+SELECT is((SELECT count(*)::integer FROM undolog.notification_channels
+           WHERE destination LIKE '%T0KEN%'),
+          0, '... nor any of it anywhere');
 RESET ROLE;
 
 SET SESSION AUTHORIZATION ul_t_nt_agent;

@@ -35,12 +35,14 @@ import html
 import http.client
 import json
 import logging
+import re
 import smtplib
 import socket
 import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
@@ -475,11 +477,47 @@ SENDERS: dict[str, Callable[[Delivery, float, Connections], str | None]] = {
 }
 
 
-def _error_text(exc: BaseException) -> str:
-    # A receiver's words (an HTTP reason phrase, an SMTP answer) on one printable line:
-    # no escape sequence or bell reaches the terminal that shows last_error, and no U+0000
-    # the text column would refuse.
-    text = _one_line(exc)
+# A URL in an error's text: its scheme, then everything up to a space or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` as its scheme and host only, as ``undolog.notification_channels`` shows a
+    webhook's: ``https://host[:port]/…``, without the user info (``user:password@``), the
+    path (a Slack incoming-webhook URL's is its token) and the query."""
+    scheme, _, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    return f"{scheme}://{authority.rpartition('@')[2]}/…"
+
+
+def _secrets_of(url: str) -> list[str]:
+    """What of ``url`` an error's text must not show even on its own: its user info (and
+    the password alone), its path, query and fragment, as written and decoded; longest
+    first."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # not even a URL: all of it past the scheme
+        return [url.partition("://")[2]]
+    userinfo = parts.netloc.rpartition("@")[0]
+    found = {userinfo, userinfo.partition(":")[2], parts.query, parts.fragment}
+    if len(parts.path) > 1:  # a path of "/" would blank every slash
+        found.add(parts.path)
+    found |= {urllib.parse.unquote(text) for text in found}
+    return sorted((text for text in found if text), key=len, reverse=True)
+
+
+def _error_text(exc: BaseException, target: str | None = None) -> str:
+    """What an attempt failed with, as recorded in ``last_error``, which the agent whose
+    request was announced reads. A receiver's words (an HTTP reason phrase, an SMTP
+    answer) on one printable line: no escape sequence or bell reaches the terminal that
+    shows last_error, and no U+0000 the text column would refuse. Any URL in it as its
+    scheme and host only (:func:`redact_url`), and no piece of the channel's URL
+    (``target``) that the channel's view hides, wherever it appears (urllib quotes a host
+    it cannot parse: ``nonnumeric port: 'TOKEN@host'``)."""
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), _one_line(exc))
+    if target is not None:
+        for secret in _secrets_of(target):
+            text = text.replace(secret, "…")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -556,7 +594,8 @@ def attempt(d: Delivery, timeout: float = 10.0) -> tuple[str | None, str | None]
             f"{timeout:g} s in all (a slow or stalled receiver)"
         ), None
     if failure:
-        return _error_text(failure[0]), None
+        target = d.target if d.channel_kind == "webhook" else None
+        return _error_text(failure[0], target), None
     return None, (warning[0] if warning else None)
 
 

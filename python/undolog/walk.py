@@ -47,6 +47,11 @@ DEFAULT_WAIT = 10.0
 POLL = 0.2
 # How often a worker waiting for a NOTIFY looks whether it was asked to stop.
 WAKE_SLICE = 0.2
+# The least time (seconds) between the end of one pass and the start of the next one a
+# NOTIFY starts. Any login may NOTIFY the channels a worker listens on (PostgreSQL has no
+# privilege for it): an agent sending one every few milliseconds would otherwise start a
+# pass for each, back to back. A real request's NOTIFY is answered within this much.
+MIN_WAKE_GAP = 1.0
 # How often a compensation that has not returned is logged (it holds its walker).
 STILL_RUNNING_EVERY = 60.0
 # How many times a walker reports a compensation's outcome while its session is held.
@@ -696,12 +701,42 @@ def work(
 ) -> dict[uuid.UUID, str]:
     """One pass of the worker: the requests past their deadline closed, recover(), then
     every session it names walked (only those begun by ``owners`` when given, as
-    ``undolog worker --owner``; see Worker)."""
+    ``undolog worker --owner``; see Worker). Answers each session's state after its walk.
+
+    Each session is walked on its own, as the worker walks them: a session whose walk
+    raises (a row of it that cannot be loaded, a statement refused) is logged and the
+    others are walked all the same; then the first such error is raised, with a note
+    naming every session whose walk raised. A lost connection, an interrupt or
+    ``sys.exit()`` raises at once: nothing more can be walked."""
     close_past_deadline(conn)
     due = saga.recover(conn)
     if owners is not None and due:
         due = _owned_by(conn, due, owners)
-    return {sid: run_walk(conn, sid, compensations, wait=wait, loop=loop) for sid in due}
+    states: dict[uuid.UUID, str] = {}
+    raised: list[tuple[uuid.UUID, Exception]] = []
+    for sid in due:
+        try:
+            states[sid] = run_walk(conn, sid, compensations, wait=wait, loop=loop)
+        except Exception as exc:
+            if _is_connection_fault(exc, conn):
+                raise
+            log.error(
+                "session %s: %s: %s (going on with the rest)",
+                sid,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            raised.append((sid, exc))
+    if raised:
+        first = raised[0][1]
+        first.add_note(
+            f"the walk of {len(raised)} session(s) raised: "
+            f"{', '.join(str(sid) for sid, _ in raised)} (this error is the first one's, "
+            f"each was logged); {len(states)} other session(s) walked"
+        )
+        raise first
+    return states
 
 
 class WorkerConfigError(UndoLogError):
@@ -784,8 +819,9 @@ class Worker:
         self._stop = threading.Event()
         self._conn: engine.Connection | None = None
         # whether self._conn LISTENs for new approval requests (notify only): then the
-        # pause between passes ends as soon as one is committed, and the interval is
-        # only the fallback (a lost notification, a retry's backoff coming due)
+        # pause between passes ends as soon as one is committed (but no sooner than
+        # MIN_WAKE_GAP after the last pass), and the interval is only the fallback (a
+        # lost notification, a retry's backoff coming due)
         self._listening = False
 
     def stop(self) -> None:
@@ -828,21 +864,30 @@ class Worker:
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` between two passes, or less: until :meth:`stop`, or until a
         NOTIFY of a new approval request when listening (one committed during the pass
-        ends the pause at once: psycopg keeps it until it is read)."""
+        ends the pause at once: psycopg keeps it until it is read), but no sooner than
+        MIN_WAKE_GAP seconds after the pause began: any login may NOTIFY, and a flood of
+        them starts one pass per gap, not one per NOTIFY."""
         conn = self._conn
         if not self._listening or conn is None or conn.closed:
             self._stop.wait(seconds)
             return
-        until = time.monotonic() + seconds
+        began = time.monotonic()
+        until = began + seconds
         try:
             while not self._stop.is_set():
                 left = until - time.monotonic()
                 if left <= 0:
                     return
                 if any(True for _ in conn.notifies(timeout=min(WAKE_SLICE, left), stop_after=1)):
-                    # the rest of a burst (a hundred requests at once): one pass for all
+                    # woken: not before the gap (nor after the pause's own end), then the
+                    # rest of a burst (a hundred requests at once, a flood): one pass for all
+                    wake = min(began + MIN_WAKE_GAP, until) - time.monotonic()
+                    if wake > 0 and self._stop.wait(wake):
+                        return
+                    drained = time.monotonic() + WAKE_SLICE  # a flood that never ends
                     for _ in conn.notifies(timeout=0):
-                        pass
+                        if time.monotonic() >= drained:
+                            break
                     return
         except psycopg.Error as exc:  # the next pass reconnects (and listens again)
             log.warning("waiting for notifications: %s", _one_line(exc))

@@ -6,6 +6,11 @@
 --                     "smtp_port", "smtp_from", optional "smtp_user", "starttls", "ssl"};
 --                     p_secret the SMTP password, or NULL.
 --   p_dashboard_url   the dashboard's base URL, for the link to the request (or NULL).
+-- Neither URL may carry user info (https://user:TOKEN@host/...), a credential: the worker
+-- sends none (urllib fails on it, and its error quoted it), approvers read a channel's
+-- host (undolog.notification_channels), and the link goes into every message. A receiver
+-- authenticates a POST by its signature (the secret's HMAC), and a token it needs besides
+-- goes in the URL's path or query, which no role reads.
 -- UL026 a definition that cannot work (kind, name, URL, address, config) or a name
 -- already live; UL008 a blank p_by.
 CREATE OR REPLACE FUNCTION undolog.add_notification_channel(
@@ -25,11 +30,15 @@ AS $$
 DECLARE
     v_config jsonb := coalesce(p_config, '{}'::jsonb);
     v_problem text;
+    v_hint text := 'Fix the channel''s settings and add it again: undolog notifications '
+                   'add-webhook --help (or add-email --help) lists what each needs.';
     v_address text;
     v_id uuid;
     -- An address without display name, spaces, commas or angle brackets: what goes into
     -- a To: header as is (no header injection through a CR/LF either).
     c_address constant text := '^[^@\s,<>"]+@[^@\s,<>"]+$';
+    -- A URL whose authority holds user info (user:password@host): a credential.
+    c_userinfo constant text := '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@';
 BEGIN
     PERFORM undolog.check_operator(p_by);
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' THEN
@@ -40,9 +49,20 @@ BEGIN
         v_problem := 'a config that is a JSON object';
     ELSIF p_dashboard_url IS NOT NULL AND p_dashboard_url !~ '^https?://[^\s/?#]+[^\s]*$' THEN
         v_problem := 'a dashboard URL of http(s)://host[/path]';
+    ELSIF p_dashboard_url ~ c_userinfo THEN
+        v_problem := 'a dashboard URL without user info (user:password@ before the host)';
+        v_hint := 'Remove the user:password@ part: the link goes into every message, and '
+                  'the dashboard asks whoever opens it to log in.';
     ELSIF p_kind = 'webhook' THEN
         IF p_target IS NULL OR p_target !~ '^https?://[^\s/?#]+[^\s]*$' THEN
             v_problem := 'a webhook URL of http(s)://host[/path]';
+        ELSIF p_target ~ c_userinfo THEN
+            v_problem := 'a webhook URL without user info (user:password@ before the host)';
+            v_hint := 'Remove the user:password@ part (the worker sends no user info, and '
+                      'approvers read a channel''s host): the receiver authenticates each POST '
+                      'by its X-UndoLog-Signature header, HMAC-SHA256 keyed with the '
+                      'channel''s secret (--secret-env); a token it needs besides goes in the '
+                      'URL''s path or query, which no role reads.';
         ELSIF coalesce(v_config ->> 'format', 'json') NOT IN ('json', 'slack')
             OR (v_config - 'format') <> '{}'::jsonb THEN
             v_problem := 'a webhook config of {"format": "json" | "slack"} only';
@@ -82,8 +102,7 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'UL026',
             MESSAGE = 'invalid notification channel: it needs ' || v_problem,
-            HINT = 'Fix the channel''s settings and add it again: undolog notifications '
-                   'add-webhook --help (or add-email --help) lists what each needs.';
+            HINT = v_hint;
     END IF;
     INSERT INTO undolog.undolog_notification_channels AS c (
         channel_name, kind, destination, config, secret, dashboard_url, created_by, created_role

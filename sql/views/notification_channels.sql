@@ -1,7 +1,9 @@
 -- undolog.notification_channels: the channels approval requests are announced through,
 -- live and removed, WITHOUT their secrets: has_secret says whether one is set. A
 -- webhook's URL is shown (destination) as its scheme and host only, since a Slack
--- incoming-webhook URL is itself a credential (its path is the token). The view runs
+-- incoming-webhook URL is itself a credential (its path is the token), and without any
+-- user info (user:password@, which add_notification_channel refuses, but a channel
+-- added before it did may hold), cut up to the authority's last "@". The view runs
 -- with its owner's rights (the table is the owner's alone): only approver and operator
 -- may select it.
 -- New columns go at the end: CREATE OR REPLACE VIEW keeps the existing ones in place.
@@ -12,7 +14,10 @@ SELECT
     c.kind,
     CASE
         WHEN c.kind = 'webhook'
-            THEN substring(c.destination FROM '^https?://[^/?#]+') || '/…'
+            THEN
+                regexp_replace(
+                    substring(c.destination FROM '^https?://[^/?#]+'), '^(https?://).*@', '\1'
+                ) || '/…'
         ELSE c.destination
     END AS destination,
     CASE
@@ -21,7 +26,9 @@ SELECT
     END AS body_format,
     c.config - 'format' AS smtp,
     c.secret IS NOT NULL AS has_secret,
-    c.dashboard_url,
+    -- without user info either (a channel of before add_notification_channel refused it)
+    regexp_replace(c.dashboard_url, '^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@', '\1')
+        AS dashboard_url,
     c.created_at,
     c.created_by,
     c.created_role,

@@ -246,3 +246,25 @@ def test_a_reason_phrase_with_control_characters_is_recorded_on_one_printable_li
     assert error is not None and error.startswith("RuntimeError: HTTP 503 Busy"), error
     assert error.isprintable(), repr(error)
     assert "[2J" in error and "owned" in error  # the text is kept; only the controls went
+
+
+def test_an_error_naming_the_url_records_neither_its_credentials_nor_its_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever text a send fails with, the error recorded (which the agent whose request
+    it announced reads) shows the channel's URL, or any other, as scheme and host only:
+    no user info, no path, no query."""
+    target = "https://bot:PASSWORD1@hooks.example.test/services/T0/B1/SLACKPATH?token=QUERY1"
+
+    def failing(d: notifications.Delivery, timeout: float, conns: Any) -> str | None:
+        raise RuntimeError(
+            f"cannot POST to {d.target}, redirected to http://u:PASSWORD2@else.test/p?k=QUERY2;"
+            " auth bot:PASSWORD1 at 'PASSWORD1@hooks.example.test' query token=QUERY1"
+        )
+
+    monkeypatch.setitem(notifications.SENDERS, "webhook", failing)
+    error = notifications.deliver(_delivery("webhook", target, {}, {}), timeout=5.0)
+    assert error is not None and error.startswith("RuntimeError: cannot POST to "), error
+    assert "https://hooks.example.test/…" in error and "http://else.test/…" in error, error
+    for secret in ("PASSWORD1", "PASSWORD2", "QUERY1", "QUERY2", "SLACKPATH"):
+        assert secret not in error, error

@@ -671,6 +671,77 @@ def test_a_listening_worker_sends_a_new_request_at_once_not_at_its_next_poll(
     assert seen[2].delivery_id == seen[0].delivery_id and seen[2].attempt == 2
 
 
+def test_a_notify_flood_from_any_login_does_not_spin_the_worker(
+    operator_dsn: str, agent_dsn: str, hook: Hook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any login may NOTIFY the channel the worker listens on (an agent's ``NOTIFY
+    undolog_approvals`` every few milliseconds): a wake-up starts a pass no sooner than
+    walk.MIN_WAKE_GAP seconds after the last one ended, so a flood costs one pass per gap,
+    not one per NOTIFY, and a real request made during it is still announced within about
+    that gap."""
+    from undolog import walk
+
+    gap = walk.MIN_WAKE_GAP
+    add_webhook(operator_dsn, hook)
+    passes: list[float] = []
+    real = notifications.deliver_due
+
+    def counting(*args: Any, **kwargs: Any) -> list[notifications.Outcome]:
+        passes.append(time.monotonic())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(notifications, "deliver_due", counting)
+    worker = Worker(
+        lambda: psycopg.connect(operator_dsn, autocommit=True),
+        {},
+        interval=60.0,  # the fallback poll: no pass of its own during the test
+        walk=False,
+        notify=True,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    flooding = threading.Event()
+    sent: list[int] = []
+
+    def flood() -> None:
+        with psycopg.connect(agent_dsn, autocommit=True) as agent:
+            while not flooding.is_set():
+                agent.execute("NOTIFY undolog_approvals")
+                sent.append(1)
+                time.sleep(0.005)
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not worker._listening:
+            assert time.monotonic() < deadline, "the worker never listened"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        before = len(passes)
+        started = time.monotonic()
+        flooder.start()
+        time.sleep(1.5)
+        asked = time.monotonic()
+        _, approval_id = ask(agent_dsn, {"to": "acme"})
+        while not hook.received:
+            assert time.monotonic() - asked < gap + 2.0, "the flood held a real request back"
+            time.sleep(0.02)
+        while time.monotonic() - started < 3.0:
+            time.sleep(0.05)
+        flooding.set()
+        flooder.join(timeout=10)
+        during = len(passes) - before
+    finally:
+        flooding.set()
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert json.loads(hook.received[0]["body"])["approval_id"] == str(approval_id)
+    assert len(sent) > 100, len(sent)  # a flood it was
+    # 3 s of flood: one pass per gap (and one for the request), not one per NOTIFY
+    assert during <= 3.0 / gap + 2, (during, len(sent))
+
+
 def test_notify_refuses_a_short_link_key_and_signs_the_links_with_a_good_one(
     operator_dsn: str, agent_dsn: str, mailbox: Mailbox
 ) -> None:
@@ -727,3 +798,70 @@ def test_an_agents_line_breaks_cannot_forge_lines_of_the_mails_text() -> None:
     assert not [line for line in lines if line.startswith("Open it")], lines
     assert "tool: pay Open it in the dashboard to decide: https://evil.example/approve" in lines
     assert any(line.startswith("agent (its own name): bot Open it in the") for line in lines)
+
+
+# --- a webhook URL's credentials ----------------------------------------------------------
+
+CREDENTIAL_URL = "https://bot:TOPSECRETTOKEN@hooks.invalid/services/x?token=QUERYSECRET"
+
+
+def test_a_webhook_url_with_credentials_is_refused_with_a_hint(
+    operator_dsn: str, hook: Hook
+) -> None:
+    """User info in a webhook's URL (https://user:TOKEN@host/...) would be shown to every
+    approver and, urllib failing on it, recorded in the error an agent reads: refused
+    (UL026), with a hint at what authenticates the POST instead."""
+    with_port = hook.url.replace("http://", "http://bot:TOPSECRETTOKEN@")
+    for url in (CREDENTIAL_URL, with_port, "http://@127.0.0.1/x", "http://a@b:TOKEN@h.test/x"):
+        refused = cli(operator_dsn, "notifications", "add-webhook", "creds", url, "--by", "ops")
+        assert refused.returncode == 2, (url, refused.stderr)
+        assert "without user info" in refused.stderr, refused.stderr
+        assert "X-UndoLog-Signature" in refused.stderr, refused.stderr
+        assert "TOPSECRETTOKEN" not in refused.stderr
+    # the dashboard's base URL goes into every message: no credentials there either
+    dash = cli(
+        operator_dsn,
+        "notifications",
+        "add-webhook",
+        "creds",
+        hook.url,
+        "--dashboard-url",
+        "https://me:PW@dash.example.test",
+        "--by",
+        "ops",
+    )
+    assert dash.returncode == 2 and "dashboard URL" in dash.stderr, dash.stderr
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        assert op.execute("SELECT count(*) FROM undolog.notification_channels").fetchone() == (0,)
+        # an address whose path or query holds an "@" has no user info: taken
+        notifications.add_webhook(op, "at-in-path", hook.url + "/a@b?c=d@e", SECRET, by="ops")
+
+
+def test_credentials_in_a_channels_url_reach_neither_approver_nor_agent(
+    conn: Conn, logins: Callable[[str], str]
+) -> None:
+    """A channel whose URL holds credentials (one added before they were refused): the
+    view shows its scheme and host only, and the failed attempt's error, which the agent
+    whose request it announced reads, names neither the user info nor the query."""
+    conn.execute(
+        "INSERT INTO undolog.undolog_notification_channels"
+        " (channel_name, kind, destination, config, secret, created_by, created_role)"
+        " VALUES ('old-hook', 'webhook', %s, '{}', %s, 'ops', current_user)",
+        (CREDENTIAL_URL, SECRET),
+    )
+    agent_dsn, operator_dsn = logins("undolog_agent"), logins("undolog_operator")
+    _, approval_id = ask(agent_dsn, {"to": "acme"})
+    with psycopg.connect(logins("undolog_approver"), autocommit=True) as approver:
+        shown = approver.execute("SELECT destination FROM undolog.notification_channels")
+        assert shown.fetchall() == [("https://hooks.invalid/…",)]
+    with psycopg.connect(operator_dsn, autocommit=True) as operator:
+        [outcome] = notifications.deliver_due(operator, timeout=5)
+    assert outcome.state == "pending" and outcome.error is not None
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        [(error,)] = agent.execute(
+            "SELECT last_error FROM undolog.notification_deliveries WHERE approval_id = %s",
+            (approval_id,),
+        ).fetchall()
+    assert error == outcome.error and error.startswith("InvalidURL"), error
+    for secret in ("TOPSECRETTOKEN", "QUERYSECRET", "bot:", "services/x"):
+        assert secret not in error, error

@@ -324,3 +324,36 @@ def test_a_compensation_that_does_not_return_is_said_while_it_runs(
         assert len([r for r in caplog.records if "has not returned" in r.getMessage()]) == len(said)
     assert 2 <= len(said) <= 4, said
     assert "compensation cancel of book" in said[0] and "claim_timeout" in said[0]
+
+
+def test_one_sessions_walk_raising_does_not_stop_the_others_in_work(
+    conn: Conn, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """walk.work() (ul.work(): one worker pass) walks each session on its own, as the
+    worker does: one whose walk raises (a row of it psycopg cannot load, say) is logged,
+    the others are walked, and then the first error is raised, naming every session
+    whose walk raised."""
+    from undolog import walk
+
+    hostile = [make_session(conn, 1), make_session(conn, 1)]
+    victim = make_session(conn, 2)
+    later = make_session(conn, 1)
+    real = saga.claim_compensation
+
+    def claim(c: Any, sid: uuid.UUID) -> saga.Claim | None:
+        if sid in hostile:
+            raise ValueError(f"cannot load a row of {sid}")
+        return real(c, sid)
+
+    monkeypatch.setattr(saga, "claim_compensation", claim)
+    undone: list[int] = []
+    with pytest.raises(ValueError, match="cannot load a row of") as raised:
+        walk.work(conn, {"cancel": lambda call: undone.append(call.call_args["n"])})
+    assert session_state(conn, victim) == "compensated"
+    assert session_state(conn, later) == "compensated"
+    assert sorted(undone) == [0, 0, 1]
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert all(str(sid) in notes for sid in hostile), notes
+    assert "2 other session(s) walked" in notes, notes
+    logged = [r for r in caplog.records if r.name == "undolog.walk" and r.levelname == "ERROR"]
+    assert {str(sid) for sid in hostile} <= {str(a) for r in logged for a in r.args or ()}
