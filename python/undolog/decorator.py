@@ -85,12 +85,14 @@ def undolog_tool(
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         if tier is ToolTier.SAFE:
             return func  # called directly: no wrapper, no database, no overhead
+        signature = inspect.signature(func)
         spec = ToolSpec(
             name or func.__name__,
             tier,
             compensation,
-            inspect.signature(func),
+            signature,
             checked_on_reject,
+            method=_is_method(func, signature),
         )
         wrap = _async_wrapper if inspect.iscoroutinefunction(func) else _sync_wrapper
         wrapped = wrap(spec, func)
@@ -98,6 +100,21 @@ def undolog_tool(
         return cast(Callable[P, R], wrapped)
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _is_method(func: Callable[..., Any], signature: inspect.Signature) -> bool:
+    """Whether ``func``, being declared, is a method whose first parameter is its
+    instance or class (left out of its journaled calls): it is defined in a class body
+    (its qualified name's last scope is a class, ``Outer.f``, not a function's
+    ``<locals>``), and that parameter is named ``self`` or ``cls``. The name alone would
+    take a plain function's argument so named (a class label, ``cls``) for an instance
+    and leave it out of the call's signature: calls that differ only in it would replay
+    each other's result. (A ``staticmethod`` of a class whose first parameter is named
+    so cannot be told from a method when it is declared: name it otherwise.)"""
+    scopes = getattr(func, "__qualname__", "").split(".")
+    if len(scopes) < 2 or scopes[-2] == "<locals>":
+        return False
+    return next(iter(signature.parameters), None) in ("self", "cls")
 
 
 def tool_spec(fn: Callable[..., Any]) -> ToolSpec | None:

@@ -102,6 +102,9 @@ class ToolSpec:
     compensation: CompensationDescriptor | None
     signature: inspect.Signature
     on_reject: OnReject = "fail_session"
+    # The tool is a method, decided when it was declared (undolog.decorator): its first
+    # parameter, its instance or class, is left out of the journaled call.
+    method: bool = False
 
     @functools.cached_property
     def definition(self) -> Definition:
@@ -112,9 +115,8 @@ class ToolSpec:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments = dict(bound.arguments)
-        first = next(iter(self.signature.parameters), None)
-        if first in ("self", "cls"):  # a method: the instance is not part of the call
-            arguments.pop(first)
+        if self.method:  # its instance or class is not part of the call
+            arguments.pop(next(iter(self.signature.parameters)))
         return arguments
 
 

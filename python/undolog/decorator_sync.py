@@ -71,11 +71,30 @@ def register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> 
     return tool_id
 
 
+def settled_before_asking(conn: engine.Connection, session: ActiveSession) -> None:
+    """Raise the error of a result sent without waiting before an IRREVERSIBLE call is
+    intercepted. Its intercept may write an approval request, which suspends the session
+    (awaiting_approval); raised only after that, the error would leave the block with
+    the session suspended, which leaving fails only when it is active: the unrecorded
+    call would not be compensated, and a person would be asked to approve a call of a
+    doomed run. A round trip of its own only when an answer is unread, for a call that
+    may wait for a person anyway."""
+    # Once the block was left, what is unsettled is its exit's to raise (and the
+    # connection may already serve another session): checked before and after reading.
+    session.check_in_block()
+    engine.settle(conn)
+    session.check_in_block()
+    if (earlier := take_unsettled(conn)) is not None:
+        raise earlier
+
+
 def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Interception:
     """intercept, in one round trip with the answer to the previous call's result (sent
     without waiting). An error in that answer is raised here, before this call runs."""
     conn = cast(engine.Connection, session.connection)
     guard = session.check_in_block
+    if spec.tier is ToolTier.IRREVERSIBLE:
+        settled_before_asking(conn, session)
     try:
         tool_id = register(spec, session)
         try:

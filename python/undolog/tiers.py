@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from undolog.signature import canonical_json
+from undolog.signature import canonical_json, check_storable
 
 
 class ToolTier(enum.Enum):
@@ -58,6 +58,11 @@ class CompensationDescriptor:
     def new(
         cls, name: str, args: Mapping[str, Any] | None = None, max_attempts: int | None = None
     ) -> CompensationDescriptor:
+        """The descriptor of the compensation ``name`` with the fixed ``args``. A
+        ValueError when the tool is declared, not at its first call: an empty name,
+        ``max_attempts`` outside 1..100, or args the journal could not hold
+        (``SignatureError``: not exactly JSON, nested too deep, or a U+0000 in a
+        string, which jsonb cannot store)."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError("a compensation needs a non-empty name")
         if max_attempts is not None and not (
@@ -67,7 +72,11 @@ class CompensationDescriptor:
         ):
             raise ValueError("max_attempts must be an integer from 1 to 100")
         fixed = dict(args or {})
-        canonical_json(fixed)  # refuse now what could not be journaled later
+        # Refuse now what could not be journaled later: what cannot be signed, and what
+        # can be but jsonb cannot store (U+0000, which canonical_json signs like any
+        # other character).
+        canonical_json(fixed)
+        check_storable(fixed, "compensation args")
         return cls(name=name, args=fixed, max_attempts=max_attempts)
 
     def to_json(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from undolog import (
     CompensationDescriptor,
     NotInSession,
     ResultNotJSON,
+    SessionNotActive,
     ToolTier,
     UndoLog,
     undolog_tool,
@@ -235,3 +236,76 @@ def test_declaration_errors_are_caught_at_decoration() -> None:
         CompensationDescriptor.new("", args={})
     with pytest.raises(ValueError):
         CompensationDescriptor.new("x", args={"n": float("nan")})
+
+
+def test_compensation_args_the_journal_cannot_store_are_refused_at_declaration() -> None:
+    """U+0000 can be signed but jsonb cannot store it: refused when the tool is declared,
+    not when its first call is journaled."""
+    with pytest.raises(ValueError, match="compensation args cannot contain the character U"):
+        CompensationDescriptor.new("x", args={"path": "/tmp/a\x00b"})
+    with pytest.raises(ValueError, match="U\\+0000"):
+        CompensationDescriptor.new("x", args={"a\x00b": 1})
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
+def label(cls: str, item: str) -> str:
+    """A plain function whose first parameter is a class label, named ``cls``."""
+    calls.append(f"label {item} {cls}")
+    return f"{item} labelled {cls}"
+
+
+class Labeller:
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
+    def label(self, item: str) -> str:
+        return item
+
+    @classmethod
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
+    def label_all(cls, item: str) -> str:
+        return item
+
+
+def test_a_plain_functions_first_parameter_named_self_or_cls_is_part_of_the_call() -> None:
+    """Only a method's instance (or a classmethod's class) is left out of the journaled
+    args; a plain function's first parameter is an argument, whatever its name."""
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
+    def local(self: str, n: int) -> str:
+        return self
+
+    for fn, args, want in [
+        (label, ("cat", "img1"), {"cls": "cat", "item": "img1"}),
+        (local, ("me", 1), {"self": "me", "n": 1}),
+        (Labeller.__dict__["label"], (Labeller(), "img1"), {"item": "img1"}),
+        (Labeller.__dict__["label_all"].__func__, (Labeller, "img1"), {"item": "img1"}),
+    ]:
+        spec = tool_spec(fn)
+        assert spec is not None
+        assert spec.bind(args, {}) == want, fn
+
+
+def test_calls_of_a_plain_function_that_differ_in_cls_are_different_calls(
+    dsn: str, conn: Conn
+) -> None:
+    """Made again with the same label, the call replays; with another label at the same
+    step it is not answered with the first label's result: it is a new call, which the
+    completed session refuses. A method's instance and a classmethod's class are still
+    left out of the journaled args."""
+    ul = UndoLog(dsn)
+    with ul.session(agent="test") as session:
+        assert label("cat", "img1") == "img1 labelled cat"
+        assert Labeller().label("a") == "a"
+        assert Labeller.label_all("b") == "b"
+    with ul.session(session.session_id):
+        assert label("cat", "img1") == "img1 labelled cat"  # replayed
+    with (
+        pytest.raises(SessionNotActive, match="new calls are refused"),
+        ul.session(session.session_id),
+    ):
+        label("dog", "img1")
+    assert calls == ["label img1 cat"]
+    assert [row[3] for row in _effects(conn, session.session_id)] == [
+        {"cls": "cat", "item": "img1"},
+        {"item": "a"},
+        {"item": "b"},
+    ]

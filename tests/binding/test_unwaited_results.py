@@ -15,6 +15,7 @@ import pytest
 
 from undolog import (
     AsyncUndoLog,
+    AwaitingApprovalError,
     CompensationDescriptor,
     LateResult,
     PayloadTooLarge,
@@ -236,3 +237,72 @@ def test_calls_go_on_after_a_discard_all_dropped_the_prepared_statements(dsn: st
         act("three")
     assert ran == ["one", "two", "three"]
     assert effects(dsn, s.session_id) == [(0, "committed"), (1, "committed"), (2, "committed")]
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+def pay(cents: int) -> int:
+    ran.append("pay")
+    return cents
+
+
+@undolog_tool(tier=ToolTier.IRREVERSIBLE)
+async def apay(cents: int) -> int:
+    ran.append("pay")
+    return cents
+
+
+def approvals(dsn: str, sid: uuid.UUID) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE session_id = %s", (sid,)
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_a_result_too_large_then_an_irreversible_call_asks_nobody(dsn: str) -> None:
+    """The unrecorded result's error is raised before the IRREVERSIBLE call's intercept
+    is sent: no approval request is written (which would suspend the session, so that
+    leaving the block could not fail it), the session fails and the walk compensates
+    the unrecorded call, and nobody is asked about a payout of a doomed run."""
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(PayloadTooLarge), ul.session(agent="t") as s:
+        act("big", big=BIG)
+        pay(5)
+    assert ran == ["big"]
+    assert effects(dsn, s.session_id) == [(0, "compensated")]
+    assert approvals(dsn, s.session_id) == []
+    assert s.state == "compensated"
+
+
+def test_async_result_too_large_then_an_irreversible_call_asks_nobody(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    sid: list[uuid.UUID] = []
+
+    async def scenario() -> str:
+        async with ul.session(agent="t") as s:
+            sid.append(s.session_id)
+            await aact("big", big=BIG)
+            await apay(5)
+        return s.state  # pragma: no cover
+
+    with pytest.raises(PayloadTooLarge):
+        asyncio.run(scenario())
+    assert ran == ["big"]
+    assert effects(dsn, sid[0]) == [(0, "compensated")]
+    assert approvals(dsn, sid[0]) == []
+
+
+def test_an_irreversible_call_after_a_recorded_result_is_asked(dsn: str) -> None:
+    """The settling before an IRREVERSIBLE call raises only a refused result: a result
+    the journal recorded leaves the call to be asked about as ever."""
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(AwaitingApprovalError), ul.session(agent="t") as s:
+        act("small")
+        pay(5)
+    assert ran == ["small"]
+    assert effects(dsn, s.session_id) == [(0, "committed"), (1, "pending")]
+    assert approvals(dsn, s.session_id) == ["pending"]
+    assert s.state == "awaiting_approval"

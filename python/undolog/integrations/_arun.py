@@ -218,10 +218,12 @@ async def framework_run(
     The block finishes: the session completes, unless the result stopped for a human
     (``stopped_for_human(result)`` answers the call keys it shows as waiting, in order,
     rather than None): then the session stays awaiting approval, the approvals noted by
-    ``waiting`` are requested, and ``requested(result, connection)`` may read their ids.
-    The block raises: the session fails and is rolled back (LIFO), and the error goes on.
-    A session a human ended (a rejected call) is walked and raises ApprovalRejectedError
-    instead of running the block."""
+    ``waiting`` are requested, and ``requested(result, connection)`` may read their ids;
+    but a result of the run the journal refused (sent without waiting) is raised first,
+    as if the block had raised it, and nobody is asked. The block raises: the session
+    fails and is rolled back (LIFO), and the error goes on. A session a human ended (a
+    rejected call) is walked and raises ApprovalRejectedError instead of running the
+    block."""
     ended: UndoLogError | None = None
     finished = False  # the run ended without stopping for a human
     deferred: list[_Deferred] = []
@@ -234,6 +236,14 @@ async def framework_run(
                 yield box
                 shown: Sequence[str] | None = _shown(box, stopped_for_human)
                 if shown is not None:
+                    # A result of the run refused by the journal (sent without waiting)
+                    # is raised here, before any approval is requested: requested, the
+                    # session would wait for a person, and its error, then only noted on
+                    # the suspension, would be lost; raised, the block fails the session
+                    # and its walk compensates the unrecorded call, nobody asked.
+                    await aengine.settle(conn)
+                    if (earlier := aengine.take_unsettled(conn)) is not None:
+                        raise earlier
                     await _request_deferred(active, _shown_calls(deferred, shown))
                     if requested is not None:
                         await requested(cast(T, box.result), conn)
