@@ -30,15 +30,18 @@ import functools
 import inspect
 import itertools
 import json
+import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import blake3
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_jsonable_python
 
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.context import ActiveSession, current_session, enter, leave
-from undolog.decorator import ToolSpec, _async_wrapper, last_edit, tool_spec
+from undolog.decorator import ToolSpec, _async_wrapper, _sync_wrapper, last_edit, tool_spec
 from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
@@ -59,6 +62,34 @@ DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
 
 
+def json_form(value: Any) -> Any:
+    """``value`` as the journal holds it: its JSON form. A framework validates the model's
+    JSON into the tool's types (a pydantic BaseModel, a date, a Decimal ...) before it
+    calls the tool; the signature covers JSON only, so a typed argument is journaled and
+    signed as JSON again (``pydantic_core.to_jsonable_python``: a model as its fields, a
+    date as ISO text, a Decimal as its text). A plain JSON value is itself, so its
+    signature is the one it always had. A set is written sorted: in iteration order its
+    JSON, and the signature, would change from process to process (str hashes are
+    salted), and a replay would miss. What has no JSON form is left as it is, for the
+    signature to refuse with its own words."""
+    try:
+        return to_jsonable_python(_sets_sorted(value))
+    except (ValueError, TypeError, RecursionError):  # ValueError: PydanticSerializationError
+        return value
+
+
+def _sets_sorted(value: Any) -> Any:
+    """``value`` with each set in it (in plain containers) a list in a fixed order."""
+    if isinstance(value, set | frozenset):
+        items = [json_form(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, default=repr))
+    if isinstance(value, dict):
+        return {key: _sets_sorted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sets_sorted(item) for item in value]
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ToolInfo:
     """A tool as a framework needs to see it: the decorated callable, its name, its
@@ -76,10 +107,52 @@ class ToolInfo:
         return inspect.iscoroutinefunction(self.fn)
 
     def bind(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The call's arguments as the journal sees them (defaults applied)."""
+        """The call's arguments as the journal holds them (defaults applied, each in its
+        JSON form): what the journaled call of these arguments signs, so that an approval
+        looked up or requested with them is that call's."""
+        call = _Arguments(self, (), kwargs)
         if self.spec is None:
-            return dict(kwargs)
-        return self.spec.bind((), dict(kwargs))
+            return dict(call.plain)
+        args, journal_kwargs = call.journaled()
+        return self.spec.bind(args, journal_kwargs)
+
+    @functools.cached_property
+    def _readers(self) -> dict[str, TypeAdapter[Any]]:
+        """A validator of each annotated parameter's type, by name (built on the first
+        edit that needs one: a call run as the framework validated it needs none)."""
+        body = getattr(self.fn, "__wrapped__", self.fn)
+        try:
+            hints = typing.get_type_hints(body, include_extras=True)
+        except Exception:  # an annotation that cannot be resolved here: taken as written
+            hints = {}
+        readers: dict[str, TypeAdapter[Any]] = {}
+        for name, parameter in self.signature.parameters.items():
+            hint = hints.get(name, parameter.annotation)
+            if hint is inspect.Parameter.empty or isinstance(hint, str):
+                continue  # no type to read the value into: it goes as it is
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                hint = tuple[hint, ...]  # type: ignore[valid-type]
+            elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+                hint = dict[str, hint]  # type: ignore[valid-type]
+            try:
+                readers[name] = TypeAdapter(hint)
+            except Exception:  # a type pydantic cannot validate: the value goes as it is
+                continue
+        return readers
+
+    def read(self, name: str, value: Any) -> Any:
+        """A journal value of parameter ``name`` (JSON: a person's edit) read into the
+        parameter's type, as the framework reads the model's JSON (JSON mode: "2025-03-04"
+        is a date, an object a BaseModel). ValueError when it does not fit."""
+        reader = self._readers.get(name)
+        if reader is None:
+            return value
+        try:
+            return reader.validate_json(json.dumps(value))
+        except (ValidationError, TypeError, ValueError) as error:
+            raise ValueError(
+                f"{self.name}: the approved {name!r} does not fit the tool's parameter: {error}"
+            ) from error
 
 
 def describe(fn: Callable[..., Any]) -> ToolInfo:
@@ -94,25 +167,103 @@ def describe(fn: Callable[..., Any]) -> ToolInfo:
     )
 
 
+class _Arguments:
+    """One call's arguments as the framework gave them (validated into the tool's types,
+    defaults applied) and as the journal holds them (``plain``: their JSON form)."""
+
+    def __init__(self, tool: ToolInfo, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        bound = tool.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        self.tool = tool
+        self.given = dict(bound.arguments)
+        self.plain = {name: json_form(value) for name, value in self.given.items()}
+
+    def journaled(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What the journaled wrapper is called with: the JSON form, which it signs (the
+        instance first, for a tool that is a bound method: the wrapper's signature is the
+        function's)."""
+        plain = inspect.BoundArguments(self.tool.signature, self.plain)
+        lead = (self.tool.fn.__self__,) if inspect.ismethod(self.tool.fn) else ()
+        return (*lead, *plain.args), plain.kwargs
+
+    def for_body(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The body's arguments from those the journaled wrapper hands it: each value
+        that is still the one it was given (the very object) is the framework's typed
+        object again; a person's edit, put in its place by the wrapper, is read into the
+        parameter's type, as the framework read the model's."""
+        assert self.tool.spec is not None
+        bound = self.tool.spec.signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            if name not in self.plain:
+                continue  # a method's instance
+            if value is self.plain[name]:
+                bound.arguments[name] = self.given[name]
+            else:
+                bound.arguments[name] = self.tool.read(name, value)
+        return bound.args, bound.kwargs
+
+
 def awaitable_body(tool: ToolInfo) -> Callable[..., Awaitable[Any]]:
-    """The tool as an ``async def`` for a framework whose run is async. A sync journaled
-    tool gets its own body run in a worker thread, journaled by the async session (the
-    binding refuses a sync journaled call inside an async session); a sync SAFE tool runs
-    in a worker thread too, so it does not block the event loop."""
-    if tool.is_async:
-        return cast(Callable[..., Awaitable[Any]], tool.fn)
+    """The tool as an ``async def`` for a framework whose run is async, called with the
+    arguments the framework validated. A journaled tool's call is journaled (and signed)
+    with their JSON form, and its body gets the typed objects (a person's edit read
+    into the parameters' types). A sync journaled tool gets its own body run in a worker
+    thread, journaled by the async session (the binding refuses a sync journaled call
+    inside an async session); a sync SAFE tool runs in a worker thread too, so it does
+    not block the event loop."""
+    if tool.spec is None:
+        if tool.is_async:
+            return cast(Callable[..., Awaitable[Any]], tool.fn)
+        safe: Callable[..., Any] = tool.fn
+
+        @functools.wraps(safe)
+        async def threaded(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(safe, *args, **kwargs)
+
+        return threaded
+    spec = tool.spec
     # the decorator's functools.wraps keeps the undecorated body as __wrapped__
-    body: Callable[..., Any] = tool.fn if tool.spec is None else tool.fn.__wrapped__  # type: ignore[attr-defined]
+    body: Callable[..., Any] = tool.fn.__wrapped__  # type: ignore[attr-defined]
 
     @functools.wraps(body)
-    async def threaded(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(body, *args, **kwargs)
+    async def journaled(*args: Any, **kwargs: Any) -> Any:
+        call = _Arguments(tool, args, kwargs)
 
+        async def typed(*given: Any, **named: Any) -> Any:
+            given, named = call.for_body(given, named)
+            if tool.is_async:
+                return await body(*given, **named)
+            return await asyncio.to_thread(body, *given, **named)
+
+        journal_args, journal_kwargs = call.journaled()
+        return await _async_wrapper(spec, typed)(*journal_args, **journal_kwargs)
+
+    return journaled
+
+
+def callable_body(tool: ToolInfo) -> Callable[..., Any]:
+    """A sync tool for a framework whose run is sync, called with the arguments the
+    framework validated: a journaled one is journaled with their JSON form, and its body
+    gets the typed objects (as ``awaitable_body``)."""
     if tool.spec is None:
-        return threaded
-    journaled = _async_wrapper(tool.spec, threaded)
-    journaled.__undolog_tool__ = tool.spec  # type: ignore[attr-defined]
-    return cast(Callable[..., Awaitable[Any]], journaled)
+        return tool.fn
+    spec = tool.spec
+    body: Callable[..., Any] = tool.fn.__wrapped__  # type: ignore[attr-defined]
+
+    @functools.wraps(body)
+    def journaled(*args: Any, **kwargs: Any) -> Any:
+        call = _Arguments(tool, args, kwargs)
+
+        def typed(*given: Any, **named: Any) -> Any:
+            given, named = call.for_body(given, named)
+            return body(*given, **named)
+
+        journal_args, journal_kwargs = call.journaled()
+        return _sync_wrapper(spec, typed)(*journal_args, **journal_kwargs)
+
+    return journaled
 
 
 def step_for(call_key: str) -> int:
@@ -121,16 +272,58 @@ def step_for(call_key: str) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
 
 
+class _Pinned:
+    """What the session of one framework tool call adds to the run's: the call sees a
+    copy of the run's session (its class too: a client's session knows its client) whose
+    step counter starts at its key's step; but whether the block was left is the run's
+    to say (``left``, read at each check). A copy that kept its own ``left`` would stay in
+    the block for ever: a call still running once the run's block was left would go on
+    sending on a connection that is closed or (a pool's) already serves another session."""
+
+    _run: ActiveSession
+    _left: bool
+
+    @property
+    def left(self) -> bool:
+        return self._left or self._run.left
+
+    @left.setter
+    def left(self, value: bool) -> None:  # the dataclass __init__ sets it
+        self._left = value
+
+
+# The pinned kind of each session class (ActiveSession, a client's ClientSession ...).
+_pinned_classes: dict[type[ActiveSession], type[ActiveSession]] = {}
+
+
+def _pinned_class(cls: type[ActiveSession]) -> type[ActiveSession]:
+    if issubclass(cls, _Pinned):  # a call pinned inside a pinned call: the same kind
+        return cls
+    made = _pinned_classes.get(cls)
+    if made is None:
+        made = cast(type[ActiveSession], type(f"Pinned{cls.__name__}", (_Pinned, cls), {}))
+        _pinned_classes[cls] = made  # a race makes two equal classes: either will do
+    return made
+
+
+def _pinned(run: ActiveSession, first_step: int) -> ActiveSession:
+    copied = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.init}
+    call = _pinned_class(type(run))(**{**copied, "_steps": itertools.count(first_step)})
+    cast(_Pinned, call)._run = run
+    return call
+
+
 @contextlib.contextmanager
 def pinned_step(call_key: str | None) -> Iterator[None]:
     """Run one tool call with the step index of its key. The decorator takes the next
-    step from the current session, so the call sees a copy of the run's session whose
-    counter starts at that step; an unknown outcome it records is copied back to the run."""
+    step from the current session, so the call sees the run's session with a step
+    counter that starts at that step; an unknown outcome it records is copied back to
+    the run."""
     if call_key is None:
         yield
         return
     run = current_session()
-    call = dataclasses.replace(run, _steps=itertools.count(step_for(call_key)))
+    call = _pinned(run, step_for(call_key))
     token = enter(call)
     try:
         yield

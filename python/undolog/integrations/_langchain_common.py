@@ -182,6 +182,10 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
             )
         return StructuredTool.from_function(func=fn, name=info.name, description=info.description)
 
+    # LangChain validates the model's arguments into the tool's types: journaled (and
+    # signed) as their JSON form, the body getting the typed objects
+    journaled = _core.callable_body(info)
+
     def call(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
@@ -190,7 +194,7 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
                 interrupt(_approval_request(wait, info, key, kwargs))
         try:
             with _core.pinned_step(key):
-                result = fn(**kwargs)
+                result = journaled(**kwargs)
         except ApprovalRejectedError as error:
             return _refused(info, error)
         return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result

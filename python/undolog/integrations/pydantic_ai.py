@@ -29,8 +29,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
-from pydantic_ai._function_schema import function_schema
+from pydantic_ai._function_schema import FunctionSchema, function_schema
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import (
     ModelMessage,
@@ -58,6 +59,9 @@ APPROVAL_KEY = "undolog_approval_id"
 EDIT_KEY = "undolog_edit"
 """The key of an edited call's ``ToolReturnPart.metadata`` holding the edit."""
 _UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
+# The argument schema of each journaled tool built here, by name: a person's edit
+# (ToolApproved.override_args) is validated by it, as pydantic-ai validates the model's.
+_schemas: dict[str, FunctionSchema] = {}
 
 
 def tool(fn: Callable[..., Any]) -> Tool[Any]:
@@ -67,7 +71,11 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     if info.tier is ToolTier.SAFE:
         return Tool(fn, takes_ctx=False, name=info.name, description=info.description)
     schema = function_schema(fn, GenerateToolJsonSchema, tool_name=info.name, takes_ctx=False)
-    body = _core.awaitable_body(info)  # a sync journaled tool: its body in a worker thread
+    _schemas[info.name] = schema
+    # pydantic-ai validates the model's arguments into the tool's types: the call is
+    # journaled (and signed) with their JSON form, its body gets the typed objects (a
+    # sync journaled tool's in a worker thread)
+    body = _core.awaitable_body(info)
 
     async def call(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
         bound = info.signature.bind(*args, **kwargs).arguments
@@ -444,6 +452,34 @@ Answer = bool | ToolApproved | ToolDenied
 """A person's answer to a deferred call: approved or not, or pydantic-ai's own."""
 
 
+def _checked_edit(part: ToolCallPart, args: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A person's override_args validated by the tool's argument schema over the call's
+    own arguments, as pydantic-ai validates the model's ("50" for an int is 50): the
+    call's arguments as they will run, in the JSON form the journal holds (a date as ISO
+    text ...), which the body gets read into its types. Arguments that do not fit raise
+    ValueError, and nothing is recorded. A key that names no parameter goes as it is,
+    for the engine to refuse (EditChangesArguments). A tool not built in this process is
+    not known here: its edit goes as it is."""
+    if args is None:
+        return None
+    schema = _schemas.get(part.tool_name)
+    if schema is None:
+        return dict(args)
+    try:
+        validated = schema.validator.validate_python({**part.args_as_dict(), **args})
+    except ValidationError as error:
+        raise ValueError(
+            f"the edited {part.tool_name} arguments do not fit the tool: {error}"
+        ) from error
+    # the whole call as it would run, by parameter: an edit names the call's arguments
+    # (the engine's rule), and a model-like single parameter's fields are its own
+    fitted = {name: _core.json_form(value) for name, value in validated.items()}
+    if schema.single_arg_name is None:
+        for key, value in args.items():  # not a parameter: the engine refuses it
+            fitted.setdefault(schema.parameter_names.get(key, key), value)
+    return fitted
+
+
 def _answer(answer: Answer, reason: str | None) -> tuple[bool, str | None, dict[str, Any] | None]:
     """(approved, reason, edited args) of an answer. ``ToolDenied(message)`` rejects, its
     message the reason when none is given; ``ToolApproved(override_args=...)`` approves
@@ -469,11 +505,19 @@ async def decide(
     approver's login, and answer the ``DeferredToolResults`` to resume with. An approval
     with ``override_args`` is recorded with them (``undolog.approve_edited``): the call
     runs once with the person's arguments, and the model is told. The calls not answered
-    here go back to their tools, which ask UndoLog again."""
+    here go back to their tools, which ask UndoLog again. ``override_args`` are
+    validated by the tool first, as pydantic-ai validates the model's: arguments that do
+    not fit raise ValueError before any answer is recorded."""
     answers = _undecided(requests)
-    tools = {part.tool_call_id: part.tool_name for part in requests.approvals}
-    for call_id, answer in approvals.items():
+    parts = {part.tool_call_id: part for part in requests.approvals}
+    tools = {call_id: part.tool_name for call_id, part in parts.items()}
+    decided = []
+    for call_id, answer in approvals.items():  # every edit checked before one is recorded
         approved, why, args = _answer(answer, reason)
+        if args is not None and call_id in parts:
+            args = _checked_edit(parts[call_id], args)
+        decided.append((call_id, approved, why, args))
+    for call_id, approved, why, args in decided:
         approval = approval_id(requests, call_id)
         await _arun.record_decision(approver, approval, approved, decided_by, why, args)
         if approved:  # edited or not: the call runs with what UndoLog approved
