@@ -186,6 +186,23 @@ def _hex(value: Any) -> bytes | None:
     return raw if len(raw) == 32 else None
 
 
+def _numbered(lines: Iterator[str], start: int) -> Iterator[tuple[int, str]]:
+    """``lines`` numbered from ``start``; a file read as UTF-8 text that holds other bytes
+    raises ExportInvalid (read in blocks, it fails at or before the line that holds them)."""
+    number = start
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise ExportInvalid(
+                f"not an UndoLog chain export: not UTF-8 text (at line {number} or after)"
+            ) from exc
+        yield number, line
+        number += 1
+
+
 def verify_export(lines: Iterable[str]) -> Report:
     """Check an export (:func:`export_session`) with no database: every line's hash is
     sha256(prev || canonical), its prev is the previous line's hash, its seq follows,
@@ -196,7 +213,9 @@ def verify_export(lines: Iterable[str]) -> Report:
     it = iter(lines)
     try:
         header = json.loads(next(it))
-    except (StopIteration, ValueError) as exc:
+    except UnicodeDecodeError as exc:  # a file opened as UTF-8 text, read line by line
+        raise ExportInvalid("not an UndoLog chain export: not UTF-8 text") from exc
+    except (StopIteration, ValueError, RecursionError) as exc:
         raise ExportInvalid("not an UndoLog chain export: no header line") from exc
     if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
         raise ExportInvalid(f"not an UndoLog chain export (format {EXPORT_FORMAT!r} expected)")
@@ -205,11 +224,13 @@ def verify_export(lines: Iterable[str]) -> Report:
     before_seq: int | None = None
     before_hash = GENESIS
     count = 0
-    for number, line in enumerate(it, start=2):
+    for number, line in _numbered(it, start=2):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+        except RecursionError as exc:
+            raise ExportInvalid(f"line {number} is nested too deeply to be a row") from exc
         except ValueError as exc:
             raise ExportInvalid(f"line {number} is not JSON") from exc
         if not isinstance(row, dict):
@@ -227,15 +248,22 @@ def verify_export(lines: Iterable[str]) -> Report:
             continue
         try:
             record = json.loads(canonical)
+            differs = record != row.get("record")
+        except RecursionError as exc:  # a row's record is no deeper than its line
+            raise ExportInvalid(f"line {number} is nested too deeply to be a row") from exc
         except ValueError:
-            record = None
-        if record != row.get("record") or not isinstance(record, dict):
+            record, differs = None, True
+        if differs or not isinstance(record, dict):
             found("altered", "record = its canonical text", "a record that differs from it")
         elif record.get("session_id") != session:
             found("altered", f"a row of session {session}", f"session {record.get('session_id')}")
-        recomputed = chain_hash(prev, canonical)
-        if recomputed != stored:
-            found("altered", recomputed.hex(), stored.hex())
+        try:
+            recomputed = chain_hash(prev, canonical)
+        except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800): no row's text holds one
+            found("altered", "a canonical text of UTF-8", "a lone surrogate in it")
+        else:
+            if recomputed != stored:
+                found("altered", recomputed.hex(), stored.hex())
         if before_seq is not None and seq == before_seq:
             found("duplicate", f"seq {before_seq + 1}", f"seq {seq}")
         else:

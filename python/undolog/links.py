@@ -48,7 +48,7 @@ def ttl_from_env() -> int:
     value = os.environ.get(TTL_ENV, "")
     if not value:
         return DEFAULT_TTL
-    if not value.isdigit() or int(value) <= 0:
+    if not (value.isascii() and value.isdigit()) or int(value) <= 0:
         raise ValueError(f"{TTL_ENV} must be a positive number of seconds")
     return int(value)
 
@@ -97,7 +97,11 @@ def check(
         aid = uuid.UUID(approval_id)
     except ValueError:
         return "invalid"
-    if not expires or not expires.isdigit() or len(expires) > 12 or not sig:
+    # ASCII only: str.isdigit and int() take every script's digits (another spelling of
+    # a signed expiry), and hmac.compare_digest raises TypeError on a str outside ASCII
+    if not expires or not sig or not (expires + sig).isascii():
+        return "invalid"
+    if not expires.isdigit() or len(expires) > 12:
         return "invalid"
     # the canonical form of the id is signed: another spelling of it does not verify
     if str(aid) != approval_id:

@@ -809,11 +809,53 @@ WHERE e.from_top <= %(limit)s OR e.undo_id = %(halt_undo_id)s
 ORDER BY e.stack_position DESC
 
 -- name: dashboard_session_approvals
--- One session's approval requests, in the order they were made.
-SELECT *, coalesce(expires_at <= now(), FALSE) AS expired
-FROM undolog.session_approvals
-WHERE session_id = %(session_id)s
-ORDER BY requested_at
+-- One session's approval requests, in the order they were made. An approval made with
+-- edited arguments (edit, then approve) has them as compact JSON text cut at %(cell)s
+-- characters, with their whole length, and the top-level arguments the edit changed
+-- (approved_changes: as in dashboard_decisions_page): read through undolog.approval_edit,
+-- which answers the reader only for a session of theirs (an agent its own, approvers and
+-- operators every one), as session_approvals' row-level security does.
+SELECT a.*, coalesce(a.expires_at <= now(), FALSE) AS expired,
+       left(j.approved_args::text, %(cell)s::int) AS approved_args_text,
+       length(j.approved_args::text) AS approved_args_length,
+       ch.changes AS approved_changes, ch.total AS approved_changes_total
+FROM undolog.session_approvals AS a
+LEFT JOIN LATERAL (
+    SELECT x.requested_args, x.approved_args
+    FROM undolog.approval_edit(p_session_id => a.session_id, p_effect_id => a.effect_id) AS x
+    -- only an approval can carry an edit: the others do not call the function (OFFSET 0
+    -- keeps this subquery whole, so that the state is its one-time filter)
+    WHERE a.state = 'approved' AND x.approval_id = a.approval_id
+    OFFSET 0
+) AS j ON TRUE
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object(
+               'name', left(c.name, %(change)s::int)
+                   || CASE WHEN length(c.name) > %(change)s::int THEN '…' ELSE '' END,
+               'before', left(c.before, %(change)s::int)
+                   || CASE WHEN length(c.before) > %(change)s::int THEN '…' ELSE '' END,
+               'after', left(c.after, %(change)s::int)
+                   || CASE WHEN length(c.after) > %(change)s::int THEN '…' ELSE '' END
+           ) ORDER BY c.name) FILTER (WHERE c.n <= %(changes)s::int) AS changes,
+           count(*) AS total
+    FROM (
+        SELECT k.name, (j.requested_args -> k.name)::text AS before,
+               (j.approved_args -> k.name)::text AS after,
+               row_number() OVER (ORDER BY k.name) AS n
+        FROM (
+            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(j.requested_args) = 'object'
+                                           AND j.approved_args IS NOT NULL
+                                          THEN j.requested_args ELSE '{}' END)
+            UNION
+            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(j.approved_args) = 'object'
+                                          THEN j.approved_args ELSE '{}' END)
+        ) AS k (name)
+        WHERE (j.requested_args -> k.name) IS DISTINCT FROM (j.approved_args -> k.name)
+    ) AS c
+    WHERE j.approved_args IS NOT NULL
+) AS ch ON TRUE
+WHERE a.session_id = %(session_id)s
+ORDER BY a.requested_at
 
 -- name: dashboard_session_deliveries
 -- One session's notifications; the reader's row-level security applies (an agent reads
@@ -877,6 +919,17 @@ SELECT c.step_index, c.tool_name, c.result_snapshot AS value
 FROM undolog.session_calls AS c
 WHERE c.session_id = %(session_id)s AND c.effect_id = %(effect_id)s
 
+-- name: dashboard_call_approved_args
+-- The arguments one call's approval let it run with instead of the requested ones (edit,
+-- then approve), whole; no row when the approval made no edit, or the session is not the
+-- reader's to see (undolog.approval_edit's rule, as dashboard_call_args').
+SELECT c.step_index, c.tool_name, x.approved_args AS value
+FROM undolog.session_calls AS c
+CROSS JOIN LATERAL undolog.approval_edit(
+    p_session_id => c.session_id, p_effect_id => c.effect_id
+) AS x
+WHERE c.session_id = %(session_id)s AND c.effect_id = %(effect_id)s
+
 -- name: dashboard_delivery_in_session
 -- Whether a notification delivery is one of this session's requests'.
 SELECT 1 AS x FROM undolog.notification_deliveries
@@ -890,15 +943,48 @@ WHERE u.undo_id = %(undo_id)s AND u.session_id = %(session_id)s
 -- name: dashboard_decisions_page
 -- Past decisions: one page of %(limit)s, newest decision first, by keyset after the
 -- cursor (%(after_at)s, %(after_id)s), each filter off when its parameter is NULL; sent
--- unprepared, as dashboard_sessions_page.
+-- unprepared, as dashboard_sessions_page. An approval made with edited arguments has
+-- them cut at %(cell)s characters with their whole length, and approved_changes: the
+-- top-level arguments the edit changed, added or dropped (at most %(changes)s, by name;
+-- approved_changes_total counts them all), each name and value (JSON text, NULL when
+-- absent) cut at %(change)s characters and then marked '…', so that the changed value
+-- shows even where it falls past the head's cut.
 SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.tier,
        left(d.args::text, %(cell)s::int) AS args_text,
        length(d.args::text) AS args_length,
        d.decision, d.decided_by, d.decided_role, d.reason, d.decided_at,
        d.requested_at, d.waited, d.agent, d.owner_role, d.requested_by,
        d.effect_state,
-       left(d.approved_args::text, %(cell)s::int) AS approved_args_text
+       left(d.approved_args::text, %(cell)s::int) AS approved_args_text,
+       length(d.approved_args::text) AS approved_args_length,
+       ch.changes AS approved_changes, ch.total AS approved_changes_total
 FROM undolog.decided_approvals AS d
+LEFT JOIN LATERAL (
+    SELECT jsonb_agg(jsonb_build_object(
+               'name', left(c.name, %(change)s::int)
+                   || CASE WHEN length(c.name) > %(change)s::int THEN '…' ELSE '' END,
+               'before', left(c.before, %(change)s::int)
+                   || CASE WHEN length(c.before) > %(change)s::int THEN '…' ELSE '' END,
+               'after', left(c.after, %(change)s::int)
+                   || CASE WHEN length(c.after) > %(change)s::int THEN '…' ELSE '' END
+           ) ORDER BY c.name) FILTER (WHERE c.n <= %(changes)s::int) AS changes,
+           count(*) AS total
+    FROM (
+        SELECT k.name, (d.args -> k.name)::text AS before,
+               (d.approved_args -> k.name)::text AS after,
+               row_number() OVER (ORDER BY k.name) AS n
+        FROM (
+            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(d.args) = 'object'
+                                           AND d.approved_args IS NOT NULL
+                                          THEN d.args ELSE '{}' END)
+            UNION
+            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(d.approved_args) = 'object'
+                                          THEN d.approved_args ELSE '{}' END)
+        ) AS k (name)
+        WHERE (d.args -> k.name) IS DISTINCT FROM (d.approved_args -> k.name)
+    ) AS c
+    WHERE d.approved_args IS NOT NULL
+) AS ch ON TRUE
 WHERE (%(since)s::timestamptz IS NULL OR d.decided_at >= %(since)s::timestamptz)
   AND (%(by)s::text IS NULL OR d.decided_role = %(by)s::text)
   AND (%(after_at)s::timestamptz IS NULL

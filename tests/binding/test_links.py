@@ -79,6 +79,34 @@ def test_any_change_to_a_link_makes_it_invalid(change: str) -> None:
     assert links.check(key, aid, got_exp, got_sig, now=NOW) == "invalid"
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        "sig of non-ASCII letters",
+        "sig of non-ASCII hex digits",
+        "exp of Arabic-Indic digits",
+        "exp of full-width digits",
+        "id of full-width digits",
+    ],
+)
+def test_a_link_with_non_ascii_parts_is_invalid_not_an_error(change: str) -> None:
+    """Anyone may send a link's parts: a character outside ASCII is an invalid link, not
+    a TypeError (hmac.compare_digest takes no such str) nor another spelling of a signed
+    number (str.isdigit and int() take every script's digits)."""
+    aid, exp, sig = parts(links.signed_url("https://d", AID, KEY, NOW + 60))
+    if change == "sig of non-ASCII letters":
+        sig = "\u00e9" * 64
+    elif change == "sig of non-ASCII hex digits":
+        sig = sig.translate({ord(d): 0xFF10 + int(d) for d in "0123456789"})  # full width
+    elif change == "exp of Arabic-Indic digits":
+        exp = exp.translate({ord(d): 0x0660 + int(d) for d in "0123456789"})
+    elif change == "exp of full-width digits":
+        exp = exp.translate({ord(d): 0xFF10 + int(d) for d in "0123456789"})
+    elif change == "id of full-width digits":
+        aid = aid.translate({ord(d): 0xFF10 + int(d) for d in "0123456789"})
+    assert links.check(KEY, aid, exp, sig, now=NOW) == "invalid"
+
+
 def test_the_expiry_is_the_lifetime_or_the_requests_deadline_if_sooner() -> None:
     assert links.expiry(600, None, now=NOW) == NOW + 600
     soon = datetime.fromtimestamp(NOW + 30, tz=UTC)

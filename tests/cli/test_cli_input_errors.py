@@ -95,6 +95,48 @@ def test_a_port_out_of_range_is_a_usage_error(
     assert refused.value.code == 2 and "not a port number" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("minutes", ["nan", "inf", "-inf", "0", "-5", "1e308", "soon"])
+def test_an_idle_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    minutes: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NaN would never log anyone out, 0 or less would log everyone out at once."""
+    from undolog.dashboard import server  # python -m undolog.dashboard: the same check
+
+    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: 0)  # never serves here
+    code, _, err = run(capsys, "dashboard", f"--idle-timeout={minutes}")
+    assert code == 2 and "--idle-timeout" in err and "a positive number of minutes" in err
+    with pytest.raises(SystemExit) as refused:
+        server.main([f"--idle-timeout={minutes}"])
+    assert refused.value.code == 2 and "a positive number of minutes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("digits", [33, 34, 36])
+@pytest.mark.parametrize("command", ["sessions show", "approvals approve", "sessions resume"])
+def test_an_id_of_more_than_32_hex_digits_is_a_usage_error(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str], digits: int, command: str
+) -> None:
+    given = ("0123456789abcdef" * 3)[:digits]
+    extra = {"approvals approve": ["--by", "x"], "sessions resume": ["--by", "x", "--reason", "r"]}
+    code, _, err = run(capsys, "--dsn", dsn, *command.split(), given, *extra.get(command, []))
+    assert code == 2, err
+    assert "Traceback" not in err and "not a" in err and "32" in err
+
+
+def test_a_lone_surrogate_is_a_usage_error_not_a_crash_of_the_error_report() -> None:
+    """Python keeps bytes that are not UTF-8 as U+DC80..U+DCFF (surrogateescape), but a
+    value may hold any lone surrogate (JSON's escape \\ud800): the message still says it."""
+    import argparse
+
+    from undolog.cli import _not_utf8
+
+    args = argparse.Namespace(dsn="x", by="a\ud800b")
+    exc = UnicodeEncodeError("utf-8", "a\ud800b", 1, 2, "surrogates not allowed")
+    refused = _not_utf8(exc, args, ["--by", "a\ud800b"])
+    assert "--by is not UTF-8 text" in str(refused) and "\\ud800" in str(refused)
+    escaped = UnicodeEncodeError("utf-8", NOT_UTF8, 0, 2, "surrogates not allowed")
+    assert "(b'\\xff\\xfe')" in str(_not_utf8(escaped, args, []))
+
+
 def test_an_agent_is_told_the_role_metrics_needs(
     agent_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

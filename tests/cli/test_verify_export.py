@@ -159,6 +159,44 @@ def test_refusals(dsn: str, tmp_path: Path) -> None:
     assert undolog(None, "verify", "--file", str(tmp_path / "absent")).returncode == 2
 
 
+def _header() -> bytes:
+    return json.dumps({"format": chain.EXPORT_FORMAT, "session_id": str(uuid.uuid4())}).encode()
+
+
+def test_a_damaged_export_is_a_usage_error_or_a_mismatch_never_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """docs/reference/cli.md: `verify` exits 2 for a file that is not an export, 4 for rows
+    that do not match their chains; a file damaged in any way gets one of the two."""
+    link = b'"prev": "' + b"0" * 64 + b'", "hash": "' + b"0" * 64 + b'"'
+    damaged = {
+        "deep-nesting": (_header() + b"\n" + b"[" * 100_000 + b"\n", 2, "nested too deeply"),
+        "deep-header": (b"[" * 100_000 + b"\n", 2, "not an UndoLog chain export"),
+        "not-utf8-in-header": (b"\xff" + _header() + b"\n", 2, "not UTF-8"),
+        "not-utf8-past-8k": (_header() + b"\n" + b" " * 20_000 + b"\xff\n", 2, "not UTF-8"),
+        "lone-surrogate": (
+            _header() + b'\n{"seq": 1, ' + link + b', "canonical": "\\ud800", "record": null, '
+            b'"table": "t", "key": "k"}\n',
+            EXIT_MISMATCH,
+            "altered",
+        ),
+        "lone-surrogates-shown": (
+            b'{"format": "' + chain.EXPORT_FORMAT.encode() + b'", "session_id": "\\ud800"}\n'
+            b'{"seq": 1, ' + link + b', "canonical": "{}", "record": {}, '
+            b'"table": "\\ud800", "key": "\\udcff"}\n',
+            EXIT_MISMATCH,
+            "altered: \\ud800 \\udcff (session \\ud800, seq 1)",
+        ),
+    }
+    for name, (body, exit_code, words) in damaged.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(body)
+        got = undolog(None, "verify", "--file", str(path))
+        assert got.returncode == exit_code, (name, got.stderr[-600:])
+        assert "Traceback" not in got.stderr, name
+        assert words in got.stdout + got.stderr, (name, got.stdout, got.stderr)
+
+
 def test_a_verification_the_server_cancels_is_a_database_error_with_a_hint(
     dsn: str, conn: Conn
 ) -> None:

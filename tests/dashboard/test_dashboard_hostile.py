@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 import uvicorn
+from psycopg.conninfo import conninfo_to_dict
 from starlette.testclient import TestClient
 from test_dashboard import app_dsn, approval_row, log_in
 
@@ -23,7 +26,11 @@ from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiti
 from undolog import engine
 from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
-from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
+from undolog.dashboard.websessions import (
+    MAX_SESSIONS_PER_LOGIN,
+    LoginThrottle,
+    person_conninfo,
+)
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn"]  # a fixture shared with test_dashboard
@@ -378,6 +385,47 @@ def test_an_idle_web_session_ends_its_open_streams_and_connections(
         assert client.get("/sessions", follow_redirects=False).headers["location"] == "/login"
 
 
+def test_what_a_live_page_fetches_by_itself_is_not_activity(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """An approver leaves the inbox open and walks away. Requests keep arriving, and on
+    each the page's own script (dashboard.js) fetches its fragment again; the sessions
+    page fetches its counts; a dropped event stream reconnects. None of that is the
+    person: the web session still ends at the idle timeout."""
+    waiting = waiting_session(app_dsn)
+    dashboard = Dashboard(app_dsn, idle_timeout=1.5)
+    with TestClient(dashboard.app(), follow_redirects=False) as web:
+        assert log_in(web, "dash_operator").status_code == 303
+        assert web.get("/approvals").status_code == 200  # the person's last real action
+        (ws,) = dashboard.store.sessions.values()
+        seen = ws.last_seen
+        automatic = (
+            "/approvals?fragment=1",
+            f"/sessions/{waiting.session_id}?fragment=1",
+            "/sessions/counts",
+        )
+        for path in automatic:
+            assert web.get(path).status_code == 200, path
+        assert ws.last_seen == seen
+        # the inbox's stream, open until the web session idles out
+        with web.stream("GET", "/events?view=inbox") as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("event:")]
+        assert events[-1] == "event: logout"
+        assert ws.last_seen == seen
+        assert web.get("/approvals?fragment=1").status_code == 303  # to the login page
+        assert web.get("/approvals").status_code == 303
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 0.0, -60.0])
+def test_an_idle_timeout_that_is_not_a_positive_number_is_refused(
+    app_dsn: str, seconds: float
+) -> None:
+    """NaN would never log anyone out, 0 or less would log everyone out at once (the
+    command refuses them too: tests/cli/test_cli_input_errors.py)."""
+    with pytest.raises(ValueError, match="idle_timeout"):
+        Dashboard(app_dsn, idle_timeout=seconds)
+
+
 def test_an_agent_cannot_read_another_agents_call_by_its_ids(
     web: TestClient, app_dsn: str, conn: Conn
 ) -> None:
@@ -449,6 +497,64 @@ def test_an_empty_password_is_refused_not_called_unreachable(
         refused = log_in(web, "dash_approver", password)
         assert refused.status_code == 401
         assert "login refused" in refused.text and "cannot be reached" not in refused.text
+
+
+@pytest.mark.parametrize("where", ["PGPASSFILE", "HOME/.pgpass"])
+def test_an_empty_password_never_logs_in_with_the_hosts_password_file(
+    web: TestClient,
+    passwords_checked: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """libpq, given no password, reads the password file of whoever runs the dashboard
+    (PGPASSFILE, or ~/.pgpass), which may well hold an operator's password. A visitor who
+    types that operator's login and no password (or spaces, or a NUL, where libpq ends a
+    password) is refused as a wrong password, and counted as a failed login."""
+    if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
+        pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
+    passfile = tmp_path / ".pgpass"
+    passfile.write_text(f"*:*:*:dash_operator:{PASSWORD}\n")
+    passfile.chmod(0o600)
+    monkeypatch.delenv("PGPASSFILE", raising=False)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    if where == "PGPASSFILE":
+        monkeypatch.setenv("PGPASSFILE", str(passfile))
+    else:
+        monkeypatch.setenv("HOME", str(tmp_path))
+    for password in ("", "   ", "\x00"):
+        refused = log_in(web, "dash_operator", password)
+        assert refused.status_code == 401, (repr(password), refused.status_code)
+        assert "login refused: wrong login or password" in refused.text
+        assert web.get("/maintenance").status_code == 303  # to the login page
+    for _ in range(LoginThrottle.FREE - 3):
+        assert log_in(web, "dash_operator", "").status_code == 401
+    # the blank attempts counted: even the right password now waits
+    assert log_in(web, "dash_operator").status_code == 429
+
+
+def test_a_link_with_a_non_ascii_signature_is_not_valid_not_a_500(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Anyone on the network, logged in or not, may open /open/<id>?exp=..&sig=..: a
+    signature or expiry holding non-ASCII characters is a link not valid (403)."""
+    app = create_app(app_dsn, link_secret="a-links-key-of-32-characters-xyz")
+    with TestClient(app, follow_redirects=False, raise_server_exceptions=False) as web:
+        aid = uuid.uuid4()
+        for path in (f"/open/{aid}", f"/open/{aid}/go"):
+            for exp, sig in (("9999999999", "\u00e9" * 64), ("\u0669" * 10, "0" * 64)):
+                page = web.get(path, params={"exp": exp, "sig": sig})
+                assert page.status_code == 403, (path, exp, page.status_code)
+                assert "Link not valid" in page.text
+
+
+def test_a_persons_connection_never_reads_a_password_file(app_dsn: str) -> None:
+    """Whatever the dashboard's own DSN says, a person's connection names no password file
+    but an empty one: only the password the person typed can log them in."""
+    for dsn in (app_dsn, app_dsn + " passfile=/tmp/operator.pgpass"):
+        params = conninfo_to_dict(person_conninfo(dsn, "dash_operator", PASSWORD))
+        assert params["passfile"] == os.devnull
+        assert params["user"] == "dash_operator" and params["password"] == PASSWORD
 
 
 async def _login_async(base: str, login: str, password: str) -> tuple[int, str, Any]:

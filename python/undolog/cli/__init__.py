@@ -203,8 +203,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _not_utf8(exc: UnicodeEncodeError, args: argparse.Namespace, argv: Sequence[str]) -> UsageError:
     """A value PostgreSQL cannot take, its text being UTF-8: bytes of another encoding on
-    the command line or in UNDOLOG_DSN, which Python keeps as lone surrogates."""
-    bad = exc.object[exc.start : exc.end].encode("utf-8", "surrogateescape")
+    the command line or in UNDOLOG_DSN, which Python keeps as lone surrogates (shown as
+    those bytes), or another lone surrogate, as JSON's escape \\ud800 makes one (shown as
+    its escape: no bytes stand for it)."""
+    piece = exc.object[exc.start : exc.end]
+    try:
+        bad = piece.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        bad = piece.encode("utf-8", "backslashreplace")
     where = "a value given"
     if args.dsn is None and exc.object == os.environ.get("UNDOLOG_DSN"):
         where = "UNDOLOG_DSN"

@@ -50,10 +50,10 @@ def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID
         if given.startswith(mark):  # a short_id: the id's end
             return _resolve_suffix(conn, kind, text, given.removeprefix(mark))
     digits = given.replace("-", "").lower()
-    if not _PREFIX.fullmatch(given) or len(digits) < MIN_PREFIX:
+    if not _PREFIX.fullmatch(given) or not MIN_PREFIX <= len(digits) <= 32:
         raise UsageError(
-            f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of at least "
-            f"{MIN_PREFIX} hex digits"
+            f"{text!r} is not {_article(kind)} {kind} id, nor an id prefix of "
+            f"{MIN_PREFIX} to 32 hex digits"
         )
     rows = query(
         conn,

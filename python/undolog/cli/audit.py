@@ -84,7 +84,14 @@ def configure_audit_parser(subparsers: Subparsers, common: Parser) -> None:
     p.set_defaults(func=_cmd_anchor_export, needed_role=OPERATOR)
 
 
+def _shown(text: str) -> str:
+    """``text`` as UTF-8 can print it: an export may hold lone surrogates (JSON's \\ud800)
+    in any field, and a file's name bytes that are not UTF-8; each is shown escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> int:
+    what = _shown(what)
     if args.json:
         print_json(
             {
@@ -102,7 +109,7 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
             f"({report.sessions} sessions) do not match their chains"
         )
         for finding in report.findings:
-            print(f"  {finding.describe()}")
+            print(f"  {_shown(finding.describe())}")
     return EXIT_OK if report.ok else ChainMismatch.exit_code
 
 

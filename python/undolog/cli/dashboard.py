@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from undolog._argtypes import port_number
+from undolog._argtypes import idle_minutes, port_number
 from undolog.cli._common import EXIT_USAGE, Parser, Subparsers
 
 
@@ -17,7 +17,7 @@ def configure_dashboard_parser(subparsers: Subparsers, common: Parser) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
     p.add_argument("--port", type=port_number, default=8765, help="default: %(default)s")
-    p.add_argument("--idle-timeout", type=float, default=30.0, help="minutes (default: 30)")
+    p.add_argument("--idle-timeout", type=idle_minutes, default=30.0, help="minutes (default: 30)")
     p.add_argument("--demo", action="store_true", help="fill a throwaway database with the demo")
     # the same flag as undolog.dashboard.server's, which cannot be imported here: the
     # extra may be missing

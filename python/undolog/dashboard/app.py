@@ -91,6 +91,9 @@ POLL_SECONDS = 0.5
 RECOVER_SHOWN = 10
 # The largest step index (a PostgreSQL integer): a larger one names no call of a session.
 PG_INT_MAX = 2**31 - 1
+# A call's payloads read whole (GET /sessions/{id}/calls/{effect}/{which}), by what the
+# page calls them: the requested arguments, the result, the arguments an edit approved.
+PAYLOADS = {"args": "args", "result": "result", "approved": "approved arguments (edited)"}
 # Live streams one web session may hold open: each re-reads the views every POLL_SECONDS
 # on the person's one connection, so a script opening hundreds would swamp it (and the
 # database). A person's tabs need a few; a browser opens six at most per site anyway.
@@ -514,10 +517,24 @@ class Dashboard:
     ) -> HTMLResponse:
         return self.render(request, "problem.html", ws, status, title=title, text=text)
 
-    def current(self, request: Request) -> WebSession | None:
+    def _automatic(self, request: Request) -> bool:
+        """Whether ``request`` is one a page's own script (static/dashboard.js) makes by
+        itself, the person doing nothing: a live page's fresh fragment (``?fragment=1``,
+        fetched on each 'change' event), its event stream (which reconnects by itself),
+        the sessions page's counts. An open live page is not activity."""
+        return request.method in ("GET", "HEAD") and (
+            request.query_params.get("fragment") == "1"
+            or request.scope.get("endpoint") in (self.events, self.session_counts)
+        )
+
+    def current(self, request: Request, *, touch: bool | None = None) -> WebSession | None:
+        """The logged-in person's web session, or None. A request of theirs keeps it from
+        idling out (``touch``), unless it is one their open page makes by itself
+        (:meth:`_automatic`): an inbox left open and unattended still logs out."""
         ws = self.store.get(request.cookies.get(COOKIE))
         if ws is not None:
-            self.store.touch(ws)
+            if touch if touch is not None else not self._automatic(request):
+                self.store.touch(ws)
             # for _database_error: the web session may end (and leave the store) while
             # this request still runs on its connection
             request.state.ws = ws
@@ -631,6 +648,13 @@ class Dashboard:
                     f"too many failed logins, try again in {math.ceil(left)} s",
                     429,
                 )
+            if not password.strip() or "\x00" in password:
+                # Never handed to libpq: given no password (a NUL ends one), it reads the
+                # password file of whoever runs the dashboard (PGPASSFILE, ~/.pgpass),
+                # which may hold this very login's password. Refused as a wrong one.
+                self.throttle.failed(*keys)
+                log.info("login refused for %r (no password)", login)
+                return self._login_form(request, "login refused: wrong login or password", 401)
             try:
                 ws = await self.store.login(login, password)
             except LoginRefused as exc:
@@ -1219,19 +1243,31 @@ class Dashboard:
         )
 
     async def payload(self, request: Request) -> Response:
+        """One call's payload whole, where its cell on the session's page (or Past
+        decisions) is cut: the requested ``args``, the ``result``, or the ``approved``
+        arguments an edit let it run with. Read on the person's own connection (an agent
+        sees its own sessions' only), and only as the session's in the address."""
         ws = self.current(request)
         if ws is None:
             return RedirectResponse("/login", 303)
         session_id = self._uuid(request.path_params["session_id"])
         effect_id = self._uuid(request.path_params["effect_id"])
         which = request.path_params["which"]
-        if session_id is None or effect_id is None or which not in ("args", "result"):
+        if session_id is None or effect_id is None or which not in PAYLOADS:
             return self.not_found(request, ws, "call")
         async with ws.db() as conn:
             row = await queries.payload(conn, session_id, effect_id, which)
         if row is None:
             return self.not_found(request, ws, "call")
-        return self.render(request, "payload.html", ws, row=row, which=which, session_id=session_id)
+        return self.render(
+            request,
+            "payload.html",
+            ws,
+            row=row,
+            which=which,
+            what=PAYLOADS[which],
+            session_id=session_id,
+        )
 
     async def session_export(self, request: Request) -> Response:
         """A session's history rows with their hash chain, as `undolog export` writes
@@ -1881,7 +1917,11 @@ class Dashboard:
         `undolog partitions maintain`, with its --months-ahead and --retention-months when
         the form's fields are filled in, else their defaults): drain, retention, months
         ahead, an anchor. The flash says which months were created, dropped, kept,
-        pending."""
+        pending. A retention typed in may drop months the page's plan (at the setting)
+        keeps: when it would drop any, the first POST restates them (as "Drop old months"
+        does) and only the second, from that page with its one-time confirmation for
+        exactly that retention and those months, runs; if the months it would take
+        changed meanwhile, its transaction is rolled back and the page asks again."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
@@ -1889,6 +1929,7 @@ class Dashboard:
         if not ws.roles.operator:
             return self._operator_only(request, ws, "maintenance", "runs partition maintenance")
         chosen: dict[str, int | None] = {"months_ahead": MONTHS_AHEAD, "retention_months": None}
+        typed: dict[str, int] = {}  # the fields filled in, for the confirmation to resend
         options: list[str] = []  # what the person chose, for the flash
         for field, bounds in (
             ("months_ahead", partitions.MONTHS_AHEAD_RANGE),
@@ -1899,7 +1940,7 @@ class Dashboard:
             if not text.strip(" \t"):
                 continue  # the default, as the command's without its flag
             try:
-                chosen[field] = partitions.months_given(text, bounds)
+                typed[field] = partitions.months_given(text, bounds)
             except ValueError as exc:
                 outcome = Outcome(
                     "maintenance",
@@ -1908,14 +1949,54 @@ class Dashboard:
                     errors.HTTP_UNPROCESSABLE,
                 )
                 return self._after(request, ws, [outcome], "/maintenance")
+            chosen[field] = typed[field]
             what = "{} months ahead" if field == "months_ahead" else "keeping {} months"
             options.append(what.format(chosen[field]))
+        months_ahead = typed.get("months_ahead", MONTHS_AHEAD)
+        retention = typed.get("retention_months")
+        # The months a typed retention drops, as `undolog partitions plan --retention-months`
+        # lists them: those confirmed, which the run must take exactly (None: the setting's
+        # retention, which the page's own plan showed, runs at once as before).
+        confirmed: list[str] | None = None
+        if retention is not None:
+            plan, doomed = await self._retention_plan(ws, months_ahead, retention)
+            confirmed = sorted(plan["to_drop"])
+            key = [f"maintain-partitions:{months_ahead}:{retention}", *confirmed]
+            nonce = form.get("confirm")
+
+            def asked(status: int, *, stale: bool = False, changed: str = "") -> Response:
+                return self.render(
+                    request,
+                    "maintenance_confirm.html",
+                    ws,
+                    status,
+                    plan=plan,
+                    doomed=doomed,
+                    typed=typed,
+                    token=ws.confirm_nonce(key),
+                    stale=stale,
+                    changed=changed,
+                )
+
+            if confirmed and (nonce is None or not ws.take_confirm(nonce, key)):
+                return asked(200 if nonce is None else 409, stale=nonce is not None)
 
         async def run(conn: queries.Conn) -> str:
             cur = await conn.execute(QUERIES["maintain_partitions"], chosen)
             done: dict[str, list[str]] = {}
             for action, partition in await cur.fetchall():
                 done.setdefault(str(action), []).append(str(partition))
+            if confirmed is not None:
+                # the months of the journal the retention took (or kept for an
+                # unfinished session), but for those this run's drain brought out of a
+                # DEFAULT partition: exactly those confirmed, else roll it all back
+                taken = {
+                    name
+                    for action in ("dropped", "detached", "skipped")
+                    for name in done.get(action, [])
+                } - set(done.get("created", []))
+                if sorted(taken) != confirmed:
+                    raise _DropChanged(sorted(taken ^ set(confirmed)))
             latest, _ = await queries.anchors(conn, 1)
             said = [
                 f"{label} {_names(done[action])}"
@@ -1934,8 +2015,36 @@ class Dashboard:
             by = f"run by {ws.login}" + (f" with {', '.join(options)}" if options else "")
             return f"{by}: " + "; ".join(said)
 
-        outcome = await self._maintenance_call(ws, "maintenance", run)
+        try:
+            outcome = await self._maintenance_call(ws, "maintenance", run)
+        except _DropChanged as exc:
+            assert retention is not None
+            log.warning(
+                "%s: the months keeping %s months would drop changed at the run: %s",
+                ws.login,
+                retention,
+                exc,
+            )
+            plan, doomed = await self._retention_plan(ws, months_ahead, retention)
+            key = [f"maintain-partitions:{months_ahead}:{retention}", *sorted(plan["to_drop"])]
+            return asked(409, changed=_names(exc.names))
         return self._after(request, ws, [outcome], "/maintenance")
+
+    async def _retention_plan(
+        self, ws: WebSession, months_ahead: int, retention: int
+    ) -> tuple[dict[str, Any], list[queries.Row]]:
+        """What a maintenance run with this retention would do now (partitions'
+        maintenance_plan over every partition, as `undolog partitions plan` makes it), and
+        the partitions it would drop, with their estimates, for the confirmation page."""
+        async with ws.db() as conn:
+            every = await queries.every_partition(conn)
+            pending = await queries.pending_partitions(conn)
+            setting = await queries.retention(conn)
+        plan = partitions.maintenance_plan(
+            every, pending, setting["setting"], setting["month_start"], months_ahead, retention
+        )
+        dropping = set(plan["to_drop"])
+        return plan, [p for p in every if p["name"] in dropping]
 
     async def maintenance_ensure(self, request: Request) -> Response:
         """An operator creates the coming months (undolog.ensure_partitions, as `undolog

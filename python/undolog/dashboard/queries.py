@@ -38,6 +38,11 @@ VERIFIED_ON_VIEW = 20_000
 # A session's table of calls shows each payload as one line of compact JSON, cut here;
 # the call's own page shows it whole and pretty.
 CELL_CHARS = 300
+# An approval made with edited arguments lists the top-level arguments the edit changed
+# (at most CHANGES_SHOWN, by name), each name and value cut at CHANGE_CHARS: the change
+# shows even where it falls past the head of the arguments (jsonb orders keys by length).
+CHANGES_SHOWN = 20
+CHANGE_CHARS = 120
 
 
 async def rows(conn: Conn, query: str, params: Any = ()) -> list[Row]:
@@ -191,6 +196,8 @@ async def _keyset_page(
             "after_id": after[1] if after else None,
             "limit": PAGE_SIZE + 1,
             "cell": CELL_CHARS,
+            "change": CHANGE_CHARS,
+            "changes": CHANGES_SHOWN,
         },
         prepare=False,
     )
@@ -237,7 +244,12 @@ async def session(conn: Conn, session_id: uuid.UUID, staff: bool) -> Row | None:
         {**sid, "limit": MAX_UNDO_SHOWN, "halt_undo_id": head["halt_undo_id"]},
     )
     head["undo_total"] = head["undo"][0].total if head["undo"] else 0
-    head["approvals"] = await rows(conn, QUERIES["dashboard_session_approvals"], sid)
+    # each with the head of the arguments an edit approved it with, cut as the calls'
+    head["approvals"] = await rows(
+        conn,
+        QUERIES["dashboard_session_approvals"],
+        {**sid, "cell": CELL_CHARS, "change": CHANGE_CHARS, "changes": CHANGES_SHOWN},
+    )
     # the reader's row-level security applies: an agent reads its own sessions' only
     notified = await rows(conn, QUERIES["dashboard_session_deliveries"], sid)
     for a in head["approvals"]:
@@ -268,7 +280,14 @@ async def session_fingerprint(conn: Conn, session_id: uuid.UUID) -> str:
 async def payload(
     conn: Conn, session_id: uuid.UUID, effect_id: uuid.UUID, which: str
 ) -> Row | None:
-    query = {"args": QUERIES["dashboard_call_args"], "result": QUERIES["dashboard_call_result"]}
+    """One call's payload whole: its requested ``args``, its ``result``, or the
+    ``approved`` arguments an edit let it run with (None without an edit); None when the
+    call is not this session's or not the reader's to see."""
+    query = {
+        "args": QUERIES["dashboard_call_args"],
+        "result": QUERIES["dashboard_call_result"],
+        "approved": QUERIES["dashboard_call_approved_args"],
+    }
     return await one(conn, query[which], {"session_id": session_id, "effect_id": effect_id})
 
 

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from undolog._argtypes import port_number
+from undolog._argtypes import idle_minutes, port_number
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--idle-timeout",
-        type=float,
+        type=idle_minutes,
         default=30.0,
         help="minutes before an idle web session is logged out (default: %(default)s)",
     )

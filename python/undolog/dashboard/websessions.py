@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -128,7 +130,10 @@ class WebSession:
 
 
 def person_conninfo(dsn: str, login: str, password: str) -> str:
-    """The dashboard's DSN (host, port, database) with the person's own credentials."""
+    """The dashboard's DSN (host, port, database) with the person's own credentials, and
+    an empty password file: libpq, given no password (an empty one), would otherwise read
+    the password file of whoever runs the dashboard (PGPASSFILE, ~/.pgpass), and log a
+    visitor in with a password they never typed."""
     params = conninfo_to_dict(dsn)
     for key in ("user", "password", "passfile", "service"):
         params.pop(key, None)
@@ -137,6 +142,7 @@ def person_conninfo(dsn: str, login: str, password: str) -> str:
         CONNECT_TIMEOUT,
         user=login,
         password=password,
+        passfile=os.devnull,
         application_name="undolog-dashboard",
     )
 
@@ -197,6 +203,9 @@ class SessionStore:
     """Web sessions in this process's memory, closed after ``idle_timeout`` seconds."""
 
     def __init__(self, dsn: str, idle_timeout: float, max_sessions: int = 100) -> None:
+        # NaN would never log anyone out, 0 or less would log everyone out at once
+        if not (idle_timeout > 0 and math.isfinite(idle_timeout)):
+            raise ValueError(f"idle_timeout must be a positive number of seconds: {idle_timeout}")
         self.dsn = dsn
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
