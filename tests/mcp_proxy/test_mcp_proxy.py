@@ -443,8 +443,11 @@ def test_rejection_is_reported_and_the_session_undone(
             approval_id = pending_approval(conn)
             assert approval_id is not None
             approvals.reject(conn, approval_id, "bob", "not this account")
-            for _ in range(2):  # reported each time, never a second request
-                rejected = await client.call_tool("payments__process_payout", payout)
+            # reported each time, never a second request: asked again in the same
+            # session (its handle sent back; without it the next call is a new session's)
+            handle = cast(types.RequestParamsMeta, {SESSION: (waiting.meta or {})[SESSION]})
+            for meta in (None, handle):
+                rejected = await client.call_tool("payments__process_payout", payout, meta=meta)
                 assert rejected.is_error and "REJECTED" in text(rejected)
                 assert "bob" in text(rejected) and "not this account" in text(rejected)
             wait_for(lambda: sessions(conn)[0][1] == "compensated")

@@ -5,10 +5,12 @@ tests/mcp_hostile_upstream.py (a result of tens of MiB)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from test_mcp_proxy_sessions import effects, session_policy
 
 from undolog import approvals
 from undolog.mcp_proxy.metrics import OUTCOMES
+from undolog.mcp_proxy.stdio import LINE_LIMIT, bounded_lines
 
 __all__ = ["ledger"]  # a fixture, used by name
 
@@ -154,6 +157,73 @@ def test_a_line_that_is_no_message_is_answered_as_json_rpc_says(
         assert answer is not None and answer["result"]["structuredContent"]["store"] == {}
     finally:
         assert line.leave() == 0
+
+
+def _padded(request_id: int, total: int) -> bytes:
+    """A read_all call of exactly ``total`` bytes (an argument of padding)."""
+    head = (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"read_all",'
+        b'"arguments":{"pad":"' % request_id
+    )
+    tail = b'"}}}'
+    return head + b"a" * (total - len(head) - len(tail)) + tail
+
+
+def test_a_line_over_the_limit_is_answered_and_only_it_is_dropped(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A line over the stdin limit (64 MiB) is dropped and answered with a parse error
+    (-32700, a null id: its id is never read), and the next message is served. The
+    proxy's readline raised on the over-limit line after taking it whole from its
+    buffer, then read on "to drop the rest" and dropped the next request too; the
+    over-limit request itself was never answered."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    try:
+        line.start()
+        following = (
+            b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":'
+            b'{"name":"read_all","arguments":{}}}'
+        )
+        # one byte over, the next request in the same write (its newline already read)
+        line.write(_padded(1, LINE_LIMIT + 1) + b"\n" + following)
+        refused = line.answer(None, timeout=60)
+        assert refused is not None, "the over-limit request got no answer"
+        assert refused["error"]["code"] == -32700, refused
+        answer = line.answer(2, timeout=60)
+        assert answer is not None, "the request after the over-limit line was never answered"
+        assert answer["result"]["structuredContent"]["store"] == {}
+        # well over, its newline in a later read
+        line.write(_padded(3, LINE_LIMIT + 5000))
+        again = line.answer(None, timeout=60)
+        assert again is not None and again["error"]["code"] == -32700, again
+        line.call(4, "read_all", {})
+        served = line.answer(4)
+        assert served is not None and served["result"]["structuredContent"]["store"] == {}
+    finally:
+        assert line.leave() == 0
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"12345\nok\n"],  # over, its newline and the next line in one read
+        [b"1234", b"56", b"\nok\n"],  # over across reads, dropped before its newline
+        [b"123456789", b"0123\nok"],  # the rest dropped; a last line with no newline
+    ],
+    ids=["one-read", "across-reads", "rest-dropped"],
+)
+def test_lines_over_the_limit_are_dropped_alone(chunks: list[bytes]) -> None:
+    """The proxy's stdin and an upstream's stdout split lines the same way (one
+    definition): a line over the limit is one None, and only it is dropped."""
+
+    async def lines() -> list[bytes | None]:
+        async def source() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        return [line async for line in bounded_lines(source(), 4)]
+
+    assert asyncio.run(lines()) == [None, b"ok"]
 
 
 @pytest.mark.parametrize(

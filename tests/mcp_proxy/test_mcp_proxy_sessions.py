@@ -250,10 +250,13 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
             refused = await client.call_tool("put", {"key": "z", "value": "1"})
             assert refused.is_error and "undone" in text(refused)  # and the walk starts
             await asyncio.to_thread(wait_for, lambda: dict(sessions(conn))[sid] == "compensated")
+            # the connection's next call is in a new session (the rolled-back one takes
+            # no call again), on that session's own process
             seen = await client.call_tool("read_all", {})
             assert seen.structured_content is not None
             assert seen.structured_content["store"] == {}
-            read_pids.update({before.structured_content["pid"], seen.structured_content["pid"]})
+            assert seen.structured_content["pid"] != before.structured_content["pid"]
+            read_pids.add(before.structured_content["pid"])
 
     read_pids: set[int] = set()
     run(body)
@@ -261,7 +264,7 @@ def test_a_per_session_upstream_undoes_on_the_sessions_own_process(
     forgets = [(e["key"], e["pid"]) for e in ops(ledger) if e["op"] == "forget"]
     assert len(puts) == 1 and [k for k, _ in forgets] == ["y", "x"]
     assert {p for _, p in forgets} == puts
-    assert read_pids == puts  # both reads on the session's process, not the shared one
+    assert read_pids == puts  # the read on the session's process, not the shared one
 
 
 # -- caps ------------------------------------------------------------------------------
@@ -587,6 +590,64 @@ def test_a_rejection_without_tell_model_still_undoes_the_session(
 
     run(body)
     assert names(ledger) == ["put", "forget"]
+
+
+def test_a_desktop_client_goes_on_in_a_new_session_after_a_rollback(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """session_boundary = "connection" (the default), one connection for the app's life
+    and no handle sent back (Claude Desktop). A person rejects a payout: the session is
+    rolled back, and the connection's next call starts a new session (it was refused
+    with "session … is compensated" until the app restarted). So after a rollback from
+    outside: the next call is refused saying so, the one after runs in a new session. A
+    call naming the rolled-back session's handle is still refused, never moved."""
+    config = session_policy(tmp_path)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger, mode="legacy") as client:
+            first = await client.call_tool("put", {"key": "a", "value": "1"})
+            assert not first.is_error, text(first)
+            old = (first.meta or {})[SESSION]
+            call = asyncio.create_task(
+                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "no")
+            rejected = await call
+            assert rejected.is_error and "rolled back" in text(rejected), text(rejected)
+            assert "next call made without this session's handle starts a new session" in (
+                text(rejected)
+            )
+            await asyncio.to_thread(wait_for, lambda: sessions(conn)[0][1] == "compensated")
+            later = await client.call_tool("put", {"key": "b", "value": "2"})
+            assert not later.is_error, text(later)
+            assert (later.meta or {})[SESSION] != old
+            # the old handle, sent back: refused, not moved to the new session
+            named = await client.call_tool(
+                "put", {"key": "c", "value": "3"}, meta=meta(session=old)
+            )
+            assert named.is_error and "is compensated" in text(named), text(named)
+            # rolled back by an operator: the next call is told, the one after goes on
+            (_, _), (sid, state) = sessions(conn)
+            assert state == "active"
+            saga.rollback_session(conn, sid, "alice", "undone from outside")
+            refused = await client.call_tool("put", {"key": "d", "value": "4"})
+            seen["refused"] = text(refused)
+            assert refused.is_error, text(refused)
+            await asyncio.to_thread(wait_for, lambda: sessions(conn)[1][1] == "compensated")
+            again = await client.call_tool("put", {"key": "d", "value": "4"})
+            assert not again.is_error, text(again)
+            seen["store"] = (await client.call_tool("read_all", {})).structured_content or {}
+
+    run(body)
+    assert "no new calls (stopped: rolled back by alice: undone from outside)" in seen["refused"]
+    assert (
+        "next call made without this session's handle starts a new session" in (seen["refused"])
+    ), seen
+    assert seen["store"]["store"] == {"d": "4"}, seen
+    assert [s for _, s in sessions(conn)] == ["compensated", "compensated", "completed"]
+    assert names(ledger) == ["put", "forget", "put", "forget", "put"]
 
 
 # -- refused at start --------------------------------------------------------------------

@@ -186,6 +186,41 @@ def test_a_rejected_irreversible_undo_undoes_nothing_and_tells_the_model_why(
     assert [s for _, s in sessions(conn)] == ["completed"]
 
 
+def test_an_undo_outside_the_tools_bounds_is_refused_before_a_human_is_asked(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The tool lists count 1..1000 and reason 1..8192 characters; the proxy checked only
+    their types, so that with undo_last_tool = "irreversible" count 0 (which rollback_last
+    refuses, UL008) or an 8193-character reason opened an approval request no person
+    could usefully approve, and held the session's calls that act until one decided."""
+    config = session_policy(tmp_path, proxy='undo_last_tool = "irreversible"')
+    refused: dict[str, str] = {}
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            await _put_three(client)
+            for label, undo in {
+                "count 0": {"count": 0, "reason": "x"},
+                "count 1001": {"count": 1001, "reason": "x"},
+                "blank reason": {"count": 1, "reason": " \n"},
+                "empty reason": {"count": 1, "reason": ""},
+                "long reason": {"count": 1, "reason": "r" * 8193},
+            }.items():
+                answer = await client.call_tool("undolog__undo_last", undo)
+                assert answer.is_error, (label, text(answer))
+                refused[label] = text(answer)
+                assert pending_approval(conn) is None, (label, text(answer))
+            later = await client.call_tool("put", {"key": "d", "value": "1"})
+            assert not later.is_error, text(later)
+
+    run(body)
+    for label, said in refused.items():
+        assert "nothing was undone" in said and "from 1 to 1000" in said, (label, said)
+        assert "1 to 8192 characters, not blank" in said, (label, said)
+    assert not [e for e in ops(ledger) if e["op"] == "forget"]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+
+
 IMPOSTOR = '''
 import json, os
 from mcp.server.mcpserver import MCPServer

@@ -79,6 +79,11 @@ DEFAULT_CLIENT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HOLD_SECONDS = 25.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# The proxy journals its own tools under this upstream name (undolog__undo_last, under
+# undo_last_tool = "irreversible", as undolog/undo_last: proxy.UNDO_LAST_UPSTREAM): an
+# upstream of that name would share their journal names, and so their signatures and
+# approvals. Refused in any case, for a journal that may compare names so.
+RESERVED_UPSTREAM = "undolog"
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,20 @@ class Policy:
         if problems:
             raise PolicyError(f"{self.path}: refused:\n  " + "\n  ".join(problems))
 
+    def compensation_problems(
+        self, upstream: str, tool: str, tools: Mapping[str, Mapping[str, Any]]
+    ) -> list[str]:
+        """Why ``tool``'s compensation cannot fill its arguments from what the upstream
+        lists now (``tools``: as in check_against, of that upstream), the check made at
+        start, made again when the upstream lists its tools again; empty when it fits
+        (or the tool has no compensation)."""
+        comp = self.tier_of(upstream, tool).compensation
+        if comp is None:
+            return []
+        if tool not in tools:
+            return [f"upstreams.{upstream}: tool {tool!r} is no longer listed"]
+        return _check_compensation(upstream, tool, comp, tools)
+
 
 def _check_compensation(
     upstream: str, tool: str, comp: Compensation, tools: Mapping[str, Mapping[str, Any]]
@@ -281,6 +300,15 @@ def _upstream(name: str, raw: Any) -> Upstream:
     where = f"upstreams.{name}"
     if not _NAME.match(name):
         raise PolicyError(f"{where}: an upstream's name is 1-64 of A-Z a-z 0-9 _ -")
+    if name.lower() == RESERVED_UPSTREAM:
+        raise PolicyError(
+            f"{where}: the name {name!r} is reserved for the proxy's own tools, which it "
+            f"journals under {RESERVED_UPSTREAM}/ (undolog__undo_last as "
+            f"{RESERVED_UPSTREAM}/undo_last): an upstream of that name would share their "
+            "journal names, so that approving one call could let another run; rename the "
+            f"upstream in the policy (e.g. [upstreams.{name}_upstream], its tools tables "
+            "with it)"
+        )
     raw = _table(
         raw, where, {"command", "env", "cwd", "url", "tools", "hide", "instances", "roots"}
     )

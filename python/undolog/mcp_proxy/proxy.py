@@ -77,6 +77,7 @@ from undolog.errors import (
 )
 from undolog.mcp_proxy.metrics import ProxyMetrics, UpstreamError
 from undolog.mcp_proxy.policy import (
+    RESERVED_UPSTREAM,
     MappingError,
     Policy,
     ToolPolicy,
@@ -85,7 +86,12 @@ from undolog.mcp_proxy.policy import (
     result_value,
     unportable_name,
 )
-from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamConnection, UpstreamDown
+from undolog.mcp_proxy.upstream import (
+    OutcomeUnknown,
+    ResultUnreadable,
+    UpstreamConnection,
+    UpstreamDown,
+)
 from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable, signed_call
 
@@ -97,7 +103,8 @@ UNDO_LAST_TOOL = "undolog__undo_last"
 # Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
 # this tool (registered by the proxy; a rejection keeps the session), so that it is held
 # for a human's approval on the very path the upstreams' irreversible calls take.
-UNDO_LAST_UPSTREAM, UNDO_LAST_JOURNALED = "undolog", "undo_last"
+# An upstream may not take that name (policy.RESERVED_UPSTREAM).
+UNDO_LAST_UPSTREAM, UNDO_LAST_JOURNALED = RESERVED_UPSTREAM, "undo_last"
 # The client's name for a conversation (session_boundary = "conversation"): scoped to its
 # own connection, so naming another client's conversation reaches nothing of it.
 CONVERSATION_META_KEY = "undolog/conversation"
@@ -117,6 +124,10 @@ _LOG_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # least severe firs
 COMPENSATION_PREFIX = "mcp:"
 APPLICATION_NAME = "undolog-mcp-proxy"
 POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connection
+# A session in one of these states, its undo (if any) of the whole session, takes no call
+# again: its connection's next call without a handle starts a new one (McpProxy._retire)
+SESSION_OVER = frozenset({"completed", "failed", "compensating", "compensated", "halted"})
+RETIRED_END_POLL = 0.05  # seconds between looks for a retired session's calls in flight
 _T = TypeVar("_T")
 
 
@@ -243,6 +254,47 @@ def _unknown(name: str, why: str, late: float = 0.0) -> types.CallToolResult:
     )
 
 
+def _unreadable_refusal(exc: ResultUnreadable) -> str | None:
+    """What to record when an answer that is no valid result says it is an error
+    (``isError``): the upstream's refusal, as a well-formed error result is (the call did
+    not act); None when it does not say so (the call ran)."""
+    received = exc.received
+    if not isinstance(received, dict) or received.get("isError") is not True:
+        return None
+    content = received.get("content")
+    texts = [
+        c["text"]
+        for c in (content if isinstance(content, list) else [])
+        if isinstance(c, dict) and isinstance(c.get("text"), str)
+    ]
+    said = f": {' '.join(texts)}" if texts else ""
+    return f"upstream error{said} ({exc})"[:2000]
+
+
+def _unreadable_result(name: str, route: Route, exc: ResultUnreadable) -> types.CallToolResult:
+    """The record (and the client's answer) of a call that ran and answered what is no
+    valid result: a note saying so, and as structured content what the compensation's
+    ``result.`` paths read from what came, so that the call stays undoable. An error
+    result, so that a client does not check the note against the tool's output schema."""
+    kept: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # what came is the upstream's, of any shape
+        value = result_value(exc.received)
+        if isinstance(value, dict):
+            shaped = types.CallToolResult(content=[], structured_content=value)
+            kept = _reduced_snapshot(shaped, route, exc)["structuredContent"]
+    note = (
+        f"{name} ran, but its result could not be read: {exc}. It is journaled as done, "
+        "with this note, and undone with its session if that is rolled back. The same call "
+        "made again next in this session is this call: it answers this note, without "
+        "running again."
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=note)],
+        structured_content=kept or None,
+        is_error=True,
+    )
+
+
 def _told_edit(result: types.CallToolResult, edit: engine.ApprovalEdit) -> types.CallToolResult:
     """An edited call's result, with the edit first in words for the model (who changed
     what, and why) and as data in its meta."""
@@ -292,17 +344,19 @@ def build_routes(policy: Policy, upstream: str, tools: dict[str, types.Tool]) ->
     if shadowed is not None:
         # a client sees each name once, and calls by name: the proxy's own tool wins (the
         # operator turned it on), everywhere, and the upstream's is not offered
+        # (only a tool of that very name, offered unprefixed: the upstream name that
+        # would prefix one to it is reserved, policy.RESERVED_UPSTREAM)
         log.warning(
             "tool %r of upstream %r is not offered: the proxy's own %s (proxy.undo_last_tool "
-            '= "%s") has that name, and a client must see each name once; %s, or set '
-            'undo_last_tool = "off" to offer the upstream\'s',
+            '= "%s") has that name, and a client must see each name once; hide it '
+            '(upstreams.%s.hide = [%r]), or set undo_last_tool = "off" to offer the '
+            "upstream's",
             UNDO_LAST_TOOL,
             upstream,
             UNDO_LAST_TOOL,
             policy.undo_last_tool,
-            f"hide it (upstreams.{upstream}.hide = [{shadowed.tool!r}])"
-            if shadowed.tool == UNDO_LAST_TOOL
-            else f"give the upstream another name than {upstream!r}",
+            upstream,
+            shadowed.tool,
         )
     for exposed, route in routes.items():
         if (why := unportable_name(exposed)) is not None:
@@ -465,24 +519,51 @@ class McpProxy:
     async def refresh_routes(self, upstream: str, listed: dict[str, types.Tool]) -> None:
         """The upstream listed its tools again: a tool the policy names keeps its tier; a
         new one gets the policy's default tier (registered in the journal as those at
-        start are); a tool gone is no longer offered."""
+        start are); a tool gone is no longer offered. A COMPENSABLE tool's compensation
+        is checked again, as at start, against the new listing (the tool's schema, or its
+        compensation's, may have changed): one that no longer fits is not offered (a call
+        would be journaled with an undo that fails on the day it is needed), until a
+        listing fits again."""
+        schemas = {
+            name: {"inputSchema": tool.input_schema, "outputSchema": tool.output_schema}
+            for name, tool in listed.items()
+        }
         for exposed, route in list(self.routes.items()):
             if route.upstream == upstream and route.tool not in listed:
                 del self.routes[exposed]
         for exposed, route in build_routes(self.policy, upstream, listed).items():
             known = self.routes.get(exposed)
+            if known is not None and known.upstream != upstream:
+                continue  # another upstream's tool has the name
+            if route.policy.tier == "compensable" and (
+                problems := self.policy.compensation_problems(upstream, route.tool, schemas)
+            ):
+                if known is not None:
+                    del self.routes[exposed]
+                log.warning(
+                    "tool %s: %s: its compensation no longer fits what upstream %r lists: %s",
+                    exposed,
+                    "withdrawn, no longer offered" if known is not None else "still not offered",
+                    upstream,
+                    "; ".join(problems),
+                )
+                continue
             if known is not None:
-                if known.upstream == upstream:
-                    known.listed = route.listed
-                continue  # else another upstream's tool has the name
-            if route.policy.tier == "compensable":
-                continue  # named by the policy, so checked at start; not listed then
+                known.listed = route.listed
+                continue
             try:
+                # a COMPENSABLE tool offered again was registered at start: the same again
                 async with self.pool.connection() as conn:
                     await self._register(conn, route)
             except Exception as exc:
                 log.warning("new tool %s: not offered, not registered: %s", exposed, exc)
                 continue
+            if route.policy.tier == "compensable":
+                log.warning(
+                    "tool %s: offered (again): its compensation fits what upstream %r lists",
+                    exposed,
+                    upstream,
+                )
             self.routes[exposed] = route
 
     async def close(self) -> None:
@@ -614,6 +695,16 @@ class McpProxy:
         count, reason = args.get("count"), args.get("reason")
         if not isinstance(count, int) or isinstance(count, bool) or not isinstance(reason, str):
             return _error(f"{UNDO_LAST_TOOL}: give count (a whole number) and reason (text)")
+        # the bounds the tool lists (as rollback_last has them), checked before a person
+        # is asked to approve an undo that could never run
+        listed = self._undo_route().listed.input_schema["properties"]
+        most, longest = listed["count"]["maximum"], listed["reason"]["maxLength"]
+        if not 1 <= count <= most or not reason.strip() or len(reason) > longest:
+            return _error(
+                f"{UNDO_LAST_TOOL}: nothing was undone: count is how many calls to undo, "
+                f"from 1 to {most}, and reason a text of 1 to {longest} characters, not "
+                f"blank (given: count {count}, a reason of {len(reason)} characters)"
+            )
         try:
             ps = await self.session_for(ctx)
         except (ValueError, UndoLogError, psycopg.Error) as exc:
@@ -1359,12 +1450,31 @@ class McpProxy:
                     await self._register(conn, route)
                     return await aengine.intercept_hot(conn, call_of(self._tool_ids[tool]))
         except SessionNotActive as exc:
-            state = await self._state(ps)
+            state, partial, stopped = await self._standing(ps)
             if state in ("failed", "compensating"):
                 self.walk_soon(ps)
+            if state in SESSION_OVER and not partial:
+                # rolled back (a rejection, an operator) or ended: it takes no call again
+                self._retire(ps, f"{state}, a call refused")
+                what = {
+                    "completed": "it ended",
+                    "compensated": "it was rolled back: its undoable calls are undone",
+                    "halted": "it was rolled back, and its undo stopped at a call nothing "
+                    "can undo (a person must act on it)",
+                }.get(state, "it was stopped and its work is being undone")
+                # why it was stopped (a rejection's who and reason, an operator's why):
+                # the model may not have seen the answer that said so
+                why = f" (stopped: {' '.join(stopped.split())[:500]})" if stopped else ""
                 return _error(
-                    f"not run: session {ps.session_id} is {state}: it was stopped and its "
-                    "work is being undone; start a new session"
+                    f"not run: session {ps.session_id} is {state}: {what}; it takes no new "
+                    f"calls{why}. Your next call made without this session's handle starts "
+                    "a new session: make this call again then if it is still wanted."
+                )
+            if state == "compensating":  # a partial walk: the session goes on after it
+                return _error(
+                    f"not run: session {ps.session_id} is undoing its last calls "
+                    f"({UNDO_LAST_TOOL}); the session goes on once the undo is over: make "
+                    "the call again then"
                 )
             if state == "awaiting_approval":
                 return _error(
@@ -1402,13 +1512,26 @@ class McpProxy:
         not recorded here, the outcome is "ran" (the caller records it, _record_later).
         A call that does not answer in time is awaited in the background for
         proxy.late_answer_seconds more (``key`` and ``step``: the call's, in its
-        session), within proxy.max_late_answers such calls at once."""
+        session), within proxy.max_late_answers such calls at once. An answer that is no
+        valid result is journaled as done (whatever ``wait``), with a note
+        (_unreadable_result), its number given back so that the same call made next is
+        this one; or as failed when it says it is an error. Any other failure once the
+        call may have been sent leaves its outcome unknown."""
         late = self.policy.late_answer_seconds
         bound = late > 0 and key is not None and len(self._late) >= self.policy.max_late_answers
         if key is None or bound:
             late = 0.0
         try:
             result = await upstream.call(route.tool, args, late_seconds=late)
+        except ResultUnreadable as exc:
+            # It answered, so it acted (unless what came says it refused): journaled as
+            # done with a note, never of unknown outcome, and never run again.
+            self.metrics.upstream_error(route.upstream, "protocol")
+            if (refused := _unreadable_refusal(exc)) is not None:
+                await self._record(effect_id, refused)
+                return _error(f"{name}: {refused}"), "failed"
+            result = _unreadable_result(name, route, exc)
+            ran_unread = True
         except OutcomeUnknown as exc:
             # It may have acted: the effect stays executing, so the walk compensates it
             # (unless its late answer comes: _late_answer records it).
@@ -1427,13 +1550,27 @@ class McpProxy:
             self.metrics.upstream_error(route.upstream, upstream_error_kind(exc))
             await self._record(effect_id, f"not run: {exc}"[:2000])
             return _error(f"{name} was not run: {exc}"), "failed"
-        if result.is_error:
+        except Exception as exc:
+            # Anything else, once the call may have been sent: it may have acted, so its
+            # outcome is unknown (the effect stays executing; the same call made again is
+            # that call, never run twice), as for a call that got no answer.
+            log.exception("effect %s: %s: its call failed unexpectedly", effect_id, name)
+            self.metrics.upstream_error(route.upstream, "protocol")
+            why = f"its answer could not be handled ({type(exc).__name__}: {exc})"[:1000]
+            return _unknown(name, why), "unknown"
+        else:
+            ran_unread = False
+        if result.is_error and not ran_unread:
             self.metrics.upstream_error(route.upstream, "error_result")
             await self._record(effect_id, _error_text(result))
             return result, "failed"
-        if not wait:
+        if not wait and not ran_unread:
             return result, "ran"
         unknown = await self._commit(ps, effect_id, name, route, result, answered=False)
+        if unknown is None and ran_unread and key is not None:
+            # answered with an error, the call is likely made again: made again next, it
+            # is this call (its note replayed, not run again), as a call given up on is
+            _give_back(ps, key, step)
         return (result, "done") if unknown is None else (unknown, "unknown")
 
     def _await_late(
@@ -1994,11 +2131,64 @@ class McpProxy:
         self.walk_soon(ps)
         who = f" by {by}" if by else ""
         why = f" (reason: {reason})" if reason else ""
+        standing, partial, _ = await self._standing(ps)
+        if standing in SESSION_OVER and not partial:
+            self._retire(ps, f"rolled back ({name} {state})")
+            then = (
+                "it takes no new calls. Your next call made without this session's handle "
+                "starts a new session (the calls undone are not in it: make again those "
+                "still wanted)."
+            )
+        else:  # its state unread: the next call refused says where it stands
+            then = "its new calls are refused; start a new session."
         return _error(
             f"REJECTED: {name} was {state}{who}{why} (approval {approval_id}); it did not "
-            "run and never will. The session is rolled back: its undoable calls are undone "
-            "and its new calls refused; start a new session."
+            f"run and never will. The session is rolled back: its undoable calls are undone "
+            f"and {then}"
         )
+
+    async def _standing(self, ps: ProxySession) -> tuple[str, bool, str | None]:
+        """The session's state in the journal, whether a compensating or halted one is a
+        partial walk (undolog__undo_last, rollback_to: it goes on once the undo is over),
+        and its error (why it was stopped); ("unknown", False, None) when unreadable."""
+        try:
+            async with self.pool.connection() as conn:
+                row = await (
+                    await conn.execute(QUERIES["session_halt"], {"session_id": ps.session_id})
+                ).fetchone()
+        except Exception:
+            return "unknown", False, None
+        if row is None:
+            return "unknown", False, None
+        return str(row[0]), bool(row[3]), None if row[1] is None else str(row[1])
+
+    def _retire(self, ps: ProxySession, why: str) -> None:
+        """A session that takes no call again (SESSION_OVER, not a partial walk: a
+        rejection or an operator rolled it back, or it ended): no longer its connection's
+        (or conversation's) current session, so that the next call without a handle
+        starts a new one, as after an idle gap (a desktop client keeps one connection for
+        the app's life and sends no handle). A call naming its handle still gets it (and
+        is refused by the journal). It ends once no call of it is in flight, its undo
+        walk awaited as at any end: its processes and its place under the per-client cap
+        are freed."""
+        if not ps.retired:
+            ps.retired = True
+            log.info(
+                "session %s: %s: its connection's next call starts a new one", ps.session_id, why
+            )
+        if ps.ended or self.closing:
+            return
+        task = asyncio.create_task(self._end_retired(ps))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _end_retired(self, ps: ProxySession) -> None:
+        # (the call that retired it is in flight until it answers; a call that resumed it
+        # by its handle since ends too: the journal refuses its calls)
+        while ps.inflight and not self.closing:
+            await asyncio.sleep(RETIRED_END_POLL)
+        if not self.closing and not ps.ended:
+            await self.end_session(ps)
 
     async def _tell_model(self, name: str, approval_id: uuid.UUID) -> types.CallToolResult | None:
         """The rejection as the call's answer, the session going on (the tool is registered

@@ -30,6 +30,8 @@ import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
+from undolog.mcp_proxy.stdio import LINE_LIMIT, bounded_lines
+
 log = logging.getLogger("undolog.mcp_proxy")
 
 Streams = tuple[Any, Any]
@@ -162,6 +164,7 @@ def types_error(code: int, message: str) -> Exception:
 
 # -- the proxy's stdio server transport ---------------------------------------------------
 
+READ_CHUNK = 1 << 16
 Write = Callable[[dict[str, Any]], None]
 # answers a request itself (True) or leaves it to the SDK's server (False)
 Hook = Callable[[dict[str, Any], Write], bool]
@@ -169,11 +172,12 @@ Hook = Callable[[dict[str, Any], Write], bool]
 
 @contextlib.asynccontextmanager
 async def relaying_stdio(
-    reader: asyncio.StreamReader, hook: Hook | None = None
+    reader: asyncio.StreamReader, hook: Hook | None = None, limit: int = LINE_LIMIT
 ) -> AsyncIterator[Streams]:
     """The server's streams over stdin (an asyncio reader) and a private duplicate of
     stdout. fd 1 then points at stderr, so that stray output of a library never tears a
-    frame of the wire."""
+    frame of the wire. A message is one line of at most ``limit`` bytes: a longer one is
+    dropped (only it) and answered with a parse error."""
     loop = asyncio.get_running_loop()
     private = os.dup(1)
     saved = os.dup(1)
@@ -194,20 +198,11 @@ async def relaying_stdio(
 
     async def stdin_reader() -> None:
         async with read_writer:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:  # a line over the limit: dropped whole, answered unreadable
-                    while True:
-                        try:
-                            await reader.readline()
-                            break
-                        except ValueError:
-                            continue
-                    await read_writer.send(ValueError("message over the line limit"))
+            async for line in bounded_lines(_chunks(reader), limit):
+                if line is None:  # over the limit: dropped, answered as unreadable
+                    log.warning("client line refused: a message over %d bytes", limit)
+                    write_json(_over_limit(limit))
                     continue
-                if not line:
-                    return
                 if not line.strip():
                     continue
                 # The hook decides on the decoded message: a line it may concern, and every
@@ -255,6 +250,25 @@ async def relaying_stdio(
         transport.close()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """What stdin has, as it comes (never waiting for a newline), until end of file."""
+    while chunk := await reader.read(READ_CHUNK):
+        yield chunk
+
+
+def _over_limit(limit: int) -> dict[str, Any]:
+    """The answer to a line over the limit: its id is never read (null), as JSON-RPC 2.0
+    says for a request that cannot be parsed."""
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": types.PARSE_ERROR,
+            "message": f"Parse error: a message over {limit} bytes (one line): dropped unread",
+        },
+    }
 
 
 def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:

@@ -36,14 +36,12 @@ from undolog.mcp_proxy.proxy import (
     upstream_error_kind,
 )
 from undolog.mcp_proxy.relay import Write, relaying_stdio
+from undolog.mcp_proxy.stdio import LINE_LIMIT
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
 log = logging.getLogger("undolog.mcp_proxy")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-# One JSON-RPC message is one line: room for calls well over the journal's 1 MiB limit,
-# which the journal then refuses with a clear tool error.
-STDIN_LINE_LIMIT = 64 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +379,7 @@ async def _stdin_reader() -> asyncio.StreamReader | None:
     mode = os.fstat(sys.stdin.fileno()).st_mode
     if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # never a terminal's flags
         return None
-    reader = asyncio.StreamReader(limit=STDIN_LINE_LIMIT)
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
     try:
         await asyncio.get_running_loop().connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import anyio
 import anyio.to_thread
@@ -31,8 +31,10 @@ from mcp.shared.message import SessionMessage
 STDERR_TAIL_LINES = 20
 EXIT_GRACE_SECONDS = 2.0  # after stdin closes, as the MCP spec's shutdown asks
 KILL_GRACE_SECONDS = 2.0  # after SIGTERM to the process group, before SIGKILL
-# One message from an upstream is one line, at most this long (as the proxy's own stdin):
-# a longer one is dropped, so the call it answers gets no answer (outcome unknown)
+# One JSON-RPC message is one line, from an upstream or on the proxy's own stdin, at most
+# this long (room for calls well over the journal's 1 MiB limit, which it refuses clearly):
+# a longer one is dropped (from an upstream, the call it answers is then outcome unknown;
+# on stdin, it is answered with a JSON-RPC parse error)
 LINE_LIMIT = 64 * 1024 * 1024
 
 
@@ -89,30 +91,15 @@ class UpstreamProcess:
 
         async def from_stdout() -> None:
             assert process.stdout is not None
-            # one buffer, scanned only where a chunk added to it: a long line (a big
-            # result) costs its length, not its length times its chunks
-            buffer = bytearray()
-            dropping = False  # the rest of a line over the limit, up to its newline
             try:
                 async with read_writer:
-                    async for chunk in process.stdout:
-                        scan, start = len(buffer), 0
-                        buffer += chunk
-                        while (end := buffer.find(b"\n", scan)) != -1:
-                            line, start = bytes(buffer[start:end]), end + 1
-                            scan = start
-                            if dropping:
-                                dropping = False
-                            elif line.strip():
-                                await read_writer.send(_parse(line))
-                        del buffer[:start]
-                        if len(buffer) > LINE_LIMIT:
-                            buffer.clear()
-                            if not dropping:
-                                dropping = True
-                                await read_writer.send(
-                                    ValueError(f"upstream message over {LINE_LIMIT} bytes: dropped")
-                                )
+                    async for line in bounded_lines(process.stdout, LINE_LIMIT):
+                        if line is None:
+                            await read_writer.send(
+                                ValueError(f"upstream message over {LINE_LIMIT} bytes: dropped")
+                            )
+                        elif line.strip():
+                            await read_writer.send(_parse(line))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass  # the session went away, or shutdown closed the pipe
             # keep reading (and dropping) so that an upstream blocked writing can exit
@@ -193,6 +180,38 @@ async def _exited(process: Process, timeout: float) -> bool:
         while process.returncode is None:
             await anyio.sleep(0.01)
     return process.returncode is not None
+
+
+async def bounded_lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes | None]:
+    """The lines of a byte stream (without their newlines), each at most ``limit`` bytes;
+    None in place of a longer one, whose bytes are dropped as they come, up to its
+    newline: the line after it is read whole. A last line without its newline is a line.
+
+    One buffer, scanned only where a chunk added to it: a long line (a big message) costs
+    its length, not its length times its chunks; memory stays under ``limit`` plus a
+    chunk. (asyncio's StreamReader.readline, over its limit, has already dropped the
+    line when the newline was in its buffer: reading on "to drop the rest" then drops
+    the next message too.)"""
+    buffer = bytearray()
+    dropping = False  # the rest of a line over the limit, up to its newline
+    async for chunk in chunks:
+        scan, start = len(buffer), 0
+        buffer += chunk
+        while (end := buffer.find(b"\n", scan)) != -1:
+            line, start = bytes(buffer[start:end]), end + 1
+            scan = start
+            if dropping:
+                dropping = False
+            else:
+                yield line if len(line) <= limit else None
+        del buffer[:start]
+        if len(buffer) > limit:
+            buffer.clear()
+            if not dropping:
+                dropping = True
+                yield None
+    if buffer and not dropping:
+        yield bytes(buffer)
 
 
 def _pass_on(text: str) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import mcp_types as types
+import pydantic
 from mcp import Client, MCPError
 from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
@@ -44,6 +45,34 @@ class OutcomeUnknown(Exception):
         super().__init__(message)
         self.late = late
         self.timed_out = timed_out or late is not None
+
+
+class ResultUnreadable(OutcomeUnknown):
+    """The call was sent and answered, but its answer is no valid CallToolResult (a text
+    item without its text, a content type of a newer specification): the upstream acted
+    (or, ``isError`` in what came, refused), and what it said cannot be read whole.
+    ``received``: the answer's result as it came (None when the SDK read it: its client
+    keeps no copy)."""
+
+    def __init__(self, message: str, received: Any = None) -> None:
+        super().__init__(message)
+        self.received = received
+
+
+def _unreadable(
+    upstream: str, tool: str, exc: pydantic.ValidationError, received: Any = None
+) -> ResultUnreadable:
+    """The error of a result that will not validate, said in one line (not the SDK's
+    dozen, one per content type it tried)."""
+    first = exc.errors()[0] if exc.error_count() else None
+    where = ".".join(str(p) for p in first["loc"]) if first else ""
+    why = f"{where}: {first['msg']}" if first else str(exc).splitlines()[0]
+    count = exc.error_count()
+    return ResultUnreadable(
+        f"upstream {upstream!r} answered {tool} with what is not a valid MCP tool result "
+        f"({count} validation error{'s' if count != 1 else ''}; the first: {why})"[:1000],
+        received,
+    )
 
 
 class UpstreamConnection:
@@ -206,7 +235,8 @@ class UpstreamConnection:
         late_seconds: float = 0.0,
     ) -> types.CallToolResult:
         """Call one tool. UpstreamDown: not sent (nothing ran); OutcomeUnknown: sent, no
-        answer; an MCPError the upstream answered with means the call was refused.
+        answer (ResultUnreadable: an answer that is no valid result); an MCPError the
+        upstream answered with means the call was refused.
 
         ``late_seconds`` > 0: a call that does not answer within the call timeout is not
         given up on: the OutcomeUnknown raised then carries (``late``) the call still
@@ -237,9 +267,11 @@ class UpstreamConnection:
     ) -> types.CallToolResult:
         await self.ensure_connected()
         if self.relayable() is not None:
-            return types.CallToolResult.model_validate(
-                await self.call_raw(tool, arguments, meta, timeout=timeout)
-            )
+            received = await self.call_raw(tool, arguments, meta, timeout=timeout)
+            try:
+                return types.CallToolResult.model_validate(received)
+            except pydantic.ValidationError as exc:  # it answered: it ran (or refused)
+                raise _unreadable(self.spec.name, tool, exc, received) from exc
         client = self._client
         if client is None:
             raise UpstreamDown(f"upstream {self.spec.name!r} is unreachable")
@@ -250,6 +282,8 @@ class UpstreamConnection:
             )
         except MCPError as exc:
             raise self._unknown(client, tool, exc, timeout) from exc
+        except pydantic.ValidationError as exc:  # answered, the connection still good
+            raise _unreadable(self.spec.name, tool, exc) from exc
         except Exception as exc:  # the transport broke under the call
             self._lost(client)
             raise OutcomeUnknown(
