@@ -38,6 +38,9 @@ TO undolog_agent, undolog_approver, undolog_operator;
 -- call's body with them.
 GRANT EXECUTE ON FUNCTION undolog.approval_edit(uuid, uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
+-- What an edit changed, argument by argument (pure: from the two args the caller read).
+GRANT EXECUTE ON FUNCTION undolog.edit_changes(jsonb, jsonb, integer, integer)
+TO undolog_agent, undolog_approver, undolog_operator;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;

@@ -828,32 +828,8 @@ LEFT JOIN LATERAL (
     WHERE a.state = 'approved' AND x.approval_id = a.approval_id
     OFFSET 0
 ) AS j ON TRUE
-LEFT JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_object(
-               'name', left(c.name, %(change)s::int)
-                   || CASE WHEN length(c.name) > %(change)s::int THEN '…' ELSE '' END,
-               'before', left(c.before, %(change)s::int)
-                   || CASE WHEN length(c.before) > %(change)s::int THEN '…' ELSE '' END,
-               'after', left(c.after, %(change)s::int)
-                   || CASE WHEN length(c.after) > %(change)s::int THEN '…' ELSE '' END
-           ) ORDER BY c.name) FILTER (WHERE c.n <= %(changes)s::int) AS changes,
-           count(*) AS total
-    FROM (
-        SELECT k.name, (j.requested_args -> k.name)::text AS before,
-               (j.approved_args -> k.name)::text AS after,
-               row_number() OVER (ORDER BY k.name) AS n
-        FROM (
-            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(j.requested_args) = 'object'
-                                           AND j.approved_args IS NOT NULL
-                                          THEN j.requested_args ELSE '{}' END)
-            UNION
-            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(j.approved_args) = 'object'
-                                          THEN j.approved_args ELSE '{}' END)
-        ) AS k (name)
-        WHERE (j.requested_args -> k.name) IS DISTINCT FROM (j.approved_args -> k.name)
-    ) AS c
-    WHERE j.approved_args IS NOT NULL
-) AS ch ON TRUE
+LEFT JOIN LATERAL undolog.edit_changes(j.requested_args, j.approved_args, %(change)s::int,
+                                        %(changes)s::int) AS ch ON TRUE
 WHERE a.session_id = %(session_id)s
 ORDER BY a.requested_at
 
@@ -945,10 +921,9 @@ WHERE u.undo_id = %(undo_id)s AND u.session_id = %(session_id)s
 -- cursor (%(after_at)s, %(after_id)s), each filter off when its parameter is NULL; sent
 -- unprepared, as dashboard_sessions_page. An approval made with edited arguments has
 -- them cut at %(cell)s characters with their whole length, and approved_changes: the
--- top-level arguments the edit changed, added or dropped (at most %(changes)s, by name;
--- approved_changes_total counts them all), each name and value (JSON text, NULL when
--- absent) cut at %(change)s characters and then marked '…', so that the changed value
--- shows even where it falls past the head's cut.
+-- top-level arguments the edit changed (undolog.edit_changes: at most %(changes)s, each
+-- cut at %(change)s characters; approved_changes_total counts them all), so that the
+-- changed value shows even where it falls past the head's cut.
 SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.tier,
        left(d.args::text, %(cell)s::int) AS args_text,
        length(d.args::text) AS args_length,
@@ -959,32 +934,8 @@ SELECT d.approval_id, d.session_id, d.effect_id, d.step_index, d.tool_name, d.ti
        length(d.approved_args::text) AS approved_args_length,
        ch.changes AS approved_changes, ch.total AS approved_changes_total
 FROM undolog.decided_approvals AS d
-LEFT JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_object(
-               'name', left(c.name, %(change)s::int)
-                   || CASE WHEN length(c.name) > %(change)s::int THEN '…' ELSE '' END,
-               'before', left(c.before, %(change)s::int)
-                   || CASE WHEN length(c.before) > %(change)s::int THEN '…' ELSE '' END,
-               'after', left(c.after, %(change)s::int)
-                   || CASE WHEN length(c.after) > %(change)s::int THEN '…' ELSE '' END
-           ) ORDER BY c.name) FILTER (WHERE c.n <= %(changes)s::int) AS changes,
-           count(*) AS total
-    FROM (
-        SELECT k.name, (d.args -> k.name)::text AS before,
-               (d.approved_args -> k.name)::text AS after,
-               row_number() OVER (ORDER BY k.name) AS n
-        FROM (
-            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(d.args) = 'object'
-                                           AND d.approved_args IS NOT NULL
-                                          THEN d.args ELSE '{}' END)
-            UNION
-            SELECT jsonb_object_keys(CASE WHEN jsonb_typeof(d.approved_args) = 'object'
-                                          THEN d.approved_args ELSE '{}' END)
-        ) AS k (name)
-        WHERE (d.args -> k.name) IS DISTINCT FROM (d.approved_args -> k.name)
-    ) AS c
-    WHERE d.approved_args IS NOT NULL
-) AS ch ON TRUE
+LEFT JOIN LATERAL undolog.edit_changes(d.args, d.approved_args, %(change)s::int,
+                                        %(changes)s::int) AS ch ON TRUE
 WHERE (%(since)s::timestamptz IS NULL OR d.decided_at >= %(since)s::timestamptz)
   AND (%(by)s::text IS NULL OR d.decided_role = %(by)s::text)
   AND (%(after_at)s::timestamptz IS NULL
