@@ -42,6 +42,9 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "approval_decision": (None, None),
     "ending_decision": (None, None),
     "approval_edit": (None, None),
+    # what an edit changed: the session page and Past decisions show it, `approvals
+    # decided --json` has both args
+    "edit_changes": (("approvals", "decided"), "/sessions/{session_id}"),
     "approve": (("approvals", "approve"), "/approvals/decide"),
     "approve_edited": (("approvals", "approve"), "/approvals/{approval_id}/edit"),
     "reject": (("approvals", "reject"), "/approvals/decide"),
