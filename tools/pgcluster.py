@@ -3,7 +3,9 @@ benchmarks; persistent for a newcomer's local database (``make db``).
 
 initdb refuses to run as root and CI runs as root, so when we are root the cluster is
 created and started as the ``postgres`` system user (``runuser``); as anyone else it runs
-as that user. Either way it listens on 127.0.0.1 only and trusts local connections.
+as that user. Either way it listens on 127.0.0.1 only and trusts local connections, but
+for the members of PASSWORD_LOGINS, which log in by password (the dashboard's logins:
+the dashboard lets no one in that the server did not ask for a password).
 
     python tools/pgcluster.py run -- CMD ARGS...   # throwaway: CMD with PG* and UNDOLOG_DSN set
     python tools/pgcluster.py start [--dir .pgdata] # persistent: create once, start, and
@@ -48,6 +50,27 @@ class Cluster:
             "PGDATABASE": "postgres",
             "UNDOLOG_DSN": self.dsn,
         }
+
+
+# The group role whose members a cluster made here asks for a password (scram-sha-256)
+# where it trusts every other local login: the dashboard's demo logins (undolog.demos.
+# dashboard.PASSWORD_LOGINS, the same name), as a dashboard login must be.
+PASSWORD_LOGINS = "undolog_password_logins"
+HBA_PASSWORD_LINES = (
+    "# undolog (tools/pgcluster.py): the members of this group log in by password\n"
+    f"local all +{PASSWORD_LOGINS} scram-sha-256\n"
+    f"host all +{PASSWORD_LOGINS} 127.0.0.1/32 scram-sha-256\n"
+    f"host all +{PASSWORD_LOGINS} ::1/128 scram-sha-256\n"
+)
+
+
+def _ask_passwords(datadir: Path) -> None:
+    """Put HBA_PASSWORD_LINES ahead of initdb's trust lines in ``datadir``'s pg_hba.conf
+    (rewritten in place: it keeps its owner, the cluster's)."""
+    hba = datadir / "pg_hba.conf"
+    original = hba.read_text(encoding="utf-8")
+    with hba.open("w", encoding="utf-8") as f:
+        f.write(HBA_PASSWORD_LINES + original)
 
 
 def bindir() -> Path:
@@ -136,6 +159,7 @@ def throwaway_cluster(*settings: str) -> Iterator[Cluster]:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        _ask_passwords(datadir)
         options = " ".join(
             [
                 f"-p {port}",
@@ -236,6 +260,7 @@ def _create(datadir: Path, user: str) -> int:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+    _ask_passwords(datadir)
     port = free_port()
     with (datadir / "postgresql.conf").open("a", encoding="utf-8") as conf:
         conf.write(

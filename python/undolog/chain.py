@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import reprlib
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -203,6 +204,28 @@ def _numbered(lines: Iterator[str], start: int) -> Iterator[tuple[int, str]]:
         number += 1
 
 
+# How much of a value an export holds where a number was due its report shows.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict = 2, 4, 4
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 60
+
+
+def _seq(value: Any) -> int | None:
+    """``value`` as a Finding's seq: an export's seq is an integer, and anything else in
+    its place (a string, NaN, a list nested hundreds deep: any JSON) is none, never
+    carried into a report (its JSON would not be JSON, or would not be made at all)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shown(value: Any) -> str:
+    """A short text of any JSON value an export holds where a seq or a hash was due: an
+    integer or a string of up to 80 characters as it is, anything else (nested, long,
+    NaN alike) shortened."""
+    if _seq(value) is not None or (isinstance(value, str) and len(value) <= 80):
+        return str(value)
+    return _SHOWN.repr(value)
+
+
 def verify_export(lines: Iterable[str]) -> Report:
     """Check an export (:func:`export_session`) with no database: every line's hash is
     sha256(prev || canonical), its prev is the previous line's hash, its seq follows,
@@ -212,7 +235,8 @@ def verify_export(lines: Iterable[str]) -> Report:
     alike): only :func:`verify` reads the columns."""
     it = iter(lines)
     try:
-        header = json.loads(next(it))
+        # a byte order mark before the header (a file saved again by a Windows editor)
+        header = json.loads(next(it).removeprefix("\ufeff"))
     except UnicodeDecodeError as exc:  # a file opened as UTF-8 text, read line by line
         raise ExportInvalid("not an UndoLog chain export: not UTF-8 text") from exc
     except (StopIteration, ValueError, RecursionError) as exc:
@@ -240,11 +264,14 @@ def verify_export(lines: Iterable[str]) -> Report:
         table, key = str(row.get("table")), str(row.get("key"))
 
         def found(problem: str, expected: str, got: str) -> None:
-            findings.append(Finding(session, seq, table, key, problem, expected, got))  # noqa: B023
+            findings.append(Finding(session, _seq(seq), table, key, problem, expected, got))  # noqa: B023
 
         prev, stored = _hex(row.get("prev")), _hex(row.get("hash"))
-        if not isinstance(seq, int) or not isinstance(canonical, str) or not prev or not stored:
-            found("unchained", "a link of the chain", "no seq, prev, hash or canonical record")
+        if _seq(seq) is None or not isinstance(canonical, str) or not prev or not stored:
+            got = "no seq, prev, hash or canonical record"
+            if seq is not None and _seq(seq) is None:
+                got += f" (seq {_shown(seq)})"
+            found("unchained", "a link of the chain", got)
             continue
         try:
             record = json.loads(canonical)
@@ -278,14 +305,14 @@ def verify_export(lines: Iterable[str]) -> Report:
         findings.append(
             Finding(
                 session,
-                None if not isinstance(head, dict) else head.get("seq"),
+                None if not isinstance(head, dict) else _seq(head.get("seq")),
                 "undolog_chain_heads",
                 f"session_id={session}",
                 "head",
                 "no head" if last is None else f"seq {last['seq']} {last['hash']}",
                 "no head"
                 if not isinstance(head, dict)
-                else f"seq {head.get('seq')} {head.get('hash')}",
+                else f"seq {_shown(head.get('seq'))} {_shown(head.get('hash'))}",
             )
         )
     return Report(1, count, findings)

@@ -262,3 +262,53 @@ def test_an_export_inside_the_callers_transaction_reads_in_it(dsn: str, conn: Co
         own = list(chain.export_session(plain, session))
         assert plain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert inside == own and chain.verify_export(own).ok
+
+
+def test_a_seq_that_is_not_a_number_is_reported_in_json_that_parses(tmp_path: Path) -> None:
+    """A header's head.seq, or a row's seq, may hold any JSON in a damaged export: a list
+    nested 600 deep (which json reads), NaN (which it reads too), a string, true. The
+    report's seq is then none (null), never that value: --json printed no JSON for NaN
+    and raised RecursionError for the list. What was there is shown, shortened."""
+    deep = "[" * 600 + "1" + "]" * 600
+    link = '"prev": "' + "0" * 64 + '", "hash": "' + "0" * 64 + '"'
+    for name, value in {"deep": deep, "nan": "NaN", "text": '"7"', "bool": "true"}.items():
+        for where in ("head", "row"):
+            header = f'{{"format": "{chain.EXPORT_FORMAT}", "session_id": "{uuid.uuid4()}"'
+            if where == "head":
+                body = f'{header}, "head": {{"seq": {value}, "hash": "x"}}}}\n'
+            else:
+                body = (
+                    f"{header}}}\n"
+                    f'{{"seq": {value}, {link}, "canonical": "{{}}", "record": {{}}, '
+                    '"table": "t", "key": "k"}\n'
+                )
+            path = tmp_path / f"{name}-{where}.jsonl"
+            path.write_text(body)
+            got = undolog(None, "verify", "--file", str(path), "--json")
+            assert got.returncode == EXIT_MISMATCH, (name, where, got.stderr[-600:])
+            assert "Traceback" not in got.stderr, (name, where)
+            report = json.loads(got.stdout, parse_constant=not_json)
+            (finding,) = report["findings"]
+            assert finding["seq"] is None, (name, where)
+            assert len(finding["found"]) < 200, (name, where, finding["found"])
+    # and as text
+    got = undolog(None, "verify", "--file", str(tmp_path / "deep-head.jsonl"))
+    assert got.returncode == EXIT_MISMATCH and "Traceback" not in got.stderr
+    assert "head: undolog_chain_heads" in got.stdout and "seq [[" in got.stdout
+
+
+def not_json(constant: str) -> Any:
+    raise AssertionError(f"{constant} is not JSON")
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path: Path) -> None:
+    """An export saved again by an editor on Windows begins with a UTF-8 byte order mark:
+    the header is still there, and the export verifies (a file, or lines handed to
+    verify_export)."""
+    header = json.dumps({"format": chain.EXPORT_FORMAT, "session_id": str(uuid.uuid4())})
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + header.encode() + b"\r\n")
+    got = undolog(None, "verify", "--file", str(path))
+    assert got.returncode == 0, (got.stdout, got.stderr[-600:])
+    assert "no header line" not in got.stdout + got.stderr
+    assert chain.verify_export(["\ufeff" + header + "\n"]).ok

@@ -28,7 +28,9 @@ from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
 from undolog.dashboard.websessions import (
     MAX_SESSIONS_PER_LOGIN,
+    LoginRefused,
     LoginThrottle,
+    SessionStore,
     person_conninfo,
 )
 
@@ -555,6 +557,144 @@ def test_a_persons_connection_never_reads_a_password_file(app_dsn: str) -> None:
         params = conninfo_to_dict(person_conninfo(dsn, "dash_operator", PASSWORD))
         assert params["passfile"] == os.devnull
         assert params["user"] == "dash_operator" and params["password"] == PASSWORD
+
+
+def _hosts_password(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str = "dash_operator"
+) -> None:
+    """The password of ``login`` where libpq, given none, would find it: the password file
+    of whoever runs the dashboard (PGPASSFILE, ~/.pgpass) or PGPASSWORD."""
+    passfile = tmp_path / ".pgpass"
+    passfile.write_text(f"*:*:*:{login}:{PASSWORD}\n")
+    passfile.chmod(0o600)
+    monkeypatch.delenv("PGPASSFILE", raising=False)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    if where == "PGPASSFILE":
+        monkeypatch.setenv("PGPASSFILE", str(passfile))
+    elif where == "PGPASSWORD":
+        monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    else:
+        monkeypatch.setenv("HOME", str(tmp_path))
+
+
+@pytest.mark.parametrize("where", ["PGPASSFILE", "HOME/.pgpass", "PGPASSWORD"])
+def test_a_control_character_in_the_login_is_refused_before_libpq(
+    app_dsn: str,
+    passwords_checked: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """libpq reads a connection string up to a NUL: a login "dash_operator<NUL>" left
+    the typed password and passfile=/dev/null behind it, and libpq took the operator's
+    password from the host (any password typed got in); "dash operator<NUL>" (quoted)
+    made the string unparsable, a 500. A login holding any control character is refused
+    as a wrong password (401), and counted by the throttle."""
+    if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
+        pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
+    _hosts_password(where, tmp_path, monkeypatch)
+    with TestClient(
+        create_app(app_dsn), follow_redirects=False, raise_server_exceptions=False
+    ) as web:
+        for login in (
+            "dash_operator\x00",
+            "dash operator\x00",
+            "dash_\x1boperator",
+            "dash\x85operator",
+        ):
+            refused = log_in(web, login, "not-the-password")
+            assert refused.status_code == 401, (repr(login), refused.status_code)
+            assert "login refused: wrong login or password" in refused.text
+            assert web.get("/maintenance").status_code == 303  # to the login page
+        # the right password does not help
+        assert log_in(web, "dash_operator\x00").status_code == 401
+        # each attempt counted (this address's fifth failure): even the right login waits
+        assert log_in(web, "dash_operator").status_code == 429
+
+
+@pytest.mark.parametrize("where", ["PGPASSFILE", "PGPASSWORD"])
+def test_the_store_refuses_what_libpq_would_not_read_as_typed(
+    app_dsn: str,
+    passwords_checked: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """The backstop behind the login form's check: person_conninfo reads back what it
+    wrote, and a login, password or password file that libpq would read otherwise (a NUL
+    cuts the string) is refused, as a wrong password, before any connection."""
+    import asyncio
+
+    if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
+        pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
+    _hosts_password(where, tmp_path, monkeypatch)
+    for login, password in (
+        ("dash_operator\x00", "not-the-password"),
+        ("dash operator\x00", "not-the-password"),
+        ("dash_operator", "\x00"),
+        ("dash_operator", "x\x00y"),
+    ):
+        with pytest.raises(LoginRefused, match="wrong login or password"):
+            person_conninfo(app_dsn, login, password)
+        store = SessionStore(app_dsn, idle_timeout=60)
+        with pytest.raises(LoginRefused, match="wrong login or password"):
+            asyncio.run(store.login(login, password))
+        assert store.sessions == {}
+
+
+def test_a_login_the_server_trusts_is_refused_whatever_the_password(
+    app_dsn: str, conn: Conn, passwords_checked: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under pg_hba.conf's trust (or peer, ident, cert, gss) the server lets a login in
+    without its password: the dashboard must not, or a visitor typing that login gets in
+    with any password. The test cluster trusts every login outside the tests' password
+    group, as this one: refused as a wrong password (401), whatever was typed, its real
+    password included; the log says why."""
+    login = f"trusted_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {login} LOGIN PASSWORD '{PASSWORD}' IN ROLE undolog_operator")
+    try:
+        with (
+            caplog.at_level(logging.WARNING, "undolog.dashboard"),
+            TestClient(create_app(app_dsn), follow_redirects=False) as web,
+        ):
+            for password in ("not-its-password", PASSWORD):
+                refused = log_in(web, login, password)
+                assert refused.status_code == 401, (password, refused.status_code)
+                assert "login refused: wrong login or password" in refused.text
+                assert web.get("/maintenance").status_code == 303
+        assert "needs password authentication" in caplog.text
+        assert backends_of(conn, login) == 0  # neither connection stays open
+    finally:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (login,)
+        )
+        conn.execute(f"DROP ROLE IF EXISTS {login}")
+
+
+def test_a_persons_connection_offers_no_certificate_and_no_kerberos_ticket() -> None:
+    """The dashboard's DSN may name its own client certificate (sslcert, sslkey, its
+    sslpassword) or Kerberos service, and libpq would offer ~/.postgresql/postgresql.crt
+    of whoever runs the dashboard by itself: under pg_hba.conf's cert or gss, a visitor
+    typing the login they name would get in. A person's connection offers none of them
+    (sslcertmode=disable where libpq has it, 16 on), and no GSSAPI encryption either; the
+    rest of the DSN (host, database, TLS checks) stays."""
+    dsn = (
+        "host=db.example dbname=app sslmode=verify-full sslrootcert=/srv/ca.crt "
+        "sslcert=/srv/dash.crt sslkey=/srv/dash.key sslpassword=key-secret "
+        "krbsrvname=postgres gssencmode=prefer sslcertmode=allow"
+    )
+    params = conninfo_to_dict(person_conninfo(dsn, "alice", "typed"))
+    for key in ("sslcert", "sslkey", "sslpassword", "krbsrvname"):
+        assert key not in params, key
+    assert params["gssencmode"] == "disable"
+    assert params["user"] == "alice" and params["password"] == "typed"
+    assert params["passfile"] == os.devnull
+    assert params["sslmode"] == "verify-full" and params["sslrootcert"] == "/srv/ca.crt"
+    assert params["host"] == "db.example" and params["dbname"] == "app"
+    if psycopg.pq.version() >= 160000:
+        assert params["sslcertmode"] == "disable"
+    else:  # pragma: no cover - a libpq older than 16 (the password check still holds)
+        assert "sslcertmode" not in params
 
 
 async def _login_async(base: str, login: str, password: str) -> tuple[int, str, Any]:

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from test_dashboard_maintenance import anchors, flash_of, log_in, month, partitions
 
 from dashboard_helpers import csrf_of
+from undolog import engine
 from undolog import partitions as undolog_partitions
 
 Conn = psycopg.Connection[Any]
@@ -161,3 +162,40 @@ def test_a_typed_retention_that_drops_nothing_runs_at_once(web: TestClient, conn
     assert answer.status_code == 303
     assert f"undolog_effect_log_{month(-6)}" in partitions(conn)
     assert anchors(conn) == [1]
+
+
+def test_a_month_an_unfinished_session_holds_is_kept_and_the_confirmed_run_goes_on(
+    web: TestClient, conn: Conn
+) -> None:
+    """The list names a month's two partitions, the effect log's and its history's; an
+    unfinished session holding that month, the engine keeps both and answers 'skipped'
+    for the effect log's alone. That is the month confirmed, kept: the run goes on (it
+    was rolled back as "changed" on every confirmation, for as long as the session
+    lived), drops the other months confirmed and says which month it kept."""
+    make_month(conn, -6)
+    make_month(conn, -8)
+    held = [f"undolog_effect_log_{month(-6)}", f"undolog_effect_history_{month(-6)}"]
+    gone = [f"undolog_effect_log_{month(-8)}", f"undolog_effect_history_{month(-8)}"]
+    session = engine.begin_session(conn, agent="old")
+    conn.execute(
+        "INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, "
+        "call_signature, step_index, tool_name, tier, args, state) VALUES (gen_random_uuid(), "
+        "%s, %s::timestamptz, repeat('a', 64), 0, 'book', 'compensable', '{}', 'executing')",
+        (session, month(-6).replace("_", "-") + "-15T00:00:00Z"),
+    )
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    asked = web.post("/maintenance/run", data={"csrf": token, "retention_months": "1"})
+    assert asked.status_code == 200
+    for name in held + gone:
+        assert f'id="run-drop-{name}"' in asked.text
+    done = web.post("/maintenance/run", data=hidden_fields(asked.text))
+    changed = ""
+    if 'id="run-changed"' in done.text:
+        changed = html.unescape(done.text.split('id="run-changed"')[1].split("</p>")[0])
+    assert done.status_code == 303, (done.status_code, changed)
+    now = partitions(conn)
+    assert set(held) <= set(now) and not set(gone) & set(now)
+    assert anchors(conn) == [1]
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert f"kept (an unfinished session holds it) {held[0]}" in said

@@ -118,7 +118,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if args.session is not None or args.since is not None or args.anchor is not None:
             raise UsageError("--file checks the export alone: no --session, --since, --anchor")
         try:
-            with args.file.open(encoding="utf-8") as f:
+            # utf-8-sig: a byte order mark before the header (an export saved again by
+            # a Windows editor) is not part of it
+            with args.file.open(encoding="utf-8-sig") as f:
                 report = chain.verify_export(f)
         except OSError as exc:
             raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc

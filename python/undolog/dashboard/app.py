@@ -655,6 +655,14 @@ class Dashboard:
                 self.throttle.failed(*keys)
                 log.info("login refused for %r (no password)", login)
                 return self._login_form(request, "login refused: wrong login or password", 401)
+            if any(unicodedata.category(c) == "Cc" for c in login):
+                # Nor a login holding a control character: no role's name needs one, and
+                # libpq reads a connection string only up to a NUL, so the password typed
+                # and passfile=/dev/null after it would never reach libpq, which would
+                # take the password file's (or PGPASSWORD). Refused as a wrong password.
+                self.throttle.failed(*keys)
+                log.info("login refused for %r (a control character in the login)", login)
+                return self._login_form(request, "login refused: wrong login or password", 401)
             try:
                 ws = await self.store.login(login, password)
             except LoginRefused as exc:
@@ -1995,6 +2003,23 @@ class Dashboard:
                     for action in ("dropped", "detached", "skipped")
                     for name in done.get(action, [])
                 } - set(done.get("created", []))
+                # A month an unfinished session holds is answered 'skipped' for its
+                # effect log's partition alone: the engine keeps the history's partitions
+                # of that month with it, unsaid. Kept all the same, as the list said.
+                held = [
+                    p
+                    for p in doomed
+                    if p["parent"] == "undolog_effect_log" and p["name"] in done.get("skipped", [])
+                ]
+                taken |= {
+                    p["name"]
+                    for p in doomed
+                    if p["parent"] == "undolog_effect_history"
+                    and any(
+                        p["lower_bound"] < h["upper_bound"] and h["lower_bound"] < p["upper_bound"]
+                        for h in held
+                    )
+                }
                 if sorted(taken) != confirmed:
                     raise _DropChanged(sorted(taken ^ set(confirmed)))
             latest, _ = await queries.anchors(conn, 1)

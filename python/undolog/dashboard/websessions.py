@@ -129,22 +129,57 @@ class WebSession:
                 await conn.close()
 
 
+# What a person's connection takes of the dashboard's DSN: its user and password (and
+# where libpq would find one: passfile, service) are the dashboard's, not the person's; a
+# client certificate (sslcert, sslkey, its sslpassword) or a Kerberos service
+# (krbsrvname) would let the server authenticate the dashboard's host, not the person,
+# and a visitor typing the login they name would get in with any password.
+NOT_THE_PERSONS = (
+    "user",
+    "password",
+    "passfile",
+    "service",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "krbsrvname",
+)
+# libpq 16 and later: sslcertmode=disable offers no client certificate at all, not even
+# libpq's default ~/.postgresql/postgresql.crt of whoever runs the dashboard.
+SSLCERTMODE_SINCE = 160000
+
+
 def person_conninfo(dsn: str, login: str, password: str) -> str:
     """The dashboard's DSN (host, port, database) with the person's own credentials, and
-    an empty password file: libpq, given no password (an empty one), would otherwise read
-    the password file of whoever runs the dashboard (PGPASSFILE, ~/.pgpass), and log a
-    visitor in with a password they never typed."""
+    nothing else that could authenticate them: an empty password file (libpq, given no
+    password, would otherwise read the one of whoever runs the dashboard, PGPASSFILE or
+    ~/.pgpass, and log a visitor in with a password they never typed), no client
+    certificate and no GSSAPI (:data:`NOT_THE_PERSONS`). SessionStore.login checks, once
+    connected, that the server did ask for the password.
+
+    Raises LoginRefused when libpq would not read the login, password and password file
+    back as given (a NUL in one ends the string libpq reads: what follows, the password
+    and passfile included, would never reach it)."""
     params = conninfo_to_dict(dsn)
-    for key in ("user", "password", "passfile", "service"):
+    for key in NOT_THE_PERSONS:
         params.pop(key, None)
-    return with_connect_timeout(
+    extra = {"gssencmode": "disable", "application_name": "undolog-dashboard"}
+    if psycopg.pq.version() >= SSLCERTMODE_SINCE:
+        extra["sslcertmode"] = "disable"
+    base = with_connect_timeout(
         make_conninfo(**{k: str(v) for k, v in params.items() if v is not None}),
         CONNECT_TIMEOUT,
-        user=login,
-        password=password,
-        passfile=os.devnull,
-        application_name="undolog-dashboard",
+        **extra,
     )
+    own = {"user": login, "password": password, "passfile": os.devnull}
+    try:
+        conninfo = make_conninfo(base, **own)
+        parsed = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:  # a login or password libpq cannot be given
+        raise LoginRefused("login refused: wrong login or password") from exc
+    if any(parsed.get(key) != value for key, value in own.items()):
+        raise LoginRefused("login refused: wrong login or password")
+    return conninfo
 
 
 class LoginThrottle:
@@ -221,10 +256,13 @@ class SessionStore:
         holds_some = any(ws.login == login for ws in self.sessions.values())
         if len(self.sessions) >= self.max_sessions and not holds_some:
             raise LoginRefused("too many people are logged in to this dashboard; try later")
-        conninfo = person_conninfo(self.dsn, login, password)
-        del password  # only libpq holds it now, for these two connections
         try:
+            conninfo = person_conninfo(self.dsn, login, password)
+            del password  # only libpq holds it now, for these two connections
             conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        except psycopg.ProgrammingError as exc:  # what libpq could not be given as typed
+            log.info("login refused for %r (not a login libpq reads as typed)", login)
+            raise LoginRefused("login refused: wrong login or password") from exc
         except psycopg.OperationalError as exc:
             text = str(exc)
             # the server answered and refused this login (FATAL from PostgreSQL itself)
@@ -241,6 +279,7 @@ class SessionStore:
             log.warning("cannot reach the database: %s", text.splitlines()[0] if text else exc)
             raise LoginRefused("the database cannot be reached right now; try again later") from exc
         try:
+            self._check_password_used(conn, login)
             row = await (
                 await conn.execute(
                     QUERIES["dashboard_login_roles"],
@@ -264,6 +303,7 @@ class SessionStore:
                     await self._replace(min(held, key=lambda other: other.started))
                 listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 try:
+                    self._check_password_used(listener, login)
                     # The engine's channel for new requests and decisions (approvals.CHANNEL):
                     # a notification is only a wake-up, pages re-read what changed through
                     # the views, as the person.
@@ -282,6 +322,21 @@ class SessionStore:
         ws.listen_task = asyncio.create_task(self._relay(ws), name=f"undolog-listen-{sid[:6]}")
         log.info("%s logged in", ws.login)
         return ws
+
+    @staticmethod
+    def _check_password_used(conn: psycopg.AsyncConnection[Any], login: str) -> None:
+        """Raise LoginRefused unless the server asked ``conn`` for the password
+        (PQconnectionUsedPassword): under pg_hba.conf's trust, peer, ident, cert or gss
+        the server lets the login in without it, and a visitor who typed that login with
+        any password would be in. The caller closes ``conn``."""
+        if not conn.pgconn.used_password:
+            log.warning(
+                "login refused for %r: the server let it in without asking for its password "
+                "(pg_hba.conf: trust, peer, ident, cert or gss?); a dashboard login needs "
+                "password authentication (scram-sha-256, md5 or password)",
+                login,
+            )
+            raise LoginRefused("login refused: wrong login or password")
 
     async def _replace(self, old: WebSession) -> None:
         """Log ``old`` out for a newer login of the same person (its cookie stops working

@@ -2,7 +2,9 @@
 what a person acts on in the dashboard: a payout waiting for approval (with hostile
 text in its arguments), a session halted by a compensation that failed for good, and a
 live session to roll back. Creates the logins demo_approver, demo_operator and
-demo_agent (password ``demo``)."""
+demo_agent (password ``demo``), members of PASSWORD_LOGINS, whom the throwaway cluster of
+``make dashboard-demo`` (tools/pgcluster.py) asks for that password: the dashboard lets
+in no login the server did not ask for its password."""
 
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from undolog.queries import QUERIES
 from undolog.walk import CompensationCall
 
 DEMO_PASSWORD = "demo"
+# The group role whose members tools/pgcluster.py's clusters ask for a password (its
+# PASSWORD_LOGINS), where they trust every other local login.
+PASSWORD_LOGINS = "undolog_password_logins"
 DEMO_LOGINS = {
     "demo_approver": "undolog_approver",
     "demo_operator": "undolog_operator",
@@ -49,6 +54,8 @@ def wire_transfer(iban: str, cents: int, note: str) -> dict[str, Any]:
 
 
 def create_logins(conn: psycopg.Connection[Any]) -> None:
+    if conn.execute(QUERIES["role_exists"], {"role": PASSWORD_LOGINS}).fetchone() is None:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(PASSWORD_LOGINS)))
     for login, group in DEMO_LOGINS.items():
         exists = conn.execute(QUERIES["role_exists"], {"role": login}).fetchone()
         # Role statements take no bind parameters: they are composed here, with the
@@ -59,7 +66,18 @@ def create_logins(conn: psycopg.Connection[Any]) -> None:
                 verb, sql.Identifier(login), sql.Literal(DEMO_PASSWORD)
             )
         )
-        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(login)))
+        for role in (group, PASSWORD_LOGINS):
+            conn.execute(
+                sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(login))
+            )
+
+
+def asks_for_the_password(dsn: str) -> bool:
+    """Whether the server asks the demo's logins for their password (PQconnectionUsedPassword):
+    a dashboard login must authenticate by password (pg_hba.conf's scram-sha-256, md5 or
+    password), where trust, peer or ident would let anyone in as them."""
+    with psycopg.connect(as_login(dsn, "demo_approver"), autocommit=True) as conn:
+        return bool(conn.pgconn.used_password)
 
 
 def as_login(dsn: str, login: str) -> str:
@@ -112,3 +130,11 @@ def fill(dsn: str) -> None:
         "\nDashboard logins (password 'demo'): demo_approver, demo_operator, demo_agent\n",
         flush=True,
     )
+    if not asks_for_the_password(dsn):
+        print(
+            "The database lets these logins in without asking for their password "
+            "(pg_hba.conf: trust?), and the dashboard refuses such a login: give the "
+            f"members of {PASSWORD_LOGINS} a scram-sha-256 line in pg_hba.conf, ahead of "
+            "the trust lines, and reload.\n",
+            flush=True,
+        )
