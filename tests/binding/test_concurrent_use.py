@@ -246,11 +246,22 @@ def test_a_gathered_call_cancelled_mid_body_fails_the_session_and_is_undone(dsn:
     ul = AsyncUndoLog(dsn)
     ul.compensation("undo")(lambda call: undone.append(call))
 
+    async def expire_once_running(scope: asyncio.Timeout) -> None:
+        # its timeout comes once its body runs (its intercept answered), not after a
+        # fixed 50 ms, which a loaded machine can spend before the intercept is answered
+        while "slow" not in ran:
+            await asyncio.sleep(0.005)
+        scope.reschedule(asyncio.get_running_loop().time())
+
     async def timed(i: int) -> Any:
         if i != 3:
             return await aact(f"n{i}", pause=0.01)
-        async with asyncio.timeout(0.05):
-            return await aact("slow", pause=5)
+        async with asyncio.timeout(None) as scope:
+            expiry = asyncio.create_task(expire_once_running(scope))
+            try:
+                return await aact("slow", pause=5)
+            finally:
+                expiry.cancel()
 
     async def scenario() -> uuid.UUID:
         sid: list[uuid.UUID] = []
