@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import blake3
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from undolog.client import AsyncUndoLog, UndoLog
@@ -46,6 +46,7 @@ from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
     SessionNotActive,
+    SignatureError,
     UndoLogError,
 )
 from undolog.errors import ResumedInAnotherSession as ResumedInAnotherSession  # the adapters'
@@ -66,28 +67,96 @@ def json_form(value: Any) -> Any:
     """``value`` as the journal holds it: its JSON form. A framework validates the model's
     JSON into the tool's types (a pydantic BaseModel, a date, a Decimal ...) before it
     calls the tool; the signature covers JSON only, so a typed argument is journaled and
-    signed as JSON again (``pydantic_core.to_jsonable_python``: a model as its fields, a
-    date as ISO text, a Decimal as its text). A plain JSON value is itself, so its
-    signature is the one it always had. A set is written sorted: in iteration order its
-    JSON, and the signature, would change from process to process (str hashes are
-    salted), and a replay would miss. What has no JSON form is left as it is, for the
-    signature to refuse with its own words."""
+    signed as JSON again (``pydantic_core.to_jsonable_python``: a model as its fields, by
+    alias when it serializes by alias, a date as ISO text, a Decimal as its text). A
+    plain JSON value is itself, so its signature is the one it always had. A set is
+    written sorted, in a plain container or in a model: in iteration order its JSON, and
+    the signature, would change from process to process (str hashes are salted), and a
+    replay would miss. What has no JSON form is left as it is, for the signature to refuse
+    with its own words. Whether the JSON form reads back into the value is the tool's to
+    check (``ToolInfo.journal_form``: it knows the parameter's type)."""
     try:
-        return to_jsonable_python(_sets_sorted(value))
+        form = to_jsonable_python(_sets_sorted(value))
     except (ValueError, TypeError, RecursionError):  # ValueError: PydanticSerializationError
         return value
+    return _object_sets_sorted(value, form)
+
+
+def _set_form(value: set[Any] | frozenset[Any]) -> list[Any]:
+    """A set's JSON form: its items' JSON forms, in the order of their JSON text."""
+    items = [json_form(item) for item in value]
+    return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, default=repr))
 
 
 def _sets_sorted(value: Any) -> Any:
     """``value`` with each set in it (in plain containers) a list in a fixed order."""
     if isinstance(value, set | frozenset):
-        items = [json_form(item) for item in value]
-        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, default=repr))
+        return _set_form(value)
     if isinstance(value, dict):
         return {key: _sets_sorted(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_sets_sorted(item) for item in value]
     return value
+
+
+def _object_sets_sorted(value: Any, form: Any) -> Any:
+    """``form`` (the JSON form of ``value``) with each set inside a model or a dataclass
+    written in a fixed order, as ``_sets_sorted`` writes those of plain containers: the
+    serializer writes a model's set in iteration order. Walks the value and its form side
+    by side (a model's field by the key it is written under); what the walk cannot place
+    (a field written by a custom serializer under another key) is left as written, and a
+    journaled tool's check that the form reads back into the value still holds."""
+    if isinstance(value, set | frozenset):
+        return _set_form(value) if isinstance(form, list) and len(form) == len(value) else form
+    if isinstance(value, BaseModel) and isinstance(form, dict):
+        for name, field in type(value).model_fields.items():
+            for key in (field.serialization_alias, field.alias, name):
+                if key is not None and key in form:
+                    form[key] = _object_sets_sorted(getattr(value, name, None), form[key])
+                    break
+        for name, item in (value.model_extra or {}).items():
+            if name in form:
+                form[name] = _object_sets_sorted(item, form[name])
+        return form
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and isinstance(form, dict):
+        for member in dataclasses.fields(value):
+            if member.name in form:
+                form[member.name] = _object_sets_sorted(
+                    getattr(value, member.name), form[member.name]
+                )
+        return form
+    if isinstance(value, dict) and isinstance(form, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key in form:
+                form[key] = _object_sets_sorted(item, form[key])
+        return form
+    if isinstance(value, list | tuple) and isinstance(form, list) and len(form) == len(value):
+        return [
+            _object_sets_sorted(item, written) for item, written in zip(value, form, strict=True)
+        ]
+    return form
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON already (its own JSON form)."""
+    if type(value) in _JSON_SCALARS:
+        return True
+    if type(value) is list:
+        return all(_is_json(item) for item in value)
+    if type(value) is dict:
+        return all(type(key) is str and _is_json(item) for key, item in value.items())
+    return False
+
+
+def _json_text(value: Any) -> str | None:
+    """The canonical JSON text of a JSON value (None: it has none)."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +209,37 @@ class ToolInfo:
                 continue
         return readers
 
+    def journal_form(self, name: str, value: Any) -> Any:
+        """Argument ``name``'s ``value`` as the journal holds it (``json_form``), refused
+        (SignatureError) when that JSON form does not read back, through the parameter's
+        type, into an equal value: a SecretStr is '**********' in it, a field excluded
+        from serialization is not there, a custom serializer may write something else.
+        Journaled so, two calls told apart by that alone would share a signature (a
+        replay would answer one with the other's result), and a person's edit of another
+        argument would hand the body what the JSON form reads back to."""
+        plain = json_form(value)
+        if plain is value or _is_json(value):
+            return plain  # plain JSON, or no JSON form: the signature judges it
+        reader = self._readers.get(name)
+        if reader is None:
+            return plain  # no type to read it back into: taken as it is written
+        try:
+            back = reader.validate_json(json.dumps(plain))
+            same = bool(back == value)
+        except Exception:  # whatever fails, the form does not read back
+            same = False
+        if not same:
+            raise SignatureError(
+                f"{self.name}: argument {name!r} ({type(value).__name__}) cannot be "
+                "journaled: its JSON form does not read back into an equal value (a "
+                "secret such as SecretStr is masked in it, a field with exclude=True is "
+                "left out, a custom serializer may write something else), so two calls "
+                "told apart by it alone would share a signature and a person's edit would "
+                "hand the body what the JSON form reads back to. Give a journaled tool "
+                "arguments of plain types, or models without secret or excluded fields"
+            )
+        return plain
+
     def read(self, name: str, value: Any) -> Any:
         """A journal value of parameter ``name`` (JSON: a person's edit) read into the
         parameter's type, as the framework reads the model's JSON (JSON mode: "2025-03-04"
@@ -176,7 +276,7 @@ class _Arguments:
         bound.apply_defaults()
         self.tool = tool
         self.given = dict(bound.arguments)
-        self.plain = {name: json_form(value) for name, value in self.given.items()}
+        self.plain = {name: tool.journal_form(name, value) for name, value in self.given.items()}
 
     def journaled(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """What the journaled wrapper is called with: the JSON form, which it signs (the
@@ -190,15 +290,19 @@ class _Arguments:
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The body's arguments from those the journaled wrapper hands it: each value
-        that is still the one it was given (the very object) is the framework's typed
-        object again; a person's edit, put in its place by the wrapper, is read into the
-        parameter's type, as the framework read the model's."""
+        that is still the one it was given (the very object, or a person's edit that
+        left it as it was: the same JSON) is the framework's typed object again; a value
+        a person changed, put in its place by the wrapper, is read into the parameter's
+        type, as the framework read the model's."""
         assert self.tool.spec is not None
         bound = self.tool.spec.signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
             if name not in self.plain:
                 continue  # a method's instance
-            if value is self.plain[name]:
+            plain = self.plain[name]
+            if value is plain or (
+                (text := _json_text(value)) is not None and text == _json_text(plain)
+            ):
                 bound.arguments[name] = self.given[name]
             else:
                 bound.arguments[name] = self.tool.read(name, value)
@@ -381,6 +485,45 @@ def refuse_recorded_session(
         f"session_id={recorded}{otherwise}. Nothing was run: resumed in another session, "
         "its calls would be asked or made again in a session whose journal does not hold "
         "what the run did, and its own session would wait for ever"
+    )
+
+
+S = TypeVar("S")
+
+
+def checked_by_its_tool(
+    tool: str,
+    schemas: Sequence[S],
+    fits: Callable[[S], bool],
+    check: Callable[[S], dict[str, Any]],
+) -> dict[str, Any]:
+    """A person's edit of a ``tool`` call checked (``check``: the edit as it will be
+    recorded, or ValueError) by the argument schema of the tool the call was made to,
+    among ``schemas``: those of the tools of that name built in this process (an adapter
+    keeps them by name and shape: another agent may build another tool of the same
+    name). The call's own arguments fit its tool's schema (``fits``); when they fit
+    several, or none, of several schemas, the edit is checked by each, and what they all
+    make of it is the answer (refused by all: the first one's ValueError); tools that
+    make different things of it leave the edit ambiguous: ValueError, rather than an
+    edit checked by another tool."""
+    if len(schemas) > 1:
+        schemas = [schema for schema in schemas if fits(schema)] or list(schemas)
+    readings: list[dict[str, Any] | ValueError] = []
+    for schema in schemas:
+        try:
+            readings.append(check(schema))
+        except ValueError as error:
+            readings.append(error)
+    first = readings[0]
+    if all(isinstance(r, ValueError) for r in readings):
+        raise cast(ValueError, first)  # no tool of that name takes the edit
+    if all(r == first for r in readings[1:]):
+        return cast(dict[str, Any], first)
+    raise ValueError(
+        f"the edit of the {tool} call cannot be checked: {len(schemas)} different tools named "
+        f"{tool} were built in this process, the call's arguments fit more than one (or "
+        "none), and they read the edit differently; give the tools of different agents "
+        "different names"
     )
 
 

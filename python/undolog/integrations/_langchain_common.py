@@ -35,9 +35,11 @@ APPROVAL_KEY = "undolog_approval_id"
 SESSION_KEY = _core.SESSION_KEY
 """The key of an UndoLog HumanInterrupt naming the session of the call."""
 
-# The argument schema of each tool built here, by name: a person's edit is checked
-# against it, as the model's arguments are.
-_schemas: dict[str, Any] = {}
+# The argument schema of each tool built here, by its name and JSON schema: a person's
+# edit is checked against the schema of the tool the call was made to, as the model's
+# arguments are. Not by name alone: another agent's tool of the same name, built in the
+# same process, is another tool (a tool built again is the same one).
+_schemas: dict[tuple[str, str], type[BaseModel]] = {}
 
 # The tool call id of the call being run (set by UndoLogTool.run/arun).
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -216,7 +218,9 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
     ).args_schema
-    _schemas[info.name] = schema
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        shape = json.dumps(schema.model_json_schema(), sort_keys=True, default=repr)
+        _schemas[(info.name, shape)] = schema
     return UndoLogTool(
         name=info.name,
         description=info.description,
@@ -400,23 +404,45 @@ def _checked_edit(
 ) -> dict[str, Any] | None:
     """A person's edited arguments read by the tool's argument schema, as LangChain reads
     the model's (``"5000"`` for an int is 5000): an edit whose values do not fit raises
-    ValueError, and nothing is recorded. Which parameters an edit may name is the
-    engine's rule (EditChangesArguments). A tool not built in this process is not known
-    here: its edit goes as it is."""
+    ValueError, and nothing is recorded. The edit is recorded in the JSON form the
+    journal holds (``_core.json_form`` of each argument: a model with aliases by alias,
+    as the request showed it). Which parameters an edit may name is the engine's rule
+    (EditChangesArguments). The schema is that of the tool the call was made to
+    (``_core.checked_by_its_tool``); a tool not built in this process is not known here:
+    its edit goes as it is."""
     if args is None:
         return None
     action = request["action_request"]
-    schema = _schemas.get(str(action["action"]))
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
-        return dict(args)
-    try:
-        read = schema.model_validate({**action["args"], **args})
-    except ValidationError as error:
+    tool = str(action["action"])
+    if not isinstance(args, Mapping):
         raise ValueError(
-            f"the edited {action['action']} arguments do not fit the tool: {error}"
-        ) from error
-    fitted = read.model_dump(mode="json")  # what the journal holds: JSON
-    return {name: fitted.get(name, v) for name, v in args.items()}
+            f"the edited {tool} arguments are {type(args).__name__}, not a mapping of "
+            "argument names to values"
+        )
+    schemas = [schema for (name, _), schema in list(_schemas.items()) if name == tool]
+    if not schemas:
+        return dict(args)
+    asked: Mapping[str, Any] = action["args"]
+
+    def fits(schema: type[BaseModel]) -> bool:
+        try:
+            schema.model_validate(asked)
+        except ValidationError:
+            return False
+        return True
+
+    def check(schema: type[BaseModel]) -> dict[str, Any]:
+        try:
+            read = schema.model_validate({**asked, **args})
+        except ValidationError as error:
+            raise ValueError(f"the edited {tool} arguments do not fit the tool: {error}") from error
+        fields = type(read).model_fields
+        return {
+            name: _core.json_form(getattr(read, name)) if name in fields else value
+            for name, value in args.items()
+        }
+
+    return _core.checked_by_its_tool(tool, schemas, fits, check)
 
 
 def _one_response(response: Any) -> Mapping[str, Any]:

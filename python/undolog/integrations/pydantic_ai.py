@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -59,9 +60,12 @@ APPROVAL_KEY = "undolog_approval_id"
 EDIT_KEY = "undolog_edit"
 """The key of an edited call's ``ToolReturnPart.metadata`` holding the edit."""
 _UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
-# The argument schema of each journaled tool built here, by name: a person's edit
-# (ToolApproved.override_args) is validated by it, as pydantic-ai validates the model's.
-_schemas: dict[str, FunctionSchema] = {}
+# The argument schema of each journaled tool built here, by its name and JSON schema: a
+# person's edit (ToolApproved.override_args) is validated by the schema of the tool the
+# call was made to, as pydantic-ai validates the model's. Not by name alone: another
+# agent's tool of the same name, built in the same process, is another tool (a tool
+# built again is the same one: as many entries as different tools).
+_schemas: dict[tuple[str, str], FunctionSchema] = {}
 
 
 def tool(fn: Callable[..., Any]) -> Tool[Any]:
@@ -71,7 +75,7 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     if info.tier is ToolTier.SAFE:
         return Tool(fn, takes_ctx=False, name=info.name, description=info.description)
     schema = function_schema(fn, GenerateToolJsonSchema, tool_name=info.name, takes_ctx=False)
-    _schemas[info.name] = schema
+    single = schema.single_arg_name  # a tool of one model-like parameter: its fields
     # pydantic-ai validates the model's arguments into the tool's types: the call is
     # journaled (and signed) with their JSON form, its body gets the typed objects (a
     # sync journaled tool's in a worker thread)
@@ -98,9 +102,10 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
         told = _core.edited_reply(info, result)  # a person's edit: the model hears it
         if told is result:
             return result
-        return _edited_record(ctx, told)
+        return _edited_record(ctx, told, single)
 
     setattr(call, _UNDOLOG_TOOL, info)  # how a resume finds the run's UndoLog tools
+    _schemas[(info.name, json.dumps(schema.json_schema, sort_keys=True, default=repr))] = schema
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(
         call,
@@ -111,11 +116,13 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
     )
 
 
-def _edited_record(ctx: RunContext[Any], told: Any) -> ToolReturn:
+def _edited_record(ctx: RunContext[Any], told: Any, single: str | None = None) -> ToolReturn:
     """The history's record of a call a person approved with edited arguments: its
     ToolCallPart's args become the ones it ran with (what the model sees on its next
     turn, and what a saved history holds), and its ToolReturnPart carries the edit
-    (requested and approved args, who, why) as metadata, which the model does not see."""
+    (requested and approved args, who, why) as metadata, which the model does not see.
+    For a tool of one model-like parameter (``single``) the model's args are that
+    model's fields, and the journal's are ``{single: fields}``: the part gets the fields."""
     edit = last_edit()
     assert edit is not None  # edited_reply answered a note
     for message in reversed(ctx.messages):
@@ -126,7 +133,11 @@ def _edited_record(ctx: RunContext[Any], told: Any) -> ToolReturn:
                 # a new part in the run's own copy of the response (_own_copy): the part
                 # the caller holds (the stopped run's DeferredToolRequests, all_messages()
                 # and the history passed in) keeps the model's arguments
-                ran = _core.ran_with(part.args_as_dict(), edit)
+                approved = edit.approved_args.get(single) if single is not None else None
+                if isinstance(approved, Mapping):
+                    ran = dict(approved)
+                else:
+                    ran = _core.ran_with(part.args_as_dict(), edit)
                 message.parts[i] = dataclasses.replace(part, args=ran)
                 break
         else:
@@ -452,32 +463,74 @@ Answer = bool | ToolApproved | ToolDenied
 """A person's answer to a deferred call: approved or not, or pydantic-ai's own."""
 
 
-def _checked_edit(part: ToolCallPart, args: dict[str, Any] | None) -> dict[str, Any] | None:
+def _fits(part: ToolCallPart) -> Callable[[FunctionSchema], bool]:
+    def fits(schema: FunctionSchema) -> bool:
+        try:
+            schema.validator.validate_python(part.args_as_dict())
+        except ValidationError:
+            return False
+        return True
+
+    return fits
+
+
+def _checked_edit(part: ToolCallPart, args: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A person's override_args validated by the tool's argument schema over the call's
     own arguments, as pydantic-ai validates the model's ("50" for an int is 50): the
     call's arguments as they will run, in the JSON form the journal holds (a date as ISO
-    text ...), which the body gets read into its types. Arguments that do not fit raise
-    ValueError, and nothing is recorded. A key that names no parameter goes as it is,
-    for the engine to refuse (EditChangesArguments). A tool not built in this process is
-    not known here: its edit goes as it is."""
+    text ...), which the body gets read into its types. Arguments that do not fit, and a
+    key the tool does not take (a validator would ignore it, and the call run unedited),
+    raise ValueError, and nothing is recorded. A tool of one model-like parameter takes
+    its model's fields, or (the journal's shape, which the person is shown) that one
+    parameter's name, whose fields go over the call's. The schema is that of the tool
+    the call was made to (``_core.checked_by_its_tool``); a tool not built in this
+    process is not known here: its edit goes as it is."""
     if args is None:
         return None
-    schema = _schemas.get(part.tool_name)
-    if schema is None:
+    if not isinstance(args, Mapping):
+        raise ValueError(
+            f"the edited {part.tool_name} arguments are {type(args).__name__}, not a mapping "
+            "of argument names to values"
+        )
+    schemas = [schema for (name, _), schema in list(_schemas.items()) if name == part.tool_name]
+    if not schemas:
         return dict(args)
+    return _core.checked_by_its_tool(
+        part.tool_name, schemas, _fits(part), lambda schema: _edit_by(schema, part, args)
+    )
+
+
+def _edit_by(schema: FunctionSchema, part: ToolCallPart, args: Mapping[str, Any]) -> dict[str, Any]:
+    asked = part.args_as_dict()
+    single = schema.single_arg_name
+    edit: Mapping[str, Any] = args
+    if single is not None:
+        if set(asked) == {single} and isinstance(asked[single], Mapping):
+            asked = dict(asked[single])  # the model sent the wrapped shape
+        if set(args) == {single}:
+            if not isinstance(args[single], Mapping):
+                raise ValueError(
+                    f"the edited {part.tool_name} argument {single!r} is "
+                    f"{type(args[single]).__name__}, not the fields of its model"
+                )
+            edit = args[single]
+    properties = schema.json_schema.get("properties", {})
+    if schema.json_schema.get("additionalProperties") is not True:
+        unknown = sorted(str(key) for key in edit if key not in properties)
+        if unknown:
+            raise ValueError(
+                f"the edited {part.tool_name} arguments name what the tool does not take: "
+                f"{', '.join(unknown)} (it takes {', '.join(sorted(properties))})"
+            )
     try:
-        validated = schema.validator.validate_python({**part.args_as_dict(), **args})
+        validated = schema.validator.validate_python({**asked, **edit})
     except ValidationError as error:
         raise ValueError(
             f"the edited {part.tool_name} arguments do not fit the tool: {error}"
         ) from error
     # the whole call as it would run, by parameter: an edit names the call's arguments
     # (the engine's rule), and a model-like single parameter's fields are its own
-    fitted = {name: _core.json_form(value) for name, value in validated.items()}
-    if schema.single_arg_name is None:
-        for key, value in args.items():  # not a parameter: the engine refuses it
-            fitted.setdefault(schema.parameter_names.get(key, key), value)
-    return fitted
+    return {name: _core.json_form(value) for name, value in validated.items()}
 
 
 def _answer(answer: Answer, reason: str | None) -> tuple[bool, str | None, dict[str, Any] | None]:
