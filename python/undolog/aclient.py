@@ -214,10 +214,12 @@ class AsyncUndoLog(_Base):
 
     async def _ended(self, conn: aengine.AsyncConnection, active: ActiveSession) -> str:
         """The block ended: the session completed, or failed and walked when its last
-        result was refused or a call's outcome is unknown, or left to its undo_to walk;
-        answers the session's state then."""
+        result was refused (or an earlier one was, its error caught by the agent: raised
+        again here) or a call's outcome is unknown, or left to its undo_to walk; answers
+        the session's state then."""
         sid = active.session_id
-        if (late := await _settled(conn)) is not None:  # the last result's error
+        # The last result's error, or one taken earlier that the agent caught (kept).
+        if (late := await _settled(conn) or active.refused) is not None:
             await self._fail(conn, sid, self._error_text(late))
             await self._learn_state(conn, active)
             raise late
@@ -250,7 +252,10 @@ class AsyncUndoLog(_Base):
         """The block was left by ``exc``: the last result's error noted on it, the
         session failed and walked (unless ``exc`` suspends it for an approval); answers
         the session's state then."""
-        _note_unsettled(exc, await _settled(conn))
+        late = await _settled(conn)
+        if late is None and active.refused is not exc:  # one taken earlier, and caught
+            late = active.refused
+        _note_unsettled(exc, late)
         if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
             await self._fail(conn, active.session_id, self._error_text(exc))
         await self._learn_state(conn, active, exc)

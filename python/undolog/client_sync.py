@@ -214,10 +214,12 @@ class SyncUndoLog(_Base):
 
     def _ended(self, conn: engine.Connection, active: ActiveSession) -> str:
         """The block ended: the session completed, or failed and walked when its last
-        result was refused or a call's outcome is unknown, or left to its undo_to walk;
-        answers the session's state then."""
+        result was refused (or an earlier one was, its error caught by the agent: raised
+        again here) or a call's outcome is unknown, or left to its undo_to walk; answers
+        the session's state then."""
         sid = active.session_id
-        if (late := _settled(conn)) is not None:  # the last result's error
+        # The last result's error, or one taken earlier that the agent caught (kept).
+        if (late := _settled(conn) or active.refused) is not None:
             self._fail(conn, sid, self._error_text(late))
             self._learn_state(conn, active)
             raise late
@@ -248,7 +250,10 @@ class SyncUndoLog(_Base):
         """The block was left by ``exc``: the last result's error noted on it, the
         session failed and walked (unless ``exc`` suspends it for an approval); answers
         the session's state then."""
-        _note_unsettled(exc, _settled(conn))
+        late = _settled(conn)
+        if late is None and active.refused is not exc:  # one taken earlier, and caught
+            late = active.refused
+        _note_unsettled(exc, late)
         if not isinstance(exc, AwaitingApprovalError):  # that one suspends it
             self._fail(conn, active.session_id, self._error_text(exc))
         self._learn_state(conn, active, exc)

@@ -74,6 +74,25 @@ class ActiveSession:
     # already serve another session (a pool's), so that a call still running in a task
     # or thread the block did not wait for never reaches, or raises in, another session.
     left: bool = False
+    # The error of a result sent without waiting that the journal refused (over the
+    # payload limit, U+0000, a late result), once a statement of the session took it: the
+    # call stays executing, so the session can no longer complete. Every later
+    # IRREVERSIBLE call (and a framework run's approval requests) raises it again before
+    # anything is sent, so that nobody is asked to approve a call of a doomed run, and
+    # leaving the block fails the session with it, also when the agent caught it. A list
+    # shared with the copies of the session a framework's tool calls run in (what one of
+    # them keeps, the run's session has).
+    _refused: list[Exception] = field(default_factory=list, repr=False)
+
+    @property
+    def refused(self) -> Exception | None:
+        """The kept error of a refused result (None: none was refused)."""
+        return self._refused[0] if self._refused else None
+
+    def keep_refused(self, error: Exception) -> None:
+        """Keep ``error``, a refused result's, unless one is kept already."""
+        if not self._refused:
+            self._refused.append(error)
 
     @property
     def is_async(self) -> bool:

@@ -24,11 +24,13 @@ from undolog.errors import (
     ApprovalRejectedError,
     AwaitingApprovalError,
     CallInProgress,
+    InvalidStateTransition,
     LeaseLapsed,
     ResultNotJSON,
+    SignatureError,
     UndoLogError,
 )
-from undolog.signature import check_storable, signed_call
+from undolog.signature import canonical_json, check_storable, signed_call
 from undolog.tiers import CompensationDescriptor, OnReject, ToolTier
 
 # A call answered 'in_progress' is asked again for the session's in_progress_wait
@@ -140,9 +142,32 @@ def _prepare(
     arguments = spec.bind(args, kwargs)
     step = session.next_step()
     check_step_index(step)
-    signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
+    try:
+        signature, args_json = signed_call(session.session_id, step, spec.name, arguments)
+    except SignatureError as exc:
+        raise _unsigned(spec, arguments, exc) from exc
     check_storable(arguments)  # what can be signed but not stored: refused before sending
     return PreparedCall(step, arguments, signature, args_json)
+
+
+def _unsigned(spec: ToolSpec, arguments: dict[str, Any], exc: SignatureError) -> SignatureError:
+    """The SignatureError of a call whose arguments cannot be signed; when its first
+    argument, named ``self`` or ``cls``, is what cannot be (an instance, a class), it
+    says that the tool was not taken for a method, and how to declare it one."""
+    first = next(iter(spec.signature.parameters), None)
+    if spec.method or first not in ("self", "cls") or first not in arguments:
+        return exc
+    try:
+        canonical_json(arguments[first])
+    except SignatureError:
+        return SignatureError(
+            f"{spec.name}: its first parameter, {first!r}, is part of its journaled call "
+            f"(it is not declared in a class body, so it was not taken for a method), and "
+            f"its value, {type(arguments[first]).__name__}, cannot be signed ({exc}). A "
+            f"method made elsewhere: declare it with @undolog_tool(..., method=True), so "
+            f"that its instance or class is left out of the call"
+        )
+    return exc
 
 
 # A registration's (name, tier, compensation as canonical JSON, on_reject).
@@ -180,6 +205,27 @@ def _not_run(earlier: Exception) -> str:
     return (
         "not run: the result of the session's previous journaled call could not be "
         f"recorded ({type(earlier).__name__}: {earlier})"
+    )
+
+
+def _taken(conn: object, session: ActiveSession) -> Exception | None:
+    """engine.take_unsettled: the error of a result sent without waiting, also kept on
+    the session (ActiveSession.refused) for its later IRREVERSIBLE calls and its exit to
+    raise again, when the agent catches it here and carries on."""
+    earlier = engine.take_unsettled(conn)
+    if earlier is not None:
+        session.keep_refused(earlier)
+    return earlier
+
+
+def _cannot_complete(session: ActiveSession) -> InvalidStateTransition:
+    """An IRREVERSIBLE call in a session whose call's outcome is unknown: it is not
+    asked about (the session can only fail)."""
+    return InvalidStateTransition(
+        f"session {session.session_id} cannot complete: the outcome of "
+        f"{session.unknown_outcome} is unknown (it may have acted), so no IRREVERSIBLE "
+        "call is asked about in it; leaving the block fails the session, and the undo "
+        "walk compensates that call"
     )
 
 

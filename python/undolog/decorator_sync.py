@@ -22,6 +22,7 @@ from undolog.context import ActiveSession, current_session
 from undolog.decorator_common import (
     PreparedCall,
     ToolSpec,
+    _cannot_complete,
     _describe,
     _edit_refused,
     _edited_call,
@@ -40,10 +41,11 @@ from undolog.decorator_common import (
     _renewed,
     _result_json,
     _still_in_progress,
+    _taken,
     _wrong_session,
     log,
 )
-from undolog.engine import ApprovalDecision, ApprovalEdit, Interception, take_unsettled
+from undolog.engine import ApprovalDecision, ApprovalEdit, Interception
 from undolog.errors import (
     PermissionDenied,
     SessionNotActive,
@@ -73,19 +75,25 @@ def register(spec: ToolSpec, session: ActiveSession, *, again: bool = False) -> 
 
 def settled_before_asking(conn: engine.Connection, session: ActiveSession) -> None:
     """Raise the error of a result sent without waiting before an IRREVERSIBLE call is
-    intercepted. Its intercept may write an approval request, which suspends the session
-    (awaiting_approval); raised only after that, the error would leave the block with
-    the session suspended, which leaving fails only when it is active: the unrecorded
-    call would not be compensated, and a person would be asked to approve a call of a
-    doomed run. A round trip of its own only when an answer is unread, for a call that
-    may wait for a person anyway."""
+    intercepted (or a framework run's held calls are asked about). Its intercept may
+    write an approval request, which suspends the session (awaiting_approval); raised
+    only after that, the error would leave the block with the session suspended, which
+    leaving fails only when it is active: the unrecorded call would not be compensated,
+    and a person would be asked to approve a call of a doomed run. A round trip of its
+    own only when an answer is unread, for a call that may wait for a person anyway.
+    The error taken by an earlier statement (and caught by the agent) is kept on the
+    session and raised again here; so is a call whose outcome is unknown (the session
+    cannot complete either): nobody is asked in a session that can only fail."""
     # Once the block was left, what is unsettled is its exit's to raise (and the
     # connection may already serve another session): checked before and after reading.
     session.check_in_block()
     engine.settle(conn)
     session.check_in_block()
-    if (earlier := take_unsettled(conn)) is not None:
-        raise earlier
+    _taken(conn, session)
+    if (refused := session.refused) is not None:
+        raise refused
+    if session.unknown_outcome is not None:
+        raise _cannot_complete(session)
 
 
 def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Interception:
@@ -110,11 +118,11 @@ def intercept(spec: ToolSpec, session: ActiveSession, call: PreparedCall) -> Int
         if (
             isinstance(exc, Exception)
             and not session.left
-            and (earlier := take_unsettled(conn)) is not None
+            and (earlier := _taken(conn, session)) is not None
         ):
             raise earlier from exc
         raise
-    if (earlier := take_unsettled(conn)) is not None:
+    if (earlier := _taken(conn, session)) is not None:
         if got.action == "execute" and got.effect_id is not None:
             # Journaled but not run: recorded as failed, so that nothing compensates it.
             try:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from undolog.signature import canonical_json, check_storable
+from undolog.errors import SignatureError
+from undolog.signature import MAX_NESTING_DEPTH, canonical_json, check_storable
+
+# The journal's limit on a payload (args, a result, a compensation descriptor) as JSON
+# text, the engine's undolog.max_payload_bytes(): 1 MiB.
+MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
 class ToolTier(enum.Enum):
@@ -60,9 +66,12 @@ class CompensationDescriptor:
     ) -> CompensationDescriptor:
         """The descriptor of the compensation ``name`` with the fixed ``args``. A
         ValueError when the tool is declared, not at its first call: an empty name,
-        ``max_attempts`` outside 1..100, or args the journal could not hold
-        (``SignatureError``: not exactly JSON, nested too deep, or a U+0000 in a
-        string, which jsonb cannot store)."""
+        ``max_attempts`` outside 1..100, or a descriptor the journal could not hold:
+        ``SignatureError`` for args not exactly JSON, a U+0000 in a string (which jsonb
+        cannot store) or a descriptor nested deeper than 64 levels (the descriptor,
+        ``{"name": ..., "args": ...}``, is one level deeper than its args: args of at
+        most 63 levels), and a plain ValueError for a descriptor over the journal's
+        limit of 1 MiB of JSON."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError("a compensation needs a non-empty name")
         if max_attempts is not None and not (
@@ -74,10 +83,31 @@ class CompensationDescriptor:
         fixed = dict(args or {})
         # Refuse now what could not be journaled later: what cannot be signed, and what
         # can be but jsonb cannot store (U+0000, which canonical_json signs like any
-        # other character).
+        # other character). The engine checks the whole descriptor, as to_json() builds
+        # it, when the tool is registered (undolog.check_payload): so is it here.
+        if "\x00" in name:
+            raise ValueError("a compensation's name cannot contain the character U+0000")
         canonical_json(fixed)
         check_storable(fixed, "compensation args")
-        return cls(name=name, args=fixed, max_attempts=max_attempts)
+        made = cls(name=name, args=fixed, max_attempts=max_attempts)
+        stored = made.to_json()
+        try:
+            check_storable(stored, "compensation descriptor")
+        except SignatureError as exc:  # only its depth is left to refuse
+            raise SignatureError(
+                f"compensation args nest deeper than the limit of {MAX_NESTING_DEPTH - 1} "
+                "levels of objects and arrays: the descriptor the journal holds, "
+                "{'name': ..., 'args': ...}, is one level above them, and it may nest "
+                f"{MAX_NESTING_DEPTH} ({exc})"
+            ) from exc
+        size = len(json.dumps(stored, ensure_ascii=False).encode("utf-8"))
+        if size > MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"compensation descriptor {name!r} is {size} bytes of JSON, over the "
+                f"journal's limit of {MAX_PAYLOAD_BYTES} bytes: give the compensation a "
+                "reference (an id) rather than the data"
+            )
+        return made
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "args": dict(self.args)}

@@ -18,13 +18,16 @@ from undolog import (
     AwaitingApprovalError,
     CompensationDescriptor,
     NotInSession,
+    PayloadTooLarge,
     ResultNotJSON,
     SessionNotActive,
+    SignatureError,
     ToolTier,
     UndoLog,
     undolog_tool,
 )
 from undolog.decorator import tool_spec
+from undolog.signature import MAX_NESTING_DEPTH
 
 Conn = psycopg.Connection[Any]
 DELETE_USER = CompensationDescriptor.new("delete_user", args={"soft": True})
@@ -247,6 +250,56 @@ def test_compensation_args_the_journal_cannot_store_are_refused_at_declaration()
         CompensationDescriptor.new("x", args={"a\x00b": 1})
 
 
+def _nested(levels: int) -> dict[str, Any]:
+    """``levels`` levels of objects."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+def _declared_and_called(dsn: str, name: str, comp: CompensationDescriptor) -> list[str]:
+    """A COMPENSABLE tool ``name`` of ``comp``, called once: its registration holds it."""
+
+    @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=comp, name=name)
+    def act(x: int) -> int:
+        return x
+
+    ul = UndoLog(dsn)
+    with ul.session(agent="t"):
+        act(1)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            "SELECT state FROM undolog.undolog_effect_log WHERE tool_name = %s", (name,)
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_compensation_descriptors_the_engine_refuses_are_refused_at_declaration(
+    dsn: str,
+) -> None:
+    """The engine checks the whole descriptor, {"name", "args"}, one level above its
+    args: args of 64 levels are refused when the tool is declared (not at its first
+    call, by register_tool), 63 are journaled; and so is a descriptor over the journal's
+    1 MiB of JSON, measured as the engine measures it (one at the limit is journaled)."""
+    with pytest.raises(SignatureError, match="limit of 63 levels"):
+        CompensationDescriptor.new("undo", _nested(MAX_NESTING_DEPTH))
+    assert _declared_and_called(dsn, "deep", CompensationDescriptor.new("undo", _nested(63))) == [
+        "committed"
+    ]
+    shell = len('{"name": "big", "args": {"blob": ""}}')
+    with pytest.raises(ValueError, match="over the journal's limit of 1048576 bytes"):
+        CompensationDescriptor.new("big", {"blob": "x" * (1024 * 1024 - shell + 1)})
+    at_limit = CompensationDescriptor.new("big", {"blob": "x" * (1024 * 1024 - shell)})
+    assert _declared_and_called(dsn, "big", at_limit) == ["committed"]
+    # the same measure as the engine's: one byte more, built past new(), it refuses
+    over = CompensationDescriptor("big", {"blob": "x" * (1024 * 1024 - shell + 1)})
+    with pytest.raises(PayloadTooLarge, match="compensation is 1048577 bytes"):
+        _declared_and_called(dsn, "over", over)
+    with pytest.raises(ValueError, match="name cannot contain the character U"):
+        CompensationDescriptor.new("un\x00do")
+
+
 @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
 def label(cls: str, item: str) -> str:
     """A plain function whose first parameter is a class label, named ``cls``."""
@@ -263,6 +316,79 @@ class Labeller:
     @undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))
     def label_all(cls, item: str) -> str:
         return item
+
+
+def _made(what: str) -> Any:
+    """A method made by a factory, outside any class body."""
+
+    def run(self: Any, item: str) -> str:
+        calls.append(f"{what} {item}")
+        return f"{what} {item}"
+
+    return run
+
+
+def _relabel(self: Any, item: str) -> str:
+    return f"relabelled {item}"
+
+
+def _tag(cls: str, item: str) -> str:
+    return f"{item} tagged {cls}"
+
+
+class Assembled:
+    """Methods not defined in the class body, but declared there (inferred), or said."""
+
+    go = undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))(
+        _made("go")
+    )
+    relabel = undolog_tool(_relabel, tier=ToolTier.IRREVERSIBLE)
+    tag = staticmethod(undolog_tool(_tag, tier=ToolTier.IRREVERSIBLE, method=False))
+
+
+Assembled.later = undolog_tool(  # type: ignore[attr-defined]
+    tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"), method=True
+)(_made("later"))
+_unsaid = undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("noop"))(
+    _made("unsaid")
+)
+
+
+def test_a_method_declared_in_a_class_body_or_said_leaves_its_instance_out() -> None:
+    """A function made elsewhere (a factory's, a module's) and declared in a class body
+    is a method; one made a method after the class, method=True; a staticmethod whose
+    first parameter is named cls, method=False."""
+    for fn, args, want in [
+        (Assembled.go, (Assembled(), "x"), {"item": "x"}),
+        (Assembled.relabel, (Assembled(), "x"), {"item": "x"}),
+        (Assembled.later, (Assembled(), "x"), {"item": "x"}),  # type: ignore[attr-defined]
+        (Assembled.tag, ("cat", "x"), {"cls": "cat", "item": "x"}),
+        (_unsaid, ("me", "x"), {"self": "me", "item": "x"}),
+    ]:
+        spec = tool_spec(fn)
+        assert spec is not None
+        assert spec.bind(args, {}) == want, fn
+    with pytest.raises(ValueError, match="no first positional parameter"):
+        undolog_tool(tier=ToolTier.IRREVERSIBLE, method=True)(lambda: None)
+    with pytest.raises(TypeError, match="method must be"):
+        undolog_tool(tier=ToolTier.IRREVERSIBLE, method="yes")  # type: ignore[call-overload]
+
+
+def test_methods_not_defined_in_the_class_body_run_journaled(dsn: str, conn: Conn) -> None:
+    """Called on an instance, they are journaled without it; a method the inference
+    cannot see, its instance unsignable, says to declare it with method=True."""
+    ul = UndoLog(dsn)
+    with ul.session(agent="test") as session:
+        assert Assembled().go("a") == "go a"
+        assert Assembled().later("b") == "later b"  # type: ignore[attr-defined]
+        Assembled.unsaid = _unsaid  # type: ignore[attr-defined]
+        with pytest.raises(SignatureError, match=r"method=True"):
+            Assembled().unsaid("c")  # type: ignore[attr-defined]
+    assert calls == ["go a", "later b"]
+    assert [row[3] for row in _effects(conn, session.session_id)] == [
+        {"item": "a"},
+        {"item": "b"},
+    ]
 
 
 def test_a_plain_functions_first_parameter_named_self_or_cls_is_part_of_the_call() -> None:

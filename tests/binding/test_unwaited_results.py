@@ -17,13 +17,16 @@ from undolog import (
     AsyncUndoLog,
     AwaitingApprovalError,
     CompensationDescriptor,
+    InvalidStateTransition,
     LateResult,
     PayloadTooLarge,
+    ResultNotJSON,
     ToolTier,
     UndoLog,
     engine,
     undolog_tool,
 )
+from undolog.integrations import _arun
 
 BIG = 1024 * 1024 + 10  # characters: over the engine's payload limit (1 MiB of JSON)
 ran: list[str] = []
@@ -306,3 +309,136 @@ def test_an_irreversible_call_after_a_recorded_result_is_asked(dsn: str) -> None
     assert effects(dsn, s.session_id) == [(0, "committed"), (1, "pending")]
     assert approvals(dsn, s.session_id) == ["pending"]
     assert s.state == "awaiting_approval"
+
+
+def test_a_refused_result_caught_then_the_payout_retried_asks_nobody(dsn: str) -> None:
+    """The refused result's error is kept on the session once taken: an agent (or a
+    framework's tool node) that catches it and calls the payout again gets it again,
+    nothing sent, and the block's exit fails the session, also when every error was
+    caught inside it."""
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(PayloadTooLarge) as left, ul.session(agent="t") as s:
+        act("big", big=BIG)
+        with pytest.raises(PayloadTooLarge) as first:
+            pay(5)
+        with pytest.raises(PayloadTooLarge) as again:
+            pay(5)  # the agent retries the payout
+        assert again.value is first.value
+    assert left.value is first.value
+    assert ran == ["big"]
+    assert effects(dsn, s.session_id) == [(0, "compensated")]
+    assert approvals(dsn, s.session_id) == []
+    assert s.state == "compensated"
+
+
+def test_async_refused_result_caught_then_the_payout_retried_asks_nobody(dsn: str) -> None:
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    sid: list[uuid.UUID] = []
+    retried: list[BaseException] = []
+
+    async def scenario() -> None:
+        async with ul.session(agent="t") as s:
+            sid.append(s.session_id)
+            await aact("big", big=BIG)
+            for _ in range(2):  # the agent catches the error and retries the payout
+                try:
+                    await apay(5)
+                except PayloadTooLarge as exc:
+                    retried.append(exc)
+
+    with pytest.raises(PayloadTooLarge):
+        asyncio.run(scenario())
+    assert len(retried) == 2 and retried[0] is retried[1]
+    assert ran == ["big"]
+    assert effects(dsn, sid[0]) == [(0, "compensated")]
+    assert approvals(dsn, sid[0]) == []
+
+
+def test_compensable_calls_after_a_caught_refused_result_go_on_and_are_undone(dsn: str) -> None:
+    """The next journaled call raises the refused result's error and is recorded as
+    failed (not run: "pending" in the log); a COMPENSABLE call after that, the error
+    caught, runs as ever (the session can no longer complete: it is undone with the
+    rest), and the exit raises the kept error again, failing the session."""
+    ul = UndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    with pytest.raises(PayloadTooLarge), ul.session(agent="t") as s:
+        act("big", big=BIG)
+        with pytest.raises(PayloadTooLarge):
+            act("next")
+        act("after")
+    assert ran == ["big", "after"]
+    assert effects(dsn, s.session_id) == [(0, "compensated"), (1, "pending"), (2, "compensated")]
+    assert approvals(dsn, s.session_id) == []
+    assert s.state == "compensated"
+
+
+def test_a_durable_refused_result_caught_then_a_payout_asks_nobody(dsn: str) -> None:
+    """durable_results: the call raises its refused result itself and stays executing
+    (outcome unknown); a payout after the caught error is not asked about either, and
+    the session fails at the exit rather than wait for a person."""
+    ul = UndoLog(dsn, durable_results=True)
+    ul.compensation("undo")(lambda call: None)
+    with (
+        pytest.raises(InvalidStateTransition, match="outcome of act step 0"),
+        ul.session(agent="t") as s,
+    ):
+        with pytest.raises(PayloadTooLarge):
+            act("big", big=BIG)
+        with pytest.raises(InvalidStateTransition, match="no IRREVERSIBLE call is asked"):
+            pay(5)
+    assert ran == ["big"]
+    assert effects(dsn, s.session_id) == [(0, "compensated")]
+    assert approvals(dsn, s.session_id) == []
+    assert s.state == "compensated"
+
+
+def test_a_framework_run_whose_tool_caught_a_refused_result_asks_nobody(dsn: str) -> None:
+    """A framework's tool node catches the refused result's error (it reports it to the
+    model), and the run then stops for a person: the kept error is raised before any
+    held call's approval is requested, and the session fails."""
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    sid = uuid.uuid4()
+
+    async def run() -> str:
+        await aact("big", big=BIG)
+        try:
+            await aact("next")  # the tool node catches what this raises
+        except PayloadTooLarge:
+            ran.append("caught")
+        return "stopped"
+
+    with pytest.raises(PayloadTooLarge):
+        asyncio.run(_arun.run_in_session(ul, sid, "t", run, lambda result: ["c2"]))
+    assert ran == ["big", "caught"]
+    assert effects(dsn, sid) == [(0, "compensated"), (1, "pending")]
+    assert approvals(dsn, sid) == []
+
+
+@undolog_tool(tier=ToolTier.COMPENSABLE, compensation=CompensationDescriptor.new("undo"))
+async def aopaque(what: str) -> Any:
+    ran.append(what)
+    return object()  # JSON cannot carry it: the call's outcome is unknown
+
+
+def test_a_framework_run_with_an_unknown_outcome_asks_nobody(dsn: str) -> None:
+    """A tool node catches ResultNotJSON (the call left executing, outcome unknown), and
+    the run stops for a person: the session can only fail, so no held call is asked."""
+    ul = AsyncUndoLog(dsn)
+    ul.compensation("undo")(lambda call: None)
+    sid = uuid.uuid4()
+
+    async def run() -> str:
+        try:
+            await aopaque("opaque")
+        except ResultNotJSON:
+            ran.append("caught")
+        return "stopped"
+
+    with pytest.raises(InvalidStateTransition, match="no IRREVERSIBLE call is asked"):
+        asyncio.run(_arun.run_in_session(ul, sid, "t", run, lambda result: ["c2"]))
+    assert ran == ["opaque", "caught"]
+    assert effects(dsn, sid) == [(0, "compensated")]
+    assert approvals(dsn, sid) == []

@@ -23,6 +23,7 @@ from undolog import engine
 from undolog.client_sync import SyncUndoLog
 from undolog.context import ActiveSession, current_session
 from undolog.decorator_common import definition_of, registration_key
+from undolog.decorator_sync import settled_before_asking
 from undolog.errors import (
     ApprovalRejectedError,
     InvalidStateTransition,
@@ -82,8 +83,12 @@ def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -> None
     request and suspends the session (awaiting_approval); each other one writes its own
     request in the waiting session, so that all of them are asked at once. The session
     goes on once every request is decided. A session that stopped taking calls (a
-    refusal ended it meanwhile) leaves the rest unasked."""
+    refusal ended it meanwhile) leaves the rest unasked. A session that can only fail
+    asks nobody: the error of a result of the run the journal refused (unread yet, or
+    taken earlier and caught by the run) is raised first, as is a call's unknown
+    outcome (adecorator.settled_before_asking)."""
     conn = _connection(session)
+    settled_before_asking(conn, session)
     for call in deferred:
         key = registration_key(conn, definition_of(_registration(call.tool)))
         if key not in session.registered_tools:
@@ -211,7 +216,8 @@ def framework_run(
     rather than None): then the session stays awaiting approval, the approvals noted by
     ``waiting`` are requested, and ``requested(result, connection)`` may read their ids;
     but a result of the run the journal refused (sent without waiting) is raised first,
-    as if the block had raised it, and nobody is asked. The block raises: the session
+    as if the block had raised it, also when a tool call of the run caught it (or a
+    call's outcome is unknown), and nobody is asked. The block raises: the session
     fails and is rolled back (LIFO), and the error goes on. A session a human ended (a
     rejected call) is walked and raises ApprovalRejectedError instead of running the
     block."""
@@ -228,13 +234,11 @@ def framework_run(
                 shown: Sequence[str] | None = _shown(box, stopped_for_human)
                 if shown is not None:
                     # A result of the run refused by the journal (sent without waiting)
-                    # is raised here, before any approval is requested: requested, the
-                    # session would wait for a person, and its error, then only noted on
-                    # the suspension, would be lost; raised, the block fails the session
-                    # and its walk compensates the unrecorded call, nobody asked.
-                    engine.settle(conn)
-                    if (earlier := engine.take_unsettled(conn)) is not None:
-                        raise earlier
+                    # is raised by _request_deferred before any approval is requested,
+                    # also one a tool node caught: requested, the session would wait
+                    # for a person, and its error, then only noted on the suspension,
+                    # would be lost; raised, the block fails the session and its walk
+                    # compensates the unrecorded call, nobody asked.
                     _request_deferred(active, _shown_calls(deferred, shown))
                     if requested is not None:
                         requested(cast(T, box.result), conn)
