@@ -5,7 +5,7 @@
 -- calls (UL010), and every kind of bad input, each refused with its SQLSTATE, writing
 -- nothing.
 BEGIN;
-SELECT plan(184);
+SELECT plan(186);
 \ir _helpers.psql
 
 -- The tools these calls name, registered as their author would (intercept refuses others).
@@ -501,10 +501,15 @@ FROM (VALUES
      NULL, NULL),
     ('args of 10,000 zeros 0e-16383 (160 MB as text): UL009', 'UL009', NULL, NULL, NULL, NULL,
      $q$(SELECT jsonb_object_agg('k' || i, '0e-16383'::jsonb) FROM generate_series(1, 10000) AS i)$q$,
+     NULL, NULL),
+    -- jsonb takes 12,000 levels; a walk of every level runs out of stack (54001) on them
+    ('args nested 12,000 deep, holding 1e400: UL009 (the depth first)', 'UL009', NULL, NULL,
+     NULL, NULL,
+     $q$('{"a": ' || repeat('[', 12000) || '1e400' || repeat(']', 12000) || '}')::jsonb$q$,
      NULL, NULL)
 ) AS v (d, e, s, st, t, ti, a, g, c);
 
-SELECT is((SELECT count(*) FROM bad_calls), 43::bigint, 'setup: 43 bad calls');
+SELECT is((SELECT count(*) FROM bad_calls), 44::bigint, 'setup: 44 bad calls');
 SELECT pg_temp.bad(description, errcode, session, step, tool, tier, args, sig, compensation)
 FROM bad_calls ORDER BY n;
 

@@ -4,7 +4,7 @@
 -- a retry; what an agent reads. Logins are played with SET SESSION AUTHORIZATION
 -- (ownership is session_user), approver and operator with SET ROLE.
 BEGIN;
-SELECT plan(42);
+SELECT plan(44);
 
 \ir _helpers.psql
 
@@ -77,6 +77,13 @@ SELECT throws_ok($$SELECT undolog.add_notification_channel('h2', 'webhook',
 SELECT throws_ok($$SELECT undolog.add_notification_channel('h3', 'webhook', 'https://h.test',
                    '{}', 'k0123456789abcdef', 'https://me:pw@dash.test', 'ops')$$,
                  'UL026', NULL, '... and so is a dashboard URL with user info');
+SELECT throws_ok($$SELECT undolog.add_notification_channel('h4', 'webhook',
+                   'https://h.test/services/T0/B0/TOKEN' || chr(127), '{}',
+                   'k0123456789abcdef', NULL, 'ops')$$,
+                 'UL026', NULL, 'a webhook URL with a control character (DEL) is refused');
+SELECT throws_ok($$SELECT undolog.add_notification_channel('h5', 'webhook', 'https://h.test',
+                   '{}', 'k0123456789abcdef', 'https://dash.test/' || chr(27), 'ops')$$,
+                 'UL026', NULL, '... and so is a dashboard URL with one (ESC)');
 RESET ROLE;
 -- a channel whose URL holds user info (added before it was refused; removed, so that it
 -- announces nothing here): the view shows its scheme and host alone

@@ -492,17 +492,23 @@ def redact_url(url: str) -> str:
 
 def _secrets_of(url: str) -> list[str]:
     """What of ``url`` an error's text must not show even on its own: its user info (and
-    the password alone), its path, query and fragment, as written and decoded; longest
-    first."""
+    the password alone), its path, query and fragment, as written, decoded, as the
+    error's one printable line shows them and as ``repr()`` quotes them (http.client's
+    InvalidURL shows a path holding a control character as ``'/services/TOKEN\\x7f'``);
+    longest first."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # not even a URL: all of it past the scheme
-        return [url.partition("://")[2]]
-    userinfo = parts.netloc.rpartition("@")[0]
-    found = {userinfo, userinfo.partition(":")[2], parts.query, parts.fragment}
-    if len(parts.path) > 1:  # a path of "/" would blank every slash
-        found.add(parts.path)
-    found |= {urllib.parse.unquote(text) for text in found}
+        parts = None
+    if parts is None:
+        found = {url.partition("://")[2]}
+    else:
+        userinfo = parts.netloc.rpartition("@")[0]
+        found = {userinfo, userinfo.partition(":")[2], parts.query, parts.fragment}
+        if len(parts.path) > 1:  # a path of "/" would blank every slash
+            found.add(parts.path)
+        found |= {urllib.parse.unquote(text) for text in found}
+    found |= {repr(text)[1:-1] for text in found} | {_one_line(text) for text in found}
     return sorted((text for text in found if text), key=len, reverse=True)
 
 

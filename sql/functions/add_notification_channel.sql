@@ -10,7 +10,10 @@
 -- sends none (urllib fails on it, and its error quoted it), approvers read a channel's
 -- host (undolog.notification_channels), and the link goes into every message. A receiver
 -- authenticates a POST by its signature (the secret's HMAC), and a token it needs besides
--- goes in the URL's path or query, which no role reads.
+-- goes in the URL's path or query, which no role reads. Nor may either hold a control
+-- character (U+0001, ESC, DEL; white space is refused as well): Python's http.client
+-- refuses such a URL quoting its path escaped, which the recorded error (last_error, read
+-- by the agent whose request was announced) would then show.
 -- UL026 a definition that cannot work (kind, name, URL, address, config) or a name
 -- already live; UL008 a blank p_by.
 CREATE OR REPLACE FUNCTION undolog.add_notification_channel(
@@ -39,6 +42,11 @@ DECLARE
     c_address constant text := '^[^@\s,<>"]+@[^@\s,<>"]+$';
     -- A URL whose authority holds user info (user:password@host): a credential.
     c_userinfo constant text := '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@';
+    -- A control character (U+0001, ESC, DEL) in a URL: no HTTP client sends it, and
+    -- Python's refuses the URL quoting its path escaped (\x7f), past what the error's
+    -- text cuts out of it.
+    c_cntrl_hint constant text := 'Percent-encode the character (%7F for DEL, %1B for ESC) '
+                                  'or remove it: a URL holds no control character.';
 BEGIN
     PERFORM undolog.check_operator(p_by);
     IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' THEN
@@ -49,6 +57,9 @@ BEGIN
         v_problem := 'a config that is a JSON object';
     ELSIF p_dashboard_url IS NOT NULL AND p_dashboard_url !~ '^https?://[^\s/?#]+[^\s]*$' THEN
         v_problem := 'a dashboard URL of http(s)://host[/path]';
+    ELSIF p_dashboard_url ~ '[[:cntrl:]]' THEN
+        v_problem := 'a dashboard URL without control characters';
+        v_hint := c_cntrl_hint;
     ELSIF p_dashboard_url ~ c_userinfo THEN
         v_problem := 'a dashboard URL without user info (user:password@ before the host)';
         v_hint := 'Remove the user:password@ part: the link goes into every message, and '
@@ -56,6 +67,9 @@ BEGIN
     ELSIF p_kind = 'webhook' THEN
         IF p_target IS NULL OR p_target !~ '^https?://[^\s/?#]+[^\s]*$' THEN
             v_problem := 'a webhook URL of http(s)://host[/path]';
+        ELSIF p_target ~ '[[:cntrl:]]' THEN
+            v_problem := 'a webhook URL without control characters';
+            v_hint := c_cntrl_hint;
         ELSIF p_target ~ c_userinfo THEN
             v_problem := 'a webhook URL without user info (user:password@ before the host)';
             v_hint := 'Remove the user:password@ part (the worker sends no user info, and '

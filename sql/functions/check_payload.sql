@@ -1,9 +1,11 @@
 -- undolog.check_payload: refuse a jsonb argument outside the payload limits
--- (undolog.payload_fits), in this order, so that nothing oversized is ever printed:
--- a number no finite double holds (UL008: bad input, as PostgreSQL's own 22003 for a
--- number out of range for its type), then more than max_payload_bytes of JSON text
--- (uncompressed; measured by undolog.payload_text_bytes, which does not print what is
--- certainly over), then nesting deeper than max_nesting_depth levels (UL009 both).
+-- (undolog.payload_fits), in this order, so that nothing oversized is ever printed and no
+-- walk recurses into a value nested thousands deep (54001 "stack depth limit exceeded"):
+-- nesting deeper than max_nesting_depth levels (UL009; found by a walk that stops at
+-- level 64), then a number no finite double holds (UL008: bad input, as PostgreSQL's own
+-- 22003 for a number out of range for its type), then more than max_payload_bytes of
+-- JSON text (UL009; uncompressed; measured by undolog.payload_text_bytes, which does not
+-- print what is certainly over). It raises whenever payload_fits is false.
 CREATE OR REPLACE FUNCTION undolog.check_payload(p_what text, p_value jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -14,6 +16,16 @@ DECLARE
 BEGIN
     IF undolog.payload_fits(p_value) THEN
         RETURN;
+    END IF;
+    IF pg_catalog.jsonb_path_exists(
+        p_value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL009',
+            MESSAGE = pg_catalog.format('%s nests deeper than the limit of %s levels of '
+                                        'objects and arrays', p_what,
+                                        undolog.max_nesting_depth()),
+            HINT = 'Flatten the JSON (fewer nested objects and arrays), or journal a reference '
+                   'to it instead.';
     END IF;
     IF NOT undolog.numbers_fit(p_value) THEN
         RAISE EXCEPTION USING
@@ -39,12 +51,10 @@ BEGIN
             HINT = 'Journal something smaller: return a reference (an id, a URL) instead of the '
                    'whole object.';
     END IF;
+    -- not reached: payload_fits is false only for what one of the above refuses
     RAISE EXCEPTION USING
         ERRCODE = 'UL009',
-        MESSAGE = pg_catalog.format('%s nests deeper than the limit of %s levels of objects '
-                                    'and arrays', p_what, undolog.max_nesting_depth()),
-        HINT = 'Flatten the JSON (fewer nested objects and arrays), or journal a reference to it '
-               'instead.';
+        MESSAGE = pg_catalog.format('%s is outside the payload limits', p_what);
 END
 $$;
 

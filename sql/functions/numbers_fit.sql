@@ -11,14 +11,20 @@
 -- which JSON carries exactly and Python reads back exactly; the binding refuses what it
 -- cannot sign before sending it.
 -- The walk compares numbers as they are stored (numeric): nothing is printed. NULL for a
--- NULL value.
+-- NULL value. The walk recurses every level: callers bound the depth first (a value of
+-- under 512 bytes of jsonb cannot nest 65 levels; undolog.check_payload walks to level 64
+-- before it calls this).
+-- STABLE, and the _tz form of jsonb_path_exists (the same answer without datetimes), so
+-- that the planner never runs the walk on a constant argument while it folds constants:
+-- payload_fits('...'::jsonb) would walk a value of any size or depth there, whatever the
+-- pg_column_size guard in front of the call says (a 12,000-deep value: 54001).
 CREATE OR REPLACE FUNCTION undolog.numbers_fit(p_value jsonb)
 RETURNS boolean
 LANGUAGE sql
-IMMUTABLE
+STABLE
 PARALLEL SAFE
 AS $$
-    SELECT NOT pg_catalog.jsonb_path_exists(
+    SELECT NOT pg_catalog.jsonb_path_exists_tz(
         p_value,
         'strict $.** ? (@.type() == "number"
                         && !(@ <= 1.7976931348623158e308 && @ >= -1.7976931348623158e308

@@ -268,3 +268,19 @@ def test_an_error_naming_the_url_records_neither_its_credentials_nor_its_query(
     assert "https://hooks.example.test/…" in error and "http://else.test/…" in error, error
     for secret in ("PASSWORD1", "PASSWORD2", "QUERY1", "QUERY2", "SLACKPATH"):
         assert secret not in error, error
+
+
+@pytest.mark.parametrize("control", ["\x01", "\x1b", "\x7f"])
+def test_a_url_refused_with_its_path_escaped_records_no_piece_of_it(control: str) -> None:
+    """A channel URL holding a control character (one added before they were refused):
+    http.client refuses it with InvalidURL quoting the path with repr() (``\\x7f``), which
+    neither the raw path cut out of the error nor the URL pattern (no scheme in it)
+    matched: the path, a Slack webhook's token, is not in the recorded error either."""
+    for target in (
+        f"https://hooks.test/services/T0SECRET/B0SECRET/XXSLACKTOKENXX{control}",
+        f"https://hooks.test/h?token=XXSLACKTOKENXX{control}",
+    ):
+        error = notifications.deliver(_delivery("webhook", target, {}, {}), timeout=5.0)
+        assert error is not None and error.startswith("InvalidURL"), error
+        for secret in ("SLACKTOKEN", "T0SECRET"):
+            assert secret not in error, error

@@ -29,7 +29,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from psycopg.conninfo import make_conninfo
 
-from undolog import engine, links, notifications
+from undolog import engine, errors, links, notifications
 from undolog.walk import Worker
 
 Conn = psycopg.Connection[Any]
@@ -835,6 +835,32 @@ def test_a_webhook_url_with_credentials_is_refused_with_a_hint(
         assert op.execute("SELECT count(*) FROM undolog.notification_channels").fetchone() == (0,)
         # an address whose path or query holds an "@" has no user info: taken
         notifications.add_webhook(op, "at-in-path", hook.url + "/a@b?c=d@e", SECRET, by="ops")
+
+
+@pytest.mark.parametrize("control", ["\x01", "\x1b", "\x7f"])
+def test_a_url_with_a_control_character_is_refused_with_a_hint(
+    operator_dsn: str, hook: Hook, control: str
+) -> None:
+    """A control character in a channel's URL (only white space was refused): Python's
+    http.client refuses such a URL quoting its path escaped (\\x7f), which the error's
+    text did not cut, so the path (a Slack webhook's token) reached last_error, which the
+    agent whose request was announced reads. Refused (UL026) in either URL, with a hint."""
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        for target, dashboard in (
+            (f"https://hooks.test/services/T0/B0/TOKEN{control}", None),
+            (f"https://hooks.test/h?token=TOKEN{control}x", None),
+            (hook.url, f"https://dash.test/{control}"),
+        ):
+            with pytest.raises(errors.UndoLogError) as raised:
+                notifications.add_webhook(
+                    op, "cntrl", target, SECRET, by="ops", dashboard_url=dashboard
+                )
+            cause = raised.value.__cause__
+            assert isinstance(cause, psycopg.Error) and cause.sqlstate == "UL026", cause
+            assert "without control characters" in str(raised.value), raised.value
+            assert raised.value.hint and "Percent-encode" in raised.value.hint
+        assert op.execute("SELECT count(*) FROM undolog.notification_channels").fetchone() == (0,)
+        notifications.add_webhook(op, "plain", hook.url + "/T0/B0%7F", SECRET, by="ops")
 
 
 def test_credentials_in_a_channels_url_reach_neither_approver_nor_agent(
