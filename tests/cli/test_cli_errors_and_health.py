@@ -155,7 +155,7 @@ def test_id_prefixes_unique_ambiguous_and_unknown(
     assert code == 3 and "unknown session" in err
     for bad in ("not-hex!", "-", "ab", ""):
         code, _, err = run(capsys, "sessions", "show", bad)
-        assert code == 2 and "id prefix of at least 4" in err, bad
+        assert code == 2 and "id prefix of 4 to 32 hex digits" in err, bad
     hit = engine.intercept(conn, a, 0, "pay", "irreversible", {"cents": 1})
     assert hit.approval_id is not None
     code, out, err = run(capsys, "approvals", "approve", str(hit.approval_id)[:8], "--by", "dora")
