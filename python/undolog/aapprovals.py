@@ -40,6 +40,14 @@ CHANNEL: Final = "undolog_approvals"
 DECISIONS: Final = frozenset({"approved", "rejected", "expired"})
 """The states a request can be decided into (it starts ``pending``)."""
 
+MIN_READ_GAP: Final = 0.5
+"""The least time (seconds) between two reads of a request's state that wake-ups start.
+Any login may NOTIFY :data:`CHANNEL` (PostgreSQL has no privilege for it): a flood of
+them would otherwise make every waiter read the state once per NOTIFY. A real decision
+reaches a waiter within this much (the same spirit as undolog.walk.MIN_WAKE_GAP, a
+worker's least gap between passes)."""
+DRAIN_SECONDS: Final = 0.2  # at most this long taking the wake-ups a read answers
+
 
 def _decision(approval_id: uuid.UUID, decided_by: str, reason: str | None) -> dict[str, Any]:
     return {"approval_id": approval_id, "decided_by": decided_by, "reason": reason}
@@ -110,7 +118,8 @@ class Listener(Protocol):
 
     async def wait(self, timeout: float) -> bool:
         """Return True once a notification arrived since the last return (at once when
-        one did meanwhile), False after ``timeout`` seconds without one."""
+        one did meanwhile), False after ``timeout`` seconds without one (``timeout`` 0:
+        at once; the wait takes the wake-ups a read answers so)."""
         ...
 
 
@@ -157,9 +166,11 @@ async def wait_for_decision(
     is one). ``conn`` then
     only reads the state, and may be a pool (each read takes a connection for that read
     only). A notification is only a wake-up, either way: the decision is what the table
-    says. ``on_progress(seconds_waited)`` is called (awaited, on the async side) as the
-    wait begins and then every ``progress_every`` seconds until it ends, e.g. to tell a
-    client that the request it made is still being worked on; what it raises ends the wait.
+    says, read again no sooner than :data:`MIN_READ_GAP` after the last read (any login
+    may NOTIFY the channel: a flood of them costs a waiter one read per gap).
+    ``on_progress(seconds_waited)`` is called (awaited, on the async side) as the wait
+    begins and then every ``progress_every`` seconds until it ends, e.g. to tell a client
+    that the request it made is still being worked on; what it raises ends the wait.
     """
     if poll_interval <= 0 or (on_progress is not None and progress_every <= 0):
         # either would read the state (and report) in a loop without pause
@@ -202,12 +213,13 @@ class _Waits:
             self.next_progress = now + self.progress_every
             await self.on_progress(now - self.started)
 
-    def pause(self) -> float:
-        """How long to sleep before the next read: the poll, the deadline or the next
-        progress report, whichever comes first."""
-        pause = min(self.poll_interval, self.remaining())
+    def pause(self, read_at: float) -> float:
+        """How long to wait now, the state last read at ``read_at``: until the poll's
+        read, the deadline or the next progress report, whichever comes first."""
+        now = time.monotonic()
+        pause = min(read_at + self.poll_interval - now, self.remaining())
         if self.on_progress is not None:
-            pause = min(pause, self.next_progress - time.monotonic())
+            pause = min(pause, self.next_progress - now)
         return max(pause, 0.0)
 
 
@@ -228,16 +240,44 @@ async def _wait(
 ) -> str | None:
     while True:
         state = await _state_on(conn, approval_id)
+        read_at = time.monotonic()
         if state is None:
             raise UnknownApproval(f"unknown approval {approval_id}")
         if state in DECISIONS:
             return state
         if waits.remaining() <= 0:
             return None
+        await _until_read(waits, listener, read_at)
+
+
+async def _until_read(waits: _Waits, listener: Listener, read_at: float) -> None:
+    """Wait until the state is to be read again (it was at ``read_at``), reporting the
+    progress meanwhile: the poll's time, the deadline, or a wake-up, but no sooner than
+    MIN_READ_GAP after the last read. A wake-up is payload-less (and any role may NOTIFY
+    on the channel): the decision is what the table says. Those that came during the
+    gap are drained first: one read answers them all, however many a flood sends."""
+    woken = False
+    while True:
+        now = time.monotonic()
+        if waits.remaining() <= 0 or now >= read_at + waits.poll_interval:
+            return
+        if woken and now >= read_at + MIN_READ_GAP:
+            await _drain(listener)
+            return
         await waits.progress()
-        # One wake-up, payload-less (and any role may NOTIFY on the channel): the
-        # decision is what the table says, read again at the loop's top.
-        await listener.wait(waits.pause())
+        pause = waits.pause(read_at)
+        if woken:
+            await _acompat.sleep(max(min(pause, read_at + MIN_READ_GAP - time.monotonic()), 0.0))
+        else:
+            woken = await listener.wait(pause)
+
+
+async def _drain(listener: Listener) -> None:
+    """Take the wake-ups already there (at most DRAIN_SECONDS of them: a flood that never
+    ends), so that those the next read answers do not start another one."""
+    until = time.monotonic() + DRAIN_SECONDS
+    while await listener.wait(0) and time.monotonic() < until:
+        pass
 
 
 class _Listening:

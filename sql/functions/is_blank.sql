@@ -4,6 +4,8 @@
 -- know ASCII white space only in the C locale, so U+00A0 (no-break space), U+200B (zero
 -- width space) and the like would pass as a name a person cannot see. The classes are
 -- Unicode's White_Space and the format characters (Cf) that render as nothing.
+-- python/undolog/blank.py holds the same class for checks made before the journal is
+-- asked; tests/binding/test_blank.py compares the two over every character.
 CREATE OR REPLACE FUNCTION undolog.is_blank(p_text text)
 RETURNS boolean
 LANGUAGE sql

@@ -7,7 +7,10 @@ compensation reads. Also: the upstream name the proxy keeps for itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import mcp_types as types
@@ -18,6 +21,7 @@ from test_mcp_proxy import (
     ledger,
     names,
     ops,
+    pending_approval,
     run,
     sessions,
     stdio_client,
@@ -25,8 +29,9 @@ from test_mcp_proxy import (
     wait_for,
 )
 
-from undolog import saga
+from undolog import approvals, saga
 from undolog.mcp_proxy.policy import PolicyError, load_policy
+from undolog.mcp_proxy.proxy import McpProxy
 
 __all__ = ["ledger"]  # a fixture, used by name
 
@@ -169,3 +174,184 @@ def test_the_upstream_name_undolog_is_the_proxys_own(tmp_path: Path) -> None:
     assert "reserved" in message and "rename the upstream" in message, message
     path.write_text('[upstreams.undolog2]\ncommand = ["python", "tests/mcp_raw_upstream.py"]\n')
     assert list(load_policy(path).upstreams) == ["undolog2"]
+
+
+RESTART_POLICY = """\
+[proxy]
+hold_seconds = 2
+call_timeout_seconds = 5
+
+[upstreams.raw]
+command = ["python", "tests/mcp_raw_restart_upstream.py"]
+hide = ["undo"]
+
+[upstreams.raw.tools.make]
+tier = "compensable"
+compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
+[upstreams.raw.tools.die]
+tier = "safe"
+[upstreams.raw.tools.ok]
+tier = "safe"
+"""
+
+
+def test_a_changed_schema_after_a_reconnect_is_checked_again(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """The upstream exits (a crash, an upgrade) and, started again at the next call, lists
+    `make` with its argument renamed (key -> id), with no tools/list_changed: a restart
+    is a new listing, checked as one. `make` is no longer offered, and a call of it is
+    not run (it would be journaled with an undo, args.key, that can never be filled)."""
+    path = tmp_path / "restart.toml"
+    path.write_text(RESTART_POLICY)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        async with stdio_client(path, dsn, ledger) as client:
+            assert not (await client.call_tool("make", {"key": "a"})).is_error
+            Path(f"{ledger}.renamed").write_text("1")
+            await client.call_tool("die", {})
+            await asyncio.sleep(1.0)  # it exited: the next call starts it again
+            seen["made"] = await client.call_tool("make", {"id": "x"})
+            seen["offered"] = [t.name for t in (await client.list_tools()).tools]
+            seen["ok"] = await client.call_tool("ok", {})
+
+    run(body)
+    made = seen["made"]
+    assert made.is_error and "make" in text(made), text(made)
+    assert "make" not in seen["offered"], seen["offered"]
+    assert not seen["ok"].is_error, text(seen["ok"])
+    assert [e.get("key", e.get("id")) for e in ops(ledger) if e["op"] == "make"] == ["a"]
+
+
+def test_overlapping_relistings_never_offer_what_the_newest_withdrew(tmp_path: Path) -> None:
+    """Two listings handled at once (two list_changed in a row): the older one (make takes
+    key: its compensation fits) registers it in the journal, an await; the newer one (make
+    takes id: it does not fit) is handled meanwhile. The newer listing is the one that
+    stands: make is not offered."""
+    path = tmp_path / "race.toml"
+    path.write_text(RAW_POLICY)
+    policy = load_policy(path)
+
+    def listing(arg: str) -> dict[str, types.Tool]:
+        def schema(*names: str) -> dict[str, Any]:
+            return {
+                "type": "object",
+                "properties": {n: {"type": "string"} for n in names},
+                "required": list(names),
+            }
+
+        tools = {
+            name: types.Tool(name=name, input_schema=schema("key"))
+            for name in ("bad", "newer", "bad_error", "flip", "ok")
+        }
+        tools["make"] = types.Tool(name="make", input_schema=schema(arg))
+        tools["undo"] = types.Tool(name="undo", input_schema=schema("key", "idempotency_key"))
+        return tools
+
+    async def body() -> dict[str, Any]:
+        upstream = SimpleNamespace(tools=listing("key"))
+        proxy = McpProxy(policy, "postgresql://unused", {"raw": upstream})  # type: ignore[dict-item]
+
+        @contextlib.asynccontextmanager
+        async def connection() -> AsyncIterator[None]:
+            yield None
+
+        async def register(conn: Any, route: Any) -> None:
+            await asyncio.sleep(0.2)  # the journal's round trip
+
+        proxy.pool = SimpleNamespace(connection=connection)  # type: ignore[assignment]
+        proxy._register = register  # type: ignore[method-assign]
+        await proxy.refresh_routes("raw", listing("id"))  # withdrawn
+        assert "make" not in proxy.routes
+        older = asyncio.create_task(proxy.refresh_routes("raw", listing("key")))
+        await asyncio.sleep(0.05)
+        await proxy.refresh_routes("raw", listing("id"))  # the newer listing
+        await older
+        return proxy.routes
+
+    routes = asyncio.run(body())
+    assert "make" not in routes, routes["make"].listed.input_schema
+
+
+SLOW_POLICY = """\
+[proxy]
+hold_seconds = 2
+call_timeout_seconds = 1
+late_answer_seconds = 10
+
+[upstreams.raw]
+command = ["python", "tests/mcp_raw_slow_upstream.py"]
+hide = ["undo"]
+
+[upstreams.raw.tools.slow_bad]
+tier = "compensable"
+compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
+[upstreams.raw.tools.ok]
+tier = "safe"
+"""
+
+
+def test_a_late_unreadable_answer_is_journaled_as_done(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The upstream acted and answered, past call_timeout_seconds, what is no valid
+    result: as in time, the call is journaled as done (with the note), not left of
+    unknown outcome (which would roll the whole session back at its end); the same call
+    made again answers the record, without running again."""
+    path = tmp_path / "slow.toml"
+    path.write_text(SLOW_POLICY)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        async with stdio_client(path, dsn, ledger) as client:
+            seen["first"] = await client.call_tool("slow_bad", {"key": "k"})
+            await asyncio.to_thread(wait_for, lambda: effects(conn) == [("k", "committed")])
+            seen["again"] = await client.call_tool("slow_bad", {"key": "k"})
+
+    run(body)
+    assert "outcome is unknown" in text(seen["first"]), text(seen["first"])
+    assert "ran, but its result could not be read" in text(seen["again"]), text(seen["again"])
+    assert names(ledger) == ["slow_bad"]
+    assert effects(conn) == [("k", "committed")]
+    assert [s for _, s in sessions(conn)] == ["completed"]
+
+
+IRREVERSIBLE_POLICY = """\
+[proxy]
+hold_seconds = 10
+call_timeout_seconds = 5
+
+[upstreams.raw]
+command = ["python", "tests/mcp_raw_upstream.py"]
+hide = ["undo"]
+
+[upstreams.raw.tools.bad]
+tier = "irreversible"
+[upstreams.raw.tools.ok]
+tier = "safe"
+"""
+
+
+def test_an_irreversible_unreadable_result_is_not_said_undoable(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """An approved IRREVERSIBLE call ran and answered what is no valid result: the note
+    says it ran and cannot be undone, never that a rollback undoes it."""
+    path = tmp_path / "irreversible.toml"
+    path.write_text(IRREVERSIBLE_POLICY)
+    seen: dict[str, str] = {}
+
+    async def body() -> None:
+        async with stdio_client(path, dsn, ledger) as client:
+            call = asyncio.create_task(client.call_tool("bad", {"key": "k"}))
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.approve(conn, approval_id, "bob")
+            seen["answer"] = text(await call)
+
+    run(body)
+    assert names(ledger) == ["bad"], seen
+    said = seen["answer"]
+    assert "ran, but its result could not be read" in said, said
+    assert "undone with its session" not in said, said
+    assert "irreversible" in said.lower() and "not undone" in said, said

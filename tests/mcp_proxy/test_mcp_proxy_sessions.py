@@ -650,6 +650,34 @@ def test_a_desktop_client_goes_on_in_a_new_session_after_a_rollback(
     assert names(ledger) == ["put", "forget", "put", "forget", "put"]
 
 
+def test_one_session_at_a_time_goes_on_in_a_new_one_after_a_rejection(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """max_sessions_per_client = 1: a rejection retires the connection's session, and
+    its next call starts a new one at once; the retired session, still ending (its undo
+    walk), does not hold the client's one place."""
+    config = session_policy(tmp_path, proxy="max_sessions_per_client = 1")
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger, mode="legacy") as client:
+            first = await client.call_tool("put", {"key": "a", "value": "1"})
+            assert not first.is_error, text(first)
+            call = asyncio.create_task(
+                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            approvals.reject(conn, approval_id, "bob", "no")
+            rejected = await call
+            assert rejected.is_error and "starts a new session" in text(rejected), text(rejected)
+            later = seen["later"] = await client.call_tool("put", {"key": "b", "value": "2"})
+            seen["old"], seen["new"] = (first.meta or {})[SESSION], (later.meta or {}).get(SESSION)
+
+    run(body)
+    assert not seen["later"].is_error, text(seen["later"])
+    assert seen["old"] != seen["new"]
+
+
 # -- refused at start --------------------------------------------------------------------
 
 BAD = {

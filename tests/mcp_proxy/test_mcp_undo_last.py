@@ -204,6 +204,9 @@ def test_an_undo_outside_the_tools_bounds_is_refused_before_a_human_is_asked(
                 "count 1001": {"count": 1001, "reason": "x"},
                 "blank reason": {"count": 1, "reason": " \n"},
                 "empty reason": {"count": 1, "reason": ""},
+                # blank to the journal (undolog.is_blank), not to str.strip()
+                "zero-width reason": {"count": 1, "reason": "\u200b"},
+                "invisible reason": {"count": 1, "reason": "\u00ad\ufeff\u2060 \u180e"},
                 "long reason": {"count": 1, "reason": "r" * 8193},
             }.items():
                 answer = await client.call_tool("undolog__undo_last", undo)

@@ -50,8 +50,12 @@ class Passthrough:
         # connection -> a session object of it (sends on the connection's own stream)
         self.clients: dict[Any, Any] = {}
         self.subscribed: dict[str, set[Any]] = {}  # exposed URI -> connections
+        # upstream -> the number of its latest tools/list taken, and of the latest followed
+        self._listings: dict[str, int] = {}
+        self._followed: dict[str, int] = {}
         for up in self.upstreams.values():
             up.on_notification = self.from_upstream
+            up.on_relisted = self.relisted
             up.on_roots = functools.partial(self.roots, up.spec.name, None)
         proxy.wire_instance = self._wire
 
@@ -325,6 +329,10 @@ class Passthrough:
                 if session is not None:
                     await self._send(connection, session.send_resource_updated(uri))
             return
+        await self._tell_clients(method, event)
+
+    async def _tell_clients(self, method: str, event: ServerEvent) -> None:
+        """A list change, told to every client (2026-era ones through the bus)."""
         await self.bus.publish(event)
         for connection, session in list(self.clients.items()):
             sender: Callable[[], Awaitable[None]] = {
@@ -365,18 +373,33 @@ class Passthrough:
     async def refresh_tools(self, up: UpstreamConnection) -> None:
         """The upstream's tools changed: list them again. A tool the policy names keeps
         its tier; a new one gets the policy's default tier (registered in the journal like
-        those at start); a tool gone is no longer offered."""
-        proxy = self.proxy
+        those at start); a tool gone is no longer offered. Listings are followed one at a
+        time (McpProxy.refresh_lock), and one taken before another that was followed
+        already is dropped: the newest stands. (The lock is not held while listing: a
+        listing that reconnects calls relisted, which takes it.)"""
+        proxy, name = self.proxy, up.spec.name
+        taken = self._listings[name] = self._listings.get(name, 0) + 1
         try:
             listed: dict[str, types.Tool] = {}
             for item in await self._listing(up, "tools/list", "tools"):
                 tool = types.Tool.model_validate(item)
                 listed[tool.name] = tool
         except Exception as exc:
-            log.warning("upstream %s: re-listing its tools failed: %s", up.spec.name, exc)
+            log.warning("upstream %s: re-listing its tools failed: %s", name, exc)
             return
-        up.tools = listed
-        await proxy.refresh_routes(up.spec.name, listed)
+        async with proxy.refresh_lock(name):
+            if taken < self._followed.get(name, 0):
+                return  # a newer listing was followed meanwhile
+            self._followed[name] = taken
+            up.tools = listed
+            await proxy.reroute(name, listed)
+
+    async def relisted(self, up: UpstreamConnection) -> None:
+        """A shared upstream connected again (it restarted, perhaps upgraded) and listed
+        its tools: they are followed as after its tools/list_changed (a restart need not
+        send one), and the clients are told that the list changed."""
+        await self.proxy.refresh_routes(up.spec.name, dict(up.tools))
+        await self._tell_clients("notifications/tools/list_changed", ToolsListChanged())
 
 
 def _handshake() -> tuple[str, ...]:

@@ -61,6 +61,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL
+from undolog.blank import is_blank
 from undolog.client_common import _heartbeat_interval
 from undolog.engine_common import check_step_index
 from undolog.errors import (
@@ -282,11 +283,15 @@ def _unreadable_result(name: str, route: Route, exc: ResultUnreadable) -> types.
         if isinstance(value, dict):
             shaped = types.CallToolResult(content=[], structured_content=value)
             kept = _reduced_snapshot(shaped, route, exc)["structuredContent"]
+    undone = (
+        "undone with its session if that is rolled back"
+        if route.policy.tier == "compensable"
+        else "IRREVERSIBLE: it is not undone if its session is rolled back"
+    )
     note = (
         f"{name} ran, but its result could not be read: {exc}. It is journaled as done, "
-        "with this note, and undone with its session if that is rolled back. The same call "
-        "made again next in this session is this call: it answers this note, without "
-        "running again."
+        f"with this note, and {undone}. The same call made again next in this session is "
+        "this call: it answers this note, without running again."
     )
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=note)],
@@ -396,8 +401,9 @@ class ProxySession:
     inflight: int = 0
     last_call: float = field(default_factory=time.monotonic)
     idle: asyncio.Task[None] | None = None
-    # no longer its connection's current session (it ended at an idle gap): the next
-    # call without a handle starts a new one
+    # no longer its connection's current session (it ended at an idle gap, or was rolled
+    # back or ended from outside: McpProxy._retire): the next call without a handle starts
+    # a new one, and it no longer counts against proxy.max_sessions_per_client
     retired: bool = False
     # whose session it is, for the per-client cap: its connection's state, the stdio
     # process's, or (stateless HTTP, no client identity) the proxy's HTTP slot
@@ -462,6 +468,7 @@ class McpProxy:
         self._listening: asyncio.Task[None] | None = None
         self._listen_lock = asyncio.Lock()
         self._held: set[aapprovals.Wakeup] = set()
+        self._refreshing: dict[str, asyncio.Lock] = {}  # upstream -> its refresh_lock
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pruning: set[asyncio.Task[None]] = set()
         # every session's late-answer waiters (bounded by proxy.max_late_answers), and the
@@ -516,8 +523,20 @@ class McpProxy:
             "continue" if route.policy.on_reject == "tell_model" else "fail_session",
         )
 
+    def refresh_lock(self, upstream: str) -> asyncio.Lock:
+        """Held while an upstream's routes follow a listing of its tools: listings are
+        followed one at a time, in order, so that an older one (its handling awaits the
+        journal) never undoes what a newer one decided."""
+        return self._refreshing.setdefault(upstream, asyncio.Lock())
+
     async def refresh_routes(self, upstream: str, listed: dict[str, types.Tool]) -> None:
-        """The upstream listed its tools again: a tool the policy names keeps its tier; a
+        """reroute() under the upstream's refresh_lock."""
+        async with self.refresh_lock(upstream):
+            await self.reroute(upstream, listed)
+
+    async def reroute(self, upstream: str, listed: dict[str, types.Tool]) -> None:
+        """(The caller holds refresh_lock(upstream).)
+        The upstream listed its tools again: a tool the policy names keeps its tier; a
         new one gets the policy's default tier (registered in the journal as those at
         start are); a tool gone is no longer offered. A COMPENSABLE tool's compensation
         is checked again, as at start, against the new listing (the tool's schema, or its
@@ -699,7 +718,8 @@ class McpProxy:
         # is asked to approve an undo that could never run
         listed = self._undo_route().listed.input_schema["properties"]
         most, longest = listed["count"]["maximum"], listed["reason"]["maxLength"]
-        if not 1 <= count <= most or not reason.strip() or len(reason) > longest:
+        # (blank as the journal says it: a zero-width space is, which strip() keeps)
+        if not 1 <= count <= most or is_blank(reason) or len(reason) > longest:
             return _error(
                 f"{UNDO_LAST_TOOL}: nothing was undone: count is how many calls to undo, "
                 f"from 1 to {most}, and reason a text of 1 to {longest} characters, not "
@@ -923,7 +943,14 @@ class McpProxy:
 
     def _new_session(self, sid: uuid.UUID | None = None, client: Any = None) -> ProxySession:
         if client is not None:
-            live = sum(1 for ps in self.sessions.values() if ps.client is client and not ps.ended)
+            # a retired session is ending (its walk, late answers awaited): it takes no
+            # call again, so it holds no place (its processes count under
+            # proxy.max_upstream_processes until they are closed)
+            live = sum(
+                1
+                for ps in self.sessions.values()
+                if ps.client is client and not ps.ended and not ps.retired
+            )
             cap = self.policy.max_sessions_per_client
             if live >= cap:
                 raise SessionCapReached(
@@ -1306,6 +1333,8 @@ class McpProxy:
                 result = _error(f"{name} was not run: {down}")
             elif route.policy.tier == "safe":
                 result = await self._safe(name, route, upstream, args)
+            elif (unfit := self._unfit(route, upstream)) is not None:
+                result = _error(f"{name} was not run: {unfit}")
             else:
                 try:
                     await self._finish(ps, self.begin(ps))
@@ -1323,6 +1352,29 @@ class McpProxy:
         return result.model_copy(
             update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
         )
+
+    def _unfit(self, route: Route, upstream: UpstreamConnection) -> str | None:
+        """Why a COMPENSABLE call is not to be journaled on ``upstream``: what it lists now
+        (a restart, a session's own process) changed the tool away from what its
+        compensation reads; None when the tool is as offered, or its compensation still
+        fits. Checked before anything is journaled: a call would run with an undo that
+        fails on the day it is needed."""
+        if route.policy.tier != "compensable":
+            return None
+        now = upstream.tools.get(route.tool)
+        if now is not None and (now.input_schema, now.output_schema) == (
+            route.listed.input_schema,
+            route.listed.output_schema,
+        ):
+            return None
+        problems = self.policy.compensation_problems(route.upstream, route.tool, upstream.listing())
+        if not problems:
+            return None
+        return (
+            f"upstream {route.upstream!r} now lists {route.tool} so that its compensation "
+            f"cannot be filled ({'; '.join(problems)}): nothing was done, and the tool is no "
+            "longer offered until the upstream lists it as before"
+        )[:2000]
 
     async def _safe(
         self, name: str, route: Route, upstream: UpstreamConnection, args: dict[str, Any]
@@ -1629,8 +1681,12 @@ class McpProxy:
         the same call made again replays its result (or, failed, runs again). Once the
         walk has taken the call, the engine keeps what came in the effect's history
         ('late', flagging the session for an operator). No answer in time, the connection
-        lost, or the proxy closing: nothing is recorded, the outcome stays unknown."""
+        lost, or the proxy closing: nothing is recorded, the outcome stays unknown. An
+        answer that is no valid result is handled as in time (_execute): it acted, so it
+        is committed with a note (_unreadable_result), or failed when it says it is an
+        error (_unreadable_refusal)."""
         refused: MCPError | None = None
+        unreadable: ResultUnreadable | None = None
         try:
             result = await answer
         except asyncio.CancelledError:
@@ -1638,13 +1694,25 @@ class McpProxy:
             raise
         except MCPError as exc:  # a JSON-RPC error the upstream answered: nothing done
             refused = exc
+        except ResultUnreadable as exc:  # it answered (before OutcomeUnknown, its base)
+            unreadable = exc
         except Exception as exc:
             log.info("effect %s: no late answer from %s: %s", effect_id, route.upstream, exc)
             self.metrics.late_answer("expired")
             return
         if self.closing:
             return
-        if refused is not None:
+        if unreadable is not None:
+            self.metrics.upstream_error(route.upstream, "protocol")
+            if (said := _unreadable_refusal(unreadable)) is not None:
+                recorded = await self._record(effect_id, said)
+                outcome = "failed"
+            else:
+                result = _unreadable_result(name, route, unreadable)
+                unrecorded = await self._commit(ps, effect_id, name, route, result, answered=False)
+                recorded = unrecorded is None
+                outcome = "committed"
+        elif refused is not None:
             self.metrics.upstream_error(route.upstream, upstream_error_kind(refused))
             recorded = await self._record(effect_id, f"not run: {refused}"[:2000])
             outcome = "failed"

@@ -96,6 +96,10 @@ class UpstreamConnection:
             None
         )
         self.on_notification: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None
+        # set by the proxy's server: called once a reconnection listed the tools again
+        # (self.tools: a restarted upstream may list them changed, with no list_changed)
+        self.on_relisted: Callable[[UpstreamConnection], Awaitable[None]] | None = None
+        self._connected_once = False
         self.capabilities: types.ServerCapabilities | None = None
 
     def _target(self) -> Any:
@@ -180,7 +184,10 @@ class UpstreamConnection:
             self._closing.set()
 
     async def connect(self) -> None:
-        """Connect (again) and list the upstream's tools; UpstreamDown when it fails."""
+        """Connect (again) and list the upstream's tools; UpstreamDown when it fails. A
+        reconnection (not the first connection) then calls ``on_relisted``, before the
+        call that reconnected goes on: the tools it listed are checked as a
+        tools/list_changed's are."""
         async with self._connecting:
             if self._client is not None:
                 return
@@ -195,6 +202,12 @@ class UpstreamConnection:
                 raise UpstreamDown(f"upstream {self.spec.name!r} {failed}: {exc}") from (
                     exc.__cause__ or exc
                 )
+            relisted, self._connected_once = self._connected_once, True
+            if relisted and self.on_relisted is not None:
+                try:
+                    await self.on_relisted(self)
+                except Exception:  # the connection stands; the call's own check refuses
+                    log.exception("upstream %s: checking its tools again failed", self.spec.name)
 
     async def close(self) -> None:
         self._closing.set()
