@@ -1,5 +1,6 @@
 """tests/mcp_raw_upstream.py that can be restarted changed, as after a crash and an
-upgrade: ``die`` answers, then exits (the proxy reconnects at the next call, starting it
+upgrade: ``die`` writes its pid to UPSTREAM_LEDGER + ".pid", answers, then exits (the
+proxy reconnects at the next call, starting it
 again); started while the file UPSTREAM_LEDGER + ".renamed" exists, it lists ``make``
 taking ``id`` instead of ``key``. Executions land in UPSTREAM_LEDGER."""
 
@@ -28,6 +29,7 @@ def call(mid: Any, name: str, args: dict[str, Any]) -> None:
     if name != "die":
         _call(mid, name, args)
         return
+    Path(os.environ["UPSTREAM_LEDGER"] + ".pid").write_text(str(os.getpid()))
     raw.answer(mid, raw.said("bye"))
     sys.stdout.flush()
     os._exit(0)

@@ -152,5 +152,6 @@ def test_a_flood_of_wakeups_does_not_make_a_held_wait_read_per_wakeup(
     assert decided == "approved"
     assert took < 1.5 + MIN_READ_GAP + 1.0, took
     assert len(reads) <= (2 + 2.5) / MIN_READ_GAP + 4, f"{len(reads)} reads"
-    # the progress goes on at its own pace, flood or not (0, 0.25, ... 1.75 s)
-    assert len(progress) == 8, progress
+    # the progress goes on at its own pace, flood or not (0, 0.25, ... 1.75 s; a report
+    # late on a loaded machine puts the next ones back, so not always all eight)
+    assert 6 <= len(progress) <= 8, progress

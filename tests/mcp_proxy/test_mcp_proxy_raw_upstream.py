@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -176,6 +177,17 @@ def test_the_upstream_name_undolog_is_the_proxys_own(tmp_path: Path) -> None:
     assert list(load_policy(path).upstreams) == ["undolog2"]
 
 
+async def _gone(pid: int) -> None:
+    """Until the process has exited (a loaded machine may take a while to end it)."""
+    for _ in range(400):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"upstream {pid} did not exit")
+
+
 RESTART_POLICY = """\
 [proxy]
 hold_seconds = 2
@@ -211,7 +223,8 @@ def test_a_changed_schema_after_a_reconnect_is_checked_again(
             assert not (await client.call_tool("make", {"key": "a"})).is_error
             Path(f"{ledger}.renamed").write_text("1")
             await client.call_tool("die", {})
-            await asyncio.sleep(1.0)  # it exited: the next call starts it again
+            await _gone(int(Path(f"{ledger}.pid").read_text()))
+            await asyncio.sleep(1.0)  # the proxy reads its end: the next call starts it again
             seen["made"] = await client.call_tool("make", {"id": "x"})
             seen["offered"] = [t.name for t in (await client.list_tools()).tools]
             seen["ok"] = await client.call_tool("ok", {})
