@@ -377,29 +377,45 @@ class Passthrough:
         time (McpProxy.refresh_lock), and one taken before another that was followed
         already is dropped: the newest stands. (The lock is not held while listing: a
         listing that reconnects calls relisted, which takes it.)"""
-        proxy, name = self.proxy, up.spec.name
-        taken = self._listings[name] = self._listings.get(name, 0) + 1
+        taken = self._take_listing(up)
         try:
             listed: dict[str, types.Tool] = {}
             for item in await self._listing(up, "tools/list", "tools"):
                 tool = types.Tool.model_validate(item)
                 listed[tool.name] = tool
         except Exception as exc:
-            log.warning("upstream %s: re-listing its tools failed: %s", name, exc)
+            log.warning("upstream %s: re-listing its tools failed: %s", up.spec.name, exc)
             return
-        async with proxy.refresh_lock(name):
-            if taken < self._followed.get(name, 0):
-                return  # a newer listing was followed meanwhile
-            self._followed[name] = taken
-            up.tools = listed
-            await proxy.reroute(name, listed)
+        await self._follow(up, listed, taken)
 
     async def relisted(self, up: UpstreamConnection) -> None:
         """A shared upstream connected again (it restarted, perhaps upgraded) and listed
         its tools: they are followed as after its tools/list_changed (a restart need not
-        send one), and the clients are told that the list changed."""
-        await self.proxy.refresh_routes(up.spec.name, dict(up.tools))
-        await self._tell_clients("notifications/tools/list_changed", ToolsListChanged())
+        send one), as the newest listing, and the clients are told that the list
+        changed."""
+        if await self._follow(up, dict(up.tools), self._take_listing(up)):
+            await self._tell_clients("notifications/tools/list_changed", ToolsListChanged())
+
+    def _take_listing(self, up: UpstreamConnection) -> int:
+        """The number of a listing of the upstream's tools, in the order they were taken."""
+        name = up.spec.name
+        taken = self._listings[name] = self._listings.get(name, 0) + 1
+        return taken
+
+    async def _follow(
+        self, up: UpstreamConnection, listed: dict[str, types.Tool], taken: int
+    ) -> bool:
+        """The routes follow listing number `taken`, unless a newer one was followed
+        meanwhile (an older one, its handling awaiting the journal, never undoes what a
+        newer one decided): whether it was followed."""
+        proxy, name = self.proxy, up.spec.name
+        async with proxy.refresh_lock(name):
+            if taken < self._followed.get(name, 0):
+                return False
+            self._followed[name] = taken
+            up.tools = listed
+            await proxy.reroute(name, listed)
+        return True
 
 
 def _handshake() -> tuple[str, ...]:
