@@ -154,8 +154,9 @@ def person_conninfo(dsn: str, login: str, password: str) -> str:
     nothing else that could authenticate them: an empty password file (libpq, given no
     password, would otherwise read the one of whoever runs the dashboard, PGPASSFILE or
     ~/.pgpass, and log a visitor in with a password they never typed), no client
-    certificate and no GSSAPI (:data:`NOT_THE_PERSONS`). SessionStore.login checks, once
-    connected, that the server did ask for the password.
+    certificate and no Kerberos service (:data:`NOT_THE_PERSONS`). SessionStore.login
+    checks, once connected, that the server did ask for the password (so GSSAPI
+    encryption, the DSN's gssencmode, is left as it is: it authenticates no one).
 
     Raises LoginRefused when libpq would not read the login, password and password file
     back as given (a NUL in one ends the string libpq reads: what follows, the password
@@ -163,7 +164,7 @@ def person_conninfo(dsn: str, login: str, password: str) -> str:
     params = conninfo_to_dict(dsn)
     for key in NOT_THE_PERSONS:
         params.pop(key, None)
-    extra = {"gssencmode": "disable", "application_name": "undolog-dashboard"}
+    extra = {"application_name": "undolog-dashboard"}
     if psycopg.pq.version() >= SSLCERTMODE_SINCE:
         extra["sslcertmode"] = "disable"
     base = with_connect_timeout(
