@@ -54,7 +54,9 @@ BEGIN
     -- not reached: payload_fits is false only for what one of the above refuses
     RAISE EXCEPTION USING
         ERRCODE = 'UL009',
-        MESSAGE = pg_catalog.format('%s is outside the payload limits', p_what);
+        MESSAGE = pg_catalog.format('%s is outside the payload limits', p_what),
+        HINT = 'Journal something smaller and flatter, whose numbers a double holds: a '
+               'reference (an id, a URL) instead of the whole object.';
 END
 $$;
 
