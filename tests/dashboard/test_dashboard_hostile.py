@@ -501,6 +501,24 @@ def test_an_empty_password_is_refused_not_called_unreachable(
         assert "login refused" in refused.text and "cannot be reached" not in refused.text
 
 
+def _hosts_password(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str = "dash_operator"
+) -> None:
+    """The password of ``login`` where libpq, given none, would find it: the password file
+    of whoever runs the dashboard (PGPASSFILE, ~/.pgpass) or PGPASSWORD."""
+    passfile = tmp_path / ".pgpass"
+    passfile.write_text(f"*:*:*:{login}:{PASSWORD}\n")
+    passfile.chmod(0o600)
+    monkeypatch.delenv("PGPASSFILE", raising=False)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    if where == "PGPASSFILE":
+        monkeypatch.setenv("PGPASSFILE", str(passfile))
+    elif where == "PGPASSWORD":
+        monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    else:
+        monkeypatch.setenv("HOME", str(tmp_path))
+
+
 @pytest.mark.parametrize("where", ["PGPASSFILE", "HOME/.pgpass"])
 def test_an_empty_password_never_logs_in_with_the_hosts_password_file(
     web: TestClient,
@@ -515,15 +533,7 @@ def test_an_empty_password_never_logs_in_with_the_hosts_password_file(
     password) is refused as a wrong password, and counted as a failed login."""
     if not passwords_checked:  # pragma: no cover - only on a cluster we may not configure
         pytest.skip("pg_hba.conf is not writable here: this cluster trusts every login")
-    passfile = tmp_path / ".pgpass"
-    passfile.write_text(f"*:*:*:dash_operator:{PASSWORD}\n")
-    passfile.chmod(0o600)
-    monkeypatch.delenv("PGPASSFILE", raising=False)
-    monkeypatch.delenv("PGPASSWORD", raising=False)
-    if where == "PGPASSFILE":
-        monkeypatch.setenv("PGPASSFILE", str(passfile))
-    else:
-        monkeypatch.setenv("HOME", str(tmp_path))
+    _hosts_password(where, tmp_path, monkeypatch)
     for password in ("", "   ", "\x00"):
         refused = log_in(web, "dash_operator", password)
         assert refused.status_code == 401, (repr(password), refused.status_code)
@@ -557,24 +567,6 @@ def test_a_persons_connection_never_reads_a_password_file(app_dsn: str) -> None:
         params = conninfo_to_dict(person_conninfo(dsn, "dash_operator", PASSWORD))
         assert params["passfile"] == os.devnull
         assert params["user"] == "dash_operator" and params["password"] == PASSWORD
-
-
-def _hosts_password(
-    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str = "dash_operator"
-) -> None:
-    """The password of ``login`` where libpq, given none, would find it: the password file
-    of whoever runs the dashboard (PGPASSFILE, ~/.pgpass) or PGPASSWORD."""
-    passfile = tmp_path / ".pgpass"
-    passfile.write_text(f"*:*:*:{login}:{PASSWORD}\n")
-    passfile.chmod(0o600)
-    monkeypatch.delenv("PGPASSFILE", raising=False)
-    monkeypatch.delenv("PGPASSWORD", raising=False)
-    if where == "PGPASSFILE":
-        monkeypatch.setenv("PGPASSFILE", str(passfile))
-    elif where == "PGPASSWORD":
-        monkeypatch.setenv("PGPASSWORD", PASSWORD)
-    else:
-        monkeypatch.setenv("HOME", str(tmp_path))
 
 
 @pytest.mark.parametrize("where", ["PGPASSFILE", "HOME/.pgpass", "PGPASSWORD"])

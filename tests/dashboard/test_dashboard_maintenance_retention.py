@@ -40,6 +40,15 @@ def hidden_fields(page: str) -> dict[str, str]:
     }
 
 
+def ask_to_run(web: TestClient, retention_months: str) -> Any:
+    """Log in as the operator and, from /maintenance, ask to run maintenance keeping
+    ``retention_months`` (as typed): the answer (a confirmation page when months would
+    be dropped)."""
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    return web.post("/maintenance/run", data={"csrf": token, "retention_months": retention_months})
+
+
 def test_a_typed_retention_that_drops_is_restated_then_confirmed(
     web: TestClient, conn: Conn
 ) -> None:
@@ -87,9 +96,7 @@ def test_a_typed_retention_that_drops_is_restated_then_confirmed(
 
 def test_a_confirmation_is_for_that_retention_only(web: TestClient, conn: Conn) -> None:
     make_month(conn, -6)
-    log_in(web, "dash_operator")
-    token = csrf_of(web.get("/maintenance").text)
-    asked = web.post("/maintenance/run", data={"csrf": token, "retention_months": "3"})
+    asked = ask_to_run(web, "3")
     assert asked.status_code == 200
     form = hidden_fields(asked.text)
     # the nonce of "keep 3 months" sent with "keep 1 month": refused, nothing done
@@ -98,7 +105,7 @@ def test_a_confirmation_is_for_that_retention_only(web: TestClient, conn: Conn) 
     assert f"undolog_effect_log_{month(-6)}" in partitions(conn)
     assert anchors(conn) == []
     # without any confirmation: restated again, never run
-    bare = web.post("/maintenance/run", data={"csrf": token, "retention_months": "3"})
+    bare = web.post("/maintenance/run", data={"csrf": form["csrf"], "retention_months": "3"})
     assert bare.status_code == 200 and 'id="run-confirm"' in bare.text
     assert f"undolog_effect_log_{month(-6)}" in partitions(conn)
 
@@ -107,9 +114,7 @@ def test_months_that_changed_since_the_list_are_listed_again_and_nothing_is_done
     web: TestClient, conn: Conn
 ) -> None:
     make_month(conn, -6)
-    log_in(web, "dash_operator")
-    token = csrf_of(web.get("/maintenance").text)
-    asked = web.post("/maintenance/run", data={"csrf": token, "retention_months": "2"})
+    asked = ask_to_run(web, "2")
     form = hidden_fields(asked.text)
     make_month(conn, -9)  # a month past the retention that the list did not name
     answer = web.post("/maintenance/run", data=form)
@@ -141,9 +146,7 @@ def test_a_run_that_takes_other_months_than_confirmed_is_rolled_back(
         return [p for p in real(parts, cutoff) if p["name"] != hidden]
 
     monkeypatch.setattr(undolog_partitions, "months_to_drop", missing_one)
-    log_in(web, "dash_operator")
-    token = csrf_of(web.get("/maintenance").text)
-    asked = web.post("/maintenance/run", data={"csrf": token, "retention_months": "2"})
+    asked = ask_to_run(web, "2")
     assert f'id="run-drop-{hidden}"' not in asked.text
     before = partitions(conn)
     answer = web.post("/maintenance/run", data=hidden_fields(asked.text))
@@ -156,9 +159,7 @@ def test_a_run_that_takes_other_months_than_confirmed_is_rolled_back(
 
 def test_a_typed_retention_that_drops_nothing_runs_at_once(web: TestClient, conn: Conn) -> None:
     make_month(conn, -6)
-    log_in(web, "dash_operator")
-    token = csrf_of(web.get("/maintenance").text)
-    answer = web.post("/maintenance/run", data={"csrf": token, "retention_months": "7"})
+    answer = ask_to_run(web, "7")
     assert answer.status_code == 303
     assert f"undolog_effect_log_{month(-6)}" in partitions(conn)
     assert anchors(conn) == [1]
@@ -183,9 +184,7 @@ def test_a_month_an_unfinished_session_holds_is_kept_and_the_confirmed_run_goes_
         "%s, %s::timestamptz, repeat('a', 64), 0, 'book', 'compensable', '{}', 'executing')",
         (session, month(-6).replace("_", "-") + "-15T00:00:00Z"),
     )
-    log_in(web, "dash_operator")
-    token = csrf_of(web.get("/maintenance").text)
-    asked = web.post("/maintenance/run", data={"csrf": token, "retention_months": "1"})
+    asked = ask_to_run(web, "1")
     assert asked.status_code == 200
     for name in held + gone:
         assert f'id="run-drop-{name}"' in asked.text
