@@ -4,8 +4,9 @@
 -- nesting deeper than max_nesting_depth levels (UL009; found by a walk that stops at
 -- level 64), then a number no finite double holds (UL008: bad input, as PostgreSQL's own
 -- 22003 for a number out of range for its type), then more than max_payload_bytes of
--- JSON text (UL009; uncompressed; measured by undolog.payload_text_bytes, which does not
--- print what is certainly over). It raises whenever payload_fits is false.
+-- JSON text (UL009; uncompressed; measured by undolog.payload_bytes_unless_refused, which
+-- does not print what is certainly over: its NULL means that here, the depth and numbers
+-- being known to fit). It raises whenever payload_fits is false.
 CREATE OR REPLACE FUNCTION undolog.check_payload(p_what text, p_value jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -37,7 +38,7 @@ BEGIN
             HINT = 'JSON readers (Python, JavaScript) cannot read such a number: send it as a '
                    'string (e.g. "1e400"), or journal a reference to it instead.';
     END IF;
-    v_bytes := undolog.payload_text_bytes(p_value);
+    v_bytes := undolog.payload_bytes_unless_refused(p_value);
     IF v_bytes IS NULL OR v_bytes > undolog.max_payload_bytes() THEN
         RAISE EXCEPTION USING
             ERRCODE = 'UL009',

@@ -2,8 +2,8 @@
 -- results, metadata and descriptors ('{}' is one level). The Python binding enforces the
 -- same limit (undolog.signature.MAX_NESTING_DEPTH) before signing: its recursion gives
 -- out near 1,000 levels while jsonb accepts far more, so one documented limit for all.
--- undolog.payload_text_bytes and undolog.check_payload spell the jsonpath level (64) out
--- (a jsonpath level cannot be a parameter): keep them in step.
+-- undolog.payload_bytes_unless_refused and undolog.check_payload spell the jsonpath level
+-- (64) out (a jsonpath level cannot be a parameter): keep them in step.
 CREATE OR REPLACE FUNCTION undolog.max_nesting_depth()
 RETURNS integer
 LANGUAGE sql

@@ -4,13 +4,14 @@
 -- whether NULL is allowed); never NULL otherwise.
 -- The order bounds the work: nothing is printed before it is known to be bounded, and no
 -- walk recurses deeper than 64 levels before the depth is known. A small value's numbers
--- are checked first (below). A larger one goes to undolog.payload_text_bytes, whose one
--- call (p_value is referenced once: an argument such as $1::jsonb is parsed again for
--- each reference of an inlined function) checks its depth by a walk that stops at level
--- 64 (jsonb takes 12,000 levels, which a walk of every level recurses into until 54001
--- "stack depth limit exceeded"), then, in one walk over its numbers, refuses a number no
--- double holds and sums what they print, before it builds the text (a number like
--- 1e131071 is a few bytes of jsonb and 131,072 digits of text: NULL at once). The size is
+-- are checked first (below). A larger one goes to undolog.payload_bytes_unless_refused
+-- (its text length, or NULL when refused), whose one call (p_value is referenced once:
+-- an argument such as $1::jsonb is parsed again for each reference of an inlined
+-- function) checks its depth by a walk that stops at level 64 (jsonb takes 12,000
+-- levels, which a walk of every level recurses into until 54001 "stack depth limit
+-- exceeded"), then, in one walk over its numbers, refuses a number no double holds and
+-- sums what they print, before it builds the text (a number like 1e131071 is a few bytes
+-- of jsonb and 131,072 digits of text: NULL at once). The size is
 -- the value's text, not pg_column_size: a value read from a table arrives compressed, and
 -- its stored size says nothing of what it holds (8 MiB of args built in a temp table
 -- measured 96 kB).
@@ -32,7 +33,8 @@ AS $$
         OR (pg_catalog.pg_column_size(p_value) < 512
             AND pg_catalog.pg_column_compression(p_value) IS NULL
             AND undolog.numbers_fit(p_value))
-        OR coalesce(undolog.payload_text_bytes(p_value) <= undolog.max_payload_bytes(), FALSE)
+        OR coalesce(undolog.payload_bytes_unless_refused(p_value) <= undolog.max_payload_bytes(),
+                    FALSE)
 $$;
 
 REVOKE ALL ON FUNCTION undolog.payload_fits(jsonb) FROM public;

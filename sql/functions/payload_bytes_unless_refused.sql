@@ -1,8 +1,13 @@
--- undolog.payload_text_bytes: the length in bytes of a jsonb value's JSON text (what
--- p_value::text builds), or NULL when that is certainly over undolog.max_payload_bytes(),
--- when the value nests too deep (below), or when it holds a number no finite double
--- holds (undolog.numbers_fit's range, found in the same walk), found without building the
--- text. Text is built only when it is bounded: at most 6 times the jsonb size (a control
+-- undolog.payload_bytes_unless_refused: the length in bytes of a jsonb payload's JSON text
+-- (what p_value::text builds), or NULL when the payload is refused: it nests deeper than
+-- undolog.max_nesting_depth() levels, holds a number no finite double holds
+-- (undolog.numbers_fit's range, found in the same walk), or is certainly over
+-- undolog.max_payload_bytes() (found without building the text). A length is not a
+-- verdict: it may still be over the limit, which the caller compares (payload_fits).
+-- One function for the three, since one walk over the numbers answers both their range
+-- and what they print: a payload of many numbers is walked once (docs/performance-log.md,
+-- "Numbers checked before a payload is printed"; it was payload_text_bytes there).
+-- Text is built only when it is bounded: at most 6 times the jsonb size (a control
 -- character prints as \u0001) plus what its numbers print beyond that, which is summed
 -- first without printing them:
 --   * a jsonb value is at most 4 times its text ([0, 0]: 12 bytes of jsonb an element of
@@ -20,12 +25,12 @@
 --     digits (at most 309 by then), summed over those alone, stopping over the limit;
 --   * NULL as soon as the scales and those digits are over the limit: they are printed.
 -- What is built is then at most ~6 x 16 MiB + 1 MiB, never near PostgreSQL's 1 GB.
--- NULL too for a value nested deeper than undolog.max_nesting_depth() levels, found first
--- by a walk that stops at level 64 (more than 64 levels means some object or array sits
--- at jsonpath level 64; level 0 is the value itself): the walks of every level ($.**)
--- come after it, since jsonb takes 12,000 levels, into which they recurse until 54001
--- "stack depth limit exceeded".
-CREATE OR REPLACE FUNCTION undolog.payload_text_bytes(p_value jsonb)
+-- The depth is found first (after NULL for NULL, and for a value of over 16 times the
+-- limit as jsonb), by a walk that stops at level 64 (more than 64 levels means some
+-- object or array sits at jsonpath level 64; level 0 is the value itself): the walks of
+-- every level ($.**) come after it, since jsonb takes 12,000 levels, into which they
+-- recurse until 54001 "stack depth limit exceeded".
+CREATE OR REPLACE FUNCTION undolog.payload_bytes_unless_refused(p_value jsonb)
 RETURNS bigint
 LANGUAGE plpgsql
 STABLE
@@ -93,4 +98,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.payload_text_bytes(jsonb) FROM public;
+REVOKE ALL ON FUNCTION undolog.payload_bytes_unless_refused(jsonb) FROM public;
