@@ -40,6 +40,8 @@ DECLARE
     -- An address without display name, spaces, commas or angle brackets: what goes into
     -- a To: header as is (no header injection through a CR/LF either).
     c_address constant text := '^[^@\s,<>"]+@[^@\s,<>"]+$';
+    -- An http(s) URL: a host, then a path or query, no white space (either URL).
+    c_http_url constant text := '^https?://[^\s/?#]+[^\s]*$';
     -- A URL whose authority holds user info (user:password@host): a credential.
     c_userinfo constant text := '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@';
     -- A control character (U+0001, ESC, DEL) in a URL: no HTTP client sends it, and
@@ -55,7 +57,7 @@ BEGIN
         v_problem := 'kind webhook or email';
     ELSIF jsonb_typeof(v_config) <> 'object' THEN
         v_problem := 'a config that is a JSON object';
-    ELSIF p_dashboard_url IS NOT NULL AND p_dashboard_url !~ '^https?://[^\s/?#]+[^\s]*$' THEN
+    ELSIF p_dashboard_url IS NOT NULL AND p_dashboard_url !~ c_http_url THEN
         v_problem := 'a dashboard URL of http(s)://host[/path]';
     ELSIF p_dashboard_url ~ '[[:cntrl:]]' THEN
         v_problem := 'a dashboard URL without control characters';
@@ -65,7 +67,7 @@ BEGIN
         v_hint := 'Remove the user:password@ part: the link goes into every message, and '
                   'the dashboard asks whoever opens it to log in.';
     ELSIF p_kind = 'webhook' THEN
-        IF p_target IS NULL OR p_target !~ '^https?://[^\s/?#]+[^\s]*$' THEN
+        IF p_target IS NULL OR p_target !~ c_http_url THEN
             v_problem := 'a webhook URL of http(s)://host[/path]';
         ELSIF p_target ~ '[[:cntrl:]]' THEN
             v_problem := 'a webhook URL without control characters';
