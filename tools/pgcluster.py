@@ -64,13 +64,18 @@ HBA_PASSWORD_LINES = (
 )
 
 
-def _ask_passwords(datadir: Path) -> None:
+def _ask_passwords(datadir: Path) -> bool:
     """Put HBA_PASSWORD_LINES ahead of initdb's trust lines in ``datadir``'s pg_hba.conf
-    (rewritten in place: it keeps its owner, the cluster's)."""
+    (rewritten in place: it keeps its owner, the cluster's), unless they are there
+    already (a cluster made before they existed gets them the next time it is started).
+    Answers whether it added them."""
     hba = datadir / "pg_hba.conf"
     original = hba.read_text(encoding="utf-8")
+    if HBA_PASSWORD_LINES in original:
+        return False
     with hba.open("w", encoding="utf-8") as f:
         f.write(HBA_PASSWORD_LINES + original)
+    return True
 
 
 def bindir() -> Path:
@@ -284,6 +289,18 @@ def start_local(directory: Path) -> Cluster:
         if recorded is None:
             raise RuntimeError(f"{datadir} was not created by pgcluster.py start")
         port = recorded
+        if _ask_passwords(datadir):
+            print(
+                f"pgcluster: {datadir}/pg_hba.conf now asks the members of {PASSWORD_LOGINS} "
+                "for their password (the dashboard lets in only a login asked for it)",
+                file=sys.stderr,
+            )
+            if _is_running(datadir):
+                _run_as_owner(
+                    [str(bindir() / "pg_ctl"), "-D", str(datadir), "reload"],
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                )
     if not _is_running(datadir):
         started = _run_as_owner(
             [

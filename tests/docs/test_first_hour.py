@@ -463,6 +463,58 @@ def test_make_db_elsewhere_names_the_command_that_stops_it(tmp_path: Path) -> No
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_make_db_on_an_older_cluster_asks_the_password_logins_for_theirs() -> None:
+    """A .pgdata made before make db asked undolog_password_logins for their password
+    (pg_hba.conf without those lines) gets them when started again, and a running server
+    is reloaded: a member's login without its password is refused from then on."""
+    from pgcluster import HBA_PASSWORD_LINES, PASSWORD_LOGINS
+
+    folder = Path(tempfile.mkdtemp(prefix="undolog-db-"))
+    folder.chmod(0o755)
+    datadir = folder / "pgdata"
+    tool = [sys.executable, str(ROOT / "tools" / "pgcluster.py")]
+    env = {k: v for k, v in shell_env(None).items() if k != "DB_DIR"}
+
+    def start() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*tool, "start", "--dir", str(datadir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    try:
+        first = start()
+        assert "now asks" not in first.stderr  # a new cluster has them from initdb on
+        hba = datadir / "pg_hba.conf"
+        hba.write_text(hba.read_text().replace(HBA_PASSWORD_LINES, ""))  # as before 802a8df
+        cluster = dict(kv.split("=", 1) for kv in shlex.split(first.stdout.removeprefix("export ")))
+        member = f"hba_member_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(cluster["UNDOLOG_DSN"], autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {PASSWORD_LOGINS} NOLOGIN")
+            conn.execute(
+                f"CREATE ROLE {member} LOGIN PASSWORD 'a-long-secret' IN ROLE {PASSWORD_LOGINS}"
+            )
+            conn.execute("SELECT pg_reload_conf()")  # the stripped file, in force
+        as_member = f"{cluster['UNDOLOG_DSN']} user={member} passfile=/dev/null"
+        psycopg.connect(as_member).close()  # trusted: no password asked
+
+        again = start()  # the server runs: its rules are reloaded
+        assert f"pg_hba.conf now asks the members of {PASSWORD_LOGINS}" in again.stderr
+        assert again.stdout == first.stdout
+        assert hba.read_text().startswith(HBA_PASSWORD_LINES)
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(as_member).close()
+        psycopg.connect(f"{as_member} password=a-long-secret").close()
+        assert "now asks" not in start().stderr  # once
+    finally:
+        subprocess.run(
+            [*tool, "stop", "--dir", str(datadir)], env=env, capture_output=True, check=False
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_ctrl_c_stops_the_throwaway_database_without_a_traceback(tmp_path: Path) -> None:
     """`make dashboard-demo` says "Ctrl-C stops it": the terminal sends SIGINT to the whole
     process group, pgcluster.py run included. It waits for the command to end, then stops
