@@ -41,6 +41,9 @@ TO undolog_agent, undolog_approver, undolog_operator;
 -- What an edit changed, argument by argument (pure: from the two args the caller read).
 GRANT EXECUTE ON FUNCTION undolog.edit_changes(jsonb, jsonb, integer, integer)
 TO undolog_agent, undolog_approver, undolog_operator;
+-- What the journal calls blank (pure): the MCP proxy, an agent login, asks it of an
+-- undo's reason before a person is asked to approve an undo the journal would refuse.
+GRANT EXECUTE ON FUNCTION undolog.is_blank(text) TO undolog_agent;
 
 -- The approver: decisions on irreversible calls.
 GRANT EXECUTE ON FUNCTION undolog.approve(uuid, text, text) TO undolog_approver;

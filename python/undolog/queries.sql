@@ -180,6 +180,11 @@ WHERE approval_id = %(approval_id)s
 SELECT session_id FROM undolog.sessions_list
 WHERE metadata ->> 'handle_sha256' = %(handle_sha256)s
 
+-- name: is_blank
+-- Whether a text is blank to the journal (white space and invisible characters only):
+-- the MCP proxy asks it of an undo's reason before a person is asked to approve the undo.
+SELECT undolog.is_blank(p_text => %(text)s)
+
 -- name: session_halt
 -- Where a session stands at its block's exit after an undo walk: its state, and for a
 -- halted walk why it halted, the undo entry it stopped at, and whether it is the partial

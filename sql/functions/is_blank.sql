@@ -4,8 +4,11 @@
 -- know ASCII white space only in the C locale, so U+00A0 (no-break space), U+200B (zero
 -- width space) and the like would pass as a name a person cannot see. The classes are
 -- Unicode's White_Space and the format characters (Cf) that render as nothing.
--- python/undolog/blank.py holds the same class for checks made before the journal is
--- asked; tests/binding/test_blank.py compares the two over every character.
+-- A check made before the journal is asked asks this function (the MCP proxy's
+-- undolog__undo_last, of its reason): agents may call it. Not SECURITY DEFINER, nor SET
+-- anything, unlike every other function a role may call (pgtap/70_privileges.sql says
+-- why it may be): it reads nothing, and either would keep the planner from inlining it
+-- into its callers' expressions (check_call's, which intercept passes each call through).
 CREATE OR REPLACE FUNCTION undolog.is_blank(p_text text)
 RETURNS boolean
 LANGUAGE sql

@@ -6,13 +6,18 @@ undo is held for a human's approval first."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
 import pytest
 from mcp import types
+from psycopg_pool import PoolTimeout
 from test_mcp_proxy import (
+    decided,
     ledger,
     ops,
     pending_approval,
@@ -26,7 +31,7 @@ from test_mcp_proxy_sessions import session_policy
 
 from undolog import approvals
 from undolog.mcp_proxy.policy import PolicyError, load_policy
-from undolog.mcp_proxy.proxy import build_routes
+from undolog.mcp_proxy.proxy import McpProxy, build_routes
 
 __all__ = ["ledger"]  # the fixture
 
@@ -165,12 +170,8 @@ def test_a_rejected_irreversible_undo_undoes_nothing_and_tells_the_model_why(
     async def body() -> None:
         async with stdio_client(config, dsn, ledger) as client:
             await _put_three(client)
-            call = asyncio.create_task(
-                client.call_tool("undolog__undo_last", {"count": 1, "reason": "undo c"})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.reject(conn, approval_id, "bob", "c is what the customer wants")
-            rejected = await call
+            undo = client.call_tool("undolog__undo_last", {"count": 1, "reason": "undo c"})
+            rejected = await decided(conn, undo, "reject", "bob", "c is what the customer wants")
             assert rejected.is_error
             said = text(rejected)
             assert "REJECTED" in said and "bob rejected it" in said, said
@@ -204,8 +205,10 @@ def test_an_undo_outside_the_tools_bounds_is_refused_before_a_human_is_asked(
                 "count 1001": {"count": 1001, "reason": "x"},
                 "blank reason": {"count": 1, "reason": " \n"},
                 "empty reason": {"count": 1, "reason": ""},
-                # blank to the journal (undolog.is_blank), not to str.strip()
+                # blank to the journal (the proxy asks undolog.is_blank), not only to
+                # str.strip(): each would open a request the journal then refuses
                 "zero-width reason": {"count": 1, "reason": "\u200b"},
+                "no-break space reason": {"count": 1, "reason": "\u00a0"},
                 "invisible reason": {"count": 1, "reason": "\u00ad\ufeff\u2060 \u180e"},
                 "long reason": {"count": 1, "reason": "r" * 8193},
             }.items():
@@ -222,6 +225,40 @@ def test_an_undo_outside_the_tools_bounds_is_refused_before_a_human_is_asked(
         assert "1 to 8192 characters, not blank" in said, (label, said)
     assert not [e for e in ops(ledger) if e["op"] == "forget"]
     assert [s for _, s in sessions(conn)] == ["completed"]
+
+
+def test_an_undo_is_refused_clearly_when_the_journal_cannot_say_if_its_reason_is_blank(
+    tmp_path: Path,
+) -> None:
+    """The blank check is the journal's (undolog.is_blank), asked before a person is:
+    with the database lost, the undo is refused as any undo the journal could not take,
+    nothing undone and nobody asked; the tool's listed bounds are still checked first,
+    without the journal."""
+    policy = load_policy(session_policy(tmp_path, proxy='undo_last_tool = "irreversible"'))
+    asked: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def lost() -> AsyncIterator[None]:
+        asked.append("a connection")
+        raise PoolTimeout("couldn't get a connection after 30.00 sec")
+        yield
+
+    async def body() -> list[str]:
+        proxy = McpProxy(policy, "postgresql://unused", {})
+        proxy.pool = SimpleNamespace(connection=lost)  # type: ignore[assignment]
+        ctx: Any = None  # not reached: the refusals come first
+        answers = []
+        for undo in ({"count": 0, "reason": "x"}, {"count": 1, "reason": "\u200b"}):
+            answer = await proxy._undo_last(ctx, undo)
+            assert answer.is_error, text(answer)
+            answers.append(text(answer))
+        return answers
+
+    out_of_bounds, lost_database = asyncio.run(body())
+    assert asked == ["a connection"]  # count 0: refused without the journal
+    assert "from 1 to 1000" in out_of_bounds, out_of_bounds
+    assert lost_database.startswith("undolog__undo_last: nothing was undone: "), lost_database
+    assert "couldn't get a connection" in lost_database, lost_database
 
 
 IMPOSTOR = '''

@@ -61,7 +61,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
 from undolog.approvals import CHANNEL
-from undolog.blank import is_blank
 from undolog.client_common import _heartbeat_interval
 from undolog.engine_common import check_step_index
 from undolog.errors import (
@@ -718,13 +717,22 @@ class McpProxy:
         # is asked to approve an undo that could never run
         listed = self._undo_route().listed.input_schema["properties"]
         most, longest = listed["count"]["maximum"], listed["reason"]["maxLength"]
-        # (blank as the journal says it: a zero-width space is, which strip() keeps)
-        if not 1 <= count <= most or is_blank(reason) or len(reason) > longest:
-            return _error(
-                f"{UNDO_LAST_TOOL}: nothing was undone: count is how many calls to undo, "
-                f"from 1 to {most}, and reason a text of 1 to {longest} characters, not "
-                f"blank (given: count {count}, a reason of {len(reason)} characters)"
-            )
+        out_of_bounds = _error(
+            f"{UNDO_LAST_TOOL}: nothing was undone: count is how many calls to undo, "
+            f"from 1 to {most}, and reason a text of 1 to {longest} characters, not "
+            f"blank (given: count {count}, a reason of {len(reason)} characters)"
+        )
+        if not 1 <= count <= most or len(reason) > longest:
+            return out_of_bounds
+        # blank as the journal says it (a zero-width space is, which strip() keeps): the
+        # journal is asked, which alone defines it
+        try:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(QUERIES["is_blank"], {"text": reason})).fetchone()
+        except (UndoLogError, psycopg.Error) as exc:
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
+        if row is None or row[0]:
+            return out_of_bounds
         try:
             ps = await self.session_for(ctx)
         except (ValueError, UndoLogError, psycopg.Error) as exc:
