@@ -16,9 +16,9 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import mcp_types as types
 import psycopg
@@ -83,6 +83,32 @@ def derived_policy(tmp_path: Path, **proxy: float) -> Path:
         assert count == 1
     path = tmp_path / "policy.toml"
     path.write_text(source)
+    return path
+
+
+SAFE, IRREVERSIBLE = 'tier = "safe"', 'tier = "irreversible"'  # a tool's lines in a policy
+
+
+def compensable(undo: str, **reads: str) -> str:
+    """A COMPENSABLE tool's lines in a policy: undone by the upstream's tool ``undo``, whose
+    arguments are read from these paths, the undo_id its idempotency key."""
+    args = "".join(f'{arg} = "{path}", ' for arg, path in reads.items())
+    return f'tier = "compensable"\ncompensation.{undo} = {{ {args}idempotency_key = "undo_id" }}'
+
+
+def upstream_policy(
+    path: Path, upstream: str, script: str, hide: str, tools: dict[str, str], **proxy: float
+) -> Path:
+    """A policy file fronting one upstream, ``python tests/<script>``, its tool ``hide`` (the
+    compensations') not offered: each tool's lines (SAFE, IRREVERSIBLE, compensable), and
+    [proxy] hold_seconds = 2, call_timeout_seconds = 5 or these numbers."""
+    numbers = {"hold_seconds": 2, "call_timeout_seconds": 5, **proxy}
+    lines = ["[proxy]", *(f"{key} = {value}" for key, value in numbers.items()), ""]
+    lines += [f"[upstreams.{upstream}]", f'command = ["python", "tests/{script}"]']
+    lines.append(f'hide = ["{hide}"]')
+    for tool, tier in tools.items():
+        lines += [f"[upstreams.{upstream}.tools.{tool}]", tier]
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -190,6 +216,24 @@ def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
 def pending_approval(conn: psycopg.Connection[Any]) -> uuid.UUID | None:
     row = conn.execute("SELECT approval_id FROM undolog.pending_approvals").fetchone()
     return None if row is None else uuid.UUID(str(row[0]))
+
+
+async def decided(
+    conn: psycopg.Connection[Any],
+    call: Coroutine[Any, Any, types.CallToolResult],
+    verdict: Literal["approve", "reject"],
+    by: str,
+    reason: str | None = None,
+) -> types.CallToolResult:
+    """The answer to a call held for a person, once ``by`` has decided its approval
+    request: the call sent, its request awaited, then approved or rejected."""
+    held = asyncio.create_task(call)
+    approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+    if verdict == "approve":
+        approvals.approve(conn, approval_id, by, reason)
+    else:
+        approvals.reject(conn, approval_id, by, reason)
+    return await held
 
 
 def run(coro: Callable[[], Awaitable[None]]) -> None:
@@ -816,32 +860,11 @@ def test_the_readme_shows_the_policy_the_tests_load() -> None:
     assert tomllib.loads(block.group(1)) == tomllib.loads(POLICY.read_text())
 
 
-HOSTILE_POLICY = """
-[proxy]
-hold_seconds = 1.5
-call_timeout_seconds = 5
-[upstreams.h]
-command = ["python", "tests/mcp_hostile_upstream.py"]
-hide = ["unmake"]
-[upstreams.h.tools.make]
-tier = "compensable"
-compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
-[upstreams.h.tools.make_with_nul]
-tier = "compensable"
-compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }
-[upstreams.h.tools.nul_error]
-tier = "compensable"
-compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
-[upstreams.h.tools.crash]
-tier = "compensable"
-compensation.unmake = { id = "args.key", idempotency_key = "undo_id" }
-"""
-
-
 def hostile_policy(tmp_path: Path) -> Path:
+    by_result, by_key = compensable("unmake", id="result.id"), compensable("unmake", id="args.key")
+    tools = {"make": by_result, "make_with_nul": by_result, "nul_error": by_key, "crash": by_key}
     path = tmp_path / "hostile.toml"
-    path.write_text(HOSTILE_POLICY)
-    return path
+    return upstream_policy(path, "h", "mcp_hostile_upstream.py", "unmake", tools, hold_seconds=1.5)
 
 
 def effects(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:

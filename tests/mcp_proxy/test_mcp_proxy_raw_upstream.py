@@ -18,56 +18,47 @@ import mcp_types as types
 import psycopg
 import pytest
 from test_mcp_proxy import (
+    IRREVERSIBLE,
+    SAFE,
+    compensable,
+    decided,
     effects,
     ledger,
     names,
     ops,
-    pending_approval,
     run,
     sessions,
     stdio_client,
     text,
+    upstream_policy,
     wait_for,
 )
 
-from undolog import approvals, saga
+from undolog import saga
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 from undolog.mcp_proxy.proxy import McpProxy
 
 __all__ = ["ledger"]  # a fixture, used by name
 
-RAW_POLICY = """\
-[proxy]
-hold_seconds = 2
-call_timeout_seconds = 5
-
-[upstreams.raw]
-command = ["python", "tests/mcp_raw_upstream.py"]
-hide = ["undo"]
-
-[upstreams.raw.tools.bad]
-tier = "compensable"
-compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.newer]
-tier = "compensable"
-compensation.undo = { key = "result.made.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.bad_error]
-tier = "compensable"
-compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.make]
-tier = "compensable"
-compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.flip]
-tier = "safe"
-[upstreams.raw.tools.ok]
-tier = "safe"
-"""
+UNDONE = compensable("undo", key="args.key")  # by the upstream's own tool
+RAW_TOOLS = {
+    "bad": UNDONE,
+    "newer": compensable("undo", key="result.made.key"),
+    "bad_error": UNDONE,
+    "make": UNDONE,
+    "flip": SAFE,
+    "ok": SAFE,
+}
 
 
-def raw_policy(tmp_path: Path) -> Path:
-    path = tmp_path / "raw.toml"
-    path.write_text(RAW_POLICY)
-    return path
+def raw_policy(
+    tmp_path: Path,
+    script: str = "mcp_raw_upstream.py",
+    tools: dict[str, str] = RAW_TOOLS,
+    **proxy: float,
+) -> Path:
+    """A policy fronting the hand-written upstream ``raw`` (its tool undo not offered)."""
+    return upstream_policy(tmp_path / "raw.toml", "raw", script, "undo", tools, **proxy)
 
 
 def test_a_malformed_result_is_never_run_twice_and_stays_undoable(
@@ -188,25 +179,6 @@ async def _gone(pid: int) -> None:
     raise AssertionError(f"upstream {pid} did not exit")
 
 
-RESTART_POLICY = """\
-[proxy]
-hold_seconds = 2
-call_timeout_seconds = 5
-
-[upstreams.raw]
-command = ["python", "tests/mcp_raw_restart_upstream.py"]
-hide = ["undo"]
-
-[upstreams.raw.tools.make]
-tier = "compensable"
-compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.die]
-tier = "safe"
-[upstreams.raw.tools.ok]
-tier = "safe"
-"""
-
-
 def test_a_changed_schema_after_a_reconnect_is_checked_again(
     tmp_path: Path, dsn: str, ledger: Path
 ) -> None:
@@ -214,8 +186,8 @@ def test_a_changed_schema_after_a_reconnect_is_checked_again(
     `make` with its argument renamed (key -> id), with no tools/list_changed: a restart
     is a new listing, checked as one. `make` is no longer offered, and a call of it is
     not run (it would be journaled with an undo, args.key, that can never be filled)."""
-    path = tmp_path / "restart.toml"
-    path.write_text(RESTART_POLICY)
+    tools = {"make": UNDONE, "die": SAFE, "ok": SAFE}
+    path = raw_policy(tmp_path, "mcp_raw_restart_upstream.py", tools)
     seen: dict[str, Any] = {}
 
     async def body() -> None:
@@ -242,9 +214,7 @@ def test_overlapping_relistings_never_offer_what_the_newest_withdrew(tmp_path: P
     key: its compensation fits) registers it in the journal, an await; the newer one (make
     takes id: it does not fit) is handled meanwhile. The newer listing is the one that
     stands: make is not offered."""
-    path = tmp_path / "race.toml"
-    path.write_text(RAW_POLICY)
-    policy = load_policy(path)
+    policy = load_policy(raw_policy(tmp_path))
 
     def listing(arg: str) -> dict[str, types.Tool]:
         def schema(*names: str) -> dict[str, Any]:
@@ -287,24 +257,6 @@ def test_overlapping_relistings_never_offer_what_the_newest_withdrew(tmp_path: P
     assert "make" not in routes, routes["make"].listed.input_schema
 
 
-SLOW_POLICY = """\
-[proxy]
-hold_seconds = 2
-call_timeout_seconds = 1
-late_answer_seconds = 10
-
-[upstreams.raw]
-command = ["python", "tests/mcp_raw_slow_upstream.py"]
-hide = ["undo"]
-
-[upstreams.raw.tools.slow_bad]
-tier = "compensable"
-compensation.undo = { key = "args.key", idempotency_key = "undo_id" }
-[upstreams.raw.tools.ok]
-tier = "safe"
-"""
-
-
 def test_a_late_unreadable_answer_is_journaled_as_done(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
@@ -312,8 +264,10 @@ def test_a_late_unreadable_answer_is_journaled_as_done(
     result: as in time, the call is journaled as done (with the note), not left of
     unknown outcome (which would roll the whole session back at its end); the same call
     made again answers the record, without running again."""
-    path = tmp_path / "slow.toml"
-    path.write_text(SLOW_POLICY)
+    tools = {"slow_bad": UNDONE, "ok": SAFE}
+    path = raw_policy(
+        tmp_path, "mcp_raw_slow_upstream.py", tools, call_timeout_seconds=1, late_answer_seconds=10
+    )
     seen: dict[str, Any] = {}
 
     async def body() -> None:
@@ -330,37 +284,18 @@ def test_a_late_unreadable_answer_is_journaled_as_done(
     assert [s for _, s in sessions(conn)] == ["completed"]
 
 
-IRREVERSIBLE_POLICY = """\
-[proxy]
-hold_seconds = 10
-call_timeout_seconds = 5
-
-[upstreams.raw]
-command = ["python", "tests/mcp_raw_upstream.py"]
-hide = ["undo"]
-
-[upstreams.raw.tools.bad]
-tier = "irreversible"
-[upstreams.raw.tools.ok]
-tier = "safe"
-"""
-
-
 def test_an_irreversible_unreadable_result_is_not_said_undoable(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
     """An approved IRREVERSIBLE call ran and answered what is no valid result: the note
     says it ran and cannot be undone, never that a rollback undoes it."""
-    path = tmp_path / "irreversible.toml"
-    path.write_text(IRREVERSIBLE_POLICY)
+    path = raw_policy(tmp_path, tools={"bad": IRREVERSIBLE, "ok": SAFE}, hold_seconds=10)
     seen: dict[str, str] = {}
 
     async def body() -> None:
         async with stdio_client(path, dsn, ledger) as client:
-            call = asyncio.create_task(client.call_tool("bad", {"key": "k"}))
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.approve(conn, approval_id, "bob")
-            seen["answer"] = text(await call)
+            answer = await decided(conn, client.call_tool("bad", {"key": "k"}), "approve", "bob")
+            seen["answer"] = text(answer)
 
     run(body)
     assert names(ledger) == ["bad"], seen

@@ -24,6 +24,7 @@ from test_mcp_proxy import (
     HttpProxy,
     _env,
     _proxy_args,
+    decided,
     http_proxies,
     ledger,
     names,
@@ -41,6 +42,7 @@ from undolog import approvals, saga
 __all__ = ["http_proxies", "ledger"]  # fixtures, shared with the proxy's main tests
 
 CONVERSATION = "undolog/conversation"
+PAYOUT = {"account": "acc-1", "amount_cents": 5}  # the irreversible call a person rejects
 
 
 def session_policy(
@@ -142,10 +144,7 @@ def test_a_retry_after_a_timeout_of_an_approved_irreversible_call(
 
     async def body() -> None:
         async with stdio_client(config, dsn, ledger, mode="legacy") as client:
-            call = asyncio.create_task(client.call_tool("slow_make", slow))
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.approve(conn, approval_id, "alice")
-            first = await call
+            first = await decided(conn, client.call_tool("slow_make", slow), "approve", "alice")
             assert first.is_error and "outcome is unknown" in text(first), text(first)
             again = await client.call_tool("slow_make", slow)
             assert again.is_error and "outcome is unknown" in text(again), text(again)
@@ -543,10 +542,8 @@ def test_a_rejection_told_to_the_model_keeps_the_session(
         async with stdio_client(SESSIONS_EXAMPLE, dsn, ledger, mode="legacy") as client:
             made = await client.call_tool("put", {"key": "a", "value": "1"}, meta=chat)
             assert not made.is_error, text(made)
-            call = asyncio.create_task(client.call_tool("pay", payout, meta=chat))
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.reject(conn, approval_id, "bob", "that account is closed")
-            rejected = await call
+            paid = client.call_tool("pay", payout, meta=chat)
+            rejected = await decided(conn, paid, "reject", "bob", "that account is closed")
             assert rejected.is_error
             assert "REJECTED" in text(rejected) and "bob rejected it" in text(rejected)
             assert "that account is closed" in text(rejected) and "goes on" in text(rejected)
@@ -579,12 +576,7 @@ def test_a_rejection_without_tell_model_still_undoes_the_session(
     async def body() -> None:
         async with stdio_client(config, dsn, ledger, mode="legacy") as client:
             assert not (await client.call_tool("put", {"key": "a", "value": "1"})).is_error
-            call = asyncio.create_task(
-                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.reject(conn, approval_id, "bob", "no")
-            rejected = await call
+            rejected = await decided(conn, client.call_tool("pay", PAYOUT), "reject", "bob", "no")
             assert rejected.is_error and "rolled back" in text(rejected), text(rejected)
             await asyncio.to_thread(wait_for, lambda: sessions(conn)[0][1] == "compensated")
 
@@ -609,12 +601,7 @@ def test_a_desktop_client_goes_on_in_a_new_session_after_a_rollback(
             first = await client.call_tool("put", {"key": "a", "value": "1"})
             assert not first.is_error, text(first)
             old = (first.meta or {})[SESSION]
-            call = asyncio.create_task(
-                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.reject(conn, approval_id, "bob", "no")
-            rejected = await call
+            rejected = await decided(conn, client.call_tool("pay", PAYOUT), "reject", "bob", "no")
             assert rejected.is_error and "rolled back" in text(rejected), text(rejected)
             assert "next call made without this session's handle starts a new session" in (
                 text(rejected)
@@ -663,12 +650,7 @@ def test_one_session_at_a_time_goes_on_in_a_new_one_after_a_rejection(
         async with stdio_client(config, dsn, ledger, mode="legacy") as client:
             first = await client.call_tool("put", {"key": "a", "value": "1"})
             assert not first.is_error, text(first)
-            call = asyncio.create_task(
-                client.call_tool("pay", {"account": "acc-1", "amount_cents": 5})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
-            approvals.reject(conn, approval_id, "bob", "no")
-            rejected = await call
+            rejected = await decided(conn, client.call_tool("pay", PAYOUT), "reject", "bob", "no")
             assert rejected.is_error and "starts a new session" in text(rejected), text(rejected)
             later = seen["later"] = await client.call_tool("put", {"key": "b", "value": "2"})
             seen["old"], seen["new"] = (first.meta or {})[SESSION], (later.meta or {}).get(SESSION)
