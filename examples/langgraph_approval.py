@@ -75,7 +75,8 @@ class State(TypedDict):
 
 builder = StateGraph(State)
 builder.add_node("agent", lambda state: {"messages": [llm.invoke(state["messages"])]})
-builder.add_node("tools", ToolNode(ul_langchain.tools(create_user, payout)))
+tools = ul_langchain.tools(create_user, payout)
+builder.add_node("tools", ToolNode(tools))
 builder.add_edge(START, "agent")
 builder.add_conditional_edges("agent", tools_condition)
 builder.add_edge("tools", "agent")
@@ -89,9 +90,10 @@ for chunk in ul_langchain.stream(graph, ul, start, config, session_id=session_id
         [request] = pending.value  # an Agent Inbox HumanInterrupt
         print("waiting for a human:", request["action_request"]["action"])
 
-# the person's answer, as the Agent Inbox sends it, recorded under their login
+# the person's answer, as the Agent Inbox sends it, recorded under their login (the
+# graph's tools check an edit's values, as the tool would: "5000" for an int is 5000)
 answer = [{"type": "accept", "args": None}]
-command = ul_langchain.respond(request, answer, approver, "alice")
+command = ul_langchain.respond(request, answer, approver, "alice", tools=tools)
 for chunk in ul_langchain.stream(
     graph, ul, command, config, session_id=session_id, stream_mode="values"
 ):

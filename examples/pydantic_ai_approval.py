@@ -67,8 +67,9 @@ async def main() -> None:
     assert isinstance(result.output, DeferredToolRequests)
     print("waiting for a human:", result.output.approvals[0].tool_name)
 
-    # the person's decision, recorded in UndoLog under their login
-    answers = await ul_pydantic.decide(result.output, approver, "alice", {"c2": True})
+    # the person's decision, recorded in UndoLog under their login (the agent's tools
+    # check an edit, ToolApproved(override_args=...), as pydantic-ai checks the model's)
+    answers = await ul_pydantic.decide(result.output, approver, "alice", {"c2": True}, agent=agent)
     result = await ul_pydantic.run(
         agent,
         ul,

@@ -8,13 +8,16 @@ grant, is what stops it approving its own call). The approver is another login.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+from pydantic_ai.messages import TextPart
 
 from undolog import (
     AsyncUndoLog,
@@ -24,6 +27,7 @@ from undolog import (
     UndoLog,
     undolog_tool,
 )
+from undolog.integrations import pydantic_ai as pydantic_ai_adapter
 
 AGENT_LOGIN = "undolog_it_agent"
 # An agent login and nothing more: what a deployment gives the agent's process.
@@ -153,6 +157,27 @@ class AsyncAgentFixture:
         self.approver = AsyncUndoLog(approver_dsn)
         register_compensation(self.ul, self.world)
         self.sid = uuid.uuid4()
+
+
+def decided_and_resumed(
+    fx: Any, result: Any, tools: list[Any], answers: Mapping[str, Any], decided_by: str = "bob"
+) -> Any:
+    """A pydantic-ai run that stopped for a person (``result`` of ``fx.run`` with
+    ``tools``; ``fx`` a test_pydantic_ai Fixture) decided through the fixture's approver
+    (``answers`` by tool call id; the tools of the run's own agent, ``fx.ran``, check an
+    edit) and resumed with ``tools`` to a model that answers "paid": the resumed run's
+    result."""
+    decided = asyncio.run(
+        pydantic_ai_adapter.decide(result.output, fx.approver, decided_by, answers, agent=fx.ran)
+    )
+    return asyncio.run(
+        fx.run(
+            [[TextPart("paid")]],
+            tools,
+            message_history=result.all_messages(),
+            deferred_tool_results=decided,
+        )
+    )
 
 
 def _session_rows(dsn: str, query: str, session_id: uuid.UUID) -> list[tuple[Any, ...]]:

@@ -63,7 +63,8 @@ class Inbox:
         model = ScriptedChat(turns=[_payout_call(50_000), AIMessage("done")])
         builder = StateGraph(Chat)
         builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-        builder.add_node("tools", ToolNode(adapter.tools(fns["payout_sync"])))
+        self.tools = adapter.tools(fns["payout_sync"])  # the graph's: they check an edit
+        builder.add_node("tools", ToolNode(self.tools))
         builder.add_edge(START, "agent")
         builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
@@ -191,9 +192,17 @@ def test_an_edit_is_checked_against_the_tools_arguments(inbox: Inbox) -> None:
     body; one pydantic reads as the type ("5000" for an int) is recorded as that type."""
     request = inbox.asked()
     with pytest.raises(ValueError, match="cents"):
-        adapter.respond(request, _edit("payout", {"cents": "5,000"}), inbox.approver, "alice")
+        adapter.respond(
+            request,
+            _edit("payout", {"cents": "5,000"}),
+            inbox.approver,
+            "alice",
+            tools=inbox.tools,
+        )
     assert decisions(inbox.admin_dsn, inbox.sid) == [("pending", None)]
-    command = adapter.respond(request, _edit("payout", {"cents": "5000"}), inbox.approver, "al")
+    command = adapter.respond(
+        request, _edit("payout", {"cents": "5000"}), inbox.approver, "al", tools=inbox.tools
+    )
     assert inbox.approved_args() == ({"cents": 5_000}, adapter.EDIT_REASON)
     inbox.run(command)
     assert inbox.world.payouts == [5_000]

@@ -25,6 +25,7 @@ from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from integration_support import (
     AsyncAgentFixture,
+    decided_and_resumed,
     decisions,
     effects,
     pending,
@@ -64,6 +65,8 @@ def call(tool: str, call_id: str, **args: Any) -> ToolCallPart:
 
 
 class Fixture(AsyncAgentFixture):
+    ran: Agent[None, Any] | None = None  # the agent of the last run: its tools check an edit
+
     def agent(self, turns: list[Turn], tools: list[Any] | None = None) -> Agent[None, Any]:
         if tools is None:
             tools = adapter.tools(self.fns["search"], self.fns["create_user"], self.fns["payout"])
@@ -72,7 +75,8 @@ class Fixture(AsyncAgentFixture):
     async def run(self, turns: list[Turn], tools: list[Any] | None = None, **kwargs: Any) -> Any:
         """The agent of `turns` (and `tools`, else search, create_user and payout) run in
         the fixture's session."""
-        return await adapter.run(self.agent(turns, tools), self.ul, session_id=self.sid, **kwargs)
+        self.ran = self.agent(turns, tools)
+        return await adapter.run(self.ran, self.ul, session_id=self.sid, **kwargs)
 
 
 @pytest.fixture
@@ -297,15 +301,7 @@ def test_sync_journaled_tools(fx: Fixture) -> None:
     tools = adapter.tools(fx.fns["create_user_sync"], fx.fns["payout_sync"])
     turns: list[Turn] = [[call("create_user", "c1", email="a@x")], [call("payout", "p1", cents=9)]]
     result = asyncio.run(fx.run(turns, tools, user_prompt="go"))
-    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"p1": True}))
-    resumed = asyncio.run(
-        fx.run(
-            [[TextPart("paid")]],
-            tools,
-            message_history=result.all_messages(),
-            deferred_tool_results=answers,
-        )
-    )
+    resumed = decided_and_resumed(fx, result, tools, {"p1": True}, "alice")
     assert resumed.output == "paid"
     assert fx.world.payouts == [9]
     assert effects(fx.admin_dsn, fx.sid) == [
@@ -471,7 +467,9 @@ def test_decide_takes_pydantic_ais_own_answers(fx: Fixture) -> None:
     fx.sid = uuid.uuid4()
     result, rest = _pay(fx)
     edited = ToolApproved(override_args={"cents": 50})
-    answers = asyncio.run(adapter.decide(result.output, fx.approver, "bob", {"c2": edited}))
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "bob", {"c2": edited}, agent=fx.ran)
+    )
     assert answers.approvals == {"c2": True}  # UndoLog runs it with the approved args
     resumed = asyncio.run(
         fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)

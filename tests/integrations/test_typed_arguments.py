@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -30,7 +30,13 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import TextPart
 from pydantic_ai.tools import ToolApproved
 
-from integration_support import decisions, effects, session_state
+from integration_support import (
+    AsyncAgentFixture,
+    decided_and_resumed,
+    decisions,
+    effects,
+    session_state,
+)
 from undolog import (
     AsyncUndoLog,
     CompensationCall,
@@ -119,6 +125,21 @@ def _exactly(got: tuple[Any, ...], want: tuple[Any, ...]) -> None:
     assert [type(v) for v in got] == [type(v) for v in want]
 
 
+def _booked_then_replayed(fx: AsyncAgentFixture, typed: Typed, book: Callable[[], str]) -> None:
+    """``book`` (a run of ``typed.book`` with BOOK_ARGS whose model then answers "done")
+    made twice in the fixture's session: the body gets the typed objects, the journal
+    their JSON; made again from scratch, the same model JSON has the same signature, so
+    the call comes back from the journal and the body does not run again."""
+    assert book() == "done"
+    [got] = typed.ran
+    _exactly(got, TYPED)
+    assert _journaled_args(fx.admin_dsn, fx.sid) == [BOOK_ARGS]
+    assert book() == "done"
+    assert len(typed.ran) == 1
+    assert effects(fx.admin_dsn, fx.sid) == [("book", "committed", 1)]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
 # --- pydantic-ai ---------------------------------------------------------------------
 
 
@@ -135,19 +156,11 @@ def test_pydantic_ai_typed_arguments_are_journaled_as_json_and_replay(
     fx, typed = pfx
     tools = pa_adapter.tools(typed.book)
 
-    def turns() -> list[pa.Turn]:
-        return [[pa.call("book", "c1", **BOOK_ARGS)], [TextPart("done")]]
+    def book() -> str:
+        turns: list[pa.Turn] = [[pa.call("book", "c1", **BOOK_ARGS)], [TextPart("done")]]
+        return str(asyncio.run(fx.run(turns, tools, user_prompt="book")).output)
 
-    assert asyncio.run(fx.run(turns(), tools, user_prompt="book")).output == "done"
-    [got] = typed.ran
-    _exactly(got, TYPED)
-    assert _journaled_args(fx.admin_dsn, fx.sid) == [BOOK_ARGS]
-    # made again from scratch in the same session: the same model JSON, the same
-    # signature, so the call comes back from the journal and the body does not run again
-    assert asyncio.run(fx.run(turns(), tools, user_prompt="book")).output == "done"
-    assert len(typed.ran) == 1
-    assert effects(fx.admin_dsn, fx.sid) == [("book", "committed", 1)]
-    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    _booked_then_replayed(fx, typed, book)
 
 
 def test_pydantic_ai_typed_irreversible_call_edited_runs_with_typed_arguments(
@@ -160,15 +173,7 @@ def test_pydantic_ai_typed_irreversible_call_edited_runs_with_typed_arguments(
     assert isinstance(result.output, DeferredToolRequests)
     assert typed.ran == []
     edited = ToolApproved(override_args={"when": "2025-03-04"})
-    answers = asyncio.run(pa_adapter.decide(result.output, fx.approver, "bob", {"c1": edited}))
-    resumed = asyncio.run(
-        fx.run(
-            [[TextPart("paid")]],
-            tools,
-            message_history=result.all_messages(),
-            deferred_tool_results=answers,
-        )
-    )
+    resumed = decided_and_resumed(fx, result, tools, {"c1": edited})
     assert resumed.output == "paid"
     [got] = typed.ran
     _exactly(got, (datetime.date(2025, 3, 4), 500))
@@ -189,11 +194,14 @@ def test_pydantic_ai_an_edit_is_validated_by_the_tool(dsn: str) -> None:
                 fx.approver,
                 "bob",
                 {"c2": ToolApproved(override_args={"cents": "fifty"})},
+                agent=fx.ran,
             )
         )
     assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
     edited = ToolApproved(override_args={"cents": "50"})
-    answers = asyncio.run(pa_adapter.decide(result.output, fx.approver, "bob", {"c2": edited}))
+    answers = asyncio.run(
+        pa_adapter.decide(result.output, fx.approver, "bob", {"c2": edited}, agent=fx.ran)
+    )
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "bob")]
     resumed = asyncio.run(
         fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
@@ -222,18 +230,11 @@ def test_openai_agents_typed_arguments_are_journaled_as_json_and_replay(
     fx, typed = ofx
     tools = oa_adapter.tools(typed.book)
 
-    def script() -> list[Any]:
-        return [[function_call("book", BOOK_ARGS, call_id="c1")], [assistant_message("done")]]
+    def book() -> str:
+        script = [[function_call("book", BOOK_ARGS, call_id="c1")], [assistant_message("done")]]
+        return str(asyncio.run(fx.run(fx.agent(script, tools), "book")).final_output)
 
-    result = asyncio.run(fx.run(fx.agent(script(), tools), "book"))
-    assert result.final_output == "done"
-    [got] = typed.ran
-    _exactly(got, TYPED)
-    assert _journaled_args(fx.admin_dsn, fx.sid) == [BOOK_ARGS]
-    assert asyncio.run(fx.run(fx.agent(script(), tools), "book")).final_output == "done"
-    assert len(typed.ran) == 1
-    assert effects(fx.admin_dsn, fx.sid) == [("book", "committed", 1)]
-    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    _booked_then_replayed(fx, typed, book)
 
 
 def test_openai_agents_typed_irreversible_call_asks_and_runs_with_typed_arguments(
@@ -311,9 +312,10 @@ def test_langgraph_typed_irreversible_call_edited_runs_with_typed_arguments(
     lfx: tuple[lg.Fixture, Typed],
 ) -> None:
     fx, typed = lfx
+    tools = lc_adapter.tools(typed.pay_on_sync)
     graph = fx.chat_graph(
         [lg.calls(("pay_on", "c1", {"when": "2025-01-02", "cents": 500})), AIMessage("paid")],
-        lc_adapter.tools(typed.pay_on_sync),
+        tools,
     )
     out = fx.run(graph, {"messages": [HumanMessage("go")]})
     [pending] = out[lc_adapter.INTERRUPT]
@@ -323,8 +325,9 @@ def test_langgraph_typed_irreversible_call_edited_runs_with_typed_arguments(
         "action": "pay_on",
         "args": {"when": "2025-01-02", "cents": 500},
     }
+    edit = {"when": "2025-03-04", "cents": 500}
     command = lc_adapter.decide(
-        request, fx.approver, "alice", approved=True, args={"when": "2025-03-04", "cents": 500}
+        request, fx.approver, "alice", approved=True, args=edit, tools=tools
     )
     out = fx.run(graph, command)
     assert out["messages"][-1].content == "paid"

@@ -4,13 +4,16 @@ typed argument, through the pydantic-ai and LangChain adapters.
 - pydantic-ai: an edit of a tool whose one parameter is a model, in the shape the journal
   holds and the person is shown (``{"order": {...}}``) or by the model's fields, runs with
   the edit, and the history shows what ran; a key the tool does not take is refused; an
-  edit is checked by the schema of the tool the call was made to, not another tool of the
-  same name; override_args that are not a mapping raise ValueError.
+  edit is checked by the schema of the run's own tool (the agent ``decide`` is given),
+  never another agent's tool of the same name; override_args that are not a mapping
+  raise ValueError.
 - A typed argument whose JSON form does not read back into an equal value (a SecretStr,
   a field excluded from serialization) is refused before it is journaled: two calls told
   apart by it alone would share a signature, and an edit would hand the body its JSON.
 - An edit of one argument hands the body the other arguments as the framework gave them.
-- LangChain: an edit of a model with aliases is recorded by alias, as the journal holds it.
+- LangChain: an edit is checked by the schema of the call's tool among the tools
+  ``decide`` is given, never another tool of its name; an edit of a model with aliases is
+  recorded by alias, as the journal holds it.
 - A set inside a model has one JSON form from process to process.
 
 Each framework with its own test model: pydantic-ai's FunctionModel, a scripted LangChain
@@ -34,10 +37,10 @@ from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.alias_generators import to_camel
 from pydantic_ai import DeferredToolRequests
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.tools import ToolApproved
 
-from integration_support import decisions, session_state
+from integration_support import decided_and_resumed, decisions, session_state
 from undolog import SignatureError, ToolTier, undolog_tool
 from undolog.integrations import _core
 from undolog.integrations import _langchain_common as lc_common
@@ -86,15 +89,7 @@ def test_pydantic_ai_single_model_edit_runs_with_it_and_the_history_shows_it(
     result = asyncio.run(fx.run(first, tools, user_prompt="pay"))
     assert isinstance(result.output, DeferredToolRequests)
     edited = ToolApproved(override_args=override)
-    answers = asyncio.run(pa_adapter.decide(result.output, fx.approver, "bob", {"c1": edited}))
-    resumed = asyncio.run(
-        fx.run(
-            [[TextPart("paid")]],
-            tools,
-            message_history=result.all_messages(),
-            deferred_tool_results=answers,
-        )
-    )
+    resumed = decided_and_resumed(fx, result, tools, {"c1": edited})
     assert resumed.output == "paid"
     assert ran == [Order(cents=50, to="x")]
     # the model's next turn, and a saved history, see the call as it ran: the fields
@@ -115,7 +110,11 @@ def test_pydantic_ai_an_edit_naming_what_the_tool_does_not_take_is_refused(dsn: 
         with pytest.raises(ValueError, match=r"cent|x"):
             asyncio.run(
                 pa_adapter.decide(
-                    result.output, fx.approver, "bob", {"c1": ToolApproved(override_args=bad)}
+                    result.output,
+                    fx.approver,
+                    "bob",
+                    {"c1": ToolApproved(override_args=bad)},
+                    agent=fx.ran,
                 )
             )
     assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
@@ -127,11 +126,13 @@ def test_pydantic_ai_an_unknown_key_of_a_tool_of_several_parameters_is_refused()
     async def pay_two(to: str, cents: int) -> str:
         return "ok"
 
-    pa_adapter.tool(pay_two)
+    schema = pa_adapter.tool(pay_two).function_schema
     part = ToolCallPart(tool_name="pay_two", args={"to": "x", "cents": 100}, tool_call_id="c1")
     with pytest.raises(ValueError, match="cent"):
-        pa_adapter._checked_edit(part, {"cent": 50})
-    assert pa_adapter._checked_edit(part, {"cents": "50"}) == {"to": "x", "cents": 50}
+        pa_adapter._checked_edit(part, {"cent": 50}, schema)
+    assert pa_adapter._checked_edit(part, {"cents": "50"}, schema) == {"to": "x", "cents": 50}
+    # a tool not given to decide is not known: its edit goes as it is
+    assert pa_adapter._checked_edit(part, {"cents": "50"}, None) == {"cents": "50"}
 
 
 def test_pydantic_ai_override_args_that_are_not_a_mapping_raise_value_error() -> None:
@@ -139,15 +140,17 @@ def test_pydantic_ai_override_args_that_are_not_a_mapping_raise_value_error() ->
     async def pay_list(to: str, cents: int) -> str:
         return "ok"
 
-    pa_adapter.tool(pay_list)
+    schema = pa_adapter.tool(pay_list).function_schema
     part = ToolCallPart(tool_name="pay_list", args={"to": "x", "cents": 100}, tool_call_id="c1")
-    with pytest.raises(ValueError, match="mapping"):
-        pa_adapter._checked_edit(part, [("cents", 50)])  # type: ignore[arg-type]
+    for known in (schema, None):
+        with pytest.raises(ValueError, match="mapping"):
+            pa_adapter._checked_edit(part, [("cents", 50)], known)  # type: ignore[arg-type]
 
 
-def test_pydantic_ai_edit_checked_by_the_tool_it_was_made_to_not_another_of_its_name() -> None:
+def test_pydantic_ai_edit_checked_by_the_tool_it_is_given_not_another_of_its_name() -> None:
     """Two agents' tools of one name, built in one process: an edit of a call is checked
-    by the schema of the tool whose arguments the call has."""
+    by the schema of the tool it is given (decide: the one of that name among its
+    agent's tools), whichever was built later."""
 
     @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="send_twice")
     async def send_money(to: str, cents: int) -> str:
@@ -157,53 +160,81 @@ def test_pydantic_ai_edit_checked_by_the_tool_it_was_made_to_not_another_of_its_
     async def send_message(channel: str, text: str) -> str:
         return "ok"
 
-    pa_adapter.tool(send_money)
-    pa_adapter.tool(send_message)  # another agent's tool, built later
+    money_schema = pa_adapter.tool(send_money).function_schema
+    text_schema = pa_adapter.tool(send_message).function_schema  # another agent's, later
     money = ToolCallPart(tool_name="send_twice", args={"to": "b", "cents": 1}, tool_call_id="c")
-    assert pa_adapter._checked_edit(money, {"cents": 50}) == {"to": "b", "cents": 50}
+    assert pa_adapter._checked_edit(money, {"cents": 50}, money_schema) == {"to": "b", "cents": 50}
     text = ToolCallPart(
         tool_name="send_twice", args={"channel": "c", "text": "t"}, tool_call_id="d"
     )
-    assert pa_adapter._checked_edit(text, {"text": "u"}) == {"channel": "c", "text": "u"}
+    assert pa_adapter._checked_edit(text, {"text": "u"}, text_schema) == {
+        "channel": "c",
+        "text": "u",
+    }
 
 
-def test_pydantic_ai_an_edit_two_tools_of_its_name_read_differently_is_refused() -> None:
-    """The call's arguments fit both tools, which read the edit differently (50 and
-    "50"): which tool was called cannot be told, and the edit is refused, not checked by
-    either one at random."""
+def test_pydantic_ai_two_agents_tools_of_one_name_each_check_their_own_calls_edit(
+    dsn: str,
+) -> None:
+    """Two agents' tools of one name, built in one process, that read an edit
+    differently (cents: int, cents: str), each asked a call whose arguments both would
+    take: each call's edit is checked by its own agent's tool (the agent ``decide`` is
+    given), with no guess between them, and runs as that tool reads it."""
+    got: list[Any] = []
 
     @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="pay_either")
     async def pay_int(to: str, cents: int) -> str:
-        return "ok"
+        """Pay an amount in cents."""
+        got.append(cents)
+        return "paid"
 
     @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="pay_either")
     async def pay_text(to: str, cents: str) -> str:
-        return "ok"
+        """Pay an amount written out."""
+        got.append(cents)
+        return "paid"
 
-    pa_adapter.tool(pay_int)
-    pa_adapter.tool(pay_text)
+    built = [pa_adapter.tools(pay_int), pa_adapter.tools(pay_text)]  # both, before any run
+    for tools in built:
+        fx = pa.Fixture(dsn)
+        first: list[pa.Turn] = [[pa.call("pay_either", "c1", to="b", cents="1")]]
+        result = asyncio.run(fx.run(first, tools, user_prompt="pay"))
+        assert isinstance(result.output, DeferredToolRequests)
+        edited = ToolApproved(override_args={"cents": "50"})
+        assert decided_and_resumed(fx, result, tools, {"c1": edited}).output == "paid"
+        assert session_state(fx.admin_dsn, fx.sid) == "completed"
+    assert got == [50, "50"]
+    assert [type(cents) for cents in got] == [int, str]
+    # one edit, "fifty": refused by the int tool's schema, taken by the str tool's
     part = ToolCallPart(tool_name="pay_either", args={"to": "b", "cents": "1"}, tool_call_id="c")
-    with pytest.raises(ValueError, match="cannot be checked"):
-        pa_adapter._checked_edit(part, {"cents": "50"})
-    # a call only one of them takes is that one's
-    part = ToolCallPart(tool_name="pay_either", args={"to": "b", "cents": 1}, tool_call_id="d")
-    assert pa_adapter._checked_edit(part, {"cents": "50"}) == {"to": "b", "cents": 50}
+    int_schema, text_schema = (tools[0].function_schema for tools in built)
+    with pytest.raises(ValueError, match="do not fit"):
+        pa_adapter._checked_edit(part, {"cents": "fifty"}, int_schema)
+    fifty = pa_adapter._checked_edit(part, {"cents": "fifty"}, text_schema)
+    assert fifty == {"to": "b", "cents": "fifty"}
 
 
-def test_langchain_edit_checked_by_the_tool_it_was_made_to_not_another_of_its_name() -> None:
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="lc_send_twice")
-    def send_money(to: str, cents: int) -> str:
+def test_langchain_an_edit_is_checked_by_the_tool_it_is_given_not_another_of_its_name() -> None:
+    """Two tools of one name (another agent's, built in the same process), that read an
+    edit differently: the edit of a call is checked by the call's tool among the tools
+    ``decide`` is given, with no guess between them; none given, it goes as it is."""
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="lc_pay_either")
+    def pay_int(to: str, cents: int) -> str:
         return "ok"
 
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="lc_send_twice")
-    def send_message(channel: str, text: str) -> str:
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="lc_pay_either")
+    def pay_text(to: str, cents: str) -> str:
         return "ok"
 
-    lc_adapter.tool(send_money)
-    lc_adapter.tool(send_message)
-    request = {"action_request": {"action": "lc_send_twice", "args": {"to": "b", "cents": 1}}}
+    int_tools, text_tools = lc_adapter.tools(pay_int), lc_adapter.tools(pay_text)
+    request = {"action_request": {"action": "lc_pay_either", "args": {"to": "b", "cents": "1"}}}
     edit = {"to": "b", "cents": "50"}
-    assert lc_common._checked_edit(request, edit) == {"to": "b", "cents": 50}
+    assert lc_common._checked_edit(request, edit, int_tools) == {"to": "b", "cents": 50}
+    assert lc_common._checked_edit(request, edit, text_tools) == {"to": "b", "cents": "50"}
+    with pytest.raises(ValueError, match="do not fit"):
+        lc_common._checked_edit(request, {"cents": "fifty"}, int_tools)
+    assert lc_common._checked_edit(request, {"cents": "fifty"}, None) == {"cents": "fifty"}
 
 
 # --- what the journal may hold of a typed argument -----------------------------------
@@ -288,15 +319,16 @@ def test_langgraph_edit_of_a_model_with_aliases_runs_with_it(dsn: str) -> None:
         return "sent"
 
     asked = {"transfer": {"accountId": "a1", "cents": 500}, "memo": "m"}
-    graph = fx.chat_graph(
-        [lg.calls(("send", "c1", asked)), AIMessage("sent")], lc_adapter.tools(send)
-    )
+    tools = lc_adapter.tools(send)
+    graph = fx.chat_graph([lg.calls(("send", "c1", asked)), AIMessage("sent")], tools)
     out = fx.run(graph, {"messages": [HumanMessage("go")]})
     [pending] = out[lc_adapter.INTERRUPT]
     [request] = pending.value
     assert request["action_request"]["args"] == asked  # the journal's form: by alias
     edit = {"transfer": {"accountId": "a1", "cents": "50"}, "memo": "m"}
-    command = lc_adapter.decide(request, fx.approver, "alice", approved=True, args=edit)
+    command = lc_adapter.decide(
+        request, fx.approver, "alice", approved=True, args=edit, tools=tools
+    )
     resume: Any = command.resume
     assert resume[0]["args"]["args"]["transfer"] == {"accountId": "a1", "cents": 50}
     out = fx.run(graph, command)

@@ -488,45 +488,6 @@ def refuse_recorded_session(
     )
 
 
-S = TypeVar("S")
-
-
-def checked_by_its_tool(
-    tool: str,
-    schemas: Sequence[S],
-    fits: Callable[[S], bool],
-    check: Callable[[S], dict[str, Any]],
-) -> dict[str, Any]:
-    """A person's edit of a ``tool`` call checked (``check``: the edit as it will be
-    recorded, or ValueError) by the argument schema of the tool the call was made to,
-    among ``schemas``: those of the tools of that name built in this process (an adapter
-    keeps them by name and shape: another agent may build another tool of the same
-    name). The call's own arguments fit its tool's schema (``fits``); when they fit
-    several, or none, of several schemas, the edit is checked by each, and what they all
-    make of it is the answer (refused by all: the first one's ValueError); tools that
-    make different things of it leave the edit ambiguous: ValueError, rather than an
-    edit checked by another tool."""
-    if len(schemas) > 1:
-        schemas = [schema for schema in schemas if fits(schema)] or list(schemas)
-    readings: list[dict[str, Any] | ValueError] = []
-    for schema in schemas:
-        try:
-            readings.append(check(schema))
-        except ValueError as error:
-            readings.append(error)
-    first = readings[0]
-    if all(isinstance(r, ValueError) for r in readings):
-        raise cast(ValueError, first)  # no tool of that name takes the edit
-    if all(r == first for r in readings[1:]):
-        return cast(dict[str, Any], first)
-    raise ValueError(
-        f"the edit of the {tool} call cannot be checked: {len(schemas)} different tools named "
-        f"{tool} were built in this process, the call's arguments fit more than one (or "
-        "none), and they read the edit differently; give the tools of different agents "
-        "different names"
-    )
-
-
 def ran_with(requested: Mapping[str, Any], edit: Any) -> dict[str, Any]:
     """The arguments an edited call ran with: the requested ones, with the person's
     approved ones in their place (``edit`` is an undolog.last_edit())."""

@@ -9,7 +9,7 @@ import contextvars
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,12 +34,6 @@ APPROVAL_KEY = "undolog_approval_id"
 
 SESSION_KEY = _core.SESSION_KEY
 """The key of an UndoLog HumanInterrupt naming the session of the call."""
-
-# The argument schema of each tool built here, by its name and JSON schema: a person's
-# edit is checked against the schema of the tool the call was made to, as the model's
-# arguments are. Not by name alone: another agent's tool of the same name, built in the
-# same process, is another tool (a tool built again is the same one).
-_schemas: dict[tuple[str, str], type[BaseModel]] = {}
 
 # The tool call id of the call being run (set by UndoLogTool.run/arun).
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -218,9 +212,6 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
     ).args_schema
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        shape = json.dumps(schema.model_json_schema(), sort_keys=True, default=repr)
-        _schemas[(info.name, shape)] = schema
     return UndoLogTool(
         name=info.name,
         description=info.description,
@@ -399,17 +390,28 @@ def _edit_is_an_approval(approved: bool, args: Mapping[str, Any] | None) -> None
         raise ValueError("edited args go with an approval: a refusal runs nothing")
 
 
+def _args_schema(tools: Iterable[BaseTool] | None, name: str) -> type[BaseModel] | None:
+    """The argument schema of the tool named ``name`` among ``tools`` (the run's own: a
+    ToolNode's, those bound to the model; the last of that name, as ToolNode keeps it),
+    None when there is none, or it has no pydantic schema."""
+    found = {made.name: made for made in tools or ()}.get(name)
+    schema = None if found is None else found.args_schema
+    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
 def _checked_edit(
-    request: Mapping[str, Any], args: Mapping[str, Any] | None
+    request: Mapping[str, Any],
+    args: Mapping[str, Any] | None,
+    tools: Iterable[BaseTool] | None,
 ) -> dict[str, Any] | None:
-    """A person's edited arguments read by the tool's argument schema, as LangChain reads
-    the model's (``"5000"`` for an int is 5000): an edit whose values do not fit raises
-    ValueError, and nothing is recorded. The edit is recorded in the JSON form the
-    journal holds (``_core.json_form`` of each argument: a model with aliases by alias,
-    as the request showed it). Which parameters an edit may name is the engine's rule
-    (EditChangesArguments). The schema is that of the tool the call was made to
-    (``_core.checked_by_its_tool``); a tool not built in this process is not known here:
-    its edit goes as it is."""
+    """A person's edited arguments read by the argument schema of the call's tool among
+    ``tools`` (the run's own), as LangChain reads the model's (``"5000"`` for an int is
+    5000): an edit whose values do not fit raises ValueError, and nothing is recorded.
+    The edit is recorded in the JSON form the journal holds (``_core.json_form`` of each
+    argument: a model with aliases by alias, as the request showed it). Which parameters
+    an edit may name is the engine's rule (EditChangesArguments). A tool not among
+    ``tools`` (none given: a process that decides without the graph's tools) is not known
+    here: its edit goes as it is."""
     if args is None:
         return None
     action = request["action_request"]
@@ -419,30 +421,19 @@ def _checked_edit(
             f"the edited {tool} arguments are {type(args).__name__}, not a mapping of "
             "argument names to values"
         )
-    schemas = [schema for (name, _), schema in list(_schemas.items()) if name == tool]
-    if not schemas:
+    schema = _args_schema(tools, tool)
+    if schema is None:
         return dict(args)
     asked: Mapping[str, Any] = action["args"]
-
-    def fits(schema: type[BaseModel]) -> bool:
-        try:
-            schema.model_validate(asked)
-        except ValidationError:
-            return False
-        return True
-
-    def check(schema: type[BaseModel]) -> dict[str, Any]:
-        try:
-            read = schema.model_validate({**asked, **args})
-        except ValidationError as error:
-            raise ValueError(f"the edited {tool} arguments do not fit the tool: {error}") from error
-        fields = type(read).model_fields
-        return {
-            name: _core.json_form(getattr(read, name)) if name in fields else value
-            for name, value in args.items()
-        }
-
-    return _core.checked_by_its_tool(tool, schemas, fits, check)
+    try:
+        read = schema.model_validate({**asked, **args})
+    except ValidationError as error:
+        raise ValueError(f"the edited {tool} arguments do not fit the tool: {error}") from error
+    fields = type(read).model_fields
+    return {
+        name: _core.json_form(getattr(read, name)) if name in fields else value
+        for name, value in args.items()
+    }
 
 
 def _one_response(response: Any) -> Mapping[str, Any]:

@@ -11,9 +11,10 @@ undolog.integrations._langchain_common."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from undolog.client_sync import SyncUndoLog
@@ -154,6 +155,7 @@ def decide(
     reason: str | None = None,
     ul: SyncUndoLog | None = None,
     args: Mapping[str, Any] | None = None,
+    tools: Iterable[BaseTool] | None = None,
 ) -> Command[Any]:
     """Record a human's decision on an interrupted call in UndoLog through the approver's
     login (``adecide``: an async approver); answers the ``Command`` to resume the graph
@@ -161,11 +163,16 @@ def decide(
     is the interrupt, its value or its HumanInterrupt; one whose approval id is not filled
     in yet is looked up with ``ul`` (or the approver, when it is a client of the same
     side). ``args`` (an approval only): the call runs with these arguments instead of the
-    requested ones (edit, then approve), read by the tool's argument schema as the
-    model's are (ValueError, and nothing recorded, when they do not fit)."""
+    requested ones (edit, then approve), read as the model's are by the argument schema
+    of the call's tool among ``tools``, the graph's own (its ToolNode's: ``tools(...)``,
+    or ``node.tools_by_name.values()``): ValueError, and nothing recorded, when they do
+    not fit. The edit of a call whose tool is not among them (no tools given: a process
+    that decides without building the graph's tools) goes as it is, unchecked: the
+    engine still refuses an argument the call does not have, but a value that does not
+    fit the tool is found only when the call runs."""
     _edit_is_an_approval(approved, args)
     asked = _request(request)
-    args = _checked_edit(asked, args)
+    args = _checked_edit(asked, args, tools)
     client = _lookup_client(ul, approver)
     approval = approval_id(request, client if isinstance(client, SyncUndoLog) else None)
     _run.record_decision(approver, approval, approved, decided_by, reason, args)
@@ -179,11 +186,22 @@ def respond(
     decided_by: str,
     *,
     ul: SyncUndoLog | None = None,
+    tools: Iterable[BaseTool] | None = None,
 ) -> Command[Any]:
     """``decide`` from an Agent Inbox HumanResponse (or the list of one the Inbox sends):
     accept approves; edit approves with the ActionRequest's args instead of the requested
     ones (its action must be the call's tool, else ValueError before anything is recorded;
-    the reason recorded is EDIT_REASON); ignore rejects; response rejects with its text as
-    the reason."""
+    the reason recorded is EDIT_REASON; read by the call's tool among ``tools``, as
+    ``decide`` reads them); ignore rejects; response rejects with its text as the
+    reason."""
     approved, reason, args = _decision(_one_response(response), _request(request))
-    return decide(request, approver, decided_by, approved=approved, reason=reason, ul=ul, args=args)
+    return decide(
+        request,
+        approver,
+        decided_by,
+        approved=approved,
+        reason=reason,
+        ul=ul,
+        args=args,
+        tools=tools,
+    )

@@ -5,7 +5,8 @@
     config = {"configurable": {"thread_id": "t1"}}
     out = run(graph, ul, {"messages": [...]}, config, session_id=sid)
     if INTERRUPT in out:                                     # an IRREVERSIBLE call
-        command = decide(out[INTERRUPT][0].value, approver, "alice", approved=True)
+        command = decide(out[INTERRUPT][0].value, approver, "alice", approved=True,
+                         tools=lc_tools)     # the graph's tools: they check an edit (args=)
         out = run(graph, ul, command, config, session_id=sid)
 
 An IRREVERSIBLE call goes through LangGraph's own ``interrupt()`` until UndoLog records
@@ -13,9 +14,11 @@ a yes, with a value in the Agent Inbox's shape: a list of one HumanInterrupt
 (``action_request``, ``config``, ``description``) carrying UndoLog's
 ``undolog_approval_id``, ``undolog_session_id`` and ``call_key``. ``respond`` records an
 Inbox HumanResponse (accept, edit, ignore, response): an edit approves the call with the
-person's arguments, and the call's ToolMessage tells the model so. ``stream``/``astream``
-wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap ``invoke``/``ainvoke``. A
-rejection of a tool declared ``on_reject="continue"`` is the call's ToolMessage.
+person's arguments, read by the argument schema of the call's tool among the ``tools=``
+it is given (the graph's own), and the call's ToolMessage tells the model so.
+``stream``/``astream`` wrap ``graph.stream``/``astream`` as ``run``/``arun`` wrap
+``invoke``/``ainvoke``. A rejection of a tool declared ``on_reject="continue"`` is the
+call's ToolMessage.
 
 The approval request is written when the graph has stopped (ToolNode runs a message's
 calls side by side, and a waiting session refuses new calls), and ``run`` fills its id

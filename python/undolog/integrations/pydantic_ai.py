@@ -3,7 +3,7 @@
     agent = Agent(model, output_type=[str, DeferredToolRequests], tools=tools(a, b, c))
     result = await run(agent, ul, session_id=sid, user_prompt="...")
     if isinstance(result.output, DeferredToolRequests):          # an IRREVERSIBLE call
-        answers = await decide(result.output, approver, "alice", {call_id: True})
+        answers = await decide(result.output, approver, "alice", {call_id: True}, agent=agent)
         result = await run(agent, ul, session_id=sid, message_history=result.all_messages(),
                            deferred_tool_results=answers)
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -46,6 +45,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
+from pydantic_ai.toolsets import AbstractToolset
 
 from undolog import aapprovals, aengine
 from undolog.client import AsyncUndoLog
@@ -60,12 +60,6 @@ APPROVAL_KEY = "undolog_approval_id"
 EDIT_KEY = "undolog_edit"
 """The key of an edited call's ``ToolReturnPart.metadata`` holding the edit."""
 _UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
-# The argument schema of each journaled tool built here, by its name and JSON schema: a
-# person's edit (ToolApproved.override_args) is validated by the schema of the tool the
-# call was made to, as pydantic-ai validates the model's. Not by name alone: another
-# agent's tool of the same name, built in the same process, is another tool (a tool
-# built again is the same one: as many entries as different tools).
-_schemas: dict[tuple[str, str], FunctionSchema] = {}
 
 
 def tool(fn: Callable[..., Any]) -> Tool[Any]:
@@ -105,7 +99,6 @@ def tool(fn: Callable[..., Any]) -> Tool[Any]:
         return _edited_record(ctx, told, single)
 
     setattr(call, _UNDOLOG_TOOL, info)  # how a resume finds the run's UndoLog tools
-    _schemas[(info.name, json.dumps(schema.json_schema, sort_keys=True, default=repr))] = schema
     schema = dataclasses.replace(schema, function=call, takes_ctx=True, is_async=True)
     return Tool(
         call,
@@ -248,18 +241,28 @@ def _name_approvals(
     return name
 
 
+def _irreversible(
+    agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
+) -> dict[str, tuple[Tool[Any], _core.ToolInfo]]:
+    """The IRREVERSIBLE ``@undolog_tool`` tools (built by ``tool``) of the agent and of
+    ``toolsets`` (those given to the run), by name: the pydantic-ai tool and its
+    UndoLog description."""
+    found: dict[str, tuple[Tool[Any], _core.ToolInfo]] = {}
+    for toolset in [*(agent.toolsets if agent is not None else ()), *toolsets]:
+        for made in getattr(toolset, "tools", {}).values():
+            info = getattr(getattr(made, "function", None), _UNDOLOG_TOOL, None)
+            if isinstance(info, _core.ToolInfo) and info.tier is ToolTier.IRREVERSIBLE:
+                found[made.name] = (made, info)
+    return found
+
+
 def _irreversible_tools(
     agent: Agent[Any, Any], run_kwargs: Mapping[str, Any]
 ) -> dict[str, _core.ToolInfo]:
     """The IRREVERSIBLE ``@undolog_tool`` tools (built by ``tool``) of the agent and of
     the run's own toolsets, by name."""
-    found: dict[str, _core.ToolInfo] = {}
-    for toolset in [*agent.toolsets, *(run_kwargs.get("toolsets") or ())]:
-        for made in getattr(toolset, "tools", {}).values():
-            info = getattr(getattr(made, "function", None), _UNDOLOG_TOOL, None)
-            if isinstance(info, _core.ToolInfo) and info.tier is ToolTier.IRREVERSIBLE:
-                found[made.name] = info
-    return found
+    found = _irreversible(agent, run_kwargs.get("toolsets") or ())
+    return {name: info for name, (_, info) in found.items()}
 
 
 def _deferred_calls(agent: Agent[Any, Any], run_kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -463,18 +466,9 @@ Answer = bool | ToolApproved | ToolDenied
 """A person's answer to a deferred call: approved or not, or pydantic-ai's own."""
 
 
-def _fits(part: ToolCallPart) -> Callable[[FunctionSchema], bool]:
-    def fits(schema: FunctionSchema) -> bool:
-        try:
-            schema.validator.validate_python(part.args_as_dict())
-        except ValidationError:
-            return False
-        return True
-
-    return fits
-
-
-def _checked_edit(part: ToolCallPart, args: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _checked_edit(
+    part: ToolCallPart, args: Mapping[str, Any] | None, schema: FunctionSchema | None
+) -> dict[str, Any] | None:
     """A person's override_args validated by the tool's argument schema over the call's
     own arguments, as pydantic-ai validates the model's ("50" for an int is 50): the
     call's arguments as they will run, in the JSON form the journal holds (a date as ISO
@@ -482,9 +476,10 @@ def _checked_edit(part: ToolCallPart, args: Mapping[str, Any] | None) -> dict[st
     key the tool does not take (a validator would ignore it, and the call run unedited),
     raise ValueError, and nothing is recorded. A tool of one model-like parameter takes
     its model's fields, or (the journal's shape, which the person is shown) that one
-    parameter's name, whose fields go over the call's. The schema is that of the tool
-    the call was made to (``_core.checked_by_its_tool``); a tool not built in this
-    process is not known here: its edit goes as it is."""
+    parameter's name, whose fields go over the call's. ``schema`` is the argument schema
+    of the tool the call was made to, the run's own (``decide`` finds it among the tools
+    of the agent it is given); None, that tool is not known here: its edit goes as it
+    is."""
     if args is None:
         return None
     if not isinstance(args, Mapping):
@@ -492,15 +487,8 @@ def _checked_edit(part: ToolCallPart, args: Mapping[str, Any] | None) -> dict[st
             f"the edited {part.tool_name} arguments are {type(args).__name__}, not a mapping "
             "of argument names to values"
         )
-    schemas = [schema for (name, _), schema in list(_schemas.items()) if name == part.tool_name]
-    if not schemas:
+    if schema is None:
         return dict(args)
-    return _core.checked_by_its_tool(
-        part.tool_name, schemas, _fits(part), lambda schema: _edit_by(schema, part, args)
-    )
-
-
-def _edit_by(schema: FunctionSchema, part: ToolCallPart, args: Mapping[str, Any]) -> dict[str, Any]:
     asked = part.args_as_dict()
     single = schema.single_arg_name
     edit: Mapping[str, Any] = args
@@ -552,23 +540,35 @@ async def decide(
     decided_by: str,
     approvals: Mapping[str, Answer],
     reason: str | None = None,
+    *,
+    agent: Agent[Any, Any] | None = None,
+    toolsets: Sequence[AbstractToolset[Any]] = (),
 ) -> DeferredToolResults:
     """Record a human's answers (``tool_call_id`` -> True, False, or pydantic-ai's own
     ``ToolApproved(override_args=...)`` / ``ToolDenied(message)``) in UndoLog through the
     approver's login, and answer the ``DeferredToolResults`` to resume with. An approval
     with ``override_args`` is recorded with them (``undolog.approve_edited``): the call
     runs once with the person's arguments, and the model is told. The calls not answered
-    here go back to their tools, which ask UndoLog again. ``override_args`` are
-    validated by the tool first, as pydantic-ai validates the model's: arguments that do
-    not fit raise ValueError before any answer is recorded."""
+    here go back to their tools, which ask UndoLog again.
+
+    ``agent`` (and the ``toolsets`` given to the run, if any) is the run's: the
+    ``override_args`` of a call are validated by the argument schema of the tool of that
+    name among its tools, as pydantic-ai validates the model's, and arguments that do not
+    fit raise ValueError before any answer is recorded. The edit of a call whose tool is
+    not among them (no agent given: a process that decides without building the agent)
+    goes as it is, unchecked: the engine still refuses an argument the call does not
+    have, but a value that does not fit the tool is found only when the call runs."""
     answers = _undecided(requests)
     parts = {part.tool_call_id: part for part in requests.approvals}
     tools = {call_id: part.tool_name for call_id, part in parts.items()}
+    own = _irreversible(agent, toolsets)  # the run's tools: their schemas check an edit
     decided = []
     for call_id, answer in approvals.items():  # every edit checked before one is recorded
         approved, why, args = _answer(answer, reason)
         if args is not None and call_id in parts:
-            args = _checked_edit(parts[call_id], args)
+            made = own.get(parts[call_id].tool_name)
+            schema = None if made is None else made[0].function_schema
+            args = _checked_edit(parts[call_id], args, schema)
         decided.append((call_id, approved, why, args))
     for call_id, approved, why, args in decided:
         approval = approval_id(requests, call_id)
