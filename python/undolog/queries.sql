@@ -500,6 +500,17 @@ WHERE session_id = %(session_id)s AND step_index = %(step_index)s AND tool_name 
 ORDER BY requested_at DESC
 LIMIT 1
 
+-- name: approval_call
+-- The call an approval request asks about (its session, step, tool and arguments as
+-- journaled), as the reader may see it (an approver every session's, an agent its own):
+-- a framework adapter checks that it is the call the person was shown before it records
+-- their decision.
+SELECT c.session_id, c.step_index, c.tool_name, c.args
+FROM undolog.session_approvals AS a
+INNER JOIN undolog.session_calls AS c
+    ON a.session_id = c.session_id AND a.effect_id = c.effect_id
+WHERE a.approval_id = %(approval_id)s
+
 -- name: ending_decision
 -- The decision that ended a session (a rejection, or an expiry, of a call whose tool
 -- follows the default rule): the first. No row when none did.

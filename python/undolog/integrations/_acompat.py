@@ -15,7 +15,7 @@ import psycopg
 
 from undolog.client import UndoLog
 from undolog.integrations import _run
-from undolog.integrations._core import DecisionRecorder, _recorded_by
+from undolog.integrations._core import DecisionRecorder, ShownCall, _recorded_by
 
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -53,3 +53,12 @@ async def record_elsewhere(
     outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
     if inspect.isawaitable(outcome):
         await outcome
+
+
+async def refuse_unshown_elsewhere(
+    approver: UndoLog | DecisionRecorder, approval_id: uuid.UUID, shown: ShownCall
+) -> None:
+    """``_arun.refuse_unshown`` through a sync UndoLog (the sync twin's, in a worker
+    thread); a decision recorder compares what its app showed itself."""
+    if isinstance(approver, UndoLog):
+        await asyncio.to_thread(_run.refuse_unshown, approver, approval_id, shown)

@@ -35,6 +35,7 @@ from undolog.integrations._core import (
     Refusal,
     ResumedInAnotherSession,
     RunBox,
+    ShownCall,
     ToolInfo,
     Waiting,
     _answer,
@@ -48,6 +49,7 @@ from undolog.integrations._core import (
     _shown_calls,
     _step_of,
     _Suspended,
+    refuse_other_call,
 )
 from undolog.queries import QUERIES
 
@@ -184,6 +186,21 @@ async def refusal_of(
     if not decided.session_continues or decided.on_reject != "continue":
         return None
     return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
+
+
+async def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: ShownCall) -> None:
+    """Refuse (ValueError, nothing recorded) a decision on ``approval_id`` whose pending
+    call is not ``shown``, the call the person was shown, read with the approver's own
+    login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
+    approval id only, and the app compares what it showed itself."""
+    if isinstance(approver, AsyncUndoLog):
+        async with approver.connection() as conn:
+            row = await aengine.fetch_optional(
+                conn, QUERIES["approval_call"], {"approval_id": approval_id}
+            )
+        refuse_other_call(approval_id, shown, row)
+    else:
+        await _acompat.refuse_unshown_elsewhere(approver, approval_id, shown)
 
 
 async def record_decision(

@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 
 from undolog.client import AsyncUndoLog
-from undolog.integrations._core import DecisionRecorder, _recorded_by
+from undolog.integrations._core import DecisionRecorder, ShownCall, _recorded_by
 
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -45,3 +45,12 @@ def record_elsewhere(
     outcome = _recorded_by(approver, approval_id, approved, by, reason, args)
     if inspect.isawaitable(outcome):
         raise TypeError("an async decision recorder needs the async decision helper")
+
+
+def refuse_unshown_elsewhere(
+    approver: AsyncUndoLog | DecisionRecorder, approval_id: uuid.UUID, shown: ShownCall
+) -> None:
+    """``_run.refuse_unshown`` through an AsyncUndoLog: refused, as its decision would be
+    (``record_elsewhere``); a decision recorder compares what its app showed itself."""
+    if isinstance(approver, AsyncUndoLog):
+        raise TypeError("an AsyncUndoLog approver needs the async decision helper")

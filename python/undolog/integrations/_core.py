@@ -622,6 +622,65 @@ def _step_of(session_id: uuid.UUID, tool_name: str, call_key: str) -> dict[str, 
     return {"session_id": session_id, "step_index": step_for(call_key), "tool_name": tool_name}
 
 
+@dataclasses.dataclass(frozen=True)
+class ShownCall:
+    """The call a person was shown and decides on, as the framework's request carries it:
+    its session, tool, call key (its step: ``step_for``) and arguments (the journal's JSON
+    form)."""
+
+    session_id: uuid.UUID
+    tool_name: str
+    call_key: str
+    args: Any
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same: a number equals a number of the same value
+    (the journal may write 5.0 back as 5), never a boolean; an object has the same keys."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def refuse_other_call(
+    approval_id: uuid.UUID, shown: ShownCall, row: tuple[Any, ...] | None
+) -> None:
+    """Refuse (ValueError: nothing is recorded) a decision on approval ``approval_id``
+    unless its call (``row``: session, step, tool, arguments, as the approver's login
+    reads them: the ``approval_call`` query) is the call the person was shown. The request
+    a framework hands the approver comes from the agent's run (its thread, its state),
+    which the agent's login may have written: the approval id in it must not make a yes
+    to one call approve another. A request that is unknown (``row`` None), or no longer
+    pending, is the engine's to refuse, with its own error."""
+    if row is None:
+        return
+    session_id, step_index, tool_name, args = row
+    differs = []
+    if str(session_id) != str(shown.session_id):
+        differs.append(f"its session is {session_id}, not {shown.session_id}")
+    if tool_name != shown.tool_name:
+        differs.append(f"its tool is {tool_name!r}, not {shown.tool_name!r}")
+    if step_index != step_for(shown.call_key):
+        differs.append(f"its step is {step_index}, not the step of call {shown.call_key!r}")
+    if not same_json(args, shown.args):
+        shown_text = _json_text(shown.args) or repr(shown.args)
+        differs.append(f"its arguments are {_json_text(args)}, not the {shown_text} shown")
+    if differs:
+        raise ValueError(
+            f"approval {approval_id} is not the call the person was shown ("
+            + "; ".join(differs)
+            + "): nothing was recorded. Decide on the request the run stopped at (its "
+            "interrupt as the run answered it), or on the call itself in the dashboard or "
+            "with `undolog approvals`"
+        )
+
+
 def _recorded_by(
     approver: DecisionRecorder,
     approval_id: uuid.UUID,

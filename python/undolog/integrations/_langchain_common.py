@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -15,8 +16,10 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import tool as create_tool
 from langgraph.config import get_config
-from langgraph.types import Command, interrupt
+from langgraph.errors import GraphInterrupt
+from langgraph.types import Command, Interrupt, interrupt
 from pydantic import BaseModel, ValidationError
 
 from undolog.client import AsyncUndoLog, UndoLog
@@ -60,6 +63,100 @@ def _call_key() -> str | None:
     position = counts[namespace]
     counts[namespace] += 1
     return f"{namespace}#{position}"
+
+
+def _next_interrupt() -> tuple[int, bool] | None:
+    """The index of the running task's next ``interrupt()`` and whether LangGraph holds
+    an answer for it (a resume value stored for that index, a resume value by interrupt
+    id, or the run's Command(resume=...) not taken yet); None: this LangGraph does not
+    say. ``interrupt()`` counts the task's calls to it and answers the value held for
+    its index; this reads the same, from the task's scratchpad, which LangGraph keeps in
+    the config it runs the node with (``interrupt()`` reads it there too), without
+    counting a call. That is LangGraph's internals (langgraph.types.interrupt): read
+    defensively, and anything unexpected answers None."""
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
+
+        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
+        counter = scratchpad.interrupt_counter
+        if type(counter).__name__ != "LazyAtomicCounter":
+            return None
+        step = getattr(counter, "_counter", None)  # None: no interrupt() yet
+        if step is None:
+            index = 0
+        else:  # an itertools.count's __next__: "count(N)", N the next index
+            found = re.fullmatch(r"count\((\d+)\)", repr(getattr(step, "__self__", None)))
+            if found is None:
+                return None
+            index = int(found.group(1))
+        held = index < len(scratchpad.resume) or scratchpad.get_null_resume(False) is not None
+        return index, bool(held)
+    except Exception:  # LangGraph changed: say nothing
+        return None
+
+
+def _interrupt_again(request: Any, index: int) -> None:
+    """Stop the graph at the interrupt ``index`` of the task, where the call stopped
+    before, leaving the answer LangGraph holds for it untaken: UndoLog recorded no
+    decision, and the call keeps one interrupt, whose answer it takes once UndoLog has
+    one (``_asked``). The interrupt is the one ``interrupt()`` raises at that index, its
+    id made as LangGraph makes it (its internals: when they are not there,
+    ``interrupt()`` takes the answer and the call asks at the next index)."""
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_NS
+        from langgraph.types import _interrupt_id
+
+        made = _interrupt_id(get_config()["configurable"][CONFIG_KEY_CHECKPOINT_NS], index)
+    except Exception:  # LangGraph changed
+        interrupt(request)
+        return
+    raise GraphInterrupt((Interrupt(value=request, id=made),))
+
+
+def _asking(
+    tool: _core.ToolInfo, call_key: str, kwargs: Mapping[str, Any]
+) -> Callable[[_core.Waiting], list[dict[str, Any]]]:
+    """The interrupt's value of the call, as UndoLog's answer names its approval."""
+    return lambda wait: _approval_request(wait, tool, call_key, kwargs)
+
+
+def _asked(
+    wait: _core.Waiting | None, request: Callable[[_core.Waiting], list[dict[str, Any]]]
+) -> bool:
+    """What an IRREVERSIBLE call does with LangGraph's ``interrupt()``, UndoLog having
+    answered ``wait`` (None: the call may go ahead); True: ask UndoLog again.
+
+    LangGraph hands the answers of a task's ``interrupt()`` calls to them by their order
+    each time it runs the task again, so a call keeps its interrupt on every run of its
+    node (else the node's next ``interrupt()``, its own question or another journaled
+    call's, would be handed this call's answer). Whether LangGraph holds an answer for
+    the next interrupt says which run this is (``_next_interrupt``):
+
+    - the call may go ahead and an answer is held: it stopped there on an earlier run of
+      the task, and takes its answer (``interrupt()`` answers it at once), which UndoLog's
+      record has already settled;
+    - the call may go ahead and no answer is held: it was decided before it ran in this
+      task (a crash recovery in a new thread, a replay): nobody is asked;
+    - UndoLog waits, an answer is held (resumed before a decision was recorded): the call
+      stops again at the same interrupt (``_interrupt_again``);
+    - UndoLog waits, no answer held: ``interrupt()`` stops the graph (a call with no
+      request yet, an answer held: ``interrupt()`` takes it, and the call asks again).
+
+    A model's call (keyed by its tool call id) decided in another thread, run in a task
+    that another ``interrupt()`` of the same task stopped at before it, is the case this
+    cannot tell from the first: it would take that answer. LangGraph's internals
+    unreadable (``_next_interrupt`` None): the call interrupts only while UndoLog
+    waits."""
+    next_interrupt = _next_interrupt()
+    held = None if next_interrupt is None else next_interrupt[1]
+    if wait is None:
+        if held:
+            interrupt(request(_core.Waiting(None)))
+        return False
+    if next_interrupt is not None and held and wait.approval_id is not None:
+        _interrupt_again(request(wait), next_interrupt[0])
+    interrupt(request(wait))
+    return True
 
 
 ALLOWED = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
@@ -186,8 +283,8 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
             # each resume asks UndoLog again: its record is what counts
-            while (wait := _run.waiting(info, key, kwargs)) is not None:
-                interrupt(_approval_request(wait, info, key, kwargs))
+            while _asked(_run.waiting(info, key, kwargs), _asking(info, key, kwargs)):
+                pass
         try:
             with _core.pinned_step(key):
                 result = journaled(**kwargs)
@@ -200,8 +297,8 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
     async def acall(**kwargs: Any) -> Any:
         key = _call_key()
         if info.tier is ToolTier.IRREVERSIBLE and key is not None:
-            while (wait := await _arun.waiting(info, key, kwargs)) is not None:
-                interrupt(_approval_request(wait, info, key, kwargs))
+            while _asked(await _arun.waiting(info, key, kwargs), _asking(info, key, kwargs)):
+                pass
         try:
             with _core.pinned_step(key):
                 result = await body(**kwargs)
@@ -324,6 +421,18 @@ def _lookup_target(request: Mapping[str, Any]) -> tuple[uuid.UUID, str, str]:
     )
 
 
+def _shown_call(request: Mapping[str, Any]) -> _core.ShownCall:
+    """The call an UndoLog HumanInterrupt shows a person: what their decision is on."""
+    action = request["action_request"]
+    try:
+        session_id = uuid.UUID(str(request[SESSION_KEY]))
+    except ValueError as error:
+        raise ValueError(f"{request!r} names no UndoLog session") from error
+    return _core.ShownCall(
+        session_id, str(action["action"]), str(request["call_key"]), action["args"]
+    )
+
+
 def _not_requested(request: Mapping[str, Any]) -> LookupError:
     return LookupError(
         f"{request['action_request']['action']} call {request['call_key']} has no UndoLog "
@@ -390,11 +499,20 @@ def _edit_is_an_approval(approved: bool, args: Mapping[str, Any] | None) -> None
         raise ValueError("edited args go with an approval: a refusal runs nothing")
 
 
-def _args_schema(tools: Iterable[BaseTool] | None, name: str) -> type[BaseModel] | None:
+def _as_tool(item: Any) -> BaseTool:
+    """An item of a ToolNode's list as ToolNode takes it: a BaseTool, or a plain callable
+    made a tool by langchain_core's ``tool``."""
+    return item if isinstance(item, BaseTool) else create_tool(item)
+
+
+def _args_schema(
+    tools: Iterable[BaseTool | Callable[..., Any]] | None, name: str
+) -> type[BaseModel] | None:
     """The argument schema of the tool named ``name`` among ``tools`` (the run's own: a
-    ToolNode's, those bound to the model; the last of that name, as ToolNode keeps it),
-    None when there is none, or it has no pydantic schema."""
-    found = {made.name: made for made in tools or ()}.get(name)
+    ToolNode's list, BaseTools or plain callables, or those bound to the model; the last
+    of that name, as ToolNode keeps it), None when there is none, or it has no pydantic
+    schema."""
+    found = {made.name: made for made in map(_as_tool, tools or ())}.get(name)
     schema = None if found is None else found.args_schema
     return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
 
@@ -402,7 +520,7 @@ def _args_schema(tools: Iterable[BaseTool] | None, name: str) -> type[BaseModel]
 def _checked_edit(
     request: Mapping[str, Any],
     args: Mapping[str, Any] | None,
-    tools: Iterable[BaseTool] | None,
+    tools: Iterable[BaseTool | Callable[..., Any]] | None,
 ) -> dict[str, Any] | None:
     """A person's edited arguments read by the argument schema of the call's tool among
     ``tools`` (the run's own), as LangChain reads the model's (``"5000"`` for an int is

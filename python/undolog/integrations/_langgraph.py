@@ -11,7 +11,7 @@ undolog.integrations._langchain_common."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool
@@ -35,6 +35,7 @@ from undolog.integrations._langchain_common import (
     _not_requested,
     _one_response,
     _request,
+    _shown_call,
     _streamed_out,
     _thread_session,
     _unfinished_elsewhere,
@@ -155,7 +156,7 @@ def decide(
     reason: str | None = None,
     ul: SyncUndoLog | None = None,
     args: Mapping[str, Any] | None = None,
-    tools: Iterable[BaseTool] | None = None,
+    tools: Iterable[BaseTool | Callable[..., Any]] | None = None,
 ) -> Command[Any]:
     """Record a human's decision on an interrupted call in UndoLog through the approver's
     login (``adecide``: an async approver); answers the ``Command`` to resume the graph
@@ -169,12 +170,19 @@ def decide(
     not fit. The edit of a call whose tool is not among them (no tools given: a process
     that decides without building the graph's tools) goes as it is, unchecked: the
     engine still refuses an argument the call does not have, but a value that does not
-    fit the tool is found only when the call runs."""
+    fit the tool is found only when the call runs. ``tools`` may hold plain callables, as
+    a ToolNode's list does. Before anything is recorded, the approval's pending call is
+    read with the approver's login and must be the call the request shows (its session,
+    tool, call key and arguments): the request comes from the agent's run, and a changed
+    one raises ValueError (a decision recorder is handed the approval id only, and its
+    app compares what it showed)."""
     _edit_is_an_approval(approved, args)
     asked = _request(request)
     args = _checked_edit(asked, args, tools)
     client = _lookup_client(ul, approver)
     approval = approval_id(request, client if isinstance(client, SyncUndoLog) else None)
+    # the request comes from the agent's run: its approval id must be the call it shows
+    _run.refuse_unshown(approver, approval, _shown_call(asked))
     _run.record_decision(approver, approval, approved, decided_by, reason, args)
     return _answer(approved, reason, args, asked["action_request"]["action"])
 
@@ -186,7 +194,7 @@ def respond(
     decided_by: str,
     *,
     ul: SyncUndoLog | None = None,
-    tools: Iterable[BaseTool] | None = None,
+    tools: Iterable[BaseTool | Callable[..., Any]] | None = None,
 ) -> Command[Any]:
     """``decide`` from an Agent Inbox HumanResponse (or the list of one the Inbox sends):
     accept approves; edit approves with the ActionRequest's args instead of the requested

@@ -37,6 +37,7 @@ from undolog.integrations._core import (
     Refusal,
     ResumedInAnotherSession,
     RunBox,
+    ShownCall,
     ToolInfo,
     Waiting,
     _answer,
@@ -50,6 +51,7 @@ from undolog.integrations._core import (
     _shown_calls,
     _step_of,
     _Suspended,
+    refuse_other_call,
 )
 from undolog.queries import QUERIES
 
@@ -175,6 +177,21 @@ def refusal_of(conn: engine.Connection, tool: str, approval_id: uuid.UUID) -> Re
     if not decided.session_continues or decided.on_reject != "continue":
         return None
     return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
+
+
+def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: ShownCall) -> None:
+    """Refuse (ValueError, nothing recorded) a decision on ``approval_id`` whose pending
+    call is not ``shown``, the call the person was shown, read with the approver's own
+    login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
+    approval id only, and the app compares what it showed itself."""
+    if isinstance(approver, SyncUndoLog):
+        with approver.connection() as conn:
+            row = engine.fetch_optional(
+                conn, QUERIES["approval_call"], {"approval_id": approval_id}
+            )
+        refuse_other_call(approval_id, shown, row)
+    else:
+        _compat.refuse_unshown_elsewhere(approver, approval_id, shown)
 
 
 def record_decision(

@@ -24,9 +24,16 @@ The approval request is written when the graph has stopped (ToolNode runs a mess
 calls side by side, and a waiting session refuses new calls), and ``run`` fills its id
 into the interrupts of the output it answers. ``decide`` records the
 decision through the approver's login and answers the ``Command(resume=...)`` to go on
-with; a call approved elsewhere (CLI, dashboard) runs when the graph is resumed with any
-resume value, and one UndoLog has not decided interrupts again, whatever the resume
-value says. UndoLog's record is what counts.
+with, once it has read, with that login, that the request's approval is the call the
+request shows (session, tool, call key, arguments: else ValueError, nothing recorded;
+the request comes from the agent's run); a call approved elsewhere (CLI, dashboard)
+runs when the graph is resumed with any resume value, and one UndoLog has not decided
+interrupts again, whatever the resume value says. UndoLog's record is what counts.
+
+A node may ask its own questions with ``interrupt()``: an IRREVERSIBLE call keeps its
+interrupt on each run of its node (resumed, it takes the answer LangGraph holds for it),
+so that LangGraph, which hands a task's resume values to its ``interrupt()`` calls by
+their order, gives the node's question its own answer.
 
 LangGraph re-runs an interrupted node from its start; every journaled call the node
 made before comes back from the journal. A call made by a model carries its tool call id

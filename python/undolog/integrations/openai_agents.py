@@ -518,6 +518,22 @@ async def _approval_of(
     return found
 
 
+def _shown_call(session_id: uuid.UUID, item: ToolApprovalItem) -> _core.ShownCall:
+    """The call an interrupted item shows a person: its tool, call id and arguments as
+    the journal holds them (the raw JSON of a tool the adapter did not build)."""
+    adapted = _adapted(None, item)
+    raw = item.arguments or "{}"
+    if adapted is None:
+        try:
+            args: Any = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            args = raw
+    else:
+        kwargs = adapted.arguments(raw)
+        args = raw if kwargs is None else adapted.tool.bind(kwargs)
+    return _core.ShownCall(session_id, str(_journal_name(item)), str(item.call_id), args)
+
+
 async def approval_id(ul: AsyncUndoLog, session_id: uuid.UUID, item: ToolApprovalItem) -> uuid.UUID:
     """UndoLog's approval id of an interrupted call (read with the agent's client)."""
     return (await _approval_of(ul, session_id, item))[0]
@@ -535,8 +551,13 @@ async def decide(
     reason: str | None = None,
 ) -> None:
     """Record a human's decision on an interrupted call in UndoLog through the approver's
-    login, then ``state.approve(item)`` / ``state.reject(item)``."""
+    login, then ``state.approve(item)`` / ``state.reject(item)``. The approval is found by
+    the item's session, tool and call id, and its pending call, read with the approver's
+    login, must have the item's arguments (the journal's JSON form): else ValueError, and
+    nothing is recorded."""
     approval, _ = await _approval_of(ul, session_id, item)
+    # the item comes from the agent's run: the call UndoLog asks about must be its call
+    await _arun.refuse_unshown(approver, approval, _shown_call(session_id, item))
     await _arun.record_decision(approver, approval, approved, decided_by, reason)
     if approved:
         state.approve(item)

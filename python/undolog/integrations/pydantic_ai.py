@@ -23,6 +23,7 @@ journaled tools run in a worker thread, journaled by the run's async session.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import uuid
@@ -45,18 +46,29 @@ from pydantic_ai.messages import (
 from pydantic_ai.result import StreamedRunResult
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import (
+    AbstractToolset,
+    CombinedToolset,
+    PrefixedToolset,
+    RenamedToolset,
+    WrapperToolset,
+)
 
-from undolog import aapprovals, aengine
-from undolog.client import AsyncUndoLog
+from undolog import aapprovals, aengine, engine
+from undolog.client import AsyncUndoLog, UndoLog
 from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _arun, _core
 from undolog.integrations._core import SESSION_KEY, ResumedInAnotherSession
+from undolog.queries import QUERIES
 from undolog.tiers import ToolTier
 
 APPROVAL_KEY = "undolog_approval_id"
 """The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming UndoLog's approval."""
+TOOL_KEY = "undolog_tool"
+"""The key of ``DeferredToolRequests.metadata[tool_call_id]`` naming the UndoLog tool the
+call was made to (the name the journal holds: a tool in a prefixed or renamed toolset is
+called by another name)."""
 EDIT_KEY = "undolog_edit"
 """The key of an edited call's ``ToolReturnPart.metadata`` holding the edit."""
 _UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's function built here
@@ -226,33 +238,61 @@ def _unanswered_calls(
 
 
 def _name_approvals(
-    session_id: uuid.UUID,
+    session_id: uuid.UUID, names: Mapping[str, str]
 ) -> Callable[[AgentRunResult[Any], aengine.AsyncConnection], Awaitable[None]]:
+    """What names, in the stopped run's ``DeferredToolRequests.metadata``, the approval
+    of each deferred call of an UndoLog tool (``APPROVAL_KEY``) and that tool's name
+    (``TOOL_KEY``). ``names`` maps the name a tool is called by to its UndoLog name (a
+    tool of a prefixed or renamed toolset); a name not there is taken as it is."""
+
     async def name(result: AgentRunResult[Any], conn: aengine.AsyncConnection) -> None:
         _record_session(result, session_id)
         requests = result.output
         for part in requests.approvals:
-            found = await _arun.approval_of_step(
-                conn, session_id, part.tool_name, part.tool_call_id
-            )
+            tool_name = names.get(part.tool_name, part.tool_name)
+            found = await _arun.approval_of_step(conn, session_id, tool_name, part.tool_call_id)
             if found is not None:
-                requests.metadata.setdefault(part.tool_call_id, {})[APPROVAL_KEY] = str(found[0])
+                meta = requests.metadata.setdefault(part.tool_call_id, {})
+                meta[APPROVAL_KEY] = str(found[0])
+                meta[TOOL_KEY] = tool_name
 
     return name
+
+
+def _called(
+    toolset: AbstractToolset[Any], rename: Callable[[str], str]
+) -> list[tuple[str, Tool[Any]]]:
+    """(the name it is called by, the tool) of each tool of ``toolset`` that lists its
+    tools (a ``FunctionToolset``), through the toolsets that wrap or combine it: a
+    ``PrefixedToolset`` calls ``payout`` ``bank_payout``, a ``RenamedToolset`` by its
+    map; another wrapper (filtered, prepared: pydantic-ai refuses a rename there) keeps
+    the names. ``rename`` is what the wrappers outside ``toolset`` do to a name."""
+    if isinstance(toolset, PrefixedToolset):
+        prefix = toolset.prefix
+        return _called(toolset.wrapped, lambda name: rename(f"{prefix}_{name}"))
+    if isinstance(toolset, RenamedToolset):
+        new_name = {original: new for new, original in toolset.name_map.items()}
+        return _called(toolset.wrapped, lambda name: rename(new_name.get(name, name)))
+    if isinstance(toolset, WrapperToolset):
+        return _called(toolset.wrapped, rename)
+    if isinstance(toolset, CombinedToolset):
+        return [found for member in toolset.toolsets for found in _called(member, rename)]
+    return [(rename(made.name), made) for made in getattr(toolset, "tools", {}).values()]
 
 
 def _irreversible(
     agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
 ) -> dict[str, tuple[Tool[Any], _core.ToolInfo]]:
     """The IRREVERSIBLE ``@undolog_tool`` tools (built by ``tool``) of the agent and of
-    ``toolsets`` (those given to the run), by name: the pydantic-ai tool and its
-    UndoLog description."""
+    ``toolsets`` (those given to the run), by the name the model calls them by (their
+    own, or the one a prefixed or renamed toolset gives them): the pydantic-ai tool and
+    its UndoLog description."""
     found: dict[str, tuple[Tool[Any], _core.ToolInfo]] = {}
     for toolset in [*(agent.toolsets if agent is not None else ()), *toolsets]:
-        for made in getattr(toolset, "tools", {}).values():
+        for name, made in _called(toolset, lambda name: name):
             info = getattr(getattr(made, "function", None), _UNDOLOG_TOOL, None)
             if isinstance(info, _core.ToolInfo) and info.tier is ToolTier.IRREVERSIBLE:
-                found[made.name] = (made, info)
+                found[name] = (made, info)
     return found
 
 
@@ -306,6 +346,21 @@ def _answers_the_last_calls(run_kwargs: Mapping[str, Any], session_id: uuid.UUID
             "response of message_history did not make, and nothing was run: session "
             f"{session_id} is as it was. Resume with the all_messages() of the run that "
             "stopped, answering the calls of its DeferredToolRequests"
+        )
+    history = list(run_kwargs.get("message_history") or ())
+    stopped = _mid_turn(history)
+    done = _answered(history)
+    unanswered = [
+        call.tool_call_id
+        for call in (stopped.tool_calls if stopped is not None else ())
+        if call.tool_call_id not in done and call.tool_call_id not in answered
+    ]
+    if unanswered:  # a deferred call that is not UndoLog's, which decide leaves out
+        raise LookupError(
+            f"deferred_tool_results does not answer the deferred calls {', '.join(unanswered)}, "
+            f"and nothing was run: session {session_id} is as it was. pydantic-ai wants an "
+            "answer for each; decide and decisions answer only UndoLog's calls: answer the "
+            "others (a tool declared requires_approval) in the DeferredToolResults"
         )
 
 
@@ -373,10 +428,15 @@ def _with_own_history(run_kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _session(
-    session_id: uuid.UUID, agent_name: str | None, ul: AsyncUndoLog
+    session_id: uuid.UUID,
+    agent_name: str | None,
+    ul: AsyncUndoLog,
+    agent: Agent[Any, Any],
+    run_kwargs: Mapping[str, Any],
 ) -> contextlib.AbstractAsyncContextManager[_core.RunBox[AgentRunResult[Any]]]:
+    names = {name: info.name for name, info in _irreversible_tools(agent, run_kwargs).items()}
     return _arun.framework_run(
-        ul, session_id, agent_name, _waiting_calls, _name_approvals(session_id)
+        ul, session_id, agent_name, _waiting_calls, _name_approvals(session_id, names)
     )
 
 
@@ -400,7 +460,7 @@ async def run(
     approved with edited arguments ran with them, and the history says so: its
     ToolCallPart's args are those, its ToolReturnPart's metadata the edit (``EDIT_KEY``)."""
     run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
-    async with _session(session_id, agent_name, ul) as box:
+    async with _session(session_id, agent_name, ul, agent, run_kwargs) as box:
         box.result = result = await agent.run(**run_kwargs)
     return result
 
@@ -419,7 +479,7 @@ async def run_stream(
     first), as with ``run``. After the block, ``streamed.result`` is the run's
     ``AgentRunResult``, whose ``DeferredToolRequests`` names UndoLog's approvals."""
     run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
-    async with _session(session_id, agent_name, ul) as box:
+    async with _session(session_id, agent_name, ul, agent, run_kwargs) as box:
         async with agent.run_stream(**run_kwargs) as streamed:
             yield streamed
             if not streamed.is_complete:
@@ -441,7 +501,7 @@ async def iter(  # the name of the pydantic-ai call it wraps
     not walked are run first), as with ``run``. After the block, ``agent_run.result`` is
     the run's ``AgentRunResult``."""
     run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
-    async with _session(session_id, agent_name, ul) as box:
+    async with _session(session_id, agent_name, ul, agent, run_kwargs) as box:
         async with agent.iter(**run_kwargs) as agent_run:
             yield agent_run
             if agent_run.result is None:
@@ -455,11 +515,145 @@ def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
     return uuid.UUID(str(requests.metadata[tool_call_id][APPROVAL_KEY]))
 
 
-def _undecided(requests: DeferredToolRequests) -> dict[str, bool | ToolApproved | ToolDenied]:
-    """Every deferred call passed on to its tool, which asks UndoLog again: pydantic-ai
-    wants an answer for each, and a call UndoLog has not approved is deferred again (as
-    is an approved one while another request of the session waits)."""
-    return {part.tool_call_id: True for part in requests.approvals}
+Reader = AsyncUndoLog | UndoLog
+"""A client that reads UndoLog's approval requests: the approver's, or the agent's."""
+
+
+async def _approval_calls(
+    reader: Reader, approvals: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[Any, ...]]:
+    """(session, step, tool, journaled arguments) of the call each approval request asks
+    about, by approval id, as ``reader``'s login may see it (none: unknown, or not its
+    to see)."""
+    query = QUERIES["approval_call"]
+    if isinstance(reader, AsyncUndoLog):
+        found: dict[uuid.UUID, tuple[Any, ...]] = {}
+        async with reader.connection() as conn:
+            for approval in approvals:
+                row = await aengine.fetch_optional(conn, query, {"approval_id": approval})
+                if row is not None:
+                    found[approval] = row
+        return found
+
+    def read() -> dict[uuid.UUID, tuple[Any, ...]]:
+        found: dict[uuid.UUID, tuple[Any, ...]] = {}
+        with reader.connection() as conn:
+            for approval in approvals:
+                row = engine.fetch_optional(conn, query, {"approval_id": approval})
+                if row is not None:
+                    found[approval] = row
+        return found
+
+    return await asyncio.to_thread(read)
+
+
+def _same_args(
+    part: ToolCallPart, journaled: Any, made: tuple[Tool[Any], _core.ToolInfo] | None
+) -> bool:
+    """Whether the arguments the journal holds for a call are those of ``part`` (what the
+    person is shown). With the tool (``made``), the model's arguments are read as
+    pydantic-ai reads them and journaled as the adapter journals them (defaults, JSON
+    forms); without it, each argument the model sent must be the journal's as it is
+    (the fields of a tool of one model-like parameter: that parameter's)."""
+    if not isinstance(journaled, Mapping):
+        return False
+    sent = part.args_as_dict()
+    if made is not None:
+        tool, info = made
+        try:
+            validated = tool.function_schema.validator.validate_python(sent)
+            return _core.same_json(info.bind(info.signature.bind(**validated).arguments), journaled)
+        except Exception:  # arguments the tool does not take: not the journal's call
+            return False
+    if all(
+        key in journaled and _core.same_json(journaled[key], value) for key, value in sent.items()
+    ):
+        return True
+    only = None
+    if len(journaled) == 1:
+        (only,) = journaled.values()
+    return isinstance(only, Mapping) and all(
+        key in only and _core.same_json(only[key], value) for key, value in sent.items()
+    )
+
+
+def _named_approval(requests: DeferredToolRequests, part: ToolCallPart) -> uuid.UUID | None:
+    """The approval the requests' metadata names for ``part`` (None: none)."""
+    meta = requests.metadata.get(part.tool_call_id)
+    named = meta.get(APPROVAL_KEY) if isinstance(meta, Mapping) else None
+    if named is None:
+        return None
+    try:
+        return uuid.UUID(str(named))
+    except ValueError:
+        raise ValueError(
+            f"the metadata of call {part.tool_call_id} names {named!r}, not an approval id, "
+            "and nothing was recorded: take the DeferredToolRequests of the run that stopped"
+        ) from None
+
+
+async def _undolog_calls(
+    reader: Reader | None,
+    requests: DeferredToolRequests,
+    own: Mapping[str, tuple[Tool[Any], _core.ToolInfo]],
+) -> dict[str, uuid.UUID]:
+    """UndoLog's approval of each deferred call whose metadata names one, by tool call
+    id, each checked against the journal first: the request the id names must be about
+    that call (the tool it was made to, the step of its ``tool_call_id``, its
+    arguments), else ValueError. The metadata comes from the agent's process: a request
+    that names the approval of another call (of another amount, another session) would
+    otherwise have a person's yes land on what they were never shown. A call whose
+    metadata names no approval is not UndoLog's to decide (a pydantic-ai tool of the
+    agent's own declared ``requires_approval``, say)."""
+    named: dict[str, tuple[ToolCallPart, uuid.UUID]] = {}
+    for part in requests.approvals:
+        approval = _named_approval(requests, part)
+        if approval is not None:
+            named[part.tool_call_id] = (part, approval)
+    if not named:
+        return {}
+    if reader is None:
+        raise ValueError(
+            "decide cannot check that the approvals the requests name are the calls shown: "
+            "its approver is a callable, and nothing was recorded. Give decide ul=, a client "
+            "that may read the session's approval requests (the agent's, or an approver's)"
+        )
+    calls = await _approval_calls(reader, [approval for _, approval in named.values()])
+    for call_id, (part, approval) in named.items():
+        made = own.get(part.tool_name)
+        meta = requests.metadata[call_id]
+        tool_name = made[1].name if made is not None else str(meta.get(TOOL_KEY, part.tool_name))
+        row = calls.get(approval)
+        if row is None:
+            raise ValueError(
+                f"call {call_id} ({part.tool_name}) names approval {approval}, which this "
+                "login cannot read (unknown, or of a session it may not see), and nothing "
+                "was recorded: take the DeferredToolRequests of the run that stopped"
+            )
+        session, step, journal_tool, journaled = row
+        wrong = [
+            what
+            for what, same in (
+                (f"the tool ({journal_tool}, not {tool_name})", journal_tool == tool_name),
+                ("the step", step == _core.step_for(call_id)),
+                ("the arguments", _same_args(part, journaled, made)),
+            )
+            if not same
+        ]
+        if wrong:
+            raise ValueError(
+                f"call {call_id} ({part.tool_name} {part.args_as_json_str()}) names approval "
+                f"{approval}, which asks about another call of session {session} "
+                f"({' and '.join(wrong)} differ), and nothing was recorded: a decision goes "
+                "to the call the person was shown or to none. Take the DeferredToolRequests "
+                "of the run that stopped"
+                + ("" if made is not None else " (and give decide the run's agent=)")
+            )
+    return {call_id: approval for call_id, (_, approval) in named.items()}
+
+
+def _reader(approver: _core.Approver, ul: Reader | None) -> Reader | None:
+    return approver if isinstance(approver, AsyncUndoLog | UndoLog) else ul
 
 
 Answer = bool | ToolApproved | ToolDenied
@@ -543,55 +737,91 @@ async def decide(
     *,
     agent: Agent[Any, Any] | None = None,
     toolsets: Sequence[AbstractToolset[Any]] = (),
+    ul: Reader | None = None,
 ) -> DeferredToolResults:
     """Record a human's answers (``tool_call_id`` -> True, False, or pydantic-ai's own
     ``ToolApproved(override_args=...)`` / ``ToolDenied(message)``) in UndoLog through the
     approver's login, and answer the ``DeferredToolResults`` to resume with. An approval
     with ``override_args`` is recorded with them (``undolog.approve_edited``): the call
-    runs once with the person's arguments, and the model is told. The calls not answered
-    here go back to their tools, which ask UndoLog again.
+    runs once with the person's arguments, and the model is told. A call of an UndoLog
+    tool not answered here goes back to its tool, which asks UndoLog again.
+
+    Nothing is recorded unless every answer is sound: an answer for a call the requests
+    do not ask about, or an approval named in their metadata that is not the call shown
+    (its tool, the step of its ``tool_call_id``, its arguments, read from the journal
+    through the approver's client, or ``ul`` when the approver is a callable), raises
+    ValueError first. A deferred call that is not UndoLog's (a pydantic-ai tool declared
+    ``requires_approval``: its metadata names no UndoLog approval) is never recorded in
+    UndoLog: its answer, when given, goes to pydantic-ai as it is; unanswered, it is left
+    out, and pydantic-ai refuses to resume until the app answers it.
 
     ``agent`` (and the ``toolsets`` given to the run, if any) is the run's: the
     ``override_args`` of a call are validated by the argument schema of the tool of that
     name among its tools, as pydantic-ai validates the model's, and arguments that do not
-    fit raise ValueError before any answer is recorded. The edit of a call whose tool is
+    fit raise ValueError before any answer is recorded; the call's own arguments are read
+    so too before they are compared with the journal's. The edit of a call whose tool is
     not among them (no agent given: a process that decides without building the agent)
     goes as it is, unchecked: the engine still refuses an argument the call does not
     have, but a value that does not fit the tool is found only when the call runs."""
-    answers = _undecided(requests)
     parts = {part.tool_call_id: part for part in requests.approvals}
-    tools = {call_id: part.tool_name for call_id, part in parts.items()}
+    not_asked = [str(call_id) for call_id in approvals if call_id not in parts]
+    if not_asked:
+        raise ValueError(
+            f"answers for calls the requests do not ask about ({', '.join(not_asked)}), and "
+            f"nothing was recorded: the calls asked are {', '.join(parts) or 'none'}"
+        )
     own = _irreversible(agent, toolsets)  # the run's tools: their schemas check an edit
+    ours = await _undolog_calls(_reader(approver, ul), requests, own)
+    answers: dict[str, Answer] = {call_id: True for call_id in ours if call_id not in approvals}
     decided = []
-    for call_id, answer in approvals.items():  # every edit checked before one is recorded
+    for call_id, answer in approvals.items():  # every answer checked before one is recorded
         approved, why, args = _answer(answer, reason)
-        if args is not None and call_id in parts:
-            made = own.get(parts[call_id].tool_name)
-            schema = None if made is None else made[0].function_schema
-            args = _checked_edit(parts[call_id], args, schema)
+        part = parts[call_id]
+        if call_id not in ours:
+            if part.tool_name in own:
+                raise ValueError(
+                    f"call {call_id} of UndoLog tool {part.tool_name} names no UndoLog approval "
+                    "in the requests' metadata, and nothing was recorded: take the "
+                    "DeferredToolRequests of the run that stopped"
+                )
+            answers[call_id] = answer  # not UndoLog's: pydantic-ai's own approval
+            continue
+        if args is not None:
+            made = own.get(part.tool_name)
+            args = _checked_edit(part, args, None if made is None else made[0].function_schema)
         decided.append((call_id, approved, why, args))
     for call_id, approved, why, args in decided:
-        approval = approval_id(requests, call_id)
+        approval = ours[call_id]
         await _arun.record_decision(approver, approval, approved, decided_by, why, args)
         if approved:  # edited or not: the call runs with what UndoLog approved
             answers[call_id] = True
         else:  # heard by the model when the session goes on (an on_reject="continue" tool)
-            refused = _core.Refusal(tools[call_id], approval, "rejected", decided_by, why)
+            tool_name = parts[call_id].tool_name
+            refused = _core.Refusal(tool_name, approval, "rejected", decided_by, why)
             answers[call_id] = ToolDenied(refused.message)
     return DeferredToolResults(approvals=answers)
 
 
-async def decisions(ul: AsyncUndoLog, requests: DeferredToolRequests) -> DeferredToolResults:
-    """The ``DeferredToolResults`` of what UndoLog holds for the deferred calls (decided
-    elsewhere: CLI, dashboard, SQL); a call not decided there goes back to its tool,
-    which asks UndoLog again."""
-    answers = _undecided(requests)
+async def decisions(
+    ul: AsyncUndoLog,
+    requests: DeferredToolRequests,
+    *,
+    agent: Agent[Any, Any] | None = None,
+    toolsets: Sequence[AbstractToolset[Any]] = (),
+) -> DeferredToolResults:
+    """The ``DeferredToolResults`` of what UndoLog holds for the deferred calls of its
+    tools (decided elsewhere: CLI, dashboard, SQL); a call not decided there goes back
+    to its tool, which asks UndoLog again. Each approval the metadata names is checked
+    against the journal first, as ``decide`` checks it (``agent`` and ``toolsets`` as
+    there). A deferred call that is not UndoLog's (a pydantic-ai tool declared
+    ``requires_approval``) is left out: the app answers it itself."""
+    ours = await _undolog_calls(ul, requests, _irreversible(agent, toolsets))
+    answers: dict[str, Answer] = {call_id: True for call_id in ours}
     async with ul.connection() as conn:
         for part in requests.approvals:
-            named = requests.metadata.get(part.tool_call_id, {}).get(APPROVAL_KEY)
-            if named is None:
+            approval = ours.get(part.tool_call_id)
+            if approval is None:
                 continue
-            approval = uuid.UUID(str(named))
             state = await aapprovals.approval_state(conn, approval)
             if state in ("rejected", "expired"):
                 refused = await _arun.refusal_of(conn, part.tool_name, approval)
@@ -605,6 +835,7 @@ __all__ = [
     "APPROVAL_KEY",
     "EDIT_KEY",
     "SESSION_KEY",
+    "TOOL_KEY",
     "Answer",
     "ResumedInAnotherSession",
     "approval_id",

@@ -1,0 +1,196 @@
+"""The pydantic-ai adapter's decide and decisions given what they must not act on: an
+answer for a call that was not asked, requests whose metadata names the approval of
+another call, a deferred call of a pydantic-ai tool that is not UndoLog's (declared
+``requires_approval``); and UndoLog tools in a prefixed toolset."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests, Tool
+from pydantic_ai.messages import TextPart
+from pydantic_ai.tools import ToolApproved
+from pydantic_ai.toolsets import FunctionToolset
+from test_pydantic_ai import Fixture, Turn, _pay, call, scripted
+
+from integration_support import decisions, session_state
+from undolog import UndoLog
+from undolog.integrations import pydantic_ai as adapter
+
+
+@pytest.fixture
+def fx(dsn: str) -> Fixture:
+    return Fixture(dsn)
+
+
+def _states(fx: Fixture) -> list[str]:
+    return [state for state, _ in decisions(fx.admin_dsn, fx.sid)]
+
+
+def test_an_answer_for_a_call_not_asked_records_nothing(fx: Fixture) -> None:
+    result, _ = _pay(fx)
+    with pytest.raises(ValueError, match="forged"):
+        asyncio.run(adapter.decide(result.output, fx.approver, "bob", {"c2": True, "forged": True}))
+    assert _states(fx) == ["pending"]
+
+
+def test_a_rejection_for_a_call_not_asked_records_nothing(fx: Fixture) -> None:
+    """Its metadata names c2's approval, but the requests do not ask about it."""
+    result, _ = _pay(fx)
+    requests = result.output
+    requests.metadata["ghost"] = dict(requests.metadata["c2"])
+    with pytest.raises(ValueError, match="ghost"):
+        asyncio.run(adapter.decide(requests, fx.approver, "bob", {"ghost": False}, "no"))
+    assert _states(fx) == ["pending"]
+
+
+def test_a_yes_to_the_call_shown_never_approves_another(fx: Fixture) -> None:
+    """The requests show payout p1 of 5 cents, but its metadata names the approval of
+    payout p2 of 900000 cents: decide refuses, with or without the agent, and records
+    nothing; decisions refuses too."""
+    turns: list[Turn] = [[call("payout", "p1", cents=5), call("payout", "p2", cents=900000)]]
+    result = asyncio.run(fx.run(turns, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    requests.metadata["p1"], requests.metadata["p2"] = (
+        requests.metadata["p2"],
+        requests.metadata["p1"],
+    )
+    for agent in (None, fx.ran):
+        with pytest.raises(ValueError, match="another call"):
+            asyncio.run(adapter.decide(requests, fx.approver, "alice", {"p1": True}, agent=agent))
+        with pytest.raises(ValueError, match="another call"):
+            asyncio.run(adapter.decide(requests, fx.ul, "agent", {"p2": False}, agent=agent))
+    with pytest.raises(ValueError, match="another call"):
+        asyncio.run(adapter.decisions(fx.ul, requests))
+    assert _states(fx) == ["pending", "pending"]
+
+
+def test_arguments_that_are_not_the_journals_are_refused(fx: Fixture) -> None:
+    """Same call id, same tool, same step, but the requests show other arguments."""
+    result, _ = _pay(fx)
+    requests = result.output
+    requests.approvals[0] = call("payout", "c2", cents=5)
+    with pytest.raises(ValueError, match="the arguments"):
+        asyncio.run(adapter.decide(requests, fx.approver, "alice", {"c2": True}))
+    assert _states(fx) == ["pending"]
+
+
+def test_a_callable_approver_needs_a_client_to_read_the_requests(fx: Fixture) -> None:
+    result, rest = _pay(fx)
+    recorded: list[uuid.UUID] = []
+
+    async def record(approval: uuid.UUID, approved: bool, by: str, reason: str | None) -> None:
+        recorded.append(approval)
+        await fx.approver.approve(approval, by, reason)
+
+    with pytest.raises(ValueError, match="ul="):
+        asyncio.run(adapter.decide(result.output, record, "alice", {"c2": True}))
+    assert recorded == []
+    answers = asyncio.run(adapter.decide(result.output, record, "alice", {"c2": True}, ul=fx.ul))
+    assert recorded == [adapter.approval_id(result.output, "c2")]
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+
+
+def test_a_requires_approval_tool_is_never_approved_by_decide(fx: Fixture) -> None:
+    """A pydantic-ai tool declared requires_approval=True beside an UndoLog IRREVERSIBLE
+    call: answered only about the UndoLog call, decide (and decisions) leave the other
+    out, and pydantic-ai refuses to resume; answered, its answer goes to pydantic-ai as
+    it is, recorded nowhere in UndoLog."""
+    deleted: list[str] = []
+
+    def delete_repo(name: str) -> str:
+        """Delete a repository."""
+        deleted.append(name)
+        return "deleted"
+
+    tools = [*adapter.tools(fx.fns["payout"]), Tool(delete_repo, requires_approval=True)]
+    turns: list[Turn] = [[call("payout", "c2", cents=5), call("delete_repo", "d1", name="prod")]]
+    result = asyncio.run(fx.run(turns, tools, user_prompt="go"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert {p.tool_call_id for p in requests.approvals} == {"c2", "d1"}
+    assert set(asyncio.run(adapter.decisions(fx.ul, requests)).approvals) == {"c2"}
+    answers = asyncio.run(
+        adapter.decide(requests, fx.approver, "alice", {"c2": True}, agent=fx.ran)
+    )
+    assert answers.approvals == {"c2": True}
+    with pytest.raises(Exception, match="d1"):
+        asyncio.run(
+            fx.run(
+                [[TextPart("done")]],
+                tools,
+                message_history=result.all_messages(),
+                deferred_tool_results=answers,
+            )
+        )
+    assert deleted == []
+    assert fx.world.payouts == []
+    denied = asyncio.run(
+        adapter.decide(requests, fx.approver, "alice", {"d1": False}, agent=fx.ran)
+    )
+    assert denied.approvals == {"c2": True, "d1": False}  # c2 approved above: asked again
+    assert _states(fx) == ["approved"]
+    resumed = asyncio.run(
+        fx.run(
+            [[TextPart("done")]],
+            tools,
+            message_history=result.all_messages(),
+            deferred_tool_results=denied,
+        )
+    )
+    assert resumed.output == "done"
+    assert deleted == []
+    assert fx.world.payouts == [5]
+
+
+def test_undolog_tools_in_a_prefixed_toolset_are_decided(fx: Fixture) -> None:
+    toolset = FunctionToolset(adapter.tools(fx.fns["payout"])).prefixed("bank")
+    agent = Agent(
+        scripted([[call("bank_payout", "c2", cents=500)], [TextPart("paid")]]),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[toolset],
+    )
+    result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="pay"))
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert requests.metadata["c2"][adapter.TOOL_KEY] == "payout"
+    edit = ToolApproved(override_args={"cents": "50"})
+    answers = asyncio.run(adapter.decide(requests, fx.approver, "alice", {"c2": edit}, agent=agent))
+    out = asyncio.run(
+        adapter.run(
+            agent,
+            fx.ul,
+            session_id=fx.sid,
+            message_history=result.all_messages(),
+            deferred_tool_results=answers,
+        )
+    )
+    assert out.output == "paid"
+    assert fx.world.payouts == [50]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_sync_approver_reads_the_requests_too(fx: Fixture) -> None:
+    """A sync UndoLog approver: the requests are read (and the decision recorded) through
+    it, in a worker thread; a request naming another call is refused as with an async one."""
+    result, rest = _pay(fx)
+    approver = UndoLog(fx.approver.dsn)
+    shown = result.output
+    forged = dataclasses.replace(shown, approvals=[call("payout", "c2", cents=5)])
+    with pytest.raises(ValueError, match="the arguments"):
+        asyncio.run(adapter.decide(forged, approver, "alice", {"c2": True}))
+    assert _states(fx) == ["pending"]
+    answers = asyncio.run(adapter.decide(shown, approver, "alice", {"c2": True}))
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
