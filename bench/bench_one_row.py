@@ -100,17 +100,18 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'UL017', MESSAGE = 'tool not registered';
     END IF;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(undolog.signature_lock_key(p_call_signature)) THEN
-        effect_id := NULL; action := 'in_progress';
-        RETURN NEXT;
-        RETURN;
-    END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(
         undolog.session_lock_key(p_session_id, session_user));
     SELECT s.state, s.owner_role INTO v_state, v_owner
     FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id;
     IF v_owner IS DISTINCT FROM session_user THEN
         RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = 'another role''s session';
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(
+            undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
+        effect_id := NULL; action := 'in_progress';
+        RETURN NEXT;
+        RETURN;
     END IF;
     -- A replay: one statement, as the shipped engine's.
     UPDATE undolog.sketch_live_calls AS c

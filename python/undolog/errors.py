@@ -210,9 +210,9 @@ class TooManyPendingApprovals(UndoLogError):
 
 
 class SessionBusy(UndoLogError):
-    """A session another transaction holds and does not let go of (its agent's, left
-    open), waited for ``undolog.session_lock_wait()`` (5 s): nothing was changed. Try
-    again; if it stays held, end that transaction."""
+    """A session another transaction holds and does not let go of (its agent's, or a
+    person's decision, left open), waited for ``undolog.session_lock_wait()`` (5 s):
+    nothing was changed. Try again; if it stays held, end that transaction."""
 
     sqlstate = "UL030"
     http_status = HTTP_CONFLICT

@@ -74,12 +74,6 @@ BEGIN
         v_tool_id := p_tool_id;
     END IF;
 
-    -- Another transaction is intercepting this very call: don't queue behind it.
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(undolog.signature_lock_key(p_call_signature)) THEN
-        RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb, NULL::uuid;
-        RETURN;
-    END IF;
-
     -- The session's advisory lock, shared: whatever moves the session (fail_session,
     -- recover: lock_session) waits until this call's undo entry is visible, and no row is
     -- written to say so (session_lock_key). An IRREVERSIBLE call may move the session (to
@@ -87,8 +81,11 @@ BEGIN
     -- lock_session's order. Under REPEATABLE READ or SERIALIZABLE, this transaction's
     -- snapshot may predate a fail_session that committed while it waited: FOR SHARE then
     -- raises the serialization failure that reading without a row lock would miss.
-    -- The lock is keyed by the caller's login, which must be the owner (checked below):
-    -- a login naming another's session locks a key of its own (session_lock_key).
+    -- The lock is keyed by the caller's login, which must be the owner (checked next):
+    -- a login naming another's session locks a key of its own (session_lock_key). It is
+    -- tried first, and taken at once unless a transaction that moves the session on (a
+    -- decision, a walk, one of its IRREVERSIBLE calls) holds it; only then is it waited
+    -- for, as long as lock_session waits at most (lock_session_shared, then UL030).
     -- A new IRREVERSIBLE call asks, and counts its login's pending requests under the
     -- login's lock (check_pending_approvals): it takes that lock first, before its
     -- session's, so that no transaction holds a session while it waits for the login's
@@ -97,19 +94,45 @@ BEGIN
     -- an approved call made again) does not ask and does not take it: this probe of its
     -- key finds it (an entry, once written, stays; a probe that misses takes the lock for
     -- nothing, and the one after the session's locks decides). Keyed by the caller's
-    -- login, the owner (checked next); the wait is bounded (lock_pending_approvals). A
-    -- compensable call takes none of this.
+    -- login, who is the owner: checked first, from the session's owner_role, which never
+    -- changes (as lock_own_session checks); the wait is bounded (lock_pending_approvals).
+    -- A compensable call takes none of this.
+    -- Another transaction journaling this very call holds the call's key (its session's
+    -- and signature's: signature_lock_key): don't queue behind it, answer in_progress.
+    -- Tried once the caller is known to be the session's owner, so that only the owner's
+    -- login ever holds it: a login naming this session is refused before, and one sending
+    -- this signature in a session of its own tries a key of that session. An IRREVERSIBLE
+    -- call tries it before the session's locks (a concurrent one answers at once, rather
+    -- than wait for them), a COMPENSABLE call after the shared one. A try never waits: it
+    -- is in no lock order.
     IF p_tier = 'irreversible' THEN
+        SELECT s.owner_role INTO v_owner_role
+        FROM undolog.undolog_sessions AS s
+        WHERE s.session_id = p_session_id;
+        IF NOT FOUND THEN
+            PERFORM undolog.unknown_session(p_session_id);
+        END IF;
+        PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(
+                undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
+            RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
+                                NULL::uuid;
+            RETURN;
+        END IF;
         PERFORM FROM undolog.undolog_undo_stack AS u
         WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
         IF NOT FOUND THEN
             PERFORM undolog.lock_pending_approvals(session_user);
         END IF;
-        SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
-        FROM undolog.lock_own_session(p_session_id) AS s;
+        -- lock_session, not lock_own_session: the caller was checked above (a session
+        -- found is never deleted, and its owner never changes).
+        SELECT s.state INTO v_session_state
+        FROM undolog.lock_session(p_session_id) AS s;
     ELSE
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(
-            undolog.session_lock_key(p_session_id, session_user));
+        IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(
+                undolog.session_lock_key(p_session_id, session_user)) THEN
+            PERFORM undolog.lock_session_shared(p_session_id);
+        END IF;
         IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
             SELECT s.state, s.owner_role INTO v_session_state, v_owner_role
             FROM undolog.undolog_sessions AS s
@@ -120,12 +143,18 @@ BEGIN
             WHERE s.session_id = p_session_id
             FOR SHARE;
         END IF;
-    END IF;
-    IF NOT FOUND THEN
-        PERFORM undolog.unknown_session(p_session_id);
-    END IF;
-    IF v_owner_role IS DISTINCT FROM session_user THEN  -- it names the refusal
-        PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+        IF NOT FOUND THEN
+            PERFORM undolog.unknown_session(p_session_id);
+        END IF;
+        IF v_owner_role IS DISTINCT FROM session_user THEN  -- it names the refusal
+            PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+        END IF;
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(
+                undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
+            RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
+                                NULL::uuid;
+            RETURN;
+        END IF;
     END IF;
 
     -- A call made again (a replay: an agent run again after a crash) is found by its key

@@ -270,6 +270,58 @@ def test_a_login_naming_another_sessions_in_an_open_transaction_holds_nothing_of
             held.close()
 
 
+@pytest.mark.parametrize("tier", ["compensable", "irreversible"])
+def test_a_login_that_knows_a_calls_signature_cannot_keep_it_in_progress(
+    login: Callable[..., Conn], tier: str
+) -> None:
+    """A call's lock key was its signature alone, and a login that reads a session (an
+    approver, an agent that is one too) knows its calls' signatures: it journaled a call
+    with the owner's signature in a session of its own, left that transaction open, and
+    the owner's call made again answered in_progress for as long as it stayed open. The
+    key is now the session's and the signature's, tried once the caller is known to be
+    the owner: naming the owner's session with the signature (refused) holds nothing
+    either."""
+    owner = login("undolog_agent")
+    both = login("undolog_agent", "undolog_approver")
+    undo = UNDO if tier == "compensable" else None
+    sid = engine.begin_session(owner, agent="owner")
+    first = engine.intercept(owner, sid, 0, "send", tier, {"to": "x"}, undo)
+    assert first.effect_id is not None
+    if tier == "compensable":
+        engine.commit(owner, first.effect_id, {"sent": True})
+        expected = "replay"
+    else:
+        assert first.approval_id is not None
+        approvals.approve(both, first.approval_id, "ann")
+        expected = "execute"
+    seen = both.execute(
+        "SELECT call_signature FROM undolog.undolog_undo_stack WHERE session_id = %s", (sid,)
+    ).fetchall()
+    assert len(seen) == 1
+    sig: str = seen[0][0]
+    owner.execute("SET lock_timeout = '2s'")
+    # Each in a transaction of the login's, left open: the owner's session named with the
+    # signature (refused), then a call with it in a session of the login's own.
+    with psycopg.connect(both.info.dsn) as naming:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no savepoint around it
+            naming.execute(
+                "SELECT * FROM undolog.intercept(%s, 0, 'send', %s, %s, %s, %s)",
+                (sid, tier, Jsonb({"to": "x"}), sig, Jsonb(undo) if undo else None),
+            )
+        again = engine.intercept(owner, sid, 0, "send", tier, {"to": "x"}, undo)
+        assert again.action == expected, "a refused call's open transaction holds the call"
+        if tier == "irreversible":  # its body failed: the approved call may run again
+            assert again.effect_id is not None
+            engine.fail(owner, again.effect_id, "the body failed")
+    with psycopg.connect(both.info.dsn) as own:
+        mine = engine.begin_session(own, agent="squatter")
+        own.commit()
+        got = engine.intercept(own, mine, 0, "anything", tier, {}, undo, call_signature=sig)
+        assert got.action in ("execute", "await_approval")
+        again = engine.intercept(owner, sid, 0, "send", tier, {"to": "x"}, undo)
+        assert again.action == expected, "another login's open transaction holds the call"
+
+
 def test_an_agents_open_transaction_holds_a_person_5_s_at_most_and_no_sweep(
     login: Callable[..., Conn], conn: Conn
 ) -> None:
@@ -305,6 +357,53 @@ def test_an_agents_open_transaction_holds_a_person_5_s_at_most_and_no_sweep(
     finally:
         holder.rollback()
     assert saga.rollback_session(approver, held_sid, "ann", "stop it") in ("failed", "compensating")
+
+
+def test_a_deciders_open_transaction_holds_the_agents_next_call_5_s_at_most(
+    login: Callable[..., Conn],
+) -> None:
+    """A person's decision holds the session (lock_session) until its transaction ends,
+    and the agent's next compensable call waited for it as long as it liked: its shared
+    take of the session's lock had no bound. Now it is tried first and, held, waited for
+    as lock_session waits (5 s), then SessionBusy (UL030), nothing journaled; a shorter
+    lock_timeout of the caller's is its bound, and the caller keeps its own after."""
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    sid = engine.begin_session(agent, agent="a")
+    asked = engine.intercept(agent, sid, 0, "wire", "irreversible", {})
+    assert asked.approval_id is not None
+    agent.execute("SET statement_timeout = '20s'")  # "as long as it liked", here
+    approver.autocommit = False
+    approvals.approve(approver, asked.approval_id, "bob")  # decided, its transaction open
+    try:
+        started = time.monotonic()
+        with pytest.raises(errors.SessionBusy, match="held by a transaction"):
+            engine.intercept(agent, sid, 1, "send", "compensable", {}, UNDO)
+        assert 4.5 < time.monotonic() - started < 15
+        agent.execute("SET lock_timeout = '1s'")
+        started = time.monotonic()
+        with pytest.raises(errors.SessionBusy):
+            engine.intercept(agent, sid, 1, "send", "compensable", {}, UNDO)
+        assert time.monotonic() - started < 4
+    finally:
+        approver.rollback()
+    agent.execute("RESET lock_timeout")
+    own_timeout = agent.execute("SHOW lock_timeout").fetchone()
+    approvals.approve(approver, asked.approval_id, "bob")
+    threading.Timer(1.0, approver.commit).start()  # lets go while the agent waits
+    agent.autocommit = False
+    try:
+        got = engine.intercept(agent, sid, 1, "send", "compensable", {}, UNDO)
+        assert got.action == "execute"
+        assert agent.execute("SHOW lock_timeout").fetchone() == own_timeout
+        agent.commit()
+    finally:
+        agent.rollback()
+        agent.autocommit = True
+    journaled = agent.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert journaled == (2,)
 
 
 def _partial_walk(login: Callable[..., Conn]) -> tuple[Conn, Conn, uuid.UUID]:
