@@ -19,8 +19,11 @@ class come out as ``UndoLogError`` subclasses (undolog.errors).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from undolog.aengine import AsyncConnection, fetch_all, fetch_one
 from undolog.queries import QUERIES
@@ -40,6 +43,7 @@ __all__ = [
     "rollback_last",
     "rollback_session",
     "rollback_to",
+    "rollback_to_as_planned",
     "rollback_to_plan",
 ]
 
@@ -162,6 +166,31 @@ async def rollback_to(
         QUERIES["rollback_to"],
         {"session_id": session_id, "step": step, "reason": reason, "by": by},
     )
+
+
+async def rollback_to_as_planned(
+    conn: AsyncConnection,
+    session_id: uuid.UUID,
+    step: int,
+    planned: Sequence[uuid.UUID],
+    reason: str,
+    by: str | None = None,
+) -> str | None:
+    """:func:`rollback_to`, only if it marks exactly the entries a person was shown:
+    ``planned``, the ``undo_id`` of each entry of a :func:`rollback_to_plan` read before,
+    in its order. The agent may journal another call between that read and rollback_to's
+    lock on the session; what rollback_to marked is read again in its transaction (the
+    session then locked: exactly what the walk will undo). Answers the new state
+    ('compensating'), or None when the marked entries differ from ``planned``: then the
+    transaction is rolled back, nothing changed, and the plan must be shown again. The
+    dashboard's Undo from here and ``undolog sessions undo-to`` both act through this."""
+    async with conn.transaction():
+        state = await rollback_to(conn, session_id, step, reason, by)
+        marked = await rollback_to_plan(conn, session_id, step)
+        if [m.undo_id for m in marked] != list(planned):
+            raise psycopg.Rollback()
+        return state
+    return None
 
 
 async def rollback_last(

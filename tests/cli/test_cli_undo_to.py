@@ -9,8 +9,10 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 
-from undolog import engine
+from undolog import engine, saga
+from undolog.cli import main
 
 Conn = psycopg.Connection[Any]
 
@@ -83,3 +85,42 @@ def test_refusals(dsn: str, conn: Conn) -> None:
     unknown = undolog(dsn, "sessions", "undo-to", str(uuid.uuid4()), "0", "--reason", "r")
     assert unknown.returncode == 3
     assert _state(conn, sid) == "active"
+
+
+def test_a_call_journaled_after_the_plan_was_read_is_not_undone_unseen(
+    dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent journals another call between the plan's read and rollback_to's lock on
+    the session (a narrow window, opened wide here): undo-to would undo a call it never
+    printed. It is refused (UL001, exit 1), changes nothing, and says to read the plan
+    again, as the dashboard's Undo from here asks again (one rule:
+    saga.rollback_to_as_planned)."""
+    sid = _session(conn, 3)
+    real = saga.rollback_to_plan
+
+    def a_call_lands_after(c: Any, s: uuid.UUID, step: int) -> list[saga.PlannedUndo]:
+        plan = real(c, s, step)
+        monkeypatch.setattr(saga, "rollback_to_plan", real)  # once
+        got = engine.intercept(conn, sid, 3, "book", "compensable", {"n": 3}, {"name": "unbook"})
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"n": 3})
+        return plan
+
+    monkeypatch.setattr(saga, "rollback_to_plan", a_call_lands_after)
+    argv = ["sessions", "undo-to", str(sid), "1", "--by", "ann", "--reason", "r", "--dsn", dsn]
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 1, out.err
+    assert out.out == ""  # no plan printed: none was carried out
+    assert "moved on" in out.err and "nothing changed" in out.err
+    assert f"hint: Look at the plan again: undolog sessions undo-to {sid} 1 --plan" in out.err
+    assert _state(conn, sid) == "active"
+    row = conn.execute(
+        "SELECT undo_to FROM undolog.undolog_sessions WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert row == (None,)
+    # run again, it undoes what it prints: the new call too
+    assert main([*argv, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [r["step_index"] for r in answer["plan"]] == [3, 2, 1]
+    assert _state(conn, sid) == "compensating"

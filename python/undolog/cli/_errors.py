@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import psycopg
 
 from undolog.cli._common import EXIT_ERROR, EXIT_USAGE, ConnectError, UsageError, connect, one_line
+from undolog.cli._output import printable
 from undolog.errors import ROLES_HINT, UndoLogError, exit_code_of, permission_hint
 from undolog.migrations import applied_migrations
 from undolog.walk import WorkerConfigError
@@ -109,11 +110,22 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
 
 def _engine_hint(exc: BaseException) -> str | None:
     """The engine's HINT (every error it raises has one): on the database error itself,
-    or on the one an UndoLogError was translated from."""
+    or on the one an UndoLogError was translated from; or the hint the command gave an
+    UndoLogError it raised itself (an unknown id prefix, a session not halted)."""
     for e in (exc, exc.__cause__):
         if isinstance(e, psycopg.Error) and e.diag.message_hint:
             return _flags(e.diag.message_hint)
+    if isinstance(exc, UndoLogError) and exc.hint:
+        return _flags(exc.hint)
     return None
+
+
+def _terminal(text: str) -> str:
+    """An error line as the terminal gets it: much of an error's text is someone else's
+    (the engine's DETAIL quotes a decider's --by, a session's resolution, an agent's
+    names), so none of their control characters (escape sequences, a line break that
+    would forge a line of ours) reaches it, as printable() keeps them out of tables."""
+    return printable(" ".join(text.splitlines()))
 
 
 def report(report: ErrorReport, as_json: bool) -> int:
@@ -121,7 +133,8 @@ def report(report: ErrorReport, as_json: bool) -> int:
         body = {"error": report.message, "sqlstate": report.sqlstate, "hint": report.hint}
         print(json.dumps(body), file=sys.stderr)
     else:
-        print(f"undolog: {report.message}", file=sys.stderr)
+        # JSON escapes every control character itself (json.dumps: \u001b)
+        print(f"undolog: {_terminal(report.message)}", file=sys.stderr)
         if report.hint:
-            print(f"hint: {report.hint}", file=sys.stderr)
+            print(f"hint: {_terminal(report.hint)}", file=sys.stderr)
     return report.code

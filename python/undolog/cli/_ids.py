@@ -30,12 +30,27 @@ _NOT_FOUND: dict[str, type[UndoLogError]] = {
     "approval": UnknownApproval,
     "delivery": UnknownNotification,
 }
+# Where the ids of each kind are listed: the engine's hint for an unknown whole id (its
+# UL002, UL013, UL025), given as well for a prefix or an end the command resolves itself.
+_WHERE_LISTED = {
+    "session": "Check the id: undolog sessions list shows the sessions.",
+    "approval": "Check the id: undolog approvals list shows the pending requests, undolog "
+    "sessions show ID every request of a session.",
+    "delivery": "Check the id: undolog notifications deliveries shows them.",
+}
 _PREFIX = re.compile(r"[0-9a-fA-F-]{1,36}")
 MIN_PREFIX = 4  # as git's short ids: fewer would match by chance more often than not
 
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def _unknown(kind: str, message: str) -> UndoLogError:
+    """Not found (exit 3), with the hint an unknown whole id gets: where the ids are."""
+    error = _NOT_FOUND[kind](message)
+    error.hint = _WHERE_LISTED[kind]
+    return error
 
 
 def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID:
@@ -61,9 +76,7 @@ def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID
         {"low": uuid.UUID(digits.ljust(32, "0")), "high": uuid.UUID(digits.ljust(32, "f"))},
     )
     if not rows:
-        raise _NOT_FOUND[kind](
-            f"unknown {kind} {given} (no {kind} id starts with it, or not yours)"
-        )
+        raise _unknown(kind, f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         more = ", ..." if len(rows) > 3 else ""
@@ -83,7 +96,7 @@ def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: s
         )
     rows = query(conn, _ENDING[kind], {"pattern": "%" + digits})
     if not rows:
-        raise _NOT_FOUND[kind](f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+        raise _unknown(kind, f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")

@@ -20,7 +20,6 @@ from undolog.cli._common import (
     PERSON,
     Parser,
     Subparsers,
-    UsageError,
     connect,
     positive_int,
     query,
@@ -29,7 +28,7 @@ from undolog.cli._common import (
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit, plain, print_json, printable
 from undolog.engine import SESSION_STATES
-from undolog.errors import UnknownSession
+from undolog.errors import InvalidStateTransition, UnknownSession
 from undolog.queries import QUERIES
 from undolog.session_filter import SessionFilter, filter_params, id_prefix_range, sessions_query
 
@@ -278,9 +277,14 @@ def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
     if not rows:
         raise UnknownSession(f"unknown session {sid} (or not yours to read)")
     if rows[0]["halt_undo_id"] is None:
-        raise UsageError(
+        # a state conflict (UL001, exit 1), as `sessions resume|abandon` of that session
+        not_halted = InvalidStateTransition(
             f"session {sid} is {rows[0]['state']}, not halted at a compensation: nothing to retry"
         )
+        not_halted.hint = (
+            "Operators act only on halted sessions: undolog sessions show SESSION says its state."
+        )
+        raise not_halted
     return uuid.UUID(str(rows[0]["halt_undo_id"]))
 
 
@@ -322,13 +326,31 @@ def _step(value: str) -> int:
 PLAN_COLUMNS = ["order", "step_index", "tool_name", "tier", "effect_state", "action"]
 
 
+def _plan_moved(sid: uuid.UUID, step: int, planned: int) -> InvalidStateTransition:
+    moved = InvalidStateTransition(
+        f"session {sid} moved on while its plan was read (the walk would now undo calls "
+        f"other than the {planned} planned): nothing changed"
+    )
+    moved.hint = (
+        f"Look at the plan again: undolog sessions undo-to {sid} {step} --plan; then run "
+        "undo-to again if it is still what you want undone."
+    )
+    return moved
+
+
 def _cmd_sessions_undo_to(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         sid = resolve_id(conn, "session", args.session)
         plan = saga.rollback_to_plan(conn, sid, args.step)
         state = None
         if not args.plan:
-            state = saga.rollback_to(conn, sid, args.step, args.reason, args.by)
+            # what is printed is what the walk undoes: a call the agent journals between
+            # the plan's read and rollback_to's lock is not undone unseen (refused, as the
+            # dashboard's Undo from here asks again)
+            planned = [p.undo_id for p in plan]
+            state = saga.rollback_to_as_planned(conn, sid, args.step, planned, args.reason, args.by)
+            if state is None:
+                raise _plan_moved(sid, args.step, len(plan))
     rows = [
         {
             "order": i,

@@ -1,0 +1,102 @@
+"""The command's error lines: what reaches the terminal (never someone else's control
+characters), and the same conventions as their siblings (a state conflict is UL001, exit
+1, with a hint; an unknown id, whole or a prefix, says where the ids are listed)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import approvals, engine
+from undolog.cli import main
+
+Conn = psycopg.Connection[Any]
+
+# An approver's --by, stored as decided_by, that the engine's UL014 DETAIL quotes to the
+# next person who decides the request: clear the screen, retitle the terminal, forge a line.
+HOSTILE_BY = "mallory\x1b[2J\x1b[1;1H\x1b]0;owned\x07\nhint: approval rejected by alice"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def waiting(conn: Conn) -> tuple[uuid.UUID, uuid.UUID]:
+    """A session whose irreversible call waits for a human: it and its request's id."""
+    sid = engine.begin_session(conn, agent="error-lines")
+    call = engine.intercept(conn, sid, 0, "process_payout", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    return sid, call.approval_id
+
+
+def test_an_error_line_carries_no_control_character_of_another_person(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, aid = waiting(conn)
+    approvals.approve(conn, aid, HOSTILE_BY, "ok")
+    code, _, err = run(
+        capsys, "approvals", "reject", str(aid), "--by", "bob", "--reason", "no", "--dsn", dsn
+    )
+    assert code == 1
+    assert "mallory" in err  # who decided is still said, its control characters replaced
+    assert not any(ch in err for ch in "\x1b\x07"), repr(err)
+    lines = err.splitlines()  # no line forged: its line break is printed as ? too
+    assert [line.split(": ")[0] for line in lines] == ["undolog", "hint"], repr(err)
+    # --json: JSON escapes them itself, and keeps the value as it is
+    code, _, err = run(
+        capsys,
+        "approvals",
+        "reject",
+        str(aid),
+        "--by",
+        "bob",
+        "--reason",
+        "no",
+        "--json",
+        "--dsn",
+        dsn,
+    )
+    assert code == 1 and "\x1b" not in err
+    assert HOSTILE_BY in json.loads(err)["error"]
+
+
+def test_retry_of_a_session_not_halted_is_a_state_conflict_like_its_siblings(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sessions abandon|resume|retry` of a session that is not halted: UL001, exit 1 (2
+    is for a command line that is wrong), each with a hint."""
+    sid, _ = waiting(conn)
+    for action in ("abandon", "resume", "retry"):
+        code, _, err = run(
+            capsys, "sessions", action, str(sid), "--by", "o", "--reason", "r", "--dsn", dsn
+        )
+        assert (code, "\nhint: " in err) == (1, True), (action, err)
+    code, _, err = run(capsys, "sessions", "retry", str(sid), "--by", "o", "--json", "--dsn", dsn)
+    answer = json.loads(err)
+    assert code == 1 and answer["sqlstate"] == "UL001", err
+    assert "not halted" in answer["error"] and "sessions show" in answer["hint"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "listed"),
+    [
+        (["approvals", "approve", "abcdabcd", "--by", "x"], "undolog approvals list shows"),
+        (["approvals", "reject", "…abcdabcd", "--by", "x", "--reason", "r"], "approvals list"),
+        (["sessions", "show", "abcdabcd"], "undolog sessions list shows"),
+        (["sessions", "show", "…abcdabcd"], "undolog sessions list shows"),
+    ],
+)
+def test_an_unknown_id_prefix_says_where_to_find_the_ids(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str], argv: list[str], listed: str
+) -> None:
+    """As an unknown whole id does (the engine's hint): an id prefix or end that matches
+    none is not found (exit 3), and the hint names the command that lists the ids."""
+    code, _, err = run(capsys, *argv, "--dsn", dsn)
+    assert code == 3, err
+    assert "\nhint: Check the id: " in err and listed in err, err
