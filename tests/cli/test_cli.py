@@ -85,7 +85,9 @@ def test_approvals_list_and_approve_then_the_call_executes(dsn: str, conn: Conn)
         dsn, "approvals", "approve", str(approval), "--by", "alice", "--reason", "checked"
     )
     assert decided.returncode == 0, decided.stderr
-    assert decided.stdout.strip() == f"approval {approval}: approved"
+    first, *what = decided.stdout.splitlines()
+    assert first == f"approval {approval}: approved"
+    assert "process_payout" in what[0]  # what was approved, restated
     again = engine.intercept(conn, session, 1, "process_payout", "irreversible", {"cents": 5})
     assert again.action == "execute"
     twice = undolog(dsn, "approvals", "reject", str(approval), "--by", "bob")

@@ -49,7 +49,7 @@ def test_approve_with_args_records_the_edit_and_the_call_runs_with_it(dsn: str, 
         "--args", '{"cents": 500}', "--reason", "a tenth is enough",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"approval {approval}: approved, with edited args"
+    assert out.stdout.splitlines()[0] == f"approval {approval}: approved, with edited args"
     assert _approved_args(conn, approval) == {"cents": 500}
     again = engine.intercept(conn, session, 0, "process_payout", "irreversible", {"cents": 5000})
     assert again.action == "execute" and again.approval_id == approval

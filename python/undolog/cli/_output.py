@@ -21,10 +21,37 @@ def plain(value: Any) -> Any:
     return value
 
 
-def printable(text: str) -> str:
+def printable(text: str, *, name: bool = False) -> str:
     """Agents write much of what is shown (names, errors, args): no control character of
-    theirs reaches the terminal."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    theirs reaches the terminal.
+
+    ``name=True`` spells a name (a tool's, the one an agent gives itself) as an approver
+    must read it, two names never alike (the dashboard's twin: ``shown_name``): every
+    white space but a single space between two other characters, every character that is
+    not printable ASCII, and the backslash written out as escapes (``\\n``, ``\\t``,
+    ``\\u0020``, ``\\u0440``, ``\\\\``), and a name that is not plain ASCII marked
+    `` (non-ASCII)``: "pay" written with Cyrillic er and a reads ``\\u0440\\u0430y
+    (non-ASCII)``, never "pay"."""
+    if not name:
+        return "".join(ch if ch.isprintable() else "?" for ch in text)
+    out: list[str] = []
+    last = len(text) - 1
+    for i, ch in enumerate(text):
+        if ch == " ":
+            inner = 0 < i < last and text[i - 1] != " " and text[i + 1] != " "
+            out.append(" " if inner else "\\u0020")
+        elif ch in _NAME_ESCAPES:
+            out.append(_NAME_ESCAPES[ch])
+        elif ch.isascii() and ch.isprintable():
+            out.append(ch)
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "".join(out) + ("" if text.isascii() else " (non-ASCII)")
+
+
+_NAME_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def print_json(value: Any) -> None:

@@ -27,7 +27,7 @@ from undolog.cli._common import (
     timestamptz,
 )
 from undolog.cli._ids import resolve_id
-from undolog.cli._output import emit
+from undolog.cli._output import emit, printable
 from undolog.queries import QUERIES
 
 
@@ -88,11 +88,29 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
     p.set_defaults(func=_cmd_approvals_expire, needed_role=OPERATOR)
 
 
+# The table a person reads: who asked is the login (the database's word: owner_role, and
+# requested_by when another login made the call), beside the name the agent gave itself
+# (its claim: "payroll-team (trusted)" is any agent's to choose). Names are spelled as
+# printable(name=True) spells them: a lookalike is never read as the tool it mimics.
 APPROVAL_COLUMNS = [
     "approval_id",
     "tool_name",
     "args",
+    "login",
+    "agent_claims",
+    "session_id",
+    "age",
+    "expires_at",
+    "expired",
+]
+# --json: the view's own names and values
+APPROVAL_JSON_COLUMNS = [
+    "approval_id",
+    "tool_name",
+    "args",
     "agent",
+    "owner_role",
+    "requested_by",
     "session_id",
     "age",
     "expires_at",
@@ -103,11 +121,55 @@ APPROVAL_COLUMNS = [
 def _cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         rows = query(conn, QUERIES["pending_approvals"])
-    emit(args, rows, APPROVAL_COLUMNS)
+    if args.json:
+        emit(args, rows, APPROVAL_JSON_COLUMNS)
+    else:
+        emit(args, [_as_read(r) for r in rows], APPROVAL_COLUMNS)
     return EXIT_OK
 
 
+def _login(row: dict[str, Any]) -> str | None:
+    """Who asked, as the database knows it: the session's login, and the login that made
+    the call when it is another one."""
+    owner, made_by = row.get("owner_role"), row.get("requested_by")
+    if made_by is None or made_by == owner:
+        return owner
+    return f"{owner} (call made by {made_by})"
+
+
+def _as_read(row: dict[str, Any]) -> dict[str, Any]:
+    """A request's row as its table shows it: the names spelled for an approver, the
+    login beside the agent's claim, and for an edited approval the arguments approved."""
+    out = dict(row)
+    for key in ("tool_name", "agent"):
+        if out.get(key) is not None:
+            out[key] = printable(str(out[key]), name=True)
+    out["login"] = _login(row)
+    out["agent_claims"] = out.get("agent")
+    if row.get("approved_args") is not None:
+        out["approved_args"] = "edited: " + json.dumps(
+            row["approved_args"], ensure_ascii=False, separators=(",", ":")
+        )
+    return out
+
+
 DECIDED_COLUMNS = [
+    "approval_id",
+    "decided_at",
+    "decision",
+    "effect_state",
+    "tool_name",
+    "args",
+    "approved_args",
+    "login",
+    "agent_claims",
+    "decided_by",
+    "decided_role",
+    "reason",
+    "waited",
+]
+# --json carries the view's own names and values
+DECIDED_JSON_COLUMNS = [
     "approval_id",
     "decided_at",
     "decision",
@@ -120,10 +182,6 @@ DECIDED_COLUMNS = [
     "decided_role",
     "reason",
     "waited",
-]
-# --json carries these too
-DECIDED_JSON_COLUMNS = [
-    *DECIDED_COLUMNS,
     "approved_args",
     "session_id",
     "step_index",
@@ -139,7 +197,10 @@ def _cmd_approvals_decided(args: argparse.Namespace) -> int:
             QUERIES["decided_approvals"],
             {"since": args.since, "mine": args.mine, "limit": args.limit},
         )
-    emit(args, rows, DECIDED_JSON_COLUMNS if args.json else DECIDED_COLUMNS)
+    if args.json:
+        emit(args, rows, DECIDED_JSON_COLUMNS)
+    else:
+        emit(args, [_as_read(r) for r in rows], DECIDED_COLUMNS)
     return EXIT_OK
 
 
@@ -184,6 +245,9 @@ def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
         edited = _edited_args(args)
         with connect(args) as conn:
             approval_id = resolve_id(conn, "approval", args.approval)
+            # what is decided, read before (the request leaves the pending view): an id
+            # prefix names a call the person may not have in mind, so the answer says it
+            asked = query(conn, QUERIES["dashboard_edit_of"], {"approval_id": approval_id})
             if edited is None:
                 state = decide(conn, approval_id, args.by, args.reason)
             else:
@@ -193,10 +257,36 @@ def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
             if edited is not None:
                 out["approved_args"] = edited
             print(json.dumps(out))
-        elif edited is not None:
+            return EXIT_OK
+        if edited is not None:
             print(f"approval {approval_id}: {state}, with edited args")
         else:
             print(f"approval {approval_id}: {state}")
+        for line in _what_was_decided(asked[0] if asked else None, edited):
+            print(f"  {line}")
         return EXIT_OK
 
     return run
+
+
+def _what_was_decided(row: dict[str, Any] | None, edited: Any) -> list[str]:
+    """The call a decision was about, as a person reads it: the tool and its step, the
+    arguments it runs with (the edited ones, the requested ones beside), its session and
+    who asked (the login, then the agent's claim)."""
+    if row is None:
+        return []
+
+    def compact(value: Any) -> str:
+        return printable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+    tool = printable(str(row["tool_name"]), name=True)
+    lines = [f"tool:    {tool} (step {row['step_index']}, {row['tier'] or 'tier unknown'})"]
+    if edited is None:
+        lines.append(f"args:    {compact(row['args'])}")
+    else:
+        lines.append(f"args:    {compact(edited)} (edited; asked {compact(row['args'])})")
+    lines.append(f"session: {row['session_id']}")
+    agent = "-" if row["agent"] is None else printable(str(row["agent"]), name=True)
+    login = printable(str(_login(row)))
+    lines.append(f"asked by login {login}; the agent calls itself {agent} (its claim)")
+    return lines

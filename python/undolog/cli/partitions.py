@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ from undolog.cli._common import (
     PERSON,
     Parser,
     Subparsers,
+    UsageError,
     connect,
     timestamptz,
 )
@@ -58,6 +60,12 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
     )
     p.add_argument("--detach", action="store_true", help="detach instead of drop")
     p.add_argument("--force", action="store_true", help="even months that unfinished sessions need")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="list the months it would drop (or detach), with their estimated rows and "
+        "size, as the dashboard's Drop form does before it asks; drop nothing",
+    )
     p.set_defaults(func=_cmd_partitions_drop, needed_role=OPERATOR)
     p = parts.add_parser("maintain", parents=[common], help="ensure, then apply retention")
     _months_options(p, retention=True)
@@ -80,9 +88,50 @@ def _cmd_partitions_ensure(args: argparse.Namespace) -> int:
 def _cmd_partitions_drop(args: argparse.Namespace) -> int:
     _partitions_logging()
     verb = "detached" if args.detach else "dropped"
+    if args.plan:
+        return _drop_plan(args)
     with connect(args) as conn:
         done = partitions.drop(conn, args.older_than, detach_only=args.detach, force=args.force)
     emit(args, [{"action": verb, "partition": p} for p in done], ["action", "partition"])
+    return EXIT_OK
+
+
+def _drop_plan(args: argparse.Namespace) -> int:
+    """``drop --plan``: the months a drop at ``--older-than`` would take, every one of
+    them (partitions.months_to_drop over every partition, the dashboard's Drop form's
+    rule and list), oldest first; nothing is dropped."""
+    with connect(args) as conn:
+        rows, _ = partitions.listed(conn)
+        _, month_start = partitions.retention_setting(conn)
+    if args.older_than > month_start:
+        raise UsageError(
+            f"--older-than {args.older_than.isoformat()} is after the start of the current "
+            f"month ({month_start.astimezone(dt.UTC):%Y-%m-%d}Z), which is being written and is "
+            "never dropped: the drop would be refused"
+        )
+    doomed = sorted(
+        partitions.months_to_drop(rows, args.older_than),
+        key=lambda p: (p["lower_bound"], p["parent"]),
+    )
+    if args.json:
+        emit(args, doomed, LIST_COLUMNS)
+        return EXIT_OK
+    verb = "detach" if args.detach else "drop"
+    cutoff = args.older_than.isoformat()
+    if not doomed:
+        print(f"no month ends by {cutoff}: nothing to {verb}")
+        return EXIT_OK
+    emit(
+        args,
+        doomed,
+        LIST_COLUMNS,
+        title=f"{len(doomed)} partitions end by {cutoff}: `partitions drop` would {verb} "
+        "them (nothing was done)",
+    )
+    if args.force:
+        print("--force: even a month holding calls of an unfinished session goes")
+    else:
+        print("if an unfinished session holds one of them, the drop is refused (--force)")
     return EXIT_OK
 
 

@@ -284,13 +284,73 @@ def _spelled(match: re.Match[str]) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
-def shown(value: str) -> str:
+_NAME_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def shown(value: str, *, name: bool = False) -> str:
     """``value`` with every character a browser would not show as itself (_UNSEEN)
     written out as its escape, ``\\u202e``: in JSON text that is the same value
-    (outside a string JSON holds none of them), and in plain text it is seen."""
-    if value.isascii() and value.isprintable():
-        return value
-    return _UNSEEN.sub(_spelled, value)
+    (outside a string JSON holds none of them), and in plain text it is seen.
+
+    ``name=True`` spells a name (a tool's, an agent's) as an approver must read it, two
+    names never alike: also every white space but a single space between two other
+    characters (HTML would collapse it: "pay\\n\\t " reads "pay"), written ``\\n``,
+    ``\\t``, ``\\u0020``, and the backslash as ``\\\\`` (so that a written-out escape is
+    never the name's own text). :func:`shown_name` marks what is not ASCII besides."""
+    if not name:
+        if value.isascii() and value.isprintable():
+            return value
+        return _UNSEEN.sub(_spelled, value)
+    out: list[str] = []
+    last = len(value) - 1
+    for i, ch in enumerate(value):
+        if ch == " ":
+            inner = 0 < i < last and value[i - 1] != " " and value[i + 1] != " "
+            out.append(" " if inner else "\\u0020")
+        elif ch in _NAME_ESCAPES:
+            out.append(_NAME_ESCAPES[ch])
+        elif _UNSEEN.match(ch):
+            out.append(_UNSEEN.sub(_spelled, ch))
+        elif ch.isspace():  # U+00A0, U+2003, U+3000...: all in the BMP
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_NOT_ASCII = re.compile("([^\\x00-\\x7f]+)")
+
+
+def _code_points(text: str) -> str:
+    return ", ".join(
+        f"U+{ord(ch):04X} {unicodedata.name(ch, '(unnamed)')}" for ch in dict.fromkeys(text)
+    )
+
+
+def shown_name(value: str | None) -> markupsafe.Markup:
+    """A name (a tool's, the one an agent gives itself) as the dashboard shows it to an
+    approver (the ``name`` filter): spelled by ``shown(value, name=True)``, and when it
+    is not plain ASCII, each run of other characters marked (its code points on hover)
+    and a "non-ASCII" badge after it, so that "pay" written with Cyrillic er and a is
+    never read as the tool "pay"."""
+    if value is None:
+        return markupsafe.Markup("-")
+    spelled = shown(value, name=True)
+    if value.isascii():
+        return markupsafe.escape(spelled)
+    parts = [
+        markupsafe.Markup('<mark class="non-ascii" title="{}">{}</mark>').format(
+            _code_points(run), run
+        )
+        if i % 2
+        else markupsafe.escape(run)
+        for i, run in enumerate(_NOT_ASCII.split(spelled))
+    ]
+    others = "".join(ch for ch in value if not ch.isascii())
+    badge = markupsafe.Markup(
+        ' <span class="badge non-ascii" title="not plain ASCII: {}">non-ASCII</span>'
+    ).format(_code_points(others))
+    return markupsafe.Markup("").join(parts) + badge
 
 
 class Verbatim(str):
@@ -325,6 +385,7 @@ def make_env() -> jinja2.Environment:
         span=_span,
         short=lambda u: str(u)[:8],
         label=labels.label,
+        name=shown_name,
     )
     return env
 
@@ -1608,16 +1669,11 @@ class Dashboard:
 
         async def undo(conn: queries.Conn) -> str | None:
             # The plan was checked above, but the agent may journal another call before
-            # rollback_to locks the session: what rollback_to marked is read again in its
-            # transaction (the session now locked, so it is exactly what the walk will
-            # undo), and a plan other than the one confirmed is rolled back and asked again.
-            async with conn.transaction():
-                state = await asaga.rollback_to(conn, session_id, step, reason, ws.login)
-                marked = await queries.rollback_to_plan(conn, session_id, step)
-                if [r["undo_id"] for r in marked] != confirmed:
-                    raise psycopg.Rollback()
-                return state
-            return None
+            # rollback_to locks the session: a plan other than the one confirmed is rolled
+            # back (None) and asked again, as `undolog sessions undo-to` refuses it.
+            return await asaga.rollback_to_as_planned(
+                conn, session_id, step, confirmed, reason, ws.login
+            )
 
         state = await self._attempt(ws, target, undo)
         if isinstance(state, Outcome):  # shown with the connection let go, as above

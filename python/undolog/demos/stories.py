@@ -173,7 +173,8 @@ def story_approval(ul: UndoLog, dsn: str) -> None:
             "--reason",
             "verified",
         )
-        say(f"     {decided.strip()}")
+        for line in decided.splitlines():  # the decision, then what it was about
+            say(f"     {line}")
     say("   the agent makes the same calls again: create_user replays, the payout runs once")
     pay_out()
     say("")

@@ -1,0 +1,182 @@
+"""What `undolog approvals` shows a person deciding, and `partitions drop --plan`: the login
+that asked beside the name the agent gave itself, the arguments an edit approved, what an
+approval by id prefix approved, tool and agent names that are not what they look like,
+and the months a drop would take before it takes them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from undolog import approvals, engine
+from undolog.cli import main
+from undolog.cli._output import printable
+
+Conn = psycopg.Connection[Any]
+# "pay" written with Cyrillic er and a: it renders as "pay"
+LOOKALIKE = "\u0440\u0430y"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ask(agent_dsn: str, tool: str, args: dict[str, Any], agent: str = "a") -> uuid.UUID:
+    """An irreversible call of a new session of the agent's login: its request's id."""
+    with psycopg.connect(agent_dsn, autocommit=True) as agent_conn:
+        session = engine.begin_session(agent_conn, agent=agent)
+        hit = engine.intercept(agent_conn, session, 0, tool, "irreversible", args)
+    assert hit.approval_id is not None
+    return hit.approval_id
+
+
+def line_of(out: str, approval: uuid.UUID) -> str:
+    return next(line for line in out.splitlines() if str(approval) in line)
+
+
+def test_approvals_list_names_the_login_that_asked(
+    dsn: str, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent calling itself "payroll-team (trusted)" is told from that team by its
+    login, which the table and --json show beside the agent's claim."""
+    approval = ask(agent_dsn, "pay", {"cents": 500}, agent="payroll-team (trusted)")
+    agent_login = str(psycopg.conninfo.conninfo_to_dict(agent_dsn)["user"])
+    code, out, err = run(capsys, "approvals", "list", "--dsn", dsn)
+    assert code == 0, err
+    header = out.splitlines()[0]
+    assert "LOGIN" in header and "AGENT_CLAIMS" in header, header
+    line = line_of(out, approval)
+    assert agent_login in line and "payroll-team (trusted)" in line, line
+    code, out, err = run(capsys, "approvals", "list", "--json", "--dsn", dsn)
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["owner_role"] == row["requested_by"] == agent_login
+    assert row["agent"] == "payroll-team (trusted)"
+
+
+def test_decided_table_shows_the_edited_args(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The call ran with the arguments approved: the table says so, not only --json."""
+    edited = ask(agent_dsn, "pay", {"cents": 123456})
+    plain = ask(agent_dsn, "pay", {"cents": 5})
+    approvals.approve(conn, edited, "ann", None, args={"cents": 777})
+    approvals.approve(conn, plain, "ann", None)
+    code, out, err = run(capsys, "approvals", "decided", "--dsn", dsn)
+    assert code == 0, err
+    assert "APPROVED_ARGS" in out.splitlines()[0]
+    line = line_of(out, edited)
+    assert '{"cents":123456}' in line and 'edited: {"cents":777}' in line, line
+    assert "edited" not in line_of(out, plain)
+
+
+def test_approve_by_prefix_says_what_it_approved(
+    dsn: str, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An id prefix names a call the person may not have in mind: the answer restates
+    the tool, the arguments (as approved), the session and the login that asked."""
+    approval = ask(agent_dsn, "wire_transfer", {"to": "ACME-99", "cents": 990000})
+    agent_login = str(psycopg.conninfo.conninfo_to_dict(agent_dsn)["user"])
+    code, out, err = run(
+        capsys, "approvals", "approve", str(approval)[:13], "--by", "ann", "--dsn", dsn
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"approval {approval}: approved"
+    assert "wire_transfer" in lines[1] and "irreversible" in lines[1], out
+    assert '{"to":"ACME-99","cents":990000}' in lines[2], out
+    assert any(line.strip().startswith("session: ") for line in lines), out
+    assert f"login {agent_login}" in out, out
+    # edited: the arguments it runs with, and those it asked with
+    second = ask(agent_dsn, "wire_transfer", {"to": "ACME-99", "cents": 990000})
+    code, out, err = run(
+        capsys, "approvals", "approve", str(second), "--by", "ann",
+        "--args", '{"to": "ACME-99", "cents": 1}', "--dsn", dsn,
+    )  # fmt: skip
+    assert code == 0, err
+    assert '{"to":"ACME-99","cents":1} (edited; asked {"to":"ACME-99","cents":990000})' in out
+
+
+def test_the_approvals_tables_mark_a_lookalike_or_padded_tool_name(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name that reads like another ("pay" in Cyrillic letters, "pay" and a newline, a
+    tab and a space) is spelled out, its characters beyond ASCII as escapes and marked."""
+    lookalike = ask(agent_dsn, LOOKALIKE, {"cents": 500}, agent="b\u043eb")
+    padded = ask(agent_dsn, "pay\n\t ", {"cents": 500})
+    code, out, err = run(capsys, "approvals", "list", "--dsn", dsn)
+    assert code == 0, err
+    assert LOOKALIKE not in out and "b\u043eb" not in out
+    line = line_of(out, lookalike)
+    assert "\\u0440\\u0430y (non-ASCII)" in line and "b\\u043eb (non-ASCII)" in line, line
+    assert "pay\\n\\t\\u0020" in line_of(out, padded)
+    approvals.reject(conn, lookalike, "ann", "not ours")
+    code, out, err = run(capsys, "approvals", "decided", "--dsn", dsn)
+    assert code == 0, err
+    assert LOOKALIKE not in out and "\\u0440\\u0430y (non-ASCII)" in line_of(out, lookalike)
+    # --json is the data, as stored
+    code, out, err = run(capsys, "approvals", "list", "--json", "--dsn", dsn)
+    assert [r["tool_name"] for r in json.loads(out)] == ["pay\n\t "]
+
+
+def test_printable_spells_a_name_so_that_two_never_read_alike() -> None:
+    cases = {
+        "pay": "pay",
+        "pay now": "pay now",
+        " pay": "\\u0020pay",
+        "pay  now": "pay\\u0020\\u0020now",
+        "pay\\n": "pay\\\\n",  # a backslash of the name's own is not an escape
+        "pay\r\x1b": "pay\\r\\u001b",
+        "pay\u00a0now": "pay\\u00a0now (non-ASCII)",
+        "\U0001f4b8": "\\U0001f4b8 (non-ASCII)",
+    }
+    assert {name: printable(name, name=True) for name in cases} == cases
+    assert printable("pay\x1b[2J") == "pay?[2J"  # other text: as before
+
+
+def test_partitions_drop_plan_lists_the_months_and_drops_nothing(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the dashboard's Drop form asks first, `drop --plan` lists every month a drop
+    at --older-than would take, with its estimated rows and size, and drops nothing."""
+    conn.execute("SELECT undolog.create_month_partitions('2020-01-01'::date)")
+    conn.execute("SELECT undolog.create_month_partitions('2020-02-01'::date)")
+    names = sorted(
+        f"{table}_2020_{month}"
+        for table in ("undolog_effect_log", "undolog_effect_history")
+        for month in ("01", "02")
+    )
+    code, out, err = run(
+        capsys, "partitions", "drop", "--older-than", "2020-03-01Z", "--plan", "--dsn", dsn
+    )
+    assert code == 0, err
+    assert out.startswith("4 partitions end by 2020-03-01T00:00:00+00:00"), out
+    assert all(name in out for name in names) and "EST_ROWS" in out, out
+    code, out, err = run(
+        capsys, "partitions", "drop", "--older-than", "2020-02-01Z", "--plan", "--json",
+        "--dsn", dsn,
+    )  # fmt: skip
+    assert code == 0, err
+    assert sorted(r["name"] for r in json.loads(out)) == [n for n in names if n.endswith("01")]
+    code, out, err = run(
+        capsys, "partitions", "drop", "--older-than", "2019-01-01Z", "--plan", "--dsn", dsn
+    )
+    assert code == 0 and "nothing to drop" in out, (out, err)
+    code, _, err = run(
+        capsys, "partitions", "drop", "--older-than", "2999-01-01Z", "--plan", "--dsn", dsn
+    )
+    assert code == 2 and "never dropped" in err, err
+    existing = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' "
+            "AND relname LIKE 'undolog_effect_%%_2020_%%'"
+        ).fetchall()
+    }
+    assert existing == set(names)  # nothing dropped

@@ -1,0 +1,93 @@
+"""Tool names and agent names as an approver reads them (app.shown_name, the ``name``
+filter): a name that reads like another is never shown as if it were it. "pay" written
+with Cyrillic letters is marked, each such character with its code point, and a badge
+says "non-ASCII"; white space HTML would collapse ("pay", a newline, a tab, a space) is
+spelled out. On a real PostgreSQL with real logins (the fixtures of test_dashboard.py)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from starlette.testclient import TestClient
+from test_dashboard import app_dsn, log_in
+
+from dashboard_helpers import as_login, csrf_of
+from undolog import engine
+from undolog.dashboard.app import shown_name
+
+Conn = psycopg.Connection[Any]
+__all__ = ["app_dsn"]  # a fixture shared with test_dashboard
+LOOKALIKE = "\u0440\u0430y"  # Cyrillic er, Cyrillic a, Latin y: renders as "pay"
+
+
+def ask(app_dsn: str, tool: str, agent: str = "agent") -> tuple[uuid.UUID, uuid.UUID]:
+    """An irreversible call of dash_agent's new session: (session, request)."""
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as conn:
+        session = engine.begin_session(conn, None, agent, {}, timedelta(hours=1))
+        hit = engine.intercept(conn, session, 0, tool, "irreversible", {"cents": 500}, None)
+    assert hit.approval_id is not None
+    return session, hit.approval_id
+
+
+def test_a_lookalike_tool_or_agent_name_is_marked_for_the_approver(
+    web: TestClient, app_dsn: str
+) -> None:
+    ask(app_dsn, "pay")
+    session, lookalike = ask(app_dsn, LOOKALIKE, agent="b\u043eb")
+    log_in(web, "dash_approver")
+    inbox = web.get("/approvals")
+    row = inbox.text[inbox.text.index(f'id="req-{lookalike}"') :]
+    row = row[: row.index("</tr>")]
+    assert '<strong class="tool"><mark class="non-ascii" title="U+0440 CYRILLIC SMALL' in row
+    assert '<span class="badge non-ascii" title="not plain ASCII: U+0440' in row
+    assert 'b<mark class="non-ascii" title="U+043E CYRILLIC SMALL LETTER O">' in row
+    confirm = web.post(
+        "/approvals/decide", data={"csrf": csrf_of(inbox.text), "approve_one": str(lookalike)}
+    )
+    pages = {
+        "inbox": inbox,
+        "fragment": web.get("/approvals?fragment=1"),
+        "confirm": confirm,
+        "edit": web.get(f"/approvals/{lookalike}/edit"),
+        "session": web.get(f"/sessions/{session}"),
+        "sessions": web.get("/sessions"),
+    }
+    for name, page in pages.items():
+        assert page.status_code == 200, name
+        assert LOOKALIKE not in page.text and "b\u043eb" not in page.text, name
+        assert 'class="badge non-ascii"' in page.text, name
+
+
+def test_a_tool_name_with_white_space_is_told_from_the_plain_one(
+    web: TestClient, app_dsn: str
+) -> None:
+    """check_tool accepts any non-blank text: "pay\\n\\t " is another tool than "pay",
+    which HTML would show alike."""
+    ask(app_dsn, "pay")
+    ask(app_dsn, "pay\n\t ")
+    log_in(web, "dash_approver")
+    page = web.get("/approvals").text
+    assert '<strong class="tool">pay</strong>' in page
+    assert '<strong class="tool">pay\\n\\t\\u0020</strong>' in page
+
+
+def test_shown_name_spells_and_marks_a_name() -> None:
+    cases = {
+        "pay": "pay",
+        "pay now": "pay now",
+        " pay": "\\u0020pay",
+        "pay  now": "pay\\u0020\\u0020now",
+        "pay\\n": "pay\\\\n",  # a backslash of the name's own is not an escape
+        "pay\r\x1b": "pay\\r\\u001b",
+        "<b>": "&lt;b&gt;",
+        "pay\u00a0now": 'pay\\u00a0now <span class="badge non-ascii" title="not plain ASCII: '
+        'U+00A0 NO-BREAK SPACE">non-ASCII</span>',
+        "\u00fcber": '<mark class="non-ascii" title="U+00FC LATIN SMALL LETTER U WITH '
+        'DIAERESIS">\u00fc</mark>ber <span class="badge non-ascii" title="not plain ASCII: '
+        'U+00FC LATIN SMALL LETTER U WITH DIAERESIS">non-ASCII</span>',
+    }
+    assert {name: str(shown_name(name)) for name in cases} == cases
+    assert str(shown_name(None)) == "-"
