@@ -94,8 +94,8 @@ BEGIN
     -- an approved call made again) does not ask and does not take it: this probe of its
     -- key finds it (an entry, once written, stays; a probe that misses takes the lock for
     -- nothing, and the one after the session's locks decides). Keyed by the caller's
-    -- login, who is the owner: checked first, from the session's owner_role, which never
-    -- changes (as lock_own_session checks); the wait is bounded (lock_pending_approvals).
+    -- login, who is the owner: checked first (check_own_session, as lock_own_session
+    -- checks); the wait is bounded (lock_pending_approvals).
     -- A compensable call takes none of this.
     -- Another transaction journaling this very call holds the call's key (its session's
     -- and signature's: signature_lock_key): don't queue behind it, answer in_progress.
@@ -106,13 +106,7 @@ BEGIN
     -- than wait for them), a COMPENSABLE call after the shared one. A try never waits: it
     -- is in no lock order.
     IF p_tier = 'irreversible' THEN
-        SELECT s.owner_role INTO v_owner_role
-        FROM undolog.undolog_sessions AS s
-        WHERE s.session_id = p_session_id;
-        IF NOT FOUND THEN
-            PERFORM undolog.unknown_session(p_session_id);
-        END IF;
-        PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
+        v_owner_role := undolog.check_own_session(p_session_id);
         IF NOT pg_catalog.pg_try_advisory_xact_lock(
                 undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
             RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
