@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import select
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from mcp import MCPError
 from test_mcp_proxy import (
     free_port,
     ledger,
@@ -30,7 +32,9 @@ from test_mcp_proxy_sessions import effects, session_policy
 
 from undolog import approvals
 from undolog.mcp_proxy.metrics import OUTCOMES
+from undolog.mcp_proxy.policy import Upstream
 from undolog.mcp_proxy.stdio import LINE_LIMIT, bounded_lines
+from undolog.mcp_proxy.upstream import UpstreamConnection
 
 __all__ = ["ledger"]  # a fixture, used by name
 
@@ -133,6 +137,142 @@ def test_a_line_nested_too_deep_is_refused_and_the_proxy_goes_on(
     finally:
         assert line.leave() == 0
     assert names(ledger) == []
+
+
+def test_a_lone_surrogate_is_refused_as_the_sdk_refuses_it_and_never_relayed(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A read whose argument holds a lone UTF-16 surrogate ("\\ud800", as a model may emit
+    a broken escape): Python's JSON reader took it, the SDK's refuses it. The proxy relayed
+    it upstream, where the SDK's writer failed to encode it and closed the shared
+    connection: the upstream process was replaced (its state lost) and a compensable call
+    in flight on it ended with an unknown outcome. Now answered as a parse error (to the
+    call's id, which was read)."""
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    try:
+        line.start()
+        line.call(1, "put", {"key": "a", "value": "1"})
+        assert line.answer(1) is not None
+        line.call(2, "read_all", {})
+        before = line.answer(2)
+        assert before is not None
+        line.call(3, "slow_make", {"key": "s", "seconds": 2})
+        time.sleep(0.5)
+        line.call(4, "read_all", {"x": "\ud800"})  # json.dumps writes it as an escape
+        bad = line.answer(4, timeout=20)
+        made = line.answer(3, timeout=20)
+        line.call(5, "read_all", {})
+        after = line.answer(5, timeout=20)
+    finally:
+        assert line.leave() == 0
+    assert bad is not None and bad["error"]["code"] == -32700, bad
+    assert made is not None and not made["result"].get("isError"), made
+    assert after is not None
+    assert (
+        after["result"]["structuredContent"]["pid"] == before["result"]["structuredContent"]["pid"]
+    )
+    assert after["result"]["structuredContent"]["store"] == {"a": "1"}
+
+
+def test_a_call_that_cannot_be_sent_is_refused_alone() -> None:
+    """The upstream connection refuses, per call, arguments it cannot write as UTF-8 JSON
+    (nothing sent: a transport's writer failing on them would close the shared
+    connection)."""
+
+    async def call() -> tuple[MCPError, dict[str, Any]]:
+        spec = Upstream(name="kv", command=[sys.executable, "tests/mcp_session_upstream.py"])
+        upstream = UpstreamConnection(spec, call_timeout=10)
+        await upstream.connect()
+        try:
+            with pytest.raises(MCPError) as refused:
+                await upstream.call_raw("read_all", {"x": "\ud800"})
+            return refused.value, await upstream.call_raw("read_all", {})
+        finally:
+            await upstream.close()
+
+    refused, after = asyncio.run(call())
+    assert refused.error.code == -32602 and "not valid Unicode" in refused.error.message
+    assert not after.get("isError"), after
+
+
+TYPED_UPSTREAM = '''
+import asyncio
+from pydantic import BaseModel
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("typed")
+
+
+class Thing(BaseModel):
+    id: str
+    label: str
+
+
+@server.tool()
+async def make_typed(key: str, seconds: float = 0) -> Thing:
+    """Make a thing (its label holds a U+0000, which jsonb refuses)."""
+    await asyncio.sleep(seconds)
+    return Thing(id=key, label="a\\x00b")
+
+
+@server.tool()
+def unmake(id: str, idempotency_key: str) -> dict:
+    """Undo make_typed."""
+    return {"unmade": id}
+
+
+server.run()
+'''
+
+
+def test_a_replayed_reduced_result_is_an_error_result_saying_the_call_ran(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """A result the journal keeps reduced (a U+0000 in it) was replayed as a success whose
+    structured content held only what the compensation reads, breaking the tool's output
+    schema (the client SDKs check a success result against it and raise). A replay now
+    answers an error result, as _unreadable_result does: a note saying the call ran, and
+    the values kept."""
+    script = tmp_path / "typed.py"
+    script.write_text(TYPED_UPSTREAM)
+    config = tmp_path / "typed.toml"
+    config.write_text(
+        f"[upstreams.t]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
+        'hide = ["unmake"]\n'
+        '[upstreams.t.tools.make_typed]\ntier = "compensable"\n'
+        'compensation.unmake = { id = "result.id", idempotency_key = "undo_id" }\n'
+    )
+    line = Line(config, dsn, ledger)
+    try:
+        line.start()
+        line.send({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})
+        listed = line.answer(9)
+        assert listed is not None
+        (tool,) = [t for t in listed["result"]["tools"] if t["name"] == "make_typed"]
+        assert "outputSchema" in tool
+        # the client gives up on the call while it runs, then makes it again: the same
+        # call, answered from the journal
+        line.call(1, "make_typed", {"key": "k", "seconds": 1.5})
+        time.sleep(0.5)
+        line.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 1, "reason": "timeout"},
+            }
+        )
+        wait_for(lambda: [e[2] for e in effects(conn)] == ["committed"])
+        line.call(2, "make_typed", {"key": "k", "seconds": 1.5})
+        again = line.answer(2)
+    finally:
+        assert line.leave() == 0
+    assert again is not None
+    result = again["result"]
+    assert result["isError"] is True, result  # no client checks it against the schema
+    assert result.get("structuredContent") == {"id": "k"}, result
+    (note,) = result["content"]
+    assert "This call ran and took effect" in note["text"]
+    assert '{"id": "k"}' in note["text"] and "not run again" in note["text"]
 
 
 def test_a_line_that_is_no_message_is_answered_as_json_rpc_says(

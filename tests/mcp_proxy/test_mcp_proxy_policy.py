@@ -35,6 +35,7 @@ from test_mcp_proxy import (
 )
 
 from undolog import saga
+from undolog.mcp_proxy.client_config import warnings
 from undolog.mcp_proxy.mapping import ArgSource, resolve
 from undolog.mcp_proxy.policy import load_policy
 from undolog.mcp_proxy.proxy import build_routes
@@ -453,6 +454,40 @@ def test_print_client_config_says_what_a_desktop_app_still_lacks(
     assert "undolog" in json.loads(printed.stdout)["mcpServers"]
     assert "no DSN given" in printed.stderr
     assert "upstreams.crm.command runs 'python' from the PATH" in printed.stderr
+    assert "upstreams.crm.command names 'tests/mcp_upstream_server.py'" in printed.stderr
+
+
+def test_print_client_config_notes_relative_paths_of_an_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app starts the proxy in a working directory of its own: an upstream's
+    arguments naming a file by a relative path (as the example policy's script), or a
+    relative cwd, are read there, not where the configuration was printed. Only
+    command[0] was checked: the printed configuration did not start, nothing noted."""
+    monkeypatch.chdir(ROOT)
+    python = json.dumps(sys.executable)
+    config = tmp_path / "policy.toml"
+    config.write_text(
+        f'[upstreams.rel]\ncommand = [{python}, "tests/mcp_upstream_server.py", "-v", "."]\n'
+        f'[upstreams.npx]\ncommand = [{python}, "-m", "x", "@scope/server", "./srv.js"]\n'
+        f'[upstreams.cwd]\ncommand = [{python}, "server.py"]\ncwd = "tests"\n'
+        f'[upstreams.fine]\ncommand = [{python}, "mcp_upstream_server.py"]\n'
+        f"cwd = {json.dumps(str(ROOT / 'tests'))}\n"
+        f"[upstreams.abs]\ncommand = [{python}, {json.dumps(str(ROOT / 'x.py'))}]\n"
+    )
+    said = warnings(load_policy(config), "postgresql:///x")
+    assert said == [
+        "upstreams.rel.command names 'tests/mcp_upstream_server.py' '.' by a relative "
+        "path, which the upstream reads in the working directory the client starts the "
+        "proxy in, not this one: give their absolute path in the policy (or an absolute "
+        "upstreams.rel.cwd)",
+        "upstreams.npx.command names './srv.js' by a relative path, which the upstream "
+        "reads in the working directory the client starts the proxy in, not this one: "
+        "give its absolute path in the policy (or an absolute upstreams.npx.cwd)",
+        f"upstreams.cwd.cwd 'tests' is relative: it is taken from the working directory "
+        f"the client starts the proxy in, not this one ({ROOT}): give its absolute path "
+        "in the policy",
+    ], said
 
 
 @pytest.fixture

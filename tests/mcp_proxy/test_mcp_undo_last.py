@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from test_mcp_proxy import (
     text,
     wait_for,
 )
+from test_mcp_proxy_hostile import Line
 from test_mcp_proxy_sessions import session_policy
 
 from undolog import approvals
@@ -69,6 +71,64 @@ def test_the_agent_undoes_its_last_calls_and_goes_on(
         (sid,),
     ).fetchone()
     assert row == ("oops", "2")
+
+
+def test_an_undo_answers_before_the_client_gives_up_and_is_not_made_twice(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The undo waits for a late answer of the call it undoes (up to late_answer_seconds)
+    and then the walk: it outlasted client_timeout_seconds, the client gave up, and the
+    model made it again, which the engine refused in its own words while the walk ran
+    ("only an active session can be undone to a step") and which undid more calls than
+    asked once it was over. Now it answers before the client's timeout that the undo is
+    running; made again meanwhile, it undoes nothing, saying an undo is running."""
+    client_timeout = 6
+    config = session_policy(
+        tmp_path,
+        proxy=(
+            'undo_last_tool = "safe"\n'
+            f"client_timeout_seconds = {client_timeout}\nlate_answer_seconds = 20"
+        ),
+        timeout=2,
+    )
+    line = Line(config, dsn, ledger)
+    try:
+        line.start()
+        for i, key in enumerate(("a", "b"), 1):
+            line.call(i, "put", {"key": key, "value": "1"})
+            assert line.answer(i) is not None
+        line.call(3, "slow_make", {"key": "s", "seconds": 10})
+        slow = line.answer(3)  # unknown after 2 s, its answer awaited 20 s more
+        assert slow is not None and "outcome is unknown" in str(slow), slow
+        started = time.monotonic()
+        line.call(4, "undolog__undo_last", {"count": 1, "reason": "undo the slow one"})
+        undo = line.answer(4, timeout=client_timeout)
+        assert undo is not None, "no answer within the client's timeout"
+        assert time.monotonic() - started < client_timeout
+        said = undo["result"]["content"][0]["text"]
+        assert undo["result"]["isError"] and "was started and is still running" in said
+        assert "Do not make undolog__undo_last again" in said
+        line.call(5, "undolog__undo_last", {"count": 1, "reason": "undo the slow one"})
+        again = line.answer(5)
+        assert again is not None
+        said = again["result"]["content"][0]["text"]
+        assert "nothing more was undone: an undo of this session is already running" in said
+        assert "only an active session" not in said
+        # the walk goes on after the answers: the slow call undone, and only it
+        wait_for(lambda: [e["op"] for e in ops(ledger)][-1:] == ["unmake"], timeout=60)
+        wait_for(lambda: sessions(conn)[0][1] == "active")
+        line.call(6, "read_all", {})
+        seen = line.answer(6)
+        assert seen is not None
+        assert seen["result"]["structuredContent"]["store"] == {"a": "1", "b": "1"}
+    finally:
+        assert line.leave() == 0
+    assert [(e["op"], e.get("key", e.get("id"))) for e in ops(ledger) if e["op"] != "read"] == [
+        ("put", "a"),
+        ("put", "b"),
+        ("slow_make", "s"),
+        ("unmake", "s"),
+    ]
 
 
 def test_the_tool_is_off_by_default_and_its_tier_checked(tmp_path: Path, dsn: str) -> None:

@@ -53,15 +53,44 @@ def warnings(policy: Policy, dsn: str | None) -> list[str]:
             "libpq's PG* variables, which a desktop app does not set"
         )
     for up in policy.upstreams.values():
-        if up.command is None or os.path.isabs(up.command[0]):
+        if up.command is None:
             continue
-        found = shutil.which(up.command[0])
-        where = f" (here it is {found})" if found else " (not found on this PATH either)"
-        out.append(
-            f"upstreams.{up.name}.command runs {up.command[0]!r} from the PATH the client "
-            f"gives the proxy{where}: give its absolute path in the policy"
-        )
+        if not os.path.isabs(up.command[0]):
+            found = shutil.which(up.command[0])
+            where = f" (here it is {found})" if found else " (not found on this PATH either)"
+            out.append(
+                f"upstreams.{up.name}.command runs {up.command[0]!r} from the PATH the "
+                f"client gives the proxy{where}: give its absolute path in the policy"
+            )
+        if up.cwd is not None and not os.path.isabs(up.cwd):
+            out.append(
+                f"upstreams.{up.name}.cwd {up.cwd!r} is relative: it is taken from the "
+                "working directory the client starts the proxy in, not this one "
+                f"({os.getcwd()}): give its absolute path in the policy"
+            )
+        if up.cwd is not None and os.path.isabs(up.cwd):
+            continue  # relative arguments are the upstream's, read in that directory
+        relative = [a for a in up.command[1:] if _relative_path(a, up.cwd)]
+        if relative:
+            out.append(
+                f"upstreams.{up.name}.command names {' '.join(repr(a) for a in relative)} "
+                "by a relative path, which the upstream reads in the working directory "
+                "the client starts the proxy in, not this one: give "
+                f"{'its' if len(relative) == 1 else 'their'} absolute path in the policy "
+                f"(or an absolute upstreams.{up.name}.cwd)"
+            )
     return out
+
+
+def _relative_path(arg: str, cwd: str | None) -> bool:
+    """Whether an upstream's argument looks like a relative path: ./ or ../ first, or a
+    file or directory of that name here, "." included (a package name such as
+    @scope/server is not)."""
+    if not arg or arg.startswith("-") or os.path.isabs(arg) or "://" in arg:
+        return False
+    if arg.startswith(("./", "../", ".\\", "..\\")):
+        return True
+    return os.path.exists(os.path.join(cwd or ".", arg))
 
 
 def print_client_config(config: str, dsn: str | None, name: str) -> int:

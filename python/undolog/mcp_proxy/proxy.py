@@ -112,6 +112,10 @@ RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a 
 UNDO_META_KEY = "undolog/undo_id"
 SAFE_CALLS_SLOT = "undolog.safe_calls"  # a client's SAFE calls in flight (over HTTP)
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
+# undolog__undo_last answers within client_timeout_seconds less this share of it (at
+# least UNDO_ANSWER_MARGIN s): past that, that its undo is running (it goes on), so that
+# the client is answered before it gives up (and its model makes the undo again)
+UNDO_ANSWER_SHARE, UNDO_ANSWER_MARGIN = 0.1, 2.0
 # a walk waits for its session's late answers at most late_answer_seconds and this (the
 # time to record an answer that came at the last moment)
 LATE_RECORD_SECONDS = 5.0
@@ -209,7 +213,9 @@ def _snapshot_json(result: types.CallToolResult) -> str:
 def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception) -> dict[str, Any]:
     """The journal's record of a result it cannot hold whole: a note, and as structured
     content only the values the compensation's ``result.`` paths read (a replay answers
-    this)."""
+    this). An error result, as _unreadable_result's: what it holds is not the tool's
+    result, so a client must not check it against the tool's output schema (the SDKs
+    refuse a success result that breaks it); its note says the call ran."""
     value = result_value(_snapshot(result))
     kept: dict[str, Any] = {}
     comp = route.policy.compensation
@@ -225,15 +231,47 @@ def _reduced_snapshot(result: types.CallToolResult, route: Route, why: Exception
             target = target.setdefault(segment, {}) if isinstance(target, dict) else None
         if isinstance(target, dict):  # a list index is kept as a key: paths still read it
             target[path[-1]] = found
+    undone = (
+        "undone with its session if that is rolled back"
+        if route.policy.tier == "compensable"
+        else "IRREVERSIBLE: it is not undone if its session is rolled back"
+    )
+    shown = json.dumps(kept, ensure_ascii=False)
     note = (
-        f"The result was not journaled whole ({str(why).splitlines()[0][:200]}); "
-        "a replay answers this note and what the undo needs."
+        f"This call ran and took effect: it is journaled as done, and {undone}. Its result "
+        f"was not journaled whole ({str(why).splitlines()[0][:200]}), so this answer to the "
+        "same call made again is not that result, only the values its undo reads: "
+        f"{shown if len(shown) <= 1000 else shown[:1000] + ' (cut)'}. It is not run again."
     )
     return {
         "content": [{"type": "text", "text": note}],
         "structuredContent": kept,
-        "isError": False,
+        "isError": True,
     }
+
+
+def _undo_running(ps: ProxySession, started: int | None = None) -> types.CallToolResult:
+    """undolog__undo_last's answer while an undo of the session runs: ``started``, the
+    calls this very request is undoing (its answer is due before the client gives up),
+    else an earlier undo's (this request undid nothing)."""
+    if started is not None:
+        what = (
+            f"{UNDO_LAST_TOOL}: the undo of the last {started} call(s) was started and is "
+            "still running (it may first wait for a late answer of a call it undoes); it "
+            "goes on by itself"
+        )
+    else:
+        what = (
+            f"{UNDO_LAST_TOOL}: nothing more was undone: an undo of this session is "
+            "already running (an earlier undo, which goes on even if its call timed out "
+            "or was given up on)"
+        )
+    return _error(
+        f"{what}. Do not make {UNDO_LAST_TOOL} again for it: that would undo more calls "
+        "than asked. Until it ends, this session's calls that act are refused, saying the "
+        "session is undoing its last calls; once such a call is no longer refused so, the "
+        "undo is over and the session goes on."
+    ).model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
 
 
 def _unknown(name: str, why: str, late: float = 0.0) -> types.CallToolResult:
@@ -710,6 +748,8 @@ class McpProxy:
     ) -> types.CallToolResult:
         """undolog__undo_last: rollback_last on the caller's session, then its walk here
         (as for a session failed from outside), answering the session's state."""
+        client = self.policy.client_timeout_seconds
+        answer_by = time.monotonic() + client - max(UNDO_ANSWER_MARGIN, UNDO_ANSWER_SHARE * client)
         count, reason = args.get("count"), args.get("reason")
         if not isinstance(count, int) or isinstance(count, bool) or not isinstance(reason, str):
             return _error(f"{UNDO_LAST_TOOL}: give count (a whole number) and reason (text)")
@@ -739,6 +779,8 @@ class McpProxy:
             return _error(f"{UNDO_LAST_TOOL}: {exc}")
         if not ps.began:
             return _error(f"{UNDO_LAST_TOOL}: this session made no journaled call to undo")
+        if ps.walking is not None and not ps.walking.done():
+            return _undo_running(ps)
         ps.inflight += 1
         try:
             calls = count
@@ -756,13 +798,17 @@ class McpProxy:
                     f"{count} calls left to undo"
                 )
             except (UndoLogError, psycopg.Error) as exc:
+                if (await self._standing(ps))[0] == "compensating":
+                    return _undo_running(ps)  # an undo began meanwhile (or from outside)
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
             # as the session's end walk: the late answers awaited for the session first,
             # so that a result that comes is the one the compensation reads. The walk is
             # the session's walk task, awaited shielded: a client that gives up on the
             # undo meanwhile (its timeout, notifications/cancelled) leaves it running,
-            # never the session compensating with no walk.
-            await self._await_walk(ctx, ps, self._walk_now(ps))
+            # never the session compensating with no walk. Awaited here only until the
+            # client's timeout is near: it is answered then that the undo is running.
+            if not await self._await_walk(ctx, ps, self._walk_now(ps), answer_by):
+                return _undo_running(ps, started=count)
             state = await self._state(ps)
         finally:
             ps.inflight -= 1
@@ -1193,17 +1239,27 @@ class McpProxy:
         await self._walk_after_late(ps)
 
     async def _await_walk(
-        self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, walking: asyncio.Task[None]
-    ) -> None:
-        """Until the walk is over, with progress notifications every PROGRESS_EVERY s to a
-        client that asked for them (a progressToken), as a held call gets, so that its
-        request timeout starts again. The walk is shielded from this wait: cancelled (the
-        client gave up), asyncio.wait leaves the walk running, as the session's."""
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        ps: ProxySession,
+        walking: asyncio.Task[None],
+        until: float,
+    ) -> bool:
+        """Until the walk is over (True), or the monotonic time ``until`` (False), with
+        progress notifications every PROGRESS_EVERY s to a client that asked for them (a
+        progressToken), as a held call gets (a client may start its request timeout again
+        on them; the TypeScript SDK does only with resetTimeoutOnProgress). The walk is
+        shielded from this wait: over, or cancelled (the client gave up), asyncio.wait
+        leaves the walk running, as the session's."""
         began = time.monotonic()
         while True:
-            await asyncio.wait({walking}, timeout=PROGRESS_EVERY)
+            left = until - time.monotonic()
+            if left > 0:
+                await asyncio.wait({walking}, timeout=min(PROGRESS_EVERY, left))
             if walking.done():
-                return
+                return True
+            if time.monotonic() >= until:
+                return False
             said = (
                 "waiting for a late answer of this session before undoing "
                 f"(at most {self.policy.late_answer_seconds + LATE_RECORD_SECONDS:g} s)"

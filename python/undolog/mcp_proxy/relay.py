@@ -47,6 +47,22 @@ class TapClosed(Exception):
     """The upstream transport closed while a request of the proxy's own was out."""
 
 
+class Unsendable(ValueError):
+    """A message that cannot be written as JSON in UTF-8 (a string with a lone UTF-16
+    surrogate, as Python's JSON reader accepts): refused before it is sent, since a
+    transport's writer failing on it would close the connection shared by every call."""
+
+
+def encodable(value: Any) -> bool:
+    """Whether ``value`` can be written as a JSON message in UTF-8 (a value of a type
+    JSON lacks is left to the writer's own serialiser: only the text is checked)."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=str).encode()
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
 class UpstreamTap:
     """A client transport around another one (see the module's docstring)."""
 
@@ -130,9 +146,12 @@ class UpstreamTap:
         self, method: str, params: dict[str, Any], timeout: float | None
     ) -> dict[str, Any]:
         """Send one request of the proxy's own; its result, or MCPError as answered.
-        TimeoutError: no answer in time; TapClosed: the connection went away."""
+        TimeoutError: no answer in time; TapClosed: the connection went away; Unsendable:
+        not sent (the connection untouched)."""
         if self.closed or self._write is None:
             raise TapClosed("the upstream connection is closed")
+        if not encodable(params):
+            raise Unsendable(f"{method}: a string in the request is not valid Unicode: not sent")
         request_id = f"undolog-{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
@@ -150,6 +169,9 @@ class UpstreamTap:
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.closed or self._write is None:
+            return
+        if not encodable(params):
+            log.warning("%s not sent upstream: a string in it is not valid Unicode", method)
             return
         message = types.JSONRPCNotification(jsonrpc="2.0", method=method, params=params)
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -217,9 +239,9 @@ async def relaying_stdio(
                     or b"\\" in line
                 ):
                     try:
-                        decoded = json.loads(line)
+                        decoded = _loads(line)
                     except (ValueError, RecursionError):  # nesting past Python's stack
-                        decoded = None  # the SDK's parser answers it
+                        decoded = None  # the SDK's parser refuses it: answered below
                     if isinstance(decoded, dict) and hook(decoded, write_json):
                         continue
                 try:
@@ -271,13 +293,44 @@ def _over_limit(limit: int) -> dict[str, Any]:
     }
 
 
+def _loads(line: bytes) -> Any:
+    """A line's JSON as the SDK's parser reads it: ValueError for what it refuses and
+    Python's reader accepts, a lone UTF-16 surrogate escape ("\\ud800"), which no UTF-8
+    writer can send on (relayed upstream, it would close the connection shared by every
+    call)."""
+    decoded = json.loads(line)
+    if b"\\u" in line and not encodable(decoded):
+        raise _NotUnicode(decoded)
+    return decoded
+
+
+class _NotUnicode(ValueError):
+    """JSON that holds a string which is not valid Unicode (``decoded``: as Python read it)."""
+
+    def __init__(self, decoded: Any) -> None:
+        super().__init__("a string that is not valid Unicode (a lone surrogate escape)")
+        self.decoded = decoded
+
+
 def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:
     """JSON-RPC's answer to a line that is not a message: a parse error (-32700) when it
-    is not JSON, an invalid request (-32600) when it is JSON of another shape; with the
-    request's id when it has a readable one, else null, as JSON-RPC 2.0 says."""
+    is not JSON, or holds a string that is not valid Unicode, an invalid request (-32600)
+    when it is JSON of another shape; with the request's id when it has a readable one,
+    else null, as JSON-RPC 2.0 says."""
     log.warning("client line refused: %s", " ".join(str(exc).split())[:300])
     try:
-        decoded = json.loads(line)
+        decoded = _loads(line)
+    except _NotUnicode as not_unicode:
+        # a parse error, answered to the request's id when it has one: its id was read
+        return {
+            "jsonrpc": "2.0",
+            "id": _given_id(not_unicode.decoded),
+            "error": {
+                "code": types.PARSE_ERROR,
+                "message": "Parse error: a string in the message is not valid Unicode (a "
+                "lone UTF-16 surrogate escape such as \\ud800): not run, nothing sent on",
+            },
+        }
     except (ValueError, RecursionError):
         return {
             "jsonrpc": "2.0",
@@ -287,12 +340,17 @@ def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:
                 "message": "Parse error: not JSON, or nested too deep to read",
             },
         }
-    given = decoded.get("id") if isinstance(decoded, dict) else None
     return {
         "jsonrpc": "2.0",
-        "id": given if isinstance(given, str | int) and not isinstance(given, bool) else None,
+        "id": _given_id(decoded),
         "error": {
             "code": types.INVALID_REQUEST,
             "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
         },
     }
+
+
+def _given_id(decoded: Any) -> str | int | None:
+    """A decoded message's id when it has a valid one, else None (JSON-RPC's null)."""
+    given = decoded.get("id") if isinstance(decoded, dict) else None
+    return given if isinstance(given, str | int) and not isinstance(given, bool) else None

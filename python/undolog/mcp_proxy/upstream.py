@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from undolog.mcp_proxy.policy import Upstream
-from undolog.mcp_proxy.relay import TapClosed, UpstreamTap
+from undolog.mcp_proxy.relay import TapClosed, Unsendable, UpstreamTap, encodable
 from undolog.mcp_proxy.stdio import UpstreamProcess, describe, innermost
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -72,6 +72,16 @@ def _unreadable(
         f"upstream {upstream!r} answered {tool} with what is not a valid MCP tool result "
         f"({count} validation error{'s' if count != 1 else ''}; the first: {why})"[:1000],
         received,
+    )
+
+
+def _unsendable(tool: str) -> MCPError:
+    """The refusal of a call whose arguments cannot be sent as UTF-8 JSON (a lone UTF-16
+    surrogate in a string): nothing sent, nothing ran."""
+    return MCPError(
+        code=types.INVALID_PARAMS,
+        message=f"{tool}: a string in the arguments is not valid Unicode "
+        "(a lone UTF-16 surrogate): not sent, nothing ran",
     )
 
 
@@ -279,6 +289,8 @@ class UpstreamConnection:
         timeout: float,
     ) -> types.CallToolResult:
         await self.ensure_connected()
+        if not encodable({"arguments": dict(arguments), "_meta": dict(meta or {})}):
+            raise _unsendable(tool)  # never into a writer that would close the connection
         if self.relayable() is not None:
             received = await self.call_raw(tool, arguments, meta, timeout=timeout)
             try:
@@ -336,6 +348,8 @@ class UpstreamConnection:
             ) from exc
         except MCPError as exc:
             raise self._unknown(client, tool, exc, timeout) from exc
+        except Unsendable as exc:  # not sent: this call refused, the connection untouched
+            raise _unsendable(tool) from exc
 
     def _unknown(self, client: Client, tool: str, exc: MCPError, timeout: float) -> Exception:
         """An MCPError as the caller should see it: a timeout or a closed connection means
@@ -379,6 +393,8 @@ class UpstreamConnection:
         except TapClosed as exc:
             self._lost(client)
             raise UpstreamDown(f"upstream {self.spec.name!r}: {exc}") from exc
+        except Unsendable as exc:  # not sent: this request refused, the connection untouched
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from exc
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         tap = self.relayable()
