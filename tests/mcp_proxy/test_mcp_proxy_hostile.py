@@ -174,6 +174,39 @@ def test_a_lone_surrogate_is_refused_as_the_sdk_refuses_it_and_never_relayed(
     assert after["result"]["structuredContent"]["store"] == {"a": "1"}
 
 
+def test_a_lone_surrogate_in_an_id_is_answered_with_a_null_id_and_the_proxy_goes_on(
+    tmp_path: Path, dsn: str, ledger: Path
+) -> None:
+    """A request whose id holds a lone surrogate, escaped or as raw bytes (ED A0 80, which
+    Python's JSON reader decodes): the parse error echoed that id, could not be written,
+    and its exception ended the proxy's stdin reader, so nothing was answered again. Now
+    the id is not one (JSON-RPC's null), and the proxy goes on. Raw surrogate bytes in
+    a call's arguments are refused as the escaped form is."""
+    raw = b"\xed\xa0\x80"
+    line = Line(session_policy(tmp_path), dsn, ledger)
+    answers: list[dict[str, Any] | None] = []
+    try:
+        line.start()
+        line.send({"jsonrpc": "2.0", "id": "\ud800", "method": "ping"})
+        answers.append(line.answer(None, timeout=20))
+        line.write(b'{"jsonrpc":"2.0","id":"' + raw + b'","method":"ping"}')
+        answers.append(line.answer(None, timeout=20))
+        line.write(
+            b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_all",'
+            b'"arguments":{"x":"' + raw + b'"}}}'
+        )
+        refused = line.answer(7, timeout=20)
+        line.call(8, "read_all", {})
+        after = line.answer(8, timeout=20)
+    finally:
+        assert line.leave() == 0
+    for answer in answers:  # a parse error, or (raw bytes Python decodes) an invalid request
+        assert answer is not None and answer["error"]["code"] in (-32700, -32600), answer
+        assert answer["id"] is None
+    assert refused is not None and ("error" in refused or refused["result"].get("isError")), refused
+    assert after is not None and "result" in after, after
+
+
 def test_a_call_that_cannot_be_sent_is_refused_alone() -> None:
     """The upstream connection refuses, per call, arguments it cannot write as UTF-8 JSON
     (nothing sent: a transport's writer failing on them would close the shared

@@ -213,7 +213,12 @@ async def relaying_stdio(
             transport.write(data)
 
     def write_json(message: dict[str, Any]) -> None:
-        write_line(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        try:
+            data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        except (ValueError, TypeError):  # no answer may end the reader: this one is lost
+            log.warning("an answer to the client could not be written: %r", message)
+            return
+        write_line(data + b"\n")
 
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -351,6 +356,8 @@ def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:
 
 
 def _given_id(decoded: Any) -> str | int | None:
-    """A decoded message's id when it has a valid one, else None (JSON-RPC's null)."""
+    """A decoded message's id when it has a valid one, else None (JSON-RPC's null): an id
+    that cannot be written back (a lone surrogate) is not one."""
     given = decoded.get("id") if isinstance(decoded, dict) else None
-    return given if isinstance(given, str | int) and not isinstance(given, bool) else None
+    valid = isinstance(given, str | int) and not isinstance(given, bool) and encodable(given)
+    return given if valid else None
