@@ -187,6 +187,27 @@ def test_the_nodes_own_question_is_asked_after_an_approved_call(fx: Fixture) -> 
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
 
 
+def test_langgraphs_bookkeeping_unreadable_is_said_once(
+    fx: Fixture, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should a LangGraph release move the internals the adapter reads to keep a call's
+    interrupt slot, the call still runs only once approved (it interrupts while UndoLog
+    waits), and a warning says, once a process, that a node's own interrupt() may be
+    handed its answer (docs/integrations.md)."""
+    from undolog.integrations import _langchain_common
+
+    monkeypatch.setattr(_langchain_common, "_next_interrupt", lambda: None)
+    monkeypatch.setattr(_langchain_common, "_unreadable_said", False)
+    caplog.set_level("WARNING", logger=_langchain_common.__name__)
+    asking = _Asking(fx, [700])
+    request = _question(fx.run(asking.graph, {"done": False}))
+    assert fx.world.payouts == []
+    fx.run(asking.graph, adapter.decide(request, fx.approver, "bob", approved=True))
+    assert fx.world.payouts == [700]
+    said = [r for r in caplog.records if "interrupt bookkeeping" in r.getMessage()]
+    assert len(said) == 1
+
+
 def test_two_approved_calls_of_one_node_then_its_own_question(fx: Fixture) -> None:
     asking = _Asking(fx, [100, 200])
     first = _question(fx.run(asking.graph, {"done": False}))

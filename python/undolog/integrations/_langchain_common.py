@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import re
 import uuid
 from collections import Counter
@@ -28,6 +29,8 @@ from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
 from undolog.integrations import _arun, _core, _run
 from undolog.tiers import ToolTier
+
+log = logging.getLogger(__name__)
 
 INTERRUPT = "__interrupt__"
 """The key of a graph's output that holds its interrupts."""
@@ -95,6 +98,24 @@ def _next_interrupt() -> tuple[int, bool] | None:
         return None
 
 
+_unreadable_said = False
+
+
+def _say_unreadable() -> None:
+    """Log, once a process, that this LangGraph's interrupt bookkeeping could not be read
+    (``_next_interrupt``): a node's own ``interrupt()`` after an approved UndoLog call may
+    then be handed that call's answer, as before UndoLog kept its slot."""
+    global _unreadable_said
+    if not _unreadable_said:
+        _unreadable_said = True
+        log.warning(
+            "UndoLog cannot read this LangGraph's interrupt bookkeeping (its internals "
+            "changed): a node that calls interrupt() after an UndoLog IRREVERSIBLE call may "
+            "be handed that call's answer. Ask your own questions in a node of their own, "
+            "or use a LangGraph version the undolog package was tested with (1.2)"
+        )
+
+
 def _interrupt_again(request: Any, index: int) -> None:
     """Stop the graph at the interrupt ``index`` of the task, where the call stopped
     before, leaving the answer LangGraph holds for it untaken: UndoLog recorded no
@@ -148,6 +169,8 @@ def _asked(
     unreadable (``_next_interrupt`` None): the call interrupts only while UndoLog
     waits."""
     next_interrupt = _next_interrupt()
+    if next_interrupt is None:
+        _say_unreadable()
     held = None if next_interrupt is None else next_interrupt[1]
     if wait is None:
         if held:
