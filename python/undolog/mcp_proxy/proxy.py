@@ -270,7 +270,9 @@ def _undo_running(ps: ProxySession, started: int | None = None) -> types.CallToo
         f"{what}. Do not make {UNDO_LAST_TOOL} again for it: that would undo more calls "
         "than asked. Until it ends, this session's calls that act are refused, saying the "
         "session is undoing its last calls; once such a call is no longer refused so, the "
-        "undo is over and the session goes on."
+        "undo is over: the session goes on, or, if a call could not be undone, its calls "
+        "are refused saying so, and a person repairs it (undolog sessions, or the "
+        "dashboard)."
     ).model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
 
 
