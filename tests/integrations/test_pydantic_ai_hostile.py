@@ -1,6 +1,7 @@
 """The pydantic-ai adapter's decide and decisions given what they must not act on: an
 answer for a call that was not asked, requests whose metadata names the approval of
-another call, a deferred call of a pydantic-ai tool that is not UndoLog's (declared
+another call (another tool, fewer arguments), a call whose metadata lost its approval
+id, a deferred call of a pydantic-ai tool that is not UndoLog's (declared
 ``requires_approval``); and UndoLog tools in a prefixed toolset."""
 
 from __future__ import annotations
@@ -194,3 +195,54 @@ def test_a_sync_approver_reads_the_requests_too(fx: Fixture) -> None:
     )
     assert resumed.output == "paid"
     assert fx.world.payouts == [500]
+
+
+def _big_payout(fx: Fixture) -> DeferredToolRequests:
+    turns: list[Turn] = [[call("payout", "c2", cents=900000)], [TextPart("paid")]]
+    result = asyncio.run(fx.run(turns, user_prompt="pay"))
+    assert isinstance(result.output, DeferredToolRequests)
+    return result.output
+
+
+def test_a_call_shown_with_fewer_arguments_is_not_the_journals(fx: Fixture) -> None:
+    """Without agent=, the shown arguments must be the journal's exactly: payout shown
+    with no arguments is not the 900000-cent payout its approval asks about."""
+    forged = dataclasses.replace(_big_payout(fx), approvals=[call("payout", "c2")])
+    with pytest.raises(ValueError, match="the arguments"):
+        asyncio.run(adapter.decide(forged, fx.approver, "alice", {"c2": True}))
+    assert _states(fx) == ["pending"]
+
+
+def test_the_tool_compared_is_the_one_shown_not_the_metadatas(fx: Fixture) -> None:
+    """A harmless tool the agent does not have, shown with the payout's call id, its
+    metadata naming the payout's approval and tool: the tool shown is compared with the
+    journal's (never the metadata's TOOL_KEY), with agent= or without; nothing is
+    recorded, and the run resumed with the real call answered yes does not pay."""
+    requests = _big_payout(fx)
+    assert requests.metadata["c2"][adapter.TOOL_KEY] == "payout"
+    forged = dataclasses.replace(requests, approvals=[call("check_balance", "c2")])
+    with pytest.raises(ValueError, match="the tool"):
+        asyncio.run(adapter.decide(forged, fx.approver, "alice", {"c2": True}, agent=fx.ran))
+    with pytest.raises(ValueError, match="the tool"):
+        asyncio.run(adapter.decide(forged, fx.approver, "alice", {"c2": True}))
+    with pytest.raises(ValueError, match="the tool"):
+        asyncio.run(adapter.decisions(fx.ul, forged, agent=fx.ran))
+    assert _states(fx) == ["pending"]
+    assert fx.world.payouts == []
+
+
+def test_a_call_whose_metadata_names_no_approval_needs_the_runs_tools(fx: Fixture) -> None:
+    """The metadata of an UndoLog call without its approval id (dropped by the agent's
+    process): without agent=, decide cannot tell it from a requires_approval tool of the
+    agent's own and refuses, recording nothing, rather than hand the person's "no" to
+    pydantic-ai only and leave the payout pending; with agent=, it is the run's UndoLog
+    tool, refused as before."""
+    requests = _big_payout(fx)
+    requests.metadata.pop("c2")
+    with pytest.raises(ValueError, match="agent="):
+        asyncio.run(adapter.decide(requests, fx.approver, "alice", {"c2": False}, "no"))
+    with pytest.raises(ValueError, match="names no UndoLog approval"):
+        asyncio.run(
+            adapter.decide(requests, fx.approver, "alice", {"c2": False}, "no", agent=fx.ran)
+        )
+    assert _states(fx) == ["pending"]

@@ -553,8 +553,9 @@ def _same_args(
     """Whether the arguments the journal holds for a call are those of ``part`` (what the
     person is shown). With the tool (``made``), the model's arguments are read as
     pydantic-ai reads them and journaled as the adapter journals them (defaults, JSON
-    forms); without it, each argument the model sent must be the journal's as it is
-    (the fields of a tool of one model-like parameter: that parameter's)."""
+    forms); without it, the arguments the model sent must be the journal's exactly (the
+    same keys, the same values; the fields of a tool of one model-like parameter: that
+    parameter's): a call shown with fewer arguments is not the call."""
     if not isinstance(journaled, Mapping):
         return False
     sent = part.args_as_dict()
@@ -565,16 +566,12 @@ def _same_args(
             return _core.same_json(info.bind(info.signature.bind(**validated).arguments), journaled)
         except Exception:  # arguments the tool does not take: not the journal's call
             return False
-    if all(
-        key in journaled and _core.same_json(journaled[key], value) for key, value in sent.items()
-    ):
+    if _core.same_json(sent, journaled):
         return True
     only = None
     if len(journaled) == 1:
         (only,) = journaled.values()
-    return isinstance(only, Mapping) and all(
-        key in only and _core.same_json(only[key], value) for key, value in sent.items()
-    )
+    return isinstance(only, Mapping) and _core.same_json(sent, only)
 
 
 def _named_approval(requests: DeferredToolRequests, part: ToolCallPart) -> uuid.UUID | None:
@@ -599,7 +596,8 @@ async def _undolog_calls(
 ) -> dict[str, uuid.UUID]:
     """UndoLog's approval of each deferred call whose metadata names one, by tool call
     id, each checked against the journal first: the request the id names must be about
-    that call (the tool it was made to, the step of its ``tool_call_id``, its
+    that call (the tool the part names, by its UndoLog name among ``own``, else as it
+    is, never the metadata's ``TOOL_KEY``; the step of its ``tool_call_id``; its
     arguments), else ValueError. The metadata comes from the agent's process: a request
     that names the approval of another call (of another amount, another session) would
     otherwise have a person's yes land on what they were never shown. A call whose
@@ -621,8 +619,10 @@ async def _undolog_calls(
     calls = await _approval_calls(reader, [approval for _, approval in named.values()])
     for call_id, (part, approval) in named.items():
         made = own.get(part.tool_name)
-        meta = requests.metadata[call_id]
-        tool_name = made[1].name if made is not None else str(meta.get(TOOL_KEY, part.tool_name))
+        # the tool the person was shown: the part's name (the run's tools map a prefixed
+        # or renamed one to its UndoLog name), never the metadata's TOOL_KEY, which the
+        # agent's process wrote and would be compared with itself
+        tool_name = made[1].name if made is not None else part.tool_name
         row = calls.get(approval)
         if row is None:
             raise ValueError(
@@ -647,7 +647,14 @@ async def _undolog_calls(
                 f"({' and '.join(wrong)} differ), and nothing was recorded: a decision goes "
                 "to the call the person was shown or to none. Take the DeferredToolRequests "
                 "of the run that stopped"
-                + ("" if made is not None else " (and give decide the run's agent=)")
+                + (
+                    ""
+                    if made is not None
+                    else ". Without the run's tools the shown call must be the journal's "
+                    "as it is (its tool's UndoLog name, every argument the journal holds): "
+                    "a tool of a prefixed or renamed toolset, or arguments the journal "
+                    "completes with defaults, need decide's agent= (and the run's toolsets=)"
+                )
             )
     return {call_id: approval for call_id, (_, approval) in named.items()}
 
@@ -750,9 +757,13 @@ async def decide(
     do not ask about, or an approval named in their metadata that is not the call shown
     (its tool, the step of its ``tool_call_id``, its arguments, read from the journal
     through the approver's client, or ``ul`` when the approver is a callable), raises
-    ValueError first. A deferred call that is not UndoLog's (a pydantic-ai tool declared
+    ValueError first. Without the run's tools (``agent``), the call shown must be the
+    journal's as it is: the tool's UndoLog name, the journal's arguments exactly. A
+    deferred call that is not UndoLog's (a pydantic-ai tool declared
     ``requires_approval``: its metadata names no UndoLog approval) is never recorded in
-    UndoLog: its answer, when given, goes to pydantic-ai as it is; unanswered, it is left
+    UndoLog: its answer, when given, goes to pydantic-ai as it is, and only with
+    ``agent`` (or ``toolsets``) given, whose tools tell it from an UndoLog call whose
+    metadata lost its approval id (without them, ValueError); unanswered, it is left
     out, and pydantic-ai refuses to resume until the app answers it.
 
     ``agent`` (and the ``toolsets`` given to the run, if any) is the run's: the
@@ -783,6 +794,16 @@ async def decide(
                     f"call {call_id} of UndoLog tool {part.tool_name} names no UndoLog approval "
                     "in the requests' metadata, and nothing was recorded: take the "
                     "DeferredToolRequests of the run that stopped"
+                )
+            if agent is None and not toolsets:
+                # the metadata (the agent's process's) may have dropped UndoLog's approval
+                # id: only the run's tools tell a call of the agent's own from UndoLog's
+                raise ValueError(
+                    f"call {call_id} ({part.tool_name}) names no UndoLog approval in the "
+                    "requests' metadata, and without the run's tools decide cannot tell "
+                    "whether it is UndoLog's (its request would stay pending, the answer "
+                    "lost): nothing was recorded. Give decide the run's agent= (and "
+                    "toolsets=) to answer a requires_approval tool of the agent's own"
                 )
             answers[call_id] = answer  # not UndoLog's: pydantic-ai's own approval
             continue
