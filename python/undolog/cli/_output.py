@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from undolog.cli._common import Rows
+from undolog.names import spell_name
 
 
 def plain(value: Any) -> Any:
@@ -34,24 +35,13 @@ def printable(text: str, *, name: bool = False) -> str:
     (non-ASCII)``, never "pay"."""
     if not name:
         return "".join(ch if ch.isprintable() else "?" for ch in text)
-    out: list[str] = []
-    last = len(text) - 1
-    for i, ch in enumerate(text):
-        if ch == " ":
-            inner = 0 < i < last and text[i - 1] != " " and text[i + 1] != " "
-            out.append(" " if inner else "\\u0020")
-        elif ch in _NAME_ESCAPES:
-            out.append(_NAME_ESCAPES[ch])
-        elif ch.isascii() and ch.isprintable():
-            out.append(ch)
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return "".join(out) + ("" if text.isascii() else " (non-ASCII)")
+    return spell_name(text, _ascii_or_escape) + ("" if text.isascii() else " (non-ASCII)")
 
 
-_NAME_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+def _ascii_or_escape(ch: str) -> str:
+    if ch.isascii() and ch.isprintable():
+        return ch
+    return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
 
 
 def print_json(value: Any) -> None:

@@ -57,6 +57,7 @@ from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
 from undolog.engine import SESSION_STATES
+from undolog.names import spell_name
 from undolog.queries import QUERIES
 from undolog.signature import canonical_json, check_storable
 
@@ -284,9 +285,6 @@ def _spelled(match: re.Match[str]) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
-_NAME_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
 def shown(value: str, *, name: bool = False) -> str:
     """``value`` with every character a browser would not show as itself (_UNSEEN)
     written out as its escape, ``\\u202e``: in JSON text that is the same value
@@ -301,21 +299,15 @@ def shown(value: str, *, name: bool = False) -> str:
         if value.isascii() and value.isprintable():
             return value
         return _UNSEEN.sub(_spelled, value)
-    out: list[str] = []
-    last = len(value) - 1
-    for i, ch in enumerate(value):
-        if ch == " ":
-            inner = 0 < i < last and value[i - 1] != " " and value[i + 1] != " "
-            out.append(" " if inner else "\\u0020")
-        elif ch in _NAME_ESCAPES:
-            out.append(_NAME_ESCAPES[ch])
-        elif _UNSEEN.match(ch):
-            out.append(_UNSEEN.sub(_spelled, ch))
-        elif ch.isspace():  # U+00A0, U+2003, U+3000...: all in the BMP
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return spell_name(value, _seen_or_escape)
+
+
+def _seen_or_escape(ch: str) -> str:
+    if _UNSEEN.match(ch):
+        return _UNSEEN.sub(_spelled, ch)
+    if ch.isspace():  # U+00A0, U+2003, U+3000...: all in the BMP
+        return f"\\u{ord(ch):04x}"
+    return ch
 
 
 _NOT_ASCII = re.compile("([^\\x00-\\x7f]+)")
