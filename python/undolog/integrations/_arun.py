@@ -188,17 +188,31 @@ async def refusal_of(
     return Refusal(tool, approval_id, decided.decision, decided.decided_by, decided.reason)
 
 
+async def approval_calls(
+    reader: AsyncUndoLog, approvals: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[Any, ...]]:
+    """(session, step, tool, journaled arguments) of the call each approval request asks
+    about, by approval id, as ``reader``'s login may see it (left out: unknown, or not its
+    to see), in one connection (the ``approval_call`` query)."""
+    found: dict[uuid.UUID, tuple[Any, ...]] = {}
+    async with reader.connection() as conn:
+        for approval in approvals:
+            row = await aengine.fetch_optional(
+                conn, QUERIES["approval_call"], {"approval_id": approval}
+            )
+            if row is not None:
+                found[approval] = row
+    return found
+
+
 async def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: ShownCall) -> None:
     """Refuse (ValueError, nothing recorded) a decision on ``approval_id`` whose pending
     call is not ``shown``, the call the person was shown, read with the approver's own
     login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
     approval id only, and the app compares what it showed itself."""
     if isinstance(approver, AsyncUndoLog):
-        async with approver.connection() as conn:
-            row = await aengine.fetch_optional(
-                conn, QUERIES["approval_call"], {"approval_id": approval_id}
-            )
-        refuse_other_call(approval_id, shown, row)
+        calls = await approval_calls(approver, [approval_id])
+        refuse_other_call(approval_id, shown, calls.get(approval_id))
     else:
         await _acompat.refuse_unshown_elsewhere(approver, approval_id, shown)
 

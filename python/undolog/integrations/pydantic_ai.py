@@ -54,13 +54,12 @@ from pydantic_ai.toolsets import (
     WrapperToolset,
 )
 
-from undolog import aapprovals, aengine, engine
+from undolog import aapprovals, aengine
 from undolog.client import AsyncUndoLog, UndoLog
 from undolog.decorator import last_edit
 from undolog.errors import ApprovalRejectedError
-from undolog.integrations import _arun, _core
+from undolog.integrations import _arun, _core, _run
 from undolog.integrations._core import SESSION_KEY, ResumedInAnotherSession
-from undolog.queries import QUERIES
 from undolog.tiers import ToolTier
 
 APPROVAL_KEY = "undolog_approval_id"
@@ -522,29 +521,10 @@ Reader = AsyncUndoLog | UndoLog
 async def _approval_calls(
     reader: Reader, approvals: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[Any, ...]]:
-    """(session, step, tool, journaled arguments) of the call each approval request asks
-    about, by approval id, as ``reader``'s login may see it (none: unknown, or not its
-    to see)."""
-    query = QUERIES["approval_call"]
+    """``_arun.approval_calls`` with either client (a sync one in a worker thread)."""
     if isinstance(reader, AsyncUndoLog):
-        found: dict[uuid.UUID, tuple[Any, ...]] = {}
-        async with reader.connection() as conn:
-            for approval in approvals:
-                row = await aengine.fetch_optional(conn, query, {"approval_id": approval})
-                if row is not None:
-                    found[approval] = row
-        return found
-
-    def read() -> dict[uuid.UUID, tuple[Any, ...]]:
-        found: dict[uuid.UUID, tuple[Any, ...]] = {}
-        with reader.connection() as conn:
-            for approval in approvals:
-                row = engine.fetch_optional(conn, query, {"approval_id": approval})
-                if row is not None:
-                    found[approval] = row
-        return found
-
-    return await asyncio.to_thread(read)
+        return await _arun.approval_calls(reader, approvals)
+    return await asyncio.to_thread(_run.approval_calls, reader, approvals)
 
 
 def _same_args(
