@@ -39,6 +39,9 @@ DECLARE
     v_client_sync text := pg_catalog.current_setting('synchronous_commit');
     -- Whether this transaction wrote anything before this call (an intent among it).
     v_wrote_before boolean := pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL;
+    -- Whether this transaction holds the call's key (signature_lock_key): false, another
+    -- one is journaling this very call.
+    v_call_free boolean;
 BEGIN
     IF v_client_sync = 'off' THEN
         -- In the body, not a SET clause: a SET clause is undone when the function
@@ -107,21 +110,19 @@ BEGIN
     -- is in no lock order.
     IF p_tier = 'irreversible' THEN
         v_owner_role := undolog.check_own_session(p_session_id);
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(
-                undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
-            RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
-                                NULL::uuid;
-            RETURN;
+        v_call_free := pg_catalog.pg_try_advisory_xact_lock(
+            undolog.signature_lock_key(p_session_id, p_call_signature));
+        IF v_call_free THEN
+            PERFORM FROM undolog.undolog_undo_stack AS u
+            WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
+            IF NOT FOUND THEN
+                PERFORM undolog.lock_pending_approvals(session_user);
+            END IF;
+            -- lock_session, not lock_own_session: the caller was checked above (a session
+            -- found is never deleted, and its owner never changes).
+            SELECT s.state INTO v_session_state
+            FROM undolog.lock_session(p_session_id) AS s;
         END IF;
-        PERFORM FROM undolog.undolog_undo_stack AS u
-        WHERE u.session_id = p_session_id AND u.call_signature = p_call_signature;
-        IF NOT FOUND THEN
-            PERFORM undolog.lock_pending_approvals(session_user);
-        END IF;
-        -- lock_session, not lock_own_session: the caller was checked above (a session
-        -- found is never deleted, and its owner never changes).
-        SELECT s.state INTO v_session_state
-        FROM undolog.lock_session(p_session_id) AS s;
     ELSE
         IF NOT pg_catalog.pg_try_advisory_xact_lock_shared(
                 undolog.session_lock_key(p_session_id, session_user)) THEN
@@ -143,12 +144,13 @@ BEGIN
         IF v_owner_role IS DISTINCT FROM session_user THEN  -- it names the refusal
             PERFORM undolog.check_session_caller(p_session_id, v_owner_role);
         END IF;
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(
-                undolog.signature_lock_key(p_session_id, p_call_signature)) THEN
-            RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
-                                NULL::uuid;
-            RETURN;
-        END IF;
+        v_call_free := pg_catalog.pg_try_advisory_xact_lock(
+            undolog.signature_lock_key(p_session_id, p_call_signature));
+    END IF;
+    IF NOT v_call_free THEN
+        RETURN QUERY SELECT NULL::uuid, 'in_progress'::text, NULL::text, NULL::jsonb,
+                            NULL::uuid;
+        RETURN;
     END IF;
 
     -- A call made again (a replay: an agent run again after a crash) is found by its key
