@@ -98,8 +98,11 @@ lint-py: deps
 generate: deps
 	$(PY) tools/async_to_sync.py
 
+# In PYTEST_WORKERS processes (pytest-xdist), each starting its own throwaway cluster
+# (tests/conftest.py): two halve the time on two cores. PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
 pytest: deps
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS)
 
 # pgTAP suites (including plpgsql_check over every function) through pg_prove;
 # PGTAP="pgtap/22_intercept.sql" runs only those files.

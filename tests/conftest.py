@@ -7,6 +7,10 @@ chosen test needs one, for every user, as the ``postgres`` system user when we a
 own ``postgresql_proc`` is not used: it starts the server with fsync off, and
 tests/engine/test_durability.py counts WAL flushes, which need a server that really
 flushes. ``--postgresql-port`` points at a server of yours.
+
+Under pytest-xdist (``make test`` runs two workers) each worker collects the suite and
+starts a cluster of its own; on a server of yours, pytest-postgresql names each worker's
+databases after it (``tests_tmpl`` of ``testsgw0``...), so they never meet.
 """
 
 from __future__ import annotations
