@@ -180,3 +180,38 @@ def test_partitions_drop_plan_lists_the_months_and_drops_nothing(
         ).fetchall()
     }
     assert existing == set(names)  # nothing dropped
+
+
+def test_approvals_show_prints_a_request_whole_where_the_list_cuts_it(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent's long memo pushes the amount past the list's column: the list marks the
+    cut and says how to read the request whole, and `approvals show` prints every
+    argument, who asked, and the commands that decide it."""
+    memo = "quarterly reimbursement of travel expenses, as agreed " * 2
+    approval = ask(agent_dsn, "pay", {"memo": memo, "cents": 990000}, agent="payroll")
+    agent_login = str(psycopg.conninfo.conninfo_to_dict(agent_dsn)["user"])
+    code, out, err = run(capsys, "approvals", "list", "--dsn", dsn)
+    assert code == 0, err
+    assert "990000" not in out and "…" in line_of(out, approval), out
+    assert "undolog approvals show ID" in err, err
+
+    code, out, err = run(capsys, "approvals", "show", str(approval)[:8], "--dsn", dsn)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"approval {approval}: waiting for a decision"
+    assert '      "cents": 990000' in out.splitlines(), out
+    assert f'      "memo": "{memo}",' in out.splitlines(), out
+    assert f"asked by login {agent_login}; the agent calls itself payroll" in out, out
+    assert f"undolog approvals approve {approval} --by NAME" in out, out
+
+    code, out, err = run(capsys, "approvals", "show", str(approval), "--json", "--dsn", dsn)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["args"] == {"memo": memo, "cents": 990000}
+    assert shown["owner_role"] == agent_login and shown["tool_name"] == "pay"
+
+    # decided: no longer waiting, and the answer says where it is listed now
+    approvals.reject(conn, approval, "ann", "too much")
+    code, out, err = run(capsys, "approvals", "show", str(approval), "--dsn", dsn)
+    assert code == 3 and out == "", (code, out)
+    assert "is not waiting for a decision" in err and "approvals decided" in err, err

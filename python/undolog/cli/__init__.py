@@ -13,6 +13,7 @@
     undolog sessions rollback SESSION --by NAME --reason TEXT    undo an active/waiting session
     undolog sessions undo-to SESSION STEP --reason TEXT [--plan]  undo down to a step, go on
     undolog approvals list                     requests waiting for a human
+    undolog approvals show APPROVAL            one of them whole: every argument, who asked
     undolog approvals decided [--since T] [--mine]   past decisions: who, when, why
     undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]
                                                (approve --args JSON: edit, then approve)

@@ -48,16 +48,17 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-def emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: str = "") -> None:
-    """Rows as JSON (--json) or as an aligned table a person can read."""
+def emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: str = "") -> bool:
+    """Rows as JSON (--json) or as an aligned table a person can read; whether a cell
+    of the table was cut to its column's width (and marked …)."""
     if args.json:
         print_json([{c: plain(r.get(c)) for c in columns} for r in rows])
-        return
+        return False
     if title:
         print(title)
     if not rows:
         print("  (none)")
-        return
+        return False
 
     def cell(value: Any) -> str:
         if value is None:
@@ -76,6 +77,7 @@ def emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: st
     print("  ".join(c.upper()[:w].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
         print("  ".join(cut(v, w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return any(len(v) > w for row in table for v, w in zip(row, widths, strict=True))
 
 
 MIN_COLUMN = 8  # a column is never narrowed below this (a short id, a state's start)

@@ -27,7 +27,8 @@ from undolog.cli._common import (
     timestamptz,
 )
 from undolog.cli._ids import resolve_id
-from undolog.cli._output import emit, printable
+from undolog.cli._output import emit, plain, print_json, printable
+from undolog.errors import UnknownApproval
 from undolog.queries import QUERIES
 
 
@@ -37,6 +38,19 @@ def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
     ).add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
     p = appr.add_parser("list", parents=[common], help="requests waiting for a human")
     p.set_defaults(func=_cmd_approvals_list, needed_role="undolog_approver (or undolog_operator)")
+    p = appr.add_parser(
+        "show",
+        parents=[common],
+        help="one waiting request whole: its arguments uncut, who asked, until when",
+        description="A pending request as a person deciding it must read it: the tool, "
+        "its step and tier, its whole arguments (the list cuts them at its column's "
+        "width), the session, the login that asked and the name the agent gives itself, "
+        "what the agent says the session is for, when it asked and until when a decision "
+        "is taken, and the commands that decide it (the dashboard's Edit, then approve "
+        "page).",
+    )
+    p.add_argument("approval", metavar="APPROVAL", help="approval id or a unique prefix")
+    p.set_defaults(func=_cmd_approvals_show, needed_role="undolog_approver (or undolog_operator)")
     p = appr.add_parser(
         "decided",
         parents=[common],
@@ -123,8 +137,40 @@ def _cmd_approvals_list(args: argparse.Namespace) -> int:
         rows = query(conn, QUERIES["pending_approvals"])
     if args.json:
         emit(args, rows, APPROVAL_JSON_COLUMNS)
-    else:
-        emit(args, [_as_read(r) for r in rows], APPROVAL_COLUMNS)
+    elif emit(args, [_as_read(r) for r in rows], APPROVAL_COLUMNS):
+        # a cell cut (…) may hide what decides it: an amount past the column's width
+        print(
+            "hint: cells marked … are cut; undolog approvals show ID prints a request whole",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def _cmd_approvals_show(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        approval_id = resolve_id(conn, "approval", args.approval)
+        rows = query(conn, QUERIES["dashboard_edit_of"], {"approval_id": approval_id})
+    if not rows:
+        gone = UnknownApproval(f"approval {approval_id} is not waiting for a decision")
+        gone.hint = (
+            "undolog approvals decided lists the decided and expired requests; undolog "
+            "approvals list the waiting ones."
+        )
+        raise gone
+    (row,) = rows
+    if args.json:
+        print_json({key: plain(value) for key, value in row.items()})
+        return EXIT_OK
+    print(f"approval {approval_id}: waiting for a decision")
+    for line in _what_was_decided(row, None, whole=True):
+        print(f"  {line}")
+    if row["purpose"] is not None:
+        print(f"  the agent says the session is for: {printable(row['purpose'])} (its claim)")
+    deadline = "none" if row["expires_at"] is None else str(row["expires_at"])
+    expired = " (past it: approve is refused; it expires)" if row["expired"] else ""
+    print(f"  asked:   {row['requested_at']}; decide by: {deadline}{expired}")
+    print(f"  decide:  undolog approvals approve {approval_id} --by NAME [--args JSON]")
+    print(f"           undolog approvals reject {approval_id} --by NAME --reason WHY")
     return EXIT_OK
 
 
@@ -269,10 +315,11 @@ def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _what_was_decided(row: dict[str, Any] | None, edited: Any) -> list[str]:
+def _what_was_decided(row: dict[str, Any] | None, edited: Any, *, whole: bool = False) -> list[str]:
     """The call a decision was about, as a person reads it: the tool and its step, the
     arguments it runs with (the edited ones, the requested ones beside), its session and
-    who asked (the login, then the agent's claim)."""
+    who asked (the login, then the agent's claim). ``whole``: the arguments indented, a
+    line a member, as ``approvals show`` prints them to be read before deciding."""
     if row is None:
         return []
 
@@ -281,7 +328,11 @@ def _what_was_decided(row: dict[str, Any] | None, edited: Any) -> list[str]:
 
     tool = printable(str(row["tool_name"]), name=True)
     lines = [f"tool:    {tool} (step {row['step_index']}, {row['tier'] or 'tier unknown'})"]
-    if edited is None:
+    if whole:
+        indented = json.dumps(row["args"], ensure_ascii=False, indent=2)
+        lines.append("args:")
+        lines.extend(f"  {printable(line)}" for line in indented.splitlines())
+    elif edited is None:
         lines.append(f"args:    {compact(row['args'])}")
     else:
         lines.append(f"args:    {compact(edited)} (edited; asked {compact(row['args'])})")
