@@ -223,10 +223,17 @@ def test_a_table_fits_the_terminal_and_cuts_at_a_word(
     rows = [{"a": "x" * 60, "b": "y " * 40, "c": "z"}]
     args = cli_module.build_parser().parse_args(["sessions", "list"])
     args.json = False
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
     _output.emit(args, rows, ["a", "b", "c"])
     assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    # what was cut may be what matters: the hint says where it is whole
+    assert err.getvalue() == "hint: cells marked … are cut; --json prints them whole\n"
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    _output.emit(args, [{"a": "x", "b": "y", "c": "z"}], ["a", "b", "c"])
+    assert err.getvalue() == "", "nothing cut, no hint"
 
 
 def test_an_unknown_option_sends_to_the_subcommands_help(

@@ -48,17 +48,24 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-def emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: str = "") -> bool:
-    """Rows as JSON (--json) or as an aligned table a person can read; whether a cell
-    of the table was cut to its column's width (and marked …)."""
+def emit(
+    args: argparse.Namespace,
+    rows: Rows,
+    columns: Sequence[str],
+    title: str = "",
+    whole: str = "--json prints them whole",
+) -> None:
+    """Rows as JSON (--json) or as an aligned table a person can read. A cell wider than
+    its column is cut and marked …, and a hint on standard error says where to read it
+    whole (``whole``): what was cut may be what matters (an amount after a long memo)."""
     if args.json:
         print_json([{c: plain(r.get(c)) for c in columns} for r in rows])
-        return False
+        return
     if title:
         print(title)
     if not rows:
         print("  (none)")
-        return False
+        return
 
     def cell(value: Any) -> str:
         if value is None:
@@ -77,7 +84,8 @@ def emit(args: argparse.Namespace, rows: Rows, columns: Sequence[str], title: st
     print("  ".join(c.upper()[:w].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
         print("  ".join(cut(v, w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    return any(len(v) > w for row in table for v, w in zip(row, widths, strict=True))
+    if any(len(v) > w for row in table for v, w in zip(row, widths, strict=True)):
+        print(f"hint: cells marked … are cut; {whole}", file=sys.stderr)
 
 
 MIN_COLUMN = 8  # a column is never narrowed below this (a short id, a state's start)

@@ -137,11 +137,12 @@ def _cmd_approvals_list(args: argparse.Namespace) -> int:
         rows = query(conn, QUERIES["pending_approvals"])
     if args.json:
         emit(args, rows, APPROVAL_JSON_COLUMNS)
-    elif emit(args, [_as_read(r) for r in rows], APPROVAL_COLUMNS):
-        # a cell cut (…) may hide what decides it: an amount past the column's width
-        print(
-            "hint: cells marked … are cut; undolog approvals show ID prints a request whole",
-            file=sys.stderr,
+    else:
+        emit(
+            args,
+            [_as_read(r) for r in rows],
+            APPROVAL_COLUMNS,
+            whole="undolog approvals show ID prints a request whole",
         )
     return EXIT_OK
 
