@@ -9,7 +9,7 @@ import json
 import re
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import psycopg
 import pytest
@@ -314,6 +314,26 @@ def _send_each_call(state: Chat) -> Any:
     if isinstance(last, AIMessage) and last.tool_calls:
         return [Send("tools", [tool_call]) for tool_call in last.tool_calls]
     return END
+
+
+def _approved_one_then_both(fx: Fixture, graph: Any) -> dict[str, Any]:
+    """The graph's two payouts p1 and p2, each its own task, stopped at their interrupts:
+    p1 approved and resumed alone by its interrupt id stops again (both interrupts, ids
+    unchanged: p2 is undecided, and nothing is paid); once p2 is approved, both answers
+    resume the graph. Its output."""
+    stops = {i.value[0]["call_key"]: i for i in fx.run(graph, HELLO)[adapter.INTERRUPT]}
+    assert sorted(stops) == ["p1", "p2"]
+    assert len(pending(fx.admin_dsn, fx.sid)) == 2, "both asked at once"
+    first = adapter.decide(stops["p1"].value, fx.approver, "alice", approved=True)
+    out = fx.run(graph, Command(resume={stops["p1"].id: first.resume}))
+    again = {i.value[0]["call_key"]: i.id for i in out[adapter.INTERRUPT]}
+    assert again == {key: stop.id for key, stop in stops.items()}
+    assert fx.world.payouts == []
+    second = adapter.decide(stops["p2"].value, fx.approver, "alice", approved=True)
+    both: Command[Any] = Command(
+        resume={stops["p1"].id: first.resume, stops["p2"].id: second.resume}
+    )
+    return cast(dict[str, Any], fx.run(graph, both))
 
 
 def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> None:

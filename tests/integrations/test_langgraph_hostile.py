@@ -19,7 +19,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
-from test_langgraph import HELLO, Chat, Fixture, ScriptedChat, Steps, _send_each_call, calls
+from test_langgraph import (
+    HELLO,
+    Chat,
+    Fixture,
+    ScriptedChat,
+    Steps,
+    _approved_one_then_both,
+    _send_each_call,
+    calls,
+)
 from test_openai_agents import PAY_SCRIPT
 from test_openai_agents import Fixture as AgentsFixture
 
@@ -269,15 +278,6 @@ def test_a_call_resumed_by_interrupt_id_before_its_session_may_go_on(fx: Fixture
     builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
     builder.add_edge("tools", "agent")
     graph = builder.compile(checkpointer=InMemorySaver())
-    stops = {i.value[0]["call_key"]: i for i in fx.run(graph, HELLO)[adapter.INTERRUPT]}
-    first = adapter.decide(stops["p1"].value, fx.approver, "alice", approved=True)
-    out = fx.run(graph, Command(resume={stops["p1"].id: first.resume}))
-    again = {i.value[0]["call_key"]: i.id for i in out[adapter.INTERRUPT]}
-    assert again == {key: stop.id for key, stop in stops.items()}
-    assert fx.world.payouts == []
-    second = adapter.decide(stops["p2"].value, fx.approver, "alice", approved=True)
-    out = fx.run(
-        graph, Command(resume={stops["p1"].id: first.resume, stops["p2"].id: second.resume})
-    )
+    out = _approved_one_then_both(fx, graph)
     assert out["messages"][-1].content == "paid"
     assert sorted(fx.world.payouts) == [5, 7]

@@ -17,7 +17,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
-from test_langgraph import HELLO, Chat, Fixture, ScriptedChat, Steps, _send_each_call, calls
+from test_langgraph import (
+    HELLO,
+    Chat,
+    Fixture,
+    ScriptedChat,
+    Steps,
+    _approved_one_then_both,
+    _send_each_call,
+    calls,
+)
 
 from integration_support import decisions, effects, pending, session_state
 from undolog import ApprovalRejectedError
@@ -264,17 +273,7 @@ def test_two_calls_of_one_turn_sent_as_tasks_of_the_subgraph(fx: Fixture) -> Non
     the parent at once; the parent is resumed with both answers by interrupt id."""
     turns = [calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})), AIMessage("ok")]
     graph = _inside(_agent_subgraph(turns, fx.sync_tools, route=_send_each_call))
-    stops = {i.value[0]["call_key"]: i for i in fx.run(graph, HELLO)[adapter.INTERRUPT]}
-    assert sorted(stops) == ["p1", "p2"]
-    assert len(pending(fx.admin_dsn, fx.sid)) == 2
-    first = adapter.decide(stops["p1"].value, fx.approver, "alice", approved=True)
-    out = fx.run(graph, Command(resume={stops["p1"].id: first.resume}))
-    assert {i.id for i in out[adapter.INTERRUPT]} == {s.id for s in stops.values()}
-    assert fx.world.payouts == []
-    second = adapter.decide(stops["p2"].value, fx.approver, "alice", approved=True)
-    out = fx.run(
-        graph, Command(resume={stops["p1"].id: first.resume, stops["p2"].id: second.resume})
-    )
+    out = _approved_one_then_both(fx, graph)
     assert out["messages"][-1].content == "ok"
     assert sorted(fx.world.payouts) == [5, 7]
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice"), ("approved", "alice")]
