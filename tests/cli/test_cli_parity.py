@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ import pytest
 import undolog.cli
 from undolog import approvals, engine, partitions
 from undolog.cli import build_parser, main
+from undolog.dashboard import labels
 
 Conn = psycopg.Connection[Any]
 
@@ -79,6 +81,33 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def test_the_dashboard_names_its_page_for_each_command_an_engine_hint_names() -> None:
+    """The engine's hints name CLI commands; the dashboard adds where each is in the
+    browser. Every command of that table is one the parser has, every page one of its
+    navigation's, and every command a hint of the engine names has its page."""
+    commands = {f"undolog {c}" for c in parser_commands()}
+    for command in labels.PAGE_OF_COMMAND:
+        assert any(c == command or c.startswith(f"{command} ") for c in commands), command
+    root = Path(undolog.cli.__file__).resolve().parents[3]
+    nav = (root / "python/undolog/dashboard/templates/base.html").read_text()
+    for page in labels.PAGE_OF_COMMAND.values():
+        assert page in nav or "the session's page" in page, page
+    sql = "".join(p.read_text() for p in sorted((root / "sql/functions").glob("*.sql")))
+    hinted = set(
+        re.findall(
+            r"undolog (?:sessions|approvals|tools|notifications|partitions)"
+            r" [a-z-]+",
+            sql,
+        )
+    )
+    unplaced = {h for h in hinted if not labels.pages_of_commands(h)}
+    assert not unplaced, f"engine hints name commands the dashboard has no page for: {unplaced}"
+    assert labels.pages_of_commands(
+        "read it: undolog sessions show ID, or undolog approvals list"
+    ) == ("In the dashboard: the session's page; Approvals.")
+    assert labels.pages_of_commands("Pass a lease from 1 second to 1 day.") == ""
 
 
 def test_decided_lists_past_decisions_newest_first(

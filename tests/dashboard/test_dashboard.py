@@ -157,6 +157,8 @@ def test_approve_records_the_login_and_a_second_click_says_who_decided(
         )
         assert late.status_code == 409
         assert "already decided" in late.text and "by dash_approver" in late.text
+        # the engine's hint names a CLI command; the page says where that is here
+        assert "In the dashboard: the session&#39;s page." in late.text
     finally:
         first.__exit__(None, None, None)
         second.__exit__(None, None, None)

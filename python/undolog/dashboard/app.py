@@ -442,7 +442,8 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
     diag = db.diag
     parts = [diag.message_primary or str(db).strip()]
     parts += [p for p in (diag.message_detail, diag.message_hint) if p]
-    return errors.http_status_of(exc), " — ".join(parts)
+    where = labels.pages_of_commands(diag.message_hint or "")
+    return errors.http_status_of(exc), " — ".join(parts) + (f" {where}" if where else "")
 
 
 def refused(conn: queries.Conn, exc: Exception, target: str) -> Outcome:

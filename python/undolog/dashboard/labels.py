@@ -47,3 +47,29 @@ def label(state: str | None, kind: str = "session") -> str:
     if state is None:
         return "-"
     return KINDS[kind].get(state, state)
+
+
+# The engine's hints name what to do as a command of the CLI (`undolog sessions show
+# ID`): a person in the browser is told where the same thing is here, beside it. The CLI's
+# twins of the dashboard's pages (docs/reference/cli.md), longest command first.
+PAGE_OF_COMMAND = {
+    "undolog sessions rollback": "Roll back, on the session's page",
+    "undolog sessions undo-to": "Undo from here, on the session's page",
+    "undolog sessions retry": "Retry, on the session's page",
+    "undolog sessions resume": "Resume, on the session's page",
+    "undolog sessions abandon": "Abandon, on the session's page",
+    "undolog sessions show": "the session's page",
+    "undolog sessions list": "Sessions",
+    "undolog approvals list": "Approvals",
+    "undolog approvals decided": "Decisions",
+    "undolog tools": "Tools",
+    "undolog notifications": "Notifications",
+    "undolog partitions": "Maintenance",
+}
+
+
+def pages_of_commands(text: str) -> str:
+    """Where in the dashboard the CLI commands ``text`` names are, as a sentence to add
+    after it ("" when it names none): "In the dashboard: Approvals; the session's page."."""
+    pages = [page for command, page in PAGE_OF_COMMAND.items() if command in text]
+    return f"In the dashboard: {'; '.join(dict.fromkeys(pages))}." if pages else ""
