@@ -660,6 +660,20 @@ def refuse_other_call(
     pending, is the engine's to refuse, with its own error."""
     if row is None:
         return
+    differs = call_differences(shown, row)
+    if differs:
+        raise ValueError(
+            f"approval {approval_id} is not the call the person was shown ("
+            + "; ".join(differs)
+            + "): nothing was recorded. Decide on the request the run stopped at (its "
+            "interrupt as the run answered it), or on the call itself in the dashboard or "
+            "with `undolog approvals`"
+        )
+
+
+def call_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str]:
+    """How the journal's call (``row``: session, step, tool, arguments, the
+    ``approval_call`` query) differs from ``shown``, in words (none: it is that call)."""
     session_id, step_index, tool_name, args = row
     differs = []
     if str(session_id) != str(shown.session_id):
@@ -671,14 +685,7 @@ def refuse_other_call(
     if not same_json(args, shown.args):
         shown_text = _json_text(shown.args) or repr(shown.args)
         differs.append(f"its arguments are {_json_text(args)}, not the {shown_text} shown")
-    if differs:
-        raise ValueError(
-            f"approval {approval_id} is not the call the person was shown ("
-            + "; ".join(differs)
-            + "): nothing was recorded. Decide on the request the run stopped at (its "
-            "interrupt as the run answered it), or on the call itself in the dashboard or "
-            "with `undolog approvals`"
-        )
+    return differs
 
 
 def _recorded_by(

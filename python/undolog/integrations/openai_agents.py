@@ -347,6 +347,49 @@ async def _same_session(
     await _arun.refuse_another_session(ul, session_id, asked, "this RunState's interrupted calls")
 
 
+async def _edited_after_approval(
+    agent: Agent[Any], ul: AsyncUndoLog, input: object, session_id: uuid.UUID
+) -> None:
+    """Refuse, before a session is opened, a RunState whose interrupted IRREVERSIBLE call
+    UndoLog approved with other arguments: a saved RunState's text edited between the
+    stop and the resume. ``_apply_decisions`` finds a decision by the call's step (its
+    call id), so it would hand the SDK the person's yes for a call they were never shown;
+    the SDK's own record of the call (an unkeyed hash in the same text) may be edited
+    too, and the edited call would then reach the engine and ask a person anew."""
+    if not isinstance(input, RunState):
+        return
+    asked = [
+        (adapted.tool.name, item.call_id, item)
+        for item in input.get_interruptions()
+        if (adapted := _adapted(agent, item)) is not None
+        and adapted.tool.tier is ToolTier.IRREVERSIBLE
+        and item.call_id is not None
+        and adapted.arguments(item.arguments or "{}") is not None
+    ]
+    if not asked:
+        return
+    approved: dict[uuid.UUID, ToolApprovalItem] = {}
+    async with ul.connection() as conn:
+        for name, call_id, item in asked:
+            found = await _arun.approval_of_step(conn, session_id, name, call_id)
+            if found is not None and found[1] == "approved":
+                approved[found[0]] = item
+    if not approved:
+        return
+    calls = await _arun.approval_calls(ul, list(approved))
+    for approval, item in approved.items():
+        row = calls.get(approval)
+        differs = [] if row is None else _core.call_differences(_shown_call(session_id, item), row)
+        if differs:
+            raise ValueError(
+                f"this RunState's {item.name} call {item.call_id} is not the call UndoLog "
+                f"holds at its step ({'; '.join(differs)}): nothing was run. A person "
+                f"approved that call (approval {approval}), not this one: the RunState was "
+                "changed after the run stopped. Resume from the state the stopped run "
+                "saved (result.to_state(), or its to_string() as it was written)"
+            )
+
+
 _PROBE = "undolog-probe-no-such-call"  # a call id no model gives: only a sticky decision
 
 
@@ -413,10 +456,11 @@ async def run(
     whatever the RunState says. A RunState resumed under a session id other than its
     run's raises ResumedInAnotherSession (a LookupError), and one in which an
     IRREVERSIBLE tool was approved with ``always_approve=True`` ValueError (UndoLog
-    approves each call on its own), before anything runs. Resuming a session whose call
-    a human rejected undoes what came before and raises ApprovalRejectedError. A call a
-    person approved with edited arguments runs with them, and the result's ToolCallItem
-    holds them."""
+    approves each call on its own), as does one whose interrupted call UndoLog approved
+    with other arguments (a saved RunState's text edited), before anything runs.
+    Resuming a session whose call a human rejected undoes what came before and raises
+    ApprovalRejectedError. A call a person approved with edited arguments runs with
+    them, and the result's ToolCallItem holds them."""
 
     async def go() -> RunResult:
         if isinstance(input, RunState):
@@ -433,6 +477,7 @@ async def run(
 
     _approved_for_the_run(agent, input)
     await _same_session(agent, ul, input, session_id)
+    await _edited_after_approval(agent, ul, input, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
     )
@@ -486,6 +531,7 @@ async def run_streamed(
     first): completed, awaiting approval, or failed and undone, as with ``run``."""
     _approved_for_the_run(agent, input)
     await _same_session(agent, ul, input, session_id)
+    await _edited_after_approval(agent, ul, input, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
     ) as box:
