@@ -92,7 +92,10 @@ async def arun(
     one that stops at an interrupt leaves it awaiting approval. Resuming a session whose
     call a human rejected undoes what came before and raises ApprovalRejectedError. A
     thread that waits on an UndoLog interrupt of another session raises
-    ResumedInAnotherSession (a ValueError), and nothing runs."""
+    ResumedInAnotherSession (a ValueError), and nothing runs. A run of a session that
+    had completed, stopped at an IRREVERSIBLE call new to it (a node's own call in a
+    task of the thread invoked again, or replayed), raises SessionNotActive (UL010):
+    nobody can be asked, and the session stays completed."""
 
     async def go() -> Any:
         with _graph_run():

@@ -83,10 +83,14 @@ async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -
     request and suspends the session (awaiting_approval); each other one writes its own
     request in the waiting session, so that all of them are asked at once. The session
     goes on once every request is decided. A session that stopped taking calls (a
-    refusal ended it meanwhile) leaves the rest unasked. A session that can only fail
-    asks nobody: the error of a result of the run the journal refused (unread yet, or
-    taken earlier and caught by the run) is raised first, as is a call's unknown
-    outcome (adecorator.settled_before_asking)."""
+    refusal ended it meanwhile) leaves the rest unasked. A session that was completed
+    when the run resumed it (``session.state``) takes no new call, and no request can
+    ever be written for one: the engine's SessionNotActive (UL010: new calls need a new
+    session) is raised, rather than a stop nobody can decide; leaving the block with it
+    fails nothing (only an active session is failed), so the session stays completed.
+    A session that can only fail asks nobody: the error of a result of the run the
+    journal refused (unread yet, or taken earlier and caught by the run) is raised
+    first, as is a call's unknown outcome (adecorator.settled_before_asking)."""
     conn = _connection(session)
     await settled_before_asking(conn, session)
     for call in deferred:
@@ -100,6 +104,8 @@ async def _request_deferred(session: ActiveSession, deferred: list[_Deferred]) -
                 conn, *_intercept_params(session, call.tool, call.call_key, call.args)
             )
         except SessionNotActive:
+            if session.state == "completed":
+                raise
             return
 
 
@@ -257,10 +263,12 @@ async def framework_run(
     ``waiting`` are requested, and ``requested(result, connection)`` may read their ids;
     but a result of the run the journal refused (sent without waiting) is raised first,
     as if the block had raised it, also when a tool call of the run caught it (or a
-    call's outcome is unknown), and nobody is asked. The block raises: the session
-    fails and is rolled back (LIFO), and the error goes on. A session a human ended (a
-    rejected call) is walked and raises ApprovalRejectedError instead of running the
-    block."""
+    call's outcome is unknown), and nobody is asked; and a session that was completed
+    when the run began cannot ask about a call its journal does not have: the engine's
+    SessionNotActive (UL010) is raised, and the session stays completed. The block
+    raises: the session fails and is rolled back (LIFO; a completed one stays as it
+    is), and the error goes on. A session a human ended (a rejected call) is walked and
+    raises ApprovalRejectedError instead of running the block."""
     ended: UndoLogError | None = None
     finished = False  # the run ended without stopping for a human
     deferred: list[_Deferred] = []

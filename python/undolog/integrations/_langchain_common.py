@@ -457,10 +457,16 @@ def _shown_call(request: Mapping[str, Any]) -> _core.ShownCall:
 
 
 def _not_requested(request: Mapping[str, Any]) -> LookupError:
+    """The two ways an interrupt has no request: another request of its session waits
+    (the call is asked once a resumed run shows it), or the call was new to a session
+    that had completed (its run raised SessionNotActive, but the thread's state keeps
+    the interrupt LangGraph stopped at)."""
     return LookupError(
         f"{request['action_request']['action']} call {request['call_key']} has no UndoLog "
         "approval request yet: another request of the session waits; decide that one, "
-        "resume, and this call is asked about then"
+        "resume, and this call is asked about then. If its session had completed before "
+        "the run made the call instead (the run raised SessionNotActive), nobody can be "
+        "asked about it: run the graph in a new thread with a new session"
     )
 
 
