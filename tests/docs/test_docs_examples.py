@@ -505,6 +505,8 @@ def test_install_from_the_wheel_into_a_fresh_environment(postgresql: Any, tmp_pa
     env = shell_env(fresh_dsn)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     env["VIRTUAL_ENV"] = str(venv)
+    # a PYTHONPATH of the caller's (a worktree's python/) would put the clone's copy first
+    env.pop("PYTHONPATH", None)
     try:
         out = run(["bash", str(EXAMPLES / "install_wheel.sh")], env, ROOT, timeout=600)
         assert re.search(r"^applied 0001", out.stdout, re.MULTILINE)
