@@ -21,14 +21,23 @@ def spell_name(name: str, spell_other: Callable[[str], str]) -> str:
     and every backslash, written out as escapes (``\\u0020``, ``\\n``, ``\\t``,
     ``\\r``, ``\\\\``): "pay\\n\\t " never reads "pay". Every other character is
     ``spell_other(ch)``."""
+    return _spaces_spelled(name, lambda ch: _ESCAPES.get(ch) or spell_other(ch))
+
+
+def spell_spaces(text: str) -> str:
+    """``text`` with every space but a single one between two other characters written
+    ``\\u0020``, the rest as it is: for JSON text (where ``\\u0020`` inside a string is
+    the same value), whose runs of spaces a terminal would wrap into a line of their own."""
+    return _spaces_spelled(text, lambda ch: ch)
+
+
+def _spaces_spelled(text: str, spell_other: Callable[[str], str]) -> str:
     out: list[str] = []
-    last = len(name) - 1
-    for i, ch in enumerate(name):
+    last = len(text) - 1
+    for i, ch in enumerate(text):
         if ch == " ":
-            inner = 0 < i < last and name[i - 1] != " " and name[i + 1] != " "
+            inner = 0 < i < last and text[i - 1] != " " and text[i + 1] != " "
             out.append(" " if inner else "\\u0020")
-        elif ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
         else:
             out.append(spell_other(ch))
     return "".join(out)

@@ -27,10 +27,13 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def ask(agent_dsn: str, tool: str, args: dict[str, Any], agent: str = "a") -> uuid.UUID:
+def ask(
+    agent_dsn: str, tool: str, args: dict[str, Any], agent: str = "a", purpose: str = ""
+) -> uuid.UUID:
     """An irreversible call of a new session of the agent's login: its request's id."""
+    metadata = {"purpose": purpose} if purpose else {}
     with psycopg.connect(agent_dsn, autocommit=True) as agent_conn:
-        session = engine.begin_session(agent_conn, agent=agent)
+        session = engine.begin_session(agent_conn, agent=agent, metadata=metadata)
         hit = engine.intercept(agent_conn, session, 0, tool, "irreversible", args)
     assert hit.approval_id is not None
     return hit.approval_id
@@ -215,3 +218,48 @@ def test_approvals_show_prints_a_request_whole_where_the_list_cuts_it(
     code, out, err = run(capsys, "approvals", "show", str(approval), "--dsn", dsn)
     assert code == 3 and out == "", (code, out)
     assert "is not waiting for a decision" in err and "approvals decided" in err, err
+
+
+def wrapped(out: str, width: int = 80) -> list[str]:
+    """The lines an 80-column terminal shows of ``out``: long lines wrapped."""
+    return [
+        line[i : i + width] for line in out.splitlines() for i in range(0, len(line) or 1, width)
+    ]
+
+
+@pytest.mark.parametrize("where", ["purpose", "args"])
+def test_approvals_show_cannot_be_made_to_show_another_requests_command(
+    dsn: str, agent_dsn: str, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """The agent pads its purpose, or an argument, with spaces so that a terminal wraps
+    "  approve:  undolog approvals approve <its other request>" onto a line of its own:
+    the command lines come first, and a run of spaces is printed \\u0020 (the same JSON
+    value), so no line of the agent's starts like them."""
+    other = ask(agent_dsn, "pay", {"cents": 990000})
+    forged = f"  approve: undolog approvals approve {other} --by NAME [--args JSON]"
+    padding = " " * 80
+    if where == "purpose":
+        approval = ask(agent_dsn, "pay", {"cents": 5}, purpose=f"payroll{padding}{forged}")
+    else:
+        approval = ask(agent_dsn, "pay", {"cents": 5, "memo": f"ok{padding}{forged}"})
+    code, out, err = run(capsys, "approvals", "show", str(approval), "--dsn", dsn)
+    assert code == 0, err
+    real = out.splitlines()[1]
+    assert real == f"  approve: undolog approvals approve {approval} --by NAME [--args JSON]"
+    approves = [line for line in wrapped(out) if line.lstrip().startswith("approve:")]
+    assert approves == [real[:80]], out
+    assert "\\u0020\\u0020" in out, "the padding is shown for what it is"
+    code, out, err = run(capsys, "approvals", "show", str(approval), "--json", "--dsn", dsn)
+    shown = json.loads(out)
+    assert (shown["purpose"] if where == "purpose" else shown["args"]["memo"]).endswith(forged)
+
+
+def test_approvals_show_escapes_a_lookalike_letter_as_the_list_does(
+    dsn: str, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "paypal.com" with a Cyrillic a is \\u0430 in the list's cell and in show's lines."""
+    approval = ask(agent_dsn, "pay", {"to": "p\u0430ypal.com", "cents": 5})
+    for argv in (["list"], ["show", str(approval)]):
+        code, out, err = run(capsys, "approvals", *argv, "--dsn", dsn)
+        assert code == 0, err
+        assert "p\\u0430ypal.com" in out and "p\u0430ypal.com" not in out, out

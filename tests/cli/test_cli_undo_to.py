@@ -124,3 +124,25 @@ def test_a_call_journaled_after_the_plan_was_read_is_not_undone_unseen(
     answer = json.loads(capsys.readouterr().out)
     assert [r["step_index"] for r in answer["plan"]] == [3, 2, 1]
     assert _state(conn, sid) == "compensating"
+
+
+def test_a_cut_cell_of_an_undo_done_points_at_a_read_not_at_the_undo_again(
+    dsn: str, conn: Conn
+) -> None:
+    """The undo is done: the same command with --json would be refused (the session is
+    being undone), so the hint names the session's read, which prints the names whole."""
+    tool = "book_" + "x" * 70
+    sid = engine.begin_session(conn)
+    for step in range(2):
+        got = engine.intercept(
+            conn, sid, step, tool, "compensable", {"n": step}, {"name": "unbook"}
+        )
+        assert got.effect_id is not None
+        engine.commit(conn, got.effect_id, {"n": step})
+    done = undolog(dsn, "sessions", "undo-to", str(sid), "0", "--by", "ann", "--reason", "why")
+    assert done.returncode == 0, done.stderr
+    assert "…" in done.stdout and tool not in done.stdout
+    hint = f"hint: cells marked … are cut; undolog sessions show {sid} --json prints them whole"
+    assert hint in done.stderr, done.stderr
+    read = undolog(dsn, "sessions", "show", str(sid), "--json")
+    assert read.returncode == 0 and tool in read.stdout, read.stderr

@@ -48,16 +48,22 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+# A read's table: the same command again with --json prints every value whole.
+READ_AGAIN_WHOLE = "--json prints them whole"
+
+
 def emit(
     args: argparse.Namespace,
     rows: Rows,
     columns: Sequence[str],
     title: str = "",
-    whole: str = "--json prints them whole",
+    whole: str | None = READ_AGAIN_WHOLE,
 ) -> None:
     """Rows as JSON (--json) or as an aligned table a person can read. A cell wider than
     its column is cut and marked …, and a hint on standard error says where to read it
-    whole (``whole``): what was cut may be what matters (an amount after a long memo)."""
+    whole (``whole``): what was cut may be what matters (an amount after a long memo).
+    A command that changed something passes where to read the result (running it again
+    with --json would act again, or be refused), or None for no hint."""
     if args.json:
         print_json([{c: plain(r.get(c)) for c in columns} for r in rows])
         return
@@ -84,7 +90,7 @@ def emit(
     print("  ".join(c.upper()[:w].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in table:
         print("  ".join(cut(v, w).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    if any(len(v) > w for row in table for v, w in zip(row, widths, strict=True)):
+    if whole and any(len(v) > w for row in table for v, w in zip(row, widths, strict=True)):
         print(f"hint: cells marked … are cut; {whole}", file=sys.stderr)
 
 

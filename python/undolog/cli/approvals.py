@@ -29,6 +29,7 @@ from undolog.cli._common import (
 from undolog.cli._ids import resolve_id
 from undolog.cli._output import emit, plain, print_json, printable
 from undolog.errors import UnknownApproval
+from undolog.names import spell_spaces
 from undolog.queries import QUERIES
 
 
@@ -162,17 +163,29 @@ def _cmd_approvals_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({key: plain(value) for key, value in row.items()})
         return EXIT_OK
+    # First what nobody but the engine wrote: the id and the commands that decide it.
+    # Below come the agent's words, which may be written to look like these lines.
     print(f"approval {approval_id}: waiting for a decision")
-    for line in _what_was_decided(row, None, whole=True):
-        print(f"  {line}")
-    if row["purpose"] is not None:
-        print(f"  the agent says the session is for: {printable(row['purpose'])} (its claim)")
+    print(f"  approve: undolog approvals approve {approval_id} --by NAME [--args JSON]")
+    print(f"  reject:  undolog approvals reject {approval_id} --by NAME --reason WHY")
     deadline = "none" if row["expires_at"] is None else str(row["expires_at"])
     expired = " (past it: approve is refused; it expires)" if row["expired"] else ""
     print(f"  asked:   {row['requested_at']}; decide by: {deadline}{expired}")
-    print(f"  decide:  undolog approvals approve {approval_id} --by NAME [--args JSON]")
-    print(f"           undolog approvals reject {approval_id} --by NAME --reason WHY")
+    for line in _what_was_decided(row, None, whole=True):
+        print(f"  {line}")
+    if row["purpose"] is not None:
+        purpose = _unforgeable(json.dumps(row["purpose"]))
+        print(f"  the agent says the session is for: {purpose} (its claim)")
     return EXIT_OK
+
+
+def _unforgeable(text: str) -> str:
+    """JSON text as ``approvals show`` prints it, after its indentation: every space but
+    a single one between two other characters written ``\\u0020`` (inside a JSON string,
+    the same value). A value padded with spaces, which a terminal wraps, can then never
+    start a line of its own that reads like the command lines above it."""
+    body = text.lstrip(" ")
+    return text[: len(text) - len(body)] + printable(spell_spaces(body))
 
 
 def _login(row: dict[str, Any]) -> str | None:
@@ -280,7 +293,12 @@ def _cmd_approvals_expire(args: argparse.Namespace) -> int:
     as after a rejection (undolog.expire_approvals)."""
     with connect(args) as conn:
         expired = approvals.expire_approvals(conn)
-    emit(args, [{"approval_id": a, "state": "expired"} for a in expired], EXPIRED_COLUMNS)
+    emit(
+        args,
+        [{"approval_id": a, "state": "expired"} for a in expired],
+        EXPIRED_COLUMNS,
+        whole=None,
+    )
     return EXIT_OK
 
 
@@ -330,9 +348,10 @@ def _what_was_decided(row: dict[str, Any] | None, edited: Any, *, whole: bool = 
     tool = printable(str(row["tool_name"]), name=True)
     lines = [f"tool:    {tool} (step {row['step_index']}, {row['tier'] or 'tier unknown'})"]
     if whole:
-        indented = json.dumps(row["args"], ensure_ascii=False, indent=2)
+        # ASCII (\u escapes), as the list's cells: a lookalike letter is seen as one
+        indented = json.dumps(row["args"], indent=2)
         lines.append("args:")
-        lines.extend(f"  {printable(line)}" for line in indented.splitlines())
+        lines.extend(f"  {_unforgeable(line)}" for line in indented.splitlines())
     elif edited is None:
         lines.append(f"args:    {compact(row['args'])}")
     else:

@@ -81,7 +81,12 @@ def _cmd_partitions_ensure(args: argparse.Namespace) -> int:
     _partitions_logging()
     with connect(args) as conn:
         created = partitions.ensure(conn, args.months_ahead)
-    emit(args, [{"action": "created", "partition": p} for p in created], ["action", "partition"])
+    emit(
+        args,
+        [{"action": "created", "partition": p} for p in created],
+        ["action", "partition"],
+        whole=None,
+    )
     return EXIT_OK
 
 
@@ -92,7 +97,9 @@ def _cmd_partitions_drop(args: argparse.Namespace) -> int:
         return _drop_plan(args)
     with connect(args) as conn:
         done = partitions.drop(conn, args.older_than, detach_only=args.detach, force=args.force)
-    emit(args, [{"action": verb, "partition": p} for p in done], ["action", "partition"])
+    emit(
+        args, [{"action": verb, "partition": p} for p in done], ["action", "partition"], whole=None
+    )
     return EXIT_OK
 
 
@@ -139,7 +146,9 @@ def _cmd_partitions_maintain(args: argparse.Namespace) -> int:
     _partitions_logging()
     with connect(args) as conn:
         done = partitions.maintain(conn, args.months_ahead, args.retention_months)
-    emit(args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"])
+    emit(
+        args, [{"action": a, "partition": p} for a, p in done], ["action", "partition"], whole=None
+    )
     return EXIT_OK
 
 

@@ -365,7 +365,13 @@ def _cmd_sessions_undo_to(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"session_id": str(sid), "action": "undo-to", "state": state, "plan": rows})
         return EXIT_OK
-    emit(args, rows, PLAN_COLUMNS, title="to undo, in this order:" if rows else "")
+    emit(
+        args,
+        rows,
+        PLAN_COLUMNS,
+        title="to undo, in this order:" if rows else "",
+        whole=None if state is None else f"undolog sessions show {sid} --json prints them whole",
+    )
     if state is None:
         print(f"session {sid}: nothing changed (--plan)")
     else:

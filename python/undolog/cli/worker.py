@@ -103,6 +103,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
         [{"session_id": sid} for sid in due],
         ["session_id"],
         title="sessions whose undo walk must run:",
+        whole=None,
     )
     return EXIT_OK
 
