@@ -104,9 +104,18 @@ def test_the_dashboard_names_its_page_for_each_command_an_engine_hint_names() ->
     )
     unplaced = {h for h in hinted if not labels.pages_of_commands(h)}
     assert not unplaced, f"engine hints name commands the dashboard has no page for: {unplaced}"
-    assert labels.pages_of_commands(
-        "read it: undolog sessions show ID, or undolog approvals list"
-    ) == ("In the dashboard: the session's page; Approvals.")
+    # in the hint's order, a list of a session's actions its one page, once
+    assert (
+        labels.pages_of_commands(
+            "Check the id: undolog approvals list shows the pending requests, undolog sessions "
+            "show ID every request of a session; undolog sessions resume, retry or abandon."
+        )
+        == "In the dashboard: Approvals; the session's page."
+    )
+    assert labels.pages_of_commands("undolog sessions list, or undolog approvals decided") == (
+        "In the dashboard: Sessions; Decisions."
+    )
+    assert labels.pages_of_commands("undolog approvals list, or the dashboard's inbox") == ""
     assert labels.pages_of_commands("Pass a lease from 1 second to 1 day.") == ""
 
 

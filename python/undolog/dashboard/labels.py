@@ -51,17 +51,13 @@ def label(state: str | None, kind: str = "session") -> str:
 
 # The engine's hints name what to do as a command of the CLI (`undolog sessions show
 # ID`): a person in the browser is told where the same thing is here, beside it. The CLI's
-# twins of the dashboard's pages (docs/reference/cli.md), longest command first.
+# twins of the dashboard's pages (docs/reference/cli.md); a session's actions (show,
+# rollback, undo-to, resume, retry, abandon) are all on its page.
 PAGE_OF_COMMAND = {
-    "undolog sessions rollback": "Roll back, on the session's page",
-    "undolog sessions undo-to": "Undo from here, on the session's page",
-    "undolog sessions retry": "Retry, on the session's page",
-    "undolog sessions resume": "Resume, on the session's page",
-    "undolog sessions abandon": "Abandon, on the session's page",
-    "undolog sessions show": "the session's page",
     "undolog sessions list": "Sessions",
-    "undolog approvals list": "Approvals",
+    "undolog sessions": "the session's page",
     "undolog approvals decided": "Decisions",
+    "undolog approvals": "Approvals",
     "undolog tools": "Tools",
     "undolog notifications": "Notifications",
     "undolog partitions": "Maintenance",
@@ -69,7 +65,17 @@ PAGE_OF_COMMAND = {
 
 
 def pages_of_commands(text: str) -> str:
-    """Where in the dashboard the CLI commands ``text`` names are, as a sentence to add
-    after it ("" when it names none): "In the dashboard: Approvals; the session's page."."""
-    pages = [page for command, page in PAGE_OF_COMMAND.items() if command in text]
-    return f"In the dashboard: {'; '.join(dict.fromkeys(pages))}." if pages else ""
+    """Where in the dashboard the CLI commands ``text`` names are, in the order it names
+    them, as a sentence to add after it ("" when it names none): "In the dashboard:
+    Approvals; the session's page."."""
+    if "dashboard" in text:  # the hint says where already
+        return ""
+    found: dict[int, str] = {}
+    for command, page in PAGE_OF_COMMAND.items():
+        at = text.find(command)
+        while at >= 0:
+            # the longest command first: "undolog sessions list" is not the session's page
+            found.setdefault(at, page)
+            at = text.find(command, at + 1)
+    pages = dict.fromkeys(found[at] for at in sorted(found))
+    return f"In the dashboard: {'; '.join(pages)}." if pages else ""
