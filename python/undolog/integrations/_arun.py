@@ -33,7 +33,6 @@ from undolog.integrations._core import (
     _RUNNABLE,
     Approver,
     Refusal,
-    ResumedInAnotherSession,
     RunBox,
     ShownCall,
     ToolInfo,
@@ -50,6 +49,7 @@ from undolog.integrations._core import (
     _step_of,
     _Suspended,
     refuse_other_call,
+    resumed_elsewhere,
 )
 from undolog.queries import QUERIES
 
@@ -156,17 +156,7 @@ async def refuse_another_session(
         for name, call_key in asked:
             if await approval_of_step(conn, session_id, name, call_key) is not None:
                 return
-    with_which = (
-        "the session id of the run that stopped"
-        if recorded is None
-        else f"session_id={recorded}, the session the stopped run recorded"
-    )
-    raise ResumedInAnotherSession(
-        f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
-        f"{session_id}: resume it with {with_which}, and nothing was run (a state whose "
-        "calls no session asked about, stale or edited, cannot be resumed: take the "
-        "stopped run's own state)"
-    )
+    raise resumed_elsewhere(session_id, asked, what, recorded)
 
 
 async def open_session_state(ul: AsyncUndoLog, session_id: uuid.UUID) -> str | None:
@@ -195,19 +185,18 @@ async def refusal_of(
 
 
 async def approval_calls(
-    reader: AsyncUndoLog, approvals: Sequence[uuid.UUID]
+    conn: aengine.AsyncConnection, approvals: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[Any, ...]]:
     """(session, step, tool, journaled arguments) of the call each approval request asks
-    about, by approval id, as ``reader``'s login may see it (left out: unknown, or not its
-    to see), in one connection (the ``approval_call`` query)."""
+    about, by approval id, as the connection's login may see it (left out: unknown, or not
+    its to see): the ``approval_call`` query."""
     found: dict[uuid.UUID, tuple[Any, ...]] = {}
-    async with reader.connection() as conn:
-        for approval in approvals:
-            row = await aengine.fetch_optional(
-                conn, QUERIES["approval_call"], {"approval_id": approval}
-            )
-            if row is not None:
-                found[approval] = row
+    for approval in approvals:
+        row = await aengine.fetch_optional(
+            conn, QUERIES["approval_call"], {"approval_id": approval}
+        )
+        if row is not None:
+            found[approval] = row
     return found
 
 
@@ -217,7 +206,8 @@ async def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: Show
     login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
     approval id only, and the app compares what it showed itself."""
     if isinstance(approver, AsyncUndoLog):
-        calls = await approval_calls(approver, [approval_id])
+        async with approver.connection() as conn:
+            calls = await approval_calls(conn, [approval_id])
         refuse_other_call(approval_id, shown, calls.get(approval_id))
     else:
         await _acompat.refuse_unshown_elsewhere(approver, approval_id, shown)

@@ -671,6 +671,25 @@ def refuse_other_call(
         )
 
 
+def resumed_elsewhere(
+    session_id: uuid.UUID, asked: Sequence[tuple[str, str]], what: str, recorded: object = None
+) -> ResumedInAnotherSession:
+    """The refusal of a run resumed in session ``session_id``, in which none of ``asked``
+    (its waiting IRREVERSIBLE calls: tool, call key) has an approval request
+    (``_arun.refuse_another_session`` says when)."""
+    with_which = (
+        "the session id of the run that stopped"
+        if recorded is None
+        else f"session_id={recorded}, the session the stopped run recorded"
+    )
+    return ResumedInAnotherSession(
+        f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
+        f"{session_id}: resume it with {with_which}, and nothing was run (a state whose "
+        "calls no session asked about, stale or edited, cannot be resumed: take the "
+        "stopped run's own state)"
+    )
+
+
 def call_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str]:
     """How the journal's call (``row``: session, step, tool, arguments, the
     ``approval_call`` query) differs from ``shown``, in words (none: it is that call)."""

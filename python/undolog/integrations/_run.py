@@ -35,7 +35,6 @@ from undolog.integrations._core import (
     _RUNNABLE,
     Approver,
     Refusal,
-    ResumedInAnotherSession,
     RunBox,
     ShownCall,
     ToolInfo,
@@ -52,6 +51,7 @@ from undolog.integrations._core import (
     _step_of,
     _Suspended,
     refuse_other_call,
+    resumed_elsewhere,
 )
 from undolog.queries import QUERIES
 
@@ -151,17 +151,7 @@ def refuse_another_session(
         for name, call_key in asked:
             if approval_of_step(conn, session_id, name, call_key) is not None:
                 return
-    with_which = (
-        "the session id of the run that stopped"
-        if recorded is None
-        else f"session_id={recorded}, the session the stopped run recorded"
-    )
-    raise ResumedInAnotherSession(
-        f"{what} ({', '.join(c for _, c in asked)}) have no approval request in session "
-        f"{session_id}: resume it with {with_which}, and nothing was run (a state whose "
-        "calls no session asked about, stale or edited, cannot be resumed: take the "
-        "stopped run's own state)"
-    )
+    raise resumed_elsewhere(session_id, asked, what, recorded)
 
 
 def open_session_state(ul: SyncUndoLog, session_id: uuid.UUID) -> str | None:
@@ -186,17 +176,16 @@ def refusal_of(conn: engine.Connection, tool: str, approval_id: uuid.UUID) -> Re
 
 
 def approval_calls(
-    reader: SyncUndoLog, approvals: Sequence[uuid.UUID]
+    conn: engine.Connection, approvals: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[Any, ...]]:
     """(session, step, tool, journaled arguments) of the call each approval request asks
-    about, by approval id, as ``reader``'s login may see it (left out: unknown, or not its
-    to see), in one connection (the ``approval_call`` query)."""
+    about, by approval id, as the connection's login may see it (left out: unknown, or not
+    its to see): the ``approval_call`` query."""
     found: dict[uuid.UUID, tuple[Any, ...]] = {}
-    with reader.connection() as conn:
-        for approval in approvals:
-            row = engine.fetch_optional(conn, QUERIES["approval_call"], {"approval_id": approval})
-            if row is not None:
-                found[approval] = row
+    for approval in approvals:
+        row = engine.fetch_optional(conn, QUERIES["approval_call"], {"approval_id": approval})
+        if row is not None:
+            found[approval] = row
     return found
 
 
@@ -206,7 +195,8 @@ def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: ShownCall)
     login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
     approval id only, and the app compares what it showed itself."""
     if isinstance(approver, SyncUndoLog):
-        calls = approval_calls(approver, [approval_id])
+        with approver.connection() as conn:
+            calls = approval_calls(conn, [approval_id])
         refuse_other_call(approval_id, shown, calls.get(approval_id))
     else:
         _compat.refuse_unshown_elsewhere(approver, approval_id, shown)

@@ -327,35 +327,21 @@ def _ask_the_rest(agent: Agent[Any]) -> Callable[[Any, Any], Awaitable[None]]:
     return ask
 
 
-async def _same_session(
+async def _resumed_state_checked(
     agent: Agent[Any], ul: AsyncUndoLog, input: object, session_id: uuid.UUID
 ) -> None:
-    """Refuse, before a session is opened, a RunState resumed under a session id other
-    than its run's: its interrupted IRREVERSIBLE calls were asked in their own session,
-    and none of them has a request in ``session_id``. Resumed there, an approved call
-    would be asked again, and the run's own session would wait for ever."""
-    if not isinstance(input, RunState):
-        return
-    asked = [
-        (adapted.tool.name, item.call_id)
-        for item in input.get_interruptions()
-        if (adapted := _adapted(agent, item)) is not None
-        and adapted.tool.tier is ToolTier.IRREVERSIBLE
-        and item.call_id is not None
-        and adapted.arguments(item.arguments or "{}") is not None
-    ]
-    await _arun.refuse_another_session(ul, session_id, asked, "this RunState's interrupted calls")
+    """Refuse, before a session is opened, a resumed RunState whose interrupted
+    IRREVERSIBLE calls are not the calls UndoLog asked about, in one connection:
 
-
-async def _edited_after_approval(
-    agent: Agent[Any], ul: AsyncUndoLog, input: object, session_id: uuid.UUID
-) -> None:
-    """Refuse, before a session is opened, a RunState whose interrupted IRREVERSIBLE call
-    UndoLog approved with other arguments: a saved RunState's text edited between the
-    stop and the resume. ``_apply_decisions`` finds a decision by the call's step (its
-    call id), so it would hand the SDK the person's yes for a call they were never shown;
-    the SDK's own record of the call (an unkeyed hash in the same text) may be edited
-    too, and the edited call would then reach the engine and ask a person anew."""
+    - resumed under a session id other than its run's (none of them has a request in
+      ``session_id``): resumed there, an approved call would be asked again, and the
+      run's own session would wait for ever;
+    - one that UndoLog approved with other arguments than the state's: its saved text
+      edited between the stop and the resume. ``_apply_decisions`` finds a decision by
+      the call's step (its call id), so it would hand the SDK the person's yes for a
+      call they were never shown; the SDK's own record of the call (an unkeyed hash in
+      the same text) may be edited too, and the edited call would then reach the engine
+      and ask a person anew."""
     if not isinstance(input, RunState):
         return
     asked = [
@@ -369,14 +355,19 @@ async def _edited_after_approval(
     if not asked:
         return
     approved: dict[uuid.UUID, ToolApprovalItem] = {}
+    requested = False
     async with ul.connection() as conn:
         for name, call_id, item in asked:
             found = await _arun.approval_of_step(conn, session_id, name, call_id)
+            requested = requested or found is not None
             if found is not None and found[1] == "approved":
                 approved[found[0]] = item
-    if not approved:
-        return
-    calls = await _arun.approval_calls(ul, list(approved))
+        calls = await _arun.approval_calls(conn, list(approved))
+    if not requested:
+        raise _core.resumed_elsewhere(
+            session_id, [(name, call_id) for name, call_id, _ in asked],
+            "this RunState's interrupted calls",
+        )  # fmt: skip
     for approval, item in approved.items():
         row = calls.get(approval)
         differs = [] if row is None else _core.call_differences(_shown_call(session_id, item), row)
@@ -476,8 +467,7 @@ async def run(
         return result
 
     _approved_for_the_run(agent, input)
-    await _same_session(agent, ul, input, session_id)
-    await _edited_after_approval(agent, ul, input, session_id)
+    await _resumed_state_checked(agent, ul, input, session_id)
     return await _arun.run_in_session(
         ul, session_id, agent_name or agent.name, go, _waiting_calls, _ask_the_rest(agent)
     )
@@ -530,8 +520,7 @@ async def run_streamed(
     The session is finished when the block ends (the events not read are drained
     first): completed, awaiting approval, or failed and undone, as with ``run``."""
     _approved_for_the_run(agent, input)
-    await _same_session(agent, ul, input, session_id)
-    await _edited_after_approval(agent, ul, input, session_id)
+    await _resumed_state_checked(agent, ul, input, session_id)
     async with _arun.framework_run(
         ul, session_id, agent_name or agent.name, _waiting_calls, _ask_the_rest(agent)
     ) as box:

@@ -521,10 +521,17 @@ Reader = AsyncUndoLog | UndoLog
 async def _approval_calls(
     reader: Reader, approvals: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[Any, ...]]:
-    """``_arun.approval_calls`` with either client (a sync one in a worker thread)."""
+    """``_arun.approval_calls`` on a connection of either client (a sync one's in a
+    worker thread)."""
     if isinstance(reader, AsyncUndoLog):
-        return await _arun.approval_calls(reader, approvals)
-    return await asyncio.to_thread(_run.approval_calls, reader, approvals)
+        async with reader.connection() as conn:
+            return await _arun.approval_calls(conn, approvals)
+
+    def read() -> dict[uuid.UUID, tuple[Any, ...]]:
+        with reader.connection() as conn:
+            return _run.approval_calls(conn, approvals)
+
+    return await asyncio.to_thread(read)
 
 
 def _same_args(
