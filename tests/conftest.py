@@ -9,8 +9,10 @@ tests/engine/test_durability.py counts WAL flushes, which need a server that rea
 flushes. ``--postgresql-port`` points at a server of yours.
 
 Under pytest-xdist (``make test`` runs two workers) each worker collects the suite and
-starts a cluster of its own; on a server of yours, pytest-postgresql names each worker's
-databases after it (``tests_tmpl`` of ``testsgw0``...), so they never meet.
+starts a cluster of its own, so that nothing of one worker's is seen by the other. On a
+server of yours (``--postgresql-port``) run one process (``-n 0``): pytest-postgresql
+names each worker's databases after it, but logins belong to the whole server, and some
+tests create logins of fixed names.
 """
 
 from __future__ import annotations
