@@ -354,21 +354,23 @@ async def _resumed_state_checked(
     ]
     if not asked:
         return
-    approved: dict[uuid.UUID, ToolApprovalItem] = {}
+    # by approval: every item of the state that names its call (a state may hold one
+    # interruption twice, and each must be the call approved)
+    approved: dict[uuid.UUID, list[ToolApprovalItem]] = {}
     requested = False
     async with ul.connection() as conn:
         for name, call_id, item in asked:
             found = await _arun.approval_of_step(conn, session_id, name, call_id)
             requested = requested or found is not None
             if found is not None and found[1] == "approved":
-                approved[found[0]] = item
+                approved.setdefault(found[0], []).append(item)
         calls = await _arun.approval_calls(conn, list(approved))
     if not requested:
         raise _core.resumed_elsewhere(
             session_id, [(name, call_id) for name, call_id, _ in asked],
             "this RunState's interrupted calls",
         )  # fmt: skip
-    for approval, item in approved.items():
+    for approval, item in ((a, i) for a, items in approved.items() for i in items):
         row = calls.get(approval)
         differs = [] if row is None else _core.call_differences(_shown_call(session_id, item), row)
         if differs:
