@@ -35,7 +35,7 @@ from integration_support import (
     register_compensation,
     session_state,
 )
-from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied, UndoLog
+from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied, UndoLog, UndoLogError
 from undolog.integrations import langchain as adapter
 
 
@@ -639,3 +639,23 @@ def test_an_async_graph_with_sync_journaled_tools(fx: Fixture) -> None:
         ("payout", "committed", 0),
     ]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_tool_called_sync_in_an_async_run_says_how_to_call_it(fx: Fixture) -> None:
+    """A node of an async run (arun) that calls an IRREVERSIBLE UndoLog tool with invoke:
+    the error says which call an async run makes (ainvoke, from an async node), as the
+    decorator's does for a COMPENSABLE one, not a bare AssertionError; nothing ran."""
+    [_, _, payout] = fx.sync_tools
+
+    def node(state: Steps) -> Steps:
+        payout.invoke({"cents": 5})
+        return {"done": True}
+
+    builder = StateGraph(Steps)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    with pytest.raises(UndoLogError, match="with ainvoke from an async node"):
+        asyncio.run(adapter.arun(graph, fx.aul, {"done": False}, fx.config, session_id=fx.sid))
+    assert fx.world.runs == {}

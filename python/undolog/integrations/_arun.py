@@ -31,6 +31,7 @@ from undolog.errors import (
 from undolog.integrations import _acompat
 from undolog.integrations._core import (
     _RUNNABLE,
+    MIXED_RUN,
     Approver,
     Refusal,
     RunBox,
@@ -58,7 +59,8 @@ T = TypeVar("T")
 
 def _connection(session: ActiveSession) -> aengine.AsyncConnection:
     conn = session.connection
-    assert isinstance(conn, psycopg.AsyncConnection)
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise UndoLogError(MIXED_RUN)
     return conn
 
 

@@ -671,6 +671,16 @@ def refuse_other_call(
         )
 
 
+MIXED_RUN = (
+    "an UndoLog tool was called sync inside an async session, or async inside a sync one: "
+    "call it as the run is made (in arun or astream, with ainvoke from an async node; in run "
+    "or stream, with invoke)"
+)
+"""The error (UndoLogError) of an IRREVERSIBLE tool asked about on the other kind of run's
+connection, as the decorator's own (``decorator_common._wrong_session``) for a call it
+journals."""
+
+
 def resumed_elsewhere(
     session_id: uuid.UUID, asked: Sequence[tuple[str, str]], what: str, recorded: object = None
 ) -> ResumedInAnotherSession:

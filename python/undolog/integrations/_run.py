@@ -33,6 +33,7 @@ from undolog.errors import (
 from undolog.integrations import _compat
 from undolog.integrations._core import (
     _RUNNABLE,
+    MIXED_RUN,
     Approver,
     Refusal,
     RunBox,
@@ -60,7 +61,8 @@ T = TypeVar("T")
 
 def _connection(session: ActiveSession) -> engine.Connection:
     conn = session.connection
-    assert isinstance(conn, psycopg.Connection)
+    if not isinstance(conn, psycopg.Connection):
+        raise UndoLogError(MIXED_RUN)
     return conn
 
 
