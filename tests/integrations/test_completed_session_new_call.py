@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.prebuilt import ToolNode
+from langgraph.graph import START, StateGraph
 from langgraph.types import Command
 from pydantic_ai.messages import TextPart
-from test_langgraph import HELLO, Chat, Fixture, ScriptedChat, Steps, _send_each_call, calls
+from test_langgraph import HELLO, Fixture, Steps, calls
 from test_pydantic_ai import Fixture as PydanticFixture
 from test_pydantic_ai import call
 
@@ -156,16 +155,8 @@ def test_a_refusal_that_ended_the_session_meanwhile_leaves_the_rest_unasked(
     rejects the first as soon as it is written, which ends the session, so the second
     cannot be asked. The run stops as before, nobody asked about the second, and the
     resumed run undoes the session and raises ApprovalRejectedError; nothing paid."""
-    model = ScriptedChat(
-        turns=[calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7}))]
-    )
-    builder = StateGraph(Chat)
-    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    builder.add_node("tools", ToolNode(fx.sync_tools))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    turns = [calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7}))]
+    graph = fx.chat_graph(turns, each_its_task=True)
 
     real_intercept = engine.intercept  # what the sync run's requests are written with
 

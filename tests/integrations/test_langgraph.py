@@ -90,13 +90,20 @@ class Fixture:
             self.fns["search"], self.fns["create_user_sync"], self.fns["payout_sync"]
         )
 
-    def chat_graph(self, turns: list[Any], tools: list[BaseTool] | None = None) -> Any:
+    def chat_graph(
+        self, turns: list[Any], tools: list[BaseTool] | None = None, each_its_task: bool = False
+    ) -> Any:
+        """A scripted model and its ToolNode; ``each_its_task``: each tool call of a turn
+        sent to the ToolNode as a task of its own (_send_each_call)."""
         model = ScriptedChat(turns=turns)
         builder = StateGraph(Chat)
         builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
         builder.add_node("tools", ToolNode(tools or self.sync_tools))
         builder.add_edge(START, "agent")
-        builder.add_conditional_edges("agent", tools_condition)
+        if each_its_task:
+            builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
+        else:
+            builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
         return builder.compile(checkpointer=InMemorySaver())
 
@@ -341,19 +348,11 @@ def test_two_irreversible_calls_of_one_turn_are_asked_at_once(fx: Fixture) -> No
     interrupts of the stopped graph, each with its UndoLog request (Agent Inbox
     HumanInterrupts) before any decision; the graph resumes with both answers, by
     interrupt id, and each payout runs once."""
-    model = ScriptedChat(
-        turns=[
-            calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
-            AIMessage("paid"),
-        ]
-    )
-    builder = StateGraph(Chat)
-    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    builder.add_node("tools", ToolNode(fx.sync_tools))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    turns = [
+        calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
+        AIMessage("paid"),
+    ]
+    graph = fx.chat_graph(turns, each_its_task=True)
     out = fx.run(graph, HELLO)
     interrupts = out[adapter.INTERRUPT]
     values = {i.value[0]["call_key"]: i.value[0] for i in interrupts}

@@ -16,17 +16,14 @@ from agents import set_tracing_disabled
 from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 from test_langgraph import (
     HELLO,
-    Chat,
     Fixture,
-    ScriptedChat,
     Steps,
     _approved_one_then_both,
-    _send_each_call,
     calls,
 )
 from test_openai_agents import PAY_SCRIPT
@@ -265,19 +262,11 @@ def test_a_call_resumed_by_interrupt_id_before_its_session_may_go_on(fx: Fixture
     """Both payouts of a turn, each its own task: the first is approved and resumed by its
     interrupt id while the second is undecided (the first is held until it is): it stops
     again at the same interrupt, its id unchanged, and both run once decided."""
-    model = ScriptedChat(
-        turns=[
-            calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
-            AIMessage("paid"),
-        ]
-    )
-    builder = StateGraph(Chat)
-    builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    builder.add_node("tools", ToolNode(fx.sync_tools))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", _send_each_call, ["tools", END])
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    turns = [
+        calls(("payout", "p1", {"cents": 5}), ("payout", "p2", {"cents": 7})),
+        AIMessage("paid"),
+    ]
+    graph = fx.chat_graph(turns, each_its_task=True)
     out = _approved_one_then_both(fx, graph)
     assert out["messages"][-1].content == "paid"
     assert sorted(fx.world.payouts) == [5, 7]
