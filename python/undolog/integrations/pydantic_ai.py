@@ -30,6 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import psycopg
 from pydantic import ValidationError
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
 from pydantic_ai._function_schema import FunctionSchema, function_schema
@@ -514,15 +515,18 @@ def approval_id(requests: DeferredToolRequests, tool_call_id: str) -> uuid.UUID:
     return uuid.UUID(str(requests.metadata[tool_call_id][APPROVAL_KEY]))
 
 
-Reader = AsyncUndoLog | UndoLog
-"""A client that reads UndoLog's approval requests: the approver's, or the agent's."""
+Reader = AsyncUndoLog | UndoLog | aengine.AsyncConnection
+"""What reads UndoLog's approval requests: a client (the approver's, or the agent's), or
+a connection of one already open."""
 
 
 async def _approval_calls(
     reader: Reader, approvals: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[Any, ...]]:
-    """``_arun.approval_calls`` on a connection of either client (a sync one's in a
-    worker thread)."""
+    """``_arun.approval_calls`` on the connection given, or on one of either client (a
+    sync one's in a worker thread)."""
+    if isinstance(reader, psycopg.AsyncConnection):
+        return await _arun.approval_calls(reader, approvals)
     if isinstance(reader, AsyncUndoLog):
         async with reader.connection() as conn:
             return await _arun.approval_calls(conn, approvals)
@@ -823,9 +827,9 @@ async def decisions(
     against the journal first, as ``decide`` checks it (``agent`` and ``toolsets`` as
     there). A deferred call that is not UndoLog's (a pydantic-ai tool declared
     ``requires_approval``) is left out: the app answers it itself."""
-    ours = await _undolog_calls(ul, requests, _irreversible(agent, toolsets))
-    answers: dict[str, Answer] = {call_id: True for call_id in ours}
-    async with ul.connection() as conn:
+    async with ul.connection() as conn:  # one, for the check and the decisions
+        ours = await _undolog_calls(conn, requests, _irreversible(agent, toolsets))
+        answers: dict[str, Answer] = {call_id: True for call_id in ours}
         for part in requests.approvals:
             approval = ours.get(part.tool_call_id)
             if approval is None:
