@@ -4,7 +4,7 @@
 -- moving a request's expires_at into the past with its guard trigger briefly disabled
 -- (the guard otherwise forbids moving a deadline; the ALTER rolls back with the test).
 BEGIN;
-SELECT plan(38);
+SELECT plan(46);
 
 CREATE ROLE ul_t_agent NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_approver NOLOGIN IN ROLE undolog_approver;
@@ -310,6 +310,51 @@ SELECT results_eq(
              ('b1000000-0000-4000-8000-000000000003', 'compensating')$$,
     'their sessions go to their undo walks; the one not due keeps waiting'
 );
+
+-- ---------------------------------------------------------------------------------------
+-- p_limit: at most that many expired by one call, in session order; the rest are left
+-- for the next call (the binding calls it 50 at a time, a transaction each).
+-- ---------------------------------------------------------------------------------------
+SELECT pg_temp.gated_call('c1000000-0000-4000-8000-000000000001', 'c_one') AS approval_c1 \gset
+SELECT pg_temp.gated_call('c1000000-0000-4000-8000-000000000002', 'c_two') AS approval_c2 \gset
+SELECT pg_temp.gated_call('c1000000-0000-4000-8000-000000000003', 'c_three') AS approval_c3 \gset
+SELECT pg_temp.deadline_passed(:'approval_c1', interval '1 minute');
+SELECT pg_temp.deadline_passed(:'approval_c2', interval '1 minute');
+SELECT pg_temp.deadline_passed(:'approval_c3', interval '1 minute');
+SET ROLE ul_t_operator;
+SELECT results_eq(
+    'SELECT * FROM undolog.expire_approvals(p_limit => 1)',
+    format('VALUES (%L::uuid)', :'approval_c1'),
+    'a limit of 1 expires one request, the first due in session order'
+);
+SELECT results_eq(
+    'SELECT * FROM undolog.expire_approvals(p_limit => 1)',
+    format('VALUES (%L::uuid)', :'approval_c2'),
+    'the next call expires the next one'
+);
+SELECT results_eq(
+    'SELECT * FROM undolog.expire_approvals(p_limit => 5)',
+    format('VALUES (%L::uuid)', :'approval_c3'),
+    'a call answering fewer than its limit has expired every request due'
+);
+SELECT is_empty('SELECT * FROM undolog.expire_approvals(p_limit => 1)',
+                'then a call with a limit finds nothing more');
+RESET ROLE;
+SELECT results_eq(
+    $$SELECT state, count(*)::integer FROM undolog.undolog_sessions
+      WHERE session_id::text LIKE 'c1000000-%' GROUP BY state$$,
+    $$VALUES ('compensating'::text, 3)$$,
+    'each of their sessions goes to its undo walk, as after a sweep without a limit'
+);
+SET ROLE ul_t_operator;
+SELECT throws_ok(
+    'SELECT undolog.expire_approvals(p_limit => 0)',
+    'UL008', 'p_limit must be at least 1, not 0',
+    'a limit of 0 is refused (UL008)'
+);
+RESET ROLE;
+SELECT * FROM pg_temp.refused('SELECT undolog.expire_approvals(-1)', 'UL008',
+                              'a negative limit is refused (UL008)');
 
 -- Who may sweep: the operator (above), not the agent nor the approver.
 SET ROLE ul_t_agent;

@@ -62,7 +62,7 @@ GRANT EXECUTE ON FUNCTION undolog.abandon_session(uuid, text, text) TO undolog_o
 -- first in the transaction of one of the three actions above, so that a decision made on
 -- a page or a `sessions show` read earlier applies to that state only.
 GRANT EXECUTE ON FUNCTION undolog.expect_session(uuid, timestamptz) TO undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.expire_approvals() TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.expire_approvals(integer) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.ensure_partitions(integer) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.drop_partitions(timestamptz, boolean, boolean)
 TO undolog_operator;

@@ -3,7 +3,15 @@
 -- request 'expired', effect rejected, session compensating. Answers the ids expired.
 -- Requests are taken in session order. A session another transaction holds (an agent's
 -- left open, another sweep) is skipped, never waited for: the next sweep expires it.
-CREATE OR REPLACE FUNCTION undolog.expire_approvals()
+-- p_limit: expire at most this many requests (those skipped do not count), then stop;
+-- NULL, every one due. Each expiry is a subtransaction that writes, and so takes a
+-- subtransaction XID: past 64 of them in one transaction, the backend's cache of them
+-- overflows until the transaction ends, and every other backend's snapshot then looks
+-- them up in pg_subtrans (slow, for the whole cluster), while this one holds its locks
+-- until it is done. A sweep that may find many calls it with a limit below 64, each
+-- call its own transaction, until one answers fewer ids than its limit (the Python
+-- binding's approvals.expire_approvals does, 50 at a time). UL008 a limit below 1.
+CREATE OR REPLACE FUNCTION undolog.expire_approvals(p_limit integer DEFAULT NULL)
 RETURNS SETOF uuid
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -13,7 +21,15 @@ DECLARE
     v_approval_id uuid;
     v_session_id uuid;
     v_owner_role text;
+    v_expired integer := 0;
 BEGIN
+    IF p_limit < 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL008',
+            MESSAGE = pg_catalog.format('p_limit must be at least 1, not %s', p_limit),
+            HINT = 'Pass how many requests to expire at most (below 64 keeps each sweep '
+                   'within the subtransaction cache), or NULL for every one due.';
+    END IF;
     FOR v_approval_id, v_session_id IN
         SELECT a.approval_id, a.session_id
         FROM undolog.undolog_approval_requests AS a
@@ -61,12 +77,14 @@ BEGIN
             IF undolog.decide_approval(v_approval_id, 'expired', NULL, NULL, NULL)
                IS NOT NULL THEN
                 RETURN NEXT v_approval_id;
+                v_expired := v_expired + 1;
             END IF;
         EXCEPTION WHEN SQLSTATE 'UL030' THEN
             CONTINUE;  -- skipped: the session is held, or the request decided meanwhile
         END;
+        EXIT WHEN v_expired >= p_limit;  -- never, when p_limit is NULL
     END LOOP;
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.expire_approvals() FROM public;
+REVOKE ALL ON FUNCTION undolog.expire_approvals(integer) FROM public;
