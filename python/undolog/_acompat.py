@@ -25,6 +25,10 @@ sleep = asyncio.sleep
 # A wait's progress report (undolog.aapprovals.wait_for_decision's on_progress): awaited.
 Progress = Callable[[float], Awaitable[object]]
 
+# A sweep's progress report (undolog.aapprovals.expire_approvals's on_progress): how many
+# it did so far, awaited.
+CountProgress = Callable[[int], Awaitable[object]]
+
 
 class Event(asyncio.Event):
     """The heartbeat's stop signal."""

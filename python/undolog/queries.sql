@@ -161,8 +161,9 @@ SELECT undolog.reject(
 )
 
 -- name: expire_approvals
--- The operator's periodic pass: every pending request past its deadline is expired.
-SELECT * FROM undolog.expire_approvals()
+-- The operator's periodic pass: pending requests past their deadline are expired, at
+-- most %(limit)s of them in this transaction (the binding repeats it until fewer come).
+SELECT * FROM undolog.expire_approvals(p_limit => %(limit)s)
 
 -- name: approval_state
 -- A request's state, as the caller may see it (an agent sees only its own sessions').

@@ -684,7 +684,8 @@ def _stale(claim: saga.Claim, exc: UndoLogError) -> None:
 def close_past_deadline(conn: engine.Connection) -> list[uuid.UUID]:
     """Close the approval requests past their deadline (undolog.approval_timeout) as
     expired, so that a worker pass then walks the sessions that sends to their undo:
-    nobody else would, and a deadline nobody enforces is none. Answers their ids."""
+    nobody else would, and a deadline nobody enforces is none. Answers their ids. A
+    backlog of thousands is closed in transactions of at most approvals.EXPIRE_BATCH."""
     expired = approvals.expire_approvals(conn)
     if expired:
         log.info("closed %d approval request(s) past their deadline", len(expired))

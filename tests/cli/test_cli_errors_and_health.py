@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from expiry_support import expired_per_transaction, past_deadline
 from pgcluster import free_port
 from undolog import engine, errors, saga
 from undolog.cli import build_parser, describe_error, main
@@ -182,6 +183,30 @@ def test_approvals_expire_closes_the_requests_past_their_deadline(
     assert engine.session_state(conn, sid) != "awaiting_approval"
     code, out, err = run(capsys, "--json", "approvals", "expire")
     assert (code, json.loads(out)) == (0, []), err
+
+
+def test_approvals_expire_says_how_far_a_long_sweep_got(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep of many expires them 50 to a transaction (approvals.EXPIRE_BATCH) and says
+    after each, on standard error, how many are expired and committed so far: the list of
+    what it expired comes only at its end. With --json, standard error stays for errors."""
+    due = past_deadline(conn, 120)
+    code, out, err = run(capsys, "approvals", "expire")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "undolog approvals expire: 50 expired so far (committed), going on",
+        "undolog approvals expire: 100 expired so far (committed), going on",
+    ]
+    lines = out.splitlines()
+    assert lines[0].split() == ["APPROVAL_ID", "STATE"] and len(lines) == 121
+    assert sorted(uuid.UUID(line.split()[0]) for line in lines[1:]) == sorted(due)
+    assert expired_per_transaction(conn, due) == [50, 50, 20]
+    more = past_deadline(conn, 60)
+    code, out, err = run(capsys, "--json", "approvals", "expire")
+    assert (code, err) == (0, "")
+    assert sorted(uuid.UUID(r["approval_id"]) for r in json.loads(out)) == sorted(more)
+    assert expired_per_transaction(conn, more) == [50, 10]
 
 
 def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:

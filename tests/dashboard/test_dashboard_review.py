@@ -30,6 +30,7 @@ from dashboard_helpers import (
     session_state,
     waiting_session,
 )
+from expiry_support import expired_per_transaction, expiry_refused, in_sweep_order, past_deadline
 from undolog import UndoLog, engine
 from undolog.dashboard import queries
 from undolog.dashboard.app import Dashboard
@@ -311,6 +312,24 @@ def test_an_operator_closes_the_requests_past_their_deadline(
     again = web.post("/approvals/expire", data={"csrf": csrf_of(after.text)})
     assert again.status_code == 303
     assert "nothing was closed" in web.get("/approvals").text
+
+
+def test_an_operator_closes_a_backlog_in_transactions_of_50(web: TestClient, conn: Conn) -> None:
+    """A backlog is closed 50 to a transaction (aapprovals.EXPIRE_BATCH), each committed
+    before the next: when one is refused, the page says how many were closed before it."""
+    due = past_deadline(conn, 70)
+    log_in(web, "dash_operator")
+    inbox = web.get("/approvals")
+    with expiry_refused(conn, in_sweep_order(conn, due)[59]):
+        refused = web.post("/approvals/expire", data={"csrf": csrf_of(inbox.text)})
+    assert "refused by the test" in refused.text
+    assert "(50 request(s) were closed as expired before it)" in refused.text
+    assert expired_per_transaction(conn, due) == [50]
+    done = web.post("/approvals/expire", data={"csrf": csrf_of(inbox.text)})
+    assert done.status_code == 303
+    after = web.get("/approvals").text
+    assert "20 request(s) past their deadline closed as expired by dash_operator" in after
+    assert expired_per_transaction(conn, due) == [50, 20]
 
 
 def test_a_live_refresh_between_an_action_and_its_page_leaves_the_message(

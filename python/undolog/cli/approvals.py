@@ -290,9 +290,14 @@ def _edited_args(args: argparse.Namespace) -> Any:
 
 def _cmd_approvals_expire(args: argparse.Namespace) -> int:
     """Every pending request past its deadline becomes expired, and its session goes on
-    as after a rejection (undolog.expire_approvals)."""
+    as after a rejection (undolog.expire_approvals). In transactions of at most
+    approvals.EXPIRE_BATCH requests each: a long sweep says on standard error how far it
+    got after each (not with --json, whose errors are JSON there), since the list of
+    what it expired comes only at its end."""
     with connect(args) as conn:
-        expired = approvals.expire_approvals(conn)
+        expired = approvals.expire_approvals(
+            conn, on_progress=None if args.json else _say_expired_so_far
+        )
     emit(
         args,
         [{"approval_id": a, "state": "expired"} for a in expired],
@@ -303,6 +308,14 @@ def _cmd_approvals_expire(args: argparse.Namespace) -> int:
 
 
 EXPIRED_COLUMNS = ["approval_id", "state"]
+
+
+def _say_expired_so_far(count: int) -> None:
+    print(
+        f"undolog approvals expire: {count} expired so far (committed), going on",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:

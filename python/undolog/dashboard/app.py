@@ -934,7 +934,8 @@ class Dashboard:
     async def expire(self, request: Request) -> Response:
         """An operator closes every request past its deadline (undolog.expire_approvals,
         what `expire_approvals()` from cron does): each becomes expired, and its session
-        is undone (or goes on, for a tool registered on_reject="continue")."""
+        is undone (or goes on, for a tool registered on_reject="continue"). In
+        transactions of at most aapprovals.EXPIRE_BATCH requests each, as the command."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
@@ -944,8 +945,18 @@ class Dashboard:
                 "expire", False, "only an operator closes the requests past their deadline", 403
             )
             return self._after(request, ws, [outcome], "/approvals")
-        closed = await self._attempt(ws, "expire", aapprovals.expire_approvals)
+        committed = 0  # in transactions of at most aapprovals.EXPIRE_BATCH: so far
+
+        async def so_far(count: int) -> None:
+            nonlocal committed
+            committed = count
+
+        closed = await self._attempt(
+            ws, "expire", lambda conn: aapprovals.expire_approvals(conn, on_progress=so_far)
+        )
         if isinstance(closed, Outcome):
+            if committed:  # the batches before the one refused stand
+                closed.text += f" ({committed} request(s) were closed as expired before it)"
             return self._after(request, ws, [closed], "/approvals")
         log.info("%s: expired %d request(s) past their deadline", ws.login, len(closed))
         text = (
