@@ -299,7 +299,8 @@ def test_irreversible_beside_another_call_of_the_same_turn(fx: Fixture) -> None:
 
 
 def test_decision_recorded_by_a_callable(fx: Fixture) -> None:
-    """The app's own recorder (here: the approver's connection) takes the decision."""
+    """The app's own recorder (here: the approver's connection) takes the decision; the
+    call decided on is read with ``ul`` (here the agent's client) first."""
     graph, request = _pay(fx)
     seen: list[tuple[uuid.UUID, bool, str, str | None]] = []
 
@@ -307,7 +308,7 @@ def test_decision_recorded_by_a_callable(fx: Fixture) -> None:
         seen.append((approval, approved, by, reason))
         fx.approver.approve(approval, by, reason)
 
-    command = adapter.decide(request, record, "carol", approved=True, reason="ok")
+    command = adapter.decide(request, record, "carol", approved=True, reason="ok", ul=fx.ul)
     assert seen == [(adapter.approval_id(request), True, "carol", "ok")]
     out = fx.run(graph, command)
     assert out["messages"][-1].content == "paid"

@@ -119,6 +119,79 @@ def test_an_openai_agents_item_showing_other_arguments_is_refused(dsn: str) -> N
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "al")]
 
 
+def _recorder(approver: Any, recorded: list[Any]) -> Callable[..., None]:
+    """A decision recorder (the app's own, here the approver's client behind it) that
+    notes each approval it is handed."""
+
+    def record(approval: Any, approved: bool, by: str, reason: str | None, **kw: Any) -> None:
+        recorded.append(approval)
+        if approved:
+            approver.approve(approval, by, reason, args=kw.get("args"))
+        else:
+            approver.reject(approval, by, reason)
+
+    return record
+
+
+def test_a_callable_approver_is_checked_against_the_journal_too(fx: Fixture) -> None:
+    """A decision recorder is handed the approval id only, so decide reads the call with
+    ``ul`` (a client that may read the session's requests: the agent's here) and refuses
+    a request showing 5 cents whose approval asks about 900000, as it refuses one decided
+    through a client; without ``ul`` it cannot read the call, and refuses, saying to give
+    ``ul=``. The recorder is never called; the request as the run answered it is decided
+    through it as usual."""
+    graph, request = _stopped(fx, 900000)
+    shown = copy.deepcopy(request)
+    shown[0]["action_request"]["args"] = {"cents": 5}
+    recorded: list[Any] = []
+    record = _recorder(fx.approver, recorded)
+    with pytest.raises(ValueError, match=r"not the call the person was shown.*arguments"):
+        adapter.decide(shown, record, "alice", approved=True, ul=fx.ul)
+    with pytest.raises(ValueError, match=r"not the call the person was shown.*arguments"):
+        accept = [{"type": "accept", "args": None}]
+        adapter.respond(shown, accept, record, "alice", ul=fx.ul)
+    with pytest.raises(ValueError, match=r"not the call the person was shown.*arguments"):
+        asyncio.run(adapter.adecide(shown, record, "alice", approved=True, ul=fx.aul))
+    for request_seen in (shown, request):
+        with pytest.raises(ValueError, match="ul="):
+            adapter.decide(request_seen, record, "alice", approved=True)
+        with pytest.raises(ValueError, match="ul="):
+            asyncio.run(adapter.adecide(request_seen, record, "alice", approved=True))
+    assert recorded == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    fx.run(graph, adapter.decide(request, record, "alice", approved=True, ul=fx.ul))
+    assert recorded == [adapter.approval_id(request)]
+    assert fx.world.payouts == [900000]
+
+
+def test_an_openai_agents_callable_approver_is_checked_against_the_journal_too(
+    dsn: str,
+) -> None:
+    """The OpenAI Agents decide reads the call with ``ul`` (the agent's client it always
+    takes) when the approver is a decision recorder: an item showing 5 cents whose call
+    id asks about 500 is refused, the recorder never called."""
+    set_tracing_disabled(True)
+    fx = AgentsFixture(dsn)
+    agent = fx.agent(list(PAY_SCRIPT))
+    result = asyncio.run(fx.run(agent, "go"))
+    [item] = result.interruptions
+    state = result.to_state()
+    raw = cast(Any, item.raw_item).model_copy(update={"arguments": json.dumps({"cents": 5})})
+    shown = type(item)(agent=item.agent, raw_item=raw)
+    recorded: list[Any] = []
+
+    async def record(approval: Any, approved: bool, by: str, reason: str | None) -> None:
+        recorded.append(approval)
+        await fx.approver.approve(approval, by, reason)
+
+    with pytest.raises(ValueError, match=r"not the call the person was shown.*arguments"):
+        asyncio.run(openai_agents.decide(state, shown, fx.ul, fx.sid, record, "al", approved=True))
+    assert recorded == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    asyncio.run(openai_agents.decide(state, item, fx.ul, fx.sid, record, "al", approved=True))
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "al")]
+
+
 # --- a ToolNode's list --------------------------------------------------------------------
 
 

@@ -21,6 +21,10 @@ T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 
 
+OtherClient = UndoLog
+"""A client of the other side (sync, here): what ``refuse_unshown_elsewhere`` reads with."""
+
+
 class Run(Protocol[T_co]):
     """The framework run that ``run_in_session`` makes: awaited."""
 
@@ -56,9 +60,8 @@ async def record_elsewhere(
 
 
 async def refuse_unshown_elsewhere(
-    approver: UndoLog | DecisionRecorder, approval_id: uuid.UUID, shown: ShownCall
+    reader: OtherClient, approval_id: uuid.UUID, shown: ShownCall
 ) -> None:
-    """``_arun.refuse_unshown`` through a sync UndoLog (the sync twin's, in a worker
-    thread); a decision recorder compares what its app showed itself."""
-    if isinstance(approver, UndoLog):
-        await asyncio.to_thread(_run.refuse_unshown, approver, approval_id, shown)
+    """``_arun.refuse_unshown`` read with a sync UndoLog (the sync twin's, in a worker
+    thread)."""
+    await asyncio.to_thread(_run.refuse_unshown, reader, approval_id, shown)

@@ -18,6 +18,10 @@ T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 
 
+OtherClient = AsyncUndoLog
+"""A client of the other side (async, here): what ``refuse_unshown_elsewhere`` reads with."""
+
+
 class Run(Protocol[T_co]):
     """The framework run that ``run_in_session`` makes."""
 
@@ -47,10 +51,7 @@ def record_elsewhere(
         raise TypeError("an async decision recorder needs the async decision helper")
 
 
-def refuse_unshown_elsewhere(
-    approver: AsyncUndoLog | DecisionRecorder, approval_id: uuid.UUID, shown: ShownCall
-) -> None:
-    """``_run.refuse_unshown`` through an AsyncUndoLog: refused, as its decision would be
-    (``record_elsewhere``); a decision recorder compares what its app showed itself."""
-    if isinstance(approver, AsyncUndoLog):
-        raise TypeError("an AsyncUndoLog approver needs the async decision helper")
+def refuse_unshown_elsewhere(reader: OtherClient, approval_id: uuid.UUID, shown: ShownCall) -> None:
+    """``_run.refuse_unshown`` read with an AsyncUndoLog: refused, as its decision would
+    be (``record_elsewhere``)."""
+    raise TypeError("an AsyncUndoLog approver (or ul) needs the async decision helper")

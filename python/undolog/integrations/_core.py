@@ -61,6 +61,33 @@ T = TypeVar("T")
 # approval with edited arguments calls it with them as the keyword ``args`` too.
 DecisionRecorder = Callable[[uuid.UUID, bool, str, str | None], Awaitable[object] | object]
 Approver = UndoLog | AsyncUndoLog | DecisionRecorder
+Client = UndoLog | AsyncUndoLog
+R = TypeVar("R")
+
+
+def unchecked_decision() -> ValueError:
+    """The refusal of a decision through a decision recorder when nothing may read the
+    call decided on (``approvals_reader``)."""
+    return ValueError(
+        "the call decided on cannot be checked against the call the person was shown: the "
+        "approver is a callable, handed the approval id only, and no client was given to "
+        "read the call from the journal; nothing was recorded. Pass ul=, a client that may "
+        "read the session's approval requests (the agent's, or an approver's)"
+    )
+
+
+def approvals_reader(approver: Approver, ul: R | None) -> Client | R:
+    """What reads the call of the approval a person decides on, to compare it with the
+    call they were shown before anything is recorded: the approver when it is a client
+    (its own login), else ``ul``. Every adapter's decision helper makes that check, with
+    either kind of approver: the request the person is shown comes from the agent's run,
+    and a decision recorder is the app's, handed the approval id only, so it cannot
+    compare. Without ``ul`` nothing can read the call: ValueError, nothing recorded."""
+    if isinstance(approver, UndoLog | AsyncUndoLog):
+        return approver
+    if ul is None:
+        raise unchecked_decision()
+    return ul
 
 
 def json_form(value: Any) -> Any:

@@ -19,7 +19,7 @@ from langgraph.types import Command
 
 from undolog.client_sync import SyncUndoLog
 from undolog.integrations import _compat, _run
-from undolog.integrations._core import Approver
+from undolog.integrations._core import Approver, approvals_reader
 from undolog.integrations._langchain_common import (
     APPROVAL_KEY,
     _answer,
@@ -175,17 +175,19 @@ def decide(
     engine still refuses an argument the call does not have, but a value that does not
     fit the tool is found only when the call runs. ``tools`` may hold plain callables, as
     a ToolNode's list does. Before anything is recorded, the approval's pending call is
-    read with the approver's login and must be the call the request shows (its session,
-    tool, call key and arguments): the request comes from the agent's run, and a changed
-    one raises ValueError (a decision recorder is handed the approval id only, and its
-    app compares what it showed)."""
+    read with the approver's login (with ``ul`` when the approver is a decision recorder,
+    which is handed the approval id only: without ``ul``, ValueError) and must be the
+    call the request shows (its session, tool, call key and arguments): the request comes
+    from the agent's run, and a changed one raises ValueError."""
     _edit_is_an_approval(approved, args)
+    # what reads the call decided on: the approver's client, or ul for a decision recorder
+    reader = approvals_reader(approver, ul)
     asked = _request(request)
     args = _checked_edit(asked, args, tools)
     client = _lookup_client(ul, approver)
     approval = approval_id(request, client if isinstance(client, SyncUndoLog) else None)
     # the request comes from the agent's run: its approval id must be the call it shows
-    _run.refuse_unshown(approver, approval, _shown_call(asked))
+    _run.refuse_unshown(reader, approval, _shown_call(asked))
     _run.record_decision(approver, approval, approved, decided_by, reason, args)
     return _answer(approved, reason, args, asked["action_request"]["action"])
 

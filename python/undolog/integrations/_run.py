@@ -191,17 +191,20 @@ def approval_calls(
     return found
 
 
-def refuse_unshown(approver: Approver, approval_id: uuid.UUID, shown: ShownCall) -> None:
+def refuse_unshown(
+    reader: SyncUndoLog | _compat.OtherClient, approval_id: uuid.UUID, shown: ShownCall
+) -> None:
     """Refuse (ValueError, nothing recorded) a decision on ``approval_id`` whose pending
-    call is not ``shown``, the call the person was shown, read with the approver's own
-    login (the ``approval_call`` query). A decision recorder is the app's: it is handed the
-    approval id only, and the app compares what it showed itself."""
-    if isinstance(approver, SyncUndoLog):
-        with approver.connection() as conn:
+    call is not ``shown``, the call the person was shown, read (the ``approval_call``
+    query) with ``reader``'s login: the approver's client, or the client that reads for a
+    decision recorder (``_core.approvals_reader``). A client of the other side is for
+    ``refuse_unshown_elsewhere`` in the pair ``integrations._acompat`` / ``_compat``."""
+    if isinstance(reader, SyncUndoLog):
+        with reader.connection() as conn:
             calls = approval_calls(conn, [approval_id])
         refuse_other_call(approval_id, shown, calls.get(approval_id))
     else:
-        _compat.refuse_unshown_elsewhere(approver, approval_id, shown)
+        _compat.refuse_unshown_elsewhere(reader, approval_id, shown)
 
 
 def record_decision(

@@ -591,10 +591,12 @@ async def decide(
     login, then ``state.approve(item)`` / ``state.reject(item)``. The approval is found by
     the item's session, tool and call id, and its pending call, read with the approver's
     login, must have the item's arguments (the journal's JSON form): else ValueError, and
-    nothing is recorded."""
+    nothing is recorded. A decision recorder (an approver that is a callable, handed the
+    approval id only) has the call read with ``ul``."""
     approval, _ = await _approval_of(ul, session_id, item)
     # the item comes from the agent's run: the call UndoLog asks about must be its call
-    await _arun.refuse_unshown(approver, approval, _shown_call(session_id, item))
+    reader = _core.approvals_reader(approver, ul)
+    await _arun.refuse_unshown(reader, approval, _shown_call(session_id, item))
     await _arun.record_decision(approver, approval, approved, decided_by, reason)
     if approved:
         state.approve(item)

@@ -602,11 +602,7 @@ async def _undolog_calls(
     if not named:
         return {}
     if reader is None:
-        raise ValueError(
-            "decide cannot check that the approvals the requests name are the calls shown: "
-            "its approver is a callable, and nothing was recorded. Give decide ul=, a client "
-            "that may read the session's approval requests (the agent's, or an approver's)"
-        )
+        raise _core.unchecked_decision()
     calls = await _approval_calls(reader, [approval for _, approval in named.values()])
     for call_id, (part, approval) in named.items():
         made = own.get(part.tool_name)
