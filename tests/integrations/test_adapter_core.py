@@ -123,3 +123,32 @@ def test_json_form_is_what_the_journal_signs() -> None:
     assert _core.json_form(frozenset({3, 1, 2})) == [1, 2, 3]
     unknown = object()
     assert _core.json_form(unknown) is unknown
+
+
+def test_tool_differences_tell_a_changed_tool_from_a_changed_call() -> None:
+    """A shown call whose named arguments are the journal's, completed otherwise by the
+    tool's defaults as it is now, is told apart by the tool (a parameter added, removed,
+    a default changed); an argument the call names that differs, another step, or a
+    shown call in the journal's own form (nothing named) is not the tool's doing."""
+    sid = uuid.uuid4()
+    step = _core.step_for("c2")
+
+    def shown(args: dict[str, Any], named: dict[str, Any] | None) -> _core.ShownCall:
+        return _core.ShownCall(sid, "payout", "c2", args, named)
+
+    journaled = (sid, step, "payout", {"cents": 500, "memo": "", "fee": 1})
+    now = shown({"cents": 500, "currency": "EUR", "fee": 2}, {"cents": 500})
+    assert _core.tool_differences(now, journaled) == [
+        'it now takes currency (default "EUR"), which the journaled call does not have',
+        'it no longer takes memo (journaled "")',
+        "its default fee is 2, the journaled call's 1",
+    ]
+    assert (
+        _core.tool_differences(shown({"cents": 5, "memo": "", "fee": 1}, {"cents": 5}), journaled)
+        is None
+    )
+    assert _core.tool_differences(shown(now.args, None), journaled) is None
+    other_step = (sid, _core.step_for("c3"), "payout", journaled[3])
+    assert _core.tool_differences(now, other_step) is None
+    same = shown({"cents": 500, "memo": "", "fee": 1}, {"cents": 500})
+    assert _core.tool_differences(same, journaled) is None

@@ -21,7 +21,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from test_openai_agents import Fixture
 
 from integration_support import decisions, effects, pending, session_state
-from undolog import ApprovalRejectedError, AwaitingApprovalError
+from undolog import ApprovalRejectedError, AwaitingApprovalError, ToolTier, undolog_tool
 from undolog.integrations import openai_agents as adapter
 
 
@@ -229,3 +229,88 @@ def test_an_edit_the_interruption_does_not_show_is_refused_by_the_sdk_mid_run(
         ("payout", "approved", 0),
     ]
     assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def _payout_with_a_currency(fx: Fixture) -> Any:
+    """payout as a later release of the app defines it: a parameter with a default
+    added (the same UndoLog tool, name and tier)."""
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def payout(cents: int, currency: str = "EUR") -> dict[str, Any]:
+        """Send money to a bank account."""
+        fx.world.runs["payout"] += 1
+        fx.world.payouts.append(cents)
+        return {"paid": cents, "currency": currency}
+
+    return payout
+
+
+def _with_a_currency(fx: Fixture, text: str) -> tuple[Agent[Any], RunState[Any]]:
+    """The agent built again with payout taking a currency, and ``text`` read back."""
+    gc.collect()
+    tools = adapter.tools(fx.fns["search"], fx.fns["create_user"], _payout_with_a_currency(fx))
+    agent = Agent(name="ops", model=ScriptedModel(list(LAST_TURN)), tools=list(tools))
+    return agent, asyncio.run(RunState.from_string(agent, text))
+
+
+TOOL_CHANGED = (
+    "the payout call c2 names the arguments of the call UndoLog asked about, but the payout "
+    "tool does not complete them with defaults as when the call was journaled: it now takes "
+    'currency (default "EUR"), which the journaled call does not have. The tool\'s '
+    "parameters or defaults changed since the run stopped"
+)
+
+
+def test_a_tool_that_gained_a_default_since_the_stop_is_refused_saying_so(fx: Fixture) -> None:
+    """The payout of 500 approved, the app is deployed again with payout taking a
+    currency (default "EUR") before the resume. The RunState is as it was saved, but the
+    call it resumes is payout(cents=500, currency="EUR"): its journal form (defaults
+    applied) and so its signature are not those of the call a person approved,
+    payout(cents=500), and the engine would take it as a new call at the same step (a
+    second request for the same payout). The resume is refused before anything runs,
+    saying what differs (the tool's defaults, not the RunState's text) and what to do;
+    the tool as it was still resumes it."""
+    text = _stopped_and_saved(fx)
+    _, honest = _loaded(fx, text)
+    [item] = honest.get_interruptions()
+    asyncio.run(adapter.decide(honest, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
+    del honest, item
+    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    agent, state = _with_a_currency(fx, text)
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(fx.run(agent, state))
+    said = str(refused.value)
+    assert said.startswith(f"this RunState's payout call, approved (approval {approval}): ")
+    assert TOOL_CHANGED in said
+    assert "the RunState was changed" not in said
+    assert "nothing was run. Decide on it and resume with the tool as it was" in said
+    assert f"undolog sessions rollback {fx.sid} --by WHO" in said
+    assert fx.world.runs["payout"] == 0
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
+    agent, state = _loaded(fx, text)
+    assert asyncio.run(fx.run(agent, state)).final_output == "paid"
+    assert fx.world.payouts == [500]
+
+
+def test_a_decision_under_a_tool_that_gained_a_default_is_refused_saying_so(
+    fx: Fixture,
+) -> None:
+    """decide on the saved state read back by the app with payout taking a currency:
+    the person is shown payout(cents=500, currency="EUR"), UndoLog asks about
+    payout(cents=500). Refused, nothing recorded, saying the tool's defaults differ;
+    decided under the tool as it was, it goes through."""
+    text = _stopped_and_saved(fx)
+    _, state = _with_a_currency(fx, text)
+    [item] = state.get_interruptions()
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    said = str(refused.value)
+    assert TOOL_CHANGED in said
+    assert "nothing was recorded" in said
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    _, state = _loaded(fx, text)
+    [item] = state.get_interruptions()
+    asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]

@@ -659,6 +659,11 @@ class ShownCall:
     tool_name: str
     call_key: str
     args: Any
+    # The arguments the call names, as the model sent them, when ``args`` are those
+    # completed by the tool's defaults as the tool is now (OpenAI Agents: an item of a
+    # RunState, bound again by the tool the resumed process built); None when ``args`` are
+    # the journal's form as the run wrote it (a LangGraph interrupt).
+    named: Mapping[str, Any] | None = None
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -687,6 +692,11 @@ def refuse_other_call(
     pending, is the engine's to refuse, with its own error."""
     if row is None:
         return
+    changed = tool_differences(shown, row)
+    if changed is not None:
+        raise ValueError(
+            f"approval {approval_id}: " + tool_changed(shown, changed, "nothing was recorded")
+        )
     differs = call_differences(shown, row)
     if differs:
         raise ValueError(
@@ -742,6 +752,79 @@ def call_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str]:
         shown_text = _json_text(shown.args) or repr(shown.args)
         differs.append(f"its arguments are {_json_text(args)}, not the {shown_text} shown")
     return differs
+
+
+def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None:
+    """How ``shown``'s tool changed since its call was journaled, in words, when that
+    alone tells the journal's call (``row``, as for ``call_differences``) from ``shown``:
+    the same session, tool and step, every argument the call names (``shown.named``) the
+    journal's, and the others, which the tool's defaults fill in, not (a parameter added
+    with a default, one removed, a default changed). None otherwise: the call itself is
+    not the journal's, or nothing differs, or ``shown`` has its arguments as the journal
+    wrote them (``named`` None). A call's arguments are journaled and signed with its
+    tool's defaults applied, so such a call is still another call (``TOOL_CHANGED``)."""
+    session_id, step_index, tool_name, journaled = row
+    args, named = shown.args, shown.named
+    if (
+        named is None
+        or str(session_id) != str(shown.session_id)
+        or tool_name != shown.tool_name
+        or step_index != step_for(shown.call_key)
+        or not isinstance(args, Mapping)
+        or not isinstance(journaled, Mapping)
+        or any(
+            name not in args or name not in journaled or not same_json(args[name], journaled[name])
+            for name in named
+        )
+    ):
+        return None
+    added = [name for name in args if name not in journaled]
+    removed = [name for name in journaled if name not in args]
+    changed = [
+        name for name in args if name in journaled and not same_json(args[name], journaled[name])
+    ]
+    differs = []
+    if added:
+        differs.append(
+            "it now takes "
+            + ", ".join(f"{name} (default {_json_text(args[name])})" for name in added)
+            + ", which the journaled call does not have"
+        )
+    if removed:
+        differs.append(
+            "it no longer takes "
+            + ", ".join(f"{name} (journaled {_json_text(journaled[name])})" for name in removed)
+        )
+    if changed:
+        differs.append(
+            "its default "
+            + ", ".join(
+                f"{name} is {_json_text(args[name])}, the journaled call's "
+                f"{_json_text(journaled[name])}"
+                for name in changed
+            )
+        )
+    return differs or None
+
+
+def tool_changed(shown: ShownCall, differs: Sequence[str], nothing: str) -> str:
+    """The refusal's words for a call told from the journal's by its tool alone
+    (``differs``: ``tool_differences``): what differs, why that is another call, and
+    what to do. ``nothing`` says what was not done ("nothing was run")."""
+    return (
+        f"the {shown.tool_name} call {shown.call_key} names the arguments of the call UndoLog "
+        f"asked about, but the {shown.tool_name} tool does not complete them with defaults "
+        f"as when the call was journaled: {'; '.join(differs)}. The tool's parameters or "
+        "defaults changed since the run stopped (or the call lost an argument it named). A "
+        "call is journaled, signed and approved with its tool's defaults applied, so made "
+        "with this tool it would be another call than the one asked about (the engine "
+        f"would ask about it anew at the same step): {nothing}. Decide on it and resume with "
+        "the tool as it was when the run stopped (change a tool's parameters once the runs "
+        "waiting on it have ended); or, to make the call with this tool, roll the session "
+        f"back (`undolog sessions rollback {shown.session_id} --by WHO --reason TEXT`: what "
+        "it did is undone) and run the agent again in a new session, where the call is "
+        "asked about anew"
+    )
 
 
 def _recorded_by(

@@ -341,7 +341,12 @@ async def _resumed_state_checked(
       the call's step (its call id), so it would hand the SDK the person's yes for a
       call they were never shown; the SDK's own record of the call (an unkeyed hash in
       the same text) may be edited too, and the edited call would then reach the engine
-      and ask a person anew."""
+      and ask a person anew;
+    - one whose call is the approved one, but whose tool (built again by this process)
+      completes it with other defaults (a parameter added with a default, one removed, a
+      default changed): its arguments, defaults applied, and so its signature, are not
+      the approved call's, and the engine would ask about it anew at the same step. The
+      error says so (``_core.tool_differences``), and what to do."""
     if not isinstance(input, RunState):
         return
     asked = [
@@ -372,15 +377,23 @@ async def _resumed_state_checked(
         )  # fmt: skip
     for approval, item in ((a, i) for a, items in approved.items() for i in items):
         row = calls.get(approval)
-        differs = [] if row is None else _core.call_differences(_shown_call(session_id, item), row)
-        if differs:
+        shown = _shown_call(session_id, item)
+        differs = [] if row is None else _core.call_differences(shown, row)
+        if row is None or not differs:
+            continue
+        changed = _core.tool_differences(shown, row)
+        if changed is not None:
             raise ValueError(
-                f"this RunState's {item.name} call {item.call_id} is not the call UndoLog "
-                f"holds at its step ({'; '.join(differs)}): nothing was run. A person "
-                f"approved that call (approval {approval}), not this one: the RunState was "
-                "changed after the run stopped. Resume from the state the stopped run "
-                "saved (result.to_state(), or its to_string() as it was written)"
+                f"this RunState's {item.name} call, approved (approval {approval}): "
+                + _core.tool_changed(shown, changed, "nothing was run")
             )
+        raise ValueError(
+            f"this RunState's {item.name} call {item.call_id} is not the call UndoLog "
+            f"holds at its step ({'; '.join(differs)}): nothing was run. A person "
+            f"approved that call (approval {approval}), not this one: the RunState was "
+            "changed after the run stopped. Resume from the state the stopped run "
+            "saved (result.to_state(), or its to_string() as it was written)"
+        )
 
 
 _PROBE = "undolog-probe-no-such-call"  # a call id no model gives: only a sticky decision
@@ -450,7 +463,8 @@ async def run(
     run's raises ResumedInAnotherSession (a LookupError), and one in which an
     IRREVERSIBLE tool was approved with ``always_approve=True`` ValueError (UndoLog
     approves each call on its own), as does one whose interrupted call UndoLog approved
-    with other arguments (a saved RunState's text edited), before anything runs.
+    with other arguments (a saved RunState's text edited, or a tool whose defaults
+    changed since the stop), before anything runs.
     Resuming a session whose call a human rejected undoes what came before and raises
     ApprovalRejectedError. A call a person approved with edited arguments runs with
     them, and the result's ToolCallItem holds them."""
@@ -555,20 +569,29 @@ async def _approval_of(
     return found
 
 
+def _sent(item: ToolApprovalItem) -> Any:
+    """The arguments of an interrupted call as the model sent them: their JSON (their text
+    when it is not JSON)."""
+    raw = item.arguments or "{}"
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return raw
+
+
 def _shown_call(session_id: uuid.UUID, item: ToolApprovalItem) -> _core.ShownCall:
     """The call an interrupted item shows a person: its tool, call id and arguments as
-    the journal holds them (the raw JSON of a tool the adapter did not build)."""
+    the journal holds them, bound by the tool as this process built it (``named``: those
+    the model sent); the model's JSON as it is for a tool the adapter did not build, its
+    text for arguments the tool does not take."""
     adapted = _adapted(None, item)
-    raw = item.arguments or "{}"
+    name, call_id = str(_journal_name(item)), str(item.call_id)
     if adapted is None:
-        try:
-            args: Any = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            args = raw
-    else:
-        kwargs = adapted.arguments(raw)
-        args = raw if kwargs is None else adapted.tool.bind(kwargs)
-    return _core.ShownCall(session_id, str(_journal_name(item)), str(item.call_id), args)
+        return _core.ShownCall(session_id, name, call_id, _sent(item))
+    kwargs = adapted.arguments(item.arguments or "{}")
+    if kwargs is None:
+        return _core.ShownCall(session_id, name, call_id, item.arguments or "{}")
+    return _core.ShownCall(session_id, name, call_id, adapted.tool.bind(kwargs), _sent(item))
 
 
 async def approval_id(ul: AsyncUndoLog, session_id: uuid.UUID, item: ToolApprovalItem) -> uuid.UUID:
