@@ -6,9 +6,12 @@
 -- unchanged journal verifies clean; rows changed, deleted, reordered or slipped in with
 -- the triggers off are named by verify_chain (and assert_chain raises UL027); an approval
 -- request is linked when made and when decided, and its links cannot be written by an
--- UPDATE; anchors chain the heads and catch a consistent rewrite; staff only.
+-- UPDATE; anchors chain the heads and catch a consistent rewrite; a range of sessions
+-- (p_after_session, p_through_session) is verified on its own, and the ranges one after
+-- the other answer what the whole run does, the anchors' own chain in the range open at
+-- its top only; staff only.
 BEGIN;
-SELECT plan(55);
+SELECT plan(64);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -283,6 +286,67 @@ SELECT results_eq(
                     (false, 'undolog_effect_history', NULL, 'missing')$$, :'hc_x'),
     'its creation link cleared: the creation is named unchained');
 ROLLBACK TO t4;
+SET LOCAL session_replication_role = origin;
+
+-- A range of sessions: p_after_session < session_id <= p_through_session, a NULL bound
+-- none on that side. Four sessions, c...1 to c...4, in id order.
+SELECT is((SELECT array_agg(DISTINCT session_id ORDER BY session_id)
+           FROM undolog.chain_events(NULL, NULL, 'c0000000-0000-4000-8000-000000000001',
+                                     'c0000000-0000-4000-8000-000000000003')),
+          ARRAY['c0000000-0000-4000-8000-000000000002',
+                'c0000000-0000-4000-8000-000000000003']::uuid[],
+          'chain_events of a range: the sessions after the first bound, through the second');
+CREATE TEMP TABLE ranges (n, after_session, through_session) AS
+VALUES (1, NULL::uuid, 'c0000000-0000-4000-8000-000000000001'::uuid),
+       (2, 'c0000000-0000-4000-8000-000000000001', 'c0000000-0000-4000-8000-000000000002'),
+       (3, 'c0000000-0000-4000-8000-000000000002', 'c0000000-0000-4000-8000-000000000004'),
+       (4, 'c0000000-0000-4000-8000-000000000004', NULL);
+CREATE TEMP VIEW ranged AS
+SELECT f.session_id, f.seq, f.table_name, f.row_key, f.problem, f.expected, f.found
+FROM ranges AS r,
+     LATERAL undolog.verify_chain(NULL, NULL, r.after_session, r.through_session)
+         WITH ORDINALITY AS f (session_id, seq, table_name, row_key, problem, expected, found, k)
+ORDER BY r.n, f.k;
+SELECT is_empty('SELECT * FROM ranged', 'every range of the clean journal verifies clean');
+-- Tampered in three sessions and in the anchors' chain: each range names its own.
+SET LOCAL session_replication_role = replica;
+SAVEPOINT t5;
+UPDATE undolog.undolog_effect_history SET to_state = 'failed'
+WHERE session_id = 'c0000000-0000-4000-8000-000000000001' AND event = 'replayed';
+UPDATE undolog.undolog_chain_heads SET seq = 99
+WHERE session_id = 'c0000000-0000-4000-8000-000000000002';
+UPDATE undolog.undolog_effect_log SET result_snapshot = '{"x": 1}' WHERE effect_id = :'hc_x';
+UPDATE undolog.undolog_chain_anchors SET prev = '\x00' WHERE anchor_id = 2;
+SELECT results_eq('SELECT * FROM ranged', 'SELECT * FROM undolog.verify_chain()',
+                  'the ranges one after the other: the whole run''s findings, in its order');
+SELECT results_eq(
+    $$SELECT session_id, problem FROM undolog.verify_chain(NULL, NULL,
+          'c0000000-0000-4000-8000-000000000001', 'c0000000-0000-4000-8000-000000000002')$$,
+    $$VALUES ('c0000000-0000-4000-8000-000000000002'::uuid, 'head')$$,
+    'a range names its own sessions'' findings only: the changed head');
+SELECT results_eq(
+    $$SELECT session_id, table_name, problem FROM undolog.verify_chain(NULL, NULL,
+          'c0000000-0000-4000-8000-000000000002', 'c0000000-0000-4000-8000-000000000004')$$,
+    $$VALUES ('c0000000-0000-4000-8000-000000000003'::uuid, 'undolog_effect_log', 'impossible')$$,
+    '... the impossible row of its session (chain_impossible_rows of the range)');
+SELECT is_empty(
+    $$SELECT * FROM undolog.verify_chain(NULL, NULL, NULL, 'c0000000-0000-4000-8000-000000000004')
+      WHERE session_id IS NULL$$,
+    'a range closed at its top does not check the anchors'' own chain');
+SELECT results_eq(
+    $$SELECT table_name, problem FROM undolog.verify_chain(NULL, NULL,
+          'c0000000-0000-4000-8000-000000000004', NULL) ORDER BY problem$$,
+    $$VALUES ('undolog_chain_anchors', 'altered'), ('undolog_chain_anchors', 'link')$$,
+    'the range open at its top does, once: the changed anchor');
+SELECT is(
+    (SELECT count(*) FROM undolog.chain_impossible_rows(NULL, NULL,
+         'c0000000-0000-4000-8000-000000000003', NULL)),
+    0::bigint, 'chain_impossible_rows of a range without the row: none');
+SELECT is(
+    (SELECT count(*) FROM undolog.chain_impossible_rows(NULL, NULL, NULL,
+         'c0000000-0000-4000-8000-000000000003')),
+    1::bigint, '... of a range with it: the row');
+ROLLBACK TO t5;
 SET LOCAL session_replication_role = origin;
 
 -- Staff only.

@@ -168,11 +168,11 @@ GRANT SELECT ON undolog.undolog_chain_heads TO undolog_agent, undolog_approver, 
 GRANT SELECT ON undolog.undolog_chain_anchors TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.chain_heads TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.chain_anchors TO undolog_approver, undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz)
+GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz, uuid, uuid)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.assert_chain(uuid, timestamptz)
 TO undolog_approver, undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz)
+GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
 

@@ -224,6 +224,11 @@ BEFORE_REJECT_OPTION = "d65778e"
 LAST_RELEASE = "02c5242"
 
 
+# The engine before migration 0019 (verify_chain, chain_events and chain_impossible_rows
+# of a range of sessions): 0001-0018 with their two-argument signatures.
+BEFORE_VERIFY_RANGES = "34a2dec"
+
+
 def _engine_at(commit: str, dest: Path) -> Path:
     """The engine's sql/ tree as of ``commit`` (from git), unpacked under ``dest``."""
     repo = Path(__file__).resolve().parents[1]
@@ -253,6 +258,11 @@ def engine_before_reject_option(tmp_path: Path) -> Path:
 @pytest.fixture
 def engine_last_release(tmp_path: Path) -> Path:
     return _engine_at(LAST_RELEASE, tmp_path / "engine-last-release")
+
+
+@pytest.fixture
+def engine_before_verify_ranges(tmp_path: Path) -> Path:
+    return _engine_at(BEFORE_VERIFY_RANGES, tmp_path / "engine-before-verify-ranges")
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 -- undolog.chain_events: every link of the history chains, of one session (p_session_id)
--- or all, from p_since on (the row's own time; NULL: from the start): where the row
+-- or all, from p_since on (the row's own time; NULL: from the start), of the sessions in
+-- a range of ids (p_after_session < session_id <= p_through_session; a NULL bound: none
+-- on that side), which `undolog verify` reads one batch at a time: where the row
 -- lives (table_name, row_key), its stored link (seq, prev, hash) and its canonical
 -- record as computed now from its columns (undolog.chain_record_*). A row that was not
 -- changed hashes to its stored hash: hash = undolog.chain_hash(prev, canonical).
@@ -8,7 +10,9 @@
 -- themselves, under their row-level security.
 CREATE OR REPLACE FUNCTION undolog.chain_events(
     p_session_id uuid DEFAULT NULL,
-    p_since timestamptz DEFAULT NULL
+    p_since timestamptz DEFAULT NULL,
+    p_after_session uuid DEFAULT NULL,
+    p_through_session uuid DEFAULT NULL
 )
 RETURNS TABLE (
     session_id uuid, seq bigint, prev bytea, hash bytea, table_name text, row_key text,
@@ -18,8 +22,8 @@ LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
--- Planned for the arguments given: one session's rows are then read by their keys
--- (a generic plan would scan every history for `p_session_id IS NULL OR ...`).
+-- Planned for the arguments given: one session's rows, or a range's, are then read by
+-- their keys (a generic plan would scan every history for `p_session_id IS NULL OR ...`).
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
@@ -101,8 +105,10 @@ BEGIN
         WHERE a.state <> 'pending' OR a.decision_seq IS NOT NULL
     ) AS e
     WHERE (p_session_id IS NULL OR e.session_id = p_session_id)
-      AND (p_since IS NULL OR e.at >= p_since);
+      AND (p_since IS NULL OR e.at >= p_since)
+      AND (p_after_session IS NULL OR e.session_id > p_after_session)
+      AND (p_through_session IS NULL OR e.session_id <= p_through_session);
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz) FROM public;
+REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid) FROM public;

@@ -1,9 +1,9 @@
 -- undolog.chain_impossible_rows: the history rows (of one session or all, from p_since
--- on, as undolog.chain_events chooses them) that hold a value the engine never writes
--- there, and that their canonical record cannot tell from the value it did write. A
--- canonical record writes a column's SQL NULL and the JSON null alike (json_build_object),
--- and changing the record would change the hash of every row already written; the
--- engine's own invariants tell the two apart instead:
+-- on, of the sessions in a range of ids, as undolog.chain_events chooses them) that hold
+-- a value the engine never writes there, and that their canonical record cannot tell
+-- from the value it did write. A canonical record writes a column's SQL NULL and the
+-- JSON null alike (json_build_object), and changing the record would change the hash of
+-- every row already written; the engine's own invariants tell the two apart instead:
 --   a committed call's result (the committed record's 'result') is never SQL NULL:
 --     commit writes a call that returned nothing as the JSON null;
 --   a call journaled since migration 0013 (events_in_row) that never committed holds no
@@ -18,7 +18,9 @@
 -- Not granted to any role: undolog.verify_chain, SECURITY DEFINER, calls it as the owner.
 CREATE OR REPLACE FUNCTION undolog.chain_impossible_rows(
     p_session_id uuid DEFAULT NULL,
-    p_since timestamptz DEFAULT NULL
+    p_since timestamptz DEFAULT NULL,
+    p_after_session uuid DEFAULT NULL,
+    p_through_session uuid DEFAULT NULL
 )
 RETURNS TABLE (
     session_id uuid, seq bigint, table_name text, row_key text, problem text,
@@ -27,7 +29,8 @@ RETURNS TABLE (
 LANGUAGE plpgsql
 STABLE
 SET search_path = undolog, pg_temp
--- Planned for the arguments given, as chain_events: one session's rows by their keys.
+-- Planned for the arguments given, as chain_events: one session's rows (or a range's) by
+-- their keys.
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
@@ -68,8 +71,10 @@ BEGIN
         WHERE e.events_in_row AND e.committed_at IS NULL AND e.result_snapshot IS NOT NULL
     ) AS i
     WHERE (p_session_id IS NULL OR i.session_id = p_session_id)
-      AND (p_since IS NULL OR i.at >= p_since);
+      AND (p_since IS NULL OR i.at >= p_since)
+      AND (p_after_session IS NULL OR i.session_id > p_after_session)
+      AND (p_through_session IS NULL OR i.session_id <= p_through_session);
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.chain_impossible_rows(uuid, timestamptz) FROM public;
+REVOKE ALL ON FUNCTION undolog.chain_impossible_rows(uuid, timestamptz, uuid, uuid) FROM public;

@@ -1,6 +1,11 @@
 -- undolog.verify_chain: recompute the history chains (undolog.chain_events) of one
 -- session or all, from p_since on, and answer every row that does not match, in chain
--- order (none: the history is as it was written). problem is one of
+-- order (none: the history is as it was written). p_after_session and p_through_session
+-- verify the sessions of a range of ids only (p_after_session < session_id <=
+-- p_through_session; a NULL bound: none on that side), every check of a session (its
+-- rows, links, head, anchored seqs and impossible rows) restricted to them: `undolog
+-- verify` checks every session range by range, in id order, and the ranges' answers one
+-- after the other are the whole run's. problem is one of
 --   unchained  a row with no link: written with the chain trigger disabled
 --   altered    its columns no longer hash to its stored hash (expected: the hash the row
 --              has now, found: the stored one): a column was changed
@@ -17,27 +22,39 @@
 --              SQL NULL and the JSON null): undolog.chain_impossible_rows, whose rules
 --              these are (expected: what the engine writes, found: what is there)
 -- and, when every session is verified, the anchors' own chain (table undolog_chain_anchors:
--- altered, link, missing). From p_since on, a session's first row is checked against its
--- own stored prev (the rows before it are not read; retention may have dropped them), and
--- an anchored seq with no row is reported unless it lies before that first row (or, for
--- a session with no row from p_since on, at or before its head).
+-- altered, link, missing; session_id NULL), checked once: by the call whose range is open
+-- at its top (p_through_session NULL), a whole run or a batched run's last range, whose
+-- findings come last in the order as they do in a whole run's. From p_since on, a
+-- session's first row is checked against its own stored prev (the rows before it are not
+-- read; retention may have dropped them), and an anchored seq with no row is reported
+-- unless it lies before that first row (or, for a session with no row from p_since on,
+-- at or before its head).
 -- Staff only (grants.sql), who read every history anyway: SECURITY DEFINER, as every
 -- function a role calls.
 CREATE OR REPLACE FUNCTION undolog.verify_chain(
     p_session_id uuid DEFAULT NULL,
-    p_since timestamptz DEFAULT NULL
+    p_since timestamptz DEFAULT NULL,
+    p_after_session uuid DEFAULT NULL,
+    p_through_session uuid DEFAULT NULL
 )
 RETURNS TABLE (
     session_id uuid, seq bigint, table_name text, row_key text, problem text,
     expected text, found text
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
+-- Planned for the arguments given, as chain_events: one session's head, or a range's, is
+-- read by its key (a generic plan would scan every head for `p_session_id IS NULL OR
+-- ...`), and the anchors' own chain is not read at all by a range closed at its top.
+SET plan_cache_mode = force_custom_plan
 AS $$
+BEGIN
+    RETURN QUERY
     WITH e AS MATERIALIZED (
-        SELECT * FROM undolog.chain_events(p_session_id, p_since)
+        SELECT * FROM undolog.chain_events(p_session_id, p_since, p_after_session,
+                                           p_through_session)
     ),
     w AS (
         SELECT e.*,
@@ -56,7 +73,9 @@ AS $$
     heads AS (
         SELECT h.session_id, h.seq, h.head
         FROM undolog.undolog_chain_heads AS h
-        WHERE p_session_id IS NULL OR h.session_id = p_session_id
+        WHERE (p_session_id IS NULL OR h.session_id = p_session_id)
+          AND (p_after_session IS NULL OR h.session_id > p_after_session)
+          AND (p_through_session IS NULL OR h.session_id <= p_through_session)
     ),
     anchors AS (
         SELECT a.*,
@@ -70,7 +89,9 @@ AS $$
                pg_catalog.decode(x.value ->> 1, 'hex') AS head
         FROM undolog.undolog_chain_anchors AS a,
              LATERAL pg_catalog.jsonb_each(a.heads) AS x
-        WHERE p_session_id IS NULL OR x.key = p_session_id::text
+        WHERE (p_session_id IS NULL OR x.key = p_session_id::text)
+          AND (p_after_session IS NULL OR x.key::uuid > p_after_session)
+          AND (p_through_session IS NULL OR x.key::uuid <= p_through_session)
     ),
     findings AS (
         SELECT e.session_id, e.seq, e.table_name, e.row_key, 'unchained' AS problem,
@@ -135,7 +156,7 @@ AS $$
                    a.prev, undolog.anchor_record(a.anchor_id, a.written_at, a.heads)), 'hex'),
                pg_catalog.encode(a.anchor_hash, 'hex')
         FROM anchors AS a
-        WHERE p_session_id IS NULL
+        WHERE p_session_id IS NULL AND p_through_session IS NULL
           AND (a.canonical <> undolog.anchor_record(a.anchor_id, a.written_at, a.heads)
                OR a.anchor_hash <> undolog.chain_hash(a.prev, a.canonical))
         UNION ALL
@@ -144,12 +165,13 @@ AS $$
                pg_catalog.encode(coalesce(a.before_hash, undolog.chain_genesis()), 'hex'),
                pg_catalog.encode(a.prev, 'hex')
         FROM anchors AS a
-        WHERE p_session_id IS NULL
+        WHERE p_session_id IS NULL AND p_through_session IS NULL
           AND (a.prev <> coalesce(a.before_hash, undolog.chain_genesis())
                OR a.anchor_id <> coalesce(a.before_id + 1, 1))
         UNION ALL
         SELECT i.session_id, i.seq, i.table_name, i.row_key, i.problem, i.expected, i.found
-        FROM undolog.chain_impossible_rows(p_session_id, p_since) AS i
+        FROM undolog.chain_impossible_rows(p_session_id, p_since, p_after_session,
+                                           p_through_session) AS i
     )
     SELECT f.session_id, f.seq, f.table_name, f.row_key, f.problem, f.expected, f.found
     FROM findings AS f
@@ -157,7 +179,8 @@ AS $$
              pg_catalog.array_position(
                  ARRAY['unchained', 'missing', 'duplicate', 'link', 'altered', 'impossible',
                        'head', 'anchored'],
-                 f.problem)
+                 f.problem);
+END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.verify_chain(uuid, timestamptz) FROM public;
+REVOKE ALL ON FUNCTION undolog.verify_chain(uuid, timestamptz, uuid, uuid) FROM public;

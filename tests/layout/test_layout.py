@@ -194,6 +194,30 @@ def test_upgrade_through_every_release_equals_a_fresh_install(
     assert fingerprint(upgraded) == fingerprint(fresh)
 
 
+def test_0019_replaces_the_two_argument_chain_functions(
+    fresh_db: Any, engine_before_verify_ranges: Path, migrate_as: Any
+) -> None:
+    """A database at 0018 with its functions and a journal in it, migrated: the
+    functions of a range of sessions replace the two-argument ones (none left beside
+    them, which would make a two-argument call ambiguous), the journal verifies whole and
+    by a range, assert_chain's two-argument call still resolves, and the schema is a
+    fresh install's."""
+    fresh = fresh_db("ranges_fresh")
+    with psycopg.connect(fresh, autocommit=True) as c:
+        migrate(c)
+    upgraded = fresh_db("ranges_upgraded")
+    with psycopg.connect(upgraded, autocommit=True) as c:
+        migrate_as(c, engine_before_verify_ranges)
+        sessions = [engine.begin_session(c, agent="upgrade-test") for _ in range(3)]
+        assert "0019_verify_chain_session_range" in migrate(c)
+        assert chain.verify(c) == chain.Report(3, 3, [])
+        assert chain.verify(c, sessions[0]).ok
+        ranged = "SELECT count(*) FROM undolog.verify_chain(p_through_session => %s)"
+        assert c.execute(ranged, (min(sessions),)).fetchone() == (0,)
+        assert c.execute("SELECT undolog.assert_chain()").fetchone() == (3,)
+    assert fingerprint(upgraded) == fingerprint(fresh)
+
+
 def test_migrate_twice_changes_nothing(fresh_db: Any) -> None:
     dsn = fresh_db("layout_twice")
     with psycopg.connect(dsn, autocommit=True) as c:
