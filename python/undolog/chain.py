@@ -12,7 +12,8 @@ columns, by ``undolog.chain_record_*``. The hash is defined once, in SQL
 (``undolog.chain_hash``); :func:`chain_hash` here computes the same over the same bytes,
 never re-encoding the record, so the two cannot disagree on how a row is written.
 
-Online, :func:`verify` asks ``undolog.verify_chain``; offline, :func:`verify_export`
+Online, :func:`verify` asks ``undolog.verify_chain``, every session a batch of them at a
+time; offline, :func:`verify_export`
 re-hashes the canonical records of an export (:func:`export_session`), without any
 database.
 """
@@ -24,7 +25,7 @@ import hashlib
 import json
 import reprlib
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,10 @@ from undolog.queries import QUERIES
 GENESIS = bytes(32)
 # The first line of an export names its format.
 EXPORT_FORMAT = "undolog-chain-export/1"
+# How many history rows one batch of a verification of every session checks: about a
+# second of the server's work here (it checks some 25,000 rows a second,
+# docs/operations/audit.md), so that its progress shows every second or so.
+BATCH_ROWS = 25_000
 
 
 def chain_hash(prev: bytes, canonical: str) -> bytes:
@@ -82,35 +87,104 @@ class Report:
         return not self.findings
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a verification of every session is, after one of its batches: the sessions
+    checked and their chains' rows, of all it checks. A chain's rows are counted as its
+    head's seq (the rows written to it), from the start even with ``since``; sessions
+    with no head are checked in their batch, never counted here."""
+
+    sessions: int
+    sessions_total: int
+    rows: int
+    rows_total: int
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.rows_total else self.rows * 100 // self.rows_total
+
+
+@contextlib.contextmanager
+def _one_snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The statements inside read one snapshot: a read-only REPEATABLE READ transaction
+    of their own, or, called inside a transaction, the caller's (whose isolation is the
+    caller's)."""
+    with contextlib.ExitStack() as snapshot:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            snapshot.enter_context(conn.transaction())
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def verify(
     conn: psycopg.Connection[Any],
     session_id: uuid.UUID | None = None,
     since: datetime | None = None,
+    *,
+    batch_rows: int | None = None,
+    on_progress: Callable[[Progress], object] | None = None,
 ) -> Report:
     """Recompute the chains in the database (one session, or all; rows from ``since``
     on) and answer every row that does not match (``undolog.verify_chain``), and every
     row that hashes right but holds what the engine never writes there, a look-alike
     its record writes the same way (problem ``impossible``:
-    ``undolog.chain_impossible_rows``, e.g. a committed result of SQL NULL)."""
-    with translated():
+    ``undolog.chain_impossible_rows``, e.g. a committed result of SQL NULL).
+
+    One session is one call. Every session is verified a range of session ids at a
+    time, in id order, each of about ``batch_rows`` rows (None: :data:`BATCH_ROWS`; the
+    ``chain_batches`` query),
+    all in one snapshot (:func:`_one_snapshot`): the report is the one a single call
+    over every session gives, findings in the same order, and ``on_progress`` is called
+    after each batch with how far it is (:class:`Progress`)."""
+    batch_rows = BATCH_ROWS if batch_rows is None else batch_rows
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+    whole: list[dict[str, Any]] = [{"through": None, "sessions": 0, "rows": 0}]
+    findings: list[Finding] = []
+    sessions = rows = 0
+    with translated(), _one_snapshot(conn):
         cur = conn.cursor(row_factory=dict_row)
-        scope = {"session_id": session_id, "since": since}
-        rows = cur.execute(QUERIES["verify_chain"], scope).fetchall()
-        counted = cur.execute(QUERIES["chain_events_count"], scope).fetchone()
-    findings = [
-        Finding(
-            None if r["session_id"] is None else str(r["session_id"]),
-            r["seq"],
-            r["table_name"],
-            r["row_key"],
-            r["problem"],
-            r["expected"],
-            r["found"],
-        )
-        for r in rows
-    ]
-    assert counted is not None
-    return Report(int(counted["sessions"]), int(counted["rows"]), findings)
+        batches = whole
+        if session_id is None:
+            plan = cur.execute(QUERIES["chain_batches"], {"batch_rows": batch_rows}).fetchall()
+            batches = plan or whole
+        sessions_total = sum(int(b["sessions"]) for b in batches)
+        rows_total = sum(int(b["rows"]) for b in batches)
+        done = Progress(0, sessions_total, 0, rows_total)
+        after = None
+        for number, batch in enumerate(batches, start=1):
+            # the last range is open at its top: it checks the sessions after the last
+            # head too, and the anchors' own chain
+            through = None if number == len(batches) else batch["through"]
+            scope = {"session_id": session_id, "since": since, "after": after, "through": through}
+            findings += [_finding(r) for r in cur.execute(QUERIES["verify_chain"], scope)]
+            counted = cur.execute(QUERIES["chain_events_count"], scope).fetchone()
+            assert counted is not None
+            sessions += int(counted["sessions"])
+            rows += int(counted["rows"])
+            done = Progress(
+                done.sessions + int(batch["sessions"]),
+                sessions_total,
+                done.rows + int(batch["rows"]),
+                rows_total,
+            )
+            if on_progress is not None and session_id is None:
+                on_progress(done)
+            after = through
+    return Report(sessions, rows, findings)
+
+
+def _finding(row: Mapping[str, Any]) -> Finding:
+    """A row of the ``verify_chain`` query as a Finding."""
+    return Finding(
+        None if row["session_id"] is None else str(row["session_id"]),
+        row["seq"],
+        row["table_name"],
+        row["row_key"],
+        row["problem"],
+        row["expected"],
+        row["found"],
+    )
 
 
 def export_header(session_id: uuid.UUID, head: Mapping[str, Any] | None) -> str:
@@ -167,10 +241,7 @@ def export_session(conn: psycopg.Connection[Any], session_id: uuid.UUID) -> Iter
     REPEATABLE READ transaction of its own, or, called inside a transaction, the
     caller's, whose isolation is the caller's): read apart, a call journaled in between
     would put a row after the head, and the file would not verify."""
-    with translated(), contextlib.ExitStack() as snapshot:
-        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            snapshot.enter_context(conn.transaction())
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    with translated(), _one_snapshot(conn):
         cur = conn.cursor(row_factory=dict_row)
         head = cur.execute(QUERIES["chain_head"], {"session_id": session_id}).fetchone()
         rows = cur.execute(QUERIES["session_chain_events"], {"session_id": session_id}).fetchall()

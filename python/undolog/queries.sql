@@ -313,14 +313,37 @@ SELECT action, partition FROM undolog.maintain_partitions(
 )
 
 -- name: verify_chain
--- The history rows (one session, or all; from since on) that do not match their chain.
+-- The history rows (one session, or all, or the sessions after and through two ids; from
+-- since on) that do not match their chain.
 SELECT session_id, seq, table_name, row_key, problem, expected, found
-FROM undolog.verify_chain(p_session_id => %(session_id)s, p_since => %(since)s)
+FROM undolog.verify_chain(
+    p_session_id => %(session_id)s, p_since => %(since)s,
+    p_after_session => %(after)s, p_through_session => %(through)s
+)
 
 -- name: chain_events_count
 -- How many sessions and history rows a verification over the same scope checked.
 SELECT count(DISTINCT session_id) AS sessions, count(*) AS rows
-FROM undolog.chain_events(p_session_id => %(session_id)s, p_since => %(since)s)
+FROM undolog.chain_events(
+    p_session_id => %(session_id)s, p_since => %(since)s,
+    p_after_session => %(after)s, p_through_session => %(through)s
+)
+
+-- name: chain_batches
+-- Every session's chain cut, in session id order, into batches of about batch_rows rows
+-- (a chain's length is its head's seq; a batch ends with the session that reaches the
+-- next multiple of batch_rows): each batch's last session, how many sessions it has and
+-- their rows, in order.
+SELECT DISTINCT ON (b.batch) b.session_id AS through,
+       count(*) OVER batch AS sessions, sum(b.seq) OVER batch AS rows
+FROM (
+    SELECT h.session_id, h.seq,
+           pg_catalog.div(sum(h.seq) OVER (ORDER BY h.session_id) - h.seq,
+                          %(batch_rows)s) AS batch
+    FROM undolog.chain_heads AS h
+) AS b
+WINDOW batch AS (PARTITION BY b.batch)
+ORDER BY b.batch, b.session_id DESC
 
 -- name: chain_head
 -- A session's chain head (its last link), for the header of its export.
