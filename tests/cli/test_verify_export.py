@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from undolog import chain, engine
+from undolog.cli import main
 from undolog.errors import EXIT_MISMATCH
 from undolog.queries import QUERIES
 
@@ -312,3 +315,40 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path: Path) -
     assert got.returncode == 0, (got.stdout, got.stderr[-600:])
     assert "no header line" not in got.stdout + got.stderr
     assert chain.verify_export(["\ufeff" + header + "\n"]).ok
+
+
+PROGRESS = re.compile(
+    r"verify: ([\d,]+) of ([\d,]+) rows \((\d+)%\) in ([\d,]+) of ([\d,]+) sessions"
+)
+
+
+def test_verify_of_every_session_shows_its_progress_on_stderr(
+    dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/operations/audit.md: a line on standard error after each batch of sessions;
+    standard output is the report's alone (JSON with --json). One session is one call,
+    without progress."""
+    sessions = [journal(conn) for _ in range(3)]
+    heads = conn.execute("SELECT seq FROM undolog.chain_heads ORDER BY session_id").fetchall()
+    rows = sum(seq for (seq,) in heads)
+
+    monkeypatch.setattr(chain, "BATCH_ROWS", 1)  # a batch per session
+    assert main(["verify", "--json", "--dsn", dsn]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"ok": True, "sessions": 3, "rows": rows, "findings": []}
+    lines = err.splitlines()
+    assert [PROGRESS.fullmatch(line) is not None for line in lines] == [True] * 3, err
+    done = 0
+    for n, (line, (seq,)) in enumerate(zip(lines, heads, strict=True), start=1):
+        done += seq
+        assert line == f"verify: {done} of {rows} rows ({done * 100 // rows}%) in {n} of 3 sessions"
+
+    assert main(["verify", "--session", str(sessions[0]), "--dsn", dsn]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("verify: ")
+
+    # the command as a user runs it: one batch of the default size, 100%, on stderr
+    got = undolog(dsn, "verify")
+    assert got.returncode == 0, got.stderr
+    assert got.stderr == f"verify: {rows} of {rows} rows (100%) in 3 of 3 sessions\n"
+    assert got.stdout == f"verify: {rows} rows of 3 sessions match their chains\n"

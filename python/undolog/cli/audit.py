@@ -113,6 +113,17 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
     return EXIT_OK if report.ok else ChainMismatch.exit_code
 
 
+def _show_progress(done: chain.Progress) -> None:
+    """A verification of every session, after each batch: how far it is, on standard
+    error (standard output is the report's, JSON with --json)."""
+    print(
+        f"verify: {done.rows:,} of {done.rows_total:,} rows ({done.percent}%) "
+        f"in {done.sessions:,} of {done.sessions_total:,} sessions",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     if args.file is not None:
         if args.session is not None or args.since is not None or args.anchor is not None:
@@ -138,7 +149,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         with connect(args) as conn:
             session = None if args.session is None else resolve_id(conn, "session", args.session)
-            found = chain.verify(conn, session, args.since)
+            found = chain.verify(conn, session, args.since, on_progress=_show_progress)
             if anchor is not None:
                 # the anchors' chain up to the kept one; verify of every session checks
                 # it too: each problem is listed once
