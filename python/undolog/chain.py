@@ -44,6 +44,11 @@ EXPORT_FORMAT = "undolog-chain-export/1"
 # second of the server's work here (it checks some 25,000 rows a second,
 # docs/operations/audit.md), so that its progress shows every second or so.
 BATCH_ROWS = 25_000
+# Each batch also reads every head the anchors record (its sessions' anchored seqs: the
+# anchors hold no range of sessions an index could find), about 1 µs a head here against
+# some 40 µs a row: a batch of the default size has at least a row for every 10 of them,
+# so that however many anchors there are, reading them adds about a fifth at most.
+ANCHORED_HEADS_PER_ROW = 10
 
 
 def chain_hash(prev: bytes, canonical: str) -> bytes:
@@ -131,13 +136,13 @@ def verify(
     ``undolog.chain_impossible_rows``, e.g. a committed result of SQL NULL).
 
     One session is one call. Every session is verified a range of session ids at a
-    time, in id order, each of about ``batch_rows`` rows (None: :data:`BATCH_ROWS`; the
+    time, in id order, each of about ``batch_rows`` rows (None: :data:`BATCH_ROWS`, or
+    more where the anchors record many heads, :data:`ANCHORED_HEADS_PER_ROW`; the
     ``chain_batches`` query),
     all in one snapshot (:func:`_one_snapshot`): the report is the one a single call
     over every session gives, findings in the same order, and ``on_progress`` is called
     after each batch with how far it is (:class:`Progress`)."""
-    batch_rows = BATCH_ROWS if batch_rows is None else batch_rows
-    if batch_rows < 1:
+    if batch_rows is not None and batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
     whole: list[dict[str, Any]] = [{"through": None, "sessions": 0, "rows": 0}]
     findings: list[Finding] = []
@@ -146,6 +151,10 @@ def verify(
         cur = conn.cursor(row_factory=dict_row)
         batches = whole
         if session_id is None:
+            if batch_rows is None:
+                anchored = cur.execute(QUERIES["chain_anchored_heads"]).fetchone()
+                assert anchored is not None
+                batch_rows = max(BATCH_ROWS, anchored["heads"] // ANCHORED_HEADS_PER_ROW)
             plan = cur.execute(QUERIES["chain_batches"], {"batch_rows": batch_rows}).fetchall()
             batches = plan or whole
         sessions_total = sum(int(b["sessions"]) for b in batches)

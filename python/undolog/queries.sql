@@ -329,6 +329,12 @@ FROM undolog.chain_events(
     p_after_session => %(after)s, p_through_session => %(through)s
 )
 
+-- name: chain_anchored_heads
+-- How many heads the anchors record, all together: each batch of a verification reads
+-- them all.
+SELECT count(*) AS heads
+FROM undolog.chain_anchors AS a, pg_catalog.jsonb_object_keys(a.heads) AS k
+
 -- name: chain_batches
 -- Every session's chain cut, in session id order, into batches of about batch_rows rows
 -- (a chain's length is its head's seq; a batch ends with the session that reaches the

@@ -181,3 +181,25 @@ def test_the_batches_read_one_snapshot(dsn: str, conn: Conn) -> None:
 def test_a_batch_size_below_one_is_refused(conn: Conn) -> None:
     with pytest.raises(ValueError, match="batch_rows"):
         chain.verify(conn, batch_rows=0)
+
+
+def test_many_anchored_heads_make_the_default_batches_longer(
+    conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch reads every head the anchors record: by default a batch has at least a
+    row for every ANCHORED_HEADS_PER_ROW of them, so that they never cost more than the
+    rows; a batch size given is kept."""
+    monkeypatch.setattr(chain, "BATCH_ROWS", 1)
+    monkeypatch.setattr(chain, "ANCHORED_HEADS_PER_ROW", 1)
+    for _ in range(3):
+        engine.begin_session(conn, agent="batches")  # a row each
+
+    def batches(batch_rows: int | None = None) -> int:
+        seen: list[chain.Progress] = []
+        assert chain.verify(conn, batch_rows=batch_rows, on_progress=seen.append).ok
+        return len(seen)
+
+    assert batches() == 3
+    chain.write_anchor(conn)  # three heads: batches of three rows at least
+    assert batches() == 1
+    assert batches(batch_rows=1) == 3
