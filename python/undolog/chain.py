@@ -12,10 +12,9 @@ columns, by ``undolog.chain_record_*``. The hash is defined once, in SQL
 (``undolog.chain_hash``); :func:`chain_hash` here computes the same over the same bytes,
 never re-encoding the record, so the two cannot disagree on how a row is written.
 
-Online, :func:`verify` asks ``undolog.verify_chain``, every session a batch of them at a
-time; offline, :func:`verify_export`
-re-hashes the canonical records of an export (:func:`export_session`), without any
-database.
+Online, :func:`verify` asks ``undolog.verify_chain`` (every session a batch of sessions at
+a time); offline, :func:`verify_export` re-hashes the canonical records of an export
+(:func:`export_session`), without any database.
 """
 
 from __future__ import annotations
@@ -136,12 +135,12 @@ def verify(
     ``undolog.chain_impossible_rows``, e.g. a committed result of SQL NULL).
 
     One session is one call. Every session is verified a range of session ids at a
-    time, in id order, each of about ``batch_rows`` rows (None: :data:`BATCH_ROWS`, or
-    more where the anchors record many heads, :data:`ANCHORED_HEADS_PER_ROW`; the
-    ``chain_batches`` query),
-    all in one snapshot (:func:`_one_snapshot`): the report is the one a single call
-    over every session gives, findings in the same order, and ``on_progress`` is called
-    after each batch with how far it is (:class:`Progress`)."""
+    time, in id order, each of about ``batch_rows`` rows (the ``chain_batches`` query;
+    None: :data:`BATCH_ROWS`, or more where the anchors record many heads,
+    :data:`ANCHORED_HEADS_PER_ROW`), all in one snapshot (:func:`_one_snapshot`): the
+    report is the one a single call over every session gives, findings in the same
+    order, and ``on_progress`` is called after each batch with how far it is
+    (:class:`Progress`)."""
     if batch_rows is not None and batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
     whole: list[dict[str, Any]] = [{"through": None, "sessions": 0, "rows": 0}]
