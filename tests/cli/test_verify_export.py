@@ -318,7 +318,7 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path: Path) -
 
 
 PROGRESS = re.compile(
-    r"verify: ([\d,]+) of ([\d,]+) rows \((\d+)%\) in ([\d,]+) of ([\d,]+) sessions"
+    r"undolog verify: ([\d,]+) of ([\d,]+) rows \((\d+)%\) in ([\d,]+) of ([\d,]+) sessions"
 )
 
 
@@ -341,7 +341,10 @@ def test_verify_of_every_session_shows_its_progress_on_stderr(
     done = 0
     for n, (line, (seq,)) in enumerate(zip(lines, heads, strict=True), start=1):
         done += seq
-        assert line == f"verify: {done} of {rows} rows ({done * 100 // rows}%) in {n} of 3 sessions"
+        assert (
+            line
+            == f"undolog verify: {done} of {rows} rows ({done * 100 // rows}%) in {n} of 3 sessions"
+        )
 
     assert main(["verify", "--session", str(sessions[0]), "--dsn", dsn]) == 0
     out, err = capsys.readouterr()
@@ -350,5 +353,5 @@ def test_verify_of_every_session_shows_its_progress_on_stderr(
     # the command as a user runs it: one batch of the default size, 100%, on stderr
     got = undolog(dsn, "verify")
     assert got.returncode == 0, got.stderr
-    assert got.stderr == f"verify: {rows} of {rows} rows (100%) in 3 of 3 sessions\n"
+    assert got.stderr == f"undolog verify: {rows} of {rows} rows (100%) in 3 of 3 sessions\n"
     assert got.stdout == f"verify: {rows} rows of 3 sessions match their chains\n"

@@ -436,7 +436,7 @@ def test_audit_verifies_exports_and_anchors(dsn: str, workdir: Path) -> None:
     out = run_script("audit.sh", dsn, workdir)
     assert out.count("match their chains") == 5  # three online, the file, the anchor
     # each run over every session (plain, --since, --anchor) shows its progress
-    progress = re.findall(r"verify: \d+ of \d+ rows \(100%\) in 2 of 2 sessions", out)
+    progress = re.findall(r"undolog verify: \d+ of \d+ rows \(100%\) in 2 of 2 sessions", out)
     assert len(progress) == 3, out
     kept = json.loads((workdir / "anchor.json").read_text(encoding="utf-8"))
     assert kept["anchor_id"] == 1 and len(kept["hash"]) == 64

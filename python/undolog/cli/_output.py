@@ -94,6 +94,13 @@ def emit(
         print(f"hint: cells marked … are cut; {whole}", file=sys.stderr)
 
 
+def say_progress(command: str, text: str) -> None:
+    """How far a long command got, on standard error (standard output is its result's,
+    JSON with --json), flushed at once: ``undolog <command>: <text>``, the form of every
+    command's progress lines."""
+    print(f"undolog {command}: {text}", file=sys.stderr, flush=True)
+
+
 MIN_COLUMN = 8  # a column is never narrowed below this (a short id, a state's start)
 
 

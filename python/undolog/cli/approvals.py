@@ -27,7 +27,7 @@ from undolog.cli._common import (
     timestamptz,
 )
 from undolog.cli._ids import resolve_id
-from undolog.cli._output import emit, plain, print_json, printable
+from undolog.cli._output import emit, plain, print_json, printable, say_progress
 from undolog.errors import UnknownApproval
 from undolog.names import spell_spaces
 from undolog.queries import QUERIES
@@ -311,11 +311,7 @@ EXPIRED_COLUMNS = ["approval_id", "state"]
 
 
 def _say_expired_so_far(count: int) -> None:
-    print(
-        f"undolog approvals expire: {count} expired so far (committed), going on",
-        file=sys.stderr,
-        flush=True,
-    )
+    say_progress("approvals expire", f"{count:,} expired so far (committed), going on")
 
 
 def _decide(decide: Callable[..., str]) -> Callable[[argparse.Namespace], int]:

@@ -24,7 +24,7 @@ from undolog.cli._common import (
 from undolog.cli._errors import describe_error
 from undolog.cli._errors import report as report_error
 from undolog.cli._ids import resolve_id
-from undolog.cli._output import print_json
+from undolog.cli._output import print_json, say_progress
 from undolog.errors import ChainMismatch, ExportInvalid
 
 # A verification too large for the server's limits: cancelled (statement_timeout, 57014),
@@ -116,11 +116,10 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
 def _show_progress(done: chain.Progress) -> None:
     """A verification of every session, after each batch: how far it is, on standard
     error (standard output is the report's, JSON with --json)."""
-    print(
-        f"verify: {done.rows:,} of {done.rows_total:,} rows ({done.percent}%) "
+    say_progress(
+        "verify",
+        f"{done.rows:,} of {done.rows_total:,} rows ({done.percent}%) "
         f"in {done.sessions:,} of {done.sessions_total:,} sessions",
-        file=sys.stderr,
-        flush=True,
     )
 
 
