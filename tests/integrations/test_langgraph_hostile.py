@@ -30,7 +30,7 @@ from test_openai_agents import PAY_SCRIPT
 from test_openai_agents import Fixture as AgentsFixture
 
 from integration_support import decisions, logins, pending, session_state
-from undolog import AsyncUndoLog
+from undolog import AsyncUndoLog, UndoLog
 from undolog.integrations import langchain as adapter
 from undolog.integrations import openai_agents
 
@@ -162,6 +162,30 @@ def test_a_callable_approver_is_checked_against_the_journal_too(fx: Fixture) -> 
     fx.run(graph, adapter.decide(request, record, "alice", approved=True, ul=fx.ul))
     assert recorded == [adapter.approval_id(request)]
     assert fx.world.payouts == [900000]
+
+
+def test_a_callable_approver_refuses_an_approval_its_reader_cannot_see(
+    fx: Fixture, dsn: str
+) -> None:
+    """``ul`` reads for a decision recorder with its own login: an agent's sees its own
+    sessions only. A request naming another session's approval (one ``ul`` may not read)
+    is refused, as pydantic-ai's decide refuses it: an unread call is an unchecked one,
+    and the recorder, the app's, would record the person's yes on a call never shown."""
+    other = Fixture(dsn)
+    _, theirs = _stopped(other, 900000)
+    _, ours = _stopped(fx, 5)
+    forged = copy.deepcopy(ours)
+    forged[0][adapter.APPROVAL_KEY] = theirs[0][adapter.APPROVAL_KEY]
+    recorded: list[Any] = []
+    record = _recorder(fx.approver, recorded)
+    blind_dsn = logins(dsn, agent_only=True)[0]  # its login sees neither session
+    blind, ablind = UndoLog(blind_dsn), AsyncUndoLog(blind_dsn)
+    with pytest.raises(ValueError, match="cannot be read"):
+        adapter.decide(forged, record, "alice", approved=True, ul=blind)
+    with pytest.raises(ValueError, match="cannot be read"):
+        asyncio.run(adapter.adecide(forged, record, "alice", approved=True, ul=ablind))
+    assert recorded == []
+    assert decisions(other.admin_dsn, other.sid) == [("pending", None)]
 
 
 def test_an_openai_agents_callable_approver_is_checked_against_the_journal_too(

@@ -688,10 +688,17 @@ def refuse_other_call(
     reads them: the ``approval_call`` query) is the call the person was shown. The request
     a framework hands the approver comes from the agent's run (its thread, its state),
     which the agent's login may have written: the approval id in it must not make a yes
-    to one call approve another. A request that is unknown (``row`` None), or no longer
-    pending, is the engine's to refuse, with its own error."""
+    to one call approve another. A request no longer pending is the engine's to refuse,
+    with its own error; one the reader cannot read (``row`` None: unknown, or of a session
+    its login may not see, as an agent's ``ul`` for a decision recorder) is refused here:
+    its call cannot be compared, and a decision recorder records with the app's login."""
     if row is None:
-        return
+        raise ValueError(
+            f"approval {approval_id} cannot be read by the login that checks it against the "
+            "call the person was shown (unknown, or of a session it may not see): nothing "
+            "was recorded. Decide on the request the run stopped at, with an approver (or "
+            "ul=) that may read its session's approval requests"
+        )
     changed = tool_differences(shown, row)
     if changed is not None:
         raise ValueError(
