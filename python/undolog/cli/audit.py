@@ -115,7 +115,7 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
 
 def _show_progress(done: chain.Progress) -> None:
     """A verification of every session, after each batch: how far it is, on standard
-    error (standard output is the report's, JSON with --json)."""
+    error. Not with --json, where standard error holds an error's JSON object alone."""
     say_progress(
         "verify",
         f"{done.rows:,} of {done.rows_total:,} rows ({done.percent}%) "
@@ -148,7 +148,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         with connect(args) as conn:
             session = None if args.session is None else resolve_id(conn, "session", args.session)
-            found = chain.verify(conn, session, args.since, on_progress=_show_progress)
+            found = chain.verify(
+                conn, session, args.since, on_progress=None if args.json else _show_progress
+            )
             if anchor is not None:
                 # the anchors' chain up to the kept one; verify of every session checks
                 # it too: each problem is listed once
