@@ -1,7 +1,7 @@
 -- undolog.recover: expired leases become failed sessions; answers the sessions whose undo
 -- walk must run.
 BEGIN;
-SELECT plan(22);
+SELECT plan(34);
 
 \ir _helpers.psql
 
@@ -79,9 +79,77 @@ SELECT is_empty('SELECT * FROM undolog.recover()', 'halted and completed session
 SELECT is(pg_temp.session_state(:'halted') || '/' || pg_temp.session_state(:'done'), 'halted/completed',
           '... and stay as they are');
 
+-- undolog.fail_expired_sessions, recover's part 1 on its own: p_limit fails at most that
+-- many, in session order; the rest are left for the next call (the binding calls it 50
+-- at a time, a transaction each, before recover()).
+SELECT pg_temp.new_session() AS lim_a \gset
+SELECT pg_temp.new_session() AS lim_b \gset
+SELECT pg_temp.new_session() AS lim_c \gset
+SELECT pg_temp.new_session() AS lim_live \gset
+UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 second'
+WHERE session_id IN (:'lim_a', :'lim_b', :'lim_c', :'lim_live');
+CREATE TEMP TABLE lim_order AS
+SELECT session_id, row_number() OVER (ORDER BY session_id) AS n
+FROM undolog.undolog_sessions
+WHERE session_id IN (:'lim_a', :'lim_b', :'lim_c');
+GRANT SELECT ON lim_order TO PUBLIC;
+-- The fourth one's lease has not run out yet (its agent heartbeated): not failed.
+UPDATE undolog.undolog_sessions SET lease_expires_at = now() + interval '1 hour'
+WHERE session_id = :'lim_live';
+SET LOCAL ROLE undolog_operator;
+SELECT results_eq(
+    'SELECT * FROM undolog.fail_expired_sessions(p_limit => 1)',
+    'SELECT session_id FROM lim_order WHERE n = 1',
+    'a limit of 1 fails one session, the first expired in session order'
+);
+SELECT results_eq(
+    'SELECT * FROM undolog.fail_expired_sessions(p_limit => 1)',
+    'SELECT session_id FROM lim_order WHERE n = 2',
+    'the next call fails the next one'
+);
+SELECT results_eq(
+    'SELECT * FROM undolog.fail_expired_sessions(p_limit => 5)',
+    'SELECT session_id FROM lim_order WHERE n = 3',
+    'a call answering fewer than its limit has failed every session due'
+);
+SELECT is_empty('SELECT * FROM undolog.fail_expired_sessions(p_limit => 1)',
+                'then a call with a limit finds nothing more');
+RESET ROLE;
+SELECT results_eq(
+    format($$SELECT state || '/' || error FROM undolog.undolog_sessions
+             WHERE session_id IN (%L, %L, %L) GROUP BY 1$$, :'lim_a', :'lim_b', :'lim_c'),
+    $$VALUES ('failed/lease expired'::text)$$,
+    'each is failed with error ''lease expired'', as by recover()'
+);
+SELECT results_eq(
+    format($$SELECT count(*)::integer FROM undolog.undolog_session_history
+             WHERE session_id IN (%L, %L, %L) AND to_state = 'failed'$$,
+           :'lim_a', :'lim_b', :'lim_c'),
+    'VALUES (3)',
+    '... with its history row'
+);
+SELECT is(pg_temp.session_state(:'lim_live'), 'active',
+          'a session whose lease has not run out is not failed');
+UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 second'
+WHERE session_id = :'lim_live';
+SET LOCAL ROLE undolog_operator;
+SELECT results_eq('SELECT * FROM undolog.fail_expired_sessions()',
+                  format('VALUES (%L::uuid)', :'lim_live'),
+                  'without a limit (NULL): every one due, once its lease ran out');
+SELECT throws_ok(
+    'SELECT undolog.fail_expired_sessions(p_limit => 0)',
+    'UL008', 'p_limit must be at least 1, not 0',
+    'a limit of 0 is refused (UL008)'
+);
+SELECT throws_ok('SELECT undolog.fail_expired_sessions(-1)', 'UL008',
+                 'p_limit must be at least 1, not -1', 'a negative limit is refused (UL008)');
+RESET ROLE;
+
 -- Privileges.
 SET LOCAL ROLE undolog_agent;
 SELECT throws_ok('SELECT * FROM undolog.recover()', '42501', NULL, 'the agent role cannot recover');
+SELECT throws_ok('SELECT * FROM undolog.fail_expired_sessions(1)', '42501', NULL,
+                 '... nor fail expired sessions');
 RESET ROLE;
 SET LOCAL ROLE undolog_operator;
 SELECT lives_ok('SELECT * FROM undolog.recover()', 'the operator role can');
@@ -90,6 +158,11 @@ SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_
                   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
            FROM pg_proc AS p WHERE p.oid = 'undolog.recover()'::regprocedure),
           'it is SECURITY DEFINER with a pinned search_path, not executable by PUBLIC');
+SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_temp']
+                  AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
+           FROM pg_proc AS p
+           WHERE p.oid = 'undolog.fail_expired_sessions(integer)'::regprocedure),
+          '... and so is fail_expired_sessions');
 
 SELECT * FROM finish();
 ROLLBACK;

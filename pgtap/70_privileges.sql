@@ -60,6 +60,7 @@ INSERT INTO allowed VALUES
     ('undolog_approver', 'session_state_estimates'),
     ('undolog_operator', 'expire_approvals'),
     ('undolog_operator', 'recover'),
+    ('undolog_operator', 'fail_expired_sessions'),
     ('undolog_operator', 'claim_compensation'),
     ('undolog_operator', 'complete_compensation'),
     ('undolog_operator', 'fail_compensation'),
