@@ -24,8 +24,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from undolog import _acompat
+from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
 from undolog.engine_common import MAX_STEP_INDEX as MAX_STEP_INDEX
 from undolog.engine_common import SESSION_STATES as SESSION_STATES
 from undolog.engine_common import ApprovalDecision as ApprovalDecision
@@ -89,6 +91,45 @@ async def fetch_all(
         with translated():
             cursor = await conn.execute(query, params)
             return await cursor.fetchall()
+
+
+async def fetch_in_batches(
+    conn: AsyncConnection,
+    query: str,
+    *,
+    batch: int,
+    on_progress: _acompat.CountProgress | None,
+    caller: str,
+) -> list[tuple[Any, ...]]:
+    """The rows of a sweep that runs ``query`` (which takes ``%(limit)s``) again, each
+    run in a transaction of its own committed before the next, until one answers fewer
+    than ``batch`` rows: a sweep whose every row is a subtransaction that writes stays
+    below the backend's cache of them (see :data:`EXPIRE_BATCH`), and each run lets its
+    rows' locks go as soon as it is done. ``conn`` in autocommit mode, or in none with no
+    transaction open (each run is then a ``conn.transaction()``); ValueError inside an
+    open transaction, which each run would commit (``caller`` names the function in its
+    message). ``on_progress(rows_so_far)`` is called (awaited, on the async side) after
+    each run but the last; what it raises ends the sweep, the runs before it committed.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, not {batch}")
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        raise ValueError(
+            f"{caller} commits a transaction per batch: call it outside the "
+            "transaction open on this connection (or on an autocommit connection)"
+        )
+    swept: list[tuple[Any, ...]] = []
+    while True:
+        if conn.autocommit:
+            rows = await fetch_all(conn, query, {"limit": batch})
+        else:
+            async with conn.transaction():
+                rows = await fetch_all(conn, query, {"limit": batch})
+        swept += rows
+        if len(rows) < batch:
+            return swept
+        if on_progress is not None:
+            await on_progress(len(swept))
 
 
 async def begin_session(

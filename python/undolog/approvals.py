@@ -28,12 +28,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from undolog import _compat, tracing
-from undolog.engine import Connection, fetch_all, fetch_one
+from undolog.engine import Connection, fetch_all, fetch_in_batches, fetch_one
+from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
 from undolog.errors import UnknownApproval
 from undolog.queries import QUERIES
 
@@ -50,12 +50,6 @@ them would otherwise make every waiter read the state once per NOTIFY. A real de
 reaches a waiter within this much (the same spirit as undolog.walk.MIN_WAKE_GAP, a
 worker's least gap between passes)."""
 DRAIN_SECONDS: Final = 0.2  # at most this long taking the wake-ups a read answers
-
-EXPIRE_BATCH: Final = 50
-"""How many requests :func:`expire_approvals` expires in one transaction at most. Each
-expiry is a subtransaction with an XID of its own, and a backend caches 64 of them
-(PGPROC_MAX_CACHED_SUBXIDS): past that, until its transaction ends, every other
-backend's snapshot looks them up in pg_subtrans, a slowdown of the whole cluster."""
 
 
 def _decision(approval_id: uuid.UUID, decided_by: str, reason: str | None) -> dict[str, Any]:
@@ -126,25 +120,14 @@ def expire_approvals(
     after each batch but the last, e.g. to tell a person that a long sweep goes on; what
     it raises ends the sweep, the batches before it committed.
     """
-    if batch < 1:
-        raise ValueError(f"batch must be at least 1, not {batch}")
-    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-        raise ValueError(
-            "expire_approvals commits a transaction per batch: call it outside the "
-            "transaction open on this connection (or on an autocommit connection)"
-        )
-    expired: list[uuid.UUID] = []
-    while True:
-        if conn.autocommit:
-            rows = fetch_all(conn, QUERIES["expire_approvals"], {"limit": batch})
-        else:
-            with conn.transaction():
-                rows = fetch_all(conn, QUERIES["expire_approvals"], {"limit": batch})
-        expired += [uuid.UUID(str(row[0])) for row in rows]
-        if len(rows) < batch:
-            return expired
-        if on_progress is not None:
-            on_progress(len(expired))
+    rows = fetch_in_batches(
+        conn,
+        QUERIES["expire_approvals"],
+        batch=batch,
+        on_progress=on_progress,
+        caller="expire_approvals",
+    )
+    return [uuid.UUID(str(row[0])) for row in rows]
 
 
 def approval_state(conn: Connection, approval_id: uuid.UUID) -> str | None:

@@ -26,8 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from undolog import _compat
+from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
 from undolog.engine_common import MAX_STEP_INDEX as MAX_STEP_INDEX
 from undolog.engine_common import SESSION_STATES as SESSION_STATES
 from undolog.engine_common import ApprovalDecision as ApprovalDecision
@@ -87,6 +89,45 @@ def fetch_all(conn: Connection, query: str, params: Params = ()) -> list[tuple[A
         with translated():
             cursor = conn.execute(query, params)
             return cursor.fetchall()
+
+
+def fetch_in_batches(
+    conn: Connection,
+    query: str,
+    *,
+    batch: int,
+    on_progress: _compat.CountProgress | None,
+    caller: str,
+) -> list[tuple[Any, ...]]:
+    """The rows of a sweep that runs ``query`` (which takes ``%(limit)s``) again, each
+    run in a transaction of its own committed before the next, until one answers fewer
+    than ``batch`` rows: a sweep whose every row is a subtransaction that writes stays
+    below the backend's cache of them (see :data:`EXPIRE_BATCH`), and each run lets its
+    rows' locks go as soon as it is done. ``conn`` in autocommit mode, or in none with no
+    transaction open (each run is then a ``conn.transaction()``); ValueError inside an
+    open transaction, which each run would commit (``caller`` names the function in its
+    message). ``on_progress(rows_so_far)`` is called (awaited, on the async side) after
+    each run but the last; what it raises ends the sweep, the runs before it committed.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, not {batch}")
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        raise ValueError(
+            f"{caller} commits a transaction per batch: call it outside the "
+            "transaction open on this connection (or on an autocommit connection)"
+        )
+    swept: list[tuple[Any, ...]] = []
+    while True:
+        if conn.autocommit:
+            rows = fetch_all(conn, query, {"limit": batch})
+        else:
+            with conn.transaction():
+                rows = fetch_all(conn, query, {"limit": batch})
+        swept += rows
+        if len(rows) < batch:
+            return swept
+        if on_progress is not None:
+            on_progress(len(swept))
 
 
 def begin_session(

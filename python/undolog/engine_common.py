@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -28,6 +28,14 @@ from undolog.signature import check_storable
 Params = tuple[Any, ...] | Mapping[str, Any]
 
 # The engine's step_index is a PostgreSQL integer.
+EXPIRE_BATCH: Final = 50
+"""How many rows a sweep of what ran out writes in one transaction at most: approval
+requests past their deadline (approvals.expire_approvals) and sessions whose lease
+expired (saga.fail_expired_sessions). Each is a subtransaction with an XID of its own,
+and a backend caches 64 of them (PGPROC_MAX_CACHED_SUBXIDS): past that, until its
+transaction ends, every other backend's snapshot looks them up in pg_subtrans, a
+slowdown of the whole cluster."""
+
 MAX_STEP_INDEX = 2**31 - 1
 # The session state machine's states (docs/design/state-machines.md), for the faces'
 # filters and choices.
