@@ -25,8 +25,8 @@ sleep = asyncio.sleep
 # A wait's progress report (undolog.aapprovals.wait_for_decision's on_progress): awaited.
 Progress = Callable[[float], Awaitable[object]]
 
-# A sweep's progress report (undolog.aapprovals.expire_approvals's on_progress): how many
-# it did so far, awaited.
+# A sweep's progress report (undolog.aapprovals.expire_approvals's on_progress,
+# undolog.asaga.fail_expired_sessions's): how many it did so far, awaited.
 CountProgress = Callable[[int], Awaitable[object]]
 
 

@@ -26,8 +26,8 @@ sleep = time.sleep
 # A wait's progress report (undolog.approvals.wait_for_decision's on_progress).
 Progress = Callable[[float], object]
 
-# A sweep's progress report (undolog.approvals.expire_approvals's on_progress): how many
-# it did so far.
+# A sweep's progress report (undolog.approvals.expire_approvals's on_progress,
+# undolog.saga.fail_expired_sessions's): how many it did so far.
 CountProgress = Callable[[int], object]
 
 

@@ -194,6 +194,11 @@ SELECT s.state, s.error, s.halt_undo_id, s.undo_floor IS NOT NULL AS partial
 FROM undolog.sessions_list AS s
 WHERE s.session_id = %(session_id)s
 
+-- name: fail_expired_sessions
+-- The worker's first step: active sessions whose lease expired are failed, at most
+-- %(limit)s of them in this transaction (the binding repeats it until fewer come).
+SELECT * FROM undolog.fail_expired_sessions(p_limit => %(limit)s)
+
 -- name: recover
 -- Fail the sessions whose lease expired; answers every session whose undo walk must run.
 SELECT * FROM undolog.recover()
@@ -1094,11 +1099,6 @@ LIMIT %(limit)s::int
 -- An operator writes an anchor from the Maintenance page (undolog.write_anchor, as
 -- `undolog anchor write`): answers it.
 SELECT anchor_id, written_at, sessions, hash FROM undolog.write_anchor()
-
--- name: dashboard_lease_expired
--- The active sessions whose lease ran out (their agent stopped heartbeating): what a
--- recovery run from the Maintenance page (undolog.recover) is about to fail.
-SELECT d.session_id FROM undolog.due_sessions AS d WHERE d.state = 'active'
 
 -- name: dashboard_maintenance_lock_timeout
 -- The Maintenance page's actions run in a transaction that waits at most this long for

@@ -27,7 +27,9 @@ from typing import Any
 
 import psycopg
 
-from undolog.engine import Connection, fetch_all, fetch_one
+from undolog import _compat
+from undolog.engine import Connection, fetch_all, fetch_in_batches, fetch_one
+from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
 from undolog.queries import QUERIES
 from undolog.saga_records import Claim, PlannedUndo, plan_of
 
@@ -39,6 +41,7 @@ __all__ = [
     "complete_compensation",
     "expect_session",
     "fail_compensation",
+    "fail_expired_sessions",
     "recover",
     "resume_session",
     "retry_compensation",
@@ -55,8 +58,41 @@ def _text(conn: Connection, query: str, params: dict[str, Any]) -> str:
     return str(row[0])
 
 
+def fail_expired_sessions(
+    conn: Connection,
+    *,
+    batch: int = EXPIRE_BATCH,
+    on_progress: _compat.CountProgress | None = None,
+) -> list[uuid.UUID]:
+    """Fail every active session whose lease expired (its agent died); answers their ids.
+
+    In transactions of at most ``batch`` sessions each (undolog.fail_expired_sessions
+    with its limit), each committed before the next begins, until one fails fewer than
+    ``batch``: after a fleet of agents died, its hundreds of sessions never overflow a
+    backend's subtransaction cache (see :data:`EXPIRE_BATCH`), and each batch's sessions
+    are let go as soon as it is done. A session another transaction holds is skipped, as
+    by the SQL function. ``conn`` in autocommit mode, or in none with no transaction open
+    (each batch is then a ``conn.transaction()``); ValueError inside an open transaction,
+    which each batch would commit. ``on_progress(failed_so_far)`` is called (awaited, on
+    the async side) after each batch but the last; what it raises ends the sweep, the
+    batches before it committed. A worker calls it before :func:`recover`, which then
+    finds none or few left to fail (undolog.walk.recover_due does both).
+    """
+    rows = fetch_in_batches(
+        conn,
+        QUERIES["fail_expired_sessions"],
+        batch=batch,
+        on_progress=on_progress,
+        caller="fail_expired_sessions",
+    )
+    return [uuid.UUID(str(row[0])) for row in rows]
+
+
 def recover(conn: Connection) -> list[uuid.UUID]:
-    """Fail the sessions whose lease expired; answer every session whose walk must run."""
+    """Fail the sessions whose lease expired; answer every session whose walk must run.
+    One round trip, in the caller's transaction: every session it fails is a
+    subtransaction of it, so with more than a few dozen expired it is called after
+    :func:`fail_expired_sessions`, as the worker does."""
     rows = fetch_all(conn, QUERIES["recover"])
     return [uuid.UUID(str(r[0])) for r in rows]
 

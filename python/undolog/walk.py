@@ -692,6 +692,22 @@ def close_past_deadline(conn: engine.Connection) -> list[uuid.UUID]:
     return expired
 
 
+def recover_due(
+    conn: engine.Connection, on_progress: Callable[[int], object] | None = None
+) -> list[uuid.UUID]:
+    """What each worker pass does after closing the requests past their deadline: every
+    active session whose lease expired is failed, in transactions of at most
+    saga.EXPIRE_BATCH each (saga.fail_expired_sessions; ``on_progress(failed_so_far)``
+    after each but the last), so that the death of a fleet of agents never puts hundreds
+    of subtransactions in one; then recover() answers the sessions whose undo walk must
+    run (failing only those whose lease ran out meanwhile). ``conn`` outside a
+    transaction, as for approvals.expire_approvals."""
+    failed = saga.fail_expired_sessions(conn, on_progress=on_progress)
+    if failed:
+        log.info("failed %d session(s) whose lease expired", len(failed))
+    return saga.recover(conn)
+
+
 def work(
     conn: engine.Connection,
     compensations: Mapping[str, Callable[..., Any]],
@@ -710,7 +726,7 @@ def work(
     naming every session whose walk raised. A lost connection, an interrupt or
     ``sys.exit()`` raises at once: nothing more can be walked."""
     close_past_deadline(conn)
-    due = saga.recover(conn)
+    due = recover_due(conn)
     if owners is not None and due:
         due = _owned_by(conn, due, owners)
     states: dict[uuid.UUID, str] = {}
@@ -943,7 +959,7 @@ class Worker:
             if not self._fault(exc, "expire_approvals()"):
                 return False
         try:
-            due = saga.recover(conn)
+            due = recover_due(conn)
             if self.owners is not None and due:
                 due = _owned_by(conn, due, self.owners)
         except Exception as exc:

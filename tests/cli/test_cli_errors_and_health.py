@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,7 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from expiry_support import expired_per_transaction, past_deadline
+from expiry_support import (
+    expired_per_transaction,
+    failed_per_transaction,
+    lease_run_out,
+    past_deadline,
+)
 from pgcluster import free_port
 from undolog import engine, errors, saga
 from undolog.cli import build_parser, describe_error, main
@@ -207,6 +213,30 @@ def test_approvals_expire_says_how_far_a_long_sweep_got(
     assert (code, err) == (0, "")
     assert sorted(uuid.UUID(r["approval_id"]) for r in json.loads(out)) == sorted(more)
     assert expired_per_transaction(conn, more) == [50, 10]
+
+
+def test_recover_fails_a_fleets_sessions_in_batches_and_says_how_far_it_got(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a fleet of agents died, `undolog recover` fails their sessions 50 to a
+    transaction (saga.EXPIRE_BATCH), as each worker pass does, and says after each, on
+    standard error, how many are failed and committed so far; then the sessions whose
+    undo walk must run. With --json, standard error stays for errors."""
+    dead = lease_run_out(conn, 120)
+    code, out, err = run(capsys, "recover")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "undolog recover: 50 session(s) whose lease expired failed so far (committed), going on",
+        "undolog recover: 100 session(s) whose lease expired failed so far (committed), going on",
+    ]
+    named = [uuid.UUID(w) for w in out.split() if re.fullmatch(r"[0-9a-f-]{36}", w)]
+    assert sorted(named) == sorted(dead)
+    assert failed_per_transaction(conn, dead) == [50, 50, 20]
+    more = lease_run_out(conn, 60)
+    code, out, err = run(capsys, "--json", "recover")
+    assert (code, err) == (0, "")
+    assert sorted(uuid.UUID(r["session_id"]) for r in json.loads(out)) == sorted(dead + more)
+    assert failed_per_transaction(conn, more) == [50, 10]
 
 
 def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 from test_dashboard import log_in as first_log_in
 from test_dashboard_maintenance import partitions
 
+import expiry_support
 import undolog._version
 from dashboard_helpers import as_login, csrf_of, session_state
 from undolog import engine, engine_check
@@ -49,6 +50,8 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "approve_edited": (("approvals", "approve"), "/approvals/{approval_id}/edit"),
     "reject": (("approvals", "reject"), "/approvals/decide"),
     "recover": (("recover",), "/maintenance/recover"),
+    # recover's first step, in batches (as each worker pass does it)
+    "fail_expired_sessions": (("recover",), "/maintenance/recover"),
     "claim_compensation": (("worker",), None),
     "complete_compensation": (("worker",), None),
     "fail_compensation": (("worker",), None),
@@ -225,12 +228,49 @@ def test_the_engines_refusal_is_said_in_its_words(web: TestClient, conn: Conn, d
     """An operator whom the database refuses all the same (the grant is gone): 42501, in
     PostgreSQL's words, and the session is left as it was."""
     sid = lease_run_out(dsn)
-    conn.execute("REVOKE EXECUTE ON FUNCTION undolog.recover() FROM undolog_operator")
+    conn.execute(
+        "REVOKE EXECUTE ON FUNCTION undolog.fail_expired_sessions(integer) FROM undolog_operator"
+    )
     log_in(web, "dash_operator")
     answer = web.post("/maintenance/recover", data={"csrf": csrf_of(web.get("/maintenance").text)})
     assert answer.status_code == 403
-    assert "permission denied for function recover" in answer.text
+    assert "permission denied for function fail_expired_sessions" in answer.text
     assert session_state(conn, sid) == "active"
+    # recover() refused after the batches: what they failed is said, and stays failed
+    conn.execute(
+        "GRANT EXECUTE ON FUNCTION undolog.fail_expired_sessions(integer) TO undolog_operator"
+    )
+    conn.execute("REVOKE EXECUTE ON FUNCTION undolog.recover() FROM undolog_operator")
+    answer = web.post("/maintenance/recover", data={"csrf": csrf_of(web.get("/maintenance").text)})
+    assert answer.status_code == 403
+    said = html.unescape(answer.text)
+    assert "permission denied for function recover" in said
+    assert "before it, 1 session(s) whose lease had expired were failed (they stay failed)" in said
+    assert session_state(conn, sid) == "failed"
+
+
+def test_a_fleets_expired_leases_are_failed_in_transactions_of_50(
+    web: TestClient, conn: Conn
+) -> None:
+    """After a fleet of agents died, their sessions are failed 50 to a transaction
+    (asaga.EXPIRE_BATCH), each committed before the next, as `undolog recover` does: when
+    one is refused, the page says how many were failed before it."""
+    dead = expiry_support.lease_run_out(conn, 70)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    with expiry_support.failure_refused(conn, sorted(dead)[59]):
+        refused = web.post("/maintenance/recover", data={"csrf": token})
+    said = html.unescape(refused.text)
+    assert "refused by the test" in said
+    assert "(50 session(s) whose lease had expired were failed before it)" in said
+    assert expiry_support.failed_per_transaction(conn, dead) == [50]
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith(
+        "recover: run by dash_operator: 20 session(s) whose lease had expired now failed; "
+        "70 session(s) whose undo walk must run"
+    )
+    assert expiry_support.failed_per_transaction(conn, dead) == [50, 20]
 
 
 @pytest.mark.parametrize("hostile", ['<script>alert("x")</script>'])

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import links, saga
+from undolog import links
 from undolog._conninfo import with_keepalives
 from undolog.cli._common import (
     EXIT_ERROR,
@@ -32,7 +32,7 @@ from undolog.cli._common import (
     non_negative_float,
 )
 from undolog.cli._output import emit
-from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck
+from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck, recover_due
 
 # `undolog worker`'s exit status when compensations it gave up on still run (WorkerStuck):
 # sysexits' EX_TEMPFAIL, "try again later". Only a new process ends them: its supervisor
@@ -96,8 +96,12 @@ def _positive_seconds(value: str) -> float:
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
+    """Every active session whose lease expired is failed, in transactions of at most
+    saga.EXPIRE_BATCH sessions each (walk.recover_due, as each worker pass): after a
+    fleet of agents died, it says on standard error how far it got after each (not with
+    --json, whose errors are JSON there); then the sessions whose undo walk must run."""
     with connect(args) as conn:
-        due = saga.recover(conn)
+        due = recover_due(conn, on_progress=None if args.json else _say_failed_so_far)
     emit(
         args,
         [{"session_id": sid} for sid in due],
@@ -106,6 +110,15 @@ def _cmd_recover(args: argparse.Namespace) -> int:
         whole=None,
     )
     return EXIT_OK
+
+
+def _say_failed_so_far(count: int) -> None:
+    print(
+        f"undolog recover: {count} session(s) whose lease expired failed so far (committed), "
+        "going on",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _load_app(spec: str) -> Any:

@@ -2277,25 +2277,36 @@ class Dashboard:
         return self._after(request, ws, [outcome], "/maintenance")
 
     async def maintenance_recover(self, request: Request) -> Response:
-        """An operator runs recovery now (undolog.recover, as `undolog recover`, what each
-        pass of the worker does first): every active session whose lease expired is
-        failed, and the flash names the sessions whose undo walk must run (the worker,
-        which holds the application's compensations, walks them)."""
+        """An operator runs recovery now (as `undolog recover`, what each pass of the
+        worker does first): every active session whose lease expired is failed, in
+        transactions of at most asaga.EXPIRE_BATCH sessions each
+        (undolog.fail_expired_sessions), then undolog.recover names the sessions whose
+        undo walk must run (the worker, which holds the application's compensations,
+        walks them) in the flash."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
         ws, _ = got
         if not ws.roles.operator:
             return self._operator_only(request, ws, "recover", "runs recovery")
+        committed = 0  # in transactions of at most asaga.EXPIRE_BATCH: so far
+
+        async def so_far(count: int) -> None:
+            nonlocal committed
+            committed = count
+
+        failed = await self._attempt(
+            ws, "recover", lambda conn: asaga.fail_expired_sessions(conn, on_progress=so_far)
+        )
+        if isinstance(failed, Outcome):
+            if committed:  # the batches before the one refused stand
+                failed.text += (
+                    f" ({committed} session(s) whose lease had expired were failed before it)"
+                )
+            return self._after(request, ws, [failed], "/maintenance")
 
         async def recover(conn: queries.Conn) -> str:
-            # The active sessions whose lease had run out just before: those recover()
-            # then names are failed now, by this run or by a worker's at the same moment
-            # (each statement reads its own snapshot: who failed it is not told apart).
-            found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
             due = await asaga.recover(conn)
-            expired = {r["session_id"] for r in found}
-            failed = [s for s in due if s in expired]
             log.info("%s: ran recovery: %d failed, %d due", ws.login, len(failed), len(due))
             if not due:
                 return f"run by {ws.login}: no lease had expired and no undo walk is due"
@@ -2309,6 +2320,11 @@ class Dashboard:
 
         # in a transaction whose lock waits are bounded, as the page's other actions
         outcome = await self._maintenance_call(ws, "recover", recover)
+        if not outcome.ok and failed:  # the sessions failed above stay failed
+            outcome.text += (
+                f"; before it, {len(failed)} session(s) whose lease had expired were failed "
+                "(they stay failed)"
+            )
         return self._after(request, ws, [outcome], "/maintenance")
 
     # --- notification channels --------------------------------------------------------
