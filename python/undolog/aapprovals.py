@@ -31,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from undolog import _acompat, tracing
 from undolog.aengine import AsyncConnection, fetch_all, fetch_in_batches, fetch_one
-from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
+from undolog.engine_common import SWEEP_BATCH as SWEEP_BATCH
 from undolog.errors import UnknownApproval
 from undolog.queries import QUERIES
 
@@ -102,7 +102,7 @@ async def reject(
 async def expire_approvals(
     conn: AsyncConnection,
     *,
-    batch: int = EXPIRE_BATCH,
+    batch: int = SWEEP_BATCH,
     on_progress: _acompat.CountProgress | None = None,
 ) -> list[uuid.UUID]:
     """Expire every pending request past its deadline (operator); answers their ids.
@@ -110,7 +110,7 @@ async def expire_approvals(
     In transactions of at most ``batch`` requests each (undolog.expire_approvals with
     its limit), each committed before the next begins, until one expires fewer than
     ``batch``: a sweep of thousands then never overflows a backend's subtransaction
-    cache (see :data:`EXPIRE_BATCH`), and each batch's sessions are let go as soon as it
+    cache (see :data:`SWEEP_BATCH`), and each batch's sessions are let go as soon as it
     is done. A session another transaction holds is skipped, as by the SQL function.
     ``conn`` in autocommit mode, or in none with no transaction open (each batch is then
     a ``conn.transaction()``); ValueError inside an open transaction, which each batch

@@ -27,9 +27,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from undolog import _acompat
-from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
 from undolog.engine_common import MAX_STEP_INDEX as MAX_STEP_INDEX
 from undolog.engine_common import SESSION_STATES as SESSION_STATES
+from undolog.engine_common import SWEEP_BATCH as SWEEP_BATCH
 from undolog.engine_common import ApprovalDecision as ApprovalDecision
 from undolog.engine_common import ApprovalEdit as ApprovalEdit
 from undolog.engine_common import Interception as Interception
@@ -104,7 +104,7 @@ async def fetch_in_batches(
     """The rows of a sweep that runs ``query`` (which takes ``%(limit)s``) again, each
     run in a transaction of its own committed before the next, until one answers fewer
     than ``batch`` rows: a sweep whose every row is a subtransaction that writes stays
-    below the backend's cache of them (see :data:`EXPIRE_BATCH`), and each run lets its
+    below the backend's cache of them (see :data:`SWEEP_BATCH`), and each run lets its
     rows' locks go as soon as it is done. ``conn`` in autocommit mode, or in none with no
     transaction open (each run is then a ``conn.transaction()``); ValueError inside an
     open transaction, which each run would commit (``caller`` names the function in its

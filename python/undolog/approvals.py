@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 
 from undolog import _compat, tracing
 from undolog.engine import Connection, fetch_all, fetch_in_batches, fetch_one
-from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
+from undolog.engine_common import SWEEP_BATCH as SWEEP_BATCH
 from undolog.errors import UnknownApproval
 from undolog.queries import QUERIES
 
@@ -104,7 +104,7 @@ def reject(
 def expire_approvals(
     conn: Connection,
     *,
-    batch: int = EXPIRE_BATCH,
+    batch: int = SWEEP_BATCH,
     on_progress: _compat.CountProgress | None = None,
 ) -> list[uuid.UUID]:
     """Expire every pending request past its deadline (operator); answers their ids.
@@ -112,7 +112,7 @@ def expire_approvals(
     In transactions of at most ``batch`` requests each (undolog.expire_approvals with
     its limit), each committed before the next begins, until one expires fewer than
     ``batch``: a sweep of thousands then never overflows a backend's subtransaction
-    cache (see :data:`EXPIRE_BATCH`), and each batch's sessions are let go as soon as it
+    cache (see :data:`SWEEP_BATCH`), and each batch's sessions are let go as soon as it
     is done. A session another transaction holds is skipped, as by the SQL function.
     ``conn`` in autocommit mode, or in none with no transaction open (each batch is then
     a ``conn.transaction()``); ValueError inside an open transaction, which each batch

@@ -28,7 +28,7 @@ from undolog.signature import check_storable
 Params = tuple[Any, ...] | Mapping[str, Any]
 
 # The engine's step_index is a PostgreSQL integer.
-EXPIRE_BATCH: Final = 50
+SWEEP_BATCH: Final = 50
 """How many rows a sweep of what ran out writes in one transaction at most: approval
 requests past their deadline (approvals.expire_approvals) and sessions whose lease
 expired (saga.fail_expired_sessions). Each is a subtransaction with an XID of its own,

@@ -29,7 +29,7 @@ import psycopg
 
 from undolog import _compat
 from undolog.engine import Connection, fetch_all, fetch_in_batches, fetch_one
-from undolog.engine_common import EXPIRE_BATCH as EXPIRE_BATCH
+from undolog.engine_common import SWEEP_BATCH as SWEEP_BATCH
 from undolog.queries import QUERIES
 from undolog.saga_records import Claim, PlannedUndo, plan_of
 
@@ -61,7 +61,7 @@ def _text(conn: Connection, query: str, params: dict[str, Any]) -> str:
 def fail_expired_sessions(
     conn: Connection,
     *,
-    batch: int = EXPIRE_BATCH,
+    batch: int = SWEEP_BATCH,
     on_progress: _compat.CountProgress | None = None,
 ) -> list[uuid.UUID]:
     """Fail every active session whose lease expired (its agent died); answers their ids.
@@ -69,7 +69,7 @@ def fail_expired_sessions(
     In transactions of at most ``batch`` sessions each (undolog.fail_expired_sessions
     with its limit), each committed before the next begins, until one fails fewer than
     ``batch``: after a fleet of agents died, its hundreds of sessions never overflow a
-    backend's subtransaction cache (see :data:`EXPIRE_BATCH`), and each batch's sessions
+    backend's subtransaction cache (see :data:`SWEEP_BATCH`), and each batch's sessions
     are let go as soon as it is done. A session another transaction holds is skipped, as
     by the SQL function. ``conn`` in autocommit mode, or in none with no transaction open
     (each batch is then a ``conn.transaction()``); ValueError inside an open transaction,

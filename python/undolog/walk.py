@@ -685,7 +685,7 @@ def close_past_deadline(conn: engine.Connection) -> list[uuid.UUID]:
     """Close the approval requests past their deadline (undolog.approval_timeout) as
     expired, so that a worker pass then walks the sessions that sends to their undo:
     nobody else would, and a deadline nobody enforces is none. Answers their ids. A
-    backlog of thousands is closed in transactions of at most approvals.EXPIRE_BATCH."""
+    backlog of thousands is closed in transactions of at most approvals.SWEEP_BATCH."""
     expired = approvals.expire_approvals(conn)
     if expired:
         log.info("closed %d approval request(s) past their deadline", len(expired))
@@ -697,7 +697,7 @@ def recover_due(
 ) -> list[uuid.UUID]:
     """What each worker pass does after closing the requests past their deadline: every
     active session whose lease expired is failed, in transactions of at most
-    saga.EXPIRE_BATCH each (saga.fail_expired_sessions; ``on_progress(failed_so_far)``
+    saga.SWEEP_BATCH each (saga.fail_expired_sessions; ``on_progress(failed_so_far)``
     after each but the last), so that the death of a fleet of agents never puts hundreds
     of subtransactions in one; then recover() answers the sessions whose undo walk must
     run (failing only those whose lease ran out meanwhile). ``conn`` outside a

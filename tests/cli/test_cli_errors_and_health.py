@@ -194,7 +194,7 @@ def test_approvals_expire_closes_the_requests_past_their_deadline(
 def test_approvals_expire_says_how_far_a_long_sweep_got(
     conn: Conn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A sweep of many expires them 50 to a transaction (approvals.EXPIRE_BATCH) and says
+    """A sweep of many expires them 50 to a transaction (approvals.SWEEP_BATCH) and says
     after each, on standard error, how many are expired and committed so far: the list of
     what it expired comes only at its end. With --json, standard error stays for errors."""
     due = past_deadline(conn, 120)
@@ -219,7 +219,7 @@ def test_recover_fails_a_fleets_sessions_in_batches_and_says_how_far_it_got(
     conn: Conn, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After a fleet of agents died, `undolog recover` fails their sessions 50 to a
-    transaction (saga.EXPIRE_BATCH), as each worker pass does, and says after each, on
+    transaction (saga.SWEEP_BATCH), as each worker pass does, and says after each, on
     standard error, how many are failed and committed so far; then the sessions whose
     undo walk must run. With --json, standard error stays for errors."""
     dead = lease_run_out(conn, 120)

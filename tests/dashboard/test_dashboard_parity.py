@@ -253,7 +253,7 @@ def test_a_fleets_expired_leases_are_failed_in_transactions_of_50(
     web: TestClient, conn: Conn
 ) -> None:
     """After a fleet of agents died, their sessions are failed 50 to a transaction
-    (asaga.EXPIRE_BATCH), each committed before the next, as `undolog recover` does: when
+    (asaga.SWEEP_BATCH), each committed before the next, as `undolog recover` does: when
     one is refused, the page says how many were failed before it."""
     dead = expiry_support.lease_run_out(conn, 70)
     log_in(web, "dash_operator")

@@ -315,7 +315,7 @@ def test_an_operator_closes_the_requests_past_their_deadline(
 
 
 def test_an_operator_closes_a_backlog_in_transactions_of_50(web: TestClient, conn: Conn) -> None:
-    """A backlog is closed 50 to a transaction (aapprovals.EXPIRE_BATCH), each committed
+    """A backlog is closed 50 to a transaction (aapprovals.SWEEP_BATCH), each committed
     before the next: when one is refused, the page says how many were closed before it."""
     due = past_deadline(conn, 70)
     log_in(web, "dash_operator")

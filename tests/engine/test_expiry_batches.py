@@ -1,5 +1,5 @@
 """A mass expiry runs in bounded batches: approvals.expire_approvals expires the requests
-past their deadline at most EXPIRE_BATCH (50) to a transaction, each committed before the
+past their deadline at most SWEEP_BATCH (50) to a transaction, each committed before the
 next, with undolog.expire_approvals(p_limit). Each expiry is a subtransaction with an XID
 of its own, and past 64 in one transaction the backend's cache of them overflows: every
 other backend's snapshots then read pg_subtrans until the sweep ends (it used to expire

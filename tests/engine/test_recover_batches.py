@@ -1,5 +1,5 @@
 """A fleet's death is recovered in bounded batches: saga.fail_expired_sessions fails the
-active sessions whose lease ran out at most EXPIRE_BATCH (50) to a transaction, each
+active sessions whose lease ran out at most SWEEP_BATCH (50) to a transaction, each
 committed before the next, with undolog.fail_expired_sessions(p_limit), and the worker's
 pass (walk.recover_due), `undolog recover` and the dashboard do so before recover().
 Each failure is a subtransaction with an XID of its own, and past 64 in one transaction

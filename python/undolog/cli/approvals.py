@@ -291,7 +291,7 @@ def _edited_args(args: argparse.Namespace) -> Any:
 def _cmd_approvals_expire(args: argparse.Namespace) -> int:
     """Every pending request past its deadline becomes expired, and its session goes on
     as after a rejection (undolog.expire_approvals). In transactions of at most
-    approvals.EXPIRE_BATCH requests each: a long sweep says on standard error how far it
+    approvals.SWEEP_BATCH requests each: a long sweep says on standard error how far it
     got after each (not with --json, whose errors are JSON there), since the list of
     what it expired comes only at its end."""
     with connect(args) as conn:

@@ -31,7 +31,7 @@ from undolog.cli._common import (
     connect,
     non_negative_float,
 )
-from undolog.cli._output import emit
+from undolog.cli._output import emit, say_progress
 from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck, recover_due
 
 # `undolog worker`'s exit status when compensations it gave up on still run (WorkerStuck):
@@ -97,7 +97,7 @@ def _positive_seconds(value: str) -> float:
 
 def _cmd_recover(args: argparse.Namespace) -> int:
     """Every active session whose lease expired is failed, in transactions of at most
-    saga.EXPIRE_BATCH sessions each (walk.recover_due, as each worker pass): after a
+    saga.SWEEP_BATCH sessions each (walk.recover_due, as each worker pass): after a
     fleet of agents died, it says on standard error how far it got after each (not with
     --json, whose errors are JSON there); then the sessions whose undo walk must run."""
     with connect(args) as conn:
@@ -113,11 +113,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _say_failed_so_far(count: int) -> None:
-    print(
-        f"undolog recover: {count} session(s) whose lease expired failed so far (committed), "
-        "going on",
-        file=sys.stderr,
-        flush=True,
+    say_progress(
+        "recover", f"{count:,} session(s) whose lease expired failed so far (committed), going on"
     )
 
 

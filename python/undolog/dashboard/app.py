@@ -935,7 +935,7 @@ class Dashboard:
         """An operator closes every request past its deadline (undolog.expire_approvals,
         what `expire_approvals()` from cron does): each becomes expired, and its session
         is undone (or goes on, for a tool registered on_reject="continue"). In
-        transactions of at most aapprovals.EXPIRE_BATCH requests each, as the command."""
+        transactions of at most aapprovals.SWEEP_BATCH requests each, as the command."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
@@ -945,7 +945,7 @@ class Dashboard:
                 "expire", False, "only an operator closes the requests past their deadline", 403
             )
             return self._after(request, ws, [outcome], "/approvals")
-        committed = 0  # in transactions of at most aapprovals.EXPIRE_BATCH: so far
+        committed = 0  # in transactions of at most aapprovals.SWEEP_BATCH: so far
 
         async def so_far(count: int) -> None:
             nonlocal committed
@@ -2279,7 +2279,7 @@ class Dashboard:
     async def maintenance_recover(self, request: Request) -> Response:
         """An operator runs recovery now (as `undolog recover`, what each pass of the
         worker does first): every active session whose lease expired is failed, in
-        transactions of at most asaga.EXPIRE_BATCH sessions each
+        transactions of at most asaga.SWEEP_BATCH sessions each
         (undolog.fail_expired_sessions), then undolog.recover names the sessions whose
         undo walk must run (the worker, which holds the application's compensations,
         walks them) in the flash."""
@@ -2289,7 +2289,7 @@ class Dashboard:
         ws, _ = got
         if not ws.roles.operator:
             return self._operator_only(request, ws, "recover", "runs recovery")
-        committed = 0  # in transactions of at most asaga.EXPIRE_BATCH: so far
+        committed = 0  # in transactions of at most asaga.SWEEP_BATCH: so far
 
         async def so_far(count: int) -> None:
             nonlocal committed
