@@ -945,18 +945,13 @@ class Dashboard:
                 "expire", False, "only an operator closes the requests past their deadline", 403
             )
             return self._after(request, ws, [outcome], "/approvals")
-        committed = 0  # in transactions of at most aapprovals.SWEEP_BATCH: so far
-
-        async def so_far(count: int) -> None:
-            nonlocal committed
-            committed = count
-
-        closed = await self._attempt(
-            ws, "expire", lambda conn: aapprovals.expire_approvals(conn, on_progress=so_far)
+        closed = await self._sweep(
+            ws,
+            "expire",
+            lambda conn, so_far: aapprovals.expire_approvals(conn, on_progress=so_far),
+            "{} request(s) were closed as expired before it",
         )
         if isinstance(closed, Outcome):
-            if committed:  # the batches before the one refused stand
-                closed.text += f" ({committed} request(s) were closed as expired before it)"
             return self._after(request, ws, [closed], "/approvals")
         log.info("%s: expired %d request(s) past their deadline", ws.login, len(closed))
         text = (
@@ -1137,6 +1132,30 @@ class Dashboard:
                 return await call(conn)
             except (errors.UndoLogError, psycopg.Error) as exc:
                 return refused(conn, exc, target)
+
+    async def _sweep(
+        self,
+        ws: WebSession,
+        target: str,
+        sweep: Callable[
+            [queries.Conn, Callable[[int], Awaitable[object]]], Awaitable[list[uuid.UUID]]
+        ],
+        done_before: str,
+    ) -> list[uuid.UUID] | Outcome:
+        """_attempt for a sweep in batches of at most SWEEP_BATCH, each committed before
+        the next (expiry, failed leases): the ids it answers, or the refusal of the batch
+        that failed, which then says how many the batches before it did, for those stand
+        (``done_before``, formatted with that count)."""
+        committed = 0
+
+        async def so_far(count: int) -> None:
+            nonlocal committed
+            committed = count
+
+        got = await self._attempt(ws, target, lambda conn: sweep(conn, so_far))
+        if isinstance(got, Outcome) and committed:
+            got.text += f" ({done_before.format(committed)})"
+        return got
 
     async def _act(
         self, ws: WebSession, target: str, call: Callable[[queries.Conn], Awaitable[str]]
@@ -2289,20 +2308,13 @@ class Dashboard:
         ws, _ = got
         if not ws.roles.operator:
             return self._operator_only(request, ws, "recover", "runs recovery")
-        committed = 0  # in transactions of at most asaga.SWEEP_BATCH: so far
-
-        async def so_far(count: int) -> None:
-            nonlocal committed
-            committed = count
-
-        failed = await self._attempt(
-            ws, "recover", lambda conn: asaga.fail_expired_sessions(conn, on_progress=so_far)
+        failed = await self._sweep(
+            ws,
+            "recover",
+            lambda conn, so_far: asaga.fail_expired_sessions(conn, on_progress=so_far),
+            "{} session(s) whose lease had expired were failed before it",
         )
         if isinstance(failed, Outcome):
-            if committed:  # the batches before the one refused stand
-                failed.text += (
-                    f" ({committed} session(s) whose lease had expired were failed before it)"
-                )
             return self._after(request, ws, [failed], "/maintenance")
 
         async def recover(conn: queries.Conn) -> str:
