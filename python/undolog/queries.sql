@@ -1100,6 +1100,12 @@ LIMIT %(limit)s::int
 -- `undolog anchor write`): answers it.
 SELECT anchor_id, written_at, sessions, hash FROM undolog.write_anchor()
 
+-- name: dashboard_lease_expired
+-- The active sessions whose lease ran out (their agent stopped heartbeating): what
+-- undolog.recover, run next on the Maintenance page after the batches, is about to fail
+-- (those whose lease ran out since the batches, or that one of them skipped).
+SELECT d.session_id FROM undolog.due_sessions AS d WHERE d.state = 'active'
+
 -- name: dashboard_maintenance_lock_timeout
 -- The Maintenance page's actions run in a transaction that waits at most this long for
 -- a lock (another maintenance run, a long reader), then gives up with nothing done,

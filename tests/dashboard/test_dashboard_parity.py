@@ -26,7 +26,7 @@ from test_dashboard_maintenance import partitions
 import expiry_support
 import undolog._version
 from dashboard_helpers import as_login, csrf_of, session_state
-from undolog import engine, engine_check
+from undolog import asaga, engine, engine_check
 from undolog.cli import build_parser, main
 from undolog.dashboard.app import Dashboard
 
@@ -193,6 +193,58 @@ def test_an_operator_recovers_and_the_flash_names_the_walks_due(
     (said,) = flash_of(web.get("/maintenance").text)
     assert said.startswith("recover: run by dash_operator: 0 session(s) whose lease")
     assert said.endswith(str(sid))
+
+
+def test_the_flash_counts_what_recover_failed_after_the_batches(
+    web: TestClient, conn: Conn, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batches fail the leases run out when they run; recover() then fails the ones
+    that ran out since (or that a batch skipped, held a moment), and a worker may walk
+    what the batches failed before recover() reads what is due: the flash counts every
+    session failed now and does not say that no lease had expired when some were."""
+    first = lease_run_out(dsn)
+    later = engine.begin_session(conn, None, "dies-later", {}, timedelta(hours=1))
+    batches = asaga.fail_expired_sessions
+
+    async def then_a_lease_runs_out(*args: Any, **kwargs: Any) -> list[uuid.UUID]:
+        failed = await batches(*args, **kwargs)
+        conn.execute(  # its agent died just now: the batches were done before
+            "UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 s'"
+            " WHERE session_id = %s",
+            (later,),
+        )
+        return failed
+
+    monkeypatch.setattr(asaga, "fail_expired_sessions", then_a_lease_runs_out)
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    assert (session_state(conn, first), session_state(conn, later)) == ("failed", "failed")
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith(
+        "recover: run by dash_operator: 2 session(s) whose lease had expired now failed; "
+        "2 session(s) whose undo walk must run"
+    ), said
+
+    # a worker walks what the batches failed before recover() reads the due list
+    dead = lease_run_out(dsn)
+
+    async def then_a_worker_walks_it(*args: Any, **kwargs: Any) -> list[uuid.UUID]:
+        failed = await batches(*args, **kwargs)
+        for sid in (first, later, dead):  # nothing on their stacks: the walk ends them
+            conn.execute(
+                "SELECT * FROM undolog.claim_compensation(%s, interval '1 minute')", (sid,)
+            )
+        return failed
+
+    monkeypatch.setattr(asaga, "fail_expired_sessions", then_a_worker_walks_it)
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    assert session_state(conn, dead) != "active"
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said == (
+        "recover: run by dash_operator: 1 session(s) whose lease had expired now failed; "
+        "no undo walk is due"
+    ), said
 
 
 def test_a_recovery_with_nothing_to_do_says_so(web: TestClient) -> None:

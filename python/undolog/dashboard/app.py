@@ -2318,14 +2318,26 @@ class Dashboard:
             return self._after(request, ws, [failed], "/maintenance")
 
         async def recover(conn: queries.Conn) -> str:
+            # recover() fails the leases run out since the batches (or that one of them
+            # skipped, held a moment): the active ones it then names are failed now, by
+            # this run or by a worker's at the same moment (each statement reads its own
+            # snapshot: who failed it is not told apart).
+            found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
             due = await asaga.recover(conn)
-            log.info("%s: ran recovery: %d failed, %d due", ws.login, len(failed), len(due))
-            if not due:
-                return f"run by {ws.login}: no lease had expired and no undo walk is due"
+            expired = {r["session_id"] for r in found}
+            now_failed = len(failed) + sum(1 for s in due if s in expired)
+            log.info("%s: ran recovery: %d failed, %d due", ws.login, now_failed, len(due))
+            if not due:  # a worker may have walked what the batches failed already
+                if not now_failed:
+                    return f"run by {ws.login}: no lease had expired and no undo walk is due"
+                return (
+                    f"run by {ws.login}: {now_failed} session(s) whose lease had expired now "
+                    "failed; no undo walk is due"
+                )
             shown = ", ".join(str(s) for s in due[:RECOVER_SHOWN])
             more = f" and {len(due) - RECOVER_SHOWN} more" if len(due) > RECOVER_SHOWN else ""
             return (
-                f"run by {ws.login}: {len(failed)} session(s) whose lease had expired now "
+                f"run by {ws.login}: {now_failed} session(s) whose lease had expired now "
                 f"failed; {len(due)} session(s) whose undo walk must run (`undolog worker` "
                 f"walks them): {shown}{more}"
             )
