@@ -27,7 +27,6 @@ from undolog.signature import check_storable
 # Positional (%s) or named (%(name)s, the catalogue's: undolog.queries) parameters.
 Params = tuple[Any, ...] | Mapping[str, Any]
 
-# The engine's step_index is a PostgreSQL integer.
 SWEEP_BATCH: Final = 50
 """How many rows a sweep of what ran out writes in one transaction at most: approval
 requests past their deadline (approvals.expire_approvals) and sessions whose lease
@@ -36,6 +35,7 @@ and a backend caches 64 of them (PGPROC_MAX_CACHED_SUBXIDS): past that, until it
 transaction ends, every other backend's snapshot looks them up in pg_subtrans, a
 slowdown of the whole cluster."""
 
+# The engine's step_index is a PostgreSQL integer.
 MAX_STEP_INDEX = 2**31 - 1
 # The session state machine's states (docs/design/state-machines.md), for the faces'
 # filters and choices.
