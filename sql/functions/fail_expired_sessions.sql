@@ -12,7 +12,7 @@
 -- them up in pg_subtrans (slow, for the whole cluster), while this one holds every
 -- session it failed until it is done. After a fleet of agents died, a worker calls it
 -- with a limit below 64, each call its own transaction, until one answers fewer ids than
--- its limit, then recover() (the Python binding's saga.recover does, 50 at a time).
+-- its limit, then recover() (the Python binding's walk.recover_due does, 50 at a time).
 -- UL008 a limit below 1.
 CREATE OR REPLACE FUNCTION undolog.fail_expired_sessions(p_limit integer DEFAULT NULL)
 RETURNS SETOF uuid
