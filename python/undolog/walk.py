@@ -791,6 +791,9 @@ class Worker:
     :class:`WorkerConfigError`, and on :class:`WorkerStuck` once ``max_abandoned``
     compensations it gave up on are still running: only ending the process ends them, so
     run it under a supervisor that restarts it.
+
+    ``connect`` answers a new connection (after a loss, another one); the worker puts it
+    in autocommit mode, since each statement of a pass is a transaction of its own.
     """
 
     def __init__(
@@ -917,8 +920,6 @@ class Worker:
         try:
             conn.execute(QUERIES["listen_approvals"])
             conn.execute(QUERIES["listen_notifications"])
-            if not conn.autocommit:
-                conn.commit()
         except psycopg.Error as exc:
             log.warning("cannot LISTEN (%s): polling every %.1f s", _one_line(exc), self.interval)
             return
@@ -1049,6 +1050,11 @@ class Worker:
         while not self._stop.is_set():
             try:
                 self._conn = self.connect()
+                # Every statement of a pass is a transaction of its own (the sweeps commit
+                # batch by batch, each walk step commits its own): on a connection made
+                # without autocommit the first statement's transaction stayed open, and
+                # nothing any pass did was ever committed.
+                self._conn.autocommit = True
                 # an engine this package does not work with: a configuration error, as
                 # the clients' check says (a worker's report could fail after its
                 # compensation ran, or its mail was sent, and then run it again)

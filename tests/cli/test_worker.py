@@ -323,6 +323,42 @@ def test_the_worker_closes_requests_past_their_deadline_and_undoes_their_session
     assert "closed 1 approval request(s) past their deadline" in caplog.text
 
 
+def test_a_worker_given_a_connection_without_autocommit_still_commits_its_passes(
+    dsn: str, conn: Conn
+) -> None:
+    """Worker(connect) may be handed psycopg.connect(dsn) as is, without autocommit: the
+    worker's passes commit all the same (before, its first statement's transaction stayed
+    open and nothing a pass did was ever committed: the expired lease stayed active, the
+    request past its deadline pending, the walk undone)."""
+    from undolog import engine
+
+    conn.execute(
+        f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '300 milliseconds'"
+    )
+    dead = engine.begin_session(conn)
+    booked = engine.intercept(conn, dead, 0, "book", "compensable", {"n": 1}, {"name": "unbook"})
+    assert booked.effect_id is not None
+    conn.execute(
+        "UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 second'"
+        " WHERE session_id = %s",
+        (dead,),
+    )
+    waiting = engine.begin_session(conn)
+    asked = engine.intercept(conn, waiting, 0, "pay", "irreversible", {"cents": 1})
+    assert asked.approval_id is not None
+    time.sleep(0.4)
+    undone: list[Any] = []
+    worker = Worker(lambda: psycopg.connect(dsn), {"unbook": lambda c: undone.append(c.call_args)})
+    assert worker.run(once=True) is True
+    assert state_of(conn, dead) == "compensated" and undone == [{"n": 1}]
+    state = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (asked.approval_id,),
+    ).fetchone()
+    assert state == ("expired",)
+    assert state_of(conn, waiting) == "compensated"
+
+
 def test_ul_work_is_the_workers_pass_deadlines_included(dsn: str, conn: Conn) -> None:
     """ul.work() (a deployment's own loop of passes) closes the requests past their
     deadline as the worker's pass does."""
