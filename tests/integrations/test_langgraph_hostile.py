@@ -99,17 +99,23 @@ def test_an_async_decision_compares_too(fx: Fixture) -> None:
     assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
 
 
-def test_an_openai_agents_item_showing_other_arguments_is_refused(dsn: str) -> None:
-    """The OpenAI Agents decide finds the approval by the item's session, tool and call
-    id; the item's arguments must be the journal's too."""
+def _payout_shown_as_five_cents(dsn: str) -> tuple[AgentsFixture, Any, Any, Any]:
+    """An OpenAI Agents run stopped at its payout's approval: the fixture, the run's state,
+    the interruption item, and a copy of it whose arguments read 5 cents (a forged item
+    shown to the person)."""
     set_tracing_disabled(True)
     fx = AgentsFixture(dsn)
     agent = fx.agent(list(PAY_SCRIPT))
     result = asyncio.run(fx.run(agent, "go"))
     [item] = result.interruptions
-    state = result.to_state()
     raw = cast(Any, item.raw_item).model_copy(update={"arguments": json.dumps({"cents": 5})})
-    shown = type(item)(agent=item.agent, raw_item=raw)
+    return fx, result.to_state(), item, type(item)(agent=item.agent, raw_item=raw)
+
+
+def test_an_openai_agents_item_showing_other_arguments_is_refused(dsn: str) -> None:
+    """The OpenAI Agents decide finds the approval by the item's session, tool and call
+    id; the item's arguments must be the journal's too."""
+    fx, state, item, shown = _payout_shown_as_five_cents(dsn)
     with pytest.raises(ValueError, match=r"not the call the person was shown.*arguments"):
         asyncio.run(
             openai_agents.decide(state, shown, fx.ul, fx.sid, fx.approver, "al", approved=True)
@@ -194,14 +200,7 @@ def test_an_openai_agents_callable_approver_is_checked_against_the_journal_too(
     """The OpenAI Agents decide reads the call with ``ul`` (the agent's client it always
     takes) when the approver is a decision recorder: an item showing 5 cents whose call
     id asks about 500 is refused, the recorder never called."""
-    set_tracing_disabled(True)
-    fx = AgentsFixture(dsn)
-    agent = fx.agent(list(PAY_SCRIPT))
-    result = asyncio.run(fx.run(agent, "go"))
-    [item] = result.interruptions
-    state = result.to_state()
-    raw = cast(Any, item.raw_item).model_copy(update={"arguments": json.dumps({"cents": 5})})
-    shown = type(item)(agent=item.agent, raw_item=raw)
+    fx, state, item, shown = _payout_shown_as_five_cents(dsn)
     recorded: list[Any] = []
 
     async def record(approval: Any, approved: bool, by: str, reason: str | None) -> None:
