@@ -494,7 +494,10 @@ def test_conversations_are_sessions_of_their_own(
 
     run(body)
     wait_for(lambda: sorted(s for _, s in sessions(conn)) == ["compensated", "completed"])
-    assert [e["key"] for e in ops(ledger)] == ["a", "b", "c", "b", "e"]  # b forgotten
+    # b forgotten by c2's undo walk, which the proxy runs beside c1's next call: the two
+    # land in either order (under load, e first)
+    keys = [e["key"] for e in ops(ledger)]
+    assert keys[:3] == ["a", "b", "c"] and sorted(keys[3:]) == ["b", "e"], keys
 
 
 def test_a_conversation_name_is_scoped_to_its_connection(
