@@ -3,8 +3,9 @@ resumed from that text alone, as a web app that waits days for the person does: 
 stopped run's Python objects are gone, the agent and its tools are built again, and the
 RunState comes back with ``RunState.from_string``; the person's decision goes through
 ``decide`` on the state read back. Then the saved text edited by someone between the
-stop and the resume (the payout's amount). The SDK's own ScriptedModel (no LLM, no
-network); a real PostgreSQL."""
+stop and the resume (the payout's amount), and the payout tool changed by a new release
+of the app in between (its parameters, their defaults or types, its tier, or gone). The
+SDK's own ScriptedModel (no LLM, no network); a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,13 +16,21 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from agents import Agent, ModelBehaviorError, RunState, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 from test_openai_agents import Fixture
 
 from integration_support import decisions, effects, pending, session_state
-from undolog import ApprovalRejectedError, AwaitingApprovalError, ToolTier, undolog_tool
+from undolog import (
+    ApprovalRejectedError,
+    AwaitingApprovalError,
+    CompensationDescriptor,
+    ToolTier,
+    saga,
+    undolog_tool,
+)
 from undolog.integrations import openai_agents as adapter
 
 
@@ -255,9 +264,8 @@ def _with_a_currency(fx: Fixture, text: str) -> tuple[Agent[Any], RunState[Any]]
 
 TOOL_CHANGED = (
     "the payout call c2 names the arguments of the call UndoLog asked about, but the payout "
-    "tool does not complete them with defaults as when the call was journaled: it now takes "
-    'currency (default "EUR"), which the journaled call does not have. The tool\'s '
-    "parameters or defaults changed since the run stopped"
+    "tool is not as it was when the call was journaled: it now takes currency (default "
+    '"EUR"), which the journaled call does not have. The tool changed since the run stopped'
 )
 
 
@@ -314,3 +322,164 @@ def test_a_decision_under_a_tool_that_gained_a_default_is_refused_saying_so(
     [item] = state.get_interruptions()
     asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+
+
+def _payout_changed(fx: Fixture, change: str) -> list[Any]:
+    """The tools of the agent as a later release of the app builds them, payout changed
+    as ``change`` says (the rest as they were)."""
+    world = fx.world
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def with_an_iban(cents: int, iban: str) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents, "to": iban}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def without_cents() -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": 0}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def in_amount(amount: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": amount}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def cents_as_text(cents: str) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    @undolog_tool(
+        tier=ToolTier.COMPENSABLE,
+        compensation=CompensationDescriptor.new("delete_user"),
+        name="payout",
+    )
+    async def compensable(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    @undolog_tool(tier=ToolTier.SAFE, name="payout")
+    async def safe(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    changed: dict[str, list[Any]] = {
+        "a required parameter added": [with_an_iban],
+        "its parameter removed": [without_cents],
+        "its parameter renamed": [in_amount],
+        "its parameter's type changed": [cents_as_text],
+        "made COMPENSABLE": [compensable],
+        "made SAFE": [safe],
+        "removed from the agent": [],
+    }
+    return [fx.fns["search"], fx.fns["create_user"], *changed[change]]
+
+
+# What each change of payout is said to be, after "is not as it was when the call was
+# journaled: ".
+CHANGED: dict[str, str] = {
+    "a required parameter added": (
+        "it now requires iban, with no default, which the call does not name"
+    ),
+    "its parameter removed": "it no longer takes cents (journaled 500)",
+    "its parameter renamed": (
+        "it now requires amount, with no default, which the call does not name; it no "
+        "longer takes cents (journaled 500)"
+    ),
+    "its parameter's type changed": (
+        "its parameters no longer take the arguments the call names (a parameter's type changed)"
+    ),
+    "made COMPENSABLE": "it is COMPENSABLE now, and the journaled call is IRREVERSIBLE",
+    "made SAFE": (
+        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
+        "@undolog_tool), and the journaled call is IRREVERSIBLE"
+    ),
+    "removed from the agent": (
+        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
+        "@undolog_tool), and the journaled call is IRREVERSIBLE"
+    ),
+}
+
+
+def _with_payout_changed(fx: Fixture, change: str, text: str) -> tuple[Agent[Any], RunState[Any]]:
+    """The agent built again with payout changed as ``change`` says, and ``text`` read
+    back."""
+    gc.collect()
+    tools = adapter.tools(*_payout_changed(fx, change))
+    agent = Agent(name="ops", model=ScriptedModel(list(LAST_TURN)), tools=list(tools))
+    return agent, asyncio.run(RunState.from_string(agent, text))
+
+
+@pytest.mark.parametrize("change", list(CHANGED))
+def test_a_tool_changed_otherwise_since_the_stop_is_refused_saying_so(
+    fx: Fixture, change: str
+) -> None:
+    """The payout of 500 approved, the app is deployed again with payout changed before
+    the resume: a parameter without a default added, its parameter removed, renamed or
+    of another type, its tier changed, or the tool gone from the agent. This tool cannot
+    make the call a person approved. (Before: the SDK told the model its arguments were
+    wrong and the session completed, the approval spent and the payout never run; the
+    engine refused the tool's new tier mid-run, or the SDK found no tool, and the session
+    failed and was undone; a SAFE payout ran unjournaled; a removed parameter was called
+    an edit of the RunState.) The resume and the streamed resume are refused before
+    anything runs, saying what changed and what to do; nothing is recorded, and the
+    session can still be rolled back, undoing what it did."""
+    text = _stopped_and_saved(fx)
+    _, honest = _loaded(fx, text)
+    [item] = honest.get_interruptions()
+    asyncio.run(adapter.decide(honest, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
+    del honest, item
+    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    agent, state = _with_payout_changed(fx, change, text)
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(fx.run(agent, state))
+    said = str(refused.value)
+    assert said.startswith(f"this RunState's payout call, approved (approval {approval}): ")
+    journaled = "the payout tool is not as it was when the call was journaled: "
+    assert f"{journaled}{CHANGED[change]}. The tool changed since the run stopped" in said
+    assert "nothing was run. Decide on it and resume with the tool as it was" in said
+    assert f"undolog sessions rollback {fx.sid} --by WHO" in said
+
+    async def streamed() -> None:
+        async with adapter.run_streamed(agent, fx.ul, state, session_id=fx.sid):
+            pass
+
+    with pytest.raises(ValueError, match=re.escape(CHANGED[change])):
+        asyncio.run(streamed())
+    assert fx.world.runs["payout"] == 0
+    assert fx.world.undone == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
+    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
+        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
+    asyncio.run(fx.ul.run_walk(fx.sid))
+    assert fx.world.undone == ["a@x"]
+    assert fx.world.runs["payout"] == 0
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+@pytest.mark.parametrize("change", list(CHANGED))
+def test_a_decision_under_a_tool_changed_otherwise_is_refused_saying_so(
+    fx: Fixture, change: str
+) -> None:
+    """decide on the saved state read back by the app with payout changed: the call the
+    person would approve is not one this tool makes. Refused, nothing recorded, saying
+    what changed in the tool (before: the tool's refusal of the arguments was called an
+    edit, shown as their JSON text, and a tool removed or of another tier was decided
+    unchecked, for a resume that then failed)."""
+    text = _stopped_and_saved(fx)
+    _, state = _with_payout_changed(fx, change, text)
+    [item] = state.get_interruptions()
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(adapter.decide(state, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    said = str(refused.value)
+    assert f"was journaled: {CHANGED[change]}. The tool changed" in said
+    assert "nothing was recorded" in said
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]

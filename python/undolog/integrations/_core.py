@@ -212,6 +212,26 @@ class ToolInfo:
         args, journal_kwargs = call.journaled()
         return self.spec.bind(args, journal_kwargs)
 
+    def fit(self, named: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """How far this tool takes a call that names ``named`` (the model's JSON) when it
+        cannot take the call whole (its parameters refuse the arguments): the arguments
+        it would journal (each named one it takes, as it is; each other parameter's
+        default, in its journal form), and the parameters it requires (no default) that
+        the call does not name. What ``tool_differences`` says of a tool changed since
+        the call was journaled."""
+        args: dict[str, Any] = {}
+        required: list[str] = []
+        for name, parameter in self.signature.parameters.items():
+            if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                continue
+            if name in named:
+                args[name] = named[name]
+            elif parameter.default is not inspect.Parameter.empty:
+                args[name] = self.journal_form(name, parameter.default)
+            else:
+                required.append(name)
+        return args, tuple(required)
+
     @functools.cached_property
     def _readers(self) -> dict[str, TypeAdapter[Any]]:
         """A validator of each annotated parameter's type, by name (built on the first
@@ -664,6 +684,13 @@ class ShownCall:
     # RunState, bound again by the tool the resumed process built); None when ``args`` are
     # the journal's form as the run wrote it (a LangGraph interrupt).
     named: Mapping[str, Any] | None = None
+    # With ``named``, the tool as it is now: its tier (None: the run has no journaled tool
+    # of that name); whether its parameters take the named arguments (``fits``) and, when
+    # they do not, those it requires that the call does not name (``ToolInfo.fit``: then
+    # ``args`` are as far as it takes them).
+    tier: ToolTier | None = ToolTier.IRREVERSIBLE
+    fits: bool = True
+    required: tuple[str, ...] = ()
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -765,11 +792,13 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
     """How ``shown``'s tool changed since its call was journaled, in words, when that
     alone tells the journal's call (``row``, as for ``call_differences``) from ``shown``:
     the same session, tool and step, every argument the call names (``shown.named``) the
-    journal's, and the others, which the tool's defaults fill in, not (a parameter added
-    with a default, one removed, a default changed). None otherwise: the call itself is
-    not the journal's, or nothing differs, or ``shown`` has its arguments as the journal
-    wrote them (``named`` None). A call's arguments are journaled and signed with its
-    tool's defaults applied, so such a call is still another call (``TOOL_CHANGED``)."""
+    journal's, and the tool not as it was: a parameter added with a default or without
+    one, one removed (also one the call names), a default or a type changed, another tier,
+    or no journaled tool of that name at all. None otherwise: the call itself is not the
+    journal's, or nothing differs, or ``shown`` has its arguments as the journal wrote
+    them (``named`` None). A call is journaled and signed with its tool's defaults
+    applied, and asked about because its tool is IRREVERSIBLE, so such a tool would make
+    another call, or none (``tool_changed``)."""
     session_id, step_index, tool_name, journaled = row
     args, named = shown.args, shown.named
     if (
@@ -780,22 +809,35 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
         or not isinstance(args, Mapping)
         or not isinstance(journaled, Mapping)
         or any(
-            name not in args or name not in journaled or not same_json(args[name], journaled[name])
+            # an argument the tool takes in its journal form, one it no longer takes as sent
+            name not in journaled or not same_json(args.get(name, named[name]), journaled[name])
             for name in named
         )
     ):
         return None
+    differs = []
+    if shown.tier is None:
+        differs.append(
+            f"the agent has no journaled {shown.tool_name} tool now (removed, made SAFE, or "
+            "not an @undolog_tool), and the journaled call is IRREVERSIBLE"
+        )
+    elif shown.tier is not ToolTier.IRREVERSIBLE:
+        differs.append(f"it is {shown.tier.name} now, and the journaled call is IRREVERSIBLE")
     added = [name for name in args if name not in journaled]
-    removed = [name for name in journaled if name not in args]
+    removed = [name for name in journaled if name not in args and name not in shown.required]
     changed = [
         name for name in args if name in journaled and not same_json(args[name], journaled[name])
     ]
-    differs = []
     if added:
         differs.append(
             "it now takes "
             + ", ".join(f"{name} (default {_json_text(args[name])})" for name in added)
             + ", which the journaled call does not have"
+        )
+    if shown.required:
+        differs.append(
+            f"it now requires {', '.join(shown.required)}, with no default, which the call "
+            "does not name"
         )
     if removed:
         differs.append(
@@ -811,6 +853,11 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
                 for name in changed
             )
         )
+    if not shown.fits and not shown.required:
+        differs.append(
+            "its parameters no longer take the arguments the call names (a parameter's type "
+            "changed)"
+        )
     return differs or None
 
 
@@ -820,17 +867,17 @@ def tool_changed(shown: ShownCall, differs: Sequence[str], nothing: str) -> str:
     what to do. ``nothing`` says what was not done ("nothing was run")."""
     return (
         f"the {shown.tool_name} call {shown.call_key} names the arguments of the call UndoLog "
-        f"asked about, but the {shown.tool_name} tool does not complete them with defaults "
-        f"as when the call was journaled: {'; '.join(differs)}. The tool's parameters or "
-        "defaults changed since the run stopped (or the call lost an argument it named). A "
-        "call is journaled, signed and approved with its tool's defaults applied, so made "
-        "with this tool it would be another call than the one asked about (the engine "
-        f"would ask about it anew at the same step): {nothing}. Decide on it and resume with "
-        "the tool as it was when the run stopped (change a tool's parameters once the runs "
-        "waiting on it have ended); or, to make the call with this tool, roll the session "
-        f"back (`undolog sessions rollback {shown.session_id} --by WHO --reason TEXT`: what "
-        "it did is undone) and run the agent again in a new session, where the call is "
-        "asked about anew"
+        f"asked about, but the {shown.tool_name} tool is not as it was when the call was "
+        f"journaled: {'; '.join(differs)}. The tool changed since the run stopped (or the "
+        "call lost an argument it named). A call is journaled, signed and approved as its "
+        "tool made it (its tier, its parameters, their defaults applied), so this tool "
+        "would make not the call asked about but another one (which the engine would ask "
+        f"about anew at the same step), or none: {nothing}. Decide on it and resume with "
+        "the tool as it was when the run stopped (change a tool's parameters or tier once "
+        "the runs waiting on it have ended); or, to make the call with this tool, roll the "
+        f"session back (`undolog sessions rollback {shown.session_id} --by WHO --reason "
+        "TEXT`: what it did is undone) and run the agent again in a new session, where the "
+        "call is asked about anew"
     )
 
 

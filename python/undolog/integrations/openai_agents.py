@@ -330,12 +330,12 @@ def _ask_the_rest(agent: Agent[Any]) -> Callable[[Any, Any], Awaitable[None]]:
 async def _resumed_state_checked(
     agent: Agent[Any], ul: AsyncUndoLog, input: object, session_id: uuid.UUID
 ) -> None:
-    """Refuse, before a session is opened, a resumed RunState whose interrupted
-    IRREVERSIBLE calls are not the calls UndoLog asked about, in one connection:
+    """Refuse, before a session is opened, a resumed RunState whose interrupted calls
+    are not the calls UndoLog asked about, in one connection:
 
-    - resumed under a session id other than its run's (none of them has a request in
-      ``session_id``): resumed there, an approved call would be asked again, and the
-      run's own session would wait for ever;
+    - resumed under a session id other than its run's (none of its IRREVERSIBLE calls
+      has a request in ``session_id``): resumed there, an approved call would be asked
+      again, and the run's own session would wait for ever;
     - one that UndoLog approved with other arguments than the state's: its saved text
       edited between the stop and the resume. ``_apply_decisions`` finds a decision by
       the call's step (its call id), so it would hand the SDK the person's yes for a
@@ -343,57 +343,64 @@ async def _resumed_state_checked(
       the same text) may be edited too, and the edited call would then reach the engine
       and ask a person anew;
     - one whose call is the approved one, but whose tool (built again by this process)
-      completes it with other defaults (a parameter added with a default, one removed, a
-      default changed): its arguments, defaults applied, and so its signature, are not
-      the approved call's, and the engine would ask about it anew at the same step. The
-      error says so (``_core.tool_differences``), and what to do."""
+      is not as it was when the call was journaled: it completes the call with other
+      defaults (a parameter added with a default, one removed, a default changed), so
+      that its signature is not the approved call's and the engine would ask about it
+      anew at the same step; it requires a parameter the call does not name, or refuses
+      a named argument's type (the SDK would answer the model with its argument error,
+      and the run go on with the approval spent); it is no longer IRREVERSIBLE (the
+      engine refuses the tool's new tier mid-run, and a SAFE one would run unjournaled);
+      or the agent has no such tool (the SDK fails the run). The error says what changed
+      (``_core.tool_differences``), and what to do.
+
+    Every interrupted call with a call id is looked up, whatever the tool this process
+    built for it, since only the journal knows whether UndoLog asked about it."""
     if not isinstance(input, RunState):
         return
-    asked = [
-        (adapted.tool.name, item.call_id, item)
-        for item in input.get_interruptions()
-        if (adapted := _adapted(agent, item)) is not None
-        and adapted.tool.tier is ToolTier.IRREVERSIBLE
-        and item.call_id is not None
-        and adapted.arguments(item.arguments or "{}") is not None
-    ]
-    if not asked:
+    interrupted = [item for item in input.get_interruptions() if item.call_id is not None]
+    if not interrupted:
         return
     # by approval: every item of the state that names its call (a state may hold one
     # interruption twice, and each must be the call approved)
     approved: dict[uuid.UUID, list[ToolApprovalItem]] = {}
     requested = False
     async with ul.connection() as conn:
-        for name, call_id, item in asked:
-            found = await _arun.approval_of_step(conn, session_id, name, call_id)
+        for item in interrupted:
+            name = str(_journal_name(item, agent))
+            found = await _arun.approval_of_step(conn, session_id, name, str(item.call_id))
             requested = requested or found is not None
             if found is not None and found[1] == "approved":
                 approved.setdefault(found[0], []).append(item)
         calls = await _arun.approval_calls(conn, list(approved))
-    if not requested:
-        raise _core.resumed_elsewhere(
-            session_id, [(name, call_id) for name, call_id, _ in asked],
-            "this RunState's interrupted calls",
-        )  # fmt: skip
+    asked = [
+        (adapted.tool.name, str(item.call_id))
+        for item in interrupted
+        if (adapted := _adapted(agent, item)) is not None
+        and adapted.tool.tier is ToolTier.IRREVERSIBLE
+        and adapted.arguments(item.arguments or "{}") is not None
+    ]
+    if asked and not requested:
+        raise _core.resumed_elsewhere(session_id, asked, "this RunState's interrupted calls")
     for approval, item in ((a, i) for a, items in approved.items() for i in items):
         row = calls.get(approval)
-        shown = _shown_call(session_id, item)
-        differs = [] if row is None else _core.call_differences(shown, row)
-        if row is None or not differs:
+        if row is None:
             continue
+        shown = _shown_call(session_id, item)
         changed = _core.tool_differences(shown, row)
         if changed is not None:
             raise ValueError(
                 f"this RunState's {item.name} call, approved (approval {approval}): "
                 + _core.tool_changed(shown, changed, "nothing was run")
             )
-        raise ValueError(
-            f"this RunState's {item.name} call {item.call_id} is not the call UndoLog "
-            f"holds at its step ({'; '.join(differs)}): nothing was run. A person "
-            f"approved that call (approval {approval}), not this one: the RunState was "
-            "changed after the run stopped. Resume from the state the stopped run "
-            "saved (result.to_state(), or its to_string() as it was written)"
-        )
+        differs = _core.call_differences(shown, row)
+        if differs:
+            raise ValueError(
+                f"this RunState's {item.name} call {item.call_id} is not the call UndoLog "
+                f"holds at its step ({'; '.join(differs)}): nothing was run. A person "
+                f"approved that call (approval {approval}), not this one: the RunState was "
+                "changed after the run stopped. Resume from the state the stopped run "
+                "saved (result.to_state(), or its to_string() as it was written)"
+            )
 
 
 _PROBE = "undolog-probe-no-such-call"  # a call id no model gives: only a sticky decision
@@ -463,8 +470,9 @@ async def run(
     run's raises ResumedInAnotherSession (a LookupError), and one in which an
     IRREVERSIBLE tool was approved with ``always_approve=True`` ValueError (UndoLog
     approves each call on its own), as does one whose interrupted call UndoLog approved
-    with other arguments (a saved RunState's text edited, or a tool whose defaults
-    changed since the stop), before anything runs.
+    with other arguments (a saved RunState's text edited), or whose tool changed since
+    the stop so that it would not make the approved call (its parameters, their
+    defaults or types, its tier, or the tool gone from the agent), before anything runs.
     Resuming a session whose call a human rejected undoes what came before and raises
     ApprovalRejectedError. A call a person approved with edited arguments runs with
     them, and the result's ToolCallItem holds them."""
@@ -582,16 +590,25 @@ def _sent(item: ToolApprovalItem) -> Any:
 def _shown_call(session_id: uuid.UUID, item: ToolApprovalItem) -> _core.ShownCall:
     """The call an interrupted item shows a person: its tool, call id and arguments as
     the journal holds them, bound by the tool as this process built it (``named``: those
-    the model sent); the model's JSON as it is for a tool the adapter did not build, its
-    text for arguments the tool does not take."""
+    the model sent), with the tool's tier; as far as the tool takes them when its
+    parameters refuse them (``ToolInfo.fit``); the model's JSON as it is for a tool the
+    adapter did not build (no tier: ``_core.tool_differences`` says so when UndoLog
+    journaled the call); their text when they are not a JSON object."""
     adapted = _adapted(None, item)
-    name, call_id = str(_journal_name(item)), str(item.call_id)
+    name, call_id, sent = str(_journal_name(item)), str(item.call_id), _sent(item)
+    named = sent if isinstance(sent, dict) else None
     if adapted is None:
-        return _core.ShownCall(session_id, name, call_id, _sent(item))
+        return _core.ShownCall(session_id, name, call_id, sent, named, tier=None)
+    tool = adapted.tool
     kwargs = adapted.arguments(item.arguments or "{}")
-    if kwargs is None:
+    if kwargs is not None:
+        return _core.ShownCall(session_id, name, call_id, tool.bind(kwargs), named, tool.tier)
+    if named is None:
         return _core.ShownCall(session_id, name, call_id, item.arguments or "{}")
-    return _core.ShownCall(session_id, name, call_id, adapted.tool.bind(kwargs), _sent(item))
+    args, required = tool.fit(named)
+    return _core.ShownCall(
+        session_id, name, call_id, args, named, tool.tier, fits=False, required=required
+    )
 
 
 async def approval_id(ul: AsyncUndoLog, session_id: uuid.UUID, item: ToolApprovalItem) -> uuid.UUID:
