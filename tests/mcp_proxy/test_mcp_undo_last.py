@@ -222,6 +222,59 @@ def test_an_irreversible_undo_is_held_until_a_human_approves_it(
     assert own == [("pending", "skipped", "approved", "alice")]
 
 
+def test_an_undo_approved_with_an_edited_count_undoes_what_the_person_approved(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    # The client asks to undo 2 calls; the approver edits the count to 1 and approves.
+    # What runs is what the person approved (as for any edited call), never the ask.
+    config = session_policy(tmp_path, proxy='undo_last_tool = "irreversible"')
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            await _put_three(client)
+            call = asyncio.create_task(
+                client.call_tool("undolog__undo_last", {"count": 2, "reason": "wrong dates"})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            edited = {"count": 1, "reason": "only c was wrong"}
+            approvals.approve(conn, approval_id, "alice", "c only", args=edited)
+            undone = await call
+            assert not undone.is_error, text(undone)
+            said = text(undone)
+            assert "undid the last 1 call(s)" in said and "alice changed the arguments" in said
+            assert _store(await client.call_tool("read_all", {})) == {"a": "1", "b": "1"}
+
+    run(body)
+    assert [e["key"] for e in ops(ledger) if e["op"] == "forget"] == ["c"]
+    why = conn.execute("SELECT undo_to ->> 'reason' FROM undolog.undolog_sessions").fetchall()
+    assert why == [("only c was wrong",)]
+
+
+@pytest.mark.parametrize("count", [0, 1001, "2", True])
+def test_an_undo_approved_with_a_count_outside_the_tools_bounds_undoes_nothing(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path, count: Any
+) -> None:
+    config = session_policy(tmp_path, proxy='undo_last_tool = "irreversible"')
+
+    async def body() -> None:
+        async with stdio_client(config, dsn, ledger) as client:
+            await _put_three(client)
+            call = asyncio.create_task(
+                client.call_tool("undolog__undo_last", {"count": 1, "reason": "undo c"})
+            )
+            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            edited = {"count": count, "reason": "undo c"}
+            approvals.approve(conn, approval_id, "alice", args=edited)
+            undone = await call
+            assert undone.is_error and "outside the tool's bounds" in text(undone), text(undone)
+            assert "nothing was undone" in text(undone)
+            seen = _store(await client.call_tool("read_all", {}))
+            assert seen == {"a": "1", "b": "1", "c": "1"}
+
+    run(body)
+    assert not [e for e in ops(ledger) if e["op"] == "forget"]
+
+
 def test_a_rejected_irreversible_undo_undoes_nothing_and_tells_the_model_why(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

@@ -784,13 +784,16 @@ class McpProxy:
         if ps.walking is not None and not ps.walking.done():
             return _undo_running(ps)
         ps.inflight += 1
+        edit = None
         try:
             calls = count
             if self.policy.undo_last_tool == "irreversible":
                 approved = await self._approved_undo(ctx, ps, count, reason)
                 if isinstance(approved, types.CallToolResult):
                     return approved.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
-                calls = approved
+                calls, edit = approved
+                if edit is not None:  # the person's count and reason, not the model's
+                    count, reason = edit.approved_args["count"], edit.approved_args["reason"]
             try:
                 async with self.pool.connection() as conn:
                     await asaga.rollback_last(conn, ps.session_id, calls, reason)
@@ -823,16 +826,22 @@ class McpProxy:
             "are refused until it has",
         }.get(state, f"the session is {state}")
         result = types.CallToolResult(content=[types.TextContent(type="text", text=words)])
-        return result.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
+        if edit is not None:
+            result = _told_edit(result, edit)
+        return result.model_copy(
+            update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
+        )
 
     async def _approved_undo(
         self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, count: int, reason: str
-    ) -> int | types.CallToolResult:
+    ) -> tuple[int, engine.ApprovalEdit | None] | types.CallToolResult:
         """undo_last_tool = "irreversible": the undo journaled as an IRREVERSIBLE call and
         held for a human, as any irreversible call is. Approved: how many of the stack's
         entries rollback_last is to take (those above the undo's own, the undo's own
-        entry, then ``count`` calls); otherwise the answer for the model (held, rejected,
-        refused), nothing undone."""
+        entry, then the approved count of calls), and the approver's edit of the count
+        and reason when they made one (what the person approved is what runs, as for any
+        edited call); otherwise the answer for the model (held, rejected, refused), nothing
+        undone."""
         route, args = self._undo_route(), {"count": count, "reason": reason}
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
             icpt = await self._intercept(ps, 0, route, args)
@@ -840,7 +849,17 @@ class McpProxy:
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
             if icpt.action == "execute":
                 assert icpt.effect_id is not None
-                return await self._undo_span(ps, icpt.effect_id, count)
+                edit = None
+                if icpt.approval_id is not None:  # a person edited the count or reason
+                    edit = await self._edit(ps, icpt.effect_id)
+                    refused = self._undo_edit_refused(icpt.approval_id, edit)
+                    if refused is not None:
+                        await self._record(icpt.effect_id, refused)
+                        return _error(f"{refused}; make the very same call again")
+                    assert edit is not None
+                    count = edit.approved_args["count"]
+                span = await self._undo_span(ps, icpt.effect_id, count)
+                return span if isinstance(span, types.CallToolResult) else (span, edit)
             if icpt.action == "rejected":
                 return await self._undo_rejected(icpt.approval_id)
             if icpt.action != "await_approval":  # in_progress, replay: never a second undo
@@ -874,6 +893,34 @@ class McpProxy:
             if decision != "approved":
                 return await self._undo_rejected(icpt.approval_id)
         return _error(f"{UNDO_LAST_TOOL}: the journal's answers did not settle; ask again")
+
+    def _undo_edit_refused(
+        self, approval_id: uuid.UUID, edit: engine.ApprovalEdit | None
+    ) -> str | None:
+        """Why an undo approved with edited arguments is not run (None: it is): its edit
+        could not be read, or its count or reason is outside the tool's bounds (the
+        journal checks that an edit names the same arguments, not their values)."""
+        if edit is None:
+            return (
+                f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
+                f"{approval_id}) that could not be read: nothing was undone"
+            )
+        listed = self._undo_route().listed.input_schema["properties"]
+        count, reason = edit.approved_args.get("count"), edit.approved_args.get("reason")
+        if (
+            not isinstance(count, int)
+            or isinstance(count, bool)
+            or not 1 <= count <= listed["count"]["maximum"]
+            or not isinstance(reason, str)
+            or not 1 <= len(reason) <= listed["reason"]["maxLength"]
+        ):
+            return (
+                f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
+                f"{approval_id}) outside the tool's bounds (count from 1 to "
+                f"{listed['count']['maximum']}, a reason of 1 to "
+                f"{listed['reason']['maxLength']} characters): nothing was undone"
+            )
+        return None
 
     async def _undo_span(
         self, ps: ProxySession, effect_id: uuid.UUID, count: int
