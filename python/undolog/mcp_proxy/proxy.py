@@ -855,7 +855,7 @@ class McpProxy:
                     refused = self._undo_edit_refused(icpt.approval_id, edit)
                     if refused is not None:
                         await self._record(icpt.effect_id, refused)
-                        return _error(f"{refused}; make the very same call again")
+                        return _error(refused)
                     assert edit is not None
                     count = edit.approved_args["count"]
                 span = await self._undo_span(ps, icpt.effect_id, count)
@@ -903,7 +903,8 @@ class McpProxy:
         if edit is None:
             return (
                 f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
-                f"{approval_id}) that could not be read: nothing was undone"
+                f"{approval_id}) that could not be read: nothing was undone; make the very "
+                "same call again"
             )
         listed = self._undo_route().listed.input_schema["properties"]
         count, reason = edit.approved_args.get("count"), edit.approved_args.get("reason")
@@ -918,7 +919,9 @@ class McpProxy:
                 f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
                 f"{approval_id}) outside the tool's bounds (count from 1 to "
                 f"{listed['count']['maximum']}, a reason of 1 to "
-                f"{listed['reason']['maxLength']} characters): nothing was undone"
+                f"{listed['reason']['maxLength']} characters): nothing was undone, and the "
+                "same call again would find the same approval; to undo, ask with another "
+                "reason (a new request)"
             )
         return None
 
