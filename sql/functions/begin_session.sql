@@ -1,7 +1,8 @@
 -- undolog.begin_session: start a session, or resume it. A new session is active with a
 -- lease of p_lease; an existing active one has its lease renewed; a session in any other
 -- state is answered unchanged (its committed calls still replay; new calls are refused).
--- Another login's session is refused (42501), unless the caller is an approver/operator.
+-- Another login's session is refused (42501), unless the caller is an approver/operator,
+-- who is answered it unchanged, and holds nothing of it.
 CREATE OR REPLACE FUNCTION undolog.begin_session(
     p_session_id uuid DEFAULT NULL,
     p_agent text DEFAULT NULL,
@@ -40,14 +41,24 @@ BEGIN
     END IF;
     PERFORM undolog.check_payload('metadata', p_metadata);
 
+    -- An existing session is renewed by an UPDATE of the caller's own active session
+    -- alone, not by ON CONFLICT DO UPDATE: that locks the row it conflicts with even when
+    -- its WHERE then leaves it alone, so that an approver or operator that is an agent
+    -- too (answered without an error below) held another login's session for as long as
+    -- its transaction stayed open: the owner's heartbeats and calls refused (UL030), the
+    -- sweep skipping it as busy until its lease had run out.
     INSERT INTO undolog.undolog_sessions AS s
         (session_id, agent, metadata, lease_duration, lease_expires_at)
     VALUES (v_session_id, p_agent, p_metadata, p_lease, now() + p_lease)
-    ON CONFLICT (session_id) DO UPDATE
-    SET lease_duration = excluded.lease_duration,
-        lease_expires_at = excluded.lease_expires_at
-    WHERE s.state = 'active' AND s.owner_role = session_user
+    ON CONFLICT (session_id) DO NOTHING
     RETURNING s.owner_role INTO v_owner_role;
+    IF NOT FOUND THEN
+        UPDATE undolog.undolog_sessions AS s
+        SET lease_duration = p_lease, lease_expires_at = now() + p_lease
+        WHERE s.session_id = v_session_id AND s.state = 'active'
+          AND s.owner_role = session_user
+        RETURNING s.owner_role INTO v_owner_role;
+    END IF;
     IF NOT FOUND THEN  -- an existing session, not resumed: is it even the caller's?
         SELECT s.owner_role INTO v_owner_role FROM undolog.undolog_sessions AS s
         WHERE s.session_id = v_session_id;

@@ -540,6 +540,38 @@ def test_a_login_squatting_a_session_key_neither_stalls_it_nor_keeps_it_alive(
     assert engine.session_state(conn, sid) == "failed"
 
 
+def test_a_login_that_is_an_approver_too_holds_nothing_naming_another_session_in_begin(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    """begin_session answers another login's session unchanged to an approver or
+    operator, without an error: a login that holds the agent role too (begin_session is
+    the agent's) took that session's row (its ON CONFLICT DO UPDATE locked the row its
+    WHERE then left alone) and kept it for as long as its transaction stayed open. The
+    owner's heartbeats and calls were refused after 5 s each (UL030), the sweep skipped
+    the session as busy, and once let go it was failed as 'lease expired' and undone:
+    a person ended an agent's session with no operator action recorded."""
+    victim = login("undolog_agent")
+    both = login("undolog_agent", "undolog_approver")
+    sid = engine.begin_session(victim, agent="victim", lease=timedelta(seconds=30))
+    (expires,) = conn.execute(
+        "SELECT lease_expires_at FROM undolog.undolog_sessions WHERE session_id = %s", (sid,)
+    ).fetchone() or (None,)
+    with psycopg.connect(both.info.dsn, password=None) as held:  # its transaction stays open
+        assert engine.begin_session(held, sid, lease=timedelta(hours=1)) == sid
+        assert conn.execute(
+            "SELECT lease_expires_at FROM undolog.undolog_sessions WHERE session_id = %s",
+            (sid,),
+        ).fetchone() == (expires,)  # answered unchanged: nobody renewed it
+        victim.execute("SET lock_timeout = '2s'")
+        started = time.monotonic()
+        engine.heartbeat(victim, sid)
+        got = engine.intercept(victim, sid, 0, "create_user", "compensable", {}, UNDO)
+        assert got.effect_id is not None
+        engine.commit(victim, got.effect_id, {"ok": True})
+        assert time.monotonic() - started < 2
+        assert engine.complete_session(victim, sid) == "completed"
+
+
 def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:
     with psycopg.connect(dsn) as first:
         first.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()  # holds it
