@@ -2,7 +2,7 @@
 
 python examples/crash_recovery.py SESSION_ID --crash   # books, then dies mid-session
 python examples/crash_recovery.py SESSION_ID           # restarted: replays, then finishes
-undolog worker --app examples.crash_recovery:ul --once # or: undo a session left to die
+undolog worker --app examples.crash_recovery:ul --all-owners --once # or: undo a session left to die
 """
 
 from __future__ import annotations

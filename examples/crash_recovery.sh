@@ -20,8 +20,10 @@ lost=$(python -c 'import uuid; print(uuid.uuid4())')
 python examples/crash_recovery.py "$lost" --crash || echo "agent exited with $?"
 
 # Its lease (3 seconds here) runs out; the worker then fails the session and runs its
-# compensations, last first.
+# compensations, last first. One login runs the agents and the worker here, so the worker
+# serves every login's sessions (--all-owners); give each agent a login of its own and name
+# the ones the worker serves with --owner LOGIN (docs/operations/worker.md).
 sleep 4
-undolog worker --app examples.crash_recovery:ul --once
+undolog worker --app examples.crash_recovery:ul --all-owners --once
 undolog sessions show "$lost"
 # --8<-- [end:worker]

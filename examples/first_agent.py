@@ -2,7 +2,7 @@
 completes and one that fails and is undone.
 
     python examples/first_agent.py          # both sessions
-    undolog worker --app examples.first_agent:ul --once   # the same compensations, as a worker
+    undolog worker --app examples.first_agent:ul --all-owners --once   # as a worker
 """
 
 from __future__ import annotations

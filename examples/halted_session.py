@@ -2,7 +2,7 @@
 for good while the mail server is down.
 
     MAIL_DOWN=1 python examples/halted_session.py      # the session halts
-    undolog worker --app examples.halted_session:ul --once   # after an operator's retry
+    undolog worker --app examples.halted_session:ul --all-owners --once  # after a retry
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ undolog sessions show "$halted"
 # --8<-- [start:retry]
 # the mail server is back: give the failed compensation one more attempt ...
 undolog sessions retry "$halted" --by alice --reason "mail server is back"
-# ... which the worker runs
-undolog worker --app examples.halted_session:ul --once
+# ... which the worker runs (one login for everything here: --all-owners)
+undolog worker --app examples.halted_session:ul --all-owners --once
 # --8<-- [end:retry]
 
 # --8<-- [start:abandon]

@@ -9,8 +9,9 @@ set -euo pipefail
 undolog status
 undolog health
 
-# One pass of the worker: expired leases -> failed, then every walk that is due.
-undolog worker --app examples.first_agent:ul --once
+# One pass of the worker: expired leases -> failed, then every walk that is due, of the
+# sessions of the agent logins whose compensations the app holds (--owner, repeatable).
+undolog worker --app examples.first_agent:ul --owner billing_agent --once
 
 # The month partitions of the journal: three months ahead exist, old ones go.
 undolog partitions ensure --months-ahead 3

@@ -15,8 +15,9 @@ operator="$UNDOLOG_DSN user=undolog_cron"
 UNDOLOG_DSN=$agent python examples/first_agent.py
 undolog --dsn "$agent" sessions list --state failed
 
-# The operator's worker undoes it.
-undolog --dsn "$operator" worker --app examples.first_agent:ul --once
+# The operator's worker undoes it: it serves billing_agent, the login whose compensations
+# examples.first_agent holds (--owner, repeatable).
+undolog --dsn "$operator" worker --app examples.first_agent:ul --owner billing_agent --once
 
 # The approver reads every session, whoever ran it.
 undolog --dsn "$approver" sessions list

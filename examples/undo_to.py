@@ -3,7 +3,7 @@ calls and goes on; or, with --hold, it waits half-way for an operator to do it.
 
     python examples/undo_to.py                 # the agent undoes its last booking itself
     python examples/undo_to.py --hold DIR      # books, writes DIR/session, waits for DIR/go
-    undolog worker --app examples.undo_to:ul --once   # the walk an operator's undo-to asks
+    undolog worker --app examples.undo_to:ul --all-owners --once   # an undo-to's walk
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ session=$(cat "$hold/session")
 undolog sessions undo-to "$session" 1 --plan --reason "check first"
 # ... then do it: the session walks, and new calls are refused until it is back
 undolog sessions undo-to "$session" 1 --by alice --reason "hotel and car were for the wrong week"
-undolog worker --app examples.undo_to:ul --once
+undolog worker --app examples.undo_to:ul --all-owners --once  # one login for all, here
 # --8<-- [end:operator]
 
 touch "$hold/go"

@@ -263,6 +263,7 @@ def test_crash_recovery_replays_after_a_restart_and_the_worker_undoes_a_dead_age
 def test_production_commands_run(dsn: str, workdir: Path) -> None:
     out = run_script("production.sh", dsn, workdir)
     assert "(none)" in out  # no halted session on a fresh database
+    assert "walking every login's sessions" not in out  # the worker was told whom it serves
 
 
 def test_crontab_jobs_run_as_written(dsn: str, workdir: Path) -> None:
@@ -285,13 +286,20 @@ def test_worker_service_runs_its_exec_start_until_stopped(dsn: str, conn: Any) -
     assert service["Environment"].strip('"').startswith("UNDOLOG_DSN=")
     program, *args = shlex.split(service["ExecStart"])
     assert program == f"{service['WorkingDirectory']}/.venv/bin/undolog"
+    # the agent login the unit serves (examples/roles.sql's), made here when missing
+    (owner,) = [args[i + 1] for i, a in enumerate(args) if a == "--owner"]
+    made = conn.execute("SELECT NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %s)", (owner,))
+    if made.fetchone()[0]:
+        conn.execute(f"CREATE ROLE {owner} LOGIN IN ROLE undolog_agent")
+    agent = psycopg.connect(dsn, user=owner, autocommit=True)
     # a dead agent's session for the worker to find: open_account committed, lease gone
-    sid = engine.begin_session(conn, None, "first-agent", None, timedelta(seconds=1))
+    sid = engine.begin_session(agent, None, "first-agent", None, timedelta(seconds=1))
     call = {"email": "eve@example.com", "plan": "solo"}
     descriptor = {"name": "close_account", "args": {}}
-    answer = engine.intercept(conn, sid, 0, "open_account", "compensable", call, descriptor)
+    answer = engine.intercept(agent, sid, 0, "open_account", "compensable", call, descriptor)
     assert answer.action == "execute" and answer.effect_id is not None
-    engine.commit(conn, answer.effect_id, call)
+    engine.commit(agent, answer.effect_id, call)
+    agent.close()
     time.sleep(1.2)
     # WorkingDirectory is the clone; the venv's undolog stands for /srv/undolog/.venv's
     worker = subprocess.Popen(
@@ -312,9 +320,10 @@ def test_worker_service_runs_its_exec_start_until_stopped(dsn: str, conn: Any) -
         assert worker.poll() is None  # a service: it keeps running
     finally:
         worker.send_signal(signal.SIGTERM)
-        out, _ = worker.communicate(timeout=30)
+        out, err = worker.communicate(timeout=30)
     assert "undo: closed eve@example.com" in out
     assert f"session {sid}: compensated" in out
+    assert "walking every login's sessions" not in err  # the unit chose whom it serves
 
 
 # --- how-to guides and operations --------------------------------------------------------

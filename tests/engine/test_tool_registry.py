@@ -7,6 +7,8 @@ serves. Real processes where it matters: the worker is a subprocess of `undolog 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -256,6 +258,50 @@ def test_the_worker_walks_only_the_owners_it_serves(
         " WHERE session_id = %s AND state <> 'pending'",
         (rogue_sid,),
     ).fetchone() == (0,)
+
+
+@pytest.mark.unregistered_tools
+@pytest.mark.parametrize("choice", [(), ("--all-owners",)], ids=["no choice", "all owners"])
+def test_a_worker_that_serves_every_login_says_so_unless_told_to(
+    dsn: str,
+    conn: Conn,
+    agent_login: Callable[[], Conn],
+    app_dir: Path,
+    start_worker: Callable[..., WorkerProcess],
+    choice: tuple[str, ...],
+) -> None:
+    """Without --owner the worker walks every login's sessions, the rogue's too (the
+    default is kept, so a supervisor's unit goes on walking after an upgrade), and it
+    says at start what that lets any agent login do, and what to pass; --all-owners is
+    the same walk, chosen, and says nothing."""
+    trusted, rogue = agent_login(), agent_login()
+    for c in (trusted, rogue):
+        engine.register_tool(c, "create_user", "compensable", {"name": "delete_user"})
+    rogue_sid = failed_session(rogue, "delete_user", 666)
+    trusted_sid = failed_session(trusted, "delete_user", 1)
+    worker = start_worker(dsn, *choice)
+    for sid in (rogue_sid, trusted_sid):
+        wait_until(lambda s=sid: engine.session_state(conn, s) == "compensated", what="walk")
+    worker.stop()
+    assert sorted((app_dir / "undone.txt").read_text().split()) == ["1", "666"]
+    warned = "walking every login's sessions" in worker.stderr()
+    assert warned == (choice == ()), worker.stderr()
+    if warned:
+        assert "--owner LOGIN" in worker.stderr() and "--all-owners" in worker.stderr()
+
+
+def test_a_worker_is_given_owners_or_all_owners_not_both(dsn: str, app_dir: Path) -> None:
+    argv = ["worker", "--app", "agentapp:ul", "--once", "--owner", "x", "--all-owners"]
+    out = subprocess.run(
+        [sys.executable, "-m", "undolog.cli", *argv, "--dsn", dsn],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "--owner and --all-owners" in out.stderr
 
 
 def test_an_operator_lists_and_retires_a_registration_from_the_cli(

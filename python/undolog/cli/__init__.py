@@ -22,7 +22,8 @@
     undolog tools register TOOL --owner ROLE --tier T [--compensation JSON]   for an agent
     undolog tools retire TOOL --owner ROLE --by NAME --reason TEXT   end a registration
     undolog recover                            fail expired sessions; name walks to run
-    undolog worker --app MODULE:OBJECT [--owner ROLE]... [--interval S] [--max-backoff S] [--once]
+    undolog worker --app MODULE:OBJECT [--owner ROLE... | --all-owners] [--interval S]
+                   [--max-backoff S] [--once]
                                                recover and walk, with the app's compensations
     undolog notifications add-webhook NAME URL --by NAME [--slack] [--secret-env VAR]
     undolog notifications add-email NAME --to ADDR... --smtp-host H --from ADDR --by NAME

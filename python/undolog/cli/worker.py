@@ -41,6 +41,19 @@ EXIT_STUCK = 75
 
 log = logging.getLogger("undolog.cli")
 
+# An agent login registers its own tools, naming the compensation each call is undone by,
+# and chooses the arguments and result its calls journal: a worker that walks a login's
+# sessions runs the app's compensations on that login's word. Walking every login's
+# sessions is the default still (a supervisor's unit that names no --owner keeps walking
+# after an upgrade), said at start until the operator chooses.
+EVERY_OWNER_WARNING = (
+    "walking every login's sessions: any agent login can have this app's compensations "
+    "run, with the arguments and results its own calls journaled. Name the agent logins "
+    "whose compensations this app holds with --owner LOGIN (repeatable), or pass "
+    "--all-owners if every agent login is trusted with them; a later release will ask for "
+    "one of the two (docs/operations/worker.md)"
+)
+
 
 def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
     p = subparsers.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
@@ -54,8 +67,14 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         "--owner",
         action="append",
         metavar="ROLE",
-        help="walk only the sessions begun by this login (repeatable; default: every "
-        "session, or with --mcp-config the worker's own login's)",
+        help="walk only the sessions begun by this login (repeatable; without it: every "
+        "session, with a warning, or with --mcp-config the worker's own login's)",
+    )
+    p.add_argument(
+        "--all-owners",
+        action="store_true",
+        help="walk every login's sessions, knowingly: any agent login may then have this "
+        "app's compensations run with arguments of its choosing (silences the warning)",
     )
     p.add_argument(
         "--interval",
@@ -142,6 +161,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     else:
         app = _load_app(args.app)
+    if args.owner and args.all_owners:
+        raise UsageError("--owner and --all-owners: name the logins to serve, or all of them")
     compensations = getattr(app, "compensations", None)
     if not isinstance(compensations, dict):
         raise UsageError(f"--app {args.app} is not an UndoLog (it has no compensations)")
@@ -153,6 +174,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="undolog worker: %(levelname)s %(message)s", stream=sys.stderr
     )
+    if args.app is not None and args.mcp_config is None and not (args.owner or args.all_owners):
+        log.warning(EVERY_OWNER_WARNING)
 
     def walked(sid: uuid.UUID, state: str) -> None:
         line = json.dumps({"session_id": str(sid), "state": state}) if args.json else None
@@ -167,8 +190,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         # the proxy's worker walks the proxy's sessions, not another application's
         only_known=args.mcp_config is not None,
         # --owner ROLE: only those logins' sessions; the proxy's worker, by default, only
-        # its own login's (run it as the proxy's login, or name that login)
-        owners=args.owner or ([] if args.mcp_config is not None else None),
+        # its own login's (run it as the proxy's login, or name that login); --all-owners
+        # (or, for an app, neither, with the warning above): every login's
+        owners=args.owner or ([] if args.mcp_config is not None and not args.all_owners else None),
         # the approval requests' notifications (undolog notifications): several workers
         # may deliver them at once, each claims its own
         notify=not args.no_notify,
