@@ -9,9 +9,9 @@
 -- UPDATE; anchors chain the heads and catch a consistent rewrite; a range of sessions
 -- (p_after_session, p_through_session) is verified on its own, and the ranges one after
 -- the other answer what the whole run does, the anchors' own chain in the range open at
--- its top only; staff only.
+-- its top only; chain_events without records answers the same rows; staff only.
 BEGIN;
-SELECT plan(64);
+SELECT plan(65);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -187,6 +187,12 @@ INSERT INTO undolog.undolog_operator_actions (session_id, action, performed_by)
 VALUES ('c0000000-0000-4000-8000-000000000002', 'abandon', 'mallory');
 SELECT results_eq($$SELECT problem FROM undolog.verify_chain()$$, $$VALUES ('unchained')$$,
                   'a row slipped in behind the trigger is unchained');
+SELECT results_eq(
+    $$SELECT session_id, seq, prev, hash, table_name, row_key, at, canonical IS NULL
+      FROM undolog.chain_events(p_records => false) ORDER BY session_id, table_name, row_key$$,
+    $$SELECT session_id, seq, prev, hash, table_name, row_key, at, true
+      FROM undolog.chain_events() ORDER BY session_id, table_name, row_key$$,
+    'chain_events without records (p_records false): the same rows, the unchained one too');
 ROLLBACK TO t;
 SET LOCAL session_replication_role = origin;
 

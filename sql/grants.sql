@@ -173,7 +173,7 @@ GRANT EXECUTE ON FUNCTION undolog.verify_chain(uuid, timestamptz, uuid, uuid)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.assert_chain(uuid, timestamptz)
 TO undolog_approver, undolog_operator;
-GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid)
+GRANT EXECUTE ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid, boolean)
 TO undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.write_anchor() TO undolog_operator;
 

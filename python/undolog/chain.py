@@ -166,6 +166,7 @@ def verify(
             through = None if number == len(batches) else batch["through"]
             scope = {"session_id": session_id, "since": since, "after": after, "through": through}
             findings += [_finding(r) for r in cur.execute(QUERIES["verify_chain"], scope)]
+            # the same rows, counted without building their records a second time
             counted = cur.execute(QUERIES["chain_events_count"], scope).fetchone()
             assert counted is not None
             sessions += int(counted["sessions"])

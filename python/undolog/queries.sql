@@ -327,11 +327,12 @@ FROM undolog.verify_chain(
 )
 
 -- name: chain_events_count
--- How many sessions and history rows a verification over the same scope checked.
+-- How many sessions and history rows a verification over the same scope checked: the
+-- rows verify_chain reads, without building their canonical records again.
 SELECT count(DISTINCT session_id) AS sessions, count(*) AS rows
 FROM undolog.chain_events(
     p_session_id => %(session_id)s, p_since => %(since)s,
-    p_after_session => %(after)s, p_through_session => %(through)s
+    p_after_session => %(after)s, p_through_session => %(through)s, p_records => false
 )
 
 -- name: chain_anchored_heads

@@ -30,7 +30,7 @@ BEGIN
             HINT = 'List them all with `undolog verify`; see docs/operations/audit.md.';
     END IF;
     SELECT pg_catalog.count(DISTINCT e.session_id) INTO v_count
-    FROM undolog.chain_events(p_session_id, p_since) AS e;
+    FROM undolog.chain_events(p_session_id, p_since, p_records => FALSE) AS e;
     RETURN v_count;
 END
 $$;

@@ -5,14 +5,18 @@
 -- lives (table_name, row_key), its stored link (seq, prev, hash) and its canonical
 -- record as computed now from its columns (undolog.chain_record_*). A row that was not
 -- changed hashes to its stored hash: hash = undolog.chain_hash(prev, canonical).
--- The same rows are what `undolog export` writes and `undolog verify` checks. Read with
+-- The same rows are what `undolog export` writes and `undolog verify` checks. With
+-- p_records false, canonical is NULL and no record is built (the planner drops them): the
+-- same rows, for what only counts them (`undolog verify`'s counts, assert_chain), at a
+-- small part of the cost, without a second definition of which rows they are.
 -- Staff only (grants.sql): an agent reads its own sessions' links in the history tables
 -- themselves, under their row-level security.
 CREATE OR REPLACE FUNCTION undolog.chain_events(
     p_session_id uuid DEFAULT NULL,
     p_since timestamptz DEFAULT NULL,
     p_after_session uuid DEFAULT NULL,
-    p_through_session uuid DEFAULT NULL
+    p_through_session uuid DEFAULT NULL,
+    p_records boolean DEFAULT TRUE
 )
 RETURNS TABLE (
     session_id uuid, seq bigint, prev bytea, hash bytea, table_name text, row_key text,
@@ -28,7 +32,8 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     RETURN QUERY
-    SELECT e.session_id, e.seq, e.prev, e.hash, e.table_name, e.row_key, e.at, e.canonical
+    SELECT e.session_id, e.seq, e.prev, e.hash, e.table_name, e.row_key, e.at,
+           CASE WHEN p_records THEN e.canonical END
     FROM (
         SELECT h.session_id, h.chain_seq AS seq, h.chain_prev AS prev, h.chain_hash AS hash,
                'undolog_session_history' AS table_name,
@@ -111,4 +116,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid) FROM public;
+REVOKE ALL ON FUNCTION undolog.chain_events(uuid, timestamptz, uuid, uuid, boolean) FROM public;

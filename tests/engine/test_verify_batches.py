@@ -119,6 +119,9 @@ def test_every_batch_size_answers_the_whole_runs_findings_in_its_order(
     assert all(f.session_id is None for f in whole[-2:])
     one = chain.verify(conn, batch_rows=10**9)
     assert one.findings == whole
+    # the counts are the rows verify_chain recomputes, every canonical record built
+    counted = "SELECT count(DISTINCT session_id), count(*) FROM undolog.chain_events()"
+    assert (one.sessions, one.rows) == conn.execute(counted).fetchone()
     rows = one.rows
     # from one session a batch to one batch for all: every edge falls between two
     # sessions somewhere, on each tampered one
