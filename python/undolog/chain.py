@@ -39,14 +39,14 @@ from undolog.queries import QUERIES
 GENESIS = bytes(32)
 # The first line of an export names its format.
 EXPORT_FORMAT = "undolog-chain-export/1"
-# How many history rows one batch of a verification of every session checks: about a
-# second of the server's work here (it checks some 25,000 rows a second,
-# docs/operations/audit.md), so that its progress shows every second or so.
+# How many history rows one batch of a verification of every session checks: about half
+# a second of the server's work here (it checks some 50,000 rows a second,
+# docs/operations/audit.md), so that its progress shows every second or so at most.
 BATCH_ROWS = 25_000
 # Each batch also reads every head the anchors record (its sessions' anchored seqs: the
 # anchors hold no range of sessions an index could find), about 1 µs a head here against
-# some 40 µs a row: a batch of the default size has at least a row for every 10 of them,
-# so that however many anchors there are, reading them adds about a fifth at most.
+# some 20 µs a row: a batch of the default size has at least a row for every 10 of them,
+# so that however many anchors there are, reading them adds about half at most.
 ANCHORED_HEADS_PER_ROW = 10
 
 
