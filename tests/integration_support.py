@@ -136,6 +136,100 @@ def make_tools(world: World) -> dict[str, Any]:
     }
 
 
+# Each way a later release of the app may change payout between a run's stop and its
+# resume, and what the refusal says of it, after "is not as it was when the call was
+# journaled: " (``payout_changed`` builds the tool so changed).
+PAYOUT_CHANGES: dict[str, str] = {
+    "a parameter added with a default": (
+        'it now takes currency (default "EUR"), which the journaled call does not have'
+    ),
+    "a required parameter added": (
+        "it now requires iban, with no default, which the call does not name"
+    ),
+    "its parameter removed": "it no longer takes cents (journaled 500)",
+    "its parameter renamed": (
+        "it now requires amount, with no default, which the call does not name; it no "
+        "longer takes cents (journaled 500)"
+    ),
+    "its parameter's type changed": (
+        "its parameters no longer take the arguments the call names (a parameter's type changed)"
+    ),
+    "made COMPENSABLE": "it is COMPENSABLE now, and the journaled call is IRREVERSIBLE",
+    "made SAFE": (
+        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
+        "@undolog_tool), and the journaled call is IRREVERSIBLE"
+    ),
+    "removed from the agent": (
+        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
+        "@undolog_tool), and the journaled call is IRREVERSIBLE"
+    ),
+}
+
+
+def payout_changed(world: World, change: str) -> list[Any]:
+    """payout as a later release of the app defines it, changed as ``change`` (a key of
+    ``PAYOUT_CHANGES``) says: the one tool, or none (removed from the agent)."""
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def with_a_currency(cents: int, currency: str = "EUR") -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        world.payouts.append(cents)
+        return {"paid": cents, "currency": currency}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def with_an_iban(cents: int, iban: str) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents, "to": iban}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def without_cents() -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": 0}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def in_amount(amount: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": amount}
+
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def cents_as_text(cents: str) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    @undolog_tool(
+        tier=ToolTier.COMPENSABLE,
+        compensation=CompensationDescriptor.new("delete_user"),
+        name="payout",
+    )
+    async def compensable(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    @undolog_tool(tier=ToolTier.SAFE, name="payout")
+    async def safe(cents: int) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": cents}
+
+    changed: dict[str, list[Any]] = {
+        "a parameter added with a default": [with_a_currency],
+        "a required parameter added": [with_an_iban],
+        "its parameter removed": [without_cents],
+        "its parameter renamed": [in_amount],
+        "its parameter's type changed": [cents_as_text],
+        "made COMPENSABLE": [compensable],
+        "made SAFE": [safe],
+        "removed from the agent": [],
+    }
+    return changed[change]
+
+
 def register_compensation(ul: UndoLog | AsyncUndoLog, world: World) -> None:
     @ul.compensation("delete_user")
     def delete_user(call: CompensationCall) -> None:

@@ -22,15 +22,15 @@ from agents import Agent, ModelBehaviorError, RunState, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 from test_openai_agents import Fixture
 
-from integration_support import decisions, effects, pending, session_state
-from undolog import (
-    ApprovalRejectedError,
-    AwaitingApprovalError,
-    CompensationDescriptor,
-    ToolTier,
-    saga,
-    undolog_tool,
+from integration_support import (
+    PAYOUT_CHANGES,
+    decisions,
+    effects,
+    payout_changed,
+    pending,
+    session_state,
 )
+from undolog import ApprovalRejectedError, AwaitingApprovalError, saga
 from undolog.integrations import openai_agents as adapter
 
 
@@ -243,14 +243,7 @@ def test_an_edit_the_interruption_does_not_show_is_refused_by_the_sdk_mid_run(
 def _payout_with_a_currency(fx: Fixture) -> Any:
     """payout as a later release of the app defines it: a parameter with a default
     added (the same UndoLog tool, name and tier)."""
-
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
-    async def payout(cents: int, currency: str = "EUR") -> dict[str, Any]:
-        """Send money to a bank account."""
-        fx.world.runs["payout"] += 1
-        fx.world.payouts.append(cents)
-        return {"paid": cents, "currency": currency}
-
+    [payout] = payout_changed(fx.world, "a parameter added with a default")
     return payout
 
 
@@ -327,83 +320,15 @@ def test_a_decision_under_a_tool_that_gained_a_default_is_refused_saying_so(
 def _payout_changed(fx: Fixture, change: str) -> list[Any]:
     """The tools of the agent as a later release of the app builds them, payout changed
     as ``change`` says (the rest as they were)."""
-    world = fx.world
-
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
-    async def with_an_iban(cents: int, iban: str) -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": cents, "to": iban}
-
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
-    async def without_cents() -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": 0}
-
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
-    async def in_amount(amount: int) -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": amount}
-
-    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
-    async def cents_as_text(cents: str) -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": cents}
-
-    @undolog_tool(
-        tier=ToolTier.COMPENSABLE,
-        compensation=CompensationDescriptor.new("delete_user"),
-        name="payout",
-    )
-    async def compensable(cents: int) -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": cents}
-
-    @undolog_tool(tier=ToolTier.SAFE, name="payout")
-    async def safe(cents: int) -> dict[str, Any]:
-        """Send money to a bank account."""
-        world.runs["payout"] += 1
-        return {"paid": cents}
-
-    changed: dict[str, list[Any]] = {
-        "a required parameter added": [with_an_iban],
-        "its parameter removed": [without_cents],
-        "its parameter renamed": [in_amount],
-        "its parameter's type changed": [cents_as_text],
-        "made COMPENSABLE": [compensable],
-        "made SAFE": [safe],
-        "removed from the agent": [],
-    }
-    return [fx.fns["search"], fx.fns["create_user"], *changed[change]]
+    return [fx.fns["search"], fx.fns["create_user"], *payout_changed(fx.world, change)]
 
 
 # What each change of payout is said to be, after "is not as it was when the call was
-# journaled: ".
+# journaled: " (a parameter added with a default: the tests above).
 CHANGED: dict[str, str] = {
-    "a required parameter added": (
-        "it now requires iban, with no default, which the call does not name"
-    ),
-    "its parameter removed": "it no longer takes cents (journaled 500)",
-    "its parameter renamed": (
-        "it now requires amount, with no default, which the call does not name; it no "
-        "longer takes cents (journaled 500)"
-    ),
-    "its parameter's type changed": (
-        "its parameters no longer take the arguments the call names (a parameter's type changed)"
-    ),
-    "made COMPENSABLE": "it is COMPENSABLE now, and the journaled call is IRREVERSIBLE",
-    "made SAFE": (
-        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
-        "@undolog_tool), and the journaled call is IRREVERSIBLE"
-    ),
-    "removed from the agent": (
-        "the agent has no journaled payout tool now (removed, made SAFE, or not an "
-        "@undolog_tool), and the journaled call is IRREVERSIBLE"
-    ),
+    change: said
+    for change, said in PAYOUT_CHANGES.items()
+    if change != "a parameter added with a default"
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -24,14 +25,16 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import ToolApproved, ToolDenied
 
 from integration_support import (
+    PAYOUT_CHANGES,
     AsyncAgentFixture,
     decided_and_resumed,
     decisions,
     effects,
+    payout_changed,
     pending,
     session_state,
 )
-from undolog import ApprovalRejectedError, PermissionDenied
+from undolog import ApprovalRejectedError, PermissionDenied, saga
 from undolog.integrations import pydantic_ai as adapter
 
 Turn = Sequence[ToolCallPart | TextPart] | Exception
@@ -520,3 +523,104 @@ def test_a_run_resumed_under_another_session_is_refused(fx: Fixture) -> None:
     assert fx.world.payouts == [500]
     assert fx.world.runs["create_user:a@x"] == 1
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def _payout_changed(fx: Fixture, change: str) -> list[Any]:
+    """The tools of the agent as a later release of the app builds them, payout changed
+    as ``change`` says (the rest as they were)."""
+    built = [fx.fns["search"], fx.fns["create_user"], *payout_changed(fx.world, change)]
+    return adapter.tools(*built)
+
+
+@pytest.mark.parametrize("change", list(PAYOUT_CHANGES))
+def test_a_resume_whose_approved_call_s_tool_changed_is_refused_saying_so(
+    fx: Fixture, change: str
+) -> None:
+    """The payout of 500 approved, the app is deployed again with payout changed before
+    the resume (a parameter added, with a default or without, removed, renamed or of
+    another type, its tier changed, or the tool gone from the agent): this tool cannot
+    make the call a person approved. (Before: a default added made the call another one,
+    which the engine asked about anew at the same step; a parameter the call does not
+    fit, or a tool gone, had pydantic-ai tell the model and the session complete with
+    the approved payout never run; COMPENSABLE failed the session mid-run, UL018, and
+    undid it.) The resume, streamed or walked too, is refused before anything runs,
+    saying what changed and what to do, as with OpenAI Agents; nothing is recorded, and
+    the session can still be rolled back, undoing what it did."""
+    result, rest = _pay(fx)
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}))
+    approval = adapter.approval_id(result.output, "c2")
+    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    tools = _payout_changed(fx, change)
+    resume = {"message_history": result.all_messages(), "deferred_tool_results": answers}
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(fx.run(rest, tools, **resume))
+    said = str(refused.value)
+    assert said.startswith(
+        f"this message history's payout call, approved (approval {approval}): the payout "
+        "call c2 names the arguments of the call UndoLog asked about, but the payout tool "
+        f"is not as it was when the call was journaled: {PAYOUT_CHANGES[change]}. The tool "
+        "changed since the run stopped"
+    )
+    assert "nothing was run. Decide on it and resume with the tool as it was" in said
+    assert f"undolog sessions rollback {fx.sid} --by WHO" in said
+
+    async def streamed() -> None:
+        agent = fx.agent(rest, tools)
+        async with adapter.run_stream(agent, fx.ul, session_id=fx.sid, **resume):
+            pass
+
+    async def walked() -> None:
+        async with adapter.iter(fx.agent(rest, tools), fx.ul, session_id=fx.sid, **resume):
+            pass
+
+    for refused_too in (streamed, walked):
+        with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
+            asyncio.run(refused_too())
+    assert fx.world.runs["payout"] == 0
+    assert fx.world.undone == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
+    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
+        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
+    asyncio.run(fx.ul.run_walk(fx.sid))
+    assert fx.world.undone == ["a@x"]
+    assert fx.world.runs["payout"] == 0
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_a_resume_with_the_tool_as_it_was_goes_on(fx: Fixture) -> None:
+    """Refused under a changed payout, the same resume goes on with the tool as it was
+    when the run stopped: the approved payout runs, once."""
+    result, rest = _pay(fx)
+    answers = asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}))
+    resume = {"message_history": result.all_messages(), "deferred_tool_results": answers}
+    with pytest.raises(ValueError, match="it now takes currency"):
+        asyncio.run(fx.run(rest, _payout_changed(fx, "a parameter added with a default"), **resume))
+    resumed = asyncio.run(fx.run(rest, **resume))
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+@pytest.mark.parametrize("change", list(PAYOUT_CHANGES))
+def test_a_decision_under_a_changed_tool_is_refused_saying_so(fx: Fixture, change: str) -> None:
+    """decide given the agent as the app builds it again with payout changed: the call
+    the person would approve is not one this tool makes. Refused, nothing recorded,
+    saying what changed in the tool (before: a tool whose parameters refuse the call's
+    arguments was said to ask about another call, "the arguments differ", and one gone
+    or of another tier was decided, for a resume that then went wrong); decided with the
+    agent as it was, it goes through."""
+    result, _ = _pay(fx)
+    approval = adapter.approval_id(result.output, "c2")
+    agent = fx.agent([], _payout_changed(fx, change))
+    with pytest.raises(ValueError) as refused:
+        asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}, agent=agent))
+    said = str(refused.value)
+    assert said.startswith(f"approval {approval}: the payout call c2 names the arguments")
+    assert f"was journaled: {PAYOUT_CHANGES[change]}. The tool changed" in said
+    assert "nothing was recorded" in said
+    with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
+        asyncio.run(adapter.decisions(fx.ul, result.output, agent=agent))
+    assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
+    asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}, agent=fx.ran))
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]

@@ -853,7 +853,9 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
                 for name in changed
             )
         )
-    if not shown.fits and not shown.required:
+    if not shown.fits and not shown.required and not removed:
+        # nor a parameter it lacks, nor one it no longer takes (which a framework that
+        # forbids unknown arguments refuses too) says why its parameters refuse the call
         differs.append(
             "its parameters no longer take the arguments the call names (a parameter's type "
             "changed)"

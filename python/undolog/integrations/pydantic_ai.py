@@ -280,20 +280,39 @@ def _called(
     return [(rename(made.name), made) for made in getattr(toolset, "tools", {}).values()]
 
 
-def _irreversible(
+def _journaled(
     agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
 ) -> dict[str, tuple[Tool[Any], _core.ToolInfo]]:
-    """The IRREVERSIBLE ``@undolog_tool`` tools (built by ``tool``) of the agent and of
-    ``toolsets`` (those given to the run), by the name the model calls them by (their
-    own, or the one a prefixed or renamed toolset gives them): the pydantic-ai tool and
-    its UndoLog description."""
+    """The journaled ``@undolog_tool`` tools (built by ``tool``: COMPENSABLE and
+    IRREVERSIBLE) of the agent and of ``toolsets`` (those given to the run), by the name
+    the model calls them by (their own, or the one a prefixed or renamed toolset gives
+    them): the pydantic-ai tool and its UndoLog description."""
     found: dict[str, tuple[Tool[Any], _core.ToolInfo]] = {}
     for toolset in [*(agent.toolsets if agent is not None else ()), *toolsets]:
         for name, made in _called(toolset, lambda name: name):
             info = getattr(getattr(made, "function", None), _UNDOLOG_TOOL, None)
-            if isinstance(info, _core.ToolInfo) and info.tier is ToolTier.IRREVERSIBLE:
+            if isinstance(info, _core.ToolInfo):
                 found[name] = (made, info)
     return found
+
+
+def _irreversible(
+    agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
+) -> dict[str, tuple[Tool[Any], _core.ToolInfo]]:
+    """The IRREVERSIBLE ones of ``_journaled``."""
+    return {
+        name: (made, info)
+        for name, (made, info) in _journaled(agent, toolsets).items()
+        if info.tier is ToolTier.IRREVERSIBLE
+    }
+
+
+def _run_tools(
+    agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
+) -> dict[str, tuple[Tool[Any], _core.ToolInfo]] | None:
+    """The journaled tools of the run ``decide`` or ``decisions`` is given (None: neither
+    its agent nor its toolsets, so its tools are not known)."""
+    return _journaled(agent, toolsets) if agent is not None or toolsets else None
 
 
 def _irreversible_tools(
@@ -394,6 +413,7 @@ async def _same_session(
     named = None if recorded is None or str(recorded) == str(session_id) else recorded
     await _arun.refuse_another_session(ul, session_id, waiting, what, named)
     _own_session(run_kwargs, session_id)  # refused by the record alone, whatever its answers
+    await _tools_unchanged(agent, ul, run_kwargs, session_id)
     run_kwargs = _with_own_history(run_kwargs)
     answers: DeferredToolResults | None = run_kwargs.get("deferred_tool_results")
     said_no = [
@@ -417,6 +437,50 @@ async def _same_session(
         **run_kwargs,
         "deferred_tool_results": dataclasses.replace(answers, approvals=approvals),
     }
+
+
+async def _tools_unchanged(
+    agent: Agent[Any, Any],
+    ul: AsyncUndoLog,
+    run_kwargs: Mapping[str, Any],
+    session_id: uuid.UUID,
+) -> None:
+    """Refuse, before a session is opened, a resume whose deferred call UndoLog approved
+    when the call's tool, as this process built the run's tools, is not as it was when
+    the call was journaled (``_core.tool_differences``): a parameter added with a
+    default, or a default changed, makes the call another one, which the engine would
+    ask about anew at the same step; a parameter added without a default, one removed or
+    renamed, or a type changed, and pydantic-ai would answer the model with its argument
+    error, the run going on without the approved call; a tool gone from the agent (or
+    made SAFE), and with its unknown-tool error; made COMPENSABLE, and the engine would
+    refuse its new tier mid-run (UL018), failing and undoing the session. The error says
+    what changed, and what to do.
+
+    Every unanswered call of the history's last model response is looked up, whatever
+    its tool now, since only the journal knows whether UndoLog asked about it (by the
+    UndoLog name of its journaled tool, else the name the model called)."""
+    history = list(run_kwargs.get("message_history") or ())
+    stopped = _mid_turn(history)
+    if stopped is None:
+        return
+    answered = _answered(history)
+    tools = _journaled(agent, run_kwargs.get("toolsets") or ())
+    waiting = [call for call in stopped.tool_calls if call.tool_call_id not in answered]
+    async with ul.connection() as conn:
+        for part in waiting:
+            made = tools.get(part.tool_name)
+            name = made[1].name if made is not None else part.tool_name
+            found = await _arun.approval_of_step(conn, session_id, name, part.tool_call_id)
+            if found is None or found[1] != "approved":
+                continue
+            row = (await _arun.approval_calls(conn, [found[0]])).get(found[0])
+            shown = _shown_call(session_id, part, tools)
+            changed = None if row is None else _core.tool_differences(shown, row)
+            if changed is not None:
+                raise ValueError(
+                    f"this message history's {part.tool_name} call, approved (approval "
+                    f"{found[0]}): " + _core.tool_changed(shown, changed, "nothing was run")
+                )
 
 
 def _with_own_history(run_kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -456,7 +520,10 @@ async def run(
     under a session id other than the one of the run that deferred its calls raises
     ResumedInAnotherSession (a LookupError) before anything runs: the run that stops
     records its session in the metadata of the model response it stopped in
-    (``SESSION_KEY``), and its deferred calls' requests are UndoLog's. A call a person
+    (``SESSION_KEY``), and its deferred calls' requests are UndoLog's. A resume whose
+    approved call's tool changed since the stop so that it would not make that call (its
+    parameters, their defaults or types, its tier, or the tool gone from the agent)
+    raises ValueError before anything runs. A call a person
     approved with edited arguments ran with them, and the history says so: its
     ToolCallPart's args are those, its ToolReturnPart's metadata the edit (``EDIT_KEY``)."""
     run_kwargs = await _same_session(agent, ul, run_kwargs, session_id)
@@ -538,31 +605,75 @@ async def _approval_calls(
     return await asyncio.to_thread(read)
 
 
+def _bound(part: ToolCallPart, made: tuple[Tool[Any], _core.ToolInfo]) -> dict[str, Any] | None:
+    """The arguments of ``part`` as the journal would hold them, made by ``made`` (the
+    pydantic-ai tool and its UndoLog description): read as pydantic-ai reads the model's,
+    bound with the tool's defaults, in their JSON form, as the adapter journals them.
+    None: the tool does not take them."""
+    tool, info = made
+    try:
+        validated = tool.function_schema.validator.validate_python(part.args_as_dict())
+        return info.bind(info.signature.bind(**validated).arguments)
+    except Exception:  # arguments the tool does not take: not a call it makes
+        return None
+
+
 def _same_args(
     part: ToolCallPart, journaled: Any, made: tuple[Tool[Any], _core.ToolInfo] | None
 ) -> bool:
     """Whether the arguments the journal holds for a call are those of ``part`` (what the
     person is shown). With the tool (``made``), the model's arguments are read as
-    pydantic-ai reads them and journaled as the adapter journals them (defaults, JSON
-    forms); without it, the arguments the model sent must be the journal's exactly (the
+    pydantic-ai reads them and journaled as the adapter journals them (``_bound``);
+    without it, the arguments the model sent must be the journal's exactly (the
     same keys, the same values; the fields of a tool of one model-like parameter: that
     parameter's): a call shown with fewer arguments is not the call."""
     if not isinstance(journaled, Mapping):
         return False
-    sent = part.args_as_dict()
     if made is not None:
-        tool, info = made
-        try:
-            validated = tool.function_schema.validator.validate_python(sent)
-            return _core.same_json(info.bind(info.signature.bind(**validated).arguments), journaled)
-        except Exception:  # arguments the tool does not take: not the journal's call
-            return False
+        bound = _bound(part, made)
+        return bound is not None and _core.same_json(bound, journaled)
+    sent = part.args_as_dict()
     if _core.same_json(sent, journaled):
         return True
     only = None
     if len(journaled) == 1:
         (only,) = journaled.values()
     return isinstance(only, Mapping) and _core.same_json(sent, only)
+
+
+def _shown_call(
+    session_id: uuid.UUID,
+    part: ToolCallPart,
+    tools: Mapping[str, tuple[Tool[Any], _core.ToolInfo]],
+) -> _core.ShownCall:
+    """The deferred call ``part`` as the run's journaled tools (``_journaled``, as this
+    process built them) would make it, for ``_core.tool_differences``: its arguments
+    bound by its tool (``_bound``; ``named``: those the model sent, a tool of one
+    model-like parameter's under that parameter, as the journal holds them), with the
+    tool's tier; as far as the tool takes them when its parameters refuse them
+    (``ToolInfo.fit``); the model's as they are, with no tier, when the run has no
+    journaled tool of its name (removed, made SAFE)."""
+    sent = part.args_as_dict()
+    made = tools.get(part.tool_name)
+    if made is None:
+        return _core.ShownCall(session_id, part.tool_name, part.tool_call_id, sent, sent, tier=None)
+    tool, info = made
+    single = tool.function_schema.single_arg_name
+    named = {single: sent} if single is not None and set(sent) != {single} else sent
+    bound = _bound(part, made)
+    if bound is not None:
+        return _core.ShownCall(session_id, info.name, part.tool_call_id, bound, named, info.tier)
+    args, required = info.fit(named)
+    return _core.ShownCall(
+        session_id,
+        info.name,
+        part.tool_call_id,
+        args,
+        named,
+        info.tier,
+        fits=False,
+        required=required,
+    )
 
 
 def _named_approval(requests: DeferredToolRequests, part: ToolCallPart) -> uuid.UUID | None:
@@ -583,17 +694,25 @@ def _named_approval(requests: DeferredToolRequests, part: ToolCallPart) -> uuid.
 async def _undolog_calls(
     reader: Reader | None,
     requests: DeferredToolRequests,
-    own: Mapping[str, tuple[Tool[Any], _core.ToolInfo]],
+    tools: Mapping[str, tuple[Tool[Any], _core.ToolInfo]] | None,
 ) -> dict[str, uuid.UUID]:
     """UndoLog's approval of each deferred call whose metadata names one, by tool call
     id, each checked against the journal first: the request the id names must be about
-    that call (the tool the part names, by its UndoLog name among ``own``, else as it
-    is, never the metadata's ``TOOL_KEY``; the step of its ``tool_call_id``; its
-    arguments), else ValueError. The metadata comes from the agent's process: a request
-    that names the approval of another call (of another amount, another session) would
-    otherwise have a person's yes land on what they were never shown. A call whose
-    metadata names no approval is not UndoLog's to decide (a pydantic-ai tool of the
-    agent's own declared ``requires_approval``, say)."""
+    that call (the tool the part names, by its UndoLog name among the run's IRREVERSIBLE
+    ``tools``, else as it is, never the metadata's ``TOOL_KEY``; the step of its
+    ``tool_call_id``; its arguments), else ValueError. The metadata comes from the
+    agent's process: a request that names the approval of another call (of another
+    amount, another session) would otherwise have a person's yes land on what they were
+    never shown. A call whose metadata names no approval is not UndoLog's to decide (a
+    pydantic-ai tool of the agent's own declared ``requires_approval``, say).
+
+    ``tools`` are the run's journaled tools (``_journaled``; None: not given). A call
+    whose tool among them is not as it was when the call was journaled (its parameters,
+    their defaults or types, its tier, or no such tool) is refused saying so
+    (``_core.tool_differences``): that tool would not make the call asked about."""
+    own = {
+        name: made for name, made in (tools or {}).items() if made[1].tier is ToolTier.IRREVERSIBLE
+    }
     named: dict[str, tuple[ToolCallPart, uuid.UUID]] = {}
     for part in requests.approvals:
         approval = _named_approval(requests, part)
@@ -618,6 +737,14 @@ async def _undolog_calls(
                 "was recorded: take the DeferredToolRequests of the run that stopped"
             )
         session, step, journal_tool, journaled = row
+        if tools is not None:
+            shown = _shown_call(uuid.UUID(str(session)), part, tools)
+            changed = _core.tool_differences(shown, row)
+            if changed is not None:
+                raise ValueError(
+                    f"approval {approval}: "
+                    + _core.tool_changed(shown, changed, "nothing was recorded")
+                )
         wrong = [
             what
             for what, same in (
@@ -757,7 +884,10 @@ async def decide(
     ``override_args`` of a call are validated by the argument schema of the tool of that
     name among its tools, as pydantic-ai validates the model's, and arguments that do not
     fit raise ValueError before any answer is recorded; the call's own arguments are read
-    so too before they are compared with the journal's. The edit of a call whose tool is
+    so too before they are compared with the journal's, and a call whose tool there is
+    not as it was when the call was journaled (its parameters, their defaults or types,
+    its tier, or no such tool: the resume would not make the call asked about) raises
+    ValueError saying what changed. The edit of a call whose tool is
     not among them (no agent given: a process that decides without building the agent)
     goes as it is, unchecked: the engine still refuses an argument the call does not
     have, but a value that does not fit the tool is found only when the call runs."""
@@ -769,7 +899,7 @@ async def decide(
             f"nothing was recorded: the calls asked are {', '.join(parts) or 'none'}"
         )
     own = _irreversible(agent, toolsets)  # the run's tools: their schemas check an edit
-    ours = await _undolog_calls(_reader(approver, ul), requests, own)
+    ours = await _undolog_calls(_reader(approver, ul), requests, _run_tools(agent, toolsets))
     answers: dict[str, Answer] = {call_id: True for call_id in ours if call_id not in approvals}
     decided = []
     for call_id, answer in approvals.items():  # every answer checked before one is recorded
@@ -824,7 +954,7 @@ async def decisions(
     there). A deferred call that is not UndoLog's (a pydantic-ai tool declared
     ``requires_approval``) is left out: the app answers it itself."""
     async with ul.connection() as conn:  # one, for the check and the decisions
-        ours = await _undolog_calls(conn, requests, _irreversible(agent, toolsets))
+        ours = await _undolog_calls(conn, requests, _run_tools(agent, toolsets))
         answers: dict[str, Answer] = {call_id: True for call_id in ours}
         for part in requests.approvals:
             approval = ours.get(part.tool_call_id)
