@@ -26,16 +26,25 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, Send
 
 from integration_support import (
+    PAYOUT_CHANGES,
     World,
     decisions,
     effects,
     logins,
     make_tools,
+    payout_changed,
     pending,
     register_compensation,
     session_state,
 )
-from undolog import ApprovalRejectedError, AsyncUndoLog, PermissionDenied, UndoLog, UndoLogError
+from undolog import (
+    ApprovalRejectedError,
+    AsyncUndoLog,
+    PermissionDenied,
+    UndoLog,
+    UndoLogError,
+    saga,
+)
 from undolog.integrations import langchain as adapter
 
 
@@ -91,10 +100,15 @@ class Fixture:
         )
 
     def chat_graph(
-        self, turns: list[Any], tools: list[BaseTool] | None = None, each_its_task: bool = False
+        self,
+        turns: list[Any],
+        tools: list[BaseTool] | None = None,
+        each_its_task: bool = False,
+        checkpointer: Any = None,
     ) -> Any:
         """A scripted model and its ToolNode; ``each_its_task``: each tool call of a turn
-        sent to the ToolNode as a task of its own (_send_each_call)."""
+        sent to the ToolNode as a task of its own (_send_each_call); ``checkpointer``: the
+        threads of a graph built before (a new one's, else)."""
         model = ScriptedChat(turns=turns)
         builder = StateGraph(Chat)
         builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
@@ -105,7 +119,7 @@ class Fixture:
         else:
             builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
-        return builder.compile(checkpointer=InMemorySaver())
+        return builder.compile(checkpointer=checkpointer or InMemorySaver())
 
     def run(self, graph: Any, input: Any) -> Any:
         return adapter.run(graph, self.ul, input, self.config, session_id=self.sid)
@@ -659,3 +673,96 @@ def test_a_tool_called_sync_in_an_async_run_says_how_to_call_it(fx: Fixture) -> 
     with pytest.raises(UndoLogError, match="with ainvoke from an async node"):
         asyncio.run(adapter.arun(graph, fx.aul, {"done": False}, fx.config, session_id=fx.sid))
     assert fx.world.runs == {}
+
+
+def _with_payout_changed(fx: Fixture, graph: Any, change: str) -> Any:
+    """The chat graph as a later release of the app builds it, on ``graph``'s threads,
+    its ToolNode's payout changed as ``change`` says (the rest as they were)."""
+    [search, create_user, _] = fx.sync_tools
+    changed = adapter.tools(*payout_changed(fx.world, change))
+    return fx.chat_graph(
+        [AIMessage("paid")], [search, create_user, *changed], checkpointer=graph.checkpointer
+    )
+
+
+@pytest.mark.parametrize("change", list(PAYOUT_CHANGES))
+def test_a_resume_whose_approved_call_s_tool_changed_is_refused_saying_so(
+    fx: Fixture, change: str
+) -> None:
+    """The payout of 500 approved, the app is deployed again with the ToolNode's payout
+    changed before the resume (a parameter added, with a default or without, removed,
+    renamed or of another type, its tier changed, or the tool gone from the ToolNode):
+    this tool cannot make the call a person approved. (Before: a default added had the
+    payout asked again at the same step; a parameter the call does not fit, or a tool
+    gone, had the ToolNode tell the model and the session complete with the approved
+    payout never run; COMPENSABLE failed the session mid-run, UL018, and undid it.) The
+    resume (run, stream, arun) is refused before the graph runs, saying what changed
+    and what to do, as with OpenAI Agents and pydantic-ai; nothing is recorded, and the
+    session can still be rolled back, undoing what it did."""
+    graph, request = _pay(fx)
+    command = adapter.decide(request, fx.approver, "alice", approved=True)
+    approval = adapter.approval_id(request, fx.ul)
+    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    changed = _with_payout_changed(fx, graph, change)
+    with pytest.raises(ValueError) as refused:
+        fx.run(changed, command)
+    said = str(refused.value)
+    assert said.startswith(
+        f"this thread's payout call, approved (approval {approval}): the payout call c2 "
+        "names the arguments of the call UndoLog asked about, but the payout tool is not "
+        f"as it was when the call was journaled: {PAYOUT_CHANGES[change]}. The tool "
+        "changed since the run stopped"
+    )
+    assert "nothing was run. Decide on it and resume with the tool as it was" in said
+    assert f"undolog sessions rollback {fx.sid} --by WHO" in said
+    with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
+        list(adapter.stream(changed, fx.ul, command, fx.config, session_id=fx.sid))
+    with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
+        asyncio.run(adapter.arun(changed, fx.aul, command, fx.config, session_id=fx.sid))
+    assert fx.world.runs["payout"] == 0
+    assert fx.world.undone == []
+    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
+    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
+        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
+    fx.ul.run_walk(fx.sid)
+    assert fx.world.undone == ["a@x"]
+    assert fx.world.runs["payout"] == 0
+    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+
+
+def test_a_resume_with_the_tool_as_it_was_goes_on(fx: Fixture) -> None:
+    """Refused under a changed payout, the same resume goes on with the graph's tools as
+    they were when the run stopped: the approved payout runs, once."""
+    graph, request = _pay(fx)
+    command = adapter.decide(request, fx.approver, "alice", approved=True)
+    changed = _with_payout_changed(fx, graph, "a parameter added with a default")
+    with pytest.raises(ValueError, match="it now takes currency"):
+        fx.run(changed, command)
+    out = fx.run(graph, command)
+    assert out["messages"][-1].content == "paid"
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_call_sent_to_the_tool_node_as_its_own_task_is_checked_too(fx: Fixture) -> None:
+    """A model's call sent to the ToolNode as a task of its own (Send, as LangChain's
+    agents do): its tool changed since the stop, the resume is refused the same way; the
+    graph as it was resumes it."""
+    turns = [calls(("payout", "c2", {"cents": 500})), AIMessage("paid")]
+    graph = fx.chat_graph(turns, each_its_task=True)
+    [pending] = fx.run(graph, HELLO)[adapter.INTERRUPT]
+    command = adapter.decide(pending.value, fx.approver, "alice", approved=True)
+    [search, create_user, _] = fx.sync_tools
+    payout = adapter.tools(*payout_changed(fx.world, "a required parameter added"))
+    changed = fx.chat_graph(
+        [AIMessage("paid")],
+        [search, create_user, *payout],
+        each_its_task=True,
+        checkpointer=graph.checkpointer,
+    )
+    with pytest.raises(ValueError, match="it now requires iban, with no default"):
+        fx.run(changed, command)
+    assert fx.world.runs["payout"] == 0
+    assert fx.run(graph, command)["messages"][-1].content == "paid"
+    assert fx.world.payouts == [500]

@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from undolog.aclient import AsyncUndoLog
-from undolog.integrations import _acompat, _arun
+from undolog.integrations import _acompat, _arun, _core
 from undolog.integrations._core import Approver, approvals_reader
 from undolog.integrations._langchain_common import (
     APPROVAL_KEY,
@@ -36,6 +36,7 @@ from undolog.integrations._langchain_common import (
     _shown_call,
     _streamed_out,
     _thread_session,
+    _tool_node_calls,
     _unfinished_elsewhere,
     _unfinished_run,
     _unnamed,
@@ -60,6 +61,38 @@ async def _same_session(
         state = await _arun.open_session_state(ul, other)
         if state is not None:
             raise _unfinished_elsewhere(other, state, session_id)
+    await _tools_unchanged(graph, ul, snapshot, session_id)
+
+
+async def _tools_unchanged(
+    graph: Any, ul: AsyncUndoLog, snapshot: Any, session_id: uuid.UUID
+) -> None:
+    """Refuse, before a session is opened, a resume of a thread whose model call UndoLog
+    approved when the ToolNode's tool of that call, as the graph was built again, is not
+    as it was when the call was journaled (``_core.tool_differences``): a parameter
+    added with a default, or a default changed, makes the call another one, which the
+    engine would ask about anew at the same step; a parameter added without a default,
+    one removed or renamed, or a type changed, and the ToolNode would answer the model
+    with its argument error, the run going on without the approved call; a tool gone
+    from the ToolNode (or made SAFE), and with its unknown-tool error; made COMPENSABLE,
+    and the engine would refuse its new tier mid-run (UL018), failing and undoing the
+    session. The error says what changed, and what to do. Which calls are read:
+    ``_tool_node_calls``."""
+    shown = _tool_node_calls(graph, snapshot)
+    if not shown:
+        return
+    async with ul.connection() as conn:
+        for call in shown:
+            found = await _arun.approval_of_step(conn, session_id, call.tool_name, call.call_key)
+            if found is None or found[1] != "approved":
+                continue
+            row = (await _arun.approval_calls(conn, [found[0]])).get(found[0])
+            changed = None if row is None else _core.tool_differences(call, row)
+            if changed is not None:
+                raise ValueError(
+                    f"this thread's {call.tool_name} call, approved (approval {found[0]}): "
+                    + _core.tool_changed(call, changed, "nothing was run")
+                )
 
 
 def _name_approvals(session_id: uuid.UUID) -> _acompat.Requested[Any]:

@@ -13,13 +13,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools import tool as create_tool
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Interrupt, interrupt
 from pydantic import BaseModel, ValidationError
 
@@ -40,6 +41,8 @@ APPROVAL_KEY = "undolog_approval_id"
 
 SESSION_KEY = _core.SESSION_KEY
 """The key of an UndoLog HumanInterrupt naming the session of the call."""
+
+_UNDOLOG_TOOL = "_undolog_tool"  # the attribute of a journaled tool's coroutine built here
 
 # The tool call id of the call being run (set by UndoLogTool.run/arun).
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -329,6 +332,7 @@ def tool(fn: Callable[..., Any]) -> BaseTool:
             return _refused(info, error)
         return _with_edit(result) if info.tier is ToolTier.IRREVERSIBLE else result
 
+    setattr(acall, _UNDOLOG_TOOL, info)  # how a resume finds the graph's UndoLog tools
     schema = StructuredTool.from_function(
         func=fn, name=info.name, description=info.description
     ).args_schema
@@ -453,6 +457,86 @@ def _shown_call(request: Mapping[str, Any]) -> _core.ShownCall:
         raise ValueError(f"{request!r} names no UndoLog session") from error
     return _core.ShownCall(
         session_id, str(action["action"]), str(request["call_key"]), action["args"]
+    )
+
+
+def _tool_call(messages: Any, call_id: str) -> Mapping[str, Any] | None:
+    """The model's tool call ``call_id`` among ``messages`` (a ToolNode's state key):
+    the last AIMessage's call of that id."""
+    listed: list[Any] = messages if isinstance(messages, list) else []
+    for message in reversed(listed):
+        for call in getattr(message, "tool_calls", None) or ():
+            if call.get("id") == call_id:
+                return cast(Mapping[str, Any], call)
+    return None
+
+
+def _read_by(
+    tool: BaseTool, info: _core.ToolInfo, named: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The arguments ``named`` (a model's tool call) as the journal would hold them, made
+    by ``tool``: read by its argument schema as LangChain reads them (each named
+    argument the schema has, as it reads it), bound with the tool's defaults, in their
+    JSON form. None: the tool does not take them."""
+    schema = tool.args_schema
+    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+        return None
+    try:
+        read = schema.model_validate(dict(named))
+        fields = type(read).model_fields
+        return info.bind({name: getattr(read, name) for name in named if name in fields})
+    except Exception:  # arguments the tool does not take: not a call it makes
+        return None
+
+
+def _tool_node_calls(graph: Any, snapshot: Any) -> list[_core.ShownCall]:
+    """Each model call the thread waits on at an UndoLog interrupt of a ToolNode of
+    ``graph`` (the node of the interrupted task), as the ToolNode's tool of its name
+    would make it when the graph runs again, for ``_core.tool_differences``: the
+    arguments the model sent (``named``: its tool call of that id, in the ToolNode's
+    messages), read and bound by the tool (``_read_by``), with the tool's tier; as far as
+    the tool takes them when its schema refuses them (``ToolInfo.fit``); the model's as
+    they are, with no tier, when the ToolNode has no journaled tool of that name
+    (removed, made SAFE). Not read: a call a node makes itself (no model's call names its
+    arguments, and the tool is the node's own), and one of a ToolNode inside a subgraph
+    (the thread's state is the parent graph's)."""
+    nodes = getattr(graph, "nodes", None)
+    values = getattr(snapshot, "values", None)
+    if not isinstance(nodes, Mapping) or not isinstance(values, Mapping):
+        return []
+    shown = []
+    for task in getattr(snapshot, "tasks", ()) or ():
+        node = getattr(nodes.get(task.name), "bound", None)
+        if not isinstance(node, ToolNode):
+            continue
+        messages = values.get(getattr(node, "_messages_key", "messages"))
+        for pending in task.interrupts:
+            for request in _requests(pending.value):
+                call = _tool_call(messages, str(request["call_key"]))
+                named = None if call is None else call.get("args")
+                if call is None or not isinstance(named, Mapping):
+                    continue
+                shown.append(_made_now(request, node.tools_by_name.get(str(call["name"])), named))
+    return shown
+
+
+def _made_now(
+    request: Mapping[str, Any], tool: BaseTool | None, named: Mapping[str, Any]
+) -> _core.ShownCall:
+    """The call of ``request`` (an UndoLog HumanInterrupt of a model's call naming
+    ``named``) as ``tool`` makes it now (``_tool_node_calls``)."""
+    session_id = uuid.UUID(str(request[SESSION_KEY]))
+    call_key = str(request["call_key"])
+    info = getattr(getattr(tool, "coroutine", None), _UNDOLOG_TOOL, None)
+    if tool is None or not isinstance(info, _core.ToolInfo):
+        action = str(request["action_request"]["action"])
+        return _core.ShownCall(session_id, action, call_key, dict(named), named, tier=None)
+    bound = _read_by(tool, info, named)
+    if bound is not None:
+        return _core.ShownCall(session_id, info.name, call_key, bound, named, info.tier)
+    args, required = info.fit(named)
+    return _core.ShownCall(
+        session_id, info.name, call_key, args, named, info.tier, fits=False, required=required
     )
 
 
