@@ -159,6 +159,63 @@ FLOOR_ONE_RT = {
 }
 
 
+# A prepared statement's name and its parameters, as text.
+Statement = tuple[bytes, list[bytes | None]]
+
+
+def one_round_trip(
+    conn: Conn,
+    statements: dict[bytes, bytes],
+    prepared: set[bytes],
+    calls: int,
+    intercept: Callable[[int], Statement],
+    commit: Callable[[int, Any], Statement],
+) -> None:
+    """``calls`` calls sent as the decorator sends intercept and commit, on ``conn``'s
+    libpq handle in pipeline mode: per call k, ``intercept(k)`` is sent behind the
+    previous call's commit, both are read (the one waited round trip), then
+    ``commit(k, intercept's answer)`` is sent unwaited. Each statement is prepared by
+    its name in ``statements`` on its first use (``prepared``: the connection's), and
+    sent with its own Sync (its own transaction). An error answer raises."""
+    pgconn = conn.pgconn
+    unread: list[int] = []
+
+    def send(statement: Statement) -> None:
+        name, params = statement
+        if name not in prepared:
+            pgconn.send_prepare(name, statements[name])
+            prepared.add(name)
+            unread.append(2)
+        else:
+            unread.append(1)
+        pgconn.send_query_prepared(name, params)
+        pgconn.pipeline_sync()
+        conn.wait(generators.send(pgconn))
+
+    def read() -> Any:
+        answer = None
+        for _ in range(unread.pop(0)):
+            for res in conn.wait(generators.fetch_many(pgconn)):
+                if res.status == pq.ExecStatus.FATAL_ERROR:
+                    raise RuntimeError(res.error_message.decode())
+                if res.status == pq.ExecStatus.TUPLES_OK:
+                    answer = res
+        conn.wait(generators.fetch_many(pgconn))  # its PIPELINE_SYNC
+        return answer
+
+    pgconn.enter_pipeline_mode()
+    try:
+        for k in range(calls):
+            send(intercept(k))
+            while len(unread) > 1:
+                read()  # the previous call's commit
+            send(commit(k, read()))
+        while unread:
+            read()  # the last answer is part of the block
+    finally:
+        pgconn.exit_pipeline_mode()
+
+
 # --- DBOS (optional) ---------------------------------------------------------------------
 
 HAVE_DBOS = importlib.util.find_spec("dbos") is not None
@@ -316,56 +373,31 @@ class Agent:
         self.elapsed = (t0, _now())
 
     def run_floor_one_rt(self, first: int, calls: int) -> None:
-        """The floor through the decorator's wire protocol: per call, the INSERT is sent
-        behind the previous call's UPDATE, both read, then the UPDATE sent unwaited."""
+        """The floor through the decorator's wire protocol (one_round_trip)."""
         sigs = [uuid.uuid4().hex + uuid.uuid4().hex for _ in range(calls)]
-        conn, pgconn = self.floor_conn, self.floor_conn.pgconn
         session = str(self.floor_session).encode()
         tool = TOOL.encode()
 
-        def send(name: bytes, params: list[bytes | None]) -> None:
-            if name not in self.floor_prepared:
-                pgconn.send_prepare(name, FLOOR_ONE_RT[name])
-                self.floor_prepared.add(name)
-                unread.append(2)
-            else:
-                unread.append(1)
-            pgconn.send_query_prepared(name, params)
-            pgconn.pipeline_sync()
-            conn.wait(generators.send(pgconn))
+        def insert(k: int) -> Statement:
+            args = json.dumps(make_args(first + k)).encode()
+            return b"bench_floor_insert", [
+                sigs[k].encode(),
+                session,
+                str(first + k).encode(),
+                tool,
+                args,
+            ]
 
-        def read() -> Any:
-            answer = None
-            for _ in range(unread.pop(0)):
-                for res in conn.wait(generators.fetch_many(pgconn)):
-                    if res.status == pq.ExecStatus.FATAL_ERROR:
-                        raise RuntimeError(res.error_message.decode())
-                    if res.status == pq.ExecStatus.TUPLES_OK:
-                        answer = res
-            conn.wait(generators.fetch_many(pgconn))  # its PIPELINE_SYNC
-            return answer
-
-        unread: list[int] = []
-        pgconn.enter_pipeline_mode()
-        t0 = _now()
-        for k, step in enumerate(range(first, first + calls)):
-            args = json.dumps(make_args(step)).encode()
-            send(
-                b"bench_floor_insert",
-                [sigs[k].encode(), session, str(step).encode(), tool, args],
-            )
-            while len(unread) > 1:
-                read()  # the previous call's UPDATE
-            answer = read()
+        def update(k: int, answer: Any) -> Statement:
             assert answer is not None and answer.ntuples == 1
-            send(
-                b"bench_floor_update",
-                [json.dumps(result_for(step)).encode(), answer.get_value(0, 0)],
-            )
-        while unread:
-            read()  # the last answer is part of the block
+            return b"bench_floor_update", [
+                json.dumps(result_for(first + k)).encode(),
+                answer.get_value(0, 0),
+            ]
+
+        t0 = _now()
+        one_round_trip(self.floor_conn, FLOOR_ONE_RT, self.floor_prepared, calls, insert, update)
         self.elapsed = (t0, _now())
-        pgconn.exit_pipeline_mode()
 
     def _run_sql(self, key: str, first: int, calls: int, asynchronous: bool) -> None:
         t0 = _now()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -204,67 +204,97 @@ def sketch_loop(loop: str) -> str:
     return out
 
 
+NEW, REPLAY = "new COMPENSABLE call", "replay of a committed call"
+# A variant: how its database is made (from an empty database's dsn to the connection its
+# loops run on) and, for each kind of call, its setup (untimed, once) and its timed loop.
+Loops = dict[str, tuple[str, str]]
+Variant = tuple[Callable[[str], ab.Conn], Loops]
+
+
+def floor_database(dsn: str) -> ab.Conn:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(ab.FLOOR_TABLE)
+    return conn
+
+
+def engine_database(dsn: str) -> ab.Conn:
+    ab.install(dsn, ab.REPO)
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def sketch_database(dsn: str) -> ab.Conn:
+    conn = engine_database(dsn)
+    conn.execute(SKETCH)
+    return conn
+
+
+VARIANTS: dict[str, Variant] = {
+    "floor": (
+        floor_database,
+        {NEW: ("", ab.FLOOR_LOOP), REPLAY: (ab.FLOOR_REPLAY_SETUP, ab.FLOOR_REPLAY_LOOP)},
+    ),
+    "engine": (
+        engine_database,
+        {NEW: ("", ab.ENGINE_LOOP), REPLAY: (ab.REPLAY_SETUP, ab.REPLAY_LOOP)},
+    ),
+    "one-row sketch": (
+        sketch_database,
+        {
+            NEW: ("", sketch_loop(ab.ENGINE_LOOP)),
+            REPLAY: (sketch_loop(ab.REPLAY_SETUP), sketch_loop(ab.REPLAY_LOOP)),
+        },
+    ),
+}
+
+
+def compare(dsn: str, variants: dict[str, Variant], rounds: int, calls: int) -> None:
+    """Each variant in a database of its own on the server at ``dsn`` (a superuser's), each
+    kind of call measured in alternating rounds; prints the medians against the floor's
+    (the variant named "floor")."""
+    names = list(variants)
+    params = {"session": ab.REPLAY_SESSION}
+    conns: dict[str, ab.Conn] = {}
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for i, name in enumerate(names):
+            admin.execute(f"CREATE DATABASE undolog_bench_one_row_{i}")
+            make_database, _ = variants[name]
+            conns[name] = make_database(make_conninfo(dsn, dbname=f"undolog_bench_one_row_{i}"))
+    for kind in (NEW, REPLAY):
+        loops = {name: variants[name][1][kind] for name in names}
+        for name in names:  # set up; warm up: plans cached, the first rows written
+            setup, loop = loops[name]
+            if setup:
+                conns[name].execute(setup % {"calls": calls, **params})
+            conns[name].execute(loop % {"calls": 100, **params})
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        wal: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                c, w = ab.measure(conns[name], loops[name][1], calls)
+                cpu[name].append(c)
+                wal[name].append(w)
+            print(f"  {kind}: round {r + 1}/{rounds} done", file=sys.stderr)
+        floor_cpu = statistics.median(cpu["floor"])
+        floor_wal = statistics.median(wal["floor"])
+        print(f"{kind}, server-side loop, {rounds} rounds x {calls} calls")
+        print(f"  {'':16} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
+        for name in names:
+            c, w = statistics.median(cpu[name]), statistics.median(wal[name])
+            print(
+                f"  {name:16} {c:8.1f} {ab.ratio(c, floor_cpu):>9} {w:7.0f}"
+                f" {ab.ratio(w, floor_wal):>9}"
+            )
+    for conn in conns.values():
+        conn.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--calls", type=int, default=4000)
     opts = parser.parse_args(argv)
-    names = ("floor", "engine", "one-row sketch")
-    kinds = {
-        "new COMPENSABLE call": {
-            "floor": ("", ab.FLOOR_LOOP),
-            "engine": ("", ab.ENGINE_LOOP),
-            "one-row sketch": ("", sketch_loop(ab.ENGINE_LOOP)),
-        },
-        "replay of a committed call": {
-            "floor": (ab.FLOOR_REPLAY_SETUP, ab.FLOOR_REPLAY_LOOP),
-            "engine": (ab.REPLAY_SETUP, ab.REPLAY_LOOP),
-            "one-row sketch": (sketch_loop(ab.REPLAY_SETUP), sketch_loop(ab.REPLAY_LOOP)),
-        },
-    }
-    params = {"session": ab.REPLAY_SESSION}
-    with (
-        throwaway_cluster("fsync=off") as cluster,
-        psycopg.connect(cluster.dsn, autocommit=True) as admin,
-    ):
-        conns: dict[str, ab.Conn] = {}
-        for i, name in enumerate(names):
-            admin.execute(f"CREATE DATABASE undolog_bench_one_row_{i}")
-            dsn = make_conninfo(cluster.dsn, dbname=f"undolog_bench_one_row_{i}")
-            if name == "floor":
-                conns[name] = psycopg.connect(dsn, autocommit=True)
-                conns[name].execute(ab.FLOOR_TABLE)
-                continue
-            ab.install(dsn, ab.REPO)
-            conns[name] = psycopg.connect(dsn, autocommit=True)
-            if name == "one-row sketch":
-                conns[name].execute(SKETCH)
-        for kind, loops in kinds.items():
-            for name in names:
-                setup, loop = loops[name]
-                if setup:
-                    conns[name].execute(setup % {"calls": opts.calls, **params})
-                conns[name].execute(loop % {"calls": 100, **params})
-            cpu: dict[str, list[float]] = {n: [] for n in names}
-            wal: dict[str, list[float]] = {n: [] for n in names}
-            for r in range(opts.rounds):
-                for name in names if r % 2 == 0 else names[::-1]:
-                    c, w = ab.measure(conns[name], loops[name][1], opts.calls)
-                    cpu[name].append(c)
-                    wal[name].append(w)
-                print(f"  {kind}: round {r + 1}/{opts.rounds} done", file=sys.stderr)
-            floor_cpu = statistics.median(cpu["floor"])
-            floor_wal = statistics.median(wal["floor"])
-            print(f"{kind}, server-side loop, {opts.rounds} rounds x {opts.calls} calls")
-            print(f"  {'':16} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
-            for name in names:
-                c, w = statistics.median(cpu[name]), statistics.median(wal[name])
-                print(
-                    f"  {name:16} {c:8.1f} {ab.ratio(c, floor_cpu):>9} {w:7.0f}"
-                    f" {ab.ratio(w, floor_wal):>9}"
-                )
-        for conn in conns.values():
-            conn.close()
+    with throwaway_cluster("fsync=off") as cluster:
+        compare(cluster.dsn, VARIANTS, opts.rounds, opts.calls)
     return 0
 
 
