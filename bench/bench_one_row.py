@@ -277,11 +277,11 @@ def compare(dsn: str, variants: dict[str, Variant], rounds: int, calls: int) -> 
         floor_cpu = statistics.median(cpu["floor"])
         floor_wal = statistics.median(wal["floor"])
         print(f"{kind}, server-side loop, {rounds} rounds x {calls} calls")
-        print(f"  {'':16} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
+        print(f"  {'':18} {'CPU µs':>8} {'vs floor':>9} {'WAL B':>7} {'vs floor':>9}")
         for name in names:
             c, w = statistics.median(cpu[name]), statistics.median(wal[name])
             print(
-                f"  {name:16} {c:8.1f} {ab.ratio(c, floor_cpu):>9} {w:7.0f}"
+                f"  {name:18} {c:8.1f} {ab.ratio(c, floor_cpu):>9} {w:7.0f}"
                 f" {ab.ratio(w, floor_wal):>9}"
             )
     for conn in conns.values():
