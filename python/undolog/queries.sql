@@ -169,6 +169,20 @@ SELECT * FROM undolog.expire_approvals(p_limit => %(limit)s)
 -- A request's state, as the caller may see it (an agent sees only its own sessions').
 SELECT state FROM undolog.session_approvals WHERE approval_id = %(approval_id)s
 
+-- name: client_pending_approvals
+-- Before the MCP proxy intercepts an irreversible call (which asks a person the first
+-- time): how many requests one client's sessions have pending, and whether this call
+-- (its session and signature) was asked already, so that it finds its own request.
+SELECT
+    (
+        SELECT count(*) FROM undolog.session_approvals
+        WHERE state = 'pending' AND session_id = ANY(%(session_ids)s)
+    ) AS pending,
+    EXISTS (
+        SELECT FROM undolog.call_approvals
+        WHERE session_id = %(session_id)s AND call_signature = %(call_signature)s
+    ) AS asked
+
 -- name: approval_outcome
 -- A refused request's outcome as the MCP proxy tells its client: who decided, why, and
 -- whether it was rejected or expired.

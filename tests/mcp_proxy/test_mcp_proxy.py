@@ -26,6 +26,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from undolog import approvals, engine, saga
+from undolog.mcp_proxy.policy import PolicyError, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
@@ -434,6 +435,81 @@ def test_many_held_calls_share_one_listen_connection_and_are_capped(
         f"120 concurrent irreversible calls: peak {peak[0]} proxy connections;"
         f" {len(held)} held, {len(capped)} capped, {len(running)} answered running"
     )
+
+
+def test_one_client_cannot_use_up_the_logins_pending_approvals(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Every client of the proxy shares its login, and the engine bounds that login's
+    pending approval requests as a whole (undolog.max_pending_approvals). A call past
+    max_holds_per_client was still asked before it was refused a hold, so one client
+    that made distinct irreversible calls and left kept the whole bound pending (its
+    session waits for people, with no deadline) and every other client's irreversible
+    call was refused (UL029). proxy.max_pending_approvals_per_client bounds one client's
+    requests: a call past it asks nobody; a call already asked still finds its request."""
+    conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET undolog.max_pending_approvals = 5')
+    config = tmp_path / "pending-cap.toml"
+    config.write_text(
+        "[proxy]\nhold_seconds = 1\ncall_timeout_seconds = 5\nmax_holds_per_client = 2\n"
+        "max_pending_approvals_per_client = 2\n"
+        '[upstreams.payments]\ncommand = ["python", "tests/mcp_upstream_server.py"]\n'
+        '[upstreams.payments.tools.process_payout]\ntier = "irreversible"\n'
+    )
+    proxy = HttpProxy(config, dsn, ledger)
+    http_proxies.append(proxy)
+
+    def payout(account: str) -> dict[str, Any]:
+        return {"account": account, "amount_cents": 100}
+
+    def pending() -> list[uuid.UUID]:
+        rows = conn.execute(
+            "SELECT approval_id FROM undolog.pending_approvals ORDER BY requested_at"
+        ).fetchall()
+        return [uuid.UUID(str(r[0])) for r in rows]
+
+    async def body() -> None:
+        async with proxy.client() as hostile:
+            answers = [
+                await hostile.call_tool("process_payout", payout(f"acc-{n}")) for n in range(5)
+            ]
+            assert all(a.is_error for a in answers)
+            asked = pending()
+            assert len(asked) == 2, [text(a) for a in answers]
+            for answer, approval_id in zip(answers[:2], asked, strict=True):
+                assert "NOT RUN YET: process_payout is irreversible" in text(answer)
+                assert str(approval_id) in text(answer)
+            for refused in answers[2:]:
+                assert "max_pending_approvals_per_client = 2" in text(refused), text(refused)
+                assert "NOT RUN, NOT ASKED" in text(refused), text(refused)
+            # at its bound, a call already asked still finds its own request
+            again = await hostile.call_tool("process_payout", payout("acc-0"))
+            assert "NOT RUN YET: " in text(again) and str(asked[0]) in text(again)
+        # the client left; its two requests wait for people, and another client asks
+        async with proxy.client() as other:
+            theirs = await other.call_tool("process_payout", payout("acc-other"))
+            assert "NOT RUN YET: " in text(theirs), text(theirs)
+        assert len(pending()) == 3
+
+    run(body)
+    assert names(ledger) == []
+
+
+def test_the_pending_approvals_cap_is_checked(tmp_path: Path) -> None:
+    def policy(line: str) -> Path:
+        path = tmp_path / "cap.toml"
+        path.write_text(POLICY.read_text().replace("[proxy]\n", f"[proxy]\n{line}\n", 1))
+        return path
+
+    assert load_policy(policy("")).max_pending_approvals_per_client == 16
+    capped = load_policy(policy("max_pending_approvals_per_client = 3"))
+    assert capped.max_pending_approvals_per_client == 3
+    for bad in ("0", "1001", '"3"', "2.5", "true"):
+        with pytest.raises(PolicyError, match=r"proxy\.max_pending_approvals_per_client"):
+            load_policy(policy(f"max_pending_approvals_per_client = {bad}"))
 
 
 def test_irreversible_approved_after_the_hold(

@@ -146,6 +146,10 @@ class Policy:
     agent: str = "mcp-proxy"
     # irreversible calls one client session may have held at once (each waits for a human)
     max_holds_per_client: int = 16
+    # approval requests one client may have pending at once, across its sessions: the
+    # engine bounds the proxy login's as a whole (undolog.max_pending_approvals), and
+    # every client shares that login, so one client must not use up the bound
+    max_pending_approvals_per_client: int = 16
     # live sessions one client connection (or stdio process) may have at once, and
     # per-session upstream processes running at once across all clients
     max_sessions_per_client: int = 64
@@ -418,6 +422,7 @@ def load_policy(path: str | Path) -> Policy:
                 "lease_seconds",
                 "agent",
                 "max_holds_per_client",
+                "max_pending_approvals_per_client",
                 "max_sessions_per_client",
                 "max_upstream_processes",
                 "max_safe_calls_per_client",
@@ -513,6 +518,11 @@ def load_policy(path: str | Path) -> Policy:
                 _number(
                     proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
                 )
+            ),
+            max_pending_approvals_per_client=_count(
+                proxy.get("max_pending_approvals_per_client", 16),
+                "proxy.max_pending_approvals_per_client",
+                1000,
             ),
             max_sessions_per_client=_count(
                 proxy.get("max_sessions_per_client", 64), "proxy.max_sessions_per_client", 100000

@@ -111,6 +111,9 @@ CONVERSATION_META_KEY = "undolog/conversation"
 RAW_SESSION_META_KEY = "undolog/session_id"  # refused: a client may not name a session id
 UNDO_META_KEY = "undolog/undo_id"
 SAFE_CALLS_SLOT = "undolog.safe_calls"  # a client's SAFE calls in flight (over HTTP)
+# a client's irreversible calls ask one at a time (McpProxy._ask): its count of pending
+# approval requests is then exact against proxy.max_pending_approvals_per_client
+ASKING_SLOT = "undolog.asking"
 PROGRESS_EVERY = 2.0  # seconds between progress notifications while a call is held
 # undolog__undo_last answers within client_timeout_seconds less this share of it (at
 # least UNDO_ANSWER_MARGIN s): past that, that its undo is running (it goes on), so that
@@ -427,6 +430,9 @@ class ProxySession:
     began: bool = False
     bindings: int = 0
     holds: int = 0  # irreversible calls of this session held open now
+    # its irreversible calls ask one at a time when it has no client (resumed by its
+    # handle): McpProxy._ask
+    asking: asyncio.Lock = field(default_factory=asyncio.Lock)
     beat: asyncio.Task[None] | None = None
     walking: asyncio.Task[None] | None = None
     begin_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -844,7 +850,7 @@ class McpProxy:
         undone."""
         route, args = self._undo_route(), {"count": count, "reason": reason}
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._intercept(ps, 0, route, args)
+            icpt = await self._ask(ps, UNDO_LAST_TOOL, route, args)
             if isinstance(icpt, types.CallToolResult):
                 return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
             if icpt.action == "execute":
@@ -1656,6 +1662,71 @@ class McpProxy:
         except (UndoLogError, psycopg.Error) as exc:
             return _error(f"not run: the journal refused or could not record the call: {exc}")
 
+    async def _ask(
+        self, ps: ProxySession, name: str, route: Route, args: dict[str, Any]
+    ) -> engine.Interception | types.CallToolResult:
+        """An IRREVERSIBLE call's intercept, which asks a person the first time. Every
+        client shares the proxy's login, and the engine bounds that login's pending
+        requests as a whole (undolog.max_pending_approvals): a client whose sessions have
+        proxy.max_pending_approvals_per_client requests pending asks nobody more, so that
+        it cannot use up the bound of every other client (its requests stay pending when
+        it leaves). A call asked already still finds its own request (made again, it
+        learns the decision). The client's calls ask one at a time: the count stays
+        exact between two of them asking at once."""
+        client = ps.client
+        lock = ps.asking if client is None else client.setdefault(ASKING_SLOT, asyncio.Lock())
+        async with lock:
+            refused = await self._pending_cap_reached(ps, name, route, args)
+            if refused is not None:
+                return refused
+            return await self._intercept(ps, 0, route, args)
+
+    async def _pending_cap_reached(
+        self, ps: ProxySession, name: str, route: Route, args: dict[str, Any]
+    ) -> types.CallToolResult | None:
+        """The answer to an irreversible call not asked because its client's sessions
+        have as many requests pending as proxy.max_pending_approvals_per_client, None
+        when it may ask (or was asked already)."""
+        cap = self.policy.max_pending_approvals_per_client
+        theirs = [ps.session_id]
+        if ps.client is not None:
+            theirs += [
+                other.session_id
+                for other in self.sessions.values()
+                if other.client is ps.client and other is not ps
+            ]
+        try:
+            signature, _ = signed_call(
+                ps.session_id, 0, journal_name(route.upstream, route.tool), args
+            )
+        except SignatureError:
+            return None  # the intercept refuses it, saying why
+        try:
+            async with self.pool.connection() as conn:
+                row = await (
+                    await conn.execute(
+                        QUERIES["client_pending_approvals"],
+                        {
+                            "session_ids": theirs,
+                            "session_id": ps.session_id,
+                            "call_signature": signature,
+                        },
+                    )
+                ).fetchone()
+        except (UndoLogError, psycopg.Error) as exc:
+            return _error(f"not run: the journal could not be read: {exc}")
+        assert row is not None
+        pending, asked = int(row[0]), bool(row[1])
+        if asked or pending < cap:
+            return None
+        return _error(
+            f"NOT RUN, NOT ASKED: {name} is irreversible and needs a human's approval, but "
+            f"this client already has {pending} approval requests pending, the most it may "
+            f"(proxy.max_pending_approvals_per_client = {cap}). Nothing was done and nobody "
+            "was asked. Make this call again once some of them are decided (make those "
+            "calls again to learn their decisions)."
+        )
+
     async def _state(self, ps: ProxySession) -> str:
         try:
             async with self.pool.connection() as conn:
@@ -2204,7 +2275,7 @@ class McpProxy:
         if (refused := await self._unrecorded(ps, name)) is not None:
             return refused, "refused"
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._finish(ps, self._intercept(ps, 0, route, args))
+            icpt = await self._finish(ps, self._ask(ps, name, route, args))
             if isinstance(icpt, types.CallToolResult):
                 return icpt, "refused"
             if icpt.action == "replay":
