@@ -280,8 +280,10 @@ def test_a_worker_that_serves_every_login_says_so_unless_told_to(
     rogue_sid = failed_session(rogue, "delete_user", 666)
     trusted_sid = failed_session(trusted, "delete_user", 1)
     worker = start_worker(dsn, *choice)
-    for sid in (rogue_sid, trusted_sid):
-        wait_until(lambda s=sid: engine.session_state(conn, s) == "compensated", what="walk")
+    walked = (rogue_sid, trusted_sid)
+    wait_until(
+        lambda: all(engine.session_state(conn, s) == "compensated" for s in walked), what="walk"
+    )
     worker.stop()
     assert sorted((app_dir / "undone.txt").read_text().split()) == ["1", "666"]
     warned = "walking every login's sessions" in worker.stderr()
