@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -23,6 +23,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import ToolApproved, ToolDenied
+from pydantic_ai.toolsets import FunctionToolset
 
 from integration_support import (
     PAYOUT_CHANGES,
@@ -624,3 +625,32 @@ def test_a_decision_under_a_changed_tool_is_refused_saying_so(fx: Fixture, chang
     assert decisions(fx.admin_dsn, fx.sid) == [("pending", None)]
     asyncio.run(adapter.decide(result.output, fx.approver, "alice", {"c2": True}, agent=fx.ran))
     assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
+
+
+def test_a_resume_whose_tools_a_toolset_function_builds_goes_on(fx: Fixture) -> None:
+    """The agent's tools built by a toolset function (a DynamicToolset: pydantic-ai
+    builds them in the run, so nothing lists them before it): a tool the adapter does
+    not find there may be one of theirs, not a tool gone. Decided with the agent given
+    and resumed, the approved payout runs, once. (Before: the resume, and decide with
+    agent=, were refused saying the agent has no journaled payout tool now.)"""
+
+    def agent(turns: list[Turn], tools: list[Any] | None = None) -> Agent[None, Any]:
+        built = adapter.tools(fx.fns["search"], fx.fns["create_user"], fx.fns["payout"])
+
+        def dynamic(ctx: RunContext[None]) -> FunctionToolset[None]:
+            return FunctionToolset(built)
+
+        return Agent(scripted(turns), output_type=[str, DeferredToolRequests], toolsets=[dynamic])
+
+    fx.agent = agent  # type: ignore[method-assign]
+    result, rest = _pay(fx)
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "alice", {"c2": True}, agent=fx.ran)
+    )
+    assert asyncio.run(adapter.decisions(fx.ul, result.output, agent=fx.ran)) == answers
+    resumed = asyncio.run(
+        fx.run(rest, message_history=result.all_messages(), deferred_tool_results=answers)
+    )
+    assert resumed.output == "paid"
+    assert fx.world.payouts == [500]
+    assert session_state(fx.admin_dsn, fx.sid) == "completed"

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -50,6 +50,7 @@ from pydantic_ai.tools import GenerateToolJsonSchema, ToolApproved, ToolDenied
 from pydantic_ai.toolsets import (
     AbstractToolset,
     CombinedToolset,
+    FunctionToolset,
     PrefixedToolset,
     RenamedToolset,
     WrapperToolset,
@@ -259,25 +260,54 @@ def _name_approvals(
     return name
 
 
+def _leaves(
+    toolset: AbstractToolset[Any], rename: Callable[[str], str]
+) -> Iterator[tuple[AbstractToolset[Any], Callable[[str], str]]]:
+    """Each toolset that ``toolset`` wraps or combines, through the wrappers, with what
+    they do to a name: a ``PrefixedToolset`` calls ``payout`` ``bank_payout``, a
+    ``RenamedToolset`` by its map; another wrapper (filtered, prepared: pydantic-ai
+    refuses a rename there) keeps the names. ``rename`` is what the wrappers outside
+    ``toolset`` do to a name."""
+    if isinstance(toolset, PrefixedToolset):
+        prefix = toolset.prefix
+        yield from _leaves(toolset.wrapped, lambda name: rename(f"{prefix}_{name}"))
+    elif isinstance(toolset, RenamedToolset):
+        new_name = {original: new for new, original in toolset.name_map.items()}
+        yield from _leaves(toolset.wrapped, lambda name: rename(new_name.get(name, name)))
+    elif isinstance(toolset, WrapperToolset):
+        yield from _leaves(toolset.wrapped, rename)
+    elif isinstance(toolset, CombinedToolset):
+        for member in toolset.toolsets:
+            yield from _leaves(member, rename)
+    else:
+        yield toolset, rename
+
+
 def _called(
     toolset: AbstractToolset[Any], rename: Callable[[str], str]
 ) -> list[tuple[str, Tool[Any]]]:
     """(the name it is called by, the tool) of each tool of ``toolset`` that lists its
-    tools (a ``FunctionToolset``), through the toolsets that wrap or combine it: a
-    ``PrefixedToolset`` calls ``payout`` ``bank_payout``, a ``RenamedToolset`` by its
-    map; another wrapper (filtered, prepared: pydantic-ai refuses a rename there) keeps
-    the names. ``rename`` is what the wrappers outside ``toolset`` do to a name."""
-    if isinstance(toolset, PrefixedToolset):
-        prefix = toolset.prefix
-        return _called(toolset.wrapped, lambda name: rename(f"{prefix}_{name}"))
-    if isinstance(toolset, RenamedToolset):
-        new_name = {original: new for new, original in toolset.name_map.items()}
-        return _called(toolset.wrapped, lambda name: rename(new_name.get(name, name)))
-    if isinstance(toolset, WrapperToolset):
-        return _called(toolset.wrapped, rename)
-    if isinstance(toolset, CombinedToolset):
-        return [found for member in toolset.toolsets for found in _called(member, rename)]
-    return [(rename(made.name), made) for made in getattr(toolset, "tools", {}).values()]
+    tools (a ``FunctionToolset``), through the toolsets that wrap or combine it
+    (``_leaves``)."""
+    return [
+        (named(made.name), made)
+        for leaf, named in _leaves(toolset, rename)
+        for made in getattr(leaf, "tools", {}).values()
+    ]
+
+
+def _every_tool_listed(
+    agent: Agent[Any, Any] | None, toolsets: Sequence[AbstractToolset[Any]]
+) -> bool:
+    """Whether every toolset of the agent and of ``toolsets`` lists its tools before the
+    run (a ``FunctionToolset``), so that a tool ``_journaled`` does not find is not the
+    run's. A ``DynamicToolset`` (a toolset function) builds its tools in the run, an
+    MCP server asks its server for them: a tool not found may be one of theirs."""
+    return all(
+        isinstance(leaf, FunctionToolset)
+        for toolset in [*(agent.toolsets if agent is not None else ()), *toolsets]
+        for leaf, _ in _leaves(toolset, lambda name: name)
+    )
 
 
 def _journaled(
@@ -464,7 +494,8 @@ async def _tools_unchanged(
     if stopped is None:
         return
     answered = _answered(history)
-    tools = _journaled(agent, run_kwargs.get("toolsets") or ())
+    toolsets = run_kwargs.get("toolsets") or ()
+    tools, listed = _journaled(agent, toolsets), _every_tool_listed(agent, toolsets)
     waiting = [call for call in stopped.tool_calls if call.tool_call_id not in answered]
     async with ul.connection() as conn:
         for part in waiting:
@@ -474,7 +505,7 @@ async def _tools_unchanged(
             if found is None or found[1] != "approved":
                 continue
             row = (await _arun.approval_calls(conn, [found[0]])).get(found[0])
-            shown = _shown_call(session_id, part, tools)
+            shown = _shown_call(session_id, part, tools, listed)
             changed = None if row is None else _core.tool_differences(shown, row)
             if changed is not None:
                 raise ValueError(
@@ -645,6 +676,7 @@ def _shown_call(
     session_id: uuid.UUID,
     part: ToolCallPart,
     tools: Mapping[str, tuple[Tool[Any], _core.ToolInfo]],
+    every_tool_listed: bool,
 ) -> _core.ShownCall:
     """The deferred call ``part`` as the run's journaled tools (``_journaled``, as this
     process built them) would make it, for ``_core.tool_differences``: its arguments
@@ -652,9 +684,13 @@ def _shown_call(
     model-like parameter's under that parameter, as the journal holds them), with the
     tool's tier; as far as the tool takes them when its parameters refuse them
     (``ToolInfo.fit``); the model's as they are, with no tier, when the run has no
-    journaled tool of its name (removed, made SAFE)."""
+    journaled tool of its name (removed, made SAFE); not compared (no ``named``) when
+    the tool may be one that a toolset builds in the run (``every_tool_listed`` false:
+    ``_every_tool_listed``)."""
     sent = part.args_as_dict()
     made = tools.get(part.tool_name)
+    if made is None and not every_tool_listed:
+        return _core.ShownCall(session_id, part.tool_name, part.tool_call_id, sent)
     if made is None:
         return _core.ShownCall(session_id, part.tool_name, part.tool_call_id, sent, sent, tier=None)
     tool, info = made
@@ -695,6 +731,7 @@ async def _undolog_calls(
     reader: Reader | None,
     requests: DeferredToolRequests,
     tools: Mapping[str, tuple[Tool[Any], _core.ToolInfo]] | None,
+    every_tool_listed: bool = True,
 ) -> dict[str, uuid.UUID]:
     """UndoLog's approval of each deferred call whose metadata names one, by tool call
     id, each checked against the journal first: the request the id names must be about
@@ -708,8 +745,9 @@ async def _undolog_calls(
 
     ``tools`` are the run's journaled tools (``_journaled``; None: not given). A call
     whose tool among them is not as it was when the call was journaled (its parameters,
-    their defaults or types, its tier, or no such tool) is refused saying so
-    (``_core.tool_differences``): that tool would not make the call asked about."""
+    their defaults or types, its tier, or no such tool, when ``every_tool_listed``:
+    ``_every_tool_listed``) is refused saying so (``_core.tool_differences``): that tool
+    would not make the call asked about."""
     own = {
         name: made for name, made in (tools or {}).items() if made[1].tier is ToolTier.IRREVERSIBLE
     }
@@ -738,7 +776,7 @@ async def _undolog_calls(
             )
         session, step, journal_tool, journaled = row
         if tools is not None:
-            shown = _shown_call(uuid.UUID(str(session)), part, tools)
+            shown = _shown_call(uuid.UUID(str(session)), part, tools, every_tool_listed)
             changed = _core.tool_differences(shown, row)
             if changed is not None:
                 raise ValueError(
@@ -899,7 +937,12 @@ async def decide(
             f"nothing was recorded: the calls asked are {', '.join(parts) or 'none'}"
         )
     own = _irreversible(agent, toolsets)  # the run's tools: their schemas check an edit
-    ours = await _undolog_calls(_reader(approver, ul), requests, _run_tools(agent, toolsets))
+    ours = await _undolog_calls(
+        _reader(approver, ul),
+        requests,
+        _run_tools(agent, toolsets),
+        _every_tool_listed(agent, toolsets),
+    )
     answers: dict[str, Answer] = {call_id: True for call_id in ours if call_id not in approvals}
     decided = []
     for call_id, answer in approvals.items():  # every answer checked before one is recorded
@@ -954,7 +997,9 @@ async def decisions(
     there). A deferred call that is not UndoLog's (a pydantic-ai tool declared
     ``requires_approval``) is left out: the app answers it itself."""
     async with ul.connection() as conn:  # one, for the check and the decisions
-        ours = await _undolog_calls(conn, requests, _run_tools(agent, toolsets))
+        ours = await _undolog_calls(
+            conn, requests, _run_tools(agent, toolsets), _every_tool_listed(agent, toolsets)
+        )
         answers: dict[str, Answer] = {call_id: True for call_id in ours}
         for part in requests.approvals:
             approval = ours.get(part.tool_call_id)
