@@ -858,7 +858,7 @@ class McpProxy:
                 edit = None
                 if icpt.approval_id is not None:  # a person edited the count or reason
                     edit = await self._edit(ps, icpt.effect_id)
-                    refused = self._undo_edit_refused(icpt.approval_id, edit)
+                    refused = await self._undo_edit_refused(icpt.approval_id, edit)
                     if refused is not None:
                         await self._record(icpt.effect_id, refused)
                         return _error(refused)
@@ -900,12 +900,13 @@ class McpProxy:
                 return await self._undo_rejected(icpt.approval_id)
         return _error(f"{UNDO_LAST_TOOL}: the journal's answers did not settle; ask again")
 
-    def _undo_edit_refused(
+    async def _undo_edit_refused(
         self, approval_id: uuid.UUID, edit: engine.ApprovalEdit | None
     ) -> str | None:
         """Why an undo approved with edited arguments is not run (None: it is): its edit
-        could not be read, or its count or reason is outside the tool's bounds (the
-        journal checks that an edit names the same arguments, not their values)."""
+        could not be read, or its count or reason is outside the tool's bounds, a blank
+        reason too, as the journal says it, as of an asked undo (the journal checks that
+        an edit names the same arguments, not their values)."""
         if edit is None:
             return (
                 f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
@@ -920,16 +921,27 @@ class McpProxy:
             or not 1 <= count <= listed["count"]["maximum"]
             or not isinstance(reason, str)
             or not 1 <= len(reason) <= listed["reason"]["maxLength"]
+            or await self._blank(reason)
         ):
             return (
                 f"{UNDO_LAST_TOOL} was approved with edited arguments (approval "
                 f"{approval_id}) outside the tool's bounds (count from 1 to "
                 f"{listed['count']['maximum']}, a reason of 1 to "
-                f"{listed['reason']['maxLength']} characters): nothing was undone, and the "
-                "same call again would find the same approval; to undo, ask with another "
+                f"{listed['reason']['maxLength']} characters, not blank): nothing was undone, "
+                "and the same call again would find the same approval; to undo, ask with another "
                 "reason (a new request)"
             )
         return None
+
+    async def _blank(self, reason: str) -> bool:
+        """Whether ``reason`` is blank to the journal (which alone defines it; True when
+        it cannot say: an undo's reason must be shown not blank before it runs)."""
+        try:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(QUERIES["is_blank"], {"text": reason})).fetchone()
+        except (UndoLogError, psycopg.Error):
+            return True
+        return row is None or bool(row[0])
 
     async def _undo_span(
         self, ps: ProxySession, effect_id: uuid.UUID, count: int
