@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -154,6 +155,9 @@ PAYOUT_CHANGES: dict[str, str] = {
     "its parameter's type changed": (
         "its parameters no longer take the arguments the call names (a parameter's type changed)"
     ),
+    "its parameter's type changed, the call's value still taken": (
+        "it now journals cents as \"500\", the journaled call's 500 (a parameter's type changed)"
+    ),
     "made COMPENSABLE": "it is COMPENSABLE now, and the journaled call is IRREVERSIBLE",
     "made SAFE": (
         "the agent has no journaled payout tool now (removed, made SAFE, or not an "
@@ -201,6 +205,12 @@ def payout_changed(world: World, change: str) -> list[Any]:
         world.runs["payout"] += 1
         return {"paid": cents}
 
+    @undolog_tool(tier=ToolTier.IRREVERSIBLE, name="payout")
+    async def cents_as_a_decimal(cents: Decimal) -> dict[str, Any]:
+        """Send money to a bank account."""
+        world.runs["payout"] += 1
+        return {"paid": str(cents)}
+
     @undolog_tool(
         tier=ToolTier.COMPENSABLE,
         compensation=CompensationDescriptor.new("delete_user"),
@@ -223,6 +233,7 @@ def payout_changed(world: World, change: str) -> list[Any]:
         "its parameter removed": [without_cents],
         "its parameter renamed": [in_amount],
         "its parameter's type changed": [cents_as_text],
+        "its parameter's type changed, the call's value still taken": [cents_as_a_decimal],
         "made COMPENSABLE": [compensable],
         "made SAFE": [safe],
         "removed from the agent": [],

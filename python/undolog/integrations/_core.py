@@ -792,13 +792,14 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
     """How ``shown``'s tool changed since its call was journaled, in words, when that
     alone tells the journal's call (``row``, as for ``call_differences``) from ``shown``:
     the same session, tool and step, every argument the call names (``shown.named``) the
-    journal's, and the tool not as it was: a parameter added with a default or without
-    one, one removed (also one the call names), a default or a type changed, another tier,
-    or no journaled tool of that name at all. None otherwise: the call itself is not the
-    journal's, or nothing differs, or ``shown`` has its arguments as the journal wrote
-    them (``named`` None). A call is journaled and signed with its tool's defaults
-    applied, and asked about because its tool is IRREVERSIBLE, so such a tool would make
-    another call, or none (``tool_changed``)."""
+    journal's (as the tool now reads it, or as the model sent it), and the tool not as it
+    was: a parameter added with a default or without one, one removed (also one the call
+    names), a default or a type changed (also one that journals what the call names in
+    another form), another tier, or no journaled tool of that name at all. None
+    otherwise: the call itself is not the journal's, or nothing differs, or ``shown`` has
+    its arguments as the journal wrote them (``named`` None). A call is journaled and
+    signed with its tool's defaults applied, and asked about because its tool is
+    IRREVERSIBLE, so such a tool would make another call, or none (``tool_changed``)."""
     session_id, step_index, tool_name, journaled = row
     args, named = shown.args, shown.named
     if (
@@ -809,8 +810,14 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
         or not isinstance(args, Mapping)
         or not isinstance(journaled, Mapping)
         or any(
-            # an argument the tool takes in its journal form, one it no longer takes as sent
-            name not in journaled or not same_json(args.get(name, named[name]), journaled[name])
+            # an argument the tool takes in its journal form, one it no longer takes as
+            # sent; or one the model sent as the journal holds it, which the tool's type
+            # now journals in another form (int to Decimal: 500 to "500")
+            name not in journaled
+            or not (
+                same_json(args.get(name, named[name]), journaled[name])
+                or same_json(named[name], journaled[name])
+            )
             for name in named
         )
     ):
@@ -826,7 +833,12 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
     added = [name for name in args if name not in journaled]
     removed = [name for name in journaled if name not in args and name not in shown.required]
     changed = [
-        name for name in args if name in journaled and not same_json(args[name], journaled[name])
+        name
+        for name in args
+        if name in journaled and name not in named and not same_json(args[name], journaled[name])
+    ]
+    retyped = [
+        name for name in named if name in args and not same_json(args[name], journaled[name])
     ]
     if added:
         differs.append(
@@ -852,6 +864,16 @@ def tool_differences(shown: ShownCall, row: tuple[Any, ...]) -> list[str] | None
                 f"{_json_text(journaled[name])}"
                 for name in changed
             )
+        )
+    if retyped:
+        differs.append(
+            "it now journals "
+            + ", ".join(
+                f"{name} as {_json_text(args[name])}, the journaled call's "
+                f"{_json_text(journaled[name])}"
+                for name in retyped
+            )
+            + " (a parameter's type changed)"
         )
     if not shown.fits and not shown.required and not removed:
         # nor a parameter it lacks, nor one it no longer takes (which a framework that
