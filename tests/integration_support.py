@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -26,6 +26,7 @@ from undolog import (
     CompensationDescriptor,
     ToolTier,
     UndoLog,
+    saga,
     undolog_tool,
 )
 from undolog.integrations import pydantic_ai as pydantic_ai_adapter
@@ -330,3 +331,26 @@ def pending(dsn: str, session_id: uuid.UUID) -> list[tuple[uuid.UUID, int]]:
         session_id,
     )
     return [(uuid.UUID(str(a)), int(c)) for a, c in rows]
+
+
+def refused_then_rolled_back(
+    world: World,
+    dsn: str,
+    session_id: uuid.UUID,
+    before: tuple[str, list[tuple[str, str, int]]],
+    walk: Callable[[], object],
+) -> None:
+    """After a resume refused because the approved payout's tool changed: nothing ran,
+    the decision and the journal (``before``: the session's state and effects) are as
+    they were; then an operator's rollback and its walk (``walk``, the adapter's own)
+    undo the call made before the stop, and the approved payout never runs."""
+    assert world.runs["payout"] == 0
+    assert world.undone == []
+    assert decisions(dsn, session_id) == [("approved", "alice")]
+    assert (session_state(dsn, session_id), effects(dsn, session_id)) == before
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saga.rollback_session(conn, session_id, "ops", "payout changed")
+    walk()
+    assert world.undone == ["a@x"]
+    assert world.runs["payout"] == 0
+    assert session_state(dsn, session_id) == "compensated"

@@ -34,6 +34,7 @@ from integration_support import (
     make_tools,
     payout_changed,
     pending,
+    refused_then_rolled_back,
     register_compensation,
     session_state,
 )
@@ -43,7 +44,6 @@ from undolog import (
     PermissionDenied,
     UndoLog,
     UndoLogError,
-    saga,
 )
 from undolog.integrations import langchain as adapter
 
@@ -719,16 +719,7 @@ def test_a_resume_whose_approved_call_s_tool_changed_is_refused_saying_so(
         list(adapter.stream(changed, fx.ul, command, fx.config, session_id=fx.sid))
     with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
         asyncio.run(adapter.arun(changed, fx.aul, command, fx.config, session_id=fx.sid))
-    assert fx.world.runs["payout"] == 0
-    assert fx.world.undone == []
-    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
-    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
-    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
-        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
-    fx.ul.run_walk(fx.sid)
-    assert fx.world.undone == ["a@x"]
-    assert fx.world.runs["payout"] == 0
-    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+    refused_then_rolled_back(fx.world, fx.admin_dsn, fx.sid, before, lambda: fx.ul.run_walk(fx.sid))
 
 
 def test_a_resume_with_the_tool_as_it_was_goes_on(fx: Fixture) -> None:

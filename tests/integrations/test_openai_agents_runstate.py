@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import pytest
 from agents import Agent, ModelBehaviorError, RunState, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -28,9 +27,10 @@ from integration_support import (
     effects,
     payout_changed,
     pending,
+    refused_then_rolled_back,
     session_state,
 )
-from undolog import ApprovalRejectedError, AwaitingApprovalError, saga
+from undolog import ApprovalRejectedError, AwaitingApprovalError
 from undolog.integrations import openai_agents as adapter
 
 
@@ -378,16 +378,9 @@ def test_a_tool_changed_otherwise_since_the_stop_is_refused_saying_so(
 
     with pytest.raises(ValueError, match=re.escape(CHANGED[change])):
         asyncio.run(streamed())
-    assert fx.world.runs["payout"] == 0
-    assert fx.world.undone == []
-    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
-    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
-    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
-        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
-    asyncio.run(fx.ul.run_walk(fx.sid))
-    assert fx.world.undone == ["a@x"]
-    assert fx.world.runs["payout"] == 0
-    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+    refused_then_rolled_back(
+        fx.world, fx.admin_dsn, fx.sid, before, lambda: asyncio.run(fx.ul.run_walk(fx.sid))
+    )
 
 
 @pytest.mark.parametrize("change", list(CHANGED))

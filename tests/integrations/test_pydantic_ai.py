@@ -33,9 +33,10 @@ from integration_support import (
     effects,
     payout_changed,
     pending,
+    refused_then_rolled_back,
     session_state,
 )
-from undolog import ApprovalRejectedError, PermissionDenied, saga
+from undolog import ApprovalRejectedError, PermissionDenied
 from undolog.integrations import pydantic_ai as adapter
 
 Turn = Sequence[ToolCallPart | TextPart] | Exception
@@ -577,16 +578,9 @@ def test_a_resume_whose_approved_call_s_tool_changed_is_refused_saying_so(
     for refused_too in (streamed, walked):
         with pytest.raises(ValueError, match=re.escape(PAYOUT_CHANGES[change])):
             asyncio.run(refused_too())
-    assert fx.world.runs["payout"] == 0
-    assert fx.world.undone == []
-    assert decisions(fx.admin_dsn, fx.sid) == [("approved", "alice")]
-    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
-    with psycopg.connect(fx.admin_dsn, autocommit=True) as conn:
-        saga.rollback_session(conn, fx.sid, "ops", "payout changed")
-    asyncio.run(fx.ul.run_walk(fx.sid))
-    assert fx.world.undone == ["a@x"]
-    assert fx.world.runs["payout"] == 0
-    assert session_state(fx.admin_dsn, fx.sid) == "compensated"
+    refused_then_rolled_back(
+        fx.world, fx.admin_dsn, fx.sid, before, lambda: asyncio.run(fx.ul.run_walk(fx.sid))
+    )
 
 
 def test_a_resume_with_the_tool_as_it_was_goes_on(fx: Fixture) -> None:
