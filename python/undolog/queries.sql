@@ -550,6 +550,15 @@ WHERE session_id = %(session_id)s AND step_index = %(step_index)s AND tool_name 
 ORDER BY requested_at DESC
 LIMIT 1
 
+-- name: approval_at_step
+-- The latest approval request at a session's step whatever its tool, with the tool's
+-- journal name: for a framework call whose tool the run no longer has under the name the
+-- model called (a prefixed or renamed toolset's tool is journaled under its own name).
+SELECT approval_id, state, tool_name FROM undolog.call_approvals
+WHERE session_id = %(session_id)s AND step_index = %(step_index)s
+ORDER BY requested_at DESC
+LIMIT 1
+
 -- name: approval_call
 -- The call an approval request asks about (its session, step, tool and arguments as
 -- journaled), as the reader may see it (an approver every session's, an agent its own):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from typing import Any
 
 import pytest
 from pydantic_ai import Agent, DeferredToolRequests, Tool
@@ -17,7 +18,7 @@ from pydantic_ai.tools import ToolApproved
 from pydantic_ai.toolsets import FunctionToolset
 from test_pydantic_ai import Fixture, Turn, _pay, call, scripted
 
-from integration_support import decisions, session_state
+from integration_support import decisions, effects, session_state
 from undolog import UndoLog
 from undolog.integrations import pydantic_ai as adapter
 
@@ -177,6 +178,48 @@ def test_undolog_tools_in_a_prefixed_toolset_are_decided(fx: Fixture) -> None:
     assert out.output == "paid"
     assert fx.world.payouts == [50]
     assert session_state(fx.admin_dsn, fx.sid) == "completed"
+
+
+def test_a_prefixed_toolsets_tool_removed_before_the_resume_is_refused(fx: Fixture) -> None:
+    """The model calls a prefixed toolset's payout bank_payout; the journal holds it as
+    payout. Approved, then resumed by an agent that no longer has it: refused before
+    anything runs, naming the journal's tool (before: the run went on without it, the
+    session completed, and the approved payout never ran)."""
+    toolset = FunctionToolset(adapter.tools(fx.fns["payout"])).prefixed("bank")
+    paying = Agent(
+        scripted([[call("bank_payout", "c2", cents=500)], [TextPart("paid")]]),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[toolset],
+    )
+    result = asyncio.run(adapter.run(paying, fx.ul, session_id=fx.sid, user_prompt="pay"))
+    answers = asyncio.run(
+        adapter.decide(result.output, fx.approver, "alice", {"c2": True}, agent=paying)
+    )
+    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+
+    def resumed(tools: list[Any]) -> Any:
+        agent = Agent(
+            scripted([[TextPart("paid")]]),
+            output_type=[str, DeferredToolRequests],
+            toolsets=[FunctionToolset(tools).prefixed("bank")],
+        )
+        history = result.all_messages()
+        return asyncio.run(
+            adapter.run(
+                agent,
+                fx.ul,
+                session_id=fx.sid,
+                message_history=history,
+                deferred_tool_results=answers,
+            )
+        )
+
+    with pytest.raises(ValueError, match="the agent has no journaled payout tool now"):
+        resumed(adapter.tools(fx.fns["search"]))
+    assert fx.world.runs["payout"] == 0
+    assert (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)) == before
+    assert resumed(adapter.tools(fx.fns["payout"])).output == "paid"  # the tool as it was
+    assert fx.world.payouts == [500]
 
 
 def test_a_sync_approver_reads_the_requests_too(fx: Fixture) -> None:

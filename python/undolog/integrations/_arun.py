@@ -51,6 +51,7 @@ from undolog.integrations._core import (
     _Suspended,
     refuse_other_call,
     resumed_elsewhere,
+    step_for,
 )
 from undolog.queries import QUERIES
 
@@ -135,6 +136,17 @@ async def approval_of_step(
         conn, QUERIES["approval_of_step"], _step_of(session_id, tool_name, call_key)
     )
     return (uuid.UUID(str(row[0])), str(row[1])) if row is not None else None
+
+
+async def approval_at_step(
+    conn: aengine.AsyncConnection, session_id: uuid.UUID, call_key: str
+) -> tuple[uuid.UUID, str, str] | None:
+    """(approval id, state, journaled tool name) of the IRREVERSIBLE call a framework
+    knows by ``call_key``, whatever its tool: for a call whose tool the run no longer has
+    under the name the model called it by."""
+    params = {"session_id": session_id, "step_index": step_for(call_key)}
+    row = await aengine.fetch_optional(conn, QUERIES["approval_at_step"], params)
+    return (uuid.UUID(str(row[0])), str(row[1]), str(row[2])) if row is not None else None
 
 
 async def refuse_another_session(

@@ -500,12 +500,21 @@ async def _tools_unchanged(
     async with ul.connection() as conn:
         for part in waiting:
             made = tools.get(part.tool_name)
-            name = made[1].name if made is not None else part.tool_name
-            found = await _arun.approval_of_step(conn, session_id, name, part.tool_call_id)
+            shown = _shown_call(session_id, part, tools, listed)
+            if made is None and listed:
+                # no tool of the model's name now: the journal's at the call's step, since
+                # a prefixed or renamed toolset's call (bank_payout) is journaled under its
+                # tool's own name (payout)
+                at = await _arun.approval_at_step(conn, session_id, part.tool_call_id)
+                found = None if at is None else (at[0], at[1])
+                if at is not None:
+                    shown = dataclasses.replace(shown, tool_name=at[2])
+            else:
+                name = made[1].name if made is not None else part.tool_name
+                found = await _arun.approval_of_step(conn, session_id, name, part.tool_call_id)
             if found is None or found[1] != "approved":
                 continue
             row = (await _arun.approval_calls(conn, [found[0]])).get(found[0])
-            shown = _shown_call(session_id, part, tools, listed)
             changed = None if row is None else _core.tool_differences(shown, row)
             if changed is not None:
                 raise ValueError(
