@@ -64,6 +64,17 @@ def _stopped_and_saved(fx: Fixture) -> str:
     return result.to_state().to_string()
 
 
+def _stopped_and_approved(fx: Fixture) -> tuple[str, Any, tuple[str, list[Any]]]:
+    """The run stopped at its payout and saved (its RunState's text), the payout approved
+    by alice: the text, the approval's id, and the session's state and effects then."""
+    text = _stopped_and_saved(fx)
+    _, honest = _loaded(fx, text)
+    [item] = honest.get_interruptions()
+    asyncio.run(adapter.decide(honest, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
+    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
+    return text, approval, (session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid))
+
+
 def _loaded(fx: Fixture, text: str) -> tuple[Agent[Any], RunState[Any]]:
     """The agent built again (its model answers the turn after the payout) and the
     RunState read back from ``text``."""
@@ -271,13 +282,7 @@ def test_a_tool_that_gained_a_default_since_the_stop_is_refused_saying_so(fx: Fi
     second request for the same payout). The resume is refused before anything runs,
     saying what differs (the tool's defaults, not the RunState's text) and what to do;
     the tool as it was still resumes it."""
-    text = _stopped_and_saved(fx)
-    _, honest = _loaded(fx, text)
-    [item] = honest.get_interruptions()
-    asyncio.run(adapter.decide(honest, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
-    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
-    del honest, item
-    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    text, approval, before = _stopped_and_approved(fx)
     agent, state = _with_a_currency(fx, text)
     with pytest.raises(ValueError) as refused:
         asyncio.run(fx.run(agent, state))
@@ -355,13 +360,7 @@ def test_a_tool_changed_otherwise_since_the_stop_is_refused_saying_so(
     an edit of the RunState.) The resume and the streamed resume are refused before
     anything runs, saying what changed and what to do; nothing is recorded, and the
     session can still be rolled back, undoing what it did."""
-    text = _stopped_and_saved(fx)
-    _, honest = _loaded(fx, text)
-    [item] = honest.get_interruptions()
-    asyncio.run(adapter.decide(honest, item, fx.ul, fx.sid, fx.approver, "alice", approved=True))
-    approval = asyncio.run(adapter.approval_id(fx.ul, fx.sid, item))
-    del honest, item
-    before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
+    text, approval, before = _stopped_and_approved(fx)
     agent, state = _with_payout_changed(fx, change, text)
     with pytest.raises(ValueError) as refused:
         asyncio.run(fx.run(agent, state))

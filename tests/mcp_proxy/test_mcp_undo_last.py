@@ -222,6 +222,21 @@ def test_an_irreversible_undo_is_held_until_a_human_approves_it(
     assert own == [("pending", "skipped", "approved", "alice")]
 
 
+async def _undo_approved_as(
+    client: Any,
+    conn: psycopg.Connection[Any],
+    asked: dict[str, Any],
+    edited: dict[str, Any],
+    note: str | None = None,
+) -> Any:
+    """undolog__undo_last asked with ``asked``, approved by alice with ``edited`` as
+    its arguments: the call's answer."""
+    call = asyncio.create_task(client.call_tool("undolog__undo_last", asked))
+    approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+    approvals.approve(conn, approval_id, "alice", note, args=edited)
+    return await call
+
+
 def test_an_undo_approved_with_an_edited_count_undoes_what_the_person_approved(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
@@ -232,13 +247,9 @@ def test_an_undo_approved_with_an_edited_count_undoes_what_the_person_approved(
     async def body() -> None:
         async with stdio_client(config, dsn, ledger) as client:
             await _put_three(client)
-            call = asyncio.create_task(
-                client.call_tool("undolog__undo_last", {"count": 2, "reason": "wrong dates"})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            asked = {"count": 2, "reason": "wrong dates"}
             edited = {"count": 1, "reason": "only c was wrong"}
-            approvals.approve(conn, approval_id, "alice", "c only", args=edited)
-            undone = await call
+            undone = await _undo_approved_as(client, conn, asked, edited, "c only")
             assert not undone.is_error, text(undone)
             said = text(undone)
             assert "undid the last 1 call(s)" in said and "alice changed the arguments" in said
@@ -264,13 +275,9 @@ def test_an_undo_approved_with_a_count_outside_the_tools_bounds_undoes_nothing(
     async def body() -> None:
         async with stdio_client(config, dsn, ledger) as client:
             await _put_three(client)
-            call = asyncio.create_task(
-                client.call_tool("undolog__undo_last", {"count": 1, "reason": "undo c"})
-            )
-            approval_id = await asyncio.to_thread(wait_for, lambda: pending_approval(conn))
+            asked = {"count": 1, "reason": "undo c"}
             edited = {"count": count, "reason": reason}
-            approvals.approve(conn, approval_id, "alice", args=edited)
-            undone = await call
+            undone = await _undo_approved_as(client, conn, asked, edited)
             assert undone.is_error and "outside the tool's bounds" in text(undone), text(undone)
             assert "nothing was undone" in text(undone)
             seen = _store(await client.call_tool("read_all", {}))
