@@ -4,7 +4,7 @@
 -- SESSION AUTHORIZATION (allowed to the superuser running the tests, rolled back with
 -- them); SET ROLE would leave session_user unchanged.
 BEGIN;
-SELECT plan(33);
+SELECT plan(38);
 
 CREATE ROLE ul_t_agent_a NOLOGIN IN ROLE undolog_agent;
 CREATE ROLE ul_t_agent_b NOLOGIN IN ROLE undolog_agent;
@@ -235,6 +235,34 @@ SET ROLE ul_t_nobody;
 SELECT throws_ok('SELECT * FROM undolog.undolog_sessions', '42501', NULL,
                  'a role outside the groups cannot even reach the schema');
 RESET ROLE;
+
+-- Migration 0022's indexes. An agent's read policy compares owner_role with
+-- session_user, a name, whose collation is "C": the owners' index is in "C", since one in
+-- the column's collation would never serve the policy (an agent's sessions list read the
+-- whole table). A few rows here: without enable_seqscan off the planner reads them all.
+SELECT has_index('undolog', 'undolog_sessions', 'undolog_sessions_owner_idx',
+                 'the sessions have an index by their owner');
+SELECT has_index('undolog', 'undolog_sessions', 'undolog_sessions_id_end_idx',
+                 'the session ids have an index by their end');
+SELECT has_index('undolog', 'undolog_approval_requests', 'undolog_approval_requests_id_end_idx',
+                 'the approval ids have an index by their end');
+SELECT has_index('undolog', 'undolog_notification_deliveries',
+                 'undolog_notification_deliveries_id_end_idx',
+                 'the delivery ids have an index by their end');
+CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || p_query;
+END
+$$;
+SET SESSION AUTHORIZATION ul_t_agent_a;
+SET enable_seqscan = off;
+SELECT matches(
+    (SELECT string_agg(p, E'\n') FROM pg_temp.plan_of('SELECT session_id FROM undolog.undolog_sessions') AS p),
+    'using undolog_sessions_owner_idx on undolog_sessions\s+Index Cond: \(owner_role = SESSION_USER\)',
+    'an agent''s read policy is a range of the owners'' index'
+);
+RESET enable_seqscan;
+RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
 ROLLBACK;

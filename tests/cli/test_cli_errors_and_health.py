@@ -25,8 +25,11 @@ from expiry_support import (
     past_deadline,
 )
 from pgcluster import free_port
-from undolog import engine, errors, saga
+from undolog import engine, errors, notifications, saga
 from undolog.cli import build_parser, describe_error, main
+from undolog.cli._common import UsageError
+from undolog.cli._ids import resolve_id
+from undolog.ids import short_id
 from undolog.migrations import available_migrations
 from undolog.walk import run_walk
 
@@ -169,6 +172,46 @@ def test_id_prefixes_unique_ambiguous_and_unknown(
     assert (code, out.splitlines()[0]) == (0, f"approval {hit.approval_id}: approved"), err
     code, _, err = run(capsys, "approvals", "reject", str(hit.approval_id), "--by", "\t")
     assert code == 2 and err.startswith("undolog: --by must name who decides"), err
+
+
+def test_an_id_end_is_looked_up_among_the_ids_the_login_reads(
+    conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """An id given by its end (as short_id prints it) is one of the ids its login may
+    read: two agents' sessions that end alike are each its owner's one match, and
+    ambiguous to an operator, who reads both; the end of another agent's approval or
+    delivery id is unknown to an agent, as an id that does not exist."""
+    mine, theirs, operator = (
+        login("undolog_agent"),
+        login("undolog_agent"),
+        login("undolog_operator"),
+    )
+    a = engine.begin_session(mine, uuid.UUID("abcd0001-0000-4000-8000-00000000beef"))
+    b = engine.begin_session(theirs, uuid.UUID("abcd0002-0000-4000-8000-00000000beef"))
+    assert resolve_id(mine, "session", "…0000beef") == a
+    assert resolve_id(theirs, "session", "…0000beef") == b
+    with pytest.raises(UsageError, match="ambiguous: it matches " + f"{a}, {b}"):
+        resolve_id(operator, "session", "…0000beef")
+    notifications.add_webhook(
+        conn, "ops", "http://127.0.0.1:9/hook", "s3cret-of-16-chars", by="ann"
+    )
+    asked = {}
+    for agent, session in ((mine, a), (theirs, b)):
+        hit = engine.intercept(agent, session, 0, "pay", "irreversible", {"cents": 1})
+        assert hit.approval_id is not None
+        asked[session] = hit.approval_id
+    notifications.enqueue(conn)
+    delivered = dict(
+        conn.execute(
+            "SELECT session_id, delivery_id FROM undolog.undolog_notification_deliveries"
+        ).fetchall()
+    )
+    for kind, ids in (("approval", asked), ("delivery", delivered)):
+        own, other = short_id(ids[a]), short_id(ids[b])
+        assert resolve_id(mine, kind, own) == ids[a]
+        assert resolve_id(operator, kind, other) == ids[b]
+        with pytest.raises(errors.UndoLogError, match=f"unknown {kind} {other} .*or not yours"):
+            resolve_id(mine, kind, other)
 
 
 def test_approvals_expire_closes_the_requests_past_their_deadline(

@@ -94,7 +94,8 @@ def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: s
             f"{text!r} is not {_article(kind)} {kind} id, nor an id's end of at least "
             f"{MIN_PREFIX} hex digits"
         )
-    rows = query(conn, _ENDING[kind], {"pattern": "%" + digits})
+    # reversed, so that the end is a prefix: an index range (queries.sql, *_ids_ending)
+    rows = query(conn, _ENDING[kind], {"reversed_pattern": digits[::-1] + "%"})
     if not rows:
         raise _unknown(kind, f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
     if len(rows) > 1:
