@@ -1,6 +1,9 @@
 -- undolog.check_compensation: a compensation descriptor is
 --   {"name": "<non-empty text>", "args": {<object>}, "max_attempts": <1..100>}
 -- with args and max_attempts optional and no other keys. Refuses anything else (UL007).
+-- The name is a tool's name (the one the worker runs), held to a tool name's 200
+-- characters: an agent login registers it, and every face shows it on each undo entry of
+-- its sessions (a megabyte of name was a megabyte a row).
 CREATE OR REPLACE FUNCTION undolog.check_compensation(p_compensation jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -17,6 +20,8 @@ BEGIN
         WHEN jsonb_typeof(p_compensation -> 'name') IS DISTINCT FROM 'string'
              OR undolog.is_blank(p_compensation ->> 'name')
             THEN 'needs "name", a non-empty string'
+        WHEN length(p_compensation ->> 'name') > 200
+            THEN '"name" must be at most 200 characters, as a tool''s name'
         WHEN p_compensation ? 'args' AND jsonb_typeof(p_compensation -> 'args') <> 'object'
             THEN '"args" must be a JSON object'
         WHEN p_compensation ? 'max_attempts'

@@ -612,6 +612,20 @@ def test_blank_operators_reasons_and_names_are_refused(conn: Conn, blank: str) -
     ).fetchone() == (0,)
 
 
+def test_a_compensation_name_is_held_to_a_tool_names_length(conn: Conn) -> None:
+    # The name of the tool that undoes a call is shown wherever the call's undo is (each
+    # undo entry of a session's page, its Retry button, the tools list): an agent login
+    # registering one of a megabyte made every such page of its sessions a megabyte a row.
+    longest = {"name": "u" * 200}
+    assert engine.register_tool(conn, "ok", "compensable", longest)
+    for too_long in ({"name": "u" * 201}, {"name": "u" * 500_000}):
+        with pytest.raises(errors.InvalidCompensation, match="at most 200 characters"):
+            engine.register_tool(conn, "long", "compensable", too_long)
+    assert conn.execute(
+        "SELECT count(*) FROM undolog.undolog_tools WHERE tool_name = 'long'"
+    ).fetchone() == (0,)
+
+
 def test_visible_names_in_any_script_pass(conn: Conn) -> None:
     session = engine.begin_session(conn)
     for step, name in enumerate(["créer", "\u00a0x", "名前", "a\u200bb"]):
