@@ -38,6 +38,10 @@ TO undolog_agent, undolog_approver, undolog_operator;
 -- call's body with them.
 GRANT EXECUTE ON FUNCTION undolog.approval_edit(uuid, uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
+-- A delivery's last error as the reader may read it (whole for staff; an agent's own
+-- with the channel's addresses masked): the view notification_deliveries shows it.
+GRANT EXECUTE ON FUNCTION undolog.delivery_last_error(uuid, uuid)
+TO undolog_agent, undolog_approver, undolog_operator;
 -- What an edit changed, argument by argument (pure: from the two args the caller read).
 GRANT EXECUTE ON FUNCTION undolog.edit_changes(jsonb, jsonb, integer, integer)
 TO undolog_agent, undolog_approver, undolog_operator;
@@ -115,8 +119,15 @@ TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_undo_stack TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.undolog_approval_requests
 TO undolog_agent, undolog_approver, undolog_operator;
-GRANT SELECT ON undolog.undolog_notification_deliveries
-TO undolog_agent, undolog_approver, undolog_operator;
+GRANT SELECT ON undolog.undolog_notification_deliveries TO undolog_approver, undolog_operator;
+-- An agent's deliveries but their last_error as stored: a mail's warning names the
+-- channel's recipients, staff's to read. The view notification_deliveries shows it the
+-- error with every address masked (delivery_last_error).
+GRANT SELECT (
+    delivery_id, session_id, approval_id, channel_id, channel_name, channel_kind, state,
+    attempts, max_attempts, next_attempt_at, last_attempt_at, claimed_until, created_at,
+    sent_at
+) ON undolog.undolog_notification_deliveries TO undolog_agent;
 GRANT SELECT ON undolog.undolog_tools TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.registered_tools TO undolog_agent, undolog_approver, undolog_operator;
 

@@ -1,8 +1,9 @@
 -- undolog.notification_deliveries: each announcement of an approval request to a channel,
 -- as people read it: its state (pending, sent, failed, cancelled), attempts, the next try
 -- of a pending one, the last error and when it was sent. Never a channel's secret or
--- address (notification_channels shows those). security_invoker: the deliveries' row-level
--- security applies, so an agent reads only its own sessions' deliveries.
+-- address (notification_channels shows those): an agent reads last_error with its
+-- addresses masked (undolog.delivery_last_error). security_invoker: the deliveries'
+-- row-level security applies, so an agent reads only its own sessions' deliveries.
 CREATE OR REPLACE VIEW undolog.notification_deliveries
 WITH (security_invoker = TRUE) AS
 SELECT
@@ -18,7 +19,7 @@ SELECT
     d.next_attempt_at,
     d.last_attempt_at,
     d.claimed_until,
-    d.last_error,
+    undolog.delivery_last_error(d.session_id, d.delivery_id) AS last_error,
     d.created_at,
     d.sent_at
 FROM undolog.undolog_notification_deliveries AS d;

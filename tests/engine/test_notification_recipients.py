@@ -11,7 +11,7 @@ import email
 import email.policy
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
@@ -131,6 +131,47 @@ def test_recipients_the_server_took_get_the_mail_once_the_refused_one_is_named(
     assert out.returncode == 0, out.stderr
     [listed] = json.loads(out.stdout)
     assert listed["state"] == "sent" and REFUSED in listed["last_error"]
+
+
+def test_the_agent_reads_its_deliverys_warning_without_the_channels_addresses(
+    conn: Conn,
+    operator_dsn: str,
+    agent_dsn: str,
+    relay: Relay,
+    logins: Callable[[str], str],
+) -> None:
+    """A channel's recipients are staff's to read (undolog.notification_channels, which no
+    agent reads), but the agent whose request was announced reads the delivery's
+    last_error, and the warning of a mail some recipients refused named every recipient
+    (who has it, who not, the server's answer quoting the address): a prompt-injected
+    agent learnt who its approvers are and where to write to them. It reads the warning
+    with each address as '…', and not the stored column; staff read it whole."""
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        _channel(op, relay, [TOLD[0], REFUSED, TOLD[1]])
+        session_id, approval_id = ask(agent_dsn, {"to": "acme"})
+        [outcome] = notifications.deliver_due(op)
+    assert outcome.warning is not None and REFUSED in outcome.warning
+    shown = "SELECT last_error FROM undolog.notification_deliveries WHERE approval_id = %s"
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        [(seen,)] = agent.execute(shown, (approval_id,)).fetchall()
+        assert agent.execute(
+            "SELECT state FROM undolog.undolog_notification_deliveries WHERE approval_id = %s",
+            (approval_id,),
+        ).fetchall() == [("sent",)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            agent.execute("SELECT last_error FROM undolog.undolog_notification_deliveries")
+    assert seen.startswith(
+        "sent to 2 of 3 recipients (…, …); refused: … (550 5.1.1 <…>: no such user). Not sent again"
+    ), seen
+    assert "@" not in seen, seen
+    for staff in (operator_dsn, logins("undolog_approver")):
+        with psycopg.connect(staff, autocommit=True) as reader:
+            assert reader.execute(shown, (approval_id,)).fetchall() == [(outcome.warning,)]
+    # nor may it read another login's: the function the view reads it through is its own
+    with psycopg.connect(logins("undolog_agent"), autocommit=True) as other:
+        assert other.execute(
+            "SELECT undolog.delivery_last_error(%s, %s)", (session_id, outcome.delivery_id)
+        ).fetchone() == (None,)
 
 
 def test_a_mail_every_recipient_refused_is_retried_having_reached_nobody(
