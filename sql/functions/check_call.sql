@@ -26,6 +26,7 @@ BEGIN
                    jsonb_typeof(p_compensation) = 'object'
                    AND p_compensation - ARRAY['name', 'args', 'max_attempts'] = '{}'::jsonb
                    AND NOT undolog.is_blank(p_compensation ->> 'name')
+                   AND length(p_compensation ->> 'name') <= 200
                    AND jsonb_typeof(p_compensation -> 'name') = 'string'
                    AND coalesce(jsonb_typeof(p_compensation -> 'args'), 'object') = 'object'
                    AND NOT p_compensation ? 'max_attempts'

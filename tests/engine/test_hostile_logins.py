@@ -621,6 +621,11 @@ def test_a_compensation_name_is_held_to_a_tool_names_length(conn: Conn) -> None:
     for too_long in ({"name": "u" * 201}, {"name": "u" * 500_000}):
         with pytest.raises(errors.InvalidCompensation, match="at most 200 characters"):
             engine.register_tool(conn, "long", "compensable", too_long)
+    # refused as a call's descriptor too, as malformed, before the registry is read
+    session = engine.begin_session(conn)
+    query = "SELECT * FROM undolog.intercept(%s, 0, 'long', 'compensable', '{}', %s, %s)"
+    with pytest.raises(errors.InvalidCompensation, match="at most 200 characters"):
+        engine.fetch_one(conn, query, (session, _sig(), Jsonb({"name": "u" * 201})))
     assert conn.execute(
         "SELECT count(*) FROM undolog.undolog_tools WHERE tool_name = 'long'"
     ).fetchone() == (0,)
