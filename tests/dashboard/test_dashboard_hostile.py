@@ -24,6 +24,7 @@ from test_dashboard import app_dsn, approval_row, log_in
 
 from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
 from undolog import engine
+from undolog.approvals import MIN_READ_GAP
 from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
 from undolog.dashboard.websessions import (
@@ -180,6 +181,44 @@ def test_live_streams_are_bounded_per_person_and_freed_when_left(
         assert not ws.waiters  # every left stream gave its slot back
         with client.stream("GET", "/events?view=inbox") as again:
             assert again.status_code == 200
+
+
+def test_a_notify_flood_from_any_login_does_not_spin_the_live_pages(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """Any login may NOTIFY the approvals channel (PostgreSQL has no privilege for it), and
+    each NOTIFY woke every live page's stream, which read the views again at once: one
+    agent login's tight loop of NOTIFYs had every open page read the database as fast as
+    it could (the waiters of the binding and the worker wait a gap between reads). A
+    stream reads again no sooner than approvals.MIN_READ_GAP after its last read."""
+    dashboard = Dashboard(app_dsn)
+    stop = threading.Event()
+
+    def flood() -> None:
+        with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as agent:
+            while not stop.is_set():
+                agent.execute("NOTIFY undolog_approvals")
+
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        with client.stream("GET", "/events?view=inbox") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith("retry:")
+            flooder = threading.Thread(target=flood)
+            flooder.start()
+            reads, seconds = 0, 3.0
+            try:
+                began = time.monotonic()
+                for line in lines:  # one line (a comment or an event) per read
+                    reads += line.startswith((":", "event:"))
+                    if time.monotonic() - began > seconds:
+                        break
+            finally:
+                stop.set()
+                flooder.join(10)
+    assert reads <= seconds / MIN_READ_GAP + 2, reads
 
 
 def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(

@@ -2549,7 +2549,10 @@ class Dashboard:
         POLL_SECONDS anyway: calls and the undo walk announce nothing (a NOTIFY per call
         would serialise every agent's commits on the notification queue). Each wake-up
         re-reads a small fingerprint through the views, as the person; the notification's
-        payload is never used."""
+        payload is never used. Any login may NOTIFY the channel (PostgreSQL has no
+        privilege for it), so a wake-up reads no sooner than aapprovals.MIN_READ_GAP after
+        the last read, as the binding's waiters do: a flood costs a page one read per
+        gap, not one per NOTIFY."""
         last = since
         try:
             yield "retry: 1000\n\n"
@@ -2570,6 +2573,7 @@ class Dashboard:
                     else:
                         yield "event: stale\ndata: error\n\n"
                     return
+                read_at = time.monotonic()
                 if current != last:
                     last = current
                     yield "event: change\ndata: changed\n\n"
@@ -2577,6 +2581,9 @@ class Dashboard:
                     yield ": still here\n\n"
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), POLL_SECONDS)
+                gap = read_at + aapprovals.MIN_READ_GAP - time.monotonic()
+                if gap > 0 and not ws.closed:  # a logout ends the stream at once
+                    await asyncio.sleep(gap)
         finally:
             ws.waiters.discard(wake)
 
