@@ -46,6 +46,10 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     # what an edit changed: the session page and Past decisions show it, `approvals
     # decided --json` has both args
     "edit_changes": (("approvals", "decided"), "/sessions/{session_id}"),
+    # a delivery's last error as the reader may read it: the view
+    # notification_deliveries shows it, which `notifications deliveries` and the session
+    # page (each request's deliveries) read
+    "delivery_last_error": (("notifications", "deliveries"), "/sessions/{session_id}"),
     "approve": (("approvals", "approve"), "/approvals/decide"),
     "approve_edited": (("approvals", "approve"), "/approvals/{approval_id}/edit"),
     "reject": (("approvals", "reject"), "/approvals/decide"),
