@@ -19,13 +19,13 @@ AS $$
         WHEN pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
              OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER')
             THEN d.last_error
-        WHEN s.owner_role = session_user
+        WHEN EXISTS (SELECT FROM undolog.undolog_sessions AS s
+                     WHERE s.session_id = d.session_id AND s.owner_role = session_user)
             -- an address: what is neither space nor punctuation around an "@"
             THEN pg_catalog.regexp_replace(
                 d.last_error, '[^][:space:]<>(),;:"''[]+@[^][:space:]<>(),;:"''[]+', '…', 'g')
     END
     FROM undolog.undolog_notification_deliveries AS d
-    JOIN undolog.undolog_sessions AS s ON s.session_id = d.session_id
     WHERE d.session_id = p_session_id AND d.delivery_id = p_delivery_id
 $$;
 
