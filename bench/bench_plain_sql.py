@@ -55,7 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -390,16 +390,18 @@ def trusted_database(dsn: str) -> ab.Conn:
     return conn
 
 
+PLAIN_LOOPS: one_row.Loops = {
+    one_row.NEW: ("", PLAIN_LOOP),
+    one_row.REPLAY: (PLAIN_REPLAY_SETUP, PLAIN_REPLAY_LOOP),
+}
+
+
 def run_loops(rounds: int, calls: int) -> None:
-    loops = {
-        one_row.NEW: ("", PLAIN_LOOP),
-        one_row.REPLAY: (PLAIN_REPLAY_SETUP, PLAIN_REPLAY_LOOP),
-    }
     variants: dict[str, one_row.Variant] = {
         **one_row.VARIANTS,
-        "plain SQL": (plain_database, loops),
-        "plain SQL, CHECKs": (partial(plain_database, constraints=True), loops),
-        "plain SQL, owner": (trusted_database, loops),
+        "plain SQL": (plain_database, PLAIN_LOOPS),
+        "plain SQL, CHECKs": (partial(plain_database, constraints=True), PLAIN_LOOPS),
+        "plain SQL, owner": (trusted_database, PLAIN_LOOPS),
     }
     with throwaway_cluster("fsync=off") as cluster:
         one_row.compare(cluster.dsn, variants, rounds, calls)
@@ -510,7 +512,11 @@ PLAIN_STATEMENTS = {b"plain_intercept": INTERCEPT.encode(), b"plain_commit": COM
 
 class PlainAgent:
     """The agent's login on a connection of its own: a session for new calls, and a
-    session whose calls, committed before the timing, are replayed."""
+    session whose calls, committed before the timing, are replayed. ``statements``: the
+    intercept and the commit it prepares (another design's, in a subclass), each
+    answering as INTERCEPT and COMMIT do."""
+
+    statements: ClassVar[dict[bytes, bytes]] = PLAIN_STATEMENTS
 
     def __init__(self, dsn: str, replay_pool: int) -> None:
         self.conn: ab.Conn = psycopg.connect(make_conninfo(dsn, user=AGENT), autocommit=True)
@@ -549,7 +555,7 @@ class PlainAgent:
             result = json.dumps(agents.result_for(first + k)).encode()
             return b"plain_commit", [self.session, answer.get_value(0, 0), result]
 
-        agents.one_round_trip(self.conn, PLAIN_STATEMENTS, self.prepared, calls, intercept, commit)
+        agents.one_round_trip(self.conn, self.statements, self.prepared, calls, intercept, commit)
         return sigs
 
     def run_new(self, calls: int) -> None:
@@ -567,21 +573,34 @@ class PlainAgent:
         self.replay_step += calls
 
 
-def run_protocol(rounds: int, calls: int) -> None:
+# The designs through the protocol: a name, its label and its agent's class.
+PROTOCOL_DESIGNS: dict[str, tuple[str, type[PlainAgent]]] = {
+    "plain": ("plain SQL", PlainAgent),
+}
+
+
+def run_protocol(
+    rounds: int,
+    calls: int,
+    designs: dict[str, tuple[str, type[PlainAgent]]] = PROTOCOL_DESIGNS,
+    schema: Callable[[ab.Conn], None] = plain_schema,
+) -> None:
     """One agent, in this process: bench_agents.py's floor (two waited round trips), its
     floor through the decorator's protocol, its decorator and its decorator's replay,
-    beside the plain SQL new call (the decorator's protocol) and replay, in alternating
-    rounds; calls/s, the server process's CPU µs and the WAL bytes per call, medians."""
+    beside each design's new call (the decorator's protocol) and replay (the plain SQL
+    statements', or another's: ``designs``, installed by ``schema`` beside the engine), in
+    alternating rounds; calls/s, the server process's CPU µs and the WAL bytes per call,
+    medians."""
     with throwaway_cluster() as cluster, psycopg.connect(cluster.dsn, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {agents.ENGINE_DB}")
         dsn = make_conninfo(cluster.dsn, dbname=agents.ENGINE_DB)
         with psycopg.connect(dsn, autocommit=True) as owner:
             migrate(owner)
             owner.execute(agents.FLOOR_DDL)
-            plain_schema(owner)
+            schema(owner)
         pool = calls * (rounds + 1)
         agent = agents.Agent(0, dsn, pool, with_dbos=False)
-        plain = PlainAgent(dsn, pool)
+        design_agents = {name: cls(dsn, pool) for name, (_, cls) in designs.items()}
         monitor = psycopg.connect(dsn, autocommit=True)
         # Each variant: how a block of calls runs, and the connection whose server process
         # does its work.
@@ -593,14 +612,13 @@ def run_protocol(rounds: int, calls: int) -> None:
                 lambda n: agent.run("replay_decorator", n),
                 agent._conn_of(agent.active_replay),
             ),
-            "plain": (plain.run_new, plain.conn),
-            "plain_replay": (plain.run_replay, plain.conn),
         }
-        labels = {
-            **agents.LABELS,
-            "plain": "plain SQL, decorator protocol",
-            "plain_replay": "plain SQL replay",
-        }
+        labels = dict(agents.LABELS)
+        for name, design in design_agents.items():
+            blocks[name] = (design.run_new, design.conn)
+            blocks[f"{name}_replay"] = (design.run_replay, design.conn)
+            labels[name] = f"{designs[name][0]}, decorator protocol"
+            labels[f"{name}_replay"] = f"{designs[name][0]} replay"
         rates: dict[str, list[float]] = {name: [] for name in blocks}
         cpu: dict[str, list[float]] = {name: [] for name in blocks}
         wal: dict[str, list[float]] = {name: [] for name in blocks}
@@ -634,7 +652,8 @@ def run_protocol(rounds: int, calls: int) -> None:
                 f" {statistics.median(cpu[name]):9.1f} {statistics.median(wal[name]):7.0f}"
             )
         monitor.close()
-        plain.conn.close()
+        for design in design_agents.values():
+            design.conn.close()
         agent.close()
 
 
