@@ -76,21 +76,24 @@ INSTALL_HINT = "apt-get install postgresql-server-dev-15 gcc"
 # The C functions, beside PLAIN_SQL (whose table they write), granted to the agent's
 # login only. Created by a superuser (LANGUAGE C is untrusted).
 C_FUNCTIONS = """
-CREATE FUNCTION undolog.c_intercept(
+CREATE FUNCTION undolog.c_intercept{suffix}(
     p_session_id uuid, p_tool_id uuid, p_step_index integer, p_args jsonb,
     p_call_signature text,
     OUT effect_id uuid, OUT action text, OUT result_snapshot jsonb
 )
-RETURNS record LANGUAGE c VOLATILE AS '{library}', 'undolog_c_intercept';
-CREATE FUNCTION undolog.c_commit(
+RETURNS record LANGUAGE c VOLATILE AS '{library}', 'undolog_c_intercept{suffix}';
+CREATE FUNCTION undolog.c_commit{suffix}(
     p_session_id uuid, p_effect_id uuid, p_result jsonb, p_async boolean DEFAULT FALSE
 )
-RETURNS text LANGUAGE c VOLATILE AS '{library}', 'undolog_c_commit';
-REVOKE ALL ON FUNCTION undolog.c_intercept(uuid, uuid, integer, jsonb, text),
-    undolog.c_commit(uuid, uuid, jsonb, boolean) FROM public;
-GRANT EXECUTE ON FUNCTION undolog.c_intercept(uuid, uuid, integer, jsonb, text),
-    undolog.c_commit(uuid, uuid, jsonb, boolean) TO {agent};
+RETURNS text LANGUAGE c VOLATILE AS '{library}', 'undolog_c_commit{suffix}';
+REVOKE ALL ON FUNCTION undolog.c_intercept{suffix}(uuid, uuid, integer, jsonb, text),
+    undolog.c_commit{suffix}(uuid, uuid, jsonb, boolean) FROM public;
+GRANT EXECUTE ON FUNCTION undolog.c_intercept{suffix}(uuid, uuid, integer, jsonb, text),
+    undolog.c_commit{suffix}(uuid, uuid, jsonb, boolean) TO {agent};
 """
+# The two builds of the same checks: the tables through the access methods (c_intercept,
+# c_commit), and through SPI's prepared statements (c_intercept_spi, c_commit_spi).
+DESIGNS = {"C functions": "", "C through SPI": "_spi"}
 
 
 def build(into: Path) -> Path | None:
@@ -121,7 +124,8 @@ def build(into: Path) -> Path | None:
 def c_schema(owner: ab.Conn, library: Path) -> None:
     """PLAIN_SQL and the C functions, in a database the engine is installed in."""
     plain.plain_schema(owner)
-    owner.execute(C_FUNCTIONS.format(library=library, agent=plain.AGENT))
+    for suffix in DESIGNS.values():
+        owner.execute(C_FUNCTIONS.format(library=library, agent=plain.AGENT, suffix=suffix))
 
 
 def c_database(dsn: str, library: Path) -> ab.Conn:
@@ -134,19 +138,20 @@ def c_database(dsn: str, library: Path) -> ab.Conn:
     return conn
 
 
-def c_loop(loop: str) -> str:
-    """The shipped engine's loop, calling the C functions instead."""
-    out = loop.replace("undolog.intercept_tool(", "undolog.c_intercept(").replace(
-        "undolog.commit_effect(", "undolog.c_commit("
+def c_loop(loop: str, suffix: str) -> str:
+    """The shipped engine's loop, calling the C functions (of ``suffix``) instead."""
+    out = loop.replace("undolog.intercept_tool(", f"undolog.c_intercept{suffix}(").replace(
+        "undolog.commit_effect(", f"undolog.c_commit{suffix}("
     )
     assert out != loop
     return out
 
 
-C_LOOPS: one_row.Loops = {
-    one_row.NEW: ("", c_loop(ab.ENGINE_LOOP)),
-    one_row.REPLAY: (c_loop(ab.REPLAY_SETUP), c_loop(ab.REPLAY_LOOP)),
-}
+def c_loops(suffix: str) -> one_row.Loops:
+    return {
+        one_row.NEW: ("", c_loop(ab.ENGINE_LOOP, suffix)),
+        one_row.REPLAY: (c_loop(ab.REPLAY_SETUP, suffix), c_loop(ab.REPLAY_LOOP, suffix)),
+    }
 
 
 def run_loops(library: Path, rounds: int, calls: int) -> None:
@@ -154,19 +159,25 @@ def run_loops(library: Path, rounds: int, calls: int) -> None:
         **one_row.VARIANTS,
         "plain SQL": (plain.plain_database, plain.PLAIN_LOOPS),
         "plain SQL, owner": (plain.trusted_database, plain.PLAIN_LOOPS),
-        "C functions": (partial(c_database, library=library), C_LOOPS),
+        **{
+            design: (partial(c_database, library=library), c_loops(suffix))
+            for design, suffix in DESIGNS.items()
+        },
     }
     with throwaway_cluster("fsync=off") as cluster:
         one_row.compare(cluster.dsn, variants, rounds, calls)
         with psycopg.connect(cluster.dsn, autocommit=True) as admin:
-            admin.execute("CREATE DATABASE undolog_bench_c_checks")
-        show_checks(make_conninfo(cluster.dsn, dbname="undolog_bench_c_checks"), library)
+            admin.execute("CREATE ROLE bench_c_other LOGIN IN ROLE undolog_agent")
+            for n, (design, suffix) in enumerate(DESIGNS.items()):
+                admin.execute(f"CREATE DATABASE undolog_bench_c_checks_{n}")
+                dsn = make_conninfo(cluster.dsn, dbname=f"undolog_bench_c_checks_{n}")
+                show_checks(dsn, library, design, suffix)
 
 
 # --- what the C functions refuse, and whether their links are the engine's --------------
 
-INTERCEPT = "SELECT * FROM undolog.c_intercept(%s, %s, %s, %s, %s)"
-COMMIT = "SELECT undolog.c_commit(%s, %s, %s, true)"
+INTERCEPT = "SELECT * FROM undolog.c_intercept{suffix}(%s, %s, %s, %s, %s)"
+COMMIT = "SELECT undolog.c_commit{suffix}(%s, %s, %s, true)"
 
 # Every committed row's link against the SQL functions': its hash over its own record
 # after its previous link, its previous link its session's previous commit's, and its
@@ -198,17 +209,18 @@ WHERE h.session_id IN (SELECT c.session_id FROM undolog.plain_live_calls AS c)
 """
 
 
-def show_checks(dsn: str, library: Path) -> None:
-    """What the agent's login gets from the C functions for what it may and may not do
-    (each attempt in its own transaction: its answer, or its SQLSTATE), then every link
-    they wrote checked against the engine's SQL functions."""
+def show_checks(dsn: str, library: Path, design: str, suffix: str) -> None:
+    """What the agent's login gets from a design's C functions for what it may and may
+    not do (each attempt in its own transaction: its answer, or its SQLSTATE), then every
+    link they wrote checked against the engine's SQL functions. ``bench_c_other``: a
+    second agent login."""
     conn = c_database(dsn, library)
     with psycopg.connect(dsn, autocommit=True) as owner:
-        owner.execute("CREATE ROLE bench_c_other LOGIN IN ROLE undolog_agent")
         owner.execute(
-            "GRANT EXECUTE ON FUNCTION undolog.c_commit(uuid, uuid, jsonb, boolean),"
-            " undolog.c_intercept(uuid, uuid, integer, jsonb, text) TO bench_c_other"
+            f"GRANT EXECUTE ON FUNCTION undolog.c_commit{suffix}(uuid, uuid, jsonb, boolean),"
+            f" undolog.c_intercept{suffix}(uuid, uuid, integer, jsonb, text) TO bench_c_other"
         )
+    intercept, commit = INTERCEPT.format(suffix=suffix), COMMIT.format(suffix=suffix)
     other = psycopg.connect(make_conninfo(dsn, user="bench_c_other"), autocommit=True)
     tool = engine.register_tool(conn, "bench_tool", "compensable", {"name": "undo"})
     irreversible = engine.register_tool(conn, "bench_wire", "irreversible", None)
@@ -232,57 +244,57 @@ def show_checks(dsn: str, library: Path) -> None:
         row = conn.execute("SELECT count(*) FROM undolog.plain_live_calls").fetchone()
         return int(row[0]) if row else -1
 
-    print("what the agent's login gets from the C functions")
+    print(f"what the agent's login gets from {design}")
     signature = next(sig)
-    effect = attempt("a new call", conn, INTERCEPT, mine, tool, 1, args, signature)[0]
-    attempt("its commit", conn, COMMIT, mine, effect, '{"ok": true}')
+    effect = attempt("a new call", conn, intercept, mine, tool, 1, args, signature)[0]
+    attempt("its commit", conn, commit, mine, effect, '{"ok": true}')
     before = rows()
-    attempt("the same call again", conn, INTERCEPT, mine, tool, 1, args, signature)
+    attempt("the same call again", conn, intercept, mine, tool, 1, args, signature)
     print(f"  {'  rows written by the replay':56} {rows() - before}")
-    attempt("the same signature, other args", conn, INTERCEPT, mine, tool, 1, '{"i": 2}', signature)
-    attempt("its commit again", conn, COMMIT, mine, effect, '{"ok": true}')
-    attempt("a call in another login's session", conn, INTERCEPT, theirs, tool, 1, args, next(sig))
-    attempt("another login's tool", conn, INTERCEPT, mine, their_tool, 1, args, next(sig))
-    attempt("an unregistered tool", conn, INTERCEPT, mine, uuid.uuid4(), 1, args, next(sig))
-    attempt("an IRREVERSIBLE tool", conn, INTERCEPT, mine, irreversible, 1, args, next(sig))
-    attempt("a malformed signature", conn, INTERCEPT, mine, tool, 1, args, "not-a-signature")
+    attempt("the same signature, other args", conn, intercept, mine, tool, 1, '{"i": 2}', signature)
+    attempt("its commit again", conn, commit, mine, effect, '{"ok": true}')
+    attempt("a call in another login's session", conn, intercept, theirs, tool, 1, args, next(sig))
+    attempt("another login's tool", conn, intercept, mine, their_tool, 1, args, next(sig))
+    attempt("an unregistered tool", conn, intercept, mine, uuid.uuid4(), 1, args, next(sig))
+    attempt("an IRREVERSIBLE tool", conn, intercept, mine, irreversible, 1, args, next(sig))
+    attempt("a malformed signature", conn, intercept, mine, tool, 1, args, "not-a-signature")
     numbers = '{"big": 1.5e308, "small": -5e-324, "zero": 0, "list": [1, 2.5]}'
-    attempt("numbers a double holds", conn, INTERCEPT, mine, tool, 9, numbers, next(sig))
+    attempt("numbers a double holds", conn, intercept, mine, tool, 9, numbers, next(sig))
     longer = '{"text": "' + "y" * 2000 + '"}'
     attempt(
         "args of 2 kB (payload_fits, as the owner)",
         conn,
-        INTERCEPT,
+        intercept,
         mine,
         tool,
         8,
         longer,
         next(sig),
     )
-    attempt("args not an object", conn, INTERCEPT, mine, tool, 1, "[1]", next(sig))
-    attempt("a number no double holds", conn, INTERCEPT, mine, tool, 1, '{"n": 1e400}', next(sig))
+    attempt("args not an object", conn, intercept, mine, tool, 1, "[1]", next(sig))
+    attempt("a number no double holds", conn, intercept, mine, tool, 1, '{"n": 1e400}', next(sig))
     big = '{"blob": "' + "x" * 1_100_000 + '"}'
-    attempt("args over the payload limit", conn, INTERCEPT, mine, tool, 1, big, next(sig))
-    executing = attempt("a new call", conn, INTERCEPT, mine, tool, 2, args, next(sig))[0]
+    attempt("args over the payload limit", conn, intercept, mine, tool, 1, big, next(sig))
+    executing = attempt("a new call", conn, intercept, mine, tool, 2, args, next(sig))[0]
     # The same call while another transaction of the login journals it.
     racing = next(sig)
     with psycopg.connect(make_conninfo(dsn, user=plain.AGENT)) as first:
-        first.execute(INTERCEPT, (mine, tool, 7, args, racing))
+        first.execute(intercept, (mine, tool, 7, args, racing))
         attempt(
-            "a call another transaction is journaling", conn, INTERCEPT, mine, tool, 7, args, racing
+            "a call another transaction is journaling", conn, intercept, mine, tool, 7, args, racing
         )
         first.commit()
-    attempt("the same call once that one committed", conn, INTERCEPT, mine, tool, 7, args, racing)
-    attempt("its commit by another login", other, COMMIT, mine, executing, "{}")
-    attempt("its commit named in another session", conn, COMMIT, theirs, executing, "{}")
-    attempt("its commit", conn, COMMIT, mine, executing, '{"ok": 2}')
+    attempt("the same call once that one committed", conn, intercept, mine, tool, 7, args, racing)
+    attempt("its commit by another login", other, commit, mine, executing, "{}")
+    attempt("its commit named in another session", conn, commit, theirs, executing, "{}")
+    attempt("its commit", conn, commit, mine, executing, '{"ok": 2}')
     engine.complete_session(conn, mine)
-    attempt("a new call in its ended session", conn, INTERCEPT, mine, tool, 3, args, next(sig))
+    attempt("a new call in its ended session", conn, intercept, mine, tool, 3, args, next(sig))
     attempt(
-        "the first call again, its session ended", conn, INTERCEPT, mine, tool, 1, args, signature
+        "the first call again, its session ended", conn, intercept, mine, tool, 1, args, signature
     )
     # A run of calls in a session of their own, then every link.
-    conn.execute(c_loop(ab.ENGINE_LOOP) % {"calls": 500})
+    conn.execute(c_loop(ab.ENGINE_LOOP, suffix) % {"calls": 500})
     with psycopg.connect(dsn, autocommit=True) as owner:
         links = owner.execute(LINKS_CHECK).fetchone()
         heads = owner.execute(HEADS_CHECK).fetchone()
@@ -310,6 +322,17 @@ class CAgent(plain.PlainAgent):
     }
 
 
+class CSpiAgent(plain.PlainAgent):
+    """The same, sending the C functions through SPI."""
+
+    statements: ClassVar[dict[bytes, bytes]] = {
+        name: statement.replace(b"c_intercept(", b"c_intercept_spi(").replace(
+            b"c_commit(", b"c_commit_spi("
+        )
+        for name, statement in CAgent.statements.items()
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -329,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             designs: dict[str, tuple[str, type[plain.PlainAgent]]] = {
                 **plain.PROTOCOL_DESIGNS,
                 "c": ("C functions", CAgent),
+                "c_spi": ("C through SPI", CSpiAgent),
             }
             plain.run_protocol(
                 opts.protocol_rounds,

@@ -32,6 +32,7 @@
 #include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -516,39 +517,205 @@ deform_call(Relation calls, HeapTuple tuple, Datum *call, bool *isnull)
 
 /*
  * The session's state, once its owner is known to be the caller: UL002 when there is
- * no such session, 42501 when it is another login's (check_session_caller's hint).
+ * no such session (found false), 42501 when it is another login's (check_session_caller's
+ * hint).
  */
 static char *
-own_session_state(pg_uuid_t *session_id, Snapshot snapshot, const char *me)
+checked_session_state(pg_uuid_t *session_id, bool found, Datum owner, bool owner_null,
+					  Datum state, const char *me)
 {
-	Relation	sessions = table_open(cat.sessions, AccessShareLock);
-	ScanKeyData key;
-	HeapTuple	tuple;
-	bool		isnull;
-	Datum		owner;
-	char	   *state;
 	StringInfoData id;
 
 	initStringInfo(&id);
 	append_uuid(&id, session_id);
-	uuid_key(&key, cat.s_session_id, session_id);
-	tuple = fetch_one(sessions, cat.sessions_pkey, snapshot, 1, &key);
-	if (tuple == NULL)
+	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UL002),
 				 errmsg("unknown session %s", id.data),
 				 errhint("Check the id: undolog sessions list shows the sessions; an agent "
 						 "begins one with undolog.begin_session.")));
-	owner = heap_getattr(tuple, cat.s_owner_role, RelationGetDescr(sessions), &isnull);
-	if (isnull || !text_equals(owner, me))
+	if (owner_null || !text_equals(owner, me))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("session %s belongs to another role", id.data),
 				 errhint("An agent acts only on the sessions its own login began.")));
-	state = TextDatumGetCString(heap_getattr(tuple, cat.s_state,
-											 RelationGetDescr(sessions), &isnull));
+	return TextDatumGetCString(state);
+}
+
+/* checked_session_state, of the session's row read in snapshot. */
+static char *
+own_session_state(pg_uuid_t *session_id, Snapshot snapshot, const char *me)
+{
+	Relation	sessions = table_open(cat.sessions, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(sessions);
+	ScanKeyData key;
+	HeapTuple	tuple;
+	bool		owner_null = true;
+	bool		state_null;
+	Datum		owner = (Datum) 0;
+	Datum		state = (Datum) 0;
+	char	   *checked;
+
+	uuid_key(&key, cat.s_session_id, session_id);
+	tuple = fetch_one(sessions, cat.sessions_pkey, snapshot, 1, &key);
+	if (tuple != NULL)
+	{
+		owner = heap_getattr(tuple, cat.s_owner_role, desc, &owner_null);
+		state = heap_getattr(tuple, cat.s_state, desc, &state_null);
+	}
+	checked = checked_session_state(session_id, tuple != NULL, owner, owner_null, state, me);
 	table_close(sessions, NoLock);
-	return state;
+	return checked;
+}
+
+/* A new call's session must be active (UL010). */
+static void
+check_active_for_new_call(pg_uuid_t *session_id, const char *session_state)
+{
+	StringInfoData id;
+
+	if (strcmp(session_state, "active") == 0)
+		return;
+	initStringInfo(&id);
+	append_uuid(&id, session_id);
+	ereport(ERROR,
+			(errcode(ERRCODE_UL010),
+			 errmsg("session %s is %s: new calls are refused", id.data, session_state),
+			 errhint("Begin a new session for new calls (undolog.begin_session); this one "
+					 "answers only calls made again, from its journal.")));
+}
+
+/* The commit's call: the caller's (42501), executing (UL001), of an active session (UL010). */
+static void
+check_committable(Datum intercepted_by, Datum state, const char *session_state,
+				  const char *me)
+{
+	if (!text_equals(intercepted_by, me))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("the effect was journaled by another role"),
+				 errhint("An agent commits only the calls its own login made.")));
+	if (!text_equals(state, "executing"))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL001),
+				 errmsg("the effect is %s, not executing", TextDatumGetCString(state)),
+				 errhint("Only an executing call commits, once; a call made again answers "
+						 "its result from the journal.")));
+	if (strcmp(session_state, "active") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UL010),
+				 errmsg("the session is %s: its calls no longer commit", session_state),
+				 errhint("Begin a new session for new calls (undolog.begin_session).")));
+}
+
+/*
+ * The registration: a live one of this login's (UL017). Its tier is the call's (the
+ * agent never names one): only COMPENSABLE is this prototype's.
+ */
+static void
+check_registration(bool found, Datum owner, bool retired_null, Datum tier, const char *me)
+{
+	if (!found || !text_equals(owner, me) || !retired_null)
+		ereport(ERROR,
+				(errcode(ERRCODE_UL017),
+				 errmsg("tool is not registered for %s", me),
+				 errdetail("No live registration of this login has that tool_id: it was "
+						   "retired, or it is another login's, or there is none."),
+				 errhint("Register the tool again with undolog.register_tool (the binding "
+						 "does so once, then retries), and call with the tool_id it answers.")));
+	if (!text_equals(tier, "compensable"))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the C hot path journals COMPENSABLE calls only"),
+				 errhint("Call an IRREVERSIBLE tool through undolog.intercept_tool, which "
+						 "asks for its approval.")));
+}
+
+/* A call made again must be the one its signature was first sent for (UL005). */
+static void
+check_same_call(Datum step, Datum tool, Datum args, int32 new_step, pg_uuid_t *new_tool,
+				Jsonb *new_args)
+{
+	if (DatumGetInt32(step) != new_step ||
+		memcmp(DatumGetUUIDP(tool), new_tool, UUID_LEN) != 0 ||
+		!DatumGetBool(DirectFunctionCall2(jsonb_eq, args, JsonbPGetDatum(new_args))))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL005),
+				 errmsg("the signature is known in this session for another call"),
+				 errhint("A signature names one call (its session, step, tool and args): "
+						 "compute it over the call you make.")));
+}
+
+/*
+ * The call's own part, in check_call_args's order, before any table is read
+ * (arguments: session_id, tool_id, step_index, args, call_signature).
+ */
+static void
+check_call_args(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(4) || !signature_well_formed(PG_GETARG_TEXT_PP(4)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL004),
+				 errmsg("call_signature must be 64 lowercase hex characters (BLAKE3-256)"),
+				 errhint("Compute the signature with undolog.signature.call_signature (Python) "
+						 "over the call's session, step, tool and args: "
+						 "docs/reference/signature.md.")));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("session_id is required"),
+				 errhint("Pass the session_id that undolog.begin_session answered.")));
+	if (PG_ARGISNULL(2) || PG_GETARG_INT32(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("step_index must be an integer >= 0"),
+				 errhint("Number a session's calls from 0, one step per call, as the "
+						 "binding does.")));
+	if (PG_ARGISNULL(3) || !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("args must be a JSON object"),
+				 errhint("Pass the tool's arguments as a JSON object of named arguments, "
+						 "e.g. '{\"amount\": 5}'.")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("tool_id is required"),
+				 errhint("Pass the tool_id that undolog.register_tool answered (the binding "
+						 "does so for you).")));
+}
+
+/* The commit's arguments (session_id, effect_id): both required. */
+static void
+check_commit_args(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("session_id is required"),
+				 errhint("Pass the session_id that undolog.begin_session answered.")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_UL008), errmsg("effect_id is required"),
+				 errhint("Pass the effect_id that undolog.c_intercept answered.")));
+}
+
+/* commit_effect's p_async (argument 3): asynchronous only as the transaction's first write. */
+static void
+commit_asynchronously_if(FunctionCallInfo fcinfo)
+{
+	if (!PG_ARGISNULL(3) && PG_GETARG_BOOL(3) &&
+		!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/* What the session's advisory lock keys (its id and the login), or the call's (and its signature). */
+static char *
+lock_value(pg_uuid_t *session_id, const char *rest, size_t rest_len)
+{
+	StringInfoData value;
+
+	initStringInfo(&value);
+	append_uuid(&value, session_id);
+	appendStringInfoChar(&value, ':');
+	appendBinaryStringInfo(&value, rest, rest_len);
+	return value.data;
 }
 
 static void
@@ -616,40 +783,13 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 	HeapTuple	tool;
 	Datum		tool_values[32];
 	bool		tool_nulls[32];
-	StringInfoData lock_value;
 	char	   *session_state;
 	Snapshot	snapshot;
 	HeapTuple	found;
 
 	if (get_call_result_type(fcinfo, NULL, &answer_desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "undolog.c_intercept must answer a row");
-	/* The call's own part, in check_call_args's order, before any table is read. */
-	if (PG_ARGISNULL(4) || !signature_well_formed(PG_GETARG_TEXT_PP(4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL004),
-				 errmsg("call_signature must be 64 lowercase hex characters (BLAKE3-256)"),
-				 errhint("Compute the signature with undolog.signature.call_signature (Python) "
-						 "over the call's session, step, tool and args: "
-						 "docs/reference/signature.md.")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("session_id is required"),
-				 errhint("Pass the session_id that undolog.begin_session answered.")));
-	if (PG_ARGISNULL(2) || PG_GETARG_INT32(2) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("step_index must be an integer >= 0"),
-				 errhint("Number a session's calls from 0, one step per call, as the "
-						 "binding does.")));
-	if (PG_ARGISNULL(3) || !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("args must be a JSON object"),
-				 errhint("Pass the tool's arguments as a JSON object of named arguments, "
-						 "e.g. '{\"amount\": 5}'.")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("tool_id is required"),
-				 errhint("Pass the tool_id that undolog.register_tool answered (the binding "
-						 "does so for you).")));
+	check_call_args(fcinfo);
 	ensure_catalog();
 	require_read_committed_writable();
 	session_id = PG_GETARG_UUID_P(0);
@@ -659,10 +799,7 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 	signature = PG_GETARG_TEXT_PP(4);
 	me = login_name();
 
-	/*
-	 * The registration, by its primary key: a live one of this login's. Its tier is the
-	 * call's (the agent never names one): only COMPENSABLE is this prototype's.
-	 */
+	/* The registration, by its primary key. */
 	tools = table_open(cat.tools, AccessShareLock);
 	uuid_key(&keys[0], cat.t_tool_id, tool_id);
 	tool = fetch_one(tools, cat.tools_pkey, GetActiveSnapshot(), 1, keys);
@@ -670,21 +807,8 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 		elog(ERROR, "undolog_tools has more columns than expected");
 	if (tool != NULL)
 		heap_deform_tuple(tool, RelationGetDescr(tools), tool_values, tool_nulls);
-	if (tool == NULL || !text_equals(tool_values[cat.t_owner_role - 1], me) ||
-		!tool_nulls[cat.t_retired_at - 1])
-		ereport(ERROR,
-				(errcode(ERRCODE_UL017),
-				 errmsg("tool is not registered for %s", me),
-				 errdetail("No live registration of this login has that tool_id: it was "
-						   "retired, or it is another login's, or there is none."),
-				 errhint("Register the tool again with undolog.register_tool (the binding "
-						 "does so once, then retries), and call with the tool_id it answers.")));
-	if (!text_equals(tool_values[cat.t_tier - 1], "compensable"))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the C hot path journals COMPENSABLE calls only"),
-				 errhint("Call an IRREVERSIBLE tool through undolog.intercept_tool, which "
-						 "asks for its approval.")));
+	check_registration(tool != NULL, tool_values[cat.t_owner_role - 1],
+					   tool_nulls[cat.t_retired_at - 1], tool_values[cat.t_tier - 1], me);
 	table_close(tools, NoLock);
 
 	/*
@@ -693,20 +817,15 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 	 * while the lock was waited for is seen. The wait is not bounded here (the engine's
 	 * is: 5 s, then UL030).
 	 */
-	initStringInfo(&lock_value);
-	append_uuid(&lock_value, session_id);
-	appendStringInfo(&lock_value, ":%s", me);
-	advisory_xact_lock("session", lock_value.data, ShareLock, false);
+	advisory_xact_lock("session", lock_value(session_id, me, strlen(me)), ShareLock, false);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	session_state = own_session_state(session_id, snapshot, me);
 	UnregisterSnapshot(snapshot);
 
 	/* Another transaction journaling this very call holds its key: don't queue. */
-	resetStringInfo(&lock_value);
-	append_uuid(&lock_value, session_id);
-	appendStringInfoChar(&lock_value, ':');
-	appendBinaryStringInfo(&lock_value, VARDATA_ANY(signature), VARSIZE_ANY_EXHDR(signature));
-	if (!advisory_xact_lock("signature", lock_value.data, ExclusiveLock, true))
+	if (!advisory_xact_lock("signature", lock_value(session_id, VARDATA_ANY(signature),
+													 VARSIZE_ANY_EXHDR(signature)),
+							ExclusiveLock, true))
 	{
 		answer_null[0] = true;
 		answer[1] = CStringGetTextDatum("in_progress");
@@ -733,14 +852,7 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 		bool		isnull[C_NCOLS];
 
 		deform_call(calls, found, call, isnull);
-		if (DatumGetInt32(call[C_STEP_INDEX]) != step ||
-			memcmp(DatumGetUUIDP(call[C_TOOL_ID]), tool_id, UUID_LEN) != 0 ||
-			!DatumGetBool(DirectFunctionCall2(jsonb_eq, call[C_ARGS], JsonbPGetDatum(args))))
-			ereport(ERROR,
-					(errcode(ERRCODE_UL005),
-					 errmsg("the signature is known in this session for another call"),
-					 errhint("A signature names one call (its session, step, tool and args): "
-							 "compute it over the call you make.")));
+		check_same_call(call[C_STEP_INDEX], call[C_TOOL_ID], call[C_ARGS], step, tool_id, args);
 		answer[0] = call[C_EFFECT_ID];
 		if (text_equals(call[C_STATE], "committed"))
 		{
@@ -760,18 +872,7 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 		HeapTuple	tuple;
 
-		if (strcmp(session_state, "active") != 0)
-		{
-			StringInfoData id;
-
-			initStringInfo(&id);
-			append_uuid(&id, session_id);
-			ereport(ERROR,
-					(errcode(ERRCODE_UL010),
-					 errmsg("session %s is %s: new calls are refused", id.data, session_state),
-					 errhint("Begin a new session for new calls (undolog.begin_session); this "
-							 "one answers only calls made again, from its journal.")));
-		}
+		check_active_for_new_call(session_id, session_state);
 		memset(nulls, true, sizeof(nulls));
 		values[C_SESSION_ID] = UUIDPGetDatum(session_id);
 		values[C_CALL_SIGNATURE] = PointerGetDatum(signature);
@@ -845,20 +946,10 @@ undolog_c_commit(PG_FUNCTION_ARGS)
 	LockTupleMode lock_mode;
 	TM_Result	outcome;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("session_id is required"),
-				 errhint("Pass the session_id that undolog.begin_session answered.")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL008), errmsg("effect_id is required"),
-				 errhint("Pass the effect_id that undolog.c_intercept answered.")));
+	check_commit_args(fcinfo);
 	ensure_catalog();
 	require_read_committed_writable();
-	if (!PG_ARGISNULL(3) && PG_GETARG_BOOL(3) &&
-		!TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+	commit_asynchronously_if(fcinfo);
 	session_id = PG_GETARG_UUID_P(0);
 	effect_id = PG_GETARG_UUID_P(1);
 	result = checked_payload("result", PG_ARGISNULL(2)
@@ -878,22 +969,7 @@ undolog_c_commit(PG_FUNCTION_ARGS)
 						 "session's id.")));
 	session_state = own_session_state(session_id, GetActiveSnapshot(), me);
 	deform_call(calls, call_tuple, call, call_nulls);
-	if (!text_equals(call[C_INTERCEPTED_BY], me))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("the effect was journaled by another role"),
-				 errhint("An agent commits only the calls its own login made.")));
-	if (!text_equals(call[C_STATE], "executing"))
-		ereport(ERROR,
-				(errcode(ERRCODE_UL001),
-				 errmsg("the effect is %s, not executing", TextDatumGetCString(call[C_STATE])),
-				 errhint("Only an executing call commits, once; a call made again answers "
-						 "its result from the journal.")));
-	if (strcmp(session_state, "active") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UL010),
-				 errmsg("the session is %s: its calls no longer commit", session_state),
-				 errhint("Begin a new session for new calls (undolog.begin_session).")));
+	check_committable(call[C_INTERCEPTED_BY], call[C_STATE], session_state, me);
 
 	/*
 	 * The session's head, moved over the committed call's record. A concurrent commit
@@ -994,5 +1070,299 @@ undolog_c_commit(PG_FUNCTION_ARGS)
 	table_close(heads, NoLock);
 	table_close(calls, NoLock);
 	CommandCounterIncrement();
+	PG_RETURN_TEXT_P(cstring_to_text("committed"));
+}
+
+/* --- the same, through SPI: a second data point ---------------------------------------- */
+
+/*
+ * undolog.c_intercept_spi and undolog.c_commit_spi: the same checks in C, the same
+ * locks, the same record and hash, but each read and write of a table a prepared
+ * statement run through SPI (plans kept for the backend's life), with the engine
+ * owner's rights (as a SECURITY DEFINER function's; the table's policies do not bind
+ * its owner): what the executor's set-up costs per statement, beside the access
+ * methods above.
+ */
+PG_FUNCTION_INFO_V1(undolog_c_intercept_spi);
+PG_FUNCTION_INFO_V1(undolog_c_commit_spi);
+
+typedef struct SpiStatement
+{
+	const char *sql;
+	int			nargs;
+	Oid			types[9];
+	SPIPlanPtr	plan;
+} SpiStatement;
+
+static SpiStatement spi_tool = {
+	"SELECT t.owner_role, t.retired_at IS NULL, t.tier, t.tool_name, t.compensation"
+	" FROM undolog.undolog_tools AS t WHERE t.tool_id = $1",
+	1, {UUIDOID}
+};
+static SpiStatement spi_session = {
+	"SELECT s.owner_role, s.state FROM undolog.undolog_sessions AS s WHERE s.session_id = $1",
+	1, {UUIDOID}
+};
+static SpiStatement spi_probe = {
+	"SELECT c.effect_id, c.state, c.result_snapshot, c.step_index, c.tool_id, c.args"
+	" FROM undolog.plain_live_calls AS c WHERE c.session_id = $1 AND c.call_signature = $2",
+	2, {UUIDOID, TEXTOID}
+};
+static SpiStatement spi_insert = {
+	"INSERT INTO undolog.plain_live_calls (session_id, call_signature, effect_id,"
+	" executed_at, step_index, tool_id, tool_name, tier, args, compensation, intercepted_by)"
+	" VALUES ($1, $2, $3, now(), $4, $5, $6, $7, $8, $9, session_user)",
+	9, {UUIDOID, TEXTOID, UUIDOID, INT4OID, UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID}
+};
+static SpiStatement spi_call = {
+	"SELECT c.session_id, c.call_signature, c.effect_id, c.executed_at, c.stack_position,"
+	" c.step_index, c.tool_id, c.tool_name, c.tier, c.args, c.compensation,"
+	" c.intercepted_by, c.state"
+	" FROM undolog.plain_live_calls AS c WHERE c.effect_id = $1 AND c.session_id = $2",
+	2, {UUIDOID, UUIDOID}
+};
+/* The head moves over the record in one statement: a concurrent commit is re-read. */
+static SpiStatement spi_head = {
+	"UPDATE undolog.undolog_chain_heads AS h"
+	" SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || $2)"
+	" WHERE h.session_id = $1 RETURNING h.seq, h.prev, h.head",
+	2, {UUIDOID, BYTEAOID}
+};
+static SpiStatement spi_commit = {
+	"UPDATE undolog.plain_live_calls AS c SET state = 'committed', result_snapshot = $3,"
+	" committed_at = now(), committed_by = session_user, commit_seq = $4, commit_prev = $5,"
+	" commit_hash = $6"
+	" WHERE c.effect_id = $1 AND c.session_id = $2 AND c.state = 'executing'",
+	6, {UUIDOID, UUIDOID, JSONBOID, INT8OID, BYTEAOID, BYTEAOID}
+};
+
+/* Runs st (prepared once) with values; answers the rows it processed. */
+static uint64
+spi_run(SpiStatement *st, Datum *values, bool read_only)
+{
+	int			rc;
+
+	if (st->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(st->sql, st->nargs, st->types);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for %s: %s", st->sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		st->plan = plan;
+	}
+	rc = SPI_execute_plan(st->plan, values, NULL, read_only, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+static Datum
+spi_value(int column, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column, isnull);
+}
+
+Datum
+undolog_c_intercept_spi(PG_FUNCTION_ARGS)
+{
+	TupleDesc	answer_desc;
+	Datum		answer[3];
+	bool		answer_null[3] = {false, false, true};
+	pg_uuid_t  *session_id;
+	pg_uuid_t  *tool_id;
+	int32		step;
+	Jsonb	   *args;
+	text	   *signature;
+	const char *me;
+	Oid			caller;
+	int			security;
+	Datum		params[9];
+	bool		isnull;
+	bool		retired_null = false;
+	bool		found;
+	Datum		owner = (Datum) 0;
+	Datum		tier = (Datum) 0;
+	Datum		tool_name = (Datum) 0;
+	Datum		compensation = (Datum) 0;
+	char	   *session_state;
+	HeapTupleHeader answered;
+
+	if (get_call_result_type(fcinfo, NULL, &answer_desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "undolog.c_intercept_spi must answer a row");
+	check_call_args(fcinfo);
+	ensure_catalog();
+	require_read_committed_writable();
+	session_id = PG_GETARG_UUID_P(0);
+	tool_id = PG_GETARG_UUID_P(1);
+	step = PG_GETARG_INT32(2);
+	args = checked_payload("args", PG_GETARG_DATUM(3));
+	signature = PG_GETARG_TEXT_PP(4);
+	me = login_name();
+
+	GetUserIdAndSecContext(&caller, &security);
+	SetUserIdAndSecContext(cat.engine_owner, security | SECURITY_LOCAL_USERID_CHANGE);
+	SPI_connect();
+	params[0] = UUIDPGetDatum(tool_id);
+	found = spi_run(&spi_tool, params, true) == 1;
+	if (found)
+	{
+		owner = spi_value(1, &isnull);
+		retired_null = DatumGetBool(spi_value(2, &isnull));
+		tier = spi_value(3, &isnull);
+		tool_name = spi_value(4, &isnull);
+		compensation = spi_value(5, &isnull);
+	}
+	check_registration(found, owner, retired_null, tier, me);
+
+	advisory_xact_lock("session", lock_value(session_id, me, strlen(me)), ShareLock, false);
+	/* A statement that is not read-only takes a new snapshot: after the lock. */
+	params[0] = UUIDPGetDatum(session_id);
+	found = spi_run(&spi_session, params, false) == 1;
+	{
+		bool		owner_null = true;
+		Datum		state = (Datum) 0;
+
+		if (found)
+		{
+			owner = spi_value(1, &owner_null);
+			state = spi_value(2, &isnull);
+		}
+		session_state = checked_session_state(session_id, found, owner, owner_null, state, me);
+	}
+	if (!advisory_xact_lock("signature", lock_value(session_id, VARDATA_ANY(signature),
+													 VARSIZE_ANY_EXHDR(signature)),
+							ExclusiveLock, true))
+	{
+		answer_null[0] = true;
+		answer[1] = CStringGetTextDatum("in_progress");
+	}
+	else
+	{
+		params[0] = UUIDPGetDatum(session_id);
+		params[1] = PointerGetDatum(signature);
+		if (spi_run(&spi_probe, params, false) == 1)
+		{
+			bool		result_null;
+
+			check_same_call(spi_value(4, &isnull), spi_value(5, &isnull),
+							spi_value(6, &isnull), step, tool_id, args);
+			answer[0] = spi_value(1, &isnull);
+			if (text_equals(spi_value(2, &isnull), "committed"))
+			{
+				answer[1] = CStringGetTextDatum("replay");
+				answer[2] = spi_value(3, &result_null);
+				answer_null[2] = result_null;
+			}
+			else
+				answer[1] = spi_value(2, &isnull);
+		}
+		else
+		{
+			check_active_for_new_call(session_id, session_state);
+			params[0] = UUIDPGetDatum(session_id);
+			params[1] = PointerGetDatum(signature);
+			params[2] = UUIDPGetDatum(effect_id_at(GetCurrentTransactionStartTimestamp()));
+			params[3] = Int32GetDatum(step);
+			params[4] = UUIDPGetDatum(tool_id);
+			params[5] = tool_name;
+			params[6] = tier;
+			params[7] = JsonbPGetDatum(args);
+			params[8] = compensation;
+			spi_run(&spi_insert, params, false);
+			answer[0] = params[2];
+			answer[1] = CStringGetTextDatum("execute");
+		}
+	}
+	answered = SPI_returntuple(heap_form_tuple(answer_desc, answer, answer_null), answer_desc);
+	SPI_finish();
+	SetUserIdAndSecContext(caller, security);
+	PG_RETURN_DATUM(PointerGetDatum(answered));
+}
+
+Datum
+undolog_c_commit_spi(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *session_id;
+	pg_uuid_t  *effect_id;
+	Jsonb	   *result;
+	const char *me;
+	Oid			caller;
+	int			security;
+	Datum		params[6];
+	Datum		call[C_NCOLS];
+	bool		isnull;
+	char	   *session_state;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	StringInfoData record;
+	bytea	   *record_bytes;
+
+	check_commit_args(fcinfo);
+	ensure_catalog();
+	require_read_committed_writable();
+	commit_asynchronously_if(fcinfo);
+	session_id = PG_GETARG_UUID_P(0);
+	effect_id = PG_GETARG_UUID_P(1);
+	result = checked_payload("result", PG_ARGISNULL(2)
+							 ? DirectFunctionCall1(jsonb_in, CStringGetDatum("null"))
+							 : PG_GETARG_DATUM(2));
+	me = login_name();
+
+	GetUserIdAndSecContext(&caller, &security);
+	SetUserIdAndSecContext(cat.engine_owner, security | SECURITY_LOCAL_USERID_CHANGE);
+	SPI_connect();
+	params[0] = UUIDPGetDatum(effect_id);
+	params[1] = UUIDPGetDatum(session_id);
+	if (spi_run(&spi_call, params, true) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UL003),
+				 errmsg("unknown effect in this session"),
+				 errhint("Commit the effect_id that undolog.c_intercept answered, with its "
+						 "session's id.")));
+	for (int i = 0; i <= C_STATE; i++)
+		call[i] = spi_value(i + 1, &isnull);
+	params[0] = UUIDPGetDatum(session_id);
+	{
+		bool		found = spi_run(&spi_session, params, true) == 1;
+		bool		owner_null = true;
+		Datum		owner = (Datum) 0;
+		Datum		state = (Datum) 0;
+
+		if (found)
+		{
+			owner = spi_value(1, &owner_null);
+			state = spi_value(2, &isnull);
+		}
+		session_state = checked_session_state(session_id, found, owner, owner_null, state, me);
+	}
+	check_committable(call[C_INTERCEPTED_BY], call[C_STATE], session_state, me);
+
+	initStringInfo(&record);
+	committed_record(&record, call, TimestampTzGetDatum(now), me, JsonbPGetDatum(result));
+	record_bytes = palloc(VARHDRSZ + record.len);
+	SET_VARSIZE(record_bytes, VARHDRSZ + record.len);
+	memcpy(VARDATA(record_bytes), record.data, record.len);
+	params[0] = UUIDPGetDatum(session_id);
+	params[1] = PointerGetDatum(record_bytes);
+	if (spi_run(&spi_head, params, false) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("the session has no chain head"),
+				 errhint("Run undolog verify: a session's head is made when it begins.")));
+	params[3] = spi_value(1, &isnull);
+	params[4] = spi_value(2, &isnull);
+	params[5] = spi_value(3, &isnull);
+	params[0] = UUIDPGetDatum(effect_id);
+	params[1] = UUIDPGetDatum(session_id);
+	params[2] = JsonbPGetDatum(result);
+	if (spi_run(&spi_commit, params, false) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UL001),
+				 errmsg("the effect was committed by another transaction"),
+				 errhint("Only an executing call commits, once; a call made again answers "
+						 "its result from the journal.")));
+	SPI_finish();
+	SetUserIdAndSecContext(caller, security);
 	PG_RETURN_TEXT_P(cstring_to_text("committed"));
 }
