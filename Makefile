@@ -10,6 +10,7 @@
 #   make bench    N agents against the floor and DBOS (BENCH_ARGS=--quick: short)
 #   make bench-ab  what an engine change saved: server CPU per call, BASE=REV vs the tree
 #   make bench-profile   where a journaled call's time goes
+#   make bench-c  issue 23's hot path in C, beside the engine (optional: gcc, server headers)
 #   make generate the sync modules from their async sources (make lint checks them)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -29,7 +30,7 @@ MCP_STAMP := $(MCP_SERVERS)/.installed-stamp
 # Where `make db` keeps its cluster.
 DB_DIR ?= .pgdata
 
-.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-ab bench-profile clean generate \
+.PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-ab bench-profile bench-c clean generate \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
 test: lint pytest pgtap docs
@@ -144,6 +145,12 @@ bench-ab: deps
 # Where a journaled call's time goes: server µs per statement, ablations, client CPU.
 bench-profile: deps
 	$(PY) bench/bench_profile.py $(BENCH_ARGS)
+
+# Issue 23's hot path as C functions below the executor, beside the floor, the engine and
+# plain SQL. Builds its .so at run time; without gcc or postgresql-server-dev-15 it says
+# what to install and exits 0. Not part of make bench, which needs no compiler.
+bench-c: deps
+	$(PY) bench/bench_c_hot_path.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist .cache
