@@ -34,7 +34,9 @@ and active (UL010); the call the caller's (42501) and executing (UL001, also whe
 concurrent commit won). It moves the session's chain head over the committed call's
 canonical record (chain_record_effect's text, chain_hash's sha256 after the head:
 checked below against the SQL functions, row by row) and updates both rows in place
-(HOT), asynchronously committed when it is the transaction's first write.
+(HOT), asynchronously committed when it is the transaction's first write. A commit that
+finds the head moved by a concurrent one waits for it and links after it; both races
+(another call of the session, the same call) are run after the loops.
 
 What it skips: the wait for the session's lock is not bounded (the engine's is: 5 s,
 then UL030); READ COMMITTED only (0A000 otherwise); replays are not counted and leave no
@@ -55,6 +57,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
@@ -199,6 +203,10 @@ SELECT count(*), count(*) FILTER (WHERE
     OR undolog.effect_time(c.effect_id) IS DISTINCT FROM c.executed_at)
 FROM c
 """
+WAITING = (
+    "SELECT count(*) FROM pg_catalog.pg_stat_activity"
+    " WHERE wait_event_type = 'Lock' AND query LIKE '%c_commit%'"
+)
 HEADS_CHECK = """
 SELECT count(*) FILTER (WHERE h.head IS DISTINCT FROM (
     SELECT c.commit_hash FROM undolog.plain_live_calls AS c
@@ -288,6 +296,39 @@ def show_checks(dsn: str, library: Path, design: str, suffix: str) -> None:
     attempt("its commit by another login", other, commit, mine, executing, "{}")
     attempt("its commit named in another session", conn, commit, theirs, executing, "{}")
     attempt("its commit", conn, commit, mine, executing, '{"ok": 2}')
+
+    def meanwhile(label: str, effect: str) -> None:
+        """``effect``'s commit (or, with none, the other call's) by the agent's
+        connection while another transaction of the login has committed another call of
+        the same session and not ended: it waits (seen waiting on a lock), then answers
+        once that transaction ends."""
+        first_call = attempt("a new call", conn, intercept, mine, tool, 20, args, next(sig))[0]
+        with (
+            psycopg.connect(make_conninfo(dsn, user=plain.AGENT)) as first,
+            psycopg.connect(dsn, autocommit=True) as owner,
+        ):
+            first.execute(commit, (mine, first_call, '{"first": true}'))
+            late = threading.Thread(
+                target=attempt,
+                args=(label, conn, commit, mine, effect or first_call, '{"late": true}'),
+            )
+            late.start()
+            waiting = 0
+            for _ in range(100):
+                row = owner.execute(WAITING).fetchone()
+                waiting = int(row[0]) if row else 0
+                if waiting:
+                    break
+                time.sleep(0.05)
+            first.commit()
+            late.join()
+        print(f"    (it waited on a lock: {'yes' if waiting else 'no'})")
+
+    meanwhile(
+        "another call's commit meanwhile, then links after it",
+        attempt("a new call", conn, intercept, mine, tool, 21, args, next(sig))[0],
+    )
+    meanwhile("the same call's commit meanwhile", "")
     engine.complete_session(conn, mine)
     attempt("a new call in its ended session", conn, intercept, mine, tool, 3, args, next(sig))
     attempt(
