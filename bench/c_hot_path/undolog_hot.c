@@ -6,7 +6,10 @@
  *
  *   undolog.c_intercept(session, tool_id, step, args, signature)
  *       -> (effect_id, action, result_snapshot)
- *   undolog.c_commit(session, effect_id, result) -> 'committed'
+ *   undolog.c_commit(session, effect_id, result, async) -> 'committed'
+ *
+ * and the same checks with the tables read and written through SPI (c_intercept_spi,
+ * c_commit_spi, at the end), as a second data point.
  *
  * Both reach the tables through the heap and index access methods (system-table scans
  * of the key indexes, heap_form_tuple, simple_heap_insert, heap_update, index entries by
@@ -207,8 +210,14 @@ ensure_catalog(void)
 	cat.h_head = column_of(cat.heads, "head");
 	{
 		Relation	sessions = table_open(cat.sessions, AccessShareLock);
+		Relation	calls = table_open(cat.calls, AccessShareLock);
 
 		cat.engine_owner = sessions->rd_rel->relowner;
+		/* A row is read into and written from arrays of C_NCOLS columns. */
+		if (RelationGetDescr(calls)->natts != C_NCOLS)
+			elog(ERROR, "plain_live_calls has %d columns, not %d",
+				 RelationGetDescr(calls)->natts, C_NCOLS);
+		table_close(calls, AccessShareLock);
 		table_close(sessions, AccessShareLock);
 	}
 	require_plain(cat.calls);
