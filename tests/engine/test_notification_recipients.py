@@ -174,6 +174,35 @@ def test_the_agent_reads_its_deliverys_warning_without_the_channels_addresses(
         ).fetchone() == (None,)
 
 
+def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
+    conn: Conn, operator_dsn: str, agent_dsn: str, relay: Relay
+) -> None:
+    """A channel takes any recipient of no space, comma, angle bracket or quote around
+    one "@": an apostrophe, a comment's parentheses, an address literal's brackets. The
+    mask of an address by its characters stopped at those, so the agent read such a
+    recipient whole or in part; and a warning cut at 2000 characters right after an
+    "@" left the local part. The agent reads none of the channel's own addresses."""
+    odd = ["o'brien@example.test", "alice(ops)@example.test", "ops@[192.0.2.1]"]
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        _channel(op, relay, [TOLD[0], *odd])
+        _, approval_id = ask(agent_dsn, {"to": "acme"})
+        notifications.enqueue(op)
+    refused = {a: (550, f"5.1.1 <{a}>: no such user".encode()) for a in odd}
+    warning = notifications.partial_warning([TOLD[0], *odd], refused)
+    cut = "sent to 1 of 2 recipients (x@y.test, lastone@"
+    shown = "SELECT last_error FROM undolog.notification_deliveries WHERE approval_id = %s"
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        for stored in (warning, cut):
+            conn.execute(
+                "UPDATE undolog.undolog_notification_deliveries SET last_error = %s"
+                " WHERE approval_id = %s",
+                (stored, approval_id),
+            )
+            [(seen,)] = agent.execute(shown, (approval_id,)).fetchall()
+            for part in ("o'brien", "brien", "alice", "(ops)", "192.0.2.1", "lastone"):
+                assert part not in seen, seen
+
+
 def test_a_mail_every_recipient_refused_is_retried_having_reached_nobody(
     conn: Conn, operator_dsn: str, agent_dsn: str, relay: Relay
 ) -> None:
