@@ -41,8 +41,9 @@ finds the head moved by a concurrent one waits for it and links after it; both r
 What it skips: the wait for the session's lock is not bounded (the engine's is: 5 s,
 then UL030); READ COMMITTED only (0A000 otherwise); replays are not counted and leave no
 history row (as the plain SQL design); IRREVERSIBLE calls and approvals, the walk,
-retention and the views (as the one-row sketch); the tables' OIDs are cached per
-backend (a table dropped and made again needs a new connection).
+retention and the views (as the one-row sketch). The tables' OIDs and column numbers
+are cached per backend, and read again after any change to one of the tables (an ALTER
+TABLE, a table dropped and made again).
 
     python bench/bench_c_hot_path.py                      # 7 rounds x 4000; protocol 5 x 1600
     python bench/bench_c_hot_path.py --rounds 9 --calls 5000 --no-protocol

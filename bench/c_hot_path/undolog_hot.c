@@ -48,6 +48,7 @@
 #include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -75,7 +76,7 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(undolog_c_intercept);
 PG_FUNCTION_INFO_V1(undolog_c_commit);
 
-/* --- the tables, resolved once per backend -------------------------------------------- */
+/* --- the tables, resolved once per backend, again after an ALTER ---------------------- */
 
 /* The live-call table's columns, in bench_plain_sql.py's PLAIN_SQL order. */
 enum
@@ -120,6 +121,34 @@ typedef struct HotCatalog
 } HotCatalog;
 
 static HotCatalog cat;
+
+/*
+ * A change to one of the tables (ALTER TABLE: a column added, dropped or renamed, a
+ * trigger; DROP) invalidates its relcache entry, and this forgets the layout read from
+ * it: rows are read into and written from arrays of C_NCOLS by the column numbers
+ * cached here, so a stale layout would read and write past their end.
+ */
+static void
+forget_catalog(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == cat.calls || relid == cat.sessions ||
+		relid == cat.tools || relid == cat.heads)
+		cat.ready = false;
+}
+
+/*
+ * The four tables, locked (AccessShareLock) until the transaction ends, so that none
+ * changes under the layout read from them; taking a lock takes in the invalidations of
+ * what changed since (forget_catalog).
+ */
+static void
+lock_tables(void)
+{
+	LockRelationOid(cat.calls, AccessShareLock);
+	LockRelationOid(cat.sessions, AccessShareLock);
+	LockRelationOid(cat.tools, AccessShareLock);
+	LockRelationOid(cat.heads, AccessShareLock);
+}
 
 static Oid
 relation_in(Oid nsp, const char *name)
@@ -179,22 +208,36 @@ ensure_catalog(void)
 	MemoryContext old;
 	Oid			check_args[2] = {TEXTOID, JSONBOID};
 	Oid			fits_args[1] = {JSONBOID};
+	static bool callback_registered = false;
 
 	if (cat.ready)
-		return;
+	{
+		/* Still so once the tables are locked in this transaction: read them again. */
+		lock_tables();
+		if (cat.ready)
+			return;
+	}
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_catalog, (Datum) 0);
+		callback_registered = true;
+	}
 	nsp = get_namespace_oid("undolog", false);
 	cat.calls = relation_in(nsp, "plain_live_calls");
+	cat.sessions = relation_in(nsp, "undolog_sessions");
+	cat.tools = relation_in(nsp, "undolog_tools");
+	cat.heads = relation_in(nsp, "undolog_chain_heads");
+	/* Locked before their columns are read: no ALTER commits in between. */
+	lock_tables();
 	cat.calls_key = relation_in(nsp, "plain_live_calls_pkey");
 	cat.calls_effect = relation_in(nsp, "plain_live_calls_effect_key");
 	for (int i = 0; i < C_NCOLS; i++)
 		cat.call_att[i] = column_of(cat.calls, call_columns[i]);
 	cat.stack_seq = getIdentitySequence(cat.calls, cat.call_att[C_STACK_POSITION], false);
-	cat.sessions = relation_in(nsp, "undolog_sessions");
 	cat.sessions_pkey = relation_in(nsp, "undolog_sessions_pkey");
 	cat.s_session_id = column_of(cat.sessions, "session_id");
 	cat.s_owner_role = column_of(cat.sessions, "owner_role");
 	cat.s_state = column_of(cat.sessions, "state");
-	cat.tools = relation_in(nsp, "undolog_tools");
 	cat.tools_pkey = relation_in(nsp, "undolog_tools_pkey");
 	cat.t_tool_id = column_of(cat.tools, "tool_id");
 	cat.t_owner_role = column_of(cat.tools, "owner_role");
@@ -202,7 +245,6 @@ ensure_catalog(void)
 	cat.t_tier = column_of(cat.tools, "tier");
 	cat.t_compensation = column_of(cat.tools, "compensation");
 	cat.t_retired_at = column_of(cat.tools, "retired_at");
-	cat.heads = relation_in(nsp, "undolog_chain_heads");
 	cat.heads_pkey = relation_in(nsp, "undolog_chain_heads_pkey");
 	cat.h_session_id = column_of(cat.heads, "session_id");
 	cat.h_seq = column_of(cat.heads, "seq");
@@ -217,13 +259,18 @@ ensure_catalog(void)
 		if (RelationGetDescr(calls)->natts != C_NCOLS)
 			elog(ERROR, "plain_live_calls has %d columns, not %d",
 				 RelationGetDescr(calls)->natts, C_NCOLS);
-		table_close(calls, AccessShareLock);
-		table_close(sessions, AccessShareLock);
+		table_close(calls, NoLock);
+		table_close(sessions, NoLock);
 	}
 	require_plain(cat.calls);
 	require_plain(cat.heads);
 	cat.payload_fits = function_oid("undolog.payload_fits", 1, fits_args);
 	cat.check_payload = function_oid("undolog.check_payload", 2, check_args);
+	if (cat.zero != (Datum) 0)
+	{
+		cat.ready = true;
+		return;
+	}
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	/* numbers_fit's bounds: the largest finite double and the smallest subnormal. */
 	cat.max_double = DirectFunctionCall3(numeric_in, CStringGetDatum("1.7976931348623158e308"),
