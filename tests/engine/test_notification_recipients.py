@@ -181,13 +181,14 @@ def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
     one "@": an apostrophe, a comment's parentheses, an address literal's brackets. The
     mask of an address by its characters stopped at those, so the agent read such a
     recipient whole or in part; and a warning cut at 2000 characters right after an
-    "@" left the local part. The agent reads none of the channel's own addresses."""
+    "@" left the local part. The agent reads none of the channel's own addresses, nor
+    their echo in the server's answer in another case."""
     odd = ["o'brien@example.test", "alice(ops)@example.test", "ops@[192.0.2.1]"]
     with psycopg.connect(operator_dsn, autocommit=True) as op:
         _channel(op, relay, [TOLD[0], *odd])
         _, approval_id = ask(agent_dsn, {"to": "acme"})
         notifications.enqueue(op)
-    refused = {a: (550, f"5.1.1 <{a}>: no such user".encode()) for a in odd}
+    refused = {a: (550, f"5.1.1 <{a.upper()}>: no such user".encode()) for a in odd}
     warning = notifications.partial_warning([TOLD[0], *odd], refused)
     cut = "sent to 1 of 2 recipients (x@y.test, lastone@"
     shown = "SELECT last_error FROM undolog.notification_deliveries WHERE approval_id = %s"
@@ -200,7 +201,7 @@ def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
             )
             [(seen,)] = agent.execute(shown, (approval_id,)).fetchall()
             for part in ("o'brien", "brien", "alice", "(ops)", "192.0.2.1", "lastone"):
-                assert part not in seen, seen
+                assert part not in seen.lower(), seen
 
 
 def test_a_mail_every_recipient_refused_is_retried_having_reached_nobody(
