@@ -7,10 +7,10 @@
 -- server's answer, which quotes the address. The view undolog.notification_deliveries
 -- shows last_error through this; an agent may not read the stored column (grants.sql).
 -- The channel's own addresses (its recipients, its sender, its SMTP login when that is an
--- address) are masked as they are written, longest first: a recipient may hold what the
--- pattern takes for punctuation ("o'brien@…", "a(team)@…", "ops@[192.0.2.1]", as
--- add_notification_channel accepts them). Then anything else around an "@" (an address
--- the server answered in another case, or one cut off after its "@" at 2000 characters).
+-- address) are masked first, as they are written, in any case, longest first: one may
+-- hold what the pattern takes for punctuation ("o'brien@…", "a(team)@…",
+-- "ops@[192.0.2.1]", as add_notification_channel accepts them). Then anything else
+-- around an "@" (another address, or one cut off after its "@" at 2000 characters).
 -- Read-only; the caller is session_user, as undolog.approval_decision reads it. The
 -- session first, as the delivery's key (a Citus worker holds it by its session).
 CREATE OR REPLACE FUNCTION undolog.delivery_last_error(p_session_id uuid, p_delivery_id uuid)
@@ -50,7 +50,9 @@ BEGIN
         WHERE c.channel_id = v_channel_id AND c.kind = 'email' AND a.address LIKE '%@%'
         ORDER BY pg_catalog.length(a.address) DESC
     LOOP
-        v_error := pg_catalog.replace(v_error, v_address, '…');
+        -- '***=': the rest of the pattern is literal; 'i': in any case, as a server
+        -- may echo it
+        v_error := pg_catalog.regexp_replace(v_error, '***=' || v_address, '…', 'gi');
     END LOOP;
     -- an address: what is neither space nor punctuation around an "@"
     RETURN pg_catalog.regexp_replace(
