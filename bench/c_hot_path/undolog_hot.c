@@ -812,6 +812,60 @@ effect_id_at(TimestampTz at)
 	return id;
 }
 
+/* An intercept's arguments, checked, and its caller (both builds read them alike). */
+typedef struct InterceptArgs
+{
+	pg_uuid_t  *session_id;
+	pg_uuid_t  *tool_id;
+	int32		step;
+	Jsonb	   *args;			/* within the payload limits */
+	text	   *signature;
+	const char *me;				/* session_user's name */
+} InterceptArgs;
+
+/* A commit's arguments, checked, and its caller. */
+typedef struct CommitArgs
+{
+	pg_uuid_t  *session_id;
+	pg_uuid_t  *effect_id;
+	Jsonb	   *result;			/* within the payload limits; JSON null for SQL NULL */
+	const char *me;
+} CommitArgs;
+
+/*
+ * What both intercepts do first: the call's own part checked before any table is read,
+ * the tables' layout, READ COMMITTED and writable, the payload limits.
+ */
+static void
+intercept_args(FunctionCallInfo fcinfo, InterceptArgs *in)
+{
+	check_call_args(fcinfo);
+	ensure_catalog();
+	require_read_committed_writable();
+	in->session_id = PG_GETARG_UUID_P(0);
+	in->tool_id = PG_GETARG_UUID_P(1);
+	in->step = PG_GETARG_INT32(2);
+	in->args = checked_payload("args", PG_GETARG_DATUM(3));
+	in->signature = PG_GETARG_TEXT_PP(4);
+	in->me = login_name();
+}
+
+/* What both commits do first, as intercept_args; asynchronous as commit_effect's p_async. */
+static void
+commit_args(FunctionCallInfo fcinfo, CommitArgs *in)
+{
+	check_commit_args(fcinfo);
+	ensure_catalog();
+	require_read_committed_writable();
+	commit_asynchronously_if(fcinfo);
+	in->session_id = PG_GETARG_UUID_P(0);
+	in->effect_id = PG_GETARG_UUID_P(1);
+	in->result = checked_payload("result", PG_ARGISNULL(2)
+								 ? DirectFunctionCall1(jsonb_in, CStringGetDatum("null"))
+								 : PG_GETARG_DATUM(2));
+	in->me = login_name();
+}
+
 /* --- intercept ------------------------------------------------------------------------- */
 
 /*
@@ -842,18 +896,17 @@ undolog_c_intercept(PG_FUNCTION_ARGS)
 	char	   *session_state;
 	Snapshot	snapshot;
 	HeapTuple	found;
+	InterceptArgs in;
 
 	if (get_call_result_type(fcinfo, NULL, &answer_desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "undolog.c_intercept must answer a row");
-	check_call_args(fcinfo);
-	ensure_catalog();
-	require_read_committed_writable();
-	session_id = PG_GETARG_UUID_P(0);
-	tool_id = PG_GETARG_UUID_P(1);
-	step = PG_GETARG_INT32(2);
-	args = checked_payload("args", PG_GETARG_DATUM(3));
-	signature = PG_GETARG_TEXT_PP(4);
-	me = login_name();
+	intercept_args(fcinfo, &in);
+	session_id = in.session_id;
+	tool_id = in.tool_id;
+	step = in.step;
+	args = in.args;
+	signature = in.signature;
+	me = in.me;
 
 	/* The registration, by its primary key. */
 	tools = table_open(cat.tools, AccessShareLock);
@@ -1001,17 +1054,13 @@ undolog_c_commit(PG_FUNCTION_ARGS)
 	TM_FailureData failure;
 	LockTupleMode lock_mode;
 	TM_Result	outcome;
+	CommitArgs	in;
 
-	check_commit_args(fcinfo);
-	ensure_catalog();
-	require_read_committed_writable();
-	commit_asynchronously_if(fcinfo);
-	session_id = PG_GETARG_UUID_P(0);
-	effect_id = PG_GETARG_UUID_P(1);
-	result = checked_payload("result", PG_ARGISNULL(2)
-							 ? DirectFunctionCall1(jsonb_in, CStringGetDatum("null"))
-							 : PG_GETARG_DATUM(2));
-	me = login_name();
+	commit_args(fcinfo, &in);
+	session_id = in.session_id;
+	effect_id = in.effect_id;
+	result = in.result;
+	me = in.me;
 
 	calls = table_open(cat.calls, RowExclusiveLock);
 	uuid_key(&keys[0], cat.call_att[C_EFFECT_ID], effect_id);
@@ -1220,6 +1269,28 @@ spi_value(int column, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column, isnull);
 }
 
+/*
+ * checked_session_state, of the session's row read through SPI (read_only false: in a
+ * new snapshot, as after the session's lock).
+ */
+static char *
+spi_own_session_state(pg_uuid_t *session_id, bool read_only, const char *me)
+{
+	Datum		params[1] = {UUIDPGetDatum(session_id)};
+	bool		found = spi_run(&spi_session, params, read_only) == 1;
+	bool		owner_null = true;
+	bool		state_null;
+	Datum		owner = (Datum) 0;
+	Datum		state = (Datum) 0;
+
+	if (found)
+	{
+		owner = spi_value(1, &owner_null);
+		state = spi_value(2, &state_null);
+	}
+	return checked_session_state(session_id, found, owner, owner_null, state, me);
+}
+
 Datum
 undolog_c_intercept_spi(PG_FUNCTION_ARGS)
 {
@@ -1244,18 +1315,17 @@ undolog_c_intercept_spi(PG_FUNCTION_ARGS)
 	Datum		compensation = (Datum) 0;
 	char	   *session_state;
 	HeapTupleHeader answered;
+	InterceptArgs in;
 
 	if (get_call_result_type(fcinfo, NULL, &answer_desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "undolog.c_intercept_spi must answer a row");
-	check_call_args(fcinfo);
-	ensure_catalog();
-	require_read_committed_writable();
-	session_id = PG_GETARG_UUID_P(0);
-	tool_id = PG_GETARG_UUID_P(1);
-	step = PG_GETARG_INT32(2);
-	args = checked_payload("args", PG_GETARG_DATUM(3));
-	signature = PG_GETARG_TEXT_PP(4);
-	me = login_name();
+	intercept_args(fcinfo, &in);
+	session_id = in.session_id;
+	tool_id = in.tool_id;
+	step = in.step;
+	args = in.args;
+	signature = in.signature;
+	me = in.me;
 
 	GetUserIdAndSecContext(&caller, &security);
 	SetUserIdAndSecContext(cat.engine_owner, security | SECURITY_LOCAL_USERID_CHANGE);
@@ -1274,19 +1344,7 @@ undolog_c_intercept_spi(PG_FUNCTION_ARGS)
 
 	advisory_xact_lock("session", lock_value(session_id, me, strlen(me)), ShareLock, false);
 	/* A statement that is not read-only takes a new snapshot: after the lock. */
-	params[0] = UUIDPGetDatum(session_id);
-	found = spi_run(&spi_session, params, false) == 1;
-	{
-		bool		owner_null = true;
-		Datum		state = (Datum) 0;
-
-		if (found)
-		{
-			owner = spi_value(1, &owner_null);
-			state = spi_value(2, &isnull);
-		}
-		session_state = checked_session_state(session_id, found, owner, owner_null, state, me);
-	}
+	session_state = spi_own_session_state(session_id, false, me);
 	if (!advisory_xact_lock("signature", lock_value(session_id, VARDATA_ANY(signature),
 													 VARSIZE_ANY_EXHDR(signature)),
 							ExclusiveLock, true))
@@ -1353,17 +1411,13 @@ undolog_c_commit_spi(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	StringInfoData record;
 	bytea	   *record_bytes;
+	CommitArgs	in;
 
-	check_commit_args(fcinfo);
-	ensure_catalog();
-	require_read_committed_writable();
-	commit_asynchronously_if(fcinfo);
-	session_id = PG_GETARG_UUID_P(0);
-	effect_id = PG_GETARG_UUID_P(1);
-	result = checked_payload("result", PG_ARGISNULL(2)
-							 ? DirectFunctionCall1(jsonb_in, CStringGetDatum("null"))
-							 : PG_GETARG_DATUM(2));
-	me = login_name();
+	commit_args(fcinfo, &in);
+	session_id = in.session_id;
+	effect_id = in.effect_id;
+	result = in.result;
+	me = in.me;
 
 	GetUserIdAndSecContext(&caller, &security);
 	SetUserIdAndSecContext(cat.engine_owner, security | SECURITY_LOCAL_USERID_CHANGE);
@@ -1378,20 +1432,7 @@ undolog_c_commit_spi(PG_FUNCTION_ARGS)
 						 "session's id.")));
 	for (int i = 0; i <= C_STATE; i++)
 		call[i] = spi_value(i + 1, &isnull);
-	params[0] = UUIDPGetDatum(session_id);
-	{
-		bool		found = spi_run(&spi_session, params, true) == 1;
-		bool		owner_null = true;
-		Datum		owner = (Datum) 0;
-		Datum		state = (Datum) 0;
-
-		if (found)
-		{
-			owner = spi_value(1, &owner_null);
-			state = spi_value(2, &isnull);
-		}
-		session_state = checked_session_state(session_id, found, owner, owner_null, state, me);
-	}
+	session_state = spi_own_session_state(session_id, true, me);
 	check_committable(call[C_INTERCEPTED_BY], call[C_STATE], session_state, me);
 
 	initStringInfo(&record);
