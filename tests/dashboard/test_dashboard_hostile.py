@@ -155,16 +155,33 @@ def serving(dashboard: Dashboard) -> Iterator[str]:
         thread.join(10)
 
 
+@contextlib.contextmanager
+def approver_client(dashboard: Dashboard) -> Iterator[httpx.Client]:
+    """dash_approver logged in over HTTP to ``dashboard``, served (``serving``)."""
+    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = csrf_of(client.get("/login").text)
+        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
+        assert client.post("/login", data=login).status_code == 303
+        yield client
+
+
+@contextlib.contextmanager
+def live_inbox(client: httpx.Client) -> Iterator[Iterator[str]]:
+    """The logged-in ``client``'s live inbox page: its stream's lines, past the first
+    (retry:)."""
+    with client.stream("GET", "/events?view=inbox") as stream:
+        lines = stream.iter_lines()
+        assert next(lines).startswith("retry:")
+        yield lines
+
+
 def test_live_streams_are_bounded_per_person_and_freed_when_left(
     app_dsn: str, passwords_checked: bool
 ) -> None:
     """Each stream re-reads the views twice a second on the person's one connection: a
     script that opens hundreds must not get them, and a left page must give its slot back."""
     dashboard = Dashboard(app_dsn)
-    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
-        token = csrf_of(client.get("/login").text)
-        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
-        assert client.post("/login", data=login).status_code == 303
+    with approver_client(dashboard) as client:
         with contextlib.ExitStack() as open_streams:
             streams = [
                 open_streams.enter_context(client.stream("GET", "/events?view=inbox"))
@@ -191,7 +208,6 @@ def test_a_notify_flood_from_any_login_does_not_spin_the_live_pages(
     agent login's tight loop of NOTIFYs had every open page read the database as fast as
     it could (the waiters of the binding and the worker wait a gap between reads). A
     stream reads again no sooner than approvals.MIN_READ_GAP after its last read."""
-    dashboard = Dashboard(app_dsn)
     stop = threading.Event()
 
     def flood() -> None:
@@ -199,25 +215,19 @@ def test_a_notify_flood_from_any_login_does_not_spin_the_live_pages(
             while not stop.is_set():
                 agent.execute("NOTIFY undolog_approvals")
 
-    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
-        token = csrf_of(client.get("/login").text)
-        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
-        assert client.post("/login", data=login).status_code == 303
-        with client.stream("GET", "/events?view=inbox") as stream:
-            lines = stream.iter_lines()
-            assert next(lines).startswith("retry:")
-            flooder = threading.Thread(target=flood)
-            flooder.start()
-            reads, seconds = 0, 3.0
-            try:
-                began = time.monotonic()
-                for line in lines:  # one line (a comment or an event) per read
-                    reads += line.startswith((":", "event:"))
-                    if time.monotonic() - began > seconds:
-                        break
-            finally:
-                stop.set()
-                flooder.join(10)
+    with approver_client(Dashboard(app_dsn)) as client, live_inbox(client) as lines:
+        flooder = threading.Thread(target=flood)
+        flooder.start()
+        reads, seconds = 0, 3.0
+        try:
+            began = time.monotonic()
+            for line in lines:  # one line (a comment or an event) per read
+                reads += line.startswith((":", "event:"))
+                if time.monotonic() - began > seconds:
+                    break
+        finally:
+            stop.set()
+            flooder.join(10)
     assert reads <= seconds / MIN_READ_GAP + 2, reads
 
 
@@ -225,13 +235,8 @@ def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(
     app_dsn: str, passwords_checked: bool, conn: Conn
 ) -> None:
     dashboard = Dashboard(app_dsn)
-    with serving(dashboard) as base, httpx.Client(base_url=base, timeout=10) as client:
-        token = csrf_of(client.get("/login").text)
-        login = {"csrf": token, "login": "dash_approver", "password": PASSWORD}
-        assert client.post("/login", data=login).status_code == 303
-        with client.stream("GET", "/events?view=inbox") as stream:
-            lines = stream.iter_lines()
-            assert next(lines).startswith("retry:")
+    with approver_client(dashboard) as client:
+        with live_inbox(client) as lines:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE usename = 'dash_approver' AND application_name = 'undolog-dashboard'"
