@@ -144,7 +144,7 @@ BEGIN
     END IF;
     -- the delivery workers LISTENing wake (at commit) and announce the pending requests
     -- through the new channel at once
-    PERFORM pg_catalog.pg_notify('undolog_notifications', '');
+    PERFORM undolog.wake_listeners('undolog_notifications');
     RETURN v_id;
 END
 $$;

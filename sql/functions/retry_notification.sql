@@ -58,7 +58,7 @@ BEGIN
         max_attempts = d.attempts + v_max
     WHERE d.session_id = v_row.session_id AND d.delivery_id = v_row.delivery_id
     RETURNING d.max_attempts INTO v_max;
-    PERFORM pg_catalog.pg_notify('undolog_notifications', '');
+    PERFORM undolog.wake_listeners('undolog_notifications');
     RETURN v_max;
 END
 $$;

@@ -219,6 +219,54 @@ def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -
     assert list(agent.notifies(timeout=0.2)) == []
 
 
+def test_past_the_notification_queue_limit_nothing_is_notified_and_nothing_fails(
+    agent: Conn, conn: Conn, dsn: str, listener: Conn
+) -> None:
+    """PostgreSQL's notification queue is one for the cluster and any login may fill it;
+    once full, every transaction that NOTIFYs fails at its commit. Past the database's
+    undolog.notify_queue_percent of it, a request and its decision are not notified: both
+    commit, no listener is woken, and a wait sees the decision by its poll. (0 counts
+    the queue as full whatever its use: filling its 8 GB is not a test.)"""
+    dbname = conn.info.dbname
+    conn.execute(f'ALTER DATABASE "{dbname}" SET undolog.notify_queue_percent = 0')
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+    assert _events(listener, 1, timeout=0.5) == []
+
+    def decide_later() -> None:
+        time.sleep(0.3)
+        with _connect(dsn, "undolog_approver") as approver:
+            approvals.approve(approver, approval_id, "alice")
+
+    thread = threading.Thread(target=decide_later)
+    started = time.monotonic()
+    thread.start()
+    try:
+        decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=1)
+    finally:
+        thread.join()
+    assert decision == "approved"
+    assert 1 <= time.monotonic() - started < 5  # by the poll: no wake-up came
+    assert _events(listener, 1, timeout=0.5) == []
+
+    # below the limit (the default, 50), the next request wakes the listener again
+    conn.execute(f'ALTER DATABASE "{dbname}" RESET undolog.notify_queue_percent')
+    _gated_call(agent, "wire")  # the catalogue's value, read by each call
+    assert _events(listener, 1) == [""]
+
+    # a value that is not a percentage is refused with its name, and nothing is written
+    conn.execute(f"ALTER DATABASE \"{dbname}\" SET undolog.notify_queue_percent = 'half'")
+    session_id = engine.begin_session(agent, agent="test")
+    with pytest.raises(InvalidArgument, match=r"undolog\.notify_queue_percent"):
+        engine.intercept(agent, session_id, 0, "wire", "irreversible", {"n": 2})
+    assert engine.session_state(agent, session_id) == "active"
+    assert agent.execute(
+        "SELECT count(*) FROM undolog.undolog_approval_requests WHERE session_id = %s",
+        (session_id,),
+    ).fetchone() == (0,)
+
+
 def test_wait_for_decision_times_out_or_answers_at_once(agent: Conn, approver: Conn) -> None:
     answer = _gated_call(agent)
     assert answer.approval_id is not None
