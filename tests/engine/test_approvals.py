@@ -195,10 +195,8 @@ def test_approve_then_the_same_call_executes_exactly_once(agent: Conn, approver:
     assert engine.complete_session(agent, session_id) == "completed"
 
 
-def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -> None:
-    answer = _gated_call(agent)
-    approval_id = answer.approval_id
-    assert approval_id is not None
+def _approve_later(dsn: str, approval_id: uuid.UUID) -> threading.Thread:
+    """A person approving the request 0.3 s from now, on a connection of their own."""
 
     def decide_later() -> None:
         time.sleep(0.3)
@@ -206,8 +204,17 @@ def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -
             approvals.approve(approver, approval_id, "alice")
 
     thread = threading.Thread(target=decide_later)
-    started = time.monotonic()
     thread.start()
+    return thread
+
+
+def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -> None:
+    answer = _gated_call(agent)
+    approval_id = answer.approval_id
+    assert approval_id is not None
+
+    started = time.monotonic()
+    thread = _approve_later(dsn, approval_id)
     try:
         # poll_interval is long: only the notification can wake it this fast
         decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=30)
@@ -234,14 +241,8 @@ def test_past_the_notification_queue_limit_nothing_is_notified_and_nothing_fails
     assert approval_id is not None
     assert _events(listener, 1, timeout=0.5) == []
 
-    def decide_later() -> None:
-        time.sleep(0.3)
-        with _connect(dsn, "undolog_approver") as approver:
-            approvals.approve(approver, approval_id, "alice")
-
-    thread = threading.Thread(target=decide_later)
     started = time.monotonic()
-    thread.start()
+    thread = _approve_later(dsn, approval_id)
     try:
         decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=1)
     finally:
