@@ -45,8 +45,7 @@ AS $$
     LEFT JOIN undolog.undolog_tools AS t ON t.tool_id = e.tool_id
     WHERE a.approval_id = p_approval_id
       AND (s.owner_role = session_user
-           OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
-           OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER'))
+           OR undolog.caller_is_staff())
 $$;
 
 REVOKE ALL ON FUNCTION undolog.approval_decision(uuid) FROM public;

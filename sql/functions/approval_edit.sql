@@ -36,8 +36,7 @@ BEGIN
     WHERE a.session_id = p_session_id AND a.effect_id = p_effect_id
       AND a.approved_args IS NOT NULL
       AND (s.owner_role = session_user
-           OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
-           OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER'));
+           OR undolog.caller_is_staff());
 END
 $$;
 

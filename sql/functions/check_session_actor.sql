@@ -10,9 +10,7 @@ LANGUAGE plpgsql
 STABLE
 AS $$
 BEGIN
-    IF p_owner_role IS DISTINCT FROM session_user
-       AND NOT pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER')
-       AND NOT pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER') THEN
+    IF p_owner_role IS DISTINCT FROM session_user AND NOT undolog.caller_is_staff() THEN
         RAISE EXCEPTION USING
             ERRCODE = '42501',
             MESSAGE = pg_catalog.format('session %s belongs to another role', p_session_id),

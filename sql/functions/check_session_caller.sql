@@ -19,8 +19,7 @@ BEGIN
             ERRCODE = '42501',
             MESSAGE = pg_catalog.format('session %s belongs to another role', p_session_id),
             HINT = CASE
-                WHEN pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER')
-                     OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
+                WHEN undolog.caller_is_staff()
                 THEN 'Only the login that began a session reports its calls; a person acts '
                      'through approve/reject or rollback_session, resume_session, '
                      'retry_compensation, abandon_session.'

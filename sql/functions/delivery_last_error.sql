@@ -28,8 +28,7 @@ BEGIN
     SELECT d.last_error, d.channel_id INTO v_error, v_channel_id
     FROM undolog.undolog_notification_deliveries AS d
     WHERE d.session_id = p_session_id AND d.delivery_id = p_delivery_id;
-    IF pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER')
-       OR pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER') THEN
+    IF undolog.caller_is_staff() THEN
         RETURN v_error;
     END IF;
     IF v_error IS NULL OR NOT EXISTS (

@@ -12,8 +12,7 @@ LANGUAGE plpgsql
 SET search_path = undolog, pg_temp
 AS $$
 DECLARE
-    v_staff boolean := pg_catalog.pg_has_role(session_user, 'undolog_operator', 'MEMBER')
-                       OR pg_catalog.pg_has_role(session_user, 'undolog_approver', 'MEMBER');
+    v_staff boolean := undolog.caller_is_staff();
     v_by text := coalesce(p_by, session_user::text);
     v_session undolog.undolog_sessions;
     v_floor bigint;
