@@ -195,17 +195,27 @@ def test_approve_then_the_same_call_executes_exactly_once(agent: Conn, approver:
     assert engine.complete_session(agent, session_id) == "completed"
 
 
-def _approve_later(dsn: str, approval_id: uuid.UUID) -> threading.Thread:
-    """A person approving the request 0.3 s from now, on a connection of their own."""
+def _waited_while_approved(
+    agent: Conn, dsn: str, approval_id: uuid.UUID, poll_interval: float
+) -> tuple[str | None, float]:
+    """wait_for_decision while a person approves the request 0.3 s from now, on a
+    connection of their own: the decision and the seconds the wait took."""
 
     def decide_later() -> None:
         time.sleep(0.3)
         with _connect(dsn, "undolog_approver") as approver:
             approvals.approve(approver, approval_id, "alice")
 
+    started = time.monotonic()
     thread = threading.Thread(target=decide_later)
     thread.start()
-    return thread
+    try:
+        decision = approvals.wait_for_decision(
+            agent, approval_id, timeout=10, poll_interval=poll_interval
+        )
+    finally:
+        thread.join()
+    return decision, time.monotonic() - started
 
 
 def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -> None:
@@ -213,15 +223,10 @@ def test_wait_for_decision_returns_when_a_human_decides(agent: Conn, dsn: str) -
     approval_id = answer.approval_id
     assert approval_id is not None
 
-    started = time.monotonic()
-    thread = _approve_later(dsn, approval_id)
-    try:
-        # poll_interval is long: only the notification can wake it this fast
-        decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=30)
-    finally:
-        thread.join()
+    # poll_interval is long: only the notification can wake it this fast
+    decision, waited = _waited_while_approved(agent, dsn, approval_id, poll_interval=30)
     assert decision == "approved"
-    assert time.monotonic() - started < 5
+    assert waited < 5
     # it cleaned up after itself
     assert list(agent.notifies(timeout=0.2)) == []
 
@@ -241,14 +246,9 @@ def test_past_the_notification_queue_limit_nothing_is_notified_and_nothing_fails
     assert approval_id is not None
     assert _events(listener, 1, timeout=0.5) == []
 
-    started = time.monotonic()
-    thread = _approve_later(dsn, approval_id)
-    try:
-        decision = approvals.wait_for_decision(agent, approval_id, timeout=10, poll_interval=1)
-    finally:
-        thread.join()
+    decision, waited = _waited_while_approved(agent, dsn, approval_id, poll_interval=1)
     assert decision == "approved"
-    assert 1 <= time.monotonic() - started < 5  # by the poll: no wake-up came
+    assert 1 <= waited < 5  # by the poll: no wake-up came
     assert _events(listener, 1, timeout=0.5) == []
 
     # below the limit (the default, 50), the next request wakes the listener again

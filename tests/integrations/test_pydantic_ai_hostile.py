@@ -153,12 +153,20 @@ def test_a_requires_approval_tool_is_never_approved_by_decide(fx: Fixture) -> No
     assert fx.world.payouts == [5]
 
 
-def test_undolog_tools_in_a_prefixed_toolset_are_decided(fx: Fixture) -> None:
-    toolset = FunctionToolset(adapter.tools(fx.fns["payout"])).prefixed("bank")
-    agent = Agent(
-        scripted([[call("bank_payout", "c2", cents=500)], [TextPart("paid")]]),
+def _bank_agent(tools: list[Any], turns: list[Turn]) -> Agent[None, Any]:
+    """An agent whose tools are in a toolset prefixed "bank" (the model calls the payout
+    bank_payout; the journal holds it as payout), answering the scripted turns."""
+    return Agent(
+        scripted(turns),
         output_type=[str, DeferredToolRequests],
-        toolsets=[toolset],
+        toolsets=[FunctionToolset(tools).prefixed("bank")],
+    )
+
+
+def test_undolog_tools_in_a_prefixed_toolset_are_decided(fx: Fixture) -> None:
+    agent = _bank_agent(
+        adapter.tools(fx.fns["payout"]),
+        [[call("bank_payout", "c2", cents=500)], [TextPart("paid")]],
     )
     result = asyncio.run(adapter.run(agent, fx.ul, session_id=fx.sid, user_prompt="pay"))
     requests = result.output
@@ -185,11 +193,9 @@ def test_a_prefixed_toolsets_tool_removed_before_the_resume_is_refused(fx: Fixtu
     payout. Approved, then resumed by an agent that no longer has it: refused before
     anything runs, naming the journal's tool (before: the run went on without it, the
     session completed, and the approved payout never ran)."""
-    toolset = FunctionToolset(adapter.tools(fx.fns["payout"])).prefixed("bank")
-    paying = Agent(
-        scripted([[call("bank_payout", "c2", cents=500)], [TextPart("paid")]]),
-        output_type=[str, DeferredToolRequests],
-        toolsets=[toolset],
+    paying = _bank_agent(
+        adapter.tools(fx.fns["payout"]),
+        [[call("bank_payout", "c2", cents=500)], [TextPart("paid")]],
     )
     result = asyncio.run(adapter.run(paying, fx.ul, session_id=fx.sid, user_prompt="pay"))
     answers = asyncio.run(
@@ -198,11 +204,7 @@ def test_a_prefixed_toolsets_tool_removed_before_the_resume_is_refused(fx: Fixtu
     before = session_state(fx.admin_dsn, fx.sid), effects(fx.admin_dsn, fx.sid)
 
     def resumed(tools: list[Any]) -> Any:
-        agent = Agent(
-            scripted([[TextPart("paid")]]),
-            output_type=[str, DeferredToolRequests],
-            toolsets=[FunctionToolset(tools).prefixed("bank")],
-        )
+        agent = _bank_agent(tools, [[TextPart("paid")]])
         history = result.all_messages()
         return asyncio.run(
             adapter.run(
