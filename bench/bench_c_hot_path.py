@@ -53,7 +53,6 @@ A benchmark, not a test: it prints its figures and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -376,14 +375,7 @@ class CSpiAgent(plain.PlainAgent):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--calls", type=int, default=4000)
-    parser.add_argument("--protocol-rounds", type=int, default=5)
-    parser.add_argument("--protocol-calls", type=int, default=1600)
-    parser.add_argument("--no-loop", action="store_true", help="the protocol part only")
-    parser.add_argument("--no-protocol", action="store_true", help="the loops only")
-    opts = parser.parse_args(argv)
+    opts = plain.parse_options(argv, (__doc__ or "").splitlines()[0], rounds=7)
     with tempfile.TemporaryDirectory(prefix="undolog-c-hot-") as folder:
         library = build(Path(folder))
         if library is None:

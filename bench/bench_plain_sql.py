@@ -657,15 +657,21 @@ def run_protocol(
         agent.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
+def parse_options(argv: Sequence[str] | None, description: str, rounds: int) -> argparse.Namespace:
+    """The options of a bench of the loops and the protocol part (this one's and
+    bench_c_hot_path.py's): ``rounds`` is the loops' default."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--protocol-rounds", type=int, default=5)
     parser.add_argument("--protocol-calls", type=int, default=1600)
     parser.add_argument("--no-loop", action="store_true", help="the protocol part only")
     parser.add_argument("--no-protocol", action="store_true", help="the loops only")
-    opts = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_options(argv, (__doc__ or "").splitlines()[0], rounds=9)
     if not opts.no_loop:
         run_loops(opts.rounds, opts.calls)
     if not opts.no_protocol:
