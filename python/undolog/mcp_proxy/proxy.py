@@ -1611,15 +1611,17 @@ class McpProxy:
         step: int,
         route: Route,
         args: dict[str, Any],
+        signed: tuple[str, str] | None = None,
     ) -> engine.Interception | types.CallToolResult:
         """intercept_tool(), or the tool error to answer when the journal refuses the call.
         The binding's pipelined path (engine.HotCall): the tool named by its registration,
         the args' canonical JSON cut from the bytes signed, a prepared statement, no
-        adaptation of the parameters."""
+        adaptation of the parameters. ``signed``: signed_call()'s answer for these args
+        when the caller computed it already (an irreversible call's pending check)."""
         tool = journal_name(route.upstream, route.tool)
         try:
             check_step_index(step)
-            signature, args_json = signed_call(ps.session_id, step, tool, args)
+            signature, args_json = signed or signed_call(ps.session_id, step, tool, args)
             check_storable(args)
 
             def call_of(tool_id: uuid.UUID) -> engine.HotCall:
@@ -1688,17 +1690,23 @@ class McpProxy:
         client = ps.client
         lock = ps.asking if client is None else client.setdefault(ASKING_SLOT, asyncio.Lock())
         async with lock:
-            refused = await self._pending_cap_reached(ps, name, route, args)
+            try:  # signed once, for the pending check and the intercept
+                signed = signed_call(
+                    ps.session_id, 0, journal_name(route.upstream, route.tool), args
+                )
+            except SignatureError:
+                return await self._intercept(ps, 0, route, args)  # which says why
+            refused = await self._pending_cap_reached(ps, name, signed[0])
             if refused is not None:
                 return refused
-            return await self._intercept(ps, 0, route, args)
+            return await self._intercept(ps, 0, route, args, signed)
 
     async def _pending_cap_reached(
-        self, ps: ProxySession, name: str, route: Route, args: dict[str, Any]
+        self, ps: ProxySession, name: str, signature: str
     ) -> types.CallToolResult | None:
         """The answer to an irreversible call not asked because its client's sessions
         have as many requests pending as proxy.max_pending_approvals_per_client, None
-        when it may ask (or was asked already)."""
+        when it may ask (or was asked already: the call's ``signature`` has a request)."""
         cap = self.policy.max_pending_approvals_per_client
         theirs = [ps.session_id]
         if ps.client is not None:
@@ -1707,12 +1715,6 @@ class McpProxy:
                 for other in self.sessions.values()
                 if other.client is ps.client and other is not ps
             ]
-        try:
-            signature, _ = signed_call(
-                ps.session_id, 0, journal_name(route.upstream, route.tool), args
-            )
-        except SignatureError:
-            return None  # the intercept refuses it, saying why
         try:
             async with self.pool.connection() as conn:
                 row = await (
