@@ -1133,8 +1133,12 @@ LIMIT %(limit)s::int
 
 -- name: dashboard_write_anchor
 -- An operator writes an anchor from the Maintenance page (undolog.write_anchor, as
--- `undolog anchor write`): answers it.
-SELECT anchor_id, written_at, sessions, hash FROM undolog.write_anchor()
+-- `undolog anchor write`): answers the latest, with the heads and the anchors of the
+-- call (more than one when more heads moved than one anchor records).
+SELECT max(anchor_id) AS anchor_id, min(anchor_id) AS first_id,
+       sum(sessions)::integer AS sessions,
+       (array_agg(hash ORDER BY anchor_id DESC))[1] AS hash
+FROM undolog.write_anchor()
 
 -- name: dashboard_lease_expired
 -- The active sessions whose lease ran out (their agent stopped heartbeating): what

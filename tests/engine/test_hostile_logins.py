@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from undolog import approvals, engine, errors, saga
+from undolog import approvals, chain, engine, errors, saga
 from undolog.migrations import MIGRATE_LOCK_KEY
 
 Conn = psycopg.Connection[Any]
@@ -586,6 +586,35 @@ def test_two_maintainers_still_serialise(dsn: str, conn: Conn) -> None:
             conn.execute("SELECT * FROM undolog.ensure_partitions(1)")
         first.rollback()
     conn.execute("SELECT * FROM undolog.ensure_partitions(1)").fetchall()
+
+
+def test_an_agents_sessions_cannot_make_an_anchor_past_its_bound(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    """Any agent login moves chain heads at will (a new session links its first row):
+    one anchor of every moved head went over jsonb's 256 MB past some 2.1 million of
+    them, and write_anchor failed, and maintain_partitions with it, on every run. An
+    anchor now records at most anchor_max_heads, the next ones the rest, chained."""
+    bound = conn.execute("SELECT undolog.anchor_max_heads()").fetchone()
+    assert bound is not None
+    agent = login("undolog_agent")
+    agent.execute(
+        "SELECT count(undolog.begin_session()) FROM generate_series(1, %s)", (bound[0] + 1,)
+    )
+    written = conn.execute(
+        "SELECT anchor_id, sessions FROM undolog.write_anchor() ORDER BY anchor_id"
+    ).fetchall()
+    assert [sessions for _id, sessions in written] == [bound[0], 1]
+    chained = conn.execute(
+        "SELECT a.prev = b.anchor_hash, a.heads ?| ARRAY(SELECT jsonb_object_keys(b.heads))"
+        " FROM undolog.undolog_chain_anchors AS a, undolog.undolog_chain_anchors AS b"
+        " WHERE a.anchor_id = %s AND b.anchor_id = %s",
+        (written[1][0], written[0][0]),
+    ).fetchone()
+    assert chained == (True, False)  # the second follows the first, with other heads
+    assert chain.verify(conn).ok
+    again = conn.execute("SELECT sessions FROM undolog.write_anchor()").fetchall()
+    assert again == [(0,)]  # none moved since: one anchor, recording none
 
 
 # --- blank is blank in every script; one nesting limit --------------------------------

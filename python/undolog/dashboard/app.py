@@ -2193,8 +2193,14 @@ class Dashboard:
             row = await queries.one(conn, QUERIES["dashboard_write_anchor"])
             assert row is not None
             log.info("%s: wrote anchor %s", ws.login, row["anchor_id"])
+            # an anchor records at most undolog.anchor_max_heads heads: more take several
+            which = (
+                f"#{row['anchor_id']}"
+                if row["first_id"] == row["anchor_id"]
+                else f"#{row['first_id']} to #{row['anchor_id']}"
+            )
             return (
-                f"#{row['anchor_id']} written by {ws.login}: the heads of {row['sessions']} "
+                f"{which} written by {ws.login}: the heads of {row['sessions']} "
                 f"session(s) whose chain moved since the previous anchor; hash {row['hash']}"
             )
 
