@@ -219,6 +219,25 @@ def test_an_operator_writes_an_anchor_and_the_page_lists_it(
     assert 'id="anchor-1"' in page.text and str(stored) in page.text
 
 
+def test_an_anchor_write_past_one_anchors_heads_names_the_anchors_it_wrote(
+    web: TestClient, conn: Conn
+) -> None:
+    (bound,) = conn.execute("SELECT undolog.anchor_max_heads()").fetchone() or (0,)
+    conn.execute("SELECT count(undolog.begin_session()) FROM generate_series(1, %s)", (bound + 1,))
+    log_in(web, "dash_operator")
+    page = web.get("/maintenance")
+    web.post("/maintenance/anchor", data={"csrf": csrf_of(page.text)})
+    assert anchors(conn) == [1, 2]
+    (stored,) = conn.execute(
+        "SELECT encode(anchor_hash, 'hex') FROM undolog.undolog_chain_anchors WHERE anchor_id = 2"
+    ).fetchone() or (None,)
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said == (
+        f"anchor: #1 to #2 written by dash_operator: the heads of {bound + 1} session(s) "
+        f"whose chain moved since the previous anchor; hash {stored}"
+    )
+
+
 # --- refusals -----------------------------------------------------------------------------
 
 
