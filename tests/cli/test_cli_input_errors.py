@@ -145,6 +145,36 @@ def test_an_agent_is_told_the_role_metrics_needs(
     assert "grant the login undolog_approver (or undolog_operator), which this command needs" in err
 
 
+@pytest.mark.parametrize("command", ["status", "health"])
+def test_an_agent_is_told_the_role_status_and_health_need(
+    agent_dsn: str, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """They read the migration records, staff's: the hint named the three roles, the
+    agent's own among them."""
+    code, _, err = run(capsys, command, "--dsn", agent_dsn)
+    assert code == 1
+    assert "grant the login undolog_operator (or undolog_approver), which this command needs" in err
+
+
+def test_an_agent_undoing_its_session_where_agents_may_not_is_told_the_engines_hint(
+    agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The engine's 42501 says what to do (an operator, or ALTER DATABASE); the hint was
+    that of a missing role, the operator's."""
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        session = engine.begin_session(agent, agent="a")
+        made = engine.intercept(
+            agent, session, 0, "create_user", "compensable", {}, {"name": "undo"}
+        )
+        assert made.effect_id is not None
+        engine.commit(agent, made.effect_id, {})
+    code, _, err = run(
+        capsys, "sessions", "undo-to", str(session), "0", "--reason", "r", "--dsn", agent_dsn
+    )
+    assert code == 1 and "an agent may not undo its own session" in err
+    assert "undolog.agent_rollback_to = on" in err and "which this command needs" not in err
+
+
 def test_an_agent_is_told_the_role_tools_retire_needs(
     agent_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,7 +100,9 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(_engine_missing(args), sqlstate, None, EXIT_ERROR)
     if sqlstate == "42501":
         message = one_line(exc)
-        hint = _permission_hint(message, args)
+        # the engine's own refusal says what to do (an agent's undo-to where the database
+        # does not allow it: an operator, or ALTER DATABASE); PostgreSQL's names no role
+        hint = _engine_hint(exc) or _permission_hint(message, args)
         return ErrorReport(_flags(message), sqlstate, hint, exit_code_of(exc))
     if isinstance(exc, psycopg.Error):
         primary = exc.diag.message_primary or one_line(exc)

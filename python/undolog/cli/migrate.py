@@ -15,6 +15,7 @@ import psycopg
 from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
+    PERSON,
     ConnectError,
     Parser,
     Subparsers,
@@ -54,7 +55,7 @@ def configure_migrate_parser(subparsers: Subparsers, common: Parser) -> None:
     p = subparsers.add_parser(
         "status", parents=[common], help="is the engine up to date? (0 yes, 1 no)"
     )
-    p.set_defaults(func=_cmd_status)
+    p.set_defaults(func=_cmd_status, needed_role=PERSON)
     p = subparsers.add_parser("install-sql", parents=[common], help="print the plain-SQL install")
     p.set_defaults(func=_cmd_install_sql)
     p = subparsers.add_parser(
@@ -69,7 +70,7 @@ def configure_migrate_parser(subparsers: Subparsers, common: Parser) -> None:
         metavar="SECONDS",
         help="unhealthy when a session has waited longer than this for its undo walk (default 120)",
     )
-    p.set_defaults(func=_cmd_health)
+    p.set_defaults(func=_cmd_health, needed_role=PERSON)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
