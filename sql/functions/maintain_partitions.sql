@@ -1,22 +1,24 @@
 -- undolog.maintain_partitions: the one entry point to schedule (e.g. daily, from cron):
---   1. drain the default partitions into their months (normally nothing to do);
---   2. retention: drop the months wholly older than the start of the UTC month
+--   1. write an anchor of the history chains (undolog.write_anchor);
+--   2. drain the default partitions into their months (normally nothing to do);
+--   3. retention: drop the months wholly older than the start of the UTC month
 --      p_retention_months before the current one, so every row younger than that many
 --      months is kept. p_retention_months NULL: the setting undolog.retention_months,
 --      else 12. A month holding effects of an unfinished session is kept, with a WARNING
 --      naming the sessions, and answered as 'skipped': a cron job must not fail, and so
 --      stop creating months, because one agent is still running;
---   3. create the months from the current one through p_months_ahead months later: a
+--   4. create the months from the current one through p_months_ahead months later: a
 --      future month is built ahead as a table and attached with short lock waits; one
 --      whose locks stayed busy (an open read of the effect log holds the default
 --      partition) is left for the next run and answered as 'pending'
---      (create_month_partitions). Maintenance never queues for long behind an agent;
---   4. write an anchor of the history chains (undolog.write_anchor).
+--      (create_month_partitions). Maintenance never queues for long behind an agent.
 -- Answers one row per partition touched: (action, partition), action 'created',
 -- 'dropped', 'skipped' or 'pending'. One transaction; serialised with ensure_partitions and
 -- drop_partitions by the partition-maintenance lock. The order keeps every
--- strong lock at the end: the retention's row deletes come first, its DDL and the new
--- months' DDL last (see undolog.drop_old_partitions). Catching up a missed month is the
+-- strong lock at the end: the anchor first (it writes rows, and takes as long as the
+-- heads that moved since the last one, which any agent login moves at will: 2.2 million
+-- new sessions took 48 s), the retention's row deletes next, its DDL and the new months'
+-- DDL last (see undolog.drop_old_partitions). Catching up a missed month is the
 -- exception: draining takes both parents ACCESS EXCLUSIVE first (create_month_partitions),
 -- so agents' calls wait for the drain and the drop instead of deadlocking with them.
 CREATE OR REPLACE FUNCTION undolog.maintain_partitions(
@@ -39,6 +41,8 @@ BEGIN
             HINT = 'Pass how many months ahead to create, from 0 to 120 (the default is 3).';
     END IF;
     PERFORM undolog.lock_partition_maintenance();
+    -- The scheduled run also anchors the history chains, before any strong lock is taken.
+    PERFORM undolog.write_anchor();
 
     RETURN QUERY SELECT 'created'::text, d.name
                  FROM undolog.drain_default_partitions() AS d (name);
@@ -51,8 +55,6 @@ BEGIN
     FROM pg_catalog.generate_series(0, p_months_ahead) AS m,
          LATERAL undolog.create_month_partitions(undolog.utc_month(now(), m)) AS c (name);
     RETURN QUERY SELECT 'pending'::text, p.name FROM undolog.pending_partitions() AS p (name);
-    -- The scheduled run also anchors the history chains (undolog.write_anchor).
-    PERFORM undolog.write_anchor();
 END
 $$;
 

@@ -617,6 +617,33 @@ def test_an_agents_sessions_cannot_make_an_anchor_past_its_bound(
     assert again == [(0,)]  # none moved since: one anchor, recording none
 
 
+def test_maintenance_anchors_an_agents_heads_before_it_takes_its_strong_locks(
+    login: Callable[..., Conn], conn: Conn
+) -> None:
+    """A run that drops (or attaches) a month holds ACCESS EXCLUSIVE from its DDL to its
+    commit, every agent's call waiting; the anchor, whose time any agent login grows (a
+    new session moves a head; 2.2 million took 48 s to anchor), came after the DDL. It
+    comes first now, under no lock stronger than a write."""
+    agent = login("undolog_agent")
+    agent.execute("SELECT count(undolog.begin_session()) FROM generate_series(1, 3)")
+    conn.execute("SELECT undolog.create_month_partitions('2024-01-01'::date)")
+    said: list[str] = []
+    conn.add_notice_handler(lambda diag: said.append(diag.message_primary or ""))
+    conn.execute("SET client_min_messages = debug1")
+    done = conn.execute("SELECT * FROM undolog.maintain_partitions(3, 12)").fetchall()
+    conn.execute("RESET client_min_messages")
+    assert ("dropped", "undolog_effect_log_2024_01") in done
+    ddl = [m for m in said if "DDL from epoch" in m]
+    assert len(ddl) == 1, said
+    ddl_from = float(ddl[0].rsplit("epoch ", 1)[1].rstrip(")"))
+    anchored = conn.execute(
+        "SELECT extract(epoch FROM written_at), (SELECT count(*) FROM jsonb_object_keys(heads))"
+        " FROM undolog.undolog_chain_anchors"
+    ).fetchall()
+    assert len(anchored) == 1 and anchored[0][1] >= 3
+    assert float(anchored[0][0]) < ddl_from
+
+
 # --- blank is blank in every script; one nesting limit --------------------------------
 
 
