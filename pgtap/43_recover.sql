@@ -1,7 +1,7 @@
 -- undolog.recover: expired leases become failed sessions; answers the sessions whose undo
 -- walk must run.
 BEGIN;
-SELECT plan(34);
+SELECT plan(40);
 
 \ir _helpers.psql
 
@@ -145,6 +145,63 @@ SELECT throws_ok('SELECT undolog.fail_expired_sessions(-1)', 'UL008',
                  'p_limit must be at least 1, not -1', 'a negative limit is refused (UL008)');
 RESET ROLE;
 
+-- The oldest expired lease first, whatever the ids: a lease that ran out before a flood
+-- of short ones is failed within the batches that take what expired before it. These
+-- two expired in the reverse order of their ids.
+SELECT pg_temp.new_session() AS old_a \gset
+SELECT pg_temp.new_session() AS old_b \gset
+CREATE TEMP TABLE old_order AS
+SELECT session_id, row_number() OVER (ORDER BY session_id) AS n
+FROM undolog.undolog_sessions
+WHERE session_id IN (:'old_a', :'old_b');
+GRANT SELECT ON old_order TO PUBLIC;
+UPDATE undolog.undolog_sessions AS s SET lease_expires_at = now() - o.n * interval '1 minute'
+FROM old_order AS o WHERE s.session_id = o.session_id;
+SET LOCAL ROLE undolog_operator;
+SELECT results_eq(
+    'SELECT * FROM undolog.fail_expired_sessions(p_limit => 1)',
+    'SELECT session_id FROM old_order WHERE n = 2',
+    'the lease that expired first is failed first, though its id is the greater'
+);
+RESET ROLE;
+-- recover(p_limit): at most that many failed in its transaction, the oldest first; the
+-- walks due are answered all the same.
+SELECT pg_temp.new_session() AS old_c \gset
+UPDATE undolog.undolog_sessions SET lease_expires_at = now() - interval '1 second'
+WHERE session_id = :'old_c';
+SET LOCAL ROLE undolog_operator;
+SELECT ok(
+    (SELECT pg_catalog.array_agg(r.r) FROM undolog.recover(p_limit => 1) AS r)
+    @> (SELECT pg_catalog.array_agg(o.session_id) FROM old_order AS o),
+    'recover(p_limit => 1) fails the older of the two leases left and answers both walks'
+);
+RESET ROLE;
+SELECT is(pg_temp.session_state(:'old_c'), 'active', '... and leaves the newer one for the next run');
+SET LOCAL ROLE undolog_operator;
+SELECT throws_ok('SELECT * FROM undolog.recover(p_limit => 0)', 'UL008',
+                 'p_limit must be at least 1, not 0', 'recover refuses a limit of 0 (UL008)');
+SELECT ok(:'old_c' IN (SELECT * FROM undolog.recover()), 'recover() alone fails every one due');
+RESET ROLE;
+-- The scan of fail_expired_sessions reads the partial index in its order: no sort, which
+-- grew with the sessions of one expiry (all those one statement began share it).
+CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || p_query;
+END
+$$;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT matches(
+    (SELECT string_agg(p, E'\n') FROM pg_temp.plan_of(
+        $$SELECT x.session_id FROM undolog.undolog_sessions AS x
+          WHERE x.state = 'active' AND x.lease_expires_at <= now()
+          ORDER BY x.lease_expires_at, x.session_id$$) AS p),
+    '^Index (Only )?Scan using undolog_sessions_lease_idx on undolog_sessions x\s+Index Cond: \(lease_expires_at <= now\(\)\)$',
+    'the expired leases are one range of undolog_sessions_lease_idx, in its order, unsorted'
+);
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+
 -- Privileges.
 SET LOCAL ROLE undolog_agent;
 SELECT throws_ok('SELECT * FROM undolog.recover()', '42501', NULL, 'the agent role cannot recover');
@@ -156,7 +213,7 @@ SELECT lives_ok('SELECT * FROM undolog.recover()', 'the operator role can');
 RESET ROLE;
 SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_temp']
                   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')
-           FROM pg_proc AS p WHERE p.oid = 'undolog.recover()'::regprocedure),
+           FROM pg_proc AS p WHERE p.oid = 'undolog.recover(integer)'::regprocedure),
           'it is SECURITY DEFINER with a pinned search_path, not executable by PUBLIC');
 SELECT ok((SELECT p.prosecdef AND p.proconfig @> ARRAY['search_path=undolog, pg_temp']
                   AND NOT has_function_privilege('public', p.oid, 'EXECUTE')

@@ -55,7 +55,7 @@ GRANT EXECUTE ON FUNCTION undolog.approve_edited(uuid, text, jsonb, text) TO und
 GRANT EXECUTE ON FUNCTION undolog.reject(uuid, text, text) TO undolog_approver;
 
 -- The operator: the undo walk, its repairs, approval expiry and partition maintenance.
-GRANT EXECUTE ON FUNCTION undolog.recover() TO undolog_operator;
+GRANT EXECUTE ON FUNCTION undolog.recover(integer) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.fail_expired_sessions(integer) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.claim_compensation(uuid, interval) TO undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.complete_compensation(uuid, integer) TO undolog_operator;

@@ -1,6 +1,7 @@
 -- undolog.fail_expired_sessions: every active session whose lease ran out (its agent
 -- stopped heartbeating: it died) becomes failed, error 'lease expired'; answers their
--- ids, in session order. Part 1 of undolog.recover, which calls it for all of them.
+-- ids, the oldest expired lease first (then in session order). Part 1 of
+-- undolog.recover, which passes its own p_limit (NULL: all of them).
 -- Sessions another transaction holds right now are skipped (SKIP LOCKED, and a session
 -- whose advisory lock an intercept holds): their agent is evidently alive; the next run
 -- sees them. awaiting_approval sessions are left alone: they wait for a human, not for
@@ -13,6 +14,13 @@
 -- session it failed until it is done. After a fleet of agents died, a worker calls it
 -- with a limit below 64, each call its own transaction, until one answers fewer ids than
 -- its limit, then recover() (the Python binding's walk.recover_due does, 50 at a time).
+-- Oldest first: an agent login that begins short-lease sessions faster than they are
+-- failed makes the sweep endless, and a worker then sweeps a bounded number a pass
+-- (walk.recover_due's most); a lease that ran out before the flood is failed within
+-- the passes that sweep what expired before it, not whenever its id comes up. The
+-- partial index undolog_sessions_lease_idx (lease_expires_at, session_id) hands them out
+-- in this order with no sort (on lease_expires_at alone, each call sorted every expired
+-- lease before failing its first).
 -- UL008 a limit below 1.
 CREATE OR REPLACE FUNCTION undolog.fail_expired_sessions(p_limit integer DEFAULT NULL)
 RETURNS SETOF uuid
@@ -46,7 +54,7 @@ BEGIN
         SELECT x.session_id
         FROM undolog.undolog_sessions AS x
         WHERE x.state = 'active' AND x.lease_expires_at <= now()
-        ORDER BY x.session_id
+        ORDER BY x.lease_expires_at, x.session_id
     LOOP
         BEGIN
             SELECT x.owner_role INTO v_owner_role

@@ -296,7 +296,7 @@ def test_the_engines_refusal_is_said_in_its_words(web: TestClient, conn: Conn, d
     conn.execute(
         "GRANT EXECUTE ON FUNCTION undolog.fail_expired_sessions(integer) TO undolog_operator"
     )
-    conn.execute("REVOKE EXECUTE ON FUNCTION undolog.recover() FROM undolog_operator")
+    conn.execute("REVOKE EXECUTE ON FUNCTION undolog.recover(integer) FROM undolog_operator")
     answer = web.post("/maintenance/recover", data={"csrf": csrf_of(web.get("/maintenance").text)})
     assert answer.status_code == 403
     said = html.unescape(answer.text)
