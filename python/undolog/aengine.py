@@ -100,19 +100,24 @@ async def fetch_in_batches(
     batch: int,
     on_progress: _acompat.CountProgress | None,
     caller: str,
+    most: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """The rows of a sweep that runs ``query`` (which takes ``%(limit)s``) again, each
     run in a transaction of its own committed before the next, until one answers fewer
     than ``batch`` rows: a sweep whose every row is a subtransaction that writes stays
     below the backend's cache of them (see :data:`SWEEP_BATCH`), and each run lets its
-    rows' locks go as soon as it is done. ``conn`` in autocommit mode, or in none with no
-    transaction open (each run is then a ``conn.transaction()``); ValueError inside an
-    open transaction, which each run would commit (``caller`` names the function in its
-    message). ``on_progress(rows_so_far)`` is called (awaited, on the async side) after
-    each run but the last; what it raises ends the sweep, the runs before it committed.
+    rows' locks go as soon as it is done. ``most``: stop once this many rows are swept
+    (the last run asks only for what is left), however many more are due; None, no
+    bound. ``conn`` in autocommit mode, or in none with no transaction open (each run is
+    then a ``conn.transaction()``); ValueError inside an open transaction, which each
+    run would commit (``caller`` names the function in its message).
+    ``on_progress(rows_so_far)`` is called (awaited, on the async side) after each run
+    but the last; what it raises ends the sweep, the runs before it committed.
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, not {batch}")
+    if most is not None and most < 1:
+        raise ValueError(f"most must be at least 1, not {most}")
     if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
         raise ValueError(
             f"{caller} commits a transaction per batch: call it outside the "
@@ -120,13 +125,14 @@ async def fetch_in_batches(
         )
     swept: list[tuple[Any, ...]] = []
     while True:
+        limit = batch if most is None else min(batch, most - len(swept))
         if conn.autocommit:
-            rows = await fetch_all(conn, query, {"limit": batch})
+            rows = await fetch_all(conn, query, {"limit": limit})
         else:
             async with conn.transaction():
-                rows = await fetch_all(conn, query, {"limit": batch})
+                rows = await fetch_all(conn, query, {"limit": limit})
         swept += rows
-        if len(rows) < batch:
+        if len(rows) < limit or (most is not None and len(swept) >= most):
             return swept
         if on_progress is not None:
             await on_progress(len(swept))

@@ -60,18 +60,23 @@ async def fail_expired_sessions(
     conn: AsyncConnection,
     *,
     batch: int = SWEEP_BATCH,
+    most: int | None = None,
     on_progress: _acompat.CountProgress | None = None,
 ) -> list[uuid.UUID]:
-    """Fail every active session whose lease expired (its agent died); answers their ids.
+    """Fail every active session whose lease expired (its agent died), the oldest expired
+    first; answers their ids.
 
     In transactions of at most ``batch`` sessions each (undolog.fail_expired_sessions
     with its limit), each committed before the next begins, until one fails fewer than
     ``batch``: after a fleet of agents died, its hundreds of sessions never overflow a
     backend's subtransaction cache (see :data:`SWEEP_BATCH`), and each batch's sessions
-    are let go as soon as it is done. A session another transaction holds is skipped, as
-    by the SQL function. ``conn`` in autocommit mode, or in none with no transaction open
-    (each batch is then a ``conn.transaction()``); ValueError inside an open transaction,
-    which each batch would commit. ``on_progress(failed_so_far)`` is called (awaited, on
+    are let go as soon as it is done. ``most``: stop after failing this many, however
+    many more leases are out (a worker's pass: an agent login that begins short-lease
+    sessions faster than they are failed would make the sweep endless); None, every one.
+    A session another transaction holds is skipped, as by the SQL function. ``conn`` in
+    autocommit mode, or in none with no transaction open (each batch is then a
+    ``conn.transaction()``); ValueError inside an open transaction, which each batch
+    would commit. ``on_progress(failed_so_far)`` is called (awaited, on
     the async side) after each batch but the last; what it raises ends the sweep, the
     batches before it committed. A worker calls it before :func:`recover`, which then
     finds none or few left to fail (undolog.walk.recover_due does both).
@@ -82,16 +87,19 @@ async def fail_expired_sessions(
         batch=batch,
         on_progress=on_progress,
         caller="fail_expired_sessions",
+        most=most,
     )
     return [uuid.UUID(str(row[0])) for row in rows]
 
 
-async def recover(conn: AsyncConnection) -> list[uuid.UUID]:
-    """Fail the sessions whose lease expired; answer every session whose walk must run.
+async def recover(conn: AsyncConnection, limit: int | None = None) -> list[uuid.UUID]:
+    """Fail the sessions whose lease expired (at most ``limit`` of them, the oldest
+    expired first; None, every one); answer every session whose walk must run.
     One round trip, in the caller's transaction: every session it fails is a
     subtransaction of it, so with more than a few dozen expired it is called after
-    :func:`fail_expired_sessions`, as the worker does."""
-    rows = await fetch_all(conn, QUERIES["recover"])
+    :func:`fail_expired_sessions`, as the worker does (with a limit once its sweep
+    stopped at its bound: more leases may be out than it can fail)."""
+    rows = await fetch_all(conn, QUERIES["recover"], {"limit": limit})
     return [uuid.UUID(str(r[0])) for r in rows]
 
 

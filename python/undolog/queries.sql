@@ -214,8 +214,9 @@ WHERE s.session_id = %(session_id)s
 SELECT * FROM undolog.fail_expired_sessions(p_limit => %(limit)s)
 
 -- name: recover
--- Fail the sessions whose lease expired; answers every session whose undo walk must run.
-SELECT * FROM undolog.recover()
+-- Fail the sessions whose lease expired (at most %(limit)s of them, the oldest first; NULL:
+-- every one); answers every session whose undo walk must run.
+SELECT * FROM undolog.recover(p_limit => %(limit)s)
 
 -- name: claim_compensation
 -- A walker's claim on a failed session's next compensation (strictly LIFO); no row when

@@ -75,6 +75,12 @@ MAX_ABANDONED = 4
 # so leaving it to expire would use the attempt all the same, and only delay the retry
 # by undolog.claim_timeout.
 STOP_GRACE = 5.0
+# How many expired leases a worker's pass fails at most (saga.SWEEP_BATCH to a
+# transaction) before it walks what is due; the next pass goes on. An agent login that
+# begins short-lease sessions faster than they are failed (5,500 a second, where the
+# sweep failed 1,700) otherwise kept every pass sweeping, and no walk ran for anyone.
+# Some 0.3 s of sweeping at that rate; the oldest leases are failed first.
+EXPIRED_PER_PASS = 10 * saga.SWEEP_BATCH
 _R = TypeVar("_R")
 
 
@@ -681,31 +687,52 @@ def _stale(claim: saga.Claim, exc: UndoLogError) -> None:
     )
 
 
-def close_past_deadline(conn: engine.Connection) -> list[uuid.UUID]:
+def close_past_deadline(
+    conn: engine.Connection, on_progress: Callable[[int], object] | None = None
+) -> list[uuid.UUID]:
     """Close the approval requests past their deadline (undolog.approval_timeout) as
     expired, so that a worker pass then walks the sessions that sends to their undo:
     nobody else would, and a deadline nobody enforces is none. Answers their ids. A
-    backlog of thousands is closed in transactions of at most approvals.SWEEP_BATCH."""
-    expired = approvals.expire_approvals(conn)
+    backlog of thousands is closed in transactions of at most approvals.SWEEP_BATCH
+    (``on_progress(expired_so_far)`` after each but the last: what it raises ends it)."""
+    expired = approvals.expire_approvals(conn, on_progress=on_progress)
     if expired:
         log.info("closed %d approval request(s) past their deadline", len(expired))
     return expired
 
 
 def recover_due(
-    conn: engine.Connection, on_progress: Callable[[int], object] | None = None
+    conn: engine.Connection,
+    on_progress: Callable[[int], object] | None = None,
+    *,
+    most: int | None = None,
 ) -> list[uuid.UUID]:
-    """What each worker pass does after closing the requests past their deadline: every
-    active session whose lease expired is failed, in transactions of at most
-    saga.SWEEP_BATCH each (saga.fail_expired_sessions; ``on_progress(failed_so_far)``
-    after each but the last), so that the death of a fleet of agents never puts hundreds
-    of subtransactions in one; then recover() answers the sessions whose undo walk must
-    run (failing only those whose lease ran out meanwhile). ``conn`` outside a
-    transaction, as for approvals.expire_approvals."""
-    failed = saga.fail_expired_sessions(conn, on_progress=on_progress)
-    if failed:
+    """What each worker pass does after closing the requests past their deadline: the
+    active sessions whose lease expired are failed, the oldest expired first, in
+    transactions of at most saga.SWEEP_BATCH each (saga.fail_expired_sessions;
+    ``on_progress(failed_so_far)`` after each but the last: what it raises ends the
+    sweep, the batches before it committed), so that the death of a fleet of agents
+    never puts hundreds of subtransactions in one; then recover() answers the sessions
+    whose undo walk must run (failing only those whose lease ran out meanwhile).
+
+    ``most``: the sweep stops after failing this many, and recover() then fails one
+    batch more at most: a pass that must walk whatever the number of expired leases (a
+    worker's: EXPIRED_PER_PASS) leaves the rest to the next one. None (``undolog
+    recover``): every one. ``conn`` outside a transaction, as for
+    approvals.expire_approvals."""
+    failed = saga.fail_expired_sessions(conn, most=most, on_progress=on_progress)
+    if most is not None and len(failed) >= most:
+        log.warning(
+            "failed %d session(s) whose lease expired, this pass's bound: more are out "
+            "(the oldest are failed first); walking what is due, the next pass goes on. "
+            "An agent login that begins short-lease sessions faster than they are failed "
+            "keeps this up: undolog health shows the lag, pg_stat_activity its statements",
+            len(failed),
+        )
+    elif failed:
         log.info("failed %d session(s) whose lease expired", len(failed))
-    return saga.recover(conn)
+    # recover()'s own failures are one transaction: with a bound, one batch at most
+    return saga.recover(conn, limit=None if most is None else saga.SWEEP_BATCH)
 
 
 def work(
@@ -715,10 +742,13 @@ def work(
     wait: float = 0.0,
     loop: asyncio.AbstractEventLoop | None = None,
     owners: Sequence[str] | None = None,
+    expired_per_pass: int | None = EXPIRED_PER_PASS,
 ) -> dict[uuid.UUID, str]:
-    """One pass of the worker: the requests past their deadline closed, recover(), then
-    every session it names walked (only those begun by ``owners`` when given, as
-    ``undolog worker --owner``; see Worker). Answers each session's state after its walk.
+    """One pass of the worker: the requests past their deadline closed, at most
+    ``expired_per_pass`` expired leases failed, the oldest first (None: every one; see
+    recover_due), recover(), then every session it names walked (only those begun by
+    ``owners`` when given, as ``undolog worker --owner``; see Worker). Answers each
+    session's state after its walk.
 
     Each session is walked on its own, as the worker walks them: a session whose walk
     raises (a row of it that cannot be loaded, a statement refused) is logged and the
@@ -726,7 +756,7 @@ def work(
     naming every session whose walk raised. A lost connection, an interrupt or
     ``sys.exit()`` raises at once: nothing more can be walked."""
     close_past_deadline(conn)
-    due = recover_due(conn)
+    due = recover_due(conn, most=expired_per_pass)
     if owners is not None and due:
         due = _owned_by(conn, due, owners)
     states: dict[uuid.UUID, str] = {}
@@ -754,6 +784,11 @@ def work(
         )
         raise first
     return states
+
+
+class _SweepStopped(Exception):
+    """Raised between two batches of a worker's sweep once it is asked to stop: the
+    batches before it committed, and the pass ends there."""
 
 
 class WorkerConfigError(UndoLogError):
@@ -792,6 +827,11 @@ class Worker:
     compensations it gave up on are still running: only ending the process ends them, so
     run it under a supervisor that restarts it.
 
+    Each pass fails at most ``expired_per_pass`` expired leases, the oldest first, then
+    walks what is due, and the next pass goes on (None: every one before any walk): an
+    agent login that begins short-lease sessions faster than they are failed cannot
+    keep the worker from walking. A stop is honoured between two batches of a sweep.
+
     ``connect`` answers a new connection (after a loss, another one); the worker puts it
     in autocommit mode, since each statement of a pass is a transaction of its own.
     """
@@ -813,7 +853,11 @@ class Worker:
         on_notified: Callable[[notifications.Outcome], None] | None = None,
         compensation_timeout: float | None = None,
         max_abandoned: int = MAX_ABANDONED,
+        expired_per_pass: int | None = EXPIRED_PER_PASS,
     ) -> None:
+        if expired_per_pass is not None and expired_per_pass < 1:
+            raise ValueError(f"expired_per_pass must be 1 or more, not {expired_per_pass}")
+        self.expired_per_pass = expired_per_pass
         self.connect = connect
         # one compensation that never returns must not hold every other session's walk
         self.deadline = CompensationDeadline(compensation_timeout, max_abandoned)
@@ -926,7 +970,8 @@ class Worker:
         self._listening = True
 
     def run_pass(self, *, retry_connect: bool = True) -> bool:
-        """One pass: recover(), then walk each session it names. Answers False when the
+        """One pass: at most ``expired_per_pass`` expired leases failed, recover(), then
+        walk each session it names. Answers False when the
         database could not be reached (after backing off, unless not ``retry_connect``)
         or was lost during the pass, True otherwise."""
         conn = self._connection(retry_connect)
@@ -953,16 +998,26 @@ class Worker:
                     self.on_notified(outcome)
         return True
 
+    def _stop_sweep(self, _so_far: int) -> None:
+        """A sweep's progress hook: between two batches, a stop request ends it."""
+        if self._stop.is_set():
+            raise _SweepStopped
+
     def _walk_pass(self, conn: engine.Connection) -> bool:
         try:
-            close_past_deadline(conn)
+            close_past_deadline(conn, on_progress=self._stop_sweep)
+        except _SweepStopped:
+            return True
         except Exception as exc:  # its own fault: recover() and the walks still run
             if not self._fault(exc, "expire_approvals()"):
                 return False
         try:
-            due = recover_due(conn)
+            due = recover_due(conn, on_progress=self._stop_sweep, most=self.expired_per_pass)
             if self.owners is not None and due:
                 due = _owned_by(conn, due, self.owners)
+        except _SweepStopped:
+            log.info("stopped between two batches of the expired leases' sweep")
+            return True
         except Exception as exc:
             return self._fault(exc, "recover()")
         for sid in due:
