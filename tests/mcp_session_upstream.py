@@ -5,6 +5,11 @@ session keeps them apart), a tool slower than the proxy's call timeout, and a pa
 Its writes are read-modify-write with an await in between, as a server that rewrites a
 whole file per call (the reference memory server) does: two concurrent writes into one
 process lose one. Every execution lands in UPSTREAM_LEDGER with the process id.
+
+slow_make answers after its ``seconds``, or sooner once the test releases it (a file
+``release-<key>`` beside the ledger, written by test_mcp_proxy.release_slow_make): a test
+that needs the answer to come after some step of its own waits for that step, not for a
+delay long enough on the slowest machine.
 """
 
 from __future__ import annotations
@@ -53,12 +58,21 @@ async def read_all() -> dict[str, Any]:
     return {"store": STORE, "pid": os.getpid()}
 
 
+RELEASE_POLL = 0.05  # seconds between looks for a slow_make's release file
+
+
 @server.tool()
 async def slow_make(key: str, seconds: float) -> dict[str, Any]:
-    """Act at once, then answer after a delay (longer than the proxy waits)."""
+    """Act at once, then answer after a delay (longer than the proxy waits), or once
+    released."""
     _record("slow_make", key=key)
-    await asyncio.sleep(seconds)
-    return {"id": key}
+    released = Path(os.environ["UPSTREAM_LEDGER"]).with_name(f"release-{key}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        await asyncio.sleep(max(min(RELEASE_POLL, deadline - loop.time()), 0))
+        if released.exists() or loop.time() >= deadline:
+            return {"id": key}
 
 
 @server.tool()

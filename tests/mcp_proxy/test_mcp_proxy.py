@@ -72,6 +72,12 @@ def names(ledger: Path) -> list[str]:
     return [entry["op"] for entry in ops(ledger)]
 
 
+def release_slow_make(ledger: Path, key: str) -> None:
+    """Let tests/mcp_session_upstream.py's slow_make of that key answer now (its file
+    ``release-<key>`` beside the ledger), instead of after its seconds."""
+    ledger.with_name(f"release-{key}").write_text("")
+
+
 def text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 

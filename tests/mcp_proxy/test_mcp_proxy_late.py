@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_mcp_proxy import ledger, names, ops, run_worker, sessions, wait_for
+from test_mcp_proxy import ledger, names, ops, release_slow_make, run_worker, sessions, wait_for
 from test_mcp_proxy_faults import SESSION, answers, kill, ok, result, said
 from test_mcp_proxy_hostile import Line
 from test_mcp_proxy_sessions import effects
@@ -71,18 +71,22 @@ def late_events(conn: psycopg.Connection[Any]) -> list[tuple[str, Any]]:
 
 
 def walked_before_its_answer(
-    line: Line, conn: psycopg.Connection[Any], dsn: str, config: Path, ledger: Path, seconds: float
+    line: Line, conn: psycopg.Connection[Any], dsn: str, config: Path, ledger: Path
 ) -> uuid.UUID:
     """A slow call of unknown outcome, its session rolled back and the call claimed by
     `undolog worker` (one pass) while its answer is still awaited: it stays compensating,
-    its compensation not built (no result yet, so no result.id). Answers the session."""
+    its compensation not built (no result yet, so no result.id). Then the upstream
+    answers (released: the rollback and the worker's pass, a process of its own, come
+    first however loaded the machine; 15 s is only the bound, within the 2 s call
+    timeout and the 20 s late_answer_seconds). Answers the session."""
     line.start(list_tools=True)
-    slow(line, 1, "s", seconds)
+    slow(line, 1, "s", 15)
     assert "outcome is unknown for now" in said(line.answer(1))
     ((sid, _),) = sessions(conn)
     assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
     run_worker(dsn, config, ledger)
     assert effects(conn) == [(SLOW, 0, "compensating")]
+    release_slow_make(ledger, "s")
     return sid
 
 
@@ -95,14 +99,15 @@ def test_a_late_answer_is_committed_and_the_same_call_replays_it(
     line = Line(late_policy(tmp_path), dsn, ledger)
     try:
         line.start(list_tools=True)
-        slow(line, 1, "s", 5)
+        slow(line, 1, "s", 15)  # answers once released (15 s: the bound)
         first = result(line.answer(1))
         assert first.get("isError") and "waits up to 20 s" in text(first), first
         handle = first["_meta"][SESSION]
-        slow(line, 2, "s", 5, **{SESSION: handle})  # while awaited: that call, not run
+        slow(line, 2, "s", 15, **{SESSION: handle})  # while awaited: that call, not run
         assert "outcome is unknown for now" in said(line.answer(2))
+        release_slow_make(ledger, "s")
         wait_for(lambda: effects(conn) == [(SLOW, 0, "committed")])
-        slow(line, 3, "s", 5, **{SESSION: handle})
+        slow(line, 3, "s", 15, **{SESSION: handle})
         assert ok(line.answer(3))["structuredContent"] == {"id": "s"}
     finally:
         assert line.leave() == 0
@@ -181,12 +186,13 @@ def test_a_session_rolled_back_while_an_answer_is_awaited_is_undone_with_its_res
     line = Line(late_policy(tmp_path), dsn, ledger)
     try:
         line.start(list_tools=True)
-        slow(line, 1, "s", 5)
+        slow(line, 1, "s", 15)  # answers once released (15 s: the bound)
         handle = result(line.answer(1))["_meta"][SESSION]
         ((sid, _),) = sessions(conn)
         assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
         line.call(2, "put", {"key": "a", "value": "1"}, **{SESSION: handle})
         assert "was stopped and its work is being undone" in said(line.answer(2))
+        release_slow_make(ledger, "s")  # while the walk waits for it
         wait_for(lambda: "unmake" in names(ledger), timeout=30)
     finally:
         assert line.leave() == 0
@@ -207,7 +213,7 @@ def test_an_answer_after_the_walk_took_the_call_is_kept_as_late(
     line = Line(late_policy(tmp_path), dsn, ledger)
     config = tmp_path / "late.toml"
     try:
-        sid = walked_before_its_answer(line, conn, dsn, config, ledger, 15)
+        sid = walked_before_its_answer(line, conn, dsn, config, ledger)
         wait_for(lambda: late_events(conn), timeout=30)
     finally:
         assert line.leave() == 0

@@ -29,6 +29,7 @@ from test_mcp_proxy import (
     ledger,
     names,
     ops,
+    release_slow_make,
     run,
     sessions,
     text,
@@ -320,13 +321,15 @@ def test_an_undo_whose_client_gave_up_during_the_late_wait_still_walks(
 
     async def body() -> None:
         async with client(config, dsn, ledger, mode="legacy") as mcp:
-            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 12})
+            # answers once released (25 s: the bound, within late_answer_seconds)
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 25})
             assert "outcome is unknown for now" in text(first), text(first)
             with pytest.raises(Exception):  # noqa: B017 (the SDK's timeout error)
                 await mcp.call_tool(
                     "undolog__undo_last", {"count": 1, "reason": "oops"}, read_timeout_seconds=3
                 )
-            # the answer comes ~7 s later; then the walk (a worker thread)
+            release_slow_make(ledger, "s")  # the answer comes after the client gave up
+            # then the walk (a worker thread)
             await asyncio.to_thread(
                 wait_for, lambda: effects(conn) == [(SLOW, 0, "compensated")], 40
             )
@@ -351,10 +354,13 @@ def test_an_undo_waiting_for_a_late_answer_reports_progress(
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         heard.append((progress, total, message))
+        if message and "late answer" in message:
+            release_slow_make(ledger, "s")  # the undo was heard waiting: it may answer now
 
     async def body() -> None:
         async with client(config, dsn, ledger, mode="legacy") as mcp:
-            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 10})
+            # answers once released (25 s: the bound, within late_answer_seconds)
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 25})
             assert "outcome is unknown for now" in text(first), text(first)
             undone = await mcp.call_tool(
                 "undolog__undo_last",

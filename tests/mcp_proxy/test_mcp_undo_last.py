@@ -22,6 +22,7 @@ from test_mcp_proxy import (
     ledger,
     ops,
     pending_approval,
+    release_slow_make,
     run,
     sessions,
     stdio_client,
@@ -97,7 +98,7 @@ def test_an_undo_answers_before_the_client_gives_up_and_is_not_made_twice(
         for i, key in enumerate(("a", "b"), 1):
             line.call(i, "put", {"key": key, "value": "1"})
             assert line.answer(i) is not None
-        line.call(3, "slow_make", {"key": "s", "seconds": 10})
+        line.call(3, "slow_make", {"key": "s", "seconds": 15})  # answers once released
         slow = line.answer(3)  # unknown after 2 s, its answer awaited 20 s more
         assert slow is not None and "outcome is unknown" in str(slow), slow
         started = time.monotonic()
@@ -114,6 +115,7 @@ def test_an_undo_answers_before_the_client_gives_up_and_is_not_made_twice(
         said = again["result"]["content"][0]["text"]
         assert "nothing more was undone: an undo of this session is already running" in said
         assert "only an active session" not in said
+        release_slow_make(ledger, "s")
         # the walk goes on after the answers: the slow call undone, and only it
         wait_for(lambda: [e["op"] for e in ops(ledger)][-1:] == ["unmake"], timeout=60)
         wait_for(lambda: sessions(conn)[0][1] == "active")
