@@ -166,7 +166,8 @@ def test_a_compensation_whose_upstream_is_down_is_kept_for_the_worker(
     down = tmp_path / "down"
     config = tmp_path / "policy.toml"
     config.write_text(
-        "[proxy]\ncall_timeout_seconds = 8\n[upstreams.kv]\n"
+        # the proxy's walk gives up on the compensations' retries after 1 s (10 by default)
+        "[proxy]\ncall_timeout_seconds = 8\nwalk_wait_seconds = 1\n[upstreams.kv]\n"
         f'command = ["sh", "-c", "if [ -e {down} ]; then echo down >&2; exit 3; fi; '
         'exec python tests/mcp_session_upstream.py"]\n'
         'hide = ["forget", "unmake"]\n'

@@ -295,6 +295,7 @@ def test_a_result_the_journal_cannot_record(
             "max_safe_calls_per_client = 0",
             "proxy.max_safe_calls_per_client: expected a whole number from 1 to 10000",
         ),
+        ("walk_wait_seconds = 0", "proxy.walk_wait_seconds: expected a number of seconds"),
     ],
 )
 def test_the_policy_refuses_bad_proxy_keys(tmp_path: Path, line: str, message: str) -> None:
@@ -308,11 +309,15 @@ def test_the_policy_reads_the_proxy_keys(tmp_path: Path) -> None:
     policy = derived_policy(tmp_path, hold_seconds=3)
     assert load_policy(policy).durable_results is False
     assert load_policy(policy).metrics_listen is None
+    assert load_policy(policy).walk_wait_seconds == 10
     policy.write_text(
         policy.read_text().replace(
-            "[proxy]\n", '[proxy]\ndurable_results = true\nmetrics_listen = "[::1]:0"\n', 1
+            "[proxy]\n",
+            '[proxy]\ndurable_results = true\nmetrics_listen = "[::1]:0"\nwalk_wait_seconds = 1\n',
+            1,
         )
     )
     loaded = load_policy(policy)
     assert loaded.durable_results is True and loaded.metrics_listen == "[::1]:0"
+    assert loaded.walk_wait_seconds == 1
     assert loaded.max_safe_calls_per_client == 64  # the default

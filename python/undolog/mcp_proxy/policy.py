@@ -169,6 +169,9 @@ class Policy:
     # how many such calls the proxy awaits at once (past that, one is not awaited)
     late_answer_seconds: float = 30.0
     max_late_answers: int = 64
+    # how long the proxy's undo walk waits for compensations whose retry is not due yet
+    # (the backoff after a failed attempt) before it leaves them to `undolog worker`
+    walk_wait_seconds: float = 10.0
     # HOST:PORT of the proxy's own GET /metrics (None: not served)
     metrics_listen: str | None = None
 
@@ -432,6 +435,7 @@ def load_policy(path: str | Path) -> Policy:
                 "durable_results",
                 "late_answer_seconds",
                 "max_late_answers",
+                "walk_wait_seconds",
                 "metrics_listen",
             },
         )
@@ -542,6 +546,9 @@ def load_policy(path: str | Path) -> Policy:
             late_answer_seconds=float(late),
             max_late_answers=_count(
                 proxy.get("max_late_answers", 64), "proxy.max_late_answers", 10000
+            ),
+            walk_wait_seconds=_number(
+                proxy.get("walk_wait_seconds", 10.0), "proxy.walk_wait_seconds", 0, 3600
             ),
             metrics_listen=listen,
         )

@@ -1366,10 +1366,12 @@ class McpProxy:
     async def _walk(
         self, session_id: uuid.UUID, compensations: dict[str, Callable[..., Any]]
     ) -> None:
+        wait = self.policy.walk_wait_seconds
+
         def in_thread() -> str | None:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 try:
-                    return walk.run_walk(conn, session_id, compensations, wait=10.0)
+                    return walk.run_walk(conn, session_id, compensations, wait=wait)
                 except PermissionDenied:
                     log.warning(
                         "session %s: this login may not run undo walks; "
