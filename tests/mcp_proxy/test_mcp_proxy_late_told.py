@@ -125,6 +125,14 @@ def late_counts(seen: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in seen.items() if k.startswith("undolog_proxy_late_answers_")}
 
 
+async def counted(port: int, sample: str, timeout: float = 20) -> None:
+    """Until the proxy's GET /metrics counts that sample at least once."""
+    deadline = time.monotonic() + timeout
+    while (await ascrape(port)).get(sample, 0) < 1:
+        assert time.monotonic() < deadline, f"{sample} not counted within {timeout:g} s"
+        await asyncio.sleep(0.1)
+
+
 def test_late_answers_are_counted(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
@@ -164,11 +172,11 @@ def test_late_answers_are_counted(
             # c: awaited, its error result recorded (failed)
             c = await mcp.call_tool("slow_fail", {"key": "c", "seconds": 2.5})
             assert "waits up to 3 s" in text(c), text(c)
-            await asyncio.sleep(1.5)
+            await counted(port, 'undolog_proxy_late_answers_recorded_total{outcome="failed"}')
             # d: awaited, no answer in time (expired)
             d = await mcp.call_tool("slow_make", {"key": "d", "seconds": 20})
             assert "waits up to 3 s" in text(d), text(d)
-            await asyncio.sleep(4)
+            await counted(port, 'undolog_proxy_late_answers_given_up_total{reason="expired"}')
             seen = late_counts(await ascrape(port))
             assert seen == {
                 "undolog_proxy_late_answers_total": 0,
@@ -209,6 +217,7 @@ def test_the_client_is_told_of_a_late_result(
             assert first.is_error and "outcome is unknown for now" in text(first), text(first)
             handle = (first.meta or {})[SESSION]
             assert told == []
+            release_slow_make(ledger, "s")  # answered now, not after its 4 s
             for _ in range(200):
                 if told:
                     break
@@ -252,6 +261,7 @@ def test_a_late_result_whose_client_has_gone_is_recorded_all_the_same(
         async with proxy.client() as mcp:
             first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 4})
             assert first.is_error and "outcome is unknown for now" in text(first), text(first)
+        release_slow_make(ledger, "s")  # answered now, its client gone
 
     async def next_client() -> None:
         async with proxy.client() as mcp:
@@ -287,6 +297,7 @@ def test_a_client_that_set_a_higher_log_level_is_not_told(
             await mcp.set_logging_level("warning")
             first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 3})
             assert "outcome is unknown for now" in text(first), text(first)
+            release_slow_make(ledger, "s")  # answered now, not after its 3 s
             await asyncio.to_thread(wait_for, lambda: effects(conn) == [(SLOW, 0, "committed")])
             await asyncio.sleep(1)
             again = await mcp.call_tool("slow_make", {"key": "s", "seconds": 3})
