@@ -44,6 +44,14 @@ from undolog.mcp_proxy.metrics import LATE_GIVEN_UP, LATE_RECORDED
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 
 
+async def released_once_compensating(conn: psycopg.Connection[Any], ledger: Path, key: str) -> None:
+    """Let slow_make of that key answer once its session is compensating: the undo has
+    begun, and its walk waits for the answer (a walk takes no call before the session's
+    late answers are over)."""
+    await asyncio.to_thread(wait_for, lambda: [s for _, s in sessions(conn)] == ["compensating"])
+    release_slow_make(ledger, key)
+
+
 def test_undo_last_waits_for_the_late_answer_of_the_call_it_undoes(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:
@@ -58,11 +66,14 @@ def test_undo_last_waits_for_the_late_answer_of_the_call_it_undoes(
 
     async def body() -> None:
         async with client(config, dsn, ledger, mode="legacy") as mcp:
-            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 5})
+            # answers once released (15 s: the bound, within late_answer_seconds)
+            first = await mcp.call_tool("slow_make", {"key": "s", "seconds": 15})
             assert first.is_error and "outcome is unknown for now" in text(first), text(first)
+            releasing = asyncio.create_task(released_once_compensating(conn, ledger, "s"))
             began = time.monotonic()
             undone = await mcp.call_tool("undolog__undo_last", {"count": 1, "reason": "oops"})
             took = time.monotonic() - began
+            await releasing
             assert not undone.is_error, text(undone)
             assert "undid the last 1 call(s); the session goes on" in text(undone), text(undone)
             assert took < 20, f"the undo took {took:.1f} s"
@@ -404,11 +415,14 @@ def test_a_late_result_during_a_partial_undo_is_not_said_undone(
 
     async def body() -> None:
         async with params as mcp:
-            first = await mcp.call_tool("slow_make", {"key": "a", "seconds": 7})
+            # answers once released (15 s: the bound, within late_answer_seconds)
+            first = await mcp.call_tool("slow_make", {"key": "a", "seconds": 15})
             assert "outcome is unknown for now" in text(first), text(first)
             put = await mcp.call_tool("put", {"key": "b", "value": "1"})
             assert not put.is_error, text(put)
+            releasing = asyncio.create_task(released_once_compensating(conn, ledger, "a"))
             undone = await mcp.call_tool("undolog__undo_last", {"count": 1, "reason": "b"})
+            await releasing
             assert "undid the last 1 call(s)" in text(undone), text(undone)
             for _ in range(100):
                 if told:
