@@ -218,6 +218,15 @@ class SessionBusy(UndoLogError):
     http_status = HTTP_CONFLICT
 
 
+class TooManyLiveSessions(UndoLogError):
+    """A new session would be one more than its login may have unfinished at once
+    (``undolog.max_live_sessions``, 100,000 unless an operator set it): it was not begun;
+    complete or fail some, let the worker undo the failed ones, then begin again."""
+
+    sqlstate = "UL031"
+    http_status = HTTP_TOO_MANY
+
+
 class PermissionDenied(UndoLogError):
     """The database role may not call this function or touch this table (42501)."""
 
@@ -440,6 +449,7 @@ BY_SQLSTATE: dict[str, type[UndoLogError]] = {
         ExportInvalid,
         TooManyPendingApprovals,
         SessionBusy,
+        TooManyLiveSessions,
         PermissionDenied,
     )
     if cls.sqlstate is not None

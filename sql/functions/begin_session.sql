@@ -3,6 +3,9 @@
 -- state is answered unchanged (its committed calls still replay; new calls are refused).
 -- Another login's session is refused (42501), unless the caller is an approver/operator,
 -- who is answered it unchanged, and holds nothing of it.
+-- A new session is refused (UL031) when the caller's login already has
+-- undolog.max_live_sessions() unfinished sessions; an existing one is answered as before,
+-- at the bound too (a heartbeat or a resumed agent must not fail for its own sessions).
 CREATE OR REPLACE FUNCTION undolog.begin_session(
     p_session_id uuid DEFAULT NULL,
     p_agent text DEFAULT NULL,
@@ -17,6 +20,8 @@ AS $$
 DECLARE
     v_session_id uuid := coalesce(p_session_id, gen_random_uuid());
     v_owner_role text;
+    v_max_live integer;
+    v_live integer;
 BEGIN
     IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING
@@ -40,6 +45,38 @@ BEGIN
             HINT = 'Pass metadata as a JSON object, e.g. ''{"task": "refund"}'', or leave it out.';
     END IF;
     PERFORM undolog.check_payload('metadata', p_metadata);
+
+    -- The bound on a login's unfinished sessions, checked before anything is written so
+    -- that a refusal leaves no row behind. Counting stops at the bound, through
+    -- undolog_sessions_owner_live_idx (whose predicate this repeats): at most that many
+    -- index entries, a few for a login with a few live sessions. Not exact under
+    -- concurrency: begins of one login at the same moment each count without the others'
+    -- rows, and may pass the bound by as many as run at once. Exact would mean one lock
+    -- every begin of a login waits for, and a flood is bounded all the same.
+    IF p_session_id IS NULL OR NOT EXISTS (
+        SELECT FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id
+    ) THEN
+        v_max_live := undolog.max_live_sessions();
+        SELECT pg_catalog.count(*) INTO v_live
+        FROM (SELECT
+              FROM undolog.undolog_sessions AS s
+              WHERE s.owner_role = session_user
+                AND s.state NOT IN ('completed', 'compensated') AND s.resolved_at IS NULL
+              LIMIT v_max_live) AS l;
+        IF v_live >= v_max_live THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'UL031',
+                MESSAGE = pg_catalog.format('%s already has %s unfinished sessions',
+                                            session_user, v_live),
+                DETAIL = pg_catalog.format('A login may have at most %s sessions unfinished '
+                                           'at once (undolog.max_live_sessions); this session '
+                                           'was not begun.', v_max_live),
+                HINT = 'Complete or fail some of its sessions and let the worker undo the '
+                       'failed ones (undolog health shows its lag), then begin again; an '
+                       'operator may raise the bound: ALTER DATABASE <db> SET '
+                       'undolog.max_live_sessions = <n>.';
+        END IF;
+    END IF;
 
     -- An existing session is renewed by an UPDATE of the caller's own active session
     -- alone, not by ON CONFLICT DO UPDATE: that locks the row it conflicts with even when
