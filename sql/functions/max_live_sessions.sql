@@ -1,6 +1,11 @@
 -- undolog.max_live_sessions: how many unfinished sessions one login may have at once,
 -- from the database's setting undolog.max_live_sessions
 -- (ALTER DATABASE d SET undolog.max_live_sessions = 200000); 100,000 when unset.
+-- Unfinished: active, failed and compensating (the worker's still to do), awaiting
+-- approval (a person's), and halted until an operator resolves it (abandon_session): a
+-- halted session waits for a person too, and keeps its months from retention as the
+-- others do (undolog.unfinished_sessions); a login whose compensations halt must not go
+-- on opening sessions no one looks at. Completed and compensated sessions do not count.
 -- Every session whose lease runs out is failed by the worker's sweep before any walk,
 -- for every login: without a bound, one agent login beginning 1-second-lease sessions
 -- faster than the sweep fails them (5,500 a second against 1,700) kept every worker's
