@@ -13,6 +13,11 @@ ALTER DATABASE :"DBNAME" SET undolog.approval_timeout = '4 hours';
 ALTER DATABASE :"DBNAME" SET undolog.max_pending_approvals = 500;
 -- --8<-- [end:max_pending_approvals]
 
+-- --8<-- [start:max_live_sessions]
+-- one login may have 200,000 sessions unfinished at once (default 100,000)
+ALTER DATABASE :"DBNAME" SET undolog.max_live_sessions = 200000;
+-- --8<-- [end:max_live_sessions]
+
 -- --8<-- [start:walk]
 -- a compensation is tried 8 times before its session halts (default 5) ...
 ALTER DATABASE :"DBNAME" SET undolog.default_max_attempts = 8;

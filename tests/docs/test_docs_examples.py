@@ -370,6 +370,7 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
     expected = {
         "undolog.approval_timeout": "4 hours",
         "undolog.max_pending_approvals": "500",
+        "undolog.max_live_sessions": "200000",
         "undolog.default_max_attempts": "8",
         "undolog.retry_base": "2 seconds",
         "undolog.retry_cap": "10 minutes",
@@ -386,8 +387,11 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
         (timeout,) = conn.execute("SELECT undolog.approval_timeout()").fetchone() or (None,)
         # ... and a login's sessions may have 500 requests pending at once
         (bound,) = conn.execute("SELECT undolog.max_pending_approvals()").fetchone() or (None,)
+        # ... and one login may have 200,000 sessions unfinished
+        (live,) = conn.execute("SELECT undolog.max_live_sessions()").fetchone() or (None,)
     assert timeout == timedelta(hours=4)
     assert bound == 500
+    assert live == 200_000
 
 
 def test_session_in_sql(dsn: str, workdir: Path) -> None:
