@@ -15,15 +15,20 @@
 -- own SET must not lift its bound. A value that is not an integer from 1 to 10,000,000
 -- raises UL008 rather than being ignored (undolog.integer_setting_value): begin_session
 -- then writes nothing.
+-- PL/pgSQL, not SQL, as undolog.database_setting: every begin_session calls it, and a
+-- SQL function with a SET clause is never inlined and is planned again in every
+-- transaction (docs/performance-log.md, 2026-12-06).
 CREATE OR REPLACE FUNCTION undolog.max_live_sessions()
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = undolog, pg_temp
 AS $$
-    SELECT undolog.integer_setting_value(
+BEGIN
+    RETURN undolog.integer_setting_value(
         'undolog.max_live_sessions',
-        undolog.database_setting('undolog.max_live_sessions'), 100000, 1, 10000000)
+        undolog.database_setting('undolog.max_live_sessions'), 100000, 1, 10000000);
+END
 $$;
 
 REVOKE ALL ON FUNCTION undolog.max_live_sessions() FROM public;
