@@ -8,15 +8,19 @@
 -- being ignored (undolog.interval_setting_value): a typo must not silently mean "no
 -- deadline". The error reaches intercept, which then writes nothing, so the call stays
 -- unexecuted (the safe side) until the setting is fixed.
+-- PL/pgSQL, not SQL, as undolog.database_setting: a SQL function with a SET clause is
+-- never inlined and is planned again in every transaction that calls it.
 CREATE OR REPLACE FUNCTION undolog.approval_timeout()
 RETURNS interval
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = undolog, pg_temp
 AS $$
-    SELECT undolog.interval_setting_value(
+BEGIN
+    RETURN undolog.interval_setting_value(
         'undolog.approval_timeout', undolog.database_setting('undolog.approval_timeout'),
-        NULL, interval '10 years')
+        NULL, interval '10 years');
+END
 $$;
 
 REVOKE ALL ON FUNCTION undolog.approval_timeout() FROM public;

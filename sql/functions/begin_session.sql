@@ -49,9 +49,10 @@ BEGIN
     -- The bound on a login's unfinished sessions, checked before anything is written so
     -- that a refusal leaves no row behind. Counting stops at the bound, through
     -- undolog_sessions_owner_live_idx (whose predicate this repeats): at most that many
-    -- index entries, a few for a login with a few live sessions. Not exact under
-    -- concurrency: begins of one login at the same moment each count without the others'
-    -- rows, and may pass the bound by as many as run at once. Exact would mean one lock
+    -- index entries, a few for a login with a few live sessions. Per transaction, not
+    -- exact across them: a count sees the committed sessions and its own transaction's,
+    -- so K transactions of one login open at once may each begin up to the bound (K
+    -- times it in all; a role's CONNECTION LIMIT bounds K). Exact would mean one lock
     -- every begin of a login waits for, and a flood is bounded all the same.
     IF p_session_id IS NULL OR NOT EXISTS (
         SELECT FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id

@@ -7,15 +7,19 @@
 -- runs inside the agent's intercept, and its own SET must not lift its bound.
 -- A value that is not an integer from 1 to 1,000,000 raises UL008 rather than being
 -- ignored (undolog.integer_setting_value): intercept then writes nothing.
+-- PL/pgSQL, not SQL, as undolog.database_setting: a SQL function with a SET clause is
+-- never inlined and is planned again in every transaction that calls it.
 CREATE OR REPLACE FUNCTION undolog.max_pending_approvals()
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET search_path = undolog, pg_temp
 AS $$
-    SELECT undolog.integer_setting_value(
+BEGIN
+    RETURN undolog.integer_setting_value(
         'undolog.max_pending_approvals',
-        undolog.database_setting('undolog.max_pending_approvals'), 100, 1, 1000000)
+        undolog.database_setting('undolog.max_pending_approvals'), 100, 1, 1000000);
+END
 $$;
 
 REVOKE ALL ON FUNCTION undolog.max_pending_approvals() FROM public;

@@ -10,6 +10,10 @@ DROP FUNCTION IF EXISTS undolog.recover();
 -- (lease_expires_at, session_id) order, a range of this index with no sort; on the index
 -- of lease_expires_at alone every call sorted every expired lease (EXPLAIN: Sort over
 -- the index scan) before failing its first, the whole flood each batch of 50.
-DROP INDEX undolog.undolog_sessions_lease_idx;
-CREATE INDEX undolog_sessions_lease_idx
+-- Built under another name first: the build holds the table's SHARE lock (writes wait,
+-- reads go on); only then is the old index dropped, whose ACCESS EXCLUSIVE lock (reads
+-- wait too) is then held for the rest of migrate alone, not for the build.
+CREATE INDEX undolog_sessions_lease_next_idx
 ON undolog.undolog_sessions (lease_expires_at, session_id) WHERE state = 'active';
+DROP INDEX undolog.undolog_sessions_lease_idx;
+ALTER INDEX undolog.undolog_sessions_lease_next_idx RENAME TO undolog_sessions_lease_idx;

@@ -28,6 +28,9 @@ from undolog.mcp_proxy.policy import PolicyError, load_policy
 __all__ = ["ledger"]  # a fixture, used by name
 
 SLOW = "kv/slow_make"
+# How long a test keeps a slow answer back once the walk that must wait for it has begun:
+# a walk that did not wait would take the call within milliseconds, and the test see it.
+WALK_MARGIN = 2.0
 
 
 def late_policy(
@@ -192,7 +195,10 @@ def test_a_session_rolled_back_while_an_answer_is_awaited_is_undone_with_its_res
         assert saga.rollback_session(conn, sid, "alice", "undo it") == "failed"
         line.call(2, "put", {"key": "a", "value": "1"}, **{SESSION: handle})
         assert "was stopped and its work is being undone" in said(line.answer(2))
-        release_slow_make(ledger, "s")  # while the walk waits for it
+        # while the walk waits for it; a walk that did not wait would have taken the call
+        # within milliseconds of the rollback, so the test would see it
+        time.sleep(WALK_MARGIN)
+        release_slow_make(ledger, "s")
         wait_for(lambda: "unmake" in names(ledger), timeout=30)
     finally:
         assert line.leave() == 0

@@ -35,7 +35,7 @@ from test_mcp_proxy import (
     text,
     wait_for,
 )
-from test_mcp_proxy_late import SLOW, late_events, late_policy
+from test_mcp_proxy_late import SLOW, WALK_MARGIN, late_events, late_policy
 from test_mcp_proxy_metrics import ascrape, client
 from test_mcp_proxy_sessions import effects
 
@@ -47,8 +47,10 @@ __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 async def released_once_compensating(conn: psycopg.Connection[Any], ledger: Path, key: str) -> None:
     """Let slow_make of that key answer once its session is compensating: the undo has
     begun, and its walk waits for the answer (a walk takes no call before the session's
-    late answers are over)."""
+    late answers are over). Released WALK_MARGIN after that: a walk that did not wait
+    would take the call within milliseconds of it, so the test would see it."""
     await asyncio.to_thread(wait_for, lambda: [s for _, s in sessions(conn)] == ["compensating"])
+    await asyncio.sleep(WALK_MARGIN)
     release_slow_make(ledger, key)
 
 
