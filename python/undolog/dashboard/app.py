@@ -52,7 +52,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from undolog import _version, aapprovals, asaga, chain, engine_check, errors, links, partitions
+from undolog import (
+    _version,
+    aapprovals,
+    asaga,
+    chain,
+    engine_check,
+    errors,
+    links,
+    partitions,
+    walk,
+)
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
@@ -1953,6 +1963,8 @@ class Dashboard:
             versions=versions,
             partitions_limit=queries.PARTITIONS_LIMIT,
             anchors_limit=queries.ANCHORS_LIMIT,
+            expired_per_pass=walk.EXPIRED_PER_PASS,
+            sweep_batch=asaga.SWEEP_BATCH,
         )
 
     def _operator_only(self, request: Request, ws: WebSession, target: str, what: str) -> Response:
