@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 
 from undolog import engine
+from undolog.walk import Worker
 
 Conn = psycopg.Connection[Any]
 
@@ -137,3 +139,18 @@ def start_worker(app_dir: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.kill()
+
+
+def run_in_thread(worker: Worker) -> tuple[threading.Thread, list[BaseException]]:
+    """worker.run() in a daemon thread; what it raised, if anything, in the list."""
+    raised: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, raised

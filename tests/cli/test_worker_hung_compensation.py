@@ -33,7 +33,14 @@ from undolog.walk import (
     WorkerStuck,
     run_walk,
 )
-from worker_support import Conn, WorkerProcess, failed_session, state_of, wait_until
+from worker_support import (
+    Conn,
+    WorkerProcess,
+    failed_session,
+    run_in_thread,
+    state_of,
+    wait_until,
+)
 
 # A claim of 2 s: the worker gives a compensation some 1.8 s; retries are due 100 ms later.
 FAST_CLAIMS = "-c undolog.claim_timeout=2s -c undolog.retry_base=100ms"
@@ -132,21 +139,6 @@ def test_a_hung_compensation_is_failed_at_its_deadline_and_the_others_are_served
     time.sleep(0.3)
     assert history(conn, hung) == before  # nothing recorded for the late return
     assert "stale claim" not in caplog.text
-
-
-def run_in_thread(worker: Worker) -> tuple[threading.Thread, list[BaseException]]:
-    """worker.run() in a daemon thread; what it raised, if anything, in the list."""
-    raised: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    return thread, raised
 
 
 def test_at_max_abandoned_the_worker_ends_and_a_restart_halts_the_session(

@@ -9,7 +9,6 @@ A real worker (walk.Worker in this process, a pass at a time) against a real dat
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 from undolog import saga
 from undolog.walk import EXPIRED_PER_PASS, Worker, recover_due, work
-from worker_support import Conn, failed_session, state_of, wait_until
+from worker_support import Conn, failed_session, run_in_thread, state_of, wait_until
 
 
 @pytest.fixture
@@ -133,16 +132,7 @@ def test_a_stop_is_honoured_between_two_batches_of_the_sweep(
     worker = Worker(
         lambda: psycopg.connect(dsn, autocommit=True), {}, notify=False, expired_per_pass=None
     )
-    raised: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
+    thread, raised = run_in_thread(worker)
     try:
         wait_until(lambda: still_out(conn, dead) < len(dead), timeout=30, what="the first batch")
         worker.stop()
