@@ -25,9 +25,7 @@ STABLE
 SET search_path = undolog, pg_temp
 AS $$
 BEGIN
-    RETURN undolog.integer_setting_value(
-        'undolog.max_live_sessions',
-        undolog.database_setting('undolog.max_live_sessions'), 100000, 1, 10000000);
+    RETURN undolog.database_setting_integer('undolog.max_live_sessions', 100000, 1, 10000000);
 END
 $$;
 

@@ -16,9 +16,7 @@ STABLE
 SET search_path = undolog, pg_temp
 AS $$
 BEGIN
-    RETURN undolog.integer_setting_value(
-        'undolog.max_pending_approvals',
-        undolog.database_setting('undolog.max_pending_approvals'), 100, 1, 1000000);
+    RETURN undolog.database_setting_integer('undolog.max_pending_approvals', 100, 1, 1000000);
 END
 $$;
 

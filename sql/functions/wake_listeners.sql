@@ -20,9 +20,7 @@ SET search_path = undolog, pg_temp
 AS $$
 BEGIN
     IF pg_catalog.pg_notification_queue_usage() * 100
-       < undolog.integer_setting_value(
-             'undolog.notify_queue_percent',
-             undolog.database_setting('undolog.notify_queue_percent'), 50, 0, 100) THEN
+       < undolog.database_setting_integer('undolog.notify_queue_percent', 50, 0, 100) THEN
         PERFORM pg_catalog.pg_notify(p_channel, '');
     END IF;
 END
