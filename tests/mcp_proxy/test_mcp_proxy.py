@@ -535,6 +535,24 @@ def test_the_pending_approvals_cap_is_checked(tmp_path: Path) -> None:
             load_policy(policy(f"max_pending_approvals_per_client = {bad}"))
 
 
+def test_the_holds_cap_is_a_whole_number_from_1_to_1000(tmp_path: Path) -> None:
+    """docs/mcp-proxy.md: max_holds_per_client is 1 to 1000. It was read as a number of
+    seconds over 1: 1 was refused ("a number of seconds in (1, 1000]") and 2.5 taken as
+    2."""
+
+    def policy(line: str) -> Path:
+        path = tmp_path / "holds.toml"
+        path.write_text(POLICY.read_text().replace("[proxy]\n", f"[proxy]\n{line}\n", 1))
+        return path
+
+    assert load_policy(policy("")).max_holds_per_client == 16
+    for good in (1, 1000):
+        assert load_policy(policy(f"max_holds_per_client = {good}")).max_holds_per_client == good
+    for bad in ("0", "1001", '"3"', "2.5", "true"):
+        with pytest.raises(PolicyError, match=r"proxy\.max_holds_per_client: expected a whole"):
+            load_policy(policy(f"max_holds_per_client = {bad}"))
+
+
 def test_irreversible_approved_after_the_hold(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

@@ -518,10 +518,8 @@ def load_policy(path: str | Path) -> Policy:
                 proxy.get("lease_seconds", 300.0), "proxy.lease_seconds", 1, 86400
             ),
             agent=agent,
-            max_holds_per_client=int(
-                _number(
-                    proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1, 1000
-                )
+            max_holds_per_client=_count(
+                proxy.get("max_holds_per_client", 16), "proxy.max_holds_per_client", 1000
             ),
             max_pending_approvals_per_client=_count(
                 proxy.get("max_pending_approvals_per_client", 16),
