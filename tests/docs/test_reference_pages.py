@@ -1,0 +1,56 @@
+"""The reference pages name what the code has, and only that. The other reference checks
+are in test_docs_examples.py (the SQLSTATE table, every function and view in sql.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+ROLES = ("undolog_agent", "undolog_approver", "undolog_operator")
+
+
+def page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def granted(conn: Any) -> dict[str, set[str]]:
+    """Each group role's functions: those it may EXECUTE."""
+    return {
+        role: {
+            name
+            for (name,) in conn.execute(
+                "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'undolog'::regnamespace"
+                " AND has_function_privilege(%s, p.oid, 'EXECUTE')",
+                (role,),
+            ).fetchall()
+        }
+        for role in ROLES
+    }
+
+
+@pytest.mark.parametrize("name", ["design/roles.md", "how-to/roles.md"])
+def test_the_role_tables_name_every_function_each_role_may_call(conn: Any, name: str) -> None:
+    """Each role's row of the table ("may call") names, in backticks, every function the
+    role may EXECUTE, and no function it may not."""
+    functions = {
+        name
+        for (name,) in conn.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = 'undolog'::regnamespace"
+        ).fetchall()
+    }
+    rows = {
+        role: line.split(" | ")[1]
+        for line in page(name).splitlines()
+        for role in ROLES
+        if line.startswith(f"| `{role}` | ")
+    }
+    assert set(rows) == set(ROLES), name
+    for role, may_call in granted(conn).items():
+        named = set(re.findall(r"`(\w+)`", rows[role])) & functions
+        assert not may_call - named, f"{name}: {role} may call, unnamed: {may_call - named}"
+        assert not named - may_call, f"{name}: {role} named, may not call: {named - may_call}"
