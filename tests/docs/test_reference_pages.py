@@ -54,3 +54,13 @@ def test_the_role_tables_name_every_function_each_role_may_call(conn: Any, name:
         named = set(re.findall(r"`(\w+)`", rows[role])) & functions
         assert not may_call - named, f"{name}: {role} may call, unnamed: {may_call - named}"
         assert not named - may_call, f"{name}: {role} named, may not call: {named - may_call}"
+
+
+def test_every_migration_is_told_in_the_upgrade_page() -> None:
+    """docs/how-to/upgrading.md names each file of sql/migrations (in bold, as
+    **0025_sweep_oldest_first**): what it changes, and what it holds while it runs."""
+    text = page("how-to/upgrading.md")
+    migrations = sorted(p.stem for p in (ROOT / "sql" / "migrations").glob("*.sql"))
+    assert len(migrations) >= 24
+    missing = [name for name in migrations if f"**{name}**" not in text]
+    assert not missing, f"migrations the upgrade page does not tell: {missing}"
