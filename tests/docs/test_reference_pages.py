@@ -3,11 +3,15 @@ are in test_docs_examples.py (the SQLSTATE table, every function and view in sql
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import undolog
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -64,3 +68,32 @@ def test_every_migration_is_told_in_the_upgrade_page() -> None:
     assert len(migrations) >= 24
     missing = [name for name in migrations if f"**{name}**" not in text]
     assert not missing, f"migrations the upgrade page does not tell: {missing}"
+
+
+def rendered(entry: str) -> Any:
+    """What a ``::: dotted.path`` entry of a page renders: a module, or a name of one."""
+    module, _, name = entry.rpartition(".")
+    try:
+        return importlib.import_module(entry)
+    except ImportError:
+        return getattr(importlib.import_module(module), name)
+
+
+def test_every_public_name_has_its_entry_in_the_python_reference() -> None:
+    """Each name of ``undolog.__all__`` is rendered by docs/reference/python.md: its own
+    ``::: module.Name`` entry, or its module's (``::: undolog.errors``); a type alias
+    (``OnReject``), which has no entry, is named in the text."""
+    text = page("reference/python.md")
+    objects = [rendered(e) for e in re.findall(r"^::: ([\w.]+)$", text, re.MULTILINE)]
+    shown = {id(o) for o in objects} | {
+        id(member) for o in objects if inspect.ismodule(o) for member in vars(o).values()
+    }
+    missing = []
+    for name in undolog.__all__:
+        obj = getattr(undolog, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            if id(obj) not in shown:
+                missing.append(name)
+        elif f"`{name}`" not in text:
+            missing.append(name)
+    assert not missing, f"public names without their entry in python.md: {missing}"
