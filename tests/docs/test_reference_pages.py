@@ -3,6 +3,7 @@ are in test_docs_examples.py (the SQLSTATE table, every function and view in sql
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import re
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 import undolog
+from undolog.cli import build_parser
+from undolog.mcp_proxy.policy import PolicyError, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -97,3 +100,162 @@ def test_every_public_name_has_its_entry_in_the_python_reference() -> None:
         elif f"`{name}`" not in text:
             missing.append(name)
     assert not missing, f"public names without their entry in python.md: {missing}"
+
+
+# PostgreSQL's spelling of the types, and of the defaults, as sql.md writes them.
+TYPE_NAMES = {"int": "integer", "timestamptz": "timestamp with time zone"}
+
+
+def arguments(text: str) -> list[tuple[str, str, str | None]]:
+    """``p_a uuid DEFAULT NULL::uuid, p_b int`` as (name, type, default) each; the
+    default without its cast, an interval's as PostgreSQL prints it."""
+    found: list[tuple[str, str, str | None]] = []
+    for argument in filter(None, (a.strip() for a in text.split(","))):
+        declared, _, given = argument.partition(" DEFAULT ")
+        name, kind = declared.split(" ", 1)
+        kind = TYPE_NAMES.get(kind, kind)
+        default = re.sub(rf"::{re.escape(kind)}$", "", given)
+        default = {"'5 minutes'": "'00:05:00'"}.get(default, default)
+        found.append((name, kind, default or None))
+    return found
+
+
+def test_the_sql_reference_gives_each_function_its_arguments(conn: Any) -> None:
+    """Each function a role may call is shown in docs/reference/sql.md with the argument
+    names, types and defaults it has (an argument added, renamed or given a default is
+    shown as it is)."""
+    text = page("reference/sql.md")
+    shown: dict[str, str] = {}
+    for block in re.findall(r"```text\n(.*?)\n```", text, re.DOTALL):
+        flat = " ".join(block.split())
+        match = re.match(r"(\w+)\((.*?)\) →", flat)
+        if match:
+            shown[match[1]] = match[2]
+    rows = conn.execute(
+        "SELECT p.proname, pg_get_function_arguments(p.oid) FROM pg_proc p"
+        " WHERE p.pronamespace = 'undolog'::regnamespace"
+        " AND (has_function_privilege('undolog_agent', p.oid, 'EXECUTE')"
+        " OR has_function_privilege('undolog_approver', p.oid, 'EXECUTE')"
+        " OR has_function_privilege('undolog_operator', p.oid, 'EXECUTE'))"
+    ).fetchall()
+    assert len(rows) >= 50
+    for name, catalogue in rows:
+        assert name in shown, f"sql.md shows no signature of {name}"
+        assert arguments(shown[name]) == arguments(catalogue), name
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {
+        name: child
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, child in action.choices.items()
+    }
+
+
+def options(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings}
+
+
+def test_every_command_and_option_the_pages_name_exists() -> None:
+    """A command line the pages write in backticks (`undolog sessions list --state`, or
+    `verify --session` on the command-line page) names commands and options the parser
+    has, each option on its command: a page does not keep an option that went. (The
+    command-line page's "Every command" is the parser's own help, which cannot drift:
+    tools/mkdocs_cli_reference.py.)"""
+    root = build_parser()
+    by_name: dict[str, list[argparse.ArgumentParser]] = {}
+
+    def index(parser: argparse.ArgumentParser) -> None:
+        for name, child in subcommands(parser).items():
+            by_name.setdefault(name, []).append(child)
+            index(child)
+
+    index(root)
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    wrong = []
+    checked = 0
+    for path in pages:
+        for span in re.findall(r"`([^`\n]+)`", path.read_text(encoding="utf-8")):
+            words = span.split()
+            if any(w.endswith(":") for w in words):
+                continue  # what a command prints: `undolog verify: 25,100 of 50,200 rows`
+            if words[:1] == ["undolog"]:
+                words, parser = words[1:], root
+            elif path.name == "cli.md" and len(by_name.get(words[0].split("|")[0], [])) == 1:
+                parser = by_name[words[0].split("|")[0]][0]
+                words = words[1:]
+            else:
+                continue
+            known = options(root)
+            for word in words:
+                children = subcommands(parser)
+                names = word.split("|")
+                if children and all(re.fullmatch(r"[a-z][a-z-]*", n) for n in names):
+                    if not all(n in children for n in names):
+                        wrong.append(f"{path.name}: `{span}`: no command {word}")
+                        break
+                    parser = children[names[0]]
+                    continue
+                option = word.split("=")[0]
+                if option.startswith("--") and option not in known | options(parser):
+                    wrong.append(f"{path.name}: `{span}`: {option} is not an option of it")
+                checked += 1
+    assert checked >= 50
+    assert not wrong, "\n".join(wrong)
+
+
+def allowed_keys(tmp_path: Path, where: str, policy: str) -> set[str]:
+    """The keys the policy's loader allows in a table, as its refusal of an unknown key
+    lists them."""
+    path = tmp_path / "policy.toml"
+    path.write_text(policy, encoding="utf-8")
+    with pytest.raises(PolicyError) as refused:
+        load_policy(path)
+    match = re.search(
+        rf"{re.escape(where)}: unknown key\(s\) zz_unknown \(allowed: ([^)]*)\)", str(refused.value)
+    )
+    assert match is not None, str(refused.value)
+    return set(match[1].split(", "))
+
+
+def test_every_policy_key_of_the_mcp_proxy_is_documented(tmp_path: Path) -> None:
+    """docs/mcp-proxy.md's reference of the policy file names every key the proxy reads,
+    of [proxy], of an upstream and of a tool, in backticks."""
+    text = page("mcp-proxy.md")
+    section = text[
+        text.index("- `[proxy]` (all optional)") : text.index("A policy for a desktop client")
+    ]
+    upstream = '[upstreams.crm]\ncommand = ["crm"]\n'
+    tables = {
+        "proxy": allowed_keys(tmp_path, "proxy", f"[proxy]\nzz_unknown = 1\n{upstream}"),
+        "upstreams.crm": allowed_keys(tmp_path, "upstreams.crm", f"{upstream}zz_unknown = 1\n"),
+        "upstreams.crm.tools.t": allowed_keys(
+            tmp_path,
+            "upstreams.crm.tools.t",
+            f'{upstream}[upstreams.crm.tools.t]\ntier = "safe"\nzz_unknown = 1\n',
+        ),
+    }
+    assert "durable_results" in tables["proxy"] and "roots" in tables["upstreams.crm"]
+    for table, keys in tables.items():
+        for key in keys:
+            assert f"`{key}" in section or f".{key}." in section, f"[{table}] {key}"
+
+
+def test_every_setting_the_engine_reads_is_documented() -> None:
+    """Each ``undolog.*`` setting a function of the engine reads is named on a page of the
+    manual (what it does and its default are told there: examples/settings.sql sets the
+    usual ones, and test_docs_examples.py runs it)."""
+    read = set()
+    for source in (ROOT / "sql" / "functions").glob("*.sql"):
+        read |= set(
+            re.findall(
+                r"(?:database_setting(?:_integer)?|setting_integer|setting_interval"
+                r"|current_setting)\(\s*'undolog\.(\w+)'",
+                source.read_text(encoding="utf-8"),
+            )
+        )
+    assert {"claim_timeout", "max_live_sessions", "notify_queue_percent"} <= read
+    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
+    missing = sorted(name for name in read if f"undolog.{name}" not in text)
+    assert not missing, f"settings the engine reads and no page names: {missing}"
