@@ -259,3 +259,26 @@ def test_every_setting_the_engine_reads_is_documented() -> None:
     text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
     missing = sorted(name for name in read if f"undolog.{name}" not in text)
     assert not missing, f"settings the engine reads and no page names: {missing}"
+
+
+def test_the_sql_reference_names_every_column_of_each_view(conn: Any) -> None:
+    """Each view's section of docs/reference/sql.md names every column the view has, in
+    backticks (one, or a list: `session_id, agent, state`)."""
+    text = page("reference/sql.md")
+    views = conn.execute(
+        "SELECT c.relname, array_agg(a.attname::text ORDER BY a.attnum) FROM pg_class c"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        " WHERE c.relnamespace = 'undolog'::regnamespace AND c.relkind = 'v' GROUP BY 1"
+    ).fetchall()
+    assert len(views) >= 20
+    missing = []
+    for view, columns in views:
+        section = re.search(rf"^### undolog\.{view}\n(.*?)(?=^#|\Z)", text, re.S | re.M)
+        assert section is not None, view
+        named = {
+            word.strip()
+            for span in re.findall(r"`([^`]+)`", section[1])
+            for word in " ".join(span.split()).split(",")
+        }
+        missing += [f"{view}.{column}" for column in columns if column not in named]
+    assert not missing, f"view columns sql.md does not name: {missing}"
