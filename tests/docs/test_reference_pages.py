@@ -120,28 +120,45 @@ def arguments(text: str) -> list[tuple[str, str, str | None]]:
     return found
 
 
-def test_the_sql_reference_gives_each_function_its_arguments(conn: Any) -> None:
+def answers(text: str) -> list[str]:
+    """What a function answers, ``TABLE(a uuid, b int)`` as its column names (the page may
+    leave their types out), a scalar or ``SETOF`` as its type in PostgreSQL's spelling."""
+    table = re.fullmatch(r"TABLE ?\((.*)\)", text)
+    if table:
+        return [column.split()[0] for column in table[1].split(",")]
+    setof, _, kind = text.rpartition(" ")
+    return [f"{setof} {TYPE_NAMES.get(kind, kind)}".strip()]
+
+
+def test_the_sql_reference_gives_each_function_its_signature(conn: Any) -> None:
     """Each function a role may call is shown in docs/reference/sql.md with the argument
     names, types and defaults it has (an argument added, renamed or given a default is
-    shown as it is)."""
+    shown as it is), and what it answers (a type, or a table's columns)."""
     text = page("reference/sql.md")
-    shown: dict[str, str] = {}
+    shown: dict[str, tuple[str, str]] = {}
     for block in re.findall(r"```text\n(.*?)\n```", text, re.DOTALL):
         flat = " ".join(block.split())
-        match = re.match(r"(\w+)\((.*?)\) →", flat)
+        match = re.match(r"(\w+)\((.*?)\) → (.*?)(?: -- .*)?$", flat)
         if match:
-            shown[match[1]] = match[2]
+            shown[match[1]] = (match[2], match[3])
     rows = conn.execute(
-        "SELECT p.proname, pg_get_function_arguments(p.oid) FROM pg_proc p"
-        " WHERE p.pronamespace = 'undolog'::regnamespace"
+        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid)"
+        " FROM pg_proc p WHERE p.pronamespace = 'undolog'::regnamespace"
         " AND (has_function_privilege('undolog_agent', p.oid, 'EXECUTE')"
         " OR has_function_privilege('undolog_approver', p.oid, 'EXECUTE')"
         " OR has_function_privilege('undolog_operator', p.oid, 'EXECUTE'))"
     ).fetchall()
     assert len(rows) >= 50
-    for name, catalogue in rows:
+    results = {name: result for name, _, result in rows}
+    for name, catalogue, result in rows:
         assert name in shown, f"sql.md shows no signature of {name}"
-        assert arguments(shown[name]) == arguments(catalogue), name
+        documented, answer = shown[name]
+        assert arguments(documented) == arguments(catalogue), name
+        same = re.fullmatch(r"the columns of (\w+)", answer)  # ending_decision's
+        if same:
+            assert result == results[same[1]], name
+        else:
+            assert answers(answer) == answers(result), name
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
