@@ -299,3 +299,26 @@ def test_the_sql_reference_names_every_column_of_each_view(conn: Any) -> None:
         }
         missing += [f"{view}.{column}" for column in columns if column not in named]
     assert not missing, f"view columns sql.md does not name: {missing}"
+
+
+def test_each_functions_section_names_the_sqlstates_its_own_file_raises() -> None:
+    """A function's section of docs/reference/sql.md names every project SQLSTATE its own
+    file raises to its caller (one it raises and catches itself, such as a sweep's UL030
+    for a session it skips, is not the caller's). What it raises through the functions it
+    calls is not checked here."""
+    text = page("reference/sql.md")
+    sections = re.split(r"^### undolog\.", text, flags=re.MULTILINE)[1:]
+    checked = 0
+    missing = []
+    for section in sections:
+        name = section.split("\n", 1)[0].strip()
+        source = ROOT / "sql" / "functions" / f"{name}.sql"
+        if not source.exists():
+            continue  # a view
+        code = source.read_text(encoding="utf-8")
+        raised = set(re.findall(r"ERRCODE = '(UL\d{3})'", code))
+        caught = set(re.findall(r"WHEN SQLSTATE '(UL\d{3})'", code))
+        missing += [f"{name}: {c}" for c in sorted(raised - caught) if c not in section]
+        checked += 1
+    assert checked >= 50
+    assert not missing, f"SQLSTATEs a function raises that its section does not name: {missing}"
