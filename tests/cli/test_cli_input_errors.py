@@ -202,3 +202,28 @@ def test_an_agent_rolling_back_anothers_session_is_told_either_staff_role(
     )  # fmt: skip
     assert code == 1
     assert "grant the login undolog_operator (or undolog_approver), which this command needs" in err
+
+
+@pytest.mark.parametrize("command", ["verify", "export", "anchor export"])
+def test_an_agent_is_told_either_staff_role_for_the_audit_reads(
+    agent_dsn: str, dsn: str, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """verify_chain, chain_events and the anchors are granted to approvers and operators
+    both (docs/operations/audit.md): the hint named the operator alone."""
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        session = engine.begin_session(owner, agent="audited")
+    argv = [*command.split(), *([str(session)] if command == "export" else [])]
+    code, _, err = run(capsys, *argv, "--dsn", agent_dsn)
+    assert code == 1, err
+    assert "grant the login undolog_operator (or undolog_approver), which this command needs" in err
+
+
+def test_an_approver_writing_an_anchor_is_told_the_operators_role(
+    dsn: str, login: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`anchor export` reads (approvers may); with --write it writes one first, which is
+    the operator's alone."""
+    approver = login("undolog_approver")
+    as_approver = psycopg.conninfo.make_conninfo(dsn, user=approver.info.user)
+    code, _, err = run(capsys, "anchor", "export", "--write", "--dsn", as_approver)
+    assert code == 1 and "grant the login undolog_operator, which this command needs" in err

@@ -15,6 +15,7 @@ from undolog import chain
 from undolog.cli._common import (
     EXIT_OK,
     OPERATOR,
+    PERSON,
     Parser,
     Subparsers,
     UsageError,
@@ -63,17 +64,17 @@ def configure_audit_parser(subparsers: Subparsers, common: Parser) -> None:
         default=None,
         help="also compare the database with this kept anchor (`undolog anchor export`)",
     )
-    p.set_defaults(func=_cmd_verify, needed_role=OPERATOR)
+    p.set_defaults(func=_cmd_verify, needed_role=PERSON)
 
     p = subparsers.add_parser(
         "export", parents=[common], help="a session's journal as JSON lines, with its chain"
     )
     p.add_argument("session", metavar="SESSION", help="session id or unique prefix")
     p.add_argument("--output", type=Path, default=None, help="write to this file (default: stdout)")
-    p.set_defaults(func=_cmd_export, needed_role=OPERATOR)
+    p.set_defaults(func=_cmd_export, needed_role=PERSON)
 
     anchor = subparsers.add_parser(
-        "anchor", parents=[common], help="anchors of the hash chains (operators)"
+        "anchor", parents=[common], help="anchors of the hash chains (write: operators)"
     ).add_subparsers(dest="anchor_command", required=True, metavar="ACTION")
     p = anchor.add_parser("write", parents=[common], help="write an anchor now and print it")
     p.set_defaults(func=_cmd_anchor_write, needed_role=OPERATOR)
@@ -81,7 +82,7 @@ def configure_audit_parser(subparsers: Subparsers, common: Parser) -> None:
         "export", parents=[common], help="print the latest anchor, to keep outside the database"
     )
     p.add_argument("--write", action="store_true", help="write a new anchor first")
-    p.set_defaults(func=_cmd_anchor_export, needed_role=OPERATOR)
+    p.set_defaults(func=_cmd_anchor_export, needed_role=PERSON)
 
 
 def _shown(text: str) -> str:
@@ -194,6 +195,8 @@ def _cmd_anchor_write(args: argparse.Namespace) -> int:
 
 
 def _cmd_anchor_export(args: argparse.Namespace) -> int:
+    if args.write:  # writing one is the operator's (write_anchor), reading it staff's
+        args.needed_role = OPERATOR
     with connect(args) as conn:
         anchor = chain.write_anchor(conn) if args.write else chain.latest_anchor(conn)
     if anchor is None:
