@@ -1,7 +1,10 @@
 -- docs: the engine's settings are ordinary PostgreSQL settings of the database.
 -- Run with psql, which fills in :"DBNAME" (the database you are connected to):
 --   psql -v ON_ERROR_STOP=1 -f examples/settings.sql
--- New sessions see a new value; a value the engine cannot read is refused (UL008).
+-- A value the engine cannot read is refused (UL008). The deadline, the two bounds, the
+-- agents' undo and the NOTIFY threshold are read from the database's own setting at each
+-- use: a new value counts at once, and a login's own SET changes nothing. The others are
+-- read as the connection's settings: new connections see a new value (restart the worker).
 
 -- --8<-- [start:approval_timeout]
 -- every new approval request must be decided within 4 hours (unset: no deadline)
@@ -17,6 +20,16 @@ ALTER DATABASE :"DBNAME" SET undolog.max_pending_approvals = 500;
 -- one login may have 200,000 sessions unfinished at once (default 100,000)
 ALTER DATABASE :"DBNAME" SET undolog.max_live_sessions = 200000;
 -- --8<-- [end:max_live_sessions]
+
+-- --8<-- [start:agent_rollback_to]
+-- an agent login may not undo its own sessions to a point (the default; on lets it)
+ALTER DATABASE :"DBNAME" SET undolog.agent_rollback_to = off;
+-- --8<-- [end:agent_rollback_to]
+
+-- --8<-- [start:notify_queue_percent]
+-- the engine stops its NOTIFYs once the notification queue is 80% full (default 50)
+ALTER DATABASE :"DBNAME" SET undolog.notify_queue_percent = 80;
+-- --8<-- [end:notify_queue_percent]
 
 -- --8<-- [start:walk]
 -- a compensation is tried 8 times before its session halts (default 5) ...

@@ -379,6 +379,8 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
         "undolog.notification_max_attempts": "12",
         "undolog.notification_retry_base": "30 seconds",
         "undolog.notification_retry_cap": "2 hours",
+        "undolog.agent_rollback_to": "off",
+        "undolog.notify_queue_percent": "80",
     }
     with psycopg.connect(dsn) as conn:
         for name, value in expected.items():
@@ -389,7 +391,13 @@ def test_settings_file_sets_what_the_pages_say(dsn: str, workdir: Path) -> None:
         (bound,) = conn.execute("SELECT undolog.max_pending_approvals()").fetchone() or (None,)
         # ... and one login may have 200,000 sessions unfinished
         (live,) = conn.execute("SELECT undolog.max_live_sessions()").fetchone() or (None,)
+        # ... and agents may not undo their sessions to a point; NOTIFYs stop at 80%
+        (undo,) = conn.execute("SELECT undolog.agent_rollback_to_allowed()").fetchone() or (None,)
+        (queue,) = conn.execute(
+            "SELECT undolog.database_setting_integer('undolog.notify_queue_percent', 50, 0, 100)"
+        ).fetchone() or (None,)
     assert timeout == timedelta(hours=4)
+    assert undo is False and queue == 80
     assert bound == 500
     assert live == 200_000
 
