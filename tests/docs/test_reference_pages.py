@@ -260,22 +260,29 @@ def test_every_policy_key_of_the_mcp_proxy_is_documented(tmp_path: Path) -> None
 
 
 def test_every_setting_the_engine_reads_is_documented() -> None:
-    """Each ``undolog.*`` setting a function of the engine reads is named on a page of the
-    manual (what it does and its default are told there: examples/settings.sql sets the
-    usual ones, and test_docs_examples.py runs it)."""
-    read = set()
+    """Each ``undolog.*`` setting of the engine is set, with its default said, in
+    examples/settings.sql, which concepts.md shows as the list of settings (and
+    test_docs_examples.py runs); the two the engine and the binding set for themselves
+    around one statement or connection (``current_setting``) are named on a page."""
+    settings, internal = set(), set()
     for source in (ROOT / "sql" / "functions").glob("*.sql"):
-        read |= set(
+        code = source.read_text(encoding="utf-8")
+        settings |= set(
             re.findall(
-                r"(?:database_setting(?:_integer)?|setting_integer|setting_interval"
-                r"|current_setting)\(\s*'undolog\.(\w+)'",
-                source.read_text(encoding="utf-8"),
+                r"(?:database_setting(?:_integer)?|setting_integer|setting_interval)"
+                r"\(\s*'undolog\.(\w+)'",
+                code,
             )
         )
-    assert {"claim_timeout", "max_live_sessions", "notify_queue_percent"} <= read
+        internal |= set(re.findall(r"current_setting\('undolog\.(\w+)'", code))
+    assert {"claim_timeout", "max_live_sessions", "notify_queue_percent"} <= settings
+    listed = (ROOT / "examples" / "settings.sql").read_text(encoding="utf-8")
+    unlisted = sorted(n for n in settings if f"SET undolog.{n} = " not in listed)
+    assert not unlisted, f"settings examples/settings.sql does not set: {unlisted}"
+    assert '--8<-- "examples/settings.sql"' in page("concepts.md")
     text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
-    missing = sorted(name for name in read if f"undolog.{name}" not in text)
-    assert not missing, f"settings the engine reads and no page names: {missing}"
+    unnamed = sorted(name for name in internal if f"undolog.{name}" not in text)
+    assert not unnamed, f"settings the engine reads and no page names: {unnamed}"
 
 
 def test_the_sql_reference_names_every_column_of_each_view(conn: Any) -> None:
