@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 import undolog
-from undolog.cli import build_parser
+from undolog.cli import build_parser, main
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,3 +330,17 @@ def test_each_functions_section_names_the_sqlstates_its_own_file_raises() -> Non
         checked += 1
     assert checked >= 50
     assert not missing, f"SQLSTATEs a function raises that its section does not name: {missing}"
+
+
+def test_every_check_of_health_is_told_in_monitoring(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/operations/monitoring.md names each check `undolog health` reports, by the
+    name it prints."""
+    main(["--json", "health", "--dsn", dsn])
+    checks = [c["name"] for c in json.loads(capsys.readouterr().out)["checks"]]
+    assert len(checks) >= 6, checks
+    text = page("operations/monitoring.md")
+    section = text[text.index("## From the command line") : text.index("## Metrics")]
+    missing = [name for name in checks if f"(`{name}`" not in section]
+    assert not missing, f"health checks monitoring.md does not name: {missing}"
