@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import undolog
+from undolog import metrics
 from undolog.cli import build_parser, main
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 
@@ -344,3 +345,10 @@ def test_every_check_of_health_is_told_in_monitoring(
     section = text[text.index("## From the command line") : text.index("## Metrics")]
     missing = [name for name in checks if f"(`{name}`" not in section]
     assert not missing, f"health checks monitoring.md does not name: {missing}"
+
+
+def test_every_metric_of_undolog_metrics_has_its_row_in_monitoring() -> None:
+    """docs/operations/monitoring.md's table has a row for each metric `undolog metrics`
+    and the dashboard's /metrics serve, and none for a metric they do not."""
+    rows = set(re.findall(r"^\| `(undolog_\w+)[{`]", page("operations/monitoring.md"), re.M))
+    assert rows == set(metrics.METRIC_NAMES)
