@@ -236,7 +236,9 @@ def wrap(spec: ToolSpec, fn: Callable[..., Any]) -> Callable[..., Any]:
                     break
             else:
                 raise _still_in_progress(spec, session, call, got)
-        tracing.called(got.effect_id, got.action, session.session_id, got.approval_id)
+        tracing.called(
+            got.effect_id, got.action, session.session_id, got.approval_id, call.step_index
+        )
         if got.action == "replay":
             if spec.tier is ToolTier.IRREVERSIBLE:
                 _noted(spec, call, await replayed_edit(conn, session, got), replayed=True)

@@ -143,7 +143,7 @@ def _bounded(text: str, limit: int, *, keep_end: bool = False) -> str:
     return cut + text[-limit:] if keep_end else text[:limit] + cut
 
 
-def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:
+def tool_call(name: str, tier: object) -> Any:
     """The span of one journaled call, around the decorator's whole work (intercept, the
     body, commit or fail); ``tier`` is a ToolTier or its value. ``called`` adds what
     intercept answered."""
@@ -156,8 +156,6 @@ def tool_call(name: str, tier: object, step_index: int | None = None) -> Any:
         "gen_ai.tool.type": "function",
         "undolog.tier": str(getattr(tier, "value", tier)),
     }
-    if step_index is not None:
-        attributes["undolog.step_index"] = step_index
     return _Scope(f"execute_tool {name}", attributes, tracer)
 
 
@@ -166,9 +164,10 @@ def called(
     action: str,
     session_id: uuid.UUID | None = None,
     approval_id: uuid.UUID | None = None,
+    step_index: int | None = None,
 ) -> None:
     """What intercept answered, on the current call's span: the effect id is the call id
-    (the same on every replay of the call)."""
+    (the same on every replay of the call), the step its place in the session."""
     if _get_tracer() is None:
         return
     span = _trace.get_current_span()
@@ -179,6 +178,8 @@ def called(
         span.set_attribute("undolog.session.id", str(session_id))
     if approval_id is not None:
         span.set_attribute("undolog.approval.id", str(approval_id))
+    if step_index is not None:
+        span.set_attribute("undolog.step_index", step_index)
 
 
 def compensation(

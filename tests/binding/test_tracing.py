@@ -114,6 +114,7 @@ def test_a_journaled_call_is_a_child_of_the_callers_span(
         "undolog.tier": "compensable",
         "undolog.action": "execute",
         "undolog.session.id": str(session.session_id),
+        "undolog.step_index": 0,
     }
     assert span.status.status_code == StatusCode.UNSET
 
