@@ -3,8 +3,10 @@
 -- its history whose range ends at or before p_older_than, after deleting the undo
 -- and approval rows of those effects. p_in_use says what to do with a month that
 -- holds effects of an unfinished session (undolog.unfinished_sessions):
---   'refuse'  raise UL016 naming every such session, drop nothing;
---   'skip'    keep that month (a WARNING names the sessions; answered as 'skipped');
+--   'refuse'  raise UL016 counting every such session (once, whatever the months it
+--             holds) and naming the first 50 by id, drop nothing;
+--   'skip'    keep that month (a WARNING counts them and names the first 50; answered
+--             as 'skipped');
 --   'force'   drop it anyway: those sessions lose the undo entries of that month.
 -- Answers (action, partition): 'dropped' | 'detached' | 'skipped', name.
 -- Locks: the pruning DELETEs take ROW EXCLUSIVE only; the DDL comes last, one statement
@@ -27,7 +29,8 @@ DECLARE
     v_parents regclass[];
     v_partitions regclass[];
     v_sessions text[];
-    v_blocked text[] := '{}'::text[];
+    v_count bigint;
+    v_blocked_ranges tstzrange[] := '{}'::tstzrange[];
     v_blocked_months text[] := '{}'::text[];
     v_kept tstzrange[] := '{}'::tstzrange[];
     v_prune_ranges tstzrange[] := '{}'::tstzrange[];
@@ -56,22 +59,30 @@ BEGIN
     LOOP
         v_range := pg_catalog.tstzrange(v_month.lower_bound, v_month.upper_bound);
         IF p_in_use <> 'force' THEN
-            SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', u.session_id, u.state)
-                                        ORDER BY u.session_id)
-            INTO v_sessions
-            FROM undolog.unfinished_sessions(v_month.lower_bound, v_month.upper_bound) AS u;
-            IF v_sessions IS NOT NULL THEN
+            -- Counted, and only the first 50 named: a month may hold millions of
+            -- unfinished sessions (an agent flood), whose every name in one array would
+            -- pass the 1 GB a value may have and fail every maintenance run.
+            SELECT pg_catalog.count(*) INTO v_count
+            FROM undolog.unfinished_sessions(v_month.lower_bound, v_month.upper_bound);
+            IF v_count > 0 THEN
                 v_kept := v_kept || v_range;
                 IF p_in_use = 'skip' THEN
+                    SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id,
+                                                                  f.state)
+                                                ORDER BY f.session_id)
+                    INTO v_sessions
+                    FROM (SELECT u.session_id, u.state
+                          FROM undolog.unfinished_sessions(v_month.lower_bound,
+                                                           v_month.upper_bound) AS u
+                          ORDER BY u.session_id LIMIT 50) AS f;
                     RAISE WARNING USING
                         MESSAGE = pg_catalog.format(
                             '%s kept: it holds effects of %s unfinished session(s)',
-                            v_month.partition_oid, pg_catalog.cardinality(v_sessions)),
+                            v_month.partition_oid, v_count),
                         DETAIL = 'sessions: '
-                                 || pg_catalog.array_to_string(v_sessions[1:50], ', ')
-                                 || CASE WHEN pg_catalog.cardinality(v_sessions) > 50
-                                     THEN pg_catalog.format(' and %s more',
-                                                            pg_catalog.cardinality(v_sessions) - 50)
+                                 || pg_catalog.array_to_string(v_sessions, ', ')
+                                 || CASE WHEN v_count > 50
+                                     THEN pg_catalog.format(' and %s more', v_count - 50)
                                      ELSE '' END,
                         HINT = 'Nothing is lost: the next maintenance run drops the month once '
                                'those sessions are finished. An active or failed session '
@@ -83,7 +94,7 @@ BEGIN
                                        WHERE c.oid = v_month.partition_oid);
                     RETURN NEXT;
                 ELSE
-                    v_blocked := v_blocked || v_sessions;
+                    v_blocked_ranges := v_blocked_ranges || v_range;
                     v_blocked_months := v_blocked_months || v_month.partition_oid::text;
                 END IF;
                 CONTINUE;
@@ -92,19 +103,31 @@ BEGIN
         v_prune_ranges := v_prune_ranges || v_range;
     END LOOP;
 
-    IF pg_catalog.cardinality(v_blocked) > 0 THEN
-        SELECT pg_catalog.array_agg(DISTINCT s.s ORDER BY s.s) INTO v_blocked
-        FROM pg_catalog.unnest(v_blocked) AS s (s);
+    IF pg_catalog.cardinality(v_blocked_ranges) > 0 THEN
+        -- A session may hold effects of several of the months: counted once, over the
+        -- union of their sessions (sorted or hashed within work_mem, spilling to disk,
+        -- never one array of them all), and the first 50 of it named.
+        SELECT pg_catalog.count(*) INTO v_count
+        FROM (SELECT DISTINCT u.session_id
+              FROM pg_catalog.unnest(v_blocked_ranges) AS r (r),
+                   LATERAL undolog.unfinished_sessions(pg_catalog.lower(r.r),
+                                                       pg_catalog.upper(r.r)) AS u) AS d;
+        SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id, f.state)
+                                    ORDER BY f.session_id)
+        INTO v_sessions
+        FROM (SELECT DISTINCT u.session_id, u.state
+              FROM pg_catalog.unnest(v_blocked_ranges) AS r (r),
+                   LATERAL undolog.unfinished_sessions(pg_catalog.lower(r.r),
+                                                       pg_catalog.upper(r.r)) AS u
+              ORDER BY u.session_id LIMIT 50) AS f;
         RAISE EXCEPTION USING
             ERRCODE = 'UL016',
             MESSAGE = pg_catalog.format(
                 'cannot drop %s: it holds effects of %s unfinished session(s)',
-                pg_catalog.array_to_string(v_blocked_months, ', '),
-                pg_catalog.cardinality(v_blocked)),
-            DETAIL = 'sessions: ' || pg_catalog.array_to_string(v_blocked[1:50], ', ')
-                     || CASE WHEN pg_catalog.cardinality(v_blocked) > 50
-                         THEN pg_catalog.format(' and %s more',
-                                                pg_catalog.cardinality(v_blocked) - 50)
+                pg_catalog.array_to_string(v_blocked_months, ', '), v_count),
+            DETAIL = 'sessions: ' || pg_catalog.array_to_string(v_sessions, ', ')
+                     || CASE WHEN v_count > 50
+                         THEN pg_catalog.format(' and %s more', v_count - 50)
                          ELSE '' END,
             HINT = 'Let those sessions finish (complete, or compensate; a halted one needs '
                    'a human), or pass p_force => true to drop their effects anyway.';

@@ -297,3 +297,64 @@ def test_wrappers_refuse_bad_input_and_roles(conn: Conn) -> None:
     finally:
         conn.execute("RESET ROLE")
     assert partitions.ensure(conn, months_ahead=1) == []
+
+
+def test_many_unfinished_sessions_are_counted_and_the_first_50_named(conn: Conn) -> None:
+    """Two months held by 60 unfinished sessions each, 30 of them in both (90 in all),
+    and a completed session in both: 'skip' warns for each month with its count and the
+    first 50 by id, then "and 10 more"; 'refuse' counts the 90 once each, names the
+    first 50 of them and then "and 40 more". The names are counted, not gathered into
+    one array (a flood of millions would pass the 1 GB a value may have)."""
+    ids = sorted(uuid.uuid4() for _ in range(90))
+    done = uuid.uuid4()
+    older, newer = ids[:60], ids[30:]
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO undolog.undolog_sessions (session_id, lease_duration, lease_expires_at) "
+            "SELECT s, '5 minutes', now() + interval '1 hour' FROM unnest(%s::uuid[]) AS s",
+            ([*ids, done],),
+        )
+        conn.execute(
+            "UPDATE undolog.undolog_sessions SET state = 'completed' WHERE session_id = %s",
+            (done,),
+        )
+        for offset, holders in ((-8, [*older, done]), (-7, [*newer, done])):
+            conn.execute(
+                "INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at, "
+                "call_signature, step_index, tool_name, tier, args, state) "
+                "SELECT e, s, %s::timestamptz + interval '1 day', "
+                "encode(sha256(convert_to(e::text, 'UTF8')), 'hex'), 0, 'create_user', "
+                "'compensable', '{}', 'executing' "
+                "FROM unnest(%s::uuid[]) AS s, LATERAL gen_random_uuid() AS e",
+                (month_start(conn, offset), holders),
+            )
+    partitions.ensure(conn, months_ahead=1)
+    cutoff = month_start(conn, -6)
+    names = {k: f"undolog_effect_log_{month_name(conn, k)}" for k in (-8, -7)}
+
+    def named(sessions: list[uuid.UUID], more: int) -> str:
+        return (
+            "sessions: "
+            + ", ".join(f"{s} (active)" for s in sessions[:50])
+            + (f" and {more} more" if more else "")
+        )
+
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute("SELECT * FROM undolog.drop_old_partitions(%s, false, 'refuse')", (cutoff,))
+    diag = refused.value.diag
+    assert diag.sqlstate == "UL016"
+    assert diag.message_primary == (
+        f"cannot drop {names[-8]}, {names[-7]}: it holds effects of 90 unfinished session(s)"
+    )
+    assert diag.message_detail == named(ids, 40)
+
+    warned: list[tuple[str | None, str | None]] = []
+    conn.add_notice_handler(lambda d: warned.append((d.message_primary, d.message_detail)))
+    kept = conn.execute(
+        "SELECT * FROM undolog.drop_old_partitions(%s, false, 'skip')", (cutoff,)
+    ).fetchall()
+    assert ("skipped", names[-8]) in kept and ("skipped", names[-7]) in kept
+    assert [w for w in warned if w[0] and " kept: it holds" in w[0]] == [
+        (f"{names[-8]} kept: it holds effects of 60 unfinished session(s)", named(older, 10)),
+        (f"{names[-7]} kept: it holds effects of 60 unfinished session(s)", named(newer, 10)),
+    ]
