@@ -14,7 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from undolog import AsyncUndoLog, InvalidArgument, TooManyLiveSessions, UndoLog, engine, walk
+from undolog import (
+    AsyncUndoLog,
+    InvalidArgument,
+    TooManyLiveSessions,
+    UndoLog,
+    UndoLogError,
+    engine,
+    walk,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -133,3 +141,48 @@ def test_the_clients_raise_too_many_live_sessions_on_begin(dsn: str, conn: Conn)
 
     with pytest.raises(TooManyLiveSessions):
         asyncio.run(agent())
+
+
+@pytest.mark.parametrize("staff", ["undolog_operator", "undolog_approver"])
+def test_a_login_at_its_bound_naming_another_logins_session_is_answered_as_below_it(
+    login: Callable[..., Conn], conn: Conn, staff: str
+) -> None:
+    """The existence and ownership of a named session are settled before the bound is
+    counted: a staff login that is an agent too, at its own bound, is answered another
+    login's session unchanged (as below the bound), not UL031; a plain agent at its
+    bound gets 42501 for it, as below the bound, not UL031."""
+    owner = login("undolog_agent")
+    theirs = engine.begin_session(owner, agent="theirs")
+    staffer = login("undolog_agent", staff)
+    agent = login("undolog_agent")
+    below = {
+        "staff": engine.begin_session(staffer, theirs),
+        "agent": _refusal(lambda: engine.begin_session(agent, theirs)),
+    }
+    assert below == {"staff": theirs, "agent": "42501"}
+    _set_bound(conn, "2")
+    for who in (staffer, agent):
+        for _ in range(2):
+            engine.begin_session(who, agent="mine")
+        with pytest.raises(TooManyLiveSessions):  # at the bound: a new session is refused
+            engine.begin_session(who)
+    before = _written(conn)
+    at_bound = {
+        "staff": engine.begin_session(staffer, theirs),
+        "agent": _refusal(lambda: engine.begin_session(agent, theirs)),
+    }
+    assert at_bound == below
+    assert _written(conn) == before
+    row = conn.execute(
+        "SELECT state, owner_role = current_user FROM undolog.undolog_sessions"
+        " WHERE session_id = %s",
+        (theirs,),
+    ).fetchone()
+    assert row == ("active", False)
+
+
+def _refusal(call: Callable[[], object]) -> str | None:
+    """The SQLSTATE of the error ``call`` raised (the engine's, translated)."""
+    with pytest.raises(UndoLogError) as caught:
+        call()
+    return caught.value.sqlstate
