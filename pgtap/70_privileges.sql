@@ -61,6 +61,9 @@ INSERT INTO allowed VALUES
     -- the metrics view of the finished sessions' volume reads it (its reader needs EXECUTE)
     ('undolog_operator', 'session_state_estimates'),
     ('undolog_approver', 'session_state_estimates'),
+    -- metrics_sessions's WHERE: the definition of an unfinished session (reads nothing)
+    ('undolog_operator', 'session_unfinished'),
+    ('undolog_approver', 'session_unfinished'),
     ('undolog_operator', 'expire_approvals'),
     ('undolog_operator', 'recover'),
     ('undolog_operator', 'fail_expired_sessions'),
@@ -195,9 +198,12 @@ SELECT is_empty(
       FROM pg_proc AS p CROSS JOIN pg_temp.test_role AS r
       WHERE p.pronamespace = 'undolog'::regnamespace AND NOT p.prosecdef
         AND has_function_privilege(r.grp, p.oid, 'EXECUTE')
-        -- but is_blank: it reads nothing, and a SECURITY DEFINER function is never
-        -- inlined, which is_blank is into check_call's expression (intercept's checks)
-        AND p.oid <> 'undolog.is_blank(text)'::regprocedure$$,
+        -- but is_blank and session_unfinished: they read nothing, and a SECURITY
+        -- DEFINER function is never inlined, which is_blank is into check_call's
+        -- expression (intercept's checks) and session_unfinished into the WHERE of
+        -- metrics_sessions (where it is the predicate of a partial index)
+        AND p.oid NOT IN ('undolog.is_blank(text)'::regprocedure,
+                          'undolog.session_unfinished(text, timestamptz)'::regprocedure)$$,
     'every function a role may call is SECURITY DEFINER (the roles write no table themselves)'
 );
 

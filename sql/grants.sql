@@ -170,6 +170,10 @@ TO undolog_approver, undolog_operator;
 -- metrics_sessions_estimated reads it: the statistics pg_stats hides from its readers.
 GRANT EXECUTE ON FUNCTION undolog.session_state_estimates()
 TO undolog_approver, undolog_operator;
+-- metrics_sessions's WHERE (the one definition of an unfinished session): a view's
+-- functions are called with its reader's privileges. It reads nothing.
+GRANT EXECUTE ON FUNCTION undolog.session_unfinished(text, timestamptz)
+TO undolog_approver, undolog_operator;
 
 -- The runner's own records (sql/bootstrap.sql): which migrations and which repeatable
 -- sources are installed, for the operator and the approver's dashboard.

@@ -48,12 +48,13 @@ BEGIN
 
     -- The bound on a login's unfinished sessions, checked before anything is written so
     -- that a refusal leaves no row behind. Counting stops at the bound, through
-    -- undolog_sessions_owner_live_idx (whose predicate this repeats): at most that many
-    -- index entries, a few for a login with a few live sessions. Per transaction, not
-    -- exact across them: a count sees the committed sessions and its own transaction's,
-    -- so K transactions of one login open at once may each begin up to the bound (K
-    -- times it in all; a role's CONNECTION LIMIT bounds K). Exact would mean one lock
-    -- every begin of a login waits for, and a flood is bounded all the same.
+    -- undolog_sessions_owner_live_idx, whose predicate undolog.session_unfinished is once
+    -- inlined: at most that many index entries, a few for a login with a few live
+    -- sessions. Per transaction, not exact across them: a count sees the committed
+    -- sessions and its own transaction's, so K transactions of one login open at once
+    -- may each begin up to the bound (K times it in all; a role's CONNECTION LIMIT
+    -- bounds K). Exact would mean one lock every begin of a login waits for, and a
+    -- flood is bounded all the same.
     IF p_session_id IS NULL OR NOT EXISTS (
         SELECT FROM undolog.undolog_sessions AS s WHERE s.session_id = p_session_id
     ) THEN
@@ -62,7 +63,7 @@ BEGIN
         FROM (SELECT
               FROM undolog.undolog_sessions AS s
               WHERE s.owner_role = session_user
-                AND s.state NOT IN ('completed', 'compensated') AND s.resolved_at IS NULL
+                AND undolog.session_unfinished(s.state, s.resolved_at)
               LIMIT v_max_live) AS l;
         IF v_live >= v_max_live THEN
             RAISE EXCEPTION USING

@@ -15,8 +15,7 @@ STABLE
 AS $$
     SELECT s.session_id, s.state
     FROM undolog.undolog_sessions AS s
-    WHERE s.state NOT IN ('completed', 'compensated')
-      AND s.resolved_at IS NULL
+    WHERE undolog.session_unfinished(s.state, s.resolved_at)
       AND EXISTS (
           SELECT FROM undolog.undolog_effect_log AS e
           WHERE e.session_id = s.session_id

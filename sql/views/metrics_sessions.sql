@@ -1,11 +1,12 @@
 -- undolog.metrics_sessions: the sessions still in the engine's or a person's hands, by
 -- state, exactly, with the oldest one's last change (for `undolog metrics`, the
 -- dashboard's /metrics). One row for each such state, 0 when there is none.
--- Bounded: the WHERE is the predicate of undolog_sessions_unfinished_idx, so the count
--- reads that partial index (the live sessions) and never the finished ones, however
--- many years of them are kept. A halted session an operator abandoned (resolved) stays
--- halted for ever and is not counted here: nobody has to act on it any more. Finished
--- sessions are estimated apart (metrics_sessions_estimated).
+-- Bounded: the WHERE (undolog.session_unfinished, once inlined) is the predicate of
+-- undolog_sessions_unfinished_idx, so the count reads that partial index (the live
+-- sessions) and never the finished ones, however many years of them are kept. A halted
+-- session an operator abandoned (resolved) stays halted for ever and is not counted
+-- here: nobody has to act on it any more. Finished sessions are estimated apart
+-- (metrics_sessions_estimated).
 -- Owner's rights (not security_invoker): a count over every login's sessions; the
 -- grant (approver and operator only) is the access rule, as for pending_approvals.
 CREATE OR REPLACE VIEW undolog.metrics_sessions AS
@@ -15,7 +16,7 @@ WITH live AS (
         count(*) AS sessions,
         min(s.updated_at) AS oldest_updated_at
     FROM undolog.undolog_sessions AS s
-    WHERE s.state NOT IN ('completed', 'compensated') AND s.resolved_at IS NULL
+    WHERE undolog.session_unfinished(s.state, s.resolved_at)
     GROUP BY s.state
 )
 

@@ -81,6 +81,8 @@ PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "rollback_to_plan": (("sessions", "undo-to"), SESSION_ACTION),
     "version": (("status",), "/maintenance"),
     "session_state_estimates": (("metrics",), "/metrics"),
+    # metrics_sessions's WHERE (the definition of an unfinished session)
+    "session_unfinished": (("metrics",), "/metrics"),
     "verify_chain": (("verify",), "/sessions/{session_id}"),
     "assert_chain": (("verify",), "/sessions/{session_id}"),
     "chain_events": (("export",), "/sessions/{session_id}/export"),
