@@ -26,7 +26,7 @@ from test_dashboard_maintenance import partitions
 import expiry_support
 import undolog._version
 from dashboard_helpers import as_login, csrf_of, session_state
-from undolog import asaga, engine, engine_check
+from undolog import asaga, engine, engine_check, walk
 from undolog.cli import build_parser, main
 from undolog.dashboard.app import Dashboard
 
@@ -250,6 +250,41 @@ def test_the_flash_counts_what_recover_failed_after_the_batches(
     assert said == (
         "recover: run by dash_operator: 1 session(s) whose lease had expired now failed; "
         "no undo walk is due"
+    ), said
+
+
+def test_one_click_fails_a_passs_bound_and_says_more_remain(
+    web: TestClient, conn: Conn, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a flood of short-lease sessions more leases run out than are failed: one
+    click fails walk.EXPIRED_PER_PASS of them (the oldest first) and recover() one batch
+    more, as a worker's pass, and says that more had expired; the next click goes on."""
+    monkeypatch.setattr(walk, "EXPIRED_PER_PASS", 3)
+    monkeypatch.setattr(asaga, "SWEEP_BATCH", 2)  # recover()'s one batch more
+    with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
+        dead = [engine.begin_session(agent, None, "died", {}) for _ in range(3 + 2 + 2)]
+    conn.execute(  # their agents died, one after the other
+        "UPDATE undolog.undolog_sessions AS s SET lease_expires_at = now() - interval '1 hour'"
+        " + d.i * interval '1 s' FROM unnest(%s::uuid[]) WITH ORDINALITY AS d (id, i)"
+        " WHERE s.session_id = d.id",
+        (dead,),
+    )
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/maintenance").text)
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    assert [session_state(conn, s) for s in dead] == ["failed"] * 5 + ["active"] * 2
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith(
+        "recover: run by dash_operator: 5 session(s) whose lease had expired now failed; one"
+        " run fails 3 at most, the oldest first, and more had expired: the workers go on"
+        " failing them, or run recovery again; 5 session(s) whose undo walk must run"
+    ), said
+    assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
+    assert {session_state(conn, s) for s in dead} == {"failed"}
+    (said,) = flash_of(web.get("/maintenance").text)
+    assert said.startswith(
+        "recover: run by dash_operator: 2 session(s) whose lease had expired now failed; 7"
+        " session(s) whose undo walk must run"
     ), said
 
 

@@ -2315,33 +2315,44 @@ class Dashboard:
 
     async def maintenance_recover(self, request: Request) -> Response:
         """An operator runs recovery now (as `undolog recover`, what each pass of the
-        worker does first): every active session whose lease expired is failed, in
-        transactions of at most asaga.SWEEP_BATCH sessions each
-        (undolog.fail_expired_sessions), then undolog.recover names the sessions whose
-        undo walk must run (the worker, which holds the application's compensations,
-        walks them) in the flash."""
+        worker does first): the active sessions whose lease expired are failed, the
+        oldest first, in transactions of at most asaga.SWEEP_BATCH sessions each
+        (undolog.fail_expired_sessions), walk.EXPIRED_PER_PASS at most, as a worker's
+        pass: under a flood of short-lease sessions more run out than are failed, and a
+        click that failed them all would never answer. The flash then says that more
+        remain, which the workers (or another click) go on failing. Then undolog.recover
+        (one batch more at most) names the sessions whose undo walk must run (the
+        worker, which holds the application's compensations, walks them)."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
         ws, _ = got
         if not ws.roles.operator:
             return self._operator_only(request, ws, "recover", "runs recovery")
+        most = walk.EXPIRED_PER_PASS
         failed = await self._sweep(
             ws,
             "recover",
-            lambda conn, so_far: asaga.fail_expired_sessions(conn, on_progress=so_far),
+            lambda conn, so_far: asaga.fail_expired_sessions(conn, most=most, on_progress=so_far),
             "{} session(s) whose lease had expired were failed before it",
         )
         if isinstance(failed, Outcome):
             return self._after(request, ws, [failed], "/maintenance")
+        bounded = len(failed) >= most
+        remain = (
+            f"; one run fails {most} at most, the oldest first, and more had expired: the "
+            "workers go on failing them, or run recovery again"
+            if bounded
+            else ""
+        )
 
         async def recover(conn: queries.Conn) -> str:
             # recover() fails the leases run out since the batches (or that one of them
-            # skipped, held a moment): the active ones it then names are failed now, by
-            # this run or by a worker's at the same moment (each statement reads its own
-            # snapshot: who failed it is not told apart).
+            # skipped, held a moment), one batch at most: the active ones it then names
+            # are failed now, by this run or by a worker's at the same moment (each
+            # statement reads its own snapshot: who failed it is not told apart).
             found = await queries.rows(conn, QUERIES["dashboard_lease_expired"])
-            due = await asaga.recover(conn)
+            due = await asaga.recover(conn, limit=asaga.SWEEP_BATCH)
             expired = {r["session_id"] for r in found}
             now_failed = len(failed) + sum(1 for s in due if s in expired)
             log.info("%s: ran recovery: %d failed, %d due", ws.login, now_failed, len(due))
@@ -2350,14 +2361,14 @@ class Dashboard:
                     return f"run by {ws.login}: no lease had expired and no undo walk is due"
                 return (
                     f"run by {ws.login}: {now_failed} session(s) whose lease had expired now "
-                    "failed; no undo walk is due"
+                    f"failed; no undo walk is due{remain}"
                 )
             shown = ", ".join(str(s) for s in due[:RECOVER_SHOWN])
             more = f" and {len(due) - RECOVER_SHOWN} more" if len(due) > RECOVER_SHOWN else ""
             return (
                 f"run by {ws.login}: {now_failed} session(s) whose lease had expired now "
-                f"failed; {len(due)} session(s) whose undo walk must run (`undolog worker` "
-                f"walks them): {shown}{more}"
+                f"failed{remain}; {len(due)} session(s) whose undo walk must run (`undolog "
+                f"worker` walks them): {shown}{more}"
             )
 
         # in a transaction whose lock waits are bounded, as the page's other actions
