@@ -282,6 +282,30 @@ def test_recover_fails_a_fleets_sessions_in_batches_and_says_how_far_it_got(
     assert failed_per_transaction(conn, more) == [50, 10]
 
 
+def test_recover_most_stops_at_its_bound_and_says_more_may_have_expired(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`undolog recover --most N` fails N expired leases at most (the oldest first), then
+    recover() one batch more at most, as a worker's pass: under a flood it answers. It
+    says so on standard error when it stopped at N; run again, it goes on."""
+    dead = lease_run_out(conn, 130)
+    code, out, err = run(capsys, "recover", "--most", "60")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "undolog recover: 50 session(s) whose lease expired failed so far (committed), going on",
+        "undolog recover: 60 session(s) whose lease expired failed, as many as --most says: "
+        "more may have expired (the oldest were failed first); the workers go on failing "
+        "them, or run it again",
+    ]
+    assert failed_per_transaction(conn, dead) == [50, 10, 50]
+    assert len([w for w in out.split() if re.fullmatch(r"[0-9a-f-]{36}", w)]) == 110
+    code, out, err = run(capsys, "--json", "recover", "--most", "60")
+    assert (code, err) == (0, "")
+    assert sorted(uuid.UUID(r["session_id"]) for r in json.loads(out)) == sorted(dead)
+    assert failed_per_transaction(conn, dead) == [50, 10, 50, 20]
+    assert run(capsys, "recover", "--most", "0")[0] == 2
+
+
 def test_usage_errors_exit_2(conn: Conn, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "sessions", "list", "--state", "bogus")[0] == 2
     assert run(capsys, "sessions", "list", "--limit", "-1")[0] == 2

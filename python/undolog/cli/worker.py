@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import links
+from undolog import links, saga
 from undolog._conninfo import with_keepalives
 from undolog.cli._common import (
     EXIT_ERROR,
@@ -30,9 +30,10 @@ from undolog.cli._common import (
     UsageError,
     connect,
     non_negative_float,
+    positive_int,
 )
 from undolog.cli._output import emit, say_progress
-from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck, recover_due
+from undolog.walk import STOP_GRACE, Worker, WorkerConfigError, WorkerStuck
 
 # `undolog worker`'s exit status when compensations it gave up on still run (WorkerStuck):
 # sysexits' EX_TEMPFAIL, "try again later". Only a new process ends them: its supervisor
@@ -57,6 +58,14 @@ EVERY_OWNER_WARNING = (
 
 def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
     p = subparsers.add_parser("recover", parents=[common], help="fail expired sessions, list walks")
+    p.add_argument(
+        "--most",
+        type=positive_int,
+        metavar="N",
+        help="fail at most N expired leases, the oldest first, and one batch more (50) at "
+        "most in the last step, as a worker's pass (default: every one; under a flood of "
+        "short-lease sessions that may never end)",
+    )
     p.set_defaults(func=_cmd_recover, needed_role=OPERATOR)
     p = subparsers.add_parser(
         "worker", parents=[common], help="recover and walk until SIGTERM/SIGINT"
@@ -115,12 +124,24 @@ def _positive_seconds(value: str) -> float:
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    """Every active session whose lease expired is failed, in transactions of at most
-    saga.SWEEP_BATCH sessions each (walk.recover_due, as each worker pass): after a
+    """Every active session whose lease expired is failed (with --most N, N at most, the
+    oldest first), in transactions of at most saga.SWEEP_BATCH sessions each
+    (saga.fail_expired_sessions, as walk.recover_due does in each worker pass): after a
     fleet of agents died, it says on standard error how far it got after each (not with
-    --json, whose errors are JSON there); then the sessions whose undo walk must run."""
+    --json, whose errors are JSON there), and whether --most stopped it with more
+    expired; then saga.recover (with --most, failing one batch more at most) answers the
+    sessions whose undo walk must run."""
+    progress = None if args.json else _say_failed_so_far
     with connect(args) as conn:
-        due = recover_due(conn, on_progress=None if args.json else _say_failed_so_far)
+        failed = saga.fail_expired_sessions(conn, most=args.most, on_progress=progress)
+        if args.most is not None and len(failed) >= args.most and not args.json:
+            say_progress(
+                "recover",
+                f"{len(failed):,} session(s) whose lease expired failed, as many as --most "
+                "says: more may have expired (the oldest were failed first); the workers "
+                "go on failing them, or run it again",
+            )
+        due = saga.recover(conn, limit=None if args.most is None else saga.SWEEP_BATCH)
     emit(
         args,
         [{"session_id": sid} for sid in due],
