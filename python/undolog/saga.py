@@ -97,10 +97,15 @@ def fail_expired_sessions(
 def recover(conn: Connection, limit: int | None = None) -> list[uuid.UUID]:
     """Fail the sessions whose lease expired (at most ``limit`` of them, the oldest
     expired first; None, every one); answer every session whose walk must run.
-    One round trip, in the caller's transaction: every session it fails is a
-    subtransaction of it, so with more than a few dozen expired it is called after
-    :func:`fail_expired_sessions`, as the worker does (with a limit once its sweep
-    stopped at its bound: more leases may be out than it can fail)."""
+
+    One round trip (undolog.recover), in the caller's transaction: every session it
+    fails is a subtransaction of that one transaction. With ``limit=None`` (the default)
+    it fails EVERY expired lease there, however many: after a fleet of agents died,
+    hundreds of subtransactions, which slow every other backend until it commits; under
+    a flood of short-lease sessions by one agent login, a call that may not end. So with
+    more than a few dozen expired, pass ``limit=`` or call :func:`fail_expired_sessions`
+    first (batches, each committed), as the worker does (walk.recover_due: its sweep,
+    then this with ``limit=SWEEP_BATCH`` once the sweep stopped at its bound)."""
     rows = fetch_all(conn, QUERIES["recover"], {"limit": limit})
     return [uuid.UUID(str(r[0])) for r in rows]
 
