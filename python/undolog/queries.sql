@@ -190,8 +190,16 @@ SELECT decided_by, reason, state FROM undolog.session_approvals
 WHERE approval_id = %(approval_id)s
 
 -- name: session_of_handle
--- The session the MCP proxy issued a handle for, found by the handle's hash in its
--- metadata (after a restart of the proxy, which keeps no handle itself).
+-- The session the MCP proxy issued a handle for (after a restart of the proxy, which
+-- keeps no handle itself): the handle names its session, found by its primary key, and
+-- its hash must be the one in that session's metadata.
+SELECT session_id FROM undolog.sessions_list
+WHERE session_id = %(session_id)s AND metadata ->> 'handle_sha256' = %(handle_sha256)s
+
+-- name: session_of_unnamed_handle
+-- The same for a handle issued before handles named their session: found by its hash
+-- alone, which reads every session of the proxy's login (row-level security keeps that
+-- filter from any index), so the proxy runs one such lookup at a time.
 SELECT session_id FROM undolog.sessions_list
 WHERE metadata ->> 'handle_sha256' = %(handle_sha256)s
 

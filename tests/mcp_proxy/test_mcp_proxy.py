@@ -6,9 +6,11 @@ execution, or a missing compensation, is visible."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,6 +29,7 @@ from mcp import Client, StdioServerParameters
 
 from undolog import approvals, engine, saga
 from undolog.mcp_proxy.policy import PolicyError, load_policy
+from undolog.queries import QUERIES
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
@@ -184,6 +187,10 @@ def http_proxies() -> Iterator[list[HttpProxy]]:
     yield started
     for proxy in started:
         proxy.stop()
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def sessions(conn: psycopg.Connection[Any]) -> list[tuple[uuid.UUID, str]]:
@@ -642,6 +649,9 @@ def test_sigkill_then_restart_replays_and_runs_nothing_twice(
     run(before)  # the client only logs that it could not end the HTTP session
     [(sid, state)] = sessions(conn)
     assert state == "active"
+    # the handle names its session (found by primary key after the restart), then a secret
+    named, dot, secret = results["meta"][SESSION].partition(".")
+    assert (named, dot) == (str(sid), ".") and len(secret) >= 32
     assert names(ledger) == ["create_user", "send_email"]
 
     second = HttpProxy(POLICY, dsn, ledger)
@@ -666,6 +676,66 @@ def test_sigkill_then_restart_replays_and_runs_nothing_twice(
     run(after)
     assert names(ledger) == ["create_user", "send_email", "create_user"]
     wait_for(lambda: sessions(conn) == [(sid, "completed")])
+
+
+def test_a_handle_from_before_handles_named_their_session_still_resumes_it(
+    dsn: str, conn: psycopg.Connection[Any], ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """A session begun by an older proxy holds the hash of a handle that is a secret
+    alone: it is found by that hash (a scan of the login's sessions, one at a time), and
+    a handle naming that session with another secret is refused."""
+    old_handle = secrets.token_urlsafe(32)
+    sid = uuid.uuid4()
+    conn.execute(
+        "SELECT undolog.begin_session(%s, 'mcp-proxy', %s::jsonb)",
+        (sid, json.dumps({"face": "mcp-proxy", "handle_sha256": sha256_hex(old_handle)})),
+    )
+    proxy = HttpProxy(POLICY, dsn, ledger)
+    http_proxies.append(proxy)
+
+    async def body() -> None:
+        async with proxy.client() as client:
+            for forged in (f"{sid}.{old_handle}", f"{sid}.{secrets.token_urlsafe(32)}"):
+                refused = await client.call_tool(
+                    "crm__create_user",
+                    {"email": "x@x", "name": "X"},
+                    meta=cast(types.RequestParamsMeta, {SESSION: forged}),
+                )
+                assert refused.is_error and "unknown session handle" in text(refused)
+            made = await client.call_tool(
+                "crm__create_user",
+                {"email": "a@x", "name": "A"},
+                meta=cast(types.RequestParamsMeta, {SESSION: old_handle}),
+            )
+            assert not made.is_error, text(made)
+            assert (made.meta or {})[SESSION] == old_handle
+
+    run(body)
+    assert names(ledger) == ["create_user"]
+    count = conn.execute(
+        "SELECT count(*) FROM undolog.undolog_effect_log WHERE session_id = %s", (sid,)
+    ).fetchone()
+    assert count == (1,)
+
+
+def test_a_handle_is_found_by_its_sessions_primary_key(agent_dsn: str) -> None:
+    """The lookup of a handle after a restart, as an agent login (row-level security
+    on): its session id is a condition on the sessions' primary key, where the hash alone
+    (a handle from before) can only filter every session of the login. Sequential scans
+    are priced out, so only a condition an index can serve avoids one."""
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        agent.execute("SELECT undolog.begin_session() FROM generate_series(1, 50)")
+        agent.execute("SET enable_seqscan = off")
+
+        def plan(name: str) -> str:
+            params = {"session_id": uuid.uuid4(), "handle_sha256": "0" * 64}
+            rows = agent.execute("EXPLAIN " + QUERIES[name], params)
+            return "\n".join(str(r[0]) for r in rows)
+
+        named, unnamed = plan("session_of_handle"), plan("session_of_unnamed_handle")
+    assert "undolog_sessions_pkey" in named and "Seq Scan" not in named, named
+    # the hash alone: every session of the login read (the owners' index), then filtered
+    assert "undolog_sessions_pkey" not in unnamed and "Filter: ((metadata" in unnamed, unnamed
 
 
 def test_a_client_cannot_take_over_another_clients_session(

@@ -97,7 +97,10 @@ from undolog.signature import canonical_json, check_storable, signed_call
 
 log = logging.getLogger("undolog.mcp_proxy")
 
-SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id
+SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id alone
+# A handle is its session's id, this, then a secret: the proxy finds the session by its
+# id after a restart (a lookup by hash alone read every session of its login).
+HANDLE_SEPARATOR = "."
 # The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
 UNDO_LAST_TOOL = "undolog__undo_last"
 # Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
@@ -422,7 +425,9 @@ def build_routes(policy: Policy, upstream: str, tools: dict[str, types.Tool]) ->
 @dataclass
 class ProxySession:
     session_id: uuid.UUID
-    handle: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # what the client sends back to resume it: its session id, then a secret (the
+    # journal keeps the whole handle's hash); empty when made: a new one is drawn
+    handle: str = ""
     # the live client connection the handle was given to (None: stdio process, stateless
     # HTTP, or no connection holds it now)
     owner: Any = None
@@ -473,6 +478,10 @@ class ProxySession:
     late: set[asyncio.Task[None]] = field(default_factory=set)
     late_until: dict[str, float] = field(default_factory=dict)  # key -> monotonic deadline
 
+    def __post_init__(self) -> None:
+        if not self.handle:
+            self.handle = f"{self.session_id}{HANDLE_SEPARATOR}{secrets.token_urlsafe(32)}"
+
 
 class McpProxy:
     """The proxy's state: upstream connections, the tool table, sessions, the journal."""
@@ -491,6 +500,8 @@ class McpProxy:
         self.metrics = ProxyMetrics(tuple(upstreams))
         self.metrics.sessions = lambda: sum(1 for ps in self.sessions.values() if ps.began)
         self.by_handle: dict[str, ProxySession] = {}
+        # lookups of handles issued before they named their session, one at a time
+        self._unnamed_lookup = asyncio.Lock()
         # journal name -> the registration's tool_id, for intercept_tool (see _register)
         self._tool_ids: dict[str, uuid.UUID] = {}
         # a 2026-era stdio process's sessions (no connection object to keep them on)
@@ -1125,12 +1136,22 @@ class McpProxy:
         ps = self.by_handle.get(handle)
         if ps is not None:
             return ps
-        async with self.pool.connection() as conn:
-            row = await (
-                await conn.execute(
-                    QUERIES["session_of_handle"], {"handle_sha256": _handle_hash(handle)}
+        named, separator, _ = handle.partition(HANDLE_SEPARATOR)
+        try:
+            named_sid = uuid.UUID(named) if separator else None
+        except ValueError:
+            raise unknown from None
+        hashed = {"handle_sha256": _handle_hash(handle)}
+        if named_sid is not None:  # one primary-key probe
+            async with self.pool.connection() as conn:
+                found = await conn.execute(
+                    QUERIES["session_of_handle"], {**hashed, "session_id": named_sid}
                 )
-            ).fetchone()
+                row = await found.fetchone()
+        else:  # a handle from before they named their session: a scan, one at a time
+            async with self._unnamed_lookup, self.pool.connection() as conn:
+                found = await conn.execute(QUERIES["session_of_unnamed_handle"], hashed)
+                row = await found.fetchone()
         if row is None:
             raise unknown
         sid = uuid.UUID(str(row[0]))
