@@ -377,3 +377,31 @@ def test_ul_work_is_the_workers_pass_deadlines_included(dsn: str, conn: Conn) ->
         (asked.approval_id,),
     ).fetchone()
     assert state == ("expired",)
+
+
+def test_an_agents_tool_and_compensation_names_reach_the_log_escaped(
+    dsn: str, conn: Conn, app_dir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """An agent login names its tools and their compensations (register_tool), and the
+    worker that walks its sessions logs both: a line break forged a log line of the
+    worker's own, an escape sequence reached the operator's terminal (here one that
+    clears it, hiding the lines above). Every control character of a log line is now
+    written as its escape, as on the CLI's output."""
+    from undolog import engine
+
+    forged = "x\nundolog worker: INFO compensated everything"
+    clear = "missing\x1b[2J\x1b]0;title\x07"
+    engine.register_tool(conn, forged, "compensable", {"name": clear})
+    sid = engine.begin_session(conn, agent="worker-test")
+    hit = engine.intercept(conn, sid, 0, forged, "compensable", {"user": 1}, {"name": clear})
+    assert hit.effect_id is not None
+    engine.commit(conn, hit.effect_id, {"user_id": 1})
+    engine.fail_session(conn, sid, "the agent gave up")
+    worker = start_worker(dsn, "--all-owners")
+    wait_until(lambda: "no compensation registered" in worker.stderr(), what="the attempt")
+    assert worker.stop() == 0
+    log = worker.stderr()
+    assert "\x1b" not in log and "\x07" not in log
+    assert "\nundolog worker: INFO compensated everything" not in log
+    assert "x\\nundolog worker: INFO compensated everything" in log
+    assert "missing\\x1b[2J" in log

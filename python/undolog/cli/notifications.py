@@ -12,7 +12,7 @@ import secrets
 import signal
 from types import FrameType
 
-from undolog import links, notifications
+from undolog import links, logs, notifications
 from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -245,7 +245,7 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 
 def _cmd_notify(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="undolog notify: %(levelname)s %(message)s")
+    logs.basic_config(logging.INFO, "undolog notify: %(levelname)s %(message)s")
     try:  # a bad links key or lifetime would fail every delivery: say it once, at start
         links.check_env()
     except ValueError as exc:

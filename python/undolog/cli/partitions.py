@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
-from undolog import partitions
+from undolog import logs, partitions
 from undolog.cli._common import (
     EXIT_OK,
     OPERATOR,
@@ -74,7 +74,7 @@ def configure_partitions_parser(subparsers: Subparsers, common: Parser) -> None:
 
 def _partitions_logging() -> None:
     # maintain() logs a WARNING for each month it keeps because a session still needs it
-    logging.basicConfig(level=logging.WARNING, format="undolog: %(message)s")
+    logs.basic_config(logging.WARNING, "undolog: %(message)s")
 
 
 def _cmd_partitions_ensure(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from undolog import links, saga
+from undolog import links, logs, saga
 from undolog._conninfo import with_keepalives
 from undolog.cli._common import (
     EXIT_ERROR,
@@ -192,9 +192,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             links.check_env()
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-    logging.basicConfig(
-        level=logging.INFO, format="undolog worker: %(levelname)s %(message)s", stream=sys.stderr
-    )
+    logs.basic_config(logging.INFO, "undolog worker: %(levelname)s %(message)s", sys.stderr)
     if args.app is not None and args.mcp_config is None and not (args.owner or args.all_owners):
         log.warning(EVERY_OWNER_WARNING)
 

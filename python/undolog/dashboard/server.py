@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 
+from undolog import logs
 from undolog._argtypes import idle_minutes, port_number
 
 DEFAULT_HOST = "127.0.0.1"
@@ -42,7 +43,7 @@ def serve(
 
     from undolog.dashboard.app import create_app
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.basic_config(logging.INFO, "%(levelname)s %(name)s: %(message)s")
     if demo:
         # The demo creates LOGIN roles whose password is "demo": in a real database that
         # is a door anyone can open. Only a database the demo's own run made (and will

@@ -24,6 +24,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from undolog import logs
 from undolog._version import __version__
 from undolog.mcp_proxy.metrics import parse_listen, serve_metrics
 from undolog.mcp_proxy.passthrough import Passthrough
@@ -430,7 +431,7 @@ def parse_http(value: str) -> tuple[str, int]:
 def serve(config: str, dsn: str, http: str | None = None, options: Options = Options()) -> int:
     """The command's body: exit code 2 for a refused policy, 1 for an unreachable upstream
     or journal."""
-    logging.basicConfig(level=logging.INFO, format="undolog mcp-proxy: %(message)s")
+    logs.basic_config(logging.INFO, "undolog mcp-proxy: %(message)s")
     try:
         if http is None:
             asyncio.run(_serve_stdio(config, dsn, options))

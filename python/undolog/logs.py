@@ -1,0 +1,54 @@
+"""Log lines a person reads in a terminal or a log file.
+
+Much of what the long-running commands log is written by agents: a tool's name and its
+compensation's (an agent login registers its own), an error that quotes a call's
+arguments. A line break in one forged a line of the log's own ("undolog worker: INFO
+compensated ..."), and an escape sequence reached the operator's terminal (one that
+clears it hides the lines above). So every character of a record that is not printable
+is written as its escape (``\\n``, ``\\x1b``, ``\\u2028``), as the CLI's output is
+(``cli._output.printable``); a traceback keeps its line breaks, and only its other
+characters are escaped.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import TextIO
+
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+
+
+def escaped(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every character that is not printable (a control character, a line
+    or paragraph separator, a format character such as a bidirectional override) written
+    as Python writes it in a string's repr; ``keep_newlines``: ``\\n`` kept as it is.
+    A backslash is left as it is (a path stays readable): text may read like an escape,
+    but no line break or escape sequence gets through."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or (keep_newlines and ch == "\n") else repr(ch)[1:-1] for ch in text
+    )
+
+
+class PrintableFormatter(logging.Formatter):
+    """A :class:`logging.Formatter` whose lines hold nothing but printable characters
+    (a traceback's line breaks aside)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escaped(super().formatMessage(record))
+
+    def formatException(self, ei: _ExcInfo) -> str:
+        return escaped(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return escaped(super().formatStack(stack_info), keep_newlines=True)
+
+
+def basic_config(level: int, fmt: str, stream: TextIO | None = None) -> None:
+    """:func:`logging.basicConfig` (a no-op when the root logger has a handler already),
+    its lines written by a :class:`PrintableFormatter`."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(PrintableFormatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler])
