@@ -29,6 +29,7 @@ from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
 from undolog.dashboard.websessions import (
     MAX_SESSIONS_PER_LOGIN,
+    KnownBrowsers,
     LoginRefused,
     LoginThrottle,
     SessionStore,
@@ -826,3 +827,51 @@ def test_password_guessing_is_throttled_and_the_lockout_expires(
         # a success resets: one wrong password later is simply refused, not throttled
         assert asyncio.run(attempt("wrong"))[0] == 401
     print(f"100 concurrent guesses: {len(tried)} tried, {len(waited)} throttled in {elapsed:.2f}s")
+
+
+def test_someone_else_s_wrong_passwords_do_not_lock_a_person_out_of_their_own_browser(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """The throttle locked a login out for everyone: an agent reads its decided requests'
+    decided_by (the approver's login) and, with a wrong password every few minutes from
+    anywhere, kept that approver out of the dashboard for as long as it liked. A browser
+    the person logged in from before is now throttled on its own: the others' failures
+    (from any address, this one's included) do not lock it out, while a browser that
+    never logged in as that login is still told to wait."""
+    if not passwords_checked:
+        pytest.skip("this cluster accepts any password")
+    dashboard = Dashboard(app_dsn)
+    with TestClient(dashboard.app(), follow_redirects=False) as web:
+        assert log_in(web, "dash_approver").status_code == 303
+        web.post("/logout", data={"csrf": csrf_of(web.get("/sessions").text)})
+        remembered = dict(web.cookies.items())
+        web.cookies.clear()  # the attacker's browser, from the same address
+        for i in range(dashboard.throttle.FREE):
+            assert log_in(web, "dash_approver", f"wrong{i}").status_code == 401
+        refused = log_in(web, "dash_approver")
+        assert refused.status_code == 429 and "too many failed logins" in refused.text
+        web.cookies.clear()
+        for name, value in remembered.items():
+            web.cookies.set(name, value)
+        assert log_in(web, "dash_approver").status_code == 303  # the person's own browser
+        # and its own wrong passwords are throttled too
+        web.post("/logout", data={"csrf": csrf_of(web.get("/sessions").text)})
+        for i in range(dashboard.throttle.FREE):
+            assert log_in(web, "dash_approver", f"mine{i}").status_code == 401
+        assert log_in(web, "dash_approver").status_code == 429
+
+
+def test_no_logins_own_logins_make_the_dashboard_forget_anothers_browser() -> None:
+    """Any login may log in (an agent's too), and each new browser is remembered: a
+    login keeps its latest KnownBrowsers.PER_LOGIN, and past MAX in all a new browser is
+    not remembered, so that no one's logins forget the approver's browser."""
+    known = KnownBrowsers()
+    known.MAX = 50
+    approver = known.remember("alice", None)
+    for _ in range(200):
+        known.remember("agent", None)
+    assert known.login_of(approver) == "alice"
+    assert sum(1 for who, _ in known.tokens.values() if who == "agent") == known.PER_LOGIN
+    assert [known.remember(f"login{i}", None) for i in range(100)][-1] is None
+    assert len(known.tokens) == known.MAX and known.login_of(approver) == "alice"
+    assert known.remember("alice", approver) == approver  # its own, kept

@@ -65,7 +65,13 @@ from undolog import (
 )
 from undolog import metrics as undolog_metrics
 from undolog.dashboard import labels, queries
-from undolog.dashboard.websessions import LoginRefused, LoginThrottle, SessionStore, WebSession
+from undolog.dashboard.websessions import (
+    KnownBrowsers,
+    LoginRefused,
+    LoginThrottle,
+    SessionStore,
+    WebSession,
+)
 from undolog.engine import SESSION_STATES
 from undolog.names import spell_name
 from undolog.queries import QUERIES
@@ -80,6 +86,9 @@ LOGIN_CSRF_COOKIE = "undolog_login_csrf"
 # Where a signed link was going when it met the login page: the login goes on there.
 NEXT_COOKIE = "undolog_next"
 NEXT_SECONDS = 15 * 60
+# A browser this login logged in from (websessions.KnownBrowsers): its failed logins are
+# throttled apart from everyone else's for that login.
+KNOWN_COOKIE = "undolog_known"
 # The engine's limit on a decision's or an operator action's reason (decide_approval,
 # rollback_session); resume and retry would cut a longer one silently, so the dashboard
 # refuses it for them too.
@@ -537,6 +546,7 @@ class Dashboard:
             raise ValueError(f"link_secret must hold at least {links.MIN_SECRET} characters")
         self.link_secret = link_secret
         self.throttle = LoginThrottle()
+        self.known = KnownBrowsers()
         self.exports = 0  # exports being read or sent, in all web sessions (EXPORT_MAX)
         self.env = make_env()
         self._reaper: asyncio.Task[None] | None = None
@@ -703,7 +713,13 @@ class Dashboard:
         if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
             return self._login_form(request, "Give your database login and password.", 422)
         login = login.strip()
-        keys = (f"login:{login}", f"addr:{request.client.host if request.client else '?'}")
+        # A browser this login logged in from before is throttled by its own failures
+        # only; any other by the login's and its address's (KnownBrowsers says why).
+        known = request.cookies.get(KNOWN_COOKIE)
+        if self.known.login_of(known) == login:
+            keys: tuple[str, ...] = (f"known:{known}",)
+        else:
+            keys = (f"login:{login}", f"addr:{request.client.host if request.client else '?'}")
         async with self.throttle.lock(login):
             left = self.throttle.wait_left(*keys)
             if left > 0:
@@ -749,6 +765,17 @@ class Dashboard:
             path="/",
         )
         response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+        remembered = self.known.remember(login, known)
+        if remembered is not None:
+            response.set_cookie(
+                KNOWN_COOKIE,
+                remembered,
+                max_age=int(KnownBrowsers.SECONDS),
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path="/login",
+            )
         return response
 
     async def logout(self, request: Request) -> Response:

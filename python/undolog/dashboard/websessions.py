@@ -235,6 +235,52 @@ class LoginThrottle:
             self.failures.pop(key, None)
 
 
+class KnownBrowsers:
+    """The browsers each login logged in from (a random token in a cookie, kept here with
+    its login): a browser that logged in as a login is throttled on its own token, not
+    by that login's and its address's failures. Those are anyone's to cause: an agent
+    reads its requests' decided_by (its approvers' logins), and a wrong password every few
+    minutes, from anywhere, kept an approver out of the dashboard for as long as it liked.
+    A token lasts SECONDS and dies with the process (the person then logs in as before).
+    A login keeps its PER_LOGIN latest tokens; past MAX tokens in all, a new browser is
+    not remembered: no login's logins (an agent may log in here too) forget another's."""
+
+    MAX = 10_000
+    PER_LOGIN = 20
+    SECONDS = 30 * 24 * 3600.0
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, tuple[str, float]] = {}  # token: login, when it was made
+
+    def login_of(self, token: str | None) -> str | None:
+        """The login a browser's token was made for, None when it is none of ours (any
+        more)."""
+        entry = self.tokens.get(token) if token else None
+        if entry is None or token is None:
+            return None
+        if time.monotonic() - entry[1] > self.SECONDS:
+            del self.tokens[token]
+            return None
+        return entry[0]
+
+    def remember(self, login: str, token: str | None) -> str | None:
+        """The token of a browser that just logged in as ``login``: its own when it
+        already has one for that login, else a new one (None: none can be kept now)."""
+        if token is not None and self.login_of(token) == login:
+            return token
+        now = time.monotonic()
+        if len(self.tokens) >= self.MAX:
+            self.tokens = {k: v for k, v in self.tokens.items() if now - v[1] <= self.SECONDS}
+        mine = [k for k, (who, _) in self.tokens.items() if who == login]
+        for old in mine[: max(0, len(mine) - self.PER_LOGIN + 1)]:
+            del self.tokens[old]  # this login's oldest
+        if len(self.tokens) >= self.MAX:
+            return None
+        made = secrets.token_urlsafe(32)
+        self.tokens[made] = (login, now)
+        return made
+
+
 class SessionStore:
     """Web sessions in this process's memory, closed after ``idle_timeout`` seconds."""
 
