@@ -43,6 +43,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 import secrets
 import select
 import time
@@ -101,6 +102,8 @@ SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id a
 # A handle is its session's id, this, then a secret: the proxy finds the session by its
 # id after a restart (a lookup by hash alone read every session of its login).
 HANDLE_SEPARATOR = "."
+# The handles an older proxy made: secrets.token_urlsafe(32), nothing else.
+UNNAMED_HANDLE = re.compile(r"[A-Za-z0-9_-]{43}")
 # The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
 UNDO_LAST_TOOL = "undolog__undo_last"
 # Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
@@ -1149,6 +1152,13 @@ class McpProxy:
                 )
                 row = await found.fetchone()
         else:  # a handle from before they named their session: a scan, one at a time
+            if not UNNAMED_HANDLE.fullmatch(handle):  # not one an older proxy made
+                raise unknown
+            if self._unnamed_lookup.locked():  # none queue behind a flood of made-up ones
+                raise ValueError(
+                    f"the proxy is looking up another session handle of the old form in "
+                    f"_meta[{SESSION_META_KEY!r}]: send the call again in a moment"
+                )
             async with self._unnamed_lookup, self.pool.connection() as conn:
                 found = await conn.execute(QUERIES["session_of_unnamed_handle"], hashed)
                 row = await found.fetchone()
