@@ -32,23 +32,51 @@ def escaped(text: str, *, keep_newlines: bool = False) -> str:
     )
 
 
+def _continued(text: str) -> str:
+    """A traceback's lines after its first indented, so that none of them, whatever an
+    exception's message holds, begins as a line of the log's own."""
+    return text.replace("\n", "\n    ")
+
+
 class PrintableFormatter(logging.Formatter):
-    """A :class:`logging.Formatter` whose lines hold nothing but printable characters
-    (a traceback's line breaks aside)."""
+    """A :class:`logging.Formatter` whose lines hold nothing but printable characters,
+    and whose only line breaks are a traceback's, each followed by an indent."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escaped(super().formatMessage(record))
 
     def formatException(self, ei: _ExcInfo) -> str:
-        return escaped(super().formatException(ei), keep_newlines=True)
+        return _continued(escaped(super().formatException(ei), keep_newlines=True))
 
     def formatStack(self, stack_info: str) -> str:
-        return escaped(super().formatStack(stack_info), keep_newlines=True)
+        return _continued(escaped(super().formatStack(stack_info), keep_newlines=True))
+
+
+class _EscapingFormatter(logging.Formatter):
+    """Another formatter's lines made printable: for a handler that was there before
+    (an application's module configured logging when the worker imported it)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _continued(escaped(self.inner.format(record), keep_newlines=True))
 
 
 def basic_config(level: int, fmt: str, stream: TextIO | None = None) -> None:
-    """:func:`logging.basicConfig` (a no-op when the root logger has a handler already),
-    its lines written by a :class:`PrintableFormatter`."""
+    """:func:`logging.basicConfig` with its lines written by a
+    :class:`PrintableFormatter`; when the root logger has handlers already (set up by
+    whoever came first), their lines are made printable instead, and undolog's own
+    loggers log at ``level``."""
+    root = logging.getLogger()
+    if root.handlers:
+        for handler in root.handlers:
+            inner = handler.formatter or logging.Formatter()
+            if not isinstance(inner, (PrintableFormatter, _EscapingFormatter)):
+                handler.setFormatter(_EscapingFormatter(inner))
+        logging.getLogger("undolog").setLevel(level)
+        return
     handler = logging.StreamHandler(stream)
     handler.setFormatter(PrintableFormatter(fmt))
     logging.basicConfig(level=level, handlers=[handler])

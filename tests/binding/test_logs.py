@@ -1,0 +1,67 @@
+"""undolog.logs: the long-running commands' log lines, which carry agents' text (tool
+and compensation names, errors quoting a call's args), hold no control character and no
+line that begins as one of the log's own: not in a message, not in a traceback, and not
+when an application's module configured logging before the command did."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from undolog import logs
+
+FORGED = "x\nundolog worker: INFO compensated everything\x1b[2J"
+
+
+@pytest.fixture
+def root() -> Iterator[logging.Logger]:
+    """The root logger, its handlers and level put back after the test (pytest's own
+    capturing handlers are added for the test's call: each test removes them first)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield root
+    root.handlers, root.level = handlers, level
+    logging.getLogger("undolog").setLevel(logging.NOTSET)
+
+
+def _logged(stream: io.StringIO) -> list[str]:
+    log = logging.getLogger("undolog.test")
+    log.info("tool %s", FORGED)
+    try:
+        raise RuntimeError(FORGED)
+    except RuntimeError:
+        log.exception("the walk raised")
+    return stream.getvalue().splitlines()
+
+
+def _no_forged_line(lines: list[str]) -> None:
+    assert not any(line.startswith("undolog worker:") for line in lines), lines
+    assert not any("\x1b" in line for line in lines), lines
+
+
+def test_a_message_and_a_traceback_forge_no_line(root: logging.Logger) -> None:
+    root.handlers = []
+    stream = io.StringIO()
+    logs.basic_config(logging.INFO, "undolog worker: %(levelname)s %(message)s", stream)
+    lines = _logged(stream)
+    assert (
+        lines[0]
+        == "undolog worker: INFO tool x\\nundolog worker: INFO compensated everything\\x1b[2J"
+    )
+    assert lines[1] == "undolog worker: ERROR the walk raised"
+    assert lines[2] == "Traceback (most recent call last):"
+    _no_forged_line(lines[2:])
+    assert any(line.startswith("    ") and "compensated everything" in line for line in lines[2:])
+
+
+def test_a_handler_configured_before_is_made_printable(root: logging.Logger) -> None:
+    root.handlers = []
+    stream = io.StringIO()
+    logging.basicConfig(level=logging.WARNING, stream=stream, format="%(message)s")
+    logs.basic_config(logging.INFO, "undolog worker: %(levelname)s %(message)s")
+    lines = _logged(stream)
+    assert lines[0].startswith("tool x")  # undolog's INFO logged, in the app's format
+    _no_forged_line(lines)
