@@ -80,7 +80,7 @@ BEGIN
                             '%s kept: it holds effects of %s unfinished session(s)',
                             v_month.partition_oid, v_count),
                         DETAIL = 'sessions: '
-                                 || pg_catalog.array_to_string(v_sessions, ', ')
+                                 || coalesce(pg_catalog.array_to_string(v_sessions, ', '), '')
                                  || CASE WHEN v_count > 50
                                      THEN pg_catalog.format(' and %s more', v_count - 50)
                                      ELSE '' END,
@@ -125,7 +125,7 @@ BEGIN
             MESSAGE = pg_catalog.format(
                 'cannot drop %s: it holds effects of %s unfinished session(s)',
                 pg_catalog.array_to_string(v_blocked_months, ', '), v_count),
-            DETAIL = 'sessions: ' || pg_catalog.array_to_string(v_sessions, ', ')
+            DETAIL = 'sessions: ' || coalesce(pg_catalog.array_to_string(v_sessions, ', '), '')
                      || CASE WHEN v_count > 50
                          THEN pg_catalog.format(' and %s more', v_count - 50)
                          ELSE '' END,
