@@ -875,3 +875,30 @@ def test_no_logins_own_logins_make_the_dashboard_forget_anothers_browser() -> No
     assert [known.remember(f"login{i}", None) for i in range(100)][-1] is None
     assert len(known.tokens) == known.MAX and known.login_of(approver) == "alice"
     assert known.remember("alice", approver) == approver  # its own, kept
+
+
+def test_a_login_no_role_could_have_is_refused_before_the_throttle_keeps_it(
+    app_dsn: str,
+) -> None:
+    """A login longer than PostgreSQL's longest role name (63 bytes), or with a control
+    character, is refused as a wrong one, and the throttle keeps nothing for it: each one
+    (up to a megabyte) used to be a key of its own."""
+    dashboard = Dashboard(app_dsn)
+    with TestClient(dashboard.app(), follow_redirects=False) as web:
+        for login in ("a" * 64, "é" * 32, "dash\napprover", "x" * 100_000):
+            refused = log_in(web, login, "wrong")
+            assert refused.status_code == 401, login[:80]
+            assert "wrong login or password" in refused.text
+    assert not dashboard.throttle.failures and not dashboard.throttle.locks
+
+
+def test_a_browser_is_remembered_from_its_latest_login() -> None:
+    """A token lasts KnownBrowsers.SECONDS from the browser's latest login, as its cookie
+    does, not from its first."""
+    known = KnownBrowsers()
+    token = known.remember("alice", None)
+    assert token is not None
+    known.tokens[token] = ("alice", known.tokens[token][1] - known.SECONDS + 1)
+    assert known.remember("alice", token) == token
+    known.SECONDS = 2.0  # a day later, as it were: a first login's clock would be out
+    assert known.login_of(token) == "alice"

@@ -276,8 +276,9 @@ def test_one_click_fails_a_passs_bound_and_says_more_remain(
     (said,) = flash_of(web.get("/maintenance").text)
     assert said.startswith(
         "recover: run by dash_operator: 5 session(s) whose lease had expired now failed; one"
-        " run fails 3 at most, the oldest first, and more had expired: the workers go on"
-        " failing them, or run recovery again; 5 session(s) whose undo walk must run"
+        " run fails 3 at most (the oldest first, then one batch more), and more may have"
+        " expired: the workers go on failing them, or run recovery again; 5 session(s)"
+        " whose undo walk must run"
     ), said
     assert web.post("/maintenance/recover", data={"csrf": token}).status_code == 303
     assert {session_state(conn, s) for s in dead} == {"failed"}

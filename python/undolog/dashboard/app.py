@@ -89,6 +89,9 @@ NEXT_SECONDS = 15 * 60
 # A browser this login logged in from (websessions.KnownBrowsers): its failed logins are
 # throttled apart from everyone else's for that login.
 KNOWN_COOKIE = "undolog_known"
+# PostgreSQL's longest role name (NAMEDATALEN - 1): a longer login is no login, and each
+# one the throttle kept (a megabyte each) would cost memory.
+LOGIN_MAX_BYTES = 63
 # The engine's limit on a decision's or an operator action's reason (decide_approval,
 # rollback_session); resume and retry would cut a longer one silently, so the dashboard
 # refuses it for them too.
@@ -713,6 +716,9 @@ class Dashboard:
         if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
             return self._login_form(request, "Give your database login and password.", 422)
         login = login.strip()
+        if len(login.encode()) > LOGIN_MAX_BYTES or not login.isprintable():
+            # no role has such a name; refused before the throttle keeps a key for it
+            return self._login_form(request, "login refused: wrong login or password", 401)
         # A browser this login logged in from before is throttled by its own failures
         # only; any other by the login's and its address's (KnownBrowsers says why).
         known = request.cookies.get(KNOWN_COOKIE)
@@ -2367,8 +2373,8 @@ class Dashboard:
             return self._after(request, ws, [failed], "/maintenance")
         bounded = len(failed) >= most
         remain = (
-            f"; one run fails {most} at most, the oldest first, and more had expired: the "
-            "workers go on failing them, or run recovery again"
+            f"; one run fails {most} at most (the oldest first, then one batch more), and "
+            "more may have expired: the workers go on failing them, or run recovery again"
             if bounded
             else ""
         )

@@ -266,9 +266,10 @@ class KnownBrowsers:
     def remember(self, login: str, token: str | None) -> str | None:
         """The token of a browser that just logged in as ``login``: its own when it
         already has one for that login, else a new one (None: none can be kept now)."""
-        if token is not None and self.login_of(token) == login:
-            return token
         now = time.monotonic()
+        if token is not None and self.login_of(token) == login:
+            self.tokens[token] = (login, now)  # 30 days from its latest login, as its cookie
+            return token
         if len(self.tokens) >= self.MAX:
             self.tokens = {k: v for k, v in self.tokens.items() if now - v[1] <= self.SECONDS}
         mine = [k for k, (who, _) in self.tokens.items() if who == login]
