@@ -89,8 +89,8 @@ NEXT_SECONDS = 15 * 60
 # A browser this login logged in from (websessions.KnownBrowsers): its failed logins are
 # throttled apart from everyone else's for that login.
 KNOWN_COOKIE = "undolog_known"
-# PostgreSQL's longest role name (NAMEDATALEN - 1): a longer login is no login, and each
-# one the throttle kept (a megabyte each) would cost memory.
+# PostgreSQL's longest role name (NAMEDATALEN - 1): a longer login is no login, and the
+# throttle keeps no key of its text (a megabyte each).
 LOGIN_MAX_BYTES = 63
 # The engine's limit on a decision's or an operator action's reason (decide_approval,
 # rollback_session); resume and retry would cut a longer one silently, so the dashboard
@@ -716,17 +716,19 @@ class Dashboard:
         if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
             return self._login_form(request, "Give your database login and password.", 422)
         login = login.strip()
-        if len(login.encode()) > LOGIN_MAX_BYTES or not login.isprintable():
-            # no role has such a name; refused before the throttle keeps a key for it
-            return self._login_form(request, "login refused: wrong login or password", 401)
+        # No role has a longer name: every such login is one to the throttle, whose keys
+        # would otherwise be as long as the form allows (a megabyte each).
+        too_long = len(login.encode()) > LOGIN_MAX_BYTES
+        throttled_as = "(longer than any role name)" if too_long else login
         # A browser this login logged in from before is throttled by its own failures
         # only; any other by the login's and its address's (KnownBrowsers says why).
         known = request.cookies.get(KNOWN_COOKIE)
         if self.known.login_of(known) == login:
             keys: tuple[str, ...] = (f"known:{known}",)
         else:
-            keys = (f"login:{login}", f"addr:{request.client.host if request.client else '?'}")
-        async with self.throttle.lock(login):
+            address = request.client.host if request.client else "?"
+            keys = (f"login:{throttled_as}", f"addr:{address}")
+        async with self.throttle.lock(throttled_as):
             left = self.throttle.wait_left(*keys)
             if left > 0:
                 return self._login_form(
@@ -740,6 +742,10 @@ class Dashboard:
                 # which may hold this very login's password. Refused as a wrong one.
                 self.throttle.failed(*keys)
                 log.info("login refused for %r (no password)", login)
+                return self._login_form(request, "login refused: wrong login or password", 401)
+            if too_long:
+                self.throttle.failed(*keys)
+                log.info("login refused for a login of %d bytes", len(login.encode()))
                 return self._login_form(request, "login refused: wrong login or password", 401)
             if any(unicodedata.category(c) == "Cc" for c in login):
                 # Nor a login holding a control character: no role's name needs one, and
