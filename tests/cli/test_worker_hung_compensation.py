@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 import time
 import uuid
@@ -44,6 +45,9 @@ from worker_support import (
 
 # A claim of 2 s: the worker gives a compensation some 1.8 s; retries are due 100 ms later.
 FAST_CLAIMS = "-c undolog.claim_timeout=2s -c undolog.retry_base=100ms"
+# The deadline the worker gives a compensation: a tenth of its 2 s claim before it
+# expires, less what the claim took to reach the attempt (more on a loaded machine).
+DEADLINE = re.compile(r"did not return within 1\.[5-8] s")
 
 
 def history(conn: Conn, sid: uuid.UUID) -> list[tuple[Any, ...]]:
@@ -130,8 +134,8 @@ def test_a_hung_compensation_is_failed_at_its_deadline_and_the_others_are_served
             ("pending", "compensating", 2),
             ("compensating", "compensated", 2),
         ], before
-        assert "did not return within 1.8 s" in (before[1][3] or ""), before
-        assert "did not return within 1.8 s" in caplog.text
+        assert DEADLINE.search(before[1][3] or ""), before
+        assert DEADLINE.search(caplog.text)
     finally:
         release.set()
     wait_until(lambda: returned == [2, 1], what="attempt 1's late return")
@@ -209,7 +213,7 @@ def test_a_hung_async_compensation_is_cancelled_at_its_deadline(
     wait_until(lambda: state_of(conn, hung) == "compensated", what="A's retry")
     assert cancelled.is_set() and worker.abandoned == 0
     error = history(conn, hung)[1][3] or ""
-    assert error.startswith("CompensationTimeout: did not return within 1.8 s"), error
+    assert error.startswith("CompensationTimeout: ") and DEADLINE.search(error), error
 
 
 def test_a_hung_async_compensation_on_the_workers_loop_is_cancelled(
@@ -234,7 +238,7 @@ def test_a_hung_async_compensation_on_the_workers_loop_is_cancelled(
         worker = serve({"hangs": hangs}, loop=loop)
         wait_until(lambda: state_of(conn, hung) == "compensated", what="A's retry")
         assert cancelled.wait(5) and worker.abandoned == 0
-        assert "did not return within 1.8 s" in (history(conn, hung)[1][3] or "")
+        assert DEADLINE.search(history(conn, hung)[1][3] or "")
     finally:
         loop.call_soon_threadsafe(loop.stop)
         running.join(5)
