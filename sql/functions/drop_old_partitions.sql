@@ -62,25 +62,25 @@ BEGIN
             -- Counted, and only the first 50 named: a month may hold millions of
             -- unfinished sessions (an agent flood), whose every name in one array would
             -- pass the 1 GB a value may have and fail every maintenance run.
-            SELECT pg_catalog.count(*) INTO v_count
-            FROM undolog.unfinished_sessions(v_month.lower_bound, v_month.upper_bound);
+            -- One read: the count over all of them (the window), the names of the first
+            -- 50, in one snapshot.
+            SELECT coalesce(pg_catalog.max(f.total), 0),
+                   pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id, f.state)
+                                        ORDER BY f.session_id)
+            INTO v_count, v_sessions
+            FROM (SELECT u.session_id, u.state, pg_catalog.count(*) OVER () AS total
+                  FROM undolog.unfinished_sessions(v_month.lower_bound,
+                                                   v_month.upper_bound) AS u
+                  ORDER BY u.session_id LIMIT 50) AS f;
             IF v_count > 0 THEN
                 v_kept := v_kept || v_range;
                 IF p_in_use = 'skip' THEN
-                    SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id,
-                                                                  f.state)
-                                                ORDER BY f.session_id)
-                    INTO v_sessions
-                    FROM (SELECT u.session_id, u.state
-                          FROM undolog.unfinished_sessions(v_month.lower_bound,
-                                                           v_month.upper_bound) AS u
-                          ORDER BY u.session_id LIMIT 50) AS f;
                     RAISE WARNING USING
                         MESSAGE = pg_catalog.format(
                             '%s kept: it holds effects of %s unfinished session(s)',
                             v_month.partition_oid, v_count),
                         DETAIL = 'sessions: '
-                                 || coalesce(pg_catalog.array_to_string(v_sessions, ', '), '')
+                                 || pg_catalog.array_to_string(v_sessions, ', ')
                                  || CASE WHEN v_count > 50
                                      THEN pg_catalog.format(' and %s more', v_count - 50)
                                      ELSE '' END,
@@ -106,26 +106,23 @@ BEGIN
     IF pg_catalog.cardinality(v_blocked_ranges) > 0 THEN
         -- A session may hold effects of several of the months: counted once, over the
         -- union of their sessions (sorted or hashed within work_mem, spilling to disk,
-        -- never one array of them all), and the first 50 of it named.
-        SELECT pg_catalog.count(*) INTO v_count
-        FROM (SELECT DISTINCT u.session_id
-              FROM pg_catalog.unnest(v_blocked_ranges) AS r (r),
-                   LATERAL undolog.unfinished_sessions(pg_catalog.lower(r.r),
-                                                       pg_catalog.upper(r.r)) AS u) AS d;
-        SELECT pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id, f.state)
+        -- never one array of them all), and the first 50 of it named, in one read.
+        SELECT coalesce(pg_catalog.max(f.total), 0),
+               pg_catalog.array_agg(pg_catalog.format('%s (%s)', f.session_id, f.state)
                                     ORDER BY f.session_id)
-        INTO v_sessions
-        FROM (SELECT DISTINCT u.session_id, u.state
-              FROM pg_catalog.unnest(v_blocked_ranges) AS r (r),
-                   LATERAL undolog.unfinished_sessions(pg_catalog.lower(r.r),
-                                                       pg_catalog.upper(r.r)) AS u
-              ORDER BY u.session_id LIMIT 50) AS f;
+        INTO v_count, v_sessions
+        FROM (SELECT d.session_id, d.state, pg_catalog.count(*) OVER () AS total
+              FROM (SELECT DISTINCT u.session_id, u.state
+                    FROM pg_catalog.unnest(v_blocked_ranges) AS r (r),
+                         LATERAL undolog.unfinished_sessions(pg_catalog.lower(r.r),
+                                                             pg_catalog.upper(r.r)) AS u) AS d
+              ORDER BY d.session_id LIMIT 50) AS f;
         RAISE EXCEPTION USING
             ERRCODE = 'UL016',
             MESSAGE = pg_catalog.format(
                 'cannot drop %s: it holds effects of %s unfinished session(s)',
                 pg_catalog.array_to_string(v_blocked_months, ', '), v_count),
-            DETAIL = 'sessions: ' || coalesce(pg_catalog.array_to_string(v_sessions, ', '), '')
+            DETAIL = 'sessions: ' || pg_catalog.array_to_string(v_sessions, ', ')
                      || CASE WHEN v_count > 50
                          THEN pg_catalog.format(' and %s more', v_count - 50)
                          ELSE '' END,
