@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
@@ -80,3 +80,19 @@ def basic_config(level: int, fmt: str, stream: TextIO | None = None) -> None:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(PrintableFormatter(fmt))
     logging.basicConfig(level=level, handlers=[handler])
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's ``log_config`` for a command that called :func:`basic_config` first (the
+    dashboard, the MCP proxy over HTTP): uvicorn's loggers keep no handler of their own
+    and pass their records to the root logger's, so that its access lines (a client
+    address a trusted proxy's ``X-Forwarded-For`` names), its warnings and an
+    application's traceback are written in the command's format, made printable, to
+    standard error with the rest of its log. uvicorn's own configuration wrote them raw
+    (its access lines to standard output)."""
+    quiet: dict[str, Any] = {"handlers": [], "level": "INFO", "propagate": True}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "loggers": {name: dict(quiet) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+    }

@@ -352,6 +352,24 @@ def test_rollback_undoes_through_the_upstream_lifo(
     assert names(ledger).count("create_user") == 2  # C was refused, not run
 
 
+def test_the_web_servers_lines_are_written_as_the_proxys_log(
+    dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """Over HTTP, uvicorn's lines (at WARNING: a request it refuses, an application's
+    traceback) are the proxy's log lines, made printable (undolog.logs), not written by
+    uvicorn's own formatter. (The escaping itself: tests/dashboard/test_dashboard_log.py.)"""
+    proxy = HttpProxy(POLICY, dsn, ledger)
+    http_proxies.append(proxy)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(b"\x1b[2J\r\n\r\n")  # no request line: h11 refuses it, uvicorn warns
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    proxy.process.send_signal(signal.SIGINT)
+    _, err = proxy.process.communicate(timeout=15)
+    lines = err.splitlines()
+    assert "undolog mcp-proxy: Invalid HTTP request received." in lines, err
+    assert not any(line.startswith("WARNING:") for line in lines), err
+
+
 def test_irreversible_approved_during_the_hold_runs_once(
     dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

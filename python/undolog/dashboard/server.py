@@ -70,6 +70,7 @@ def serve(
         host=host,
         port=port,
         log_level="info",
+        log_config=logs.uvicorn_log_config(),
         timeout_graceful_shutdown=2,
     )
     return 0

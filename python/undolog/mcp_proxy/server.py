@@ -416,7 +416,11 @@ async def _serve_http(config: str, dsn: str, host: str, port: int, options: Opti
     async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
         app = build_server(proxy).streamable_http_app(host=host)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
+            )
+        )
         print(f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
         await server.serve()
 
