@@ -104,6 +104,24 @@ def test_every_public_name_has_its_entry_in_the_python_reference() -> None:
     assert not missing, f"public names without their entry in python.md: {missing}"
 
 
+def unnamed(names: list[str], text: str) -> list[str]:
+    """The names no code span of ``text`` begins with (`` `INTERRUPT` ``,
+    `` `decide(state, item, ...)` ``)."""
+    return [name for name in names if not re.search(rf"`{re.escape(name)}\b", text)]
+
+
+@pytest.mark.parametrize("module", ["langchain", "openai_agents", "pydantic_ai"])
+def test_every_public_name_of_an_integration_is_on_its_page(module: str) -> None:
+    """Each name of an integration module's ``__all__`` (its functions, classes and the
+    constants that name the keys of its approval payload) is named, in a code span, on
+    docs/integrations.md."""
+    integration = importlib.import_module(f"undolog.integrations.{module}")
+    text = page("integrations.md")
+    assert unnamed(["NOT_A_NAME", "INTERRUPTED"], text) == ["NOT_A_NAME", "INTERRUPTED"]
+    missing = unnamed(list(integration.__all__), text)
+    assert not missing, f"undolog.integrations.{module}: not on integrations.md: {missing}"
+
+
 # PostgreSQL's spelling of the types, and of the defaults, as sql.md writes them.
 TYPE_NAMES = {"int": "integer", "timestamptz": "timestamp with time zone"}
 

@@ -666,3 +666,15 @@ async def _apply_decisions(state: RunState[Any], session_id: uuid.UUID) -> None:
         else:  # the session goes on only for an on_reject="continue" tool
             refused = await _arun.refusal_of(conn, name, approval)
             state.reject(item, rejection_message=None if refused is None else refused.message)
+
+
+__all__ = [
+    "ResumedInAnotherSession",
+    "StreamedRun",
+    "approval_id",
+    "decide",
+    "run",
+    "run_streamed",
+    "tool",
+    "tools",
+]
