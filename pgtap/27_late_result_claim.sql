@@ -5,7 +5,7 @@
 -- stays flagged for an operator, a claim already handed out is not changed under its
 -- walker, and a late error report hands nothing.
 BEGIN;
-SELECT plan(25);
+SELECT plan(27);
 \ir _helpers.psql
 
 -- 1. A late commit before the claim of the next attempt: that claim carries the result.
@@ -123,6 +123,20 @@ SELECT results_eq(
     format($$VALUES (%L::uuid, '{"user_id": 1}'::jsonb)$$, :'u5'),
     'of several late commits, the first (the one sessions_overview names) is handed'
 );
+
+-- 6. A late result is handed as it arrived: its null members too, at any depth (a
+-- compensation reads {"parent_id": null} as "no parent", and a missing key fails it).
+SELECT pg_temp.new_session() AS s7 \gset
+SELECT pg_temp.call(:'s7', 1, 'executing', '{"name": "delete_user"}') AS f7 \gset
+SELECT pg_temp.undo_of(:'f7') AS u7 \gset
+SELECT undolog.fail_session(:'s7', 'lease expired');
+SELECT undolog.fail_compensation(c.undo_id, 'no result') FROM undolog.claim_compensation(:'s7') AS c;
+SELECT is(undolog.commit(:'f7', '{"user_id": 7, "parent_id": null, "tags": {"team": null}}'),
+          'late', 'a late result with null members');
+UPDATE undolog.undolog_undo_stack SET next_attempt_at = now() WHERE undo_id = :'u7';
+SELECT is((SELECT c.result_snapshot FROM undolog.claim_compensation(:'s7') AS c),
+          '{"user_id": 7, "parent_id": null, "tags": {"team": null}}'::jsonb,
+          'the next claim hands the late result with its null members');
 
 SELECT * FROM finish();
 ROLLBACK;

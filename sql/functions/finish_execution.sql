@@ -47,11 +47,17 @@ BEGIN
             (session_id, effect_id, executed_at, event, from_state, to_state, detail)
         VALUES (
             v_key.session_id, v_key.effect_id, v_key.executed_at, v_event, v_state, v_state,
-            pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
-                'arrived', p_to,
-                'result', CASE WHEN p_to = 'committed' THEN p_result END,
-                'error', p_error,
-                'arrived_at', pg_catalog.clock_timestamp()))
+            -- Only the keys that have a value, each value as it arrived: not
+            -- jsonb_strip_nulls, which strips the null members of the result too, at any
+            -- depth (the compensation handed it would miss {"parent_id": null}'s key).
+            pg_catalog.jsonb_build_object('arrived', p_to,
+                                          'arrived_at', pg_catalog.clock_timestamp())
+            || CASE WHEN p_to = 'committed'
+                    THEN pg_catalog.jsonb_build_object('result', p_result)
+                    ELSE '{}'::jsonb END
+            || CASE WHEN p_error IS NOT NULL
+                    THEN pg_catalog.jsonb_build_object('error', p_error)
+                    ELSE '{}'::jsonb END
         );
         RETURN 'late';
     END IF;
