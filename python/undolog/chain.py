@@ -306,6 +306,43 @@ def _shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
+class _KeyTwice(ValueError):
+    """A JSON object of an export's line that names a key twice."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose every key is named once (json.loads keeps the last of two,
+    where another reader of the file may show the first)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _KeyTwice("a key named twice")
+    return out
+
+
+def _read_line(line: str) -> tuple[Any, bool]:
+    """An export's line parsed, and whether an object in it names a key twice: it is
+    read as json.loads reads it (the last of the two), and reported, for the record a
+    person reads there is not one text (one viewer shows the first, another the last)."""
+    try:
+        return json.loads(line, object_pairs_hook=_once), False
+    except _KeyTwice:
+        return json.loads(line), True
+
+
+def same_record(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same value of the same JSON type, as a
+    record read from an export must be its canonical text parsed: Python's own ``==``
+    says True == 1 == 1.0, so a record showing ``true`` (or ``1.0``, or ``false`` for
+    ``0``) where the hashed text says ``1`` would pass it."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_record(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_record(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 def verify_export(lines: Iterable[str]) -> Report:
     """Check an export (:func:`export_session`) with no database: every line's hash is
     sha256(prev || canonical), its prev is the previous line's hash, its seq follows,
@@ -332,7 +369,7 @@ def verify_export(lines: Iterable[str]) -> Report:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row, twice = _read_line(line)
         except RecursionError as exc:
             raise ExportInvalid(f"line {number} is nested too deeply to be a row") from exc
         except ValueError as exc:
@@ -355,7 +392,7 @@ def verify_export(lines: Iterable[str]) -> Report:
             continue
         try:
             record = json.loads(canonical)
-            differs = record != row.get("record")
+            differs = twice or not same_record(record, row.get("record"))
         except RecursionError as exc:  # a row's record is no deeper than its line
             raise ExportInvalid(f"line {number} is nested too deeply to be a row") from exc
         except ValueError:

@@ -374,3 +374,40 @@ def test_a_json_error_after_a_batch_is_stderr_alone(
     assert main(["verify", "--json", "--anchor", str(kept), "--dsn", dsn]) != 0
     _, err = capsys.readouterr()
     assert "not an UndoLog anchor" in json.loads(err)["error"], err
+
+
+@pytest.mark.parametrize(
+    ("shown", "why"),
+    [
+        (True, "a boolean for the integer 1 (Python's True == 1)"),
+        (1.0, "a float for the integer 1 (1.0 == 1)"),
+        ({"user_id": 1}, "the value nested one level more"),
+    ],
+)
+def test_an_exports_record_for_reading_must_be_its_canonical_text_exactly(
+    conn: Conn, shown: Any, why: str
+) -> None:
+    """The record a person reads is the hashed text parsed, exactly: a file whose record
+    shows another value than its canonical text is altered, however Python compares the
+    two (True == 1 == 1.0). Before, `verify --file` passed a record showing `true`."""
+    session = journal(conn)
+    lines = list(chain.export_session(conn, session))
+    assert chain.verify_export(lines).ok
+    row = json.loads(lines[2])
+    assert row["record"]["event"] == "committed" and row["record"]["result"] == {"user_id": 1}
+    row["record"]["result"]["user_id"] = shown
+    report = chain.verify_export([*lines[:2], json.dumps(row), *lines[3:]])
+    assert [(f.problem, f.seq) for f in report.findings] == [("altered", row["seq"])], why
+
+
+def test_an_exports_record_with_a_key_twice_is_altered(conn: Conn) -> None:
+    """A record line that names a key twice reads one way in one viewer and another in
+    the next (the first or the last): it is not its canonical text."""
+    session = journal(conn)
+    lines = list(chain.export_session(conn, session))
+    row = lines[2]
+    first = '"record": {"table": "effect_log"'
+    assert first in row
+    twice = row.replace(first, '"record": {"tool_name": "drop_db", "table": "effect_log"')
+    report = chain.verify_export([*lines[:2], twice, *lines[3:]])
+    assert [f.problem for f in report.findings] == ["altered"]
