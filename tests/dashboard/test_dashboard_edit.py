@@ -122,6 +122,25 @@ def test_edit_shows_the_changes_then_approves_with_the_edited_args(
     assert edit is not None and edit.decided_by == "dash_approver"
 
 
+def test_a_boolean_for_a_number_is_shown_as_the_change_it_is(
+    dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """What changes is what the journal tells apart: `true` for `1` is an edit (the
+    engine records it, and the body runs with True), though Python's True == 1 made the
+    page say "No change: this approves the call as asked". A number written another way
+    (1.0 for 1) is the same value to the engine too: no change."""
+    waiting = waiting_session(dsn, cents=1, note="")
+    client = client_as(dsn, "dash_approver")
+    review = _review(client, waiting.approval_id, '{"cents": true, "note": ""}')
+    assert review.status_code == 200, review.text
+    assert 'id="edit-no-change"' not in review.text
+    assert 'id="change-1"' in review.text and "<code>cents</code>" in review.text
+    same = _review(client, waiting.approval_id, '{"cents": 1.0, "note": ""}')
+    assert 'id="edit-no-change"' in same.text
+    assert _confirm(client, waiting.approval_id, review).status_code == 303
+    assert _request(conn, waiting.approval_id)[1] == {"cents": True, "note": ""}
+
+
 def test_the_nonce_is_for_these_args_once_and_a_decided_request_is_not_editable(
     dsn: str, conn: Conn, passwords_checked: bool
 ) -> None:

@@ -420,6 +420,22 @@ def _args_digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two JSON values are one to the journal (jsonb's equality, which decides
+    whether an approval is an edit): a number equals a number of the same value (1.0 is
+    1), never a boolean (Python's True == 1 is not the journal's); objects and arrays
+    member by member."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
 def args_changes(requested: Any, edited: Any) -> list[tuple[str, str, str]]:
     """(argument, requested JSON, approved JSON) of each top-level argument the edit
     changes, adds or drops ('' for absent), in name order."""
@@ -427,7 +443,7 @@ def args_changes(requested: Any, edited: Any) -> list[tuple[str, str, str]]:
     new = edited if isinstance(edited, dict) else {}
     out: list[tuple[str, str, str]] = []
     for name in sorted(set(old) | set(new)):
-        if name in old and name in new and old[name] == new[name]:
+        if name in old and name in new and same_value(old[name], new[name]):
             continue
         before = json.dumps(old[name], ensure_ascii=False) if name in old else ""
         after = json.dumps(new[name], ensure_ascii=False) if name in new else ""
