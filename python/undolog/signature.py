@@ -17,8 +17,10 @@ intercept calls it before sending anything).
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import blake3
@@ -125,6 +127,46 @@ def check_storable(value: Any, what: str = "arguments") -> None:
         _scan(value, MAX_NESTING_DEPTH, refuse_nul=True)
     except SignatureError as exc:
         raise SignatureError(str(exc).replace("arguments", what, 1)) from None
+
+
+class NotAsTyped(ValueError):
+    """JSON text whose parsed value is not the one the text shows (loads_as_typed)."""
+
+
+def loads_as_typed(text: str) -> Any:
+    """``text`` parsed as JSON, refusing (NotAsTyped, a ValueError) what would parse into
+    another value than the one typed: an object naming a key twice (json.loads keeps the
+    last, silently), a number no finite double holds as written (12345678901234567.5 is
+    read 12345678901234568.0; 1e400 infinity), and NaN or Infinity, which are not JSON.
+    For what a person types and is then approved at once (``undolog approvals approve
+    --args``): what they typed is what is decided, or nothing."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            names = [k for k, _ in items]
+            twice = next(k for i, k in enumerate(names) if k in names[:i])
+            raise NotAsTyped(
+                f"an object names {json.dumps(twice, ensure_ascii=False)} twice "
+                "(only the last would count)"
+            )
+        return out
+
+    def number(token: str) -> float:
+        value = float(token)
+        if not math.isfinite(value):
+            raise NotAsTyped(f"the number {token} is beyond what a double holds")
+        if Decimal(repr(value)) != Decimal(token):
+            raise NotAsTyped(
+                f"the number {token} is not one a double holds: it would be {value!r}; "
+                "write that, or send the value as a string"
+            )
+        return value
+
+    def constant(token: str) -> Any:
+        raise NotAsTyped(f"{token} is not JSON (no number is NaN or infinite)")
+
+    return json.loads(text, object_pairs_hook=pairs, parse_float=number, parse_constant=constant)
 
 
 def canonical_json(value: Any, *, max_depth: int = MAX_NESTING_DEPTH) -> bytes:

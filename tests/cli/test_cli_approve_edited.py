@@ -104,3 +104,31 @@ def test_bad_edited_args_exit_with_their_codes_and_decide_nothing(
     # a refusal carries no args
     out = undolog(dsn, "approvals", "reject", str(approval), "--by", "a", "--args", "{}")
     assert out.returncode == 2
+
+
+def test_edited_args_that_would_be_approved_otherwise_than_typed_decide_nothing(
+    dsn: str, conn: Conn
+) -> None:
+    """The command approves at once, with no page to read first: what a person typed
+    must be what is approved. A key typed twice kept the last silently ("cents": 100,
+    then "cents": 1000000 approved a million), and a number a double does not hold
+    (12345678901234567.5) was approved rounded (12345678901234568). Both are refused
+    (exit 2), and NaN and Infinity, which are not JSON, too; nothing is decided."""
+    _, approval = _asked(conn)
+    for typed, says in [
+        ('{"cents": 100, "cents": 1000000}', 'names "cents" twice'),
+        ('{"cents": 12345678901234567.5}', "12345678901234567.5"),
+        ('{"cents": 1e400}', "1e400"),
+        ('{"cents": NaN}', "NaN"),
+    ]:
+        out = undolog(dsn, "approvals", "approve", str(approval), "--by", "a", "--args", typed)
+        assert (out.returncode, says in out.stderr) == (2, True), (typed, out.stderr)
+    row = conn.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s", (approval,)
+    ).fetchone()
+    assert row == ("pending",)
+    # a number written another way that is the same value is the number typed
+    same = '{"cents": 1.50e2}'
+    out = undolog(dsn, "approvals", "approve", str(approval), "--by", "a", "--args", same)
+    assert out.returncode == 0, out.stderr
+    assert _approved_args(conn, approval) == {"cents": 150}

@@ -31,6 +31,7 @@ from undolog.cli._output import emit, plain, print_json, printable, say_progress
 from undolog.errors import UnknownApproval
 from undolog.names import spell_spaces
 from undolog.queries import QUERIES
+from undolog.signature import NotAsTyped, loads_as_typed
 
 
 def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
@@ -281,10 +282,14 @@ def _edited_args(args: argparse.Namespace) -> Any:
             ) from exc
     if text is None:
         return None
+    flag = "--args" if path is None else f"--args-file {path}"
     try:
-        return json.loads(text)
+        # what was typed is what is approved, with no page to read it on first: a key
+        # named twice, or a number that parses to another, decides nothing
+        return loads_as_typed(text)
+    except NotAsTyped as exc:
+        raise UsageError(f"{flag}: {exc}: nothing was decided") from exc
     except (ValueError, RecursionError) as exc:
-        flag = "--args" if path is None else f"--args-file {path}"
         raise UsageError(f"{flag} is not JSON: {exc}") from exc
 
 
