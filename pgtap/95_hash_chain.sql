@@ -11,7 +11,7 @@
 -- the other answer what the whole run does, the anchors' own chain in the range open at
 -- its top only; chain_events without records answers the same rows; staff only.
 BEGIN;
-SELECT plan(65);
+SELECT plan(69);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -353,6 +353,43 @@ SELECT is(
          'c0000000-0000-4000-8000-000000000003')),
     1::bigint, '... of a range with it: the row');
 ROLLBACK TO t5;
+SET LOCAL session_replication_role = origin;
+
+-- An anchor's heads rewritten to what no anchor holds (a seq that is not a whole number,
+-- a key that is no session id, a head that is not hex): the anchor is named altered, as
+-- any other change of it. The casts made verify_chain raise instead (22P02), so that the
+-- owner's tampering read as a verification that could not finish (exit 1), not a verdict.
+SET LOCAL session_replication_role = replica;
+SAVEPOINT t6;
+UPDATE undolog.undolog_chain_anchors
+SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '0'], '"1.0"')
+WHERE anchor_id = 1;
+SELECT results_eq(
+    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL$$,
+    $$VALUES ('undolog_chain_anchors', 'altered')$$,
+    'a head''s seq that is no whole number: the anchor is altered, no error');
+ROLLBACK TO t6;
+UPDATE undolog.undolog_chain_anchors
+SET heads = heads - 'c0000000-0000-4000-8000-000000000001'
+            || jsonb_build_object('not a session', heads -> 'c0000000-0000-4000-8000-000000000001')
+WHERE anchor_id = 1;
+SELECT results_eq(
+    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL
+      AND problem = 'altered'$$,
+    $$VALUES ('undolog_chain_anchors', 'altered')$$,
+    'a key that is no session id: altered, no error');
+SELECT lives_ok(
+    $$SELECT * FROM undolog.verify_chain(NULL, NULL, 'c0000000-0000-4000-8000-000000000001', NULL)$$,
+    '... in a range of sessions too');
+ROLLBACK TO t6;
+UPDATE undolog.undolog_chain_anchors
+SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '1'], '"zz"')
+WHERE anchor_id = 1;
+SELECT results_eq(
+    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL$$,
+    $$VALUES ('undolog_chain_anchors', 'altered')$$,
+    'a head that is not hex: altered, no error');
+ROLLBACK TO t6;
 SET LOCAL session_replication_role = origin;
 
 -- Staff only.
