@@ -790,6 +790,20 @@ SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name, p.ti
 FROM undolog.pending_approvals AS p
 WHERE p.approval_id = %(approval_id)s
 
+-- name: dashboard_edit_changes
+-- The edit page's "What changes", before anything is approved: the journal's own
+-- comparison (undolog.edit_changes, as Past decisions shows an edit once made) of the
+-- request's stored arguments and the ones typed, every change whole (no cut, no bound:
+-- the typed arguments are within the journal's payload limits). Against the stored
+-- jsonb, not a copy read into Python: 0.10000000000000000001 is read as 0.1 there, and
+-- the engine, which compares with the stored value, would record an edit the page
+-- called no change. A value jsonb holds for the same (1.0 for 1) is no change; true for
+-- 1 is one. No row when the request is not pending any more.
+SELECT coalesce(c.changes, '[]') AS changes
+FROM undolog.pending_approvals AS p,
+     LATERAL undolog.edit_changes(p.args, %(edited)s::jsonb, 2147483647, 2147483647) AS c
+WHERE p.approval_id = %(approval_id)s
+
 -- name: dashboard_inbox_fingerprint
 -- The approvals inbox's fingerprint: changes when a request comes, goes or expires.
 SELECT coalesce(md5(string_agg(p.approval_id::text || p.expired::text, ','

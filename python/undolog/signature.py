@@ -137,20 +137,35 @@ def loads_as_typed(text: str) -> Any:
     """``text`` parsed as JSON, refusing (NotAsTyped, a ValueError) what would parse into
     another value than the one typed: an object naming a key twice (json.loads keeps the
     last, silently), a number no finite double holds as written (12345678901234567.5 is
-    read 12345678901234568.0; 1e400 infinity), and NaN or Infinity, which are not JSON.
-    For what a person types and is then approved at once (``undolog approvals approve
-    --args``): what they typed is what is decided, or nothing."""
+    read 12345678901234568.0; 1e400 infinity), an integer beyond +/-(2**53 - 1) (which
+    the arguments' canonical form refuses, and a double does not hold exactly), and NaN
+    or Infinity, which are not JSON. For what a person types and is then approved
+    (``undolog approvals approve --args``, the dashboard's Edit, then approve): what they
+    typed is what is decided, or nothing."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out = dict(items)
         if len(out) != len(items):
-            names = [k for k, _ in items]
-            twice = next(k for i, k in enumerate(names) if k in names[:i])
+            seen: set[str] = set()
+            for twice, _ in items:
+                if twice in seen:
+                    break
+                seen.add(twice)
             raise NotAsTyped(
                 f"an object names {json.dumps(twice, ensure_ascii=False)} twice "
                 "(only the last would count)"
             )
         return out
+
+    def integer(token: str) -> int:
+        # int() of more than 4,300 digits raises its own error: a bound on the digits first
+        if len(token.lstrip("-")) > 16 or not -_MAX_SAFE_INT <= int(token) <= _MAX_SAFE_INT:
+            raise NotAsTyped(
+                f"the integer {token[:40]}{'…' if len(token) > 40 else ''} is beyond "
+                f"+/-{_MAX_SAFE_INT} (2**53 - 1), what a double holds exactly; send it as a "
+                "string"
+            )
+        return int(token)
 
     def number(token: str) -> float:
         value = float(token)
@@ -166,7 +181,13 @@ def loads_as_typed(text: str) -> Any:
     def constant(token: str) -> Any:
         raise NotAsTyped(f"{token} is not JSON (no number is NaN or infinite)")
 
-    return json.loads(text, object_pairs_hook=pairs, parse_float=number, parse_constant=constant)
+    return json.loads(
+        text,
+        object_pairs_hook=pairs,
+        parse_float=number,
+        parse_int=integer,
+        parse_constant=constant,
+    )
 
 
 def canonical_json(value: Any, *, max_depth: int = MAX_NESTING_DEPTH) -> bytes:

@@ -37,6 +37,7 @@ from dashboard_helpers import (
 from pgcluster import free_port
 from undolog import UndoLog, last_edit
 from undolog.dashboard import create_app
+from undolog.signature import call_signature
 
 Conn = psycopg.Connection[Any]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -139,6 +140,43 @@ def test_a_boolean_for_a_number_is_shown_as_the_change_it_is(
     assert 'id="edit-no-change"' in same.text
     assert _confirm(client, waiting.approval_id, review).status_code == 303
     assert _request(conn, waiting.approval_id)[1] == {"cents": True, "note": ""}
+
+
+def test_what_changes_is_read_against_the_stored_request(
+    dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """The request's arguments as stored, not as Python reads them: an agent's
+    0.10000000000000000001 is read as 0.1, and the page said "No change" for a typed 0.1
+    that the engine, comparing with the stored jsonb, records as an edit. A nested true
+    for 1 is a change as a top-level one is."""
+    with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
+        agent.execute("SELECT undolog.register_tool('pay', 'irreversible')")
+        (sid,) = agent.execute("SELECT undolog.begin_session()").fetchone() or (None,)
+        (approval_id,) = agent.execute(
+            "SELECT approval_id FROM undolog.intercept(p_session_id => %s, p_step_index => 0,"
+            " p_tool_name => 'pay', p_tier => 'irreversible',"
+            ' p_args => \'{"cents": 0.10000000000000000001, "note": [1]}\'::jsonb,'
+            " p_call_signature => %s)",
+            (sid, call_signature(str(sid), 0, "pay", {"cents": 0.1, "note": [1]})),
+        ).fetchone() or (None,)
+    assert approval_id is not None
+    client = client_as(dsn, "dash_approver")
+    review = _review(client, approval_id, '{"cents": 0.1, "note": [1]}')
+    assert review.status_code == 200, review.text
+    assert 'id="edit-no-change"' not in review.text and "<code>cents</code>" in review.text
+    nested = _review(client, approval_id, '{"cents": 0.1, "note": [true]}')
+    assert "<code>note</code>" in nested.text
+    same = _review(client, approval_id, '{"cents": 0.1, "note": [1.0]}')
+    assert "<code>cents</code>" in same.text and "<code>note</code>" not in same.text
+    # and what cannot be approved as typed is not offered for confirmation at all
+    for typed in (
+        '{"cents": 0.10000000000000000001, "note": [1]}',
+        '{"cents": 1, "cents": 100, "note": [1]}',
+        '{"cents": 9007199254740993, "note": [1]}',
+    ):
+        refused = _review(client, approval_id, typed)
+        assert refused.status_code == 422 and "would not be approved as typed" in refused.text
+    assert _request(conn, approval_id)[0] == "pending"
 
 
 def test_the_nonce_is_for_these_args_once_and_a_decided_request_is_not_editable(

@@ -75,7 +75,7 @@ from undolog.dashboard.websessions import (
 from undolog.engine import SESSION_STATES
 from undolog.names import spell_name
 from undolog.queries import QUERIES
-from undolog.signature import canonical_json, check_storable
+from undolog.signature import NotAsTyped, canonical_json, check_storable, loads_as_typed
 
 T = TypeVar("T")
 
@@ -418,37 +418,6 @@ def pretty_json(value: Any) -> str:
 
 def _args_digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether two JSON values are one to the journal (jsonb's equality, which decides
-    whether an approval is an edit): a number equals a number of the same value (1.0 is
-    1), never a boolean (Python's True == 1 is not the journal's); objects and arrays
-    member by member."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
-
-
-def args_changes(requested: Any, edited: Any) -> list[tuple[str, str, str]]:
-    """(argument, requested JSON, approved JSON) of each top-level argument the edit
-    changes, adds or drops ('' for absent), in name order."""
-    old = requested if isinstance(requested, dict) else {}
-    new = edited if isinstance(edited, dict) else {}
-    out: list[tuple[str, str, str]] = []
-    for name in sorted(set(old) | set(new)):
-        if name in old and name in new and same_value(old[name], new[name]):
-            continue
-        before = json.dumps(old[name], ensure_ascii=False) if name in old else ""
-        after = json.dumps(new[name], ensure_ascii=False) if name in new else ""
-        out.append((name, before, after))
-    return out
 
 
 def args_diff(requested: Any, edited: Any) -> list[tuple[str, str]]:
@@ -1134,8 +1103,10 @@ class Dashboard:
         reason = reason_field if isinstance(reason_field, str) else ""
         error: str | None = None
         digest = ""
-        try:
-            edited = json.loads(text)
+        try:  # what was typed is what is approved, as for `undolog approvals approve --args`
+            edited = loads_as_typed(text)
+        except NotAsTyped as exc:
+            edited, error = None, f"The arguments would not be approved as typed: {exc}."
         except (ValueError, RecursionError) as exc:
             edited, error = None, f"The arguments are not JSON: {exc}"
         if error is None and not isinstance(edited, dict):
@@ -1155,6 +1126,8 @@ class Dashboard:
         bound = [f"{approval_id}:{digest}"]
         nonce = form.get("confirm")
         if nonce is None or not ws.take_confirm(nonce, bound):
+            async with ws.db() as conn:
+                changes = await queries.edit_changes(conn, approval_id, edited)
             return self.render(
                 request,
                 "edit_confirm.html",
@@ -1163,7 +1136,7 @@ class Dashboard:
                 edited=edited,
                 edited_text=json.dumps(edited, ensure_ascii=False),
                 diff=args_diff(r["args"], edited),
-                changes=args_changes(r["args"], edited),
+                changes=changes,
                 reason=reason,
                 token=ws.confirm_nonce(bound),
                 stale=nonce is not None,

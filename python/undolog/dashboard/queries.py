@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row, namedtuple_row
+from psycopg.types.json import Jsonb
 
 from undolog.engine import SESSION_STATES
 from undolog.queries import QUERIES
@@ -136,6 +137,21 @@ async def edit_of(conn: Conn, approval_id: uuid.UUID) -> Row | None:
     (an approver edits all of them), whose session, which login."""
     found = await rows(conn, QUERIES["dashboard_edit_of"], {"approval_id": approval_id})
     return found[0] if found else None
+
+
+async def edit_changes(
+    conn: Conn, approval_id: uuid.UUID, edited: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """(argument, requested JSON, approved JSON) of each top-level argument the edit of a
+    pending request changes, adds or drops ('' for absent), in name order, as the journal
+    tells values apart (dashboard_edit_changes); none when it is not pending any more."""
+    row = await one(
+        conn,
+        QUERIES["dashboard_edit_changes"],
+        {"approval_id": approval_id, "edited": Jsonb(edited)},
+    )
+    found = row["changes"] if row else []
+    return [(c["name"], c["before"] or "", c["after"] or "") for c in found]
 
 
 async def inbox_fingerprint(conn: Conn) -> str:
