@@ -11,7 +11,7 @@
 -- the other answer what the whole run does, the anchors' own chain in the range open at
 -- its top only; chain_events without records answers the same rows; staff only.
 BEGIN;
-SELECT plan(69);
+SELECT plan(70);
 \ir _helpers.psql
 
 SELECT pg_temp.tool('create_user', 'compensable', '{"name": "delete_user"}') AS tool_id \gset
@@ -356,39 +356,59 @@ ROLLBACK TO t5;
 SET LOCAL session_replication_role = origin;
 
 -- An anchor's heads rewritten to what no anchor holds (a seq that is not a whole number,
--- a key that is no session id, a head that is not hex): the anchor is named altered, as
--- any other change of it. The casts made verify_chain raise instead (22P02), so that the
--- owner's tampering read as a verification that could not finish (exit 1), not a verdict.
+-- a key that is no session id, a head that is not hex, heads that are no object): the
+-- anchor is named altered, as any other change of it, and each malformed head anchored,
+-- with what it holds. The casts made verify_chain raise instead (22P02, 22023), so that
+-- the owner's tampering read as a verification that could not finish (exit 1), not a
+-- verdict. A run in ranges of sessions answers what the whole run does.
 SET LOCAL session_replication_role = replica;
 SAVEPOINT t6;
 UPDATE undolog.undolog_chain_anchors
 SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '0'], '"1.0"')
 WHERE anchor_id = 1;
 SELECT results_eq(
-    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL$$,
-    $$VALUES ('undolog_chain_anchors', 'altered')$$,
-    'a head''s seq that is no whole number: the anchor is altered, no error');
+    $$SELECT session_id::text, problem, found LIKE 'malformed: %'
+      FROM undolog.verify_chain() ORDER BY problem$$,
+    $$VALUES (NULL, 'altered', false),
+             ('c0000000-0000-4000-8000-000000000001', 'anchored', true)$$,
+    'a head''s seq that is no whole number: the head is malformed, the anchor altered, no error');
 ROLLBACK TO t6;
 UPDATE undolog.undolog_chain_anchors
 SET heads = heads - 'c0000000-0000-4000-8000-000000000001'
             || jsonb_build_object('not a session', heads -> 'c0000000-0000-4000-8000-000000000001')
 WHERE anchor_id = 1;
 SELECT results_eq(
-    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL
-      AND problem = 'altered'$$,
-    $$VALUES ('undolog_chain_anchors', 'altered')$$,
-    'a key that is no session id: altered, no error');
-SELECT lives_ok(
-    $$SELECT * FROM undolog.verify_chain(NULL, NULL, 'c0000000-0000-4000-8000-000000000001', NULL)$$,
-    '... in a range of sessions too');
+    $$SELECT session_id::text, problem, found LIKE 'malformed: "not a session": %'
+      FROM undolog.verify_chain() ORDER BY problem$$,
+    $$VALUES (NULL::text, 'altered', false), (NULL, 'anchored', true)$$,
+    'a key that is no session id: the head is malformed, the anchor altered, no error');
+SELECT results_eq(
+    $$SELECT v.session_id, v.problem, v.found
+      FROM (SELECT * FROM undolog.verify_chain(NULL, NULL, NULL,
+                                               'c0000000-0000-4000-8000-000000000001')
+            UNION ALL
+            SELECT * FROM undolog.verify_chain(NULL, NULL,
+                                               'c0000000-0000-4000-8000-000000000001', NULL))
+           AS v ORDER BY v.problem, v.found$$,
+    $$SELECT v.session_id, v.problem, v.found FROM undolog.verify_chain() AS v
+      ORDER BY v.problem, v.found$$,
+    '... and two ranges of sessions answer what the whole run does');
 ROLLBACK TO t6;
 UPDATE undolog.undolog_chain_anchors
 SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '1'], '"zz"')
 WHERE anchor_id = 1;
 SELECT results_eq(
-    $$SELECT table_name, problem FROM undolog.verify_chain() WHERE session_id IS NULL$$,
-    $$VALUES ('undolog_chain_anchors', 'altered')$$,
-    'a head that is not hex: altered, no error');
+    $$SELECT session_id::text, problem, found LIKE 'malformed: %'
+      FROM undolog.verify_chain() ORDER BY problem$$,
+    $$VALUES (NULL, 'altered', false),
+             ('c0000000-0000-4000-8000-000000000001', 'anchored', true)$$,
+    'a head that is not hex: the head is malformed, the anchor altered, no error');
+ROLLBACK TO t6;
+UPDATE undolog.undolog_chain_anchors SET heads = '[]' WHERE anchor_id = 1;
+SELECT results_eq(
+    $$SELECT session_id::text, problem FROM undolog.verify_chain()$$,
+    $$VALUES (NULL::text, 'altered')$$,
+    'heads that are no object: the anchor altered, no error');
 ROLLBACK TO t6;
 SET LOCAL session_replication_role = origin;
 

@@ -90,11 +90,15 @@ BEGIN
                 WINDOW s AS (ORDER BY a.anchor_id)
             ),
             -- Each head of each anchor: read with casts, or (v_safe) without a cast that
-            -- can fail, a malformed part NULL.
+            -- can fail, a malformed part NULL (heads that are no object: none). A head
+            -- with a part missing or malformed is reported as such (malformed); one whose
+            -- key is no session id belongs to no range of sessions, so it is reported
+            -- where the anchors' own findings are: by a run open at its top.
             anchored AS (
-                SELECT h.anchor_id, h.session_id, h.seq, h.head
+                SELECT h.anchor_id, h.session_id, h.seq, h.head, h.key, h.raw,
+                       (h.session_id IS NULL OR h.seq IS NULL OR h.head IS NULL) AS malformed
                 FROM (
-                    SELECT a.anchor_id, x.key,
+                    SELECT a.anchor_id, x.key, x.value AS raw,
                            CASE WHEN NOT v_safe THEN x.key::uuid
                                 WHEN x.key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
                                 THEN x.key::uuid END AS session_id,
@@ -107,11 +111,16 @@ BEGIN
                                      AND (x.value ->> 1) ~ '^([0-9a-f]{2})*$'
                                 THEN pg_catalog.decode(x.value ->> 1, 'hex') END AS head
                     FROM undolog.undolog_chain_anchors AS a,
-                         LATERAL pg_catalog.jsonb_each(a.heads) AS x
+                         LATERAL pg_catalog.jsonb_each(
+                             CASE WHEN NOT v_safe OR pg_catalog.jsonb_typeof(a.heads) = 'object'
+                                  THEN a.heads ELSE '{}' END) AS x
                 ) AS h
                 WHERE (p_session_id IS NULL OR h.key = p_session_id::text)
-                  AND (p_after_session IS NULL OR h.session_id > p_after_session)
-                  AND (p_through_session IS NULL OR h.session_id <= p_through_session)
+                  AND CASE WHEN h.session_id IS NULL THEN p_through_session IS NULL
+                           ELSE (p_after_session IS NULL OR h.session_id > p_after_session)
+                                AND (p_through_session IS NULL
+                                     OR h.session_id <= p_through_session)
+                      END
             ),
             findings AS (
                 SELECT e.session_id, e.seq, e.table_name, e.row_key, 'unchained' AS problem,
@@ -155,20 +164,28 @@ BEGIN
                   AND (l.session_id IS NOT NULL OR p_since IS NULL)
                 UNION ALL
                 SELECT a.session_id, a.seq, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
-                       'anchored', pg_catalog.encode(a.head, 'hex'),
-                       coalesce(pg_catalog.encode(r.hash, 'hex'), 'no row at seq ' || a.seq)
+                       'anchored',
+                       CASE WHEN a.malformed THEN 'a head: session id, [seq, hex hash]'
+                            ELSE pg_catalog.encode(a.head, 'hex') END,
+                       CASE WHEN a.malformed
+                            THEN 'malformed: ' || pg_catalog.left(pg_catalog.to_jsonb(a.key)::text
+                                                                 || ': ' || a.raw::text, 200)
+                            ELSE coalesce(pg_catalog.encode(r.hash, 'hex'),
+                                          'no row at seq ' || a.seq) END
                 FROM anchored AS a
                 LEFT JOIN w AS r ON r.session_id = a.session_id AND r.seq = a.seq
                 LEFT JOIN w AS fw ON fw.session_id = a.session_id AND fw.n = 1
                 LEFT JOIN heads AS h ON h.session_id = a.session_id
-                WHERE r.hash IS DISTINCT FROM a.head
-                  -- From p_since on, the rows before the window are not read (retention may have
-                  -- dropped them): an anchored seq with no row is excused below the session's
-                  -- first row in the window only. At or above it, the row was deleted. With no
-                  -- row in the window, up to the session's head only: heads never go back, so
-                  -- an anchored seq past the head is a deleted tail (no head at all: reported).
-                  AND (r.session_id IS NOT NULL OR p_since IS NULL
-                       OR a.seq >= coalesce(fw.seq, h.seq + 1, 0))
+                WHERE a.malformed
+                   OR (r.hash IS DISTINCT FROM a.head
+                       -- From p_since on, the rows before the window are not read (retention
+                       -- may have dropped them): an anchored seq with no row is excused below
+                       -- the session's first row in the window only. At or above it, the row
+                       -- was deleted. With no row in the window, up to the session's head
+                       -- only: heads never go back, so an anchored seq past the head is a
+                       -- deleted tail (no head at all: reported).
+                       AND (r.session_id IS NOT NULL OR p_since IS NULL
+                            OR a.seq >= coalesce(fw.seq, h.seq + 1, 0)))
                 UNION ALL
                 SELECT NULL::uuid, a.anchor_id, 'undolog_chain_anchors', 'anchor_id=' || a.anchor_id,
                        'altered',
