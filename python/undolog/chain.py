@@ -353,7 +353,7 @@ def verify_export(lines: Iterable[str]) -> Report:
     it = iter(lines)
     try:
         # a byte order mark before the header (a file saved again by a Windows editor)
-        header = json.loads(next(it).removeprefix("\ufeff"))
+        header, header_twice = _read_line(next(it).removeprefix("\ufeff"))
     except UnicodeDecodeError as exc:  # a file opened as UTF-8 text, read line by line
         raise ExportInvalid("not an UndoLog chain export: not UTF-8 text") from exc
     except (StopIteration, ValueError, RecursionError) as exc:
@@ -362,6 +362,12 @@ def verify_export(lines: Iterable[str]) -> Report:
         raise ExportInvalid(f"not an UndoLog chain export (format {EXPORT_FORMAT!r} expected)")
     session = str(header.get("session_id"))
     findings: list[Finding] = []
+    if header_twice:  # the session and head a person reads are not one text (_read_line)
+        findings.append(
+            Finding(
+                session, None, "export header", "line 1", "altered", "each key once", "a key twice"
+            )
+        )
     before_seq: int | None = None
     before_hash = GENESIS
     count = 0
@@ -418,7 +424,7 @@ def verify_export(lines: Iterable[str]) -> Report:
         before_seq, before_hash = seq, stored
     head = header.get("head")
     last = None if before_seq is None else {"seq": before_seq, "hash": before_hash.hex()}
-    if head != last:
+    if not same_record(head, last):  # true or 1.0 for a seq of 1 is not the head
         findings.append(
             Finding(
                 session,

@@ -411,3 +411,25 @@ def test_an_exports_record_with_a_key_twice_is_altered(conn: Conn) -> None:
     twice = row.replace(first, '"record": {"tool_name": "drop_db", "table": "effect_log"')
     report = chain.verify_export([*lines[:2], twice, *lines[3:]])
     assert [f.problem for f in report.findings] == ["altered"]
+
+
+def test_an_exports_header_is_read_as_its_records_are(conn: Conn) -> None:
+    """The header is a line a person reads too: a head whose seq is true or 1.0 for 1
+    (Python's True == 1 == 1.0) is not the chain's head, and a header naming its session
+    twice (a viewer shows the first, json.loads keeps the last) is altered. Both verified
+    clean before."""
+    session = journal(conn)
+    lines = list(chain.export_session(conn, session))
+    header = json.loads(lines[0])
+    assert chain.verify_export(lines).ok
+    for shown in (True, 1.0 * header["head"]["seq"]):
+        changed = {**header, "head": {**header["head"], "seq": shown}}
+        report = chain.verify_export([json.dumps(changed), *lines[1:]])
+        assert [f.problem for f in report.findings] == ["head"], shown
+    other = str(uuid.uuid4())
+    twice = re.sub(
+        r'"session_id": ?', f'"session_id": "{other}", "session_id": ', lines[0], count=1
+    )
+    assert twice != lines[0]
+    report = chain.verify_export([twice, *lines[1:]])
+    assert [(f.table, f.problem) for f in report.findings] == [("export header", "altered")]
