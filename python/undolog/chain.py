@@ -549,7 +549,7 @@ def _anchor_chain(rows: list[dict[str, Any]], kept_id: int, kept_prev: bytes) ->
             hashed_heads = json.loads(r["canonical"]).get("heads")
         except (ValueError, AttributeError):
             hashed_heads = None
-        if hashed_heads != r["heads"]:
+        if not same_record(hashed_heads, r["heads"]):  # a seq of true is not 1
             found(anchor_id, "altered", "heads = the heads of its canonical record", "other heads")
         before_id, before_hash = anchor_id, stored
     linked = not any(f.seq == kept_id and f.problem == "link" for f in findings)

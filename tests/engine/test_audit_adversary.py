@@ -315,6 +315,27 @@ def test_one_session_verified_against_a_kept_anchor_finds_a_rewritten_older_anch
     assert f"{problem[1]}: undolog_chain_anchors {problem[0]}" in got.stdout
 
 
+def test_a_kept_anchors_chain_tells_a_seq_of_true_from_1(conn: Conn) -> None:
+    """The heads an older anchor records are compared with those its hashed record
+    names as JSON values of one type: Python's True == 1 let a seq rewritten to true
+    pass as the 1 that was hashed."""
+    first = engine.begin_session(conn, agent="first")  # its head: seq 1
+    chain.write_anchor(conn)
+    engine.begin_session(conn, agent="later")
+    kept = chain.write_anchor(conn)
+    assert chain.check_anchor(conn, kept) == []
+    tamper(
+        conn,
+        "UPDATE undolog.undolog_chain_anchors"
+        " SET heads = jsonb_set(heads, ARRAY[%s::text, '0'], 'true') WHERE anchor_id = 1",
+        (str(first),),
+    )
+    held = chain.check_anchor(conn, kept)
+    assert [(f.key, f.problem, f.found) for f in held] == [
+        ("anchor_id=1", "altered", "other heads")
+    ], held
+
+
 # --- the canonical record: two values written alike -------------------------------
 # Each of these was a real collision: the owner changed a column behind the triggers'
 # back and the row still hashed to its stored link, so no verification could see it.
