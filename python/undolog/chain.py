@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 from undolog.engine import translated
 from undolog.errors import ExportInvalid
 from undolog.queries import QUERIES
+from undolog.signature import KeyTwice, unique_keys
 
 GENESIS = bytes(32)
 # The first line of an export names its format.
@@ -306,26 +307,13 @@ def _shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
-class _KeyTwice(ValueError):
-    """A JSON object of an export's line that names a key twice."""
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose every key is named once (json.loads keeps the last of two,
-    where another reader of the file may show the first)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _KeyTwice("a key named twice")
-    return out
-
-
 def _read_line(line: str) -> tuple[Any, bool]:
     """An export's line parsed, and whether an object in it names a key twice: it is
     read as json.loads reads it (the last of the two), and reported, for the record a
     person reads there is not one text (one viewer shows the first, another the last)."""
     try:
-        return json.loads(line, object_pairs_hook=_once), False
-    except _KeyTwice:
+        return json.loads(line, object_pairs_hook=unique_keys), False
+    except KeyTwice:
         return json.loads(line), True
 
 

@@ -133,6 +133,28 @@ class NotAsTyped(ValueError):
     """JSON text whose parsed value is not the one the text shows (loads_as_typed)."""
 
 
+class KeyTwice(NotAsTyped):
+    """A JSON object that names a key twice (unique_keys)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object_pairs_hook for text a person reads: an object whose every
+    key is named once, or KeyTwice naming the first key named again (json.loads keeps
+    the last of two, silently, where another reader of the text may show the first)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for twice, _ in pairs:
+            if twice in seen:
+                break
+            seen.add(twice)
+        raise KeyTwice(
+            f"an object names {json.dumps(twice, ensure_ascii=False)} twice "
+            "(only the last would count)"
+        )
+    return out
+
+
 def loads_as_typed(text: str) -> Any:
     """``text`` parsed as JSON, refusing (NotAsTyped, a ValueError) what would parse into
     another value than the one typed: an object naming a key twice (json.loads keeps the
@@ -142,20 +164,6 @@ def loads_as_typed(text: str) -> Any:
     or Infinity, which are not JSON. For what a person types and is then approved
     (``undolog approvals approve --args``, the dashboard's Edit, then approve): what they
     typed is what is decided, or nothing."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) != len(items):
-            seen: set[str] = set()
-            for twice, _ in items:
-                if twice in seen:
-                    break
-                seen.add(twice)
-            raise NotAsTyped(
-                f"an object names {json.dumps(twice, ensure_ascii=False)} twice "
-                "(only the last would count)"
-            )
-        return out
 
     def integer(token: str) -> int:
         # int() of more than 4,300 digits raises its own error: a bound on the digits first
@@ -183,7 +191,7 @@ def loads_as_typed(text: str) -> Any:
 
     return json.loads(
         text,
-        object_pairs_hook=pairs,
+        object_pairs_hook=unique_keys,
         parse_float=number,
         parse_int=integer,
         parse_constant=constant,
