@@ -361,16 +361,19 @@ SET LOCAL session_replication_role = origin;
 -- with what it holds. The casts made verify_chain raise instead (22P02, 22023), so that
 -- the owner's tampering read as a verification that could not finish (exit 1), not a
 -- verdict. A run in ranges of sessions answers what the whole run does.
+-- What a run finds, and what it must find, when one head of session ...0001 is malformed.
+PREPARE malformed_findings AS
+SELECT session_id::text, problem, found LIKE 'malformed: %'
+FROM undolog.verify_chain() ORDER BY problem;
+PREPARE one_malformed_head AS
+VALUES (NULL, 'altered', false), ('c0000000-0000-4000-8000-000000000001', 'anchored', true);
 SET LOCAL session_replication_role = replica;
 SAVEPOINT t6;
 UPDATE undolog.undolog_chain_anchors
 SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '0'], '"1.0"')
 WHERE anchor_id = 1;
 SELECT results_eq(
-    $$SELECT session_id::text, problem, found LIKE 'malformed: %'
-      FROM undolog.verify_chain() ORDER BY problem$$,
-    $$VALUES (NULL, 'altered', false),
-             ('c0000000-0000-4000-8000-000000000001', 'anchored', true)$$,
+    'malformed_findings', 'one_malformed_head',
     'a head''s seq that is no whole number: the head is malformed, the anchor altered, no error');
 ROLLBACK TO t6;
 UPDATE undolog.undolog_chain_anchors
@@ -398,10 +401,7 @@ UPDATE undolog.undolog_chain_anchors
 SET heads = jsonb_set(heads, ARRAY['c0000000-0000-4000-8000-000000000001', '1'], '"zz"')
 WHERE anchor_id = 1;
 SELECT results_eq(
-    $$SELECT session_id::text, problem, found LIKE 'malformed: %'
-      FROM undolog.verify_chain() ORDER BY problem$$,
-    $$VALUES (NULL, 'altered', false),
-             ('c0000000-0000-4000-8000-000000000001', 'anchored', true)$$,
+    'malformed_findings', 'one_malformed_head',
     'a head that is not hex: the head is malformed, the anchor altered, no error');
 ROLLBACK TO t6;
 UPDATE undolog.undolog_chain_anchors SET heads = '[]' WHERE anchor_id = 1;

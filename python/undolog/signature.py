@@ -167,13 +167,14 @@ def loads_as_typed(text: str) -> Any:
 
     def integer(token: str) -> int:
         # int() of more than 4,300 digits raises its own error: a bound on the digits first
-        if len(token.lstrip("-")) > 16 or not -_MAX_SAFE_INT <= int(token) <= _MAX_SAFE_INT:
+        value = int(token) if len(token.lstrip("-")) <= 16 else None
+        if value is None or not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
             raise NotAsTyped(
                 f"the integer {token[:40]}{'…' if len(token) > 40 else ''} is beyond "
                 f"+/-{_MAX_SAFE_INT} (2**53 - 1), what a double holds exactly; send it as a "
                 "string"
             )
-        return int(token)
+        return value
 
     def number(token: str) -> float:
         value = float(token)
