@@ -89,10 +89,15 @@ def uvicorn_log_config() -> dict[str, Any]:
     address a trusted proxy's ``X-Forwarded-For`` names), its warnings and an
     application's traceback are written in the command's format, made printable, to
     standard error with the rest of its log. uvicorn's own configuration wrote them raw
-    (its access lines to standard output)."""
+    (its access lines to standard output).
+
+    The two formatters no handler uses are there for uvicorn: given ``use_colors=``, it
+    sets that flag on its ``default`` and ``access`` formatters of whatever configuration
+    it was handed (a KeyError without them)."""
     quiet: dict[str, Any] = {"handlers": [], "level": "INFO", "propagate": True}
     return {
         "version": 1,
         "disable_existing_loggers": False,
+        "formatters": {"default": {}, "access": {}},
         "loggers": {name: dict(quiet) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
     }

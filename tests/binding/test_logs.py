@@ -65,3 +65,21 @@ def test_a_handler_configured_before_is_made_printable(root: logging.Logger) -> 
     lines = _logged(stream)
     assert lines[0].startswith("tool x")  # undolog's INFO logged, in the app's format
     _no_forged_line(lines)
+
+
+@pytest.mark.parametrize("use_colors", [None, True, False])
+def test_uvicorn_takes_the_configuration_with_or_without_colours(
+    root: logging.Logger, use_colors: bool | None
+) -> None:
+    """uvicorn writes ``use_colors`` into the configuration's two formatters when it is
+    given: the configuration must have them, and uvicorn's loggers must still pass their
+    lines to the command's handler."""
+    import uvicorn
+
+    root.handlers = []
+    stream = io.StringIO()
+    logs.basic_config(logging.INFO, "undolog dashboard: %(levelname)s %(message)s", stream=stream)
+    uvicorn.Config(lambda: None, log_config=logs.uvicorn_log_config(), use_colors=use_colors)
+    logging.getLogger("uvicorn.access").info("%s - %s", "127.0.0.1\x1b[2J", "GET /")
+    assert logging.getLogger("uvicorn.access").handlers == []
+    assert stream.getvalue() == "undolog dashboard: INFO 127.0.0.1\\x1b[2J - GET /\n"
