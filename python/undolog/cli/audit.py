@@ -105,9 +105,12 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
     elif report.ok:
         print(f"{what}: {report.rows} rows of {report.sessions} sessions match their chains")
     else:
+        # findings, not rows: a row can have two (missing and link), and an anchor's
+        # findings are no row of a session
+        n = len(report.findings)
         print(
-            f"{what}: {len(report.findings)} of {report.rows} rows "
-            f"({report.sessions} sessions) do not match their chains"
+            f"{what}: {report.rows} rows of {report.sessions} sessions checked: "
+            f"{n} {'finding does' if n == 1 else 'findings do'} not match their chains"
         )
         for finding in report.findings:
             print(f"  {_shown(finding.describe())}")
