@@ -110,16 +110,36 @@ def unnamed(names: list[str], text: str) -> list[str]:
     return [name for name in names if not re.search(rf"`{re.escape(name)}\b", text)]
 
 
-@pytest.mark.parametrize("module", ["langchain", "openai_agents", "pydantic_ai"])
-def test_every_public_name_of_an_integration_is_on_its_page(module: str) -> None:
+def section(text: str, heading: str) -> str:
+    """The part of a page under ``heading`` (a level-two heading), to the next one."""
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : None if end == -1 else end]
+
+
+@pytest.mark.parametrize(
+    ("module", "heading"),
+    [
+        ("langchain", "## LangGraph"),
+        ("openai_agents", "## OpenAI Agents"),
+        ("pydantic_ai", "## pydantic-ai"),
+    ],
+)
+def test_every_public_name_of_an_integration_is_on_its_page(module: str, heading: str) -> None:
     """Each name of an integration module's ``__all__`` (its functions, classes and the
     constants that name the keys of its approval payload) is named, in a code span, on
-    docs/integrations.md."""
+    docs/integrations.md: in the module's own section, or before the first section,
+    which describes what every module has (``tools``, ``ResumedInAnotherSession``). A
+    name under another module's heading documents that module's, not this one's."""
     integration = importlib.import_module(f"undolog.integrations.{module}")
     text = page("integrations.md")
-    assert unnamed(["NOT_A_NAME", "INTERRUPTED"], text) == ["NOT_A_NAME", "INTERRUPTED"]
-    missing = unnamed(list(integration.__all__), text)
-    assert not missing, f"undolog.integrations.{module}: not on integrations.md: {missing}"
+    common = text[: text.index("\n## ")]
+    where = common + section(text, heading)
+    assert unnamed(["NOT_A_NAME", "INTERRUPTED"], where) == ["NOT_A_NAME", "INTERRUPTED"]
+    missing = unnamed(list(integration.__all__), where)
+    assert not missing, (
+        f"undolog.integrations.{module}: not in its section of integrations.md: {missing}"
+    )
 
 
 # PostgreSQL's spelling of the types, and of the defaults, as sql.md writes them.
