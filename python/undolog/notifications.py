@@ -183,6 +183,25 @@ def _one_line(text: object) -> str:
     return " ".join(_printable(str(text)).split())
 
 
+def _header_text(text: object) -> str:
+    """The agent's text as a mail header may hold it: on one line, and with no ``=?``,
+    which opens an RFC 2047 encoded word. Python's email package decodes the encoded words
+    of a value it is given (``msg["Subject"] = ...``) and writes their characters back as
+    they are: a tool named ``=?utf-8?b?DQpCY2M6IC4uLg==?=`` (its bytes a CR LF, then
+    ``Bcc: ...``) added headers to the mail, or began its body, where the approver reads
+    the notice. ``= ?`` is not one: the header shows the name as written."""
+    return _one_line(text).replace("=?", "= ?")
+
+
+def _set_header(msg: EmailMessage, name: str, value: str) -> None:
+    """Set ``msg[name]`` to ``value``, and make sure it reads back as ``value``: any other
+    decoding of the agent's text (of which the header would then say something else) is
+    an attempt that fails, never a mail that says what the agent wrote."""
+    msg[name] = value
+    if str(msg[name]) != value:
+        raise ValueError(f"the {name} header would not read as written: not sent")
+
+
 def summary(d: Delivery, quote: Callable[[str], str] = str) -> str:
     """One line: which call asks for a decision; ``quote`` marks up the tool's name (an
     agent login registers it: any text)."""
@@ -236,7 +255,7 @@ def email_message(d: Delivery) -> EmailMessage:
     """The mail: a text part and an HTML part, every value from the call escaped."""
     url = d.url
     msg = EmailMessage()
-    msg["Subject"] = f"[UndoLog] approval requested: {_one_line(d.tool_name)}"[:200]
+    _set_header(msg, "Subject", f"[UndoLog] approval requested: {_header_text(d.tool_name)}"[:200])
     msg["From"] = str(d.config["smtp_from"])
     msg["To"] = d.target
     msg["Date"] = formatdate(localtime=False)

@@ -5,6 +5,7 @@ sending each delivery once; what an agent login may and may not read."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import email
 import email.policy
@@ -540,6 +541,25 @@ def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
     parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
     assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
     assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
+
+
+def test_an_agents_encoded_word_cannot_add_a_mail_header(
+    operator_dsn: str, agent_dsn: str, mailbox: Mailbox
+) -> None:
+    """A tool's name is an agent login's text, and an RFC 2047 encoded word in it is
+    ASCII, on one line: Python's email package decoded it where the Subject was set and
+    wrote the CR LF it holds as it was, so that the mail arrived with the agent's headers
+    (a Bcc, anything) under the Subject. Sent now with the name as written."""
+    forged = b"\r\nX-Evil: forged\r\nBcc: evil@example.test"
+    tool = f"pay=?utf-8?b?{base64.b64encode(forged).decode()}?="
+    add_email(operator_dsn, mailbox)
+    ask(agent_dsn, {"cents": 1}, tool=tool)
+    out = notify_once(operator_dsn)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["state"] for line in out.stdout.splitlines()] == ["sent"]
+    [mail] = mailbox.messages
+    assert mail["X-Evil"] is None and mail["Bcc"] is None
+    assert mail["Subject"] == "[UndoLog] approval requested: " + tool.replace("=?", "= ?")
 
 
 def test_an_agents_backtick_cannot_end_a_slack_code_span() -> None:
