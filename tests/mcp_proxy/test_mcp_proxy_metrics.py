@@ -32,7 +32,13 @@ from test_mcp_proxy import (
 )
 
 from undolog import approvals, saga
-from undolog.mcp_proxy.metrics import METRIC_NAMES, OUTCOMES
+from undolog.mcp_proxy.metrics import (
+    MAX_HANDLERS,
+    METRIC_NAMES,
+    OUTCOMES,
+    ProxyMetrics,
+    serve_metrics,
+)
 from undolog.mcp_proxy.policy import PolicyError, load_policy
 from undolog.metrics import CONTENT_TYPE
 
@@ -321,3 +327,36 @@ def test_the_policy_reads_the_proxy_keys(tmp_path: Path) -> None:
     assert loaded.durable_results is True and loaded.metrics_listen == "[::1]:0"
     assert loaded.walk_wait_seconds == 1
     assert loaded.max_safe_calls_per_client == 64  # the default
+
+
+def test_idle_connections_to_the_metrics_listener_are_bounded() -> None:
+    """The listener has no authentication, and a connection that sends nothing held a
+    file descriptor of the proxy for READ_TIMEOUT: a client opening them without end used
+    up the process's descriptors, and with them the proxy's connections to the journal
+    and its upstreams. At most MAX_HANDLERS are served at once; one more is closed as
+    soon as it is accepted, and a scrape works again once the idle ones are gone."""
+
+    async def main() -> None:
+        server = await serve_metrics(ProxyMetrics(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(40)]
+
+            async def closed(reader: asyncio.StreamReader) -> bool:
+                try:
+                    return await asyncio.wait_for(reader.read(), 1.0) == b""
+                except TimeoutError:
+                    return False
+
+            seen = await asyncio.gather(*(closed(r) for r, _ in idle))
+            assert sum(seen) == 40 - MAX_HANDLERS, seen
+            for _, writer in idle:
+                writer.close()
+            await asyncio.sleep(0.2)
+            status, _, body = await asyncio.to_thread(scrape, port)
+            assert status == 200 and "undolog_proxy_calls_total" in body
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

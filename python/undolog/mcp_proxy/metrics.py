@@ -206,13 +206,36 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 REQUEST_LIMIT = 16 * 1024  # a scrape's request is a line and a few headers
 READ_TIMEOUT = 10.0
+# Connections served at once; one more is closed as soon as it is accepted. The listener
+# has no authentication, and each connection holds a file descriptor of the proxy's
+# process until it sends its request or READ_TIMEOUT passes: without a bound, a client
+# that opened connections and sent nothing used up the process's descriptors (its
+# RLIMIT_NOFILE, 1,024 by default), and the proxy could then open no connection to the
+# journal or an upstream, nor take a new client, for any client. As `undolog metrics`.
+MAX_HANDLERS = 16
 
 
-async def serve_metrics(metrics: ProxyMetrics, host: str, port: int) -> asyncio.Server:
+async def serve_metrics(
+    metrics: ProxyMetrics, host: str, port: int, *, max_handlers: int = MAX_HANDLERS
+) -> asyncio.Server:
     """``GET /metrics`` on HOST:PORT, on the running loop (a minimal HTTP/1.1 server: one
-    request per connection, then closed)."""
+    request per connection, then closed; at most ``max_handlers`` at once)."""
+    serving = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal serving
+        if serving >= max_handlers:  # over the bound: closed at once, nothing read
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
+        serving += 1
+        try:
+            await answer(reader, writer)
+        finally:
+            serving -= 1
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started = time.perf_counter()
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
