@@ -370,3 +370,46 @@ def test_an_operator_registers_an_agents_tool_from_the_cli(
     assert "--compensation is not JSON" in capsys.readouterr().err
     assert main([*bad, "--dsn", as_operator]) == 1  # a compensable tool needs its undo
     assert "hint: Give the tool its undo" in capsys.readouterr().err
+
+
+def test_an_operator_replaces_an_agents_registration_in_one_transaction(
+    login: Callable[..., Conn], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Retired and registered in two commands, a tool is the agent's again in between:
+    its binding registers a retired tool again on its next call (UL017, then
+    register_tool), with the tier its code says, and the operator's registration is then
+    refused (UL018), however often it is tried. `tools register --replace` retires and
+    registers in one transaction, recorded with --by and --reason."""
+    from undolog.cli import main
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    as_operator = f"{dsn} user={login('undolog_operator').info.user}"
+    theirs = engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"})
+    pin = ["tools", "register", "pay_out", "--owner", owner, "--tier", "irreversible"]
+
+    retire = ["tools", "retire", "pay_out", "--owner", owner, "--by", "ada", "--reason", "pays"]
+    assert main([*retire, "--dsn", as_operator]) == 0
+    theirs = engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"})
+    assert main([*pin, "--dsn", as_operator]) == 1  # the gap: the agent's again
+    assert "registered differently" in capsys.readouterr().err
+
+    assert main([*pin, "--replace", "--dsn", as_operator]) == 2
+    assert "--by and --reason" in capsys.readouterr().err
+    replace = [*pin, "--replace", "--by", "ada", "--reason", "it pays out", "--json"]
+    assert main([*replace, "--dsn", as_operator]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["retired"] == str(theirs)
+    with pytest.raises(errors.ToolRegistrationMismatch):
+        engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"})
+    assert str(engine.register_tool(agent, "pay_out", "irreversible", None)) == answer["tool_id"]
+    # the same definition again retires nothing
+    assert main([*replace, "--dsn", as_operator]) == 0
+    assert json.loads(capsys.readouterr().out) == {"tool_id": answer["tool_id"], "retired": None}
+    assert main(["tools", "list", "--owner", owner, "--all", "--dsn", as_operator, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted((r["tier"], r["live"], r["retired_by"], r["retire_reason"]) for r in rows) == [
+        ("compensable", False, "ada", "it pays out"),
+        ("compensable", False, "ada", "pays"),
+        ("irreversible", True, None, None),
+    ]

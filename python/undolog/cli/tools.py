@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._output import emit
+from undolog.errors import ToolRegistrationMismatch
 from undolog.queries import QUERIES
 
 
@@ -49,6 +50,16 @@ def configure_tools_parser(subparsers: Subparsers, common: Parser) -> None:
         help="what a person's refusal of an irreversible call does: undo the session "
         "(fail_session, the default) or let the agent go on (continue)",
     )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="retire the tool's live registration if it differs, and register this one, "
+        "in one transaction (with --by and --reason, recorded): retired and registered in "
+        "two commands, the agent (its binding registers again on its next call) takes the "
+        "name back in between",
+    )
+    p.add_argument("--by", help="with --replace: who decides (recorded)")
+    p.add_argument("--reason", help="with --replace: why (recorded)")
     p.set_defaults(func=_cmd_tools_register, needed_role=OPERATOR)
     p = tools.add_parser(
         "retire", parents=[common], help="end a tool's registration (operator; recorded)"
@@ -89,20 +100,46 @@ def _cmd_tools_register(args: argparse.Namespace) -> int:
             compensation = json.loads(args.compensation)
         except ValueError as exc:
             raise UsageError(f"--compensation is not JSON: {exc}") from exc
-    with connect(args) as conn:
-        tool_id = query(
-            conn,
-            QUERIES["register_tool_for"],
-            {
-                "tool_name": args.tool,
-                "tier": args.tier,
-                "compensation": None if compensation is None else Jsonb(compensation),
-                "owner": args.owner,
-                "on_reject": args.on_reject,
-            },
-        )[0]["tool_id"]
+    if args.replace and not (args.by and args.reason):
+        raise UsageError("--replace retires the live registration: name --by and --reason")
+    if not args.replace and (args.by or args.reason):
+        raise UsageError("--by and --reason go with --replace")
+    params = {
+        "tool_name": args.tool,
+        "tier": args.tier,
+        "compensation": None if compensation is None else Jsonb(compensation),
+        "owner": args.owner,
+        "on_reject": args.on_reject,
+    }
+    retired = None
+    # One transaction: an agent's register_tool of the name waits for it, then finds this
+    # registration (and is refused if it differs), never the gap between the two.
+    with connect(args) as conn, conn.transaction():
+        try:
+            with conn.transaction():
+                tool_id = query(conn, QUERIES["register_tool_for"], params)[0]["tool_id"]
+        except ToolRegistrationMismatch:
+            if not args.replace:
+                raise
+            live = query(
+                conn,
+                QUERIES["live_tool_registration"],
+                {"owner": args.owner, "tool_name": args.tool},
+            )[0]["tool_id"]
+            query(
+                conn,
+                QUERIES["retire_tool"],
+                {"tool_id": live, "by": args.by, "reason": args.reason},
+            )
+            retired = live
+            tool_id = query(conn, QUERIES["register_tool_for"], params)[0]["tool_id"]
     if args.json:
-        print(json.dumps({"tool_id": str(tool_id)}))
+        answer: dict[str, str | None] = {"tool_id": str(tool_id)}
+        if args.replace:
+            answer["retired"] = None if retired is None else str(retired)
+        print(json.dumps(answer))
+    elif retired is not None:
+        print(f"tool {args.tool} of {args.owner}: registered ({tool_id}), replacing {retired}")
     else:
         print(f"tool {args.tool} of {args.owner}: registered ({tool_id})")
     return EXIT_OK
