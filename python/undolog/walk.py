@@ -56,6 +56,15 @@ MIN_WAKE_GAP = 1.0
 STILL_RUNNING_EVERY = 60.0
 # How many times a walker reports a compensation's outcome while its session is held.
 REPORT_TRIES = 3
+# How long a worker's claim waits for a session another transaction holds, before it
+# leaves that session for its next pass (lock_session waits 5 s otherwise). An agent
+# login holds its own failed sessions as long as it keeps a transaction open that made
+# one of their calls again (a replay, answered from the journal: it takes the session's
+# key, shared), thousands of them in one transaction: each pass of a worker serving that
+# login waited 5 s for each before it walked anyone else's. Hardly a wait: another
+# walker's claim or report, a decision, holds a session for milliseconds, and a session
+# left is due again at the next pass.
+CLAIM_WAIT = 0.002
 # A worker waits for a compensation until its claim has this much left (a tenth of what it
 # had, at most CLAIM_MARGIN seconds), so that the failed attempt is recorded by this worker,
 # with its reason, before the claim could be handed out again.
@@ -150,6 +159,7 @@ def run_walk(
     stop: threading.Event | None = None,
     only_known: bool = False,
     deadline: CompensationDeadline | None = None,
+    claim_wait: float | None = None,
 ) -> str:
     """Walk the session's undo stack until it is done, halted, or nothing is due within
     ``wait`` seconds. Answers the session's state then (compensated, halted, or still
@@ -172,6 +182,10 @@ def run_walk(
     longer in flight when its compensation would start (it expired and was handed out
     again) is not run. Without it, the compensation runs in the caller's thread, for as
     long as it takes.
+
+    ``claim_wait`` (the worker's: CLAIM_WAIT): a claim waits at most this many seconds for
+    a session another transaction holds, and the walk then ends (the session stays due,
+    for the next pass) instead of raising SessionBusy after lock_session's 5 s.
     """
     until = time.monotonic() + wait
     while True:
@@ -182,9 +196,13 @@ def run_walk(
         if only_known and unknown_compensation(conn, session_id, compensations) is not None:
             return engine.session_state(conn, session_id)
         try:
-            claim = saga.claim_compensation(conn, session_id)
+            claim = _claim(conn, session_id, claim_wait)
         except SessionNotActive:  # halted (or moved on) since recover() named it
             return engine.session_state(conn, session_id)
+        except SessionBusy as exc:
+            if claim_wait is None:
+                raise
+            raise SessionHeld(str(exc)) from exc
         if claim is None:
             state = engine.session_state(conn, session_id)
             if state != "compensating" or time.monotonic() >= until:
@@ -266,6 +284,20 @@ def run_walk(
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
 
 
+def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -> saga.Claim | None:
+    """The session's next claim; with ``wait``, waiting at most that long for the session
+    (a lock_timeout of this transaction's, which lock_session takes when it is shorter than
+    its own 5 s). ``conn`` in autocommit mode."""
+    if wait is None:
+        return saga.claim_compensation(conn, session_id)
+    with conn.transaction():
+        conn.execute(
+            "SELECT pg_catalog.set_config('lock_timeout', %s, true)",
+            (f"{max(1, round(wait * 1000))}ms",),
+        )
+        return saga.claim_compensation(conn, session_id)
+
+
 def _reported(report: Callable[[], _R]) -> _R:
     """A compensation's outcome, reported: again, REPORT_TRIES times in all, while
     another transaction holds its session (SessionBusy: each try waited lock_session's
@@ -319,6 +351,11 @@ def _said_while_running(claim: saga.Claim, limit: float | None = None) -> Iterat
         yield
     finally:
         returned.set()
+
+
+class SessionHeld(SessionBusy):
+    """run_walk with a ``claim_wait``: another transaction held the session longer than
+    that; nothing was claimed, and the session is due again at the next pass."""
 
 
 class CompensationTimeout(TimeoutError):
@@ -1020,6 +1057,7 @@ class Worker:
             return True
         except Exception as exc:
             return self._fault(exc, "recover()")
+        held: list[uuid.UUID] = []
         for sid in due:
             if self._stop.is_set():
                 break
@@ -1036,7 +1074,11 @@ class Worker:
                     stop=self._stop,
                     only_known=self.only_known,
                     deadline=self.deadline,
+                    claim_wait=CLAIM_WAIT,
                 )
+            except SessionHeld:  # another transaction holds it: the next pass
+                held.append(sid)
+                continue
             except Exception as exc:
                 if not self._fault(exc, f"session {sid}"):
                     return False
@@ -1058,6 +1100,15 @@ class Worker:
                 )
             if self.on_walked is not None:
                 self.on_walked(sid, state)
+        if held:
+            log.warning(
+                "%d due session(s) held by another transaction (an agent's, left open?), "
+                "left for the next pass: %s%s; pg_stat_activity shows the holder, idle in "
+                "transaction, under the sessions' login",
+                len(held),
+                ", ".join(str(sid) for sid in held[:5]),
+                ", ..." if len(held) > 5 else "",
+            )
         self._check_stuck()
         return True
 
