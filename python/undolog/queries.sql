@@ -1169,8 +1169,10 @@ FROM undolog.write_anchor()
 -- (those whose lease ran out since the batches, or that one of them skipped).
 SELECT d.session_id FROM undolog.due_sessions AS d WHERE d.state = 'active'
 
--- name: dashboard_maintenance_lock_timeout
--- The Maintenance page's actions run in a transaction that waits at most this long for
--- a lock (another maintenance run, a long reader), then gives up with nothing done,
--- instead of queueing a strong lock that every agent's call would queue behind.
+-- name: local_lock_timeout
+-- How long the rest of this transaction waits for a lock, then gives up with nothing
+-- done: the Maintenance page's actions (another maintenance run, a long reader: rather
+-- than queue a strong lock that every agent's call would queue behind), and the worker's
+-- claims (a session another transaction holds is left for the next pass; lock_session
+-- takes a shorter lock_timeout than its own).
 SELECT pg_catalog.set_config('lock_timeout', %(lock_timeout)s, true)

@@ -292,8 +292,7 @@ def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -
         return saga.claim_compensation(conn, session_id)
     with conn.transaction():
         conn.execute(
-            "SELECT pg_catalog.set_config('lock_timeout', %s, true)",
-            (f"{max(1, round(wait * 1000))}ms",),
+            QUERIES["local_lock_timeout"], {"lock_timeout": f"{max(1, round(wait * 1000))}ms"}
         )
         return saga.claim_compensation(conn, session_id)
 

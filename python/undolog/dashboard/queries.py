@@ -452,5 +452,5 @@ async def anchors(conn: Conn, limit: int | None = None) -> tuple[list[Row], bool
 async def bound_lock_waits(conn: Conn) -> None:
     """Within the caller's transaction: wait at most MAINTENANCE_LOCK_TIMEOUT for a lock."""
     await conn.execute(
-        QUERIES["dashboard_maintenance_lock_timeout"], {"lock_timeout": MAINTENANCE_LOCK_TIMEOUT}
+        QUERIES["local_lock_timeout"], {"lock_timeout": MAINTENANCE_LOCK_TIMEOUT}
     )
