@@ -451,6 +451,4 @@ async def anchors(conn: Conn, limit: int | None = None) -> tuple[list[Row], bool
 
 async def bound_lock_waits(conn: Conn) -> None:
     """Within the caller's transaction: wait at most MAINTENANCE_LOCK_TIMEOUT for a lock."""
-    await conn.execute(
-        QUERIES["local_lock_timeout"], {"lock_timeout": MAINTENANCE_LOCK_TIMEOUT}
-    )
+    await conn.execute(QUERIES["local_lock_timeout"], {"lock_timeout": MAINTENANCE_LOCK_TIMEOUT})
