@@ -33,7 +33,13 @@ DB_DIR ?= .pgdata
 .PHONY: test demo deps demo-deps system-deps system-deps-demo lint lint-sql lint-py pytest pgtap bench bench-ab bench-profile bench-c clean generate \
 	dashboard-demo dashboard-screenshot db db-stop docs dist
 
-test: lint pytest pgtap docs
+# The install first, alone (the venv needs the system's python3-venv); then the lint and
+# the pgTAP suites two at once, each one process on one core (each target's output whole,
+# when it ends); then pytest, which keeps both cores busy alone, and the docs.
+test:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint pgtap
+	@$(MAKE) --no-print-directory pytest docs
 
 demo: demo-deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then \
