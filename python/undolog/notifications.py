@@ -202,11 +202,16 @@ def _set_header(msg: EmailMessage, name: str, value: str) -> None:
         raise ValueError(f"the {name} header would not read as written: not sent")
 
 
+def _tool_shown(d: Delivery) -> str:
+    """The tool's name as a notice says it (none: its call's month was dropped since)."""
+    return d.tool_name if d.tool_name is not None else "(call of a dropped month)"
+
+
 def summary(d: Delivery, quote: Callable[[str], str] = str) -> str:
     """One line: which call asks for a decision; ``quote`` marks up the tool's name (an
     agent login registers it: any text)."""
     return (
-        f"Approval requested: {quote(_one_line(d.tool_name or '(call of a dropped month)'))}"
+        f"Approval requested: {quote(_one_line(_tool_shown(d)))}"
         f" (step {d.step_index}) in session {d.session_id} of {d.owner_role}"
     )
 
@@ -255,7 +260,9 @@ def email_message(d: Delivery) -> EmailMessage:
     """The mail: a text part and an HTML part, every value from the call escaped."""
     url = d.url
     msg = EmailMessage()
-    _set_header(msg, "Subject", f"[UndoLog] approval requested: {_header_text(d.tool_name)}"[:200])
+    _set_header(
+        msg, "Subject", f"[UndoLog] approval requested: {_header_text(_tool_shown(d))}"[:200]
+    )
     msg["From"] = str(d.config["smtp_from"])
     msg["To"] = d.target
     msg["Date"] = formatdate(localtime=False)
@@ -266,7 +273,7 @@ def email_message(d: Delivery) -> EmailMessage:
     # Each value on its row's one line: an agent's line break (in its tool's name, its own
     # name, U+2028 in an argument) must not forge a line of the notice, such as a link.
     rows = [
-        ("tool", _one_line(d.tool_name)),
+        ("tool", _one_line(_tool_shown(d))),
         ("step", str(d.step_index)),
         ("arguments", _printable(_args_text(d.args))),
         ("session", str(d.session_id)),

@@ -502,7 +502,7 @@ def test_channel_commands_refuse_what_cannot_work(operator_dsn: str, hook: Hook)
 
 
 def _delivery(
-    kind: str, target: str, config: dict[str, Any], args: Any, tool: str = "pay"
+    kind: str, target: str, config: dict[str, Any], args: Any, tool: str | None = "pay"
 ) -> notifications.Delivery:
     from datetime import UTC, datetime
 
@@ -914,3 +914,13 @@ def test_credentials_in_a_channels_url_reach_neither_approver_nor_agent(
     assert error == "InvalidURL: nonnumeric port: '…'", error
     for secret in ("TOPSECRETTOKEN", "QUERYSECRET", "bot:", "services/x"):
         assert secret not in error, error
+
+
+def test_a_call_of_a_dropped_month_is_named_so_in_every_part_of_the_mail() -> None:
+    """A delivery whose call's month was dropped since has no tool name: the Subject, the
+    summary and the table say so, never "None"."""
+    d = _delivery("email", "a@example.test", {"smtp_from": "u@example.test"}, None, tool=None)
+    msg = notifications.email_message(d)
+    assert msg["Subject"] == "[UndoLog] approval requested: (call of a dropped month)"
+    assert "None" not in msg.as_string().replace("no deadline", "")
+    assert "tool: (call of a dropped month)" in msg.as_string()
