@@ -34,6 +34,7 @@ INSERT INTO allowed VALUES
     ('undolog_agent', 'register_tool'),
     ('undolog_operator', 'register_tool'),
     ('undolog_operator', 'retire_tool'),
+    ('undolog_operator', 'replace_tool'),
     ('undolog_agent', 'approval_decision'),
     ('undolog_approver', 'approval_decision'),
     ('undolog_operator', 'approval_decision'),

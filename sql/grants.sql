@@ -28,6 +28,10 @@ GRANT EXECUTE ON FUNCTION undolog.fail_effect(uuid, uuid, text, boolean) TO undo
 GRANT EXECUTE ON FUNCTION undolog.register_tool(text, text, jsonb, text, text)
 TO undolog_agent, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.retire_tool(uuid, text, text) TO undolog_operator;
+-- Retire a live registration that differs and register the new one, in one transaction
+-- (an agent's binding would take the name back between the two).
+GRANT EXECUTE ON FUNCTION undolog.replace_tool(text, text, jsonb, text, text, text, text)
+TO undolog_operator;
 -- What became of an approval request (who decided, when, why; whether the session goes
 -- on): an agent reads its own sessions' requests, approver and operator every one.
 GRANT EXECUTE ON FUNCTION undolog.approval_decision(uuid)

@@ -130,7 +130,8 @@ class UnknownTool(UndoLogError):
 
 class ToolRegistrationMismatch(UndoLogError):
     """The tier or compensation differs from the tool's live registration: an operator
-    retires it (``undolog.retire_tool``) before it can be registered again."""
+    replaces it (``undolog.replace_tool``: retired and registered again in one
+    transaction)."""
 
     sqlstate = "UL018"
     http_status = HTTP_CONFLICT

@@ -55,6 +55,21 @@ SELECT undolog.register_tool(
     p_on_reject => %(on_reject)s
 ) AS tool_id
 
+-- name: replace_tool_for
+-- An operator registers a tool of an agent login and, when its live registration differs,
+-- retires that one (recorded with by and reason) and registers this one, in one
+-- transaction (`tools register --replace`, the dashboard's register form): answers the
+-- tool_id and the retired one (NULL when nothing was retired).
+SELECT tool_id, retired FROM undolog.replace_tool(
+    p_tool_name => %(tool_name)s,
+    p_tier => %(tier)s,
+    p_compensation => %(compensation)s,
+    p_owner => %(owner)s,
+    p_on_reject => %(on_reject)s,
+    p_by => %(by)s,
+    p_reason => %(reason)s
+)
+
 -- name: intercept
 -- A journaled call named by its tool's name, tier and compensation (engine.intercept:
 -- the path before the tool registry, and the tests').

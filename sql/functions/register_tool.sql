@@ -7,8 +7,9 @@
 -- operator: an operator may pin an agent login's tools before that agent first runs.
 -- Idempotent: the same definition answers the live registration's tool_id. A different
 -- tier or compensation for a live registration is refused (UL018): only an operator may
--- change what a tool does, by retiring it first (retire_tool, recorded) and registering
--- again. UL006/UL007/UL008/UL009 as for intercept (check_tool validates the definition).
+-- change what a tool does, by replacing it (replace_tool: retired, recorded, and
+-- registered again in one transaction; retired alone, it is its owner's again).
+-- UL006/UL007/UL008/UL009 as for intercept (check_tool validates the definition).
 -- p_on_reject says what a human's refusal of an IRREVERSIBLE tool's call does to the
 -- session: 'fail_session' (the default: the undo walk runs) or 'continue' (the refusal is
 -- recorded and the session stays active; decide_approval). It is part of the definition
@@ -112,8 +113,9 @@ BEGIN
                                        v_tool_tier, coalesce(v_tool_compensation::text, 'none'),
                                        v_tool_on_reject, p_tier,
                                        coalesce(v_compensation::text, 'none'), p_on_reject),
-            HINT = pg_catalog.format('An operator retires tool_id %s first '
-                                     '(undolog.retire_tool), then it can be registered again.',
+            HINT = pg_catalog.format('An operator replaces tool_id %s in one transaction: '
+                                     'undolog.replace_tool (undolog tools register --replace, '
+                                     'or the dashboard''s register form with replace checked).',
                                      v_tool_id);
     END IF;
     RETURN v_tool_id;

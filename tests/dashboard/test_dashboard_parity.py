@@ -40,6 +40,9 @@ SESSION_ACTION = "/sessions/{session_id}/{action}"
 PARITY: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "register_tool": (("tools", "register"), "/tools/register"),
     "retire_tool": (("tools", "retire"), "/tools/retire"),
+    # retire and register in one transaction: `tools register --replace`, the form's
+    # "replace" box
+    "replace_tool": (("tools", "register"), "/tools/register"),
     "approval_decision": (None, None),
     "ending_decision": (None, None),
     "approval_edit": (None, None),

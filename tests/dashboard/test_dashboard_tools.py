@@ -215,7 +215,7 @@ def test_a_registration_that_differs_from_the_live_one_is_refused_in_the_engines
     said = text_of(answer.text)
     assert "tool book_room of dash_agent is registered differently" in said
     assert "something_else" in said  # the engine's detail
-    assert f"An operator retires tool_id {tool_id} first" in said  # and its hint
+    assert f"An operator replaces tool_id {tool_id} in one transaction" in said  # its hint
     assert registrations(conn) == before
 
 

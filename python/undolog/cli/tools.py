@@ -11,7 +11,6 @@ from psycopg.types.json import Jsonb
 
 from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, UsageError, connect, query
 from undolog.cli._output import emit
-from undolog.errors import ToolRegistrationMismatch
 from undolog.queries import QUERIES
 
 
@@ -112,26 +111,18 @@ def _cmd_tools_register(args: argparse.Namespace) -> int:
         "on_reject": args.on_reject,
     }
     retired = None
-    # One transaction: an agent's register_tool of the name waits for it, then finds this
-    # registration (and is refused if it differs), never the gap between the two.
-    with connect(args) as conn, conn.transaction():
-        try:
-            with conn.transaction():
-                tool_id = query(conn, QUERIES["register_tool_for"], params)[0]["tool_id"]
-        except ToolRegistrationMismatch:
-            if not args.replace:
-                raise
-            live = query(
+    with connect(args) as conn:
+        if args.replace:
+            # One engine function (undolog.replace_tool, as the dashboard's form): retired
+            # and registered in one transaction, an agent's register_tool of the name
+            # waits for it, then finds this registration, never the gap between the two.
+            row = query(
                 conn,
-                QUERIES["live_tool_registration"],
-                {"owner": args.owner, "tool_name": args.tool},
-            )[0]["tool_id"]
-            query(
-                conn,
-                QUERIES["retire_tool"],
-                {"tool_id": live, "by": args.by, "reason": args.reason},
-            )
-            retired = live
+                QUERIES["replace_tool_for"],
+                {**params, "by": args.by, "reason": args.reason},
+            )[0]
+            tool_id, retired = row["tool_id"], row["retired"]
+        else:
             tool_id = query(conn, QUERIES["register_tool_for"], params)[0]["tool_id"]
     if args.json:
         answer: dict[str, str | None] = {"tool_id": str(tool_id)}
