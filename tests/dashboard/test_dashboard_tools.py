@@ -219,6 +219,58 @@ def test_a_registration_that_differs_from_the_live_one_is_refused_in_the_engines
     assert registrations(conn) == before
 
 
+def test_an_operator_replaces_a_live_registration_that_differs_in_one_step(
+    web: TestClient, conn: Conn
+) -> None:
+    """Retire, then Register, in two steps, leaves the name to the agent's binding in
+    between: "replace" (with a reason) retires the live registration and registers the new
+    one in one transaction (undolog.replace_tool, as `tools register --replace`), recorded
+    as by the operator's login; the same definition again retires nothing."""
+    theirs = register(conn, "dash_agent", "book_room")
+    before = registrations(conn)
+    log_in(web, "dash_operator")
+    page = web.get("/tools")
+    assert 'id="reg-replace"' in page.text and 'id="reg-reason"' in page.text
+    token = csrf_of(page.text)
+    pin = {"csrf": token, "tool_name": "book_room", "owner": "dash_agent", "tier": "irreversible"}
+
+    for change, words in (
+        ({"replace": "1"}, "give a reason"),
+        ({"replace": "1", "reason": " \t "}, "give a reason"),
+        ({"reason": "it books for good"}, "a reason goes with replacing"),
+        ({"replace": "1", "reason": "r" * 8193}, "the reason is over 8192 characters"),
+    ):
+        answer = web.post("/tools/register", data={**pin, **change})
+        assert answer.status_code == 422, (change, answer.status_code)
+        assert words in text_of(answer.text) and "nothing was written" in answer.text
+        assert registrations(conn) == before, change
+
+    answer = web.post(
+        "/tools/register", data={**pin, "replace": "1", "reason": "it books for good"}
+    )
+    assert answer.status_code == 303 and answer.headers["location"] == "/tools"
+    assert registrations(conn) == [
+        (*before[0][:5], "dash_operator", "it books for good"),
+        ("dash_agent", "book_room", "irreversible", None, "fail_session", None, None),
+    ]
+    live = conn.execute(
+        "SELECT tool_id, registered_by FROM undolog.undolog_tools WHERE retired_at IS NULL"
+    ).fetchall()
+    assert [r[1] for r in live] == ["dash_operator"]
+    page = web.get("/tools")
+    said = text_of(page.text)
+    assert (
+        f"tool book_room of dash_agent: registered as irreversible ({live[0][0]}) by "
+        f"dash_operator, replacing {theirs}" in said
+    )
+
+    # the same definition again: nothing retired, nothing written
+    answer = web.post("/tools/register", data={**pin, "replace": "1", "reason": "again"})
+    assert answer.status_code == 303
+    assert len(registrations(conn)) == 2
+    assert "the live registration was this one: nothing was retired" in web.get("/tools").text
+
+
 def test_a_bad_compensation_or_definition_is_refused_and_nothing_is_written(
     web: TestClient, conn: Conn
 ) -> None:

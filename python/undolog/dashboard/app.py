@@ -1877,7 +1877,10 @@ class Dashboard:
 
     async def tools_register(self, request: Request) -> Response:
         """An operator registers (pins) a tool for an agent login (undolog.register_tool
-        with p_owner, as `undolog tools register`): its tier, compensation, on_reject."""
+        with p_owner, as `undolog tools register`): its tier, compensation, on_reject.
+        With "replace" checked and a reason, a live registration that differs is retired
+        (recorded as by the operator's login) and this one registered in one transaction
+        (undolog.replace_tool, as `undolog tools register --replace`)."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
@@ -1910,6 +1913,14 @@ class Dashboard:
             problems.append(f"tier: {' or '.join(TOOL_TIERS)}")
         if on_reject not in ON_REJECTS:
             problems.append(f"on_reject: {' or '.join(ON_REJECTS)}")
+        replace = form.get("replace") == "1"
+        reason = field("reason")
+        if replace and not reason:
+            problems.append("give a reason: replacing retires the live registration")
+        elif len(reason) > REASON_LIMIT:
+            problems.append(f"the reason is over {REASON_LIMIT} characters")
+        elif reason and not replace:
+            problems.append("a reason goes with replacing the live registration: check it")
         compensation: Any = None
         text = field("compensation")
         if text:
@@ -1930,11 +1941,29 @@ class Dashboard:
         }
 
         async def register(conn: queries.Conn) -> str:
-            cur = await conn.execute(QUERIES["register_tool_for"], params)
+            if not replace:
+                cur = await conn.execute(QUERIES["register_tool_for"], params)
+                row = await cur.fetchone()
+                assert row is not None
+                log.info("%s: registered %s (%s)", ws.login, target, row[0])
+                return f"registered as {tier} ({row[0]}) by {ws.login}"
+            cur = await conn.execute(
+                QUERIES["replace_tool_for"], {**params, "by": ws.login, "reason": reason}
+            )
             row = await cur.fetchone()
             assert row is not None
-            log.info("%s: registered %s (%s)", ws.login, target, row[0])
-            return f"registered as {tier} ({row[0]}) by {ws.login}"
+            tool_id, retired = row[0], row[1]
+            if retired is None:
+                log.info("%s: registered %s (%s), nothing to replace", ws.login, target, tool_id)
+                return (
+                    f"registered as {tier} ({tool_id}) by {ws.login}; "
+                    "the live registration was this one: nothing was retired"
+                )
+            log.info("%s: registered %s (%s), replacing %s", ws.login, target, tool_id, retired)
+            return (
+                f"registered as {tier} ({tool_id}) by {ws.login}, replacing {retired} "
+                "(retired, with the reason given)"
+            )
 
         outcome = await self._act(ws, target, register)
         return self._after(request, ws, [outcome], "/tools")
