@@ -39,7 +39,7 @@ DB_DIR ?= .pgdata
 test:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint pgtap
-	@$(MAKE) --no-print-directory pytest docs
+	@$(MAKE) --no-print-directory -j1 pytest docs
 
 demo: demo-deps
 	@if [ -n "$${UNDOLOG_DSN:-}" ]; then \

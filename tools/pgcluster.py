@@ -166,16 +166,19 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
     bin_ = bindir()
     root = Path(tempfile.mkdtemp(prefix="undolog-pg-"))
     memory = _memory_dir() if data_in_memory else None
-    data_root = Path(tempfile.mkdtemp(prefix="undolog-pg-", dir=memory)) if memory else root
-    datadir = data_root / "data"
-    datadir.mkdir()
+    data_root = root
+    datadir = root / "data"
     is_root = os.geteuid() == 0
-    if is_root:
-        for path in {root, data_root, datadir}:
-            shutil.chown(path, "postgres")
     user = "postgres" if is_root else os.environ.get("USER") or "postgres"
     port = free_port()
-    try:
+    try:  # from here on, a failure removes both folders
+        if memory:
+            data_root = Path(tempfile.mkdtemp(prefix="undolog-pg-", dir=memory))
+            datadir = data_root / "data"
+        datadir.mkdir()
+        if is_root:
+            for path in {root, data_root, datadir}:
+                shutil.chown(path, "postgres")
         _run_as_owner(
             [
                 str(bin_ / "initdb"),

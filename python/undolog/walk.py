@@ -285,16 +285,21 @@ def run_walk(
 
 
 def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -> saga.Claim | None:
-    """The session's next claim; with ``wait``, waiting at most that long for the session
+    """The session's next claim; with ``wait``, waiting at most that long for each lock
     (a lock_timeout of this transaction's, which lock_session takes when it is shorter than
-    its own 5 s). ``conn`` in autocommit mode."""
+    its own 5 s): the session's, and any the claim meets after it (its chain head, which
+    the claim's history row moves; a month's drain; a migrate), each a session held for
+    this pass (SessionBusy), nothing claimed. ``conn`` in autocommit mode."""
     if wait is None:
         return saga.claim_compensation(conn, session_id)
-    with conn.transaction():
-        conn.execute(
-            QUERIES["local_lock_timeout"], {"lock_timeout": f"{max(1, round(wait * 1000))}ms"}
-        )
-        return saga.claim_compensation(conn, session_id)
+    try:
+        with conn.transaction():
+            conn.execute(
+                QUERIES["local_lock_timeout"], {"lock_timeout": f"{max(1, round(wait * 1000))}ms"}
+            )
+            return saga.claim_compensation(conn, session_id)
+    except psycopg.errors.LockNotAvailable as exc:
+        raise SessionBusy(f"session {session_id}: a lock its claim needs is held") from exc
 
 
 def _reported(report: Callable[[], _R]) -> _R:

@@ -86,7 +86,7 @@ def test_clean_then_tampered_online(dsn: str, conn: Conn) -> None:
     # the summary counts findings, not rows (a row can have two; an anchor's are no row)
     assert broken.stdout.splitlines()[0] == (
         f"verify: {as_json['rows']} rows of 1 sessions checked: "
-        "1 finding does not match their chains"
+        "1 finding where the chains do not match"
     )
     # --since after every row: nothing to check, nothing wrong
     assert undolog(dsn, "verify", "--since", "2999-01-01Z").returncode == 0

@@ -268,7 +268,7 @@ def test_an_operator_replaces_a_live_registration_that_differs_in_one_step(
     answer = web.post("/tools/register", data={**pin, "replace": "1", "reason": "again"})
     assert answer.status_code == 303
     assert len(registrations(conn)) == 2
-    assert "the live registration was this one: nothing was retired" in web.get("/tools").text
+    assert "nothing was retired (no live registration that differs)" in web.get("/tools").text
 
 
 def test_a_bad_compensation_or_definition_is_refused_and_nothing_is_written(

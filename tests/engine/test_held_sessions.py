@@ -9,10 +9,12 @@ A real worker (walk.Worker in this process, a pass at a time) against a real dat
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 import psycopg
+import pytest
 
 from undolog import engine
 from undolog.walk import Worker
@@ -48,6 +50,38 @@ def test_sessions_an_agent_holds_do_not_stall_a_pass_for_another_login(
         worker.run(once=True)
         assert [state_of(conn, sid) for sid in held] == ["compensated"] * 4
         assert sorted(undone) == [0, 1, 2, 3, 7]
+    finally:
+        holder.close()
+        worker.stop()
+
+
+def test_a_lock_the_claim_meets_after_the_session_is_a_held_session_not_an_error(
+    conn: Conn, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim's short wait is its whole transaction's: past the session's lock, a wait
+    for another lock (here the session's chain head, which the claim's history row moves;
+    a month's drain, a migrate) also gives up after walk.CLAIM_WAIT. That session is held
+    for this pass, as one whose key is held, not an error logged as a fault."""
+    sid = failed_session(conn, "delete_user", 1)
+    holder = psycopg.connect(dsn)  # the table's owner: a lock no agent could take
+    holder.execute(
+        "SELECT FROM undolog.undolog_chain_heads WHERE session_id = %s FOR UPDATE", (sid,)
+    )
+    undone: list[int] = []
+    worker = Worker(
+        lambda: psycopg.connect(dsn, autocommit=True),
+        {"delete_user": lambda call: undone.append(call.result["user_id"])},
+        notify=False,
+    )
+    try:
+        with caplog.at_level(logging.INFO, logger="undolog"):
+            worker.run(once=True)
+        assert state_of(conn, sid) == "failed" and undone == []
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+        assert "held" in caplog.text
+        holder.rollback()
+        worker.run(once=True)
+        assert state_of(conn, sid) == "compensated" and undone == [1]
     finally:
         holder.close()
         worker.stop()

@@ -110,7 +110,7 @@ def _print_report(args: argparse.Namespace, report: chain.Report, what: str) -> 
         n = len(report.findings)
         print(
             f"{what}: {report.rows} rows of {report.sessions} sessions checked: "
-            f"{n} {'finding does' if n == 1 else 'findings do'} not match their chains"
+            f"{n} {'finding' if n == 1 else 'findings'} where the chains do not match"
         )
         for finding in report.findings:
             print(f"  {_shown(finding.describe())}")

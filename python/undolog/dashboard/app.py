@@ -1957,7 +1957,7 @@ class Dashboard:
                 log.info("%s: registered %s (%s), nothing to replace", ws.login, target, tool_id)
                 return (
                     f"registered as {tier} ({tool_id}) by {ws.login}; "
-                    "the live registration was this one: nothing was retired"
+                    "nothing was retired (no live registration that differs)"
                 )
             log.info("%s: registered %s (%s), replacing %s", ws.login, target, tool_id, retired)
             return (
