@@ -56,6 +56,8 @@ MIN_WAKE_GAP = 1.0
 STILL_RUNNING_EVERY = 60.0
 # How many times a walker reports a compensation's outcome while its session is held.
 REPORT_TRIES = 3
+# How long each of those reports waits for each lock (lock_session's own bound).
+REPORT_WAIT = 5.0
 # How long a worker's claim waits for a session another transaction holds, before it
 # leaves that session for its next pass (lock_session waits 5 s otherwise). An agent
 # login holds its own failed sessions as long as it keeps a transaction open that made
@@ -257,9 +259,10 @@ def run_walk(
                 raise
             try:
                 outcome = _reported(
+                    conn,
                     functools.partial(
                         saga.fail_compensation, conn, claim.undo_id, error, claim.attempt
-                    )
+                    ),
                 )
             except InvalidStateTransition as stale:
                 _stale(claim, stale)
@@ -276,7 +279,8 @@ def run_walk(
             continue
         try:
             _reported(
-                functools.partial(saga.complete_compensation, conn, claim.undo_id, claim.attempt)
+                conn,
+                functools.partial(saga.complete_compensation, conn, claim.undo_id, claim.attempt),
             )
         except InvalidStateTransition as stale:
             _stale(claim, stale)
@@ -302,20 +306,31 @@ def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -
         raise SessionBusy(f"session {session_id}: a lock its claim needs is held") from exc
 
 
-def _reported(report: Callable[[], _R]) -> _R:
+def _reported(conn: engine.Connection, report: Callable[[], _R]) -> _R:
     """A compensation's outcome, reported: again, REPORT_TRIES times in all, while
-    another transaction holds its session (SessionBusy: each try waited lock_session's
-    5 s, and nothing was recorded). Given up, the claim expires and the entry is handed
-    out again, so the compensation would run once more: better to wait a little here."""
+    another transaction holds its session or a row the report writes (each try waits
+    REPORT_WAIT for each lock, then nothing was recorded). Given up (SessionBusy), the
+    claim expires and the entry is handed out again, so the compensation would run once
+    more: better to wait a little here. Without the bound, an agent that committed its
+    own call while the walk held it, in a transaction it left open (finish_execution
+    locks the effect's row), kept the report, and with it the worker, waiting for ever.
+    ``conn`` in autocommit mode."""
     for attempt in range(1, REPORT_TRIES + 1):
         try:
-            return report()
-        except SessionBusy:
+            with conn.transaction():
+                conn.execute(
+                    QUERIES["local_lock_timeout"],
+                    {"lock_timeout": f"{max(1, round(REPORT_WAIT * 1000))}ms"},
+                )
+                return report()
+        except (SessionBusy, psycopg.errors.LockNotAvailable) as exc:
             if attempt == REPORT_TRIES:
-                raise
+                if isinstance(exc, SessionBusy):
+                    raise
+                raise SessionBusy(f"a compensation's report waited for a lock: {exc}") from exc
             log.warning(
-                "a compensation's report waited for its session, which another "
-                "transaction holds: trying again (%d of %d)",
+                "a compensation's report waited for its session, or a row it writes, "
+                "which another transaction holds: trying again (%d of %d)",
                 attempt + 1,
                 REPORT_TRIES,
             )

@@ -10,13 +10,15 @@ A real worker (walk.Worker in this process, a pass at a time) against a real dat
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
 
-from undolog import engine
+from undolog import engine, walk
 from undolog.walk import Worker
 from worker_support import Conn, failed_session, state_of
 
@@ -84,4 +86,38 @@ def test_a_lock_the_claim_meets_after_the_session_is_a_held_session_not_an_error
         assert state_of(conn, sid) == "compensated" and undone == [1]
     finally:
         holder.close()
+        worker.stop()
+
+
+def test_a_report_waiting_for_a_row_another_transaction_holds_gives_up(
+    conn: Conn, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that commits its own call while the walk holds it, in a transaction it
+    leaves open, holds the effect's row (finish_execution locks it): the walk's report,
+    which updates that row, waited for it for ever, and the worker with it. Each try now
+    waits walk.REPORT_WAIT for a lock; given up, the walk of that session raises
+    SessionBusy (the claim expires and is handed out again) and the worker goes on."""
+    monkeypatch.setattr(walk, "REPORT_WAIT", 0.2)
+    sid = failed_session(conn, "delete_user", 1)
+    holders: list[psycopg.Connection[Any]] = []
+
+    def compensate(call: Any) -> None:  # the row is taken while the compensation runs
+        holder = psycopg.connect(dsn)
+        holder.execute(
+            "SELECT FROM undolog.undolog_effect_log WHERE session_id = %s FOR SHARE", (sid,)
+        )
+        holders.append(holder)
+
+    worker = Worker(
+        lambda: psycopg.connect(dsn, autocommit=True), {"delete_user": compensate}, notify=False
+    )
+    passed = threading.Thread(target=lambda: worker.run(once=True), daemon=True)
+    try:
+        passed.start()
+        passed.join(30)
+        assert not passed.is_alive(), "the worker's pass is still waiting for the report"
+        assert len(holders) == 1 and state_of(conn, sid) == "compensating"
+    finally:
+        for holder in holders:
+            holder.close()
         worker.stop()
