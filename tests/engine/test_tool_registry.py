@@ -413,3 +413,43 @@ def test_an_operator_replaces_an_agents_registration_in_one_transaction(
         ("compensable", False, "ada", "pays"),
         ("irreversible", True, None, None),
     ]
+
+
+def test_an_agents_register_during_a_replacement_waits_for_it_then_is_refused(
+    login: Callable[..., Conn], dsn: str
+) -> None:
+    """replace_tool retires and registers in the operator's one transaction: an agent's
+    register_tool of the name meanwhile waits for it (no gap in which the name is the
+    agent's again), then finds the operator's registration and is refused (UL018)."""
+    import threading
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"})
+    operator = psycopg.connect(f"{dsn} user={login('undolog_operator').info.user}")
+    answered: list[BaseException | uuid.UUID] = []
+
+    def register() -> None:
+        try:
+            answered.append(engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"}))
+        except BaseException as exc:  # the answer the test asserts
+            answered.append(exc)
+
+    try:
+        (tool_id, retired) = operator.execute(
+            "SELECT * FROM undolog.replace_tool('pay_out', 'irreversible', NULL, %s,"
+            " 'fail_session', 'ada', 'it pays out')",
+            (owner,),
+        ).fetchone() or (None, None)
+        assert retired is not None
+        racer = threading.Thread(target=register)
+        racer.start()
+        racer.join(1.0)
+        assert racer.is_alive() and answered == []  # waiting for the operator's transaction
+        operator.commit()
+        racer.join(10)
+        (answer,) = answered
+        assert isinstance(answer, errors.ToolRegistrationMismatch), answer
+        assert engine.register_tool(agent, "pay_out", "irreversible", None) == tool_id
+    finally:
+        operator.close()
