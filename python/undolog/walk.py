@@ -288,22 +288,31 @@ def run_walk(
         log.info("compensated %s with %s (undo %s)", claim.tool_name, claim.name, claim.undo_id)
 
 
-def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -> saga.Claim | None:
-    """The session's next claim; with ``wait``, waiting at most that long for each lock
-    (a lock_timeout of this transaction's, which lock_session takes when it is shorter than
-    its own 5 s): the session's, and any the claim meets after it (its chain head, which
-    the claim's history row moves; a month's drain; a migrate), each a session held for
-    this pass (SessionBusy), nothing claimed. ``conn`` in autocommit mode."""
-    if wait is None:
-        return saga.claim_compensation(conn, session_id)
+@contextlib.contextmanager
+def _locks_waited_at_most(conn: engine.Connection, seconds: float, what: str) -> Iterator[None]:
+    """A transaction of ``conn``'s (autocommit) in which each lock is waited for at most
+    ``seconds`` (a lock_timeout of its own, which lock_session takes when it is shorter
+    than its 5 s): the session's, and any met after it (a row the statement writes, the
+    chain head its history row moves, a month's drain, a migrate). Any of them held
+    longer raises SessionBusy, nothing done."""
     try:
         with conn.transaction():
             conn.execute(
-                QUERIES["local_lock_timeout"], {"lock_timeout": f"{max(1, round(wait * 1000))}ms"}
+                QUERIES["local_lock_timeout"],
+                {"lock_timeout": f"{max(1, round(seconds * 1000))}ms"},
             )
-            return saga.claim_compensation(conn, session_id)
+            yield
     except psycopg.errors.LockNotAvailable as exc:
-        raise SessionBusy(f"session {session_id}: a lock its claim needs is held") from exc
+        raise SessionBusy(f"{what}: a lock it needs is held") from exc
+
+
+def _claim(conn: engine.Connection, session_id: uuid.UUID, wait: float | None) -> saga.Claim | None:
+    """The session's next claim; with ``wait``, waiting at most that long for each lock
+    (a session held for this pass: SessionBusy, nothing claimed)."""
+    if wait is None:
+        return saga.claim_compensation(conn, session_id)
+    with _locks_waited_at_most(conn, wait, f"session {session_id}'s claim"):
+        return saga.claim_compensation(conn, session_id)
 
 
 def _reported(conn: engine.Connection, report: Callable[[], _R]) -> _R:
@@ -317,17 +326,11 @@ def _reported(conn: engine.Connection, report: Callable[[], _R]) -> _R:
     ``conn`` in autocommit mode."""
     for attempt in range(1, REPORT_TRIES + 1):
         try:
-            with conn.transaction():
-                conn.execute(
-                    QUERIES["local_lock_timeout"],
-                    {"lock_timeout": f"{max(1, round(REPORT_WAIT * 1000))}ms"},
-                )
+            with _locks_waited_at_most(conn, REPORT_WAIT, "a compensation's report"):
                 return report()
-        except (SessionBusy, psycopg.errors.LockNotAvailable) as exc:
+        except SessionBusy:
             if attempt == REPORT_TRIES:
-                if isinstance(exc, SessionBusy):
-                    raise
-                raise SessionBusy(f"a compensation's report waited for a lock: {exc}") from exc
+                raise
             log.warning(
                 "a compensation's report waited for its session, or a row it writes, "
                 "which another transaction holds: trying again (%d of %d)",

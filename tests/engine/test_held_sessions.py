@@ -23,6 +23,13 @@ from undolog.walk import Worker
 from worker_support import Conn, failed_session, state_of
 
 
+def _worker(dsn: str, delete_user: Callable[[Any], None]) -> Worker:
+    """A worker in this process, walking one pass at a time when told (run(once=True))."""
+    return Worker(
+        lambda: psycopg.connect(dsn, autocommit=True), {"delete_user": delete_user}, notify=False
+    )
+
+
 def test_sessions_an_agent_holds_do_not_stall_a_pass_for_another_login(
     conn: Conn, dsn: str, login: Callable[..., Conn]
 ) -> None:
@@ -36,11 +43,7 @@ def test_sessions_an_agent_holds_do_not_stall_a_pass_for_another_login(
         assert again.action == "replay"
     victim = failed_session(conn, "delete_user", 7)
     undone: list[int] = []
-    worker = Worker(
-        lambda: psycopg.connect(dsn, autocommit=True),
-        {"delete_user": lambda call: undone.append(call.result["user_id"])},
-        notify=False,
-    )
+    worker = _worker(dsn, lambda call: undone.append(call.result["user_id"]))
     try:
         started = time.monotonic()
         worker.run(once=True)
@@ -70,11 +73,7 @@ def test_a_lock_the_claim_meets_after_the_session_is_a_held_session_not_an_error
         "SELECT FROM undolog.undolog_chain_heads WHERE session_id = %s FOR UPDATE", (sid,)
     )
     undone: list[int] = []
-    worker = Worker(
-        lambda: psycopg.connect(dsn, autocommit=True),
-        {"delete_user": lambda call: undone.append(call.result["user_id"])},
-        notify=False,
-    )
+    worker = _worker(dsn, lambda call: undone.append(call.result["user_id"]))
     try:
         with caplog.at_level(logging.INFO, logger="undolog"):
             worker.run(once=True)
@@ -108,9 +107,7 @@ def test_a_report_waiting_for_a_row_another_transaction_holds_gives_up(
         )
         holders.append(holder)
 
-    worker = Worker(
-        lambda: psycopg.connect(dsn, autocommit=True), {"delete_user": compensate}, notify=False
-    )
+    worker = _worker(dsn, compensate)
     passed = threading.Thread(target=lambda: worker.run(once=True), daemon=True)
     try:
         passed.start()
