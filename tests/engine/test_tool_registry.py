@@ -453,3 +453,79 @@ def test_an_agents_register_during_a_replacement_waits_for_it_then_is_refused(
         assert engine.register_tool(agent, "pay_out", "irreversible", None) == tool_id
     finally:
         operator.close()
+
+
+def test_a_replacement_meeting_an_identical_one_committed_meanwhile_retires_nothing(
+    login: Callable[..., Conn], dsn: str, conn: Conn
+) -> None:
+    """replace_tool's register_tool finds the live registration different (UL018), then
+    locks the live registration to retire it. Another operator's replacement with the
+    same definition may commit between the two steps: the registration locked is then
+    the one asked for, and it is answered (its id, nothing retired), not retired and
+    registered again for nothing. The window is held open with locks: a retirement left
+    open (then rolled back) holds the first operator's register_tool, and the second
+    operator's LOCK TABLE, queued behind it, takes the table the moment the first one's
+    register_tool ends, so the first one's lock waits while the second one replaces."""
+    import threading
+
+    agent = login("undolog_agent")
+    owner = str(agent.info.user)
+    theirs = engine.register_tool(agent, "pay_out", "compensable", {"name": "noop"})
+    pausing = psycopg.connect(f"{dsn} user={login('undolog_operator').info.user}")
+    first = psycopg.connect(f"{dsn} user={login('undolog_operator').info.user}")
+    second = psycopg.connect(dsn)  # LOCK TABLE ... EXCLUSIVE: the tests' superuser
+    replace = (
+        "SELECT * FROM undolog.replace_tool('pay_out', 'irreversible', NULL, %s,"
+        " 'fail_session', %s, 'it pays out')"
+    )
+    answered: list[BaseException | tuple[Any, ...] | None] = []
+    locked: list[BaseException | None] = []
+
+    def run_first() -> None:
+        try:
+            answered.append(first.execute(replace, (owner, "ada")).fetchone())
+            first.commit()
+        except BaseException as exc:  # the answer the test asserts
+            answered.append(exc)
+
+    def lock_table() -> None:
+        try:
+            second.execute("LOCK TABLE undolog.undolog_tools IN EXCLUSIVE MODE")
+            locked.append(None)
+        except BaseException as exc:  # the answer the test asserts
+            locked.append(exc)
+
+    def waits(pid: int, event: str) -> bool:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE pid = %s AND wait_event_type = 'Lock' AND wait_event = %s",
+            (pid, event),
+        ).fetchone()
+        return row == (1,)
+
+    try:
+        pausing.execute("SELECT undolog.retire_tool(%s, 'bob', 'pause')", (theirs,))
+        racer = threading.Thread(target=run_first)
+        racer.start()
+        wait_until(lambda: waits(first.info.backend_pid, "transactionid"), 10)
+        locker = threading.Thread(target=lock_table)
+        locker.start()
+        wait_until(lambda: waits(second.info.backend_pid, "relation"), 10)
+        pausing.rollback()  # the first one's register_tool: UL018, the table is the second's
+        locker.join(10)
+        assert locked == [None]
+        wait_until(lambda: waits(first.info.backend_pid, "relation"), 10)
+        mine = second.execute(replace, (owner, "bea")).fetchone()
+        assert mine is not None and mine[1] == theirs
+        second.commit()
+        racer.join(10)
+        assert answered == [(mine[0], None)]
+        rows = conn.execute(
+            "SELECT tool_id, retired_by FROM undolog.undolog_tools WHERE owner_role = %s"
+            " ORDER BY registered_at",
+            (owner,),
+        ).fetchall()
+        assert rows == [(theirs, "bea"), (mine[0], None)]
+    finally:
+        for c in (pausing, first, second):
+            c.close()
