@@ -1101,6 +1101,14 @@ SELECT t.tool_id, t.owner_role, t.tool_name, t.tier, t.compensation, t.on_reject
 FROM undolog.registered_tools AS t
 WHERE t.tool_id = %(tool_id)s
 
+-- name: dashboard_live_tool
+-- The live registration of a tool of a login, as the register form's replace
+-- confirmation shows it beside the new one (none: nothing would be retired).
+SELECT t.tool_id, t.owner_role, t.tool_name, t.tier, t.compensation, t.on_reject,
+       t.registered_at, t.registered_by, t.live
+FROM undolog.registered_tools AS t
+WHERE t.owner_role = %(owner)s AND t.tool_name = %(tool_name)s AND t.live
+
 -- name: dashboard_channels
 -- The Notification channels page: the channels as `undolog notifications list` shows
 -- them, never their secrets (the view holds none: has_secret says whether one is set);

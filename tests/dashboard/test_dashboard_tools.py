@@ -219,13 +219,16 @@ def test_a_registration_that_differs_from_the_live_one_is_refused_in_the_engines
     assert registrations(conn) == before
 
 
-def test_an_operator_replaces_a_live_registration_that_differs_in_one_step(
+def test_an_operator_replaces_a_live_registration_that_differs_after_confirming(
     web: TestClient, conn: Conn
 ) -> None:
     """Retire, then Register, in two steps, leaves the name to the agent's binding in
     between: "replace" (with a reason) retires the live registration and registers the new
     one in one transaction (undolog.replace_tool, as `tools register --replace`), recorded
-    as by the operator's login; the same definition again retires nothing."""
+    as by the operator's login. Like Retire…, it retires nothing on the first POST: that
+    one answers a page showing the live registration and the new one side by side, and
+    only the POST from that page, with its one-time confirmation and the CSRF token, goes
+    through. The same definition again retires nothing and needs no confirmation."""
     theirs = register(conn, "dash_agent", "book_room")
     before = registrations(conn)
     log_in(web, "dash_operator")
@@ -245,29 +248,68 @@ def test_an_operator_replaces_a_live_registration_that_differs_in_one_step(
         assert words in text_of(answer.text) and "nothing was written" in answer.text
         assert registrations(conn) == before, change
 
-    answer = web.post(
-        "/tools/register", data={**pin, "replace": "1", "reason": "it books for good"}
+    asked = web.post("/tools/register", data={**pin, "replace": "1", "reason": "it books for good"})
+    assert asked.status_code == 200 and 'id="replace-confirm"' in asked.text
+    assert registrations(conn) == before  # the first POST writes nothing
+    said = text_of(asked.text)
+    live = said[said.index('id="replace-live"') : said.index('id="replace-new"')]
+    new = said[said.index('id="replace-new"') : said.index('id="replace-form"')]
+    assert str(theirs) in live and "compensable" in live and "undo_book_room" in live
+    assert "irreversible" in new and str(theirs) not in new and "undo_book_room" not in new
+    assert 'value="it books for good"' in asked.text  # the reason, to confirm or change
+    fields = hidden(asked.text, "replace-form")
+    assert fields["confirm"] and fields["csrf"] == token
+    assert {k: fields[k] for k in pin} == pin and fields["replace"] == "1"
+
+    # without the CSRF token: refused, nothing written (the nonce is not spent)
+    forged = web.post("/tools/register", data={**fields, "csrf": "x", "reason": "r"})
+    assert forged.status_code == 403 and registrations(conn) == before
+    # no reason: asked again, nothing written
+    again = web.post("/tools/register", data={**fields, "reason": "  "})
+    assert again.status_code == 422 and "Give a reason" in again.text
+    assert registrations(conn) == before
+    # a used confirmation, or one for another definition: asked again, nothing written
+    stale = web.post("/tools/register", data={**fields, "reason": "r"})
+    assert stale.status_code == 409 and "already used or has expired" in stale.text
+    other = web.post(
+        "/tools/register",
+        data={**hidden(stale.text, "replace-form"), "tier": "compensable", "reason": "r"},
     )
+    assert other.status_code == 409 and registrations(conn) == before
+    assert 'name="tier" value="compensable"' in other.text  # what was posted, restated
+    # or one shown before the live registration changed: the new live one is shown
+    asked = web.post("/tools/register", data={**pin, "replace": "1", "reason": "r"})
+    fields = hidden(asked.text, "replace-form")
+    conn.execute(QUERIES["retire_tool"], {"tool_id": theirs, "by": "setup", "reason": "moved"})
+    theirs = register(conn, "dash_agent", "book_room")
+    before = registrations(conn)
+    moved = web.post("/tools/register", data={**fields, "reason": "r"})
+    assert moved.status_code == 409 and str(theirs) in moved.text
+    assert registrations(conn) == before
+
+    fields = hidden(moved.text, "replace-form")
+    answer = web.post("/tools/register", data={**fields, "reason": "it books for good"})
     assert answer.status_code == 303 and answer.headers["location"] == "/tools"
     assert registrations(conn) == [
-        (*before[0][:5], "dash_operator", "it books for good"),
+        *before[:-1],
+        (*before[-1][:5], "dash_operator", "it books for good"),
         ("dash_agent", "book_room", "irreversible", None, "fail_session", None, None),
     ]
-    live = conn.execute(
+    live_now = conn.execute(
         "SELECT tool_id, registered_by FROM undolog.undolog_tools WHERE retired_at IS NULL"
     ).fetchall()
-    assert [r[1] for r in live] == ["dash_operator"]
+    assert [r[1] for r in live_now] == ["dash_operator"]
     page = web.get("/tools")
     said = text_of(page.text)
     assert (
-        f"tool book_room of dash_agent: registered as irreversible ({live[0][0]}) by "
+        f"tool book_room of dash_agent: registered as irreversible ({live_now[0][0]}) by "
         f"dash_operator, replacing {theirs}" in said
     )
 
-    # the same definition again: nothing retired, nothing written
+    # the same definition again: nothing to retire, so no confirmation; nothing written
     answer = web.post("/tools/register", data={**pin, "replace": "1", "reason": "again"})
     assert answer.status_code == 303
-    assert len(registrations(conn)) == 2
+    assert len(registrations(conn)) == 3
     assert "nothing was retired (no live registration that differs)" in web.get("/tools").text
 
 

@@ -1803,6 +1803,31 @@ class Dashboard:
             on_rejects=ON_REJECTS,
         )
 
+    @staticmethod
+    def _retirement_asked(
+        ws: WebSession, form: FormData, key: list[str], reason: str, undone: str
+    ) -> tuple[str | None, int] | None:
+        """The confirmation step of the Tools page's actions that retire a registration
+        (Retire…, and Register with replace): the first POST writes nothing and is
+        answered with a page restating what would be done and asking for the reason,
+        which carries a one-time nonce bound to ``key`` (what the page restated); only a
+        POST with that nonce, unused, and a reason goes through (None). Otherwise the
+        problem to show on the page again (None on the first POST) and its status."""
+        nonce = form.get("confirm")
+        if nonce is None:
+            return None, 200
+        if not ws.take_confirm(nonce, key):
+            return (
+                f"That confirmation was already used or has expired, or what it showed "
+                f"changed since: nothing was {undone}. Read it again and confirm below.",
+                409,
+            )
+        if not reason:
+            return f"Give a reason: nothing was {undone}.", 422
+        if len(reason) > REASON_LIMIT:
+            return f"The reason is over {REASON_LIMIT} characters: nothing was {undone}.", 422
+        return None
+
     async def tools_retire(self, request: Request) -> Response:
         """An operator ends a live registration (undolog.retire_tool, as `undolog tools
         retire`): the first POST (the row's button) restates it and asks for a reason;
@@ -1840,24 +1865,14 @@ class Dashboard:
         reason_field = form.get("reason")
         reason = reason_field.strip() if isinstance(reason_field, str) else ""
         key = [f"retire-tool:{tool_id}"]
-        nonce = form.get("confirm")
-        confirmed = nonce is not None and ws.take_confirm(nonce, key)
-        problem: str | None = None
-        if nonce is not None and not confirmed:
-            problem = (
-                "That confirmation was already used or has expired: nothing was retired. "
-                "Read the registration again and confirm below."
-            )
-        elif confirmed and not reason:
-            problem = "Give a reason: nothing was retired."
-        elif confirmed and len(reason) > REASON_LIMIT:
-            problem = f"The reason is over {REASON_LIMIT} characters: nothing was retired."
-        if not confirmed or problem is not None:
+        asked = self._retirement_asked(ws, form, key, reason, "retired")
+        if asked is not None:
+            problem, status = asked
             return self.render(
                 request,
                 "tools_retire.html",
                 ws,
-                200 if nonce is None else 409 if not confirmed else 422,
+                status,
                 t=tool,
                 token=ws.confirm_nonce(key),
                 problem=problem,
@@ -1880,7 +1895,9 @@ class Dashboard:
         with p_owner, as `undolog tools register`): its tier, compensation, on_reject.
         With "replace" checked and a reason, a live registration that differs is retired
         (recorded as by the operator's login) and this one registered in one transaction
-        (undolog.replace_tool, as `undolog tools register --replace`)."""
+        (undolog.replace_tool, as `undolog tools register --replace`), as Retire… does only
+        after its confirmation page (_retirement_asked): the first POST shows the live
+        registration and the new one side by side; the nonce is bound to both."""
         got = await self.posted(request)
         if isinstance(got, Response):
             return got
@@ -1915,7 +1932,9 @@ class Dashboard:
             problems.append(f"on_reject: {' or '.join(ON_REJECTS)}")
         replace = form.get("replace") == "1"
         reason = field("reason")
-        if replace and not reason:
+        if replace and "confirm" in form:
+            pass  # the reason of a confirmation: checked with its nonce, below
+        elif replace and not reason:
             problems.append("give a reason: replacing retires the live registration")
         elif len(reason) > REASON_LIMIT:
             problems.append(f"the reason is over {REASON_LIMIT} characters")
@@ -1940,13 +1959,61 @@ class Dashboard:
             "on_reject": on_reject,
         }
 
-        async def register(conn: queries.Conn) -> str:
-            if not replace:
+        async def register(conn: queries.Conn) -> str | None:
+            """register_tool: its id, said; with replace, None when it differs (UL018)."""
+            try:
                 cur = await conn.execute(QUERIES["register_tool_for"], params)
-                row = await cur.fetchone()
-                assert row is not None
-                log.info("%s: registered %s (%s)", ws.login, target, row[0])
-                return f"registered as {tier} ({row[0]}) by {ws.login}"
+            except psycopg.Error as exc:
+                if replace and exc.sqlstate == "UL018":
+                    return None
+                raise
+            row = await cur.fetchone()
+            assert row is not None
+            log.info("%s: registered %s (%s)", ws.login, target, row[0])
+            said = f"registered as {tier} ({row[0]}) by {ws.login}"
+            if replace:
+                said += "; nothing was retired (no live registration that differs)"
+            return said
+
+        if not replace or "confirm" not in form:
+            # Replacing retires nothing until confirmed: first the plain registration,
+            # which is all there is to do when no live registration differs (the engine
+            # compares them), and the confirmation page when one does.
+            said = await self._attempt(ws, target, register)
+            if said is not None:
+                outcome = said if isinstance(said, Outcome) else Outcome(target, True, said)
+                return self._after(request, ws, [outcome], "/tools")
+        async with ws.db() as conn:
+            live = await queries.live_tool(conn, owner, tool_name)
+        restated = json.dumps(
+            [
+                None if live is None else str(live["tool_id"]),
+                *(owner, tool_name, tier, compensation, on_reject),
+            ],
+            sort_keys=True,
+        )
+        key = [f"replace-tool:{restated}"]
+        asked = self._retirement_asked(ws, form, key, reason, "written")
+        if asked is not None:
+            problem, status = asked
+            new: dict[str, Any] = {"tool_id": None, "registered_at": None, "tier": tier}
+            new |= {"compensation": compensation, "on_reject": on_reject}
+            return self.render(
+                request,
+                "tools_replace.html",
+                ws,
+                status,
+                live=live,
+                new=new,
+                tool_name=Verbatim(tool_name),  # sent back as typed, in hidden fields
+                owner=Verbatim(owner),
+                compensation_text=Verbatim(text),
+                token=ws.confirm_nonce(key),
+                problem=problem,
+                reason=Verbatim(reason),
+            )
+
+        async def replace_it(conn: queries.Conn) -> str:
             cur = await conn.execute(
                 QUERIES["replace_tool_for"], {**params, "by": ws.login, "reason": reason}
             )
@@ -1965,7 +2032,7 @@ class Dashboard:
                 "(retired, with the reason given)"
             )
 
-        outcome = await self._act(ws, target, register)
+        outcome = await self._act(ws, target, replace_it)
         return self._after(request, ws, [outcome], "/tools")
 
     # --- maintenance: the month partitions and the audit anchors ----------------------

@@ -379,6 +379,10 @@ async def tool_of(conn: Conn, tool_id: uuid.UUID) -> Row | None:
     return await one(conn, QUERIES["dashboard_tool_of"], {"tool_id": tool_id})
 
 
+async def live_tool(conn: Conn, owner: str, tool_name: str) -> Row | None:
+    return await one(conn, QUERIES["dashboard_live_tool"], {"owner": owner, "tool_name": tool_name})
+
+
 async def channels(conn: Conn, everything: bool) -> tuple[list[Row], bool]:
     """The notification channels (never their secrets), live ones or every one, at most
     CHANNELS_LIMIT; and whether more were left off."""
