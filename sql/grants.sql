@@ -43,7 +43,8 @@ TO undolog_agent, undolog_approver, undolog_operator;
 GRANT EXECUTE ON FUNCTION undolog.approval_edit(uuid, uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
 -- A delivery's last error as the reader may read it (whole for staff; an agent's own
--- with the channel's addresses masked): the view notification_deliveries shows it.
+-- with the channel's addresses, host and URLs masked): the view notification_deliveries
+-- shows it.
 GRANT EXECUTE ON FUNCTION undolog.delivery_last_error(uuid, uuid)
 TO undolog_agent, undolog_approver, undolog_operator;
 -- What an edit changed, argument by argument (pure: from the two args the caller read).

@@ -11,6 +11,12 @@
 -- hold what the pattern takes for punctuation ("o'brien@…", "a(team)@…",
 -- "ops@[192.0.2.1]", as add_notification_channel accepts them). Then anything else
 -- around an "@" (another address, or one cut off after its "@" at 2000 characters).
+-- A channel's host is staff's too (the view shows an operator a webhook's scheme and
+-- host): the text stores what an operator acts on, a URL as its scheme and host and the
+-- host as a receiver or a TLS error names it, and the agent reads each as '…' (the row's
+-- channel_name and channel_id say which channel failed). The channel's host (a webhook's
+-- authority and host name, a mail channel's SMTP server) as written, in any case, where
+-- it is not part of a longer name; then any URL whole, whatever its host.
 -- Read-only; the caller is session_user, as undolog.approval_decision reads it. The
 -- session first, as the delivery's key (a Citus worker holds it by its session).
 CREATE OR REPLACE FUNCTION undolog.delivery_last_error(p_session_id uuid, p_delivery_id uuid)
@@ -24,6 +30,7 @@ DECLARE
     v_error text;
     v_channel_id uuid;
     v_address text;
+    v_host text;
 BEGIN
     SELECT d.last_error, d.channel_id INTO v_error, v_channel_id
     FROM undolog.undolog_notification_deliveries AS d
@@ -37,6 +44,38 @@ BEGIN
     ) THEN
         RETURN NULL;
     END IF;
+    FOR v_host IN
+        SELECT h.host
+        FROM undolog.undolog_notification_channels AS c,
+            LATERAL (
+                SELECT CASE c.kind
+                    WHEN 'webhook' THEN pg_catalog.substring(
+                        c.destination, '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#]*)'
+                    )
+                    ELSE c.config ->> 'smtp_host'
+                END AS authority
+            ) AS a,
+            LATERAL (
+                SELECT a.authority
+                UNION ALL SELECT pg_catalog.regexp_replace(a.authority, ':[0-9]*$', '')
+            ) AS h (host)
+        WHERE c.channel_id = v_channel_id AND h.host <> ''
+        ORDER BY pg_catalog.length(h.host) DESC
+    LOOP
+        -- the host literal (each character but a letter or a digit escaped),
+        -- where no letter, digit or hyphen of a longer host name is next to it
+        v_error := pg_catalog.regexp_replace(
+            v_error,
+            '(?<![[:alnum:]-])'
+            || pg_catalog.regexp_replace(v_host, '([^[:alnum:]])', '\\\1', 'g')
+            || '(?![[:alnum:]-])',
+            '…', 'gi'
+        );
+    END LOOP;
+    -- a URL: its scheme, then everything up to a space, a quote or an angle bracket
+    v_error := pg_catalog.regexp_replace(
+        v_error, '[A-Za-z][A-Za-z0-9+.-]*://[^[:space:]''"<>]*', '…', 'g'
+    );
     FOR v_address IN
         SELECT a.address
         FROM undolog.undolog_notification_channels AS c,

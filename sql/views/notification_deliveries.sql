@@ -2,8 +2,9 @@
 -- as people read it: its state (pending, sent, failed, cancelled), attempts, the next try
 -- of a pending one, the last error and when it was sent. Never a channel's secret or
 -- address (notification_channels shows those): an agent reads last_error with its
--- addresses masked (undolog.delivery_last_error). security_invoker: the deliveries'
--- row-level security applies, so an agent reads only its own sessions' deliveries.
+-- addresses, URLs and the channel's host masked (undolog.delivery_last_error).
+-- security_invoker: the deliveries' row-level security applies, so an agent reads only
+-- its own sessions' deliveries.
 CREATE OR REPLACE VIEW undolog.notification_deliveries
 WITH (security_invoker = TRUE) AS
 SELECT

@@ -916,6 +916,86 @@ def test_credentials_in_a_channels_url_reach_neither_approver_nor_agent(
         assert secret not in error, error
 
 
+def test_the_agent_reads_its_deliverys_error_without_the_webhooks_host(
+    conn: Conn, operator_dsn: str, agent_dsn: str, logins: Callable[[str], str]
+) -> None:
+    """A channel's URL is staff's (undolog.notification_channels, which no agent reads),
+    but the failed attempt's error, which the agent whose request it announced reads,
+    kept the URL's scheme and host (the stored text cuts only its path), and the host
+    alone as a receiver or a TLS error names it. The agent reads them as '…' (the row's
+    channel_name and channel_id say which channel failed); staff read the error whole:
+    the host is what an operator acts on."""
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            where = f"127.0.0.1:{port}"
+            self.send_response(502, f"Bad Gateway: http://{where}/hooks did not answer ({where})")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with psycopg.connect(operator_dsn, autocommit=True) as op:
+            url = f"http://127.0.0.1:{port}/hooks/T0/B0/TOKEN"
+            notifications.add_webhook(op, "ops-hook", url, SECRET, by="ops")
+            _, approval_id = ask(agent_dsn, {"to": "acme"})
+            [outcome] = notifications.deliver_due(op, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    stored = (
+        f"RuntimeError: HTTP 502 Bad Gateway: http://127.0.0.1:{port}/… did not answer"
+        f" (127.0.0.1:{port})"
+    )
+    assert (outcome.state, outcome.error) == ("pending", stored)
+    shown = (
+        "SELECT channel_name, last_error FROM undolog.notification_deliveries"
+        " WHERE approval_id = %s"
+    )
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        assert agent.execute(shown, (approval_id,)).fetchall() == [
+            ("ops-hook", "RuntimeError: HTTP 502 Bad Gateway: … did not answer (…)")
+        ]
+    for staff in (operator_dsn, logins("undolog_approver")):
+        with psycopg.connect(staff, autocommit=True) as reader:
+            assert reader.execute(shown, (approval_id,)).fetchall() == [("ops-hook", stored)]
+
+    # the host as a TLS error or urllib quotes it, in any case, and any other URL; a longer
+    # name that only holds it is not the host
+    channel_host = "hooks.example.test"
+    conn.execute(
+        "UPDATE undolog.undolog_notification_channels SET destination = %s",
+        (f"https://{channel_host}/services/T0",),
+    )
+    for error, seen in (
+        (
+            "URLError: <urlopen error [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify"
+            " failed: Hostname mismatch, certificate is not valid for 'Hooks.Example.TEST'.>",
+            "URLError: <urlopen error [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify"
+            " failed: Hostname mismatch, certificate is not valid for '…'.>",
+        ),
+        (
+            "InvalidURL: nonnumeric port: 'hooks.example.test:x'",
+            "InvalidURL: nonnumeric port: '…:x'",
+        ),
+        ("RuntimeError: HTTP 503 see ftp://mirror.test/…", "RuntimeError: HTTP 503 see …"),
+        ("ok at myhooks.example.tester", "ok at myhooks.example.tester"),
+    ):
+        conn.execute(
+            "UPDATE undolog.undolog_notification_deliveries SET last_error = %s"
+            " WHERE approval_id = %s",
+            (error, approval_id),
+        )
+        with psycopg.connect(agent_dsn, autocommit=True) as agent:
+            assert agent.execute(shown, (approval_id,)).fetchall() == [("ops-hook", seen)]
+
+
 def test_a_call_of_a_dropped_month_is_named_so_in_every_part_of_the_mail() -> None:
     """A delivery whose call's month was dropped since has no tool name: the Subject, the
     summary and the table say so, never "None"."""
