@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,15 +140,100 @@ MEMORY_DIR = Path("/dev/shm")
 MEMORY_ROOM = 2 * 1024**3
 
 
+class MemoryFallback(UserWarning):
+    """Data files asked to be kept in memory went to disk: MEMORY_DIR is not writable, or
+    has less than MEMORY_ROOM free. The cluster works as well; its CREATE DATABASE costs
+    more CPU (see throwaway_cluster)."""
+
+
+_fallback_said = False
+
+
 def _memory_dir() -> Path | None:
-    """MEMORY_DIR when this user may write there and it has MEMORY_ROOM free, else None."""
+    """MEMORY_DIR when this user may write there and it has MEMORY_ROOM free, else None,
+    which the process is told once (a MemoryFallback warning: on stderr, and in pytest's
+    warnings summary when a test run's cluster falls back)."""
+    global _fallback_said
+    why: str | None = None
     try:
         room = os.statvfs(MEMORY_DIR)
-    except OSError:
-        return None
-    if not os.access(MEMORY_DIR, os.W_OK) or room.f_bavail * room.f_frsize < MEMORY_ROOM:
-        return None
-    return MEMORY_DIR
+    except OSError as exc:
+        why = f"{MEMORY_DIR} cannot be used ({exc.strerror or exc})"
+    else:
+        free = room.f_bavail * room.f_frsize
+        if not os.access(MEMORY_DIR, os.W_OK):
+            why = f"{MEMORY_DIR} is not writable"
+        elif free < MEMORY_ROOM:
+            gb = 1024**3
+            why = f"{MEMORY_DIR} has {free / gb:.1f} GB free, under {MEMORY_ROOM / gb:.0f} GB"
+    if why is None:
+        return MEMORY_DIR
+    if not _fallback_said:
+        _fallback_said = True
+        warnings.warn(
+            f"pgcluster: the throwaway cluster's data files are on disk, not in memory: "
+            f"{why}; it works as well, but each CREATE DATABASE costs more CPU",
+            MemoryFallback,
+            stacklevel=2,
+        )
+    return None
+
+
+# The folders a throwaway cluster makes: the data (and the WAL) in the temporary folder,
+# or the data in MEMORY_DIR and the WAL in the temporary folder.
+PREFIX = "undolog-pg-"
+
+
+def _server_gone(datadir: Path) -> bool:
+    """Whether ``datadir``'s postmaster.pid names a server that is gone: its pid is no
+    process, and nothing answers on its port (a pid of another PID namespace sharing
+    these folders would look gone). False when there is no postmaster.pid (a cluster
+    being set up, or stopped), or it cannot be read, or its pid lives, whoever's."""
+    try:
+        lines = (datadir / "postmaster.pid").read_text(encoding="utf-8").splitlines()
+        pid, port = int(lines[0]), int(lines[3])
+    except (OSError, ValueError, IndexError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass
+    except OSError:  # another user's process: it lives
+        return False
+    else:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _remove_dead_leftovers() -> None:
+    """Remove the folders of throwaway clusters whose server is gone (a test run killed
+    with its server, so that neither stopped it nor removed them): in the temporary
+    folder and MEMORY_DIR, each ``undolog-pg-*`` one whose data/postmaster.pid names a
+    dead server, and the folder its WAL is in when that is another (data in memory).
+    Never a live cluster's, nor one without postmaster.pid."""
+    for parent in {Path(tempfile.gettempdir()), MEMORY_DIR}:
+        try:
+            found = [p for p in parent.iterdir() if p.name.startswith(PREFIX)]
+        except OSError:
+            continue
+        for folder in found:
+            datadir = folder / "data"
+            if not _server_gone(datadir):
+                continue
+            wal = datadir / "pg_wal"
+            if wal.is_symlink():
+                target = Path(os.readlink(wal))
+                if target.name == "wal" and target.parent.name.startswith(PREFIX):
+                    shutil.rmtree(target.parent, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -162,9 +248,12 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
     CPU after a few hundred of them (40 ms on tmpfs). A commit's durability is its WAL
     flush, which this keeps; a crash of the server recovers the data files from the WAL
     as on disk (they outlive any process; only a reboot would lose them, and with them
-    a cluster thrown away anyway)."""
+    a cluster thrown away anyway). Data asked in memory that go to disk (no room there)
+    are said once (MemoryFallback). First it removes the folders of throwaway clusters
+    whose server is gone (_remove_dead_leftovers: a run killed with its server)."""
     bin_ = bindir()
-    root = Path(tempfile.mkdtemp(prefix="undolog-pg-"))
+    _remove_dead_leftovers()
+    root = Path(tempfile.mkdtemp(prefix=PREFIX))
     memory = _memory_dir() if data_in_memory else None
     data_root = root
     datadir = root / "data"
@@ -173,7 +262,7 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
     port = free_port()
     try:  # from here on, a failure removes both folders
         if memory:
-            data_root = Path(tempfile.mkdtemp(prefix="undolog-pg-", dir=memory))
+            data_root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=memory))
             datadir = data_root / "data"
         datadir.mkdir()
         if is_root:
