@@ -313,6 +313,43 @@ def test_an_operator_replaces_a_live_registration_that_differs_after_confirming(
     assert "nothing was retired (no live registration that differs)" in web.get("/tools").text
 
 
+def test_a_replacement_confirmed_as_the_live_registration_changes_retires_nothing(
+    web: TestClient, conn: Conn, monkeypatch: Any
+) -> None:
+    """The confirmation is bound to the live registration it showed, read again on the
+    confirming POST; another operator's replacement committed right after that read (here
+    made by the read itself) is not retired in its stead: replace_tool answers which one
+    it retired, and any other than the one confirmed rolls it all back (409)."""
+    from undolog.dashboard import queries as dashboard_queries
+
+    theirs = register(conn, "dash_agent", "book_room")
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/tools").text)
+    pin = {"csrf": token, "tool_name": "book_room", "owner": "dash_agent", "tier": "irreversible"}
+    asked = web.post("/tools/register", data={**pin, "replace": "1", "reason": "pays"})
+    fields = hidden(asked.text, "replace-form")
+    real = dashboard_queries.live_tool
+    moved: list[uuid.UUID] = []
+
+    async def read_then_moved(*args: Any) -> Any:
+        row = await real(*args)
+        conn.execute(QUERIES["retire_tool"], {"tool_id": theirs, "by": "bea", "reason": "moved"})
+        moved.append(register(conn, "dash_agent", "book_room", "compensable"))
+        return row
+
+    monkeypatch.setattr(dashboard_queries, "live_tool", read_then_moved)
+    answer = web.post("/tools/register", data={**fields, "reason": "pays"})
+    monkeypatch.setattr(dashboard_queries, "live_tool", real)
+    before = registrations(conn)
+    assert answer.status_code == 409, answer.status_code
+    assert "changed since you confirmed" in text_of(answer.text)
+    assert [r[5] for r in before] == ["bea", None]  # the other operator's stays live
+    live = conn.execute(
+        "SELECT tool_id FROM undolog.undolog_tools WHERE retired_at IS NULL"
+    ).fetchall()
+    assert live == [(moved[0],)]
+
+
 def test_a_bad_compensation_or_definition_is_refused_and_nothing_is_written(
     web: TestClient, conn: Conn
 ) -> None:

@@ -2013,13 +2013,29 @@ class Dashboard:
                 reason=Verbatim(reason),
             )
 
-        async def replace_it(conn: queries.Conn) -> str:
-            cur = await conn.execute(
-                QUERIES["replace_tool_for"], {**params, "by": ws.login, "reason": reason}
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            tool_id, retired = row[0], row[1]
+        confirmed_live = None if live is None else live["tool_id"]
+
+        async def replace_it(conn: queries.Conn) -> str | Outcome:
+            # replace_tool answers which registration it retired: any other than the one
+            # confirmed (another operator's, committed since the read above) is not
+            # retired in its stead, nor anything else of it kept
+            async with conn.transaction():
+                cur = await conn.execute(
+                    QUERIES["replace_tool_for"], {**params, "by": ws.login, "reason": reason}
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                tool_id, retired = row[0], row[1]
+                if retired is not None and retired != confirmed_live:
+                    raise psycopg.Rollback
+            if retired is not None and retired != confirmed_live:
+                return Outcome(
+                    target,
+                    False,
+                    "the live registration changed since you confirmed: nothing was written; "
+                    "read it again (Register with replace shows it)",
+                    409,
+                )
             if retired is None:
                 log.info("%s: registered %s (%s), nothing to replace", ws.login, target, tool_id)
                 return (
@@ -2032,7 +2048,8 @@ class Dashboard:
                 "(retired, with the reason given)"
             )
 
-        outcome = await self._act(ws, target, replace_it)
+        done = await self._attempt(ws, target, replace_it)
+        outcome = done if isinstance(done, Outcome) else Outcome(target, True, done)
         return self._after(request, ws, [outcome], "/tools")
 
     # --- maintenance: the month partitions and the audit anchors ----------------------
