@@ -545,7 +545,8 @@ def _error_text(exc: BaseException, target: str | None = None) -> str:
     shows last_error, and no U+0000 the text column would refuse. Any URL in it as its
     scheme and host only (:func:`redact_url`), and no piece of the channel's URL
     (``target``) that the channel's view hides, wherever it appears (urllib quotes a host
-    it cannot parse: ``nonnumeric port: 'TOKEN@host'``)."""
+    it cannot parse: ``nonnumeric port: 'TOKEN@host'``). The scheme and host stay for
+    staff to act on; the agent reads them as '…' (undolog.delivery_last_error)."""
     text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), _one_line(exc))
     if target is not None:
         for secret in _secrets_of(target):
