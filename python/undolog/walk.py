@@ -227,7 +227,7 @@ def run_walk(
             if limit is None:
                 log.warning(
                     "compensation %s of %s (undo %s, attempt %s) not run: its claim is no "
-                    "longer this worker's (it expired and the entry was handed out again)",
+                    "longer this worker's (it expired, and may have been handed out again)",
                     claim.name,
                     claim.tool_name,
                     claim.undo_id,
@@ -554,17 +554,20 @@ class CompensationDeadline:
         """How long to wait for the claim's compensation: ``timeout``, else until its
         claim has a tenth of its time left (CLAIM_MARGIN seconds at most). None when the
         attempt is no longer in flight (its claim expired and another walker took the
-        entry over): the compensation must not run."""
-        if self.timeout is not None:
-            return self.timeout
+        entry over), and when its claim has expired (any walker may take the entry over
+        at any moment; this one claims it again, as the next attempt). The claim is read
+        with a ``timeout`` too: a worker paused past its claim (SIGSTOP) and resumed ran
+        the compensation beside the walker that had taken the entry over."""
         row = engine.fetch_optional(
             conn,
             QUERIES["claim_seconds_left"],
             {"session_id": session_id, "undo_id": claim.undo_id, "attempt": claim.attempt},
         )
-        if row is None:
+        left = None if row is None or row[0] is None else float(row[0])
+        if left is None or left <= 0:
             return None
-        left = float(row[0]) if row[0] is not None else 0.0
+        if self.timeout is not None:
+            return self.timeout
         return max(left - min(CLAIM_MARGIN, left / 10), MIN_COMPENSATION_WAIT)
 
     def run(

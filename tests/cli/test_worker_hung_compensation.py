@@ -446,8 +446,8 @@ class _Hooked(CompensationDeadline):
     """The worker's deadline, with ``before`` run (on a real database) just before it
     reads how long the claim has left: a race made to happen."""
 
-    def __init__(self, before: Callable[[Claim], None]) -> None:
-        super().__init__()
+    def __init__(self, before: Callable[[Claim], None], timeout: float | None = None) -> None:
+        super().__init__(timeout)
         self.before = before
 
     def seconds_for(self, conn: Any, session_id: uuid.UUID, claim: Claim) -> float | None:
@@ -455,12 +455,19 @@ class _Hooked(CompensationDeadline):
         return super().seconds_for(conn, session_id, claim)
 
 
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["claim_deadline", "compensation_timeout"])
 def test_a_claim_taken_over_before_its_compensation_runs_is_not_run(
-    conn: Conn, dsn: str, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+    conn: Conn,
+    dsn: str,
+    serve: Callable[..., Worker],
+    caplog: pytest.LogCaptureFixture,
+    timeout: float | None,
 ) -> None:
     """The claim expires and another walker takes the entry (attempt 2) before this
-    worker starts its compensation: it does not run it (its claim is no longer its
-    own), and says so."""
+    worker starts its compensation (a worker paused past its claim, SIGSTOP, and
+    resumed): it does not run it (its claim is no longer its own), and says so. Also
+    with --compensation-timeout, whose deadline is not the claim's: it ran the
+    compensation beside the walker that took the entry over (red team, round 7)."""
     calls: list[int] = []
     sid = failed_session(conn, "noted", 1)
     other = psycopg.connect(dsn, autocommit=True)
@@ -474,7 +481,7 @@ def test_a_claim_taken_over_before_its_compensation_runs_is_not_run(
     caplog.set_level(logging.INFO, logger="undolog.walk")
     try:
         worker = serve({"noted": lambda call: calls.append(call.attempt)})
-        worker.deadline = _Hooked(taken_over)
+        worker.deadline = _Hooked(taken_over, timeout)
         wait_until(lambda: "no longer this worker's" in caplog.text, what="the log line")
         time.sleep(0.3)
         assert calls == []
@@ -482,6 +489,28 @@ def test_a_claim_taken_over_before_its_compensation_runs_is_not_run(
         assert "did not return" not in caplog.text
     finally:
         other.close()
+
+
+def test_a_claim_expired_before_its_compensation_runs_is_claimed_again_first(
+    conn: Conn, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim expires before this worker starts its compensation, and no walker took
+    the entry yet (any may, at any moment): the worker does not run it on the expired
+    claim (it ran it, some 0.5 s, while another walker could take the entry and run it
+    too), but claims the entry again and runs it as attempt 2."""
+    calls: list[int] = []
+    sid = failed_session(conn, "noted", 1)
+
+    def expired(claim: Claim) -> None:
+        if claim.attempt == 1:
+            time.sleep(2.1)  # the 2 s claim expires
+
+    caplog.set_level(logging.INFO, logger="undolog.walk")
+    worker = serve({"noted": lambda call: calls.append(call.attempt)})
+    worker.deadline = _Hooked(expired)
+    wait_until(lambda: state_of(conn, sid) == "compensated", what="the walk")
+    assert calls == [2]
+    assert "no longer this worker's" in caplog.text
 
 
 def test_a_failure_to_read_the_claims_deadline_uses_no_attempt(
