@@ -199,6 +199,22 @@ FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'undolog'
 """
 
 
+# The migrate transaction's search path: pg_catalog alone (and this login's own temporary
+# schema, last). Every name of the engine's is written undolog.name; a bare function or
+# operator name must be pg_catalog's. With the login's own path ("$user", public), a
+# function another login made in a schema on it (public, where a database made before
+# PostgreSQL 15 lets any login create) for a more specific type than pg_catalog's
+# polymorphic or "any" one was preferred, and bound for good into the views made here:
+# an agent's public.count(uuid) ran, as every login reading sessions_overview, whatever
+# the agent wrote (tests/engine/test_object_shadowing.py).
+MIGRATE_SEARCH_PATH = "pg_catalog, pg_temp"
+
+
+def _pin_search_path(conn: psycopg.Connection[Any]) -> None:
+    """Resolve the rest of the transaction's names in pg_catalog only (MIGRATE_SEARCH_PATH)."""
+    conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (MIGRATE_SEARCH_PATH,))
+
+
 def _check_owner(conn: psycopg.Connection[Any]) -> None:
     """Only the engine's owner (or a member of that role, or a superuser) can replace its
     objects; anyone else would fail on the first one, or earlier on the advisory lock
@@ -610,6 +626,7 @@ def migrate(
     setting = ""
     try:
         with conn.transaction():
+            _pin_search_path(conn)
             _check_owner(conn)
             setting = _lock(conn, lock_timeout)
             _execute(conn, "bootstrap.sql", (sql_root() / "bootstrap.sql").read_text("utf-8"))
@@ -655,6 +672,7 @@ def apply_repeatables(
     setting = ""
     try:
         with conn.transaction():
+            _pin_search_path(conn)
             _check_owner(conn)
             setting = _lock(conn, lock_timeout)
             pending, sources, plan = _plan(conn, None)
@@ -700,6 +718,7 @@ def install_script() -> str:
     sources = repeatables()
     parts = [
         "BEGIN;",
+        f"SET LOCAL search_path = {MIGRATE_SEARCH_PATH};",
         f"SELECT pg_catalog.pg_advisory_xact_lock({MIGRATE_LOCK_KEY});",
         (sql_root() / "bootstrap.sql").read_text(encoding="utf-8"),
     ]
