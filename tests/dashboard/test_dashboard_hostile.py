@@ -902,3 +902,45 @@ def test_a_browser_is_remembered_from_its_latest_login() -> None:
     assert known.remember("alice", token) == token
     known.SECONDS = 2.0  # a day later, as it were: a first login's clock would be out
     assert known.login_of(token) == "alice"
+
+
+def test_an_agents_function_in_public_does_not_run_as_the_approver_reading_the_inbox(
+    app_dsn: str, dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """Where any login may create in public (a database made before PostgreSQL 15), an
+    agent's public.count(uuid) was preferred to pg_catalog's count by the inbox's query
+    of the calls before each request: the approver who opened /approvals approved the
+    agent's own irreversible call. The dashboard's logins resolve names in pg_catalog
+    alone (red team, round 7)."""
+    conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    waiting = waiting_session(dsn)
+    try:
+        with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
+            agent.execute(
+                f"""
+                CREATE FUNCTION public.count_step(n bigint, x uuid) RETURNS bigint
+                LANGUAGE plpgsql AS $$
+                BEGIN
+                    BEGIN
+                        PERFORM undolog.approve('{waiting.approval_id}', 'inbox', NULL);
+                    EXCEPTION WHEN OTHERS THEN NULL;
+                    END;
+                    RETURN n + 1;
+                END $$;
+                GRANT EXECUTE ON FUNCTION public.count_step(bigint, uuid) TO PUBLIC;
+                CREATE AGGREGATE public.count(uuid) (
+                    SFUNC = public.count_step, STYPE = bigint, INITCOND = '0');
+                """
+            )
+        with TestClient(create_app(app_dsn), follow_redirects=False) as web:
+            log_in(web, "dash_approver")
+            assert web.get("/approvals").status_code == 200
+        state = conn.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+            (waiting.approval_id,),
+        ).fetchone()
+        assert state == ("pending",)
+    finally:
+        conn.execute("DROP AGGREGATE IF EXISTS public.count(uuid)")
+        conn.execute("DROP FUNCTION IF EXISTS public.count_step(bigint, uuid)")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")

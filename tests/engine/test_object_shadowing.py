@@ -8,13 +8,17 @@ agent's code as every login that reads it (red team, round 7)."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from undolog import approvals, engine, migrations
+from undolog.cli._common import connect
+from undolog.queries import QUERIES
 
 Conn = psycopg.Connection[Any]
 
@@ -75,3 +79,27 @@ def test_the_owner_migrating_binds_no_function_an_agent_put_on_its_search_path(
         " AND d.classid <> 'pg_catalog.pg_proc'::regclass"  # but the agent's aggregate
     ).fetchone()
     assert bound == (0,)  # no view, policy, default or constraint uses a function of public
+
+
+def test_a_commands_connection_resolves_names_in_pg_catalog_alone(
+    conn: Conn, dsn: str, login: Callable[..., Conn], writable_public: None
+) -> None:
+    """The commands' and the worker's connection (cli._common.connect): an approver's
+    query that counts calls by their ids (here the approvals inbox's) runs pg_catalog's
+    count, not the agent's public.count(uuid), which approved the agent's own call as the
+    approver."""
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    session = engine.begin_session(agent, agent="shadow")
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 100000})
+    assert call.approval_id is not None
+    _plant_approving_count(agent, call.approval_id)
+    args = argparse.Namespace(dsn=make_conninfo(dsn, user=approver.info.user))
+    with connect(args) as person:
+        person.execute(
+            QUERIES["dashboard_inbox_prior_counts"],
+            {"approval_ids": [call.approval_id], "session_ids": [session], "step_indexes": [1]},
+        ).fetchall()
+        path = person.execute("SHOW search_path").fetchone()
+    assert approvals.approval_state(approver, call.approval_id) == "pending"
+    assert path == ("pg_catalog, pg_temp",)

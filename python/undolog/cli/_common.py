@@ -14,7 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.sql import Composed
 
-from undolog._conninfo import UNREACHABLE_HINT, with_connect_timeout
+from undolog._conninfo import PIN_SEARCH_PATH, UNREACHABLE_HINT, with_connect_timeout
 from undolog.engine import translated
 from undolog.errors import EXIT_ERROR as EXIT_ERROR
 from undolog.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
@@ -77,7 +77,7 @@ def connect(
     command sets itself, such as a scrape's timeouts)."""
     dsn = dsn_of(args)
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             with_connect_timeout(conninfo(dsn), CONNECT_TIMEOUT), autocommit=True
         )
     except psycopg.ProgrammingError as exc:  # the DSN itself does not parse
@@ -90,6 +90,12 @@ def connect(
             hint = "set UNDOLOG_DSN or pass --dsn, e.g. --dsn postgresql://USER@HOST:5432/DBNAME"
         message = f"cannot connect to PostgreSQL with {where}: {one_line(exc)}"
         raise ConnectError(message, hint) from exc
+    try:
+        conn.execute(PIN_SEARCH_PATH)  # names resolve in pg_catalog only (_conninfo)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def one_line(exc: BaseException) -> str:
