@@ -551,6 +551,18 @@ WHERE p.pronamespace = 'pg_catalog'::regnamespace
   AND p.proname ~ '^pg_(try_)?advisory_'
   AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
 
+-- name: schemas_open_to_agents
+-- `undolog health`: the schemas an agent login may create objects in (through PUBLIC's
+-- grants too: public in a database made before PostgreSQL 15), and whether it may create
+-- schemas in this database. A function made there for a more specific type than
+-- pg_catalog's runs as any login whose search path has that schema (docs/how-to/roles.md).
+SELECT coalesce(pg_catalog.array_agg(n.nspname::text ORDER BY n.nspname), '{}') AS open,
+       pg_catalog.has_database_privilege('undolog_agent', pg_catalog.current_database(),
+                                         'CREATE') AS database_open
+FROM pg_catalog.pg_namespace AS n
+WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+  AND pg_catalog.has_schema_privilege('undolog_agent', n.oid, 'CREATE')
+
 -- name: may_list_pending_partitions
 -- `undolog health`: whether this login may ask for the months still to attach.
 SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE') AS allowed

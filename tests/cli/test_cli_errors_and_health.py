@@ -393,6 +393,7 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
         "partitions",
         "worker",
         "operator",
+        "schemas",
     ]
     sid = committed_session(conn)
     engine.fail_session(conn, sid, "gave up")  # and no worker walks it
@@ -414,6 +415,26 @@ def test_health_says_whether_advisory_locks_are_revoked_from_public(
     (locks,) = [c for c in report["checks"] if c["name"] == "locks"]
     assert code == 1 and locks["ok"] is False
     assert locks["public_advisory_functions"] == ["pg_advisory_lock(bigint)"]
+
+
+def test_health_says_whether_agent_logins_may_create_objects(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """public writable by PUBLIC (a database made before PostgreSQL 15) lets an agent put a
+    function on every other login's search path (tests/engine/test_object_shadowing.py):
+    health fails until the owner revokes it (red team, round 7)."""
+    code, out, _ = run(capsys, "health")
+    assert code == 0 and "agent logins may create no schema nor objects in one" in out
+    conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    try:
+        code, out, _ = run(capsys, "--json", "health")
+    finally:
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    report = json.loads(out)
+    (schemas,) = [c for c in report["checks"] if c["name"] == "schemas"]
+    assert code == 1 and schemas["ok"] is False
+    assert schemas["agent_writable_schemas"] == ["public"]
+    assert "the owner must revoke that privilege" in schemas["detail"]
 
 
 def test_health_counts_a_walk_whose_walker_died(

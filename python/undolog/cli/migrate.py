@@ -155,6 +155,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             _health_locks(conn, check)
             _health_partitions(conn, check)
             _health_worker(conn, args.max_lag, check)
+            _health_schemas(conn, check)
     return _report_health(args, checks)
 
 
@@ -189,6 +190,27 @@ def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> 
         if still_open
         else "advisory-lock functions revoked from PUBLIC",
         public_advisory_functions=still_open,
+    )
+
+
+def _health_schemas(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """Whether an agent login may create objects where another login's names resolve:
+    a function it makes in public for a more specific type than pg_catalog's runs as
+    every login whose search path has public (an agent's own binding, another's proxy)."""
+    (row,) = query(conn, QUERIES["schemas_open_to_agents"])
+    schemas, database = list(row["open"]), bool(row["database_open"])
+    problems = [f"schema {name}" for name in schemas]
+    if database:
+        problems.append("this database (new schemas)")
+    check(
+        "schemas",
+        not problems,
+        f"agent logins may create objects in {', '.join(problems)}: the owner must revoke"
+        " that privilege from them and from PUBLIC (docs/how-to/roles.md)"
+        if problems
+        else "agent logins may create no schema nor objects in one",
+        agent_writable_schemas=schemas,
+        agent_may_create_schemas=database,
     )
 
 
