@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from undolog import logs
+from undolog import _serving, logs
 from undolog._argtypes import idle_minutes, port_number
 
 DEFAULT_HOST = "127.0.0.1"
@@ -72,6 +72,7 @@ def serve(
         log_level="info",
         log_config=logs.uvicorn_log_config(),
         timeout_graceful_shutdown=2,
+        http=_serving.h11_protocol(),  # a request not whole within REQUEST_TIMEOUT: closed
     )
     return 0
 

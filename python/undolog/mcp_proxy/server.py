@@ -24,7 +24,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from undolog import logs
+from undolog import _serving, logs
 from undolog._version import __version__
 from undolog.mcp_proxy.metrics import parse_listen, serve_metrics
 from undolog.mcp_proxy.passthrough import Passthrough
@@ -418,7 +418,12 @@ async def _serve_http(config: str, dsn: str, host: str, port: int, options: Opti
         app = build_server(proxy).streamable_http_app(host=host)
         server = uvicorn.Server(
             uvicorn.Config(
-                app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                log_config=logs.uvicorn_log_config(),
+                http=_serving.h11_protocol(),  # a request not whole within REQUEST_TIMEOUT: closed
             )
         )
         print(f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)

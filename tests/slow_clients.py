@@ -1,0 +1,103 @@
+"""Clients that never finish their request, for the tests of every HTTP server's bound
+(undolog._serving.REQUEST_TIMEOUT): one that sends nothing, one that stops inside its
+request line, one that sends a header line every second for ever (slowloris), one that
+sends its body a byte a second; and a slow client that does finish within the bound."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import threading
+import time
+
+from undolog._serving import REQUEST_TIMEOUT
+
+# the server's timer, and a threaded server's poll of its deadlines (0.5 s)
+SLACK = 2.0
+
+
+def seconds_until_closed(
+    port: int, opening: bytes, drip: bytes = b"", limit: float = REQUEST_TIMEOUT + 10
+) -> float | None:
+    """Connect, send ``opening``, then ``drip`` every second: the seconds until the server
+    closed the connection, or None when it was still open after ``limit``."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.settimeout(1.0)
+        with contextlib.suppress(OSError):
+            sock.sendall(opening)
+        while time.monotonic() - started < limit:
+            try:
+                if sock.recv(4096) == b"":
+                    return time.monotonic() - started
+            except TimeoutError:
+                pass
+            except OSError:  # reset
+                return time.monotonic() - started
+            if drip:
+                try:
+                    sock.sendall(drip)
+                except OSError:
+                    return time.monotonic() - started
+    return None
+
+
+def never_finishing(path: str) -> dict[str, tuple[bytes, bytes]]:
+    """Each kind of client that never completes a request to ``path``: (opening, drip)."""
+    return {
+        "idle": (b"", b""),
+        "partial request line": (f"GET {path} HT".encode(), b""),
+        "slowloris": (f"GET {path} HTTP/1.1\r\nHost: x\r\n".encode(), b"X-Slow: 1\r\n"),
+        "slow body": (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode(),
+            b"a",
+        ),
+    }
+
+
+def closing_times(port: int, path: str) -> dict[str, float | None]:
+    """seconds_until_closed of each never-finishing client, all at once."""
+    found: dict[str, float | None] = {}
+
+    def probe(name: str, opening: bytes, drip: bytes) -> None:
+        found[name] = seconds_until_closed(port, opening, drip)
+
+    threads = [
+        threading.Thread(target=probe, args=(name, *how))
+        for name, how in never_finishing(path).items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return found
+
+
+def assert_closed_within_the_bound(found: dict[str, float | None]) -> None:
+    late = {
+        name: seconds
+        for name, seconds in found.items()
+        if seconds is None or seconds > REQUEST_TIMEOUT + SLACK
+    }
+    assert not late, f"open past {REQUEST_TIMEOUT} s (None: still open): {late}; all: {found}"
+
+
+def slow_but_whole(port: int, path: str, seconds: float = 3.0) -> bytes:
+    """A request whose line and headers take ``seconds`` to arrive (well within the bound),
+    then a second one on the same kept-alive connection 2 s after the first answer (within
+    uvicorn's keep-alive): the status lines of both answers."""
+    lines = [f"GET {path} HTTP/1.1\r\n", "Host: x\r\n", "User-Agent: slow\r\n", "\r\n"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        for line in lines:
+            sock.sendall(line.encode())
+            time.sleep(seconds / len(lines))
+        first = http.client.HTTPResponse(sock)
+        first.begin()
+        first.read()
+        time.sleep(2)
+        sock.sendall("".join(lines).encode())
+        second = http.client.HTTPResponse(sock)
+        second.begin()
+        second.read()
+        return f"{first.status} {second.status}".encode()
