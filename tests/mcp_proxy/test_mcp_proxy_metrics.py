@@ -31,6 +31,7 @@ from test_mcp_proxy import (
     wait_for,
 )
 
+from slow_clients import assert_closed_within_the_bound, closing_times
 from undolog import approvals, saga
 from undolog.mcp_proxy.metrics import (
     MAX_HANDLERS,
@@ -327,6 +328,32 @@ def test_the_policy_reads_the_proxy_keys(tmp_path: Path) -> None:
     assert loaded.durable_results is True and loaded.metrics_listen == "[::1]:0"
     assert loaded.walk_wait_seconds == 1
     assert loaded.max_safe_calls_per_client == 64  # the default
+
+
+def test_clients_that_never_finish_a_request_cannot_keep_a_scrape_out() -> None:
+    """Each client that never completes its request (idle, a partial request line,
+    slowloris) is closed within REQUEST_TIMEOUT; and MAX_HANDLERS of them, which a client
+    could open again every REQUEST_TIMEOUT, no longer keep a scrape out: the new connection
+    closes the one that has waited longest for its request, instead of being refused."""
+
+    async def main() -> None:
+        server = await serve_metrics(ProxyMetrics(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            assert_closed_within_the_bound(await asyncio.to_thread(closing_times, port, "/metrics"))
+            idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_HANDLERS)]
+            await asyncio.sleep(0.2)
+            started = time.monotonic()
+            status, _, body = await asyncio.to_thread(scrape, port)
+            assert status == 200 and "undolog_proxy_calls_total" in body
+            assert time.monotonic() - started < 2
+            for _, writer in idle:
+                writer.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
 
 
 def test_idle_connections_to_the_metrics_listener_are_bounded() -> None:

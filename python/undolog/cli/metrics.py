@@ -8,13 +8,15 @@ undolog_approver or undolog_operator: the metrics views count every login's sess
 One connection serves every scrape, one at a time; a lost connection is opened again at
 the next scrape, and a scrape that cannot read the views answers ``undolog_up 0``: so does
 one that the bounds below cut short (a server that accepts and never answers, a journal
-table locked by a migration). The server serves at most MAX_HANDLERS connections at once
-and closes one that sends no request within IDLE_TIMEOUT.
+table locked by a migration). The server closes a connection that has not sent its whole
+request within REQUEST_TIMEOUT (undolog._serving), and serves at most MAX_HANDLERS at
+once: one more closes the one that has waited longest for its request.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import logging
 import signal
@@ -29,6 +31,7 @@ import psycopg
 
 from undolog import metrics
 from undolog._argtypes import port_number
+from undolog._serving import REQUEST_TIMEOUT
 from undolog.cli._common import (
     EXIT_OK,
     Parser,
@@ -42,9 +45,9 @@ log = logging.getLogger("undolog.cli")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 # The HTTP server: a connection holds a thread until it is answered, so connections that
-# never send a request must neither hold one for ever nor add threads without end.
-IDLE_TIMEOUT = 5.0  # seconds a client has to send its request (and to read the answer)
-MAX_HANDLERS = 16  # connections served at once; one more is closed at once
+# never finish a request must neither hold one for ever nor add threads without end, nor,
+# by filling the cap, keep a scrape out.
+MAX_HANDLERS = 16  # connections served at once; one more closes the longest waiting
 
 
 def listen_address(value: str) -> tuple[str, int]:
@@ -119,28 +122,45 @@ class Scraper:
 
 
 class BoundedHTTPServer(http.server.ThreadingHTTPServer):
-    """A thread per connection, as ThreadingHTTPServer, but at most ``max_handlers`` at
-    once: a connection over the cap is closed at once, never given a thread."""
+    """A thread per connection, as ThreadingHTTPServer, with two bounds. A connection that
+    has not sent its whole request ``request_timeout`` after it was accepted is closed
+    (checked at each turn of serve_forever's loop, every 0.5 s): the socket's timeout
+    bounds each read, not the request, and a client sending a header line every few
+    seconds kept its thread for ever. And at most ``max_handlers`` connections are served
+    at once: one more closes the one that has waited longest for its request, so that
+    connections that send nothing, opened again and again, cannot keep a scrape out (its
+    request arrives with its connection); when every one has sent its request (scrapes,
+    each bounded), the new one is closed, never given a thread."""
 
     def __init__(
         self,
         address: tuple[str, int],
         handler: type[http.server.BaseHTTPRequestHandler],
         max_handlers: int,
+        request_timeout: float,
     ) -> None:
         super().__init__(address, handler)
-        self.slots = threading.BoundedSemaphore(max_handlers)
+        self.max_handlers = max_handlers
+        self.request_timeout = request_timeout
+        self.lock = threading.Lock()
+        self.served: set[Any] = set()  # the connections counted against max_handlers
+        self.waiting: dict[Any, float] = {}  # of those, no whole request yet: its deadline
 
     def process_request(
         self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
     ) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        with self.lock:
+            if len(self.served) >= self.max_handlers:
+                if not self.waiting:
+                    self.shutdown_request(request)
+                    return
+                self._close_waiting(next(iter(self.waiting)))  # the oldest
+            self.served.add(request)
+            self.waiting[request] = time.monotonic() + self.request_timeout
         try:
             super().process_request(request, client_address)
-        except BaseException:  # no thread started: its slot is free again
-            self.slots.release()
+        except BaseException:  # no thread started: its place is free again
+            self._forget(request)
             raise
 
     def process_request_thread(
@@ -149,7 +169,31 @@ class BoundedHTTPServer(http.server.ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._forget(request)
+
+    def request_read(self, request: Any) -> bool:
+        """The handler has read its request's line and headers: False when the server
+        closed the connection meanwhile (too late, or over the cap)."""
+        with self.lock:
+            return self.waiting.pop(request, None) is not None
+
+    def service_actions(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for request in [r for r, deadline in self.waiting.items() if deadline <= now]:
+                self._close_waiting(request)
+
+    def _close_waiting(self, request: Any) -> None:
+        # the lock held: its thread's read returns at once, and the thread ends
+        del self.waiting[request]
+        self.served.discard(request)
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_RDWR)
+
+    def _forget(self, request: Any) -> None:
+        with self.lock:
+            self.served.discard(request)
+            self.waiting.pop(request, None)
 
 
 def make_server(
@@ -157,12 +201,19 @@ def make_server(
     host: str,
     port: int,
     *,
-    idle_timeout: float = IDLE_TIMEOUT,
+    request_timeout: float = REQUEST_TIMEOUT,
     max_handlers: int = MAX_HANDLERS,
 ) -> BoundedHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "undolog-metrics"
-        timeout = idle_timeout  # the socket's: a silent client is dropped, its thread freed
+        timeout = request_timeout  # the socket's, for each read and write
+
+        def parse_request(self) -> bool:
+            read = super().parse_request()
+            if not server.request_read(self.request):  # closed by the server meanwhile
+                self.close_connection = True
+                return False
+            return read
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -184,7 +235,8 @@ def make_server(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s %s", self.address_string(), format % args)
 
-    return BoundedHTTPServer((host, port), Handler, max_handlers)
+    server = BoundedHTTPServer((host, port), Handler, max_handlers, request_timeout)
+    return server
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:

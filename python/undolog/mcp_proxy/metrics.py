@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from undolog._serving import REQUEST_TIMEOUT
 from undolog.metrics import CONTENT_TYPE, exposition, family, sample
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -205,13 +206,15 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 REQUEST_LIMIT = 16 * 1024  # a scrape's request is a line and a few headers
-READ_TIMEOUT = 10.0
-# Connections served at once; one more is closed as soon as it is accepted. The listener
-# has no authentication, and each connection holds a file descriptor of the proxy's
-# process until it sends its request or READ_TIMEOUT passes: without a bound, a client
-# that opened connections and sent nothing used up the process's descriptors (its
-# RLIMIT_NOFILE, 1,024 by default), and the proxy could then open no connection to the
-# journal or an upstream, nor take a new client, for any client. As `undolog metrics`.
+# Connections served at once. The listener has no authentication, and each connection
+# holds a file descriptor of the proxy's process until it sends its request or
+# REQUEST_TIMEOUT (undolog._serving) passes: without a bound, a client that opened
+# connections and sent nothing used up the process's descriptors (its RLIMIT_NOFILE,
+# 1,024 by default), and the proxy could then open no connection to the journal or an
+# upstream, nor take a new client, for any client. One more connection closes the one
+# that has waited longest for its request (refused, it let MAX_HANDLERS connections that
+# send nothing, opened again every REQUEST_TIMEOUT, keep every scrape out); when every one
+# has sent its request, the new one is closed at once. As `undolog metrics`.
 MAX_HANDLERS = 16
 
 
@@ -220,25 +223,33 @@ async def serve_metrics(
 ) -> asyncio.Server:
     """``GET /metrics`` on HOST:PORT, on the running loop (a minimal HTTP/1.1 server: one
     request per connection, then closed; at most ``max_handlers`` at once)."""
-    serving = 0
+    served: set[asyncio.StreamWriter] = set()
+    waiting: dict[asyncio.StreamWriter, None] = {}  # of those, no request yet: oldest first
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal serving
-        if serving >= max_handlers:  # over the bound: closed at once, nothing read
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-            return
-        serving += 1
+        if len(served) >= max_handlers:
+            if not waiting:  # every one answering: closed at once, nothing read
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+                return
+            oldest = next(iter(waiting))  # its read ends at once, and its handler
+            del waiting[oldest]
+            served.discard(oldest)
+            oldest.transport.abort()
+        served.add(writer)
+        waiting[writer] = None
         try:
             await answer(reader, writer)
         finally:
-            serving -= 1
+            served.discard(writer)
+            waiting.pop(writer, None)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started = time.perf_counter()
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
+            waiting.pop(writer, None)
             if len(head) > REQUEST_LIMIT:
                 return
             method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
