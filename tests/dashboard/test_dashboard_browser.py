@@ -40,7 +40,7 @@ from dashboard_helpers import (
     without_user,
 )
 from pgcluster import free_port
-from undolog import links
+from undolog import _serving, links
 from undolog.dashboard import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +114,7 @@ def site(dsn: str, passwords_checked: bool, browser: webdriver.Chrome) -> Iterat
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=1,
+        http=_serving.h11_protocol(),  # as undolog dashboard serves: a browser is not cut
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

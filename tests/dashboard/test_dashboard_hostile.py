@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from test_dashboard import app_dsn, approval_row, log_in
 
 from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
-from undolog import engine
+from undolog import _serving, engine
 from undolog.approvals import MIN_READ_GAP
 from undolog.dashboard import create_app
 from undolog.dashboard.app import MAX_STREAMS, Dashboard
@@ -141,7 +141,13 @@ def serving(dashboard: Dashboard) -> Iterator[str]:
 
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(dashboard.app(), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            dashboard.app(),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            http=_serving.h11_protocol(),  # as undolog dashboard serves
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -230,6 +236,19 @@ def test_a_notify_flood_from_any_login_does_not_spin_the_live_pages(
             stop.set()
             flooder.join(10)
     assert reads <= seconds / MIN_READ_GAP + 2, reads
+
+
+def test_a_live_page_outlasts_the_request_bound(app_dsn: str, passwords_checked: bool) -> None:
+    """undolog._serving.REQUEST_TIMEOUT bounds a request, not its answer: a live page's
+    stream held past it goes on, and the browser's next request is answered."""
+    with approver_client(Dashboard(app_dsn)) as client, live_inbox(client) as lines:
+        began = time.monotonic()
+        for line in lines:
+            assert not line.startswith("event:"), line  # nothing changed: comments only
+            if time.monotonic() - began > _serving.REQUEST_TIMEOUT + 2:
+                break
+        assert time.monotonic() - began > _serving.REQUEST_TIMEOUT + 2, "the stream ended"
+        assert client.get("/approvals").status_code == 200
 
 
 def test_a_live_page_whose_connection_is_killed_is_told_to_log_in_again(
