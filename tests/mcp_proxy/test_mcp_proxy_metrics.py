@@ -358,10 +358,10 @@ def test_clients_that_never_finish_a_request_cannot_keep_a_scrape_out() -> None:
 
 def test_idle_connections_to_the_metrics_listener_are_bounded() -> None:
     """The listener has no authentication, and a connection that sends nothing held a
-    file descriptor of the proxy for READ_TIMEOUT: a client opening them without end used
-    up the process's descriptors, and with them the proxy's connections to the journal
-    and its upstreams. At most MAX_HANDLERS are served at once; one more is closed as
-    soon as it is accepted, and a scrape works again once the idle ones are gone."""
+    file descriptor of the proxy for REQUEST_TIMEOUT: a client opening them without end
+    used up the process's descriptors, and with them the proxy's connections to the
+    journal and its upstreams. At most MAX_HANDLERS are held at once: each one more closes
+    the oldest still waiting, and a scrape works once the idle ones are gone."""
 
     async def main() -> None:
         server = await serve_metrics(ProxyMetrics(), "127.0.0.1", 0)
