@@ -92,13 +92,15 @@ def with_keepalives(dsn: str) -> str:
     return make_conninfo(dsn, **{k: v for k, v in KEEPALIVES.items() if k not in parsed})
 
 
-# The search path of a connection a face makes for a person or an operator (the commands,
-# the worker, the dashboard's logins): pg_catalog alone, then the login's own temporary
-# schema. Every name of the engine's is written undolog.name; a bare function or operator
-# name is meant to be pg_catalog's. With the login's own path ("$user", public), a
-# function another login made in public (where a database made before PostgreSQL 15 lets
-# any login create) for a more specific type than pg_catalog's polymorphic or "any" one
-# was preferred, and ran as the person: an agent's public.count(uuid) approved its own
-# call when an approver opened the dashboard's inbox (docs/how-to/roles.md).
+# The search path of a connection a face makes for a person, an operator or its own login
+# (the commands, the worker, the dashboard's logins and its metrics, the MCP proxy's journal
+# connections): pg_catalog alone, then the login's own temporary schema. Every name of the
+# engine's is written undolog.name; a bare function or operator name is meant to be
+# pg_catalog's. With the login's own path ("$user", public), a function another login made
+# in public (where a database made before PostgreSQL 15 lets any login create) for a more
+# specific type than pg_catalog's polymorphic or "any" one was preferred, and ran as the
+# person: an agent's public.count(uuid) approved its own call when an approver opened the
+# dashboard's inbox (docs/how-to/roles.md). An agent's own binding keeps the path of the
+# connection its user gives it; `undolog health`'s schemas check is the defence there.
 FACE_SEARCH_PATH = "pg_catalog, pg_temp"
-PIN_SEARCH_PATH = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)"
+PIN_SEARCH_PATH = f"SELECT pg_catalog.set_config('search_path', '{FACE_SEARCH_PATH}', false)"

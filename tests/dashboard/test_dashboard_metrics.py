@@ -21,6 +21,7 @@ from dashboard_helpers import (
     without_user,
 )
 from undolog.dashboard import create_app
+from undolog.dashboard.app import Dashboard
 from undolog.metrics import CONTENT_TYPE
 
 Conn = psycopg.Connection[Any]
@@ -144,3 +145,18 @@ def test_token_and_login_go_together(dsn: str, metrics_login: str) -> None:
         create_app(dsn, metrics_dsn=metrics_login)
     with pytest.raises(ValueError, match="blank"):
         create_app(dsn, metrics_token="  ", metrics_dsn=metrics_login)
+
+
+def test_the_scrapers_connection_resolves_names_in_pg_catalog_alone(
+    dsn: str, passwords_checked: bool, metrics_login: str
+) -> None:
+    """The metrics login's connection is pinned as the logins' are (_conninfo): a function
+    an agent made in public (where any login may create) is not picked by its reads."""
+    dashboard = Dashboard(without_user(dsn), metrics_token=TOKEN, metrics_dsn=metrics_login)
+    with TestClient(dashboard.app(), follow_redirects=False) as client:
+        answer = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert samples(answer.text)["undolog_up"] == 1
+        conn = dashboard._metrics_conn
+        assert conn is not None
+        path = client.portal.call(conn.execute, "SHOW search_path")
+        assert client.portal.call(path.fetchone) == ("pg_catalog, pg_temp",)

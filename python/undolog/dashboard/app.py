@@ -64,6 +64,7 @@ from undolog import (
     walk,
 )
 from undolog import metrics as undolog_metrics
+from undolog._conninfo import PIN_SEARCH_PATH
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import (
     KnownBrowsers,
@@ -2837,9 +2838,15 @@ class Dashboard:
             started = time.perf_counter()
             try:
                 if self._metrics_conn is None or self._metrics_conn.closed:
-                    self._metrics_conn = await psycopg.AsyncConnection.connect(
+                    fresh = await psycopg.AsyncConnection.connect(
                         undolog_metrics.scrape_conninfo(self.metrics_dsn), autocommit=True
                     )
+                    try:  # names resolve in pg_catalog only (_conninfo)
+                        await fresh.execute(PIN_SEARCH_PATH)
+                    except BaseException:
+                        await fresh.close()
+                        raise
+                    self._metrics_conn = fresh
                 return await undolog_metrics.ascrape(self._metrics_conn)
             except (psycopg.Error, errors.UndoLogError) as exc:
                 log.warning("metrics scrape failed: %s", exc)
