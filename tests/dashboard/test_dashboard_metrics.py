@@ -156,7 +156,7 @@ def test_the_scrapers_connection_resolves_names_in_pg_catalog_alone(
     with TestClient(dashboard.app(), follow_redirects=False) as client:
         answer = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         assert samples(answer.text)["undolog_up"] == 1
-        conn = dashboard._metrics_conn
-        assert conn is not None
-        path = client.portal.call(conn.execute, "SHOW search_path")
-        assert client.portal.call(path.fetchone) == ("pg_catalog, pg_temp",)
+        conn, portal = dashboard._metrics_conn, client.portal
+        assert conn is not None and portal is not None
+        path = portal.call(conn.execute, "SHOW search_path")
+        assert portal.call(path.fetchone) == ("pg_catalog, pg_temp",)
