@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 from test_dashboard import app_dsn, approval_row, log_in
 
 from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
+from shadowing import plant_approving_count, writable_public
 from undolog import _serving, engine
 from undolog.approvals import MIN_READ_GAP
 from undolog.dashboard import create_app
@@ -931,26 +932,10 @@ def test_an_agents_function_in_public_does_not_run_as_the_approver_reading_the_i
     of the calls before each request: the approver who opened /approvals approved the
     agent's own irreversible call. The dashboard's logins resolve names in pg_catalog
     alone (red team, round 7)."""
-    conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
     waiting = waiting_session(dsn)
-    try:
+    with writable_public(conn):
         with psycopg.connect(as_login(dsn, "dash_agent"), autocommit=True) as agent:
-            agent.execute(
-                f"""
-                CREATE FUNCTION public.count_step(n bigint, x uuid) RETURNS bigint
-                LANGUAGE plpgsql AS $$
-                BEGIN
-                    BEGIN
-                        PERFORM undolog.approve('{waiting.approval_id}', 'inbox', NULL);
-                    EXCEPTION WHEN OTHERS THEN NULL;
-                    END;
-                    RETURN n + 1;
-                END $$;
-                GRANT EXECUTE ON FUNCTION public.count_step(bigint, uuid) TO PUBLIC;
-                CREATE AGGREGATE public.count(uuid) (
-                    SFUNC = public.count_step, STYPE = bigint, INITCOND = '0');
-                """
-            )
+            plant_approving_count(agent, waiting.approval_id)
         with TestClient(create_app(app_dsn), follow_redirects=False) as web:
             log_in(web, "dash_approver")
             assert web.get("/approvals").status_code == 200
@@ -959,7 +944,3 @@ def test_an_agents_function_in_public_does_not_run_as_the_approver_reading_the_i
             (waiting.approval_id,),
         ).fetchone()
         assert state == ("pending",)
-    finally:
-        conn.execute("DROP AGGREGATE IF EXISTS public.count(uuid)")
-        conn.execute("DROP FUNCTION IF EXISTS public.count_step(bigint, uuid)")
-        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")

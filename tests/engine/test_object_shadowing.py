@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from shadowing import plant_approving_count, writable_public
 from undolog import approvals, engine, migrations
 from undolog.cli._common import connect
 from undolog.queries import QUERIES
@@ -24,53 +25,33 @@ Conn = psycopg.Connection[Any]
 
 
 @pytest.fixture
-def writable_public(conn: Conn) -> Iterator[None]:
-    """public as a database made before PostgreSQL 15 has it: any login may create in it."""
-    conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
-    yield
-    conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-
-
-def _plant_approving_count(agent: Conn, approval_id: Any) -> None:
-    """public.count(uuid): an aggregate whose every step approves the agent's own call, as
-    whoever runs it (the owner's views count calls by their uuid)."""
-    agent.execute(
-        f"""
-        CREATE FUNCTION public.count_step(n bigint, x uuid) RETURNS bigint
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            BEGIN
-                PERFORM undolog.approve('{approval_id}', 'anyone', 'looks fine');
-            EXCEPTION WHEN OTHERS THEN NULL;
-            END;
-            RETURN n + 1;
-        END $$;
-        GRANT EXECUTE ON FUNCTION public.count_step(bigint, uuid) TO PUBLIC;
-        CREATE AGGREGATE public.count(uuid) (
-            SFUNC = public.count_step, STYPE = bigint, INITCOND = '0');
-        """
-    )
+def planted(conn: Conn, login: Callable[..., Conn]) -> Iterator[tuple[Conn, Any, Any]]:
+    """An agent's irreversible call waiting for approval, and its public.count(uuid) that
+    approves it as whoever counts calls by their ids: (an approver, the session, the
+    approval id)."""
+    with writable_public(conn):
+        agent = login("undolog_agent")
+        session = engine.begin_session(agent, agent="shadow")
+        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 100000})
+        assert call.approval_id is not None
+        plant_approving_count(agent, call.approval_id)
+        yield login("undolog_approver"), session, call.approval_id
 
 
 def test_the_owner_migrating_binds_no_function_an_agent_put_on_its_search_path(
-    conn: Conn, login: Callable[..., Conn], writable_public: None
+    conn: Conn, planted: tuple[Conn, Any, Any]
 ) -> None:
     """The owner re-applies the views (an upgrade that changes them, a fresh install):
     sessions_overview's count(e.effect_id) was bound to the agent's public.count(uuid),
     and an approver reading it (the dashboard's sessions page) approved the agent's
     irreversible call, as the approver. With migrate's search path pinned to pg_catalog
     it is pg_catalog's count."""
-    agent = login("undolog_agent")
-    approver = login("undolog_approver")
-    session = engine.begin_session(agent, agent="shadow")
-    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 100000})
-    assert call.approval_id is not None
-    _plant_approving_count(agent, call.approval_id)
+    approver, _, approval_id = planted
 
     migrations.apply_repeatables(conn)  # as the owner's `undolog migrate` applies views
 
     approver.execute("SELECT * FROM undolog.sessions_overview").fetchall()
-    assert approvals.approval_state(approver, call.approval_id) == "pending"
+    assert approvals.approval_state(approver, approval_id) == "pending"
     bound = conn.execute(
         "SELECT count(*) FROM pg_catalog.pg_depend AS d"
         " JOIN pg_catalog.pg_proc AS p ON p.oid = d.refobjid"
@@ -82,24 +63,19 @@ def test_the_owner_migrating_binds_no_function_an_agent_put_on_its_search_path(
 
 
 def test_a_commands_connection_resolves_names_in_pg_catalog_alone(
-    conn: Conn, dsn: str, login: Callable[..., Conn], writable_public: None
+    dsn: str, planted: tuple[Conn, Any, Any]
 ) -> None:
     """The commands' and the worker's connection (cli._common.connect): an approver's
     query that counts calls by their ids (here the approvals inbox's) runs pg_catalog's
     count, not the agent's public.count(uuid), which approved the agent's own call as the
     approver."""
-    agent = login("undolog_agent")
-    approver = login("undolog_approver")
-    session = engine.begin_session(agent, agent="shadow")
-    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 100000})
-    assert call.approval_id is not None
-    _plant_approving_count(agent, call.approval_id)
+    approver, session, approval_id = planted
     args = argparse.Namespace(dsn=make_conninfo(dsn, user=approver.info.user))
     with connect(args) as person:
         person.execute(
             QUERIES["dashboard_inbox_prior_counts"],
-            {"approval_ids": [call.approval_id], "session_ids": [session], "step_indexes": [1]},
+            {"approval_ids": [approval_id], "session_ids": [session], "step_indexes": [1]},
         ).fetchall()
         path = person.execute("SHOW search_path").fetchone()
-    assert approvals.approval_state(approver, call.approval_id) == "pending"
+    assert approvals.approval_state(approver, approval_id) == "pending"
     assert path == ("pg_catalog, pg_temp",)
