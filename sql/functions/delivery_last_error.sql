@@ -14,9 +14,11 @@
 -- A channel's host is staff's too (the view shows an operator a webhook's scheme and
 -- host): the text stores what an operator acts on, a URL as its scheme and host and the
 -- host as a receiver or a TLS error names it, and the agent reads each as '…' (the row's
--- channel_name and channel_id say which channel failed). The channel's host (a webhook's
--- authority and host name, a mail channel's SMTP server) as written, in any case, where
--- it is not part of a longer name; then any URL whole, whatever its host.
+-- channel_name and channel_id say which channel failed). After the channel's addresses
+-- (an address's domain may be the SMTP server's name, and masked first it would leave
+-- "a(team)@…"), the channel's host (a webhook's authority and host name, a mail
+-- channel's SMTP server) as written, in any case, where it is not part of a longer name;
+-- then any URL whole, whatever its host; then any other address.
 -- Read-only; the caller is session_user, as undolog.approval_decision reads it. The
 -- session first, as the delivery's key (a Citus worker holds it by its session).
 CREATE OR REPLACE FUNCTION undolog.delivery_last_error(p_session_id uuid, p_delivery_id uuid)
@@ -44,6 +46,22 @@ BEGIN
     ) THEN
         RETURN NULL;
     END IF;
+    FOR v_address IN
+        SELECT a.address
+        FROM undolog.undolog_notification_channels AS c,
+            LATERAL (
+                SELECT pg_catalog.btrim(r.x) AS address
+                FROM pg_catalog.unnest(pg_catalog.string_to_array(c.destination, ',')) AS r (x)
+                UNION ALL SELECT c.config ->> 'smtp_from'
+                UNION ALL SELECT c.config ->> 'smtp_user'
+            ) AS a
+        WHERE c.channel_id = v_channel_id AND c.kind = 'email' AND a.address LIKE '%@%'
+        ORDER BY pg_catalog.length(a.address) DESC
+    LOOP
+        -- '***=': the rest of the pattern is literal; 'i': in any case, as a server
+        -- may echo it
+        v_error := pg_catalog.regexp_replace(v_error, '***=' || v_address, '…', 'gi');
+    END LOOP;
     FOR v_host IN
         SELECT h.host
         FROM undolog.undolog_notification_channels AS c,
@@ -76,22 +94,6 @@ BEGIN
     v_error := pg_catalog.regexp_replace(
         v_error, '[A-Za-z][A-Za-z0-9+.-]*://[^[:space:]''"<>]*', '…', 'g'
     );
-    FOR v_address IN
-        SELECT a.address
-        FROM undolog.undolog_notification_channels AS c,
-            LATERAL (
-                SELECT pg_catalog.btrim(r.x) AS address
-                FROM pg_catalog.unnest(pg_catalog.string_to_array(c.destination, ',')) AS r (x)
-                UNION ALL SELECT c.config ->> 'smtp_from'
-                UNION ALL SELECT c.config ->> 'smtp_user'
-            ) AS a
-        WHERE c.channel_id = v_channel_id AND c.kind = 'email' AND a.address LIKE '%@%'
-        ORDER BY pg_catalog.length(a.address) DESC
-    LOOP
-        -- '***=': the rest of the pattern is literal; 'i': in any case, as a server
-        -- may echo it
-        v_error := pg_catalog.regexp_replace(v_error, '***=' || v_address, '…', 'gi');
-    END LOOP;
     -- an address: what is neither space nor punctuation around an "@"
     RETURN pg_catalog.regexp_replace(
         v_error, '[^][:space:]<>(),;:"''[]+@[^][:space:]<>(),;:"''[]*', '…', 'g'
