@@ -553,15 +553,36 @@ WHERE p.pronamespace = 'pg_catalog'::regnamespace
 
 -- name: schemas_open_to_agents
 -- `undolog health`: the schemas an agent login may create objects in (through PUBLIC's
--- grants too: public in a database made before PostgreSQL 15), and whether it may create
--- schemas in this database. A function made there for a more specific type than
--- pg_catalog's runs as any login whose search path has that schema (docs/how-to/roles.md).
-SELECT coalesce(pg_catalog.array_agg(n.nspname::text ORDER BY n.nspname), '{}') AS open,
-       pg_catalog.has_database_privilege('undolog_agent', pg_catalog.current_database(),
-                                         'CREATE') AS database_open
-FROM pg_catalog.pg_namespace AS n
-WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
-  AND pg_catalog.has_schema_privilege('undolog_agent', n.oid, 'CREATE')
+-- grants too: public in a database made before PostgreSQL 15; a grant to one login; a
+-- schema it owns, which named after a person's login is first on their path), whether
+-- one may create schemas in this database, and which logins may. Every member of
+-- undolog_agent that is not a superuser is asked, not the group alone. A function made
+-- there for a more specific type than pg_catalog's runs as any login whose search path
+-- has that schema (docs/how-to/roles.md).
+WITH agents AS (
+    SELECT r.oid, r.rolname::text AS login
+    FROM pg_catalog.pg_roles AS r
+    WHERE NOT r.rolsuper AND pg_catalog.pg_has_role(r.oid, 'undolog_agent', 'MEMBER')
+),
+schemas AS (
+    SELECT n.oid, n.nspname::text AS schema
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+),
+open_to AS (
+    SELECT a.login, s.schema
+    FROM agents AS a CROSS JOIN schemas AS s
+    WHERE pg_catalog.has_schema_privilege(a.oid, s.oid, 'CREATE')
+    UNION ALL
+    SELECT a.login, NULL
+    FROM agents AS a
+    WHERE pg_catalog.has_database_privilege(a.oid, pg_catalog.current_database(), 'CREATE')
+)
+SELECT coalesce(pg_catalog.array_agg(DISTINCT o.schema ORDER BY o.schema)
+                FILTER (WHERE o.schema IS NOT NULL), '{}') AS open,
+       coalesce(pg_catalog.bool_or(o.schema IS NULL), false) AS database_open,
+       coalesce(pg_catalog.array_agg(DISTINCT o.login ORDER BY o.login), '{}') AS logins
+FROM open_to AS o
 
 -- name: may_list_pending_partitions
 -- `undolog health`: whether this login may ask for the months still to attach.

@@ -434,7 +434,42 @@ def test_health_says_whether_agent_logins_may_create_objects(
     (schemas,) = [c for c in report["checks"] if c["name"] == "schemas"]
     assert code == 1 and schemas["ok"] is False
     assert schemas["agent_writable_schemas"] == ["public"]
+    assert "undolog_agent" in schemas["agent_logins_that_may_create"]
     assert "the owner must revoke that privilege" in schemas["detail"]
+
+
+def test_health_asks_every_agent_login_not_only_the_group(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A grant to one agent login, and a schema one owns (named after a person's login it
+    is first on their path, "$user"), are as open as PUBLIC's grant: the check asked
+    undolog_agent alone and passed them (outside review of round 7)."""
+    agent = f"agent_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {agent} LOGIN IN ROLE undolog_agent")
+    try:
+        for grant, undo, schemas in (
+            (
+                f"GRANT CREATE ON SCHEMA public TO {agent}",
+                f"REVOKE CREATE ON SCHEMA public FROM {agent}",
+                ["public"],
+            ),
+            (
+                f"CREATE SCHEMA dash_person AUTHORIZATION {agent}",
+                "DROP SCHEMA dash_person",
+                ["dash_person"],
+            ),
+        ):
+            conn.execute(grant)
+            try:
+                code, out, _ = run(capsys, "--json", "health")
+            finally:
+                conn.execute(undo)
+            (check,) = [c for c in json.loads(out)["checks"] if c["name"] == "schemas"]
+            assert code == 1 and check["ok"] is False, check
+            assert check["agent_writable_schemas"] == schemas
+            assert check["agent_logins_that_may_create"] == [agent]
+    finally:
+        conn.execute(f"DROP ROLE {agent}")
 
 
 def test_health_counts_a_walk_whose_walker_died(

@@ -199,18 +199,21 @@ def _health_schemas(conn: psycopg.Connection[Any], check: Callable[..., None]) -
     every login whose search path has public (an agent's own binding, another's proxy)."""
     (row,) = query(conn, QUERIES["schemas_open_to_agents"])
     schemas, database = list(row["open"]), bool(row["database_open"])
+    logins = list(row["logins"])
     problems = [f"schema {name}" for name in schemas]
     if database:
         problems.append("this database (new schemas)")
     check(
         "schemas",
         not problems,
-        f"agent logins may create objects in {', '.join(problems)}: the owner must revoke"
-        " that privilege from them and from PUBLIC (docs/how-to/roles.md)"
+        f"agent logins ({', '.join(logins)}) may create objects in {', '.join(problems)}:"
+        " the owner must revoke that privilege from them and from PUBLIC, and give their"
+        " schemas to another owner (docs/how-to/roles.md)"
         if problems
         else "agent logins may create no schema nor objects in one",
         agent_writable_schemas=schemas,
         agent_may_create_schemas=database,
+        agent_logins_that_may_create=logins,
     )
 
 
