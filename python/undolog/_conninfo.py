@@ -9,6 +9,7 @@ says otherwise: what the user set wins.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -103,4 +104,16 @@ def with_keepalives(dsn: str) -> str:
 # dashboard's inbox (docs/how-to/roles.md). An agent's own binding keeps the path of the
 # connection its user gives it; `undolog health`'s schemas check is the defence there.
 FACE_SEARCH_PATH = "pg_catalog, pg_temp"
-PIN_SEARCH_PATH = f"SELECT pg_catalog.set_config('search_path', '{FACE_SEARCH_PATH}', false)"
+_PIN_SEARCH_PATH = "SELECT pg_catalog.set_config('search_path', %s, %s)"
+
+
+def pin_search_path(conn: psycopg.Connection[Any], *, transaction_only: bool = False) -> None:
+    """Resolve ``conn``'s names in pg_catalog alone (FACE_SEARCH_PATH), for the rest of
+    its session, or of its transaction (migrate's)."""
+    conn.execute(_PIN_SEARCH_PATH, (FACE_SEARCH_PATH, transaction_only))
+
+
+async def apin_search_path(conn: psycopg.AsyncConnection[Any]) -> None:
+    """pin_search_path for an async connection (the dashboard's, the MCP proxy's pool's
+    ``configure``)."""
+    await conn.execute(_PIN_SEARCH_PATH, (FACE_SEARCH_PATH, False))

@@ -51,6 +51,7 @@ from typing import Any
 
 import psycopg
 
+from undolog._conninfo import FACE_SEARCH_PATH, pin_search_path
 from undolog._sql import sql_root
 from undolog._version import __version__
 from undolog.engine_check import is_newer, migration_files, missing_migrations
@@ -207,12 +208,12 @@ FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'undolog'
 # polymorphic or "any" one was preferred, and bound for good into the views made here:
 # an agent's public.count(uuid) ran, as every login reading sessions_overview, whatever
 # the agent wrote (tests/engine/test_object_shadowing.py).
-MIGRATE_SEARCH_PATH = "pg_catalog, pg_temp"
+MIGRATE_SEARCH_PATH = FACE_SEARCH_PATH
 
 
 def _pin_search_path(conn: psycopg.Connection[Any]) -> None:
     """Resolve the rest of the transaction's names in pg_catalog only (MIGRATE_SEARCH_PATH)."""
-    conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (MIGRATE_SEARCH_PATH,))
+    pin_search_path(conn, transaction_only=True)
 
 
 def _check_owner(conn: psycopg.Connection[Any]) -> None:

@@ -14,7 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.sql import Composed
 
-from undolog._conninfo import PIN_SEARCH_PATH, UNREACHABLE_HINT, with_connect_timeout
+from undolog._conninfo import UNREACHABLE_HINT, pin_search_path, with_connect_timeout
 from undolog.engine import translated
 from undolog.errors import EXIT_ERROR as EXIT_ERROR
 from undolog.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
@@ -91,7 +91,7 @@ def connect(
         message = f"cannot connect to PostgreSQL with {where}: {one_line(exc)}"
         raise ConnectError(message, hint) from exc
     try:
-        conn.execute(PIN_SEARCH_PATH)  # names resolve in pg_catalog only (_conninfo)
+        pin_search_path(conn)  # names resolve in pg_catalog only (_conninfo)
     except BaseException:
         conn.close()
         raise

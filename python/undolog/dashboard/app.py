@@ -64,7 +64,7 @@ from undolog import (
     walk,
 )
 from undolog import metrics as undolog_metrics
-from undolog._conninfo import PIN_SEARCH_PATH
+from undolog._conninfo import apin_search_path
 from undolog.dashboard import labels, queries
 from undolog.dashboard.websessions import (
     KnownBrowsers,
@@ -2842,7 +2842,7 @@ class Dashboard:
                         undolog_metrics.scrape_conninfo(self.metrics_dsn), autocommit=True
                     )
                     try:  # names resolve in pg_catalog only (_conninfo)
-                        await fresh.execute(PIN_SEARCH_PATH)
+                        await apin_search_path(fresh)
                     except BaseException:
                         await fresh.close()
                         raise

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from undolog._conninfo import PIN_SEARCH_PATH, with_connect_timeout
+from undolog._conninfo import apin_search_path, with_connect_timeout
 from undolog.queries import QUERIES
 
 log = logging.getLogger("undolog.dashboard")
@@ -328,7 +328,7 @@ class SessionStore:
             raise LoginRefused("the database cannot be reached right now; try again later") from exc
         try:
             self._check_password_used(conn, login)
-            await conn.execute(PIN_SEARCH_PATH)  # names resolve in pg_catalog only (_conninfo)
+            await apin_search_path(conn)
             row = await (
                 await conn.execute(
                     QUERIES["dashboard_login_roles"],

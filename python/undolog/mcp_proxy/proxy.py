@@ -61,7 +61,7 @@ from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
-from undolog._conninfo import PIN_SEARCH_PATH
+from undolog._conninfo import apin_search_path, pin_search_path
 from undolog.approvals import CHANNEL
 from undolog.client_common import _heartbeat_interval
 from undolog.engine_common import check_step_index
@@ -182,12 +182,6 @@ class JournalPool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
             await conn.close()
             await self.putconn(conn)  # closed: the pool discards it and makes another
         return await super().getconn(timeout)
-
-
-async def _pin_search_path(conn: psycopg.AsyncConnection[Any]) -> None:
-    """A journal connection resolves names in pg_catalog alone (_conninfo.PIN_SEARCH_PATH):
-    another agent's function in public must not run as this proxy's login."""
-    await conn.execute(PIN_SEARCH_PATH)
 
 
 def compensation_name(upstream: str, tool: str) -> str:
@@ -526,7 +520,9 @@ class McpProxy:
             min_size=1,
             max_size=POOL_SIZE,
             kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
-            configure=_pin_search_path,
+            # names resolve in pg_catalog alone (_conninfo): another agent's function in
+            # public must not run as this proxy's login
+            configure=apin_search_path,
             open=False,
         )
         # One LISTEN connection wakes every held call: a connection per hold let one client
@@ -1409,7 +1405,7 @@ class McpProxy:
 
         def in_thread() -> str | None:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                conn.execute(PIN_SEARCH_PATH)  # names resolve in pg_catalog only (_conninfo)
+                pin_search_path(conn)  # names resolve in pg_catalog only (_conninfo)
                 try:
                     return walk.run_walk(conn, session_id, compensations, wait=wait)
                 except PermissionDenied:
