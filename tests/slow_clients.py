@@ -1,7 +1,8 @@
 """Clients that never finish their request, for the tests of every HTTP server's bound
 (undolog._serving.REQUEST_TIMEOUT): one that sends nothing, one that stops inside its
 request line, one that sends a header line every second for ever (slowloris), one that
-sends its body a byte a second; and a slow client that does finish within the bound."""
+sends its body a byte a second; a slow client that does finish within the bound, and a
+steady upload that takes longer than the bound but keeps its body coming."""
 
 from __future__ import annotations
 
@@ -101,3 +102,31 @@ def slow_but_whole(port: int, path: str, seconds: float = 3.0) -> bytes:
         second.begin()
         second.read()
         return f"{first.status} {second.status}".encode()
+
+
+def steady_upload(port: int, path: str, size: int, seconds: float) -> bytes:
+    """POST a form body of ``size`` bytes to ``path`` in equal pieces over ``seconds``
+    (longer than the bound: every piece is well past BODY_PROGRESS a second): the status
+    line of the answer, or what went wrong."""
+    body = b"login=" + b"a" * (size - len(b"login="))
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    pieces = 150
+    step = -(-len(body) // pieces)
+    started = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(head)
+            for i in range(pieces):
+                time.sleep(max(0.0, started + (i + 1) * seconds / pieces - time.monotonic()))
+                sock.sendall(body[i * step : (i + 1) * step])
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            answer.read()
+            return f"{answer.status}".encode()
+    except OSError as exc:
+        sent = f"{time.monotonic() - started:.1f} s"
+        return f"{type(exc).__name__} after {sent}".encode()

@@ -3,10 +3,12 @@
 Every HTTP face (the dashboard, ``undolog mcp-proxy --http``) and every metrics listener
 (``undolog metrics``, the proxy's ``metrics_listen``) closes a connection that has not sent
 a whole request within REQUEST_TIMEOUT: one that sends nothing, or sends its request line
-and headers (or its body) a few bytes at a time. A response, however long it streams (the
-proxy's MCP streams, the dashboard's live pages), is not bounded by it, and neither is the
-wait between two requests of a kept-alive connection: that is uvicorn's own
-``timeout_keep_alive`` (5 s).
+and headers (or its body) a few bytes at a time. While a body arrives, every BODY_PROGRESS
+bytes of it start the REQUEST_TIMEOUT again: a steady upload of any size at a few KB/s or
+more goes through (the proxy takes a tool's arguments of megabytes), one dripped a byte at
+a time is closed. A response, however long it streams (the proxy's MCP streams, the
+dashboard's live pages), is not bounded by it, and neither is the wait between two
+requests of a kept-alive connection: that is uvicorn's own ``timeout_keep_alive`` (5 s).
 
 uvicorn has no such setting: its h11 protocol starts no timer when a connection opens and
 stops its keep-alive timer at a request's first byte, so a connection that never completes
@@ -27,25 +29,38 @@ log = logging.getLogger("undolog.http")
 # Seconds from a connection's opening (on a kept-alive one, from its next request's first
 # byte) to its whole request: a person's browser or a scraper sends one in milliseconds.
 REQUEST_TIMEOUT = 10.0
+# Bytes of a request's body that, once arrived, give the rest of it REQUEST_TIMEOUT again:
+# 16 KiB in 10 s is 1.6 KB/s, slower than any link an upload is made over, while a client
+# holding a connection a few bytes at a time gets no more than 10 s from it.
+BODY_PROGRESS = 16 * 1024
 
 
 @functools.cache
 def h11_protocol() -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection that has not sent a whole request
     (line, headers and body) within REQUEST_TIMEOUT of its opening, or, on a kept-alive
-    connection, of the next request's first byte."""
+    connection, of the next request's first byte; every BODY_PROGRESS bytes of a body
+    restart that timer."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class RequestBoundedH11Protocol(H11Protocol):
         deadline: asyncio.TimerHandle | None = None
+        # bytes of the body received since the deadline last started
+        body_progress = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._watch()
 
         def data_received(self, data: bytes) -> None:
+            in_body = self.conn.their_state is h11.SEND_BODY
             super().data_received(data)
+            if in_body and self.conn.their_state is h11.SEND_BODY:
+                # all of it body (the chunk that ends the headers is not counted)
+                self.body_progress += len(data)
+                if self.body_progress >= BODY_PROGRESS:
+                    self._unwatch()  # _watch starts it again
             self._watch()
 
         def on_response_complete(self) -> None:
@@ -69,6 +84,7 @@ def h11_protocol() -> type[asyncio.Protocol]:
             if not self._waiting() or self.timeout_keep_alive_task is not None:
                 self._unwatch()
             elif self.deadline is None:
+                self.body_progress = 0
                 self.deadline = self.loop.call_later(REQUEST_TIMEOUT, self._too_slow)
 
         def _unwatch(self) -> None:
