@@ -7,8 +7,9 @@ and headers (or its body) a few bytes at a time. While a body arrives, every BOD
 bytes of it start the REQUEST_TIMEOUT again: a steady upload of any size at a few KB/s or
 more goes through (the proxy takes a tool's arguments of megabytes), one dripped a byte at
 a time is closed. A response, however long it streams (the proxy's MCP streams, the
-dashboard's live pages), is not bounded by it, and neither is the wait between two
-requests of a kept-alive connection: that is uvicorn's own ``timeout_keep_alive`` (5 s).
+dashboard's live pages), is not bounded by it, nor a connection upgraded to another
+protocol (a WebSocket), and neither is the wait between two requests of a kept-alive
+connection: that is uvicorn's own ``timeout_keep_alive`` (5 s).
 
 uvicorn has no such setting: its h11 protocol starts no timer when a connection opens and
 stops its keep-alive timer at a request's first byte, so a connection that never completes
@@ -40,7 +41,8 @@ def h11_protocol() -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection that has not sent a whole request
     (line, headers and body) within REQUEST_TIMEOUT of its opening, or, on a kept-alive
     connection, of the next request's first byte; every BODY_PROGRESS bytes of a body
-    restart that timer."""
+    restart that timer. A connection handed to another protocol (uvicorn's WebSocket
+    protocols, on an upgrade) is no longer watched."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -73,9 +75,13 @@ def h11_protocol() -> type[asyncio.Protocol]:
 
         def _waiting(self) -> bool:
             """A request not yet whole: none begun on a new connection, or one begun
-            (part of its line or headers buffered, or its body still coming)."""
-            return self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not (
-                self.transport.is_closing()
+            (part of its line or headers buffered, or its body still coming); and the
+            connection still this protocol's (an upgrade hands it to uvicorn's WebSocket
+            protocol, without calling connection_lost here)."""
+            return (
+                self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+                and not self.transport.is_closing()
+                and self.transport.get_protocol() is self
             )
 
         def _watch(self) -> None:

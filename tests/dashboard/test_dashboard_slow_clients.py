@@ -2,10 +2,12 @@
 request: each is closed within undolog._serving.REQUEST_TIMEOUT (uvicorn alone kept them
 open for ever, and about a thousand of them used up the process's file descriptors: it
 then accepted no one), while a slow client that does finish is answered, and so is an
-upload that takes longer than the bound but keeps its body coming."""
+upload that takes longer than the bound but keeps its body coming. And a connection
+upgraded to a WebSocket is not bounded by it."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -15,6 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import uvicorn
+import websockets
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket
 
 from slow_clients import (
     assert_closed_within_the_bound,
@@ -22,6 +29,7 @@ from slow_clients import (
     slow_but_whole,
     steady_upload,
 )
+from undolog import _serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,3 +77,48 @@ def test_a_connection_that_never_finishes_its_request_is_closed(dashboard_port: 
     assert slow_but_whole(dashboard_port, "/login") == b"200 200"
     uploading.join()
     assert uploaded == [b"403"]
+
+
+def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
+    """uvicorn hands an upgraded connection to its WebSocket protocol without telling the
+    h11 one it has gone: its timer closed the socket at REQUEST_TIMEOUT all the same."""
+    from pgcluster import free_port
+
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            Starlette(routes=[WebSocketRoute("/echo", echo)]),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            http=_serving.h11_protocol(),
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+
+        async def talk() -> int:
+            said = 0
+            async with websockets.connect(f"ws://127.0.0.1:{port}/echo") as socket_:
+                began = time.monotonic()
+                while time.monotonic() - began < _serving.REQUEST_TIMEOUT + 2:
+                    await socket_.send(f"{said}")
+                    assert await asyncio.wait_for(socket_.recv(), 5) == f"{said}"
+                    said += 1
+                    await asyncio.sleep(1)
+            return said
+
+        assert asyncio.run(talk()) >= _serving.REQUEST_TIMEOUT + 2
+    finally:
+        server.should_exit = True
+        thread.join(10)
