@@ -11,17 +11,22 @@ the dashboard lets no one in that the server did not ask for a password).
     python tools/pgcluster.py start [--dir .pgdata] # persistent: create once, start, and
                                                     # print the `export UNDOLOG_DSN=...` line
     python tools/pgcluster.py stop [--dir .pgdata]  # stop it (the data stays in --dir)
+    python tools/pgcluster.py clean                 # remove the folders of throwaway
+                                                    # clusters nobody uses (killed runs')
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import itertools
 import os
+import pwd
 import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -180,60 +185,106 @@ def _memory_dir() -> Path | None:
 
 
 # The folders a throwaway cluster makes: the data (and the WAL) in the temporary folder,
-# or the data in MEMORY_DIR and the WAL in the temporary folder.
+# or the data in MEMORY_DIR and the WAL in the temporary folder. Each holds LOCK, which
+# the process that made the cluster keeps locked (flock) while the cluster lives; it
+# names the cluster's data folder, whose postmaster.pid tells whether a server runs.
 PREFIX = "undolog-pg-"
+LOCK = "cluster.lock"
 
 
-def _server_gone(datadir: Path) -> bool:
-    """Whether ``datadir``'s postmaster.pid names a server that is gone: its pid is no
-    process, and nothing answers on its port (a pid of another PID namespace sharing
-    these folders would look gone). False when there is no postmaster.pid (a cluster
-    being set up, or stopped), or it cannot be read, or its pid lives, whoever's."""
+def _folder_owners() -> set[int]:
+    """Who may own a throwaway cluster's folder: this user; as root, also postgres, to
+    whom throwaway_cluster gives its folders."""
+    if os.geteuid() != 0:
+        return {os.geteuid()}
     try:
-        lines = (datadir / "postmaster.pid").read_text(encoding="utf-8").splitlines()
-        pid, port = int(lines[0]), int(lines[3])
+        return {0, pwd.getpwnam("postgres").pw_uid}
+    except KeyError:  # no postgres user: no throwaway cluster of root's got that far
+        return {0}
+
+
+def _live_pid(datadir: str) -> int | None:
+    """The pid that ``datadir``'s postmaster.pid names, if it is a process of this PID
+    namespace (whoever's), else None (no postmaster.pid, unreadable, or its pid gone)."""
+    try:
+        pid = int((Path(datadir) / "postmaster.pid").read_text(encoding="utf-8").split()[0])
     except (OSError, ValueError, IndexError):
-        return False
+        return None
     if pid <= 0:
-        return False
+        return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        pass
+        return None
     except OSError:  # another user's process: it lives
+        pass
+    return pid
+
+
+def _is_dead_leftover(folder: Path, owners: set[int]) -> bool:
+    """Whether ``folder`` is a throwaway cluster's folder that nobody uses: a directory
+    (not a symlink) owned by one of ``owners``, whose LOCK (a file of theirs, not a
+    symlink) no process holds, and whose data folder (that LOCK names) has no
+    postmaster.pid naming a live process. A server that outlived its killed run is
+    left, and this says on stderr how to stop it."""
+    try:
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners:
+            return False
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return False
-    else:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
+    with os.fdopen(fd, "rb") as lock:
         try:
-            s.connect(("127.0.0.1", port))
+            lock_st = os.fstat(fd)
+            if not stat.S_ISREG(lock_st.st_mode) or lock_st.st_uid not in owners:
+                return False
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return True
-    return False
+            return False  # held: the cluster lives
+        datadir = lock.read().decode("utf-8", "replace").strip()
+    pid = _live_pid(datadir) if datadir else None
+    if pid is not None and Path(datadir).parent == folder:
+        ctl = "pg_ctl"
+        with contextlib.suppress(RuntimeError, OSError, subprocess.CalledProcessError):
+            ctl = str(bindir() / "pg_ctl")
+        stop = shlex.join(_as_cluster_owner([ctl, "-D", datadir, "stop"]))
+        print(
+            f"pgcluster: left {folder}: a killed run's server still runs there (pid {pid}); "
+            f"stop it ({stop}) and the next throwaway cluster removes its folders",
+            file=sys.stderr,
+        )
+    return pid is None
 
 
 def _remove_dead_leftovers() -> None:
-    """Remove the folders of throwaway clusters whose server is gone (a test run killed
-    with its server, so that neither stopped it nor removed them): in the temporary
-    folder and MEMORY_DIR, each ``undolog-pg-*`` one whose data/postmaster.pid names a
-    dead server, and the folder its WAL is in when that is another (data in memory).
-    Never a live cluster's, nor one without postmaster.pid."""
+    """Remove the folders of throwaway clusters that nobody uses (a test run killed, so
+    that it neither stopped its server nor removed them): each ``undolog-pg-*`` folder
+    directly in the temporary folder or MEMORY_DIR that _is_dead_leftover. Each folder
+    is judged on its own (a cluster's data in memory and its WAL on disk are two),
+    and no symlink is followed (shutil.rmtree unlinks the ones inside)."""
+    owners = _folder_owners()
     for parent in {Path(tempfile.gettempdir()), MEMORY_DIR}:
         try:
             found = [p for p in parent.iterdir() if p.name.startswith(PREFIX)]
         except OSError:
             continue
         for folder in found:
-            datadir = folder / "data"
-            if not _server_gone(datadir):
-                continue
-            wal = datadir / "pg_wal"
-            if wal.is_symlink():
-                target = Path(os.readlink(wal))
-                if target.name == "wal" and target.parent.name.startswith(PREFIX):
-                    shutil.rmtree(target.parent, ignore_errors=True)
-            shutil.rmtree(folder, ignore_errors=True)
+            if _is_dead_leftover(folder, owners):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _hold_lock(folder: Path, datadir: Path) -> int:
+    """Create ``folder``'s LOCK, naming ``datadir``, locked: the fd the caller keeps open
+    (and closes) while the cluster lives. It is written and locked under another name,
+    then renamed, so that no cleanup sees it unlocked or empty. No child inherits it
+    (Python's fds are not inheritable, and subprocess closes the others: close_fds)."""
+    part = folder / f"{LOCK}.part"
+    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, str(datadir).encode())
+    part.rename(folder / LOCK)
+    return fd
 
 
 @contextlib.contextmanager
@@ -249,8 +300,9 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
     flush, which this keeps; a crash of the server recovers the data files from the WAL
     as on disk (they outlive any process; only a reboot would lose them, and with them
     a cluster thrown away anyway). Data asked in memory that go to disk (no room there)
-    are said once (MemoryFallback). First it removes the folders of throwaway clusters
-    whose server is gone (_remove_dead_leftovers: a run killed with its server)."""
+    are said once (MemoryFallback). Each of its folders holds a LOCK that this process
+    keeps locked while the cluster lives. First it removes the folders of throwaway
+    clusters that nobody uses (_remove_dead_leftovers: a killed run's)."""
     bin_ = bindir()
     _remove_dead_leftovers()
     root = Path(tempfile.mkdtemp(prefix=PREFIX))
@@ -260,10 +312,13 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
     is_root = os.geteuid() == 0
     user = "postgres" if is_root else os.environ.get("USER") or "postgres"
     port = free_port()
+    locks: list[int] = []  # each folder's LOCK, held until both are removed
     try:  # from here on, a failure removes both folders
         if memory:
             data_root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=memory))
             datadir = data_root / "data"
+        for folder in {root, data_root}:  # a folder without LOCK yet: no cleanup's
+            locks.append(_hold_lock(folder, datadir))
         datadir.mkdir()
         if is_root:
             for path in {root, data_root, datadir}:
@@ -321,6 +376,8 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
         )
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(data_root, ignore_errors=True)
+        for fd in locks:
+            os.close(fd)
 
 
 # The line start() appends to postgresql.conf; its port is read back on later starts.
@@ -509,8 +566,12 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             return run_command(argv[2:], env)
+    if argv == ["clean"]:
+        _remove_dead_leftovers()
+        return 0
     parser = argparse.ArgumentParser(
-        prog="pgcluster.py", description="A local PostgreSQL that stays (or: run -- CMD)."
+        prog="pgcluster.py",
+        description="A local PostgreSQL that stays (or: run -- CMD; or: clean).",
     )
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument(
