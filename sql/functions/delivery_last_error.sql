@@ -59,8 +59,9 @@ BEGIN
         ORDER BY pg_catalog.length(a.address) DESC
     LOOP
         -- '***=': the rest of the pattern is literal; 'i': in any case, as a server
-        -- may echo it
-        v_error := pg_catalog.regexp_replace(v_error, '***=' || v_address, '…', 'gi');
+        -- may echo it. Written '…@…', so that what a longer address held around it
+        -- ("jim" of jimbob@…) goes with it in the last step
+        v_error := pg_catalog.regexp_replace(v_error, '***=' || v_address, '…@…', 'gi');
     END LOOP;
     FOR v_host IN
         SELECT h.host
@@ -76,12 +77,18 @@ BEGIN
             LATERAL (
                 SELECT a.authority
                 UNION ALL SELECT pg_catalog.regexp_replace(a.authority, ':[0-9]*$', '')
+                -- an IPv6 address without its brackets, as a TLS error names it
+                UNION ALL SELECT pg_catalog.btrim(
+                    pg_catalog.regexp_replace(a.authority, ':[0-9]*$', ''), '[]'
+                )
             ) AS h (host)
         WHERE c.channel_id = v_channel_id AND h.host <> ''
         ORDER BY pg_catalog.length(h.host) DESC
     LOOP
         -- the host literal (each character but a letter or a digit escaped),
-        -- where no letter, digit or hyphen of a longer host name is next to it
+        -- where no letter, digit or hyphen of a longer host name is next to it (a
+        -- longer dotted name that holds it keeps only its own labels, "sub.…": the
+        -- channel's part of it masked, rather than the whole name shown)
         v_error := pg_catalog.regexp_replace(
             v_error,
             '(?<![[:alnum:]-])'

@@ -191,6 +191,8 @@ def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
     refused = {a: (550, f"5.1.1 <{a.upper()}>: no such user".encode()) for a in odd}
     warning = notifications.partial_warning([TOLD[0], *odd], refused)
     cut = "sent to 1 of 2 recipients (x@y.test, lastone@"
+    # another address that holds a channel's: masked whole, not its prefix or suffix left
+    holding = f"refused: jim{odd[0]} and <dev.{odd[1]}.relay.corp>"
     shown = "SELECT last_error FROM undolog.notification_deliveries WHERE approval_id = %s"
     with psycopg.connect(agent_dsn, autocommit=True) as agent:
         # the channel's SMTP server is masked too: named as the addresses' domain, it was
@@ -201,7 +203,7 @@ def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
                 " SET config = config || jsonb_build_object('smtp_host', %s::text)",
                 (smtp_host,),
             )
-            for stored in (warning, cut):
+            for stored in (warning, cut, holding):
                 conn.execute(
                     "UPDATE undolog.undolog_notification_deliveries SET last_error = %s"
                     " WHERE approval_id = %s",
@@ -210,6 +212,8 @@ def test_the_agent_reads_no_address_a_channel_accepts_whatever_its_characters(
                 [(seen,)] = agent.execute(shown, (approval_id,)).fetchall()
                 for part in ("o'brien", "brien", "alice", "(ops)", "192.0.2.1", "lastone"):
                     assert part not in seen.lower(), (smtp_host, seen)
+                for part in ("jim", "dev.", "relay"):
+                    assert part not in seen, (smtp_host, seen)
 
 
 def test_a_mail_every_recipient_refused_is_retried_having_reached_nobody(

@@ -995,6 +995,20 @@ def test_the_agent_reads_its_deliverys_error_without_the_webhooks_host(
         with psycopg.connect(agent_dsn, autocommit=True) as agent:
             assert agent.execute(shown, (approval_id,)).fetchall() == [("ops-hook", seen)]
 
+    # an IPv6 host, which a TLS error names without its brackets
+    conn.execute(
+        "UPDATE undolog.undolog_notification_channels SET destination = %s",
+        ("https://[2001:db8::1]:8443/services/T0",),
+    )
+    conn.execute(
+        "UPDATE undolog.undolog_notification_deliveries SET last_error = %s WHERE approval_id = %s",
+        ("certificate is not valid for '2001:db8::1'. (2001:db8::1)", approval_id),
+    )
+    with psycopg.connect(agent_dsn, autocommit=True) as agent:
+        assert agent.execute(shown, (approval_id,)).fetchall() == [
+            ("ops-hook", "certificate is not valid for '…'. (…)")
+        ]
+
 
 def test_a_call_of_a_dropped_month_is_named_so_in_every_part_of_the_mail() -> None:
     """A delivery whose call's month was dropped since has no tool name: the Subject, the
