@@ -552,31 +552,37 @@ WHERE p.pronamespace = 'pg_catalog'::regnamespace
   AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
 
 -- name: schemas_open_to_agents
--- `undolog health`: the schemas an agent login may create objects in (through PUBLIC's
--- grants too: public in a database made before PostgreSQL 15; a grant to one login; a
--- schema it owns, which named after a person's login is first on their path), whether
--- one may create schemas in this database, and which logins may. Every member of
--- undolog_agent that is not a superuser is asked, not the group alone. A function made
--- there for a more specific type than pg_catalog's runs as any login whose search path
--- has that schema (docs/how-to/roles.md).
+-- `undolog health`: the schemas an agent login may create objects in, whether one may
+-- create schemas in this database, and which logins may. Asked of every member of
+-- undolog_agent but superusers and the engine's owner (PostgreSQL 16 makes a CREATEROLE
+-- owner a member of the roles it made, with ADMIN OPTION), through every role it may
+-- become (a NOINHERIT login's SET ROLE): PUBLIC's grants (public in a database made
+-- before PostgreSQL 15), a grant to one of them, and what one owns (an owner may grant
+-- itself CREATE again; a schema named after a person's login is first on their path). A
+-- function made there for a more specific type than pg_catalog's runs as any login
+-- whose search path has that schema (docs/how-to/roles.md).
 WITH agents AS (
     SELECT r.oid, r.rolname::text AS login
     FROM pg_catalog.pg_roles AS r
     WHERE NOT r.rolsuper AND pg_catalog.pg_has_role(r.oid, 'undolog_agent', 'MEMBER')
+      AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n
+                    WHERE n.nspname = 'undolog')
 ),
-schemas AS (
-    SELECT n.oid, n.nspname::text AS schema
-    FROM pg_catalog.pg_namespace AS n
-    WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+becomes AS (
+    SELECT a.login, m.oid
+    FROM agents AS a
+    JOIN pg_catalog.pg_roles AS m ON pg_catalog.pg_has_role(a.oid, m.oid, 'MEMBER')
 ),
 open_to AS (
-    SELECT a.login, s.schema
-    FROM agents AS a CROSS JOIN schemas AS s
-    WHERE pg_catalog.has_schema_privilege(a.oid, s.oid, 'CREATE')
+    SELECT b.login, n.nspname::text AS schema
+    FROM becomes AS b CROSS JOIN pg_catalog.pg_namespace AS n
+    WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+      AND (n.nspowner = b.oid OR pg_catalog.has_schema_privilege(b.oid, n.oid, 'CREATE'))
     UNION ALL
-    SELECT a.login, NULL
-    FROM agents AS a
-    WHERE pg_catalog.has_database_privilege(a.oid, pg_catalog.current_database(), 'CREATE')
+    SELECT b.login, NULL
+    FROM becomes AS b JOIN pg_catalog.pg_database AS d
+        ON d.datname = pg_catalog.current_database()
+    WHERE d.datdba = b.oid OR pg_catalog.has_database_privilege(b.oid, d.oid, 'CREATE')
 )
 SELECT coalesce(pg_catalog.array_agg(DISTINCT o.schema ORDER BY o.schema)
                 FILTER (WHERE o.schema IS NOT NULL), '{}') AS open,

@@ -445,7 +445,9 @@ def test_health_asks_every_agent_login_not_only_the_group(
     is first on their path, "$user"), are as open as PUBLIC's grant: the check asked
     undolog_agent alone and passed them (outside review of round 7)."""
     agent = f"agent_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {agent} LOGIN IN ROLE undolog_agent")
+    writer = f"writer_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {agent} LOGIN NOINHERIT IN ROLE undolog_agent")
+    conn.execute(f"CREATE ROLE {writer}")
     try:
         for grant, undo, schemas in (
             (
@@ -453,10 +455,16 @@ def test_health_asks_every_agent_login_not_only_the_group(
                 f"REVOKE CREATE ON SCHEMA public FROM {agent}",
                 ["public"],
             ),
-            (
-                f"CREATE SCHEMA dash_person AUTHORIZATION {agent}",
+            (  # an owner may grant itself CREATE again
+                f"CREATE SCHEMA dash_person AUTHORIZATION {agent};"
+                f" REVOKE CREATE ON SCHEMA dash_person FROM {agent}",
                 "DROP SCHEMA dash_person",
                 ["dash_person"],
+            ),
+            (  # a NOINHERIT login's SET ROLE
+                f"GRANT CREATE ON SCHEMA public TO {writer}; GRANT {writer} TO {agent}",
+                f"REVOKE {writer} FROM {agent}; REVOKE CREATE ON SCHEMA public FROM {writer}",
+                ["public"],
             ),
         ):
             conn.execute(grant)
@@ -470,6 +478,7 @@ def test_health_asks_every_agent_login_not_only_the_group(
             assert check["agent_logins_that_may_create"] == [agent]
     finally:
         conn.execute(f"DROP ROLE {agent}")
+        conn.execute(f"DROP ROLE {writer}")
 
 
 def test_health_counts_a_walk_whose_walker_died(
