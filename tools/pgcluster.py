@@ -374,6 +374,15 @@ def throwaway_cluster(*settings: str, data_in_memory: bool = False) -> Iterator[
             stderr=subprocess.DEVNULL,
             check=False,
         )
+        # Each folder's contents first, its LOCK last: a run killed meanwhile leaves a
+        # folder that the next cleanup still knows (one without LOCK is never removed).
+        for folder in {root, data_root}:
+            for child in folder.iterdir() if folder.is_dir() else ():
+                if child.name != LOCK:
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(data_root, ignore_errors=True)
         for fd in locks:

@@ -77,6 +77,7 @@ from typing import Any
 
 import psycopg
 
+from undolog._conninfo import pin_search_path
 from undolog.cli._common import EXIT_OK, ConnectError, Parser, UsageError
 from undolog.cli._errors import ErrorReport, describe_error, report
 from undolog.cli.approvals import configure_approvals_parser
@@ -122,6 +123,7 @@ def _engine_version_here(dsn: str) -> str | None:
         return None  # no database here: the package's version says all there is
     with conn:
         try:
+            pin_search_path(conn)  # names resolve in pg_catalog only, as every command's
             row = conn.execute(QUERIES["engine_version"]).fetchone()
         except psycopg.Error:
             return "not installed (run `undolog migrate`)"
