@@ -98,10 +98,23 @@ def h11_protocol() -> type[asyncio.Protocol]:
                 self.deadline.cancel()
                 self.deadline = None
 
+        def _held_by_us(self) -> bool:
+            """The client waits for this server, not the other way round: uvicorn stopped
+            reading (64 KiB of body wait for the app to read them), or the client asked
+            to be told to go on (Expect: 100-continue) and the app has not read yet."""
+            cycle = getattr(self, "cycle", None)
+            return bool(self.flow.read_paused) or bool(
+                cycle is not None and cycle.waiting_for_100_continue
+            )
+
         def _too_slow(self) -> None:
             self.deadline = None
-            if self._waiting():
-                log.debug("closed a connection that sent no whole request in %s s", REQUEST_TIMEOUT)
-                self.transport.close()
+            if not self._waiting():
+                return
+            if self._held_by_us():  # the wait is the app's: the client's time starts again
+                self._watch()
+                return
+            log.debug("closed a connection that sent no whole request in %s s", REQUEST_TIMEOUT)
+            self.transport.close()
 
     return RequestBoundedH11Protocol

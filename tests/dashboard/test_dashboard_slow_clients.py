@@ -8,6 +8,7 @@ upgraded to a WebSocket is not bounded by it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -16,11 +17,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 import websockets
 from starlette.applications import Starlette
-from starlette.routing import WebSocketRoute
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from slow_clients import (
@@ -79,24 +83,16 @@ def test_a_connection_that_never_finishes_its_request_is_closed(dashboard_port: 
     assert uploaded == [b"403"]
 
 
-def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
-    """uvicorn hands an upgraded connection to its WebSocket protocol without telling the
-    h11 one it has gone: its timer closed the socket at REQUEST_TIMEOUT all the same."""
+@contextlib.contextmanager
+def served(app: Starlette) -> Iterator[int]:
+    """``app`` served by uvicorn with the HTTP servers' protocol (_serving.h11_protocol),
+    in a thread: its port."""
     from pgcluster import free_port
-
-    async def echo(websocket: WebSocket) -> None:
-        await websocket.accept()
-        while True:
-            await websocket.send_text(await websocket.receive_text())
 
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            Starlette(routes=[WebSocketRoute("/echo", echo)]),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            http=_serving.h11_protocol(),
+            app, host="127.0.0.1", port=port, log_level="warning", http=_serving.h11_protocol()
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)
@@ -106,6 +102,22 @@ def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
         while not server.started:
             assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
+    """uvicorn hands an upgraded connection to its WebSocket protocol without telling the
+    h11 one it has gone: its timer closed the socket at REQUEST_TIMEOUT all the same."""
+
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+
+    with served(Starlette(routes=[WebSocketRoute("/echo", echo)])) as port:
 
         async def talk() -> int:
             said = 0
@@ -119,6 +131,33 @@ def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
             return said
 
         assert asyncio.run(talk()) >= _serving.REQUEST_TIMEOUT + 2
-    finally:
-        server.should_exit = True
-        thread.join(10)
+
+
+def test_a_client_waiting_for_the_app_is_not_charged_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An app busy before it reads the body: uvicorn stops reading at 64 KiB, and a client
+    that sent Expect: 100-continue waits to be told to go on. That wait is the server's:
+    both were closed at the bound (1 s here), the client as fast as it could be."""
+    monkeypatch.setattr(_serving, "REQUEST_TIMEOUT", 1.0)
+
+    async def busy_then_read(request: Request) -> PlainTextResponse:
+        await asyncio.sleep(2.5)
+        return PlainTextResponse(str(len(await request.body())))
+
+    body = b"x" * 1_000_000
+    with served(Starlette(routes=[Route("/up", busy_then_read, methods=["POST"])])) as port:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:
+            assert client.post("/up", content=body).text == str(len(body))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+            )
+            told = sock.recv(4096)  # closed at the bound before the fix: b""
+            assert told.startswith(b"HTTP/1.1 100"), told
+            sock.sendall(b"hello")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\n5"):
+                more = sock.recv(4096)
+                assert more, answer
+                answer += more
