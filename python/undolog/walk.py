@@ -493,7 +493,7 @@ class _Attempt:
 class CompensationDeadline:
     """How a worker runs compensations so that one that never returns (a network call
     without a timeout) cannot hold it: in a daemon thread, waited for until shortly
-    before its claim expires (or ``timeout`` seconds, when given), then given up as a
+    before its claim expires (or ``timeout`` seconds, when shorter), then given up as a
     failed attempt (CompensationTimeout) and left running. The claim's idempotency key
     makes the retry safe beside it.
 
@@ -519,6 +519,7 @@ class CompensationDeadline:
         self.timeout = timeout
         self.max_abandoned = max_abandoned
         self._abandoned: list[_Attempt] = []
+        self._said_timeout_cut = False
 
     def abandoned(self) -> list[_Attempt]:
         """The abandoned compensations still running (those that ended are forgotten)."""
@@ -551,8 +552,10 @@ class CompensationDeadline:
     def seconds_for(
         self, conn: engine.Connection, session_id: uuid.UUID, claim: saga.Claim
     ) -> float | None:
-        """How long to wait for the claim's compensation: ``timeout``, else until its
-        claim has a tenth of its time left (CLAIM_MARGIN seconds at most). None when the
+        """How long to wait for the claim's compensation: until its claim has a tenth of
+        its time left (CLAIM_MARGIN seconds at most), or ``timeout`` when that is shorter:
+        a longer one let the claim expire while the compensation still ran, and another
+        walker that took the entry over ran it a second time beside it. None when the
         attempt is no longer in flight (its claim expired and another walker took the
         entry over), and when its claim has expired (any walker may take the entry over
         at any moment; this one claims it again, as the next attempt). The claim is read
@@ -566,9 +569,24 @@ class CompensationDeadline:
         left = None if row is None or row[0] is None else float(row[0])
         if left is None or left <= 0:
             return None
-        if self.timeout is not None:
-            return self.timeout
-        return max(left - min(CLAIM_MARGIN, left / 10), MIN_COMPENSATION_WAIT)
+        until_claim = max(left - min(CLAIM_MARGIN, left / 10), MIN_COMPENSATION_WAIT)
+        if self.timeout is None:
+            return until_claim
+        if self.timeout > until_claim:
+            if not self._said_timeout_cut:  # once a worker: each claim would say it again
+                self._said_timeout_cut = True
+                log.warning(
+                    "the compensation timeout (%g s) is longer than what the claim has left "
+                    "(%.1f s): a compensation is waited for until shortly before its claim "
+                    "expires (%.1f s here), so that no other walker runs it beside this one. "
+                    "Raise undolog.claim_timeout (ALTER DATABASE ... SET "
+                    "undolog.claim_timeout) above the timeout to give it longer",
+                    self.timeout,
+                    left,
+                    until_claim,
+                )
+            return until_claim
+        return self.timeout
 
     def run(
         self,

@@ -216,6 +216,30 @@ def test_a_hung_async_compensation_is_cancelled_at_its_deadline(
     assert error.startswith("CompensationTimeout: ") and DEADLINE.search(error), error
 
 
+def test_a_compensation_timeout_longer_than_the_claim_is_cut_to_the_claims_deadline(
+    conn: Conn, serve: Callable[..., Worker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compensation timeout of 60 s with a claim of 2 s: the attempt is given up at the
+    claim's deadline (some 1.8 s), not at 60 s, and the log says once why. Waited for
+    past its claim, the compensation ran beside the walker that took the claim over."""
+    ran: list[tuple[int, float]] = []
+
+    async def hangs(call: CompensationCall) -> None:
+        ran.append((call.attempt, time.monotonic()))
+        if call.attempt == 1:
+            await asyncio.sleep(3600)
+
+    caplog.set_level(logging.WARNING, logger="undolog.walk")
+    hung = failed_session(conn, "hangs", 1)
+    serve({"hangs": hangs}, compensation_timeout=60.0)
+    wait_until(lambda: state_of(conn, hung) == "compensated", what="A's retry", timeout=15)
+    assert [attempt for attempt, _ in ran] == [1, 2]
+    error = history(conn, hung)[1][3] or ""
+    assert DEADLINE.search(error), error
+    assert ran[1][1] - ran[0][1] < 5, ran  # not 60 s
+    assert caplog.text.count("is longer than what the claim has left") == 1, caplog.text
+
+
 def test_a_hung_async_compensation_on_the_workers_loop_is_cancelled(
     conn: Conn, serve: Callable[..., Worker]
 ) -> None:

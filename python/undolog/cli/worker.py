@@ -103,8 +103,8 @@ def configure_worker_parser(subparsers: Subparsers, common: Parser) -> None:
         type=_positive_seconds,
         metavar="SECONDS",
         help="how long to wait for a compensation before its attempt is recorded as failed "
-        "and the call left running, unrecorded (default: until shortly before its claim, "
-        "undolog.claim_timeout, expires)",
+        "and the call left running, unrecorded (default, and at most: until shortly before "
+        "its claim, undolog.claim_timeout, expires)",
     )
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     p.add_argument(
