@@ -579,8 +579,8 @@ class CompensationDeadline:
                     "the compensation timeout (%g s) is longer than what the claim has left "
                     "(%.1f s): a compensation is waited for until shortly before its claim "
                     "expires (%.1f s here), so that no other walker runs it beside this one. "
-                    "Raise undolog.claim_timeout (ALTER DATABASE ... SET "
-                    "undolog.claim_timeout) above the timeout to give it longer",
+                    "Raise the database's undolog.claim_timeout above the timeout to give "
+                    "it longer (docs/operations/worker.md)",
                     self.timeout,
                     left,
                     until_claim,
