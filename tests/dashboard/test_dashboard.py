@@ -380,6 +380,27 @@ def test_hostile_content_is_escaped_and_huge_args_are_cut(web: TestClient, app_d
     assert "<script>alert" not in whole.text
 
 
+def test_sessions_counts_stop_at_the_cap_and_say_so(
+    web: TestClient, app_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each state is counted up to queries.COUNT_CAP sessions and no further (a count of a
+    million completed sessions read every one at each load of the page): past it the
+    page says "N+", and a state under it is counted exactly. Failed before the cap: the
+    55 active sessions were counted whole."""
+    from undolog.dashboard import queries as dashboard_queries
+
+    monkeypatch.setattr(dashboard_queries, "COUNT_CAP", 50, raising=False)
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as agent:
+        for i in range(55):
+            agent.execute("SELECT undolog.begin_session(NULL, %s)", (f"bulk-{i % 2}",))
+    waiting_session(app_dsn)
+    log_in(web, "dash_operator")
+    counts = web.get("/sessions/counts").text
+    assert 'id="count-active" title="more than 50:' in counts, counts
+    assert ">50+<" in counts and ">55<" not in counts
+    assert 'id="count-awaiting_approval">1<' in counts
+
+
 def test_sessions_list_filters_counts_and_keyset_pages(
     web: TestClient, app_dsn: str, conn: Conn
 ) -> None:

@@ -1324,9 +1324,10 @@ class Dashboard:
         )
 
     async def session_counts(self, request: Request) -> Response:
-        """How many sessions the person can see in each state: fetched by the sessions
-        page after it is shown, since counting a million sessions takes longer than
-        showing fifty of them. Kept for COUNTS_SECONDS per person."""
+        """How many sessions the person can see in each state, each counted up to
+        queries.COUNT_CAP and shown as "10,000+" past it: fetched by the sessions page
+        after it is shown, so that the list never waits for them. Kept for
+        COUNTS_SECONDS per person."""
         ws = self.current(request)
         if ws is None:
             return Response("not logged in", 401, media_type="text/plain")
@@ -1335,7 +1336,13 @@ class Dashboard:
             async with ws.db() as conn:
                 ws.counts = (now, await queries.state_counts(conn))
         return self.render(
-            request, "counts_fragment.html", ws, counts=ws.counts[1], states=SESSION_STATES
+            request,
+            "counts_fragment.html",
+            ws,
+            counts=ws.counts[1],
+            states=SESSION_STATES,
+            cap=queries.COUNT_CAP,
+            capped=f"{queries.COUNT_CAP:,}+",
         )
 
     async def session_page(self, request: Request) -> Response:

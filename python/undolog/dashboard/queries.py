@@ -224,8 +224,20 @@ async def _keyset_page(
     return found, cursor
 
 
+# The sessions list counts each state up to this many sessions and says "10,000+" past
+# it: counting a million completed sessions on every load of the page read all of them
+# (docs/performance-log.md, "The operator's reads at scale").
+COUNT_CAP = 10_000
+
+
 async def state_counts(conn: Conn) -> dict[str, int]:
-    found = await rows(conn, QUERIES["dashboard_state_counts"])
+    """The sessions the person sees in each state, each counted up to COUNT_CAP + 1: a
+    count above COUNT_CAP means "more than COUNT_CAP", not how many."""
+    found = await rows(
+        conn,
+        QUERIES["dashboard_state_counts"],
+        {"states": list(SESSION_STATES), "cap": COUNT_CAP + 1},
+    )
     counts = dict.fromkeys(SESSION_STATES, 0)
     counts.update({r["state"]: int(r["n"]) for r in found})
     return counts
