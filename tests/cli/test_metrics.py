@@ -24,6 +24,7 @@ from psycopg.conninfo import make_conninfo
 from undolog import engine, metrics, saga
 from undolog.cli import main
 from undolog.cli.metrics import Scraper, listen_address, make_server
+from undolog.queries import QUERIES
 
 ROOT = Path(__file__).resolve().parents[2]
 Conn = psycopg.Connection[Any]
@@ -308,6 +309,35 @@ def test_every_metrics_view_reads_the_big_tables_through_an_index(
     assert value(samples, "undolog_calls_recent", tier="compensable", state="committed") in (3, 4)
     assert value(samples, "undolog_approval_wait_seconds_count", decision="approved") in (58, 59)
     assert 19_000 <= value(samples, "undolog_sessions_estimated", state="completed") <= 20_000
+
+
+# The other reads an operator's faces repeat (`undolog health`, the dashboard's counts per
+# state), with their parameters: each must reach the sessions through an index too.
+OPERATOR_READS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("worker_lag", {}),
+    ("halted_sessions_unresolved", {}),
+    ("dashboard_state_counts", {"states": list(engine.SESSION_STATES), "cap": 101}),
+)
+
+
+@pytest.mark.parametrize(("name", "params"), OPERATOR_READS, ids=[n for n, _ in OPERATOR_READS])
+def test_health_and_the_session_counts_read_the_sessions_through_an_index(
+    big_journal: Conn, operator_dsn: str, name: str, params: dict[str, Any]
+) -> None:
+    """As the metrics views: no plan scans the 20,000 sessions whole. Failed first for
+    worker_lag (due_sessions' OR of three states, one pass over every session, where
+    metrics_worker reads each state's partial index) and dashboard_state_counts (a count
+    of every session, grouped)."""
+    with psycopg.connect(operator_dsn, autocommit=True) as op:
+        query = QUERIES[name]
+        (plan,) = op.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone() or ()
+        for node in _nodes(plan[0]["Plan"]):
+            if node.get("Relation Name") == "undolog_sessions":
+                assert node["Node Type"] != "Seq Scan", f"{name} scans all of the sessions"
+                read = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node[
+                    "Actual Loops"
+                ]
+                assert read <= 1000, f"{name} reads {read} sessions"
 
 
 # --- the example alert rules ------------------------------------------------------------------
