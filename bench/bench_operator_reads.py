@@ -18,6 +18,9 @@ triggers disabled during the load only, then VACUUM ANALYZE, what autovacuum wou
   approval is an irreversible call with its pending request;
 * one session in ten: a decided approval of its first call.
 
+The alert queries of examples/monitoring.sql (docs/operations/monitoring.md) are timed
+too, as the same login.
+
 Then the median of ``--repeat`` runs of each query (milliseconds, after one warm run) and
 its rows; for a query slower than ``--explain-ms``, EXPLAIN (ANALYZE, BUFFERS)'s culprit:
 the plan's scan node that read the most rows (rows returned plus removed by a filter,
@@ -43,6 +46,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -75,6 +79,8 @@ STATE = """CASE i %% 1000 WHEN 1 THEN 'halted' WHEN 2 THEN 'active'
                 WHEN 6 THEN 'compensating'
                 ELSE CASE WHEN i %% 100 = 4 THEN 'compensated' ELSE 'completed' END END"""
 AWAITING = "i %% 1000 IN (3, 7, 8)"
+# The alert queries docs/operations/monitoring.md gives operators to run.
+MONITORING = Path(__file__).resolve().parents[1] / "examples" / "monitoring.sql"
 
 
 def log(message: str) -> None:
@@ -360,7 +366,26 @@ def cases(conn: Conn) -> list[Case]:
             q["notification_deliveries"],
             {"approval_id": None, "state": None, "limit": 50},
         ),
+        *monitoring_queries(),
     ]
+
+
+def monitoring_queries() -> list[Case]:
+    """examples/monitoring.sql's queries, each named by its section and number."""
+    found: list[Case] = []
+    section = ""
+    text: list[str] = []
+    for line in MONITORING.read_text("utf-8").splitlines():
+        if "--8<-- [start:" in line:
+            section = line.split("[start:")[1].split("]")[0]
+        elif line.strip() and not line.lstrip().startswith("--"):
+            text.append(line)
+            if line.rstrip().endswith(";"):
+                number = sum(1 for c in found if f"[{section}]" in c[1]) + 1
+                statement = "\n".join(text).rstrip().rstrip(";")
+                found.append(("docs", f"monitoring.sql [{section}] {number}", statement, {}))
+                text = []
+    return found
 
 
 def run(conn: Conn, statement: Any, params: dict[str, Any]) -> int:
@@ -423,7 +448,12 @@ def measure(
             key = f"{face:<9} {name}"
             if not only(key):
                 continue
-            rows = run(conn, statement, params)  # warm: catalog caches, the pages read
+            try:
+                rows = run(conn, statement, params)  # warm: catalog caches, the pages read
+            except psycopg.Error as exc:
+                results[key] = (0, float("nan"), f"refused: {exc.sqlstate} {exc}".strip())
+                log(f"  {key:<60} {results[key][2]}")
+                continue
             times = []
             for _ in range(repeat):
                 started = time.perf_counter()
