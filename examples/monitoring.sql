@@ -1,23 +1,25 @@
 -- docs/operations/monitoring.md: queries to alert on. Each answers rows (or a count)
 -- that should be zero on a healthy system. Run as an operator or approver login.
+-- The sessions are read from undolog.sessions_list, one row a session: the state's index
+-- finds the few live ones; sessions_overview would count each one's calls first.
 
 -- --8<-- [start:halted]
 -- sessions that wait for a person (a compensation failed for good, or an irreversible
 -- call stopped the walk) and that nobody has resolved yet
 SELECT session_id, agent, updated_at, error
-FROM undolog.sessions_overview
+FROM undolog.sessions_list
 WHERE state = 'halted' AND resolved_at IS NULL;
 -- --8<-- [end:halted]
 
 -- --8<-- [start:worker_lag]
 -- dead agents the worker has not picked up: their lease ran out a minute ago or more
 SELECT count(*) AS expired_leases
-FROM undolog.sessions_overview
+FROM undolog.sessions_list
 WHERE state = 'active' AND lease_expires_at < now() - interval '1 minute';
 
 -- walks that do not finish: failed or compensating for over 15 minutes
 SELECT count(*) AS stuck_walks
-FROM undolog.sessions_overview
+FROM undolog.sessions_list
 WHERE state IN ('failed', 'compensating') AND updated_at < now() - interval '15 minutes';
 -- --8<-- [end:worker_lag]
 
