@@ -52,6 +52,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from undolog.dashboard.queries import COUNT_CAP
+from undolog.engine import SESSION_STATES
 from undolog.metrics import SCRIPT
 from undolog.migrations import migrate
 from undolog.queries import QUERIES
@@ -253,7 +255,13 @@ def cases(conn: Conn) -> list[Case]:
     edits = {"change": 120, "changes": 20}
     q = QUERIES
     return [
-        ("dashboard", "dashboard_state_counts", q["dashboard_state_counts"], {}),
+        (
+            "dashboard",
+            "dashboard_state_counts",
+            q["dashboard_state_counts"],
+            # as the page asks (the parameters an older, unbounded count ignores)
+            {"states": list(SESSION_STATES), "cap": COUNT_CAP + 1},
+        ),
         sessions("(first page)"),
         sessions("(a page in the middle)", after=(mid[0], mid[1])),
         sessions("state=halted", state="halted"),
