@@ -1,5 +1,8 @@
 -- docs/operations/monitoring.md: queries to alert on. Each answers rows (or a count)
--- that should be zero on a healthy system. Run as an operator or approver login.
+-- that should be zero on a healthy system. Run as an operator or approver login, but the
+-- partitions' counts: they read the default partitions themselves, which only the
+-- engine's owner may (an operator sees their estimated rows in `undolog partitions list`
+-- and on the dashboard's Maintenance page).
 -- The sessions are read from undolog.sessions_list, one row a session: the state's index
 -- finds the few live ones; sessions_overview would count each one's calls first.
 
