@@ -2,15 +2,18 @@
 (undolog._serving.REQUEST_TIMEOUT): one that sends nothing, one that stops inside its
 request line, one that sends a header line every second for ever (slowloris), one that
 sends its body a byte a second; a slow client that does finish within the bound, and a
-steady upload that takes longer than the bound but keeps its body coming."""
+steady upload that takes longer than the bound but keeps its body coming. And a flood:
+more connections that send nothing than the server has file descriptors for."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import resource
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 from undolog._serving import REQUEST_TIMEOUT
 
@@ -130,3 +133,60 @@ def steady_upload(port: int, path: str, size: int, seconds: float) -> bytes:
     except OSError as exc:
         sent = f"{time.monotonic() - started:.1f} s"
         return f"{type(exc).__name__} after {sent}".encode()
+
+
+def fd_limit(soft: int) -> Callable[[], None]:
+    """A child's preexec_fn: its RLIMIT_NOFILE's soft limit lowered to ``soft`` (a flood
+    beyond it is then cheap to open)."""
+
+    def lower() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return lower
+
+
+@contextlib.contextmanager
+def idle_flood(port: int, count: int) -> Iterator[list[socket.socket]]:
+    """``count`` connections that send nothing, opened at once, oldest first (the kernel
+    completes each one into the listener's queue whether the server accepts it or not);
+    closed when the block ends."""
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            opened.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def closed_by_server(socks: list[socket.socket]) -> list[bool]:
+    """For each connection, whether the server has closed it (end of file or reset)."""
+    found: list[bool] = []
+    for sock in socks:
+        sock.setblocking(False)
+        try:
+            found.append(sock.recv(1, socket.MSG_PEEK) == b"")
+        except BlockingIOError:
+            found.append(False)
+        except OSError:  # reset
+            found.append(True)
+    return found
+
+
+def seconds_to_answer(
+    port: int, request: bytes, limit: float, expect: bytes = b"HTTP/1.1 200 "
+) -> float | None:
+    """Connect, send ``request`` whole, and wait for the answer's first bytes: the seconds
+    that took, or None when nothing came within ``limit`` (or the server closed, or the
+    answer did not begin with ``expect``)."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=limit) as sock:
+        sock.sendall(request)
+        sock.settimeout(max(0.01, limit - (time.monotonic() - started)))
+        try:
+            first = sock.recv(64)
+        except OSError:
+            return None
+    return time.monotonic() - started if first.startswith(expect) else None

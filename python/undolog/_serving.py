@@ -16,7 +16,13 @@ stops its keep-alive timer at a request's first byte, so a connection that never
 a request stayed open for ever, and enough of them used up the server's file descriptors
 (it then accepted no one). :func:`h11_protocol` is uvicorn's h11 protocol with the bound,
 passed as uvicorn's ``http``. uvicorn is imported only there: the metrics listeners, which
-need only the constant, run where no face's extra is installed.
+need only the constant and :class:`LongestWaiting`, run where no face's extra is installed.
+
+The bound limits how long a connection waits, not how many wait: connections opened
+faster than they time out still used up the descriptors. So each server also caps the
+connections waiting for their request (:class:`LongestWaiting`): one more closes the one
+that has waited longest. A person's browser, or a scraper, sends its request within
+milliseconds of connecting, so it is never the longest waiting.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
+import weakref
+from collections.abc import Callable, Hashable
+from typing import ClassVar, Generic, TypeVar
 
 log = logging.getLogger("undolog.http")
 
@@ -34,6 +44,128 @@ REQUEST_TIMEOUT = 10.0
 # 16 KiB in 10 s is 1.6 KB/s, slower than any link an upload is made over, while a client
 # holding a connection a few bytes at a time gets no more than 10 s from it.
 BODY_PROGRESS = 16 * 1024
+# Connections the h11 protocol lets wait for their request at once, at most: a quarter of
+# the process's descriptors (RLIMIT_NOFILE's soft limit, read when the server takes its
+# first connection), no more than MAX_WAITING_CEILING. The other three quarters are for
+# what the process needs besides: the connections it is serving (a live page, an MCP
+# stream hold theirs for as long as they last), its PostgreSQL connections, the proxy's
+# upstreams' pipes, log files; and the connections asyncio accepts in one go before any
+# of them reaches the protocol (up to uvicorn's backlog, 2,048), none of which can be
+# closed earlier. A person's browser sends its request within milliseconds: even a few
+# hundred connections waiting at once are a flood, not clients, and holding more of them
+# only gives a flood more of the process; hence the ceiling.
+MAX_WAITING_CEILING = 256
+MAX_WAITING_FLOOR = 8
+
+C = TypeVar("C", bound=Hashable)
+
+
+class LongestWaiting(Generic[C]):
+    """The connections a server holds, at most ``cap``, and of those the ones waiting for
+    their request, longest waiting first. One more when ``cap`` are held closes the one
+    that has waited longest (``close``, which the caller's handler of it notices); when
+    none waits (all are being answered, or ``spare`` says to leave each), the new one is
+    to be refused. Every HTTP server of UndoLog holds its connections this way: the h11
+    protocol counts only those waiting (a connection being answered, however long, is not
+    held), the metrics listeners every connection they serve. Not thread-safe: a threaded
+    server holds its own lock around every call."""
+
+    def __init__(
+        self,
+        cap: int,
+        close: Callable[[C], None],
+        spare: Callable[[C], bool] = lambda conn: False,
+    ) -> None:
+        self.cap = cap
+        self.close = close
+        self.spare = spare
+        self.held: set[C] = set()
+        self.waiting: dict[C, float] = {}  # since when (time.monotonic()), longest first
+
+    def admit(self, conn: C) -> bool:
+        """``conn`` is held, waiting for its request, with room made for it: False when
+        there was none (the caller closes ``conn``)."""
+        if len(self.held) >= self.cap:
+            oldest = next((c for c in self.waiting if not self.spare(c)), None)
+            if oldest is None:
+                return False
+            self.release(oldest)
+            self.close(oldest)
+        self.held.add(conn)
+        self.waiting[conn] = time.monotonic()
+        return True
+
+    def answered(self, conn: C) -> bool:
+        """``conn``'s request has come: it waits no longer (it is still held). False when
+        the server had closed it meanwhile (released)."""
+        return self.waiting.pop(conn, None) is not None
+
+    def release(self, conn: C) -> None:
+        """``conn`` is no longer held (closed, or, for the h11 protocol, not waiting)."""
+        self.held.discard(conn)
+        self.waiting.pop(conn, None)
+
+    def waiting_since(self, moment: float) -> list[C]:
+        """The connections waiting since ``moment`` (time.monotonic()) or before."""
+        return [conn for conn, since in self.waiting.items() if since <= moment]
+
+
+def max_waiting() -> int:
+    """How many connections the h11 protocol lets wait for their request (see
+    MAX_WAITING_CEILING)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return MAX_WAITING_CEILING
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_WAITING_CEILING
+    return max(MAX_WAITING_FLOOR, min(MAX_WAITING_CEILING, soft // 4))
+
+
+# Seconds between two log records of asyncio's failed accepts (below).
+ACCEPT_ERROR_EVERY = 60.0
+
+
+class FailedAcceptsFilter(logging.Filter):
+    """asyncio's "socket.accept() out of system resource" (no descriptor left for a new
+    connection), and its failed retries once the server has closed, each once every
+    ACCEPT_ERROR_EVERY seconds, saying how many were left out.
+
+    asyncio (until CPython's gh-151615, June 2026) goes on trying to accept after the
+    first such failure, up to the server's backlog (uvicorn's: 2,048) times at each turn
+    of the loop, logging each with its traceback and scheduling as many retries a second
+    later: 244,516 lines in 12 s when 300 idle connections met a limit of 256
+    descriptors, and, when the server stopped within that second, a traceback for each
+    retry (it finds the listening socket closed). The cap on waiting connections keeps
+    the descriptors from running out, but a burst of connections arriving at once is
+    accepted in one go, before the cap can close the longest waiting: asyncio then stops
+    accepting for a second, and one record says so as well as thousands."""
+
+    KINDS = (
+        "socket.accept() out of system resource",
+        "Exception in callback BaseSelectorEventLoop._start_serving(",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: dict[str, float] = {}  # kind: when its last record was let through
+        self.left_out: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        kind = next((k for k in self.KINDS if message.startswith(k)), None)
+        if kind is None:
+            return True
+        now = time.monotonic()
+        last = self.last.get(kind)
+        if last is not None and now - last < ACCEPT_ERROR_EVERY:
+            self.left_out[kind] = self.left_out.get(kind, 0) + 1
+            return False
+        if left_out := self.left_out.pop(kind, 0):
+            record.msg = f"{message} ({left_out} more since the last one logged)"
+        self.last[kind] = now
+        return True
 
 
 @functools.cache
@@ -42,11 +174,20 @@ def h11_protocol() -> type[asyncio.Protocol]:
     (line, headers and body) within REQUEST_TIMEOUT of its opening, or, on a kept-alive
     connection, of the next request's first byte; every BODY_PROGRESS bytes of a body
     restart that timer. A connection handed to another protocol (uvicorn's WebSocket
-    protocols, on an upgrade) is no longer watched."""
+    protocols, on an upgrade) is no longer watched. At most max_waiting() connections of
+    a server wait for their request at once: one more closes the longest waiting (one
+    whose wait is the server's, see _held_by_us, is left)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    logging.getLogger("asyncio").addFilter(FailedAcceptsFilter())
+
     class RequestBoundedH11Protocol(H11Protocol):
+        # each server's connections waiting for their request (by uvicorn's server_state,
+        # one per server)
+        servers: ClassVar[
+            weakref.WeakKeyDictionary[object, LongestWaiting[RequestBoundedH11Protocol]]
+        ] = weakref.WeakKeyDictionary()
         deadline: asyncio.TimerHandle | None = None
         # bytes of the body received since the deadline last started
         body_progress = 0
@@ -92,11 +233,23 @@ def h11_protocol() -> type[asyncio.Protocol]:
             elif self.deadline is None:
                 self.body_progress = 0
                 self.deadline = self.loop.call_later(REQUEST_TIMEOUT, self._too_slow)
+                if not self._waiting_here().admit(self):  # each one waiting is the server's
+                    log.debug("refused a connection: every one waiting is held up by the server")
+                    self.transport.close()
 
         def _unwatch(self) -> None:
             if self.deadline is not None:
                 self.deadline.cancel()
                 self.deadline = None
+                self._waiting_here().release(self)
+
+        def _waiting_here(self) -> LongestWaiting[RequestBoundedH11Protocol]:
+            """This server's connections waiting for their request."""
+            waiting = self.servers.get(self.server_state)
+            if waiting is None:
+                waiting = LongestWaiting(max_waiting(), _close_longest, _held_by_us)
+                self.servers[self.server_state] = waiting
+            return waiting
 
         def _held_by_us(self) -> bool:
             """The client waits for this server, not the other way round: uvicorn stopped
@@ -108,7 +261,7 @@ def h11_protocol() -> type[asyncio.Protocol]:
             )
 
         def _too_slow(self) -> None:
-            self.deadline = None
+            self._unwatch()
             if not self._waiting():
                 return
             if self._held_by_us():  # the wait is the app's: the client's time starts again
@@ -116,5 +269,12 @@ def h11_protocol() -> type[asyncio.Protocol]:
                 return
             log.debug("closed a connection that sent no whole request in %s s", REQUEST_TIMEOUT)
             self.transport.close()
+
+    def _close_longest(protocol: RequestBoundedH11Protocol) -> None:
+        log.debug("closed the connection that had waited longest for its request")
+        protocol.transport.close()
+
+    def _held_by_us(protocol: RequestBoundedH11Protocol) -> bool:
+        return protocol._held_by_us()
 
     return RequestBoundedH11Protocol

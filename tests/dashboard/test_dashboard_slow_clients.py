@@ -3,7 +3,8 @@ request: each is closed within undolog._serving.REQUEST_TIMEOUT (uvicorn alone k
 open for ever, and about a thousand of them used up the process's file descriptors: it
 then accepted no one), while a slow client that does finish is answered, and so is an
 upload that takes longer than the bound but keeps its body coming. And a connection
-upgraded to a WebSocket is not bounded by it."""
+upgraded to a WebSocket is not bounded by it. Nor does a flood of connections that send
+nothing, more than the process has descriptors for, keep a request out."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +31,11 @@ from starlette.websockets import WebSocket
 
 from slow_clients import (
     assert_closed_within_the_bound,
+    closed_by_server,
     closing_times,
+    fd_limit,
+    idle_flood,
+    seconds_to_answer,
     slow_but_whole,
     steady_upload,
 )
@@ -38,8 +44,9 @@ from undolog import _serving
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def dashboard_port(dsn: str) -> Iterator[int]:
+def start_dashboard(dsn: str, **popen: Any) -> tuple[subprocess.Popen[str], int]:
+    """`undolog dashboard` on a free port (``popen``: more of Popen's arguments), once it
+    listens: the process and its port."""
     from pgcluster import free_port
 
     port = free_port()
@@ -47,18 +54,25 @@ def dashboard_port(dsn: str) -> Iterator[int]:
         [sys.executable, "-m", "undolog.cli", "dashboard", "--dsn", dsn, "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
         text=True,
+        **popen,
     )
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, process.communicate()[1]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return process, port
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("the dashboard did not start listening")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def dashboard_port(dsn: str) -> Iterator[int]:
+    process, port = start_dashboard(dsn, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "the dashboard did not start listening"
-            time.sleep(0.1)
         yield port
     finally:
         process.terminate()
@@ -81,6 +95,42 @@ def test_a_connection_that_never_finishes_its_request_is_closed(dashboard_port: 
     assert slow_but_whole(dashboard_port, "/login") == b"200 200"
     uploading.join()
     assert uploaded == [b"403"]
+
+
+# The dashboard's descriptors in the flood test: max_waiting() lets 64 of them wait.
+FLOOD_FD_LIMIT = 256
+LOGIN = b"GET /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+def test_a_flood_of_idle_connections_does_not_keep_a_request_out(dsn: str, tmp_path: Path) -> None:
+    """300 connections that send nothing against 256 descriptors: before the cap on
+    connections waiting for their request, the dashboard accepted until it had none
+    left and answered GET /login only when the flood timed out (11.8 s), having logged
+    244,516 lines of failed accepts meanwhile. Now the longest waiting are closed as new
+    ones come, and the page is answered within a second or so (asyncio, having failed an
+    accept in the burst, waits a second before it accepts again)."""
+    log = tmp_path / "dashboard.log"
+    with log.open("w") as err:
+        process, port = start_dashboard(dsn, stderr=err, preexec_fn=fd_limit(FLOOD_FD_LIMIT))
+    try:
+        time.sleep(0.5)  # its start's lines written
+        before = len(log.read_text().splitlines())
+        with idle_flood(port, FLOOD_FD_LIMIT + 44) as flood:
+            seconds = seconds_to_answer(port, LOGIN, limit=4)
+            closed = closed_by_server(flood)
+    finally:
+        process.terminate()
+        process.wait(15)
+    lines = log.read_text().splitlines()[before:]
+    assert seconds is not None and seconds < 2.5, (seconds, len(lines), lines[:8])
+    cap = FLOOD_FD_LIMIT // 4
+    # the longest waiting were closed, the last ones still wait
+    assert all(closed[: len(closed) - cap - 1]), closed
+    assert not any(closed[-cap // 2 :]), closed
+    # one failed accept logged (and one failed retry, the server stopped within a second
+    # of it), not thousands
+    errors = [line for line in lines if line.startswith("ERROR asyncio")]
+    assert len(errors) <= 2, (len(errors), errors[:4])
 
 
 @contextlib.contextmanager

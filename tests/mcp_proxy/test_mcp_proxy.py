@@ -138,18 +138,19 @@ def free_port() -> int:
 class HttpProxy:
     """`undolog mcp-proxy --http` as a child process of the test."""
 
-    def __init__(self, config: Path, dsn: str, ledger: Path) -> None:
+    def __init__(self, config: Path, dsn: str, ledger: Path, **popen: Any) -> None:
+        """``popen``: more of Popen's arguments (its standard error a pipe unless given)."""
         self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, *_proxy_args(config, dsn), "--http", f"127.0.0.1:{self.port}"],
             env=_env(ledger),
             cwd=ROOT,
-            stderr=subprocess.PIPE,
             text=True,
+            **{"stderr": subprocess.PIPE, **popen},
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.process.stderr.read()  # type: ignore[union-attr]
+            assert self.process.poll() is None, self.process.stderr and self.process.stderr.read()
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
                     return

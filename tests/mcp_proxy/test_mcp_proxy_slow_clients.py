@@ -1,16 +1,27 @@
 """`undolog mcp-proxy --http` and clients that never finish a request: each is closed
 within undolog._serving.REQUEST_TIMEOUT (uvicorn alone kept them open for ever), while an
 MCP session whose call streams its answer for longer than that bound, and a slow client
-that does finish, are served."""
+that does finish, are served. Nor does a flood of connections that send nothing, more
+than the proxy has descriptors for, keep an MCP request out."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 
 from test_mcp_proxy import HttpProxy, http_proxies, ledger, names, run, text
 
-from slow_clients import assert_closed_within_the_bound, closing_times, slow_but_whole
+from slow_clients import (
+    assert_closed_within_the_bound,
+    closed_by_server,
+    closing_times,
+    fd_limit,
+    idle_flood,
+    seconds_to_answer,
+    slow_but_whole,
+)
 from undolog._serving import REQUEST_TIMEOUT
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
@@ -48,3 +59,61 @@ def test_a_connection_that_never_finishes_its_request_is_closed(
     assert names(ledger) == ["slow_echo"]
     # GET /mcp without a session is refused, but answered: the request was whole
     assert slow_but_whole(proxy.port, "/mcp").startswith(b"4")
+
+
+# The proxy's descriptors in the flood test: max_waiting() lets 64 of them wait.
+FLOOD_FD_LIMIT = 256
+
+
+def initialize(port: int) -> bytes:
+    """An MCP client's first request, over streamable HTTP."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "flood-test", "version": "1"},
+            },
+        }
+    ).encode()
+    return (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def test_a_flood_of_idle_connections_does_not_keep_a_request_out(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """300 connections that send nothing against 256 descriptors: before the cap on
+    connections waiting for their request, an MCP client's initialize was answered only
+    when the flood timed out (after REQUEST_TIMEOUT), asyncio logging thousands of
+    failed accepts meanwhile. Now the longest waiting are closed as new ones come, and
+    it is answered within a second or so."""
+    config = tmp_path / "flood.toml"
+    config.write_text(
+        '[upstreams.crm]\ncommand = ["python", "tests/mcp_upstream_server.py"]\n'
+        '[upstreams.crm.tools.lookup_user]\ntier = "safe"\n'
+    )
+    log = tmp_path / "proxy.log"
+    with log.open("w") as err:
+        proxy = HttpProxy(config, dsn, ledger, stderr=err, preexec_fn=fd_limit(FLOOD_FD_LIMIT))
+    http_proxies.append(proxy)
+    time.sleep(0.5)  # its start's lines written
+    before = len(log.read_text().splitlines())
+    with idle_flood(proxy.port, FLOOD_FD_LIMIT + 44) as flood:
+        seconds = seconds_to_answer(proxy.port, initialize(proxy.port), limit=4)
+        closed = closed_by_server(flood)
+    proxy.stop()
+    lines = log.read_text().splitlines()[before:]
+    assert seconds is not None and seconds < 2.5, (seconds, len(lines), lines[:8])
+    cap = FLOOD_FD_LIMIT // 4
+    # the longest waiting were closed, the last ones still wait
+    assert all(closed[: len(closed) - cap - 1]), closed
+    assert not any(closed[-cap // 2 :]), closed
+    errors = [line for line in lines if "asyncio" in line and "ERROR" in line]
+    assert len(errors) <= 2, (len(errors), errors[:4])
