@@ -31,7 +31,7 @@ import psycopg
 
 from undolog import metrics
 from undolog._argtypes import port_number
-from undolog._serving import REQUEST_TIMEOUT
+from undolog._serving import REQUEST_TIMEOUT, LongestWaiting
 from undolog.cli._common import (
     EXIT_OK,
     Parser,
@@ -140,23 +140,20 @@ class BoundedHTTPServer(http.server.ThreadingHTTPServer):
         request_timeout: float,
     ) -> None:
         super().__init__(address, handler)
-        self.max_handlers = max_handlers
         self.request_timeout = request_timeout
-        self.lock = threading.Lock()
-        self.served: set[Any] = set()  # the connections counted against max_handlers
-        self.waiting: dict[Any, float] = {}  # of those, no whole request yet: its deadline
+        self.lock = threading.Lock()  # held around every call of self.connections
+        # the connections counted against max_handlers, and of those the ones with no
+        # whole request yet
+        self.connections: LongestWaiting[Any] = LongestWaiting(max_handlers, _shut)
 
     def process_request(
         self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
     ) -> None:
         with self.lock:
-            if len(self.served) >= self.max_handlers:
-                if not self.waiting:
-                    self.shutdown_request(request)
-                    return
-                self._close_waiting(next(iter(self.waiting)))  # the oldest
-            self.served.add(request)
-            self.waiting[request] = time.monotonic() + self.request_timeout
+            admitted = self.connections.admit(request)
+        if not admitted:  # every one has sent its request: no thread for this one
+            self.shutdown_request(request)
+            return
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread started: its place is free again
@@ -175,25 +172,24 @@ class BoundedHTTPServer(http.server.ThreadingHTTPServer):
         """The handler has read its request's line and headers: False when the server
         closed the connection meanwhile (too late, or over the cap)."""
         with self.lock:
-            return self.waiting.pop(request, None) is not None
+            return self.connections.answered(request)
 
     def service_actions(self) -> None:
-        now = time.monotonic()
+        too_late = time.monotonic() - self.request_timeout
         with self.lock:
-            for request in [r for r, deadline in self.waiting.items() if deadline <= now]:
-                self._close_waiting(request)
-
-    def _close_waiting(self, request: Any) -> None:
-        # the lock held: its thread's read returns at once, and the thread ends
-        del self.waiting[request]
-        self.served.discard(request)
-        with contextlib.suppress(OSError):
-            request.shutdown(socket.SHUT_RDWR)
+            for request in self.connections.waiting_since(too_late):
+                self.connections.release(request)
+                _shut(request)
 
     def _forget(self, request: Any) -> None:
         with self.lock:
-            self.served.discard(request)
-            self.waiting.pop(request, None)
+            self.connections.release(request)
+
+
+def _shut(request: Any) -> None:
+    """Its thread's read returns at once, and the thread ends."""
+    with contextlib.suppress(OSError):
+        request.shutdown(socket.SHUT_RDWR)
 
 
 def make_server(

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from undolog._serving import REQUEST_TIMEOUT
+from undolog._serving import REQUEST_TIMEOUT, LongestWaiting
 from undolog.metrics import CONTENT_TYPE, exposition, family, sample
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -223,33 +223,28 @@ async def serve_metrics(
 ) -> asyncio.Server:
     """``GET /metrics`` on HOST:PORT, on the running loop (a minimal HTTP/1.1 server: one
     request per connection, then closed; at most ``max_handlers`` at once)."""
-    served: set[asyncio.StreamWriter] = set()
-    waiting: dict[asyncio.StreamWriter, None] = {}  # of those, no request yet: oldest first
+    # the connections served, and of those the ones with no request yet; closing one
+    # ends its read at once, and its handler
+    connections: LongestWaiting[asyncio.StreamWriter] = LongestWaiting(
+        max_handlers, lambda writer: writer.transport.abort()
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(served) >= max_handlers:
-            if not waiting:  # every one answering: closed at once, nothing read
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
-                return
-            oldest = next(iter(waiting))  # its read ends at once, and its handler
-            del waiting[oldest]
-            served.discard(oldest)
-            oldest.transport.abort()
-        served.add(writer)
-        waiting[writer] = None
+        if not connections.admit(writer):  # every one answering: closed at once, nothing read
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
         try:
             await answer(reader, writer)
         finally:
-            served.discard(writer)
-            waiting.pop(writer, None)
+            connections.release(writer)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started = time.perf_counter()
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
-            waiting.pop(writer, None)
+            connections.answered(writer)
             if len(head) > REQUEST_LIMIT:
                 return
             method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
