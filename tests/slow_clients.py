@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from undolog._serving import REQUEST_TIMEOUT
 
@@ -190,3 +191,32 @@ def seconds_to_answer(
         except OSError:
             return None
     return time.monotonic() - started if first.startswith(expect) else None
+
+
+# The server's descriptors in the flood tests: _serving.max_waiting() lets a quarter wait.
+FLOOD_FD_LIMIT = 256
+
+
+def assert_a_flood_keeps_no_request_out(
+    port: int, request: bytes, log: Path, stop: Callable[[], None]
+) -> None:
+    """A server started with fd_limit(FLOOD_FD_LIMIT), its standard error in ``log``: 300
+    connections that send nothing, then ``request``, which is answered (200) within a
+    second or so (asyncio, having failed an accept in the burst, waits a second before it
+    accepts again; before the cap, nothing until the flood timed out, at REQUEST_TIMEOUT).
+    The longest waiting were closed, the last ones still wait; and one failed accept was
+    logged (and one failed retry, when ``stop`` stops the server within a second of it),
+    not thousands."""
+    time.sleep(0.5)  # the lines of its start written
+    before = len(log.read_text().splitlines())
+    with idle_flood(port, FLOOD_FD_LIMIT + 44) as flood:
+        seconds = seconds_to_answer(port, request, limit=4)
+        closed = closed_by_server(flood)
+    stop()
+    lines = log.read_text().splitlines()[before:]
+    assert seconds is not None and seconds < 2.5, (seconds, len(lines), lines[:8])
+    cap = FLOOD_FD_LIMIT // 4
+    assert all(closed[: len(closed) - cap - 1]), closed
+    assert not any(closed[-cap // 2 :]), closed
+    errors = [line for line in lines if "asyncio" in line and "ERROR" in line]
+    assert len(errors) <= 2, (len(errors), errors[:4])
