@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from undolog._serving import REQUEST_TIMEOUT
+from undolog._serving import REQUEST_TIMEOUT, FailedAcceptsFilter
 
 # the server's timer, and a threaded server's poll of its deadlines (0.5 s)
 SLACK = 2.0
@@ -202,11 +202,11 @@ def assert_a_flood_keeps_no_request_out(
 ) -> None:
     """A server started with fd_limit(FLOOD_FD_LIMIT), its standard error in ``log``: 300
     connections that send nothing, then ``request``, which is answered (200) within a
-    second or so (asyncio, having failed an accept in the burst, waits a second before it
-    accepts again; before the cap, nothing until the flood timed out, at REQUEST_TIMEOUT).
-    The longest waiting were closed, the last ones still wait; and one failed accept was
-    logged (and one failed retry, when ``stop`` stops the server within a second of it),
-    not thousands."""
+    second (measured: 0.2 s; before the cap, nothing until the flood timed out, at
+    REQUEST_TIMEOUT; with the cap but uvicorn's accept batch of 2,048, at 1.05 s, asyncio
+    having run out of descriptors in the burst and waited a second to accept again). The
+    longest waiting were closed, the last ones still wait; and no accept failed (before,
+    thousands, each logged)."""
     time.sleep(0.5)  # the lines of its start written
     before = len(log.read_text().splitlines())
     with idle_flood(port, FLOOD_FD_LIMIT + 44) as flood:
@@ -214,9 +214,10 @@ def assert_a_flood_keeps_no_request_out(
         closed = closed_by_server(flood)
     stop()
     lines = log.read_text().splitlines()[before:]
-    assert seconds is not None and seconds < 2.5, (seconds, len(lines), lines[:8])
+    assert seconds is not None and seconds < 1.0, (seconds, len(lines), lines[:8])
     cap = FLOOD_FD_LIMIT // 4
     assert all(closed[: len(closed) - cap - 1]), closed
     assert not any(closed[-cap // 2 :]), closed
-    errors = [line for line in lines if "asyncio" in line and "ERROR" in line]
-    assert len(errors) <= 2, (len(errors), errors[:4])
+    # asyncio's records of a failed accept, and of its retry failing once the server stopped
+    errors = [line for line in lines if any(kind in line for kind in FailedAcceptsFilter.KINDS)]
+    assert not errors, (len(errors), errors[:4])

@@ -15,8 +15,9 @@ uvicorn has no such setting: its h11 protocol starts no timer when a connection 
 stops its keep-alive timer at a request's first byte, so a connection that never completes
 a request stayed open for ever, and enough of them used up the server's file descriptors
 (it then accepted no one). :func:`h11_protocol` is uvicorn's h11 protocol with the bound,
-passed as uvicorn's ``http``. uvicorn is imported only there: the metrics listeners, which
-need only the constant and :class:`LongestWaiting`, run where no face's extra is installed.
+and :func:`uvicorn_server` the uvicorn server every face runs it in. uvicorn is imported
+only there: the metrics listeners, which need only the constant and
+:class:`LongestWaiting`, run where no face's extra is installed.
 
 The bound limits how long a connection waits, not how many wait: connections opened
 faster than they time out still used up the descriptors. So each server also caps the
@@ -30,10 +31,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import socket
 import time
 import weakref
 from collections.abc import Callable, Hashable
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("undolog.http")
 
@@ -45,17 +51,19 @@ REQUEST_TIMEOUT = 10.0
 # holding a connection a few bytes at a time gets no more than 10 s from it.
 BODY_PROGRESS = 16 * 1024
 # Connections the h11 protocol lets wait for their request at once, at most: a quarter of
-# the process's descriptors (RLIMIT_NOFILE's soft limit, read when the server takes its
-# first connection), no more than MAX_WAITING_CEILING. The other three quarters are for
-# what the process needs besides: the connections it is serving (a live page, an MCP
-# stream hold theirs for as long as they last), its PostgreSQL connections, the proxy's
-# upstreams' pipes, log files; and the connections asyncio accepts in one go before any
-# of them reaches the protocol (up to uvicorn's backlog, 2,048), none of which can be
-# closed earlier. A person's browser sends its request within milliseconds: even a few
-# hundred connections waiting at once are a flood, not clients, and holding more of them
-# only gives a flood more of the process; hence the ceiling.
+# the process's descriptors (RLIMIT_NOFILE's soft limit), no more than
+# MAX_WAITING_CEILING. The other three quarters are for what the process needs besides:
+# the connections it is serving (a live page, an MCP stream hold theirs for as long as
+# they last), its PostgreSQL connections, the proxy's upstreams' pipes, log files; and
+# the connections asyncio has accepted that have not reached the protocol yet
+# (accept_batch() at each turn of the loop). A person's browser sends its request within
+# milliseconds: even a few hundred connections waiting at once are a flood, not clients,
+# and holding more of them only gives a flood more of the process; hence the ceiling.
 MAX_WAITING_CEILING = 256
 MAX_WAITING_FLOOR = 8
+# The listening socket's queue of connections the kernel has completed and the server not
+# yet accepted: uvicorn's default backlog.
+LISTEN_QUEUE = 2048
 
 C = TypeVar("C", bound=Hashable)
 
@@ -133,22 +141,22 @@ class FailedAcceptsFilter(logging.Filter):
     ACCEPT_ERROR_EVERY seconds, saying how many were left out.
 
     asyncio (until CPython's gh-151615, June 2026) goes on trying to accept after the
-    first such failure, up to the server's backlog (uvicorn's: 2,048) times at each turn
-    of the loop, logging each with its traceback and scheduling as many retries a second
-    later: 244,516 lines in 12 s when 300 idle connections met a limit of 256
-    descriptors, and, when the server stopped within that second, a traceback for each
-    retry (it finds the listening socket closed). The cap on waiting connections keeps
-    the descriptors from running out, but a burst of connections arriving at once is
-    accepted in one go, before the cap can close the longest waiting: asyncio then stops
-    accepting for a second, and one record says so as well as thousands."""
+    first such failure, up to the server's backlog times at each turn of the loop,
+    logging each with its traceback and scheduling as many retries a second later:
+    244,516 lines in 12 s when 300 idle connections met a limit of 256 descriptors, and,
+    when the server stopped within that second, a traceback for each retry (it finds the
+    listening socket closed). The cap on waiting connections and accept_batch() keep an
+    idle flood from using the descriptors up; what the process serves (live pages, MCP
+    streams, many at once) still may, and one record says so as well as thousands."""
 
     KINDS = (
         "socket.accept() out of system resource",
         "Exception in callback BaseSelectorEventLoop._start_serving(",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
+        self.clock = clock
         self.last: dict[str, float] = {}  # kind: when its last record was let through
         self.left_out: dict[str, int] = {}
 
@@ -157,7 +165,7 @@ class FailedAcceptsFilter(logging.Filter):
         kind = next((k for k in self.KINDS if message.startswith(k)), None)
         if kind is None:
             return True
-        now = time.monotonic()
+        now = self.clock()
         last = self.last.get(kind)
         if last is not None and now - last < ACCEPT_ERROR_EVERY:
             self.left_out[kind] = self.left_out.get(kind, 0) + 1
@@ -278,3 +286,41 @@ def h11_protocol() -> type[asyncio.Protocol]:
         return protocol._held_by_us()
 
     return RequestBoundedH11Protocol
+
+
+def accept_batch() -> int:
+    """How many connections asyncio accepts at one turn of its loop, at most: a quarter of
+    max_waiting(). asyncio takes this from the server's backlog; with uvicorn's (2,048)
+    it accepted a burst of connections whole, before the protocol's cap could close any
+    (their connection_made comes turns later), ran out of descriptors, and stopped
+    accepting for a second. Connections accepted and not yet closed are then at most
+    max_waiting() plus a few turns' batches: about half the descriptors."""
+    return max(1, max_waiting() // 4)
+
+
+def uvicorn_server(app: Any, **options: Any) -> uvicorn.Server:
+    """uvicorn's server for ``app`` (``options``: uvicorn.Config's), with h11_protocol()
+    and accept_batch(); its listening sockets keep a queue of LISTEN_QUEUE all the same
+    (uvicorn's backlog sets both, and with a queue of accept_batch() a connection beyond
+    it waits for the client to send its SYN again, a second or more: 300 connections
+    took 9 s to open)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, http=h11_protocol(), backlog=accept_batch(), **options)
+    return _server_class()(config)
+
+
+@functools.cache
+def _server_class() -> type[uvicorn.Server]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            for server in self.servers:
+                for listening in server.sockets:
+                    # listen() again on a listening socket sets its queue (Linux, BSD)
+                    with socket.socket(fileno=os.dup(listening.fileno())) as again:
+                        again.listen(LISTEN_QUEUE)
+
+    return Server

@@ -23,7 +23,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import uvicorn
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -108,15 +107,13 @@ def with_link_secret(monkeypatch: pytest.MonkeyPatch) -> str:
 def site(dsn: str, passwords_checked: bool, browser: webdriver.Chrome) -> Iterator[str]:
     """The real server (uvicorn, in a thread) on a free port; answers its base URL."""
     port = free_port()
-    config = uvicorn.Config(
+    server = _serving.uvicorn_server(  # as undolog dashboard serves: a browser is not cut
         create_app(without_user(dsn)),
         host="127.0.0.1",
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=1,
-        http=_serving.h11_protocol(),  # as undolog dashboard serves: a browser is not cut
     )
-    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import uvicorn
 from psycopg.conninfo import conninfo_to_dict
 from starlette.testclient import TestClient
 from test_dashboard import app_dsn, approval_row, log_in
@@ -141,14 +140,8 @@ def serving(dashboard: Dashboard) -> Iterator[str]:
     from pgcluster import free_port
 
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            dashboard.app(),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            http=_serving.h11_protocol(),  # as undolog dashboard serves
-        )
+    server = _serving.uvicorn_server(  # as the faces serve
+        dashboard.app(), host="127.0.0.1", port=port, log_level="warning"
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import subprocess
 import sys
@@ -21,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import websockets
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -102,7 +102,7 @@ LOGIN = b"GET /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 def test_a_flood_of_idle_connections_does_not_keep_a_request_out(dsn: str, tmp_path: Path) -> None:
     """GET /login during a flood of idle connections: answered at 11.8 s before the cap
     on connections waiting for their request (244,516 log lines of failed accepts), now
-    within a second or so."""
+    within a second."""
     log = tmp_path / "dashboard.log"
     with log.open("w") as err:
         process, port = start_dashboard(dsn, stderr=err, preexec_fn=fd_limit(FLOOD_FD_LIMIT))
@@ -121,15 +121,13 @@ def test_a_flood_of_idle_connections_does_not_keep_a_request_out(dsn: str, tmp_p
 
 @contextlib.contextmanager
 def served(app: Starlette) -> Iterator[int]:
-    """``app`` served by uvicorn with the HTTP servers' protocol (_serving.h11_protocol),
-    in a thread: its port."""
+    """``app`` served as the HTTP faces serve (_serving.uvicorn_server), in a thread: its
+    port."""
     from pgcluster import free_port
 
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", http=_serving.h11_protocol()
-        )
+    server = _serving.uvicorn_server(  # as the faces serve
+        app, host="127.0.0.1", port=port, log_level="warning"
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -197,3 +195,24 @@ def test_a_client_waiting_for_the_app_is_not_charged_for_it(
                 more = sock.recv(4096)
                 assert more, answer
                 answer += more
+
+
+def test_failed_accepts_are_logged_once_a_minute_with_a_count() -> None:
+    """asyncio logs a failed accept up to its backlog times at one turn of its loop (and
+    each retry that finds the server closed): one record of each kind a minute is let
+    through, the next one counting those left out; other records pass."""
+    clock = [1000.0]
+    quiet = _serving.FailedAcceptsFilter(clock=lambda: clock[0])
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
+
+    failed = "socket.accept() out of system resource\nsocket: <...>"
+    retry = "Exception in callback BaseSelectorEventLoop._start_serving(<...>)"
+    assert [quiet.filter(record(failed)) for _ in range(2048)].count(True) == 1
+    assert quiet.filter(record(retry)) and not quiet.filter(record(retry))
+    assert quiet.filter(record("Unclosed connection"))
+    clock[0] += _serving.ACCEPT_ERROR_EVERY
+    again = record(failed)
+    assert quiet.filter(again)
+    assert again.getMessage().endswith("(2047 more since the last one logged)")

@@ -85,7 +85,7 @@ def test_a_flood_of_idle_connections_does_not_keep_a_request_out(
 ) -> None:
     """An MCP client's initialize during a flood of idle connections: answered at 11.5 s
     before the cap on connections waiting for their request (244,372 log lines), now
-    within a second or so."""
+    within a second."""
     config = tmp_path / "flood.toml"
     config.write_text(
         '[upstreams.crm]\ncommand = ["python", "tests/mcp_upstream_server.py"]\n'

@@ -14,6 +14,7 @@ database but the throwaway one ``make dashboard-demo`` makes, unless
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -39,8 +40,6 @@ def serve(
     metrics_token: str | None = None,
     metrics_dsn: str | None = None,
 ) -> int:
-    import uvicorn
-
     from undolog.dashboard.app import create_app
 
     logs.basic_config(logging.INFO, "%(levelname)s %(name)s: %(message)s")
@@ -63,7 +62,7 @@ def serve(
 
         fill(dsn)
     print(f"UndoLog dashboard on http://{host}:{port}/ (Ctrl-C stops it)", flush=True)
-    uvicorn.run(
+    server = _serving.uvicorn_server(
         create_app(
             dsn, idle_timeout=idle_timeout, metrics_token=metrics_token, metrics_dsn=metrics_dsn
         ),
@@ -72,9 +71,10 @@ def serve(
         log_level="info",
         log_config=logs.uvicorn_log_config(),
         timeout_graceful_shutdown=2,
-        http=_serving.h11_protocol(),  # a request not whole within REQUEST_TIMEOUT: closed
     )
-    return 0
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the signal it stopped at
+        server.run()
+    return 0 if server.started else 3  # as uvicorn.run exits when the server did not start
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -411,20 +411,11 @@ async def _serve_stdio(config: str, dsn: str, options: Options) -> None:
 
 
 async def _serve_http(config: str, dsn: str, host: str, port: int, options: Options) -> None:
-    import uvicorn
-
     async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
         app = build_server(proxy).streamable_http_app(host=host)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=host,
-                port=port,
-                log_level="warning",
-                log_config=logs.uvicorn_log_config(),
-                http=_serving.h11_protocol(),  # a request not whole within REQUEST_TIMEOUT: closed
-            )
+        server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
+            app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
         )
         print(f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
         await server.serve()
