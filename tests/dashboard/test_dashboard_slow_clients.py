@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import pytest
 import websockets
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -33,8 +33,10 @@ from slow_clients import (
     FLOOD_FD_LIMIT,
     assert_a_flood_keeps_no_request_out,
     assert_closed_within_the_bound,
+    closed_by_server,
     closing_times,
     fd_limit,
+    idle_flood,
     slow_but_whole,
     steady_upload,
 )
@@ -216,3 +218,31 @@ def test_failed_accepts_are_logged_once_a_minute_with_a_count() -> None:
     again = record(failed)
     assert quiet.filter(again)
     assert again.getMessage().endswith("(2047 more since the last one logged)")
+
+
+def test_a_flood_does_not_close_an_answer_that_streams() -> None:
+    """The cap is on connections waiting for their request, not on connections: an answer
+    streaming (as a live page, an MCP stream) while more idle connections than the cap
+    arrive is not closed, and the newest of the flood still wait. A guard (there was no
+    cap before, so it passed then too)."""
+
+    async def ticks(request: Request) -> StreamingResponse:
+        async def each() -> AsyncIterator[bytes]:
+            for i in range(6):
+                yield f"{i}\n".encode()
+                await asyncio.sleep(0.5)
+
+        return StreamingResponse(each(), media_type="text/plain")
+
+    with served(Starlette(routes=[Route("/ticks", ticks)])) as port:
+        cap = _serving.max_waiting()
+        with (
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client,
+            client.stream("GET", "/ticks") as answer,
+        ):
+            lines = answer.iter_lines()
+            assert next(lines) == "0"
+            with idle_flood(port, 2 * cap) as flood:
+                assert list(lines) == ["1", "2", "3", "4", "5"]
+                closed = closed_by_server(flood)
+        assert all(closed[: cap - 1]) and not any(closed[-cap // 2 :]), closed
