@@ -57,6 +57,7 @@ from psycopg.types.json import Jsonb
 
 from undolog import links
 from undolog.engine import Connection, fetch_one, translated
+from undolog.names import spell_ascii_name, spell_unseen
 from undolog.queries import QUERIES
 
 SIGNATURE_HEADER: Final = "X-UndoLog-Signature"
@@ -173,8 +174,11 @@ def _args_text(args: Any) -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` with every character that is not printable (line breaks, U+2028, format
-    characters such as a bidi override) as a space, its other spaces kept."""
+    """``text`` with every character no reader sees as itself (a bidi override, a
+    zero-width space, U+2028, a Hangul filler, a variation selector) written out as the
+    dashboard writes it (``\\u202e``: :func:`undolog.names.spell_unseen`), and every other
+    one that is not printable (a tab, a line break, U+00A0) as a space."""
+    text = spell_unseen(text)
     return text if text.isprintable() else "".join(c if c.isprintable() else " " for c in text)
 
 
@@ -203,8 +207,10 @@ def _set_header(msg: EmailMessage, name: str, value: str) -> None:
 
 
 def _tool_shown(d: Delivery) -> str:
-    """The tool's name as a notice says it (none: its call's month was dropped since)."""
-    return d.tool_name if d.tool_name is not None else "(call of a dropped month)"
+    """The tool's name as a notice says it (none: its call's month was dropped since),
+    spelled as the CLI spells it (:func:`undolog.names.spell_ascii_name`): "pay" written
+    with Cyrillic letters is never read as the tool "pay"."""
+    return spell_ascii_name(d.tool_name) if d.tool_name is not None else "(call of a dropped month)"
 
 
 def summary(d: Delivery, quote: Callable[[str], str] = str) -> str:
@@ -278,7 +284,10 @@ def email_message(d: Delivery) -> EmailMessage:
         ("arguments", _printable(_args_text(d.args))),
         ("session", str(d.session_id)),
         ("login", _one_line(d.owner_role)),
-        ("agent (its own name)", _one_line(d.agent)),
+        (
+            "agent (its own name)",
+            _one_line(d.agent if d.agent is None else spell_ascii_name(d.agent)),
+        ),
         ("requested", d.requested_at.isoformat()),
         ("decide before", d.expires_at.isoformat() if d.expires_at else "no deadline"),
         ("approval", str(d.approval_id)),

@@ -140,7 +140,7 @@ def test_printable_spells_a_name_so_that_two_never_read_alike() -> None:
         "\U0001f4b8": "\\U0001f4b8 (non-ASCII)",
     }
     assert {name: printable(name, name=True) for name in cases} == cases
-    assert printable("pay\x1b[2J") == "pay?[2J"  # other text: as before
+    assert printable("pay\x1b[2J") == "pay\\u001b[2J"  # other text: escaped, as the dashboard
 
 
 def test_partitions_drop_plan_lists_the_months_and_drops_nothing(
@@ -263,3 +263,23 @@ def test_approvals_show_escapes_a_lookalike_letter_as_the_list_does(
         code, out, err = run(capsys, "approvals", *argv, "--dsn", dsn)
         assert code == 0, err
         assert "p\\u0430ypal.com" in out and "p\u0430ypal.com" not in out, out
+
+
+def test_the_cli_writes_out_what_no_reader_sees_in_args(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Hangul filler (printable to Python, blank to a reader) after an account number
+    reached the terminal as it was in `approvals approve`'s answer and in `approvals
+    decided`'s edited args: "acct-1234" read, another text sent. Written out now, as the
+    dashboard and `approvals show` write it."""
+    hidden = "acct-1234\u3164\ufe0f"
+    approval = ask(agent_dsn, "pay", {"to": hidden, "cents": 5})
+    code, out, err = run(capsys, "approvals", "approve", str(approval), "--by", "ann", "--dsn", dsn)
+    assert code == 0, err
+    assert "\u3164" not in out and "\ufe0f" not in out, out
+    assert "acct-1234\\u3164\\ufe0f" in out, out
+    edited = ask(agent_dsn, "pay", {"to": hidden, "cents": 5})
+    approvals.approve(conn, edited, "ann", None, args={"to": hidden, "cents": 1})
+    code, out, err = run(capsys, "approvals", "decided", "--dsn", dsn)
+    assert code == 0, err
+    assert "\u3164" not in out and "acct-1234\\u3164\\ufe0f" in line_of(out, edited), out

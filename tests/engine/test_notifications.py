@@ -537,10 +537,11 @@ def test_an_agents_tool_name_cannot_add_a_mail_header() -> None:
         tool="pay\r\nBcc: evil@example.test",
     )
     msg = notifications.email_message(d)
-    assert msg["Subject"] == "[UndoLog] approval requested: pay Bcc: evil@example.test"
+    # written out, as the CLI spells a name: one line, and not read as "pay"
+    assert msg["Subject"] == "[UndoLog] approval requested: pay\\r\\nBcc: evil@example.test"
     parsed = email.message_from_string(msg.as_string(), policy=email.policy.default)
     assert parsed["Bcc"] is None and parsed["Subject"] == msg["Subject"]
-    assert "Approval requested: pay Bcc: evil@example.test (step 0)" in msg.as_string()
+    assert "Approval requested: pay\\r\\nBcc: evil@example.test (step 0)" in msg.as_string()
 
 
 def test_an_agents_encoded_word_cannot_add_a_mail_header(
@@ -816,8 +817,11 @@ def test_an_agents_line_breaks_cannot_forge_lines_of_the_mails_text() -> None:
     assert plain is not None
     lines = plain.get_content().splitlines()
     assert not [line for line in lines if line.startswith("Open it")], lines
-    assert "tool: pay Open it in the dashboard to decide: https://evil.example/approve" in lines
-    assert any(line.startswith("agent (its own name): bot Open it in the") for line in lines)
+    # each name spelled as the CLI spells it: its line breaks written out
+    assert (
+        "tool: pay\\nOpen it in the dashboard to decide: https://evil.example/approve\\n" in lines
+    )
+    assert any(line.startswith("agent (its own name): bot\\r\\nOpen it in the") for line in lines)
 
 
 # --- a webhook URL's credentials ----------------------------------------------------------
@@ -1018,3 +1022,40 @@ def test_a_call_of_a_dropped_month_is_named_so_in_every_part_of_the_mail() -> No
     assert msg["Subject"] == "[UndoLog] approval requested: (call of a dropped month)"
     assert "None" not in msg.as_string().replace("no deadline", "")
     assert "tool: (call of a dropped month)" in msg.as_string()
+
+
+# Characters no reader sees, which Python's str.isprintable() calls printable (a Hangul
+# filler, a variation selector, the combining grapheme joiner), and a bidi override: the
+# dashboard writes each out as its escape; a notice showed them as they are (or as a
+# blank), so "acct-1234" + U+3164 read "acct-1234" while the tool was sent another text.
+HIDDEN_TAIL = "\u3164\ufe0f\u034f\U000e0101"
+
+
+def test_a_notice_writes_out_what_no_reader_sees_as_the_dashboard_does() -> None:
+    args = {"to": "acct-1234" + HIDDEN_TAIL, "memo": "\u202eevil"}
+    slack = _delivery("webhook", "http://127.0.0.1:9/", {"format": "slack"}, args)
+    text = json.loads(notifications.webhook_body(slack))["text"]
+    assert '"acct-1234\\u3164\\ufe0f\\u034f\\udb40\\udd01"' in text, text
+    assert '"\\u202eevil"' in text, text
+    mail = notifications.email_message(
+        _delivery("email", "a@x.test", {"smtp_from": "u@x.test"}, args)
+    )
+    body = mail.as_string()
+    for hidden in HIDDEN_TAIL + "\u202e":
+        assert hidden not in mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+        assert hidden not in mail.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "acct-1234\\u3164\\ufe0f" in body
+
+
+def test_a_notice_spells_a_lookalike_tool_name_as_the_cli_does() -> None:
+    """ "pay" written with Cyrillic er and a is marked, as the CLI and the dashboard
+    mark it: the notice said "Approval requested: `pay`"."""
+    slack = _delivery(
+        "webhook", "http://127.0.0.1:9/", {"format": "slack"}, {}, tool="\u0440\u0430y"
+    )
+    first = json.loads(notifications.webhook_body(slack))["text"].splitlines()[0]
+    assert first.startswith("Approval requested: `\\u0440\\u0430y (non-ASCII)` (step 0)"), first
+    mail = notifications.email_message(
+        _delivery("email", "a@x.test", {"smtp_from": "u@x.test"}, {}, tool="pay\u3164")
+    )
+    assert mail["Subject"] == "[UndoLog] approval requested: pay\\u3164 (non-ASCII)"

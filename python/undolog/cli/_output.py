@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from undolog.cli._common import Rows
-from undolog.names import spell_name
+from undolog.names import spell_ascii_name, spell_unseen
 
 
 def plain(value: Any) -> Any:
@@ -24,7 +24,10 @@ def plain(value: Any) -> Any:
 
 def printable(text: str, *, name: bool = False) -> str:
     """Agents write much of what is shown (names, errors, args): no control character of
-    theirs reaches the terminal.
+    theirs reaches the terminal, and none a reader would not see: each is written out as
+    the dashboard writes it (``\\u001b``, ``\\u202e``, ``\\u3164``:
+    :func:`undolog.names.spell_unseen`), and any other character that is not printable
+    (U+00A0, a private-use one) as ``?``.
 
     ``name=True`` spells a name (a tool's, the one an agent gives itself) as an approver
     must read it, two names never alike (the dashboard's twin: ``shown_name``): every
@@ -34,14 +37,8 @@ def printable(text: str, *, name: bool = False) -> str:
     `` (non-ASCII)``: "pay" written with Cyrillic er and a reads ``\\u0440\\u0430y
     (non-ASCII)``, never "pay"."""
     if not name:
-        return "".join(ch if ch.isprintable() else "?" for ch in text)
-    return spell_name(text, _ascii_or_escape) + ("" if text.isascii() else " (non-ASCII)")
-
-
-def _ascii_or_escape(ch: str) -> str:
-    if ch.isascii() and ch.isprintable():
-        return ch
-    return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+        return "".join(ch if ch.isprintable() else "?" for ch in spell_unseen(text))
+    return spell_ascii_name(text)
 
 
 def print_json(value: Any) -> None:

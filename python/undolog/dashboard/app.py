@@ -74,7 +74,7 @@ from undolog.dashboard.websessions import (
     WebSession,
 )
 from undolog.engine import SESSION_STATES
-from undolog.names import spell_name
+from undolog.names import UNSEEN, spell_name, spell_unseen
 from undolog.queries import QUERIES
 from undolog.signature import NotAsTyped, canonical_json, check_storable, loads_as_typed
 
@@ -258,60 +258,17 @@ def _span(value: datetime.timedelta | None) -> str:
     return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
-# Characters a browser does not show as themselves: bidirectional controls (U+202E
-# turns the rest of a line around, so "acct-1234" can be the text 4321-tcca), other
-# format characters (zero-width ones, the invisible tag characters U+E0000-E007F that can
-# carry a hidden text), line and paragraph separators, control characters but tab and
-# newline, and every other Default_Ignorable_Code_Point of Unicode (DerivedCoreProperties:
-# the 256 variation selectors, which can smuggle a byte each behind a visible letter, the
-# Hangul fillers, the Mongolian free variation selectors, the unassigned rest of the tag
-# plane). Escaping (HTML) does nothing to them: every value a page shows has them written
-# out instead.
-_UNSEEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cc"})
-_DEFAULT_IGNORABLE = (
-    (0x00AD, 0x00AD),
-    (0x034F, 0x034F),
-    (0x061C, 0x061C),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0),
-    (0xFFF0, 0xFFF8),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0000, 0xE0FFF),
-)
-_UNSEEN = re.compile(
-    "["
-    + "".join(
-        re.escape(chr(code))
-        for code in range(0x110000)
-        if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
-    )
-    + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
-    + "]"
-)
-
-
-def _spelled(match: re.Match[str]) -> str:
-    """JSON's escape of one character (a UTF-16 pair beyond the BMP, as JSON spells it)."""
-    code = ord(match.group())
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+# Characters a browser does not show as themselves (bidi controls, zero-width and other
+# format characters, every Default_Ignorable_Code_Point): escaping (HTML) does nothing to
+# them, so every value a page shows has them written out instead, by the rule every face
+# shares (undolog.names.spell_unseen).
 
 
 def shown(value: str, *, name: bool = False) -> str:
-    """``value`` with every character a browser would not show as itself (_UNSEEN)
-    written out as its escape, ``\\u202e``: in JSON text that is the same value
-    (outside a string JSON holds none of them), and in plain text it is seen.
+    """``value`` with every character a browser would not show as itself (UNSEEN)
+    written out as its escape, ``\\u202e`` (:func:`undolog.names.spell_unseen`): in JSON
+    text that is the same value (outside a string JSON holds none of them), and in plain
+    text it is seen.
 
     ``name=True`` spells a name (a tool's, an agent's) as an approver must read it, two
     names never alike: also every white space but a single space between two other
@@ -319,15 +276,13 @@ def shown(value: str, *, name: bool = False) -> str:
     ``\\t``, ``\\u0020``, and the backslash as ``\\\\`` (so that a written-out escape is
     never the name's own text). :func:`shown_name` marks what is not ASCII besides."""
     if not name:
-        if value.isascii() and value.isprintable():
-            return value
-        return _UNSEEN.sub(_spelled, value)
+        return spell_unseen(value)
     return spell_name(value, _seen_or_escape)
 
 
 def _seen_or_escape(ch: str) -> str:
-    if _UNSEEN.match(ch):
-        return _UNSEEN.sub(_spelled, ch)
+    if UNSEEN.match(ch):
+        return spell_unseen(ch)
     if ch.isspace():  # U+00A0, U+2003, U+3000...: all in the BMP
         return f"\\u{ord(ch):04x}"
     return ch
