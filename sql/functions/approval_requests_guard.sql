@@ -21,7 +21,8 @@ BEGIN
         END IF;
         -- intercept does not set a deadline: the configured default applies.
         NEW.expires_at := coalesce(NEW.expires_at,
-                                   NEW.requested_at + undolog.approval_timeout());
+                                   undolog.utc_after(NEW.requested_at,
+                                                     undolog.approval_timeout()));
         IF NEW.expires_at <= NEW.requested_at THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'UL008',

@@ -88,12 +88,12 @@ BEGIN
     -- sweep skipping it as busy until its lease had run out.
     INSERT INTO undolog.undolog_sessions AS s
         (session_id, agent, metadata, lease_duration, lease_expires_at)
-    VALUES (v_session_id, p_agent, p_metadata, p_lease, now() + p_lease)
+    VALUES (v_session_id, p_agent, p_metadata, p_lease, undolog.utc_after(now(), p_lease))
     ON CONFLICT (session_id) DO NOTHING
     RETURNING s.owner_role INTO v_owner_role;
     IF NOT FOUND THEN
         UPDATE undolog.undolog_sessions AS s
-        SET lease_duration = p_lease, lease_expires_at = now() + p_lease
+        SET lease_duration = p_lease, lease_expires_at = undolog.utc_after(now(), p_lease)
         WHERE s.session_id = v_session_id AND s.state = 'active'
           AND s.owner_role = session_user
         RETURNING s.owner_role INTO v_owner_role;

@@ -130,7 +130,7 @@ BEGIN
             -- a fresh lease (its agent may not have renewed it while the walk ran).
             UPDATE undolog.undolog_sessions AS s
             SET state = 'active', undo_floor = NULL,
-                lease_expires_at = now() + s.lease_duration
+                lease_expires_at = undolog.utc_after(now(), s.lease_duration)
             WHERE s.session_id = p_session_id;
             RETURN;
         END IF;

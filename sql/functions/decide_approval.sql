@@ -290,7 +290,7 @@ BEGIN
             -- The human may have taken longer than the lease: without a fresh one, the
             -- resumed session would look dead to recovery before the agent's next call.
             UPDATE undolog.undolog_sessions AS s
-            SET lease_expires_at = now() + s.lease_duration
+            SET lease_expires_at = undolog.utc_after(now(), s.lease_duration)
             WHERE s.session_id = v_session_id;
         END IF;
     ELSIF v_session_state = 'awaiting_approval' THEN

@@ -26,7 +26,7 @@ BEGIN
                    'new work (undolog.begin_session).';
     END IF;
     UPDATE undolog.undolog_sessions AS s
-    SET lease_expires_at = now() + s.lease_duration
+    SET lease_expires_at = undolog.utc_after(now(), s.lease_duration)
     WHERE s.session_id = p_session_id
     RETURNING s.lease_expires_at INTO v_expires;
     RETURN v_expires;

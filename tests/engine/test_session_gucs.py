@@ -1,0 +1,73 @@
+"""Settings a login controls in its own session (SET before calling the engine's
+functions) must not change what the engine records for a deadline another login keeps:
+an approval request's, a session's lease (docs/design/roles.md: every login may be an
+adversary of every other)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from undolog import approvals, engine
+
+Conn = psycopg.Connection[Any]
+
+
+def _dst_tomorrow(conn: Conn) -> str:
+    """A POSIX TimeZone any login may SET: 12 hours ahead of UTC, and for one day from
+    tomorrow's local midnight 12 hours behind it (a "summer time" of minus 24 hours, on
+    any day of the year: POSIX day n counts from 0, February 29 included)."""
+    row = conn.execute("SELECT extract(doy FROM now() AT TIME ZONE 'UTC')::int").fetchone()
+    assert row is not None
+    tomorrow = row[0] % 365  # today's doy counts from 1: it is tomorrow's n
+    return f"AAA-12BBB+12,{tomorrow}/0,{tomorrow + 1}/0"
+
+
+def test_an_agents_time_zone_does_not_stretch_its_approval_deadline(
+    conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """undolog.approval_timeout = '1 day' is an operator's rule for every request. The
+    deadline was requested_at + '1 day' done in the agent's TimeZone, which a POSIX zone
+    of its own choosing moved a whole day: the request stayed open 48 hours."""
+    conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '1 day'")
+    agent = login("undolog_agent")
+    agent.execute("SELECT set_config('TimeZone', %s, false)", (_dst_tomorrow(agent),))
+    stretch = agent.execute("SELECT now() + interval '1 day' - now()").fetchone()
+    assert stretch == (timedelta(days=2),)  # what the zone does to timestamptz arithmetic
+    session = engine.begin_session(agent, agent="a")
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    open_for = conn.execute(
+        "SELECT expires_at - requested_at FROM undolog.undolog_approval_requests"
+        " WHERE approval_id = %s",
+        (call.approval_id,),
+    ).fetchone()
+    assert open_for == (timedelta(days=1),)
+
+
+def test_an_approvers_time_zone_does_not_move_the_agents_lease(
+    login: Callable[..., Conn],
+) -> None:
+    """A decision renews the session's lease by its lease_duration; done in the approver's
+    TimeZone, a zone of the approver's choosing made a '1 day' lease two (an hour, in a
+    real zone's change of clocks, shorter or longer): the worker waits as long to fail a
+    session whose agent died."""
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    session = engine.begin_session(agent, agent="a", lease=timedelta(days=1))
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    approver.execute("SELECT set_config('TimeZone', %s, false)", (_dst_tomorrow(approver),))
+    assert approver.execute("SELECT now() + interval '1 day' - now()").fetchone() == (
+        timedelta(days=2),
+    )
+    approvals.approve(approver, call.approval_id, "ann")
+    lease = agent.execute(
+        "SELECT lease_expires_at - now() FROM undolog.undolog_sessions WHERE session_id = %s",
+        (session,),
+    ).fetchone()
+    assert lease is not None and timedelta(days=1) - timedelta(minutes=1) < lease[0]
+    assert lease[0] <= timedelta(days=1)
