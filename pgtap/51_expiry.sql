@@ -178,7 +178,7 @@ SELECT results_eq(
     'the request is expired by the engine (no person decided)'
 );
 SELECT results_eq(
-    $$SELECT e.state, e.error = format('approval expired at %s', a.expires_at), s.state
+    $$SELECT e.state, e.error = format('approval expired at %s', undolog.chain_time(a.expires_at)), s.state
       FROM undolog.undolog_approval_requests AS a
       JOIN undolog.undolog_effect_log AS e USING (session_id, effect_id, executed_at)
       JOIN undolog.undolog_sessions AS s USING (session_id)

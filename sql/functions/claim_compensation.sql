@@ -221,7 +221,7 @@ BEGIN
             PERFORM undolog.give_up_compensation(
                 v_entry,
                 pg_catalog.format('the claim of attempt %s expired at %s without an outcome',
-                                  v_entry.attempts, v_entry.claimed_until)
+                                  v_entry.attempts, undolog.chain_time(v_entry.claimed_until))
             );
             RETURN;
         END IF;

@@ -245,7 +245,9 @@ BEGIN
     v_why := CASE v_outcome
         WHEN 'approved' THEN NULL
         WHEN 'rejected' THEN pg_catalog.format('rejected by %s', p_decided_by)
-        ELSE pg_catalog.format('approval expired at %s', v_request.expires_at)
+        -- The deadline as the chain writes times (UTC, ISO 8601), not in the decider's
+        -- DateStyle and TimeZone: this text is the agent's record.
+        ELSE pg_catalog.format('approval expired at %s', undolog.chain_time(v_request.expires_at))
              -- || not format(): format() renders NULL as '', || keeps it NULL.
              || coalesce(' (closed by ' || p_decided_by || ')', '')
     END || coalesce(': ' || p_reason, '');

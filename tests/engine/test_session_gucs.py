@@ -5,6 +5,7 @@ adversary of every other)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -71,3 +72,30 @@ def test_an_approvers_time_zone_does_not_move_the_agents_lease(
     ).fetchone()
     assert lease is not None and timedelta(days=1) - timedelta(minutes=1) < lease[0]
     assert lease[0] <= timedelta(days=1)
+
+
+def test_a_deciders_date_style_and_time_zone_do_not_write_the_agents_record(
+    conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """A request closed past its deadline records, in the agent's call, "approval expired
+    at <deadline>": written with the decider's DateStyle and TimeZone, a POSIX zone named
+    UTC ten hours ahead of it wrote "08/12/2026 20:07:12 UTC" for 10:07 UTC, day first,
+    in another login's history. Written now as the hash chain writes times."""
+    conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET undolog.approval_timeout = '1 second'")
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    session = engine.begin_session(agent, agent="a")
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    approver.execute("SET DateStyle = 'SQL, DMY'")
+    approver.execute("SET TimeZone = 'UTC-10'")
+    time.sleep(1.2)
+    approvals.reject(approver, call.approval_id, "ann", "too late")
+    error, deadline = conn.execute(
+        "SELECT e.error, undolog.chain_time(a.expires_at)"
+        " FROM undolog.undolog_effect_log AS e"
+        " JOIN undolog.undolog_approval_requests AS a USING (session_id, effect_id)"
+        " WHERE a.approval_id = %s",
+        (call.approval_id,),
+    ).fetchone() or (None, None)
+    assert error == f"approval expired at {deadline} (closed by ann): too late"
