@@ -19,3 +19,8 @@ $$;
 GRANT undolog_agent TO billing_agent;       -- runs an agent: its own sessions only
 GRANT undolog_approver TO alice;            -- approves or rejects; reads everything
 GRANT undolog_operator TO undolog_cron;     -- the worker, partitions, halted sessions
+
+-- max_connections is the cluster's: an agent login without a limit may take every
+-- connection, and then the worker and the approvers cannot connect. Leave them room
+-- (docs/how-to/roles.md#leave-the-others-a-connection).
+ALTER ROLE billing_agent CONNECTION LIMIT 20;
