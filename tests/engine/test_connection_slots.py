@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgcluster import throwaway_cluster
 from undolog.migrations import migrate
@@ -41,3 +42,25 @@ def test_an_agent_login_as_the_docs_make_it_leaves_the_worker_and_approvers_a_co
             with psycopg.connect(cluster.dsn, user=other, password="change-me") as c:
                 assert c.execute("SELECT undolog.version()").fetchone() is not None
         assert 0 < len(agent) < 27
+
+
+def test_what_holds_against_an_agent_login_is_what_it_cannot_set_back(
+    conn: psycopg.Connection[Any], login: Any
+) -> None:
+    """docs/how-to/roles.md: a role's statement_timeout (or work_mem) is only its
+    default, which the login SETs back in its own session; temp_file_limit is a
+    superuser's setting, which an ALTER ROLE makes hold."""
+    agent = login("undolog_agent")
+    name = agent.info.user
+    conn.execute(f"ALTER ROLE {name} SET statement_timeout = '1s'")
+    conn.execute(f"ALTER ROLE {name} SET temp_file_limit = '1MB'")
+    with psycopg.connect(conn.info.dsn, user=name, autocommit=True) as c:
+        c.execute("SET statement_timeout = 0")  # its own to lift
+        assert c.execute("SHOW statement_timeout").fetchone() == ("0",)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SET temp_file_limit = -1")
+        with pytest.raises(psycopg.errors.ConfigurationLimitExceeded):
+            c.execute(
+                "SELECT count(*) FROM (SELECT g FROM generate_series(1, 400000) AS g"
+                " ORDER BY g DESC) AS sorted"
+            )
