@@ -16,20 +16,30 @@ import logging
 from types import TracebackType
 from typing import Any, TextIO
 
+from undolog.names import UNSEEN
+
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
 def escaped(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` with every character that is not printable (a control character, a line
     or paragraph separator, a format character such as a bidirectional override) written
-    as Python writes it in a string's repr; ``keep_newlines``: ``\\n`` kept as it is.
-    A backslash is left as it is (a path stays readable): text may read like an escape,
-    but no line break or escape sequence gets through."""
-    if text.isprintable():
+    as Python writes it in a string's repr, and every other one no reader sees (a Hangul
+    filler, a variation selector: :data:`undolog.names.UNSEEN`) as ``\\u3164``;
+    ``keep_newlines``: ``\\n`` kept as it is. A backslash is left as it is (a path stays
+    readable): text may read like an escape, but no line break or escape sequence gets
+    through."""
+    if text.isascii() and text.isprintable():
         return text
-    return "".join(
-        ch if ch.isprintable() or (keep_newlines and ch == "\n") else repr(ch)[1:-1] for ch in text
-    )
+    return "".join(ch if keep_newlines and ch == "\n" else _escaped_char(ch) for ch in text)
+
+
+def _escaped_char(ch: str) -> str:
+    if not ch.isprintable():
+        return repr(ch)[1:-1]
+    if UNSEEN.match(ch):  # printable to Python, seen by nobody
+        return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+    return ch
 
 
 def _continued(text: str) -> str:

@@ -83,3 +83,11 @@ def test_uvicorn_takes_the_configuration_with_or_without_colours(
     logging.getLogger("uvicorn.access").info("%s - %s", "127.0.0.1\x1b[2J", "GET /")
     assert logging.getLogger("uvicorn.access").handlers == []
     assert stream.getvalue() == "undolog dashboard: INFO 127.0.0.1\\x1b[2J - GET /\n"
+
+
+def test_what_no_reader_sees_is_written_out_as_the_other_faces_write_it() -> None:
+    """A Hangul filler, a variation selector and the combining grapheme joiner are
+    printable to Python and invisible to a reader: a compensation named "refund" + U+3164
+    was logged as "refund", another tool's name. Escaped now, as a bidi override is."""
+    assert logs.escaped("refund\u3164\ufe0f\u034f\u202e") == "refund\\u3164\\ufe0f\\u034f\\u202e"
+    assert logs.escaped("tab\tkept\nline", keep_newlines=True) == "tab\\tkept\nline"
