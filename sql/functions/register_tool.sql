@@ -35,6 +35,8 @@ DECLARE
     v_tool_tier text;
     v_tool_compensation jsonb;
     v_tool_on_reject text;
+    v_inserted boolean := FALSE;
+    v_bound record;
 BEGIN
     -- The tool's part of a call, checked by the very rules intercept applies to a call
     -- (check_call's own), once: intercept_tool's calls of it are not checked again.
@@ -87,21 +89,41 @@ BEGIN
     -- The live registration in the insert's way is read by a statement of its own, which
     -- sees what committed since: one an operator retired in between is not there any
     -- more, and the insert is made again (it then finds the way free, or a newer one).
-    LOOP
-        INSERT INTO undolog.undolog_tools AS t
-            (owner_role, tool_name, tier, compensation, on_reject)
-        VALUES (v_owner, p_tool_name, p_tier, v_compensation, p_on_reject)
-        ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
-        RETURNING t.tool_id INTO v_tool_id;
-        IF FOUND THEN
-            RETURN v_tool_id;
-        END IF;
-        SELECT t.tool_id, t.tier, t.compensation, t.on_reject
-        INTO v_tool_id, v_tool_tier, v_tool_compensation, v_tool_on_reject
-        FROM undolog.undolog_tools AS t
-        WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
-        EXIT WHEN FOUND;
-    END LOOP;
+    -- The insert waits for another transaction registering the same tool of the same
+    -- owner (the agent's own, or an operator's) until it ends: bounded as a session's
+    -- lock is (undolog.bound_lock_wait), so that an agent's transaction kept open after
+    -- its register_tool does not hold an operator's replace_tool for ever.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        LOOP
+            INSERT INTO undolog.undolog_tools AS t
+                (owner_role, tool_name, tier, compensation, on_reject)
+            VALUES (v_owner, p_tool_name, p_tier, v_compensation, p_on_reject)
+            ON CONFLICT (owner_role, tool_name) WHERE retired_at IS NULL DO NOTHING
+            RETURNING t.tool_id INTO v_tool_id;
+            v_inserted := FOUND;
+            EXIT WHEN v_inserted;
+            SELECT t.tool_id, t.tier, t.compensation, t.on_reject
+            INTO v_tool_id, v_tool_tier, v_tool_compensation, v_tool_on_reject
+            FROM undolog.undolog_tools AS t
+            WHERE t.owner_role = v_owner AND t.tool_name = p_tool_name AND t.retired_at IS NULL;
+            EXIT WHEN FOUND;
+        END LOOP;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL030',
+            MESSAGE = pg_catalog.format('tool %s of %s is being registered by a transaction '
+                                        'that has not ended', p_tool_name, v_owner),
+            DETAIL = pg_catalog.format('Waited %s for it. Nothing was changed.', v_bound.p_wait),
+            HINT = pg_catalog.format('Try again. If it stays held, end that transaction: its '
+                                     'backend is in pg_stat_activity, idle in transaction, '
+                                     'most likely under the login %s (pg_terminate_backend).',
+                                     v_owner);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
+    IF v_inserted THEN
+        RETURN v_tool_id;
+    END IF;
     IF (v_tool_tier, v_tool_compensation, v_tool_on_reject)
        IS DISTINCT FROM (p_tier, v_compensation, p_on_reject) THEN
         RAISE EXCEPTION USING

@@ -529,3 +529,38 @@ def test_a_replacement_meeting_an_identical_one_committed_meanwhile_retires_noth
     finally:
         for c in (pausing, first, second):
             c.close()
+
+
+@pytest.mark.unregistered_tools
+def test_an_agents_open_registration_holds_an_operators_replace_for_a_bounded_time(
+    login: Callable[..., Conn],
+) -> None:
+    """An agent login that registers a tool in a transaction it keeps open held an
+    operator's replace_tool of that tool (its insert waits for the agent's to end) for as
+    long as the agent liked: only the operator's own statement_timeout ended it. Bounded
+    now as a session's lock is (undolog.session_lock_wait, 5 s), with UL030, the
+    operator's lock_timeout as it was, and the replacement goes through once the agent's
+    transaction ends."""
+    agent = login("undolog_agent")
+    operator = login("undolog_operator")
+    agent.autocommit = False
+    engine.fetch_one(
+        agent, "SELECT undolog.register_tool('wire', 'compensable', '{\"name\": \"unwire\"}')"
+    )
+    operator.execute("SET statement_timeout = '9s'")  # before: canceled here
+    replace = (
+        "SELECT * FROM undolog.replace_tool('wire', 'irreversible', NULL, %s, 'fail_session',"
+        " 'ops', 'pinned: it pays out')"
+    )
+    started = time.monotonic()
+    with pytest.raises(errors.SessionBusy, match=r"tool wire of \S+ is being registered"):
+        engine.fetch_one(operator, replace, (agent.info.user,))
+    assert 4.5 < time.monotonic() - started < 8
+    assert operator.execute("SHOW lock_timeout").fetchone() == ("0",)
+    agent.commit()
+    engine.fetch_one(operator, replace, (agent.info.user,))
+    tier = operator.execute(
+        "SELECT tier FROM undolog.undolog_tools WHERE owner_role = %s AND retired_at IS NULL",
+        (agent.info.user,),
+    ).fetchone()
+    assert tier == ("irreversible",)
