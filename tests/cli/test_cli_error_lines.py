@@ -100,3 +100,37 @@ def test_an_unknown_id_prefix_says_where_to_find_the_ids(
     code, _, err = run(capsys, *argv, "--dsn", dsn)
     assert code == 3, err
     assert "\nhint: Check the id: " in err and listed in err, err
+
+
+UNKNOWN = "6b1f3a52-0c4e-4d7a-9f1e-2a7c5d0b9e31"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "show", UNKNOWN],
+        ["sessions", "retry", UNKNOWN, "--by", "o"],
+        ["export", UNKNOWN],
+        ["verify", "--session", UNKNOWN],
+    ],
+)
+def test_an_unknown_whole_session_id_is_not_found_and_says_where_the_ids_are(
+    dsn: str, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A whole session id that names no session the login may read: not found (exit 3),
+    nothing printed on standard output, and the hint the engine gives an unknown id (and
+    the command a prefix): where the ids are listed. As the dashboard answers 404 for its
+    page and its export: `export` wrote a header of a session that does not exist, and
+    `verify --session` said "0 rows of 0 sessions match", exit 0, for a mistyped id."""
+    code, out, err = run(capsys, *argv, "--dsn", dsn)
+    assert (code, out) == (3, ""), err
+    assert f"unknown session {UNKNOWN}" in err
+    assert "\nhint: Check the id: undolog sessions list shows the sessions." in err, err
+
+
+def test_an_agents_retry_of_another_logins_session_says_where_the_ids_are(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid, _ = waiting(conn)  # the test's login's: not the agent's to read
+    code, _, err = run(capsys, "sessions", "retry", str(sid), "--by", "o", "--dsn", agent_dsn)
+    assert code == 3 and "\nhint: Check the id: undolog sessions list" in err, err

@@ -46,8 +46,10 @@ def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
 
 
-def _unknown(kind: str, message: str) -> UndoLogError:
-    """Not found (exit 3), with the hint an unknown whole id gets: where the ids are."""
+def not_found(kind: str, message: str) -> UndoLogError:
+    """Not found (exit 3), with the hint an unknown whole id gets: where the ids are. For
+    an id the command looked up itself (a prefix, an end, or a whole id that no row the
+    login reads has), as the engine's hint says it for one it was given."""
     error = _NOT_FOUND[kind](message)
     error.hint = _WHERE_LISTED[kind]
     return error
@@ -76,7 +78,7 @@ def resolve_id(conn: psycopg.Connection[Any], kind: str, text: str) -> uuid.UUID
         {"low": uuid.UUID(digits.ljust(32, "0")), "high": uuid.UUID(digits.ljust(32, "f"))},
     )
     if not rows:
-        raise _unknown(kind, f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
+        raise not_found(kind, f"unknown {kind} {given} (no {kind} id starts with it, or not yours)")
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         more = ", ..." if len(rows) > 3 else ""
@@ -97,7 +99,7 @@ def _resolve_suffix(conn: psycopg.Connection[Any], kind: str, text: str, tail: s
     # reversed, so that the end is a prefix: an index range (queries.sql, *_ids_ending)
     rows = query(conn, _ENDING[kind], {"reversed_pattern": digits[::-1] + "%"})
     if not rows:
-        raise _unknown(kind, f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
+        raise not_found(kind, f"unknown {kind} {text} (no {kind} id ends with it, or not yours)")
     if len(rows) > 1:
         shown = ", ".join(str(r["id"]) for r in rows[:3])
         raise UsageError(f"{kind} id end {text!r} is ambiguous: it matches {shown}; give more")

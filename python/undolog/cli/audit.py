@@ -7,7 +7,9 @@ import argparse
 import dataclasses
 import json
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -20,13 +22,15 @@ from undolog.cli._common import (
     Subparsers,
     UsageError,
     connect,
+    query,
     timestamptz,
 )
 from undolog.cli._errors import describe_error
 from undolog.cli._errors import report as report_error
-from undolog.cli._ids import resolve_id
+from undolog.cli._ids import not_found, resolve_id
 from undolog.cli._output import print_json, say_progress
 from undolog.errors import ChainMismatch, ExportInvalid
+from undolog.queries import QUERIES
 
 # A verification too large for the server's limits: cancelled (statement_timeout, 57014),
 # out of memory or disk (class 53), past a program limit (class 54).
@@ -165,6 +169,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                     if (f.table, f.key, f.problem) not in seen
                 ]
                 found = chain.Report(found.sessions, found.rows, found.findings + extra)
+            if session is not None and found.ok and not found.rows:
+                _readable(conn, session)  # nothing checked: a session, or a mistyped id?
     except psycopg.Error as exc:
         if not (exc.sqlstate or "").startswith(_TOO_LARGE):
             raise  # main reports it, as any command's
@@ -175,9 +181,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return _print_report(args, found, "verify")
 
 
+def _readable(conn: psycopg.Connection[Any], session: uuid.UUID) -> None:
+    """Raise not found (exit 3, with where the ids are) unless the login reads the
+    session: a whole id is taken as given, and `verify --session` of one no row holds
+    said "0 rows of 0 sessions match their chains", `export` wrote a file of it."""
+    if not query(conn, QUERIES["session_state"], {"session_id": session}):
+        raise not_found("session", f"unknown session {session} (or not yours to read)")
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         session = resolve_id(conn, "session", args.session)
+        _readable(conn, session)  # as the dashboard's export: no file of no session
         lines = list(chain.export_session(conn, session))
     text = "".join(f"{line}\n" for line in lines)
     if args.output is None:

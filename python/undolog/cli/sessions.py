@@ -25,10 +25,10 @@ from undolog.cli._common import (
     query,
     timestamptz,
 )
-from undolog.cli._ids import resolve_id
+from undolog.cli._ids import not_found, resolve_id
 from undolog.cli._output import emit, plain, print_json, printable
 from undolog.engine import SESSION_STATES
-from undolog.errors import InvalidStateTransition, UnknownSession
+from undolog.errors import InvalidStateTransition
 from undolog.queries import QUERIES
 from undolog.session_filter import SessionFilter, filter_params, id_prefix_range, sessions_query
 
@@ -234,7 +234,7 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
         sid = resolve_id(conn, "session", args.session)
         session = query(conn, QUERIES["session_overview"], {"session_id": sid})
         if not session:
-            raise UnknownSession(f"unknown session {sid} (or not yours to read)")
+            raise not_found("session", f"unknown session {sid} (or not yours to read)")
         timeline = query(conn, QUERIES["session_timeline"], {"session_id": sid})
     if args.json:
         print_json(
@@ -275,7 +275,7 @@ def _halted_entry(conn: psycopg.Connection[Any], sid: uuid.UUID) -> uuid.UUID:
     """The undo entry a halted session stopped at (what `sessions retry` retries)."""
     rows = query(conn, QUERIES["session_halt"], {"session_id": sid})
     if not rows:
-        raise UnknownSession(f"unknown session {sid} (or not yours to read)")
+        raise not_found("session", f"unknown session {sid} (or not yours to read)")
     if rows[0]["halt_undo_id"] is None:
         # a state conflict (UL001, exit 1), as `sessions resume|abandon` of that session
         not_halted = InvalidStateTransition(
