@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import html
 import re
 import sys
 import time
@@ -23,7 +24,9 @@ from dashboard_helpers import (
     confirm_form,
     csrf_of,
     halted_session,
+    operator_actions,
     reject_one,
+    session_state,
     waiting_session,
     without_user,
 )
@@ -300,7 +303,7 @@ def test_agent_sees_only_its_own_sessions_and_no_decision_buttons(
     assert web.get("/approvals").status_code == 403
     token = csrf_of(page.text)
     refused = web.post(f"/sessions/{own.session_id}/rollback", data={"csrf": token, "reason": "x"})
-    assert refused.status_code == 403 and "permission denied" in refused.text
+    assert refused.status_code == 403 and "only an operator or an approver" in refused.text
     decided = web.post(
         "/approvals/decide", data={"csrf": token, "approve_one": str(own.approval_id)}
     )
@@ -362,6 +365,46 @@ def test_operator_abandons_a_halted_session(web: TestClient, dsn: str, conn: Con
         (halted,),
     ).fetchone()
     assert row == ("dash_operator", "refunded by hand")
+
+
+def test_a_session_action_beyond_the_role_says_who_may_and_writes_nothing(
+    web: TestClient, app_dsn: str, dsn: str, conn: Conn
+) -> None:
+    """The page shows an approver no Resume, Retry or Abandon, and an agent no Roll back;
+    a post all the same (a page read before the role changed, a script) is refused as
+    every other action of the dashboard refuses it: who may, and that nothing was done.
+    It was PostgreSQL's bare "permission denied for function resume_session", which says
+    nothing of what to do (the parity audit)."""
+    halted = halted_session(dsn)
+    undo_id = conn.execute(
+        "SELECT undo_id FROM undolog.undolog_undo_stack WHERE session_id = %s", (halted,)
+    ).fetchone()
+    assert undo_id is not None
+    log_in(web, "dash_approver")
+    token = csrf_of(web.get(f"/sessions/{halted}").text)
+    for action in ("resume", "retry", "abandon"):
+        answer = web.post(
+            f"/sessions/{halted}/{action}",
+            data={"csrf": token, "reason": "r", "undo_id": str(undo_id[0])},
+        )
+        assert answer.status_code == 403, action
+        said = html.unescape(answer.text)
+        assert (
+            "only an operator resumes, retries or abandons a halted session: nothing was done"
+            in said
+        ), action
+    assert session_state(conn, halted) == "halted"
+    assert operator_actions(conn, halted) == []
+    own = waiting_session(app_dsn, login="dash_agent")
+    web.cookies.clear()
+    log_in(web, "dash_agent")
+    token = csrf_of(web.get(f"/sessions/{own.session_id}").text)
+    answer = web.post(f"/sessions/{own.session_id}/rollback", data={"csrf": token, "reason": "x"})
+    assert answer.status_code == 403
+    assert "only an operator or an approver rolls back a session: nothing was done" in (
+        html.unescape(answer.text)
+    )
+    assert session_state(conn, own.session_id) == "awaiting_approval"
 
 
 def test_hostile_content_is_escaped_and_huge_args_are_cut(web: TestClient, app_dsn: str) -> None:

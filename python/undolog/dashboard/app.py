@@ -1545,6 +1545,18 @@ class Dashboard:
         target = str(session_id)
         if action == "undo-to":
             return await self._undo_to(request, ws, session_id, form)
+        # The page shows these buttons only to whom the engine lets act; a post all the
+        # same is told who may, as every other action is (not PostgreSQL's bare 42501)
+        beyond = (
+            "only an operator resumes, retries or abandons a halted session"
+            if action in SEEN_ACTIONS and not ws.roles.operator
+            else "only an operator or an approver rolls back a session"
+            if action == "rollback" and not ws.roles.staff
+            else None
+        )
+        if beyond is not None:
+            outcome = Outcome(target, False, f"{beyond}: nothing was done", 403)
+            return await self._show_session(request, ws, session_id, 403, [outcome])
         if action == "retry":
             undo_id = self._uuid(str(form.get("undo_id", "")))
             # retry_compensation takes the entry alone: the entry must be this session's,
