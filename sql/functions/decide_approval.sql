@@ -188,8 +188,9 @@ BEGIN
                 MESSAGE = pg_catalog.format(
                     'approval %s expired at %s: it can no longer be approved',
                     p_approval_id, v_request.expires_at),
-                HINT = 'The call will not run. undolog.expire_approvals() or undolog.reject() '
-                       'records the expiry and starts the session''s undo walk.';
+                HINT = 'The call will not run. undolog approvals expire (undolog.'
+                       'expire_approvals()) or a rejection records the expiry and starts '
+                       'the session''s undo walk.';
         END IF;
         v_outcome := 'expired';
     ELSIF p_decision = 'expired' THEN

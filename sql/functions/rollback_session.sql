@@ -70,7 +70,8 @@ BEGIN
             MESSAGE = pg_catalog.format('session %s is %s: only an active or waiting session '
                                         'can be rolled back', p_session_id, v_state),
             HINT = 'A failed or compensating session is already being undone; a halted one '
-                   'needs resume_session, retry_compensation or abandon_session.';
+                   'waits for an operator: undolog sessions resume, retry or abandon '
+                   '(undolog.resume_session, retry_compensation, abandon_session).';
     END IF;
     INSERT INTO undolog.undolog_operator_actions
         (session_id, action, undo_id, performed_by, reason)

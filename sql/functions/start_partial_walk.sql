@@ -99,8 +99,9 @@ BEGIN
                 ELSE pg_catalog.format('session %s has fewer than %s calls left to undo',
                                        p_session_id, p_count)
             END,
-            HINT = 'undolog.rollback_to_plan lists what would be undone; calls already '
-                   'undone, SAFE calls and steps not made yet have nothing to undo.';
+            HINT = 'undolog sessions undo-to SESSION STEP --plan (undolog.rollback_to_plan) '
+                   'lists what would be undone; calls already undone, SAFE calls and steps '
+                   'not made yet have nothing to undo.';
     END IF;
 
     v_undo_to := pg_catalog.jsonb_build_object(

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from expiry_support import past_deadline
 from undolog import approvals, engine
 from undolog.cli import main
 
@@ -134,3 +135,33 @@ def test_an_agents_retry_of_another_logins_session_says_where_the_ids_are(
     sid, _ = waiting(conn)  # the test's login's: not the agent's to read
     code, _, err = run(capsys, "sessions", "retry", str(sid), "--by", "o", "--dsn", agent_dsn)
     assert code == 3 and "\nhint: Check the id: undolog sessions list" in err, err
+
+
+def test_the_engines_hints_a_person_meets_name_the_command_that_does_it(
+    dsn: str, conn: Conn, login: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refusal met on the command line (and in the dashboard, which adds the page) says
+    what to do next in commands, not only in SQL function names a person never types:
+    rolling back a session that ended, approving a request past its deadline, undoing to
+    a step with nothing left to undo."""
+    done = engine.begin_session(conn, agent="hints")
+    engine.complete_session(conn, done)
+    code, _, err = run(
+        capsys, "sessions", "rollback", str(done), "--by", "o", "--reason", "r", "--dsn", dsn
+    )
+    assert code == 1 and "hint: " in err
+    assert "undolog sessions resume, retry or abandon" in err, err
+
+    (expired,) = past_deadline(conn, 1)
+    approver = login("undolog_approver")
+    as_approver = psycopg.conninfo.make_conninfo(dsn, user=approver.info.user)
+    code, _, err = run(
+        capsys, "approvals", "approve", str(expired), "--by", "a", "--dsn", as_approver
+    )
+    assert code == 1 and "expired at" in err
+    assert "undolog approvals expire" in err, err
+
+    sid = engine.begin_session(conn, agent="hints")
+    code, _, err = run(capsys, "sessions", "undo-to", str(sid), "0", "--reason", "r", "--dsn", dsn)
+    assert code == 1 and "nothing to undo" in err
+    assert "undolog sessions undo-to SESSION STEP --plan" in err, err

@@ -348,6 +348,9 @@ def test_operator_retries_resumes_abandons_and_rolls_back(
     assert 'id="rollback"' not in page.text  # failed: nothing left to roll back
     again = web.post(f"/sessions/{live}/rollback", data={"csrf": token, "reason": "again"})
     assert again.status_code == 409 and "only an active or waiting session" in again.text
+    # the engine's hint in commands, and where they are here
+    assert "undolog sessions resume, retry or abandon" in again.text
+    assert "In the dashboard: the session&#39;s page." in again.text
 
 
 def test_operator_abandons_a_halted_session(web: TestClient, dsn: str, conn: Conn) -> None:
