@@ -410,6 +410,34 @@ def test_a_session_action_beyond_the_role_says_who_may_and_writes_nothing(
     assert session_state(conn, own.session_id) == "awaiting_approval"
 
 
+def test_not_found_says_where_the_ids_are_listed(web: TestClient, dsn: str) -> None:
+    """An id (or a channel's name) that names nothing the person may see is 404, and says
+    where the ones they may see are listed, as the command's hint does (`undolog sessions
+    list`, ...): "No session with that id that you may see." said nothing to do next."""
+    halted = halted_session(dsn)
+    unknown = uuid.uuid4()
+    log_in(web, "dash_operator")
+    token = csrf_of(web.get("/tools").text)
+    answers = {
+        "Sessions lists the sessions you may see": web.get(f"/sessions/{unknown}"),
+        "Tools lists the registrations": web.post(
+            "/tools/retire", data={"csrf": token, "tool_id": str(unknown), "reason": "r"}
+        ),
+        "Notifications lists the channels": web.post(
+            "/notifications/remove", data={"csrf": token, "name": "no-such-channel"}
+        ),
+        "The session's page lists them: read it again": web.post(
+            f"/sessions/{halted}/retry",
+            data={"csrf": token, "undo_id": str(unknown), "reason": "r"},
+        ),
+    }
+    for where, answer in answers.items():
+        assert answer.status_code == 404, where
+        assert where in html.unescape(answer.text), (where, answer.text)
+    channel = html.unescape(answers["Notifications lists the channels"].text)
+    assert "No live notification channel with that name that you may see." in channel
+
+
 def test_hostile_content_is_escaped_and_huge_args_are_cut(web: TestClient, app_dsn: str) -> None:
     hostile = "<script>alert('x')</script>" + "A" * 5000
     waiting = waiting_session(app_dsn, note=hostile)

@@ -111,6 +111,20 @@ OPERATOR_ACTIONS: dict[
 # showed (`seen`): refused (409) when the session changed since.
 SEEN_ACTIONS = frozenset({"resume", "retry", "abandon"})
 POLL_SECONDS = 0.5
+# What a 404 adds: where the things of that kind the person may see are listed (the CLI's
+# hint for an unknown id names the command that lists them).
+_ON_THE_SESSION_PAGE = "The session's page lists them: read it again."
+NOT_FOUND_WHERE = {
+    "session": "Sessions lists the sessions you may see (`undolog sessions list`).",
+    "approval request": "Approvals lists the requests waiting, Decisions the decided ones, "
+    "and a session's page every request of that session.",
+    "call": _ON_THE_SESSION_PAGE,
+    "undo entry of this session": _ON_THE_SESSION_PAGE,
+    "notification of this session": _ON_THE_SESSION_PAGE,
+    "step of this session": _ON_THE_SESSION_PAGE,
+    "tool registration": "Tools lists the registrations (`undolog tools list`).",
+    "live notification channel": "Notifications lists the channels (`undolog notifications list`).",
+}
 # The sessions a recovery run names in its message (the sessions page lists them all).
 RECOVER_SHOWN = 10
 # The largest step index (a PostgreSQL integer): a larger one names no call of a session.
@@ -595,8 +609,16 @@ class Dashboard:
         return ws, form
 
     def not_found(self, request: Request, ws: WebSession | None, what: str) -> HTMLResponse:
+        """404, and where the ones the person may see are listed, as the command's hint
+        says it (`undolog sessions list`, ...)."""
+        key = "name" if what == "live notification channel" else "id"
+        where = NOT_FOUND_WHERE.get(what)
         return self.problem(
-            request, ws, 404, "Not found", f"No {what} with that id that you may see."
+            request,
+            ws,
+            404,
+            "Not found",
+            f"No {what} with that {key} that you may see." + (f" {where}" if where else ""),
         )
 
     @staticmethod
