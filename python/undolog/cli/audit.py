@@ -192,8 +192,9 @@ def _readable(conn: psycopg.Connection[Any], session: uuid.UUID) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         session = resolve_id(conn, "session", args.session)
-        _readable(conn, session)  # as the dashboard's export: no file of no session
-        lines = list(chain.export_session(conn, session))
+        lines = list(chain.export_session(conn, session))  # staff's: refused first
+        if len(lines) == 1:  # its header alone: a session, or a mistyped id?
+            _readable(conn, session)  # as the dashboard's export: no file of no session
     text = "".join(f"{line}\n" for line in lines)
     if args.output is None:
         sys.stdout.write(text)
