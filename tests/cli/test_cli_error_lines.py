@@ -165,3 +165,21 @@ def test_the_engines_hints_a_person_meets_name_the_command_that_does_it(
     code, _, err = run(capsys, "sessions", "undo-to", str(sid), "0", "--reason", "r", "--dsn", dsn)
     assert code == 1 and "nothing to undo" in err
     assert "undolog sessions undo-to SESSION STEP --plan" in err, err
+
+
+def test_retiring_a_tool_with_no_live_registration_is_not_found_with_a_hint(
+    dsn: str, conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the dashboard's Retire of a registration that is gone (404), and as an unknown
+    session, approval, channel or delivery: not found (exit 3), the hint on its own line
+    (and in --json's "hint"), naming the command that lists the owner's tools. It was a
+    usage error (2), its hint inside the message."""
+    owner = conn.info.user
+    argv = ["tools", "retire", "no_such_tool", "--owner", owner, "--by", "o", "--reason", "r"]
+    code, _, err = run(capsys, *argv, "--dsn", dsn)
+    assert code == 3, err
+    assert err.startswith(f"undolog: no live registration of 'no_such_tool' for '{owner}'\n")
+    assert f"\nhint: Check the name: undolog tools list --owner {owner} lists" in err, err
+    code, _, err = run(capsys, *argv, "--json", "--dsn", dsn)
+    answer = json.loads(err)
+    assert code == 3 and answer["hint"].startswith("Check the name: undolog tools list")

@@ -55,7 +55,8 @@ PG* variables) and --json (machine-readable output; errors then are one JSON obj
 Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
 unhealthy), 2 a usage error (bad flag or value, a value the engine refused, ambiguous id
 prefix, a worker that is misconfigured), 3 not found (unknown session, approval, channel
-or delivery), 4 ``verify`` found rows that do not match their chain. An engine error's
+or delivery, or no live registration of the tool to retire), 4 ``verify`` found rows that
+do not match their chain. An engine error's
 code is its class's, in the table of docs/reference/errors.md. A connection waits
 10 seconds for the server unless the DSN's connect_timeout or PGCONNECT_TIMEOUT says
 otherwise.
@@ -78,7 +79,7 @@ from typing import Any
 import psycopg
 
 from undolog._conninfo import pin_search_path
-from undolog.cli._common import EXIT_OK, ConnectError, Parser, UsageError
+from undolog.cli._common import EXIT_OK, ConnectError, NotFound, Parser, UsageError
 from undolog.cli._errors import ErrorReport, describe_error, report
 from undolog.cli.approvals import configure_approvals_parser
 from undolog.cli.audit import configure_audit_parser
@@ -240,7 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         args.json = getattr(args, "json", False)
         try:
             code = int(args.func(args))
-        except (UndoLogError, psycopg.Error, MigrationError, UsageError, ConnectError) as exc:
+        except (
+            UndoLogError,
+            psycopg.Error,
+            MigrationError,
+            UsageError,
+            ConnectError,
+            NotFound,
+        ) as exc:
             return report(describe_error(exc, args), args.json)
         except UnicodeEncodeError as exc:  # raised by psycopg, encoding what it sends
             return report(describe_error(_not_utf8(exc, args, argv)), args.json)

@@ -42,6 +42,18 @@ class UsageError(Exception):
     exit_code = EXIT_USAGE
 
 
+class NotFound(Exception):
+    """Something the command looked up itself that is not there (a tool's live
+    registration): exit 3, as an unknown session, approval, channel or delivery, with the
+    hint where to find what is there."""
+
+    exit_code = EXIT_NOT_FOUND
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class ConnectError(Exception):
     """The database could not be reached: the message says where we looked, the hint what
     to check."""

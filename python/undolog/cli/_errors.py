@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 import psycopg
 
-from undolog.cli._common import EXIT_ERROR, EXIT_USAGE, ConnectError, UsageError, connect, one_line
+from undolog.cli._common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    ConnectError,
+    NotFound,
+    UsageError,
+    connect,
+    one_line,
+)
 from undolog.cli._output import printable
 from undolog.errors import ROLES_HINT, UndoLogError, exit_code_of, permission_hint
 from undolog.migrations import applied_migrations
@@ -92,6 +100,8 @@ def describe_error(exc: BaseException, args: argparse.Namespace | None = None) -
         return ErrorReport(str(exc), sqlstate, None, EXIT_USAGE)
     if isinstance(exc, ConnectError):
         return ErrorReport(str(exc), None, exc.hint, EXIT_ERROR)
+    if isinstance(exc, NotFound):
+        return ErrorReport(str(exc), None, exc.hint, exc.exit_code)
     if isinstance(exc, UndoLogError) and exc.exit_code != EXIT_ERROR:
         # not found (3), or a value given on the command line refused (2): its message
         # says which, and the engine's hint what to do (where to find the ids)

@@ -9,7 +9,16 @@ import json
 
 from psycopg.types.json import Jsonb
 
-from undolog.cli._common import EXIT_OK, OPERATOR, Parser, Subparsers, UsageError, connect, query
+from undolog.cli._common import (
+    EXIT_OK,
+    OPERATOR,
+    NotFound,
+    Parser,
+    Subparsers,
+    UsageError,
+    connect,
+    query,
+)
 from undolog.cli._output import emit
 from undolog.queries import QUERIES
 
@@ -144,9 +153,10 @@ def _cmd_tools_retire(args: argparse.Namespace) -> int:
             conn, QUERIES["live_tool_registration"], {"owner": args.owner, "tool_name": args.tool}
         )
         if not rows:
-            raise UsageError(
-                f"no live registration of {args.tool!r} for {args.owner!r}: "
-                "see `undolog tools list --owner ROLE`"
+            raise NotFound(
+                f"no live registration of {args.tool!r} for {args.owner!r}",
+                f"Check the name: undolog tools list --owner {args.owner} lists that "
+                "login's live tools (--all the retired ones too).",
             )
         tool_id = rows[0]["tool_id"]
         retired = query(
