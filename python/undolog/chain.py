@@ -445,8 +445,12 @@ def latest_anchor(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     canonical)). None before the first anchor."""
     with translated():
         row = conn.cursor(row_factory=dict_row).execute(QUERIES["latest_anchor"]).fetchone()
-    if row is None:
-        return None
+    return None if row is None else anchor_of(row)
+
+
+def anchor_of(row: dict[str, Any]) -> dict[str, Any]:
+    """An anchor as it is kept (:func:`latest_anchor`), from its row of the
+    ``latest_anchor`` query: the dashboard's download is the same."""
     return {
         "anchor_id": row["anchor_id"],
         "written_at": row["written_at"].isoformat(),

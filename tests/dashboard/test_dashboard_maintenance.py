@@ -219,6 +219,41 @@ def test_an_operator_writes_an_anchor_and_the_page_lists_it(
     assert 'id="anchor-1"' in page.text and str(stored) in page.text
 
 
+def test_staff_download_the_latest_anchor_as_anchor_export_prints_it(
+    web: TestClient, conn: Conn, dsn: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Maintenance's **Download the latest anchor** is `undolog anchor export`, byte for
+    byte: the file to keep outside the database, which `undolog verify --anchor` checks.
+    The page told staff to keep what the command prints, and offered no way to get it."""
+    from dashboard_helpers import active_session
+    from undolog.cli import main
+
+    active_session(dsn)
+    log_in(web, "dash_approver")
+    page = web.get("/maintenance")
+    assert 'id="download-anchor"' not in page.text  # no anchor yet: nothing to download
+    none_yet = web.get("/maintenance/anchor/latest")
+    assert none_yet.status_code == 404
+    assert "No anchor yet" in none_yet.text and "Write an anchor now" in none_yet.text
+    conn.execute("SELECT undolog.write_anchor()")
+    page = web.get("/maintenance")
+    assert 'href="/maintenance/anchor/latest"' in page.text and 'id="download-anchor"' in page.text
+    got = web.get("/maintenance/anchor/latest")
+    assert got.status_code == 200
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["content-disposition"] == 'attachment; filename="undolog-anchor-1.json"'
+    assert main(["anchor", "export", "--dsn", dsn]) == 0
+    assert got.content == capsys.readouterr().out.encode("utf-8")
+    kept = tmp_path / "anchor.json"
+    kept.write_bytes(got.content)
+    assert main(["verify", "--anchor", str(kept), "--dsn", dsn]) == 0, capsys.readouterr()
+    log_in(web, "dash_agent")
+    refused = web.get("/maintenance/anchor/latest")
+    assert refused.status_code == 403 and "Only approvers and operators" in refused.text
+    web.cookies.clear()
+    assert web.get("/maintenance/anchor/latest").status_code == 303  # to the login page
+
+
 def test_an_anchor_write_past_one_anchors_heads_names_the_anchors_it_wrote(
     web: TestClient, conn: Conn, login: Any
 ) -> None:

@@ -2051,6 +2051,43 @@ class Dashboard:
 
     # --- maintenance: the month partitions and the audit anchors ----------------------
 
+    async def anchor_download(self, request: Request) -> Response:
+        """The latest anchor, to keep outside the database (`undolog anchor export`, byte
+        for byte: chain.anchor_of, one line of JSON), for `undolog verify --anchor` to
+        check later. Staff read it, as the page; anyone else gets 403."""
+        ws = self.staff_only(
+            request,
+            "Anchor",
+            "Only approvers and operators read the anchors of the history chains; your "
+            "sessions' records are on each session's page.",
+        )
+        if isinstance(ws, Response):
+            return ws
+        async with ws.db() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(QUERIES["latest_anchor"])
+            row = await cur.fetchone()
+        if row is None:
+            return self.problem(
+                request,
+                ws,
+                404,
+                "No anchor yet",
+                "No anchor yet: an operator writes one with Write an anchor now on this "
+                "page (`undolog anchor write`), and partition maintenance writes one on "
+                "each run.",
+            )
+        anchor = chain.anchor_of(row)
+        return Response(
+            json.dumps(anchor) + "\n",
+            media_type="application/json",
+            headers={
+                "content-disposition": (
+                    f'attachment; filename="undolog-anchor-{anchor["anchor_id"]}.json"'
+                )
+            },
+        )
+
     async def maintenance_page(self, request: Request) -> Response:
         """The journal's month partitions and what maintenance would do now (as `undolog
         partitions maintain` and `undolog health` show them), and the latest anchors of
@@ -2907,6 +2944,7 @@ class Dashboard:
             Route("/maintenance/run", self.maintenance_run, methods=["POST"]),
             Route("/maintenance/ensure", self.maintenance_ensure, methods=["POST"]),
             Route("/maintenance/anchor", self.maintenance_anchor, methods=["POST"]),
+            Route("/maintenance/anchor/latest", self.anchor_download, methods=["GET"]),
             Route("/maintenance/recover", self.maintenance_recover, methods=["POST"]),
             Route("/maintenance/drop", self.maintenance_drop, methods=["POST"]),
             Route("/notifications", self.channels_page, methods=["GET"]),
