@@ -183,3 +183,14 @@ def test_retiring_a_tool_with_no_live_registration_is_not_found_with_a_hint(
     code, _, err = run(capsys, *argv, "--json", "--dsn", dsn)
     answer = json.loads(err)
     assert code == 3 and answer["hint"].startswith("Check the name: undolog tools list")
+
+
+def test_anchor_export_before_any_anchor_is_not_found_with_a_hint(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the dashboard's Download the latest anchor before the first (404, saying who
+    writes one): not found (exit 3), what to do on a hint line of its own. It was a usage
+    error (2), the command line being right."""
+    code, out, err = run(capsys, "anchor", "export", "--dsn", dsn)
+    assert (code, out) == (3, ""), err
+    assert err.startswith("undolog: no anchor yet\nhint: An operator writes one: undolog anchor")

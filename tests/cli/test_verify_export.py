@@ -141,7 +141,7 @@ def test_export_and_offline_verify(dsn: str, conn: Conn, tmp_path: Path) -> None
 
 def test_anchor_export_and_check(dsn: str, conn: Conn, tmp_path: Path) -> None:
     journal(conn)
-    assert undolog(dsn, "anchor", "export").returncode == 2  # none yet
+    assert undolog(dsn, "anchor", "export").returncode == 3  # none yet: not found
     written = undolog(dsn, "anchor", "export", "--write")
     assert written.returncode == 0, written.stderr
     kept = tmp_path / "anchor.json"

@@ -55,8 +55,8 @@ PG* variables) and --json (machine-readable output; errors then are one JSON obj
 Exit codes: 0 success (``health``: healthy), 1 a database or engine error (``health``:
 unhealthy), 2 a usage error (bad flag or value, a value the engine refused, ambiguous id
 prefix, a worker that is misconfigured), 3 not found (unknown session, approval, channel
-or delivery, or no live registration of the tool to retire), 4 ``verify`` found rows that
-do not match their chain. An engine error's
+or delivery, no live registration of the tool to retire, no anchor yet to export), 4
+``verify`` found rows that do not match their chain. An engine error's
 code is its class's, in the table of docs/reference/errors.md. A connection waits
 10 seconds for the server unless the DSN's connect_timeout or PGCONNECT_TIMEOUT says
 otherwise.

@@ -18,6 +18,7 @@ from undolog.cli._common import (
     EXIT_OK,
     OPERATOR,
     PERSON,
+    NotFound,
     Parser,
     Subparsers,
     UsageError,
@@ -219,6 +220,10 @@ def _cmd_anchor_export(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         anchor = chain.write_anchor(conn) if args.write else chain.latest_anchor(conn)
     if anchor is None:
-        raise UsageError("no anchor yet: `undolog anchor write` (or partitions maintain)")
+        raise NotFound(
+            "no anchor yet",
+            "An operator writes one: undolog anchor write (undolog partitions maintain "
+            "writes one on each run; the dashboard's Maintenance, Write an anchor now).",
+        )
     print(json.dumps(anchor))
     return EXIT_OK
