@@ -5,6 +5,7 @@ real logins with passwords_checked, a real webhook receiver, the real delivery c
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -256,3 +257,64 @@ def test_a_bad_link_is_refused_before_any_read_and_echoes_nothing(
     with pytest.raises(ValueError, match="at least 16"):
         create_app(without_user(dsn), link_secret="short")
     client.__exit__(None, None, None)
+
+
+def test_the_notifications_page_lists_the_latest_deliveries_as_the_command_does(
+    dsn: str,
+    conn: Conn,
+    passwords_checked: bool,
+    hook_url: str,
+    answers: list[int],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`undolog notifications deliveries [--state S]` on the Notifications page, with the
+    same query: the latest deliveries of every request, filtered by state, each with why
+    it failed and a link to its session's page (where Send again is). The engine's hint
+    for an unknown delivery says "undolog notifications deliveries shows them. In the
+    dashboard: Notifications", and the page listed channels only. An approver's Send
+    again (no button for them) is told who may, not PostgreSQL's bare 42501."""
+    from undolog.cli import main
+
+    conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET undolog.notification_max_attempts = 1')
+    conn.execute("SET ROLE undolog_operator")
+    notifications.add_webhook(conn, "ops-hook", hook_url, SECRET, by="ops")
+    conn.execute("RESET ROLE")
+    with psycopg.connect(dsn, autocommit=True) as su:
+        failing = waiting_session(dsn, item="one")
+        answers.append(500)
+        [failed] = deliver(su)
+        sent = waiting_session(dsn, item="two")
+        [ok] = deliver(su)
+    assert (failed.state, ok.state) == ("failed", "sent")
+
+    operator = client_as(dsn, "dash_operator")
+    page = operator.get("/notifications")
+    assert page.status_code == 200 and 'id="deliveries-table"' in page.text
+    for d, sid in ((failed, failing.session_id), (ok, sent.session_id)):
+        assert f'id="delivery-{d.delivery_id}"' in page.text
+        assert f'href="/sessions/{sid}"' in page.text
+    assert "HTTP 500 Internal Server Error" in page.text
+    only_failed = operator.get("/notifications?deliveries=failed")
+    assert f'id="delivery-{failed.delivery_id}"' in only_failed.text
+    assert f'id="delivery-{ok.delivery_id}"' not in only_failed.text
+    # the command's rows, in its order
+    for state, shown in ((None, page), ("failed", only_failed)):
+        flags = ["--state", state] if state else []
+        assert main(["notifications", "deliveries", *flags, "--json", "--dsn", dsn]) == 0
+        listed = [r["delivery_id"] for r in json.loads(capsys.readouterr().out)]
+        assert re.findall(r'class="delivery-row" id="delivery-([0-9a-f-]+)"', shown.text) == listed
+    assert operator.get("/notifications?deliveries=bogus").status_code == 422
+
+    approver = client_as(dsn, "dash_approver")
+    assert f'id="delivery-{failed.delivery_id}"' in approver.get("/notifications").text
+    refused = approver.post(
+        f"/sessions/{failing.session_id}/notify-retry",
+        data={
+            "csrf": csrf_of(approver.get(f"/sessions/{failing.session_id}").text),
+            "delivery_id": str(failed.delivery_id),
+        },
+    )
+    assert refused.status_code == 403
+    assert "only an operator sends a notification again: nothing was done" in refused.text
+    for client in (operator, approver):
+        client.__exit__(None, None, None)

@@ -1657,6 +1657,14 @@ class Dashboard:
         self, request: Request, ws: WebSession, session_id: uuid.UUID, form: Any
     ) -> Response:
         """An operator sends a notification of one of this session's requests again."""
+        if not ws.roles.operator:  # no button for anyone else: told who may, as elsewhere
+            outcome = Outcome(
+                "notify-retry",
+                False,
+                "only an operator sends a notification again: nothing was done",
+                403,
+            )
+            return await self._show_session(request, ws, session_id, 403, [outcome])
         delivery_id = self._uuid(str(form.get("delivery_id", "")))
         # retry_notification takes the delivery alone: it must be this session's
         async with ws.db() as conn:
@@ -2569,8 +2577,20 @@ class Dashboard:
         if isinstance(ws, Response):
             return ws
         everything = request.query_params.get("all") == "1"
+        # the deliveries' filter, as `undolog notifications deliveries --state`
+        state = request.query_params.get("deliveries") or None
+        if state is not None and state not in queries.DELIVERY_STATES:
+            return self.problem(
+                request,
+                ws,
+                422,
+                "Not a filter",
+                f"deliveries: one of {', '.join(queries.DELIVERY_STATES)}, not "
+                f"{state[:40]!r}: leave it out for every state.",
+            )
         async with ws.db() as conn:
             found, more = await queries.channels(conn, everything)
+            sent = await queries.deliveries(conn, state)
         return self.render(
             request,
             "notifications.html",
@@ -2579,6 +2599,10 @@ class Dashboard:
             more=more,
             everything=everything,
             limit=queries.CHANNELS_LIMIT,
+            deliveries=sent,
+            delivery_state=state,
+            delivery_states=queries.DELIVERY_STATES,
+            deliveries_limit=queries.DELIVERIES_LIMIT,
         )
 
     async def channels_add(self, request: Request) -> Response:

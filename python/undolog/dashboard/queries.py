@@ -404,6 +404,23 @@ async def channels(conn: Conn, everything: bool) -> tuple[list[Row], bool]:
     return found[:CHANNELS_LIMIT], len(found) > CHANNELS_LIMIT
 
 
+# The deliveries the Notifications page lists: the latest, as `undolog notifications
+# deliveries` does by default; and the states it filters by, as its --state.
+DELIVERIES_LIMIT = 50
+DELIVERY_STATES = ("pending", "sent", "failed", "cancelled")
+
+
+async def deliveries(conn: Conn, state: str | None) -> list[Row]:
+    """The latest deliveries of every request (one state's, when given), newest first,
+    with the query of `undolog notifications deliveries`; next_attempt only for one still
+    due."""
+    return await rows(
+        conn,
+        QUERIES["notification_deliveries"],
+        {"approval_id": None, "state": state, "limit": DELIVERIES_LIMIT},
+    )
+
+
 async def live_channel(conn: Conn, name: str) -> Row | None:
     return await one(conn, QUERIES["dashboard_live_channel"], {"name": name})
 
