@@ -767,3 +767,30 @@ def test_the_usage_says_partitions_list_takes_no_flags() -> None:
     assert "partitions list | plan" not in doc
     assert "undolog partitions plan [--months-ahead N] [--retention-months N]" in doc
     assert main(["partitions", "list", "--months-ahead", "3"]) == 2  # as the usage says
+
+
+def test_maintenance_shows_the_worker_lag_and_the_halted_sessions_as_health_does(
+    web: TestClient, conn: Conn, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`undolog health`'s worker and operator lines on Maintenance's Recovery panel, from
+    the same queries: how many sessions are due for an undo walk and how long the oldest
+    has waited for a worker, and how many halted sessions wait for an operator (a link
+    to them). The page showed neither: a worker that stopped was seen nowhere there."""
+    from dashboard_helpers import halted_session
+
+    log_in(web, "dash_approver")
+    page = html.unescape(web.get("/maintenance").text)
+    assert "no session waits for an undo walk" in page
+    assert "no halted session waits for an operator" in page
+    halted = halted_session(dsn)
+    lease_run_out(dsn)
+    conn.execute("SELECT undolog.recover(50)")  # failed: due for a walk nobody runs
+    assert main(["health", "--json", "--dsn", dsn]) in (0, 1)
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    due = checks["worker"]["due_sessions"]
+    assert due >= 1 and checks["operator"]["halted_sessions"] == 1
+    page = html.unescape(web.get("/maintenance").text)
+    assert f"{due} sessions due for an undo walk, the oldest waiting" in page, page
+    assert "1 halted sessions wait for an operator" in page
+    assert 'href="/sessions?state=halted"' in page
+    assert session_state(conn, halted) == "halted"

@@ -2113,6 +2113,7 @@ class Dashboard:
             pending = await queries.pending_partitions(conn)
             retention = await queries.retention(conn)
             anchors, older = await queries.anchors(conn)
+            worker = await queries.worker_health(conn)  # as `undolog health`
             installed = await queries.engine_version(conn)
             applied = None if installed is None else await _applied_migrations(conn)
         # the plan from every partition, as `undolog partitions plan` makes it; only the
@@ -2143,6 +2144,7 @@ class Dashboard:
             plan=plan,
             anchors=anchors,
             older=older,
+            worker=worker,
             versions=versions,
             partitions_limit=queries.PARTITIONS_LIMIT,
             anchors_limit=queries.ANCHORS_LIMIT,

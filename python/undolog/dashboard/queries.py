@@ -421,6 +421,20 @@ async def deliveries(conn: Conn, state: str | None) -> list[Row]:
     )
 
 
+async def worker_health(conn: Conn) -> dict[str, Any]:
+    """`undolog health`'s worker and operator lines, from its queries: how many sessions
+    are due for an undo walk and how long the oldest has waited for a worker (seconds),
+    and how many halted sessions wait for an operator."""
+    lag = await one(conn, QUERIES["worker_lag"], {})
+    halted = await one(conn, QUERIES["halted_sessions_unresolved"], {})
+    assert lag is not None and halted is not None
+    return {
+        "due": int(lag["due"]),
+        "lag": max(float(lag["lag_seconds"]), 0.0),
+        "halted": int(halted["halted"]),
+    }
+
+
 async def live_channel(conn: Conn, name: str) -> Row | None:
     return await one(conn, QUERIES["dashboard_live_channel"], {"name": name})
 
