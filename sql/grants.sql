@@ -144,6 +144,8 @@ GRANT SELECT ON undolog.undolog_operator_actions TO undolog_approver, undolog_op
 GRANT SELECT ON undolog.sessions_overview TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.effect_timeline TO undolog_agent, undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.pending_approvals TO undolog_approver, undolog_operator;
+-- The pending requests alone (ids and deadlines): the inbox's count and live refresh.
+GRANT SELECT ON undolog.pending_approval_ids TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.decided_approvals TO undolog_approver, undolog_operator;
 GRANT SELECT ON undolog.notification_channels TO undolog_approver, undolog_operator;
 -- What a recovery worker must act on now (`undolog health` measures its lag).
