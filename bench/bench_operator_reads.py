@@ -355,7 +355,8 @@ def cases(conn: Conn) -> list[Case]:
         ("cli", "sessions_overview_filtered (sessions list)", listing, cli_params),
         ("cli", "session_overview (sessions show)", q["session_overview"], sid),
         ("cli", "session_timeline (sessions show)", q["session_timeline"], sid),
-        ("cli", "pending_approvals (approvals list)", q["pending_approvals"], {}),
+        # its default --limit (an older, unbounded list ignores the parameter)
+        ("cli", "pending_approvals (approvals list)", q["pending_approvals"], {"limit": 50}),
         (
             "cli",
             "decided_approvals (approvals decided)",

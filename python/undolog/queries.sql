@@ -505,8 +505,20 @@ ORDER BY d.delivery_id
 LIMIT 4
 
 -- name: pending_approvals
--- `undolog approvals list`: the requests waiting for a human, oldest first.
-SELECT * FROM undolog.pending_approvals ORDER BY requested_at
+-- `undolog approvals list`: the requests waiting for a human, oldest first, at most
+-- %(limit)s; total is how many wait in all, so that the command can say how many it did
+-- not show. The oldest are picked and counted in pending_approval_ids, the requests
+-- alone: only those shown are joined to their sessions and calls (a LIMIT over
+-- pending_approvals sorts them after joining every pending request). One statement, one
+-- snapshot: the rows and the count agree.
+SELECT p.*, (SELECT count(*) FROM undolog.pending_approval_ids) AS total
+FROM undolog.pending_approvals AS p
+WHERE p.approval_id = ANY(ARRAY(
+    SELECT i.approval_id FROM undolog.pending_approval_ids AS i
+    ORDER BY i.requested_at, i.approval_id
+    LIMIT %(limit)s::int
+))
+ORDER BY p.requested_at, p.approval_id
 
 -- name: decided_approvals
 -- `undolog approvals decided`: past decisions, newest first (the dashboard's /decisions),

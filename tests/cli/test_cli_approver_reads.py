@@ -63,6 +63,30 @@ def test_approvals_list_names_the_login_that_asked(
     assert row["agent"] == "payroll-team (trusted)"
 
 
+def test_approvals_list_shows_the_oldest_up_to_its_limit_and_says_how_many_more(
+    dsn: str, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Thousands may wait: the list shows the oldest --limit (50 by default), and a line
+    on standard error how many more wait; none when all are shown, none with --json."""
+    asked = [ask(agent_dsn, "pay", {"cents": n}) for n in range(4)]
+    code, out, err = run(capsys, "approvals", "list", "--limit", "3", "--dsn", dsn)
+    assert code == 0, err
+    shown = [a for a in asked if str(a) in out]
+    assert shown == asked[:3], out  # the oldest first
+    assert "hint: 1 more waiting, not shown (the oldest 3 are); --limit 4 lists them all" in err
+    code, out, err = run(capsys, "approvals", "list", "--limit", "4", "--dsn", dsn)
+    assert code == 0 and [a for a in asked if str(a) in out] == asked, (out, err)
+    assert "more waiting" not in err
+    code, out, err = run(capsys, "approvals", "list", "--dsn", dsn)  # the default: 50
+    assert code == 0 and "more waiting" not in err and len(line_of(out, asked[3])) > 0
+    code, out, err = run(capsys, "approvals", "list", "--json", "--limit", "2", "--dsn", dsn)
+    assert code == 0, err
+    assert [uuid.UUID(r["approval_id"]) for r in json.loads(out)] == asked[:2]
+    assert err == ""
+    code, out, err = run(capsys, "approvals", "list", "--limit", "0", "--dsn", dsn)
+    assert code == 2 and "--limit" in err and out == "", (out, err)
+
+
 def test_decided_table_shows_the_edited_args(
     dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

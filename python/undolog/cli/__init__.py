@@ -12,7 +12,7 @@
     undolog sessions abandon SESSION --by NAME --reason TEXT     resolved by hand: stays halted
     undolog sessions rollback SESSION --by NAME --reason TEXT    undo an active/waiting session
     undolog sessions undo-to SESSION STEP --reason TEXT [--plan]  undo down to a step, go on
-    undolog approvals list                     requests waiting for a human
+    undolog approvals list [--limit N]         requests waiting for a human, oldest first
     undolog approvals show APPROVAL            one of them whole: every argument, who asked
     undolog approvals decided [--since T] [--mine]   past decisions: who, when, why
     undolog approvals approve|reject APPROVAL --by NAME [--reason TEXT]

@@ -33,12 +33,28 @@ from undolog.names import spell_spaces
 from undolog.queries import QUERIES
 from undolog.signature import NotAsTyped, loads_as_typed
 
+# `approvals list` shows the oldest this many unless --limit says otherwise: thousands may
+# wait (each login up to undolog.max_pending_approvals), and a person decides from the top.
+LIST_LIMIT = 50
+
 
 def configure_approvals_parser(subparsers: Subparsers, common: Parser) -> None:
     appr = subparsers.add_parser(
         "approvals", parents=[common], help="approval requests"
     ).add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
-    p = appr.add_parser("list", parents=[common], help="requests waiting for a human")
+    p = appr.add_parser(
+        "list",
+        parents=[common],
+        help="requests waiting for a human, oldest first",
+        description="The requests waiting for a human, oldest first, at most --limit of "
+        "them; when more wait, a line on standard error says how many (not with --json).",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=LIST_LIMIT,
+        help=f"at most this many, the oldest (default {LIST_LIMIT})",
+    )
     p.set_defaults(func=_cmd_approvals_list, needed_role="undolog_approver (or undolog_operator)")
     p = appr.add_parser(
         "show",
@@ -136,15 +152,23 @@ APPROVAL_JSON_COLUMNS = [
 
 def _cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(conn, QUERIES["pending_approvals"])
+        rows = query(conn, QUERIES["pending_approvals"], {"limit": args.limit})
     if args.json:
         emit(args, rows, APPROVAL_JSON_COLUMNS)
-    else:
-        emit(
-            args,
-            [_as_read(r) for r in rows],
-            APPROVAL_COLUMNS,
-            whole="undolog approvals show ID prints a request whole",
+        return EXIT_OK
+    emit(
+        args,
+        [_as_read(r) for r in rows],
+        APPROVAL_COLUMNS,
+        whole="undolog approvals show ID prints a request whole",
+    )
+    # total was counted in the same statement (one snapshot) as the rows shown
+    more = int(rows[0]["total"]) - len(rows) if rows else 0
+    if more > 0:
+        print(
+            f"hint: {more:,} more waiting, not shown (the oldest {len(rows):,} are); "
+            f"--limit {len(rows) + more} lists them all",
+            file=sys.stderr,
         )
     return EXIT_OK
 
