@@ -9,7 +9,9 @@ page, with 1 M sessions and 10 M effects in the journal; p50 and p99. Targets: p
         [--sessions 1000000] [--calls 10] [--requests 200] [--keep-database]
 
 Uses the server named by UNDOLOG_DSN (or PG* variables) as a superuser: it creates the
-database undolog_bench_dashboard and an operator login (bench_operator) and reads as it.
+database undolog_bench_dashboard and an operator login (bench_operator, a member of
+undolog_password_logins: a throwaway cluster of tools/pgcluster.py asks it for its
+password, as the dashboard wants) and reads as it.
 The journal is bulk-loaded with set-based INSERT ... SELECT generate_series as the owner,
 guard triggers disabled during the load only: sessions (over four months, mostly
 completed, some of every other state), ``--calls`` effects each with one history row,
@@ -35,6 +37,7 @@ from starlette.testclient import TestClient
 
 from undolog.dashboard import create_app
 from undolog.dashboard.queries import encode_cursor
+from undolog.demos.dashboard import PASSWORD_LOGINS
 from undolog.migrations import migrate
 
 Conn = psycopg.Connection[Any]
@@ -212,7 +215,14 @@ def build(admin: Conn, base: str, sessions: int, calls: int) -> str:
         )
     if admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (LOGIN,)).fetchone() is None:
         admin.execute(f"CREATE ROLE {LOGIN} LOGIN PASSWORD 'bench'")
-    admin.execute(f"GRANT undolog_operator TO {LOGIN}")
+    # A member of PASSWORD_LOGINS, whom tools/pgcluster.py's clusters ask for its password:
+    # the dashboard lets in no login the server let in without it.
+    if (
+        admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (PASSWORD_LOGINS,)).fetchone()
+        is None
+    ):
+        admin.execute(f"CREATE ROLE {PASSWORD_LOGINS} NOLOGIN")
+    admin.execute(f"GRANT undolog_operator, {PASSWORD_LOGINS} TO {LOGIN}")
     return dsn
 
 
