@@ -30,42 +30,20 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from journal_fill import AT, SESSION_ID, batches, fill, log, month_partitions
 from undolog.metrics import VIEWS, scrape
-from undolog.migrations import migrate
 
 Conn = psycopg.Connection[Any]
 DBNAME = os.environ.get("UNDOLOG_BENCH_DBNAME", "undolog_bench_metrics")
 LOGIN = "bench_metrics_operator"
 TARGET_MS = 200.0
 BATCH = 250_000
-GUARDED = (
-    "undolog_sessions",
-    "undolog_effect_log",
-    "undolog_effect_history",
-    "undolog_undo_stack",
-    "undolog_approval_requests",
-)
-# The undo history's rows are loaded apart from the undo stack's (not by its trigger).
-
-SESSION_ID = "(lpad(to_hex(i), 8, '0') || substr(md5(i::text), 9, 24))::uuid"
-# Spread over 100 days, the newest now: i = n is now (one instant for every table's
-# rows, so that a call's undo entry and effect row carry the same executed_at).
-AT = "%(now)s::timestamptz - interval '100 days' * (1 - i::float8 / %(n)s)"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def load(conn: Conn, sessions: int) -> None:
     now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    for month in (-4, -3, -2, -1, 0, 1):
-        conn.execute(
-            "SELECT undolog.create_month_partitions(undolog.utc_month(now(), %s))", (month,)
-        )
-    for first in range(1, sessions + 1, BATCH):
-        last = min(first + BATCH - 1, sessions)
-        started = time.perf_counter()
+    month_partitions(conn)
+    for first, last in batches(1, sessions, BATCH):
         params = {"a": first, "b": last, "n": sessions, "now": now}
         # Mostly finished; one in a thousand of each live state (active with a lease run
         # out, so that it is due for the worker).
@@ -144,6 +122,8 @@ def load(conn: Conn, sessions: int) -> None:
             """,
             params,
         )
+        # The undo history's rows are loaded apart from the undo stack's (not by its
+        # trigger; the undo history is not among journal_fill.GUARDED).
         conn.execute(
             f"""
             INSERT INTO undolog.undolog_undo_history (session_id, undo_id, event,
@@ -156,32 +136,17 @@ def load(conn: Conn, sessions: int) -> None:
             """,
             params,
         )
-        log(f"  sessions {first:>9}..{last:<9} {time.perf_counter() - started:6.1f} s")
 
 
 def build(admin: Conn, base: str, sessions: int) -> str:
-    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
-    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=DBNAME)
     started = time.perf_counter()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
-        conn.execute("SET synchronous_commit = off")
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        for table in GUARDED:
-            conn.execute(f"ALTER TABLE undolog.{table} DISABLE TRIGGER USER")
-        try:
-            load(conn, sessions)
-        finally:
-            for table in GUARDED:
-                conn.execute(f"ALTER TABLE undolog.{table} ENABLE TRIGGER USER")
-        conn.execute("VACUUM ANALYZE")
-        conn.execute(
-            sql.SQL(
-                "DO $$ BEGIN CREATE ROLE {} LOGIN IN ROLE undolog_operator; "
-                "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-            ).format(sql.Identifier(LOGIN))
-        )
+    dsn = fill(admin, base, DBNAME, lambda conn: load(conn, sessions))
+    admin.execute(
+        sql.SQL(
+            "DO $$ BEGIN CREATE ROLE {} LOGIN IN ROLE undolog_operator; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        ).format(sql.Identifier(LOGIN))
+    )
     log(f"loaded {sessions:,} sessions in {time.perf_counter() - started:.0f} s")
     return dsn
 

@@ -52,10 +52,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from journal_fill import AT, SESSION_ID, batches, fill, log, month_partitions
 from undolog.dashboard.queries import COUNT_CAP
 from undolog.engine import SESSION_STATES
 from undolog.metrics import SCRIPT
-from undolog.migrations import migrate
 from undolog.queries import QUERIES
 from undolog.session_filter import SessionFilter, filter_params, sessions_query
 
@@ -63,16 +63,6 @@ Conn = psycopg.Connection[Any]
 DBNAME = "undolog_bench_reads_{}"
 LOGIN = "bench_reads_staff"
 BATCH = 250_000
-GUARDED = (
-    "undolog_sessions",
-    "undolog_effect_log",
-    "undolog_effect_history",
-    "undolog_undo_stack",
-    "undolog_approval_requests",
-)
-SESSION_ID = "(lpad(to_hex(i), 8, '0') || substr(md5(i::text), 9, 24))::uuid"
-# Spread over 100 days, the newest now.
-AT = "%(now)s::timestamptz - interval '100 days' * (1 - i::float8 / %(n)s)"
 # The state of session i: one in a thousand of each live state, three in a thousand
 # awaiting approval, one in a hundred compensated, the rest completed.
 STATE = """CASE i %% 1000 WHEN 1 THEN 'halted' WHEN 2 THEN 'active'
@@ -85,19 +75,10 @@ AWAITING = "i %% 1000 IN (3, 7, 8)"
 MONITORING = Path(__file__).resolve().parents[1] / "examples" / "monitoring.sql"
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def load(conn: Conn, sessions: int, calls: int) -> None:
     now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-    for month in (-4, -3, -2, -1, 0, 1):
-        conn.execute(
-            "SELECT undolog.create_month_partitions(undolog.utc_month(now(), %s))", (month,)
-        )
-    for first in range(1, sessions + 1, BATCH):
-        last = min(first + BATCH - 1, sessions)
-        started = time.perf_counter()
+    month_partitions(conn)
+    for first, last in batches(1, sessions, BATCH):
         params = {"a": first, "b": last, "n": sessions, "now": now, "c": calls}
         conn.execute(
             f"""
@@ -181,26 +162,11 @@ def load(conn: Conn, sessions: int, calls: int) -> None:
             """,
             params,
         )
-        log(f"  sessions {first:>9}..{last:<9} {time.perf_counter() - started:6.1f} s")
 
 
 def build(admin: Conn, base: str, dbname: str, sessions: int, calls: int) -> str:
-    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
-    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=dbname)
     started = time.perf_counter()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
-        conn.execute("SET synchronous_commit = off")
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        for table in GUARDED:
-            conn.execute(f"ALTER TABLE undolog.{table} DISABLE TRIGGER USER")
-        try:
-            load(conn, sessions, calls)
-        finally:
-            for table in GUARDED:
-                conn.execute(f"ALTER TABLE undolog.{table} ENABLE TRIGGER USER")
-        conn.execute("VACUUM ANALYZE")
+    dsn = fill(admin, base, dbname, lambda conn: load(conn, sessions, calls))
     for role in ("undolog_operator", "undolog_approver"):
         admin.execute(
             sql.SQL(
