@@ -35,45 +35,28 @@ import psycopg
 from psycopg import sql
 from starlette.testclient import TestClient
 
+from journal_fill import GUARDED, SESSION_ID, batches, fill, log, month_partitions
 from undolog.dashboard import create_app
 from undolog.dashboard.queries import encode_cursor
 from undolog.demos.dashboard import PASSWORD_LOGINS
-from undolog.migrations import migrate
 
 Conn = psycopg.Connection[Any]
 DBNAME = os.environ.get("UNDOLOG_BENCH_DBNAME", "undolog_bench_dashboard")
 LOGIN = "bench_operator"
 BIG_SESSION = uuid.UUID("ffffffff-0000-4000-8000-000000001000")
 BATCH = 100_000
-GUARDED = (
-    "undolog_sessions",
-    "undolog_session_history",
-    "undolog_effect_log",
-    "undolog_effect_history",
-    "undolog_undo_stack",
-    "undolog_approval_requests",
-)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def load(conn: Conn, sessions: int, calls: int) -> None:
-    for month in (-4, -3, -2, -1, 0, 1):
-        conn.execute(
-            "SELECT undolog.create_month_partitions(undolog.utc_month(now(), %s))", (month,)
-        )
-    for first in range(0, sessions, BATCH):
-        last = min(first + BATCH, sessions) - 1
-        started = time.perf_counter()
+    month_partitions(conn)
+    for first, last in batches(0, sessions - 1, BATCH):
         # Ids increase with i (the btree indexes fill in order); the state mix is what a
         # busy journal looks like: mostly completed, a few of every other state.
         conn.execute(
-            """
+            f"""
             INSERT INTO undolog.undolog_sessions (session_id, agent, owner_role, state,
                 lease_duration, lease_expires_at, created_at, updated_at, error)
-            SELECT (lpad(to_hex(i), 8, '0') || substr(md5(i::text), 9, 24))::uuid,
+            SELECT {SESSION_ID},
                    'agent-' || (i %% 50), 'bench_agent',
                    CASE WHEN i %% 1000 = 1 THEN 'halted' WHEN i %% 1000 = 2 THEN 'active'
                         WHEN i %% 1000 = 3 THEN 'awaiting_approval'
@@ -86,7 +69,7 @@ def load(conn: Conn, sessions: int, calls: int) -> None:
             {"a": first, "b": last, "n": sessions},
         )
         conn.execute(
-            """
+            f"""
             INSERT INTO undolog.undolog_effect_log (effect_id, session_id, executed_at,
                 call_signature, step_index, tool_name, tier, args, state, result_snapshot,
                 attempts, updated_at)
@@ -99,8 +82,7 @@ def load(conn: Conn, sessions: int, calls: int) -> None:
                    jsonb_build_object('ok', TRUE), 1, s.created_at
             FROM generate_series(%(a)s::int, %(b)s::int) AS i
             CROSS JOIN LATERAL (
-                SELECT (lpad(to_hex(i), 8, '0') || substr(md5(i::text), 9, 24))::uuid
-                           AS session_id,
+                SELECT {SESSION_ID} AS session_id,
                        now() - interval '100 days' * (1 - i::float8 / %(n)s) AS created_at
             ) AS s
             CROSS JOIN generate_series(0, %(c)s::int - 1) AS k
@@ -121,7 +103,6 @@ def load(conn: Conn, sessions: int, calls: int) -> None:
                 "high": uuid.UUID(f"{last:08x}" + "f" * 24),
             },
         )
-        log(f"  sessions {first:>9}..{last:<9} {time.perf_counter() - started:6.1f} s")
 
 
 def load_big_session(conn: Conn, calls: int = 1000) -> None:
@@ -186,24 +167,15 @@ def load_big_session(conn: Conn, calls: int = 1000) -> None:
 
 
 def build(admin: Conn, base: str, sessions: int, calls: int) -> str:
-    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
-    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=DBNAME)
     started = time.perf_counter()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
-        conn.execute("SET synchronous_commit = off")
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        for table in GUARDED:
-            conn.execute(f"ALTER TABLE undolog.{table} DISABLE TRIGGER USER")
-        try:
-            load(conn, sessions, calls)
-            load_big_session(conn)
-        finally:
-            for table in GUARDED:
-                conn.execute(f"ALTER TABLE undolog.{table} ENABLE TRIGGER USER")
+
+    def load_all(conn: Conn) -> None:
+        load(conn, sessions, calls)
+        load_big_session(conn)
         log("  vacuum analyze ...")
-        conn.execute("VACUUM (ANALYZE)")
+
+    dsn = fill(admin, base, DBNAME, load_all, guarded=(*GUARDED, "undolog_session_history"))
+    with psycopg.connect(dsn, autocommit=True) as conn:
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM undolog.undolog_sessions), "
             "(SELECT count(*) FROM undolog.undolog_effect_log)"
