@@ -34,8 +34,8 @@ import psycopg
 from psycopg import sql
 from psycopg.errors import Diagnostic
 
+from journal_fill import fill, log
 from undolog import engine, partitions
-from undolog.migrations import migrate
 
 Conn = psycopg.Connection[Any]
 
@@ -45,10 +45,6 @@ SMALL_LOAD = [(-4, 2500), (-3, 2500), (-2, 2500), (-1, 2500)]
 BIG_LOAD = [(-5, 50_000), (-4, 500_000), (-3, 500_000), (-2, 500_000), (-1, 500_000)]
 ROUNDS, PER_ROUND, WARMUP = 10, 200, 200
 COMPENSATION = {"name": "delete_user", "args": {"soft": True}}
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def dsn_for(base: str, dbname: str) -> str:
@@ -115,34 +111,16 @@ def load_month(conn: Conn, offset: int, effects: int) -> None:
     )
 
 
-GUARDED = (
-    "undolog_sessions",
-    "undolog_effect_log",
-    "undolog_effect_history",
-    "undolog_undo_stack",
-    "undolog_approval_requests",
-)
-
-
 def build(admin: Conn, base: str, dbname: str, months: list[tuple[int, int]]) -> None:
-    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
-    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
     started = time.perf_counter()
-    with psycopg.connect(dsn_for(base, dbname), autocommit=True) as conn:
-        migrate(conn)
-        conn.execute("SET synchronous_commit = off")
-        conn.execute("SET maintenance_work_mem = '256MB'")
-        # The guards (state machine, history, append-only) are bypassed for the bulk load
-        # only, as the owner; rows are written in their final form instead.
-        for table in GUARDED:
-            conn.execute(f"ALTER TABLE undolog.{table} DISABLE TRIGGER USER")
+
+    def load(conn: Conn) -> None:
         for offset, effects in months:
             with conn.transaction():
                 load_month(conn, offset, effects)
             log(f"  {dbname}: month {offset:+d} loaded ({effects} calls)")
-        for table in GUARDED:
-            conn.execute(f"ALTER TABLE undolog.{table} ENABLE TRIGGER USER")
-        conn.execute("VACUUM (ANALYZE)")
+
+    fill(admin, base, dbname, load, maintenance_work_mem="256MB")
     total = sum(n for _, n in months)
     log(f"  {dbname}: {total} calls loaded and vacuumed in {time.perf_counter() - started:.0f} s")
 
