@@ -16,7 +16,7 @@ import logging
 from types import TracebackType
 from typing import Any, TextIO
 
-from undolog.names import UNSEEN
+from undolog.names import is_unseen
 
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
@@ -25,7 +25,7 @@ def escaped(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` with every character that is not printable (a control character, a line
     or paragraph separator, a format character such as a bidirectional override) written
     as Python writes it in a string's repr, and every other one no reader sees (a Hangul
-    filler, a variation selector: :data:`undolog.names.UNSEEN`) as ``\\u3164``;
+    filler, a variation selector: :func:`undolog.names.is_unseen`) as ``\\u3164``;
     ``keep_newlines``: ``\\n`` kept as it is. A backslash is left as it is (a path stays
     readable): text may read like an escape, but no line break or escape sequence gets
     through."""
@@ -37,7 +37,7 @@ def escaped(text: str, *, keep_newlines: bool = False) -> str:
 def _escaped_char(ch: str) -> str:
     if not ch.isprintable():
         return repr(ch)[1:-1]
-    if UNSEEN.match(ch):  # printable to Python, seen by nobody
+    if is_unseen(ch):  # printable to Python, seen by nobody
         return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
     return ch
 

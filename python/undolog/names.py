@@ -14,6 +14,7 @@ letters and marks them), so that part is theirs.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -47,16 +48,32 @@ _DEFAULT_IGNORABLE = (
     (0x1D173, 0x1D17A),
     (0xE0000, 0xE0FFF),
 )
-UNSEEN = re.compile(
-    "["
-    + "".join(
-        re.escape(chr(code))
-        for code in range(0x110000)
-        if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
+
+
+def is_unseen(ch: str) -> bool:
+    """Whether no reader sees the character ``ch`` as itself (above)."""
+    code = ord(ch)
+    return (unicodedata.category(ch) in _UNSEEN_CATEGORIES and ch not in "\t\n\r") or any(
+        low <= code <= high for low, high in _DEFAULT_IGNORABLE
     )
-    + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
-    + "]"
-)
+
+
+@functools.cache
+def _unseen_pattern() -> re.Pattern[str]:
+    """Every character is_unseen() names, as one character class. Made the first time a
+    text that is not plain ASCII is spelled, not at import: asking each of the 1,114,112
+    code points its category takes some 0.2 s, which every `import undolog` (an agent's
+    process, each CLI command) paid when this was a module constant."""
+    return re.compile(
+        "["
+        + "".join(
+            re.escape(chr(code))
+            for code in range(0x110000)
+            if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
+        )
+        + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
+        + "]"
+    )
 
 
 def _spelled(match: re.Match[str]) -> str:
@@ -69,14 +86,14 @@ def _spelled(match: re.Match[str]) -> str:
 
 
 def spell_unseen(text: str) -> str:
-    """``text`` with every character no reader sees as itself (:data:`UNSEEN`) written
+    """``text`` with every character no reader sees as itself (:func:`is_unseen`) written
     out as its JSON escape, ``\\u202e``: in JSON text that is the same value (outside a
     string JSON holds none of them), and in plain text it is seen. Tab, newline and
     carriage return are left to the face (a page shows them; a one-line notice folds
     them)."""
     if text.isascii() and text.isprintable():
         return text
-    return UNSEEN.sub(_spelled, text)
+    return _unseen_pattern().sub(_spelled, text)
 
 
 # Written out whatever the face: a backslash (so that an escape the face writes is never

@@ -74,7 +74,7 @@ from undolog.dashboard.websessions import (
     WebSession,
 )
 from undolog.engine import SESSION_STATES
-from undolog.names import UNSEEN, spell_name, spell_unseen
+from undolog.names import is_unseen, spell_name, spell_unseen
 from undolog.queries import QUERIES
 from undolog.signature import NotAsTyped, canonical_json, check_storable, loads_as_typed
 
@@ -279,7 +279,7 @@ def _span(value: datetime.timedelta | None) -> str:
 
 
 def shown(value: str, *, name: bool = False) -> str:
-    """``value`` with every character a browser would not show as itself (UNSEEN)
+    """``value`` with every character a browser would not show as itself (is_unseen)
     written out as its escape, ``\\u202e`` (:func:`undolog.names.spell_unseen`): in JSON
     text that is the same value (outside a string JSON holds none of them), and in plain
     text it is seen.
@@ -295,7 +295,7 @@ def shown(value: str, *, name: bool = False) -> str:
 
 
 def _seen_or_escape(ch: str) -> str:
-    if UNSEEN.match(ch):
+    if is_unseen(ch):
         return spell_unseen(ch)
     if ch.isspace():  # U+00A0, U+2003, U+3000...: all in the BMP
         return f"\\u{ord(ch):04x}"
