@@ -795,7 +795,10 @@ SELECT late_results, last_at FROM undolog.metrics_late_results
 
 -- name: dashboard_inbox
 -- The approvals inbox: the oldest pending requests first, at most %(limit)s, each with its
--- arguments whole when short (args) or as a head (args_head).
+-- arguments whole when short (args) or as a head (args_head). The oldest are picked in
+-- pending_approval_ids, the requests alone (the same rows and order), and only they are
+-- joined to their sessions and calls, as `undolog approvals list` does: a LIMIT over
+-- pending_approvals sorts them after joining every pending request.
 SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
        CASE WHEN length(p.args::text) <= %(head)s::int THEN p.args END AS args,
        left(p.args::text, %(head)s::int) AS args_head,
@@ -803,8 +806,12 @@ SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
        p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
        p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
 FROM undolog.pending_approvals AS p
+WHERE p.approval_id = ANY(ARRAY(
+    SELECT i.approval_id FROM undolog.pending_approval_ids AS i
+    ORDER BY i.requested_at, i.approval_id
+    LIMIT %(limit)s::int
+))
 ORDER BY p.requested_at, p.approval_id
-LIMIT %(limit)s::int
 
 -- name: dashboard_inbox_total
 -- The approvals inbox: how many requests are pending (the page shows the first ones).

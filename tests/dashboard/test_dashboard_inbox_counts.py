@@ -2,10 +2,13 @@
 inbox) read undolog.pending_approval_ids, the pending requests alone, not
 pending_approvals, which joins each to its session and its call: the same answers, as
 real logins read them, at a tenth of the cost at thousands of pending requests
-(docs/performance-log.md)."""
+(docs/performance-log.md). Its own rows (the oldest 200) are picked there too, and only
+they are joined: the same rows in the same order."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import uuid
 from typing import Any
 
@@ -13,6 +16,7 @@ import psycopg
 import pytest
 
 from dashboard_helpers import as_login, waiting_session, without_user
+from undolog.dashboard.queries import HEAD_CHARS
 from undolog.queries import QUERIES
 
 Conn = psycopg.Connection[Any]
@@ -23,6 +27,18 @@ FINGERPRINT_BEFORE = """
 SELECT coalesce(md5(string_agg(p.approval_id::text || p.expired::text, ','
                                ORDER BY p.approval_id)), '') AS f
 FROM undolog.pending_approvals AS p
+"""
+# The inbox's rows as they were read: every pending request joined, then cut.
+INBOX_BEFORE = """
+SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
+       CASE WHEN length(p.args::text) <= %(head)s::int THEN p.args END AS args,
+       left(p.args::text, %(head)s::int) AS args_head,
+       length(p.args::text) AS args_length,
+       p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
+       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
+FROM undolog.pending_approvals AS p
+ORDER BY p.requested_at, p.approval_id
+LIMIT %(limit)s::int
 """
 READS = [
     ("dashboard_inbox_total", TOTAL_BEFORE),
@@ -109,3 +125,88 @@ def test_the_total_and_fingerprint_read_no_session_and_no_call(
             assert "undolog_approval_requests" in plan, plan
             assert "undolog_sessions" not in plan, (name, plan)
             assert "undolog_effect_log" not in plan, (name, plan)
+
+
+def _requested_at(conn: Conn, approval_ids: list[uuid.UUID], at: datetime.datetime) -> None:
+    """The requests were all asked at ``at`` (a tie: the order is then by approval_id)."""
+    conn.execute(
+        "ALTER TABLE undolog.undolog_approval_requests "
+        "DISABLE TRIGGER undolog_approval_requests_guard"
+    )
+    conn.execute(
+        "UPDATE undolog.undolog_approval_requests SET requested_at = %s"
+        " WHERE approval_id = ANY(%s)",
+        (at, approval_ids),
+    )
+    conn.execute(
+        "ALTER TABLE undolog.undolog_approval_requests "
+        "ENABLE TRIGGER undolog_approval_requests_guard"
+    )
+
+
+def _inbox(dsn: str, login: str, limit: int) -> tuple[list[Any], list[Any]]:
+    """(now, before) of the inbox's rows, in one transaction as ``login``."""
+    params = {"head": HEAD_CHARS, "limit": limit}
+    with psycopg.connect(as_login(dsn, login)) as c:
+        return (
+            c.execute(QUERIES["dashboard_inbox"], params).fetchall(),
+            c.execute(INBOX_BEFORE, params).fetchall(),
+        )
+
+
+@pytest.mark.parametrize("login", ["dash_approver", "dash_operator", "dash_both"])
+def test_the_inbox_rows_and_their_order_are_as_over_pending_approvals(
+    dsn: str, conn: Conn, passwords_checked: bool, login: str
+) -> None:
+    """The inbox's own read picks the oldest in pending_approval_ids and joins only them:
+    for every cut (fewer than pending, as many, more), the same rows in the same order as
+    the read over pending_approvals, with two requests asked at the same instant (then
+    by approval_id), one decided (left out) and one past its deadline (expired)."""
+    app_dsn = without_user(dsn)
+    assert _inbox(app_dsn, login, 200) == ([], [])  # none yet
+    waiting = [
+        waiting_session(app_dsn, "dash_agent"),
+        waiting_session(app_dsn, "dash_agent", item="car"),
+        waiting_session(app_dsn, "dash_agent2"),
+        waiting_session(app_dsn, "dash_agent2", item="car", cents=7),
+        waiting_session(app_dsn, "dash_agent"),
+    ]
+    tie = [waiting[3].approval_id, waiting[4].approval_id]
+    _requested_at(conn, tie, datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1))
+    _age(conn, waiting[1].approval_id)
+    with psycopg.connect(as_login(app_dsn, "dash_approver2"), autocommit=True) as c:
+        c.execute("SELECT undolog.reject(%s, 'ann', 'no')", (waiting[2].approval_id,)).fetchone()
+    for limit in (1, 2, 3, 4, 200):
+        now, before = _inbox(app_dsn, login, limit)
+        assert now == before, (limit, now, before)
+        assert len(now) == min(limit, 4)
+    rows = _inbox(app_dsn, login, 200)[0]
+    ids = [r[0] for r in rows]
+    assert ids[0] == waiting[1].approval_id  # the oldest: two hours ago (and expired)
+    assert ids[1:3] == sorted(tie)  # asked at the same instant: by approval_id
+    assert waiting[2].approval_id not in ids  # decided
+
+
+def _rows_of(plan: dict[str, Any], relation: str) -> float:
+    """The rows that ``relation``'s scans gave the main query (rows times loops), not
+    counting the scans of its init plans and subplans (where the oldest are picked)."""
+    if plan.get("Parent Relationship") in ("InitPlan", "SubPlan"):
+        return 0.0
+    own = plan["Actual Rows"] * plan["Actual Loops"] if plan.get("Relation Name") == relation else 0
+    return own + sum(_rows_of(child, relation) for child in plan.get("Plans", []))
+
+
+def test_the_inbox_joins_only_the_requests_it_shows(dsn: str, passwords_checked: bool) -> None:
+    """As an approver, with three pending and a cut at one: the main query joins one
+    request to its session and its call; the oldest is picked among the requests alone.
+    Over pending_approvals every pending request was joined, then sorted and cut."""
+    app_dsn = without_user(dsn)
+    for item in ("room", "car", "boat"):
+        waiting_session(app_dsn, "dash_agent", item=item)
+    with psycopg.connect(as_login(app_dsn, "dash_approver")) as c:
+        ((plan,),) = c.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['dashboard_inbox']}",
+            {"head": HEAD_CHARS, "limit": 1},
+        ).fetchall()
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    assert _rows_of(root, "undolog_approval_requests") == 1, json.dumps(root, indent=1)
