@@ -1,7 +1,8 @@
 -- undolog.pending_approval_ids: the pending requests alone, each its id, when it was asked
 -- and its deadline, for what counts them, notices a change or picks the oldest few (the
 -- dashboard inbox's total and its live refresh, read every half second by each open
--- inbox; `undolog approvals list`, which joins only the oldest --limit to their calls).
+-- inbox; the inbox's own 200 rows and `undolog approvals list`, which join only the
+-- oldest they show to their calls).
 -- pending_approvals joins every request to its session and its call (the call's month
 -- unknown: an index probe in each partition), 56-73 ms at 3,000 pending against 3-9 ms
 -- for the requests alone (docs/performance-log.md).
