@@ -794,3 +794,57 @@ def test_maintenance_shows_the_worker_lag_and_the_halted_sessions_as_health_does
     assert "1 halted sessions wait for an operator" in page
     assert 'href="/sessions?state=halted"' in page
     assert session_state(conn, halted) == "halted"
+
+
+def _health_checks(dsn: str, capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[bool, str]]:
+    """`undolog health --json`'s locks and schemas checks: ok and detail."""
+    main(["health", "--json", "--dsn", dsn])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    return {c["name"]: (c["ok"], c["detail"]) for c in checks if c["name"] in HEALTH_SHOWN}
+
+
+HEALTH_SHOWN = ("locks", "schemas")
+
+
+def _page_checks(web: TestClient) -> dict[str, tuple[bool, str]]:
+    page = web.get("/maintenance")
+    assert page.status_code == 200
+    found = re.findall(
+        r'<li id="health-(\w+)"(?: class="error")?><strong>(ok|FAIL)</strong>'
+        r" <code>\w+</code>: (.*?)</li>",
+        page.text,
+    )
+    return {name: (mark == "ok", html.unescape(detail)) for name, mark, detail in found}
+
+
+def test_maintenance_shows_the_locks_and_schemas_checks_as_health_does(
+    web: TestClient, conn: Conn, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`undolog health`'s locks (advisory-lock functions still open to PUBLIC) and schemas
+    (agent logins that may create objects where other logins' names resolve) checks on
+    Maintenance, from the same queries and the same judgement (undolog.health): the page
+    says what `undolog health --json` says for the same database, to an approver and to
+    an operator, when both pass and when each fails (what to do, and who does it). The
+    page showed neither: only the command said that an agent could plant a function on
+    every other login's search path."""
+    from shadowing import writable_public
+
+    def same(expected_ok: dict[str, bool]) -> None:
+        cli = _health_checks(dsn, capsys)
+        assert {name: ok for name, (ok, _) in cli.items()} == expected_ok, cli
+        for login in ("dash_approver", "dash_operator"):
+            log_in(web, login)
+            assert _page_checks(web) == cli, login
+
+    same({"locks": True, "schemas": True})
+    conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO PUBLIC")
+    try:
+        same({"locks": False, "schemas": True})
+    finally:
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) FROM PUBLIC")
+    with writable_public(conn):
+        same({"locks": True, "schemas": False})
+        page = html.unescape(web.get("/maintenance").text)
+        assert "the owner must revoke that privilege" in page
+        assert "docs/how-to/roles.md" in page
+    same({"locks": True, "schemas": True})

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from undolog import health
 from undolog.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -178,43 +179,17 @@ def _health_partitions(conn: psycopg.Connection[Any], check: Callable[..., None]
 
 
 def _health_locks(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
-    """Whether the engine's advisory locks are its own: a login that may call
-    pg_advisory_lock can hold a session's lock and stall its agent and its recovery."""
+    """Whether the engine's advisory locks are its own (undolog.health.locks, the
+    dashboard's Maintenance page says the same)."""
     (row,) = query(conn, QUERIES["public_advisory_functions"])
-    still_open = list(row["open"])
-    check(
-        "locks",
-        not still_open,
-        f"PUBLIC may still call {len(still_open)} advisory-lock functions: a superuser must"
-        " revoke them (docs/how-to/roles.md)"
-        if still_open
-        else "advisory-lock functions revoked from PUBLIC",
-        public_advisory_functions=still_open,
-    )
+    check(**health.locks(row))
 
 
 def _health_schemas(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
-    """Whether an agent login may create objects where another login's names resolve:
-    a function it makes in public for a more specific type than pg_catalog's runs as
-    every login whose search path has public (an agent's own binding, another's proxy)."""
+    """Whether an agent login may create objects where another login's names resolve
+    (undolog.health.schemas, the dashboard's Maintenance page says the same)."""
     (row,) = query(conn, QUERIES["schemas_open_to_agents"])
-    schemas, database = list(row["open"]), bool(row["database_open"])
-    logins = list(row["logins"])
-    problems = [f"schema {name}" for name in schemas]
-    if database:
-        problems.append("this database (new schemas)")
-    check(
-        "schemas",
-        not problems,
-        f"agent logins ({', '.join(logins)}) may create objects in {', '.join(problems)}:"
-        " the owner must revoke that privilege from them and from PUBLIC, and give their"
-        " schemas to another owner (docs/how-to/roles.md)"
-        if problems
-        else "agent logins may create no schema nor objects in one",
-        agent_writable_schemas=schemas,
-        agent_may_create_schemas=database,
-        agent_logins_that_may_create=logins,
-    )
+    check(**health.schemas(row))
 
 
 def _health_worker(

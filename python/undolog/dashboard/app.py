@@ -2114,6 +2114,7 @@ class Dashboard:
             retention = await queries.retention(conn)
             anchors, older = await queries.anchors(conn)
             worker = await queries.worker_health(conn)  # as `undolog health`
+            security = await queries.security_health(conn)  # its locks and schemas
             installed = await queries.engine_version(conn)
             applied = None if installed is None else await _applied_migrations(conn)
         # the plan from every partition, as `undolog partitions plan` makes it; only the
@@ -2145,6 +2146,7 @@ class Dashboard:
             anchors=anchors,
             older=older,
             worker=worker,
+            security=security,
             versions=versions,
             partitions_limit=queries.PARTITIONS_LIMIT,
             anchors_limit=queries.ANCHORS_LIMIT,

@@ -14,6 +14,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, namedtuple_row
 from psycopg.types.json import Jsonb
 
+from undolog import health
 from undolog.engine import SESSION_STATES
 from undolog.queries import QUERIES
 from undolog.session_filter import SessionFilter as SessionFilter
@@ -433,6 +434,17 @@ async def worker_health(conn: Conn) -> dict[str, Any]:
         "lag": max(float(lag["lag_seconds"]), 0.0),
         "halted": int(halted["halted"]),
     }
+
+
+async def security_health(conn: Conn) -> list[dict[str, Any]]:
+    """`undolog health`'s locks and schemas checks, from its queries and its judgements
+    (undolog.health): whether PUBLIC may still call the advisory-lock functions, and
+    whether an agent login may create objects where other logins' names resolve; each
+    as the command's --json prints it (name, ok, detail: what is wrong, what to do)."""
+    locks = await one(conn, QUERIES["public_advisory_functions"])
+    schemas = await one(conn, QUERIES["schemas_open_to_agents"])
+    assert locks is not None and schemas is not None  # aggregates: one row each
+    return [health.locks(locks), health.schemas(schemas)]
 
 
 async def live_channel(conn: Conn, name: str) -> Row | None:
