@@ -246,3 +246,41 @@ def test_a_flood_does_not_close_an_answer_that_streams() -> None:
                 assert list(lines) == ["1", "2", "3", "4", "5"]
                 closed = closed_by_server(flood)
         assert all(closed[: cap - 1]) and not any(closed[-cap // 2 :]), closed
+
+
+def test_a_body_cut_short_by_the_server_is_not_logged_as_an_error(dsn: str, tmp_path: Path) -> None:
+    """A POST whose body never came whole, closed by the server (the cap on connections
+    waiting for their request, or REQUEST_TIMEOUT): the endpoint's form read ends in
+    Starlette's ClientDisconnect, which uvicorn logged as "Exception in ASGI
+    application" with a traceback of some 50 lines, one for each such connection: a
+    flood of them, each closed at once by the next, wrote the log as fast as it came.
+    Nobody is left to answer, and nothing went wrong on the server's side: not logged.
+    (Those still waiting at shutdown are uvicorn's: its graceful shutdown waits for them,
+    then cancels them, and logs that.)"""
+    log = tmp_path / "dashboard.log"
+    with log.open("w") as err:
+        # max_waiting() 16: the 40 connections below close 24 of their own
+        process, port = start_dashboard(dsn, stderr=err, preexec_fn=fd_limit(64))
+    cut: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(
+                b"POST /login HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\n"
+                b"Content-Length: 100\r\n\r\nusername=a"
+            )
+            cut.append(s)
+        time.sleep(1)
+        assert sum(closed_by_server(cut)) >= 20  # the longest waiting, by the cap
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(LOGIN)
+            assert s.recv(12) == b"HTTP/1.1 200"
+        time.sleep(0.5)
+        text = log.read_text()
+        assert "ClientDisconnect" not in text and "Traceback" not in text, text[:3000]
+    finally:
+        for s in cut:
+            s.close()
+        process.terminate()
+        process.wait(15)

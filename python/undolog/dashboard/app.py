@@ -40,7 +40,7 @@ from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     HTMLResponse,
     PlainTextResponse,
@@ -187,6 +187,24 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class ClientGone:
+    """A request whose connection closed before its body was whole (the client went
+    away, or the server closed it: the cap on connections waiting for their request,
+    REQUEST_TIMEOUT, shutdown) ends quietly: the endpoint's form read raises Starlette's
+    ClientDisconnect, which uvicorn logged as "Exception in ASGI application" with a
+    traceback of some 50 lines, one for each such connection, as fast as a flood of them
+    came. There is nobody left to answer and nothing failed on this side."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            log.debug("a request's connection closed before its body was whole")
 
 
 # The largest request body the dashboard reads: its biggest honest form (the inbox, one
@@ -2987,7 +3005,7 @@ class Dashboard:
             lifespan=self.lifespan,
             exception_handlers={404: self._404, psycopg.OperationalError: self._database_error},
         )
-        return SecurityHeaders(BodyLimit(app))
+        return ClientGone(SecurityHeaders(BodyLimit(app)))
 
     async def _database_error(self, request: Request, exc: Exception) -> Response:
         """A page read that the database broke off. When the person's connection is gone
