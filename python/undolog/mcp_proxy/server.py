@@ -410,7 +410,19 @@ async def _serve_stdio(config: str, dsn: str, options: Options) -> None:
             await server.run(read, write, server.create_initialization_options())
 
 
+def _client_gone(record: logging.LogRecord) -> bool:
+    """The MCP SDK's "Error handling POST request" left out when the error is the
+    client's connection closing before its body was whole (the client went away, or the
+    server closed it: the cap on connections waiting for their request, REQUEST_TIMEOUT):
+    it logged each with its traceback, as fast as a flood of such connections came, and
+    there is nobody left to answer."""
+    from starlette.requests import ClientDisconnect
+
+    return not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect))
+
+
 async def _serve_http(config: str, dsn: str, host: str, port: int, options: Options) -> None:
+    logging.getLogger("mcp.server.streamable_http").addFilter(_client_gone)
     async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
         app = build_server(proxy).streamable_http_app(host=host)
