@@ -252,7 +252,7 @@ BEGIN
             attempts = u.attempts + 1,
             claimed_by = pg_catalog.format('%s (pid %s)', session_user, pg_catalog.pg_backend_pid()),
             claimed_at = now(),
-            claimed_until = now() + v_timeout
+            claimed_until = undolog.utc_after(now(), v_timeout)
         WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id
         RETURNING u.attempts INTO v_attempt;
         IF v_effect.state <> 'compensating' THEN

@@ -85,8 +85,9 @@ BEGIN
         WHERE d.session_id = v_session AND d.delivery_id = v_delivery;
     END LOOP;
     UPDATE undolog.undolog_notification_deliveries AS d
-    SET attempts = d.attempts + 1, last_attempt_at = v_now, next_attempt_at = v_now + p_lease,
-        claimed_until = v_now + p_lease
+    SET attempts = d.attempts + 1, last_attempt_at = v_now,
+        next_attempt_at = undolog.utc_after(v_now, p_lease),
+        claimed_until = undolog.utc_after(v_now, p_lease)
     WHERE d.session_id = v_session AND d.delivery_id = v_delivery;
     RETURN QUERY
     SELECT d.delivery_id, d.session_id, d.approval_id, d.attempts, d.max_attempts,

@@ -46,7 +46,7 @@ BEGIN
     UPDATE undolog.undolog_undo_stack AS u
     SET state = 'pending',
         last_error = v_error,
-        next_attempt_at = now() + undolog.retry_delay(u.attempts, v_base, v_cap)
+        next_attempt_at = undolog.utc_after(now(), undolog.retry_delay(u.attempts, v_base, v_cap))
     WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
     RETURN 'retry';
 END

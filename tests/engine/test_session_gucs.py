@@ -12,7 +12,8 @@ from typing import Any
 
 import psycopg
 
-from undolog import approvals, engine
+from undolog import approvals, engine, saga
+from worker_support import failed_session
 
 Conn = psycopg.Connection[Any]
 
@@ -99,3 +100,24 @@ def test_a_deciders_date_style_and_time_zone_do_not_write_the_agents_record(
         (call.approval_id,),
     ).fetchone() or (None, None)
     assert error == f"approval expired at {deadline} (closed by ann): too late"
+
+
+def test_a_walkers_time_zone_does_not_stretch_its_claim(
+    conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """A claim of '1 day' is the longest another walker waits before it takes the entry
+    over; added in the claiming login's TimeZone, a POSIX zone of its choosing made it
+    two days."""
+    sid = failed_session(conn, "delete_user", 1)
+    worker = login("undolog_operator")
+    worker.execute("SELECT set_config('TimeZone', %s, false)", (_dst_tomorrow(worker),))
+    assert worker.execute("SELECT now() + interval '1 day' - now()").fetchone() == (
+        timedelta(days=2),
+    )
+    claim = saga.claim_compensation(worker, sid, timedelta(days=1))
+    assert claim is not None
+    held_for = conn.execute(
+        "SELECT claimed_until - claimed_at FROM undolog.undolog_undo_stack WHERE session_id = %s",
+        (sid,),
+    ).fetchone()
+    assert held_for == (timedelta(days=1),)
