@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from pgcluster import _as_cluster_owner, bindir, throwaway_cluster
+from undolog import saga
 from undolog.migrations import migrate
 from undolog.walk import CompensationCall, Worker
 from worker_support import (
@@ -75,21 +76,25 @@ def test_u0000_in_a_compensation_error_is_stored_as_ufffd_and_said(
 def test_a_stale_claim_is_an_ordinary_event(
     dsn: str, conn: Conn, app_dir: Path, start_worker: Callable[..., WorkerProcess]
 ) -> None:
+    """The worker is paused (SIGSTOP) while its compensation runs, past its claim, and
+    another walker takes the entry over and completes it: resumed, the worker's report is
+    refused as stale, logged, and it goes on serving. (A worker that is not paused gives
+    an attempt up before its claim expires, --compensation-timeout or not.)"""
     dbname = conn.info.dbname
     conn.execute(f"ALTER DATABASE {dbname} SET undolog.claim_timeout = '1 s'")
     (app_dir / "slow_seconds").write_text("2.5")
     sid = failed_session(conn, "slow", 7)
-    # a deadline past the 1 s claim: by default the worker gives the attempt up before its
-    # claim expires, and no other walker could take it over while it runs
-    worker = start_worker(dsn, "--compensation-timeout", "10")
+    worker = start_worker(dsn)
     wait_until(lambda: (app_dir / "started-1").exists(), what="the slow compensation")
-    time.sleep(1.2)  # its claim expires while it runs: another walker takes the entry over
-    conn.execute("SET undolog.claim_timeout = '1 min'")
-    from undolog import saga
-
-    claim = saga.claim_compensation(conn, sid)
-    assert claim is not None and claim.attempt == 2
-    saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+    worker.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(1.2)  # its claim expires while it is paused: another walker takes it over
+        conn.execute("SET undolog.claim_timeout = '1 min'")
+        claim = saga.claim_compensation(conn, sid)
+        assert claim is not None and claim.attempt == 2
+        saga.complete_compensation(conn, claim.undo_id, claim.attempt)
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
     wait_until(lambda: "stale claim" in worker.stderr(), what="the stale report")
     assert worker.alive()
     (app_dir / "slow_seconds").write_text("0")
