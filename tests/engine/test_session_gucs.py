@@ -21,10 +21,14 @@ Conn = psycopg.Connection[Any]
 def _dst_tomorrow(conn: Conn) -> str:
     """A POSIX TimeZone any login may SET: 12 hours ahead of UTC, and for one day from
     tomorrow's local midnight 12 hours behind it (a "summer time" of minus 24 hours, on
-    any day of the year: POSIX day n counts from 0, February 29 included)."""
-    row = conn.execute("SELECT extract(doy FROM now() AT TIME ZONE 'UTC')::int").fetchone()
+    any day of the year: POSIX day n counts from 0, February 29 included). Tomorrow is
+    the zone's: from 12:00 UTC its standard time is already in the next UTC day (a rule
+    made from the UTC date had begun, and '1 day' was 24 hours again)."""
+    row = conn.execute(
+        "SELECT extract(doy FROM (now() AT TIME ZONE 'UTC' + interval '12 hours')::date + 1)::int"
+    ).fetchone()
     assert row is not None
-    tomorrow = row[0] % 365  # today's doy counts from 1: it is tomorrow's n
+    tomorrow = row[0] - 1  # its POSIX n; January 1 is 0, in the year after
     return f"AAA-12BBB+12,{tomorrow}/0,{tomorrow + 1}/0"
 
 
