@@ -93,6 +93,8 @@ def test_the_data_go_to_memory_with_room_and_a_dead_clusters_folders_are_removed
         ):
             assert conn.execute("SELECT 1").fetchone() == (1,)
             assert cluster.datadir.parent.parent == memory
+            # its parallel queries' shared memory in the data folder, removed with it
+            assert conn.execute("SHOW dynamic_shared_memory_type").fetchone() == ("mmap",)
             assert (cluster.datadir / "pg_wal").resolve().parent.parent == tmp
     for removed in (dead, dead_memory):
         assert not removed.exists(), removed
