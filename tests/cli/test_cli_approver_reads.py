@@ -307,3 +307,23 @@ def test_the_cli_writes_out_what_no_reader_sees_in_args(
     code, out, err = run(capsys, "approvals", "decided", "--dsn", dsn)
     assert code == 0, err
     assert "\u3164" not in out and "acct-1234\\u3164\\ufe0f" in line_of(out, edited), out
+
+
+def test_approve_and_decided_escape_a_lookalike_as_show_does(
+    dsn: str, conn: Conn, agent_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`approvals approve`'s answer and `approvals decided`'s edited args printed an
+    argument's characters beyond ASCII as they were: "acct-1234" in mathematical
+    digits (U+1D7F7...) read as "acct-1234", where `show` and `list` print
+    \\ud835\\udff7. Escaped now."""
+    lookalike = "acct-\U0001d7f7\U0001d7f8\U0001d7f9\U0001d7fa"
+    escaped = "acct-\\ud835\\udff7\\ud835\\udff8\\ud835\\udff9\\ud835\\udffa"
+    approval = ask(agent_dsn, "pay", {"to": lookalike, "cents": 5})
+    code, out, err = run(capsys, "approvals", "approve", str(approval), "--by", "ann", "--dsn", dsn)
+    assert code == 0, err
+    assert escaped in out and lookalike not in out, out
+    edited = ask(agent_dsn, "pay", {"to": "acct-1234", "cents": 5})
+    approvals.approve(conn, edited, "ann", None, args={"to": lookalike, "cents": 1})
+    code, out, err = run(capsys, "approvals", "decided", "--dsn", dsn)
+    assert code == 0, err
+    assert lookalike not in out and escaped[:20] in line_of(out, edited), out  # a cut cell

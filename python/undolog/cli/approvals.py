@@ -232,9 +232,8 @@ def _as_read(row: dict[str, Any]) -> dict[str, Any]:
     out["login"] = _login(row)
     out["agent_claims"] = out.get("agent")
     if row.get("approved_args") is not None:
-        out["approved_args"] = "edited: " + json.dumps(
-            row["approved_args"], ensure_ascii=False, separators=(",", ":")
-        )
+        # ASCII (\u escapes), as the requested args' cell beside it
+        out["approved_args"] = "edited: " + json.dumps(row["approved_args"], separators=(",", ":"))
     return out
 
 
@@ -381,7 +380,9 @@ def _what_was_decided(row: dict[str, Any] | None, edited: Any, *, whole: bool = 
         return []
 
     def compact(value: Any) -> str:
-        return printable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        # ASCII (\u escapes), as show's lines and the list's cells: a look-alike digit or
+        # letter ("acct-1234" in mathematical digits, U+1D7F7...) is seen as one
+        return printable(json.dumps(value, separators=(",", ":")))
 
     tool = printable(str(row["tool_name"]), name=True)
     lines = [f"tool:    {tool} (step {row['step_index']}, {row['tier'] or 'tier unknown'})"]
