@@ -10,6 +10,11 @@ approver reads alike are never two names: white space is where lookalikes hide i
 face. What each face does with the other characters differs (a terminal and a notice
 show escapes for everything not ASCII, :func:`spell_ascii_name`; a browser shows the
 letters and marks them), so that part is theirs.
+
+In values (arguments, edited arguments, a purpose), the characters that look like ASCII
+letters or digits and are not (mathematical digits, a Cyrillic letter in a Latin word)
+are found by one rule, :func:`lookalike_runs`: the dashboard marks them and lists them
+under the value (:func:`lookalike_list`), and so do the notices.
 """
 
 from __future__ import annotations
@@ -59,26 +64,100 @@ def is_unseen(ch: str) -> bool:
 
 
 @functools.cache
+def _categories() -> dict[str, list[int]]:
+    """The code points of the categories the rules below ask for (the unseen ones, the
+    combining marks), in one pass over the 1,114,112 code points: made the first time a
+    text that is not plain ASCII is spelled, not at import (the pass takes some 0.2 s,
+    which every `import undolog`, an agent's process, each CLI command, paid when the
+    character class was a module constant)."""
+    wanted: dict[str, list[int]] = {c: [] for c in (*_UNSEEN_CATEGORIES, *_MARK_CATEGORIES)}
+    for code in range(0x110000):
+        found = wanted.get(unicodedata.category(chr(code)))
+        if found is not None:
+            found.append(code)
+    return wanted
+
+
+def _ranges(codes: list[int]) -> str:
+    """``codes`` (ascending) as the ranges of a regular expression's character class."""
+    out: list[str] = []
+    start = prev = -2
+    for code in [*codes, -1]:
+        if code == prev + 1:
+            prev = code
+            continue
+        if start >= 0:
+            last = "" if prev == start else "-" + re.escape(chr(prev))
+            out.append(re.escape(chr(start)) + last)
+        start = prev = code
+    return "".join(out)
+
+
+@functools.cache
 def _unseen_pattern() -> re.Pattern[str]:
-    """Every character is_unseen() names, as one character class. Made the first time a
-    text that is not plain ASCII is spelled, not at import: asking each of the 1,114,112
-    code points its category takes some 0.2 s, which every `import undolog` (an agent's
-    process, each CLI command) paid when this was a module constant."""
+    """Every character is_unseen() names, as one character class (made when first asked
+    for, not at import: :func:`_categories`)."""
+    codes = sorted(
+        code
+        for category in _UNSEEN_CATEGORIES
+        for code in _categories()[category]
+        if chr(code) not in "\t\n\r"
+    )
     return re.compile(
         "["
-        + "".join(
-            re.escape(chr(code))
-            for code in range(0x110000)
-            if unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES and chr(code) not in "\t\n\r"
-        )
+        + _ranges(codes)
         + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
         + "]"
     )
 
 
+# Combining marks stacked on one letter (zalgo text: "a" and fifty marks) draw over the
+# characters around them, the lines above and below: what they cover is not seen. A
+# writing system stacks a few: Vietnamese and Yoruba two of the general-purpose
+# diacritics (U+0300-U+036F and their kin, whose names begin "COMBINING"), pointed Hebrew
+# or Tibetan three or four of their own marks. Beyond that a mark is written out as its
+# escape (\u0301), as an unseen character is: the third general-purpose diacritic on a
+# letter, and the fifth mark of any kind.
+_MARK_CATEGORIES = frozenset({"Mn", "Me"})
+GENERAL_MARKS_KEPT = 2
+MARKS_KEPT = 4
+
+
+@functools.cache
+def _stacked_marks_pattern() -> re.Pattern[str]:
+    """Three marks or more in a row (fewer are always kept)."""
+    codes = sorted(code for category in _MARK_CATEGORIES for code in _categories()[category])
+    return re.compile(f"[{_ranges(codes)}]{{{GENERAL_MARKS_KEPT + 1},}}")
+
+
+def _over_stacked(text: str) -> set[int]:
+    """Where the marks of ``text`` stacked past the rule above are."""
+    over: set[int] = set()
+    for stack in _stacked_marks_pattern().finditer(text):
+        general = 0
+        for count, ch in enumerate(stack.group(), 1):
+            if unicodedata.name(ch, "").startswith("COMBINING"):
+                general += 1
+                if general > GENERAL_MARKS_KEPT:
+                    over.add(stack.start() + count - 1)
+            if count > MARKS_KEPT:
+                over.add(stack.start() + count - 1)
+    return over
+
+
+def _written_out(text: str, over: set[int]) -> str:
+    if not over:
+        return text
+    return "".join(_escape(ch) if i in over else ch for i, ch in enumerate(text))
+
+
 def _spelled(match: re.Match[str]) -> str:
+    return _escape(match.group())
+
+
+def _escape(ch: str) -> str:
     """JSON's escape of one character (a UTF-16 pair beyond the BMP, as JSON spells it)."""
-    code = ord(match.group())
+    code = ord(ch)
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
     code -= 0x10000
@@ -88,12 +167,15 @@ def _spelled(match: re.Match[str]) -> str:
 def spell_unseen(text: str) -> str:
     """``text`` with every character no reader sees as itself (:func:`is_unseen`) written
     out as its JSON escape, ``\\u202e``: in JSON text that is the same value (outside a
-    string JSON holds none of them), and in plain text it is seen. Tab, newline and
-    carriage return are left to the face (a page shows them; a one-line notice folds
-    them)."""
+    string JSON holds none of them), and in plain text it is seen. So is each combining
+    mark stacked on a letter beyond what a writing system stacks (the third of the
+    general-purpose diacritics, the fifth mark of any kind: ``\\u0301``), which would
+    draw over the characters around it. Tab, newline and carriage return are left to the
+    face (a page shows them; a one-line notice folds them)."""
     if text.isascii() and text.isprintable():
         return text
-    return _unseen_pattern().sub(_spelled, text)
+    spelled = _unseen_pattern().sub(_spelled, text)
+    return _written_out(spelled, _over_stacked(spelled))
 
 
 # Written out whatever the face: a backslash (so that an escape the face writes is never
@@ -119,10 +201,15 @@ def spell_spaces(text: str) -> str:
 def _spaces_spelled(text: str, spell_other: Callable[[str], str]) -> str:
     out: list[str] = []
     last = len(text) - 1
+    # marks stacked past a writing system's, as spell_unseen writes them out (each other
+    # character is spelled alone, and one mark alone is no stack)
+    over = set() if text.isascii() else _over_stacked(text)
     for i, ch in enumerate(text):
         if ch == " ":
             inner = 0 < i < last and text[i - 1] != " " and text[i + 1] != " "
             out.append(" " if inner else "\\u0020")
+        elif i in over:
+            out.append(_escape(ch))
         else:
             out.append(spell_other(ch))
     return "".join(out)
@@ -141,3 +228,131 @@ def spell_ascii_name(name: str) -> str:
     that is not plain ASCII: "pay" written with Cyrillic er and a reads ``\\u0440\\u0430y
     (non-ASCII)``, never "pay"."""
     return spell_name(name, ascii_or_escape) + ("" if name.isascii() else " (non-ASCII)")
+
+
+# --- look-alike characters in values ---------------------------------------------------
+#
+# A value an approver reads ("acct-1234", "paypal.com") may be written with characters
+# that look like others: the approver reads a trusted account in an attacker's. Shown as
+# they are (the approver of French, Japanese or Russian text reads their text), but each
+# one marked, by one rule every face asks (:func:`lookalike_runs`). A character is a
+# look-alike when it is not ASCII and
+#   (a) a letter or a number whose compatibility form (NFKC) is ASCII letters or digits:
+#       fullwidth forms (U+FF21), mathematical alphanumerics (U+1D7F7, U+1D41A),
+#       superscripts (U+00B2), circled digits (U+2460), Roman numerals (U+216B),
+#       ligatures (U+FB01), the Kelvin sign;
+#   (b) a decimal digit other than 0-9 (Arabic-Indic U+0663, Devanagari U+0969): a digit
+#       is where a value matters, and Python's int() reads Arabic-Indic 1000 as 1000;
+#   (c) a letter of another script in a word that has Latin letters (a Cyrillic er in
+#       "pay", a Greek omicron in "google"): a word in one script (Russian, Greek) is
+#       ordinary text, and so is Latin mixed with Han, kana, Hangul or Bopomofo (Japanese
+#       "T" and katakana, a T-shirt), which Unicode's restriction levels (UTS #39, "highly
+#       restrictive") allow. A word is a run of characters between white space and ASCII
+#       punctuation but - _ . @ (so that "acct-1234", "paypal.com" and "john@example.com"
+#       are one word each, whichever of their letters is Cyrillic).
+# Not marked: punctuation and symbols (the fullwidth punctuation of Chinese text, the
+# ellipsis, the numero sign, the trade mark sign), which no account or amount is told by.
+
+# Python's unicodedata has no Script property: a letter's script is the first word of
+# its Unicode name ("CYRILLIC SMALL LETTER ER"), which Unicode gives every letter of a
+# script. These begin the names of letters written beside Latin in one word in ordinary
+# text (UTS #39's highly restrictive sets), or whose script is none (modifier letters,
+# as the okina of Hawaii, U+02BB).
+_HAN_SCRIPTS = frozenset(
+    {"CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA", "HALFWIDTH", "BOPOMOFO", "HANGUL"}
+    | {"IDEOGRAPHIC", "VERTICAL"}
+)
+_WITH_LATIN = frozenset({"", "LATIN", "HAN"})
+_WORD = re.compile(r"[^\s!-,/:-?\[-^`{-~\u00ab\u00bb\u2010-\u2027\u3000-\u303f]+")
+LOOKALIKES_LISTED = 20
+
+
+@functools.lru_cache(maxsize=4096)
+def _script(ch: str) -> str:
+    """A letter's script ("LATIN", "CYRILLIC", "HAN" for the scripts written with Latin
+    in one word); "" for what is no letter of a script (digits, marks, modifier letters)."""
+    if not unicodedata.category(ch).startswith("L"):
+        return ""
+    if ch.isascii():
+        return "LATIN"
+    name = unicodedata.name(ch, "")
+    if not name or name.startswith("MODIFIER LETTER"):
+        return ""
+    first = name.split(" ", 1)[0]
+    return "HAN" if first in _HAN_SCRIPTS else first
+
+
+@functools.lru_cache(maxsize=4096)
+def looks_ascii(ch: str) -> bool:
+    """Rules (a) and (b) above: ``ch``, wherever it is, is a look-alike."""
+    if ch.isascii():
+        return False
+    category = unicodedata.category(ch)
+    if category == "Nd":
+        return True
+    if category[0] not in "LN":
+        return False
+    folded = unicodedata.normalize("NFKC", ch)
+    return folded.isascii() and any(c.isalnum() for c in folded)
+
+
+def _lookalike_positions(text: str) -> list[int]:
+    found: list[int] = []
+    for word in _WORD.finditer(text):
+        letters = word.group()
+        if letters.isascii():
+            continue
+        scripts = [_script(ch) for ch in letters]
+        mixed = "LATIN" in scripts and any(s not in _WITH_LATIN for s in scripts)
+        found.extend(
+            word.start() + i
+            for i, (ch, script) in enumerate(zip(letters, scripts, strict=True))
+            if looks_ascii(ch) or (mixed and script not in _WITH_LATIN)
+        )
+    return found
+
+
+def lookalike_runs(text: str) -> list[tuple[str, bool]]:
+    """``text`` cut into runs, each with whether it is look-alike characters (the rule
+    above): "p", then a Cyrillic "a" (True), then "ypal.com". Plain ASCII is one run."""
+    if text.isascii():
+        return [(text, False)] if text else []
+    runs: list[tuple[str, bool]] = []
+    at = 0
+    for i in _lookalike_positions(text):
+        if i > at:
+            runs.append((text[at:i], False))
+        if runs and runs[-1][1] and at == i:
+            runs[-1] = (runs[-1][0] + text[i], True)
+        else:
+            runs.append((text[i], True))
+        at = i + 1
+    if at < len(text):
+        runs.append((text[at:], False))
+    return runs
+
+
+def lookalikes(text: str) -> str:
+    """The look-alike characters of ``text``, each once, in the order they come."""
+    marked = (ch for run, lookalike in lookalike_runs(text) if lookalike for ch in run)
+    return "".join(dict.fromkeys(marked))
+
+
+def code_points(text: str, *, glyph: bool = False) -> str:
+    """Each character of ``text`` once, as its code point and Unicode name ("U+0440
+    CYRILLIC SMALL LETTER ER"), after the character itself with ``glyph``."""
+    return ", ".join(
+        (f"{ch} " if glyph else "") + f"U+{ord(ch):04X} {unicodedata.name(ch, '(unnamed)')}"
+        for ch in dict.fromkeys(text)
+    )
+
+
+def lookalike_list(text: str) -> str:
+    """The line every face writes under a value with look-alike characters, after
+    "Look-alike characters: ": each one, its code point and its name ("<the character>
+    U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, ..."), the first 20 and how many more; ""
+    when there are none."""
+    found = lookalikes(text)
+    listed = code_points(found[:LOOKALIKES_LISTED], glyph=True)
+    more = len(found) - LOOKALIKES_LISTED
+    return listed + (f", and {more} more" if more > 0 else "")

@@ -1,0 +1,78 @@
+"""undolog.names' rule for look-alike characters in a value an approver reads (an
+argument, edited arguments, a purpose): marked by every face, never changed; and for
+combining marks stacked past what a writing system stacks (zalgo), written out. Pure
+Python: the faces' own tests read a page and a notice."""
+
+from __future__ import annotations
+
+import pytest
+
+from undolog import names
+
+# (text, the look-alike characters the rule finds in it): ordinary text of any language
+# has none; what an approver could read as another ASCII value has them.
+CASES = [
+    ("acct-1234", ""),
+    ("caf\u00e9 cr\u00e8me br\u00fbl\u00e9e", ""),  # French
+    ("\u6771\u4eac\u30bf\u30ef\u30fc\u3001T\u30b7\u30e3\u30c4", ""),  # Japanese, and "T"+kana
+    ("\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440", ""),  # a Russian sentence
+    ("\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5", ""),  # Greek
+    ("\u0440ay", "\u0440"),  # Cyrillic er, Latin a y
+    ("g\u03bfogle.com", "\u03bf"),  # Greek omicron
+    ("p\u0430ypal.com/login", "\u0430"),
+    ("acct-\u0440123", "\u0440"),  # one word: the hyphen joins it
+    ("acct-\U0001d7f7\U0001d7f8\U0001d7f9", "\U0001d7f7\U0001d7f8\U0001d7f9"),  # math digits
+    ("\U0001d41a\U0001d41b", "\U0001d41a\U0001d41b"),  # mathematical bold a b
+    ("\uff21\uff22\uff23", "\uff21\uff22\uff23"),  # fullwidth ABC
+    ("acct-\u2460\u00b2", "\u2460\u00b2"),  # circled one, superscript two
+    ("\u0663\u0664", "\u0663\u0664"),  # Arabic-Indic digits
+    ("\u0969", "\u0969"),  # Devanagari three
+    ("\u3001\uff01\uff08\u2026\u2116\u2122", ""),  # punctuation and symbols
+    ("\U0001f600 \U0001f468\u200d\U0001f469\u200d\U0001f467", ""),  # emoji, a ZWJ sequence
+    ("Hawai\u02bbi", ""),  # the okina, a modifier letter
+    ("e\u0323\u0302", ""),  # Vietnamese in NFD: two diacritics
+]
+
+
+@pytest.mark.parametrize(("text", "found"), CASES)
+def test_the_rule_finds_the_lookalikes_and_only_them(text: str, found: str) -> None:
+    assert names.lookalikes(text) == found
+    runs = names.lookalike_runs(text)
+    assert "".join(run for run, _ in runs) == text  # marked, never changed
+    assert "".join(run for run, marked in runs if marked) == found
+
+
+def test_the_runs_and_the_line_under_a_value() -> None:
+    assert names.lookalike_runs("p\u0430ypal \u0440\u0440 \uff11\uff12") == [
+        ("p", False),
+        ("\u0430", True),
+        ("ypal \u0440\u0440 ", False),  # a word of Cyrillic letters only: ordinary text
+        ("\uff11\uff12", True),
+    ]
+    assert names.lookalike_list("acct-\U0001d7f7\U0001d7f7 \u0440ay") == (
+        "\U0001d7f7 U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, "
+        "\u0440 U+0440 CYRILLIC SMALL LETTER ER"
+    )
+    assert names.lookalike_list("caf\u00e9") == ""
+    many = "".join(chr(0x1D7CE + i) for i in range(25))  # 25 mathematical digits
+    assert names.lookalike_list(many).endswith(", and 5 more")
+
+
+STACK = "\u0301\u0302\u0303\u0304\u0305\u0306"
+
+
+def test_marks_stacked_past_a_writing_systems_are_written_out() -> None:
+    # zalgo: the third general-purpose diacritic on a letter is written out, and after it
+    assert names.spell_unseen("z" + STACK + "a") == ("z\u0301\u0302\\u0303\\u0304\\u0305\\u0306a")
+    assert names.spell_unseen("e\u0323\u0302") == "e\u0323\u0302"  # Vietnamese: kept
+    # a script's own marks: pointed Hebrew (3), Tibetan stacks (3) kept; the fifth written
+    for text in ("\u05e9\u05bc\u05c1\u05b8", "\u0f66\u0f92\u0fb2\u0f74\u0f56"):
+        assert names.spell_unseen(text) == text
+    hebrew = "\u05e9" + "\u05bc\u05c1\u05b8\u0591\u05bd"
+    assert names.spell_unseen(hebrew) == hebrew[:5] + "\\u05bd"
+    # a name (a tool's, an agent's) is spelled a character at a time, by the same rule
+    assert names.spell_name("z" + STACK, lambda ch: ch) == "z\u0301\u0302" + "".join(
+        f"\\u{ord(mark):04x}" for mark in STACK[2:]
+    )
+    # an emoji keycap's one enclosing mark is kept (its variation selector is unseen)
+    assert names.spell_unseen("1\ufe0f\u20e3") == "1\\ufe0f\u20e3"
