@@ -91,3 +91,45 @@ def test_shown_name_spells_and_marks_a_name() -> None:
     }
     assert {name: str(shown_name(name)) for name in cases} == cases
     assert str(shown_name(None)) == "-"
+
+
+def test_lookalikes_in_arguments_and_purpose_are_marked_and_listed(
+    web: TestClient, app_dsn: str
+) -> None:
+    """An argument's look-alike characters (mathematical digits in "acct-1234", the
+    Cyrillic er of "pay") are shown as they are, each run marked, and listed under the
+    arguments with their code points; a Russian word is ordinary text, not marked. The
+    marks are written on the escaped text: an agent's "<script>" and bidi override stay
+    text and an escape."""
+    digits = "\U0001d7f7\U0001d7f8\U0001d7f9\U0001d7fa"
+    args = {"to": f"acct-{digits}", "memo": "<script>alert(1)</script>\u202e\u0440ay"}
+    args["city"] = "\u041c\u043e\u0441\u043a\u0432\u0430"
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as conn:
+        purpose = {"purpose": "refund g\u03bfogle"}
+        session = engine.begin_session(conn, None, "agent", purpose, timedelta(hours=1))
+        hit = engine.intercept(conn, session, 0, "pay", "irreversible", args, None)
+    log_in(web, "dash_approver")
+    page = web.get("/approvals").text
+    row = page[page.index(f'id="req-{hit.approval_id}"') :]
+    row = row[: row.index("</tr>")]
+    mark = '<mark class="lookalike" title="look-alike: U+{}">{}</mark>'
+    assert 'acct-<mark class="lookalike" title="look-alike: U+1D7F7 MATHEMATICAL MONO' in row
+    assert f"{digits}</mark>" in row
+    assert mark.format("0440 CYRILLIC SMALL LETTER ER", "\u0440") + "ay" in row
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\u202e<mark" in row
+    assert "<script>" not in row and "\u202e" not in row
+    assert "\u041c\u043e\u0441\u043a\u0432\u0430" in row  # not marked
+    assert "CYRILLIC CAPITAL LETTER EM" not in row
+    # in the order of the arguments as shown (their keys sorted: memo before to)
+    note = (
+        '<span class="lookalikes">Look-alike characters: \u0440 U+0440 CYRILLIC SMALL LETTER'
+        " ER, \U0001d7f7 U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, \U0001d7f8 U+1D7F8"
+    )
+    assert note in row
+    assert mark.format("03BF GREEK SMALL LETTER OMICRON", "\u03bf") in row  # the purpose
+    assert "\u03bf U+03BF GREEK SMALL LETTER OMICRON</span>" in row
+    # the calls table: the arguments in the database's order (to first), cut at 300
+    session_page = web.get(f"/sessions/{session}").text
+    assert f"{digits}</mark>" in session_page
+    note = '<span class="lookalikes">Look-alike characters: \U0001d7f7 U+1D7F7 MATHEMATICAL'
+    assert note in session_page

@@ -1059,3 +1059,28 @@ def test_a_notice_spells_a_lookalike_tool_name_as_the_cli_does() -> None:
         _delivery("email", "a@x.test", {"smtp_from": "u@x.test"}, {}, tool="pay\u3164")
     )
     assert mail["Subject"] == "[UndoLog] approval requested: pay\\u3164 (non-ASCII)"
+
+
+def test_a_notice_lists_the_lookalikes_of_the_arguments_as_the_dashboard_does() -> None:
+    """The arguments are shown as they are, and the line under them names each look-alike
+    character (mathematical digits in "acct-1234", the Cyrillic er of "pay") with its code
+    point: the notice showed "acct-1234" and said nothing. A Russian word adds nothing."""
+    digits = "\U0001d7f7\U0001d7f8"
+    args = {"to": f"acct-{digits}", "memo": "\u0440ay \u041c\u043e\u0441\u043a\u0432\u0430"}
+    line = (
+        "Look-alike characters: \u0440 U+0440 CYRILLIC SMALL LETTER ER, \U0001d7f7 U+1D7F7"
+        " MATHEMATICAL MONOSPACE DIGIT ONE, \U0001d7f8 U+1D7F8 MATHEMATICAL MONOSPACE DIGIT TWO"
+    )
+    slack = _delivery("webhook", "http://127.0.0.1:9/", {"format": "slack"}, args)
+    lines = json.loads(notifications.webhook_body(slack))["text"].splitlines()
+    assert lines[1].startswith("args: `") and f"acct-{digits}" in lines[1], lines
+    assert lines[2] == line, lines
+    mail = notifications.email_message(
+        _delivery("email", "a@x.test", {"smtp_from": "u@x.test"}, args)
+    )
+    text = mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "arguments: {" in text and f"\n{line}\n" in text, text
+    html = mail.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert "<th align=left>Look-alike characters</th><td><code>\u0440 U+0440" in html, html
+    plain = _delivery("webhook", "http://127.0.0.1:9/", {"format": "slack"}, {"to": "caf\u00e9"})
+    assert "Look-alike" not in json.loads(notifications.webhook_body(plain))["text"]

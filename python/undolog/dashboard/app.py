@@ -74,7 +74,14 @@ from undolog.dashboard.websessions import (
     WebSession,
 )
 from undolog.engine import SESSION_STATES
-from undolog.names import is_unseen, spell_name, spell_unseen
+from undolog.names import (
+    code_points,
+    is_unseen,
+    lookalike_list,
+    lookalike_runs,
+    spell_name,
+    spell_unseen,
+)
 from undolog.queries import QUERIES
 from undolog.signature import NotAsTyped, canonical_json, check_storable, loads_as_typed
 
@@ -323,12 +330,6 @@ def _seen_or_escape(ch: str) -> str:
 _NOT_ASCII = re.compile("([^\\x00-\\x7f]+)")
 
 
-def _code_points(text: str) -> str:
-    return ", ".join(
-        f"U+{ord(ch):04X} {unicodedata.name(ch, '(unnamed)')}" for ch in dict.fromkeys(text)
-    )
-
-
 def shown_name(value: str | None) -> markupsafe.Markup:
     """A name (a tool's, the one an agent gives itself) as the dashboard shows it to an
     approver (the ``name`` filter): spelled by ``shown(value, name=True)``, and when it
@@ -342,7 +343,7 @@ def shown_name(value: str | None) -> markupsafe.Markup:
         return markupsafe.escape(spelled)
     parts = [
         markupsafe.Markup('<mark class="non-ascii" title="{}">{}</mark>').format(
-            _code_points(run), run
+            code_points(run), run
         )
         if i % 2
         else markupsafe.escape(run)
@@ -351,8 +352,36 @@ def shown_name(value: str | None) -> markupsafe.Markup:
     others = "".join(ch for ch in value if not ch.isascii())
     badge = markupsafe.Markup(
         ' <span class="badge non-ascii" title="not plain ASCII: {}">non-ASCII</span>'
-    ).format(_code_points(others))
+    ).format(code_points(others))
     return markupsafe.Markup("").join(parts) + badge
+
+
+def marked(value: str) -> markupsafe.Markup:
+    """A value an approver reads (arguments, edited arguments, a purpose) as the page
+    shows it: spelled by :func:`shown`, escaped, and each run of look-alike characters
+    (:func:`undolog.names.lookalike_runs`: mathematical digits, a Cyrillic er in "pay") marked,
+    its code points on hover. The marks are added to the escaped text, never to the
+    agent's own: its "<" is "&lt;" before any mark is written."""
+    return markupsafe.Markup("").join(
+        markupsafe.Markup('<mark class="lookalike" title="look-alike: {}">{}</mark>').format(
+            code_points(run), run
+        )
+        if lookalike
+        else markupsafe.escape(run)
+        for run, lookalike in lookalike_runs(shown(value))
+    )
+
+
+def lookalike_note(*values: str | None) -> markupsafe.Markup:
+    """The line under a value with look-alike characters (:func:`marked`): "Look-alike
+    characters: <the character> U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, ...", or
+    nothing."""
+    listed = lookalike_list("".join(shown(v) for v in values if v is not None))
+    if not listed:
+        return markupsafe.Markup("")
+    return markupsafe.Markup('<span class="lookalikes">Look-alike characters: {}</span>').format(
+        listed
+    )
 
 
 class Verbatim(str):
@@ -388,7 +417,9 @@ def make_env() -> jinja2.Environment:
         short=lambda u: str(u)[:8],
         label=labels.label,
         name=shown_name,
+        marked=marked,
     )
+    env.globals.update(lookalike_note=lookalike_note)
     return env
 
 
