@@ -362,14 +362,15 @@ def marked(value: str) -> markupsafe.Markup:
     (:func:`undolog.names.lookalike_runs`: mathematical digits, a Cyrillic er in "pay") marked,
     its code points on hover. The marks are added to the escaped text, never to the
     agent's own: its "<" is "&lt;" before any mark is written."""
-    return markupsafe.Markup("").join(
-        markupsafe.Markup('<mark class="lookalike" title="look-alike: {}">{}</mark>').format(
-            code_points(run), run
-        )
-        if lookalike
-        else markupsafe.escape(run)
-        for run, lookalike in lookalike_runs(shown(value))
-    )
+    out: list[str] = []
+    for run, lookalike in lookalike_runs(shown(value)):
+        text = markupsafe.escape(run)
+        if lookalike:  # str.format, not Markup's: a page of them is some 3x faster
+            title = markupsafe.escape(code_points(run))
+            out.append(f'<mark class="lookalike" title="look-alike: {title}">{text}</mark>')
+        else:
+            out.append(text)
+    return markupsafe.Markup("".join(out))
 
 
 def lookalike_note(*values: str | None) -> markupsafe.Markup:
