@@ -16,7 +16,7 @@ import logging
 from types import TracebackType
 from typing import Any, TextIO
 
-from undolog.names import is_unseen
+from undolog.names import is_unseen, over_stacked
 
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
@@ -25,21 +25,31 @@ def escaped(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` with every character that is not printable (a control character, a line
     or paragraph separator, a format character such as a bidirectional override) written
     as Python writes it in a string's repr, and every other one no reader sees (a Hangul
-    filler, a variation selector: :func:`undolog.names.is_unseen`) as ``\\u3164``;
+    filler, a variation selector: :func:`undolog.names.is_unseen`) as ``\\u3164``, and so
+    is a combining mark stacked past what a writing system stacks (zalgo text, which
+    draws over the lines above and below: :func:`undolog.names.over_stacked`);
     ``keep_newlines``: ``\\n`` kept as it is. A backslash is left as it is (a path stays
     readable): text may read like an escape, but no line break or escape sequence gets
     through."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(ch if keep_newlines and ch == "\n" else _escaped_char(ch) for ch in text)
+    over = over_stacked(text)
+    return "".join(
+        ch if keep_newlines and ch == "\n" else _u_escape(ch) if i in over else _escaped_char(ch)
+        for i, ch in enumerate(text)
+    )
 
 
 def _escaped_char(ch: str) -> str:
     if not ch.isprintable():
         return repr(ch)[1:-1]
     if is_unseen(ch):  # printable to Python, seen by nobody
-        return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+        return _u_escape(ch)
     return ch
+
+
+def _u_escape(ch: str) -> str:
+    return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
 
 
 def _continued(text: str) -> str:

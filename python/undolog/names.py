@@ -130,8 +130,9 @@ def _stacked_marks_pattern() -> re.Pattern[str]:
     return re.compile(f"[{_ranges(codes)}]{{{GENERAL_MARKS_KEPT + 1},}}")
 
 
-def _over_stacked(text: str) -> set[int]:
-    """Where the marks of ``text`` stacked past the rule above are."""
+def over_stacked(text: str) -> set[int]:
+    """Where the marks of ``text`` stacked past the rule above are (each face writes
+    them out in its own escapes: :func:`spell_unseen`, the logs)."""
     over: set[int] = set()
     for stack in _stacked_marks_pattern().finditer(text):
         general = 0
@@ -175,7 +176,7 @@ def spell_unseen(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     spelled = _unseen_pattern().sub(_spelled, text)
-    return _written_out(spelled, _over_stacked(spelled))
+    return _written_out(spelled, over_stacked(spelled))
 
 
 # Written out whatever the face: a backslash (so that an escape the face writes is never
@@ -203,7 +204,7 @@ def _spaces_spelled(text: str, spell_other: Callable[[str], str]) -> str:
     last = len(text) - 1
     # marks stacked past a writing system's, as spell_unseen writes them out (each other
     # character is spelled alone, and one mark alone is no stack)
-    over = set() if text.isascii() else _over_stacked(text)
+    over = set() if text.isascii() else over_stacked(text)
     for i, ch in enumerate(text):
         if ch == " ":
             inner = 0 < i < last and text[i - 1] != " " and text[i + 1] != " "

@@ -91,3 +91,10 @@ def test_what_no_reader_sees_is_written_out_as_the_other_faces_write_it() -> Non
     was logged as "refund", another tool's name. Escaped now, as a bidi override is."""
     assert logs.escaped("refund\u3164\ufe0f\u034f\u202e") == "refund\\u3164\\ufe0f\\u034f\\u202e"
     assert logs.escaped("tab\tkept\nline", keep_newlines=True) == "tab\\tkept\nline"
+
+
+def test_marks_stacked_past_a_writing_systems_are_written_out_as_the_other_faces_do() -> None:
+    """Zalgo text (a letter under a stack of combining marks) drew over the log's lines
+    above and below it: the third general-purpose diacritic on a letter, and after, is
+    written out as spell_unseen writes it; Vietnamese's two stay."""
+    assert logs.escaped("z\u0301\u0302\u0303\u0304 \u1ec7") == "z\u0301\u0302\\u0303\\u0304 \u1ec7"
