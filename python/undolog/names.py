@@ -303,13 +303,17 @@ def _lookalike_positions(text: str) -> list[int]:
         letters = word.group()
         if letters.isascii():
             continue
-        scripts = [_script(ch) for ch in letters]
-        mixed = "LATIN" in scripts and any(s not in _WITH_LATIN for s in scripts)
-        found.extend(
-            word.start() + i
-            for i, (ch, script) in enumerate(zip(letters, scripts, strict=True))
+        # each of the word's characters asked about once (a page of text is some 10x
+        # faster than asking for each of its characters), then found where it is
+        scripts = {ch: _script(ch) for ch in set(letters)}
+        mixed = "LATIN" in scripts.values() and any(s not in _WITH_LATIN for s in scripts.values())
+        flagged = {
+            ch
+            for ch, script in scripts.items()
             if looks_ascii(ch) or (mixed and script not in _WITH_LATIN)
-        )
+        }
+        if flagged:
+            found.extend(word.start() + i for i, ch in enumerate(letters) if ch in flagged)
     return found
 
 
@@ -319,15 +323,20 @@ def lookalike_runs(text: str) -> list[tuple[str, bool]]:
     if text.isascii():
         return [(text, False)] if text else []
     runs: list[tuple[str, bool]] = []
-    at = 0
+    at = 0  # the end of the runs so far
+    start = -1  # where the look-alike run being gathered began (cut once, when it ends:
+    # adding to it a character at a time copied it each time, a page of them quadratic)
     for i in _lookalike_positions(text):
+        if i == at and start >= 0:
+            at = i + 1
+            continue
+        if start >= 0:
+            runs.append((text[start:at], True))
         if i > at:
             runs.append((text[at:i], False))
-        if runs and runs[-1][1] and at == i:
-            runs[-1] = (runs[-1][0] + text[i], True)
-        else:
-            runs.append((text[i], True))
-        at = i + 1
+        start, at = i, i + 1
+    if start >= 0:
+        runs.append((text[start:at], True))
     if at < len(text):
         runs.append((text[at:], False))
     return runs
