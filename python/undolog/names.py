@@ -134,6 +134,8 @@ def over_stacked(text: str) -> set[int]:
     """Where the marks of ``text`` stacked past the rule above are (each face writes
     them out in its own escapes: :func:`spell_unseen`, the logs)."""
     over: set[int] = set()
+    if text.isascii():  # no marks: the code points' scan (_categories) not paid for it
+        return over
     for stack in _stacked_marks_pattern().finditer(text):
         general = 0
         for count, ch in enumerate(stack.group(), 1):
@@ -165,6 +167,11 @@ def _escape(ch: str) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
+# The characters of ASCII is_unseen() names: the control characters but tab and newline
+# and carriage return (asked for alone, ASCII text does not pay for _categories' scan).
+_ASCII_UNSEEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def spell_unseen(text: str) -> str:
     """``text`` with every character no reader sees as itself (:func:`is_unseen`) written
     out as its JSON escape, ``\\u202e``: in JSON text that is the same value (outside a
@@ -173,8 +180,8 @@ def spell_unseen(text: str) -> str:
     general-purpose diacritics, the fifth mark of any kind: ``\\u0301``), which would
     draw over the characters around it. Tab, newline and carriage return are left to the
     face (a page shows them; a one-line notice folds them)."""
-    if text.isascii() and text.isprintable():
-        return text
+    if text.isascii():  # its control characters only (JSON text's line breaks kept)
+        return text if text.isprintable() else _ASCII_UNSEEN.sub(_spelled, text)
     spelled = _unseen_pattern().sub(_spelled, text)
     return _written_out(spelled, over_stacked(spelled))
 
