@@ -248,7 +248,8 @@ def spell_ascii_name(name: str) -> str:
 #   (a) a letter or a number whose compatibility form (NFKC) is ASCII letters or digits:
 #       fullwidth forms (U+FF21), mathematical alphanumerics (U+1D7F7, U+1D41A),
 #       superscripts (U+00B2), circled digits (U+2460), Roman numerals (U+216B),
-#       ligatures (U+FB01), the Kelvin sign;
+#       ligatures (U+FB01), the Kelvin sign; or a Latin letter of no orthography drawn
+#       as an ASCII letter (a small capital, U+1D18; the script g U+0261: below);
 #   (b) a decimal digit other than 0-9 (Arabic-Indic U+0663, Devanagari U+0969): a digit
 #       is where a value matters, and Python's int() reads Arabic-Indic 1000 as 1000;
 #   (c) a letter of another script in a word that has Latin letters (a Cyrillic er in
@@ -290,6 +291,16 @@ def _script(ch: str) -> str:
     return "HAN" if first in _HAN_SCRIPTS else first
 
 
+# Rule (a) goes on: Latin letters no orthography writes, drawn as an ASCII letter and
+# not folded to it by NFKC: the small capitals of one letter (U+1D18 LATIN LETTER SMALL
+# CAPITAL P, of "fancy text": "ᴘᴀʏᴘᴀʟ"), the script g of phonetics (U+0261, drawn as
+# g), the alpha (U+0251), the dotless j (U+0237), the click letters drawn as l and !
+# (U+01C0, U+01C3). Not the letters of a language: the dotless i of Turkish, the open o
+# of Twi, the Vietnamese letters with a dot below.
+_SMALL_CAPITAL = re.compile(r"LATIN .*SMALL CAPITAL [A-Z]$")
+_LATIN_LOOKALIKES = frozenset("\u0261\u0251\u0237\u01c0\u01c3")
+
+
 @functools.lru_cache(maxsize=4096)
 def looks_ascii(ch: str) -> bool:
     """Rules (a) and (b) above: ``ch``, wherever it is, is a look-alike."""
@@ -301,7 +312,9 @@ def looks_ascii(ch: str) -> bool:
     if category[0] not in "LN":
         return False
     folded = unicodedata.normalize("NFKC", ch)
-    return folded.isascii() and any(c.isalnum() for c in folded)
+    if folded.isascii() and any(c.isalnum() for c in folded):
+        return True
+    return ch in _LATIN_LOOKALIKES or bool(_SMALL_CAPITAL.match(unicodedata.name(ch, "")))
 
 
 def _lookalike_positions(text: str) -> list[int]:

@@ -33,6 +33,13 @@ CASES = [
     ("\U0001f600 \U0001f468\u200d\U0001f469\u200d\U0001f467", ""),  # emoji, a ZWJ sequence
     ("Hawai\u02bbi", ""),  # the okina, a modifier letter
     ("e\u0323\u0302", ""),  # Vietnamese in NFD: two diacritics
+    # Latin letters no language writes, drawn as ASCII ones (NFKC keeps them)
+    ("\u1d18\u1d00\u028f.com", "\u1d18\u1d00\u028f"),  # small capitals: "pay.com"
+    ("\u0261oogle.com", "\u0261"),  # script g
+    ("paypa\u01c0.com", "\u01c0"),  # dental click, drawn as l
+    # and the letters of languages are not: Turkish, Polish, Twi, German, Vietnamese
+    ("\u0131l\u0131k \u0130stanbul \u0141\u00f3d\u017a \u0254k\u0254m Stra\u00dfe", ""),
+    ("Ti\u1ebfng Vi\u1ec7t c\u00f3 d\u1ea5u", ""),
 ]
 
 
