@@ -259,6 +259,10 @@ def spell_ascii_name(name: str) -> str:
 #       restrictive") allow. A word is a run of characters between white space and ASCII
 #       punctuation but - _ . @ (so that "acct-1234", "paypal.com" and "john@example.com"
 #       are one word each, whichever of their letters is Cyrillic).
+#   (d) a letter of another script in a word whose every letter is drawn as an ASCII
+#       letter or digit (_DRAWN_AS_ASCII: "ACCT-1234" in Cyrillic capitals) and that is
+#       shaped as an identifier (a digit, an @, a dot inside, below): a word of prose in
+#       Russian or Greek is not, however its letters are drawn.
 # Not marked: punctuation and symbols (the fullwidth punctuation of Chinese text, the
 # ellipsis, the numero sign, the trade mark sign), which no account or amount is told by.
 
@@ -317,6 +321,46 @@ def looks_ascii(ch: str) -> bool:
     return ch in _LATIN_LOOKALIKES or bool(_SMALL_CAPITAL.match(unicodedata.name(ch, "")))
 
 
+# Rule (d): the letters of other scripts drawn as an ASCII letter or digit (UTS #39's
+# confusables whose prototype is one ASCII letter or digit, the unmistakable ones): a
+# word made of them only ("ACCT-1234" in Cyrillic capitals, "pay.io" in Cyrillic small
+# letters) reads as ASCII.
+_DRAWN_AS_ASCII = frozenset(
+    # Cyrillic: A B C E H I J K M O P S T X Y Y Q W I 3
+    "\u0410\u0412\u0421\u0415\u041d\u0406\u0408\u041a\u041c\u041e\u0420\u0405\u0422"
+    "\u0425\u0423\u04ae\u051a\u051c\u04c0\u0417"
+    # Cyrillic: a c e o p x y s i j d h q w l y
+    "\u0430\u0441\u0435\u043e\u0440\u0445\u0443\u0455\u0456\u0458\u0501\u04bb\u051b"
+    "\u051d\u04cf\u04af"
+    # Greek: A B E Z H I K M N O P T Y X, o v p i
+    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5"
+    "\u03a7\u03bf\u03bd\u03c1\u03b9"
+    # Armenian: U O o u n h q
+    "\u054d\u0555\u0585\u057d\u0578\u0570\u0566"
+    # Cherokee: A B C E H K L M P S T V W W Z D G J R
+    "\u13aa\u13f4\u13df\u13ac\u13bb\u13e6\u13de\u13b7\u13e2\u13da\u13a2\u13d9\u13b3"
+    "\u13d4\u13c3\u13a0\u13c0\u13ab\u13d2"
+    # Lisu: A B C D E F G H I J K L M N O P R S T U V W X Y Z
+    "\ua4ee\ua4d0\ua4da\ua4d3\ua4f0\ua4dd\ua4d6\ua4e7\ua4f2\ua4d9\ua4d7\ua4e1\ua4df"
+    "\ua4e0\ua4f3\ua4d1\ua4e3\ua4e2\ua4d4\ua4f4\ua4e6\ua4ea\ua4eb\ua4ec\ua4dc"
+)
+# ... when the word is shaped as an identifier, not as a word of prose: it has an ASCII
+# digit, an @, or a dot between two characters ("acct-1234", "a.b"), and two of those
+# letters or more. So Russian "sugar", "LLC" (three Cyrillic O), "the 90s" (90 and ha),
+# "2nd", "T-34" are text.
+_IDENTIFIER_SHAPED = re.compile(r"[0-9@]|[^.]\.[^.]")
+
+
+def _all_drawn_as_ascii(letters: str, scripts: dict[str, str]) -> bool:
+    others = [ch for ch, script in scripts.items() if script]
+    return (
+        bool(others)
+        and all(ch in _DRAWN_AS_ASCII for ch in others)
+        and sum(ch in _DRAWN_AS_ASCII for ch in letters) >= 2
+        and _IDENTIFIER_SHAPED.search(letters) is not None
+    )
+
+
 def _lookalike_positions(text: str) -> list[int]:
     found: list[int] = []
     for word in _WORD.finditer(text):
@@ -332,6 +376,8 @@ def _lookalike_positions(text: str) -> list[int]:
             for ch, script in scripts.items()
             if looks_ascii(ch) or (mixed and script not in _WITH_LATIN)
         }
+        if not mixed and _all_drawn_as_ascii(letters, scripts):  # rule (d)
+            flagged |= {ch for ch, script in scripts.items() if script}
         if flagged:
             found.extend(word.start() + i for i, ch in enumerate(letters) if ch in flagged)
     return found

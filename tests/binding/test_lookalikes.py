@@ -40,6 +40,14 @@ CASES = [
     # and the letters of languages are not: Turkish, Polish, Twi, German, Vietnamese
     ("\u0131l\u0131k \u0130stanbul \u0141\u00f3d\u017a \u0254k\u0254m Stra\u00dfe", ""),
     ("Ti\u1ebfng Vi\u1ec7t c\u00f3 d\u1ea5u", ""),
+    # a word of another script all of whose letters are drawn as ASCII ones, shaped as an
+    # identifier (a digit, an @, a dot inside): Cyrillic "TAX-2024", "pay.io"
+    ("\u0422\u0410\u0425-2024", "\u0422\u0410\u0425"),
+    ("\u0440\u0430\u0443.\u0456\u043e", "\u0440\u0430\u0443\u0456\u043e"),
+    ("\ua4d1\ua4ee\ua4ec-1", "\ua4d1\ua4ee\ua4ec"),  # Lisu "PAY-1"
+    # and Russian prose is not: "sugar.", "LLC", "the 90s", "2nd floor", "T-34", "i.e."
+    ("\u0441\u0430\u0445\u0430\u0440. \u041e\u041e\u041e 90-\u0445 2-\u0439", ""),
+    ("\u0422-34 \u0442.\u0435. \u0443\u043b. \u0422\u0432\u0435\u0440\u0441\u043a\u0430\u044f", ""),
 ]
 
 
