@@ -22,6 +22,9 @@ def root() -> Iterator[logging.Logger]:
     capturing handlers are added for the test's call: each test removes them first)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    # and undolog's own level as no command set it: a command run in the same process
+    # before (tests/cli's `partitions drop`, basic_config(WARNING)) left it at WARNING
+    logging.getLogger("undolog").setLevel(logging.NOTSET)
     yield root
     root.handlers, root.level = handlers, level
     logging.getLogger("undolog").setLevel(logging.NOTSET)
