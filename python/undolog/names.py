@@ -125,9 +125,14 @@ MARKS_KEPT = 4
 
 @functools.cache
 def _stacked_marks_pattern() -> re.Pattern[str]:
-    """Three marks or more in a row (fewer are always kept)."""
+    """Three marks or more in a row (fewer are always kept). The marks beyond the BMP are
+    asked for only of a character beyond it: one class of them all tried its hundreds of
+    ranges on every character, 0.33 s a MiB of Russian text, 0.02 s so."""
     codes = sorted(code for category in _MARK_CATEGORIES for code in _categories()[category])
-    return re.compile(f"[{_ranges(codes)}]{{{GENERAL_MARKS_KEPT + 1},}}")
+    bmp = _ranges([code for code in codes if code <= 0xFFFF])
+    astral = _ranges([code for code in codes if code > 0xFFFF])
+    mark = f"(?:[{bmp}]|(?=[\U00010000-\U0010ffff])[{astral}])"
+    return re.compile(f"{mark}{{{GENERAL_MARKS_KEPT + 1},}}")
 
 
 def over_stacked(text: str) -> set[int]:
