@@ -602,6 +602,17 @@ class Dashboard:
         )
         return HTMLResponse(html, status_code=status)
 
+    async def render_whole(
+        self, request: Request, name: str, ws: WebSession | None, **context: Any
+    ) -> HTMLResponse:
+        """:meth:`render` in a worker thread, for the pages that show an agent's payload
+        whole (the confirmation pages, "see it whole": up to the journal's 1 MiB), whose
+        look-alike marks (:func:`marked`) take some 2 s a MiB of Cyrillic text: on the
+        event loop that stalled every other request of the dashboard meanwhile."""
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.render, request, name, ws, **context)
+        )
+
     def problem(
         self, request: Request, ws: WebSession | None, status: int, title: str, text: str
     ) -> HTMLResponse:
@@ -975,7 +986,7 @@ class Dashboard:
             if not ws.take_confirm(nonce, ids):
                 asked = set(ids)
                 canonical = {i: str(u) if (u := self._uuid(i)) else i for _, i, _ in picked}
-                return self.render(
+                return await self.render_whole(
                     request,
                     "confirm.html",
                     ws,
@@ -1164,7 +1175,7 @@ class Dashboard:
         if nonce is None or not ws.take_confirm(nonce, bound):
             async with ws.db() as conn:
                 changes = await queries.edit_changes(conn, approval_id, edited)
-            return self.render(
+            return await self.render_whole(
                 request,
                 "edit_confirm.html",
                 ws,
@@ -1432,7 +1443,7 @@ class Dashboard:
             row = await queries.payload(conn, session_id, effect_id, which)
         if row is None:
             return self.not_found(request, ws, "call")
-        return self.render(
+        return await self.render_whole(
             request,
             "payload.html",
             ws,
