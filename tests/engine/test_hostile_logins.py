@@ -595,8 +595,15 @@ def test_an_agents_sessions_cannot_make_an_anchor_past_its_bound(
     one anchor of every moved head went over jsonb's 256 MB past some 2.1 million of
     them, and write_anchor failed, and maintain_partitions with it, on every run. An
     anchor now records at most anchor_max_heads, the next ones the rest, chained."""
+    assert conn.execute("SELECT undolog.anchor_max_heads()").fetchone() == (10_000,)
+    # Its bound made 100 in this test's own database: the same write_anchor cuts the
+    # heads at it, with 110 sessions to begin rather than 10,010 (18 s here).
+    conn.execute(
+        "CREATE OR REPLACE FUNCTION undolog.anchor_max_heads() RETURNS integer"
+        " LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT 100'"
+    )
     bound = conn.execute("SELECT undolog.anchor_max_heads()").fetchone()
-    assert bound is not None
+    assert bound == (100,)
     # Ten agent logins, each beginning a tenth: every begin_session counts its login's
     # unfinished sessions (the live-sessions cap), so one login's 10,001 took 38 s.
     for _ in range(10):
