@@ -261,9 +261,13 @@ def spell_ascii_name(name: str) -> str:
 #       "pay", a Greek omicron in "google"): a word in one script (Russian, Greek) is
 #       ordinary text, and so is Latin mixed with Han, kana, Hangul or Bopomofo (Japanese
 #       "T" and katakana, a T-shirt), which Unicode's restriction levels (UTS #39, "highly
-#       restrictive") allow. A word is a run of characters between white space and ASCII
-#       punctuation but - _ . @ (so that "acct-1234", "paypal.com" and "john@example.com"
-#       are one word each, whichever of their letters is Cyrillic).
+#       restrictive") allow. A word is a run of characters between white space and the
+#       ASCII punctuation that ends a word in prose or a JSON text (! " $ ' ( ) * , ; < >
+#       [ \ ] ^ ` { | }): the characters of addresses and links (- _ . @ : / ? = & + % #
+#       ~) are inside one, so that "acct-1234", "paypal.com", "john@example.com",
+#       "?to=acct" and "AT&T" are one word each, whichever of their letters is Cyrillic
+#       (split at = and &, a Cyrillic "ace" of "?to=ace" was a word of its own, and
+#       ordinary text: the outside review).
 #   (d) a letter of another script in a word whose every letter is drawn as an ASCII
 #       letter or digit (_DRAWN_AS_ASCII: "ACCT-1234" in Cyrillic capitals) and that is
 #       shaped as an identifier (a digit, an @, a dot inside, below): a word of prose in
@@ -281,7 +285,7 @@ _HAN_SCRIPTS = frozenset(
     | {"IDEOGRAPHIC", "VERTICAL"}
 )
 _WITH_LATIN = frozenset({"", "LATIN", "HAN"})
-_WORD = re.compile(r"[^\s!-,/:-?\[-^`{-~\u00ab\u00bb\u2010-\u2027\u3000-\u303f]+")
+_WORD = re.compile(r"[^\s!\"$'()*,;<>\[-^`{|}\u00ab\u00bb\u2010-\u2027\u3000-\u303f]+")
 LOOKALIKES_LISTED = 20
 
 

@@ -23,6 +23,9 @@ CASES = [
     ("g\u03bfogle.com", "\u03bf"),  # Greek omicron
     ("p\u0430ypal.com/login", "\u0430"),
     ("acct-\u0440123", "\u0440"),  # one word: the hyphen joins it
+    ("?to=\u0430\u0441\u0435", "\u0430\u0441\u0435"),  # and = : "?to=ace"
+    ("AT&\u0422", "\u0422"),  # and &
+    ('{"note":"\u0441\u0430\u0445\u0430\u0440","to":"bob"}', ""),  # JSON's " and , part
     ("acct-\U0001d7f7\U0001d7f8\U0001d7f9", "\U0001d7f7\U0001d7f8\U0001d7f9"),  # math digits
     ("\U0001d41a\U0001d41b", "\U0001d41a\U0001d41b"),  # mathematical bold a b
     ("\uff21\uff22\uff23", "\uff21\uff22\uff23"),  # fullwidth ABC
