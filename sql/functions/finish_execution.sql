@@ -1,7 +1,8 @@
 -- undolog.finish_execution: move an executing effect to its outcome, committed (with its
 -- result) or pending (with the error, so that it may be retried); answers p_to.
 -- UL003 for an unknown effect, UL001 when the effect is not executing (e.g. committed
--- twice). Shared by commit() and fail().
+-- twice), UL030 when a transaction that moved the call holds its row past lock_session's
+-- wait. Shared by commit() and fail().
 -- A result that arrives for an effect the undo walk has already taken (compensating,
 -- compensated, compensation_failed) is not refused and forgotten: its agent was paused
 -- past its lease, so the body may have acted after (or while) its compensation ran. What
@@ -22,6 +23,7 @@ DECLARE
     v_key undolog.undolog_undo_stack := undolog.locate_effect(p_effect_id);
     v_state text;
     v_event text := CASE p_to WHEN 'committed' THEN 'late_commit' ELSE 'late_fail' END;
+    v_bound record;
 BEGIN
     PERFORM undolog.check_session_caller(
         v_key.session_id,
@@ -36,11 +38,31 @@ BEGIN
     IF FOUND THEN
         RETURN p_to;
     END IF;
-    SELECT e.state INTO v_state
-    FROM undolog.undolog_effect_log AS e
-    WHERE e.session_id = v_key.session_id AND e.effect_id = v_key.effect_id
-      AND e.executed_at = v_key.executed_at
-    FOR SHARE;
+    -- The call's row, locked for what follows: a decision, a rollback or a claim of the
+    -- walk that changed it in a transaction left open holds it. Waited for as long as
+    -- lock_session waits at most (undolog.bound_lock_wait), then UL030: an agent's report
+    -- of a call it may not report (pending, approved, rejected) or a late one waited for
+    -- that transaction to end, for as long as it stayed open (red team, round 9).
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        SELECT e.state INTO v_state
+        FROM undolog.undolog_effect_log AS e
+        WHERE e.session_id = v_key.session_id AND e.effect_id = v_key.effect_id
+          AND e.executed_at = v_key.executed_at
+        FOR SHARE;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'UL030',
+            MESSAGE = pg_catalog.format('call %s is held by a transaction that has not '
+                                        'ended', p_effect_id),
+            DETAIL = pg_catalog.format('Waited %s for it: a transaction that moved the call '
+                                       '(a decision, a rollback, the undo walk) holds it and '
+                                       'has not ended. Nothing was changed.', v_bound.p_wait),
+            HINT = 'Report the outcome again. If it stays held, end that transaction: its '
+                   'backend is in pg_stat_activity, idle in transaction '
+                   '(pg_terminate_backend).';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     IF v_state IN ('compensating', 'compensated', 'compensation_failed') THEN
         PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
         INSERT INTO undolog.undolog_effect_history

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from undolog import engine, walk
+from undolog import approvals, engine, errors, walk
 from undolog.walk import Worker
 from worker_support import Conn, failed_session, state_of
 
@@ -118,3 +118,36 @@ def test_a_report_waiting_for_a_row_another_transaction_holds_gives_up(
         for holder in holders:
             holder.close()
         worker.stop()
+
+
+def test_a_report_of_a_call_whose_decision_is_held_open_gives_up(
+    login: Callable[..., Conn],
+) -> None:
+    """An agent's commit or fail of its IRREVERSIBLE call while an approver's decision on
+    it is in a transaction left open waited for the call's row (finish_execution locks
+    it) as long as that transaction stayed open: for ever, or, with a lock_timeout of the
+    agent's, 55P03, a SQLSTATE the errors table does not name (the SQL API's fuzz, round
+    9). It waits as long as lock_session would, then SessionBusy (UL030), nothing done."""
+    agent, approver = login("undolog_agent"), login("undolog_approver")
+    session = engine.begin_session(agent, agent="a")
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    approver.execute("BEGIN")
+    try:
+        approvals.approve(approver, call.approval_id, "alice")
+        agent.execute("SET lock_timeout = '200ms'")  # lock_session's wait, shortened
+        for report in (
+            lambda: engine.commit(agent, call.effect_id, {"sent": True}),
+            lambda: engine.fail(agent, call.effect_id, "no"),
+        ):
+            started = time.monotonic()
+            with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+                report()
+            assert time.monotonic() - started < 2
+            assert raised.value.hint and "Report the outcome again" in raised.value.hint
+    finally:
+        approver.execute("ROLLBACK")
+    state = agent.execute(
+        "SELECT state FROM undolog.undolog_effect_log WHERE effect_id = %s", (call.effect_id,)
+    ).fetchone()
+    assert state == ("pending",)  # the decision rolled back, the reports changed nothing
