@@ -131,15 +131,17 @@ def test_a_report_of_a_call_whose_decision_is_held_open_gives_up(
     agent, approver = login("undolog_agent"), login("undolog_approver")
     session = engine.begin_session(agent, agent="a")
     call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
-    assert call.approval_id is not None
+    assert call.approval_id is not None and call.effect_id is not None
+    effect = call.effect_id
+    reports: list[Callable[[], None]] = [
+        lambda: engine.commit(agent, effect, {"sent": True}),
+        lambda: engine.fail(agent, effect, "no"),
+    ]
     approver.execute("BEGIN")
     try:
         approvals.approve(approver, call.approval_id, "alice")
         agent.execute("SET lock_timeout = '200ms'")  # lock_session's wait, shortened
-        for report in (
-            lambda: engine.commit(agent, call.effect_id, {"sent": True}),
-            lambda: engine.fail(agent, call.effect_id, "no"),
-        ):
+        for report in reports:
             started = time.monotonic()
             with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
                 report()
