@@ -74,7 +74,7 @@ UNDO = {"name": "undo", "max_attempts": 2}
 WEIGHTS = {
     "intercept": 12,
     "intercept_tool": 4,
-    "commit": 4,
+    "commit": 6,
     "fail": 2,
     "commit_effect": 2,
     "fail_effect": 1,
@@ -84,8 +84,8 @@ WEIGHTS = {
     "approve": 3,
     "approve_edited": 2,
     "reject": 2,
-    "claim_compensation": 4,
-    "complete_compensation": 4,
+    "claim_compensation": 8,
+    "complete_compensation": 2,
     "fail_compensation": 2,
     "recover": 2,
     "replace_tool": 0.3,
@@ -966,9 +966,22 @@ class Fuzz:
         call = table[fn][1](key)
         if self.rng.random() < 0.2:
             self.mutate(call)
-        self.run(key, call, granted=fn in mine)
+        rows = self.run(key, call, granted=fn in mine)
+        if fn == "claim_compensation" and rows and rows[0][0] is not None:
+            # the worker's report of what it claimed, mostly at once (as walk.py does)
+            undo_id, attempt = rows[0][0], rows[0][-1]
+            self.step_no += 1
+            if self.rng.random() < 0.75:
+                done = Call("complete_compensation", [(undo_id, "uuid"), (attempt, "integer")])
+            else:
+                done = Call(
+                    "fail_compensation",
+                    [(undo_id, "uuid"), ("it failed", "text"), (attempt, "integer")],
+                )
+            self.run(key, done, granted=fn in mine)
 
-    def run(self, key: str, call: Call, granted: bool) -> None:
+    def run(self, key: str, call: Call, granted: bool) -> list[Any]:
+        """One call, checked; its rows (none when it was refused)."""
         c = self.conns[key]
         held = self.held.get(key)
         if held is not None and call.fn in MAINTENANCE:
@@ -1029,6 +1042,7 @@ class Fuzz:
                 self.check_success(key, label, call, rows, before, after)
         self.world = read_world(self.owner)
         self.check_state(label)
+        return rows if err is None else []
 
     def end_held(self, key: str) -> None:
         """The open transaction ends: committed (its calls' checks then), or rolled back."""
@@ -1197,7 +1211,7 @@ class Fuzz:
             self.violation(label, f"the chain does not verify: {bad[:3]}")
 
     def run_steps(self, steps: int, deadline: float | None = None) -> None:
-        for _ in range(steps):
+        while self.step_no < steps:
             if deadline is not None and time.monotonic() > deadline:
                 break
             self.step()
