@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -153,3 +154,28 @@ def test_a_report_of_a_call_whose_decision_is_held_open_gives_up(
         "SELECT state FROM undolog.undolog_effect_log WHERE effect_id = %s", (call.effect_id,)
     ).fetchone()
     assert state == ("pending",)  # the decision rolled back, the reports changed nothing
+
+
+def test_a_commit_left_open_does_not_stall_the_sweep(dsn: str, login: Callable[..., Conn]) -> None:
+    """An agent that commits one of its calls in a transaction it leaves open holds its
+    session's chain head (the commit is a link of it), which the sweep did not try:
+    fail_expired_sessions() (every worker pass's, recover()'s, for every login) waited for
+    it, once the lease ran out, as long as the transaction stayed open (the SQL API's
+    fuzz, round 9). The sweep now skips that session, as it skips a held one."""
+    agent, operator = login("undolog_agent"), login("undolog_operator")
+    lapsing = engine.begin_session(agent, agent="a", lease=timedelta(seconds=1))
+    first = engine.intercept(agent, lapsing, 0, "send", "compensable", {}, {"name": "undo"})
+    assert first.effect_id is not None
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        engine.commit(holder, first.effect_id, {"sent": 1})
+        time.sleep(1.1)  # the lease runs out
+        operator.execute("SET statement_timeout = '3s'")  # it waited for ever
+        for sweep in ("fail_expired_sessions", "recover"):
+            swept = operator.execute(f"SELECT * FROM undolog.{sweep}()").fetchall()
+            assert swept == []  # skipped while held
+    finally:
+        holder.rollback()
+        holder.close()
+    swept = operator.execute("SELECT * FROM undolog.fail_expired_sessions()").fetchall()
+    assert swept == [(lapsing,)]
