@@ -66,6 +66,7 @@ DECLARE
     v_other_why text;
     v_requested_args jsonb;
     v_approved_args jsonb;
+    v_bound record;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
         RAISE EXCEPTION USING
@@ -253,82 +254,93 @@ BEGIN
              || coalesce(' (closed by ' || p_decided_by || ')', '')
     END || coalesce(': ' || p_reason, '');
 
-    -- The effect's guard trigger checks pending -> approved/rejected (IRREVERSIBLE only)
-    -- and appends the transition to its history; the refusal's why becomes its error.
-    UPDATE undolog.undolog_effect_log AS e
-    SET state = CASE v_outcome WHEN 'approved' THEN 'approved' ELSE 'rejected' END,
-        error = v_why
-    WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
-      AND e.executed_at = v_request.executed_at;
+    -- The writes, their waits bounded as lock_session's: an agent that committed another
+    -- of its calls in a transaction it keeps open holds the session's chain head, which
+    -- the history rows below link to, and the person's decision waited for it as long as
+    -- that stayed open (the SQL API's fuzz, round 9). Past the wait, UL030 and nothing
+    -- written; no lock is taken in another order than before, only not waited for ever.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        -- The effect's guard trigger checks pending -> approved/rejected (IRREVERSIBLE only)
+        -- and appends the transition to its history; the refusal's why becomes its error.
+        UPDATE undolog.undolog_effect_log AS e
+        SET state = CASE v_outcome WHEN 'approved' THEN 'approved' ELSE 'rejected' END,
+            error = v_why
+        WHERE e.session_id = v_request.session_id AND e.effect_id = v_request.effect_id
+          AND e.executed_at = v_request.executed_at;
 
-    UPDATE undolog.undolog_approval_requests AS a
-    SET state = v_outcome,
-        decided_at = v_decided_at,
-        decided_by = p_decided_by,
-        reason = p_reason,
-        decided_role = session_user,
-        approved_args = v_approved_args
-    WHERE a.approval_id = v_request.approval_id AND a.session_id = v_request.session_id;
+        UPDATE undolog.undolog_approval_requests AS a
+        SET state = v_outcome,
+            decided_at = v_decided_at,
+            decided_by = p_decided_by,
+            reason = p_reason,
+            decided_role = session_user,
+            approved_args = v_approved_args
+        WHERE a.approval_id = v_request.approval_id AND a.session_id = v_request.session_id;
 
-    IF v_approved_args IS NOT NULL THEN
-        -- The edit in the effect's own history, beside its pending -> approved row: what
-        -- runs differs from the effect's args, and the history says so, who and why.
-        INSERT INTO undolog.undolog_effect_history
-            (session_id, effect_id, executed_at, event, from_state, to_state, detail)
-        VALUES (
-            v_request.session_id, v_request.effect_id, v_request.executed_at, 'args_edited',
-            'approved', 'approved',
-            pg_catalog.jsonb_build_object('approval_id', v_request.approval_id,
-                                          'approved_args', v_approved_args,
-                                          'edited_by', p_decided_by, 'reason', p_reason));
-    END IF;
-
-    IF v_outcome = 'approved' OR v_on_reject = 'continue' THEN
-        IF v_session_state = 'awaiting_approval'
-           AND NOT EXISTS (SELECT FROM undolog.undolog_approval_requests AS a
-                           WHERE a.session_id = v_session_id AND a.state = 'pending') THEN
-            -- The history row of this move names the refusals decided in this
-            -- transaction, with their reasons (sessions_guard).
-            PERFORM undolog.transition_session(v_session_id, 'active');
-            -- The human may have taken longer than the lease: without a fresh one, the
-            -- resumed session would look dead to recovery before the agent's next call.
-            UPDATE undolog.undolog_sessions AS s
-            SET lease_expires_at = undolog.utc_after(now(), s.lease_duration)
-            WHERE s.session_id = v_session_id;
+        IF v_approved_args IS NOT NULL THEN
+            -- The edit in the effect's own history, beside its pending -> approved row: what
+            -- runs differs from the effect's args, and the history says so, who and why.
+            INSERT INTO undolog.undolog_effect_history
+                (session_id, effect_id, executed_at, event, from_state, to_state, detail)
+            VALUES (
+                v_request.session_id, v_request.effect_id, v_request.executed_at, 'args_edited',
+                'approved', 'approved',
+                pg_catalog.jsonb_build_object('approval_id', v_request.approval_id,
+                                              'approved_args', v_approved_args,
+                                              'edited_by', p_decided_by, 'reason', p_reason));
         END IF;
-    ELSIF v_session_state = 'awaiting_approval' THEN
-        PERFORM undolog.transition_session(
-            v_session_id, 'compensating',
-            pg_catalog.format('irreversible call %s (approval %s) %s',
-                              coalesce(v_tool_name, '?'), p_approval_id, v_why));
-        -- The session's other pending requests (asked in the same turn) can never run
-        -- now: they are closed with this outcome, by the same decider, saying why, so
-        -- that no person is left asked about a call of an ended session. Their calls
-        -- never acted: the walk skips their barriers. Closed a moment after this
-        -- refusal (clock_timestamp), so that this one stays the session's first refusal
-        -- (session_refusal). Requests first, then effects: the lock order above.
-        FOR v_other IN
-            SELECT a.* FROM undolog.undolog_approval_requests AS a
-            WHERE a.session_id = v_session_id AND a.state = 'pending'
-            ORDER BY a.requested_at, a.approval_id
-            FOR UPDATE
-        LOOP
-            v_other_why := pg_catalog.format(
-                'not decided on its own: approval %s (%s) was %s, which sent the session '
-                'to its undo walk', p_approval_id, coalesce(v_tool_name, '?'), v_outcome);
-            UPDATE undolog.undolog_approval_requests AS a
-            SET state = v_outcome,
-                decided_at = pg_catalog.clock_timestamp(),
-                decided_by = p_decided_by,
-                reason = v_other_why,
-                decided_role = session_user
-            WHERE a.approval_id = v_other.approval_id AND a.session_id = v_other.session_id;
-            UPDATE undolog.undolog_effect_log AS e
-            SET state = 'rejected', error = v_other_why
-            WHERE e.session_id = v_other.session_id AND e.effect_id = v_other.effect_id
-              AND e.executed_at = v_other.executed_at AND e.state = 'pending';
-        END LOOP;
-    END IF;
+
+        IF v_outcome = 'approved' OR v_on_reject = 'continue' THEN
+            IF v_session_state = 'awaiting_approval'
+               AND NOT EXISTS (SELECT FROM undolog.undolog_approval_requests AS a
+                               WHERE a.session_id = v_session_id AND a.state = 'pending') THEN
+                -- The history row of this move names the refusals decided in this
+                -- transaction, with their reasons (sessions_guard).
+                PERFORM undolog.transition_session(v_session_id, 'active');
+                -- The human may have taken longer than the lease: without a fresh one, the
+                -- resumed session would look dead to recovery before the agent's next call.
+                UPDATE undolog.undolog_sessions AS s
+                SET lease_expires_at = undolog.utc_after(now(), s.lease_duration)
+                WHERE s.session_id = v_session_id;
+            END IF;
+        ELSIF v_session_state = 'awaiting_approval' THEN
+            PERFORM undolog.transition_session(
+                v_session_id, 'compensating',
+                pg_catalog.format('irreversible call %s (approval %s) %s',
+                                  coalesce(v_tool_name, '?'), p_approval_id, v_why));
+            -- The session's other pending requests (asked in the same turn) can never run
+            -- now: they are closed with this outcome, by the same decider, saying why, so
+            -- that no person is left asked about a call of an ended session. Their calls
+            -- never acted: the walk skips their barriers. Closed a moment after this
+            -- refusal (clock_timestamp), so that this one stays the session's first refusal
+            -- (session_refusal). Requests first, then effects: the lock order above.
+            FOR v_other IN
+                SELECT a.* FROM undolog.undolog_approval_requests AS a
+                WHERE a.session_id = v_session_id AND a.state = 'pending'
+                ORDER BY a.requested_at, a.approval_id
+                FOR UPDATE
+            LOOP
+                v_other_why := pg_catalog.format(
+                    'not decided on its own: approval %s (%s) was %s, which sent the session '
+                    'to its undo walk', p_approval_id, coalesce(v_tool_name, '?'), v_outcome);
+                UPDATE undolog.undolog_approval_requests AS a
+                SET state = v_outcome,
+                    decided_at = pg_catalog.clock_timestamp(),
+                    decided_by = p_decided_by,
+                    reason = v_other_why,
+                    decided_role = session_user
+                WHERE a.approval_id = v_other.approval_id AND a.session_id = v_other.session_id;
+                UPDATE undolog.undolog_effect_log AS e
+                SET state = 'rejected', error = v_other_why
+                WHERE e.session_id = v_other.session_id AND e.effect_id = v_other.effect_id
+                  AND e.executed_at = v_other.executed_at AND e.state = 'pending';
+            END LOOP;
+        END IF;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM undolog.session_held(v_session_id, v_bound.p_wait);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_outcome;
 END
 $$;

@@ -29,18 +29,7 @@ BEGIN
         PERFORM pg_catalog.pg_advisory_xact_lock(
             undolog.session_lock_key(p_session_id, v_session.owner_role));
     EXCEPTION WHEN lock_not_available THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'UL030',
-            MESSAGE = pg_catalog.format('session %s is held by a transaction that has not '
-                                        'ended', p_session_id),
-            DETAIL = pg_catalog.format('Waited %s for it: another transaction holds it and '
-                                       'has not ended (the session''s agent is login %s). '
-                                       'Nothing was changed.', v_bound.p_wait,
-                                       (SELECT s.owner_role FROM undolog.undolog_sessions AS s
-                                        WHERE s.session_id = p_session_id)),
-            HINT = 'Try again. If it stays held, end that transaction: its backend is in '
-                   'pg_stat_activity, idle in transaction, most likely under the agent''s '
-                   'login (pg_terminate_backend).';
+        PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_session;

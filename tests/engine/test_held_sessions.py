@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from undolog import approvals, engine, errors, walk
+from undolog import approvals, engine, errors, saga, walk
 from undolog.walk import Worker
 from worker_support import Conn, failed_session, state_of
 
@@ -179,3 +179,47 @@ def test_a_commit_left_open_does_not_stall_the_sweep(dsn: str, login: Callable[.
         holder.close()
     swept = operator.execute("SELECT * FROM undolog.fail_expired_sessions()").fetchall()
     assert swept == [(lapsing,)]
+
+
+@pytest.mark.parametrize("move", ["approve", "reject", "rollback"])
+def test_a_persons_move_behind_a_commit_left_open_gives_up(
+    dsn: str, login: Callable[..., Conn], move: str
+) -> None:
+    """An agent that commits one of its calls in a transaction it leaves open holds its
+    session's chain head, which a decision's or a rollback's history rows link to: the
+    person's approve, reject or rollback of that session waited for it as long as the
+    transaction stayed open (roles.md promises the bounded wait, then UL030; the SQL
+    API's fuzz, round 9). It waits as long as lock_session would (here the approver's own
+    300 ms), then SessionBusy, nothing written; once the agent's transaction ends, the
+    same move goes through."""
+    agent, approver = login("undolog_agent"), login("undolog_approver")
+    session = engine.begin_session(agent, agent="a")
+    first = engine.intercept(agent, session, 0, "send", "compensable", {}, {"name": "undo"})
+    asked = engine.intercept(agent, session, 1, "wire", "irreversible", {"cents": 5})
+    assert first.effect_id is not None and asked.approval_id is not None
+    approval = asked.approval_id
+
+    def act() -> object:
+        if move == "approve":
+            return approvals.approve(approver, approval, "alice")
+        if move == "reject":
+            return approvals.reject(approver, approval, "alice", "no")
+        return saga.rollback_session(approver, session, "alice", "wrong customer")
+
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        engine.commit(holder, first.effect_id, {"sent": 1})
+        approver.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
+        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+            act()
+        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        requests = approver.execute(
+            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+            (approval,),
+        ).fetchone()
+        assert requests == ("pending",) and state_of(approver, session) == "awaiting_approval"
+    finally:
+        holder.rollback()
+        holder.close()
+    act()  # the agent's transaction ended: nothing holds the session
+    assert state_of(approver, session) == ("active" if move == "approve" else "compensating")
