@@ -61,31 +61,14 @@ BEGIN
                     HINT = 'Skipped by this sweep (caught below, never raised to the '
                            'caller): the decision stands.';
             END IF;
-            IF NOT pg_catalog.pg_try_advisory_xact_lock(
-                   undolog.session_lock_key(v_session_id, v_owner_role)) THEN
+            -- Its advisory lock and its chain head, tried (undolog.try_hold_session).
+            IF NOT undolog.try_hold_session(v_session_id, v_owner_role) THEN
                 RAISE EXCEPTION USING
                     ERRCODE = 'UL030',
                     MESSAGE = pg_catalog.format('session %s is held by a transaction that '
                                                 'has not ended', v_session_id),
                     HINT = 'Skipped by this sweep (caught below, never raised to the '
                            'caller): the next sweep expires its requests.';
-            END IF;
-            -- Its chain head, tried too: an agent's commit or fail of a call in a
-            -- transaction it leaves open holds it without the advisory lock, and the sweep
-            -- waited for it, every login's with it (the SQL API's fuzz, round 9).
-            IF EXISTS (SELECT FROM undolog.undolog_chain_heads AS h
-                       WHERE h.session_id = v_session_id) THEN
-                PERFORM FROM undolog.undolog_chain_heads AS h
-                WHERE h.session_id = v_session_id
-                FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    RAISE EXCEPTION USING
-                        ERRCODE = 'UL030',
-                        MESSAGE = pg_catalog.format('session %s is held by a transaction '
-                                                    'that has not ended', v_session_id),
-                        HINT = 'Skipped by this run (caught below, never raised to the '
-                               'caller): the next run of expire_approvals() sees it.';
-                END IF;
             END IF;
             -- Decided by the subtransaction that locked the session's row (one locking
             -- and another updating would need a multixact). Its locks are held now, so its
