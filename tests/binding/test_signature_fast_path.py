@@ -355,13 +355,16 @@ _plain_values = _json_like(
 )
 
 
-@settings(max_examples=1000)
+# Examples a run: 950 in all (2,800 until 2026-12-07, some 60 s of the suite's 20-minute
+# budget under its load). Every `make test` draws new ones, and hypothesis keeps a
+# failing one in its database (.hypothesis/) for the next run.
+@settings(max_examples=300)
 @given(_values)
 def test_canonical_json_is_rfc8785(value: Any) -> None:
     assert _outcome(canonical_json, value) == _outcome(_reference, value)
 
 
-@settings(max_examples=500)
+@settings(max_examples=200)
 @given(_plain_values)
 def test_plain_values_take_the_fast_path(value: Any) -> None:
     calls: list[Any] = []
@@ -372,7 +375,7 @@ def test_plain_values_take_the_fast_path(value: Any) -> None:
     assert got == rfc8785.dumps(value)
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(
     st.uuids().flatmap(lambda u: st.sampled_from([u, str(u), str(u).upper()])),
     st.one_of(st.integers(0, 10), st.integers(2**53 - 2, 2**53 + 1)),
@@ -387,7 +390,7 @@ def test_call_signature_is_as_before(
     )
 
 
-@settings(max_examples=1000)
+@settings(max_examples=300)
 @given(_values, st.sampled_from([0, 1, 2, 3, 4, 64]), st.booleans())
 def test_the_walk_refuses_what_it_did(value: Any, max_depth: int, refuse_nul: bool) -> None:
     old = _outcome(lambda: _old_scan(value, max_depth, refuse_nul=refuse_nul))
