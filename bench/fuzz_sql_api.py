@@ -153,50 +153,42 @@ class World:
         return None
 
 
+def _rows(owner: Conn, query: str) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in owner.execute(query)]
+
+
 def read_world(owner: Conn) -> World:
     w = World()
-    w.sessions = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT session_id, owner_role, state, updated_at FROM undolog.undolog_sessions"
-            " ORDER BY created_at, session_id"
-        )
-    ]
-    w.effects = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT effect_id, session_id, step_index, tool_name, tier, state, args,"
-            " call_signature FROM undolog.undolog_effect_log ORDER BY executed_at, effect_id"
-        )
-    ]
-    w.approvals = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT approval_id, session_id, effect_id, state"
-            " FROM undolog.undolog_approval_requests ORDER BY requested_at, approval_id"
-        )
-    ]
-    w.undo = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT undo_id, session_id, state, attempts FROM undolog.undolog_undo_stack"
-            " ORDER BY session_id, stack_position"
-        )
-    ]
-    w.tools = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT tool_id, owner_role, tool_name, tier, compensation, retired_at IS NULL"
-            " FROM undolog.undolog_tools ORDER BY registered_at, tool_id"
-        )
-    ]
-    w.deliveries = [
-        tuple(r)
-        for r in owner.execute(
-            "SELECT delivery_id, session_id, state, attempts"
-            " FROM undolog.undolog_notification_deliveries ORDER BY created_at, delivery_id"
-        )
-    ]
+    w.sessions = _rows(
+        owner,
+        "SELECT session_id, owner_role, state, updated_at FROM undolog.undolog_sessions"
+        " ORDER BY created_at, session_id",
+    )
+    w.effects = _rows(
+        owner,
+        "SELECT effect_id, session_id, step_index, tool_name, tier, state, args,"
+        " call_signature FROM undolog.undolog_effect_log ORDER BY executed_at, effect_id",
+    )
+    w.approvals = _rows(
+        owner,
+        "SELECT approval_id, session_id, effect_id, state"
+        " FROM undolog.undolog_approval_requests ORDER BY requested_at, approval_id",
+    )
+    w.undo = _rows(
+        owner,
+        "SELECT undo_id, session_id, state, attempts FROM undolog.undolog_undo_stack"
+        " ORDER BY session_id, stack_position",
+    )
+    w.tools = _rows(
+        owner,
+        "SELECT tool_id, owner_role, tool_name, tier, compensation, retired_at IS NULL"
+        " FROM undolog.undolog_tools ORDER BY registered_at, tool_id",
+    )
+    w.deliveries = _rows(
+        owner,
+        "SELECT delivery_id, session_id, state, attempts"
+        " FROM undolog.undolog_notification_deliveries ORDER BY created_at, delivery_id",
+    )
     w.channels = [
         r[0]
         for r in owner.execute(

@@ -16,7 +16,7 @@ import logging
 from types import TracebackType
 from typing import Any, TextIO
 
-from undolog.names import is_unseen, over_stacked
+from undolog.names import ascii_or_escape, is_unseen, over_stacked
 
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
@@ -35,7 +35,11 @@ def escaped(text: str, *, keep_newlines: bool = False) -> str:
         return text
     over = over_stacked(text)
     return "".join(
-        ch if keep_newlines and ch == "\n" else _u_escape(ch) if i in over else _escaped_char(ch)
+        ch
+        if keep_newlines and ch == "\n"
+        else ascii_or_escape(ch)
+        if i in over
+        else _escaped_char(ch)
         for i, ch in enumerate(text)
     )
 
@@ -44,12 +48,8 @@ def _escaped_char(ch: str) -> str:
     if not ch.isprintable():
         return repr(ch)[1:-1]
     if is_unseen(ch):  # printable to Python, seen by nobody
-        return _u_escape(ch)
+        return ascii_or_escape(ch)
     return ch
-
-
-def _u_escape(ch: str) -> str:
-    return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
 
 
 def _continued(text: str) -> str:

@@ -287,6 +287,8 @@ _HAN_SCRIPTS = frozenset(
 _WITH_LATIN = frozenset({"", "LATIN", "HAN"})
 _WORD = re.compile(r"[^\s!\"$'()*,;<>\[-^`{|}\u00ab\u00bb\u2010-\u2027\u3000-\u303f]+")
 LOOKALIKES_LISTED = 20
+# The words before lookalike_list()'s line, in every face that writes it.
+LOOKALIKES_LABEL = "Look-alike characters"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -57,7 +57,7 @@ from psycopg.types.json import Jsonb
 
 from undolog import links
 from undolog.engine import Connection, fetch_one, translated
-from undolog.names import lookalike_list, spell_ascii_name, spell_unseen
+from undolog.names import LOOKALIKES_LABEL, lookalike_list, spell_ascii_name, spell_unseen
 from undolog.queries import QUERIES
 
 SIGNATURE_HEADER: Final = "X-UndoLog-Signature"
@@ -173,12 +173,6 @@ def _args_text(args: Any) -> str:
     return text if len(text) <= ARGS_PREVIEW else text[:ARGS_PREVIEW] + " …"
 
 
-# The line under the arguments that names their look-alike characters (a digit of the
-# mathematical alphabets, U+1D7F7; a Cyrillic er in "pay"), as the dashboard writes it:
-# :func:`undolog.names.lookalike_list`. The arguments are shown as they are.
-LOOKALIKES = "Look-alike characters"
-
-
 def _printable(text: str) -> str:
     """``text`` with every character no reader sees as itself (a bidi override, a
     zero-width space, U+2028, a Hangul filler, a variation selector) written out as the
@@ -247,7 +241,9 @@ def webhook_body(d: Delivery) -> bytes:
         shown = _printable(_args_text(d.args))
         lines = [esc(summary(d, _slack_code)), f"args: {_slack_code(esc(shown))}"]
         if lookalikes := lookalike_list(shown):
-            lines.append(f"{LOOKALIKES}: {esc(lookalikes)}")
+            # the line that names the look-alikes (the dashboard's: names.lookalike_list); the
+            # arguments are shown as they are
+            lines.append(f"{LOOKALIKES_LABEL}: {esc(lookalikes)}")
         if d.expires_at is not None:
             lines.append(f"decide before {d.expires_at.isoformat()}")
         if url:
@@ -291,7 +287,7 @@ def email_message(d: Delivery) -> EmailMessage:
         ("tool", _one_line(_tool_shown(d))),
         ("step", str(d.step_index)),
         ("arguments", args),
-        *([(LOOKALIKES, lookalikes)] if (lookalikes := lookalike_list(args)) else []),
+        *([(LOOKALIKES_LABEL, lookalikes)] if (lookalikes := lookalike_list(args)) else []),
         ("session", str(d.session_id)),
         ("login", _one_line(d.owner_role)),
         (

@@ -76,6 +76,7 @@ from undolog.dashboard.websessions import (
 )
 from undolog.engine import SESSION_STATES
 from undolog.names import (
+    LOOKALIKES_LABEL,
     code_points,
     is_unseen,
     lookalike_list,
@@ -388,8 +389,8 @@ def lookalike_note(*values: str | None) -> markupsafe.Markup:
     listed = lookalike_list("".join(shown(v) for v in values if v is not None))
     if not listed:
         return markupsafe.Markup("")
-    return markupsafe.Markup('<span class="lookalikes">Look-alike characters: {}</span>').format(
-        listed
+    return markupsafe.Markup('<span class="lookalikes">{}: {}</span>').format(
+        LOOKALIKES_LABEL, listed
     )
 
 
