@@ -16,7 +16,7 @@ from test_dashboard import app_dsn, log_in
 
 from dashboard_helpers import as_login, csrf_of
 from undolog import engine
-from undolog.dashboard.app import shown_name
+from undolog.dashboard.app import lookalike_note, shown_name
 
 Conn = psycopg.Connection[Any]
 __all__ = ["app_dsn"]  # a fixture shared with test_dashboard
@@ -133,3 +133,11 @@ def test_lookalikes_in_arguments_and_purpose_are_marked_and_listed(
     assert f"{digits}</mark>" in session_page
     note = '<span class="lookalikes">Look-alike characters: \U0001d7f7 U+1D7F7 MATHEMATICAL'
     assert note in session_page
+
+
+def test_the_line_under_values_lists_each_apart() -> None:
+    """lookalike_note's values are not read as one text: "acct" then "\\u04401" (a
+    Cyrillic er and a 1: no identifier of look-alikes on its own) were joined into one
+    word, a Latin word with a Cyrillic letter in it."""
+    assert str(lookalike_note("acct", "\u04401")) == ""
+    assert "U+0440" in str(lookalike_note("acct", "\u0440ay"))

@@ -385,8 +385,9 @@ def marked(value: str) -> markupsafe.Markup:
 def lookalike_note(*values: str | None) -> markupsafe.Markup:
     """The line under a value with look-alike characters (:func:`marked`): "Look-alike
     characters: <the character> U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, ...", or
-    nothing."""
-    listed = lookalike_list("".join(shown(v) for v in values if v is not None))
+    nothing. The values are listed apart: the end of one and the start of the next are
+    not one word ("acct" then "\\u04401", a Cyrillic er and 1, is no Latin word)."""
+    listed = lookalike_list("\n".join(shown(v) for v in values if v is not None))
     if not listed:
         return markupsafe.Markup("")
     return markupsafe.Markup('<span class="lookalikes">{}: {}</span>').format(
