@@ -272,8 +272,15 @@ def spell_ascii_name(name: str) -> str:
 #       letter or digit (_DRAWN_AS_ASCII: "ACCT-1234" in Cyrillic capitals) and that is
 #       shaped as an identifier (a digit, an @, a dot inside, below): a word of prose in
 #       Russian or Greek is not, however its letters are drawn.
-# Not marked: punctuation and symbols (the fullwidth punctuation of Chinese text, the
-# ellipsis, the numero sign, the trade mark sign), which no account or amount is told by.
+#   (e) a character drawn as the double quote of a JSON text (the modifier letter double
+#       prime U+02BA, the fullwidth quotation mark U+FF02, the double prime U+2033): a
+#       value's own quotes are shown escaped (\"), these are not, and draw a key of the
+#       value's own inside it ("memo": "xʺ, ʺtoʺ: ʺevil"); or a dotless i
+#       with a combining dot above (U+0131 U+0307), drawn as i, which no orthography
+#       writes (Turkish writes i).
+# Not marked: other punctuation and symbols (the fullwidth punctuation of Chinese text,
+# its curly quotes, the ellipsis, the numero sign, the trade mark sign), which no account
+# or amount is told by.
 
 # Python's unicodedata has no Script property: a letter's script is the first word of
 # its Unicode name ("CYRILLIC SMALL LETTER ER"), which Unicode gives every letter of a
@@ -314,15 +321,18 @@ def _script(ch: str) -> str:
 # of Twi, the Vietnamese letters with a dot below.
 _SMALL_CAPITAL = re.compile(r"LATIN .*SMALL CAPITAL [A-Z]$")
 _LATIN_LOOKALIKES = frozenset("\u0261\u0251\u0237\u01c0\u01c3")
+# Rule (e): drawn as the ASCII double quote; and the dotless i dotted again.
+_QUOTE_LOOKALIKES = frozenset("\u02ba\u02ee\u02dd\u2033\uff02")
+_DOTTED_DOTLESS_I = re.compile("\u0131\u0307")
 
 
 @functools.lru_cache(maxsize=4096)
 def looks_ascii(ch: str) -> bool:
-    """Rules (a) and (b) above: ``ch``, wherever it is, is a look-alike."""
+    """Rules (a), (b) and (e)'s quotes above: ``ch``, wherever it is, is a look-alike."""
     if ch.isascii():
         return False
     category = unicodedata.category(ch)
-    if category == "Nd":
+    if category == "Nd" or ch in _QUOTE_LOOKALIKES:
         return True
     if category[0] not in "LN":
         return False
@@ -389,8 +399,11 @@ def _lookalike_positions(text: str) -> list[int]:
         }
         if not mixed and _all_drawn_as_ascii(letters, scripts):  # rule (d)
             flagged |= {ch for ch, script in scripts.items() if script}
-        if flagged:
-            found.extend(word.start() + i for i, ch in enumerate(letters) if ch in flagged)
+        at = [i for i, ch in enumerate(letters) if ch in flagged] if flagged else []
+        if "\u0131" in scripts:  # rule (e)'s dotted dotless i: where it is, not what
+            dotted = {i for m in _DOTTED_DOTLESS_I.finditer(letters) for i in range(*m.span())}
+            at = sorted(dotted.union(at))
+        found.extend(word.start() + i for i in at)
     return found
 
 

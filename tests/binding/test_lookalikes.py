@@ -49,6 +49,12 @@ CASES = [
     # and Russian prose is not: "sugar.", "LLC", "the 90s", "2nd floor", "T-34", "i.e."
     ("\u0441\u0430\u0445\u0430\u0440. \u041e\u041e\u041e 90-\u0445 2-\u0439", ""),
     ("\u0422-34 \u0442.\u0435. \u0443\u043b. \u0422\u0432\u0435\u0440\u0441\u043a\u0430\u044f", ""),
+    # drawn as a JSON text's quote, where a value's own quotes are shown escaped: a
+    # modifier letter double prime, a fullwidth quotation mark, a double prime; and
+    # the curly quotes of prose and the corner brackets of Japanese are not
+    ("x\u02ba, \uff02to\u2033: 1", "\u02ba\uff02\u2033"),
+    ("\u201cquoted\u201d \u300c\u5f15\u7528\u300d", ""),
+    ("pay\u0131\u0307n", "\u0131\u0307"),  # a dotless i dotted again, drawn as i
 ]
 
 
