@@ -14,6 +14,8 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = undolog, pg_temp
 AS $$
+DECLARE
+    v_bound record;
 BEGIN
     PERFORM undolog.check_operator(p_by);
     IF undolog.is_blank(p_reason) THEN
@@ -24,12 +26,23 @@ BEGIN
                    'sessions abandon ID --by WHO --reason TEXT.';
     END IF;
     PERFORM undolog.lock_halted_session(p_session_id);
-    UPDATE undolog.undolog_sessions AS s
-    SET resolved_by = p_by, resolved_at = now(), resolution = left(p_reason, 8192)
-    WHERE s.session_id = p_session_id;
-    INSERT INTO undolog.undolog_operator_actions
-        (session_id, action, undo_id, performed_by, reason)
-    VALUES (p_session_id, 'abandon', NULL, p_by, left(p_reason, 8192));
+    -- The writes, their waits bounded as lock_session's: the agent may still report a
+    -- call of the halted session (a late result of one the walk took: finish_execution)
+    -- in a transaction it keeps open, which then holds the session's chain head that
+    -- this move's rows link to, for as long as it stays open. Past the wait, UL030 and
+    -- nothing written; no lock is taken in another order than before.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        UPDATE undolog.undolog_sessions AS s
+        SET resolved_by = p_by, resolved_at = now(), resolution = left(p_reason, 8192)
+        WHERE s.session_id = p_session_id;
+        INSERT INTO undolog.undolog_operator_actions
+            (session_id, action, undo_id, performed_by, reason)
+        VALUES (p_session_id, 'abandon', NULL, p_by, left(p_reason, 8192));
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN 'halted';
 END
 $$;

@@ -18,22 +18,36 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_session undolog.undolog_sessions;
+    v_bound record;
+    v_state text;
 BEGIN
     PERFORM undolog.check_operator(p_by);
     v_session := undolog.lock_halted_session(p_session_id);
-    -- Only a barrier still pending is passed; a compensation_failed entry is already
-    -- finished as far as the walk goes, and stays as it is.
-    UPDATE undolog.undolog_undo_stack AS u
-    SET state = 'skipped'
-    WHERE u.session_id = p_session_id AND u.undo_id = v_session.halt_undo_id
-      AND u.compensation IS NULL AND u.state = 'pending';
-    INSERT INTO undolog.undolog_operator_actions
-        (session_id, action, undo_id, performed_by, reason)
-    VALUES (p_session_id, 'resume', v_session.halt_undo_id, p_by, left(p_reason, 8192));
-    UPDATE undolog.undolog_sessions AS s
-    SET halt_undo_id = NULL
-    WHERE s.session_id = p_session_id;
-    RETURN undolog.transition_session(p_session_id, 'compensating');
+    -- The writes, their waits bounded as lock_session's: the agent may still report a
+    -- call of the halted session (a late result of one the walk took: finish_execution)
+    -- in a transaction it keeps open, which then holds the session's chain head that
+    -- this move's rows link to, for as long as it stays open. Past the wait, UL030 and
+    -- nothing written; no lock is taken in another order than before.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        -- Only a barrier still pending is passed; a compensation_failed entry is already
+        -- finished as far as the walk goes, and stays as it is.
+        UPDATE undolog.undolog_undo_stack AS u
+        SET state = 'skipped'
+        WHERE u.session_id = p_session_id AND u.undo_id = v_session.halt_undo_id
+          AND u.compensation IS NULL AND u.state = 'pending';
+        INSERT INTO undolog.undolog_operator_actions
+            (session_id, action, undo_id, performed_by, reason)
+        VALUES (p_session_id, 'resume', v_session.halt_undo_id, p_by, left(p_reason, 8192));
+        UPDATE undolog.undolog_sessions AS s
+        SET halt_undo_id = NULL
+        WHERE s.session_id = p_session_id;
+        v_state := undolog.transition_session(p_session_id, 'compensating');
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
+    RETURN v_state;
 END
 $$;
 

@@ -19,6 +19,8 @@ SET search_path = undolog, pg_temp
 AS $$
 DECLARE
     v_entry undolog.undolog_undo_stack;
+    v_bound record;
+    v_state text;
 BEGIN
     PERFORM undolog.check_operator(p_by);
     v_entry := undolog.lock_undo_entry(p_undo_id);
@@ -30,20 +32,33 @@ BEGIN
                                         p_undo_id, v_entry.state),
             HINT = 'Only a compensation that failed for good can be retried.';
     END IF;
-    UPDATE undolog.undolog_effect_log AS e
-    SET state = 'compensating'
-    WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
-      AND e.executed_at = v_entry.executed_at;
-    UPDATE undolog.undolog_undo_stack AS u
-    SET state = 'pending', next_attempt_at = now()
-    WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
-    INSERT INTO undolog.undolog_operator_actions
-        (session_id, action, undo_id, performed_by, reason)
-    VALUES (v_entry.session_id, 'retry', v_entry.undo_id, p_by, left(p_reason, 8192));
-    UPDATE undolog.undolog_sessions AS s
-    SET halt_undo_id = NULL
-    WHERE s.session_id = v_entry.session_id;
-    RETURN undolog.transition_session(v_entry.session_id, 'compensating');
+    -- The writes, their waits bounded as lock_session's: the agent may still report a
+    -- call of the halted session (a late result of one the walk took: finish_execution)
+    -- in a transaction it keeps open, which then holds the call's row that this move
+    -- updates and the session's chain head that its rows link to, for as long as it
+    -- stays open. Past the wait, UL030 and nothing written; no lock is taken in another
+    -- order than before.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        UPDATE undolog.undolog_effect_log AS e
+        SET state = 'compensating'
+        WHERE e.session_id = v_entry.session_id AND e.effect_id = v_entry.effect_id
+          AND e.executed_at = v_entry.executed_at;
+        UPDATE undolog.undolog_undo_stack AS u
+        SET state = 'pending', next_attempt_at = now()
+        WHERE u.session_id = v_entry.session_id AND u.undo_id = v_entry.undo_id;
+        INSERT INTO undolog.undolog_operator_actions
+            (session_id, action, undo_id, performed_by, reason)
+        VALUES (v_entry.session_id, 'retry', v_entry.undo_id, p_by, left(p_reason, 8192));
+        UPDATE undolog.undolog_sessions AS s
+        SET halt_undo_id = NULL
+        WHERE s.session_id = v_entry.session_id;
+        v_state := undolog.transition_session(v_entry.session_id, 'compensating');
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM undolog.session_held(v_entry.session_id, v_bound.p_wait);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
+    RETURN v_state;
 END
 $$;
 

@@ -2,8 +2,9 @@
 -- wait (bound_lock_wait: 5 s, or the caller's own shorter lock_timeout), naming the
 -- session's agent login, whose open transaction it most likely is. Raised by lock_session
 -- (the session's row and lock) and by the person's moves that write its history after it
--- (decide_approval, rollback_session: an agent's call committed in a transaction it keeps
--- open holds the session's chain head). One message for both.
+-- (decide_approval, rollback_session, rollback_to/rollback_last, resume_session,
+-- retry_compensation, abandon_session: an agent's call committed, or reported late, in a
+-- transaction it keeps open holds the session's chain head). One message for both.
 CREATE OR REPLACE FUNCTION undolog.session_held(p_session_id uuid, p_wait interval)
 RETURNS void
 LANGUAGE plpgsql

@@ -17,6 +17,7 @@ DECLARE
     v_session undolog.undolog_sessions;
     v_floor bigint;
     v_undo_to jsonb;
+    v_bound record;
 BEGIN
     IF undolog.is_blank(p_reason) OR length(p_reason) > 8192 THEN
         RAISE EXCEPTION USING
@@ -107,20 +108,31 @@ BEGIN
     v_undo_to := pg_catalog.jsonb_build_object(
         'step', p_step_index, 'count', p_count, 'floor', v_floor, 'by', v_by, 'login', session_user::text,
         'reason', p_reason, 'at', now());
-    -- One UPDATE: the guard checks active -> compensating against the floor it sets, and
-    -- writes the history row with undo_to as its detail.
-    UPDATE undolog.undolog_sessions AS s
-    SET state = 'compensating', undo_floor = v_floor, undo_to = v_undo_to
-    WHERE s.session_id = p_session_id;
-    IF v_staff THEN
-        INSERT INTO undolog.undolog_operator_actions
-            (session_id, action, undo_id, performed_by, reason)
-        VALUES (p_session_id, 'rollback_to', NULL, v_by,
-                CASE WHEN p_count IS NULL
-                    THEN pg_catalog.format('step %s: %s', p_step_index, p_reason)
-                    ELSE pg_catalog.format('last %s: %s', p_count, p_reason)
-                END);
-    END IF;
+    -- The writes, their waits bounded as lock_session's (rollback_session's reason: an
+    -- agent's call committed in a transaction it keeps open holds the session's chain
+    -- head, which the move's history row links to, and the undo waited for it as long as
+    -- that stayed open). Past the wait, UL030 and nothing written; no lock is taken in
+    -- another order than before, only not waited for ever. The plan above locks nothing.
+    v_bound := undolog.bound_lock_wait();
+    BEGIN
+        -- One UPDATE: the guard checks active -> compensating against the floor it sets,
+        -- and writes the history row with undo_to as its detail.
+        UPDATE undolog.undolog_sessions AS s
+        SET state = 'compensating', undo_floor = v_floor, undo_to = v_undo_to
+        WHERE s.session_id = p_session_id;
+        IF v_staff THEN
+            INSERT INTO undolog.undolog_operator_actions
+                (session_id, action, undo_id, performed_by, reason)
+            VALUES (p_session_id, 'rollback_to', NULL, v_by,
+                    CASE WHEN p_count IS NULL
+                        THEN pg_catalog.format('step %s: %s', p_step_index, p_reason)
+                        ELSE pg_catalog.format('last %s: %s', p_count, p_reason)
+                    END);
+        END IF;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN 'compensating';
 END
 $$;

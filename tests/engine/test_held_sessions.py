@@ -223,3 +223,106 @@ def test_a_persons_move_behind_a_commit_left_open_gives_up(
         holder.close()
     act()  # the agent's transaction ended: nothing holds the session
     assert state_of(approver, session) == ("active" if move == "approve" else "compensating")
+
+
+def _written(conn: Conn, session: Any) -> tuple[Any, ...]:
+    """What a move writes of a session: its state, resolution, operator actions, and its
+    history chain's length (every history row is a link of it)."""
+    row = conn.execute(
+        "SELECT s.state, s.resolved_at, s.undo_floor,"
+        " (SELECT count(*) FROM undolog.undolog_operator_actions AS o"
+        "  WHERE o.session_id = s.session_id),"
+        " (SELECT h.seq FROM undolog.undolog_chain_heads AS h"
+        "  WHERE h.session_id = s.session_id)"
+        " FROM undolog.undolog_sessions AS s WHERE s.session_id = %s",
+        (session,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+@pytest.mark.parametrize("move", ["rollback_to", "rollback_last"])
+def test_a_partial_undo_behind_a_commit_left_open_gives_up(
+    dsn: str, login: Callable[..., Conn], move: str
+) -> None:
+    """rollback_to and rollback_last (a person's or an agent's partial undo) move the
+    session active -> compensating, a history row linked to the session's chain head: an
+    agent's call committed in a transaction it keeps open holds that head, and the undo
+    waited for it as long as the transaction stayed open (or 55P03 under the caller's own
+    lock_timeout). It waits as long as lock_session would, then SessionBusy, nothing
+    written; once the agent's transaction ends, the same move goes through."""
+    agent, operator = login("undolog_agent"), login("undolog_operator")
+    session = engine.begin_session(agent, agent="a")
+    first = engine.intercept(agent, session, 0, "send", "compensable", {}, {"name": "undo"})
+    second = engine.intercept(agent, session, 1, "send", "compensable", {}, {"name": "undo"})
+    assert first.effect_id is not None and second.effect_id is not None
+    engine.commit(agent, first.effect_id, {"sent": 0})
+
+    def act() -> str:
+        if move == "rollback_to":
+            return saga.rollback_to(operator, session, 0, "wrong address", by="alice")
+        return saga.rollback_last(operator, session, 2, "wrong address", by="alice")
+
+    before = _written(operator, session)
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        engine.commit(holder, second.effect_id, {"sent": 1})
+        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
+        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+            act()
+        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        assert _written(operator, session) == before and before[0] == "active"
+        lock_timeout = operator.execute("SHOW lock_timeout").fetchone()
+        assert lock_timeout == ("300ms",)  # the caller's own, as it was
+    finally:
+        holder.rollback()
+        holder.close()
+    assert act() == "compensating"  # the agent's transaction ended: nothing holds it
+
+
+@pytest.mark.parametrize("move", ["resume", "retry", "abandon"])
+def test_an_operators_move_behind_a_late_commit_left_open_gives_up(
+    conn: Conn, dsn: str, login: Callable[..., Conn], move: str
+) -> None:
+    """A halted session's chain head can be held by its agent: a commit of a call the walk
+    already took (a late one, paused past its lease) records a late_commit row in the
+    effect's history, and holds it (and the call's row) while the agent's transaction stays
+    open. The operator's resume, retry and abandon, whose writes link to that head (retry
+    also moves the call's row), waited for it as long as that stayed open. They wait as
+    long as lock_session would, then SessionBusy, nothing written; once the agent's
+    transaction ends, the same move goes through."""
+    agent, operator = login("undolog_agent"), login("undolog_operator")
+    session = engine.begin_session(agent, agent="a")
+    call = engine.intercept(
+        agent, session, 0, "send", "compensable", {}, {"name": "undo", "max_attempts": 1}
+    )
+    assert call.effect_id is not None  # executing: the agent never reports it, in time
+    engine.fail_session(agent, session, "the agent gave up")
+    claim = saga.claim_compensation(conn, session)
+    assert claim is not None
+    saga.fail_compensation(conn, claim.undo_id, "refused")
+    assert state_of(conn, session) == "halted"
+
+    def act() -> str:
+        if move == "resume":
+            return saga.resume_session(operator, session, "alice", "refunded by hand")
+        if move == "retry":
+            return saga.retry_compensation(operator, claim.undo_id, "alice", "fixed")
+        return saga.abandon_session(operator, session, "alice", "refunded by hand")
+
+    before = _written(operator, session)
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        with pytest.raises(errors.LateResult):
+            engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
+        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
+        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+            act()
+        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        assert _written(operator, session) == before
+        lock_timeout = operator.execute("SHOW lock_timeout").fetchone()
+        assert lock_timeout == ("300ms",)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert act() == ("halted" if move == "abandon" else "compensating")
