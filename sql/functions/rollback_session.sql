@@ -79,13 +79,15 @@ BEGIN
                        'waits for an operator: undolog sessions resume, retry or abandon '
                        '(undolog.resume_session, retry_compensation, abandon_session).';
         END IF;
+        -- In the bound too: a link of the session's chain, and the only one a partial
+        -- walk made whole writes (its UPDATE above moves no state).
+        INSERT INTO undolog.undolog_operator_actions
+            (session_id, action, undo_id, performed_by, reason)
+        VALUES (p_session_id, 'rollback', NULL, p_by, p_reason);
     EXCEPTION WHEN lock_not_available THEN
         PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
-    INSERT INTO undolog.undolog_operator_actions
-        (session_id, action, undo_id, performed_by, reason)
-    VALUES (p_session_id, 'rollback', NULL, p_by, p_reason);
     RETURN v_state;
 END
 $$;

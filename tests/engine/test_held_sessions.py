@@ -326,3 +326,38 @@ def test_an_operators_move_behind_a_late_commit_left_open_gives_up(
         holder.rollback()
         holder.close()
     assert act() == ("halted" if move == "abandon" else "compensating")
+
+
+def test_a_rollback_of_a_partial_walk_behind_a_late_commit_left_open_gives_up(
+    conn: Conn, dsn: str, login: Callable[..., Conn]
+) -> None:
+    """rollback_session of a session in the partial walk of a rollback_to (the walk made
+    whole) writes no history of the session's own but its operator action, a link of the
+    chain too, which it wrote after setting the caller's lock_timeout back: an agent's late
+    report of a call the walk took, in a transaction it keeps open, holds that head, and
+    the rollback waited for it as long as that stayed open. Bounded, then SessionBusy."""
+    agent, operator = login("undolog_agent"), login("undolog_operator")
+    session = engine.begin_session(agent, agent="a")
+    call = engine.intercept(agent, session, 0, "send", "compensable", {}, {"name": "undo"})
+    assert call.effect_id is not None  # executing when the walk takes it
+    assert saga.rollback_to(operator, session, 0, "wrong address", by="alice") == "compensating"
+    assert saga.claim_compensation(conn, session) is not None
+
+    def act() -> str:
+        return saga.rollback_session(operator, session, "alice", "all of it")
+
+    before = _written(operator, session)
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        with pytest.raises(errors.LateResult):
+            engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
+        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
+        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+            act()
+        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        assert _written(operator, session) == before and before[2] is not None
+    finally:
+        holder.rollback()
+        holder.close()
+    assert act() == "compensating"
+    assert _written(operator, session)[2] is None  # the whole walk now
