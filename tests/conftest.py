@@ -26,6 +26,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -384,3 +385,37 @@ def web(dsn: str, passwords_checked: bool) -> Iterator[Any]:
 
     with TestClient(create_app(without_user(dsn)), follow_redirects=False) as client:
         yield client
+
+
+# --- the MCP proxy's tests ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def upstream_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """One zygote per pytest (xdist) worker for the upstream MCP servers the proxy's tests
+    start (tests/zygote.py): each is forked from a process that imported mcp once, not
+    started afresh (about a second of CPU each, some 170 times a run). Its socket is in
+    UNDOLOG_TEST_ZYGOTE, in this process's environment: the tests pass theirs on to the
+    proxy, and the proxy its own to a stdio upstream (as UPSTREAM_LEDGER). Should the
+    zygote not start, the upstreams run plainly."""
+    import zygote
+
+    path = tmp_path_factory.mktemp("zygote") / "socket"
+    process = zygote.start(path)
+    deadline = time.monotonic() + 30
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.environ[zygote.ENV] = str(path)
+    try:
+        yield process
+    finally:
+        del os.environ[zygote.ENV]
+        process.kill()  # its upstreams are each ended by their own launcher
+        process.wait()
+
+
+@pytest.fixture(autouse=True)
+def _zygote_for_mcp_proxy(request: pytest.FixtureRequest) -> None:
+    """Started by the first test under tests/mcp_proxy/ of a worker, none before."""
+    if request.node.path.parent.name == "mcp_proxy":
+        request.getfixturevalue("upstream_zygote")

@@ -4,6 +4,11 @@ without the field the compensation reads. Executions land in UPSTREAM_LEDGER."""
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the imports below come after the hand-over, mcp's above all)
+import zygote
+
+zygote.hand_over()  # in a child of the tests' zygote (tests/zygote.py), if they started one
+
 import json
 import os
 from pathlib import Path

@@ -9,6 +9,11 @@ HTTP: ``mcp_library_upstream.py --http PORT``.
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the imports below come after the hand-over, mcp's above all)
+import zygote
+
+zygote.hand_over()  # in a child of the tests' zygote (tests/zygote.py), if they started one
+
 import argparse
 import json
 import os

@@ -14,6 +14,11 @@ delay long enough on the slowest machine.
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the imports below come after the hand-over, mcp's above all)
+import zygote
+
+zygote.hand_over()  # in a child of the tests' zygote (tests/zygote.py), if they started one
+
 import asyncio
 import json
 import os

@@ -1,0 +1,86 @@
+"""tests/zygote.py: an upstream forked from the zygote (conftest.py starts one) lives and
+dies as the plain process the proxy started would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+import zygote
+
+ROOT = Path(__file__).resolve().parents[2]
+UPSTREAM = ROOT / "tests" / "mcp_session_upstream.py"  # it records its pid at each put
+
+
+def _request(mid: int, method: str, params: Mapping[str, object]) -> bytes:
+    return (
+        json.dumps({"jsonrpc": "2.0", "id": mid, "method": method, "params": params}) + "\n"
+    ).encode()
+
+
+def _started(ledger: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The launcher, and the pid of the upstream that runs its script (from the ledger)."""
+    env = {**os.environ, "UPSTREAM_LEDGER": str(ledger)}
+    assert env.get(zygote.ENV), "no zygote: the fixture did not start one"
+    launcher = subprocess.Popen(
+        [sys.executable, str(UPSTREAM)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # as the proxy starts it: its own process group
+    )
+    assert launcher.stdin is not None and launcher.stdout is not None
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    }
+    launcher.stdin.write(_request(1, "initialize", hello))
+    launcher.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+    launcher.stdin.write(
+        _request(2, "tools/call", {"name": "put", "arguments": {"key": "k", "value": "v"}})
+    )
+    launcher.stdin.flush()
+    assert json.loads(launcher.stdout.readline())["id"] == 1
+    assert json.loads(launcher.stdout.readline())["id"] == 2
+    (pid,) = {json.loads(line)["pid"] for line in ledger.read_text().splitlines()}
+    assert pid != launcher.pid  # it did run in the zygote's child
+    return launcher, pid
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists():  # reaped by its supervisor: no zombie left
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize("end", ["stdin closed", "SIGTERM", "group SIGKILL", "upstream SIGKILL"])
+def test_an_upstream_ends_with_its_launcher_and_the_launcher_with_it(
+    tmp_path: Path, end: str
+) -> None:
+    launcher, pid = _started(tmp_path / "ledger.jsonl")
+    assert launcher.stdin is not None
+    if end == "stdin closed":
+        launcher.stdin.close()  # the MCP shutdown: the upstream exits 0, so does its launcher
+        assert launcher.wait(5) == 0
+    elif end == "SIGTERM":
+        launcher.send_signal(signal.SIGTERM)  # passed on: both die by it
+        assert launcher.wait(5) == -signal.SIGTERM
+    elif end == "group SIGKILL":
+        os.killpg(launcher.pid, signal.SIGKILL)  # the proxy's last resort on close
+        assert launcher.wait(5) == -signal.SIGKILL
+    else:
+        os.kill(pid, signal.SIGKILL)  # a test that kills the upstream by its pid
+        assert launcher.wait(5) == -signal.SIGKILL
+    assert _gone(pid), f"the upstream {pid} outlived its launcher"
