@@ -197,7 +197,10 @@ def start(path: Path) -> subprocess.Popen[bytes]:
     """Start a zygote listening on ``path``: ready once the path exists."""
     return subprocess.Popen(
         [sys.executable, __file__, str(path)],
+        # no terminal of pytest's: the upstreams' stdio objects, made at the zygote's
+        # start, buffer as a plain upstream's do on the proxy's pipes
         stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C of pytest is no signal for it
     )
 
