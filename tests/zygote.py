@@ -1,25 +1,32 @@
-"""A fork-server ("zygote") for the test upstream MCP servers (tests/mcp_*_upstream.py).
+"""A fork-server ("zygote") for the processes the MCP proxy's tests start: the upstream
+MCP servers (tests/mcp_*_upstream.py) and the undolog command itself, the proxy and the
+worker (tests/undolog_main.py, `python -m undolog.cli` for the tests).
 
 ``import mcp`` costs about a second of CPU per process (pydantic models built at import),
-and the proxy's tests start some 170 upstreams. The zygote imports mcp once and forks a
-ready child for each: the upstream's own process (the "launcher", started by the proxy
-as always) calls ``hand_over()`` before it imports mcp, sends its argv, cwd, environment
-and fds 0/1/2 to the zygote, and waits for the child as if it were the child:
+and the proxy's tests start some 170 upstreams and as many proxies. The zygote imports
+mcp and undolog once and forks a ready child for each: the process the test (or the
+proxy) starts as always, the "launcher", calls ``hand_over()`` before it imports mcp,
+sends its argv, cwd, environment and fds 0/1/2 to the zygote, and waits for the child as
+if it were the child:
 
-    proxy -> launcher  - - socket - -  zygote -> supervisor -> upstream (runs the script)
+    test/proxy -> launcher  - - socket - -  zygote -> supervisor -> child (runs the script)
 
-- the upstream gets the launcher's stdin/stdout/stderr, argv, cwd and environment (the
-  variable naming the zygote cleared), its own session, and runs the script as __main__;
-- SIGTERM, SIGINT or SIGHUP to the launcher is passed on to the upstream; the launcher
-  exits with the upstream's exit status, or dies by the signal that killed it (an
-  upstream killed by pid ends its launcher);
-- the supervisor (one per upstream) kills the upstream once the launcher's end of the
-  socket closes: a SIGKILL of the launcher, or of its process group (the proxy's close
-  of an upstream), ends the upstream too, as it would a plain process.
+- the child gets the launcher's stdin/stdout/stderr, argv, cwd, environment and
+  open-files limit, its own session, and runs the script as __main__; the processes it
+  starts in turn (a proxy's upstreams) are forked from the zygote too;
+- SIGTERM, SIGINT or SIGHUP to the launcher is passed on to the child; the launcher
+  exits with the child's exit status, or dies by the signal that killed it (a child
+  killed by pid ends its launcher);
+- the supervisor (one per child) kills the child once the launcher's end of the socket
+  closes: a SIGKILL of the launcher, or of its process group (the proxy's close of an
+  upstream), ends the child too, as it would a plain process.
+
+Not passed on: SIGSTOP and SIGCONT (a test that pauses a process starts it plainly). The
+code a child runs is the zygote's copy, imported when the test run began.
 
 Without ``UNDOLOG_TEST_ZYGOTE`` (a script run by hand, the examples) or without a zygote
 listening there, ``hand_over()`` returns and the script runs as a plain process.
-tests/mcp_proxy/conftest.py starts one zygote per pytest (xdist) worker.
+tests/conftest.py starts one zygote per pytest (xdist) worker for tests/mcp_proxy/.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -38,6 +46,10 @@ from pathlib import Path
 from typing import Any
 
 ENV = "UNDOLOG_TEST_ZYGOTE"
+# The pid of a process forked from the zygote, in its own environment: its script's own
+# hand_over() returns there, while the processes it starts (the proxy's upstreams) are
+# forked in turn, ENV being left to them.
+FORKED = "UNDOLOG_TEST_ZYGOTE_FORKED"
 _INT = struct.Struct("!i")
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -59,7 +71,7 @@ def hand_over() -> None:
     """Run this script in a child of the zygote named by UNDOLOG_TEST_ZYGOTE, if one is
     listening, and exit as that child does; otherwise return (a plain run)."""
     path = os.environ.get(ENV)
-    if not path:
+    if not path or os.environ.get(FORKED) == str(os.getpid()):
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -68,7 +80,14 @@ def hand_over() -> None:
         sock.close()
         return  # no zygote (it ended, or the variable leaked): run plainly
     request = json.dumps(
-        {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "exe": sys.executable}
+        {
+            "argv": sys.argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "exe": sys.executable,
+            # a test's preexec_fn may have lowered it (tests/slow_clients.py's fd_limit)
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
+        }
     ).encode()
     socket.send_fds(sock, [_INT.pack(len(request)) + request], [0, 1, 2])
     pid = _recv_int(sock)
@@ -183,8 +202,8 @@ def run_upstream(request: dict[str, Any], fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
-    env = dict(request["env"])
-    env.pop(ENV, None)
+    resource.setrlimit(resource.RLIMIT_NOFILE, tuple(request["nofile"]))
+    env = {**request["env"], FORKED: str(os.getpid())}
     os.environ.clear()
     os.environ.update(env)
     sys.argv = list(request["argv"])
@@ -217,6 +236,13 @@ def _preload() -> None:
     import mcp.server.mcpserver.resources.types  # noqa: F401
     import mcp_types  # noqa: F401
     import pydantic  # noqa: F401
+
+    # and the undolog command (tests/undolog_main.py): the proxy, the worker
+    import undolog.cli
+    import undolog.cli.mcp_proxy
+    import undolog.cli.worker
+    import undolog.mcp_proxy.proxy
+    import undolog.mcp_proxy.server  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "mcp-proxy" / "policy.toml"
 SESSION = "undolog/session"  # the proxy's handle
 RAW_SESSION = "undolog/session_id"
-WORKER = [sys.executable, "-m", "undolog.cli", "worker"]
+# `python -m undolog.cli`, forked from the tests' zygote (tests/undolog_main.py)
+UNDOLOG = [sys.executable, str(ROOT / "tests" / "undolog_main.py")]
+WORKER = [*UNDOLOG, "worker"]
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def _env(ledger: Path) -> dict[str, str]:
 
 
 def _proxy_args(config: Path, dsn: str) -> list[str]:
-    return ["-m", "undolog.cli", "mcp-proxy", "--config", str(config), "--dsn", dsn]
+    return [*UNDOLOG[1:], "mcp-proxy", "--config", str(config), "--dsn", dsn]
 
 
 def stdio_proxy(config: Path, dsn: str, ledger: Path) -> subprocess.Popen[bytes]:

@@ -26,6 +26,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from test_mcp_proxy import (
     ROOT,
+    UNDOLOG,
     WORKER,
     HttpProxy,
     run,
@@ -59,7 +60,7 @@ def upstream_env(tmp_path: Path) -> dict[str, str]:
 
 
 def proxy_cmd(config: Path, dsn: str) -> list[str]:
-    return [sys.executable, "-m", "undolog.cli", "mcp-proxy", "--config", str(config), "--dsn", dsn]
+    return [*UNDOLOG, "mcp-proxy", "--config", str(config), "--dsn", dsn]
 
 
 def client(config: Path, dsn: str, env: dict[str, str]) -> Client:

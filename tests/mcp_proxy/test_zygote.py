@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
 import zygote
+from slow_clients import fd_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT / "tests" / "mcp_session_upstream.py"  # it records its pid at each put
@@ -26,7 +27,9 @@ def _request(mid: int, method: str, params: Mapping[str, object]) -> bytes:
     ).encode()
 
 
-def _started(ledger: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _started(
+    ledger: Path, preexec_fn: Callable[[], None] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     """The launcher, and the pid of the upstream that runs its script (from the ledger)."""
     env = {**os.environ, "UPSTREAM_LEDGER": str(ledger)}
     assert env.get(zygote.ENV), "no zygote: the fixture did not start one"
@@ -36,6 +39,7 @@ def _started(ledger: Path) -> tuple[subprocess.Popen[bytes], int]:
         stdout=subprocess.PIPE,
         env=env,
         start_new_session=True,  # as the proxy starts it: its own process group
+        preexec_fn=preexec_fn,
     )
     assert launcher.stdin is not None and launcher.stdout is not None
     hello = {
@@ -84,3 +88,15 @@ def test_an_upstream_ends_with_its_launcher_and_the_launcher_with_it(
         os.kill(pid, signal.SIGKILL)  # a test that kills the upstream by its pid
         assert launcher.wait(5) == -signal.SIGKILL
     assert _gone(pid), f"the upstream {pid} outlived its launcher"
+
+
+def test_the_launchers_open_files_limit_is_the_upstreams(tmp_path: Path) -> None:
+    """A test that lowers a process's RLIMIT_NOFILE (fd_limit, to flood it) lowers its
+    forked child's: the zygote's own would be left otherwise."""
+    launcher, pid = _started(tmp_path / "ledger.jsonl", preexec_fn=fd_limit(64))
+    assert launcher.stdin is not None
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    launcher.stdin.close()
+    assert launcher.wait(5) == 0
+    (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
+    assert line.split()[3] == "64", line
