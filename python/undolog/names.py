@@ -273,11 +273,15 @@ def spell_ascii_name(name: str) -> str:
 #       shaped as an identifier (a digit, an @, a dot inside, below): a word of prose in
 #       Russian or Greek is not, however its letters are drawn.
 #   (e) a character drawn as the double quote of a JSON text (the modifier letter double
-#       prime U+02BA, the fullwidth quotation mark U+FF02, the double prime U+2033): a
-#       value's own quotes are shown escaped (\"), these are not, and draw a key of the
-#       value's own inside it ("memo": "xʺ, ʺtoʺ: ʺevil"); or a dotless i
-#       with a combining dot above (U+0131 U+0307), drawn as i, which no orthography
-#       writes (Turkish writes i).
+#       prime U+02BA, the fullwidth quotation mark U+FF02, the Vedic sign nihshvasa
+#       U+1CD3, the reversed double prime U+2036; the double prime U+2033 and two primes
+#       U+2032 U+2032 unless after a digit, as in a height (5 feet 10); the Hebrew gershayim
+#       U+05F4 unless between two Hebrew letters, as in an acronym): a value's own quotes
+#       are shown escaped (\"), these are not, and draw a key of the value's own inside
+#       it ("memo": "xʺ, ʺtoʺ: ʺevil"; a key's opening quote never follows a digit); or
+#       a dotless i with a combining dot above (U+0131 U+0307), drawn as i, which no
+#       orthography writes (Turkish writes i). The quotes of CJK text (U+3003, U+301D to
+#       U+301F) end a word (_WORD) and stay unmarked, as the curly quotes.
 # Not marked: other punctuation and symbols (the fullwidth punctuation of Chinese text,
 # its curly quotes, the ellipsis, the numero sign, the trade mark sign), which no account
 # or amount is told by.
@@ -321,9 +325,18 @@ def _script(ch: str) -> str:
 # of Twi, the Vietnamese letters with a dot below.
 _SMALL_CAPITAL = re.compile(r"LATIN .*SMALL CAPITAL [A-Z]$")
 _LATIN_LOOKALIKES = frozenset("\u0261\u0251\u0237\u01c0\u01c3")
-# Rule (e): drawn as the ASCII double quote; and the dotless i dotted again.
-_QUOTE_LOOKALIKES = frozenset("\u02ba\u02ee\u02dd\u2033\uff02")
-_DOTTED_DOTLESS_I = re.compile("\u0131\u0307")
+# Rule (e): drawn as the ASCII double quote wherever they are (the Vedic sign
+# nihshvasa U+1CD3 and the reversed double prime U+2036 too: the next the same attacker
+# reaches for); and where they are: the dotless i dotted again, the double prime and two
+# primes not after a digit (5\u203210\u2033, a height, is text), the Hebrew gershayim
+# not between two Hebrew letters (an acronym's, as in tsahal, is text).
+_QUOTE_LOOKALIKES = frozenset("\u02ba\u02ee\u02dd\uff02\u1cd3\u2036")
+_IN_CONTEXT = re.compile(
+    "\u0131\u0307"
+    "|(?<![0-9])(?:\u2033|\u2032\u2032)"
+    "|(?<![\u05d0-\u05ea])\u05f4|\u05f4(?![\u05d0-\u05ea])"
+)
+_CONTEXT_CHARS = frozenset("\u0131\u2033\u2032\u05f4")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -400,9 +413,9 @@ def _lookalike_positions(text: str) -> list[int]:
         if not mixed and _all_drawn_as_ascii(letters, scripts):  # rule (d)
             flagged |= {ch for ch, script in scripts.items() if script}
         at = [i for i, ch in enumerate(letters) if ch in flagged] if flagged else []
-        if "\u0131" in scripts:  # rule (e)'s dotted dotless i: where it is, not what
-            dotted = {i for m in _DOTTED_DOTLESS_I.finditer(letters) for i in range(*m.span())}
-            at = sorted(dotted.union(at))
+        if not _CONTEXT_CHARS.isdisjoint(scripts):  # rule (e)'s: where it is, not what
+            placed = {i for m in _IN_CONTEXT.finditer(letters) for i in range(*m.span())}
+            at = sorted(placed.union(at))
         found.extend(word.start() + i for i in at)
     return found
 

@@ -55,6 +55,14 @@ CASES = [
     ("x\u02ba, \uff02to\u2033: 1", "\u02ba\uff02\u2033"),
     ("\u201cquoted\u201d \u300c\u5f15\u7528\u300d", ""),
     ("pay\u0131\u0307n", "\u0131\u0307"),  # a dotless i dotted again, drawn as i
+    # the next quotes the same attacker reaches for: a Vedic sign nihshvasa, a reversed
+    # double prime, two primes, a Hebrew gershayim outside a Hebrew word
+    ("x\u1cd3, \u2036to: 1", "\u1cd3\u2036"),
+    ("x, \u05f4to: 1", "\u05f4"),
+    # and text: a height (a key's opening quote never follows a digit), a Hebrew acronym
+    ("5\u203210\u2033 and 5\u203210\u2032\u2032", ""),
+    ("1\u2033, \u2033to: 1", "\u2033"),
+    ("\u05e6\u05d4\u05f4\u05dc \u05ea\u05e9\u05e4\u05f4\u05d2", ""),
 ]
 
 
@@ -64,6 +72,14 @@ def test_the_rule_finds_the_lookalikes_and_only_them(text: str, found: str) -> N
     runs = names.lookalike_runs(text)
     assert "".join(run for run, _ in runs) == text  # marked, never changed
     assert "".join(run for run, marked in runs if marked) == found
+
+
+def test_two_primes_drawn_as_a_quote_are_marked_together() -> None:
+    assert names.lookalike_runs("x, \u2032\u2032to: 1") == [
+        ("x, ", False),
+        ("\u2032\u2032", True),
+        ("to: 1", False),
+    ]
 
 
 def test_the_runs_and_the_line_under_a_value() -> None:
