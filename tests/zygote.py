@@ -26,7 +26,8 @@ code a child runs is the zygote's copy, imported when the test run began.
 
 Without ``UNDOLOG_TEST_ZYGOTE`` (a script run by hand, the examples) or without a zygote
 listening there, ``hand_over()`` returns and the script runs as a plain process.
-tests/conftest.py starts one zygote per pytest (xdist) worker for tests/mcp_proxy/.
+tests/conftest.py starts one zygote per pytest (xdist) worker for tests/mcp_proxy/; it
+ends with the fixture, or, the worker killed, within _PARENT_POLL of it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ ENV = "UNDOLOG_TEST_ZYGOTE"
 FORKED = "UNDOLOG_TEST_ZYGOTE_FORKED"
 _INT = struct.Struct("!i")
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_PARENT_POLL = 0.5  # seconds between two looks at whether the zygote's parent lives
 
 
 # --- the launcher's side: the upstream script's first lines ------------------------------
@@ -158,12 +160,20 @@ def _supervise(conn: socket.socket, pid: int) -> None:
         os._exit(0)
 
 
-def serve(listener: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """Accept launchers forever. Returns only in a forked upstream: its request and fds,
-    to run (run_upstream)."""
+def serve(listener: socket.socket, parent: int) -> tuple[dict[str, Any], list[int]]:
+    """Accept launchers until ``parent`` (the pytest worker that started the zygote) is
+    gone: its own session kept a Ctrl-C from it, and so a killed worker's zygote lived
+    on, ~90 MB each. Returns only in a forked upstream: its request and fds, to run
+    (run_upstream)."""
     # finished supervisors are reaped by the kernel; the zygote waits for none of them
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     while True:
+        if not select.select([listener], [], [], _PARENT_POLL)[0]:
+            if os.getppid() != parent:  # the pytest worker is gone (killed): so are we
+                with contextlib.suppress(OSError):
+                    os.unlink(str(listener.getsockname()).removesuffix(".new"))  # renamed
+                os._exit(0)
+            continue
         conn, _ = listener.accept()
         try:
             request, fds = _read_request(conn)
@@ -215,7 +225,7 @@ def run_upstream(request: dict[str, Any], fds: list[int]) -> None:
 def start(path: Path) -> subprocess.Popen[bytes]:
     """Start a zygote listening on ``path``: ready once the path exists."""
     return subprocess.Popen(
-        [sys.executable, __file__, str(path)],
+        [sys.executable, __file__, str(path), str(os.getpid())],
         # no terminal of pytest's: the upstreams' stdio objects, made at the zygote's
         # start, buffer as a plain upstream's do on the proxy's pipes
         stdin=subprocess.DEVNULL,
@@ -253,4 +263,4 @@ if __name__ == "__main__":
     _listener.bind(f"{_target}.new")
     _listener.listen(64)
     os.rename(f"{_target}.new", _target)
-    run_upstream(*serve(_listener))  # returns only in a forked upstream
+    run_upstream(*serve(_listener, int(sys.argv[2])))  # returns only in a forked upstream

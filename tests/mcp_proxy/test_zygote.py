@@ -100,3 +100,49 @@ def test_the_launchers_open_files_limit_is_the_upstreams(tmp_path: Path) -> None
     assert launcher.wait(5) == 0
     (line,) = [row for row in limits.splitlines() if row.startswith("Max open files")]
     assert line.split()[3] == "64", line
+
+
+def test_the_zygote_of_a_killed_pytest_worker_ends(tmp_path: Path) -> None:
+    """The zygote has its own session (no Ctrl-C of pytest's reaches it): a worker killed
+    mid-run (SIGKILL, no fixture teardown) left it running for good, mcp imported. It ends
+    once its parent is gone, its socket removed. (serve() as the zygote runs it, without
+    the seconds of its imports.)"""
+    path = tmp_path / "socket"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SERVE_AND_WAIT, str(path)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    assert worker.stdout is not None
+    pid = int(worker.stdout.readline())
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 5
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"the zygote {pid} outlived its pytest worker"
+        time.sleep(0.02)
+    assert not path.exists()
+
+
+SERVE_AND_WAIT = """
+import os, socket, sys, time
+import zygote
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen()
+worker = os.getpid()
+pid = os.fork()
+if pid == 0:
+    zygote.serve(listener, worker)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running: an orphan's zombie (a container's pid 1 may reap none) is no zygote."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
