@@ -43,7 +43,10 @@ BEGIN
         SET halt_undo_id = NULL
         WHERE s.session_id = p_session_id;
         v_state := undolog.transition_session(p_session_id, 'compensating');
-    EXCEPTION WHEN lock_not_available THEN
+    -- deadlock_detected: the agent, its transaction holding that head, then waits for
+    -- the session itself (a heartbeat, its next call): PostgreSQL ends one of the two
+    -- after deadlock_timeout, this one most often; UL030 all the same, nothing written.
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
