@@ -149,15 +149,25 @@ def _supervise(conn: socket.socket, pid: int) -> None:
                 break
             signals = conn.recv(64)
             if not signals:  # the launcher is gone (SIGKILL, its group killed)
-                os.kill(pid, signal.SIGKILL)
+                _kill_group(pid)
                 os.waitpid(pid, 0)
                 break
             for signum in signals:
                 os.kill(pid, signum)
     except OSError:
-        os.kill(pid, signal.SIGKILL)
+        _kill_group(pid)
     finally:
         os._exit(0)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to the upstream's process group, as the proxy's close kills a plain
+    upstream's group: the processes it started die with it. Its own pid alone while it
+    has no group yet (forked, not yet setsid: its group is then the zygote's)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        os.kill(pid, signal.SIGKILL)
 
 
 def serve(listener: socket.socket, parent: int) -> tuple[dict[str, Any], list[int]]:

@@ -146,3 +146,37 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_what_an_upstream_started_dies_with_its_group(tmp_path: Path) -> None:
+    """The proxy's last resort on close kills the upstream's process group: a plain
+    upstream's children die with it. A forked one is in a session of its own, not its
+    launcher's: its supervisor killed it alone, and what it started lived on."""
+    script = tmp_path / "parent_upstream.py"
+    script.write_text(PARENT_UPSTREAM.format(tests=str(ROOT / "tests")))
+    assert os.environ.get(zygote.ENV), "no zygote: the fixture did not start one"
+    launcher = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert launcher.stdout is not None
+    upstream, child = (int(word) for word in launcher.stdout.readline().split())
+    assert upstream != launcher.pid  # it did run in the zygote's child
+    os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.wait(5) == -signal.SIGKILL
+    assert _gone(upstream), f"the upstream {upstream} outlived its launcher"
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        assert time.monotonic() < deadline, f"the upstream's child {child} outlived it"
+        time.sleep(0.01)
+
+
+PARENT_UPSTREAM = """
+import sys
+sys.path.insert(0, {tests!r})
+import zygote
+zygote.hand_over()
+import os, subprocess, time
+child = subprocess.Popen(["sleep", "60"])
+print(os.getpid(), child.pid, flush=True)
+time.sleep(60)
+"""
