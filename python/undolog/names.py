@@ -280,7 +280,9 @@ def spell_ascii_name(name: str) -> str:
 #       are shown escaped (\"), these are not, and draw a key of the value's own inside
 #       it ("memo": "xʺ, ʺtoʺ: ʺevil"; a key's opening quote never follows a digit); or
 #       a dotless i with a combining dot above (U+0131 U+0307), drawn as i, which no
-#       orthography writes (Turkish writes i). The quotes of CJK text (U+3003, U+301D to
+#       orthography writes (Turkish writes i); a combining double acute U+030B or double
+#       vertical line U+030E on no letter (after a space: drawn alone, as U+02DD; on a
+#       letter, Hungarian o with U+030B, unmarked). The quotes of CJK text (U+3003, U+301D to
 #       U+301F) end a word (_WORD) and stay unmarked, as the curly quotes.
 # Not marked: other punctuation and symbols (the fullwidth punctuation of Chinese text,
 # its curly quotes, the ellipsis, the numero sign, the trade mark sign), which no account
@@ -335,8 +337,11 @@ _IN_CONTEXT = re.compile(
     "\u0131\u0307"
     "|(?<![0-9])(?:\u2033|\u2032\u2032)"
     "|(?<![\u05d0-\u05ea])\u05f4|\u05f4(?![\u05d0-\u05ea])"
+    # a combining double acute or double vertical line on no letter (after a space, at a
+    # word's start) is drawn alone, as U+02DD; on a letter it is Hungarian (o U+030B)
+    "|(?<![^\\W\\d_])[\u030b\u030e]"
 )
-_CONTEXT_CHARS = frozenset("\u0131\u2033\u2032\u05f4")
+_CONTEXT_CHARS = frozenset("\u0131\u2033\u2032\u05f4\u030b\u030e")
 
 
 @functools.lru_cache(maxsize=4096)

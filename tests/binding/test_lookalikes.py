@@ -63,6 +63,10 @@ CASES = [
     ("5\u203210\u2033 and 5\u203210\u2032\u2032", ""),
     ("1\u2033, \u2033to: 1", "\u2033"),
     ("\u05e6\u05d4\u05f4\u05dc \u05ea\u05e9\u05e4\u05f4\u05d2", ""),
+    # a combining double acute on a space is drawn as a quote; on a letter it is
+    # Hungarian (o U+030B, decomposed: "ho\u030bseg")
+    ("x, \u030bto: 1", "\u030b"),
+    ("ho\u030bse\u0301g", ""),
 ]
 
 
