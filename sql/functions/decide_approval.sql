@@ -337,7 +337,9 @@ BEGIN
                   AND e.executed_at = v_other.executed_at AND e.state = 'pending';
             END LOOP;
         END IF;
-    EXCEPTION WHEN lock_not_available THEN
+    -- deadlock_detected: the agent, its transaction holding that head, then waits for
+    -- the session itself (a heartbeat, its next call): as rollback_session, UL030.
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         PERFORM undolog.session_held(v_session_id, v_bound.p_wait);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);

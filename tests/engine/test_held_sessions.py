@@ -363,44 +363,54 @@ def test_a_rollback_of_a_partial_walk_behind_a_late_commit_left_open_gives_up(
     assert _written(operator, session)[2] is None  # the whole walk now
 
 
-def test_a_partial_undo_in_a_deadlock_with_its_agent_gives_up_as_held(
-    conn: Conn, dsn: str, login: Callable[..., Conn]
+@pytest.mark.parametrize("move", ["rollback_to", "approve"])
+def test_a_persons_move_in_a_deadlock_with_its_agent_gives_up_as_held(
+    conn: Conn, dsn: str, login: Callable[..., Conn], move: str
 ) -> None:
     """The agent's transaction that holds the session's chain head (a call committed in it)
-    then waits for the session itself (a heartbeat, its next call), which the undo holds
-    while it waits for that head: PostgreSQL ends the deadlock after deadlock_timeout (1 s),
-    and the person got a raw DeadlockDetected (40P01) naming the engine's internals, not
-    SessionBusy. SessionBusy now, nothing written; the agent goes on."""
-    agent, operator = login("undolog_agent"), login("undolog_operator")
+    then waits for the session itself (a heartbeat, its next call), which the person's move
+    holds while it waits for that head: PostgreSQL ends the deadlock after
+    deadlock_timeout (1 s), and the person got a raw DeadlockDetected (40P01) naming the
+    engine's internals, not SessionBusy. SessionBusy now, nothing written; the agent goes
+    on."""
+    agent, person = login("undolog_agent"), login("undolog_operator", "undolog_approver")
     session = engine.begin_session(agent, agent="a")
     first = engine.intercept(agent, session, 0, "send", "compensable", {}, {"name": "undo"})
     second = engine.intercept(agent, session, 1, "send", "compensable", {}, {"name": "undo"})
     assert first.effect_id is not None and second.effect_id is not None
     engine.commit(agent, first.effect_id, {"sent": 0})
+    asked = None
+    if move == "approve":
+        asked = engine.intercept(agent, session, 2, "wire", "irreversible", {"cents": 5})
+        assert asked.approval_id is not None
     before = _written(conn, session)
     raised: list[BaseException] = []
 
-    def undo() -> None:
+    def act() -> None:
         try:
-            saga.rollback_to(operator, session, 0, "wrong address", by="alice")
+            if asked is not None and asked.approval_id is not None:
+                approvals.approve(person, asked.approval_id, "alice")
+            else:
+                saga.rollback_to(person, session, 0, "wrong address", by="alice")
         except BaseException as exc:  # looked at below
             raised.append(exc)
 
     holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
     try:
         engine.commit(holder, second.effect_id, {"sent": 1})  # holds the chain head
-        pid = operator.info.backend_pid
-        person = threading.Thread(target=undo)
-        person.start()
+        pid = person.info.backend_pid
+        acting = threading.Thread(target=act)
+        acting.start()
         deadline = time.monotonic() + 10
         waits = "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE pid = %s AND NOT granted)"
-        while holder.execute(waits, (pid,)).fetchone() != (True,):  # the undo waits for the head
-            assert time.monotonic() < deadline, "the undo never waited"
+        while holder.execute(waits, (pid,)).fetchone() != (True,):  # the move waits for the head
+            assert time.monotonic() < deadline, "the move never waited"
             time.sleep(0.01)
-        engine.heartbeat(holder, session)  # waits for the session the undo holds
-        person.join(10)
+        engine.heartbeat(holder, session)  # waits for the session the move holds
+        acting.join(10)
     finally:
         holder.rollback()
         holder.close()
     assert len(raised) == 1 and isinstance(raised[0], errors.SessionBusy), raised
-    assert _written(conn, session) == before and before[0] == "active"
+    assert _written(conn, session) == before
+    assert before[0] == ("awaiting_approval" if asked else "active")
