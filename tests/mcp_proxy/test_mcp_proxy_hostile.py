@@ -12,23 +12,27 @@ import select
 import sys
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from mcp import MCPError
 from test_mcp_proxy import (
+    HttpProxy,
     free_port,
     ledger,
     names,
     pending_approval,
+    release_slow_make,
     sessions,
     stdio_proxy,
     wait_for,
 )
 from test_mcp_proxy_metrics import calls, samples, scrape
-from test_mcp_proxy_sessions import effects, session_policy
+from test_mcp_proxy_sessions import effects, http_proxies, session_policy
 
 from undolog import approvals
 from undolog.mcp_proxy.metrics import OUTCOMES
@@ -36,7 +40,7 @@ from undolog.mcp_proxy.policy import Upstream
 from undolog.mcp_proxy.stdio import LINE_LIMIT, bounded_lines
 from undolog.mcp_proxy.upstream import UpstreamConnection
 
-__all__ = ["ledger"]  # a fixture, used by name
+__all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 
 
 class Line:
@@ -115,6 +119,55 @@ class Line:
                 self.process.kill()
                 self.process.wait()
             self.process.stdout.close()
+
+
+class RawHttp:
+    """An MCP connection over streamable HTTP, its JSON-RPC written by hand: initialized,
+    then each call one POST, its answers read from the SSE stream or the JSON body."""
+
+    def __init__(self, url: str, timeout: float = 30) -> None:
+        self.url = url
+        self.http = httpx.Client(timeout=timeout)
+        plain = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+        opened = self.http.post(
+            url,
+            headers=plain,
+            json={
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            },
+        )
+        self.headers = {
+            **plain,
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "MCP-Protocol-Version": "2025-06-18",
+        }
+        self.http.post(
+            url,
+            headers=self.headers,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        )
+
+    def call(
+        self, request_id: int | str, name: str, args: dict[str, Any]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The HTTP status and the JSON-RPC answers of one tools/call."""
+        params = {"name": name, "arguments": args}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        r = self.http.post(self.url, headers=self.headers, json=body)
+        if "text/event-stream" in r.headers.get("content-type", ""):
+            lines = r.text.splitlines()
+            return r.status_code, [json.loads(x[5:]) for x in lines if x.startswith("data:")]
+        return r.status_code, [r.json()]
 
 
 def test_a_line_nested_too_deep_is_refused_and_the_proxy_goes_on(
@@ -648,3 +701,35 @@ def test_a_big_upstream_result_is_read_in_linear_time(
         assert len(result["structuredContent"]["padding"]) == size
     finally:
         assert line.leave() == 0
+
+
+def test_a_request_id_already_in_flight_is_refused_and_the_first_answered(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """Over streamable HTTP, a request sent with the id of one still in flight on the same
+    MCP session (7, then 7 and "7" again): the SDK's transport keyed the answer stream by
+    str(id), so the second replaced the first's: the first call's answer went to the
+    second POST, and the first POST was never answered, nor closed when the session was
+    deleted (bench/fuzz_mcp_proxy.py). Now the second is refused at once, nothing run,
+    and the first is answered with its own result. The same id on another MCP session
+    is its own."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    mcp, other = RawHttp(proxy.url, timeout=10), RawHttp(proxy.url, timeout=10)
+    pool = ThreadPoolExecutor(1)
+    try:
+        first = pool.submit(mcp.call, 7, "slow_make", {"key": "s", "seconds": 20})
+        wait_for(lambda: names(ledger) == ["slow_make"])
+        twice = [mcp.call(7, "put", {"key": "a", "value": "1"}), mcp.call("7", "read_all", {})]
+        elsewhere = other.call(7, "put", {"key": "b", "value": "2"})
+        release_slow_make(ledger, "s")
+        for status, messages in twice:
+            assert status == 400, (status, messages)
+            assert messages[0]["error"]["code"] == -32600, messages
+            assert "already in flight" in messages[0]["error"]["message"], messages
+        answered = first.result(30)
+    finally:
+        pool.shutdown(wait=False)
+    assert answered[1][0]["result"]["structuredContent"] == {"id": "s"}, answered
+    assert elsewhere[1][0]["result"]["structuredContent"] == {"key": "b"}, elsewhere
+    assert names(ledger) == ["slow_make", "put"]

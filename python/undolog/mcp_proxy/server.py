@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog import _serving, logs
 from undolog._version import __version__
@@ -421,11 +423,109 @@ def _client_gone(record: logging.LogRecord) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect))
 
 
+def _request_id(body: bytes) -> str | None:
+    """The id of a JSON-RPC request the body holds, as the MCP SDK's streamable HTTP
+    transport keys it (``str(id)``), or None: no request, or not one to read here."""
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    rid = message.get("id")
+    return str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+class OneRequestPerId:
+    """In front of the MCP SDK's streamable HTTP app: a POST whose JSON-RPC request has
+    the id of a request still in flight on the same MCP session (``Mcp-Session-Id``) is
+    refused (HTTP 400, JSON-RPC -32600, saying to give each request an id of its own).
+
+    The SDK's transport keys a request's answer stream by ``str(id)``: a second request
+    of the same id (or ``2`` and ``"2"``) replaced the first one's stream, so the first
+    request's answer went to the second request's POST, and the first POST was never
+    answered nor closed, even once the session was deleted (bench/fuzz_mcp_proxy.py).
+    JSON-RPC asks a client for ids unique among its requests in flight; the proxy holds
+    it to that instead of mixing its answers up."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.in_flight: set[tuple[str, str]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers") or ()) if scope["type"] == "http" else {}
+        session = headers.get(b"mcp-session-id")
+        if scope["type"] != "http" or scope.get("method") != "POST" or session is None:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: nobody to answer
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        rid = _request_id(body)
+        key = (session.decode("latin-1"), rid) if rid is not None else None
+        if key is None:
+            await self.app(scope, replay, send)
+            return
+        if key in self.in_flight:
+            await _refuse_duplicate(send, json.loads(body)["id"])
+            return
+        self.in_flight.add(key)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.in_flight.discard(key)
+
+
+async def _refuse_duplicate(send: Send, rid: Any) -> None:
+    answer = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "error": {
+                "code": types.INVALID_REQUEST,
+                "message": (
+                    f"request id {json.dumps(rid)} is already in flight on this MCP session: "
+                    "nothing was done; give each request an id of its own among those not "
+                    "yet answered, and send this one again with another id"
+                ),
+            },
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(answer)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": answer})
+
+
 async def _serve_http(config: str, dsn: str, host: str, port: int, options: Options) -> None:
     logging.getLogger("mcp.server.streamable_http").addFilter(_client_gone)
     async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
-        app = build_server(proxy).streamable_http_app(host=host)
+        app = OneRequestPerId(build_server(proxy).streamable_http_app(host=host))
         server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
             app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
         )
