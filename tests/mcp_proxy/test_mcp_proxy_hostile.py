@@ -6,11 +6,13 @@ tests/mcp_hostile_upstream.py (a result of tens of MiB)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import select
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -156,6 +158,10 @@ class RawHttp:
             headers=self.headers,
             json={"jsonrpc": "2.0", "method": "notifications/initialized"},
         )
+
+    def leave(self) -> None:
+        """End the MCP session (DELETE), as a client that quits."""
+        self.http.delete(self.url, headers=self.headers)
 
     def call(
         self, request_id: int | str, name: str, args: dict[str, Any]
@@ -733,3 +739,54 @@ def test_a_request_id_already_in_flight_is_refused_and_the_first_answered(
     assert answered[1][0]["result"]["structuredContent"] == {"id": "s"}, answered
     assert elsewhere[1][0]["result"]["structuredContent"] == {"key": "b"}, elsewhere
     assert names(ledger) == ["slow_make", "put"]
+
+
+def test_a_session_its_client_left_while_a_call_awaits_approval_ends_once_decided(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Two HTTP clients each put a key, make a payout (held, then answered that it awaits
+    approval) and leave (DELETE). The proxy forgot both sessions, awaiting_approval, and
+    stopped their heartbeats: the approved one went back to active with no owner (and
+    would have been failed at its lease's expiry, a worker undoing the put its client
+    kept), found by bench/fuzz_mcp_proxy.py. Now each ends once decided: the approved
+    one is completed (its put kept; the payout, never made again, does not run), the
+    rejected one undone."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    ends: dict[str, str] = {}
+    for verdict in ("approve", "reject"):
+        client = RawHttp(proxy.url)
+        _, put = client.call(1, "put", {"key": verdict, "value": "1"})
+        sid = put[0]["result"]["_meta"]["undolog/session"].split(".")[0]
+        _, held = client.call(2, "pay", {"account": verdict, "amount_cents": 5})
+        assert "NOT RUN YET" in held[0]["result"]["content"][0]["text"], held
+        approval_id = pending_ids(conn)[0]
+        client.leave()
+        with psycopg.connect(dsn, autocommit=True) as person:
+            decide = approvals.approve if verdict == "approve" else approvals.reject
+            decide(person, approval_id, "alice", "checked")
+        ends[verdict] = wait_for(functools.partial(_ended, conn, sid), timeout=15)
+    assert ends == {"approve": "completed", "reject": "compensated"}
+    assert names(ledger) == ["put", "put", "forget"]
+
+
+def pending_ids(conn: psycopg.Connection[Any]) -> list[uuid.UUID]:
+    rows = conn.execute("SELECT approval_id FROM undolog.pending_approvals").fetchall()
+    return [uuid.UUID(str(r[0])) for r in rows]
+
+
+def _ended(conn: psycopg.Connection[Any], sid: str) -> str | None:
+    """The session's state once it is completed or compensated."""
+    state = _state(conn, sid)
+    return state if state in ("completed", "compensated") else None
+
+
+def _state(conn: psycopg.Connection[Any], sid: str) -> str:
+    row = conn.execute(
+        "SELECT state FROM undolog.undolog_sessions WHERE session_id = %s", (sid,)
+    ).fetchone()
+    return str(row[0]) if row else ""

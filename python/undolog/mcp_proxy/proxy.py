@@ -106,6 +106,9 @@ HANDLE_SEPARATOR = "."
 # The handles an older proxy made: secrets.token_urlsafe(32), nothing else.
 UNNAMED_HANDLE = re.compile(r"[A-Za-z0-9_-]{43}")
 # The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
+# How often a session whose client left while a call of it waited for a person's
+# decision reads its state, to end it once decided (McpProxy._end_once_decided)
+DECISION_POLL_SECONDS = 1.0
 UNDO_LAST_TOOL = "undolog__undo_last"
 # Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
 # this tool (registered by the proxy; a rejection keeps the session), so that it is held
@@ -1304,11 +1307,40 @@ class McpProxy:
                         # a call whose outcome is unknown (still executing): failed, so
                         # that the walk compensates it, as the binding's sessions do
                         await aclient.fail_if_active(conn, ps.session_id, str(exc))
+                elif state == "awaiting_approval" and not self.closing:
+                    self._end_once_decided(ps)
+                    return
                 elif state not in ("failed", "compensating"):
                     return
             self.walk_soon(ps)
         except Exception:
             log.exception("session %s: ending it failed", ps.session_id)
+
+    def _end_once_decided(self, ps: ProxySession) -> None:
+        """The client left while a call of its session waits for a person's decision (the
+        session awaiting_approval, which cannot be completed): the session stays this
+        proxy's, its heartbeat kept, and ends once decided: completed after an approval
+        (the held call, given up on, did not run), walked after a rejection. It was
+        forgotten, its heartbeat stopped: an approval put it back to active with no
+        owner, recover() failed it at its lease's expiry and a worker undid every call
+        the client had kept (bench/fuzz_mcp_proxy.py). A call resuming the session
+        meanwhile (its handle, from a new connection) takes it over: its next end ends
+        it. Not while the proxy is closing (as for a proxy that crashed, the lease
+        runs out)."""
+        ps.began = True  # still begun: neither pruned nor begun again by a resuming call
+        ps.beat = asyncio.create_task(self._heartbeat(ps))
+        task = asyncio.create_task(self._end_after_decision(ps, ps.last_call))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _end_after_decision(self, ps: ProxySession, last_call: float) -> None:
+        while not self.closing:
+            await asyncio.sleep(DECISION_POLL_SECONDS)
+            if ps.inflight or ps.last_call != last_call:
+                return  # resumed meanwhile: its next end ends it
+            if await self._state(ps) not in ("awaiting_approval", "unknown"):
+                await self.end_session(ps)
+                return
 
     async def _partial_walk_over(self, ps: ProxySession) -> None:
         """Until the walk running for the session is over, while the session is
