@@ -696,11 +696,8 @@ class Fuzz:
         value = value_of(body)
         if value is not None:
             self.replayed[value].add(conn.label)
-        handle = (
-            ((params or {}).get("_meta") or {}).get(SESSION_KEY)
-            if isinstance(params, dict)
-            else None
-        )
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        handle = meta.get(SESSION_KEY) if isinstance(meta, dict) else None
         owner = self.owner.get(str(handle).split(".", 1)[0]) if handle else None
         self.send(
             conn,
@@ -1052,7 +1049,7 @@ class Fuzz:
                 break
             if self.trace:
                 print(f"      waiting for {busy} {len(pending)} approvals", flush=True)
-            time.sleep(0.5)
+            time.sleep(0.2)
         if self.trace:
             print(f"      {time.monotonic() - self.started:6.1f}s the sessions ended", flush=True)
         code = self.proxy.stop()
