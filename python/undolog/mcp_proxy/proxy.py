@@ -105,10 +105,10 @@ SESSION_META_KEY = "undolog/session"  # the proxy's handle, never a session id a
 HANDLE_SEPARATOR = "."
 # The handles an older proxy made: secrets.token_urlsafe(32), nothing else.
 UNNAMED_HANDLE = re.compile(r"[A-Za-z0-9_-]{43}")
-# The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
 # How often a session whose client left while a call of it waited for a person's
 # decision reads its state, to end it once decided (McpProxy._end_once_decided)
 DECISION_POLL_SECONDS = 1.0
+# The proxy's own tool, when the policy lists it (proxy.undo_last_tool)
 UNDO_LAST_TOOL = "undolog__undo_last"
 # Under undo_last_tool = "irreversible", each undo is journaled as an IRREVERSIBLE call of
 # this tool (registered by the proxy; a rejection keeps the session), so that it is held
