@@ -387,6 +387,10 @@ class Fuzz:
         ids = [m["id"] for m in items if isinstance(m, dict) and "id" in m]
         method = items[0].get("method", "?") if items and isinstance(items[0], dict) else "?"
         sent = Sent(conn, str(method), ids, body, **kw)
+        if conn is not None and sent.handle_sent and not sent.handle_owner_live:
+            # the handle of a connection that ended: it resumes that session, by design,
+            # whether or not its answer comes back (a held call whose client left)
+            self.resumed.add((conn.label, sent.handle_sent.split(".", 1)[0]))
         if conn is not None:
             conn.sent = [*conn.sent[-30:], sent]
         if background:
