@@ -348,6 +348,12 @@ class Fuzz:
         return True
 
     def delete(self, conn: Conn) -> None:
+        # a request carrying this connection's handle still in flight may reach the proxy
+        # after the DELETE: it then resumes the session, by design
+        for other in self.every:
+            for sent, _ in other.in_flight:
+                if sent.handle_sent and sent.handle_sent.split(".", 1)[0] in conn.handles:
+                    self.resumed.add((other.label, sent.handle_sent.split(".", 1)[0]))
         if conn.mcp_id and conn.live:
             with contextlib.suppress(httpx.HTTPError):
                 self.http.delete(self.proxy.url, headers=conn.headers(), timeout=10)
