@@ -71,7 +71,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,9 @@ import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools")]
+sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools"), str(ROOT / "bench")]
+
+from fuzz_sql_api import databases  # noqa: E402  (one way to make its databases)
 
 UPSTREAM = "tests/mcp_session_upstream.py"
 POLICY = """[proxy]
@@ -1135,39 +1137,6 @@ def fuzz(
         return f
 
 
-def databases(dsn: str | None) -> Iterator[Callable[[], str]]:
-    from pgcluster import throwaway_cluster
-    from undolog.migrations import migrate
-
-    def run(base: str) -> Iterator[Callable[[], str]]:
-        with psycopg.connect(base, autocommit=True) as admin:
-            tmpl = f"fuzzmcp_template_{secrets.token_hex(3)}"
-            admin.execute(f'CREATE DATABASE "{tmpl}"')
-            with psycopg.connect(
-                psycopg.conninfo.make_conninfo(base, dbname=tmpl), autocommit=True
-            ) as c:
-                migrate(c)
-            made: list[str] = []
-
-            def make() -> str:
-                name = f"fuzzmcp_{secrets.token_hex(4)}"
-                admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tmpl}"')
-                made.append(name)
-                return psycopg.conninfo.make_conninfo(base, dbname=name)
-
-            try:
-                yield make
-            finally:
-                for name in [*made, tmpl]:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    if dsn:
-        yield from run(dsn)
-        return
-    with throwaway_cluster(data_in_memory=True) as cluster:
-        yield from run(cluster.dsn)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, help="the first seed (default: random)")
@@ -1185,7 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: collections.Counter[str] = collections.Counter()
     errors: collections.Counter[str] = collections.Counter()
     unanswered: collections.Counter[str] = collections.Counter()
-    for make in databases(args.dsn):
+    for make in databases(args.dsn, "fuzzmcp"):
         seed = first
         while True:
             f = fuzz(make(), seed, args.steps, args.trace, deadline)

@@ -1229,13 +1229,15 @@ class Template:
     name: str
 
 
-def databases(dsn: str | None) -> Iterator[Callable[[], str]]:
+def databases(dsn: str | None, prefix: str = "fuzz") -> Iterator[Callable[[], str]]:
+    """Databases for one seed each, cloned from a template the engine is installed in, on
+    --dsn's server or a throwaway cluster (bench/fuzz_mcp_proxy.py's too)."""
     from pgcluster import throwaway_cluster
     from undolog.migrations import migrate
 
     def run(base: str) -> Iterator[Callable[[], str]]:
         with psycopg.connect(base, autocommit=True) as admin:
-            tmpl = f"fuzz_template_{secrets.token_hex(3)}"
+            tmpl = f"{prefix}_template_{secrets.token_hex(3)}"
             admin.execute(f'CREATE DATABASE "{tmpl}"')
             with psycopg.connect(
                 psycopg.conninfo.make_conninfo(base, dbname=tmpl), autocommit=True
@@ -1244,7 +1246,7 @@ def databases(dsn: str | None) -> Iterator[Callable[[], str]]:
             made: list[str] = []
 
             def make() -> str:
-                name = f"fuzz_{secrets.token_hex(4)}"
+                name = f"{prefix}_{secrets.token_hex(4)}"
                 admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tmpl}"')
                 made.append(name)
                 return psycopg.conninfo.make_conninfo(base, dbname=name)

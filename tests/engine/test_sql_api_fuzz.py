@@ -9,29 +9,17 @@ docs/development.md ("The SQL API's fuzz")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
-FUZZ = Path(__file__).resolve().parents[2] / "bench" / "fuzz_sql_api.py"
+import bench_module
+
 # Fixed seeds (odd: an agent may roll back its own sessions; even: it may not), short.
 SEEDS = (21, 26)
 STEPS = 250
 
 
-def _fuzz_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_sql_api", FUZZ)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_sql_api_fuzz_finds_no_violation(dsn: str) -> None:
-    fuzz = _fuzz_module()
+    fuzz = bench_module.load("fuzz_sql_api")
     made: Counter[str] = Counter()
     for seed in SEEDS:
         run = fuzz.fuzz(dsn, seed, STEPS)

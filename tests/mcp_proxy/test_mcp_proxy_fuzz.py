@@ -10,26 +10,13 @@ docs/development.md ("The MCP proxy's fuzz")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+import bench_module
 
-FUZZ = Path(__file__).resolve().parents[2] / "bench" / "fuzz_mcp_proxy.py"
 SEED, STEPS = 3, 50
 
 
-def _fuzz_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_mcp_proxy", FUZZ)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_mcp_proxy_fuzz_finds_no_violation(dsn: str) -> None:
-    run = _fuzz_module().fuzz(dsn, SEED, STEPS)
+    run = bench_module.load("fuzz_mcp_proxy").fuzz(dsn, SEED, STEPS)
     assert run.step_no >= STEPS
     assert not run.violations, "\n".join(run.violations[:10])
     # the walk went somewhere: calls of each tier, hostile moves, decisions
