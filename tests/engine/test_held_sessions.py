@@ -181,6 +181,17 @@ def test_a_commit_left_open_does_not_stall_the_sweep(dsn: str, login: Callable[.
     assert swept == [(lapsing,)]
 
 
+def _gives_up(person: Conn, act: Callable[[], object]) -> None:
+    """The person's move on a session the agent holds, its wait shortened to lock_session's
+    own under the person's 300 ms lock_timeout: SessionBusy, saying what to do, and the
+    caller's lock_timeout as it was."""
+    person.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
+    with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
+        act()
+    assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+    assert person.execute("SHOW lock_timeout").fetchone() == ("300ms",)  # the caller's own
+
+
 @pytest.mark.parametrize("move", ["approve", "reject", "rollback"])
 def test_a_persons_move_behind_a_commit_left_open_gives_up(
     dsn: str, login: Callable[..., Conn], move: str
@@ -209,10 +220,7 @@ def test_a_persons_move_behind_a_commit_left_open_gives_up(
     holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
     try:
         engine.commit(holder, first.effect_id, {"sent": 1})
-        approver.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
-        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
-            act()
-        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        _gives_up(approver, act)
         requests = approver.execute(
             "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
             (approval,),
@@ -267,13 +275,8 @@ def test_a_partial_undo_behind_a_commit_left_open_gives_up(
     holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
     try:
         engine.commit(holder, second.effect_id, {"sent": 1})
-        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
-        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
-            act()
-        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        _gives_up(operator, act)
         assert _written(operator, session) == before and before[0] == "active"
-        lock_timeout = operator.execute("SHOW lock_timeout").fetchone()
-        assert lock_timeout == ("300ms",)  # the caller's own, as it was
     finally:
         holder.rollback()
         holder.close()
@@ -315,13 +318,8 @@ def test_an_operators_move_behind_a_late_commit_left_open_gives_up(
     try:
         with pytest.raises(errors.LateResult):
             engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
-        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
-        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
-            act()
-        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        _gives_up(operator, act)
         assert _written(operator, session) == before
-        lock_timeout = operator.execute("SHOW lock_timeout").fetchone()
-        assert lock_timeout == ("300ms",)
     finally:
         holder.rollback()
         holder.close()
@@ -351,10 +349,7 @@ def test_a_rollback_of_a_partial_walk_behind_a_late_commit_left_open_gives_up(
     try:
         with pytest.raises(errors.LateResult):
             engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
-        operator.execute("SET lock_timeout = '300ms'")  # lock_session's wait, shortened
-        with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
-            act()
-        assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+        _gives_up(operator, act)
         assert _written(operator, session) == before and before[2] is not None
     finally:
         holder.rollback()
