@@ -741,6 +741,40 @@ def test_a_request_id_already_in_flight_is_refused_and_the_first_answered(
     assert names(ledger) == ["slow_make", "put"]
 
 
+def test_a_body_past_the_bound_is_refused_before_it_is_read_whole(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """The MCP SDK reads a POST's body whole, however long: a client could make the proxy
+    hold a body of any size. Past proxy.max_request_mib (here 1), the request is refused
+    with HTTP 413 and a JSON-RPC error naming the key, at its Content-Length or, sent in
+    chunks with none, once that much has come; nothing runs, and the client's next call
+    is served."""
+    proxy = HttpProxy(session_policy(tmp_path, proxy="max_request_mib = 1"), dsn, ledger)
+    http_proxies.append(proxy)
+    mcp = RawHttp(proxy.url, timeout=10)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "read_all", "arguments": {"pad": "x" * (2 << 20)}},
+        }
+    ).encode()
+
+    def chunks() -> Any:
+        for at in range(0, len(body), 64 << 10):
+            yield body[at : at + (64 << 10)]
+
+    for content in (body, chunks()):  # with a Content-Length, then chunked
+        answer = mcp.http.post(proxy.url, headers=mcp.headers, content=content)
+        assert answer.status_code == 413, answer.text[:300]
+        assert answer.json()["error"]["code"] == -32600
+        assert "proxy.max_request_mib" in answer.json()["error"]["message"]
+    status, served = mcp.call(2, "put", {"key": "k", "value": "v"})
+    assert status == 200 and served[0]["result"]["structuredContent"] == {"key": "k"}
+    assert names(ledger) == ["put"]
+
+
 def test_a_session_its_client_left_while_a_call_awaits_approval_ends_once_decided(
     tmp_path: Path,
     dsn: str,

@@ -174,6 +174,9 @@ class Policy:
     walk_wait_seconds: float = 10.0
     # HOST:PORT of the proxy's own GET /metrics (None: not served)
     metrics_listen: str | None = None
+    # over --http, the longest body of a POST the proxy reads (past it: HTTP 413); the
+    # journal bounds a journaled call's arguments at 1 MiB, a SAFE call's are not
+    max_request_mib: int = 16
 
     def tier_of(self, upstream: str, tool: str) -> ToolPolicy:
         return self.upstreams[upstream].tools.get(tool) or ToolPolicy(self.default_tier)
@@ -437,6 +440,7 @@ def load_policy(path: str | Path) -> Policy:
                 "max_late_answers",
                 "walk_wait_seconds",
                 "metrics_listen",
+                "max_request_mib",
             },
         )
         late = proxy.get("late_answer_seconds", 30.0)
@@ -537,6 +541,7 @@ def load_policy(path: str | Path) -> Policy:
                 "proxy.max_safe_calls_per_client",
                 10000,
             ),
+            max_request_mib=_count(proxy.get("max_request_mib", 16), "proxy.max_request_mib", 1024),
             session_boundary=boundary,
             session_idle_seconds=idle,
             undo_last_tool=undo_tool,

@@ -438,34 +438,49 @@ def _request_id(body: bytes) -> str | None:
     return str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
-class OneRequestPerId:
-    """In front of the MCP SDK's streamable HTTP app: a POST whose JSON-RPC request has
-    the id of a request still in flight on the same MCP session (``Mcp-Session-Id``) is
-    refused (HTTP 400, JSON-RPC -32600, saying to give each request an id of its own).
+class PostGuard:
+    """In front of the MCP SDK's streamable HTTP app, for every POST (the SDK reads its
+    body whole, however long, and so would anything in front of it):
 
-    The SDK's transport keys a request's answer stream by ``str(id)``: a second request
-    of the same id (or ``2`` and ``"2"``) replaced the first one's stream, so the first
-    request's answer went to the second request's POST, and the first POST was never
-    answered nor closed, even once the session was deleted (bench/fuzz_mcp_proxy.py).
-    JSON-RPC asks a client for ids unique among its requests in flight; the proxy holds
-    it to that instead of mixing its answers up."""
+    - a body longer than ``max_body`` bytes (the policy's ``proxy.max_request_mib``) is
+      refused (HTTP 413, JSON-RPC -32600, naming the key), at its Content-Length or once
+      that much has come, and nothing run: a client cannot make the proxy hold a body of
+      any size;
+    - a JSON-RPC request with the id of a request still in flight on the same MCP session
+      (``Mcp-Session-Id``) is refused (HTTP 400, JSON-RPC -32600, saying to give each
+      request an id of its own). The SDK's transport keys a request's answer stream by
+      ``str(id)``: a second request of the same id (or ``2`` and ``"2"``) replaced the
+      first one's stream, so the first request's answer went to the second request's
+      POST, and the first POST was never answered nor closed, even once the session was
+      deleted (bench/fuzz_mcp_proxy.py). JSON-RPC asks a client for ids unique among its
+      requests in flight; the proxy holds it to that instead of mixing its answers up."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
         self.app = app
+        self.max_body = max_body
         self.in_flight: set[tuple[str, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope.get("headers") or ()) if scope["type"] == "http" else {}
-        session = headers.get(b"mcp-session-id")
-        if scope["type"] != "http" or scope.get("method") != "POST" or session is None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
+        headers = dict(scope.get("headers") or ())
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body:
+            await self._too_long(send)
+            return
         chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client left: nobody to answer
                 return
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await self._too_long(send)
+                return
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
@@ -478,13 +493,22 @@ class OneRequestPerId:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        rid = _request_id(body)
-        key = (session.decode("latin-1"), rid) if rid is not None else None
+        session = headers.get(b"mcp-session-id")
+        rid = _request_id(body) if session is not None else None
+        key = (session.decode("latin-1"), rid) if session is not None and rid is not None else None
         if key is None:
             await self.app(scope, replay, send)
             return
         if key in self.in_flight:
-            await _refuse_duplicate(send, json.loads(body)["id"])
+            given_id = json.loads(body)["id"]
+            await _refuse(
+                send,
+                400,
+                given_id,
+                f"request id {json.dumps(given_id)} is already in flight on this MCP session: "
+                "nothing was done; give each request an id of its own among those not yet "
+                "answered, and send this one again with another id",
+            )
             return
         self.in_flight.add(key)
         try:
@@ -492,26 +516,30 @@ class OneRequestPerId:
         finally:
             self.in_flight.discard(key)
 
+    async def _too_long(self, send: Send) -> None:
+        mib = self.max_body // (1024 * 1024)
+        await _refuse(
+            send,
+            413,
+            None,
+            f"the request's body is longer than {mib} MiB (proxy.max_request_mib): nothing "
+            "was done; send less, or raise proxy.max_request_mib in the proxy's policy",
+        )
 
-async def _refuse_duplicate(send: Send, rid: Any) -> None:
+
+async def _refuse(send: Send, status: int, rid: Any, message: str) -> None:
+    """An HTTP answer of ``status`` carrying a JSON-RPC error (-32600) for request ``rid``."""
     answer = json.dumps(
         {
             "jsonrpc": "2.0",
             "id": rid,
-            "error": {
-                "code": types.INVALID_REQUEST,
-                "message": (
-                    f"request id {json.dumps(rid)} is already in flight on this MCP session: "
-                    "nothing was done; give each request an id of its own among those not "
-                    "yet answered, and send this one again with another id"
-                ),
-            },
+            "error": {"code": types.INVALID_REQUEST, "message": message},
         }
     ).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 400,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(answer)).encode()),
@@ -525,7 +553,10 @@ async def _serve_http(config: str, dsn: str, host: str, port: int, options: Opti
     logging.getLogger("mcp.server.streamable_http").addFilter(_client_gone)
     async with running_proxy(config, dsn, options) as proxy:
         proxy.http = True
-        app = OneRequestPerId(build_server(proxy).streamable_http_app(host=host))
+        app = PostGuard(
+            build_server(proxy).streamable_http_app(host=host),
+            proxy.policy.max_request_mib * 1024 * 1024,
+        )
         server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
             app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
         )
