@@ -339,8 +339,10 @@ BEGIN
         END IF;
     -- deadlock_detected: the agent, its transaction holding that head, then waits for
     -- the session itself (a heartbeat, its next call): as rollback_session, UL030.
-    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+    EXCEPTION WHEN lock_not_available THEN
         PERFORM undolog.session_held(v_session_id, v_bound.p_wait);
+    WHEN deadlock_detected THEN  -- NULL: a deadlock, not the bound, ended the wait
+        PERFORM undolog.session_held(v_session_id, NULL);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_outcome;

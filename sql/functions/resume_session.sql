@@ -46,8 +46,10 @@ BEGIN
     -- deadlock_detected: the agent, its transaction holding that head, then waits for
     -- the session itself (a heartbeat, its next call): PostgreSQL ends one of the two
     -- after deadlock_timeout, this one most often; UL030 all the same, nothing written.
-    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+    EXCEPTION WHEN lock_not_available THEN
         PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
+    WHEN deadlock_detected THEN  -- NULL: a deadlock, not the bound, ended the wait
+        PERFORM undolog.session_held(p_session_id, NULL);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_state;

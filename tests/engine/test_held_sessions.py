@@ -189,6 +189,7 @@ def _gives_up(person: Conn, act: Callable[[], object]) -> None:
     with pytest.raises(errors.SessionBusy, match="held by a transaction") as raised:
         act()
     assert raised.value.hint and "pg_terminate_backend" in raised.value.hint
+    assert "Waited 00:00:00.3 for it" in str(raised.value)  # the DETAIL: the bound reached
     assert person.execute("SHOW lock_timeout").fetchone() == ("300ms",)  # the caller's own
 
 
@@ -407,5 +408,8 @@ def test_a_persons_move_in_a_deadlock_with_its_agent_gives_up_as_held(
         holder.rollback()
         holder.close()
     assert len(raised) == 1 and isinstance(raised[0], errors.SessionBusy), raised
+    # The DETAIL says a deadlock ended the wait, not that it waited its bound (5 s).
+    assert "A deadlock ended the wait" in str(raised[0]) and "Waited" not in str(raised[0])
+    assert raised[0].hint and "pg_terminate_backend" in raised[0].hint
     assert _written(conn, session) == before
     assert before[0] == ("awaiting_approval" if asked else "active")
