@@ -7,7 +7,9 @@
 -- session (an intercept, a heartbeat, a refused call), and a person's decision, a
 -- rollback or a walker must not wait on it for as long as it likes. Past
 -- bound_lock_wait() (5 s, or the caller's own shorter lock_timeout), UL030 says who
--- holds it, and nothing was changed. A session nobody holds is locked at once.
+-- holds it, and nothing was changed. A session nobody holds is locked at once. A deadlock
+-- (the holder waits in turn for what this transaction holds, such as the session's chain
+-- head after a call of it reported here) is UL030 too, saying to end this transaction.
 CREATE OR REPLACE FUNCTION undolog.lock_session(p_session_id uuid)
 RETURNS undolog.undolog_sessions
 LANGUAGE plpgsql
@@ -30,6 +32,8 @@ BEGIN
             undolog.session_lock_key(p_session_id, v_session.owner_role));
     EXCEPTION WHEN lock_not_available THEN
         PERFORM undolog.session_held(p_session_id, v_bound.p_wait);
+    WHEN deadlock_detected THEN  -- the holder waits for this transaction: end this one
+        PERFORM undolog.session_deadlocked(p_session_id);
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_bound.p_caller_timeout, true);
     RETURN v_session;

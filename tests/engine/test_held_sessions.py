@@ -413,3 +413,58 @@ def test_a_persons_move_in_a_deadlock_with_its_agent_gives_up_as_held(
     assert raised[0].hint and "pg_terminate_backend" in raised[0].hint
     assert _written(conn, session) == before
     assert before[0] == ("awaiting_approval" if asked else "active")
+
+
+@pytest.mark.parametrize("move", ["call", "heartbeat"])
+def test_an_agents_move_in_a_deadlock_with_its_own_other_transaction_is_held(
+    conn: Conn, dsn: str, login: Callable[..., Conn], move: str
+) -> None:
+    """An agent's transaction that reported one of its calls, still open, holds the
+    session's chain head; its other connection fails the session (lock_session, then the
+    history row, which waits for that head); the first transaction's next call
+    (lock_session_shared) or heartbeat (lock_session) then waits for the session: a
+    deadlock. PostgreSQL ends the transaction whose deadlock_timeout runs out first in the
+    cycle; when it was the first one's (it began waiting a deadlock_timeout after the
+    other), the agent got a raw DeadlockDetected (40P01). SessionBusy now, saying to end
+    this transaction; the other one goes on."""
+    agent = login("undolog_agent")
+    name = str(agent.info.user)
+    conn.execute(f"ALTER ROLE {name} SET deadlock_timeout = '100ms'")  # its next logins'
+    session = engine.begin_session(agent, agent="a")
+    first = engine.intercept(agent, session, 0, "send", "compensable", {}, {"name": "undo"})
+    assert first.effect_id is not None
+    holder = psycopg.connect(dsn, user=name)  # one transaction, left open
+    other = psycopg.connect(dsn, user=name, autocommit=True)
+    failed: list[BaseException | str] = []
+
+    def fail() -> None:
+        try:
+            failed.append(engine.fail_session(other, session, "the agent gave up"))
+        except BaseException as exc:  # looked at below
+            failed.append(exc)
+
+    def act() -> object:
+        if move == "heartbeat":
+            return engine.heartbeat(holder, session)
+        return engine.intercept(holder, session, 1, "send", "compensable", {}, {"name": "undo"})
+
+    failing = threading.Thread(target=fail)
+    try:
+        engine.commit(holder, first.effect_id, {"sent": 1})  # holds the chain head
+        failing.start()
+        waits = "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks WHERE pid = %s AND NOT granted)"
+        deadline = time.monotonic() + 10
+        while conn.execute(waits, (other.info.backend_pid,)).fetchone() != (True,):
+            assert time.monotonic() < deadline, "fail_session never waited"
+            time.sleep(0.01)
+        time.sleep(0.3)  # its deadlock check (100 ms) found no cycle: the move's finds it
+        with pytest.raises(errors.SessionBusy, match="waits for this one") as raised:
+            act()
+        assert raised.value.hint and "End this transaction" in raised.value.hint
+        assert "A deadlock ended the wait" in str(raised.value)
+        holder.rollback()
+        failing.join(10)
+    finally:
+        holder.close()
+        other.close()
+    assert failed == ["failed"], failed  # the other transaction went on
