@@ -218,18 +218,14 @@ def test_a_persons_move_behind_a_commit_left_open_gives_up(
             return approvals.reject(approver, approval, "alice", "no")
         return saga.rollback_session(approver, session, "alice", "wrong customer")
 
-    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
-    try:
-        engine.commit(holder, first.effect_id, {"sent": 1})
-        _gives_up(approver, act)
-        requests = approver.execute(
-            "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
-            (approval,),
-        ).fetchone()
-        assert requests == ("pending",) and state_of(approver, session) == "awaiting_approval"
-    finally:
-        holder.rollback()
-        holder.close()
+    before = _behind_a_commit_left_open(
+        dsn, agent, first.effect_id, approver, session, act, late=False
+    )
+    requests = approver.execute(
+        "SELECT state FROM undolog.undolog_approval_requests WHERE approval_id = %s",
+        (approval,),
+    ).fetchone()
+    assert requests == ("pending",) and before[0] == "awaiting_approval"
     act()  # the agent's transaction ended: nothing holds the session
     assert state_of(approver, session) == ("active" if move == "approve" else "compensating")
 
@@ -248,6 +244,35 @@ def _written(conn: Conn, session: Any) -> tuple[Any, ...]:
     ).fetchone()
     assert row is not None
     return tuple(row)
+
+
+def _behind_a_commit_left_open(
+    dsn: str,
+    agent: Conn,
+    effect: Any,
+    person: Conn,
+    session: Any,
+    act: Callable[[], object],
+    late: bool = True,
+) -> tuple[Any, ...]:
+    """The agent commits its call ``effect`` in a transaction it leaves open (``late``: a
+    call the walk took, its result recorded, not committed), which holds the session's
+    chain head: the person's move on the session gives up (_gives_up) and writes nothing.
+    The transaction then ends; answers what the session had (_written) all along."""
+    before = _written(person, session)
+    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
+    try:
+        if late:
+            with pytest.raises(errors.LateResult):
+                engine.commit(holder, effect, {"sent": 1})  # recorded, not committed
+        else:
+            engine.commit(holder, effect, {"sent": 1})
+        _gives_up(person, act)
+        assert _written(person, session) == before
+    finally:
+        holder.rollback()
+        holder.close()
+    return before
 
 
 @pytest.mark.parametrize("move", ["rollback_to", "rollback_last"])
@@ -272,15 +297,10 @@ def test_a_partial_undo_behind_a_commit_left_open_gives_up(
             return saga.rollback_to(operator, session, 0, "wrong address", by="alice")
         return saga.rollback_last(operator, session, 2, "wrong address", by="alice")
 
-    before = _written(operator, session)
-    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
-    try:
-        engine.commit(holder, second.effect_id, {"sent": 1})
-        _gives_up(operator, act)
-        assert _written(operator, session) == before and before[0] == "active"
-    finally:
-        holder.rollback()
-        holder.close()
+    before = _behind_a_commit_left_open(
+        dsn, agent, second.effect_id, operator, session, act, late=False
+    )
+    assert before[0] == "active"
     assert act() == "compensating"  # the agent's transaction ended: nothing holds it
 
 
@@ -314,16 +334,7 @@ def test_an_operators_move_behind_a_late_commit_left_open_gives_up(
             return saga.retry_compensation(operator, claim.undo_id, "alice", "fixed")
         return saga.abandon_session(operator, session, "alice", "refunded by hand")
 
-    before = _written(operator, session)
-    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
-    try:
-        with pytest.raises(errors.LateResult):
-            engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
-        _gives_up(operator, act)
-        assert _written(operator, session) == before
-    finally:
-        holder.rollback()
-        holder.close()
+    _behind_a_commit_left_open(dsn, agent, call.effect_id, operator, session, act)
     assert act() == ("halted" if move == "abandon" else "compensating")
 
 
@@ -345,16 +356,8 @@ def test_a_rollback_of_a_partial_walk_behind_a_late_commit_left_open_gives_up(
     def act() -> str:
         return saga.rollback_session(operator, session, "alice", "all of it")
 
-    before = _written(operator, session)
-    holder = psycopg.connect(dsn, user=str(agent.info.user))  # one transaction, left open
-    try:
-        with pytest.raises(errors.LateResult):
-            engine.commit(holder, call.effect_id, {"sent": 1})  # recorded, not committed
-        _gives_up(operator, act)
-        assert _written(operator, session) == before and before[2] is not None
-    finally:
-        holder.rollback()
-        holder.close()
+    before = _behind_a_commit_left_open(dsn, agent, call.effect_id, operator, session, act)
+    assert before[2] is not None  # a partial walk's floor
     assert act() == "compensating"
     assert _written(operator, session)[2] is None  # the whole walk now
 
