@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -1264,52 +1264,90 @@ def databases(dsn: str | None, prefix: str = "fuzz") -> Iterator[Callable[[], st
         yield from run(cluster.dsn)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def fuzz_arguments(description: str, steps: int, argv: list[str] | None) -> argparse.Namespace:
+    """A fuzz's command line (this one's and bench/fuzz_mcp_proxy.py's): which seeds, how
+    many steps of each, for how long, on which server, traced or not."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seed", type=int, help="the first seed (default: random)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds to run, one after another")
-    parser.add_argument("--steps", type=int, default=1000, help="steps of each seed")
+    parser.add_argument("--steps", type=int, default=steps, help="steps of each seed")
     parser.add_argument("--seconds", type=float, help="run seeds until this many seconds")
     parser.add_argument("--dsn", help="a superuser's DSN of a server (default: a throwaway one)")
     parser.add_argument("--trace", action="store_true", help="print every step")
-    args = parser.parse_args(argv)
-    first = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    start = time.monotonic()
-    deadline = start + args.seconds if args.seconds else None
-    total = 0
-    found: list[str] = []
+    return parser.parse_args(argv)
+
+
+class Seeded(Protocol):
+    """What a seed's run answers (each fuzz's Fuzz)."""
+
+    step_no: int
+    violations: list[str]
+
+
+F = TypeVar("F", bound=Seeded)
+
+
+class Seeds:
+    """A fuzz's run (this one's and bench/fuzz_mcp_proxy.py's) over the seeds its command
+    line asks for (fuzz_arguments), one after another, each on a database of its own
+    (databases()): --seeds of them from --seed (random when not given), or, with
+    --seconds, as many as start before the deadline. Each seed's line is printed as it
+    ends; done() prints the run's violations and its total."""
+
+    def __init__(self, args: argparse.Namespace, prefix: str) -> None:
+        self.args = args
+        self.prefix = prefix
+        self.start = time.monotonic()
+        self.steps = 0
+        self.found: list[str] = []
+
+    def run(self, one: Callable[[str, int, int, bool, float | None], F]) -> Iterator[F]:
+        """Each seed's run of ``one`` (a fuzz's fuzz()), as it ends."""
+        args = self.args
+        first = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+        deadline = self.start + args.seconds if args.seconds else None
+        for make in databases(args.dsn, self.prefix):
+            seed = first
+            while True:
+                f = one(make(), seed, args.steps, args.trace, deadline)
+                self.steps += f.step_no
+                self.found += [f"seed {seed} {v}" for v in f.violations]
+                print(f"seed {seed}: {f.step_no} steps, {len(f.violations)} violations", flush=True)
+                for v in f.violations:
+                    print(f"  ! {v}", flush=True)
+                yield f
+                seed += 1
+                if deadline is not None:
+                    if time.monotonic() > deadline:
+                        break
+                elif seed - first >= args.seeds:
+                    break
+
+    def done(self) -> int:
+        """Prints the run's violations and its total; answers the exit status (1: any)."""
+        for v in self.found:
+            print("VIOLATION", v)
+        took = time.monotonic() - self.start
+        print(f"total {self.steps} steps {len(self.found)} violations in {took:.0f} s")
+        return 1 if self.found else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    seeds = Seeds(fuzz_arguments(__doc__.split("\n\n")[0], 1000, argv), "fuzz")
     refusals: collections.Counter[tuple[str, str]] = collections.Counter()
     counts: collections.Counter[str] = collections.Counter()
     known: collections.Counter[tuple[str, str]] = collections.Counter()
-    for make in databases(args.dsn):
-        seed = first
-        while True:
-            f = fuzz(make(), seed, args.steps, args.trace, deadline)
-            total += f.step_no
-            refusals.update(f.refusals)
-            counts.update(f.counts)
-            known.update(f.known)
-            for v in f.violations:
-                found.append(f"seed {seed} {v}")
-            print(f"seed {seed}: {f.step_no} steps, {len(f.violations)} violations", flush=True)
-            for v in f.violations:
-                print(f"  ! {v}", flush=True)
-            seed += 1
-            if deadline is not None:
-                if time.monotonic() > deadline:
-                    break
-            elif seed - first >= args.seeds:
-                break
+    for f in seeds.run(fuzz):
+        refusals.update(f.refusals)
+        counts.update(f.counts)
+        known.update(f.known)
     print("calls that succeeded:", dict(sorted(counts.items())))
     print("refusals by SQLSTATE:")
     for (fn, state), n in sorted(refusals.items()):
         print(f"  {fn:28} {state} {n}")
     for (state, fn), n in sorted(known.items()):
         print(f"known, left open: {fn} {state} {n}")
-    for v in found:
-        print("VIOLATION", v)
-    print(f"total {total} steps {len(found)} violations in {time.monotonic() - start:.0f} s")
-    return 1 if found else 0
+    return seeds.done()
 
 
 if __name__ == "__main__":
