@@ -257,8 +257,12 @@ def cases(conn: Conn) -> list[Case]:
         ("dashboard", "dashboard_session_states", q["dashboard_session_states"], sid),
         ("dashboard", "dashboard_session_chain", q["dashboard_session_chain"], sid),
         ("dashboard", "dashboard_session_fingerprint", q["dashboard_session_fingerprint"], sid),
-        ("dashboard", "dashboard_inbox", q["dashboard_inbox"], {"head": 2000, "limit": 200}),
-        ("dashboard", "dashboard_inbox_total", q["dashboard_inbox_total"], {}),
+        (
+            "dashboard",
+            "pending_approvals (the inbox)",
+            q["pending_approvals"],
+            {"head": 2000, "limit": 200},
+        ),
         (
             "dashboard",
             "dashboard_inbox_deliveries",
@@ -322,7 +326,12 @@ def cases(conn: Conn) -> list[Case]:
         ("cli", "session_overview (sessions show)", q["session_overview"], sid),
         ("cli", "session_timeline (sessions show)", q["session_timeline"], sid),
         # its default --limit (an older, unbounded list ignores the parameter)
-        ("cli", "pending_approvals (approvals list)", q["pending_approvals"], {"limit": 50}),
+        (
+            "cli",
+            "pending_approvals (approvals list)",
+            q["pending_approvals"],
+            {"head": None, "limit": 50},
+        ),
         (
             "cli",
             "decided_approvals (approvals decided)",

@@ -505,13 +505,23 @@ ORDER BY d.delivery_id
 LIMIT 4
 
 -- name: pending_approvals
--- `undolog approvals list`: the requests waiting for a human, oldest first, at most
--- %(limit)s; total is how many wait in all, so that the command can say how many it did
--- not show. The oldest are picked and counted in pending_approval_ids, the requests
+-- The requests waiting for a human, oldest first, at most %(limit)s, for `undolog
+-- approvals list` (%(head)s NULL: each one's arguments whole) and the dashboard's inbox
+-- (the arguments whole when at most %(head)s characters, args_head their head, and
+-- args_length). total is how many wait in all, so that the command can say how many it
+-- did not show and the inbox how many wait: one statement, one snapshot, the rows and the
+-- count agree. The oldest are picked and counted in pending_approval_ids, the requests
 -- alone: only those shown are joined to their sessions and calls (a LIMIT over
--- pending_approvals sorts them after joining every pending request). One statement, one
--- snapshot: the rows and the count agree.
-SELECT p.*, (SELECT count(*) FROM undolog.pending_approval_ids) AS total
+-- pending_approvals sorts them after joining every pending request, and a count over it
+-- joins each: some 10 times the time at 3,000 pending).
+SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
+       CASE WHEN %(head)s::int IS NULL OR length(p.args::text) <= %(head)s::int
+            THEN p.args END AS args,
+       left(p.args::text, %(head)s::int) AS args_head,
+       length(p.args::text) AS args_length,
+       p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
+       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now,
+       (SELECT count(*) FROM undolog.pending_approval_ids) AS total
 FROM undolog.pending_approvals AS p
 WHERE p.approval_id = ANY(ARRAY(
     SELECT i.approval_id FROM undolog.pending_approval_ids AS i
@@ -792,32 +802,6 @@ SELECT due_sessions, oldest_due_age_seconds FROM undolog.metrics_worker
 -- The metrics scrape: the late results (after the undo walk took their call) of the
 -- last day's walks.
 SELECT late_results, last_at FROM undolog.metrics_late_results
-
--- name: dashboard_inbox
--- The approvals inbox: the oldest pending requests first, at most %(limit)s, each with its
--- arguments whole when short (args) or as a head (args_head). The oldest are picked in
--- pending_approval_ids, the requests alone (the same rows and order), and only they are
--- joined to their sessions and calls, as `undolog approvals list` does: a LIMIT over
--- pending_approvals sorts them after joining every pending request.
-SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
-       CASE WHEN length(p.args::text) <= %(head)s::int THEN p.args END AS args,
-       left(p.args::text, %(head)s::int) AS args_head,
-       length(p.args::text) AS args_length,
-       p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
-       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
-FROM undolog.pending_approvals AS p
-WHERE p.approval_id = ANY(ARRAY(
-    SELECT i.approval_id FROM undolog.pending_approval_ids AS i
-    ORDER BY i.requested_at, i.approval_id
-    LIMIT %(limit)s::int
-))
-ORDER BY p.requested_at, p.approval_id
-
--- name: dashboard_inbox_total
--- The approvals inbox: how many requests are pending (the page shows the first ones).
--- Counted in pending_approval_ids, the requests alone: pending_approvals joins each to its
--- session and its call, some 10 times the time at 3,000 pending.
-SELECT count(*) AS n FROM undolog.pending_approval_ids
 
 -- name: dashboard_inbox_deliveries
 -- The approvals inbox: the notifications sent for the requests shown.

@@ -3,7 +3,8 @@ inbox) read undolog.pending_approval_ids, the pending requests alone, not
 pending_approvals, which joins each to its session and its call: the same answers, as
 real logins read them, at a tenth of the cost at thousands of pending requests
 (docs/performance-log.md). Its own rows (the oldest 200) are picked there too, and only
-they are joined: the same rows in the same order."""
+they are joined: the same rows in the same order. The rows and the total are one
+statement, `undolog approvals list`'s too (queries.sql's pending_approvals)."""
 
 from __future__ import annotations
 
@@ -35,23 +36,25 @@ SELECT p.approval_id, p.session_id, p.effect_id, p.step_index, p.tool_name,
        left(p.args::text, %(head)s::int) AS args_head,
        length(p.args::text) AS args_length,
        p.requested_at, p.expires_at, p.agent, p.session_state, p.age, p.expired,
-       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now
+       p.owner_role, p.requested_by, p.tier, p.purpose, now() AS server_now,
+       (SELECT count(*) FROM undolog.pending_approvals) AS total
 FROM undolog.pending_approvals AS p
 ORDER BY p.requested_at, p.approval_id
 LIMIT %(limit)s::int
 """
-READS = [
-    ("dashboard_inbox_total", TOTAL_BEFORE),
-    ("dashboard_inbox_fingerprint", FINGERPRINT_BEFORE),
-]
+INBOX = QUERIES["pending_approvals"]  # the inbox's rows and total
+FINGERPRINT = QUERIES["dashboard_inbox_fingerprint"]
 
 
 def _answers(dsn: str, login: str) -> list[tuple[Any, Any]]:
-    """(now, before) of each read, in one transaction as ``login``: one now() for both."""
+    """(now, before) of the total and the fingerprint, in one transaction as ``login``:
+    one now() for both. The total is the inbox's rows' (0 without a row)."""
     with psycopg.connect(as_login(dsn, login)) as c:
+        shown = c.execute(INBOX, {"head": HEAD_CHARS, "limit": 1}).fetchall()
+        total = [(shown[0][-1],)] if shown else [(0,)]
         return [
-            (c.execute(QUERIES[name]).fetchall(), c.execute(before).fetchall())
-            for name, before in READS
+            (total, c.execute(TOTAL_BEFORE).fetchall()),
+            (c.execute(FINGERPRINT).fetchall(), c.execute(FINGERPRINT_BEFORE).fetchall()),
         ]
 
 
@@ -103,28 +106,26 @@ def test_an_agent_login_reads_neither_form(dsn: str, passwords_checked: bool, lo
     """As before: the inbox is staff's (an agent reads its requests on its sessions' pages)."""
     app_dsn = without_user(dsn)
     waiting_session(app_dsn, "dash_agent")
-    for name, before in READS:
-        for statement in (QUERIES[name], before):
-            with (
-                psycopg.connect(as_login(app_dsn, login)) as c,
-                pytest.raises(psycopg.errors.InsufficientPrivilege),
-            ):
-                c.execute(statement)
+    params = {"head": HEAD_CHARS, "limit": 1}
+    for statement in (INBOX, INBOX_BEFORE, FINGERPRINT, FINGERPRINT_BEFORE, TOTAL_BEFORE):
+        with (
+            psycopg.connect(as_login(app_dsn, login)) as c,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            c.execute(statement, params if "%(" in statement else None)
 
 
-def test_the_total_and_fingerprint_read_no_session_and_no_call(
-    dsn: str, passwords_checked: bool
-) -> None:
-    """Their plans, as an approver, read the pending requests only: no session, no call
-    (pending_approvals probed each request's call in every month's partition)."""
+def test_the_fingerprint_reads_no_session_and_no_call(dsn: str, passwords_checked: bool) -> None:
+    """Its plan, as an approver, reads the pending requests only: no session, no call
+    (pending_approvals probed each request's call in every month's partition). The
+    total's: test_the_inbox_joins_only_the_requests_it_shows."""
     app_dsn = without_user(dsn)
     waiting_session(app_dsn, "dash_agent")
     with psycopg.connect(as_login(app_dsn, "dash_approver")) as c:
-        for name, _ in READS:
-            plan = "\n".join(str(r[0]) for r in c.execute(f"EXPLAIN (COSTS OFF) {QUERIES[name]}"))
-            assert "undolog_approval_requests" in plan, plan
-            assert "undolog_sessions" not in plan, (name, plan)
-            assert "undolog_effect_log" not in plan, (name, plan)
+        plan = "\n".join(str(r[0]) for r in c.execute(f"EXPLAIN (COSTS OFF) {FINGERPRINT}"))
+    assert "undolog_approval_requests" in plan, plan
+    assert "undolog_sessions" not in plan, plan
+    assert "undolog_effect_log" not in plan, plan
 
 
 def _requested_at(conn: Conn, approval_ids: list[uuid.UUID], at: datetime.datetime) -> None:
@@ -149,7 +150,7 @@ def _inbox(dsn: str, login: str, limit: int) -> tuple[list[Any], list[Any]]:
     params = {"head": HEAD_CHARS, "limit": limit}
     with psycopg.connect(as_login(dsn, login)) as c:
         return (
-            c.execute(QUERIES["dashboard_inbox"], params).fetchall(),
+            c.execute(INBOX, params).fetchall(),
             c.execute(INBOX_BEFORE, params).fetchall(),
         )
 
@@ -196,17 +197,25 @@ def _rows_of(plan: dict[str, Any], relation: str) -> float:
     return own + sum(_rows_of(child, relation) for child in plan.get("Plans", []))
 
 
+def _read_below(plan: dict[str, Any], below: bool = False) -> set[str]:
+    """The relations that the init plans and subplans of ``plan`` read."""
+    below = below or plan.get("Parent Relationship") in ("InitPlan", "SubPlan")
+    own = {plan["Relation Name"]} if below and "Relation Name" in plan else set()
+    return own.union(*(_read_below(child, below) for child in plan.get("Plans", [])))
+
+
 def test_the_inbox_joins_only_the_requests_it_shows(dsn: str, passwords_checked: bool) -> None:
     """As an approver, with three pending and a cut at one: the main query joins one
-    request to its session and its call; the oldest is picked among the requests alone.
-    Over pending_approvals every pending request was joined, then sorted and cut."""
+    request to its session and its call; the oldest are picked, and all counted (the
+    total), among the requests alone. Over pending_approvals every pending request was
+    joined, then sorted and cut (and joined again to be counted)."""
     app_dsn = without_user(dsn)
     for item in ("room", "car", "boat"):
         waiting_session(app_dsn, "dash_agent", item=item)
     with psycopg.connect(as_login(app_dsn, "dash_approver")) as c:
         ((plan,),) = c.execute(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) {QUERIES['dashboard_inbox']}",
-            {"head": HEAD_CHARS, "limit": 1},
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {INBOX}", {"head": HEAD_CHARS, "limit": 1}
         ).fetchall()
     root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
     assert _rows_of(root, "undolog_approval_requests") == 1, json.dumps(root, indent=1)
+    assert _read_below(root) == {"undolog_approval_requests"}, json.dumps(root, indent=1)

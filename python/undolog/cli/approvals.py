@@ -152,7 +152,7 @@ APPROVAL_JSON_COLUMNS = [
 
 def _cmd_approvals_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        rows = query(conn, QUERIES["pending_approvals"], {"limit": args.limit})
+        rows = query(conn, QUERIES["pending_approvals"], {"head": None, "limit": args.limit})
     if args.json:
         emit(args, rows, APPROVAL_JSON_COLUMNS)
         return EXIT_OK

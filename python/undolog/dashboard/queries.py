@@ -85,9 +85,8 @@ def _purpose_head(found: list[Row]) -> list[Row]:
 async def inbox(conn: Conn) -> tuple[list[Row], int]:
     """Pending requests, oldest first, each with what its session did before it."""
     pending = _purpose_head(
-        await rows(conn, QUERIES["dashboard_inbox"], {"head": HEAD_CHARS, "limit": INBOX_LIMIT})
+        await rows(conn, QUERIES["pending_approvals"], {"head": HEAD_CHARS, "limit": INBOX_LIMIT})
     )
-    total = await one(conn, QUERIES["dashboard_inbox_total"])
     notified = await rows(
         conn,
         QUERIES["dashboard_inbox_deliveries"],
@@ -116,7 +115,8 @@ async def inbox(conn: Conn) -> tuple[list[Row], int]:
         for p in pending:
             p["prior"] = by_approval.get(p["approval_id"], [])
             p["prior_total"] = before.get(p["approval_id"], 0)
-    return pending, int(total["n"]) if total else 0
+    # total was counted in the same statement (one snapshot) as the rows shown
+    return pending, int(pending[0]["total"]) if pending else 0
 
 
 async def pending_of(conn: Conn, approval_ids: list[uuid.UUID]) -> list[Row]:
