@@ -11,6 +11,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -622,6 +623,79 @@ def test_leaving_a_live_page_midway_keeps_the_persons_connection(
     asyncio.run(scenario())
 
 
+def test_a_web_session_ends_after_the_read_on_its_connection_not_under_it(
+    app_dsn: str, passwords_checked: bool
+) -> None:
+    """A newer login replacing a web session (a logout in another tab, the idle reaper)
+    closed its connection while the person's live page was reading on it (twice a
+    second). The read's task still waited on the closed socket's number, which the next
+    connection opened reuses: that one failed ("connection socket closed": the newer
+    login was told "the database cannot be reached right now"); psycopg's C code went on
+    with the freed libpq handle when the read woke (a segfault of the dashboard, once);
+    and the page was told its database connection was lost, not that it was logged out.
+    Now the read is cancelled, the connection closed once the read has ended, and the
+    page told it was logged out."""
+    import asyncio
+
+    from undolog.dashboard.app import Dashboard
+
+    async def scenario() -> None:
+        dashboard = Dashboard(app_dsn)
+        ws = await dashboard.store.login("dash_approver", PASSWORD)
+        try:
+
+            async def slow(conn: Any) -> str:
+                await conn.execute("SELECT pg_sleep(30)")
+                return "read"
+
+            wake = asyncio.Event()
+            ws.waiters.add(wake)
+            stream = dashboard._stream(ws, slow, "", wake)
+            assert await anext(stream) == "retry: 1000\n\n"
+            told = asyncio.ensure_future(anext(stream))
+            while not ws.lock.locked():  # the read has the connection
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # its query sent, its task waiting for the server
+            started = time.monotonic()
+            await dashboard.store.logout(ws)
+            read_left = ws.lock.locked()
+            newer = await dashboard.store.login("dash_approver", PASSWORD)  # opens two
+            assert not read_left, "closed under the read"
+            assert ws.conn.closed and ws.listener.closed and not newer.conn.closed
+            assert await told == "event: logout\ndata: ended\n\n"
+            assert time.monotonic() - started < 5  # the read cancelled, not waited for
+        finally:
+            await dashboard.store.close_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_web_sessions_repr_names_no_connection_and_no_secret() -> None:
+    """A WebSession's repr (a log line, a test's failure report) asks libpq nothing: a
+    failure report is written by another thread than the one serving the dashboard,
+    which may be using the connection at that moment. Nor does it show the cookie's id
+    or the tokens."""
+    from typing import cast
+
+    from undolog.dashboard.websessions import Roles, WebSession
+
+    class Unasked:
+        def __repr__(self) -> str:
+            raise AssertionError("the connection's repr was asked for")
+
+    ws = WebSession(
+        sid="the-cookie-id",
+        login="dash_approver",
+        roles=Roles(agent=False, approver=True, operator=False),
+        conn=cast(Any, Unasked()),
+        listener=cast(Any, Unasked()),
+    )
+    ws.confirms["a-nonce"] = (frozenset(), 0.0)
+    shown = repr(ws)
+    assert "dash_approver" in shown
+    assert not {"the-cookie-id", ws.csrf, "a-nonce"} & set(re.findall(r"[\w-]+", shown))
+
+
 def test_demo_refuses_a_database_it_did_not_make(dsn: str, conn: Conn) -> None:
     """--demo creates password logins (password 'demo'): on a database that is not the
     throwaway one its own run made it refuses, says why and how, and writes nothing."""
@@ -846,34 +920,61 @@ def test_rejecting_takes_one_step_and_a_bulk_approval_is_confirmed_as_a_whole(
     assert [approval_row(conn, w.approval_id)[0] for w in (a, b)] == ["approved", "approved"]
 
 
+class Browser:
+    """One browser's cookies, on a client shared by several browsers (:func:`browser_of`)."""
+
+    def __init__(self) -> None:
+        self.cookies: Any = None
+
+
+@contextlib.contextmanager
+def browser_of(client: TestClient, browser: Browser) -> Iterator[TestClient]:
+    """``client`` as ``browser``, with its cookies (kept there after): several browsers of
+    one person on one client, so on the one event loop the dashboard is served on. A
+    TestClient each would run the app on a thread each, and the web session of one (its
+    connections, its listening task) would be closed by another's login, from another
+    thread (libpq's connections are not thread-safe)."""
+    client.cookies = browser.cookies if browser.cookies is not None else {}
+    try:
+        yield client
+    finally:
+        browser.cookies = client.cookies
+
+
 def test_the_fifth_login_replaces_the_oldest_web_session(
     app_dsn: str, passwords_checked: bool
 ) -> None:
     from undolog.dashboard.websessions import MAX_SESSIONS_PER_LOGIN
 
-    app = create_app(app_dsn)
-    clients = [TestClient(app, follow_redirects=False) for _ in range(MAX_SESSIONS_PER_LOGIN + 1)]
-    with contextlib.ExitStack() as stack:
-        for client in clients:
-            stack.enter_context(client)
-        for n, client in enumerate(clients):
-            assert log_in(client, "dash_approver").status_code == 303, n
+    browsers = [Browser() for _ in range(MAX_SESSIONS_PER_LOGIN + 1)]
+    with TestClient(create_app(app_dsn), follow_redirects=False) as client:
+
+        def status(browser: Browser, path: str) -> int:
+            with browser_of(client, browser):
+                return int(client.get(path).status_code)
+
+        for n, browser in enumerate(browsers):
+            with browser_of(client, browser):
+                assert log_in(client, "dash_approver").status_code == 303, n
             time.sleep(0.01)  # each later than the last
-        oldest, *others = clients
+        oldest, *others = browsers
         # the oldest web session was logged out: its cookie no longer works, and its
         # login page says why
-        assert oldest.get("/approvals").status_code == 303
-        notice = oldest.get("/login").text
-        assert "You were logged out here because dash_approver logged in somewhere else" in notice
-        token = csrf_of(notice)  # the login form's, not a web session's
-        assert oldest.post("/logout", data={"csrf": token}).status_code == 401
-        for client in others:
-            assert client.get("/approvals").status_code == 200
+        assert status(oldest, "/approvals") == 303
+        with browser_of(client, oldest):
+            notice = client.get("/login").text
+            assert "You were logged out here because dash_approver logged in somewhere else" in (
+                notice
+            )
+            token = csrf_of(notice)  # the login form's, not a web session's
+            assert client.post("/logout", data={"csrf": token}).status_code == 401
+        assert [status(b, "/approvals") for b in others] == [200] * len(others)
         # it logs in again, and now the second oldest is the one replaced
-        assert log_in(oldest, "dash_approver").status_code == 303
-        assert oldest.get("/approvals").status_code == 200
-        assert others[0].get("/approvals").status_code == 303
-        assert all(c.get("/approvals").status_code == 200 for c in others[1:])
+        with browser_of(client, oldest):
+            assert log_in(client, "dash_approver").status_code == 303
+        assert status(oldest, "/approvals") == 200
+        assert status(others[0], "/approvals") == 303
+        assert [status(b, "/approvals") for b in others[1:]] == [200] * len(others[1:])
 
 
 def test_states_have_human_labels_and_times_are_time_elements(

@@ -483,9 +483,13 @@ def engine_error(exc: BaseException) -> tuple[int, str]:
     return errors.http_status_of(exc), " — ".join(parts) + (f" {where}" if where else "")
 
 
-def refused(conn: queries.Conn, exc: Exception, target: str) -> Outcome:
+def refused(conn: queries.Conn, exc: Exception, target: str, *, ended: bool) -> Outcome:
     """The refusal of an action on `target`, to show the person; a connection that is
-    gone is raised again instead, for _database_error to say so."""
+    gone, or a web session that has ended meanwhile (``ended``: its query was cancelled
+    for its closing, WebSession.close), is raised again instead, for _database_error to
+    say so."""
+    if ended:
+        raise psycopg.OperationalError("the web session ended while this was done") from exc
     if conn.closed and isinstance(exc, psycopg.OperationalError):
         raise exc
     status, text = engine_error(exc)
@@ -1218,7 +1222,7 @@ class Dashboard:
             try:
                 return await call(conn)
             except (errors.UndoLogError, psycopg.Error) as exc:
-                return refused(conn, exc, target)
+                return refused(conn, exc, target, ended=ws.closed)
 
     async def _sweep(
         self,
@@ -1522,8 +1526,8 @@ class Dashboard:
             spool = await asyncio.shield(reading)
         except psycopg.Error as exc:
             release()
-            if isinstance(exc, psycopg.OperationalError) and ws.conn.closed:
-                raise  # the connection is gone: _database_error says so
+            if isinstance(exc, psycopg.OperationalError) and (ws.closed or ws.conn.closed):
+                raise  # the web session or its connection is gone: _database_error says so
             status, text = engine_error(exc)
             return self.problem(request, ws, status, "Export refused", text)
         except asyncio.CancelledError:
@@ -2256,7 +2260,7 @@ class Dashboard:
                     text = await call(conn)
                 outcome = Outcome(target, True, "; ".join([text, *warnings]))
             except (errors.UndoLogError, psycopg.Error) as exc:  # the binding's, translated
-                outcome = refused(conn, exc, target)
+                outcome = refused(conn, exc, target, ended=ws.closed)
                 if isinstance(exc, psycopg.errors.LockNotAvailable) or isinstance(
                     exc.__cause__, psycopg.errors.LockNotAvailable
                 ):
@@ -2867,6 +2871,13 @@ class Dashboard:
                 try:
                     current = await self._shielded(ws, read)
                 except psycopg.Error as exc:
+                    if ws.closed:
+                        # the web session ended during the read (a newer login replaced
+                        # it, a logout in another tab): its connection's query was
+                        # cancelled for its closing, and the page is told it was logged
+                        # out (the login page says why), not that the database failed
+                        yield "event: logout\ndata: ended\n\n"
+                        return
                     log.warning("%s: live update read failed: %s", ws.login, exc)
                     if ws.conn.closed:
                         # killed server-side or the server restarted: without the password
@@ -3067,15 +3078,16 @@ class Dashboard:
         ws: WebSession | None = getattr(request.state, "ws", None)
         if ws is None:
             ws = self.store.sessions.get(request.cookies.get(COOKIE) or "")
-        if ws is None or not ws.conn.closed:
+        if ws is None or not (ws.closed or ws.conn.closed):
             log.warning("database error on %s: %s", request.url.path, exc)
             return self.problem(
                 request, ws, 503, "Database error", f"The database said: {exc}. Try again."
             )
         if ws.closed:
             # the web session ended under this request (logged out in another tab,
-            # replaced by a newer login, idle): its connection was closed midway, and
-            # the database may have done what was asked all the same
+            # replaced by a newer login, idle): its query was cancelled midway (or it
+            # waited for the connection in vain), and the database may have done what
+            # was asked all the same
             why = (
                 "Your web session ended while this was being done (you logged out in "
                 "another tab, a newer login replaced it, or it was idle too long)"

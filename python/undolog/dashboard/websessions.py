@@ -17,7 +17,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,21 @@ REPLACED_MEMORY = 1000
 CONFIRM_TTL = 600.0
 # Confirmation pages one web session may hold open at once; one more forgets the oldest.
 MAX_CONFIRMS = 20
+# Seconds the end of a web session waits for the query its connection is running (a live
+# page's read, a decision, an export), which it has asked the server to cancel, before it
+# leaves the connection to be closed at that query's end (WebSession.close).
+CLOSE_WAIT = 5.0
+
+
+# Closings left to run in the background (WebSession.close, SessionStore.get), until done:
+# the event loop holds only a weak reference to a task.
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def _in_background(closing: Coroutine[Any, Any, None], name: str) -> None:
+    task = asyncio.get_running_loop().create_task(closing, name=name)
+    _CLOSING.add(task)
+    task.add_done_callback(_CLOSING.discard)
 
 
 class LoginRefused(Exception):
@@ -68,12 +83,16 @@ class Roles:
 
 @dataclass(eq=False)
 class WebSession:
-    sid: str
+    # Its repr (a log line, a test's failure report) names the person, not the cookie's
+    # id, the tokens or the connections: a connection's repr asks libpq about it, and a
+    # failure report is written by another thread than the server's, which may be using
+    # that connection at that moment (libpq's connections are not thread-safe).
+    sid: str = field(repr=False)
     login: str
     roles: Roles
-    conn: psycopg.AsyncConnection[Any]
-    listener: psycopg.AsyncConnection[Any]
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    conn: psycopg.AsyncConnection[Any] = field(repr=False)
+    listener: psycopg.AsyncConnection[Any] = field(repr=False)
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     last_seen: float = field(default_factory=time.monotonic)
     started: float = field(default_factory=time.monotonic)
     flash: list[tuple[str, str]] = field(default_factory=list)
@@ -84,12 +103,16 @@ class WebSession:
     counts: tuple[float, dict[str, int]] | None = None  # (when, sessions per state)
     closed: bool = False
     # nonce of a confirmation page: (the approval ids it restated, when it expires)
-    confirms: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
+    confirms: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict, repr=False)
 
     @contextlib.asynccontextmanager
     async def db(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """The person's connection, one request at a time."""
+        """The person's connection, one request at a time; none once the web session has
+        ended (a request that waited for the connection meanwhile is told that, as a
+        request on a closed connection is: psycopg.OperationalError)."""
         async with self.lock:
+            if self.closed:
+                raise psycopg.OperationalError("the connection is closed: the web session ended")
             yield self.conn
 
     def confirm_nonce(self, approval_ids: list[str]) -> str:
@@ -118,15 +141,44 @@ class WebSession:
             event.set()
 
     async def close(self) -> None:
+        """End the web session: its pages are woken (to say so), and its connections
+        closed, never under a query. psycopg's C code holds a connection's libpq handle
+        while its query waits for the server, and reads it again each time the waiting
+        task wakes (every 0.1 s): a connection closed meanwhile by another task (a newer
+        login replacing this web session, a logout in another tab, the idle reaper) was
+        read after libpq had freed it, which crashed the process or read another
+        connection's bytes as its own. So a query in flight (a live page's read, a
+        decision, an export: whoever holds :attr:`lock`) is asked to cancel, and the
+        connection is closed once it has ended, within CLOSE_WAIT seconds; a server that
+        answers neither leaves it to be closed when that query ends."""
         self.closed = True
         self.wake()
         if self.listen_task is not None:
             self.listen_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.listen_task
-        for conn in (self.conn, self.listener):
+        with contextlib.suppress(Exception):
+            await self.listener.close()  # only the listening task (ended) read it
+        if self.conn.closed:
+            return
+        if self.lock.locked():
             with contextlib.suppress(Exception):
-                await conn.close()
+                await self.conn.cancel_safe(timeout=CLOSE_WAIT)
+        try:
+            async with asyncio.timeout(CLOSE_WAIT):
+                await self._close_conn()
+        except TimeoutError:
+            log.warning(
+                "%s: the database answers neither a query nor its cancel: the connection "
+                "is closed when that query ends",
+                self.login,
+            )
+            _in_background(self._close_conn(), f"undolog-close-{self.login}")
+
+    async def _close_conn(self) -> None:
+        async with self.lock:  # no query of another task's runs on it any more
+            with contextlib.suppress(Exception):
+                await self.conn.close()
 
 
 # What a person's connection takes of the dashboard's DSN: its user and password (and
@@ -417,7 +469,7 @@ class SessionStore:
             return None
         if time.monotonic() - ws.last_seen > self.idle_timeout or ws.conn.closed:
             self.sessions.pop(sid, None)
-            asyncio.get_running_loop().create_task(ws.close())
+            _in_background(ws.close(), f"undolog-close-{ws.login}")
             return None
         return ws
 
