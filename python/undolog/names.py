@@ -98,17 +98,19 @@ def _unseen_pattern() -> re.Pattern[str]:
     """Every character is_unseen() names, as one character class (made when first asked
     for, not at import: :func:`_categories`)."""
     codes = sorted(
-        code
-        for category in _UNSEEN_CATEGORIES
-        for code in _categories()[category]
-        if chr(code) not in "\t\n\r"
+        {
+            code
+            for category in _UNSEEN_CATEGORIES
+            for code in _categories()[category]
+            if chr(code) not in "\t\n\r"
+        }.union(*(range(low, high + 1) for low, high in _DEFAULT_IGNORABLE))
     )
-    return re.compile(
-        "["
-        + _ranges(codes)
-        + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _DEFAULT_IGNORABLE)
-        + "]"
-    )
+    bmp = _ranges([code for code in codes if code <= 0xFFFF])
+    astral = _ranges([code for code in codes if code > 0xFFFF])
+    # one class first (the engine skips to its characters by itself), in which every
+    # character beyond the BMP is: its own few ranges were tried on every character (a
+    # third of the time of a MiB of Russian text), now only on those beyond the BMP
+    return re.compile(f"[{bmp}\U00010000-\U0010ffff](?<=[{bmp}]|[{astral}])")
 
 
 # Combining marks stacked on one letter (zalgo text: "a" and fifty marks) draw over the
@@ -132,7 +134,10 @@ def _stacked_marks_pattern() -> re.Pattern[str]:
     bmp = _ranges([code for code in codes if code <= 0xFFFF])
     astral = _ranges([code for code in codes if code > 0xFFFF])
     mark = f"(?:[{bmp}]|(?=[\U00010000-\U0010ffff])[{astral}])"
-    return re.compile(f"{mark}{{{GENERAL_MARKS_KEPT + 1},}}")
+    # the first mark as one class too, so that the engine skips to the marks by itself
+    # (and to the characters beyond the BMP): a MiB of Russian text 0.09 s, 0.02 s so
+    first = f"[{bmp}\U00010000-\U0010ffff](?<={mark})"
+    return re.compile(f"{first}{mark}{{{GENERAL_MARKS_KEPT},}}")
 
 
 def over_stacked(text: str) -> set[int]:
@@ -187,8 +192,25 @@ def spell_unseen(text: str) -> str:
     face (a page shows them; a one-line notice folds them)."""
     if text.isascii():  # its control characters only (JSON text's line breaks kept)
         return text if text.isprintable() else _ASCII_UNSEEN.sub(_spelled, text)
+    last = _LAST_SPELLED.get(len(text))
+    if last is not None and last[0] == text:
+        return last[1]
     spelled = _unseen_pattern().sub(_spelled, text)
-    return _written_out(spelled, over_stacked(spelled))
+    spelled = _written_out(spelled, over_stacked(spelled))
+    if len(text) >= _LONG:
+        _LAST_SPELLED.clear()
+        _LAST_SPELLED[len(text)] = (text, spelled)
+    return spelled
+
+
+# The last text of _LONG characters or more that spell_unseen spelled, and lookalike_runs
+# cut (with its quotes), and what they answered: a page spells a long value, marks its
+# look-alikes, then spells it again to list them under it (the dashboard's marked and
+# lookalike_note), and a MiB is read once for both, not twice. By its length (a text of
+# another length is not compared), one at a time: an entry is replaced whole.
+_LONG = 4096
+_LAST_SPELLED: dict[int, tuple[str, str]] = {}
+_LAST_RUNS: dict[tuple[int, bool], tuple[str, tuple[tuple[str, bool], ...]]] = {}
 
 
 # Written out whatever the face: a backslash (so that an escape the face writes is never
@@ -283,7 +305,10 @@ def spell_ascii_name(name: str) -> str:
 #       orthography writes (Turkish writes i); a combining double acute U+030B or double
 #       vertical line U+030E on no letter (after a space: drawn alone, as U+02DD; on a
 #       letter, Hungarian o with U+030B, unmarked). The quotes of CJK text (U+3003, U+301D to
-#       U+301F) end a word (_WORD) and stay unmarked, as the curly quotes.
+#       U+301F) end a word (_WORD) and stay unmarked, as the curly quotes. In a text shown
+#       with its own quotes as they are (a purpose: prose, not JSON text), the characters
+#       drawn as a quote draw nothing its own could not, and are not marked
+#       (lookalike_runs(quotes=False)); the dotless i dotted again still is.
 # Not marked: other punctuation and symbols (the fullwidth punctuation of Chinese text,
 # its curly quotes, the ellipsis, the numero sign, the trade mark sign), which no account
 # or amount is told by.
@@ -298,7 +323,10 @@ _HAN_SCRIPTS = frozenset(
     | {"IDEOGRAPHIC", "VERTICAL"}
 )
 _WITH_LATIN = frozenset({"", "LATIN", "HAN"})
-_WORD = re.compile(r"[^\s!\"$'()*,;<>\[-^`{|}\u00ab\u00bb\u2010-\u2027\u3000-\u303f]+")
+# What ends a word (a character class's inside): white space, the punctuation above, the
+# guillemets, the general punctuation of U+2010-U+2027 (dashes, curly quotes), CJK's.
+_WORD_ENDS = r"\s!\"$'()*,;<>\[-^`{|}\u00ab\u00bb\u2010-\u2027\u3000-\u303f"
+_WORD = re.compile(f"[^{_WORD_ENDS}]+")
 LOOKALIKES_LISTED = 20
 # The words before lookalike_list()'s line, in every face that writes it.
 LOOKALIKES_LABEL = "Look-alike characters"
@@ -342,6 +370,11 @@ _IN_CONTEXT = re.compile(
     "|(?<![^\\W\\d_])[\u030b\u030e]"
 )
 _CONTEXT_CHARS = frozenset("\u0131\u2033\u2032\u05f4\u030b\u030e")
+# ... in a text shown with its own quotes (lookalike_runs(quotes=False)): only the dotless
+# i dotted again, the one of them not drawn as a double quote
+_IN_CONTEXT_NO_QUOTES = re.compile("\u0131\u0307")
+_CONTEXT_CHARS_NO_QUOTES = frozenset("\u0131")
+_ASCII = frozenset(map(chr, range(128)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -400,41 +433,178 @@ def _all_drawn_as_ascii(letters: str, scripts: dict[str, str]) -> bool:
     )
 
 
-def _lookalike_positions(text: str) -> list[int]:
-    found: list[int] = []
-    for word in _WORD.finditer(text):
-        letters = word.group()
-        if letters.isascii():
-            continue
-        # each of the word's characters asked about once (a page of text is some 10x
-        # faster than asking for each of its characters), then found where it is
-        scripts = {ch: _script(ch) for ch in set(letters)}
-        mixed = "LATIN" in scripts.values() and any(s not in _WITH_LATIN for s in scripts.values())
-        flagged = {
-            ch
-            for ch, script in scripts.items()
-            if looks_ascii(ch) or (mixed and script not in _WITH_LATIN)
+def _word_positions(letters: str, quotes: bool) -> list[int]:
+    """Where the look-alikes of one word are (the rule above), as offsets into it."""
+    # each of the word's characters asked about once (a page of text is some 10x faster
+    # than asking for each of its characters), then found where it is
+    scripts = {ch: _script(ch) for ch in set(letters)}
+    mixed = "LATIN" in scripts.values() and any(s not in _WITH_LATIN for s in scripts.values())
+    flagged = {
+        ch
+        for ch, script in scripts.items()
+        if _anywhere(ch, quotes) or (mixed and script not in _WITH_LATIN)
+    }
+    if not mixed and _all_drawn_as_ascii(letters, scripts):  # rule (d)
+        flagged |= {ch for ch, script in scripts.items() if script}
+    at = [i for i, ch in enumerate(letters) if ch in flagged] if flagged else []
+    if not _CONTEXT_CHARS.isdisjoint(scripts):  # rule (e)'s: where it is, not what
+        placed = {
+            i
+            for m in (_IN_CONTEXT if quotes else _IN_CONTEXT_NO_QUOTES).finditer(letters)
+            for i in range(*m.span())
         }
-        if not mixed and _all_drawn_as_ascii(letters, scripts):  # rule (d)
-            flagged |= {ch for ch, script in scripts.items() if script}
-        at = [i for i, ch in enumerate(letters) if ch in flagged] if flagged else []
-        if not _CONTEXT_CHARS.isdisjoint(scripts):  # rule (e)'s: where it is, not what
-            placed = {i for m in _IN_CONTEXT.finditer(letters) for i in range(*m.span())}
-            at = sorted(placed.union(at))
-        found.extend(word.start() + i for i in at)
+        at = sorted(placed.union(at))
+    return at
+
+
+def _anywhere(ch: str, quotes: bool) -> bool:
+    """Whether ``ch`` is a look-alike wherever it is (:func:`looks_ascii`), but a quote's
+    (rule (e)) in a text shown with its own quotes (``quotes=False``)."""
+    return looks_ascii(ch) and (quotes or ch not in _QUOTE_LOOKALIKES)
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(chars: frozenset[str], quotes: bool) -> tuple[re.Pattern[str], ...]:
+    """For a text whose characters not ASCII are ``chars``: patterns that find, in the
+    text and in the text reversed, a character of each word that may hold a look-alike
+    (every other word holds none, by the rule above). A word may hold one when it has
+
+    - a character that is a look-alike wherever it is, or one of rule (e)'s that are
+      where they are;
+    - a Latin letter and a letter of a script not written with Latin (rule (c)): the
+      first such letter after a Latin one is found from it, in the text (after it) and
+      in the text reversed (before it);
+    - an ASCII digit, an @ or a dot, and a letter of such a script (rule (d)), found so
+      from the digit, the @ or the dot.
+
+    Each pattern begins with one character class, of the characters its finds start
+    from, which are rare in prose of one script: the regular expression engine skips to
+    them by itself, so a MiB of Russian text is searched at its pace, not a word at a
+    time. A find's run stops at the next character it starts from or at the word's end:
+    the text is read a bounded number of times, however long its words are."""
+    esc = functools.partial(_ranges_of, chars)
+    context = _CONTEXT_CHARS if quotes else _CONTEXT_CHARS_NO_QUOTES
+    anywhere = esc(lambda ch: _anywhere(ch, quotes) or ch in context)
+    latin = "A-Za-z" + esc(lambda ch: _script(ch) == "LATIN")
+    other = esc(lambda ch: _script(ch) not in _WITH_LATIN)
+    shaped = "0-9@."
+    starts: list[str] = []
+    branches: list[str] = []
+    if other:
+        for first in (latin, shaped):
+            starts.append(first)
+            branches.append(f"(?<=[{first}])[^{_WORD_ENDS}{first}]*?[{other}]")
+    backwards = [f"[{''.join(starts)}](?:{'|'.join(branches)})"] if branches else []
+    if anywhere:
+        starts.append(anywhere)
+        branches.append(f"(?<=[{anywhere}])")
+    forwards = [f"[{''.join(starts)}](?:{'|'.join(branches)})"] if branches else []
+    return tuple(re.compile(pattern) for pattern in forwards + backwards)
+
+
+def _ranges_of(chars: frozenset[str], wanted: Callable[[str], bool]) -> str:
+    """The characters of ``chars`` that are ``wanted`` and in a word, as a character
+    class's inside."""
+    return _ranges(sorted(ord(ch) for ch in chars if wanted(ch) and _WORD.match(ch)))
+
+
+# A text whose words that may hold a look-alike come closer than this many characters
+# apart on average (after the first 16 of them) has every word asked instead, as a word
+# found is asked: finding each one costs more than asking each word (names' own scan
+# of a MiB of "acct-\u04401234 p\u0430ypal.com" words, 1.4 s so, was 1.9 s).
+_DENSE = 64
+_DENSE_AFTER = 16
+
+
+def _non_ascii(text: str) -> frozenset[str]:
+    """The characters of ``text`` that are not ASCII. Those of its first 4096 characters,
+    then each one not among them found by a search from where the last was, 16 at most,
+    then the rest's: a MiB of prose in a few dozen letters is read once at the regular
+    expression engine's pace (``set(text)`` makes a string of each character beyond
+    Latin-1: 0.1 s a MiB of Russian text, 0.005 s so)."""
+    found = set(text[:4096])
+    at = 4096
+    for _ in range(16 if len(text) > at else 0):
+        hit = re.compile(f"[^\\x00-\\x7f{_ranges(sorted(map(ord, found)))}]").search(text, at)
+        if hit is None:
+            return frozenset(found) - _ASCII
+        found.add(hit.group())
+        at = hit.start() + 1
+    return frozenset(found.union(text[at:])) - _ASCII
+
+
+def _lookalike_positions(text: str, quotes: bool = True) -> list[int]:
+    patterns = _candidates(_non_ascii(text), quotes)
+    if not patterns:
+        return []
+    forwards, *backwards = patterns
+    size = len(text)
+    backwards_text = text[::-1]
+    found_at: dict[int, int] = {}  # the words that may hold one: start, end
+    every_from, every_until = size, 0  # every word asked after, and before (dense)
+
+    def word_at(i: int) -> tuple[int, int]:
+        """The start and the end of the word that holds ``text[i]``."""
+        before = _WORD.match(backwards_text, size - 1 - i)
+        after = _WORD.match(text, i)
+        assert before is not None and after is not None
+        return i + 1 - (before.end() - before.start()), after.end()
+
+    at = 0
+    while (hit := forwards.search(text, at)) is not None:
+        start, at = word_at(hit.start())
+        found_at[start] = at
+        if len(found_at) >= _DENSE_AFTER and at < len(found_at) * _DENSE:
+            every_from = at
+            break
+    if backwards:  # backwards from where every word is asked, or the end
+        at, hits = size - every_from, 0
+        while (hit := backwards[0].search(backwards_text, at)) is not None:
+            start, end = word_at(size - 1 - hit.start())
+            found_at[start] = end
+            at, hits = size - start, hits + 1
+            if hits >= _DENSE_AFTER and every_from - start < hits * _DENSE:
+                every_until = start
+                break
+    words = [
+        *_WORD.finditer(text, 0, every_until),
+        *(_WORD.match(text, start) for start in sorted(found_at) if start >= every_until),
+        *_WORD.finditer(text, every_from),
+    ]
+    found: list[int] = []
+    for word in words:
+        assert word is not None
+        letters = word.group()
+        if not letters.isascii():
+            found.extend(word.start() + i for i in _word_positions(letters, quotes))
     return found
 
 
-def lookalike_runs(text: str) -> list[tuple[str, bool]]:
+def lookalike_runs(text: str, *, quotes: bool = True) -> list[tuple[str, bool]]:
     """``text`` cut into runs, each with whether it is look-alike characters (the rule
-    above): "p", then a Cyrillic "a" (True), then "ypal.com". Plain ASCII is one run."""
+    above): "p", then a Cyrillic "a" (True), then "ypal.com". Plain ASCII is one run.
+
+    ``quotes=False`` for a text shown with its own double quotes as they are (a
+    purpose: prose, not JSON text): rule (e)'s characters drawn as a double quote are
+    not marked there, since they draw nothing the text's own quotes could not."""
     if text.isascii():
         return [(text, False)] if text else []
+    last = _LAST_RUNS.get((len(text), quotes))
+    if last is not None and last[0] == text:
+        return list(last[1])
+    runs = _runs(text, quotes)
+    if len(text) >= _LONG:
+        _LAST_RUNS.clear()
+        _LAST_RUNS[len(text), quotes] = (text, tuple(runs))
+    return runs
+
+
+def _runs(text: str, quotes: bool) -> list[tuple[str, bool]]:
     runs: list[tuple[str, bool]] = []
     at = 0  # the end of the runs so far
     start = -1  # where the look-alike run being gathered began (cut once, when it ends:
     # adding to it a character at a time copied it each time, a page of them quadratic)
-    for i in _lookalike_positions(text):
+    for i in _lookalike_positions(text, quotes):
         if i == at and start >= 0:
             at = i + 1
             continue
@@ -450,9 +620,12 @@ def lookalike_runs(text: str) -> list[tuple[str, bool]]:
     return runs
 
 
-def lookalikes(text: str) -> str:
-    """The look-alike characters of ``text``, each once, in the order they come."""
-    marked = (ch for run, lookalike in lookalike_runs(text) if lookalike for ch in run)
+def lookalikes(text: str, *, quotes: bool = True) -> str:
+    """The look-alike characters of ``text``, each once, in the order they come
+    (``quotes``: :func:`lookalike_runs`)."""
+    marked = (
+        ch for run, lookalike in lookalike_runs(text, quotes=quotes) if lookalike for ch in run
+    )
     return "".join(dict.fromkeys(marked))
 
 
@@ -465,12 +638,12 @@ def code_points(text: str, *, glyph: bool = False) -> str:
     )
 
 
-def lookalike_list(text: str) -> str:
+def lookalike_list(text: str, *, quotes: bool = True) -> str:
     """The line every face writes under a value with look-alike characters, after
     "Look-alike characters: ": each one, its code point and its name ("<the character>
     U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, ..."), the first 20 and how many more; ""
-    when there are none."""
-    found = lookalikes(text)
+    when there are none (``quotes``: :func:`lookalike_runs`)."""
+    found = lookalikes(text, quotes=quotes)
     listed = code_points(found[:LOOKALIKES_LISTED], glyph=True)
     more = len(found) - LOOKALIKES_LISTED
     return listed + (f", and {more} more" if more > 0 else "")
