@@ -141,3 +141,37 @@ def test_the_line_under_values_lists_each_apart() -> None:
     word, a Latin word with a Cyrillic letter in it."""
     assert str(lookalike_note("acct", "\u04401")) == ""
     assert "U+0440" in str(lookalike_note("acct", "\u0440ay"))
+
+
+def test_a_purpose_shown_with_its_own_quotes_marks_no_quote_lookalike(
+    web: TestClient, app_dsn: str
+) -> None:
+    """A session's purpose is shown as the agent wrote it, its own double quotes as they
+    are (arguments are JSON text: their quotes are shown \\"). The characters drawn as a
+    double quote (rule (e): the modifier letter double prime, the fullwidth quotation
+    mark) draw nothing in a purpose that its own quotes could not, and marking them there
+    was noise: a transliteration's hard sign (ob\u02bayavlenie) was "a look-alike". The
+    purpose's other look-alikes are marked, and so are the quotes' in the arguments."""
+    purpose = 'post the ob\u02bayavlenie "as is", \uff02now\uff02, to acct-\U0001d7f7'
+    args = {"memo": "x\u02ba, \u02bato\u02ba: \u02baevil"}
+    with psycopg.connect(as_login(app_dsn, "dash_agent"), autocommit=True) as conn:
+        session = engine.begin_session(
+            conn, None, "agent", {"purpose": purpose}, timedelta(hours=1)
+        )
+        hit = engine.intercept(conn, session, 0, "pay", "irreversible", args, None)
+    log_in(web, "dash_approver")
+    inbox = web.get("/approvals").text
+    confirm = web.post(
+        "/approvals/decide", data={"csrf": csrf_of(inbox), "approve_one": str(hit.approval_id)}
+    ).text
+    pages = {"inbox": inbox, "confirm": confirm, "session": web.get(f"/sessions/{session}").text}
+    for name, page in pages.items():
+        start = page.index('<span class="purpose claim">')
+        ends = [at for at in (page.find("</p>", start), page.find("</dd>", start)) if at > 0]
+        shown = page[start : min(ends)]  # the purpose, and the line under it
+        assert "ob\u02bayavlenie &#34;as is&#34;, \uff02now\uff02" in shown, name  # unmarked
+        assert "U+02BA" not in shown and "U+FF02" not in shown, name
+        assert 'title="look-alike: U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE"' in shown, name
+        assert "Look-alike characters: \U0001d7f7 U+1D7F7" in shown, name
+    for name in ("inbox", "confirm"):  # the arguments' are marked
+        assert '<mark class="lookalike" title="look-alike: U+02BA' in pages[name], name

@@ -365,14 +365,19 @@ def _lookalike_title(run: str) -> markupsafe.Markup:
     return markupsafe.escape(code_points(run))
 
 
-def marked(value: str) -> markupsafe.Markup:
+def marked(value: str, *, quotes: bool = True) -> markupsafe.Markup:
     """A value an approver reads (arguments, edited arguments, a purpose) as the page
     shows it: spelled by :func:`shown`, escaped, and each run of look-alike characters
     (:func:`undolog.names.lookalike_runs`: mathematical digits, a Cyrillic er in "pay") marked,
     its code points on hover. The marks are added to the escaped text, never to the
-    agent's own: its "<" is "&lt;" before any mark is written."""
+    agent's own: its "<" is "&lt;" before any mark is written.
+
+    ``quotes=False`` for a purpose, which is shown as the agent wrote it, its own double
+    quotes as they are (JSON text shows them escaped, \\"): the characters drawn as a
+    double quote (rule (e)) draw there no key that the purpose's own quotes could not,
+    and are not marked."""
     out: list[str] = []
-    for run, lookalike in lookalike_runs(shown(value)):
+    for run, lookalike in lookalike_runs(shown(value), quotes=quotes):
         text = markupsafe.escape(run)
         if lookalike:  # str.format, not Markup's: a page of them is some 3x faster
             title = _lookalike_title(run)
@@ -382,12 +387,13 @@ def marked(value: str) -> markupsafe.Markup:
     return markupsafe.Markup("".join(out))
 
 
-def lookalike_note(*values: str | None) -> markupsafe.Markup:
-    """The line under a value with look-alike characters (:func:`marked`): "Look-alike
-    characters: <the character> U+1D7F7 MATHEMATICAL MONOSPACE DIGIT ONE, ...", or
-    nothing. The values are listed apart: the end of one and the start of the next are
-    not one word ("acct" then "\\u04401", a Cyrillic er and 1, is no Latin word)."""
-    listed = lookalike_list("\n".join(shown(v) for v in values if v is not None))
+def lookalike_note(*values: str | None, quotes: bool = True) -> markupsafe.Markup:
+    """The line under a value with look-alike characters (:func:`marked`, ``quotes`` as
+    there): "Look-alike characters: <the character> U+1D7F7 MATHEMATICAL MONOSPACE DIGIT
+    ONE, ...", or nothing. The values are listed apart: the end of one and the start of
+    the next are not one word ("acct" then "\\u04401", a Cyrillic er and 1, is no Latin
+    word)."""
+    listed = lookalike_list("\n".join(shown(v) for v in values if v is not None), quotes=quotes)
     if not listed:
         return markupsafe.Markup("")
     return markupsafe.Markup('<span class="lookalikes">{}: {}</span>').format(
