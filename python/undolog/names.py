@@ -94,9 +94,11 @@ def _ranges(codes: list[int]) -> str:
 
 
 @functools.cache
-def _unseen_pattern() -> re.Pattern[str]:
+def _unseen_pattern(beyond_bmp: bool = True) -> re.Pattern[str]:
     """Every character is_unseen() names, as one character class (made when first asked
-    for, not at import: :func:`_categories`)."""
+    for, not at import: :func:`_categories`); those of the BMP alone, for a text with no
+    character beyond it (``beyond_bmp=False``: their few ranges beyond it were tried on
+    every character, a third of the time of a MiB of Russian text)."""
     codes = sorted(
         {
             code
@@ -105,12 +107,10 @@ def _unseen_pattern() -> re.Pattern[str]:
             if chr(code) not in "\t\n\r"
         }.union(*(range(low, high + 1) for low, high in _DEFAULT_IGNORABLE))
     )
-    bmp = _ranges([code for code in codes if code <= 0xFFFF])
-    astral = _ranges([code for code in codes if code > 0xFFFF])
-    # one class first (the engine skips to its characters by itself), in which every
-    # character beyond the BMP is: its own few ranges were tried on every character (a
-    # third of the time of a MiB of Russian text), now only on those beyond the BMP
-    return re.compile(f"[{bmp}\U00010000-\U0010ffff](?<=[{bmp}]|[{astral}])")
+    return re.compile(f"[{_ranges([code for code in codes if beyond_bmp or code <= 0xFFFF])}]")
+
+
+_BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 
 
 # Combining marks stacked on one letter (zalgo text: "a" and fifty marks) draw over the
@@ -126,18 +126,19 @@ MARKS_KEPT = 4
 
 
 @functools.cache
-def _stacked_marks_pattern() -> re.Pattern[str]:
+def _stacked_marks_pattern(beyond_bmp: bool = True) -> re.Pattern[str]:
     """Three marks or more in a row (fewer are always kept). The marks beyond the BMP are
     asked for only of a character beyond it: one class of them all tried its hundreds of
-    ranges on every character, 0.33 s a MiB of Russian text, 0.02 s so."""
+    ranges on every character, 0.33 s a MiB of Russian text, 0.02 s so. For a text with
+    no character beyond the BMP (``beyond_bmp=False``), the BMP's marks alone: one class,
+    which the engine skips to by itself (a MiB of Russian text 0.09 s, 0.02 s so)."""
     codes = sorted(code for category in _MARK_CATEGORIES for code in _categories()[category])
     bmp = _ranges([code for code in codes if code <= 0xFFFF])
+    if not beyond_bmp:
+        return re.compile(f"[{bmp}]{{{GENERAL_MARKS_KEPT + 1},}}")
     astral = _ranges([code for code in codes if code > 0xFFFF])
     mark = f"(?:[{bmp}]|(?=[\U00010000-\U0010ffff])[{astral}])"
-    # the first mark as one class too, so that the engine skips to the marks by itself
-    # (and to the characters beyond the BMP): a MiB of Russian text 0.09 s, 0.02 s so
-    first = f"[{bmp}\U00010000-\U0010ffff](?<={mark})"
-    return re.compile(f"{first}{mark}{{{GENERAL_MARKS_KEPT},}}")
+    return re.compile(f"{mark}{{{GENERAL_MARKS_KEPT + 1},}}")
 
 
 def over_stacked(text: str) -> set[int]:
@@ -146,7 +147,8 @@ def over_stacked(text: str) -> set[int]:
     over: set[int] = set()
     if text.isascii():  # no marks: the code points' scan (_categories) not paid for it
         return over
-    for stack in _stacked_marks_pattern().finditer(text):
+    beyond_bmp = _BEYOND_BMP.search(text) is not None
+    for stack in _stacked_marks_pattern(beyond_bmp).finditer(text):
         general = 0
         for count, ch in enumerate(stack.group(), 1):
             if unicodedata.name(ch, "").startswith("COMBINING"):
@@ -195,7 +197,7 @@ def spell_unseen(text: str) -> str:
     last = _LAST_SPELLED.get(len(text))
     if last is not None and last[0] == text:
         return last[1]
-    spelled = _unseen_pattern().sub(_spelled, text)
+    spelled = _unseen_pattern(_BEYOND_BMP.search(text) is not None).sub(_spelled, text)
     spelled = _written_out(spelled, over_stacked(spelled))
     if len(text) >= _LONG:
         _LAST_SPELLED.clear()
