@@ -63,7 +63,6 @@ the suite (docs/development.md, "The dashboard's fuzz").
 
 from __future__ import annotations
 
-import argparse
 import collections
 import concurrent.futures
 import contextlib
@@ -97,7 +96,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools"), str(ROOT / "bench")]
 
-from fuzz_sql_api import databases  # noqa: E402  (one way to make its databases)
+# one way to make its databases, and one command line
+from fuzz_sql_api import Seeds, fuzz_arguments  # noqa: E402
 from undolog.names import is_unseen  # noqa: E402
 
 PASSWORD_GROUP = "undolog_password_logins"  # tools/pgcluster.py asks them for a password
@@ -2174,40 +2174,14 @@ def fuzz(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--seed", type=int, help="the first seed (default: random)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds to run, one after another")
-    parser.add_argument("--steps", type=int, default=300, help="steps of each seed")
-    parser.add_argument("--seconds", type=float, help="run seeds until this many seconds")
-    parser.add_argument("--dsn", help="a superuser's DSN of a server (default: a throwaway one)")
-    parser.add_argument("--trace", action="store_true", help="print every step")
-    args = parser.parse_args(argv)
-    first = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    start = time.monotonic()
-    deadline = start + args.seconds if args.seconds else None
-    total = 0
-    found: list[str] = []
+    seeds = Seeds(fuzz_arguments((__doc__ or "").split("\n\n")[0], 300, argv), "fuzzdash")
     counts: collections.Counter[str] = collections.Counter()
     statuses: collections.Counter[str] = collections.Counter()
     known: collections.Counter[str] = collections.Counter()
-    for make in databases(args.dsn, "fuzzdash"):
-        seed = first
-        while True:
-            f = fuzz(make(), seed, args.steps, args.trace, deadline)
-            total += f.step_no
-            counts.update(f.counts)
-            statuses.update(f.statuses)
-            known.update(f.known)
-            found += [f"seed {seed} {v}" for v in f.violations]
-            print(f"seed {seed}: {f.step_no} steps, {len(f.violations)} violations", flush=True)
-            for v in f.violations:
-                print(f"  ! {v}", flush=True)
-            seed += 1
-            if deadline is not None:
-                if time.monotonic() > deadline:
-                    break
-            elif seed - first >= args.seeds:
-                break
+    for f in seeds.run(fuzz):
+        counts.update(f.counts)
+        statuses.update(f.statuses)
+        known.update(f.known)
     print("moves:", dict(sorted(counts.items())))
     print("answers, by request and status:")
     for kind, n in sorted(statuses.items()):
@@ -2215,10 +2189,7 @@ def main(argv: list[str] | None = None) -> int:
     print("counted apart:")
     for kind, n in known.most_common():
         print(f"  {n:5} {kind}")
-    for v in found:
-        print("VIOLATION", v)
-    print(f"total {total} steps {len(found)} violations in {time.monotonic() - start:.0f} s")
-    return 1 if found else 0
+    return seeds.done()
 
 
 if __name__ == "__main__":

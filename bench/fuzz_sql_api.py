@@ -1265,8 +1265,9 @@ def databases(dsn: str | None, prefix: str = "fuzz") -> Iterator[Callable[[], st
 
 
 def fuzz_arguments(description: str, steps: int, argv: list[str] | None) -> argparse.Namespace:
-    """A fuzz's command line (this one's and bench/fuzz_mcp_proxy.py's): which seeds, how
-    many steps of each, for how long, on which server, traced or not."""
+    """A fuzz's command line (this one's, bench/fuzz_mcp_proxy.py's and
+    bench/fuzz_dashboard.py's): which seeds, how many steps of each, for how long, on which
+    server, traced or not."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seed", type=int, help="the first seed (default: random)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds to run, one after another")
@@ -1288,11 +1289,11 @@ F = TypeVar("F", bound=Seeded)
 
 
 class Seeds:
-    """A fuzz's run (this one's and bench/fuzz_mcp_proxy.py's) over the seeds its command
-    line asks for (fuzz_arguments), one after another, each on a database of its own
-    (databases()): --seeds of them from --seed (random when not given), or, with
-    --seconds, as many as start before the deadline. Each seed's line is printed as it
-    ends; done() prints the run's violations and its total."""
+    """A fuzz's run (this one's, bench/fuzz_mcp_proxy.py's and bench/fuzz_dashboard.py's)
+    over the seeds its command line asks for (fuzz_arguments), one after another, each on
+    a database of its own (databases()): --seeds of them from --seed (random when not
+    given), or, with --seconds, as many as start before the deadline. Each seed's line is
+    printed as it ends; done() prints the run's violations and its total."""
 
     def __init__(self, args: argparse.Namespace, prefix: str) -> None:
         self.args = args
