@@ -10,6 +10,14 @@ import zygote
 
 zygote.hand_over()
 
+import os
 import runpy
+
+if bound := os.environ.get("UNDOLOG_TEST_SDK_CLEANUP_SECONDS"):
+    # the MCP SDK's bound on a connection's exit callbacks (5 s), shorter: a test of what
+    # outlasts it need not wait that long (tests/mcp_proxy/test_mcp_proxy_left_sessions.py)
+    import mcp.server.runner
+
+    mcp.server.runner._EXIT_STACK_CLOSE_TIMEOUT = float(bound)
 
 runpy.run_module("undolog.cli", run_name="__main__", alter_sys=True)

@@ -484,6 +484,8 @@ class ProxySession:
     # and its walk wait for them, so that an answer that comes is recorded first.
     late: set[asyncio.Task[None]] = field(default_factory=set)
     late_until: dict[str, float] = field(default_factory=dict)  # key -> monotonic deadline
+    # the watch of a session its client left undecided (McpProxy._end_once_decided)
+    deciding: asyncio.Future[None] | None = None
 
     def __post_init__(self) -> None:
         if not self.handle:
@@ -1180,10 +1182,25 @@ class McpProxy:
         return ps
 
     async def _unbind(self, ps: ProxySession) -> None:
+        """The connection holding the session went away (a connection exit callback):
+        its end runs in a task of the proxy's, not here. The SDK runs a connection's exit
+        callbacks under a bound of its own (5 s) and cancels what outlasts it, and an
+        end waits for the session's calls given up on, its partial walk, its results
+        being recorded: cut short, the session was left active with nobody to end it,
+        its heartbeat stopped (the lease's expiry failing it, a worker undoing every
+        call its client kept), or forgotten. close() awaits these ends."""
         ps.owner = None
         ps.bindings -= 1
         if ps.bindings <= 0:
-            await self.end_session(ps)
+            self._in_background(self.end_session(ps))
+
+    def _in_background(self, ending: Awaitable[None]) -> asyncio.Future[None]:
+        """A session's end (or the wait before it) as a task of the proxy's, which
+        nothing cancels and close() awaits."""
+        task = asyncio.ensure_future(ending)
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        return task
 
     async def begin(self, ps: ProxySession) -> None:
         async with ps.begin_lock:
@@ -1231,9 +1248,7 @@ class McpProxy:
         recorded first, so that the session completes if it was the only unknown. Not
         when the proxy is closing: the waits are cancelled then."""
         if ps.late and not self.closing:
-            task = asyncio.create_task(self._end_after_late(ps, ps.last_call))
-            self._ending.add(task)
-            task.add_done_callback(self._ending.discard)
+            self._in_background(self._end_after_late(ps, ps.last_call))
             return
         try:
             await self._end(ps)
@@ -1265,9 +1280,19 @@ class McpProxy:
 
     async def _end_after_late(self, ps: ProxySession, last_call: float) -> None:
         await self._late_answers_over(ps)
-        if not self.closing and (ps.inflight or ps.last_call != last_call):
-            return  # resumed meanwhile (a call came): its next end ends it
+        while ps.inflight and not self.closing:  # a call resumed it: its answer first
+            await asyncio.sleep(RETIRED_END_POLL)
+        if not self.closing and ps.last_call != last_call and self._taken_over(ps):
+            return  # resumed meanwhile: its next end ends it
         await self.end_session(ps)
+
+    @staticmethod
+    def _taken_over(ps: ProxySession) -> bool:
+        """Whether a call that resumed the session while its end waited handed the end
+        to someone: a live connection holds the session (its end ends it), or the idle
+        boundary watches it. A call with no connection of its own (a 2026-era request,
+        stateless HTTP) does not: the end still due is the waiting one's."""
+        return ps.owner is not None or (ps.idle is not None and not ps.idle.done())
 
     async def _close_instances(
         self, ps: ProxySession, ending: dict[str, UpstreamConnection]
@@ -1286,19 +1311,32 @@ class McpProxy:
                 await up.close()
 
     async def _end(self, ps: ProxySession) -> None:
+        # the heartbeat goes on while the end waits: a call given up on may run for up to
+        # call_timeout_seconds, past the lease, whose expiry would fail the session and
+        # have a worker undo every call its client kept
         await self._partial_walk_over(ps)
-        if ps.beat is not None:
-            ps.beat.cancel()
-            ps.beat = None
         while ps.finishing:  # calls whose client gave up on them, run to their end
             await asyncio.wait(set(ps.finishing))
         await self._settle(ps)  # the last result recorded (or known not to be) first
         if not ps.began:
             return
+        if ps.beat is not None:
+            ps.beat.cancel()
+            ps.beat = None
         ps.began = False  # a later call of the same session id begins it again
+        # the journal's word, shielded: cut short once began is cleared, the session would
+        # be left active, forgotten, with nobody to end it
+        await asyncio.shield(self._conclude(ps))
+
+    async def _conclude(self, ps: ProxySession, walked: bool = False) -> None:
+        """(_end's) Complete the session, fail and walk it, or keep it until decided."""
+        partial_walk = False
         try:
             async with self.pool.connection() as conn:
-                state = await aengine.session_state(conn, ps.session_id)
+                row = await (
+                    await conn.execute(QUERIES["session_halt"], {"session_id": ps.session_id})
+                ).fetchone()
+                state, partial = ("unknown", False) if row is None else (str(row[0]), row[3])
                 if state == "active":
                     try:
                         await aengine.complete_session(conn, ps.session_id)
@@ -1307,38 +1345,54 @@ class McpProxy:
                         # a call whose outcome is unknown (still executing): failed, so
                         # that the walk compensates it, as the binding's sessions do
                         await aclient.fail_if_active(conn, ps.session_id, str(exc))
-                elif state == "awaiting_approval" and not self.closing:
+                elif _undecided(state, bool(partial)) and not self.closing:
+                    if state == "compensating":
+                        self.walk_soon(ps)  # a partial undo's walk, if none runs here yet
                     self._end_once_decided(ps)
                     return
+                elif state == "compensating" and partial and not walked:
+                    # the proxy closing: the partial undo's walk now, then the end (after
+                    # the walk the session is active again, with nobody left to end it)
+                    partial_walk = True
                 elif state not in ("failed", "compensating"):
                     return
             self.walk_soon(ps)
+            if partial_walk and ps.walking is not None:
+                await asyncio.wait({ps.walking})
+                await self._conclude(ps, walked=True)
         except Exception:
             log.exception("session %s: ending it failed", ps.session_id)
 
     def _end_once_decided(self, ps: ProxySession) -> None:
-        """The client left while a call of its session waits for a person's decision (the
-        session awaiting_approval, which cannot be completed): the session stays this
-        proxy's, its heartbeat kept, and ends once decided: completed after an approval
-        (the held call, given up on, did not run), walked after a rejection. It was
-        forgotten, its heartbeat stopped: an approval put it back to active with no
-        owner, recover() failed it at its lease's expiry and a worker undid every call
-        the client had kept (bench/fuzz_mcp_proxy.py). A call resuming the session
-        meanwhile (its handle, from a new connection) takes it over: its next end ends
-        it. Not while the proxy is closing (as for a proxy that crashed, the lease
-        runs out)."""
+        """The client left while its session cannot be completed yet: a call of it waits
+        for a person's decision (awaiting_approval), or a partial undo of it
+        (undolog__undo_last, an operator's rollback_to) is being walked, or halted for a
+        person. The session stays this proxy's, its heartbeat kept, and ends once decided:
+        completed after an approval (the held call, given up on, did not run) or once the
+        partial walk put it back to active (the calls it left standing kept), walked
+        after a rejection. It was forgotten, its heartbeat stopped: an approval (or the
+        walk's end) put it back to active with no owner, recover() failed it at its
+        lease's expiry and a worker undid every call the client had kept
+        (bench/fuzz_mcp_proxy.py). A call resuming the session meanwhile from a new
+        connection takes it over: that connection's end ends it (not a call with no
+        connection: _taken_over). Not while the proxy is closing (as for a proxy that
+        crashed, the lease runs out)."""
         ps.began = True  # still begun: neither pruned nor begun again by a resuming call
         ps.beat = asyncio.create_task(self._heartbeat(ps))
-        task = asyncio.create_task(self._end_after_decision(ps, ps.last_call))
-        self._ending.add(task)
-        task.add_done_callback(self._ending.discard)
+        if ps.deciding is None or ps.deciding.done():  # else the watch running goes on
+            ps.deciding = self._in_background(self._end_after_decision(ps, ps.last_call))
 
     async def _end_after_decision(self, ps: ProxySession, last_call: float) -> None:
         while not self.closing:
             await asyncio.sleep(DECISION_POLL_SECONDS)
-            if ps.inflight or ps.last_call != last_call:
+            if ps.inflight:
+                continue  # a call resumed it: looked at again once it answered
+            if ps.last_call != last_call and self._taken_over(ps):
                 return  # resumed meanwhile: its next end ends it
-            if await self._state(ps) not in ("awaiting_approval", "unknown"):
+            state, partial, _ = await self._standing(ps)
+            if state == "compensating" and partial:
+                self.walk_soon(ps)  # the partial undo's walk, if none runs here yet
+            if not _undecided(state, partial) and state != "unknown":
                 await self.end_session(ps)
                 return
 
@@ -2517,9 +2571,7 @@ class McpProxy:
             )
         if ps.ended or self.closing:
             return
-        task = asyncio.create_task(self._end_retired(ps))
-        self._ending.add(task)
-        task.add_done_callback(self._ending.discard)
+        self._in_background(self._end_retired(ps))
 
     async def _end_retired(self, ps: ProxySession) -> None:
         # (the call that retired it is in flight until it answers; a call that resumed it
@@ -2597,6 +2649,13 @@ class McpProxy:
         finally:
             self.metrics.holds -= 1
             self._held.discard(wake)
+
+
+def _undecided(state: str, partial: bool) -> bool:
+    """Whether a session in this state cannot be ended yet, and will go on: a call of it
+    awaits a person's decision, or a partial undo of it is walked or halted for a person
+    (it is active again once that walk is over)."""
+    return state == "awaiting_approval" or (partial and state in ("compensating", "halted"))
 
 
 def _lease(policy: Policy) -> Any:

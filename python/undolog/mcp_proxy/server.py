@@ -551,17 +551,43 @@ async def _refuse(send: Send, status: int, rid: Any, message: str) -> None:
 
 async def _serve_http(config: str, dsn: str, host: str, port: int, options: Options) -> None:
     logging.getLogger("mcp.server.streamable_http").addFilter(_client_gone)
-    async with running_proxy(config, dsn, options) as proxy:
-        proxy.http = True
-        app = PostGuard(
-            build_server(proxy).streamable_http_app(host=host),
-            proxy.policy.max_request_mib * 1024 * 1024,
-        )
-        server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
-            app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
-        )
-        print(f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-        await server.serve()
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    server: Any = None
+    raised: list[int] = []
+
+    def stop(sig: int, frame: Any) -> None:
+        # uvicorn, stopped by a signal, raises it again once it has stopped serving (for
+        # the handler it had replaced, this one): asyncio.run's own for SIGINT cancelled
+        # the proxy's close() at its first wait, so that the sessions still live were
+        # not ended (left active, for their lease's expiry to fail them and a worker to
+        # undo every call their clients kept), and SIGTERM's default ended the process
+        # before close() began. That raise is taken as done: the proxy is closing; any
+        # other signal (a second ^C, or one before it serves) stops it at once.
+        raised.append(sig)
+        if server is None or not server.should_exit or len(raised) > 1:
+            loop.call_soon_threadsafe(main.cancel)
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, stop) for sig in handled}
+    try:
+        async with running_proxy(config, dsn, options) as proxy:
+            proxy.http = True
+            app = PostGuard(
+                build_server(proxy).streamable_http_app(host=host),
+                proxy.policy.max_request_mib * 1024 * 1024,
+            )
+            server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
+                app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
+            )
+            print(
+                f"undolog mcp-proxy: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True
+            )
+            await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def parse_http(value: str) -> tuple[str, int]:

@@ -1,0 +1,172 @@
+"""Sessions their clients left that the proxy must still end (bench/fuzz_mcp_proxy.py once
+left one active after its end and a worker pass): each is completed (or undone) by the
+proxy, never left active for its lease's expiry to fail it and a worker to undo every call
+its client kept. Real proxy and upstream processes over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
+
+import mcp_types as types
+import psycopg
+import pytest
+from mcp import Client
+from test_mcp_proxy import HttpProxy, ledger, names, release_slow_make, wait_for
+from test_mcp_proxy_hostile import RawHttp, _ended, pending_ids
+from test_mcp_proxy_sessions import http_proxies, session_policy
+
+from undolog import approvals, saga
+
+__all__ = ["http_proxies", "ledger"]  # fixtures, used by name
+
+
+def _begun(client: RawHttp, request_id: int, key: str) -> tuple[str, str]:
+    """A put of the client's: its session's id and handle."""
+    _, put = client.call(request_id, "put", {"key": key, "value": "1"})
+    handle = put[0]["result"]["_meta"]["undolog/session"]
+    return handle.split(".")[0], handle
+
+
+def test_an_end_that_outlasts_the_sdks_bound_on_exit_callbacks_still_ends_the_session(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client leaves (DELETE) while a COMPENSABLE call of its session runs: the
+    session's end waits for that call. The proxy ran the end in the connection's exit
+    callback, which the MCP SDK cancels after 5 s (here 0.2): the end was cut short, its
+    heartbeat already stopped, and the session stayed active with nobody to end it, until
+    its lease ran out and a worker undid both calls (or, cut short a moment later, it
+    was forgotten). Now the end is the proxy's own task: the lease is kept while it
+    waits, and the session completes once the call is recorded."""
+    monkeypatch.setenv("UNDOLOG_TEST_SDK_CLEANUP_SECONDS", "0.2")  # tests/undolog_main.py
+    lease = 2.0
+    proxy = HttpProxy(session_policy(tmp_path, proxy=f"lease_seconds = {lease}"), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, _ = _begun(client, 1, "a")
+    pool = ThreadPoolExecutor(1)
+    try:
+        pool.submit(client.call, 2, "slow_make", {"key": "s", "seconds": 30})
+        wait_for(lambda: names(ledger) == ["put", "slow_make"])  # running upstream
+        client.leave()
+        time.sleep(lease + 0.2)  # past the lease, had the heartbeat stopped
+        expired = conn.execute("SELECT * FROM undolog.fail_expired_sessions()").fetchall()
+        assert expired == []
+        release_slow_make(ledger, "s")
+        assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    finally:
+        pool.shutdown(wait=False)
+    assert names(ledger) == ["put", "slow_make"]  # nothing undone
+
+
+@pytest.mark.parametrize("how", ["leaves", "proxy_stops"])
+def test_a_session_left_in_a_partial_undo_is_completed_once_the_undo_is_over(
+    how: str,
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """An operator undoes the last of a live session's two calls (rollback_last: a
+    partial undo, after which the session goes on), then its client leaves, or the proxy
+    stops. The proxy's end saw the session compensating, started the walk and forgot the
+    session: the walk put it back to active, and nobody ended it (a worker would have
+    undone the call the undo left standing at the lease's expiry). Now the end waits for
+    the partial undo's walk, then completes the session, its first call kept; a proxy
+    stopping walks it first."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, _ = _begun(client, 1, "a")
+    _begun(client, 2, "b")
+    assert saga.rollback_last(conn, uuid.UUID(sid), 1, "the second was wrong", "op") == (
+        "compensating"
+    )
+    if how == "leaves":
+        client.leave()
+    else:
+        proxy.stop()  # SIGINT
+    assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    assert names(ledger) == ["put", "put", "forget"]
+
+
+def test_a_call_without_a_connection_does_not_take_over_a_left_sessions_end(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """A client leaves while its payout awaits approval: the proxy keeps the session, to
+    end it once decided. A call sending the session's handle meanwhile took that end over
+    ("its next end ends it"), but a 2026-era request (stateless HTTP) has no connection
+    whose end ends the session: approved, it stayed active with nobody to end it. Now
+    only a connection (or the idle boundary) takes the end over; the session completes
+    once approved."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, handle = _begun(client, 1, "a")
+    pool = ThreadPoolExecutor(1)
+    try:
+        pool.submit(client.call, 2, "pay", {"account": "acc", "amount_cents": 5})
+        approval_id = wait_for(lambda: next(iter(pending_ids(conn)), None))
+        client.leave()
+        time.sleep(0.5)  # the proxy's end of the left session has found it undecided
+
+        async def resume() -> str:
+            async with Client(proxy.url, read_timeout_seconds=30) as stateless:  # 2026 era
+                while True:
+                    refused = await stateless.call_tool(
+                        "put",
+                        {"key": "z", "value": "1"},
+                        meta=cast(types.RequestParamsMeta, {"undolog/session": handle}),
+                    )
+                    said = " ".join(c.text for c in refused.content if c.type == "text")
+                    assert refused.is_error, refused  # the payout awaits its decision
+                    if "another client connection" not in said:  # (until it let go)
+                        return said
+                    await asyncio.sleep(0.1)
+
+        asyncio.run(resume())
+        approvals.approve(conn, approval_id, "alice", "checked")
+        assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    finally:
+        pool.shutdown(wait=False)
+    assert names(ledger) == ["put"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_proxy_over_http_stopped_by_a_signal_ends_its_live_sessions(
+    stop: signal.Signals,
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """uvicorn, stopped by a signal, raises it again once it has stopped serving: SIGTERM's
+    default handler then ended the process before the proxy closed, its live sessions left
+    active (for their lease's expiry to fail them and a worker to undo their calls), and
+    SIGINT's (asyncio.run's) cancelled the proxy's close at its first wait. Now the proxy
+    closes as a client's leaving would end its sessions: completed."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, _ = _begun(client, 1, "a")
+    proxy.process.send_signal(stop)
+    assert proxy.process.wait(15) == 0
+    assert _ended(conn, sid) == "completed"
+    assert names(ledger) == ["put"]
