@@ -30,6 +30,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
+from undolog.mcp_proxy.shapes import envelope_problem
 from undolog.mcp_proxy.stdio import LINE_LIMIT, bounded_lines
 
 log = logging.getLogger("undolog.mcp_proxy")
@@ -345,14 +346,11 @@ def _unreadable(line: bytes, exc: Exception) -> dict[str, Any]:
                 "message": "Parse error: not JSON, or nested too deep to read",
             },
         }
-    return {
-        "jsonrpc": "2.0",
-        "id": _given_id(decoded),
-        "error": {
-            "code": types.INVALID_REQUEST,
-            "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
-        },
-    }
+    code, words = envelope_problem(decoded) or (
+        types.INVALID_REQUEST,
+        "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
+    )
+    return {"jsonrpc": "2.0", "id": _given_id(decoded), "error": {"code": code, "message": words}}
 
 
 def _given_id(decoded: Any) -> str | int | None:

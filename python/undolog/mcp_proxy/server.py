@@ -23,7 +23,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import ListenHandler
 from mcp_types import methods
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog import _serving, logs
@@ -39,6 +39,7 @@ from undolog.mcp_proxy.proxy import (
     upstream_error_kind,
 )
 from undolog.mcp_proxy.relay import Write, relaying_stdio
+from undolog.mcp_proxy.shapes import call_params_problem, envelope_problem, valid_id
 from undolog.mcp_proxy.stdio import LINE_LIMIT
 from undolog.mcp_proxy.upstream import OutcomeUnknown, UpstreamDown, connect_all
 
@@ -270,6 +271,24 @@ class MessageRelay:
         params = message.get("params")
         request_id = message.get("id")
         if (
+            method == "tools/call"
+            and message.get("jsonrpc") == "2.0"
+            and isinstance(request_id, (str, int))
+            and not isinstance(request_id, bool)
+            and (problem := call_params_problem(params)) is not None
+            and (self.initialized or _modern(params))
+        ):
+            # what the SDK's server answers "Invalid request parameters", said with what
+            # to send instead (before the handshake, the SDK's refusal of any request)
+            write(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {"code": types.INVALID_PARAMS, "message": problem},
+                }
+            )
+            return True
+        if (
             message.get("method") != "tools/call"
             or message.get("jsonrpc") != "2.0"
             or not isinstance(request_id, (str, int))
@@ -376,6 +395,13 @@ class MessageRelay:
         write({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
+def _modern(params: Any) -> bool:
+    """Whether a request's params say it is of the 2026 era (its protocol version in its
+    _meta), which needs no handshake."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and meta.get(types.PROTOCOL_VERSION_META_KEY) is not None
+
+
 async def _stdin_reader() -> asyncio.StreamReader | None:
     """A cancellable reader of stdin, or None when stdin is no pipe or socket (the SDK's
     reader then)."""
@@ -423,19 +449,39 @@ def _client_gone(record: logging.LogRecord) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect))
 
 
-def _request_id(body: bytes) -> str | None:
-    """The id of a JSON-RPC request the body holds, as the MCP SDK's streamable HTTP
-    transport keys it (``str(id)``), or None: no request, or not one to read here."""
-    if not body.lstrip().startswith(b"{"):
+def _decoded(body: bytes) -> Any:
+    """The JSON a body holds when it is an object or an array (None otherwise, or when
+    it cannot be read here: the SDK answers it)."""
+    if not body.lstrip().startswith((b"{", b"[")):
         return None
     try:
-        message = json.loads(body)
+        return json.loads(body)
     except (ValueError, RecursionError):
         return None
+
+
+def _request_id(message: Any) -> str | None:
+    """The id of the JSON-RPC request a decoded body is, as the MCP SDK's streamable HTTP
+    transport keys it (``str(id)``), or None: no request, or not one to read here."""
     if not isinstance(message, dict) or "method" not in message:
         return None
     rid = message.get("id")
     return str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+def _shape_problem(message: Any) -> tuple[int, int, Any, str] | None:
+    """Why the SDK would refuse a decoded body for its shape, said with what to send
+    instead (shapes.py): the HTTP status and JSON-RPC code the SDK gives it, the id to
+    answer, the words; None when it is none of those."""
+    envelope = envelope_problem(message)
+    if envelope is not None:  # the SDK's transport refuses it with HTTP 400 (its id null)
+        given = message.get("id") if isinstance(message, dict) else None
+        return 400, envelope[0], given if valid_id(given) else None, envelope[1]
+    if isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message:
+        problem = call_params_problem(message.get("params"))
+        if problem is not None:  # the SDK's server answers it on the request's stream
+            return 200, types.INVALID_PARAMS, message["id"], problem
+    return None
 
 
 class PostGuard:
@@ -494,7 +540,16 @@ class PostGuard:
             return await receive()
 
         session = headers.get(b"mcp-session-id")
-        rid = _request_id(body) if session is not None else None
+        decoded = _decoded(body)
+        era = headers.get(b"mcp-protocol-version")
+        if era is None or era.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS:
+            # (a 2026-era request takes the SDK's path of its own, as it answers it)
+            shape = _shape_problem(decoded)
+            if shape is not None:
+                status, code, given_id, problem = shape
+                await _refuse(send, status, given_id, problem, code)
+                return
+        rid = _request_id(decoded) if session is not None else None
         key = (session.decode("latin-1"), rid) if session is not None and rid is not None else None
         if key is None:
             await self.app(scope, replay, send)
@@ -527,14 +582,13 @@ class PostGuard:
         )
 
 
-async def _refuse(send: Send, status: int, rid: Any, message: str) -> None:
-    """An HTTP answer of ``status`` carrying a JSON-RPC error (-32600) for request ``rid``."""
+async def _refuse(
+    send: Send, status: int, rid: Any, message: str, code: int = types.INVALID_REQUEST
+) -> None:
+    """An HTTP answer of ``status`` carrying a JSON-RPC error (-32600 unless ``code``)
+    for request ``rid``."""
     answer = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": rid,
-            "error": {"code": types.INVALID_REQUEST, "message": message},
-        }
+        {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
     ).encode()
     await send(
         {
