@@ -1132,8 +1132,13 @@ def fuzz(
     with tempfile.TemporaryDirectory(prefix="fuzz-mcp-") as tmp:
         f = Fuzz(dsn, seed, Path(tmp), trace)
         f.run(steps, deadline)
-        if f.violations and trace:
-            print((Path(tmp) / "proxy.log").read_text()[-20000:])
+        if f.violations:
+            # kept: a violation of timing is seldom seen again when the seed is replayed
+            kept = Path(tempfile.gettempdir()) / f"fuzz-mcp-seed{seed}-{os.getpid()}-proxy.log"
+            kept.write_bytes((Path(tmp) / "proxy.log").read_bytes())
+            print(f"seed {seed}: the proxy's log is kept in {kept}", flush=True)
+            if trace:
+                print(kept.read_text()[-20000:])
         return f
 
 
