@@ -170,3 +170,44 @@ def test_a_proxy_over_http_stopped_by_a_signal_ends_its_live_sessions(
     assert proxy.process.wait(15) == 0
     assert _ended(conn, sid) == "completed"
     assert names(ledger) == ["put"]
+
+
+def test_a_partial_undo_that_lands_while_the_session_is_being_completed_is_waited_for(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """The client leaves; the proxy reads its session active and completes it, but a
+    partial undo commits in between (here an operator's rollback_last, holding the
+    session's row until then; in bench/fuzz_mcp_proxy.py seed 420, the client's own
+    undolog__undo_last, cut short by its leaving after its rollback_last was sent). The
+    completion was refused, the proxy started the walk and forgot the session: the walk
+    put it back to active, with nobody to end it. Now the proxy reads the state again
+    and waits for the partial undo as when it finds one."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, _ = _begun(client, 1, "a")
+    _begun(client, 2, "b")
+    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+        operator.execute(
+            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+        )
+        client.leave()
+        wait_for(  # the proxy's complete_session waits for the row
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE %s",
+                    ("%complete_session%",),
+                ).fetchone()
+                == (1,)
+            )
+        )
+        operator.execute(
+            "SELECT undolog.rollback_last(%s, 1, 'the second was wrong', 'op')", (sid,)
+        )
+    assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    assert names(ledger) == ["put", "put", "forget"]

@@ -1333,18 +1333,24 @@ class McpProxy:
         partial_walk = False
         try:
             async with self.pool.connection() as conn:
-                row = await (
-                    await conn.execute(QUERIES["session_halt"], {"session_id": ps.session_id})
-                ).fetchone()
-                state, partial = ("unknown", False) if row is None else (str(row[0]), row[3])
-                if state == "active":
+                for _ in range(2):  # read again once: the state moved between read and act
+                    row = await (
+                        await conn.execute(QUERIES["session_halt"], {"session_id": ps.session_id})
+                    ).fetchone()
+                    state, partial = ("unknown", False) if row is None else (str(row[0]), row[3])
+                    if state != "active":
+                        break
                     try:
                         await aengine.complete_session(conn, ps.session_id)
                         return
-                    except InvalidStateTransition as exc:
+                    except (InvalidStateTransition, SessionNotActive) as exc:
                         # a call whose outcome is unknown (still executing): failed, so
-                        # that the walk compensates it, as the binding's sessions do
-                        await aclient.fail_if_active(conn, ps.session_id, str(exc))
+                        # that the walk compensates it, as the binding's sessions do; not
+                        # active any more (a partial undo committed meanwhile): read again
+                        if await aclient.fail_if_active(conn, ps.session_id, str(exc)):
+                            break
+                if state == "active":
+                    pass  # failed above: its walk below
                 elif _undecided(state, bool(partial)) and not self.closing:
                     if state == "compensating":
                         self.walk_soon(ps)  # a partial undo's walk, if none runs here yet
