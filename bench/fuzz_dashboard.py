@@ -71,13 +71,10 @@ import gzip
 import html.parser
 import json
 import logging
-import os
 import random
 import re
 import secrets
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -97,7 +94,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools"), str(ROOT / "bench")]
 
 # one way to make its databases, and one command line
-from fuzz_sql_api import Seeds, fuzz_arguments  # noqa: E402
+from fuzz_common import ChildServer, Seeds, fuzz_arguments  # noqa: E402
 from undolog.names import is_unseen  # noqa: E402
 
 PASSWORD_GROUP = "undolog_password_logins"  # tools/pgcluster.py asks them for a password
@@ -298,55 +295,21 @@ class AgentSession:
     ended: bool = False
 
 
-class Dashboard:
+class Dashboard(ChildServer):
     """``undolog dashboard`` as a child process, its log in a file."""
 
     def __init__(self, dsn: str, log: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT / "python"),
-            "UNDOLOG_LINK_SECRET": LINK_SECRET,
-        }
-        self.env.pop("UNDOLOG_METRICS_TOKEN", None)
-        self.logfile = log
-        self.log = log.open("w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                *("-m", "undolog.cli", "dashboard", "--dsn", dsn, "--port", str(self.port)),
-            ],
-            env=self.env,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
+        super().__init__(
+            "dashboard",
+            ["dashboard", "--dsn", dsn],
+            lambda port: ["--port", str(port)],
+            log,
+            {"UNDOLOG_LINK_SECRET": LINK_SECRET, "UNDOLOG_METRICS_TOKEN": None},
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the dashboard did not start: {log.read_text()[-3000:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("the dashboard did not start listening")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> int | None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        return self.process.returncode
 
 
 class Dead(Exception):

@@ -63,7 +63,6 @@ import os
 import random
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -82,7 +81,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools"), str(ROOT / "bench")]
 
 # one way to make its databases, and one command line
-from fuzz_sql_api import Seeds, fuzz_arguments  # noqa: E402
+from fuzz_common import ChildServer, Seeds, fuzz_arguments  # noqa: E402
 
 UPSTREAM = "tests/mcp_session_upstream.py"
 POLICY = """[proxy]
@@ -226,56 +225,22 @@ def parse_body(content_type: str, body: bytes) -> list[dict[str, Any]]:
     return [m for m in out if isinstance(m, dict)]
 
 
-class Proxy:
+class Proxy(ChildServer):
     """``undolog mcp-proxy --http`` as a child process, its log in a file."""
 
     def __init__(self, config: Path, dsn: str, ledger: Path, log: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
         bindir = str(Path(sys.executable).parent)
-        self.env = {
-            **os.environ,
-            "UPSTREAM_LEDGER": str(ledger),
-            "PATH": f"{bindir}:{os.environ['PATH']}",
-            "PYTHONPATH": str(ROOT / "python"),
-        }
-        self.log = log.open("w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                *("-m", "undolog.cli", "mcp-proxy", "--config", str(config), "--dsn", dsn),
-                *("--http", f"127.0.0.1:{self.port}"),
-            ],
-            env=self.env,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
+        super().__init__(
+            "proxy",
+            ["mcp-proxy", "--config", str(config), "--dsn", dsn],
+            lambda port: ["--http", f"127.0.0.1:{port}"],
+            log,
+            {"UPSTREAM_LEDGER": str(ledger), "PATH": f"{bindir}:{os.environ['PATH']}"},
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the proxy did not start: {log.read_text()[-3000:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError("the proxy did not start listening")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
-
-    def stop(self) -> int | None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        return self.process.returncode
 
 
 class Fuzz:

@@ -36,7 +36,6 @@ runs a few short seeds in the suite (docs/development.md, "The SQL API's fuzz").
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import random
@@ -45,17 +44,18 @@ import secrets
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools")]
+sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tools"), str(ROOT / "bench")]
 
+from fuzz_common import Seeds, fuzz_arguments  # noqa: E402
 from undolog.signature import call_signature  # noqa: E402
 
 Conn = psycopg.Connection[Any]
@@ -1221,116 +1221,6 @@ def fuzz(
     finally:
         f.close()
     return f
-
-
-@dataclass
-class Template:
-    dsn: str
-    name: str
-
-
-def databases(dsn: str | None, prefix: str = "fuzz") -> Iterator[Callable[[], str]]:
-    """Databases for one seed each, cloned from a template the engine is installed in, on
-    --dsn's server or a throwaway cluster (bench/fuzz_mcp_proxy.py's too)."""
-    from pgcluster import throwaway_cluster
-    from undolog.migrations import migrate
-
-    def run(base: str) -> Iterator[Callable[[], str]]:
-        with psycopg.connect(base, autocommit=True) as admin:
-            tmpl = f"{prefix}_template_{secrets.token_hex(3)}"
-            admin.execute(f'CREATE DATABASE "{tmpl}"')
-            with psycopg.connect(
-                psycopg.conninfo.make_conninfo(base, dbname=tmpl), autocommit=True
-            ) as c:
-                migrate(c)
-            made: list[str] = []
-
-            def make() -> str:
-                name = f"{prefix}_{secrets.token_hex(4)}"
-                admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tmpl}"')
-                made.append(name)
-                return psycopg.conninfo.make_conninfo(base, dbname=name)
-
-            try:
-                yield make
-            finally:
-                for name in [*made, tmpl]:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    if dsn:
-        yield from run(dsn)
-        return
-    with throwaway_cluster(data_in_memory=True) as cluster:
-        yield from run(cluster.dsn)
-
-
-def fuzz_arguments(description: str, steps: int, argv: list[str] | None) -> argparse.Namespace:
-    """A fuzz's command line (this one's, bench/fuzz_mcp_proxy.py's and
-    bench/fuzz_dashboard.py's): which seeds, how many steps of each, for how long, on which
-    server, traced or not."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--seed", type=int, help="the first seed (default: random)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds to run, one after another")
-    parser.add_argument("--steps", type=int, default=steps, help="steps of each seed")
-    parser.add_argument("--seconds", type=float, help="run seeds until this many seconds")
-    parser.add_argument("--dsn", help="a superuser's DSN of a server (default: a throwaway one)")
-    parser.add_argument("--trace", action="store_true", help="print every step")
-    return parser.parse_args(argv)
-
-
-class Seeded(Protocol):
-    """What a seed's run answers (each fuzz's Fuzz)."""
-
-    step_no: int
-    violations: list[str]
-
-
-F = TypeVar("F", bound=Seeded)
-
-
-class Seeds:
-    """A fuzz's run (this one's, bench/fuzz_mcp_proxy.py's and bench/fuzz_dashboard.py's)
-    over the seeds its command line asks for (fuzz_arguments), one after another, each on
-    a database of its own (databases()): --seeds of them from --seed (random when not
-    given), or, with --seconds, as many as start before the deadline. Each seed's line is
-    printed as it ends; done() prints the run's violations and its total."""
-
-    def __init__(self, args: argparse.Namespace, prefix: str) -> None:
-        self.args = args
-        self.prefix = prefix
-        self.start = time.monotonic()
-        self.steps = 0
-        self.found: list[str] = []
-
-    def run(self, one: Callable[[str, int, int, bool, float | None], F]) -> Iterator[F]:
-        """Each seed's run of ``one`` (a fuzz's fuzz()), as it ends."""
-        args = self.args
-        first = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-        deadline = self.start + args.seconds if args.seconds else None
-        for make in databases(args.dsn, self.prefix):
-            seed = first
-            while True:
-                f = one(make(), seed, args.steps, args.trace, deadline)
-                self.steps += f.step_no
-                self.found += [f"seed {seed} {v}" for v in f.violations]
-                print(f"seed {seed}: {f.step_no} steps, {len(f.violations)} violations", flush=True)
-                for v in f.violations:
-                    print(f"  ! {v}", flush=True)
-                yield f
-                seed += 1
-                if deadline is not None:
-                    if time.monotonic() > deadline:
-                        break
-                elif seed - first >= args.seeds:
-                    break
-
-    def done(self) -> int:
-        """Prints the run's violations and its total; answers the exit status (1: any)."""
-        for v in self.found:
-            print("VIOLATION", v)
-        took = time.monotonic() - self.start
-        print(f"total {self.steps} steps {len(self.found)} violations in {took:.0f} s")
-        return 1 if self.found else 0
 
 
 def main(argv: list[str] | None = None) -> int:
