@@ -164,10 +164,16 @@ class RawHttp:
         self.http.delete(self.url, headers=self.headers)
 
     def call(
-        self, request_id: int | str, name: str, args: dict[str, Any]
+        self,
+        request_id: int | str,
+        name: str,
+        args: dict[str, Any],
+        meta: dict[str, Any] | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
         """The HTTP status and the JSON-RPC answers of one tools/call."""
-        params = {"name": name, "arguments": args}
+        params: dict[str, Any] = {"name": name, "arguments": args}
+        if meta is not None:
+            params["_meta"] = meta
         body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
         r = self.http.post(self.url, headers=self.headers, json=body)
         if "text/event-stream" in r.headers.get("content-type", ""):

@@ -6,6 +6,7 @@ its client kept. Real proxy and upstream processes over streamable HTTP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import signal
 import time
@@ -19,7 +20,7 @@ import psycopg
 import pytest
 from mcp import Client
 from test_mcp_proxy import HttpProxy, ledger, names, release_slow_make, wait_for
-from test_mcp_proxy_hostile import RawHttp, _ended, pending_ids
+from test_mcp_proxy_hostile import RawHttp, _ended, _state, pending_ids
 from test_mcp_proxy_sessions import http_proxies, session_policy
 
 from undolog import approvals, saga
@@ -68,6 +69,46 @@ def test_an_end_that_outlasts_the_sdks_bound_on_exit_callbacks_still_ends_the_se
     finally:
         pool.shutdown(wait=False)
     assert names(ledger) == ["put", "slow_make"]  # nothing undone
+
+
+def test_a_session_resumed_while_its_left_connections_end_waits_is_not_ended_under_it(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """The client leaves while a COMPENSABLE call of its session runs (the end waits for
+    that call), and comes back on a new connection with the session's handle before the
+    call is over. The left connection's end went on once the call was recorded: it
+    completed the session under the new connection, whose next call was refused (or,
+    with a call of it in flight, failed it and undid every call). Now that end stands
+    down: the new connection holds the session, and its own leaving ends it."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    sid, handle = _begun(client, 1, "a")
+    pool = ThreadPoolExecutor(1)
+    try:
+        slow = pool.submit(client.call, 2, "slow_make", {"key": "s", "seconds": 30})
+        wait_for(lambda: names(ledger) == ["put", "slow_make"])  # running upstream
+        client.leave()
+        back = RawHttp(proxy.url)
+        meta = {"undolog/session": handle}
+        _, put = back.call(1, "put", {"key": "b", "value": "1"}, meta)
+        assert not put[-1]["result"].get("isError"), put
+        release_slow_make(ledger, "s")
+        with contextlib.suppress(Exception):
+            slow.result(10)
+        time.sleep(0.5)  # the left connection's end, over the call, concluded (before)
+        _, put = back.call(2, "put", {"key": "c", "value": "1"}, meta)
+        assert not put[-1]["result"].get("isError"), put
+        assert _state(conn, sid) == "active"
+        back.leave()
+        assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    finally:
+        pool.shutdown(wait=False)
+    assert names(ledger) == ["put", "slow_make", "put", "put"]  # nothing undone
 
 
 @pytest.mark.parametrize("how", ["leaves", "proxy_stops"])

@@ -1192,7 +1192,7 @@ class McpProxy:
         ps.owner = None
         ps.bindings -= 1
         if ps.bindings <= 0:
-            self._in_background(self.end_session(ps))
+            self._in_background(self.end_session(ps, left=True))
 
     def _in_background(self, ending: Awaitable[None]) -> asyncio.Future[None]:
         """A session's end (or the wait before it) as a task of the proxy's, which
@@ -1238,7 +1238,7 @@ class McpProxy:
                 self.walk_soon(ps)
                 return
 
-    async def end_session(self, ps: ProxySession) -> None:
+    async def end_session(self, ps: ProxySession, left: bool = False) -> None:
         """The client is gone (or the session's idle gap passed): complete its session, or
         fail it and undo its work when the outcome of one of its calls is unknown. Its own
         upstream processes close once its walk, if any, is over.
@@ -1246,21 +1246,32 @@ class McpProxy:
         A session with calls whose late answer is still awaited ends once they are over
         (in the background, at most proxy.late_answer_seconds): an answer that comes is
         recorded first, so that the session completes if it was the only unknown. Not
-        when the proxy is closing: the waits are cancelled then."""
+        when the proxy is closing: the waits are cancelled then.
+
+        ``left``: the end of a connection that went away (_unbind), which stands down when
+        another connection resumed the session (its handle) while this end waited: that
+        connection's end ends it."""
         if ps.late and not self.closing:
             self._in_background(self._end_after_late(ps, ps.last_call))
             return
+        stood_down = False
         try:
-            await self._end(ps)
+            stood_down = await self._end(ps, left)
         finally:
-            if ps.idle is not None and ps.idle is not asyncio.current_task():
-                ps.idle.cancel()
-            ps.idle = None
-            if ps.instances and (ps.retiring is None or ps.retiring.done()):
-                ps.retiring = asyncio.create_task(self._close_instances(ps, dict(ps.instances)))
-            ps.ended = True
-            if not self.closing:
-                self._prune_soon(ps)
+            if not stood_down:
+                self._ended(ps)
+
+    def _ended(self, ps: ProxySession) -> None:
+        """(end_session's) Its idle watch stopped, its processes closed after its walk,
+        and it is forgotten once that is over."""
+        if ps.idle is not None and ps.idle is not asyncio.current_task():
+            ps.idle.cancel()
+        ps.idle = None
+        if ps.instances and (ps.retiring is None or ps.retiring.done()):
+            ps.retiring = asyncio.create_task(self._close_instances(ps, dict(ps.instances)))
+        ps.ended = True
+        if not self.closing:
+            self._prune_soon(ps)
 
     @staticmethod
     async def _late_answers_over(ps: ProxySession, within: float | None = None) -> None:
@@ -1310,7 +1321,9 @@ class McpProxy:
             with contextlib.suppress(Exception):
                 await up.close()
 
-    async def _end(self, ps: ProxySession) -> None:
+    async def _end(self, ps: ProxySession, left: bool = False) -> bool:
+        """(end_session's) True when it stood down: the connection whose leaving called
+        it (``left``) was replaced by another, which resumed the session meanwhile."""
         # the heartbeat goes on while the end waits: a call given up on may run for up to
         # call_timeout_seconds, past the lease, whose expiry would fail the session and
         # have a worker undo every call its client kept
@@ -1318,8 +1331,13 @@ class McpProxy:
         while ps.finishing:  # calls whose client gave up on them, run to their end
             await asyncio.wait(set(ps.finishing))
         await self._settle(ps)  # the last result recorded (or known not to be) first
+        if left and ps.owner is not None and not self.closing:
+            # resumed by another connection while this end waited: completed (or failed,
+            # its calls in flight undone) under that connection, it was ended; its own
+            # leaving ends it
+            return True
         if not ps.began:
-            return
+            return False
         if ps.beat is not None:
             ps.beat.cancel()
             ps.beat = None
@@ -1327,6 +1345,7 @@ class McpProxy:
         # the journal's word, shielded: cut short once began is cleared, the session would
         # be left active, forgotten, with nobody to end it
         await asyncio.shield(self._conclude(ps))
+        return False
 
     async def _conclude(self, ps: ProxySession, walked: bool = False) -> None:
         """(_end's) Complete the session, fail and walk it, or keep it until decided."""
