@@ -116,6 +116,8 @@ WEB = {
     "agentweb": "agent",
 }
 LINK_SECRET = "fuzz-dashboard-link-secret-0123456789"
+# The actions a session's page posts (/sessions/<id>/<action>)
+SESSION_ACTIONS = ("rollback", "undo-to", "resume", "retry", "abandon", "notify-retry")
 SECURITY = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -1243,23 +1245,43 @@ class Fuzz:
             }
             if token[variant] is not None:
                 data["csrf"] = token[variant]
-            target = self.rng.choice(
-                (
-                    "/approvals/decide",
-                    f"/sessions/{self.pick_session('active') or uuid.uuid4()}/rollback",
-                    "/maintenance/anchor",
-                    "/maintenance/run",
-                    "/approvals/expire",
-                    "/logout",
-                )
+            sid = self.pick_session("active") or uuid.uuid4()
+            # every form of the dashboard, each in turn: each checks the token itself (in
+            # posted()), and one that stopped checking is caught only if sent there; the
+            # refusal must be the token's ("Form expired"), not a role's 403 (an approver
+            # posting an operator's form), which would hide a form that took the token
+            targets = (
+                "/approvals/decide",
+                f"/approvals/{aid}/edit",
+                *(f"/sessions/{sid}/{action}" for action in SESSION_ACTIONS),
+                "/maintenance/anchor",
+                "/maintenance/run",
+                "/maintenance/ensure",
+                "/maintenance/recover",
+                "/maintenance/drop",
+                "/approvals/expire",
+                "/tools/retire",
+                "/tools/register",
+                "/notifications/remove",
+                "/notifications/add/webhook",
+                "/notifications/add/email",
+                "/logout",
             )
             data["reason"] = "foreign"
-            r = self.send(web, "POST", target, f"{web.name} {variant} token {target}", data=data)
-            if r is not None and r.status_code not in (403, 401):
-                self.violation(
-                    f"{web.name}: a form with a {variant} token answered {r.status_code}"
+            codes = []
+            for target in targets:
+                r = self.send(
+                    web, "POST", target, f"{web.name} {variant} token {target}", data=data
                 )
-            return f"{web.name} {variant} token to {target}: {r.status_code if r else '-'}"
+                codes.append(r.status_code if r else 0)
+                if r is not None and not (
+                    r.status_code == 401 or (r.status_code == 403 and "Form expired" in r.text)
+                ):
+                    self.violation(
+                        f"{web.name}: a form with a {variant} token to {target} answered "
+                        f"{r.status_code}"
+                    )
+            return f"{web.name} {variant} token to every form: {codes}"
         if variant == "confirm_other" and pending:
             fields = self.confirm_page(other, aid)
             if fields is None:
