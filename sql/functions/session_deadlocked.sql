@@ -22,8 +22,9 @@ BEGIN
                  'for a lock this transaction holds (most often the session''s history, which a '
                  'call of it reported in this transaction holds until it ends). Nothing was '
                  'changed.',
-        HINT = 'End this transaction (roll it back, or commit what it did before), then try '
-               'again: the other transaction goes on once this one ends.';
+        HINT = 'Roll this transaction back (this error aborted it: a COMMIT now rolls it back '
+               'too), then make its calls again: the other transaction goes on once this one '
+               'ends.';
 END
 $$;
 

@@ -463,7 +463,7 @@ def test_an_agents_move_in_a_deadlock_with_its_own_other_transaction_is_held(
         time.sleep(0.3)  # its deadlock check (100 ms) found no cycle: the move's finds it
         with pytest.raises(errors.SessionBusy, match="waits for this one") as raised:
             act()
-        assert raised.value.hint and "End this transaction" in raised.value.hint
+        assert raised.value.hint and "Roll this transaction back" in raised.value.hint
         assert "A deadlock ended the wait" in str(raised.value)
         holder.rollback()
         failing.join(10)
