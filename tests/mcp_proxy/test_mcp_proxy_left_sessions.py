@@ -35,6 +35,17 @@ def _begun(client: RawHttp, request_id: int, key: str) -> tuple[str, str]:
     return handle.split(".")[0], handle
 
 
+def _a_session(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy], proxy_lines: str = ""
+) -> tuple[HttpProxy, RawHttp, str, str]:
+    """A proxy in front of the session upstream, and a raw client of it that began a
+    session with a put: the proxy, the client, the session's id and its handle."""
+    proxy = HttpProxy(session_policy(tmp_path, proxy=proxy_lines), dsn, ledger)
+    http_proxies.append(proxy)
+    client = RawHttp(proxy.url)
+    return proxy, client, *_begun(client, 1, "a")
+
+
 def test_an_end_that_outlasts_the_sdks_bound_on_exit_callbacks_still_ends_the_session(
     tmp_path: Path,
     dsn: str,
@@ -52,10 +63,9 @@ def test_an_end_that_outlasts_the_sdks_bound_on_exit_callbacks_still_ends_the_se
     waits, and the session completes once the call is recorded."""
     monkeypatch.setenv("UNDOLOG_TEST_SDK_CLEANUP_SECONDS", "0.2")  # tests/undolog_main.py
     lease = 3.0  # a beat every second: room for a loaded machine
-    proxy = HttpProxy(session_policy(tmp_path, proxy=f"lease_seconds = {lease}"), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, _ = _begun(client, 1, "a")
+    _proxy, client, sid, _ = _a_session(
+        tmp_path, dsn, ledger, http_proxies, f"lease_seconds = {lease}"
+    )
     pool = ThreadPoolExecutor(1)
     try:
         pool.submit(client.call, 2, "slow_make", {"key": "s", "seconds": 30})
@@ -84,10 +94,7 @@ def test_a_session_resumed_while_its_left_connections_end_waits_is_not_ended_und
     completed the session under the new connection, whose next call was refused (or,
     with a call of it in flight, failed it and undid every call). Now that end stands
     down: the new connection holds the session, and its own leaving ends it."""
-    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, handle = _begun(client, 1, "a")
+    proxy, client, sid, handle = _a_session(tmp_path, dsn, ledger, http_proxies)
     pool = ThreadPoolExecutor(1)
     try:
         slow = pool.submit(client.call, 2, "slow_make", {"key": "s", "seconds": 30})
@@ -127,10 +134,7 @@ def test_a_session_left_in_a_partial_undo_is_completed_once_the_undo_is_over(
     undone the call the undo left standing at the lease's expiry). Now the end waits for
     the partial undo's walk, then completes the session, its first call kept; a proxy
     stopping walks it first."""
-    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, _ = _begun(client, 1, "a")
+    proxy, client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
     _begun(client, 2, "b")
     assert saga.rollback_last(conn, uuid.UUID(sid), 1, "the second was wrong", "op") == (
         "compensating"
@@ -156,10 +160,7 @@ def test_a_call_without_a_connection_does_not_take_over_a_left_sessions_end(
     whose end ends the session: approved, it stayed active with nobody to end it. Now
     only a connection (or the idle boundary) takes the end over; the session completes
     once approved."""
-    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, handle = _begun(client, 1, "a")
+    proxy, client, sid, handle = _a_session(tmp_path, dsn, ledger, http_proxies)
     pool = ThreadPoolExecutor(1)
     try:
         pool.submit(client.call, 2, "pay", {"account": "acc", "amount_cents": 5})
@@ -203,10 +204,7 @@ def test_a_proxy_over_http_stopped_by_a_signal_ends_its_live_sessions(
     active (for their lease's expiry to fail them and a worker to undo their calls), and
     SIGINT's (asyncio.run's) cancelled the proxy's close at its first wait. Now the proxy
     closes as a client's leaving would end its sessions: completed."""
-    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, _ = _begun(client, 1, "a")
+    proxy, _client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
     proxy.process.send_signal(stop)
     assert proxy.process.wait(15) == 0
     assert _ended(conn, sid) == "completed"
@@ -227,10 +225,7 @@ def test_a_partial_undo_that_lands_while_the_session_is_being_completed_is_waite
     completion was refused, the proxy started the walk and forgot the session: the walk
     put it back to active, with nobody to end it. Now the proxy reads the state again
     and waits for the partial undo as when it finds one."""
-    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
-    http_proxies.append(proxy)
-    client = RawHttp(proxy.url)
-    sid, _ = _begun(client, 1, "a")
+    _proxy, client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
     _begun(client, 2, "b")
     with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
         operator.execute(
