@@ -83,11 +83,8 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	touch $@ $(CORE_STAMP)
 
-$(MCP_STAMP): tools/mcp-reference-servers.json
-	@command -v npm >/dev/null || { echo "npm is missing: install Node.js (node, npm) to run the reference MCP servers"; exit 1; }
-	@echo "installing the reference MCP servers into $(MCP_SERVERS)"
-	npm install --prefix $(MCP_SERVERS) --no-audit --no-fund \
-		$$(python3 -c 'import json,sys; print(" ".join(f"{k}@{v}" for k, v in json.load(open(sys.argv[1])).items()))' $<)
+$(MCP_STAMP): tools/mcp-reference-servers.json tools/install-mcp-servers.sh
+	@bash tools/install-mcp-servers.sh $(MCP_SERVERS)
 	touch $@
 
 lint: lint-sql lint-py

@@ -574,3 +574,42 @@ def test_make_demo_on_a_given_database_says_how_to_get_a_throwaway_one() -> None
         ["make", "-n", "demo"], cwd=ROOT, env=shell_env(None), capture_output=True, text=True
     ).stdout
     assert "unset UNDOLOG_DSN: a throwaway PostgreSQL" in plan
+
+
+NPM_REFUSED = """#!/bin/sh
+echo "npm http fetch GET https://registry.npmjs.org/x attempt 1 failed with SELF_SIGNED_CERT_IN_CHAIN" >&2
+exit 1
+"""
+NPM_SILENT = "#!/bin/sh\nexec sleep 30\n"
+NPM_WORKS = '#!/bin/sh\necho "npm $*"\n'
+
+
+@pytest.mark.parametrize(
+    ("npm", "rc", "told"),
+    [
+        (NPM_REFUSED, 1, "export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt"),
+        (NPM_SILENT, 1, "npm install did not finish in 1 s (UNDOLOG_NPM_TIMEOUT"),
+        (NPM_WORKS, 0, "@modelcontextprotocol/server-memory@"),
+    ],
+    ids=["certificate refused", "registry silent", "installed"],
+)
+def test_the_mcp_servers_install_is_bounded_and_says_what_to_do(
+    tmp_path: Path, npm: str, rc: int, told: str
+) -> None:
+    """make test's npm install of the reference MCP servers shows each request, stops
+    after UNDOLOG_NPM_TIMEOUT seconds, and a failure names the next step."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "npm").write_text(npm)
+    (bin_ / "npm").chmod(0o755)
+    out = subprocess.run(
+        ["/bin/bash", str(ROOT / "tools/install-mcp-servers.sh"), str(tmp_path / "servers")],
+        env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "UNDOLOG_NPM_TIMEOUT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert out.returncode == rc, out.stderr
+    assert told in out.stdout + out.stderr
+    if rc == 0:
+        assert "--loglevel=http" in out.stdout and "--prefix" in out.stdout
