@@ -416,15 +416,72 @@ def test_one_login_cannot_fill_the_dashboard_and_lock_everyone_out(
         assert log_in(client, "dash_approver").status_code == 303  # others still get in
         client.cookies.clear()
         assert log_in(client, "dash_approver2").status_code == 303
-        # the dashboard is full (6): a login holding none is refused, one holding some
+        # the dashboard is full (6): a person of the staff holding none takes the oldest
+        # agent-only web session's place (an agent's, or a person's holding none, is
+        # refused: test_agent_logins_together_cannot_fill_...), one holding some
         # replaces its own oldest
         client.cookies.clear()
-        refused = log_in(client, "dash_operator")
-        assert refused.status_code == 401 and "too many people" in refused.text
+        assert log_in(client, "dash_operator").status_code == 303
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+        assert len(held) == MAX_SESSIONS_PER_LOGIN - 1
         client.cookies.clear()
         assert log_in(client, "dash_approver").status_code == 303
         assert len(dashboard.store.sessions) == 6
     assert backends_of(conn, "dash_agent") == 0
+
+
+def test_agent_logins_together_cannot_fill_the_dashboard_and_lock_the_staff_out(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """The per-login cap stops one agent login, not several: a compromised host holding a
+    few agents' passwords (max_sessions / 4 of them: 25 at the default 100) took every
+    web session, each kept alive by a request now and then, and every approver and
+    operator who logged in next was refused "too many people". A person of the staff
+    who finds the dashboard full now takes the place of the oldest agent-only web
+    session; an agent login still cannot take anyone's."""
+    dashboard = Dashboard(app_dsn)
+    dashboard.store.max_sessions = 8
+    with TestClient(dashboard.app(), follow_redirects=False) as client:
+        agents = []
+        for login in ("dash_agent", "dash_agent2"):
+            for _ in range(MAX_SESSIONS_PER_LOGIN):
+                client.cookies.clear()
+                assert log_in(client, login).status_code == 303
+                agents.append(client.cookies["undolog_session"])
+        assert len(dashboard.store.sessions) == dashboard.store.max_sessions  # full
+        for staff in ("dash_approver", "dash_operator"):
+            client.cookies.clear()
+            assert log_in(client, staff).status_code == 303, staff
+            assert staff in client.get("/sessions").text
+        # the two oldest agents' web sessions made the room, and their pages say why
+        left = TestClient(dashboard.app(), follow_redirects=False)
+        for number, cookie in enumerate(agents):
+            left.cookies.set("undolog_session", cookie)
+            page = left.get("/sessions")
+            assert page.status_code == (303 if number < 2 else 200), number
+            if number < 2:
+                notice = left.get("/login").text
+                assert "to make room for a person of the staff" in notice
+        assert backends_of(conn, "dash_agent") == 2 * (MAX_SESSIONS_PER_LOGIN - 2)
+        # a login holding some replaces its own oldest, as before
+        for login in ("dash_agent2", "dash_agent"):
+            client.cookies.clear()
+            assert log_in(client, login).status_code == 303
+        # an agent holding none finds a dashboard full of people full, and takes nobody's
+        # place; nor does a person take another person's
+        staff_only = Dashboard(app_dsn)
+        staff_only.store.max_sessions = 2
+        with TestClient(staff_only.app(), follow_redirects=False) as other:
+            for login in ("dash_approver", "dash_approver2"):
+                other.cookies.clear()
+                assert log_in(other, login).status_code == 303
+            other.cookies.clear()
+            refused = log_in(other, "dash_agent")
+            assert refused.status_code == 401 and "too many people" in refused.text
+            other.cookies.clear()
+            refused = log_in(other, "dash_operator")
+            assert refused.status_code == 401 and "too many people" in refused.text
+        assert len(dashboard.store.sessions) == dashboard.store.max_sessions
 
 
 def test_an_idle_web_session_ends_its_open_streams_and_connections(

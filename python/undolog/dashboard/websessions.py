@@ -38,6 +38,8 @@ CONNECT_TIMEOUT = 5
 # would take every one of the dashboard's max_sessions and lock the approvers out. One more
 # login replaces that login's oldest web session (logged out) rather than being refused: a
 # person who closed four tabs without logging out must not wait for the idle timeout.
+# Several agent logins together still could (25 fill 100): a person of the staff who finds
+# the dashboard full takes the place of the oldest agent-only web session (login()).
 MAX_SESSIONS_PER_LOGIN = 4
 # Cookies of web sessions that a newer login replaced, kept (bounded) only so that the
 # login page can tell that browser why it was logged out.
@@ -354,7 +356,11 @@ class SessionStore:
         # (checked again below, once the database said who this is: a login that holds
         # web sessions already replaces its own oldest one even when the dashboard is full)
         holds_some = any(ws.login == login for ws in self.sessions.values())
-        if len(self.sessions) >= self.max_sessions and not holds_some:
+        if (
+            len(self.sessions) >= self.max_sessions
+            and not holds_some
+            and self._oldest_agent_only() is None
+        ):
             raise LoginRefused("too many people are logged in to this dashboard; try later")
         try:
             conninfo = person_conninfo(self.dsn, login, password)
@@ -398,8 +404,23 @@ class SessionStore:
                 held = [other for other in self.sessions.values() if other.login == row[0]]
                 full = len(self.sessions) >= self.max_sessions
                 if full and not held:
-                    raise LoginRefused("too many people are logged in to this dashboard; try later")
-                if len(held) >= MAX_SESSIONS_PER_LOGIN or full:
+                    # Agent logins together (a host holding several agents' passwords) may
+                    # fill the dashboard, each within its own cap: a person of the staff
+                    # then takes the place of the oldest agent-only web session, so that
+                    # agents never lock the approvers and operators out of it. Nobody
+                    # takes a person's place, and an agent takes nobody's.
+                    oldest_agent = self._oldest_agent_only() if roles.staff else None
+                    if oldest_agent is None:
+                        raise LoginRefused(
+                            "too many people are logged in to this dashboard; try later"
+                        )
+                    await self._replace(
+                        oldest_agent,
+                        f"You were logged out here to make room for a person of the staff: "
+                        f"this dashboard holds at most {self.max_sessions} web sessions, "
+                        f"and {row[0]} logged in when all were taken.",
+                    )
+                elif len(held) >= MAX_SESSIONS_PER_LOGIN or full:
                     # the same count is kept (one out, one in), so this never refuses
                     await self._replace(min(held, key=lambda other: other.started))
                 listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
@@ -439,18 +460,28 @@ class SessionStore:
             )
             raise LoginRefused("login refused: wrong login or password")
 
-    async def _replace(self, old: WebSession) -> None:
-        """Log ``old`` out for a newer login of the same person (its cookie stops working
-        at once; its open pages are told they were logged out)."""
+    def _oldest_agent_only(self) -> WebSession | None:
+        """The oldest web session of a login that holds no staff role, if any."""
+        agents = [ws for ws in self.sessions.values() if not ws.roles.staff]
+        return min(agents, key=lambda ws: ws.started) if agents else None
+
+    async def _replace(self, old: WebSession, why: str | None = None) -> None:
+        """Log ``old`` out for a newer login of the same person, or (``why`` saying so)
+        to make room for a person of the staff: its cookie stops working at once, its
+        open pages are told they were logged out, and its login page says why."""
         self.sessions.pop(old.sid, None)
         if len(self.replaced) >= REPLACED_MEMORY:
             del self.replaced[next(iter(self.replaced))]
-        self.replaced[old.sid] = (
+        self.replaced[old.sid] = why or (
             f"You were logged out here because {old.login} logged in somewhere else with "
             f"{MAX_SESSIONS_PER_LOGIN} web sessions already open (the oldest one ends)."
         )
         await old.close()
-        log.info("%s: oldest web session replaced by a new login", old.login)
+        log.info(
+            "%s: oldest web session replaced by a new login%s",
+            old.login,
+            " (the dashboard was full: room made for the staff)" if why else "",
+        )
 
     @staticmethod
     async def _relay(ws: WebSession) -> None:
