@@ -198,6 +198,38 @@ def test_the_agents_own_login_needs_the_database_to_allow_it(
     ).fetchone() == (0,)
 
 
+def test_a_login_that_is_an_approver_too_undoes_its_own_session_as_staff(
+    dsn: str, conn: Conn
+) -> None:
+    """By design (docs/tutorials/undo-to-a-point.md: "An operator or approver may undo any
+    session to a point"): a login holding undolog_approver beside undolog_agent undoes its
+    own sessions where the database does not allow agents to, as staff, and the undo is
+    recorded as a person's (an operator action, its login), not as the agent's own. Red
+    team round 12 asked whether the approver's role was a way around
+    undolog.agent_rollback_to; it is the staff's power, held by grant, and it shows."""
+    name = f"both_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE undolog_agent, undolog_approver")
+    try:
+        ul = _app(psycopg.conninfo.make_conninfo(dsn, user=name))
+        with ul.session() as s:
+            book("a")
+            book("b")
+            # an approver runs no walk: it asks, and the worker walks
+            assert s.undo_last(1, wait=0.0) == "compensating"
+            assert walk.work(conn, {"unbook": _unbook}) == {s.session_id: "active"}
+            book("c")
+        assert undone == ["b"]
+        asked = _history(conn, s.session_id)[1][2]["rollback_to"]
+        assert asked["login"] == name
+        assert conn.execute(
+            "SELECT action FROM undolog.undolog_operator_actions WHERE session_id = %s",
+            (s.session_id,),
+        ).fetchall() == [("rollback_to",)]
+    finally:
+        conn.execute(f"DROP OWNED BY {name}")
+        conn.execute(f"DROP ROLE {name}")
+
+
 def test_an_irreversible_call_in_the_range_halts_the_walk(dsn: str, conn: Conn) -> None:
     sid = engine.begin_session(conn)
     for step, (tool, tier) in enumerate(
