@@ -4,7 +4,7 @@
 -- approve/reject and the recorded operator functions (rollback_session here).
 -- Logins are played with SET SESSION AUTHORIZATION: ownership is session_user.
 BEGIN;
-SELECT plan(21);
+SELECT plan(24);
 
 \ir _helpers.psql
 
@@ -108,6 +108,33 @@ SELECT throws_ok(format($$SELECT undolog.approve(%L, 'me')$$, :'own_approval'),
     '42501', NULL, 'a login cannot approve its own call');
 SELECT is(undolog.reject(:'own_approval', 'me', 'changed my mind'), 'rejected',
           'it may still reject it');
+RESET SESSION AUTHORIZATION;
+
+-- A login that can become the maker (a member of its login: SET ROLE, then set its
+-- password), or that the maker can become, is the maker.
+SET SESSION AUTHORIZATION ul_t_agent_b;
+SELECT pg_temp.tool('payout', 'irreversible') AS tool_payout_b \gset
+SELECT undolog.begin_session('c0000000-0000-4000-8000-00000000000c');
+SELECT approval_id AS b_approval FROM undolog.intercept(
+    'c0000000-0000-4000-8000-00000000000c', 0, 'payout', 'irreversible', '{"cents": 2}',
+    pg_temp.sig('b-approval')) \gset
+RESET SESSION AUTHORIZATION;
+CREATE ROLE ul_t_boss NOLOGIN IN ROLE undolog_approver;
+GRANT ul_t_agent_b TO ul_t_boss;
+SET SESSION AUTHORIZATION ul_t_boss;
+SELECT throws_ok(format($$SELECT undolog.approve(%L, 'boss')$$, :'b_approval'),
+    '42501', NULL, 'a member of the maker''s login cannot approve its call');
+RESET SESSION AUTHORIZATION;
+REVOKE ul_t_agent_b FROM ul_t_boss;
+GRANT ul_t_boss TO ul_t_agent_b;
+SET SESSION AUTHORIZATION ul_t_boss;
+SELECT throws_ok(format($$SELECT undolog.approve(%L, 'boss')$$, :'b_approval'),
+    '42501', NULL, 'nor a login the maker is a member of');
+RESET SESSION AUTHORIZATION;
+REVOKE ul_t_boss FROM ul_t_agent_b;
+SET SESSION AUTHORIZATION ul_t_boss;
+SELECT is(undolog.approve(:'b_approval', 'boss'), 'approved',
+          'once neither is the other''s member, it approves');
 RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();

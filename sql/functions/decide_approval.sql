@@ -131,23 +131,49 @@ BEGIN
     -- Nobody approves their own call: a login that holds both the agent and the approver
     -- role must not say yes to what it asked for itself (a superuser may: it can anyway).
     -- "Its own" is the session it owns, and the call it made (intercepted_by), wherever
-    -- it made it: an approver may intercept into another agent's session.
+    -- it made it: an approver may intercept into another agent's session. And a login
+    -- that can become the maker, or that the maker can become, is the maker: a member of
+    -- another login may SET ROLE to it and, as it, set its password (PostgreSQL lets a
+    -- role change its own), then log in as it; so an approver granted an agent's login
+    -- made calls as the agent and approved them as herself, and an agent granted an
+    -- approver's login took hers (red team round 12). A name no role bears any more
+    -- (the maker's login dropped since) is no member of anything: not asked about, as
+    -- pg_has_role would raise for it.
     SELECT e.intercepted_by INTO v_intercepted_by
     FROM undolog.undolog_approval_requests AS a
     JOIN undolog.undolog_effect_log AS e
         ON e.session_id = a.session_id AND e.effect_id = a.effect_id
        AND e.executed_at = a.executed_at
     WHERE a.approval_id = p_approval_id AND a.session_id = v_session_id;
-    IF p_decision = 'approved' AND session_user IN (v_owner_role, v_intercepted_by)
+    IF p_decision = 'approved'
+       AND (session_user IN (v_owner_role, v_intercepted_by)
+            OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                       WHERE r.rolname IN (v_owner_role, v_intercepted_by)
+                         AND (pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+                              -- a superuser is a member of every role to pg_has_role:
+                              -- its calls are not every approver's own
+                              OR (NOT r.rolsuper
+                                  AND pg_catalog.pg_has_role(r.oid, session_user, 'MEMBER')))))
        AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user)
     THEN
+        IF session_user IN (v_owner_role, v_intercepted_by) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '42501',
+                MESSAGE = pg_catalog.format('approval %s: a login cannot approve its own call',
+                                            p_approval_id),
+                HINT = 'Another approver must decide.';
+        END IF;
         RAISE EXCEPTION USING
             ERRCODE = '42501',
             MESSAGE = pg_catalog.format('approval %s: a login cannot approve its own call',
                                         p_approval_id),
-            HINT = 'Another approver must decide.';
+            DETAIL = pg_catalog.format(
+                'The call is %s''s, and %s is a member of that login or it of %s: either may '
+                'SET ROLE to the other and set its password.',
+                coalesce(v_intercepted_by, v_owner_role), session_user, session_user),
+            HINT = 'Another approver must decide; and REVOKE the membership: a person''s login '
+                   'and an agent''s must not be members of each other.';
     END IF;
-
     -- Re-read under lock: a concurrent decision may have committed since the lookup.
     SELECT a.* INTO STRICT v_request
     FROM undolog.undolog_approval_requests AS a

@@ -67,6 +67,59 @@ def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
     assert approvals.approve(other_approver, call.approval_id, "alice") == "approved"
 
 
+def test_a_login_that_can_become_the_calls_maker_cannot_approve_it(
+    dsn: str, conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """Self-approval was refused by name only (session_user against the session's owner
+    and the call's maker). A login that is a member of another can SET ROLE to it and,
+    as it, set its password (PostgreSQL lets a role change its own), then log in as it:
+    an approver granted an agent's login (GRANT billing_agent TO alice) made calls as
+    the agent and approved them as herself; an agent granted an approver's login took
+    the approver's. Red team round 12: a login that can become the maker, or that the
+    maker can become, is the maker."""
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    other = login("undolog_approver")
+    a, b = agent.info.user, approver.info.user
+    calls = []
+    for _ in range(3):
+        session = engine.begin_session(agent, agent="billing")
+        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+        assert call.approval_id is not None
+        calls.append(call.approval_id)
+    conn.execute(f"GRANT {a} TO {b}")
+    # the premise: membership hands the agent's login over
+    approver.execute(f"SET ROLE {a}")
+    approver.execute(f"ALTER ROLE {a} PASSWORD 'taken-over'")
+    approver.execute("RESET ROLE")
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(approver, calls[0], "alice")
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(approver, calls[0], "alice", args={"cents": 500})
+    conn.execute(f"REVOKE {a} FROM {b}")
+    conn.execute(f"GRANT {b} TO {a}")  # the other way round: the agent may become her
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(approver, calls[1], "alice")
+    with pytest.raises(errors.PermissionDenied, match="cannot approve its own call"):
+        approvals.approve(agent, calls[1], "alice")  # an approver by inheritance
+    conn.execute(f"REVOKE {b} FROM {a}")
+    assert approvals.approve(approver, calls[1], "alice") == "approved"
+    assert approvals.approve(other, calls[0], "bob") == "approved"
+    # a superuser is a member of every role to PostgreSQL: its calls are still others'
+    session = engine.begin_session(conn, agent="root")
+    call = engine.intercept(conn, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    assert approvals.approve(other, call.approval_id, "bob") == "approved"
+    # a session whose owner's login was dropped since is still decided (no role to ask
+    # about is no error)
+    agent.close()
+    conn.execute(f"ALTER ROLE {a} RENAME TO {a}_gone")
+    try:
+        assert approvals.approve(other, calls[2], "bob") == "approved"
+    finally:
+        conn.execute(f"ALTER ROLE {a}_gone RENAME TO {a}")
+
+
 def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
     session = engine.begin_session(conn)
     call = engine.intercept(conn, session, 0, "send", "compensable", {}, UNDO)
