@@ -577,7 +577,7 @@ def test_make_demo_on_a_given_database_says_how_to_get_a_throwaway_one() -> None
 
 
 NPM_REFUSED = """#!/bin/sh
-echo "npm http fetch GET https://registry.npmjs.org/x attempt 1 failed with SELF_SIGNED_CERT_IN_CHAIN" >&2
+echo "npm http fetch GET https://registry.npmjs.org/x failed with SELF_SIGNED_CERT_IN_CHAIN" >&2
 exit 1
 """
 NPM_SILENT = "#!/bin/sh\nexec sleep 30\n"
