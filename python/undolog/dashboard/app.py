@@ -463,6 +463,33 @@ def args_diff(requested: Any, edited: Any) -> list[tuple[str, str]]:
     return [(line[0], line[2:]) for line in lines if line[:1] in ("-", "+", " ")]
 
 
+# The fields a page of the dashboard sends more than once in one form: the inbox's ticked
+# requests and a confirmation page's restated decisions. Any other field comes once.
+MANY_VALUED = frozenset({"ids", "pick"})
+
+
+def repeated_field(form: FormData) -> bool:
+    """Whether ``form`` holds a field other than :data:`MANY_VALUED` more than once.
+    Starlette's form.get() reads the last of them, while whatever looked at the request
+    before (a proxy's filter, an audit of the raw body, a person) may have read the first:
+    a decision, a confirmation nonce or a reason checked there would not be the one acted
+    on here. No page of the dashboard sends that, so such a form is refused whole."""
+    seen: set[str] = set()
+    for key, _ in form.multi_items():
+        if key in seen and key not in MANY_VALUED:
+            return True
+        seen.add(key)
+    return False
+
+
+def only_token(form: FormData) -> object:
+    """The form's CSRF token when it holds exactly one, else None (refused as a missing
+    one): with two, Starlette reads the last, and a forged form could carry a good token
+    after whatever a checker in front of the dashboard reads first."""
+    tokens = form.getlist("csrf")
+    return tokens[0] if len(tokens) == 1 else None
+
+
 def same_token(given: object, expected: str | None) -> bool:
     """Whether a posted token is the expected one, in constant time. Compared as bytes:
     hmac.compare_digest raises TypeError for a str holding any non-ASCII character, and
@@ -678,8 +705,7 @@ class Dashboard:
                 "Log in and try again.",
             )
         form = await request.form()
-        token = form.get("csrf")
-        if not same_token(token, ws.csrf):
+        if not same_token(only_token(form), ws.csrf):
             return self.problem(
                 request,
                 ws,
@@ -688,7 +714,21 @@ class Dashboard:
                 "This form's security token is missing or stale: nothing was written. "
                 "Reload the page and try again.",
             )
+        if repeated_field(form):
+            return self.form_refused(request, ws)
         return ws, form
+
+    def form_refused(self, request: Request, ws: WebSession | None) -> HTMLResponse:
+        """The page of a form that holds a field, or names a request, more than once
+        (:func:`repeated_field`): nothing was read or written."""
+        return self.problem(
+            request,
+            ws,
+            400,
+            "Form refused",
+            "This form holds a field or a request more than once, which no page of this "
+            "dashboard sends: nothing was written. Reload the page and try again.",
+        )
 
     def not_found(self, request: Request, ws: WebSession | None, what: str) -> HTMLResponse:
         """404, and where the ones the person may see are listed, as the command's hint
@@ -752,10 +792,17 @@ class Dashboard:
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
-        token, cookie = form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE)
+        token, cookie = only_token(form), request.cookies.get(LOGIN_CSRF_COOKIE)
         if not same_token(token, cookie):
             return self._login_form(
                 request, "The login form expired: nothing was sent. Try again.", 403
+            )
+        if repeated_field(form):  # the login a throttle counted is the one tried
+            return self._login_form(
+                request,
+                "The login form holds a field more than once: nothing was sent. "
+                "Reload the page and log in again.",
+                400,
             )
         login, password = form.get("login"), form.get("password")
         if not isinstance(login, str) or not login.strip() or not isinstance(password, str):
@@ -965,6 +1012,11 @@ class Dashboard:
         if isinstance(got, Response):
             return got
         ws, form = got
+        # One way of deciding a form: a confirmation page's picks, one row's button, or the
+        # bulk action (only the button clicked is sent; ticked ids come with any of them).
+        # Two would be read here in an order a filter in front need not share.
+        if sum(key in form for key in ("pick", "approve_one", "reject_one", "action")) > 1:
+            return self.form_refused(request, ws)
         back = self._local(form.get("next"), "/approvals")
         picked: list[tuple[str, str, str]] = []  # (action, id text, reason)
         # The confirmation page resends its decisions as "approve:<id>" with reason_<id>.
@@ -992,6 +1044,12 @@ class Dashboard:
                 )
             text = bulk_reason if isinstance(bulk_reason, str) else ""
             picked = [(str(bulk), i, text) for i in ids]
+        # A request named twice (its id as typed, or in capitals) is decided once or
+        # twice, in an order of the form's: and a confirmation page would restate it
+        # with its reason field twice, which that page's own post would then be refused for.
+        named = [str(u) if (u := self._uuid(i)) else i for _, i, _ in picked]
+        if len(set(named)) < len(named):
+            return self.form_refused(request, ws)
         confirming, pending = await self._needs_confirming(ws, picked)
         if confirming:
             ids = [str(r["approval_id"]) for r in confirming]
