@@ -46,9 +46,7 @@ def test_the_login_form_refuses_a_repeated_token_or_login(web: TestClient) -> No
     for login in ("dash_approver", ["dash_agent", "dash_approver"]):
         token = csrf_of(web.get("/login").text)
         tokens = ["forged", token] if isinstance(login, str) else token
-        refused = web.post(
-            "/login", data={"csrf": tokens, "login": login, "password": PASSWORD}
-        )
+        refused = web.post("/login", data={"csrf": tokens, "login": login, "password": PASSWORD})
         assert refused.status_code in (400, 403), login
         assert "nothing was sent" in refused.text
         assert web.get("/approvals").status_code == 303  # not logged in
