@@ -658,6 +658,7 @@ def test_a_web_session_ends_after_the_read_on_its_connection_not_under_it(
             await asyncio.sleep(0.05)  # its query sent, its task waiting for the server
             started = time.monotonic()
             await dashboard.store.logout(ws)
+            await asyncio.gather(*dashboard.store.closing)  # it closes in the background
             read_left = ws.lock.locked()
             newer = await dashboard.store.login("dash_approver", PASSWORD)  # opens two
             assert not read_left, "closed under the read"

@@ -57,8 +57,9 @@ MAX_CONFIRMS = 20
 CLOSE_WAIT = 5.0
 
 
-# Closings left to run in the background (WebSession.close, SessionStore.get), until done:
-# the event loop holds only a weak reference to a task.
+# Connections left to be closed when their query ends (WebSession.close, once it gave up
+# waiting), until done: the event loop holds only a weak reference to a task. Not awaited
+# at shutdown: such a query may never end.
 _CLOSING: set[asyncio.Task[None]] = set()
 
 
@@ -347,6 +348,9 @@ class SessionStore:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self.sessions: dict[str, WebSession] = {}
+        # Web sessions ending (SessionStore.end): each closes in a task of its own, which
+        # close_all awaits at shutdown.
+        self.closing: set[asyncio.Task[None]] = set()
         self.replaced: dict[str, str] = {}  # sid of a replaced web session: why it ended
         # Counting the sessions and adding one must be one step: concurrent logins each
         # counted the others' sessions before any was added, and all got in.
@@ -414,7 +418,7 @@ class SessionStore:
                         raise LoginRefused(
                             "too many people are logged in to this dashboard; try later"
                         )
-                    await self._replace(
+                    self._replace(
                         oldest_agent,
                         f"You were logged out here to make room for a person of the staff: "
                         f"this dashboard holds at most {self.max_sessions} web sessions, "
@@ -422,7 +426,7 @@ class SessionStore:
                     )
                 elif len(held) >= MAX_SESSIONS_PER_LOGIN or full:
                     # the same count is kept (one out, one in), so this never refuses
-                    await self._replace(min(held, key=lambda other: other.started))
+                    self._replace(min(held, key=lambda other: other.started))
                 listener = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
                 try:
                     self._check_password_used(listener, login)
@@ -465,7 +469,7 @@ class SessionStore:
         agents = [ws for ws in self.sessions.values() if not ws.roles.staff]
         return min(agents, key=lambda ws: ws.started) if agents else None
 
-    async def _replace(self, old: WebSession, why: str | None = None) -> None:
+    def _replace(self, old: WebSession, why: str | None = None) -> None:
         """Log ``old`` out for a newer login of the same person, or (``why`` saying so)
         to make room for a person of the staff: its cookie stops working at once, its
         open pages are told they were logged out, and its login page says why."""
@@ -476,12 +480,27 @@ class SessionStore:
             f"You were logged out here because {old.login} logged in somewhere else with "
             f"{MAX_SESSIONS_PER_LOGIN} web sessions already open (the oldest one ends)."
         )
-        await old.close()
+        self.end(old)
         log.info(
             "%s: oldest web session replaced by a new login%s",
             old.login,
             " (the dashboard was full: room made for the staff)" if why else "",
         )
+
+    def end(self, ws: WebSession) -> None:
+        """End ``ws`` now (its cookie opens nothing, a request waiting for its connection
+        is told it ended, its pages are woken) and close its connections in the
+        background: WebSession.close waits up to twice CLOSE_WAIT for a database that
+        answers neither a query nor its cancel, and the person logging in or out, the
+        newer login replacing it, or the reaper, must not wait for that."""
+        self.sessions.pop(ws.sid, None)
+        if ws.closed:
+            return  # ended already (a page's request that saw it end logs it out again)
+        ws.closed = True
+        ws.wake()
+        task = asyncio.get_running_loop().create_task(ws.close(), name=f"undolog-close-{ws.login}")
+        self.closing.add(task)
+        task.add_done_callback(self.closing.discard)
 
     @staticmethod
     async def _relay(ws: WebSession) -> None:
@@ -499,8 +518,7 @@ class SessionStore:
         if ws is None or ws.closed:
             return None
         if time.monotonic() - ws.last_seen > self.idle_timeout or ws.conn.closed:
-            self.sessions.pop(sid, None)
-            _in_background(ws.close(), f"undolog-close-{ws.login}")
+            self.end(ws)
             return None
         return ws
 
@@ -508,20 +526,22 @@ class SessionStore:
         ws.last_seen = time.monotonic()
 
     async def logout(self, ws: WebSession) -> None:
-        self.sessions.pop(ws.sid, None)
-        await ws.close()
+        self.end(ws)
         log.info("%s logged out", ws.login)
 
     async def reap(self) -> None:
-        """Close idle web sessions (and their connections)."""
+        """End idle web sessions (their connections close in the background: one stuck
+        close must not hold up the others, nor the next reap)."""
         now = time.monotonic()
-        for sid, ws in list(self.sessions.items()):
+        for ws in list(self.sessions.values()):
             if now - ws.last_seen > self.idle_timeout or ws.conn.closed:
-                self.sessions.pop(sid, None)
-                await ws.close()
+                self.end(ws)
                 log.info("%s: web session ended (idle)", ws.login)
 
     async def close_all(self) -> None:
+        """At shutdown: end every web session, and wait for every closing (each at most
+        twice CLOSE_WAIT, all at once) so that no connection is left to the process's end."""
         for ws in list(self.sessions.values()):
-            await ws.close()
-        self.sessions.clear()
+            self.end(ws)
+        while self.closing:
+            await asyncio.gather(*self.closing, return_exceptions=True)
