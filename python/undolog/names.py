@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 # Characters a reader does not see as themselves: bidirectional controls (U+202E turns
 # the rest of a line around, so "acct-1234" can be the text 4321-tcca), other format
@@ -516,27 +516,43 @@ def _ranges_of(chars: frozenset[str], wanted: Callable[[str], bool]) -> str:
 # of a MiB of "acct-\u04401234 p\u0430ypal.com" words, 1.4 s so, was 1.9 s).
 _DENSE = 64
 _DENSE_AFTER = 16
+# A text of more distinct characters not ASCII than this has every word asked, with no
+# search built: the search's classes hold each of them, and an agent's value of 3,000
+# (a few KiB) took some 50 ms to build one (each such value anew, past _candidates'
+# cache), new ones past the first 4096 characters some 120 ms (_non_ascii's 16 searches,
+# each of all those found before), a page of such values seconds. Asking every word is
+# linear in the text, whatever its characters: prose of one script needs a few dozen.
+_MANY_CHARS = 64
 
 
-def _non_ascii(text: str) -> frozenset[str]:
-    """The characters of ``text`` that are not ASCII. Those of its first 4096 characters,
-    then each one not among them found by a search from where the last was, 16 at most,
-    then the rest's: a MiB of prose in a few dozen letters is read once at the regular
-    expression engine's pace (``set(text)`` makes a string of each character beyond
-    Latin-1: 0.1 s a MiB of Russian text, 0.005 s so)."""
-    found = set(text[:4096])
+def _non_ascii(text: str) -> frozenset[str] | None:
+    """The characters of ``text`` that are not ASCII, None when there are more than
+    _MANY_CHARS of them. Those of its first 4096 characters, then each one not among
+    them found by a search from where the last was, 16 at most, then the rest's: a MiB
+    of prose in a few dozen letters is read once at the regular expression engine's pace
+    (``set(text)`` makes a string of each character beyond Latin-1: 0.1 s a MiB of
+    Russian text, 0.005 s so)."""
+    found = set(text[:4096]) - _ASCII
     at = 4096
     for _ in range(16 if len(text) > at else 0):
+        if len(found) > _MANY_CHARS:
+            return None
         hit = re.compile(f"[^\\x00-\\x7f{_ranges(sorted(map(ord, found)))}]").search(text, at)
         if hit is None:
-            return frozenset(found) - _ASCII
+            break
         found.add(hit.group())
         at = hit.start() + 1
-    return frozenset(found.union(text[at:])) - _ASCII
+    else:
+        found.update(text[at:])
+        found -= _ASCII
+    return frozenset(found) if len(found) <= _MANY_CHARS else None
 
 
 def _lookalike_positions(text: str, quotes: bool = True) -> list[int]:
-    patterns = _candidates(_non_ascii(text), quotes)
+    chars = _non_ascii(text)
+    if chars is None:
+        return _every_word(text, quotes)
+    patterns = _candidates(chars, quotes)
     if not patterns:
         return []
     forwards, *backwards = patterns
@@ -573,6 +589,16 @@ def _lookalike_positions(text: str, quotes: bool = True) -> list[int]:
         *(_WORD.match(text, start) for start in sorted(found_at) if start >= every_until),
         *_WORD.finditer(text, every_from),
     ]
+    return _asked(words, quotes)
+
+
+def _every_word(text: str, quotes: bool) -> list[int]:
+    """Where the look-alikes of ``text`` are, each of its words asked (the rule itself,
+    which the search above only narrows down)."""
+    return _asked(_WORD.finditer(text), quotes)
+
+
+def _asked(words: Iterable[re.Match[str] | None], quotes: bool) -> list[int]:
     found: list[int] = []
     for word in words:
         assert word is not None

@@ -124,3 +124,59 @@ def test_the_unseen_and_stacked_marks_patterns_find_what_they_found() -> None:
             (stacked, names._stacked_marks_pattern(beyond)),
         ):
             assert [m.span() for m in now.finditer(text)] == [m.span() for m in was.finditer(text)]
+
+
+# Letters of every script of the BMP, for hostile values of thousands of distinct
+# characters (an agent's payload made to cost the dashboard its time).
+LETTERS = [chr(code) for code in range(0x100, 0x10000) if chr(code).isalpha()]
+
+
+def many_kinds() -> list[str]:
+    """Texts of more distinct characters not ASCII than names._MANY_CHARS: anywhere, only
+    after the first 4096 (found by names._non_ascii's searches), past them, and at the
+    bound itself; mixed with ALPHABET's, so the rule's cases come up among them."""
+    rng = random.Random(20261208)
+    made = []
+    for n in (names._MANY_CHARS, names._MANY_CHARS + 1, 200, 3000):
+        for _ in range(6):
+            kinds = rng.sample(LETTERS, n) + list(ALPHABET)
+            made.append("".join(rng.choice(kinds) for _ in range(rng.randint(n, 3 * n))))
+    for first, after in ((10, 30), (10, 300), (40, 40), (300, 3000)):
+        chosen = rng.sample(LETTERS, first + after)
+        head = "".join(rng.choice(chosen[:first] + list(ALPHABET)) for _ in range(4096))
+        tail = "".join(rng.choice(chosen[first:] + list(ALPHABET)) for _ in range(2 * after))
+        made.append(head + tail)
+    return made
+
+
+@pytest.mark.parametrize("quotes", [True, False])
+def test_texts_of_many_distinct_characters_are_marked_as_every_word_asked(
+    quotes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past names._MANY_CHARS distinct characters, every word is asked rather than a
+    search built for them: the marks are the same either way."""
+    hostile = many_kinds()
+    for text in hostile:
+        assert names._lookalike_positions(text, quotes) == every_word(text, quotes), text[:80]
+    monkeypatch.setattr(names, "_MANY_CHARS", 10**6)  # the search, whatever the text
+    for text in hostile:
+        assert names._lookalike_positions(text, quotes) == every_word(text, quotes), text[:80]
+
+
+def test_a_text_of_many_distinct_characters_builds_no_search_for_them() -> None:
+    """A search's character classes hold each distinct character: a value of 3,000 of
+    them took some 50 ms to build one (and 256 such values, the cache, made each new one
+    pay again), new characters past the first 4096 some 120 ms (16 searches, each of
+    all those found before). Past names._MANY_CHARS none is built."""
+    rng = random.Random(5)
+    chosen = rng.sample(LETTERS, 3000)
+    anywhere = " ".join("".join(chosen[i : i + 8]) + "x1" for i in range(0, 3000, 8))
+    late = "".join(chosen[:2000]) + "b" * 2096 + "".join(chosen[2000:])
+    names._candidates.cache_clear()
+    for text in (anywhere, late):
+        assert names._non_ascii(text) is None
+        names.lookalike_runs(text)
+    assert names._candidates.cache_info().currsize == 0
+    few = "p\u0430ypal " * 1000 + "".join(chosen[: names._MANY_CHARS - 1])  # at the bound
+    assert names._non_ascii(few) == frozenset({*chosen[: names._MANY_CHARS - 1], "\u0430"})
+    assert names._lookalike_positions(few) == every_word(few, True)
