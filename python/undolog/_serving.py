@@ -176,15 +176,25 @@ class FailedAcceptsFilter(logging.Filter):
         return True
 
 
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
 @functools.cache
-def h11_protocol() -> type[asyncio.Protocol]:
+def h11_protocol(error_headers: Headers = ()) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection that has not sent a whole request
     (line, headers and body) within REQUEST_TIMEOUT of its opening, or, on a kept-alive
     connection, of the next request's first byte; every BODY_PROGRESS bytes of a body
     restart that timer. A connection handed to another protocol (uvicorn's WebSocket
     protocols, on an upgrade) is no longer watched. At most max_waiting() connections of
     a server wait for their request at once: one more closes the longest waiting (one
-    whose wait is the server's, see _held_by_us, is left)."""
+    whose wait is the server's, see _held_by_us, is left).
+
+    ``error_headers`` are added to the 400 uvicorn sends by itself, before any app is
+    called, for bytes that are no HTTP request (or an upgrade it does not serve): the
+    app's own headers (the dashboard's security headers) are not on it. uvicorn's
+    ``headers=`` setting would not do: its h11 protocol leaves them off that 400 too
+    (only its httptools protocol sends them there), and it adds them to every response
+    of the app, which has its own."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -268,6 +278,24 @@ def h11_protocol() -> type[asyncio.Protocol]:
                 cycle is not None and cycle.waiting_for_100_continue
             )
 
+        def send_400_response(self, msg: str) -> None:
+            if not error_headers:
+                super().send_400_response(msg)
+                return
+            # uvicorn's own (h11_impl.H11Protocol.send_400_response), with error_headers
+            headers = [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"connection", b"close"),
+                *error_headers,
+            ]
+            for event in (
+                h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                h11.Data(data=msg.encode("ascii")),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event) or b"")
+            self.transport.close()
+
         def _too_slow(self) -> None:
             self._unwatch()
             if not self._waiting():
@@ -298,15 +326,17 @@ def accept_batch() -> int:
     return max(1, max_waiting() // 4)
 
 
-def uvicorn_server(app: Any, **options: Any) -> uvicorn.Server:
-    """uvicorn's server for ``app`` (``options``: uvicorn.Config's), with h11_protocol()
-    and accept_batch(); its listening sockets keep a queue of LISTEN_QUEUE all the same
-    (uvicorn's backlog sets both, and with a queue of accept_batch() a connection beyond
-    it waits for the client to send its SYN again, a second or more: 300 connections
-    took 9 s to open)."""
+def uvicorn_server(app: Any, *, error_headers: Headers = (), **options: Any) -> uvicorn.Server:
+    """uvicorn's server for ``app`` (``options``: uvicorn.Config's), with
+    h11_protocol(``error_headers``) and accept_batch(); its listening sockets keep a queue
+    of LISTEN_QUEUE all the same (uvicorn's backlog sets both, and with a queue of
+    accept_batch() a connection beyond it waits for the client to send its SYN again, a
+    second or more: 300 connections took 9 s to open)."""
     import uvicorn
 
-    config = uvicorn.Config(app, http=h11_protocol(), backlog=accept_batch(), **options)
+    config = uvicorn.Config(
+        app, http=h11_protocol(error_headers), backlog=accept_batch(), **options
+    )
     return _server_class()(config)
 
 

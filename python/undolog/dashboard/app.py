@@ -186,6 +186,9 @@ class SecurityHeaders:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.no_websocket(scope, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -196,6 +199,23 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+    @staticmethod
+    async def no_websocket(scope: Scope, send: Send) -> None:
+        """The dashboard serves no WebSocket: a request to open one (which uvicorn hands
+        over as one, where a WebSocket library is installed) is refused with the headers
+        too. Starlette's refusal (websocket.close) made uvicorn answer a bare 403."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1000})
+            return
+        body = b"This dashboard serves no WebSocket: open its pages over HTTP."
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            *SECURITY_HEADERS,
+        ]
+        await send({"type": "websocket.http.response.start", "status": 403, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
 
 
 class ClientGone:

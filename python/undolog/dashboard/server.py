@@ -18,15 +18,29 @@ import contextlib
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from undolog import _serving, logs
 from undolog._argtypes import idle_minutes, port_number
+
+if TYPE_CHECKING:
+    import uvicorn
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
 
 DEMO_LOGINS_FLAG = "--i-know-this-creates-demo-logins"
+
+
+def uvicorn_server(app: Any, **options: Any) -> uvicorn.Server:
+    """The server ``undolog dashboard`` runs ``app`` in (``options``: uvicorn.Config's):
+    the faces' (_serving.uvicorn_server), whose own 400, sent before the app is called
+    (bytes that are no HTTP request), carries the dashboard's security headers as every
+    response of the app does."""
+    from undolog.dashboard.app import SECURITY_HEADERS
+
+    return _serving.uvicorn_server(app, error_headers=tuple(SECURITY_HEADERS), **options)
 
 
 def serve(
@@ -62,7 +76,7 @@ def serve(
 
         fill(dsn)
     print(f"UndoLog dashboard on http://{host}:{port}/ (Ctrl-C stops it)", flush=True)
-    server = _serving.uvicorn_server(
+    server = uvicorn_server(
         create_app(
             dsn, idle_timeout=idle_timeout, metrics_token=metrics_token, metrics_dsn=metrics_dsn
         ),
