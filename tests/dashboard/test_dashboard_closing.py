@@ -144,6 +144,7 @@ def test_a_web_session_whose_database_answers_nothing_ends_without_holding_anyon
                 # a page's read on it, sent and never answered: it holds the connection
                 stuck = asyncio.create_task(first.get("/approvals"))
                 while not old.lock.locked():
+                    assert not stuck.done(), stuck.result()
                     await asyncio.sleep(0.01)
                 others: list[httpx.AsyncClient] = []
                 if ending == "replaced by a fifth login":
