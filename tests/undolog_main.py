@@ -20,4 +20,25 @@ if bound := os.environ.get("UNDOLOG_TEST_SDK_CLEANUP_SECONDS"):
 
     mcp.server.runner._EXIT_STACK_CLOSE_TIMEOUT = float(bound)
 
+if gate := os.environ.get("UNDOLOG_TEST_ROLLBACK_LAST_GATE"):
+    # the proxy's rollback_last, once committed, waits for this file to exist: a test
+    # cuts undolog__undo_last off in that window, between the undo's commit and its walk
+    # (tests/mcp_proxy/test_mcp_undo_last.py), which is otherwise a few microseconds wide
+    import asyncio
+    from pathlib import Path
+    from typing import Any
+
+    import undolog.asaga
+
+    opened = Path(gate)
+    committed = undolog.asaga.rollback_last
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        done = await committed(*args, **kwargs)
+        while not opened.exists():
+            await asyncio.sleep(0.05)
+        return done
+
+    undolog.asaga.rollback_last = gated
+
 runpy.run_module("undolog.cli", run_name="__main__", alter_sys=True)

@@ -20,6 +20,7 @@ from psycopg_pool import PoolTimeout
 from test_mcp_proxy import (
     decided,
     ledger,
+    names,
     ops,
     pending_approval,
     release_slow_make,
@@ -458,3 +459,84 @@ def test_an_upstream_tool_of_the_undo_tools_name_gives_way_to_it(
     with caplog.at_level("WARNING", logger="undolog.mcp_proxy"):
         assert "undolog__undo_last" in build_routes(off, "kv", listing)
     assert caplog.records == []
+
+
+def test_an_undo_cut_off_after_its_rollback_last_is_walked_and_the_session_goes_on(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client gives up on undolog__undo_last (notifications/cancelled) once its
+    rollback_last committed, before the walk began (the window, a few microseconds,
+    held open by tests/undolog_main.py's gate). The request's task was cancelled there:
+    the session stayed compensating with no walk, the client's calls refused until a
+    worker walked it. Now the undo is the proxy's own task: walked, the session goes on."""
+    gate = tmp_path / "rollback-last-gate"
+    monkeypatch.setenv("UNDOLOG_TEST_ROLLBACK_LAST_GATE", str(gate))
+    line = Line(session_policy(tmp_path, proxy='undo_last_tool = "safe"'), dsn, ledger)
+    try:
+        line.start()
+        for i, key in enumerate(("a", "b"), 1):
+            line.call(i, "put", {"key": key, "value": "1"})
+            assert line.answer(i) is not None
+        line.call(3, "undolog__undo_last", {"count": 1, "reason": "b was wrong"})
+        wait_for(lambda: sessions(conn)[0][1] == "compensating")  # rollback_last committed
+        line.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}
+        )
+        line.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})  # read after the cancel
+        assert line.answer(4) is not None
+        gate.touch()
+        wait_for(lambda: sessions(conn)[0][1] == "active", timeout=10)
+        line.call(5, "put", {"key": "c", "value": "1"})
+        put = line.answer(5)
+        assert put is not None and not put["result"].get("isError"), put
+    finally:
+        assert line.leave() == 0
+    assert [(e["op"], e["key"]) for e in ops(ledger)] == [
+        ("put", "a"),
+        ("put", "b"),
+        ("forget", "b"),
+        ("put", "c"),
+    ]
+
+
+def test_an_undo_waiting_for_the_journal_answers_before_the_client_gives_up(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """rollback_last waits for the session's row (here held by an operator's
+    transaction) past the client's timeout: the undo was answered only once it
+    committed, after the client had given up (which cancelled it). Now the answer comes
+    before the client's timeout, saying the undo is running; it goes on, and once the
+    row is free the call is undone and the session goes on."""
+    client_timeout = 5
+    config = session_policy(
+        tmp_path,
+        proxy=f'undo_last_tool = "safe"\nclient_timeout_seconds = {client_timeout}',
+        timeout=2,
+    )
+    line = Line(config, dsn, ledger)
+    try:
+        line.start()
+        for i, key in enumerate(("a", "b"), 1):
+            line.call(i, "put", {"key": key, "value": "1"})
+            assert line.answer(i) is not None
+        ((sid, _),) = sessions(conn)
+        with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+            operator.execute(
+                "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+            )
+            line.call(3, "undolog__undo_last", {"count": 1, "reason": "b was wrong"})
+            undo = line.answer(3, timeout=client_timeout)
+        assert undo is not None, "no answer within the client's timeout"
+        said = undo["result"]["content"][0]["text"]
+        assert "was started and is still running" in said, said
+        wait_for(lambda: sessions(conn)[0][1] == "active" and names(ledger)[-1:] == ["forget"])
+        line.call(4, "put", {"key": "c", "value": "1"})
+        put = line.answer(4)
+        assert put is not None and not put["result"].get("isError"), put
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == ["put", "put", "forget", "put"]

@@ -542,7 +542,7 @@ class McpProxy:
         # every session's late-answer waiters (bounded by proxy.max_late_answers), and the
         # session ends put off until theirs are over
         self._late: set[asyncio.Task[None]] = set()
-        self._ending: set[asyncio.Task[None]] = set()
+        self._ending: set[asyncio.Future[Any]] = set()
         # the notices of late results being sent (_tell_late), cancelled by close()
         self._telling: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -823,26 +823,25 @@ class McpProxy:
                 calls, edit = approved
                 if edit is not None:  # the person's count and reason, not the model's
                     count, reason = edit.approved_args["count"], edit.approved_args["reason"]
-            try:
-                async with self.pool.connection() as conn:
-                    await asaga.rollback_last(conn, ps.session_id, calls, reason)
-            except NothingToUndo:
+            # The undo (rollback_last, then its walk) is a task of the proxy's, which
+            # nothing cancels and close() awaits: cut off once rollback_last was sent (the
+            # client's notifications/cancelled, its leaving), the request's own task left
+            # the session compensating with no walk, every call of its client refused
+            # until a worker walked it. Awaited here only until the client's timeout is
+            # near: it is answered then that the undo is running (it goes on).
+            undo = self._in_background(self._undo_to_its_end(ps, calls, reason))
+            if not await self._await_walk(ctx, ps, undo, answer_by):
+                return _undo_running(ps, started=count)
+            refused = undo.result()
+            if isinstance(refused, NothingToUndo):
                 return _error(
                     f"{UNDO_LAST_TOOL}: nothing was undone: this session has fewer than "
                     f"{count} calls left to undo"
                 )
-            except (UndoLogError, psycopg.Error) as exc:
+            if refused is not None:
                 if (await self._standing(ps))[0] == "compensating":
                     return _undo_running(ps)  # an undo began meanwhile (or from outside)
-                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {exc}")
-            # as the session's end walk: the late answers awaited for the session first,
-            # so that a result that comes is the one the compensation reads. The walk is
-            # the session's walk task, awaited shielded: a client that gives up on the
-            # undo meanwhile (its timeout, notifications/cancelled) leaves it running,
-            # never the session compensating with no walk. Awaited here only until the
-            # client's timeout is near: it is answered then that the undo is running.
-            if not await self._await_walk(ctx, ps, self._walk_now(ps), answer_by):
-                return _undo_running(ps, started=count)
+                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {refused}")
             state = await self._state(ps)
         finally:
             ps.inflight -= 1
@@ -860,6 +859,25 @@ class McpProxy:
         return result.model_copy(
             update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
         )
+
+    async def _undo_to_its_end(
+        self, ps: ProxySession, calls: int, reason: str
+    ) -> UndoLogError | psycopg.Error | None:
+        """(undolog__undo_last's, in the background) rollback_last of the session's last
+        ``calls``, then the walk, awaited to its end (as the session's walk task, after
+        the late answers awaited for the session: a result that comes is the one the
+        compensation reads); the journal's refusal instead, nothing undone by it. A
+        session found compensating after a refusal is walked too: rollback_last may have
+        committed with its answer lost (a connection broken), or another undo began."""
+        try:
+            async with self.pool.connection() as conn:
+                await asaga.rollback_last(conn, ps.session_id, calls, reason)
+        except (UndoLogError, psycopg.Error) as exc:
+            if (await self._standing(ps))[0] == "compensating":
+                self.walk_soon(ps)
+            return exc
+        await asyncio.wait({self._walk_now(ps)})  # never raises the walk's error
+        return None
 
     async def _approved_undo(
         self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, count: int, reason: str
@@ -1194,9 +1212,9 @@ class McpProxy:
         if ps.bindings <= 0:
             self._in_background(self.end_session(ps, left=True))
 
-    def _in_background(self, ending: Awaitable[None]) -> asyncio.Future[None]:
-        """A session's end (or the wait before it) as a task of the proxy's, which
-        nothing cancels and close() awaits."""
+    def _in_background(self, ending: Awaitable[_T]) -> asyncio.Future[_T]:
+        """A session's end (or the wait before it, or an undolog__undo_last's undo) as a
+        task of the proxy's, which nothing cancels and close() awaits."""
         task = asyncio.ensure_future(ending)
         self._ending.add(task)
         task.add_done_callback(self._ending.discard)
@@ -1458,7 +1476,7 @@ class McpProxy:
         self,
         ctx: ServerRequestContext[Any, Any],
         ps: ProxySession,
-        walking: asyncio.Task[None],
+        walking: asyncio.Future[Any],
         until: float,
     ) -> bool:
         """Until the walk is over (True), or the monotonic time ``until`` (False), with
