@@ -24,6 +24,7 @@ from test_mcp_proxy_hostile import RawHttp, _ended, _state, pending_ids
 from test_mcp_proxy_sessions import http_proxies, session_policy
 
 from undolog import approvals, saga
+from undolog.mcp_proxy.proxy import CONCLUDE_RETRY_PAUSES
 
 __all__ = ["http_proxies", "ledger"]  # fixtures, used by name
 
@@ -36,11 +37,17 @@ def _begun(client: RawHttp, request_id: int, key: str) -> tuple[str, str]:
 
 
 def _a_session(
-    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy], proxy_lines: str = ""
+    tmp_path: Path,
+    dsn: str,
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+    proxy_lines: str = "",
+    **popen: Any,
 ) -> tuple[HttpProxy, RawHttp, str, str]:
     """A proxy in front of the session upstream, and a raw client of it that began a
-    session with a put: the proxy, the client, the session's id and its handle."""
-    proxy = HttpProxy(session_policy(tmp_path, proxy=proxy_lines), dsn, ledger)
+    session with a put: the proxy, the client, the session's id and its handle.
+    ``popen``: more of the proxy process's Popen arguments (HttpProxy's)."""
+    proxy = HttpProxy(session_policy(tmp_path, proxy=proxy_lines), dsn, ledger, **popen)
     http_proxies.append(proxy)
     client = RawHttp(proxy.url)
     return proxy, client, *_begun(client, 1, "a")
@@ -247,3 +254,87 @@ def test_a_partial_undo_that_lands_while_the_session_is_being_completed_is_waite
         )
     assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
     assert names(ledger) == ["put", "put", "forget"]
+
+
+def _completion_waiting(conn: psycopg.Connection[Any]) -> int | None:
+    """The backend of the proxy's complete_session waiting for the session's row."""
+    row = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        ("%complete_session%",),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _break_the_completion(conn: psycopg.Connection[Any]) -> None:
+    """A real database error in the session end's last step: its connection ended
+    (pg_terminate_backend) while its complete_session waits for the row."""
+    pid = wait_for(lambda: _completion_waiting(conn))
+    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_for(lambda: _completion_waiting(conn) != pid)
+
+
+def test_a_session_whose_completion_fails_once_is_completed_on_a_retry(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """The client leaves and the proxy's complete_session fails (its connection ended).
+    The end was only logged and the session forgotten: active, with nobody to end it,
+    until its lease's expiry failed it and a worker undid every call its client kept.
+    Now the last step is tried again after a pause: completed."""
+    _proxy, client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
+    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+        operator.execute(
+            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+        )
+        client.leave()
+        _break_the_completion(conn)
+    assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    assert names(ledger) == ["put"]
+
+
+def test_a_session_whose_completion_keeps_failing_is_kept_and_ended_when_the_proxy_stops(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """Every attempt at the session's completion fails: the proxy says what an operator
+    can do, keeps the session (its heartbeat beating, its lease renewed) and completes
+    it when it stops. It was forgotten at the first failure, its heartbeat stopped."""
+    lease = 3.0
+    log_path = tmp_path / "proxy.log"
+    with log_path.open("w") as log_file:
+        proxy, client, sid, _ = _a_session(
+            tmp_path, dsn, ledger, http_proxies, f"lease_seconds = {lease}", stderr=log_file
+        )
+    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+        operator.execute(
+            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+        )
+        client.leave()
+        for _ in range(len(CONCLUDE_RETRY_PAUSES) + 1):
+            _break_the_completion(conn)
+        said = wait_for(lambda: "could not be recorded" in log_path.read_text() and log_path)
+    logged = said.read_text()
+    assert f"`undolog sessions rollback {sid} --by NAME" in logged, logged
+    assert "tries again when it stops" in logged, logged
+    # its heartbeat still beats (its beats waited for the row too): the lease renewed
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT lease_expires_at > now() + interval '1 second'"
+                " FROM undolog.undolog_sessions WHERE session_id = %s",
+                (sid,),
+            ).fetchone()
+            == (True,)
+        )
+    )
+    assert conn.execute("SELECT * FROM undolog.fail_expired_sessions()").fetchall() == []
+    assert _state(conn, sid) == "active"
+    proxy.stop()  # SIGINT: close() ends it
+    assert _ended(conn, sid) == "completed"
+    assert names(ledger) == ["put"]

@@ -58,7 +58,7 @@ from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from psycopg import pq
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from undolog import aapprovals, aclient, aengine, asaga, engine, walk
 from undolog._conninfo import apin_search_path, pin_search_path
@@ -145,6 +145,10 @@ POOL_SIZE = 8  # the proxy's journal connections, besides its one LISTEN connect
 # again: its connection's next call without a handle starts a new one (McpProxy._retire)
 SESSION_OVER = frozenset({"completed", "failed", "compensating", "compensated", "halted"})
 RETIRED_END_POLL = 0.05  # seconds between looks for a retired session's calls in flight
+# A session end's last step (complete, or fail and walk) that the journal could not take
+# (a connection broken, the database restarting) is tried again after these pauses, the
+# session's heartbeat beating meanwhile; then it is kept for close() to try once more.
+CONCLUDE_RETRY_PAUSES = (0.5, 1.0, 2.0)
 _T = TypeVar("_T")
 
 
@@ -1356,17 +1360,61 @@ class McpProxy:
             return True
         if not ps.began:
             return False
-        if ps.beat is not None:
-            ps.beat.cancel()
-            ps.beat = None
+        # the heartbeat beats until the journal has the session's end: an end that fails
+        # is tried again, and a session kept for close() must not expire meanwhile (its
+        # lease's expiry fails it and a worker undoes every call its client kept)
+        beat, ps.beat = ps.beat, None
         ps.began = False  # a later call of the same session id begins it again
-        # the journal's word, shielded: cut short once began is cleared, the session would
-        # be left active, forgotten, with nobody to end it
-        await asyncio.shield(self._conclude(ps))
+        try:
+            # the journal's word, shielded: cut short once began is cleared, the session
+            # would be left active, forgotten, with nobody to end it
+            concluded = await asyncio.shield(self._conclude_retrying(ps))
+        finally:
+            if beat is not None:
+                beat.cancel()
+        if not concluded and not ps.began:
+            # Kept: still begun, so neither pruned nor begun again by a call resuming it,
+            # its heartbeat beating; close() (or the end of a connection that resumes it)
+            # tries again.
+            ps.began = True
+            ps.beat = asyncio.create_task(self._heartbeat(ps))
         return False
 
-    async def _conclude(self, ps: ProxySession, walked: bool = False) -> None:
-        """(_end's) Complete the session, fail and walk it, or keep it until decided."""
+    async def _conclude_retrying(self, ps: ProxySession) -> bool:
+        """_conclude, tried again after each of CONCLUDE_RETRY_PAUSES while the journal
+        cannot take it; False when it never could (the session is still active, or
+        waits for its walk), logged with what an operator can do."""
+        for pause in CONCLUDE_RETRY_PAUSES:
+            if await self._conclude(ps):
+                return True
+            await asyncio.sleep(pause)
+        if await self._conclude(ps):
+            return True
+        then = (
+            "the proxy is stopping: once it has, the session's lease runs out and "
+            "`undolog worker` fails it and undoes its calls"
+            if self.closing
+            else "this proxy keeps its lease and tries again when it stops (SIGTERM)"
+        )
+        log.error(
+            "session %s: its end could not be recorded after %d attempts (the error is "
+            "logged above): it stays active; %s. Once the database answers again, stop the "
+            "proxy to end it as it should end; to end it now by undoing its calls: "
+            "`undolog sessions rollback %s --by NAME --reason '...'` (`undolog sessions "
+            "show %s` shows its calls)",
+            ps.session_id,
+            len(CONCLUDE_RETRY_PAUSES) + 1,
+            then,
+            ps.session_id,
+            ps.session_id,
+        )
+        return False
+
+    async def _conclude(self, ps: ProxySession, walked: bool = False) -> bool:
+        """(_end's) Complete the session, fail and walk it, or keep it until decided;
+        False when the journal could not be asked or could not answer (tried again:
+        every step reads the session's state first, so a step that took effect with its
+        answer lost is not taken twice)."""
         partial_walk = False
         try:
             async with self.pool.connection() as conn:
@@ -1379,7 +1427,7 @@ class McpProxy:
                         break
                     try:
                         await aengine.complete_session(conn, ps.session_id)
-                        return
+                        return True
                     except (InvalidStateTransition, SessionNotActive) as exc:
                         # a call whose outcome is unknown (still executing): failed, so
                         # that the walk compensates it, as the binding's sessions do; not
@@ -1392,19 +1440,24 @@ class McpProxy:
                     if state == "compensating":
                         self.walk_soon(ps)  # a partial undo's walk, if none runs here yet
                     self._end_once_decided(ps)
-                    return
+                    return True
                 elif state == "compensating" and partial and not walked:
                     # the proxy closing: the partial undo's walk now, then the end (after
                     # the walk the session is active again, with nobody left to end it)
                     partial_walk = True
                 elif state not in ("failed", "compensating"):
-                    return
+                    return True
             self.walk_soon(ps)
             if partial_walk and ps.walking is not None:
                 await asyncio.wait({ps.walking})
-                await self._conclude(ps, walked=True)
+                return await self._conclude(ps, walked=True)
+        except (UndoLogError, psycopg.Error, PoolTimeout) as exc:
+            log.warning("session %s: ending it failed: %s", ps.session_id, exc)
+            return False
         except Exception:
             log.exception("session %s: ending it failed", ps.session_id)
+            return False
+        return True
 
     def _end_once_decided(self, ps: ProxySession) -> None:
         """The client left while its session cannot be completed yet: a call of it waits
