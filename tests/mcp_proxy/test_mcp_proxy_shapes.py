@@ -151,6 +151,41 @@ def test_a_wrong_shape_over_http_is_answered_with_what_to_send(
     assert names(ledger) == ["put"]
 
 
+def test_a_wrong_shape_naming_an_unknown_mcp_session_is_answered_that_it_is_unknown(
+    tmp_path: Path, dsn: str, ledger: Path, http_proxies: list[HttpProxy]
+) -> None:
+    """A request whose Mcp-Session-Id the proxy does not know (deleted, expired, made up):
+    the SDK answers 404 "Session not found" (initialize again) before it reads the body,
+    but the proxy answered a wrong shape first (200 -32602 for a call's params, 400 for
+    the message), so the client learned it had to start over only after fixing them. Now
+    the SDK's answer comes first, as for a request of the right shape."""
+    proxy = HttpProxy(session_policy(tmp_path), dsn, ledger)
+    http_proxies.append(proxy)
+    mcp = RawHttp(proxy.url, timeout=10)
+    mcp.leave()  # DELETE: its MCP session id is no longer known
+
+    def call(params: Any) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+
+    bodies: list[Any] = [
+        call({"name": "put", "arguments": "key=a"}),
+        call([1, 2]),
+        [call(CALL)],
+        {"id": 9, "method": "tools/call", "params": CALL},
+        call(CALL),
+    ]
+    for session in (mcp.headers["Mcp-Session-Id"], "f" * 32):
+        for body in bodies:
+            r = mcp.http.post(
+                proxy.url,
+                headers={**mcp.headers, "Mcp-Session-Id": session},
+                content=json.dumps(body).encode(),
+            )
+            assert r.status_code == 404, (body, r.text)
+            assert r.json()["error"]["message"] == "Session not found", r.text
+    assert names(ledger) == []
+
+
 def test_a_wrong_shape_over_stdio_is_answered_with_what_to_send(
     tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
 ) -> None:

@@ -12,7 +12,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import mcp_types as types
@@ -499,11 +499,23 @@ class PostGuard:
       first one's stream, so the first request's answer went to the second request's
       POST, and the first POST was never answered nor closed, even once the session was
       deleted (bench/fuzz_mcp_proxy.py). JSON-RPC asks a client for ids unique among its
-      requests in flight; the proxy holds it to that instead of mixing its answers up."""
+      requests in flight; the proxy holds it to that instead of mixing its answers up.
 
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    A message of the wrong shape (shapes.py) is answered here with what to send instead,
+    unless it names an MCP session (``Mcp-Session-Id``) that ``knows_session`` says the
+    SDK does not know (expired, deleted, made up): the SDK answers that before it reads
+    the body (404 "Session not found": initialize again), and a client told first to fix
+    its params learned only after that it had to start over."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body: int,
+        knows_session: Callable[[str], bool] = lambda _session: True,
+    ) -> None:
         self.app = app
         self.max_body = max_body
+        self.knows_session = knows_session
         self.in_flight: set[tuple[str, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -542,7 +554,9 @@ class PostGuard:
         session = headers.get(b"mcp-session-id")
         decoded = _decoded(body)
         era = headers.get(b"mcp-protocol-version")
-        if era is None or era.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS:
+        if (era is None or era.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS) and (
+            session is None or self.knows_session(session.decode("latin-1"))
+        ):
             # (a 2026-era request takes the SDK's path of its own, as it answers it)
             shape = _shape_problem(decoded)
             if shape is not None:
@@ -628,9 +642,16 @@ async def _serve_http(config: str, dsn: str, host: str, port: int, options: Opti
     try:
         async with running_proxy(config, dsn, options) as proxy:
             proxy.http = True
+            mcp_server = build_server(proxy)
+            starlette = mcp_server.streamable_http_app(host=host)
+            sessions = mcp_server.session_manager
             app = PostGuard(
-                build_server(proxy).streamable_http_app(host=host),
+                starlette,
                 proxy.policy.max_request_mib * 1024 * 1024,
+                # the SDK (2.3) has no public lookup of an MCP session id; the sessions it
+                # serves are its manager's _server_instances, which it answers 404 without
+                # (tests/mcp_proxy/test_mcp_proxy_shapes.py fails if that changes)
+                knows_session=lambda session: session in sessions._server_instances,
             )
             server = _serving.uvicorn_server(  # a request not whole within REQUEST_TIMEOUT: closed
                 app, host=host, port=port, log_level="warning", log_config=logs.uvicorn_log_config()
