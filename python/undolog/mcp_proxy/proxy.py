@@ -1372,10 +1372,10 @@ class McpProxy:
         finally:
             if beat is not None:
                 beat.cancel()
-        if not concluded and not ps.began:
+        if not concluded and not ps.began and not self.closing:
             # Kept: still begun, so neither pruned nor begun again by a call resuming it,
             # its heartbeat beating; close() (or the end of a connection that resumes it)
-            # tries again.
+            # tries again. (Closing, there is nobody left to keep it: its lease runs out.)
             ps.began = True
             ps.beat = asyncio.create_task(self._heartbeat(ps))
         return False
@@ -1383,29 +1383,34 @@ class McpProxy:
     async def _conclude_retrying(self, ps: ProxySession) -> bool:
         """_conclude, tried again after each of CONCLUDE_RETRY_PAUSES while the journal
         cannot take it; False when it never could (the session is still active, or
-        waits for its walk), logged with what an operator can do."""
-        for pause in CONCLUDE_RETRY_PAUSES:
+        waits for its walk), logged with what an operator can do. Once the proxy is
+        closing, tried once: a journal that is down makes each try wait for a connection
+        (up to the pool's timeout), and the proxy's stop waits for every session's."""
+        pauses = () if self.closing else CONCLUDE_RETRY_PAUSES
+        for pause in pauses:
             if await self._conclude(ps):
                 return True
             await asyncio.sleep(pause)
         if await self._conclude(ps):
             return True
-        then = (
-            "the proxy is stopping: once it has, the session's lease runs out and "
-            "`undolog worker` fails it and undoes its calls"
-            if self.closing
-            else "this proxy keeps its lease and tries again when it stops (SIGTERM)"
-        )
+        rollback = f"`undolog sessions rollback {ps.session_id} --by NAME --reason '...'`"
+        if self.closing:
+            what = (
+                "the proxy is stopping: once the session's lease runs out, `undolog worker "
+                f"--mcp-config` fails it and undoes its calls; to undo them now: {rollback}"
+            )
+        else:
+            what = (
+                "this proxy keeps its lease and tries again when it stops (SIGTERM): once "
+                "the database answers again, stop the proxy to end the session as it should "
+                f"end; to end it now by undoing its calls: {rollback}"
+            )
         log.error(
-            "session %s: its end could not be recorded after %d attempts (the error is "
-            "logged above): it stays active; %s. Once the database answers again, stop the "
-            "proxy to end it as it should end; to end it now by undoing its calls: "
-            "`undolog sessions rollback %s --by NAME --reason '...'` (`undolog sessions "
-            "show %s` shows its calls)",
+            "session %s: its end could not be recorded after %d attempt(s) (the error is "
+            "logged above): it stays active; %s (`undolog sessions show %s` shows its calls)",
             ps.session_id,
-            len(CONCLUDE_RETRY_PAUSES) + 1,
-            then,
-            ps.session_id,
+            len(pauses) + 1,
+            what,
             ps.session_id,
         )
         return False
