@@ -484,6 +484,40 @@ def test_agent_logins_together_cannot_fill_the_dashboard_and_lock_the_staff_out(
         assert len(dashboard.store.sessions) == dashboard.store.max_sessions
 
 
+def test_an_agent_takes_no_agents_place_and_a_staff_login_that_is_an_agent_keeps_its_own(
+    app_dsn: str, conn: Conn, passwords_checked: bool
+) -> None:
+    """The room made for the staff is theirs alone: the test above fills a dashboard
+    with agents' web sessions only for the staff, and went on passing with login()
+    letting any login take the oldest agent's place (an agent holding none evicting
+    another agent's, or its own others' in turn: nobody's web session would last). And
+    whose place is taken is an agent-only login's: a login that holds an approver's
+    role beside the agent's is a person of the staff, whose web session stays even when
+    it is the oldest."""
+    dashboard = Dashboard(app_dsn)
+    dashboard.store.max_sessions = MAX_SESSIONS_PER_LOGIN + 1
+    with TestClient(dashboard.app(), follow_redirects=False) as client:
+        assert log_in(client, "dash_both").status_code == 303  # the oldest
+        both = client.cookies["undolog_session"]
+        for _ in range(MAX_SESSIONS_PER_LOGIN):
+            client.cookies.clear()
+            assert log_in(client, "dash_agent").status_code == 303
+        assert len(dashboard.store.sessions) == dashboard.store.max_sessions  # full
+        client.cookies.clear()
+        refused = log_in(client, "dash_agent2")  # an agent holding none
+        assert refused.status_code == 401 and "too many people" in refused.text
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+        assert len(held) == MAX_SESSIONS_PER_LOGIN
+        client.cookies.clear()
+        assert log_in(client, "dash_approver").status_code == 303
+        held = [ws for ws in dashboard.store.sessions.values() if ws.login == "dash_agent"]
+        assert len(held) == MAX_SESSIONS_PER_LOGIN - 1  # an agent's made the room
+        client.cookies.clear()
+        client.cookies.set("undolog_session", both)
+        assert client.get("/sessions").status_code == 200  # the oldest, and staff: kept
+    assert backends_of(conn, "dash_agent") == 0
+
+
 def test_an_idle_web_session_ends_its_open_streams_and_connections(
     app_dsn: str, conn: Conn, passwords_checked: bool
 ) -> None:
