@@ -120,6 +120,43 @@ def test_a_login_that_can_become_the_calls_maker_cannot_approve_it(
         conn.execute(f"ALTER ROLE {a}_gone RENAME TO {a}")
 
 
+def test_a_noinherit_login_that_can_become_the_maker_through_a_group_cannot_approve_it(
+    conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """The test above grants one login to the other directly, to logins that inherit: it
+    went on passing with the membership asked as 'USAGE' (privileges inherited) rather
+    than 'MEMBER'. A NOINHERIT login inherits nothing and may still SET ROLE to every
+    role it is a member of, through a group too, and then set that login's password:
+    it is the maker all the same. And two logins that share only a group role (both
+    members of undolog_agent) are no members of each other: neither may become the
+    other, and a login that is an agent and an approver decides another agent's call."""
+    agent = login("undolog_agent")
+    peer = login("undolog_agent", "undolog_approver")
+    sly = login()
+    a, s = agent.info.user, sly.info.user
+    group = f"{s}_group"
+    conn.execute(f"ALTER ROLE {s} NOINHERIT")
+    conn.execute(f"GRANT undolog_approver TO {s}")
+    conn.execute(f"CREATE ROLE {group} NOLOGIN")
+    try:
+        conn.execute(f"GRANT {a} TO {group}")
+        conn.execute(f"GRANT {group} TO {s}")
+        session = engine.begin_session(agent, agent="billing")
+        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+        assert call.approval_id is not None
+        # the premise: through the group, the NOINHERIT login takes the agent's login
+        sly.execute(f"SET ROLE {a}")
+        sly.execute(f"ALTER ROLE {a} PASSWORD 'taken-over'")
+        sly.execute("SET ROLE undolog_approver")  # NOINHERIT: how it approves at all
+        with pytest.raises(errors.PermissionDenied, match="member of that login"):
+            approvals.approve(sly, call.approval_id, "sly")
+        assert approvals.approval_state(peer, call.approval_id) == "pending"
+        assert approvals.approve(peer, call.approval_id, "peer") == "approved"
+    finally:
+        sly.execute("RESET ROLE")
+        conn.execute(f"DROP ROLE {group}")
+
+
 def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
     session = engine.begin_session(conn)
     call = engine.intercept(conn, session, 0, "send", "compensable", {}, UNDO)
