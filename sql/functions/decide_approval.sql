@@ -67,6 +67,7 @@ DECLARE
     v_requested_args jsonb;
     v_approved_args jsonb;
     v_bound record;
+    v_creator record;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected', 'expired') THEN
         RAISE EXCEPTION USING
@@ -145,6 +146,41 @@ BEGIN
         ON e.session_id = a.session_id AND e.effect_id = a.effect_id
        AND e.executed_at = a.executed_at
     WHERE a.approval_id = p_approval_id AND a.session_id = v_session_id;
+    -- PostgreSQL 15 lets a CREATEROLE login set the password of every role but a
+    -- superuser's, and grant itself any such role, as a member of none: an approver
+    -- holding it takes an agent's login, or makes one of its own to make calls with
+    -- (CREATE ROLE ... IN ROLE undolog_agent), and an agent holding it makes itself an
+    -- approver's login, and no membership shows it. So there a CREATEROLE login is
+    -- either side of any non-superuser's call. (PostgreSQL 16 makes it a member, with
+    -- ADMIN OPTION, of exactly the roles it may alter: pg_has_role below sees those.)
+    SELECT me.rolcreaterole AS mine, CASE WHEN me.rolcreaterole THEN me.rolname
+                                          ELSE r.rolname END AS login
+    INTO v_creator
+    FROM pg_catalog.pg_roles AS me
+    JOIN pg_catalog.pg_roles AS r ON r.rolname IN (v_owner_role, v_intercepted_by)
+    WHERE me.rolname = session_user AND NOT me.rolsuper AND NOT r.rolsuper
+      AND (me.rolcreaterole OR r.rolcreaterole)
+      AND pg_catalog.current_setting('server_version_num')::int < 160000
+    LIMIT 1;
+    IF p_decision = 'approved' AND v_creator.login IS NOT NULL
+       AND session_user NOT IN (v_owner_role, v_intercepted_by) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('approval %s: a login cannot approve its own call',
+                                        p_approval_id),
+            DETAIL = pg_catalog.format(
+                '%s holds CREATEROLE: on PostgreSQL 15 it may set the password of any login '
+                'but a superuser''s, or make a login of its own, so it may be the maker of '
+                'this call and its approver both.', v_creator.login),
+            HINT = CASE WHEN v_creator.mine
+                THEN pg_catalog.format('Another approver must decide; and ALTER ROLE %s '
+                                       'NOCREATEROLE: an approver must not hold CREATEROLE.',
+                                       v_creator.login)
+                ELSE pg_catalog.format('A superuser must decide, or ALTER ROLE %s NOCREATEROLE '
+                                       'first: an agent must not hold CREATEROLE.',
+                                       v_creator.login)
+            END;
+    END IF;
     IF p_decision = 'approved'
        AND (session_user IN (v_owner_role, v_intercepted_by)
             OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r

@@ -157,6 +157,53 @@ def test_a_noinherit_login_that_can_become_the_maker_through_a_group_cannot_appr
         conn.execute(f"DROP ROLE {group}")
 
 
+def test_a_createrole_login_approves_no_calls_but_a_superusers_nor_are_its_own_approved(
+    dsn: str, conn: Conn, login: Callable[..., Conn]
+) -> None:
+    """PostgreSQL 15 lets a CREATEROLE login set the password of every role but a
+    superuser's, and grant itself any such role, without being a member of it: an
+    approver holding CREATEROLE took an agent's login (ALTER ROLE ... PASSWORD, no
+    membership that pg_has_role could see) and approved its calls, or made a login of
+    its own (CREATE ROLE sock LOGIN IN ROLE undolog_agent) to make the calls with; an
+    agent holding it made itself an approver to approve its own calls the same way.
+    (PostgreSQL 16 makes it a member, with ADMIN OPTION, of the roles it may alter:
+    the membership check sees those.) On 15, a CREATEROLE login is either side of any
+    call but a superuser's."""
+    if conn.info.server_version >= 160000:
+        pytest.skip("PostgreSQL 16 shows a CREATEROLE login's reach as membership")
+    agent = login("undolog_agent")
+    approver = login("undolog_approver")
+    other = login("undolog_approver")
+    a, b = agent.info.user, approver.info.user
+    calls = []
+    for _ in range(2):
+        session = engine.begin_session(agent, agent="billing")
+        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+        assert call.approval_id is not None
+        calls.append(call.approval_id)
+    conn.execute(f"ALTER ROLE {b} CREATEROLE")
+    # the premise: no membership, and yet the agent's login is hers
+    assert conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (b, a)).fetchone() == (False,)
+    approver.execute(f"ALTER ROLE {a} PASSWORD 'taken-over'")
+    with pytest.raises(errors.PermissionDenied, match="holds CREATEROLE") as refused:
+        approvals.approve(approver, calls[0], "alice")
+    assert refused.value.hint is not None and f"ALTER ROLE {b} NOCREATEROLE" in refused.value.hint
+    assert approvals.approval_state(other, calls[0]) == "pending"
+    assert approvals.reject(approver, calls[0], "alice", "no") == "rejected"  # refusing is safe
+    conn.execute(f"ALTER ROLE {b} NOCREATEROLE")
+    # the maker holding it: whoever approves may be a login it made, or its own
+    conn.execute(f"ALTER ROLE {a} CREATEROLE")
+    with pytest.raises(errors.PermissionDenied, match="holds CREATEROLE") as refused:
+        approvals.approve(other, calls[1], "bob")
+    assert refused.value.hint is not None and "A superuser must decide" in refused.value.hint
+    assert approvals.approve(conn, calls[1], "root") == "approved"  # a superuser may
+    conn.execute(f"ALTER ROLE {a} NOCREATEROLE")
+    session = engine.begin_session(agent, agent="billing")
+    call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+    assert call.approval_id is not None
+    assert approvals.approve(approver, call.approval_id, "alice") == "approved"
+
+
 def test_the_maker_of_a_call_is_part_of_its_identity(conn: Conn) -> None:
     session = engine.begin_session(conn)
     call = engine.intercept(conn, session, 0, "send", "compensable", {}, UNDO)
