@@ -49,3 +49,26 @@ def schemas(row: Mapping[str, Any]) -> dict[str, Any]:
         "agent_may_create_schemas": database,
         "agent_logins_that_may_create": logins,
     }
+
+
+def logins(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether one person may hold both sides of a call: an agent login and an approver's
+    or operator's where one may become the other (SET ROLE, then set its password), or
+    such a login holding CREATEROLE on PostgreSQL 15 (it may set any non-superuser's
+    password). The engine refuses their approvals (42501); this says so before one is
+    refused. ``row``: the row of logins_that_may_become_another."""
+    pairs = [str(pair) for pair in row["pairs"]]
+    creators = [str(login) for login in row["creators"]]
+    problems = [f"{pair} may become one another" for pair in pairs]
+    problems += [f"{login} holds CREATEROLE" for login in creators]
+    return {
+        "name": "logins",
+        "ok": not problems,
+        "detail": f"{'; '.join(problems)}: one person could make a call and approve it (the"
+        " engine refuses such approvals); whoever manages the roles must REVOKE the"
+        " membership and ALTER ROLE ... NOCREATEROLE (docs/how-to/roles.md)"
+        if problems
+        else "no agent login and person's login may become one another",
+        "logins_that_may_become_another": pairs,
+        "logins_with_createrole": creators,
+    }

@@ -612,6 +612,38 @@ SELECT coalesce(pg_catalog.array_agg(DISTINCT o.schema ORDER BY o.schema)
        coalesce(pg_catalog.array_agg(DISTINCT o.login ORDER BY o.login), '{}') AS logins
 FROM open_to AS o
 
+-- name: logins_that_may_become_another
+-- `undolog health`: pairs of an agent login and a person's (approver or operator) login
+-- where one may become the other, and the agent or person logins that hold CREATEROLE
+-- on PostgreSQL 15. A member of another login may SET ROLE to it and set its password;
+-- on PostgreSQL 15 a CREATEROLE login may set any non-superuser's password, as a member
+-- of none (16 makes it a member of what it may alter, which the pairs show). Either way
+-- one person holds both sides of a call, and decide_approval refuses such an approval
+-- (42501). Superusers and the engine's owner are left out: either writes the engine's
+-- tables directly, no approval needed.
+WITH logins AS (
+    SELECT r.oid, r.rolname::text AS login, r.rolcreaterole,
+           pg_catalog.pg_has_role(r.oid, 'undolog_agent', 'MEMBER') AS agent,
+           pg_catalog.pg_has_role(r.oid, 'undolog_approver', 'MEMBER')
+           OR pg_catalog.pg_has_role(r.oid, 'undolog_operator', 'MEMBER') AS person
+    FROM pg_catalog.pg_roles AS r
+    WHERE r.rolcanlogin AND NOT r.rolsuper
+      AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace AS n
+                    WHERE n.nspname = 'undolog')
+)
+SELECT
+    coalesce((SELECT pg_catalog.array_agg(a.login || ' and ' || p.login
+                                          ORDER BY a.login, p.login)
+              FROM logins AS a JOIN logins AS p
+                  ON a.agent AND p.person AND a.oid <> p.oid
+                 AND (pg_catalog.pg_has_role(a.oid, p.oid, 'MEMBER')
+                      OR pg_catalog.pg_has_role(p.oid, a.oid, 'MEMBER'))), '{}') AS pairs,
+    coalesce((SELECT pg_catalog.array_agg(l.login ORDER BY l.login)
+              FROM logins AS l
+              WHERE l.rolcreaterole AND (l.agent OR l.person)
+                AND pg_catalog.current_setting('server_version_num')::int < 160000),
+             '{}') AS creators
+
 -- name: may_list_pending_partitions
 -- `undolog health`: whether this login may ask for the months still to attach.
 SELECT pg_catalog.has_function_privilege('undolog.pending_partitions()', 'EXECUTE') AS allowed

@@ -207,8 +207,9 @@ BEGIN
                 'The call is %s''s, and %s is a member of that login or it of %s: either may '
                 'SET ROLE to the other and set its password.',
                 coalesce(v_intercepted_by, v_owner_role), session_user, session_user),
-            HINT = 'Another approver must decide; and REVOKE the membership: a person''s login '
-                   'and an agent''s must not be members of each other.';
+            HINT = 'Another approver must decide; and ask whoever manages the database''s roles '
+                   'to REVOKE the membership: a person''s login and an agent''s must not be '
+                   'members of each other (undolog health names every such pair).';
     END IF;
     -- Re-read under lock: a concurrent decision may have committed since the lookup.
     SELECT a.* INTO STRICT v_request

@@ -394,6 +394,7 @@ def test_health_healthy_then_lagging(conn: Conn, capsys: pytest.CaptureFixture[s
         "worker",
         "operator",
         "schemas",
+        "logins",
     ]
     sid = committed_session(conn)
     engine.fail_session(conn, sid, "gave up")  # and no worker walks it
@@ -658,3 +659,48 @@ def test_a_permission_denied_names_the_role_the_command_needs(
     assert code == 1 and "grant the login undolog_approver, which this command needs" in err
     code, _, err = run(capsys, "partitions", "ensure", "--dsn", nobody)
     assert code == 1 and "grant the login undolog_operator, which this command needs" in err
+
+
+def test_health_says_whether_one_person_may_hold_both_sides_of_a_call(
+    conn: Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent login and a person's login where one may become the other (SET ROLE, then
+    set its password), or either holding CREATEROLE on PostgreSQL 15 (it may set any
+    non-superuser's password): one person could make a call and approve it. The engine
+    refuses such approvals (42501, red team round 12); health says so before one is
+    refused, with what to do. A login that is an agent and an approver both, and two
+    logins sharing only undolog_agent, are no such pair."""
+    tag = uuid.uuid4().hex[:8]
+    agent, approver, both = f"agent_{tag}", f"approver_{tag}", f"both_{tag}"
+    conn.execute(f"CREATE ROLE {agent} LOGIN IN ROLE undolog_agent")
+    conn.execute(f"CREATE ROLE {approver} LOGIN IN ROLE undolog_approver")
+    conn.execute(f"CREATE ROLE {both} LOGIN IN ROLE undolog_agent, undolog_approver")
+
+    def logins_check() -> tuple[int, dict[str, Any]]:
+        code, out, _ = run(capsys, "--json", "health")
+        (check,) = [c for c in json.loads(out)["checks"] if c["name"] == "logins"]
+        return code, check
+
+    try:
+        code, check = logins_check()
+        assert code == 0 and check["ok"] is True, check
+        assert "no agent login and person's login may become one another" in check["detail"]
+        conn.execute(f"GRANT {agent} TO {approver}")
+        code, check = logins_check()
+        assert code == 1 and check["ok"] is False
+        assert check["logins_that_may_become_another"] == [f"{agent} and {approver}"]
+        assert "REVOKE the membership" in check["detail"]
+        conn.execute(f"REVOKE {agent} FROM {approver}")
+        conn.execute(f"GRANT {approver} TO {agent}")  # the other way round
+        assert logins_check()[1]["logins_that_may_become_another"] == [f"{agent} and {approver}"]
+        conn.execute(f"REVOKE {approver} FROM {agent}")
+        conn.execute(f"ALTER ROLE {approver} CREATEROLE")
+        code, check = logins_check()
+        if conn.info.server_version < 160000:
+            assert code == 1 and check["logins_with_createrole"] == [approver]
+            assert f"{approver} holds CREATEROLE" in check["detail"]
+        conn.execute(f"ALTER ROLE {approver} NOCREATEROLE")
+        assert logins_check()[1]["ok"] is True
+    finally:
+        for login in (agent, approver, both):
+            conn.execute(f"DROP ROLE {login}")

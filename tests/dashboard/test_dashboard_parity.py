@@ -803,7 +803,7 @@ def _health_checks(dsn: str, capsys: pytest.CaptureFixture[str]) -> dict[str, tu
     return {c["name"]: (c["ok"], c["detail"]) for c in checks if c["name"] in HEALTH_SHOWN}
 
 
-HEALTH_SHOWN = ("locks", "schemas")
+HEALTH_SHOWN = ("locks", "schemas", "logins")
 
 
 def _page_checks(web: TestClient) -> dict[str, tuple[bool, str]]:
@@ -817,11 +817,12 @@ def _page_checks(web: TestClient) -> dict[str, tuple[bool, str]]:
     return {name: (mark == "ok", html.unescape(detail)) for name, mark, detail in found}
 
 
-def test_maintenance_shows_the_locks_and_schemas_checks_as_health_does(
+def test_maintenance_shows_the_security_checks_as_health_does(
     web: TestClient, conn: Conn, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`undolog health`'s locks (advisory-lock functions still open to PUBLIC) and schemas
-    (agent logins that may create objects where other logins' names resolve) checks on
+    """`undolog health`'s locks (advisory-lock functions still open to PUBLIC), schemas
+    (agent logins that may create objects where other logins' names resolve) and logins
+    (an agent's login and a person's that may become one another) checks on
     Maintenance, from the same queries and the same judgement (undolog.health): the page
     says what `undolog health --json` says for the same database, to an approver and to
     an operator, when both pass and when each fails (what to do, and who does it). The
@@ -836,15 +837,23 @@ def test_maintenance_shows_the_locks_and_schemas_checks_as_health_does(
             log_in(web, login)
             assert _page_checks(web) == cli, login
 
-    same({"locks": True, "schemas": True})
+    same({"locks": True, "schemas": True, "logins": True})
     conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO PUBLIC")
     try:
-        same({"locks": False, "schemas": True})
+        same({"locks": False, "schemas": True, "logins": True})
     finally:
         conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) FROM PUBLIC")
     with writable_public(conn):
-        same({"locks": True, "schemas": False})
+        same({"locks": True, "schemas": False, "logins": True})
         page = html.unescape(web.get("/maintenance").text)
         assert "the owner must revoke that privilege" in page
         assert "docs/how-to/roles.md" in page
-    same({"locks": True, "schemas": True})
+    conn.execute("GRANT dash_agent TO dash_approver")
+    try:
+        same({"locks": True, "schemas": True, "logins": False})
+        assert "dash_agent and dash_approver may become one another" in html.unescape(
+            web.get("/maintenance").text
+        )
+    finally:
+        conn.execute("REVOKE dash_agent FROM dash_approver")
+    same({"locks": True, "schemas": True, "logins": True})

@@ -157,6 +157,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             _health_partitions(conn, check)
             _health_worker(conn, args.max_lag, check)
             _health_schemas(conn, check)
+            _health_logins(conn, check)
     return _report_health(args, checks)
 
 
@@ -190,6 +191,13 @@ def _health_schemas(conn: psycopg.Connection[Any], check: Callable[..., None]) -
     (undolog.health.schemas, the dashboard's Maintenance page says the same)."""
     (row,) = query(conn, QUERIES["schemas_open_to_agents"])
     check(**health.schemas(row))
+
+
+def _health_logins(conn: psycopg.Connection[Any], check: Callable[..., None]) -> None:
+    """Whether one person may hold both sides of a call (undolog.health.logins; the
+    dashboard's Maintenance page says the same)."""
+    (row,) = query(conn, QUERIES["logins_that_may_become_another"])
+    check(**health.logins(row))
 
 
 def _health_worker(

@@ -437,14 +437,16 @@ async def worker_health(conn: Conn) -> dict[str, Any]:
 
 
 async def security_health(conn: Conn) -> list[dict[str, Any]]:
-    """`undolog health`'s locks and schemas checks, from its queries and its judgements
-    (undolog.health): whether PUBLIC may still call the advisory-lock functions, and
-    whether an agent login may create objects where other logins' names resolve; each
+    """`undolog health`'s locks, schemas and logins checks, from its queries and its
+    judgements (undolog.health): whether PUBLIC may still call the advisory-lock
+    functions, whether an agent login may create objects where other logins' names
+    resolve, and whether one person may hold both sides of a call; each
     as the command's --json prints it (name, ok, detail: what is wrong, what to do)."""
     locks = await one(conn, QUERIES["public_advisory_functions"])
     schemas = await one(conn, QUERIES["schemas_open_to_agents"])
-    assert locks is not None and schemas is not None  # aggregates: one row each
-    return [health.locks(locks), health.schemas(schemas)]
+    logins = await one(conn, QUERIES["logins_that_may_become_another"])
+    assert locks is not None and schemas is not None and logins is not None  # one row each
+    return [health.locks(locks), health.schemas(schemas), health.logins(logins)]
 
 
 async def live_channel(conn: Conn, name: str) -> Row | None:
