@@ -41,4 +41,27 @@ if gate := os.environ.get("UNDOLOG_TEST_ROLLBACK_LAST_GATE"):
 
     undolog.asaga.rollback_last = gated
 
+if gate := os.environ.get("UNDOLOG_TEST_UNDO_SPAN_GATE"):
+    # the proxy's rollback_to_plan (read by an approved undolog__undo_last, after its own
+    # entry was recorded and before its rollback_last) makes GATE.reached and then waits
+    # for GATE to exist: a test cuts the undo off in that window, approved and not yet
+    # begun (tests/mcp_proxy/test_mcp_undo_last.py), which is otherwise a few journal
+    # round trips wide. The file made tells the test it is in the window (no sleeping)
+    import asyncio
+    from pathlib import Path
+    from typing import Any
+
+    import undolog.asaga
+
+    held_open = Path(gate)
+    planned = undolog.asaga.rollback_to_plan
+
+    async def gated_plan(*args: Any, **kwargs: Any) -> Any:
+        Path(f"{held_open}.reached").touch()
+        while not held_open.exists():
+            await asyncio.sleep(0.05)
+        return await planned(*args, **kwargs)
+
+    undolog.asaga.rollback_to_plan = gated_plan
+
 runpy.run_module("undolog.cli", run_name="__main__", alter_sys=True)

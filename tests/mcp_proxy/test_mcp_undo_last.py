@@ -540,3 +540,102 @@ def test_an_undo_waiting_for_the_journal_answers_before_the_client_gives_up(
     finally:
         assert line.leave() == 0
     assert names(ledger) == ["put", "put", "forget", "put"]
+
+
+def test_an_approved_undo_cut_off_before_it_began_runs_once_and_is_not_made_twice(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """undo_last_tool = "irreversible": a person approves the undo, whose own journal
+    entry is then recorded; the client gives up on it (notifications/cancelled) before
+    its rollback_last (the window held open by tests/undolog_main.py's gate). The
+    request's task was cancelled there: the undo never ran unless asked again, and asked
+    again the journal handed the approved call out a second time, which that request
+    began anew (here waiting at the gate, unanswered). Now, once approved, the undo is
+    the proxy's own task: asked again meanwhile it is told at once that the undo runs,
+    the undo runs once, and asked again after, it is told that undo's answer, nothing
+    more undone (the journal refused it in its own words, saying nothing of the undo)."""
+    gate = tmp_path / "undo-span-gate"
+    reached = tmp_path / "undo-span-gate.reached"
+    monkeypatch.setenv("UNDOLOG_TEST_UNDO_SPAN_GATE", str(gate))
+    line = Line(session_policy(tmp_path, proxy='undo_last_tool = "irreversible"'), dsn, ledger)
+    undo = {"count": 1, "reason": "b was wrong"}
+    try:
+        line.start()
+        for i, key in enumerate(("a", "b"), 1):
+            line.call(i, "put", {"key": key, "value": "1"})
+            assert line.answer(i) is not None
+        line.call(3, "undolog__undo_last", undo)
+        approvals.approve(conn, wait_for(lambda: pending_approval(conn)), "alice", "yes")
+        wait_for(reached.exists)  # approved, its entry recorded, its rollback_last not sent
+        line.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}
+        )
+        line.call(4, "undolog__undo_last", undo)  # read after the cancel, still in the window
+        running = line.answer(4)
+        assert running is not None
+        said = running["result"]["content"][0]["text"]
+        assert "an undo of this session is already running" in said, said
+        assert not gate.exists() and names(ledger) == ["put", "put"]  # told before it ran
+        gate.touch()
+        wait_for(lambda: sessions(conn)[0][1] == "active" and names(ledger)[-1:] == ["forget"])
+        line.call(5, "undolog__undo_last", undo)
+        again = line.answer(5)
+        assert again is not None
+        said = again["result"]["content"][0]["text"]
+        assert again["result"]["isError"] and "nothing was undone" in said, said
+        assert "undid the last 1 call(s); the session goes on" in said, said
+        line.call(6, "put", {"key": "c", "value": "1"})
+        put = line.answer(6)
+        assert put is not None and not put["result"].get("isError"), put
+    finally:
+        assert line.leave() == 0
+    assert [(e["op"], e["key"]) for e in ops(ledger)] == [
+        ("put", "a"),
+        ("put", "b"),
+        ("forget", "b"),
+        ("put", "c"),
+    ]
+
+
+def test_a_second_undo_is_told_at_once_while_the_first_waits_for_the_journal(
+    tmp_path: Path, dsn: str, conn: psycopg.Connection[Any], ledger: Path
+) -> None:
+    """The first undo's rollback_last waits for the session's row (an operator's
+    transaction holds it): a second undolog__undo_last waited for the row too, until
+    the journal's lock timeout, and was answered that a transaction holds the session,
+    not that an undo runs. The proxy knows its own undo is in flight: the second is
+    told so at once, while the row is still held, and undoes nothing."""
+    line = Line(session_policy(tmp_path, proxy='undo_last_tool = "safe"'), dsn, ledger)
+    try:
+        line.start()
+        for i, key in enumerate(("a", "b"), 1):
+            line.call(i, "put", {"key": key, "value": "1"})
+            assert line.answer(i) is not None
+        ((sid, _),) = sessions(conn)
+        with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+            operator.execute(
+                "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+            )
+            line.call(3, "undolog__undo_last", {"count": 1, "reason": "b was wrong"})
+            wait_for(  # the first undo's rollback_last waits for the operator's lock
+                lambda: conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%rollback_last%'"
+                ).fetchone()
+            )
+            line.call(4, "undolog__undo_last", {"count": 1, "reason": "a too"})
+            second = line.answer(4)  # read while the operator's transaction holds the row
+        assert second is not None, "the second undo was not answered while the row was held"
+        said = second["result"]["content"][0]["text"]
+        assert "nothing more was undone: an undo of this session is already running" in said
+        first = line.answer(3)
+        assert first is not None
+        said = first["result"]["content"][0]["text"]
+        assert "undid the last 1 call(s); the session goes on" in said, said
+    finally:
+        assert line.leave() == 0
+    assert names(ledger) == ["put", "put", "forget"]

@@ -293,6 +293,20 @@ def _undo_running(ps: ProxySession, started: int | None = None) -> types.CallToo
     ).model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
 
 
+def _texts(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def _undone_once(told: types.CallToolResult) -> types.CallToolResult:
+    """undolog__undo_last's answer to an approved undo asked again once it was taken up
+    here: that undo's answer (``told``: undone, or why not), nothing more undone."""
+    return _error(
+        f"{UNDO_LAST_TOOL}: nothing was undone by this call: this very undo (same count "
+        "and reason) was approved and taken up once already; it is not made twice. What "
+        f"it answered then: {_texts(told)}"
+    ).model_copy(update={"meta": told.meta})
+
+
 def _unknown(name: str, why: str, late: float = 0.0) -> types.CallToolResult:
     """The answer to a call that may have acted without its result reaching the proxy, and
     to that same call made again in the session. ``late``: the seconds its answer is still
@@ -490,6 +504,15 @@ class ProxySession:
     late_until: dict[str, float] = field(default_factory=dict)  # key -> monotonic deadline
     # the watch of a session its client left undecided (McpProxy._end_once_decided)
     deciding: asyncio.Future[None] | None = None
+    # undolog__undo_last's undos in flight here, each a task of the proxy's (from the
+    # safe undo's start, or the approval's execute, to its walk's end): another undo
+    # asked meanwhile is told at once that one runs, rather than waiting for the journal
+    # (the session's row, which the first undo's rollback_last may be waiting for)
+    undoing: set[asyncio.Future[Any]] = field(default_factory=set)
+    # the answers of the approved undos run here, by the key of their asked arguments:
+    # the same undo asked again (its client gave up on it) is told that answer; the
+    # journal would otherwise hand the approved call out to run a second time
+    undone: dict[str, types.CallToolResult] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.handle:
@@ -814,42 +837,63 @@ class McpProxy:
             return _error(f"{UNDO_LAST_TOOL}: {exc}")
         if not ps.began:
             return _error(f"{UNDO_LAST_TOOL}: this session made no journaled call to undo")
-        if ps.walking is not None and not ps.walking.done():
+        if ps.undoing or (ps.walking is not None and not ps.walking.done()):
             return _undo_running(ps)
         ps.inflight += 1
-        edit = None
         try:
-            calls = count
             if self.policy.undo_last_tool == "irreversible":
-                approved = await self._approved_undo(ctx, ps, count, reason)
-                if isinstance(approved, types.CallToolResult):
-                    return approved.model_copy(update={"meta": {SESSION_META_KEY: ps.handle}})
-                calls, edit = approved
-                if edit is not None:  # the person's count and reason, not the model's
-                    count, reason = edit.approved_args["count"], edit.approved_args["reason"]
-            # The undo (rollback_last, then its walk) is a task of the proxy's, which
-            # nothing cancels and close() awaits: cut off once rollback_last was sent (the
-            # client's notifications/cancelled, its leaving), the request's own task left
-            # the session compensating with no walk, every call of its client refused
-            # until a worker walked it. Awaited here only until the client's timeout is
-            # near: it is answered then that the undo is running (it goes on).
-            undo = self._in_background(self._undo_to_its_end(ps, calls, reason))
-            if not await self._await_walk(ctx, ps, undo, answer_by):
-                return _undo_running(ps, started=count)
-            refused = undo.result()
-            if isinstance(refused, NothingToUndo):
-                return _error(
-                    f"{UNDO_LAST_TOOL}: nothing was undone: this session has fewer than "
-                    f"{count} calls left to undo"
-                )
-            if refused is not None:
-                if (await self._standing(ps))[0] == "compensating":
-                    return _undo_running(ps)  # an undo began meanwhile (or from outside)
-                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {refused}")
-            state = await self._state(ps)
+                result = await self._approved_undo(ctx, ps, count, reason, answer_by)
+            else:
+                # The undo (rollback_last, then its walk) is a task of the proxy's, which
+                # nothing cancels and close() awaits: cut off once rollback_last was sent
+                # (the client's notifications/cancelled, its leaving), the request's own
+                # task left the session compensating with no walk, every call of its
+                # client refused until a worker walked it. Awaited here only until the
+                # client's timeout is near: it is answered then that the undo is running.
+                undo = self._undo_task(ps, self._undo(ps, count, count, reason, None))
+                ps.undoing.add(undo)  # now, not once it runs: a second undo is told
+                undo.add_done_callback(ps.undoing.discard)
+                if not await self._await_walk(ctx, ps, undo, answer_by):
+                    return _undo_running(ps, started=count)
+                result = undo.result()
         finally:
             ps.inflight -= 1
             ps.last_call = time.monotonic()
+        return result.model_copy(
+            update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
+        )
+
+    def _undo_task(self, ps: ProxySession, work: Awaitable[_T]) -> asyncio.Future[_T]:
+        """An undolog__undo_last's work as a task of the proxy's (_in_background) that the
+        session's end waits for too, as for a call whose client gave up on it: ended
+        meanwhile, the session would be completed under an undo not yet over."""
+        task = self._in_background(work)
+        ps.finishing.add(task)
+        task.add_done_callback(ps.finishing.discard)
+        return task
+
+    async def _undo(
+        self,
+        ps: ProxySession,
+        calls: int,
+        count: int,
+        reason: str,
+        edit: engine.ApprovalEdit | None,
+    ) -> types.CallToolResult:
+        """(in the background) The undo of ``count`` calls (``calls`` entries of the
+        stack for rollback_last, _undo_span) to its end, and its answer: the session's
+        state after the walk, or why nothing was undone."""
+        refused = await self._undo_to_its_end(ps, calls, reason)
+        if isinstance(refused, NothingToUndo):
+            return _error(
+                f"{UNDO_LAST_TOOL}: nothing was undone: this session has fewer than "
+                f"{count} calls left to undo"
+            )
+        if refused is not None:
+            if (await self._standing(ps))[0] == "compensating":
+                return _undo_running(ps)  # an undo began meanwhile (or from outside)
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {refused}")
+        state = await self._state(ps)
         words = {
             "active": f"undid the last {count} call(s); the session goes on",
             "halted": "the undo stopped at a call nothing can undo: a person must act, "
@@ -858,11 +902,7 @@ class McpProxy:
             "are refused until it has",
         }.get(state, f"the session is {state}")
         result = types.CallToolResult(content=[types.TextContent(type="text", text=words)])
-        if edit is not None:
-            result = _told_edit(result, edit)
-        return result.model_copy(
-            update={"meta": {**(result.meta or {}), SESSION_META_KEY: ps.handle}}
-        )
+        return result if edit is None else _told_edit(result, edit)
 
     async def _undo_to_its_end(
         self, ps: ProxySession, calls: int, reason: str
@@ -884,36 +924,43 @@ class McpProxy:
         return None
 
     async def _approved_undo(
-        self, ctx: ServerRequestContext[Any, Any], ps: ProxySession, count: int, reason: str
-    ) -> tuple[int, engine.ApprovalEdit | None] | types.CallToolResult:
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        ps: ProxySession,
+        count: int,
+        reason: str,
+        answer_by: float,
+    ) -> types.CallToolResult:
         """undo_last_tool = "irreversible": the undo journaled as an IRREVERSIBLE call and
-        held for a human, as any irreversible call is. Approved: how many of the stack's
-        entries rollback_last is to take (those above the undo's own, the undo's own
-        entry, then the approved count of calls), and the approver's edit of the count
-        and reason when they made one (what the person approved is what runs, as for any
-        edited call); otherwise the answer for the model (held, rejected, refused), nothing
-        undone."""
+        held for a human, as any irreversible call is, then run once approved; the answer
+        for the model (undone; held, rejected, refused: nothing undone). Each ask of the
+        journal, and once it says execute the undo itself, is a task of the proxy's
+        (_asked_undo): a client that gives up on the call once its approval was taken
+        (notifications/cancelled, its timeout) cut the request's task off with the
+        approved undo not yet begun, never run and, asked again, handed out a second
+        time. The request awaits the undo only until ``answer_by`` (it goes on)."""
         route, args = self._undo_route(), {"count": count, "reason": reason}
+        key = _call_key(UNDO_LAST_TOOL, args)
+        if key is not None and (told := ps.undone.get(key)) is not None:
+            # taken up here already: the journal would refuse it in its own words (its
+            # entry undone by the rollback it carried), not saying what it did
+            return _undone_once(told)
         for _ in range(3):  # await_approval -> (decision) -> execute, at most
-            icpt = await self._ask(ps, UNDO_LAST_TOOL, route, args)
+            begun: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            asked = self._undo_task(ps, self._asked_undo(ps, route, args, key, begun))
+            # (asyncio.wait: a request cancelled here leaves the task running)
+            either: set[asyncio.Future[Any]] = {asked, begun}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not asked.done() and not await self._await_walk(ctx, ps, asked, answer_by):
+                return _undo_running(ps, started=begun.result())
+            icpt = asked.result()
             if isinstance(icpt, types.CallToolResult):
-                return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
-            if icpt.action == "execute":
-                assert icpt.effect_id is not None
-                edit = None
-                if icpt.approval_id is not None:  # a person edited the count or reason
-                    edit = await self._edit(ps, icpt.effect_id)
-                    refused = await self._undo_edit_refused(icpt.approval_id, edit)
-                    if refused is not None:
-                        await self._record(icpt.effect_id, refused)
-                        return _error(refused)
-                    assert edit is not None
-                    count = edit.approved_args["count"]
-                span = await self._undo_span(ps, icpt.effect_id, count)
-                return span if isinstance(span, types.CallToolResult) else (span, edit)
+                return icpt
             if icpt.action == "rejected":
                 return await self._undo_rejected(icpt.approval_id)
             if icpt.action != "await_approval":  # in_progress, replay: never a second undo
+                if key is not None and (told := ps.undone.get(key)) is not None:
+                    return _undone_once(told)
                 return _error(
                     f"{UNDO_LAST_TOOL}: nothing was undone: this very undo (same count and "
                     f"reason) is {icpt.action.replace('_', ' ')}: it is not made twice"
@@ -944,6 +991,65 @@ class McpProxy:
             if decision != "approved":
                 return await self._undo_rejected(icpt.approval_id)
         return _error(f"{UNDO_LAST_TOOL}: the journal's answers did not settle; ask again")
+
+    async def _asked_undo(
+        self,
+        ps: ProxySession,
+        route: Route,
+        args: dict[str, Any],
+        key: str | None,
+        begun: asyncio.Future[int],
+    ) -> engine.Interception | types.CallToolResult:
+        """(in the background) The irreversible undo's intercept: unless the journal says
+        execute, what it said (or its refusal, as the answer); approved (execute), the
+        undo itself to its end and its answer, kept in ps.undone. ``begun`` is given the
+        count of calls being undone once rollback_last is about to be asked."""
+        icpt = await self._ask(ps, UNDO_LAST_TOOL, route, args)
+        if isinstance(icpt, types.CallToolResult):
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
+        if icpt.action != "execute":
+            return icpt
+        # approved: from here the undo runs once, whatever its client does; the session's
+        # other undos asked meanwhile are told it runs
+        this = asyncio.current_task()
+        assert this is not None
+        ps.undoing.add(this)
+        this.add_done_callback(ps.undoing.discard)
+        if key is not None and (told := ps.undone.get(key)) is not None:
+            return _undone_once(told)  # run here already: the journal hands it out again
+        answer = await self._approved_undo_run(ps, icpt, args, begun)
+        if key is not None:
+            ps.undone[key] = answer
+        return answer
+
+    async def _approved_undo_run(
+        self,
+        ps: ProxySession,
+        icpt: engine.Interception,
+        args: dict[str, Any],
+        begun: asyncio.Future[int],
+    ) -> types.CallToolResult:
+        """The approved undo (the journal said execute) to its end: how many of the
+        stack's entries rollback_last is to take (those above the undo's own, the undo's
+        own entry, then the approved count of calls), with the approver's edit of the
+        count and reason when they made one (what the person approved is what runs, as
+        for any edited call); its answer."""
+        assert icpt.effect_id is not None
+        count, reason = args["count"], args["reason"]
+        edit = None
+        if icpt.approval_id is not None:  # a person edited the count or reason
+            edit = await self._edit(ps, icpt.effect_id)
+            refused = await self._undo_edit_refused(icpt.approval_id, edit)
+            if refused is not None:
+                await self._record(icpt.effect_id, refused)
+                return _error(refused)
+            assert edit is not None
+            count, reason = edit.approved_args["count"], edit.approved_args["reason"]
+        span = await self._undo_span(ps, icpt.effect_id, count)
+        if isinstance(span, types.CallToolResult):
+            return span
+        begun.set_result(count)
+        return await self._undo(ps, span, count, reason, edit)
 
     async def _undo_edit_refused(
         self, approval_id: uuid.UUID, edit: engine.ApprovalEdit | None
