@@ -388,9 +388,14 @@ def upstream_error_kind(exc: Exception) -> UpstreamError:
     return "protocol"
 
 
+def _result_text(result: types.CallToolResult) -> str:
+    """A result's text content, joined (at most 2,000 characters)."""
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))[:2000]
+
+
 def _error_text(result: types.CallToolResult) -> str:
-    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
-    return ("upstream error: " + " ".join(texts))[:2000]
+    """An upstream's error result as the journal records it."""
+    return ("upstream error: " + _result_text(result))[:2000]
 
 
 Outcome = Literal["done", "ran", "failed", "unknown"]
@@ -1006,7 +1011,8 @@ class McpProxy:
         count of calls being undone once rollback_last is about to be asked."""
         icpt = await self._ask(ps, UNDO_LAST_TOOL, route, args)
         if isinstance(icpt, types.CallToolResult):
-            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_error_text(icpt)}")
+            # the journal's refusal (no upstream was asked): its own words
+            return _error(f"{UNDO_LAST_TOOL}: nothing was undone: {_result_text(icpt)}")
         if icpt.action != "execute":
             return icpt
         # approved: from here the undo runs once, whatever its client does; the session's
