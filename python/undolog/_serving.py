@@ -118,17 +118,29 @@ class LongestWaiting(Generic[C]):
         return [conn for conn, since in self.waiting.items() if since <= moment]
 
 
-def max_waiting() -> int:
-    """How many connections the h11 protocol lets wait for their request (see
-    MAX_WAITING_CEILING)."""
+def descriptor_limit() -> int | None:
+    """The descriptors this process may hold: RLIMIT_NOFILE's soft limit (systemd's
+    LimitNOFILE=, ``ulimit -n``); None when it has none (unlimited, or not a Unix)."""
     try:
         import resource
     except ImportError:  # not a Unix
-        return MAX_WAITING_CEILING
+        return None
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def waiting_share(limit: int | None) -> int:
+    """How many connections the h11 protocol lets wait for their request in a process
+    that may hold ``limit`` descriptors (None: no limit; see MAX_WAITING_CEILING)."""
+    if limit is None:
         return MAX_WAITING_CEILING
-    return max(MAX_WAITING_FLOOR, min(MAX_WAITING_CEILING, soft // 4))
+    return max(MAX_WAITING_FLOOR, min(MAX_WAITING_CEILING, limit // 4))
+
+
+def max_waiting() -> int:
+    """How many connections the h11 protocol lets wait for their request (see
+    MAX_WAITING_CEILING)."""
+    return waiting_share(descriptor_limit())
 
 
 # Seconds between two log records of asyncio's failed accepts (below).
@@ -324,6 +336,22 @@ def accept_batch() -> int:
     accepting for a second. Connections accepted and not yet closed are then at most
     max_waiting() plus a few turns' batches: about half the descriptors."""
     return max(1, max_waiting() // 4)
+
+
+# Turns of the loop whose accepted batches (accept_batch()) may not have reached the
+# protocol yet, counted in what a server keeps for connections not being answered.
+ACCEPT_TURNS = 4
+
+
+def unanswered_share(limit: int | None) -> int:
+    """The descriptors a server of ours may hold, in a process that may hold ``limit``
+    (None: no limit), for connections it is not answering: those waiting for their
+    request (waiting_share) and those asyncio accepted that have not reached the protocol
+    yet (ACCEPT_TURNS batches of accept_batch()). What the process serves for long (the
+    dashboard's live pages) must fit in what is left, or a flood of idle connections and
+    those long answers together use every descriptor up (half of them, at 1,024)."""
+    waiting = waiting_share(limit)
+    return waiting + ACCEPT_TURNS * max(1, waiting // 4)
 
 
 def uvicorn_server(app: Any, *, error_headers: Headers = (), **options: Any) -> uvicorn.Server:

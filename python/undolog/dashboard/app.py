@@ -54,6 +54,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from undolog import (
+    _serving,
     _version,
     aapprovals,
     asaga,
@@ -145,6 +146,30 @@ PAYLOADS = {"args": "args", "result": "result", "approved": "approved arguments 
 # on the person's one connection, so a script opening hundreds would swamp it (and the
 # database). A person's tabs need a few; a browser opens six at most per site anyway.
 MAX_STREAMS = 16
+# Live streams the whole dashboard process holds open, at most (LiveCaps): each holds a
+# descriptor (its connection) for as long as its page is open, and the caps above let
+# one agent-only login hold 4 web sessions x 16 of them; about a dozen such logins used up
+# the usual 1,024 (RLIMIT_NOFILE), after which the process accepted no connection, the
+# staff's login page included. The cap is what the descriptor limit leaves after the HTTP
+# server's connections not being answered (_serving.unanswered_share), the web sessions'
+# database connections at their cap (WEB_SESSION_CONNECTIONS each) and LIVE_MARGIN; never
+# fewer than LIVE_FLOOR.
+WEB_SESSION_CONNECTIONS = 2  # the person's connection and its listening one
+# What else the process holds: its listening sockets, standard streams and log files,
+# the metrics login's connection, EXPORT_MAX exports' spools, the requests being answered
+# at a given moment, a replaced web session's connections while they close (CLOSE_WAIT).
+LIVE_MARGIN = 64
+# One person's tabs, however small the descriptor limit (the dashboard then warns at start).
+LIVE_FLOOR = 16
+# Web sessions of agent-only logins (no staff role) hold at most 1/AGENT_LIVE_SHARE of the
+# live streams together: whatever agents hold (a host may hold several agents'
+# passwords), the rest stays for the approvers and operators, whose live inbox is where
+# requests get decided.
+AGENT_LIVE_SHARE = 2
+# Seconds a page whose stream was refused waits before it fetches its fragment again
+# (Retry-After; static/dashboard.js refreshes the page this often instead of live), and
+# between two log records of refused streams.
+LIVE_RETRY_SECONDS = 30
 COUNTS_SECONDS = 5.0
 # A session's export (GET /sessions/{id}/export, as `undolog export`) is read whole in
 # one snapshot, as fast as the database gives it, into a spool: in memory up to
@@ -604,6 +629,35 @@ class _SpooledDownload(StreamingResponse):
             self.done()
 
 
+@dataclass(frozen=True)
+class LiveCaps:
+    """How many live streams the dashboard process holds open at once (``all``), and of
+    those the web sessions of agent-only logins (``agents``); ``short`` when the
+    descriptor limit left fewer than LIVE_FLOOR (the floor is then the cap, and the
+    process may run out of descriptors before it is reached)."""
+
+    all: int
+    agents: int
+    short: bool = False
+
+    @classmethod
+    def of(cls, limit: int | None, max_sessions: int) -> LiveCaps:
+        """The caps of a process that may hold ``limit`` descriptors (RLIMIT_NOFILE's soft
+        limit; None: no limit) and ``max_sessions`` web sessions."""
+        most = max_sessions * MAX_STREAMS  # what the per-web-session caps allow anyway
+        if limit is None:
+            left = most
+        else:
+            left = (
+                limit
+                - _serving.unanswered_share(limit)
+                - max_sessions * WEB_SESSION_CONNECTIONS
+                - LIVE_MARGIN
+            )
+        cap = min(most, max(LIVE_FLOOR, left))
+        return cls(all=cap, agents=max(1, cap // AGENT_LIVE_SHARE), short=left < LIVE_FLOOR)
+
+
 class Dashboard:
     def __init__(
         self,
@@ -613,8 +667,25 @@ class Dashboard:
         metrics_token: str | None = None,
         metrics_dsn: str | None = None,
         link_secret: str | None = None,
+        nofile: int | None = None,
     ) -> None:
         self.store = SessionStore(dsn, idle_timeout)
+        # The live streams open (their wake events), in all web sessions and in those of
+        # agent-only logins, against self.live_caps, read once from the descriptor limit
+        # (``nofile``: the process's RLIMIT_NOFILE soft limit unless given).
+        self.live: set[asyncio.Event] = set()
+        self.live_agents: set[asyncio.Event] = set()
+        limit = nofile if nofile is not None else _serving.descriptor_limit()
+        self.live_caps = LiveCaps.of(limit, self.store.max_sessions)
+        self._live_refused_logged = -math.inf  # when a refused stream was last logged
+        if self.live_caps.short:
+            log.warning(
+                "the open-file limit (%s descriptors) leaves too few for the dashboard's "
+                "%s web sessions and their live pages: it may stop accepting connections. "
+                "Raise it (systemd: LimitNOFILE=, a shell: ulimit -n) to 1024 or more",
+                limit,
+                self.store.max_sessions,
+            )
         # the key of the notifications' signed links (None: /open answers that links are
         # not checked here); the delivery worker signs with the same one
         if link_secret is not None and len(link_secret) < links.MIN_SECRET:
@@ -2912,20 +2983,77 @@ class Dashboard:
         else:
             return Response("unknown view", 404, media_type="text/plain")
         if len(ws.waiters) >= MAX_STREAMS:
-            return Response(
+            return self._live_refused(
                 f"too many live pages open (at most {MAX_STREAMS}): close some and reload",
                 429,
-                media_type="text/plain",
             )
-        # The stream's place is taken here, in the same step as the count: taken only when
-        # the stream starts, concurrent requests all counted before any took one.
+        if len(self.live) >= self.live_caps.all:
+            self._log_live_refused(ws)
+            return self._live_refused(
+                f"too many live pages open on this dashboard (at most {self.live_caps.all} "
+                "for everyone): reload in a while, or ask its operator to raise its "
+                "open-file limit (LimitNOFILE=)",
+                503,
+            )
+        agent_only = not ws.roles.staff
+        if agent_only and len(self.live_agents) >= self.live_caps.agents:
+            self._log_live_refused(ws)
+            return self._live_refused(
+                f"too many live pages open on this dashboard by logins without a staff "
+                f"role (at most {self.live_caps.agents} for all of them together; the rest "
+                "are kept for approvers and operators): close some and reload in a while",
+                503,
+            )
+        # The stream's places are taken here, in the same step as the counts: taken only
+        # when the stream starts, concurrent requests all counted before any took one.
         wake = asyncio.Event()
         ws.waiters.add(wake)
+        self.live.add(wake)
+        if agent_only:
+            self.live_agents.add(wake)
         return StreamingResponse(
             self._stream(ws, read, since, wake),
             media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
-            background=BackgroundTask(ws.waiters.discard, wake),
+            background=BackgroundTask(self._stream_ended, ws, wake),
+        )
+
+    def _stream_ended(self, ws: WebSession, wake: asyncio.Event) -> None:
+        """Give a stream's places back (once its generator ends, or its response does:
+        a response whose client left before it started runs no generator)."""
+        ws.waiters.discard(wake)
+        self.live.discard(wake)
+        self.live_agents.discard(wake)
+
+    @staticmethod
+    def _live_refused(text: str, status: int) -> Response:
+        """A refused live stream: ``text`` says what to do. The page's script reads it
+        (an EventSource reads no refusal) and refreshes the page every Retry-After
+        seconds instead (static/dashboard.js)."""
+        return Response(
+            text,
+            status,
+            media_type="text/plain",
+            headers={"retry-after": str(LIVE_RETRY_SECONDS)},
+        )
+
+    def _log_live_refused(self, ws: WebSession) -> None:
+        """Tell the operator the dashboard's live pages are at their cap, once every
+        LIVE_RETRY_SECONDS: a page refused tries again that often, and a record per
+        refusal would say nothing more."""
+        now = time.monotonic()
+        if now - self._live_refused_logged < LIVE_RETRY_SECONDS:
+            return
+        self._live_refused_logged = now
+        log.warning(
+            "%s: a live page refused: %s live pages open (at most %s), %s of them by "
+            "logins without a staff role (at most %s); the cap follows the open-file limit "
+            "(systemd: LimitNOFILE=)",
+            ws.login,
+            len(self.live),
+            self.live_caps.all,
+            len(self.live_agents),
+            self.live_caps.agents,
         )
 
     async def _stream(
@@ -2984,7 +3112,7 @@ class Dashboard:
                 if gap > 0 and not ws.closed:  # a logout ends the stream at once
                     await asyncio.sleep(gap)
         finally:
-            ws.waiters.discard(wake)
+            self._stream_ended(ws, wake)
 
     @staticmethod
     async def _shielded(ws: WebSession, read: Callable[[queries.Conn], Awaitable[str]]) -> str:
@@ -3214,19 +3342,23 @@ def create_app(
     metrics_token: str | None = None,
     metrics_dsn: str | None = None,
     link_secret: str | None = None,
+    nofile: int | None = None,
 ) -> ASGIApp:
     """The dashboard for the database named by ``dsn`` (host, port, database; any user
     or password in it is ignored: each person logs in as themselves). With
     ``metrics_token`` and ``metrics_dsn`` (a login holding undolog_approver or
     undolog_operator), GET /metrics also answers a scraper sending that bearer token.
     ``link_secret`` (default: the environment's UNDOLOG_LINK_SECRET) is the key of the
-    notifications' signed links to requests (GET /open/...)."""
+    notifications' signed links to requests (GET /open/...). ``nofile`` (default: the
+    process's RLIMIT_NOFILE soft limit) is the descriptor limit the cap on live pages
+    is derived from (LiveCaps)."""
     return Dashboard(
         dsn,
         idle_timeout=idle_timeout,
         metrics_token=metrics_token,
         metrics_dsn=metrics_dsn,
         link_secret=link_secret if link_secret is not None else links.secret_from_env(),
+        nofile=nofile,
     ).app()
 
 
