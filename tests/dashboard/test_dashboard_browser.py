@@ -106,9 +106,16 @@ def with_link_secret(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def site(dsn: str, passwords_checked: bool, browser: webdriver.Chrome) -> Iterator[str]:
     """The real server (uvicorn, in a thread) on a free port; answers its base URL."""
+    with serve(create_app(without_user(dsn)), browser) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serve(app: Any, browser: webdriver.Chrome) -> Iterator[str]:
+    """``app`` on the real server (uvicorn, in a thread) on a free port: its base URL."""
     port = free_port()
     server = _serving.uvicorn_server(  # as undolog dashboard serves: a browser is not cut
-        create_app(without_user(dsn)),
+        app,
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -675,3 +682,53 @@ def test_a_tampered_or_expired_link_opens_nothing_and_says_what_to_do(
         assert "opens nothing" in text and "log in and find" in text, (what, text)
         assert str(waiting.session_id) not in browser.page_source, what
         assert "4242" not in browser.page_source and "pay" not in text, what
+
+
+def test_a_live_page_refused_its_stream_says_why_and_refreshes_itself(
+    browser: webdriver.Chrome,
+    dsn: str,
+    passwords_checked: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Agent-only logins hold every live stream they may (the dashboard's cap on live
+    pages, here from a small open-file limit): an agent's page is refused its stream.
+    It says why, in the server's words, and fetches its fresh fragment every Retry-After
+    seconds instead (1 s here, 30 in use), so a new call still shows without a reload."""
+    import httpx
+
+    from dashboard_helpers import csrf_of
+    from undolog import engine
+    from undolog.dashboard import app as dashboard_app
+
+    monkeypatch.setattr(dashboard_app, "LIVE_RETRY_SECONDS", 1)
+    dashboard = dashboard_app.Dashboard(without_user(dsn), nofile=568)
+    agents_share = dashboard.live_caps.agents
+    assert agents_share <= dashboard_app.MAX_STREAMS  # one web session fills it
+    mine = active_session(without_user(dsn), "dash_agent")
+    theirs = active_session(without_user(dsn), "dash_agent2")
+    with (
+        serve(dashboard.app(), browser) as base,
+        httpx.Client(base_url=base, timeout=DECIDED_WITHIN) as other,
+        contextlib.ExitStack() as streams,
+    ):
+        token = csrf_of(other.get("/login").text)
+        login = {"csrf": token, "login": "dash_agent2", "password": PASSWORD}
+        assert other.post("/login", data=login).status_code == 303
+        for _ in range(agents_share):
+            stream = streams.enter_context(other.stream("GET", f"/events?view=session&id={theirs}"))
+            assert stream.status_code == 200
+        log_in(browser, base, "dash_agent")
+        browser.get(f"{base}/sessions/{mine}")
+        browser.execute_script("window.undologMarker = 'not reloaded'")
+        appears(browser, "live-status", DECIDED_WITHIN)
+        note = browser.find_element(By.ID, "live-status").text
+        assert "Live updates refused" in note and "without a staff role" in note, note
+        assert "refreshes itself every 1 s" in note, note
+        assert browser.find_element(By.ID, "live").get_attribute("data-live") == "polling"
+        shot(browser, "live-refused")
+        # the agent makes another call: the page shows it, refreshed by itself
+        with psycopg.connect(as_login(without_user(dsn), "dash_agent"), autocommit=True) as agent:
+            engine.intercept(
+                agent, mine, 1, "book", "compensable", {"item": "second"}, {"name": "x"}
+            )
+        appears(browser, "call-1", DECIDED_WITHIN)

@@ -133,9 +133,9 @@ function live() {
   const url = root.dataset.events + "&since=" + encodeURIComponent(root.dataset.since || "");
   const source = new EventSource(url);
   // A page whose updates stopped says so: a frozen page would look live and current.
-  function stopped(text, withLogin) {
+  function stopped(text, withLogin, state) {
     source.close();
-    root.dataset.live = "stopped";
+    root.dataset.live = state || "stopped";
     if (document.getElementById("live-status")) return;
     const note = document.createElement("p");
     note.id = "live-status";
@@ -155,10 +155,32 @@ function live() {
   source.addEventListener("lost", () => stopped(
     "Your connection to the database was closed (the server ended it or restarted): " +
     "this page no longer updates.", true));
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
-      stopped("Live updates stopped. Reload the page.", false);
+  // The dashboard refuses a stream when too many live pages are open (429: this person's;
+  // 503: the whole dashboard's, or all agent logins'). An EventSource reads no refusal,
+  // so the stream is asked for once more with fetch, which does: the page then says why
+  // and refreshes itself every Retry-After seconds instead, so it stays current. A stream
+  // that opens for that fetch (a place came free) is let go at once: a reload makes it
+  // the page's own.
+  async function refused() {
+    const ask = new AbortController();
+    let response = null, text = "";
+    try {
+      response = await fetch(url, { credentials: "same-origin", signal: ask.signal });
+      if (response.status === 429 || response.status === 503) text = await response.text();
+    } catch (e) {
+      response = null;
+    } finally {
+      ask.abort();
     }
+    if (response && response.status === 401) { window.location = "/login"; return; }
+    if (!text) { stopped("Live updates stopped. Reload the page.", false); return; }
+    const seconds = Math.max(1, Number(response.headers.get("retry-after")) || 30);
+    stopped(`Live updates refused: ${text}. This page refreshes itself every ${seconds} s ` +
+            "instead; reload it to try live updates again.", false, "polling");
+    setInterval(refresh, seconds * 1000);
+  }
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) refused();
   };
   root.dataset.live = "connecting";
   source.onopen = () => { root.dataset.live = "open"; };
