@@ -6,6 +6,7 @@ execution, or a missing compensation, is visible."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -203,6 +204,17 @@ def sessions(conn: psycopg.Connection[Any]) -> list[tuple[uuid.UUID, str]]:
             "SELECT session_id, state FROM undolog.undolog_sessions ORDER BY created_at"
         ).fetchall()
     ]
+
+
+@contextlib.contextmanager
+def holding_the_session_row(dsn: str, sid: uuid.UUID) -> Iterator[psycopg.Connection[Any]]:
+    """An operator's open transaction holding the session's row (FOR UPDATE) until the
+    block ends: what moves the session (rollback_last, completion) waits for it."""
+    with psycopg.connect(dsn) as operator:
+        operator.execute(
+            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
+        )
+        yield operator
 
 
 def run_worker(dsn: str, config: Path, ledger: Path) -> subprocess.CompletedProcess[str]:

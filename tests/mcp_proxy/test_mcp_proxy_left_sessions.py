@@ -19,7 +19,14 @@ import mcp_types as types
 import psycopg
 import pytest
 from mcp import Client
-from test_mcp_proxy import HttpProxy, ledger, names, release_slow_make, wait_for
+from test_mcp_proxy import (
+    HttpProxy,
+    holding_the_session_row,
+    ledger,
+    names,
+    release_slow_make,
+    wait_for,
+)
 from test_mcp_proxy_hostile import RawHttp, _ended, _state, pending_ids
 from test_mcp_proxy_sessions import http_proxies, session_policy
 
@@ -234,10 +241,7 @@ def test_a_partial_undo_that_lands_while_the_session_is_being_completed_is_waite
     and waits for the partial undo as when it finds one."""
     _proxy, client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
     _begun(client, 2, "b")
-    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
-        operator.execute(
-            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
-        )
+    with holding_the_session_row(dsn, sid) as operator:
         client.leave()
         wait_for(  # the proxy's complete_session waits for the row
             lambda: (
@@ -285,10 +289,7 @@ def test_a_session_whose_completion_fails_once_is_completed_on_a_retry(
     until its lease's expiry failed it and a worker undid every call its client kept.
     Now the last step is tried again after a pause: completed."""
     _proxy, client, sid, _ = _a_session(tmp_path, dsn, ledger, http_proxies)
-    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
-        operator.execute(
-            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
-        )
+    with holding_the_session_row(dsn, sid):
         client.leave()
         _break_the_completion(conn)
     assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
@@ -311,10 +312,7 @@ def test_a_session_whose_completion_keeps_failing_is_kept_and_ended_when_the_pro
         proxy, client, sid, _ = _a_session(
             tmp_path, dsn, ledger, http_proxies, f"lease_seconds = {lease}", stderr=log_file
         )
-    with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
-        operator.execute(
-            "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
-        )
+    with holding_the_session_row(dsn, sid):
         client.leave()
         for _ in range(len(CONCLUDE_RETRY_PAUSES) + 1):
             _break_the_completion(conn)

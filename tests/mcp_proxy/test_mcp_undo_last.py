@@ -19,6 +19,7 @@ from mcp import types
 from psycopg_pool import PoolTimeout
 from test_mcp_proxy import (
     decided,
+    holding_the_session_row,
     ledger,
     names,
     ops,
@@ -524,10 +525,7 @@ def test_an_undo_waiting_for_the_journal_answers_before_the_client_gives_up(
             line.call(i, "put", {"key": key, "value": "1"})
             assert line.answer(i) is not None
         ((sid, _),) = sessions(conn)
-        with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
-            operator.execute(
-                "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
-            )
+        with holding_the_session_row(dsn, sid):
             line.call(3, "undolog__undo_last", {"count": 1, "reason": "b was wrong"})
             undo = line.answer(3, timeout=client_timeout)
         assert undo is not None, "no answer within the client's timeout"
@@ -616,10 +614,7 @@ def test_a_second_undo_is_told_at_once_while_the_first_waits_for_the_journal(
             line.call(i, "put", {"key": key, "value": "1"})
             assert line.answer(i) is not None
         ((sid, _),) = sessions(conn)
-        with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
-            operator.execute(
-                "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE", (sid,)
-            )
+        with holding_the_session_row(dsn, sid):
             line.call(3, "undolog__undo_last", {"count": 1, "reason": "b was wrong"})
             wait_for(  # the first undo's rollback_last waits for the operator's lock
                 lambda: conn.execute(
