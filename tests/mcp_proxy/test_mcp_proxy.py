@@ -207,7 +207,7 @@ def sessions(conn: psycopg.Connection[Any]) -> list[tuple[uuid.UUID, str]]:
 
 
 @contextlib.contextmanager
-def holding_the_session_row(dsn: str, sid: uuid.UUID) -> Iterator[psycopg.Connection[Any]]:
+def holding_the_session_row(dsn: str, sid: uuid.UUID | str) -> Iterator[psycopg.Connection[Any]]:
     """An operator's open transaction holding the session's row (FOR UPDATE) until the
     block ends: what moves the session (rollback_last, completion) waits for it."""
     with psycopg.connect(dsn) as operator:
