@@ -67,6 +67,18 @@ def test_a_login_cannot_approve_its_own_call_made_in_another_agents_session(
     assert approvals.approve(other_approver, call.approval_id, "alice") == "approved"
 
 
+def _wires_waiting(agent: Conn, count: int) -> list[uuid.UUID]:
+    """``count`` sessions of ``agent``, each with an irreversible call waiting for a
+    person: their approval ids."""
+    waiting = []
+    for _ in range(count):
+        session = engine.begin_session(agent, agent="billing")
+        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
+        assert call.approval_id is not None
+        waiting.append(call.approval_id)
+    return waiting
+
+
 def test_a_login_that_can_become_the_calls_maker_cannot_approve_it(
     dsn: str, conn: Conn, login: Callable[..., Conn]
 ) -> None:
@@ -81,12 +93,7 @@ def test_a_login_that_can_become_the_calls_maker_cannot_approve_it(
     approver = login("undolog_approver")
     other = login("undolog_approver")
     a, b = agent.info.user, approver.info.user
-    calls = []
-    for _ in range(3):
-        session = engine.begin_session(agent, agent="billing")
-        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
-        assert call.approval_id is not None
-        calls.append(call.approval_id)
+    calls = _wires_waiting(agent, 3)
     conn.execute(f"GRANT {a} TO {b}")
     # the premise: membership hands the agent's login over
     approver.execute(f"SET ROLE {a}")
@@ -175,12 +182,7 @@ def test_a_createrole_login_approves_no_calls_but_a_superusers_nor_are_its_own_a
     approver = login("undolog_approver")
     other = login("undolog_approver")
     a, b = agent.info.user, approver.info.user
-    calls = []
-    for _ in range(2):
-        session = engine.begin_session(agent, agent="billing")
-        call = engine.intercept(agent, session, 0, "wire", "irreversible", {"cents": 5})
-        assert call.approval_id is not None
-        calls.append(call.approval_id)
+    calls = _wires_waiting(agent, 2)
     conn.execute(f"ALTER ROLE {b} CREATEROLE")
     # the premise: no membership, and yet the agent's login is hers
     assert conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (b, a)).fetchone() == (False,)
