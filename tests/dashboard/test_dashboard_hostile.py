@@ -462,6 +462,8 @@ def test_agent_logins_together_cannot_fill_the_dashboard_and_lock_the_staff_out(
             if number < 2:
                 notice = left.get("/login").text
                 assert "to make room for a person of the staff" in notice
+                # whose login, and when, is not the agent's to learn
+                assert "dash_approver" not in notice and "dash_operator" not in notice
         assert backends_of(conn, "dash_agent") == 2 * (MAX_SESSIONS_PER_LOGIN - 2)
         # a login holding some replaces its own oldest, as before
         for login in ("dash_agent2", "dash_agent"):

@@ -418,11 +418,13 @@ class SessionStore:
                         raise LoginRefused(
                             "too many people are logged in to this dashboard; try later"
                         )
+                    # (the notice names nobody: which approver logged in, and when, is
+                    # not the agent's to learn)
                     self._replace(
                         oldest_agent,
                         f"You were logged out here to make room for a person of the staff: "
                         f"this dashboard holds at most {self.max_sessions} web sessions, "
-                        f"and {row[0]} logged in when all were taken.",
+                        f"and one of them logged in when all were taken.",
                     )
                 elif len(held) >= MAX_SESSIONS_PER_LOGIN or full:
                     # the same count is kept (one out, one in), so this never refuses
