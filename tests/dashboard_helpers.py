@@ -7,6 +7,8 @@ import contextlib
 import html
 import logging
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -220,3 +222,26 @@ def operator_actions(conn: psycopg.Connection[Any], sid: uuid.UUID) -> list[tupl
         (sid,),
     ).fetchall()
     return [(str(a), str(b)) for a, b in rows]
+
+
+@contextlib.contextmanager
+def served_dashboard(app: Any, **options: Any) -> Iterator[str]:
+    """A dashboard's ``app`` on the server `undolog dashboard` runs (uvicorn as the faces
+    serve it, its own 400s carrying the security headers), in a thread on a free port:
+    its base URL. ``options``: uvicorn.Config's."""
+    from pgcluster import free_port
+    from undolog.dashboard.server import uvicorn_server
+
+    port = free_port()
+    server = uvicorn_server(app, host="127.0.0.1", port=port, log_level="warning", **options)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -35,11 +35,11 @@ from dashboard_helpers import (
     active_session,
     as_login,
     halted_session,
+    served_dashboard,
     waiting_session,
     without_user,
 )
-from pgcluster import free_port
-from undolog import _serving, links
+from undolog import links
 from undolog.dashboard import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,27 +112,13 @@ def site(dsn: str, passwords_checked: bool, browser: webdriver.Chrome) -> Iterat
 
 @contextlib.contextmanager
 def serve(app: Any, browser: webdriver.Chrome) -> Iterator[str]:
-    """``app`` on the real server (uvicorn, in a thread) on a free port: its base URL."""
-    port = free_port()
-    server = _serving.uvicorn_server(  # as undolog dashboard serves: a browser is not cut
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the dashboard did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        browser.get("about:blank")  # closes the page's event stream before the server stops
-        server.should_exit = True
-        thread.join(timeout=10)
+    """``app`` on the real server (served_dashboard): its base URL; the browser leaves
+    the page first (closing its event stream) so that the server stops at once."""
+    with served_dashboard(app, timeout_graceful_shutdown=1) as base:
+        try:
+            yield base
+        finally:
+            browser.get("about:blank")
 
 
 def log_in(browser: webdriver.Chrome, site: str, login: str) -> None:

@@ -21,7 +21,14 @@ from psycopg.conninfo import conninfo_to_dict
 from starlette.testclient import TestClient
 from test_dashboard import app_dsn, approval_row, log_in
 
-from dashboard_helpers import PASSWORD, as_login, csrf_of, halted_session, waiting_session
+from dashboard_helpers import (
+    PASSWORD,
+    as_login,
+    csrf_of,
+    halted_session,
+    served_dashboard,
+    waiting_session,
+)
 from shadowing import plant_approving_count, writable_public
 from undolog import _serving, engine
 from undolog.approvals import MIN_READ_GAP
@@ -136,24 +143,9 @@ def test_logging_in_again_ends_the_browsers_previous_web_session(
 
 @contextlib.contextmanager
 def serving(dashboard: Dashboard) -> Iterator[str]:
-    """The dashboard on real HTTP (uvicorn, in a thread): event streams need a server."""
-    from pgcluster import free_port
-
-    port = free_port()
-    server = _serving.uvicorn_server(  # as the faces serve
-        dashboard.app(), host="127.0.0.1", port=port, log_level="warning"
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    """The dashboard on real HTTP (served_dashboard): event streams need a server."""
+    with served_dashboard(dashboard.app()) as base:
+        yield base
 
 
 @contextlib.contextmanager
