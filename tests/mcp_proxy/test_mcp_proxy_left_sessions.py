@@ -336,3 +336,65 @@ def test_a_session_whose_completion_keeps_failing_is_kept_and_ended_when_the_pro
     proxy.stop()  # SIGINT: close() ends it
     assert _ended(conn, sid) == "completed"
     assert names(ledger) == ["put"]
+
+
+def _lock_waiters(conn: psycopg.Connection[Any]) -> int:
+    """How many of this database's backends wait for a lock."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_session_resumed_while_its_end_is_tried_again_is_not_ended_under_its_new_connection(
+    tmp_path: Path,
+    dsn: str,
+    conn: psycopg.Connection[Any],
+    ledger: Path,
+    http_proxies: list[HttpProxy],
+) -> None:
+    """The client leaves; the end's complete_session fails (its connection ended) while the
+    client is back on a new connection with the session's handle, its put waiting for the
+    session's row. The end tried again after its pause regardless: it completed the
+    session under the new connection (or, its put still executing, failed it and undid
+    every call). Now the retry stands down: the new connection holds the session, and
+    its own leaving ends it."""
+    log_path = tmp_path / "proxy.log"
+    with log_path.open("w") as log_file:
+        proxy, client, sid, handle = _a_session(
+            tmp_path, dsn, ledger, http_proxies, stderr=log_file
+        )
+    back = RawHttp(proxy.url)
+    meta = {"undolog/session": handle}
+    pool = ThreadPoolExecutor(1)
+    try:
+        with psycopg.connect(dsn) as operator:  # one transaction, holding the session's row
+            operator.execute(
+                "SELECT 1 FROM undolog.undolog_sessions WHERE session_id = %s FOR UPDATE",
+                (sid,),
+            )
+            client.leave()
+            wait_for(lambda: _completion_waiting(conn))  # the end's first try waits
+            put = pool.submit(back.call, 1, "put", {"key": "b", "value": "1"}, meta)
+            wait_for(lambda: _lock_waiters(conn) >= 2)  # the resumed put waits too
+            _break_the_completion(conn)
+            # the end's next try waits for the row again, or the end stood down
+            wait_for(
+                lambda: (
+                    _completion_waiting(conn) is not None
+                    or "resumed by a new connection" in log_path.read_text()
+                )
+            )
+        _, answers = put.result(15)
+        assert not answers[-1]["result"].get("isError"), answers
+        _, answers = back.call(2, "put", {"key": "c", "value": "1"}, meta)
+        assert not answers[-1]["result"].get("isError"), answers
+        assert answers[-1]["result"]["_meta"]["undolog/session"].split(".")[0] == sid
+        assert _state(conn, sid) == "active"
+        back.leave()
+        assert wait_for(functools.partial(_ended, conn, sid), timeout=15) == "completed"
+    finally:
+        pool.shutdown(wait=False)
+    assert names(ledger) == ["put", "put", "put"]  # nothing undone

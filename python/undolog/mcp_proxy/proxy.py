@@ -1484,6 +1484,8 @@ class McpProxy:
         finally:
             if beat is not None:
                 beat.cancel()
+        if concluded is None:
+            return True  # resumed by another connection meanwhile: its end ends it
         if not concluded and not ps.began and not self.closing:
             # Kept: still begun, so neither pruned nor begun again by a call resuming it,
             # its heartbeat beating; close() (or the end of a connection that resumes it)
@@ -1492,17 +1494,32 @@ class McpProxy:
             ps.beat = asyncio.create_task(self._heartbeat(ps))
         return False
 
-    async def _conclude_retrying(self, ps: ProxySession) -> bool:
+    async def _conclude_retrying(self, ps: ProxySession) -> bool | None:
         """_conclude, tried again after each of CONCLUDE_RETRY_PAUSES while the journal
         cannot take it; False when it never could (the session is still active, or
-        waits for its walk), logged with what an operator can do. Once the proxy is
+        waits for its walk), logged with what an operator can do; None when a connection
+        resumed the session during a pause (it stands down). Once the proxy is
         closing, tried once: a journal that is down makes each try wait for a connection
         (up to the pool's timeout), and the proxy's stop waits for every session's."""
         pauses = () if self.closing else CONCLUDE_RETRY_PAUSES
+        last_call = ps.last_call
         for pause in pauses:
             if await self._conclude(ps):
                 return True
             await asyncio.sleep(pause)
+            resumed = ps.began or ps.inflight or ps.last_call != last_call
+            if resumed and self._taken_over(ps) and not self.closing:
+                # A call sent the session's handle on a new connection meanwhile (it may
+                # still be beginning it again, waiting for the session's row as this end
+                # did): the session is that connection's, whose end ends it. Tried again
+                # now, the end completed it under that connection's calls, or, one of
+                # them still executing, failed it and undid every call its client kept.
+                log.info(
+                    "session %s: resumed by a new connection while its end was tried "
+                    "again: that connection's end ends it",
+                    ps.session_id,
+                )
+                return None
         if await self._conclude(ps):
             return True
         rollback = f"`undolog sessions rollback {ps.session_id} --by NAME --reason '...'`"
