@@ -320,6 +320,7 @@ def test_a_session_whose_completion_keeps_failing_is_kept_and_ended_when_the_pro
     logged = said.read_text()
     assert f"`undolog sessions rollback {sid} --by NAME" in logged, logged
     assert "tries again when it stops" in logged, logged
+    assert f"after {len(CONCLUDE_RETRY_PAUSES) + 1} attempt(s)" in logged, logged
     # its heartbeat still beats (its beats waited for the row too): the lease renewed
     wait_for(
         lambda: (

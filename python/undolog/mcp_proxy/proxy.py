@@ -1503,10 +1503,14 @@ class McpProxy:
         (up to the pool's timeout), and the proxy's stop waits for every session's."""
         pauses = () if self.closing else CONCLUDE_RETRY_PAUSES
         last_call = ps.last_call
+        tries = 1
         for pause in pauses:
             if await self._conclude(ps):
                 return True
+            tries += 1
             await asyncio.sleep(pause)
+            if self.closing:
+                break  # the proxy began to stop meanwhile: one last try, as above
             resumed = ps.began or ps.inflight or ps.last_call != last_call
             if resumed and self._taken_over(ps) and not self.closing:
                 # A call sent the session's handle on a new connection meanwhile (it may
@@ -1538,7 +1542,7 @@ class McpProxy:
             "session %s: its end could not be recorded after %d attempt(s) (the error is "
             "logged above): it stays active; %s (`undolog sessions show %s` shows its calls)",
             ps.session_id,
-            len(pauses) + 1,
+            tries,
             what,
             ps.session_id,
         )
