@@ -225,6 +225,23 @@ def operator_actions(conn: psycopg.Connection[Any], sid: uuid.UUID) -> list[tupl
 
 
 @contextlib.contextmanager
+def running_in_thread(server: Any) -> Iterator[None]:
+    """A uvicorn ``server`` running in a thread for the block: started (its sockets
+    listening) when the block begins, stopped when it ends."""
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextlib.contextmanager
 def served_dashboard(app: Any, **options: Any) -> Iterator[str]:
     """A dashboard's ``app`` on the server `undolog dashboard` runs (uvicorn as the faces
     serve it, its own 400s carrying the security headers), in a thread on a free port:
@@ -234,14 +251,5 @@ def served_dashboard(app: Any, **options: Any) -> Iterator[str]:
 
     port = free_port()
     server = uvicorn_server(app, host="127.0.0.1", port=port, log_level="warning", **options)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "the dashboard did not start"
-            time.sleep(0.05)
+    with running_in_thread(server):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)

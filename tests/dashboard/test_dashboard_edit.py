@@ -9,8 +9,6 @@ import html
 import json
 import os
 import re
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import uvicorn
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -31,10 +28,10 @@ from dashboard_helpers import (
     book,
     csrf_of,
     pay,
+    served_dashboard,
     waiting_session,
     without_user,
 )
-from pgcluster import free_port
 from undolog import UndoLog, last_edit
 from undolog.dashboard import create_app
 from undolog.signature import call_signature
@@ -277,22 +274,8 @@ def test_html_in_edited_args_is_shown_escaped(
 
 @pytest.fixture
 def site(dsn: str, passwords_checked: bool) -> Iterator[str]:
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(without_user(dsn)), host="127.0.0.1", port=port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the dashboard did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with served_dashboard(create_app(without_user(dsn))) as base:
+        yield base
 
 
 @pytest.fixture

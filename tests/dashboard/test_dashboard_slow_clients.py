@@ -29,6 +29,7 @@ from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from dashboard_helpers import running_in_thread
 from slow_clients import (
     FLOOD_FD_LIMIT,
     assert_a_flood_keeps_no_request_out,
@@ -131,17 +132,8 @@ def served(app: Starlette) -> Iterator[int]:
     server = _serving.uvicorn_server(  # as the faces serve
         app, host="127.0.0.1", port=port, log_level="warning"
     )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
+    with running_in_thread(server):
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_a_connection_upgraded_to_a_websocket_is_not_bounded() -> None:
